@@ -1,0 +1,458 @@
+/* The real env: clock, sync, dev (host memory) and log ops, plus the glue
+ * that hands them to core together with the TCP net ops. */
+#include "env_real.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "coll/reduce.h"
+#include "net_tcp.h"
+
+/* eccl_env comes first so destroy can get back from the public pointer. */
+typedef struct env_real {
+    eccl_env env;
+    uint64_t t0_ns; /* log timestamps count from here */
+} env_real;
+
+/* pthread names are limited to 16 bytes including the NUL. */
+#define THREAD_NAME_MAX 16
+
+struct eccl_mutex {
+    pthread_mutex_t m;
+};
+
+struct eccl_cond {
+    pthread_cond_t c;
+};
+
+struct eccl_thread {
+    pthread_t tid;
+    void (*fn)(void *);
+    void *arg;
+    char name[THREAD_NAME_MAX];
+};
+
+uint64_t eccl_real_now_ns(void)
+{
+    struct timespec ts;
+    /* Cannot fail for CLOCK_MONOTONIC with a valid pointer. */
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* ---- clock --------------------------------------------------------------- */
+
+static uint64_t real_now_ns(void *ctx)
+{
+    (void)ctx;
+    return eccl_real_now_ns();
+}
+
+static const eccl_clock_ops real_clock_ops = {
+    .size = sizeof(eccl_clock_ops),
+    .now_ns = real_now_ns,
+};
+
+/* ---- sync ---------------------------------------------------------------- */
+
+static eccl_result real_mutex_create(void *ctx, eccl_mutex **out)
+{
+    eccl_mutex *m = malloc(sizeof(*m));
+    int rc;
+
+    if (!m)
+        return ECCL_ERR_NO_MEMORY;
+    rc = pthread_mutex_init(&m->m, NULL);
+    if (rc != 0) {
+        eccl_real_log(ctx, ECCL_LOG_ERROR, "pthread_mutex_init: %s", strerror(rc));
+        free(m);
+        return ECCL_ERR_SYSTEM;
+    }
+    *out = m;
+    return ECCL_OK;
+}
+
+static void real_mutex_destroy(void *ctx, eccl_mutex *m)
+{
+    (void)ctx;
+    if (!m)
+        return;
+    pthread_mutex_destroy(&m->m);
+    free(m);
+}
+
+static void real_lock(void *ctx, eccl_mutex *m)
+{
+    (void)ctx;
+    pthread_mutex_lock(&m->m);
+}
+
+static void real_unlock(void *ctx, eccl_mutex *m)
+{
+    (void)ctx;
+    pthread_mutex_unlock(&m->m);
+}
+
+static eccl_result real_cond_create(void *ctx, eccl_cond **out)
+{
+    eccl_cond *c = malloc(sizeof(*c));
+    pthread_condattr_t attr;
+    int rc;
+
+    if (!c)
+        return ECCL_ERR_NO_MEMORY;
+    rc = pthread_condattr_init(&attr);
+    if (rc == 0) {
+        /* Deadlines are monotonic ns (eccl_real_now_ns), so the cond must
+         * measure them on the same clock; a wall-clock step must not fire or
+         * postpone a timeout. */
+        rc = pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+        if (rc == 0)
+            rc = pthread_cond_init(&c->c, &attr);
+        pthread_condattr_destroy(&attr);
+    }
+    if (rc != 0) {
+        eccl_real_log(ctx, ECCL_LOG_ERROR, "pthread_cond_init: %s", strerror(rc));
+        free(c);
+        return ECCL_ERR_SYSTEM;
+    }
+    *out = c;
+    return ECCL_OK;
+}
+
+static void real_cond_destroy(void *ctx, eccl_cond *c)
+{
+    (void)ctx;
+    if (!c)
+        return;
+    pthread_cond_destroy(&c->c);
+    free(c);
+}
+
+static eccl_result real_cond_wait(void *ctx, eccl_cond *c, eccl_mutex *m,
+                                  uint64_t deadline_ns)
+{
+    struct timespec ts;
+    int rc;
+
+    (void)ctx;
+    if (deadline_ns == 0) {
+        pthread_cond_wait(&c->c, &m->m);
+        return ECCL_OK;
+    }
+    ts.tv_sec = (time_t)(deadline_ns / 1000000000u);
+    ts.tv_nsec = (long)(deadline_ns % 1000000000u);
+    rc = pthread_cond_timedwait(&c->c, &m->m, &ts);
+    return rc == ETIMEDOUT ? ECCL_ERR_TIMEOUT : ECCL_OK;
+}
+
+static void real_cond_broadcast(void *ctx, eccl_cond *c)
+{
+    (void)ctx;
+    pthread_cond_broadcast(&c->c);
+}
+
+static void *thread_main(void *p)
+{
+    eccl_thread *t = p;
+
+    /* Best effort: a name only helps debuggers and top -H. */
+    pthread_setname_np(pthread_self(), t->name);
+    t->fn(t->arg);
+    return NULL;
+}
+
+static eccl_result real_spawn(void *ctx, const char *name, void (*fn)(void *),
+                              void *arg, eccl_thread **out)
+{
+    eccl_thread *t = calloc(1, sizeof(*t));
+    sigset_t block, old;
+    int rc;
+
+    if (!t)
+        return ECCL_ERR_NO_MEMORY;
+    t->fn = fn;
+    t->arg = arg;
+    snprintf(t->name, sizeof(t->name), "%s", name ? name : "eccl");
+
+    /* The new thread inherits the creator's signal mask; creating it with
+     * SIGPIPE blocked leaves no window in which a write to a dead peer could
+     * kill the process. The net code uses MSG_NOSIGNAL as well, because the
+     * application's own threads may call into it. */
+    sigemptyset(&block);
+    sigaddset(&block, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &block, &old);
+    rc = pthread_create(&t->tid, NULL, thread_main, t);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0) {
+        eccl_real_log(ctx, ECCL_LOG_ERROR, "pthread_create(%s): %s", t->name,
+                      strerror(rc));
+        free(t);
+        return ECCL_ERR_SYSTEM;
+    }
+    *out = t;
+    return ECCL_OK;
+}
+
+static void real_join(void *ctx, eccl_thread *t)
+{
+    (void)ctx;
+    if (!t)
+        return;
+    pthread_join(t->tid, NULL);
+    free(t);
+}
+
+static const eccl_sync_ops real_sync_ops = {
+    .size = sizeof(eccl_sync_ops),
+    .mutex_create = real_mutex_create,
+    .mutex_destroy = real_mutex_destroy,
+    .lock = real_lock,
+    .unlock = real_unlock,
+    .cond_create = real_cond_create,
+    .cond_destroy = real_cond_destroy,
+    .cond_wait = real_cond_wait,
+    .cond_broadcast = real_cond_broadcast,
+    .spawn = real_spawn,
+    .join = real_join,
+};
+
+/* ---- dev: host memory ---------------------------------------------------- */
+
+/* A cache line, so reduce loops vectorise without peeling and two staging
+ * buffers never share a line between threads. */
+#define DEV_ALIGN 64
+
+static eccl_result real_alloc(void *ctx, size_t bytes, void **out)
+{
+    void *p = NULL;
+    /* posix_memalign(0) may return NULL, which callers would take for
+     * failure. */
+    int rc = posix_memalign(&p, DEV_ALIGN, bytes ? bytes : 1);
+
+    if (rc != 0) {
+        eccl_real_log(ctx, ECCL_LOG_WARN, "alloc of %zu bytes: %s", bytes,
+                      strerror(rc));
+        return ECCL_ERR_NO_MEMORY;
+    }
+    *out = p;
+    return ECCL_OK;
+}
+
+static void real_free(void *ctx, void *p)
+{
+    (void)ctx;
+    free(p);
+}
+
+static void real_copy(void *ctx, void *dst, const void *src, size_t bytes)
+{
+    (void)ctx;
+    /* Core copies a buffer onto itself for in-place calls; memcpy on
+     * identical pointers is undefined. */
+    if (bytes && dst != src)
+        memcpy(dst, src, bytes);
+}
+
+static void real_reduce(void *ctx, void *dst, const void *src, size_t count,
+                        eccl_dtype dtype, eccl_op op)
+{
+    (void)ctx;
+    eccl_reduce(dst, src, count, dtype, op);
+}
+
+static void real_scale_div(void *ctx, void *x, size_t count, eccl_dtype dtype,
+                           uint32_t divisor)
+{
+    (void)ctx;
+    eccl_reduce_scale_div(x, count, dtype, divisor);
+}
+
+static const eccl_dev_ops real_dev_ops = {
+    .size = sizeof(eccl_dev_ops),
+    .alloc = real_alloc,
+    .free = real_free,
+    .copy = real_copy,
+    .reduce = real_reduce,
+    .scale_div = real_scale_div,
+};
+
+/* ---- log ----------------------------------------------------------------- */
+
+static int format_line(char *buf, size_t size, const env_real *r, uint64_t t,
+                       int level, const char *line)
+{
+    static const char letters[] = "?EWIDT";
+
+    return snprintf(buf, size, "[eccl %llu.%06llu %s] %c %s\n",
+                    (unsigned long long)(t / 1000000000u),
+                    (unsigned long long)(t % 1000000000u / 1000u), r->env.name,
+                    letters[level <= ECCL_LOG_TRACE ? level : 0], line);
+}
+
+static void real_log_write(void *ctx, int level, const char *line)
+{
+    env_real *r = ctx;
+    char stack[1024];
+    char *buf = stack;
+    uint64_t t;
+    int n;
+
+    if (level <= ECCL_LOG_NONE || level > r->env.log_level)
+        return;
+    if (!line)
+        line = "";
+    t = eccl_real_now_ns() - r->t0_ns;
+    /* The whole line goes out in one write(): stderr is unbuffered, and
+     * lines of concurrent threads and processes sharing it must not
+     * interleave (writes up to PIPE_BUF are atomic on pipes). */
+    n = format_line(stack, sizeof(stack), r, t, level, line);
+    if (n < 0)
+        return;
+    if ((size_t)n >= sizeof(stack)) {
+        buf = malloc((size_t)n + 1);
+        if (buf) {
+            format_line(buf, (size_t)n + 1, r, t, level, line);
+        } else {
+            /* Keep what fits rather than lose the line. */
+            buf = stack;
+            n = (int)sizeof(stack) - 1;
+            stack[n - 1] = '\n';
+        }
+    }
+    for (size_t off = 0; off < (size_t)n;) {
+        ssize_t w = write(STDERR_FILENO, buf + off, (size_t)n - off);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            break;
+        off += (size_t)w;
+    }
+    if (buf != stack)
+        free(buf);
+}
+
+static const eccl_log_ops real_log_ops = {
+    .size = sizeof(eccl_log_ops),
+    .write = real_log_write,
+};
+
+void eccl_real_log(eccl_env *env, int level, const char *fmt, ...)
+{
+    char line[512];
+    va_list ap;
+
+    if (!env || level > env->log_level || level <= ECCL_LOG_NONE)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof(line), fmt, ap);
+    va_end(ap);
+    env->log->write(env->log_ctx, level, line);
+}
+
+/* Returns the level, or -1 if `s` names none. */
+static int parse_log_level(const char *s)
+{
+    static const char *const names[] = {"none", "error", "warn",
+                                        "info", "debug", "trace"};
+
+    if (s[0] >= '0' && s[0] <= '5' && s[1] == '\0')
+        return s[0] - '0';
+    for (int i = 0; i < (int)(sizeof(names) / sizeof(names[0])); i++)
+        if (strcasecmp(s, names[i]) == 0)
+            return i;
+    if (strcasecmp(s, "warning") == 0)
+        return ECCL_LOG_WARN;
+    return -1;
+}
+
+/* ---- env ----------------------------------------------------------------- */
+
+/* Polling this long after the last event before sleeping in epoll keeps a
+ * small collective's round trips off the scheduler (a sleep and wake-up cost
+ * several microseconds each), while an idle caller stops burning a core after
+ * a fraction of a millisecond. */
+#define DEFAULT_SPIN_NS 50000u
+
+static uint64_t spin_ns_from_env(eccl_env *env)
+{
+    const char *s = getenv("ECCL_SPIN_NS");
+    unsigned long long v;
+    char *end;
+
+    if (!s || !*s)
+        return DEFAULT_SPIN_NS;
+    errno = 0;
+    v = strtoull(s, &end, 10);
+    if (errno != 0 || *end != '\0' || *s < '0' || *s > '9') {
+        eccl_real_log(env, ECCL_LOG_WARN,
+                      "ECCL_SPIN_NS=\"%s\" is not a number of ns; using %u", s,
+                      DEFAULT_SPIN_NS);
+        return DEFAULT_SPIN_NS;
+    }
+    return v;
+}
+
+eccl_result eccl_env_real_create(const char *name, eccl_env **out)
+{
+    env_real *r;
+    const char *lvl;
+    int parsed = ECCL_LOG_WARN;
+    eccl_result res;
+
+    if (!out)
+        return ECCL_ERR_INVALID_ARG;
+    r = calloc(1, sizeof(*r));
+    if (!r)
+        return ECCL_ERR_NO_MEMORY;
+    r->t0_ns = eccl_real_now_ns();
+    snprintf(r->env.name, sizeof(r->env.name), "%s", name ? name : "");
+
+    lvl = getenv("ECCL_LOG_LEVEL");
+    if (lvl && *lvl)
+        parsed = parse_log_level(lvl);
+    r->env.log_level = parsed >= 0 ? parsed : ECCL_LOG_WARN;
+
+    r->env.clock = &real_clock_ops;
+    r->env.clock_ctx = r;
+    r->env.sync = &real_sync_ops;
+    r->env.sync_ctx = r;
+    r->env.dev = &real_dev_ops;
+    r->env.dev_ctx = r;
+    r->env.log = &real_log_ops;
+    r->env.log_ctx = r;
+    r->env.net = &eccl_net_tcp_ops;
+
+    /* A typo must not silently hide the lines someone asked for. */
+    if (parsed < 0)
+        eccl_real_log(&r->env, ECCL_LOG_WARN,
+                      "ECCL_LOG_LEVEL=\"%s\" is not none/error/warn/info/debug/trace"
+                      " or 0-5; using warn",
+                      lvl);
+
+    r->env.spin_ns = spin_ns_from_env(&r->env);
+
+    res = eccl_net_tcp_create(&r->env, &r->env.net_ctx);
+    if (res != ECCL_OK) {
+        free(r);
+        return res;
+    }
+    *out = &r->env;
+    return ECCL_OK;
+}
+
+void eccl_env_real_destroy(eccl_env *env)
+{
+    if (!env)
+        return;
+    eccl_net_tcp_destroy(env->net_ctx);
+    free((env_real *)env);
+}

@@ -1,0 +1,214 @@
+#include "coll/ring_allreduce.h"
+
+#include <string.h>
+
+#include "util/log.h"
+
+/* Element range of chunk c of a ring's share: N nearly equal chunks. */
+static void chunk_range(const eccl_ring_allreduce *r, const eccl_ring_dir *d,
+                        uint32_t c, size_t *off, size_t *len)
+{
+    size_t q = d->elem_count / r->nranks, rem = d->elem_count % r->nranks;
+    *off = d->elem_off + (size_t)c * q + (c < rem ? c : rem);
+    *len = q + (c < rem ? 1 : 0);
+}
+
+static uint32_t steps(const eccl_ring_allreduce *r) { return 2 * (r->nranks - 1); }
+
+static uint32_t mod_n(const eccl_ring_allreduce *r, int64_t x)
+{
+    int64_t n = r->nranks;
+    return (uint32_t)(((x % n) + n) % n);
+}
+
+/* Chunk sent (recv=0) or received (recv=1) at global step g. */
+static uint32_t step_chunk(const eccl_ring_allreduce *r, const eccl_ring_dir *d,
+                           uint32_t g, int recv)
+{
+    int64_t p = d->pos;
+    if (g < r->nranks - 1) return mod_n(r, p - g - recv);
+    int64_t s = g - (r->nranks - 1);
+    return mod_n(r, p + 1 - s - recv);
+}
+
+static uint32_t chunk_slices(const eccl_ring_allreduce *r, size_t len)
+{
+    return (uint32_t)((len + r->slice_elems - 1) / r->slice_elems);
+}
+
+/* Element range of slice k of the chunk handled at step g. */
+static void slice_range(const eccl_ring_allreduce *r, const eccl_ring_dir *d,
+                        uint32_t g, int recv, uint32_t k, size_t *off, size_t *len)
+{
+    size_t coff, clen;
+    chunk_range(r, d, step_chunk(r, d, g, recv), &coff, &clen);
+    size_t start = (size_t)k * r->slice_elems;
+    *off = coff + start;
+    *len = clen - start < r->slice_elems ? clen - start : r->slice_elems;
+}
+
+/* Skips steps whose chunk is empty; returns 1 while the cursor is valid. */
+static int cursor_settle(const eccl_ring_allreduce *r, const eccl_ring_dir *d,
+                         uint32_t *g, uint32_t *k, int recv)
+{
+    while (*g < steps(r)) {
+        size_t off, len;
+        chunk_range(r, d, step_chunk(r, d, *g, recv), &off, &len);
+        if (*k < chunk_slices(r, len)) return 1;
+        (*g)++;
+        *k = 0;
+    }
+    return 0;
+}
+
+size_t eccl_ring_staging_bytes(size_t count, eccl_dtype dtype)
+{
+    size_t es = eccl_dtype_size(dtype);
+    size_t slice = ECCL_RING_SLICE_BYTES / es * es;
+    size_t bytes = count * es;
+    return bytes < slice ? bytes : slice;
+}
+
+void eccl_ring_allreduce_init(eccl_ring_allreduce *r, const eccl_env *env,
+                              uint64_t tag, uint32_t epoch, const void *sendbuf,
+                              void *recvbuf, size_t count, eccl_dtype dtype,
+                              eccl_op op, uint32_t rank, uint32_t nranks,
+                              uint8_t *staging[2])
+{
+    memset(r, 0, sizeof *r);
+    r->env = env;
+    r->tag = tag;
+    r->epoch = epoch;
+    r->sendbuf = sendbuf;
+    r->recvbuf = recvbuf;
+    r->count = count;
+    r->dtype = dtype;
+    r->op = op;
+    r->esize = eccl_dtype_size(dtype);
+    r->nranks = nranks;
+    r->slice_elems = ECCL_RING_SLICE_BYTES / r->esize;
+    size_t bytes = count * r->esize;
+    r->nrings = bytes >= ECCL_RING_TWO_RINGS_MIN_BYTES && count >= 2u * nranks ? 2 : 1;
+    size_t first = r->nrings == 2 ? count / 2 : count;
+    r->dir[0].elem_off = 0;
+    r->dir[0].elem_count = first;
+    r->dir[0].pos = rank;
+    r->dir[1].elem_off = first;
+    r->dir[1].elem_count = count - first;
+    /* The reverse ring sends to the previous rank: number positions so that
+     * they grow along its send direction too. */
+    r->dir[1].pos = (nranks - rank) % nranks;
+    for (int i = 0; i < 2; i++) {
+        r->dir[i].staging = staging ? staging[i] : NULL;
+        cursor_settle(r, &r->dir[i], &r->dir[i].send_g, &r->dir[i].send_k, 0);
+        cursor_settle(r, &r->dir[i], &r->dir[i].recv_g, &r->dir[i].recv_k, 1);
+    }
+    r->have_full = r->dir[0].recv_g >= steps(r) && r->dir[1].recv_g >= steps(r);
+}
+
+static int send_ready(const eccl_ring_allreduce *r, const eccl_ring_dir *d)
+{
+    if (d->send_g >= steps(r)) return 0;
+    if (d->send_g == 0) return 1;
+    /* Slice k of step g forwards what slice k of step g-1 brought in. */
+    return d->recv_g > d->send_g - 1 ||
+           (d->recv_g == d->send_g - 1 && d->recv_k > d->send_k);
+}
+
+static eccl_result pump_tokens(eccl_ring_allreduce *r, eccl_chan *link)
+{
+    if (!r->have_full) return ECCL_OK;
+    uint32_t want = r->done_recv + 1 < r->nranks - 1 ? r->done_recv + 1 : r->nranks - 1;
+    while (r->done_sent < want) {
+        eccl_wire_data t = {.tag = r->tag, .epoch = r->epoch, .ring = 0,
+                            .phase = ECCL_PHASE_DONE,
+                            .step = (uint16_t)(r->done_sent + 1)};
+        eccl_result rc = eccl_chan_send_data(link, &t, NULL);
+        if (rc != ECCL_OK) return rc;
+        r->done_sent++;
+    }
+    return ECCL_OK;
+}
+
+eccl_result eccl_ring_allreduce_pump(eccl_ring_allreduce *r, eccl_chan *link[2])
+{
+    for (uint32_t i = 0; i < r->nrings; i++) {
+        eccl_ring_dir *d = &r->dir[i];
+        while (send_ready(r, d) && link[i]->queued_bytes < ECCL_RING_MAX_QUEUED) {
+            size_t off, len;
+            slice_range(r, d, d->send_g, 0, d->send_k, &off, &len);
+            int rs = d->send_g < r->nranks - 1;
+            const uint8_t *src = (d->send_g == 0 ? r->sendbuf : r->recvbuf) + off * r->esize;
+            eccl_wire_data w = {
+                .tag = r->tag, .epoch = r->epoch, .ring = (uint8_t)i,
+                .phase = rs ? ECCL_PHASE_REDUCE_SCATTER : ECCL_PHASE_ALL_GATHER,
+                .step = (uint16_t)(rs ? d->send_g : d->send_g - (r->nranks - 1)),
+                .offset = off * r->esize, .len = (uint32_t)(len * r->esize)};
+            eccl_result rc = eccl_chan_send_data(link[i], &w, src);
+            if (rc != ECCL_OK) return rc;
+            r->tx_bytes += w.len;
+            d->send_k++;
+            cursor_settle(r, d, &d->send_g, &d->send_k, 0);
+        }
+    }
+    return pump_tokens(r, link[0]);
+}
+
+eccl_result eccl_ring_allreduce_recv(eccl_ring_allreduce *r, int ring,
+                                     const eccl_wire_data *w, void **dst)
+{
+    if (w->phase == ECCL_PHASE_DONE) {
+        if (ring != 0 || w->len != 0 || w->step != r->done_recv + 1 ||
+            w->step > r->nranks - 1)
+            return ECCL_ERR_PROTOCOL;
+        *dst = NULL;
+        return ECCL_OK;
+    }
+    if ((uint32_t)ring >= r->nrings) return ECCL_ERR_PROTOCOL;
+    eccl_ring_dir *d = &r->dir[ring];
+    if (d->recv_g >= steps(r)) return ECCL_ERR_PROTOCOL;
+    int rs = d->recv_g < r->nranks - 1;
+    uint32_t step = rs ? d->recv_g : d->recv_g - (r->nranks - 1);
+    size_t off, len;
+    slice_range(r, d, d->recv_g, 1, d->recv_k, &off, &len);
+    if (w->phase != (rs ? ECCL_PHASE_REDUCE_SCATTER : ECCL_PHASE_ALL_GATHER) ||
+        w->step != step || w->offset != off * r->esize || w->len != len * r->esize)
+        return ECCL_ERR_PROTOCOL;
+    /* In place, the incoming partial cannot overwrite our own contribution,
+     * so it lands in staging; out of place it lands in recvbuf and our
+     * contribution comes from sendbuf. */
+    if (rs && r->sendbuf == r->recvbuf) *dst = d->staging;
+    else *dst = r->recvbuf + w->offset;
+    return ECCL_OK;
+}
+
+eccl_result eccl_ring_allreduce_recv_done(eccl_ring_allreduce *r, int ring,
+                                          const eccl_wire_data *w)
+{
+    if (w->phase == ECCL_PHASE_DONE) {
+        r->done_recv = w->step;
+        return ECCL_OK;
+    }
+    eccl_ring_dir *d = &r->dir[ring];
+    r->rx_bytes += w->len;
+    const eccl_dev_ops *dev = r->env->dev;
+    if (d->recv_g < r->nranks - 1) {
+        size_t n = w->len / r->esize;
+        uint8_t *dst = r->recvbuf + w->offset;
+        if (r->sendbuf == r->recvbuf)
+            dev->reduce(r->env->dev_ctx, dst, d->staging, n, r->dtype, r->op);
+        else
+            dev->reduce(r->env->dev_ctx, dst, r->sendbuf + w->offset, n, r->dtype, r->op);
+        if (d->recv_g == r->nranks - 2 && r->op == ECCL_AVG)
+            dev->scale_div(r->env->dev_ctx, dst, n, r->dtype, r->nranks);
+    }
+    d->recv_k++;
+    cursor_settle(r, d, &d->recv_g, &d->recv_k, 1);
+    r->have_full = r->dir[0].recv_g >= steps(r) && r->dir[1].recv_g >= steps(r);
+    return ECCL_OK;
+}
+
+int eccl_ring_allreduce_complete(const eccl_ring_allreduce *r)
+{
+    return r->have_full && r->done_recv >= r->nranks - 1 && r->done_sent >= r->nranks - 1;
+}

@@ -1,0 +1,84 @@
+/* Ring all-reduce as a resumable state machine.
+ *
+ * The buffer is split between two rings running in opposite directions, so
+ * both directions of every link carry data at once (small buffers use one
+ * ring). Each ring splits its share into one chunk per rank and each chunk
+ * into slices: reduce-scatter (N-1 steps) then all-gather (N-1 steps), where
+ * sending slice k of step g waits only for slice k of step g-1, so steps
+ * overlap like a pipeline.
+ *
+ * Bit-parity: the owner of a chunk reduces it once, in ring order, and the
+ * all-gather forwards that result unchanged; AVG divides at the owner.
+ *
+ * Completion: holding the full result is not enough to return, because a
+ * peer lost later could leave another survivor without it. After the
+ * all-gather each rank passes done tokens around ring 0: token s says "the
+ * sender and the s-1 ranks before it hold the full result". A rank returns
+ * once it holds the result and has token N-1. If a peer is lost first, the
+ * master asks every survivor whether it holds the result and commits the op
+ * only if all do (see core/comm), so survivors never disagree.
+ */
+#ifndef ECCL_CORE_COLL_RING_ALLREDUCE_H
+#define ECCL_CORE_COLL_RING_ALLREDUCE_H
+
+#include "env.h"
+#include "proto/chan.h"
+
+/* Default slice: big enough to amortise a frame, small enough to pipeline. */
+#define ECCL_RING_SLICE_BYTES (1u << 20)
+/* Below this many bytes one ring is used: latency beats bandwidth. */
+#define ECCL_RING_TWO_RINGS_MIN_BYTES (256u << 10)
+/* Stop queueing on a link once this much is waiting for the socket. */
+#define ECCL_RING_MAX_QUEUED (4u << 20)
+
+typedef struct eccl_ring_dir {
+    size_t elem_off;      /* this ring's share of the buffer, in elements */
+    size_t elem_count;
+    uint32_t pos;         /* my position along this ring's send direction */
+    uint32_t send_g, send_k; /* next slice to send: global step, slice */
+    uint32_t recv_g, recv_k; /* next slice expected */
+    uint8_t *staging;     /* in-place reduce-scatter lands here first */
+} eccl_ring_dir;
+
+typedef struct eccl_ring_allreduce {
+    const eccl_env *env;
+    uint64_t tag;
+    uint32_t epoch;
+    const uint8_t *sendbuf;
+    uint8_t *recvbuf;
+    size_t count;
+    eccl_dtype dtype;
+    eccl_op op;
+    size_t esize;
+    uint32_t nranks;
+    uint32_t nrings;
+    size_t slice_elems;
+    eccl_ring_dir dir[2];
+    uint32_t done_sent;   /* done tokens sent (ring 0) */
+    uint32_t done_recv;   /* highest done token received */
+    int have_full;
+    uint64_t tx_bytes, rx_bytes;
+} eccl_ring_allreduce;
+
+/* Plans the op for `rank` of `nranks` (>= 2). staging[2] must each hold
+ * eccl_ring_staging_bytes() bytes when sendbuf == recvbuf, else may be NULL. */
+void eccl_ring_allreduce_init(eccl_ring_allreduce *r, const eccl_env *env,
+                              uint64_t tag, uint32_t epoch, const void *sendbuf,
+                              void *recvbuf, size_t count, eccl_dtype dtype,
+                              eccl_op op, uint32_t rank, uint32_t nranks,
+                              uint8_t *staging[2]);
+size_t eccl_ring_staging_bytes(size_t count, eccl_dtype dtype);
+
+/* Queues every slice and token that is ready. link[0] carries ring 0 to the
+ * next rank, link[1] ring 1 to the previous rank. */
+eccl_result eccl_ring_allreduce_pump(eccl_ring_allreduce *r, eccl_chan *link[2]);
+/* A DATA frame for this op arrived on `ring`'s receive link: check it is the
+ * next one expected and say where its bytes go. */
+eccl_result eccl_ring_allreduce_recv(eccl_ring_allreduce *r, int ring,
+                                     const eccl_wire_data *d, void **dst);
+/* The frame's bytes are in place: reduce, advance. */
+eccl_result eccl_ring_allreduce_recv_done(eccl_ring_allreduce *r, int ring,
+                                          const eccl_wire_data *d);
+int eccl_ring_allreduce_complete(const eccl_ring_allreduce *r);
+
+#endif

@@ -1,0 +1,988 @@
+/* The communicator: a peer's side of the run.
+ *
+ * One mutex (the engine's) guards everything here. The master link carries
+ * membership and the fault protocol; p2p links carry collective data and are
+ * rebuilt for every ring epoch. A collective never waits for the master on
+ * its fast path: it runs peer-to-peer and finishes with the done-token round
+ * (coll/ring_allreduce.h). The master steps in only when membership changes:
+ *
+ *   VIEW_QUERY(e)   freeze every op of epoch e; report which hold the result
+ *   VIEW_DECIDE(e)  drop epoch-e links; commit or abort (restore) each op
+ *   RING(e+1)       wire the new ring; queued ops start on it
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coll/ring_allreduce.h"
+#include "eccl_core.h"
+#include "proto/chan.h"
+#include "sched/engine.h"
+#include "util/bufpool.h"
+#include "util/log.h"
+
+#define COMM_RBUF_MASTER 4096u
+#define COMM_RBUF_P2P (64u << 10)
+#define COMM_READ_BUDGET (8u << 20)
+#define COMM_RETRY_NS 50000000ull /* 50 ms between connect attempts */
+#define COMM_NOTICE_DELAY_NS 2000000ull /* coalesce collective notices */
+#define MS 1000000ull
+
+enum comm_phase {
+    PHASE_NEW,         /* created, connect not called */
+    PHASE_REGISTERING, /* connecting to / registering with the master */
+    PHASE_PENDING,     /* registered, waiting for the accepted peers' vote */
+    PHASE_ACCEPTED,
+    PHASE_FAILED       /* master lost or kicked: comm->fatal says which */
+};
+
+enum op_state { OP_QUEUED, OP_RUNNING, OP_FROZEN, OP_DONE };
+
+enum link_role { LINK_UNKNOWN, LINK_NEXT, LINK_PREV };
+
+struct eccl_request {
+    struct eccl_request *next;
+    eccl_comm *comm;
+    uint64_t tag;
+    const void *sendbuf;
+    void *recvbuf;
+    size_t count;
+    eccl_dtype dtype;
+    eccl_op op;
+    enum op_state state;
+    eccl_result result;
+    uint64_t deadline_ns;
+    uint32_t world;
+    eccl_buf *backup;
+    eccl_buf *staging[2];
+    eccl_ring_allreduce ring;
+};
+
+typedef struct p2p_link {
+    eccl_chan ch; /* first: ready pointers are channels */
+    struct p2p_link *next;
+    enum link_role role;
+    uint64_t peer_id;
+    uint32_t epoch;
+    int hello_seen;
+} p2p_link;
+
+typedef struct comm_listener {
+    int kind; /* ECCL_HANDLE_LISTENER */
+    eccl_listener *l;
+} comm_listener;
+
+struct eccl_comm {
+    eccl_env *env;
+    eccl_env_release_fn env_release;
+    eccl_engine eng;
+    eccl_comm_params params;
+    char master_addr[ECCL_ADDR_MAX];
+    char p2p_host[ECCL_ADDR_MAX];
+
+    enum comm_phase phase;
+    eccl_result fatal;
+    eccl_chan master;
+    int master_open;
+    uint64_t master_deadline;   /* give up reaching the master */
+    uint64_t master_retry_at;   /* next connect attempt, 0 = none */
+    uint64_t heartbeat_at;
+    uint64_t notice_flush_at;   /* 0 = nothing coalescing */
+    uint64_t peer_id;
+
+    comm_listener listener;
+    char p2p_addr[ECCL_ADDR_MAX];
+
+    /* ring of the current epoch */
+    uint32_t epoch, world, rank;
+    eccl_wire_peer_ref next_ref, prev_ref;
+    p2p_link *link_next, *link_prev;
+    uint64_t next_retry_at;     /* reconnect to next after a refusal */
+    int ring_ready;
+    int frozen;                 /* between VIEW_QUERY and RING */
+
+    p2p_link *links;            /* every open link */
+    p2p_link *graveyard;        /* closed, freed by reap */
+
+    uint64_t topo_done_seen;
+    uint64_t pending_replies;
+    uint32_t pending_value;
+
+    eccl_request *ops;
+    uint32_t n_ops;
+    eccl_bufpool pool;
+};
+
+static const eccl_chan_handler master_handler;
+static const eccl_chan_handler link_handler;
+
+static uint64_t now_ns(const eccl_comm *c) { return eccl_engine_now(&c->eng); }
+
+/* ---- links ---------------------------------------------------------------- */
+
+static p2p_link *link_new(eccl_comm *c, eccl_conn *conn, enum link_role role)
+{
+    p2p_link *l = calloc(1, sizeof *l);
+    if (!l) return NULL;
+    if (eccl_chan_init(&l->ch, c->env, conn, COMM_RBUF_P2P) != ECCL_OK) {
+        eccl_chan_close(&l->ch);
+        free(l);
+        return NULL;
+    }
+    l->role = role;
+    l->next = c->links;
+    c->links = l;
+    return l;
+}
+
+static void link_close(eccl_comm *c, p2p_link *l)
+{
+    for (p2p_link **p = &c->links; *p; p = &(*p)->next) {
+        if (*p == l) {
+            *p = l->next;
+            break;
+        }
+    }
+    if (c->link_next == l) c->link_next = NULL;
+    if (c->link_prev == l) c->link_prev = NULL;
+    eccl_chan_close(&l->ch);
+    l->next = c->graveyard;
+    c->graveyard = l;
+}
+
+/* Drops every link of epochs up to `epoch` (all of them for UINT32_MAX). */
+static void links_close_upto(eccl_comm *c, uint32_t epoch)
+{
+    p2p_link *l = c->links;
+    while (l) {
+        p2p_link *n = l->next;
+        if (!l->hello_seen || l->epoch <= epoch) link_close(c, l);
+        l = n;
+    }
+    c->ring_ready = 0;
+}
+
+static eccl_result link_connect_next(eccl_comm *c)
+{
+    eccl_conn *conn = NULL;
+    p2p_link *l = link_new(c, NULL, LINK_NEXT);
+    if (!l) return ECCL_ERR_NO_MEMORY;
+    eccl_result rc = c->env->net->connect(c->env->net_ctx, c->next_ref.addr, l, &conn);
+    if (rc != ECCL_OK) {
+        link_close(c, l);
+        c->next_retry_at = now_ns(c) + COMM_RETRY_NS;
+        return rc;
+    }
+    l->ch.conn = conn;
+    l->peer_id = c->next_ref.peer_id;
+    l->epoch = c->epoch;
+    l->hello_seen = 1;
+    c->link_next = l;
+    eccl_msg m = {.type = ECCL_MSG_P2P_HELLO};
+    m.u.hello.peer_id = c->peer_id;
+    m.u.hello.peer_group = c->params.peer_group;
+    m.u.hello.epoch = c->epoch;
+    return eccl_chan_send_msg(&l->ch, &m);
+}
+
+/* ---- master link ---------------------------------------------------------- */
+
+static eccl_result master_send(eccl_comm *c, const eccl_msg *m, int urgent)
+{
+    eccl_result rc = eccl_chan_send_msg(&c->master, m);
+    if (rc != ECCL_OK) return rc;
+    if (urgent) return eccl_chan_flush(&c->master);
+    if (!c->notice_flush_at) c->notice_flush_at = now_ns(c) + COMM_NOTICE_DELAY_NS;
+    return ECCL_OK;
+}
+
+static eccl_result master_open(eccl_comm *c)
+{
+    eccl_conn *conn = NULL;
+    eccl_result rc = eccl_chan_init(&c->master, c->env, NULL, COMM_RBUF_MASTER);
+    if (rc != ECCL_OK) return rc;
+    rc = c->env->net->connect(c->env->net_ctx, c->master_addr, &c->master, &conn);
+    if (rc != ECCL_OK) {
+        eccl_chan_close(&c->master);
+        return rc;
+    }
+    c->master.conn = conn;
+    c->master_open = 1;
+    eccl_msg m = {.type = ECCL_MSG_REGISTER};
+    m.u.reg.peer_group = c->params.peer_group;
+    m.u.reg.peer_timeout_ms = c->params.peer_timeout_ms;
+    snprintf(m.u.reg.p2p_addr, sizeof m.u.reg.p2p_addr, "%s", c->p2p_addr);
+    return master_send(c, &m, 1);
+}
+
+/* ---- ops ------------------------------------------------------------------- */
+
+static void op_release_buffers(eccl_comm *c, eccl_request *r)
+{
+    eccl_bufpool_put(&c->pool, r->backup);
+    eccl_bufpool_put(&c->pool, r->staging[0]);
+    eccl_bufpool_put(&c->pool, r->staging[1]);
+    r->backup = r->staging[0] = r->staging[1] = NULL;
+}
+
+static void op_finish(eccl_comm *c, eccl_request *r, eccl_result result)
+{
+    if (r->state == OP_DONE) return;
+    size_t bytes = r->count * eccl_dtype_size(r->dtype);
+    if (result != ECCL_OK && r->backup) {
+        /* The promise: on failure recvbuf holds what it held before. */
+        c->env->dev->copy(c->env->dev_ctx, r->recvbuf, r->backup->ptr, bytes);
+    }
+    if (r->state != OP_QUEUED) {
+        eccl_msg m = {.type = ECCL_MSG_COLL_DONE};
+        m.u.coll.tag = r->tag;
+        m.u.coll.epoch = r->ring.epoch;
+        m.u.coll.count = r->count;
+        m.u.coll.dtype = (uint8_t)r->dtype;
+        m.u.coll.op = (uint8_t)r->op;
+        m.u.coll.result = (uint32_t)result;
+        if (c->master_open) master_send(c, &m, result != ECCL_OK);
+    }
+    op_release_buffers(c, r);
+    r->state = OP_DONE;
+    r->result = result;
+    if (result == ECCL_OK)
+        ECCL_TRACE(c->env, "all-reduce tag %llu done", (unsigned long long)r->tag);
+    else
+        ECCL_INFO(c->env, "all-reduce tag %llu failed: %s", (unsigned long long)r->tag,
+                  eccl_strerror(result));
+}
+
+static eccl_result op_start(eccl_comm *c, eccl_request *r)
+{
+    size_t bytes = r->count * eccl_dtype_size(r->dtype);
+    r->world = c->world;
+    if (c->world < 2) {
+        op_finish(c, r, ECCL_ERR_TOO_FEW_PEERS);
+        return ECCL_OK;
+    }
+    r->backup = eccl_bufpool_get(&c->pool, bytes);
+    if (!r->backup) goto oom;
+    c->env->dev->copy(c->env->dev_ctx, r->backup->ptr, r->recvbuf, bytes);
+    uint8_t *staging[2] = {NULL, NULL};
+    if (r->sendbuf == r->recvbuf) {
+        size_t sb = eccl_ring_staging_bytes(r->count, r->dtype);
+        for (int i = 0; i < 2; i++) {
+            r->staging[i] = eccl_bufpool_get(&c->pool, sb);
+            if (!r->staging[i]) goto oom;
+            staging[i] = r->staging[i]->ptr;
+        }
+    }
+    eccl_ring_allreduce_init(&r->ring, c->env, r->tag, c->epoch, r->sendbuf, r->recvbuf,
+                             r->count, r->dtype, r->op, c->rank, c->world, staging);
+    r->state = OP_RUNNING;
+    eccl_msg m = {.type = ECCL_MSG_COLL_INIT};
+    m.u.coll.tag = r->tag;
+    m.u.coll.epoch = c->epoch;
+    m.u.coll.count = r->count;
+    m.u.coll.dtype = (uint8_t)r->dtype;
+    m.u.coll.op = (uint8_t)r->op;
+    return master_send(c, &m, 0);
+oom:
+    r->state = OP_RUNNING; /* nothing was sent: finishing restores nothing */
+    op_finish(c, r, ECCL_ERR_NO_MEMORY);
+    return ECCL_OK;
+}
+
+static eccl_request *op_find(eccl_comm *c, uint64_t tag)
+{
+    for (eccl_request *r = c->ops; r; r = r->next)
+        if (r->tag == tag && r->state != OP_DONE) return r;
+    return NULL;
+}
+
+static void op_unlink(eccl_comm *c, eccl_request *r)
+{
+    for (eccl_request **p = &c->ops; *p; p = &(*p)->next) {
+        if (*p == r) {
+            *p = r->next;
+            c->n_ops--;
+            return;
+        }
+    }
+}
+
+/* Fails every unfinished op, e.g. when the master is gone. */
+static void ops_fail_all(eccl_comm *c, eccl_result why)
+{
+    links_close_upto(c, UINT32_MAX); /* no frame may still point at a buffer */
+    for (eccl_request *r = c->ops; r; r = r->next) op_finish(c, r, why);
+}
+
+static void comm_fail(eccl_comm *c, eccl_result why)
+{
+    if (c->phase == PHASE_FAILED) return;
+    ECCL_WARN(c->env, "communicator failed: %s", eccl_strerror(why));
+    c->phase = PHASE_FAILED;
+    c->fatal = why;
+    ops_fail_all(c, why);
+    if (c->master_open) eccl_chan_close(&c->master);
+    c->master_open = 0;
+}
+
+/* ---- ring epochs and the view-change protocol ------------------------------ */
+
+static void check_ring_ready(eccl_comm *c)
+{
+    if (c->ring_ready || c->frozen || c->phase == PHASE_FAILED) return;
+    if (c->world > 1 && !(c->link_next && c->link_prev)) return;
+    c->ring_ready = 1;
+    ECCL_DEBUG(c->env, "ring epoch %u ready: rank %u of %u", c->epoch, c->rank, c->world);
+    eccl_msg m = {.type = ECCL_MSG_RING_READY};
+    m.u.epoch.epoch = c->epoch;
+    master_send(c, &m, 1);
+}
+
+/* An accepted link said hello: adopt it as `prev` if it belongs to the
+ * current ring, keep it if it is from an epoch we have not reached yet. */
+static void link_adopt(eccl_comm *c, p2p_link *l)
+{
+    if (l->epoch < c->epoch) {
+        link_close(c, l);
+        return;
+    }
+    if (l->epoch == c->epoch && !c->frozen && c->world > 1 &&
+        l->peer_id == c->prev_ref.peer_id && !c->link_prev) {
+        l->role = LINK_PREV;
+        c->link_prev = l;
+        check_ring_ready(c);
+    }
+}
+
+static eccl_result on_ring(eccl_comm *c, const eccl_msg_ring *m)
+{
+    if (m->peer_group != c->params.peer_group || (c->world && m->epoch <= c->epoch))
+        return ECCL_ERR_PROTOCOL;
+    links_close_upto(c, m->epoch - 1);
+    c->epoch = m->epoch;
+    c->world = m->world_size;
+    c->rank = m->rank;
+    c->next_ref = m->next;
+    c->prev_ref = m->prev;
+    c->frozen = 0;
+    c->ring_ready = 0;
+    c->next_retry_at = 0;
+    if (c->phase == PHASE_REGISTERING) c->phase = PHASE_PENDING;
+    ECCL_INFO(c->env, "ring epoch %u: rank %u of %u", c->epoch, c->rank, c->world);
+    if (c->world > 1) {
+        eccl_result rc = link_connect_next(c);
+        if (rc != ECCL_OK && rc != ECCL_ERR_CONNECT) return rc;
+        for (p2p_link *l = c->links, *n; l; l = n) {
+            n = l->next;
+            if (l->role == LINK_UNKNOWN && l->hello_seen) link_adopt(c, l);
+        }
+    }
+    check_ring_ready(c);
+    return ECCL_OK;
+}
+
+static eccl_result on_view_query(eccl_comm *c, uint32_t epoch)
+{
+    eccl_msg *m = calloc(1, sizeof *m);
+    if (!m) return ECCL_ERR_NO_MEMORY;
+    m->type = ECCL_MSG_VIEW_REPORT;
+    m->u.view.epoch = epoch;
+    c->frozen = 1;
+    c->ring_ready = 0;
+    /* Freezing makes the report final: no byte moves until the decision. */
+    for (p2p_link *l = c->links; l; l = l->next) eccl_chan_pause(&l->ch, 1);
+    for (eccl_request *r = c->ops; r; r = r->next) {
+        if (r->state != OP_RUNNING) continue;
+        r->state = OP_FROZEN;
+        if (m->u.view.n_ops < ECCL_WIRE_MAX_OPS) {
+            eccl_wire_op_flag *f = &m->u.view.ops[m->u.view.n_ops++];
+            f->tag = r->tag;
+            f->flag = (uint8_t)r->ring.have_full;
+        }
+    }
+    eccl_result rc = master_send(c, m, 1);
+    free(m);
+    return rc;
+}
+
+static eccl_result on_view_decide(eccl_comm *c, const eccl_msg_view *v)
+{
+    /* Queued frames may point into buffers an abort is about to restore. */
+    links_close_upto(c, v->epoch);
+    for (eccl_request *r = c->ops; r; r = r->next) {
+        if (r->state != OP_FROZEN) continue;
+        int commit = 0;
+        for (uint32_t i = 0; i < v->n_ops; i++)
+            if (v->ops[i].tag == r->tag) commit = v->ops[i].flag;
+        op_finish(c, r, commit && r->ring.have_full ? ECCL_OK : ECCL_ERR_PEER_LOST);
+    }
+    return ECCL_OK;
+}
+
+static eccl_result master_on_msg(void *owner, eccl_chan *ch, const eccl_msg *m)
+{
+    eccl_comm *c = owner;
+    (void)ch;
+    switch (m->type) {
+    case ECCL_MSG_WELCOME:
+        if (c->phase != PHASE_REGISTERING) return ECCL_ERR_PROTOCOL;
+        c->peer_id = m->u.welcome.peer_id;
+        snprintf(c->env->name, sizeof c->env->name, "peer %llu",
+                 (unsigned long long)c->peer_id);
+        c->phase = m->u.welcome.accepted ? PHASE_ACCEPTED : PHASE_PENDING;
+        ECCL_INFO(c->env, "registered (%s)", m->u.welcome.accepted ? "accepted" : "pending");
+        return ECCL_OK;
+    case ECCL_MSG_RING:
+        return on_ring(c, &m->u.ring);
+    case ECCL_MSG_TOPO_DONE:
+        c->topo_done_seen++;
+        if (c->phase == PHASE_PENDING) c->phase = PHASE_ACCEPTED;
+        return ECCL_OK;
+    case ECCL_MSG_PENDING_REPLY:
+        c->pending_value = m->u.pending.pending;
+        c->pending_replies++;
+        return ECCL_OK;
+    case ECCL_MSG_VIEW_QUERY:
+        return on_view_query(c, m->u.epoch.epoch);
+    case ECCL_MSG_VIEW_DECIDE:
+        return on_view_decide(c, &m->u.view);
+    case ECCL_MSG_KICK:
+        ECCL_WARN(c->env, "kicked by the master: %s", eccl_strerror((eccl_result)m->u.kick.reason));
+        comm_fail(c, ECCL_ERR_KICKED);
+        return ECCL_OK;
+    case ECCL_MSG_HEARTBEAT:
+        return ECCL_OK;
+    default:
+        return ECCL_ERR_PROTOCOL;
+    }
+}
+
+static eccl_result master_on_data(void *owner, eccl_chan *ch, const eccl_wire_data *d,
+                                  void **dst)
+{
+    (void)owner, (void)ch, (void)d, (void)dst;
+    return ECCL_ERR_PROTOCOL;
+}
+
+static eccl_result master_on_data_done(void *owner, eccl_chan *ch, const eccl_wire_data *d)
+{
+    (void)owner, (void)ch, (void)d;
+    return ECCL_ERR_PROTOCOL;
+}
+
+static const eccl_chan_handler master_handler = {master_on_msg, master_on_data,
+                                                 master_on_data_done};
+
+/* ---- p2p data --------------------------------------------------------------- */
+
+static eccl_result link_on_msg(void *owner, eccl_chan *ch, const eccl_msg *m)
+{
+    eccl_comm *c = owner;
+    p2p_link *l = (p2p_link *)ch;
+    if (m->type != ECCL_MSG_P2P_HELLO || l->hello_seen ||
+        m->u.hello.peer_group != c->params.peer_group)
+        return ECCL_ERR_PROTOCOL;
+    l->hello_seen = 1;
+    l->peer_id = m->u.hello.peer_id;
+    l->epoch = m->u.hello.epoch;
+    link_adopt(c, l);
+    return ECCL_OK;
+}
+
+/* Which ring a link receives: ring 0 flows from prev, ring 1 from next. */
+static int link_ring(const eccl_comm *c, const p2p_link *l)
+{
+    return l == c->link_prev ? 0 : l == c->link_next ? 1 : -1;
+}
+
+static eccl_result link_on_data(void *owner, eccl_chan *ch, const eccl_wire_data *d,
+                                void **dst)
+{
+    eccl_comm *c = owner;
+    p2p_link *l = (p2p_link *)ch;
+    int ring = link_ring(c, l);
+    if (!l->hello_seen || d->epoch != l->epoch) return ECCL_ERR_PROTOCOL;
+    if (ring < 0 || c->frozen) return ECCL_ERR_AGAIN; /* not our ring yet */
+    eccl_request *r = op_find(c, d->tag);
+    /* A neighbour may start a collective before we do: hold its frames (TCP
+     * back-pressure) until our call for that tag arrives. */
+    if (!r || r->state == OP_QUEUED) return ECCL_ERR_AGAIN;
+    if (r->state != OP_RUNNING || r->ring.epoch != d->epoch) return ECCL_ERR_PROTOCOL;
+    if (d->phase != ECCL_PHASE_DONE && d->ring != ring) return ECCL_ERR_PROTOCOL;
+    return eccl_ring_allreduce_recv(&r->ring, d->phase == ECCL_PHASE_DONE ? 0 : ring, d, dst);
+}
+
+static eccl_result link_on_data_done(void *owner, eccl_chan *ch, const eccl_wire_data *d)
+{
+    eccl_comm *c = owner;
+    int ring = link_ring(c, (p2p_link *)ch);
+    eccl_request *r = op_find(c, d->tag);
+    if (!r || r->state != OP_RUNNING) return ECCL_ERR_PROTOCOL;
+    return eccl_ring_allreduce_recv_done(&r->ring, d->phase == ECCL_PHASE_DONE ? 0 : ring, d);
+}
+
+static const eccl_chan_handler link_handler = {link_on_msg, link_on_data, link_on_data_done};
+
+/* ---- progress ----------------------------------------------------------------- */
+
+static void accept_links(eccl_comm *c)
+{
+    for (;;) {
+        p2p_link *l = link_new(c, NULL, LINK_UNKNOWN);
+        if (!l) return;
+        eccl_conn *conn = NULL;
+        eccl_result rc = c->env->net->accept(c->env->net_ctx, c->listener.l, l, &conn);
+        if (rc != ECCL_OK) {
+            link_close(c, l);
+            if (rc != ECCL_ERR_AGAIN)
+                ECCL_WARN(c->env, "p2p accept failed: %s", eccl_strerror(rc));
+            return;
+        }
+        l->ch.conn = conn;
+    }
+}
+
+static void link_service(eccl_comm *c, p2p_link *l)
+{
+    if (l->ch.closed) return;
+    eccl_chan_read(&l->ch, &link_handler, c, COMM_READ_BUDGET);
+    if (l->ch.error == ECCL_OK) eccl_chan_flush(&l->ch);
+    if (l->ch.error != ECCL_OK) {
+        /* A broken link stalls its ops; the master's view change (or the op
+         * timeout) resolves them. */
+        if (l == c->link_next || l == c->link_prev)
+            ECCL_INFO(c->env, "link to peer %llu lost: %s", (unsigned long long)l->peer_id,
+                      eccl_strerror(l->ch.error));
+        link_close(c, l);
+    }
+}
+
+static void master_service(eccl_comm *c)
+{
+    if (!c->master_open) return;
+    eccl_result rc = eccl_chan_read(&c->master, &master_handler, c, SIZE_MAX);
+    if (rc == ECCL_OK && c->master_open) rc = eccl_chan_flush(&c->master);
+    if (!c->master_open || c->phase == PHASE_FAILED) return;
+    if (rc == ECCL_ERR_CONNECT && c->phase == PHASE_REGISTERING) {
+        /* The master may not be up yet: retry until connect_timeout. */
+        eccl_chan_close(&c->master);
+        c->master_open = 0;
+        c->master_retry_at = now_ns(c) + COMM_RETRY_NS;
+        return;
+    }
+    if (rc != ECCL_OK)
+        comm_fail(c, rc == ECCL_ERR_PROTOCOL ? ECCL_ERR_PROTOCOL : ECCL_ERR_MASTER_LOST);
+}
+
+static void ops_advance(eccl_comm *c)
+{
+    if (!c->ring_ready || c->frozen) return;
+    eccl_chan *link[2] = {c->world > 1 ? &c->link_next->ch : NULL,
+                          c->world > 1 ? &c->link_prev->ch : NULL};
+    int started = 0;
+    for (eccl_request *r = c->ops; r; r = r->next) {
+        if (r->state == OP_QUEUED) {
+            op_start(c, r);
+            started = 1;
+        }
+        if (r->state != OP_RUNNING) continue;
+        if (eccl_ring_allreduce_pump(&r->ring, link) != ECCL_OK) continue;
+        if (eccl_ring_allreduce_complete(&r->ring)) op_finish(c, r, ECCL_OK);
+    }
+    if (started) {
+        /* Frames held for a tag we had not called yet may now be placed. */
+        if (c->link_prev && c->link_prev->ch.held) link_service(c, c->link_prev);
+        if (c->link_next && c->link_next->ch.held) link_service(c, c->link_next);
+    }
+}
+
+static uint64_t min_deadline(uint64_t a, uint64_t b) { return a < b ? a : b; }
+
+static uint64_t timers(eccl_comm *c)
+{
+    uint64_t now = now_ns(c), next = ECCL_NO_DEADLINE;
+    if (c->phase == PHASE_REGISTERING && !c->master_open && c->master_retry_at) {
+        if (now >= c->master_deadline) {
+            comm_fail(c, ECCL_ERR_CONNECT);
+        } else if (now >= c->master_retry_at) {
+            c->master_retry_at = 0;
+            if (master_open(c) != ECCL_OK) c->master_retry_at = now + COMM_RETRY_NS;
+        }
+        if (c->master_retry_at) next = min_deadline(next, c->master_retry_at);
+    }
+    if (c->master_open && c->phase != PHASE_REGISTERING) {
+        uint64_t timeout = (uint64_t)c->params.peer_timeout_ms * MS;
+        if (now - c->master.last_rx_ns > timeout) {
+            ECCL_WARN(c->env, "master silent for %u ms", c->params.peer_timeout_ms);
+            comm_fail(c, ECCL_ERR_MASTER_LOST);
+            return ECCL_NO_DEADLINE;
+        }
+        if (now >= c->heartbeat_at) {
+            eccl_msg m = {.type = ECCL_MSG_HEARTBEAT};
+            master_send(c, &m, 1);
+            c->heartbeat_at = now + timeout / 4;
+        }
+        next = min_deadline(next, min_deadline(c->heartbeat_at, c->master.last_rx_ns + timeout + 1));
+    }
+    if (c->notice_flush_at) {
+        if (now >= c->notice_flush_at) {
+            c->notice_flush_at = 0;
+            if (c->master_open) eccl_chan_flush(&c->master);
+        } else {
+            next = min_deadline(next, c->notice_flush_at);
+        }
+    }
+    if (c->next_retry_at && !c->frozen && c->world > 1 && !c->link_next) {
+        if (now >= c->next_retry_at) {
+            c->next_retry_at = 0;
+            link_connect_next(c);
+        }
+        if (c->next_retry_at) next = min_deadline(next, c->next_retry_at);
+    }
+    for (eccl_request *r = c->ops; r; r = r->next) {
+        if (r->state == OP_DONE) continue;
+        if (now >= r->deadline_ns) {
+            if (r->state != OP_QUEUED) {
+                /* Our links may hold frames into this buffer, and neighbours
+                 * are stuck too: drop the links; the notice asks the master
+                 * to re-form the ring. */
+                links_close_upto(c, UINT32_MAX);
+            }
+            op_finish(c, r, ECCL_ERR_TIMEOUT);
+        } else {
+            next = min_deadline(next, r->deadline_ns);
+        }
+    }
+    return next;
+}
+
+static uint64_t comm_step(void *owner, void **ready, int n, int *again)
+{
+    eccl_comm *c = owner;
+    for (int i = 0; i < n; i++) {
+        int kind = *(int *)ready[i];
+        if (kind == ECCL_HANDLE_LISTENER) {
+            accept_links(c);
+        } else if (ready[i] == &c->master) {
+            master_service(c);
+        } else {
+            link_service(c, ready[i]);
+        }
+    }
+    uint64_t next = timers(c);
+    ops_advance(c);
+    *again = 0;
+    for (p2p_link *l = c->links, *nx; l; l = nx) {
+        nx = l->next;
+        if (l->ch.more) link_service(c, l);
+        else if (l->ch.out_head) eccl_chan_flush(&l->ch);
+        if (l->ch.more) *again = 1;
+    }
+    ops_advance(c);
+    for (p2p_link *l = c->links; l; l = l->next)
+        if (l->ch.out_head && l->ch.error == ECCL_OK) eccl_chan_flush(&l->ch);
+    return next;
+}
+
+static void comm_reap(void *owner)
+{
+    eccl_comm *c = owner;
+    for (p2p_link *l = c->graveyard, *n; l; l = n) {
+        n = l->next;
+        free(l);
+    }
+    c->graveyard = NULL;
+}
+
+static const eccl_engine_ops comm_engine_ops = {comm_step, comm_reap};
+
+/* ---- public API ------------------------------------------------------------- */
+
+void eccl_comm_params_init(eccl_comm_params *p)
+{
+    if (!p) return;
+    memset(p, 0, sizeof *p);
+    p->p2p_host = "127.0.0.1";
+    p->p2p_pool_size = 1;
+    p->connect_timeout_ms = 10000;
+    p->op_timeout_ms = 60000;
+    p->peer_timeout_ms = 5000;
+}
+
+eccl_result eccl_comm_create_with_env(eccl_env *env, eccl_env_release_fn release,
+                                      const eccl_comm_params *params, eccl_comm **out)
+{
+    eccl_result rc;
+    if (!params || !out || !params->master_addr ||
+        strlen(params->master_addr) >= ECCL_ADDR_MAX ||
+        (params->p2p_host && strlen(params->p2p_host) + 7 >= ECCL_ADDR_MAX)) {
+        release(env);
+        return ECCL_ERR_INVALID_ARG;
+    }
+    eccl_comm *c = calloc(1, sizeof *c);
+    if (!c) {
+        release(env);
+        return ECCL_ERR_NO_MEMORY;
+    }
+    c->env = env;
+    c->env_release = release;
+    c->params = *params;
+    snprintf(c->master_addr, sizeof c->master_addr, "%s", params->master_addr);
+    snprintf(c->p2p_host, sizeof c->p2p_host, "%s",
+             params->p2p_host ? params->p2p_host : "127.0.0.1");
+    c->params.master_addr = c->master_addr;
+    c->params.p2p_host = c->p2p_host;
+    if (!c->params.connect_timeout_ms) c->params.connect_timeout_ms = 10000;
+    if (!c->params.op_timeout_ms) c->params.op_timeout_ms = 60000;
+    if (!c->params.peer_timeout_ms) c->params.peer_timeout_ms = 5000;
+    if (!c->params.p2p_pool_size) c->params.p2p_pool_size = 1;
+    c->listener.kind = ECCL_HANDLE_LISTENER;
+    eccl_bufpool_init(&c->pool, env);
+    ECCL_CHECK(env, eccl_engine_init(&c->eng, env, &comm_engine_ops, c));
+    *out = c;
+    return ECCL_OK;
+fail:
+    free(c);
+    release(env);
+    return rc;
+}
+
+static int connect_done(void *arg)
+{
+    eccl_comm *c = arg;
+    return c->phase == PHASE_FAILED || (c->phase == PHASE_ACCEPTED && c->ring_ready);
+}
+
+eccl_result eccl_comm_connect(eccl_comm *c)
+{
+    if (!c) return ECCL_ERR_INVALID_ARG;
+    eccl_result rc = ECCL_OK;
+    eccl_engine_lock(&c->eng);
+    if (c->phase == PHASE_NEW) {
+        char addr[ECCL_ADDR_MAX + 4];
+        snprintf(addr, sizeof addr, "%s:0", c->p2p_host);
+        ECCL_CHECK(c->env, c->env->net->listen(c->env->net_ctx, addr, &c->listener,
+                                               &c->listener.l, c->p2p_addr));
+        c->phase = PHASE_REGISTERING;
+        c->master_deadline = now_ns(c) + (uint64_t)c->params.connect_timeout_ms * MS;
+        rc = master_open(c);
+        if (rc != ECCL_OK) {
+            if (rc != ECCL_ERR_CONNECT) goto fail;
+            c->master_retry_at = now_ns(c) + COMM_RETRY_NS;
+        }
+        ECCL_CHECK(c->env, eccl_engine_start(&c->eng, "eccl-comm"));
+    }
+    rc = eccl_engine_drive(&c->eng, connect_done, c,
+                           now_ns(c) + (uint64_t)c->params.op_timeout_ms * MS);
+    if (c->phase == PHASE_FAILED) rc = c->fatal;
+fail:
+    eccl_engine_unlock(&c->eng);
+    return rc;
+}
+
+static eccl_result comm_usable(const eccl_comm *c)
+{
+    if (c->phase == PHASE_FAILED) return c->fatal;
+    if (c->phase != PHASE_ACCEPTED) return ECCL_ERR_NOT_CONNECTED;
+    return ECCL_OK;
+}
+
+typedef struct topo_wait {
+    eccl_comm *c;
+    uint64_t target;
+} topo_wait;
+
+static int topo_done(void *arg)
+{
+    topo_wait *w = arg;
+    return w->c->phase == PHASE_FAILED || (w->c->topo_done_seen >= w->target && w->c->ring_ready);
+}
+
+eccl_result eccl_comm_update_topology(eccl_comm *c)
+{
+    if (!c) return ECCL_ERR_INVALID_ARG;
+    eccl_engine_lock(&c->eng);
+    eccl_result rc = comm_usable(c);
+    if (rc == ECCL_OK && c->n_ops > 0) rc = ECCL_ERR_BUSY; /* never mid-collective */
+    if (rc == ECCL_OK) {
+        topo_wait w = {c, c->topo_done_seen + 1};
+        eccl_msg m = {.type = ECCL_MSG_TOPO_VOTE};
+        rc = master_send(c, &m, 1);
+        eccl_engine_kick(&c->eng);
+        if (rc == ECCL_OK)
+            rc = eccl_engine_drive(&c->eng, topo_done, &w,
+                                   now_ns(c) + (uint64_t)c->params.op_timeout_ms * MS);
+        if (c->phase == PHASE_FAILED) rc = c->fatal;
+    }
+    eccl_engine_unlock(&c->eng);
+    return rc;
+}
+
+typedef struct pending_wait {
+    eccl_comm *c;
+    uint64_t target;
+} pending_wait;
+
+static int pending_done(void *arg)
+{
+    pending_wait *w = arg;
+    return w->c->phase == PHASE_FAILED || w->c->pending_replies >= w->target;
+}
+
+eccl_result eccl_comm_peers_pending(eccl_comm *c, uint32_t *pending)
+{
+    if (!c || !pending) return ECCL_ERR_INVALID_ARG;
+    eccl_engine_lock(&c->eng);
+    eccl_result rc = comm_usable(c);
+    if (rc == ECCL_OK) {
+        pending_wait w = {c, c->pending_replies + 1};
+        eccl_msg m = {.type = ECCL_MSG_PENDING_QUERY};
+        rc = master_send(c, &m, 1);
+        eccl_engine_kick(&c->eng);
+        if (rc == ECCL_OK)
+            rc = eccl_engine_drive(&c->eng, pending_done, &w,
+                                   now_ns(c) + (uint64_t)c->params.op_timeout_ms * MS);
+        if (c->phase == PHASE_FAILED) rc = c->fatal;
+        if (rc == ECCL_OK) *pending = c->pending_value;
+    }
+    eccl_engine_unlock(&c->eng);
+    return rc;
+}
+
+eccl_result eccl_comm_get_attr(eccl_comm *c, eccl_attr attr, int64_t *value)
+{
+    if (!c || !value) return ECCL_ERR_INVALID_ARG;
+    eccl_result rc = ECCL_OK;
+    eccl_engine_lock(&c->eng);
+    switch (attr) {
+    case ECCL_ATTR_RANK: *value = c->rank; break;
+    case ECCL_ATTR_WORLD_SIZE: *value = c->world; break;
+    case ECCL_ATTR_PEER_ID: *value = (int64_t)c->peer_id; break;
+    case ECCL_ATTR_EPOCH: *value = c->epoch; break;
+    default: rc = ECCL_ERR_INVALID_ARG;
+    }
+    eccl_engine_unlock(&c->eng);
+    return rc;
+}
+
+void eccl_comm_destroy(eccl_comm *c)
+{
+    if (!c) return;
+    if (c->eng.thread) eccl_engine_stop(&c->eng);
+    ops_fail_all(c, ECCL_ERR_CLOSED);
+    for (eccl_request *r = c->ops, *n; r; r = n) {
+        n = r->next;
+        free(r);
+    }
+    if (c->master_open) {
+        eccl_chan_flush(&c->master);
+        eccl_chan_close(&c->master);
+    }
+    if (c->listener.l) c->env->net->close_listener(c->env->net_ctx, c->listener.l);
+    comm_reap(c);
+    eccl_bufpool_fini(&c->pool);
+    eccl_engine_fini(&c->eng);
+    c->env_release(c->env);
+    free(c);
+}
+
+/* ---- all-reduce ---------------------------------------------------------- */
+
+static eccl_result allreduce_submit(eccl_comm *c, const void *sendbuf, void *recvbuf,
+                                    size_t count, eccl_dtype dtype, eccl_op op,
+                                    uint64_t tag, eccl_request **out)
+{
+    if ((unsigned)dtype >= ECCL_DTYPE_COUNT || (unsigned)op >= ECCL_OP_COUNT)
+        return ECCL_ERR_INVALID_ARG;
+    if (count && (!sendbuf || !recvbuf)) return ECCL_ERR_INVALID_ARG;
+    if (count > SIZE_MAX / 16 / eccl_dtype_size(dtype)) return ECCL_ERR_INVALID_ARG;
+    eccl_result rc = comm_usable(c);
+    if (rc != ECCL_OK) return rc;
+    if (op_find(c, tag)) return ECCL_ERR_BUSY;
+    if (c->n_ops >= ECCL_WIRE_MAX_OPS) return ECCL_ERR_BUSY;
+    eccl_request *r = calloc(1, sizeof *r);
+    if (!r) return ECCL_ERR_NO_MEMORY;
+    r->comm = c;
+    r->tag = tag;
+    r->sendbuf = sendbuf;
+    r->recvbuf = recvbuf;
+    r->count = count;
+    r->dtype = dtype;
+    r->op = op;
+    r->state = OP_QUEUED;
+    r->deadline_ns = now_ns(c) + (uint64_t)c->params.op_timeout_ms * MS;
+    r->next = c->ops;
+    c->ops = r;
+    c->n_ops++;
+    if (count == 0) {
+        r->world = c->world;
+        op_finish(c, r, c->world < 2 ? ECCL_ERR_TOO_FEW_PEERS : ECCL_OK);
+    } else {
+        ops_advance(c);
+        for (p2p_link *l = c->links; l; l = l->next)
+            if (l->ch.out_head) eccl_chan_flush(&l->ch);
+    }
+    eccl_engine_kick(&c->eng);
+    *out = r;
+    return ECCL_OK;
+}
+
+static int request_done(void *arg) { return ((eccl_request *)arg)->state == OP_DONE; }
+
+static eccl_result request_reap(eccl_request *r, eccl_reduce_info *info)
+{
+    eccl_result rc = r->result;
+    if (info) {
+        info->world_size = r->world;
+        info->tx_bytes = r->ring.tx_bytes;
+        info->rx_bytes = r->ring.rx_bytes;
+    }
+    op_unlink(r->comm, r);
+    free(r);
+    return rc;
+}
+
+eccl_result eccl_allreduce_async(eccl_comm *c, const void *sendbuf, void *recvbuf,
+                                 size_t count, eccl_dtype dtype, eccl_op op,
+                                 uint64_t tag, eccl_request **req)
+{
+    if (!c || !req) return ECCL_ERR_INVALID_ARG;
+    eccl_engine_lock(&c->eng);
+    eccl_result rc = allreduce_submit(c, sendbuf, recvbuf, count, dtype, op, tag, req);
+    eccl_engine_unlock(&c->eng);
+    return rc;
+}
+
+eccl_result eccl_wait(eccl_request *r, eccl_reduce_info *info)
+{
+    if (!r) return ECCL_ERR_INVALID_ARG;
+    eccl_comm *c = r->comm;
+    eccl_engine_lock(&c->eng);
+    /* The op enforces its own deadline; this bound only guards the engine. */
+    eccl_engine_drive(&c->eng, request_done, r, ECCL_NO_DEADLINE);
+    if (r->state != OP_DONE) op_finish(c, r, c->phase == PHASE_FAILED ? c->fatal : ECCL_ERR_CLOSED);
+    eccl_result rc = request_reap(r, info);
+    eccl_engine_unlock(&c->eng);
+    return rc;
+}
+
+eccl_result eccl_test(eccl_request *r, int *done, eccl_reduce_info *info)
+{
+    if (!r || !done) return ECCL_ERR_INVALID_ARG;
+    eccl_comm *c = r->comm;
+    eccl_engine_lock(&c->eng);
+    *done = r->state == OP_DONE;
+    eccl_result rc = *done ? request_reap(r, info) : ECCL_OK;
+    eccl_engine_unlock(&c->eng);
+    return rc;
+}
+
+eccl_result eccl_allreduce(eccl_comm *c, const void *sendbuf, void *recvbuf, size_t count,
+                           eccl_dtype dtype, eccl_op op, uint64_t tag,
+                           eccl_reduce_info *info)
+{
+    eccl_request *r = NULL;
+    eccl_result rc = eccl_allreduce_async(c, sendbuf, recvbuf, count, dtype, op, tag, &r);
+    if (rc != ECCL_OK) return rc;
+    return eccl_wait(r, info);
+}

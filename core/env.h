@@ -1,0 +1,168 @@
+/* The env table: everything core/ needs from the world, as function pointers.
+ *
+ * core/ makes no system call and holds no mutable global; a backend (real:
+ * POSIX + TCP, sim: SimGrid) fills one eccl_env per master or communicator.
+ * Each ops table starts with its own size so a table can grow without breaking
+ * an older backend (NCCL-net style): core checks `size` before using a field
+ * added later.
+ *
+ * Unless a field says otherwise: calls never block, return ECCL_OK or an
+ * ECCL_ERR_* code, and may be called from any thread that holds the owning
+ * object's mutex (core serialises all calls on one env instance except
+ * `wake`, which is thread-safe).
+ */
+#ifndef ECCL_CORE_ENV_H
+#define ECCL_CORE_ENV_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "eccl.h"
+
+/* Opaque, backend-owned handles. */
+typedef struct eccl_conn eccl_conn;
+typedef struct eccl_listener eccl_listener;
+
+typedef struct eccl_iov {
+    const void *base;
+    size_t len;
+} eccl_iov;
+
+/* Longest "HOST:PORT" string, including the terminating NUL. */
+#define ECCL_ADDR_MAX 64
+
+/* ---- net: non-blocking byte streams ----------------------------------------
+ * A conn is a reliable, ordered, full-duplex byte stream (TCP, or a mailbox
+ * pair in the simulator). Readiness is reported through `wait`: every conn and
+ * listener carries a `user` pointer that `wait` hands back when it is ready. */
+typedef struct eccl_net_ops {
+    size_t size;
+    /* Binds and listens on "HOST:PORT" (PORT 0 = any free port). Writes the
+     * bound address to `bound` (ECCL_ADDR_MAX bytes). The listener is
+     * reported readable by `wait` when accept may succeed. */
+    eccl_result (*listen)(void *ctx, const char *addr, void *user,
+                          eccl_listener **out, char *bound);
+    /* Accepts one pending connection, or ECCL_ERR_AGAIN if none. */
+    eccl_result (*accept)(void *ctx, eccl_listener *l, void *user,
+                          eccl_conn **out);
+    void (*close_listener)(void *ctx, eccl_listener *l);
+    /* Starts connecting to "HOST:PORT" and returns at once. Until the
+     * connection is up, send/recv move 0 bytes; a refused or failed connect
+     * shows up as ECCL_ERR_CONNECT from send/recv. */
+    eccl_result (*connect)(void *ctx, const char *addr, void *user,
+                           eccl_conn **out);
+    /* Writes as much of iov[0..n) as it can without blocking; *sent = bytes
+     * written (0 is fine). Errors: ECCL_ERR_CLOSED (peer closed or reset),
+     * ECCL_ERR_CONNECT (connect failed). Never keeps a pointer to iov. */
+    eccl_result (*send)(void *ctx, eccl_conn *c, const eccl_iov *iov, int n,
+                        size_t *sent);
+    /* Reads up to len bytes without blocking; *got = bytes read (0 = nothing
+     * yet). End of stream or reset is ECCL_ERR_CLOSED. */
+    eccl_result (*recv)(void *ctx, eccl_conn *c, void *buf, size_t len,
+                        size_t *got);
+    /* Which readiness `wait` reports for this conn: readable (read=1) and/or
+     * writable (write=1). New conns start as read=1, write=0. Core turns
+     * reading off to apply back-pressure (a frame it cannot place yet) and
+     * writing on only while it has bytes queued. Errors and hang-ups are
+     * reported whenever read=1 or write=1. */
+    void (*set_interest)(void *ctx, eccl_conn *c, int read, int write);
+    /* Closes and frees the conn; never fails. */
+    void (*close)(void *ctx, eccl_conn *c);
+    /* Blocks until a conn/listener is ready, `wake` is called, or the clock
+     * reaches deadline_ns (0 = poll and return at once). Writes up to `max`
+     * ready user pointers to `ready` (each at most once) and returns how many.
+     * May return 0 early. Called without the owner's mutex held, possibly
+     * by two threads at once. It must not dereference backend state that a
+     * concurrent `close` may free: the user pointer is what it hands back
+     * (the real backend stores it in epoll's data.ptr), and core keeps user
+     * objects alive until no thread is inside `wait`. */
+    int (*wait)(void *ctx, uint64_t deadline_ns, void **ready, int max);
+    /* Makes a concurrent or the next `wait` return early. Thread-safe,
+     * callable without any lock. */
+    void (*wake)(void *ctx);
+} eccl_net_ops;
+
+/* ---- clock --------------------------------------------------------------- */
+typedef struct eccl_clock_ops {
+    size_t size;
+    /* Monotonic nanoseconds (simulated time in the simulator). */
+    uint64_t (*now_ns)(void *ctx);
+} eccl_clock_ops;
+
+/* ---- sync: mutexes, condition variables, threads ---------------------------
+ * These block by design. A thread in the real backend is a pthread; in the
+ * simulator an actor. */
+typedef struct eccl_mutex eccl_mutex;
+typedef struct eccl_cond eccl_cond;
+typedef struct eccl_thread eccl_thread;
+
+typedef struct eccl_sync_ops {
+    size_t size;
+    eccl_result (*mutex_create)(void *ctx, eccl_mutex **out);
+    void (*mutex_destroy)(void *ctx, eccl_mutex *m);
+    void (*lock)(void *ctx, eccl_mutex *m);
+    void (*unlock)(void *ctx, eccl_mutex *m);
+    eccl_result (*cond_create)(void *ctx, eccl_cond **out);
+    void (*cond_destroy)(void *ctx, eccl_cond *c);
+    /* Waits with `m` held; returns ECCL_ERR_TIMEOUT once the clock passes
+     * deadline_ns (0 = no deadline). Spurious wake-ups are allowed. */
+    eccl_result (*cond_wait)(void *ctx, eccl_cond *c, eccl_mutex *m,
+                             uint64_t deadline_ns);
+    void (*cond_broadcast)(void *ctx, eccl_cond *c);
+    /* Runs fn(arg) on a new thread (actor); `name` is for debuggers. */
+    eccl_result (*spawn)(void *ctx, const char *name, void (*fn)(void *),
+                         void *arg, eccl_thread **out);
+    /* Waits for the thread to return and frees it. */
+    void (*join)(void *ctx, eccl_thread *t);
+} eccl_sync_ops;
+
+/* ---- dev: where tensors live ---------------------------------------------
+ * Host memory in the real CPU backend; device memory or phantom buffers
+ * elsewhere. Core never touches tensor bytes except through these. */
+typedef struct eccl_dev_ops {
+    size_t size;
+    /* Staging memory usable by send/recv and by copy/reduce. */
+    eccl_result (*alloc)(void *ctx, size_t bytes, void **out);
+    void (*free)(void *ctx, void *p);
+    void (*copy)(void *ctx, void *dst, const void *src, size_t bytes);
+    /* dst[i] = dst[i] (op) src[i] for i < count; AVG reduces as SUM. */
+    void (*reduce)(void *ctx, void *dst, const void *src, size_t count,
+                   eccl_dtype dtype, eccl_op op);
+    /* x[i] = x[i] / divisor (AVG's final step). */
+    void (*scale_div)(void *ctx, void *x, size_t count, eccl_dtype dtype,
+                      uint32_t divisor);
+} eccl_dev_ops;
+
+/* ---- log ----------------------------------------------------------------- */
+enum eccl_log_level {
+    ECCL_LOG_NONE = 0,
+    ECCL_LOG_ERROR = 1,
+    ECCL_LOG_WARN = 2,
+    ECCL_LOG_INFO = 3,
+    ECCL_LOG_DEBUG = 4,
+    ECCL_LOG_TRACE = 5
+};
+
+typedef struct eccl_log_ops {
+    size_t size;
+    /* Emits one finished line (no trailing newline). Thread-safe. */
+    void (*write)(void *ctx, int level, const char *line);
+} eccl_log_ops;
+
+typedef struct eccl_env {
+    const eccl_net_ops *net;
+    void *net_ctx;
+    const eccl_clock_ops *clock;
+    void *clock_ctx;
+    const eccl_sync_ops *sync;
+    void *sync_ctx;
+    const eccl_dev_ops *dev;
+    void *dev_ctx;
+    const eccl_log_ops *log;
+    void *log_ctx;
+    int log_level;   /* lines above this level are not formatted */
+    uint64_t spin_ns;/* a blocked API call polls this long before sleeping */
+    char name[32];   /* prefix for log lines, e.g. "master" or "peer 3" */
+} eccl_env;
+
+#endif /* ECCL_CORE_ENV_H */

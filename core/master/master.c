@@ -1,0 +1,635 @@
+/* The master: membership, ring order and the micro-consensus around them.
+ *
+ * Peers register (REGISTERED) and are admitted when every accepted peer has
+ * voted (TOPO_VOTE from eccl_comm_update_topology). Any change of a group's
+ * ring runs one view change:
+ *
+ *   VIEW_QUERY(e) -> every member freezes its epoch-e ops and reports, per
+ *                    tag, whether it holds the full result
+ *   VIEW_DECIDE   -> commit a tag iff every surviving member holds it, else
+ *                    abort it (members restore their buffers)
+ *   RING(e+1)     -> new neighbours; members report RING_READY when wired
+ *
+ * A collective's done-token round guarantees that if any peer returned
+ * success, every peer held the result, so "commit iff all hold it" never
+ * contradicts a peer that already returned. The master never blocks: a peer
+ * that sends a bad frame or a message out of turn is kicked, one that goes
+ * silent past its timeout is dropped, and the rest carry on.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "eccl_core.h"
+#include "proto/chan.h"
+#include "sched/engine.h"
+#include "util/log.h"
+
+#define MASTER_RBUF 512u
+#define MASTER_DEFAULT_TIMEOUT_MS 5000u
+#define MS 1000000ull
+
+enum mpeer_state { MP_CONNECTED, MP_REGISTERED, MP_ACCEPTED };
+
+typedef struct mgroup mgroup;
+
+typedef struct mpeer {
+    eccl_chan ch; /* first: ready pointers are channels */
+    struct mpeer *next;
+    uint64_t id;
+    enum mpeer_state state;
+    mgroup *group;
+    char p2p_addr[ECCL_ADDR_MAX];
+    uint64_t timeout_ns;
+    uint64_t heartbeat_at;
+    int voted;
+    int admitting;          /* chosen by the current admission */
+    uint32_t ready_epoch;
+    int reported;
+    eccl_wire_op_flag *report;
+    uint32_t n_report;
+} mpeer;
+
+/* A collective some member started and not every member finished: kept so
+ * a peer loss can say which operations it hit (fault localisation). */
+typedef struct mcoll {
+    struct mcoll *next;
+    uint64_t tag;
+    uint32_t epoch;
+    uint32_t inits, dones;
+} mcoll;
+
+struct mgroup {
+    mgroup *next;
+    uint32_t id;
+    uint32_t epoch;
+    mpeer **members;        /* ring order */
+    uint32_t n, cap;
+    int querying;
+    int change_wanted;
+    mcoll *colls;
+};
+
+struct eccl_master {
+    eccl_env *env;
+    eccl_env_release_fn env_release;
+    eccl_engine eng;
+    struct {
+        int kind;
+        eccl_listener *l;
+    } listener;
+    char addr[ECCL_ADDR_MAX];
+    mpeer *peers;
+    mpeer *graveyard;
+    mgroup *groups;
+    uint64_t next_id;
+    int admitting;
+    int running;
+};
+
+static const eccl_chan_handler peer_handler;
+
+static uint64_t now_ns(const eccl_master *m) { return eccl_engine_now(&m->eng); }
+
+static void send_to(mpeer *p, const eccl_msg *msg)
+{
+    if (eccl_chan_send_msg(&p->ch, msg) == ECCL_OK) eccl_chan_flush(&p->ch);
+}
+
+/* ---- groups ------------------------------------------------------------------ */
+
+static mgroup *group_get(eccl_master *m, uint32_t id)
+{
+    for (mgroup *g = m->groups; g; g = g->next)
+        if (g->id == id) return g;
+    mgroup *g = calloc(1, sizeof *g);
+    if (!g) return NULL;
+    g->id = id;
+    g->next = m->groups;
+    m->groups = g;
+    return g;
+}
+
+static int group_add(mgroup *g, mpeer *p)
+{
+    if (g->n == g->cap) {
+        uint32_t cap = g->cap ? 2 * g->cap : 8;
+        mpeer **n = realloc(g->members, cap * sizeof *n);
+        if (!n) return -1;
+        g->members = n;
+        g->cap = cap;
+    }
+    g->members[g->n++] = p;
+    return 0;
+}
+
+static void group_remove(mgroup *g, mpeer *p)
+{
+    for (uint32_t i = 0; i < g->n; i++) {
+        if (g->members[i] == p) {
+            memmove(&g->members[i], &g->members[i + 1], (g->n - i - 1) * sizeof *g->members);
+            g->n--;
+            return;
+        }
+    }
+}
+
+static void colls_forget(mgroup *g, uint32_t before_epoch)
+{
+    for (mcoll **c = &g->colls; *c;) {
+        if ((*c)->epoch < before_epoch) {
+            mcoll *dead = *c;
+            *c = dead->next;
+            free(dead);
+        } else {
+            c = &(*c)->next;
+        }
+    }
+}
+
+static void colls_note(eccl_master *m, mgroup *g, const eccl_msg_coll *c, int done)
+{
+    mcoll *e = g->colls;
+    while (e && !(e->tag == c->tag && e->epoch == c->epoch)) e = e->next;
+    if (!e) {
+        e = calloc(1, sizeof *e);
+        if (!e) return;
+        e->tag = c->tag;
+        e->epoch = c->epoch;
+        e->next = g->colls;
+        g->colls = e;
+    }
+    if (done) e->dones++;
+    else e->inits++;
+    if (e->dones >= g->n) {
+        for (mcoll **p = &g->colls; *p; p = &(*p)->next) {
+            if (*p == e) {
+                *p = e->next;
+                free(e);
+                break;
+            }
+        }
+    }
+    (void)m;
+}
+
+/* ---- rings --------------------------------------------------------------------- */
+
+static void send_ring(mgroup *g, uint32_t i)
+{
+    eccl_msg msg = {.type = ECCL_MSG_RING};
+    eccl_msg_ring *r = &msg.u.ring;
+    mpeer *next = g->members[(i + 1) % g->n], *prev = g->members[(i + g->n - 1) % g->n];
+    r->peer_group = g->id;
+    r->epoch = g->epoch;
+    r->world_size = g->n;
+    r->rank = i;
+    r->next.peer_id = next->id;
+    memcpy(r->next.addr, next->p2p_addr, sizeof r->next.addr);
+    r->prev.peer_id = prev->id;
+    memcpy(r->prev.addr, prev->p2p_addr, sizeof r->prev.addr);
+    send_to(g->members[i], &msg);
+}
+
+static void check_admission_done(eccl_master *m);
+
+/* Decides the frozen ops, then hands out the next ring. */
+static void finish_view(eccl_master *m, mgroup *g)
+{
+    if (g->querying) {
+        eccl_msg *d = calloc(1, sizeof *d);
+        if (d) {
+            d->type = ECCL_MSG_VIEW_DECIDE;
+            d->u.view.epoch = g->epoch;
+            for (uint32_t i = 0; i < g->n; i++) {
+                mpeer *p = g->members[i];
+                for (uint32_t k = 0; k < p->n_report; k++) {
+                    uint64_t tag = p->report[k].tag;
+                    uint32_t j = 0;
+                    while (j < d->u.view.n_ops && d->u.view.ops[j].tag != tag) j++;
+                    if (j < d->u.view.n_ops || j == ECCL_WIRE_MAX_OPS) continue;
+                    /* Commit iff every surviving member holds the result. */
+                    uint32_t holders = 0;
+                    for (uint32_t q = 0; q < g->n; q++)
+                        for (uint32_t t = 0; t < g->members[q]->n_report; t++)
+                            if (g->members[q]->report[t].tag == tag &&
+                                g->members[q]->report[t].flag)
+                                holders++;
+                    d->u.view.ops[j].tag = tag;
+                    d->u.view.ops[j].flag = holders == g->n;
+                    d->u.view.n_ops++;
+                    ECCL_INFO(m->env, "group %u epoch %u: %s collective tag %llu", g->id,
+                              g->epoch, holders == g->n ? "commit" : "abort",
+                              (unsigned long long)tag);
+                }
+            }
+            for (uint32_t i = 0; i < g->n; i++) send_to(g->members[i], d);
+            free(d);
+        }
+        for (uint32_t i = 0; i < g->n; i++) {
+            free(g->members[i]->report);
+            g->members[i]->report = NULL;
+            g->members[i]->n_report = 0;
+            g->members[i]->reported = 0;
+        }
+        g->querying = 0;
+    }
+    g->change_wanted = 0;
+    for (mpeer *p = m->peers; p; p = p->next) {
+        if (p->admitting && p->state == MP_REGISTERED && p->group == g) {
+            if (group_add(g, p) == 0) p->state = MP_ACCEPTED;
+            p->admitting = 0;
+        }
+    }
+    g->epoch++;
+    colls_forget(g, g->epoch);
+    ECCL_INFO(m->env, "group %u: ring epoch %u with %u peers", g->id, g->epoch, g->n);
+    for (uint32_t i = 0; i < g->n; i++) send_ring(g, i);
+    check_admission_done(m);
+}
+
+static void start_view_changes(eccl_master *m)
+{
+    for (mgroup *g = m->groups; g; g = g->next) {
+        if (!g->change_wanted || g->querying) continue;
+        if (g->n == 0) {
+            int newcomers = 0;
+            for (mpeer *p = m->peers; p; p = p->next)
+                newcomers += p->admitting && p->group == g;
+            if (newcomers) finish_view(m, g);
+            else g->change_wanted = 0;
+            continue;
+        }
+        g->querying = 1;
+        eccl_msg q = {.type = ECCL_MSG_VIEW_QUERY};
+        q.u.epoch.epoch = g->epoch;
+        for (uint32_t i = 0; i < g->n; i++) send_to(g->members[i], &q);
+    }
+}
+
+static void check_query(eccl_master *m, mgroup *g)
+{
+    if (!g->querying) return;
+    for (uint32_t i = 0; i < g->n; i++)
+        if (!g->members[i]->reported) return;
+    finish_view(m, g);
+}
+
+/* ---- admission -------------------------------------------------------------- */
+
+static uint32_t count_state(const eccl_master *m, enum mpeer_state s)
+{
+    uint32_t n = 0;
+    for (mpeer *p = m->peers; p; p = p->next) n += p->state == s;
+    return n;
+}
+
+static void check_admission_done(eccl_master *m)
+{
+    if (!m->admitting) return;
+    for (mgroup *g = m->groups; g; g = g->next)
+        if (g->querying || g->change_wanted) return;
+    for (mpeer *p = m->peers; p; p = p->next) {
+        if (p->admitting) return;
+        if (p->state == MP_ACCEPTED && p->ready_epoch != p->group->epoch) return;
+    }
+    m->admitting = 0;
+    eccl_msg done = {.type = ECCL_MSG_TOPO_DONE};
+    for (mpeer *p = m->peers; p; p = p->next) {
+        if (p->state != MP_ACCEPTED) continue;
+        done.u.epoch.epoch = p->group->epoch;
+        p->voted = 0;
+        send_to(p, &done);
+    }
+    ECCL_INFO(m->env, "topology update done: %u accepted, %u pending",
+              count_state(m, MP_ACCEPTED), count_state(m, MP_REGISTERED));
+}
+
+/* With nobody accepted, nobody can vote: the oldest registered peer starts
+ * (or restarts) the run on its own. */
+static void accept_alone_if_empty(eccl_master *m)
+{
+    if (m->admitting || count_state(m, MP_ACCEPTED) > 0) return;
+    mpeer *first = NULL;
+    for (mpeer *p = m->peers; p; p = p->next)
+        if (p->state == MP_REGISTERED && (!first || p->id < first->id)) first = p;
+    if (!first) return;
+    mgroup *g = first->group;
+    if (group_add(g, first) != 0) return;
+    first->state = MP_ACCEPTED;
+    g->epoch++;
+    ECCL_INFO(m->env, "peer %llu starts the run in group %u", (unsigned long long)first->id,
+              g->id);
+    send_ring(g, g->n - 1);
+}
+
+static void maybe_admit(eccl_master *m)
+{
+    if (m->admitting) return;
+    uint32_t accepted = 0;
+    for (mpeer *p = m->peers; p; p = p->next) {
+        if (p->state != MP_ACCEPTED) continue;
+        if (!p->voted) return;
+        accepted++;
+    }
+    if (accepted == 0) return;
+    uint32_t newcomers = 0;
+    for (mpeer *p = m->peers; p; p = p->next) {
+        if (p->state != MP_REGISTERED) continue;
+        p->admitting = 1;
+        p->group->change_wanted = 1;
+        newcomers++;
+    }
+    m->admitting = 1;
+    ECCL_INFO(m->env, "vote passed: admitting %u peers", newcomers);
+    if (newcomers == 0) {
+        check_admission_done(m);
+        return;
+    }
+    start_view_changes(m);
+}
+
+/* ---- peers ------------------------------------------------------------------ */
+
+static void drop_peer(eccl_master *m, mpeer *p, eccl_result why)
+{
+    if (p->ch.closed) return;
+    if (why == ECCL_ERR_PROTOCOL) {
+        eccl_msg k = {.type = ECCL_MSG_KICK};
+        k.u.kick.reason = (uint32_t)why;
+        if (eccl_chan_send_msg(&p->ch, &k) == ECCL_OK) eccl_chan_flush(&p->ch);
+    }
+    ECCL_INFO(m->env, "peer %llu dropped: %s", (unsigned long long)p->id, eccl_strerror(why));
+    for (mpeer **q = &m->peers; *q; q = &(*q)->next) {
+        if (*q == p) {
+            *q = p->next;
+            break;
+        }
+    }
+    eccl_chan_close(&p->ch);
+    free(p->report);
+    p->report = NULL;
+    p->next = m->graveyard;
+    m->graveyard = p;
+    mgroup *g = p->group;
+    if (p->state == MP_ACCEPTED && g) {
+        for (mcoll *c = g->colls; c; c = c->next)
+            if (c->dones < c->inits) ECCL_WARN(m->env, "peer %llu lost during collective tag %llu (epoch %u: %u of %u "
+                      "started, %u finished)", (unsigned long long)p->id,
+                      (unsigned long long)c->tag, c->epoch, c->inits, g->n, c->dones);
+        group_remove(g, p);
+        g->change_wanted = 1;
+        start_view_changes(m);
+        check_query(m, g);
+    }
+    accept_alone_if_empty(m);
+    maybe_admit(m);
+    check_admission_done(m);
+}
+
+static eccl_result on_register(eccl_master *m, mpeer *p, const eccl_msg_register *r)
+{
+    if (p->state != MP_CONNECTED) return ECCL_ERR_PROTOCOL;
+    p->group = group_get(m, r->peer_group);
+    if (!p->group) return ECCL_ERR_NO_MEMORY;
+    p->id = ++m->next_id;
+    memcpy(p->p2p_addr, r->p2p_addr, sizeof p->p2p_addr);
+    if (r->peer_timeout_ms) p->timeout_ns = (uint64_t)r->peer_timeout_ms * MS;
+    p->state = MP_REGISTERED;
+    int alone = !m->admitting && count_state(m, MP_ACCEPTED) == 0;
+    eccl_msg w = {.type = ECCL_MSG_WELCOME};
+    w.u.welcome.peer_id = p->id;
+    w.u.welcome.accepted = (uint32_t)alone;
+    send_to(p, &w);
+    ECCL_INFO(m->env, "peer %llu registered in group %u at %s", (unsigned long long)p->id,
+              r->peer_group, p->p2p_addr);
+    if (alone) accept_alone_if_empty(m);
+    return ECCL_OK;
+}
+
+static eccl_result peer_on_msg(void *owner, eccl_chan *ch, const eccl_msg *msg)
+{
+    eccl_master *m = owner;
+    mpeer *p = (mpeer *)ch;
+    if (msg->type == ECCL_MSG_REGISTER) return on_register(m, p, &msg->u.reg);
+    if (p->state == MP_CONNECTED) return ECCL_ERR_PROTOCOL; /* must register first */
+    mgroup *g = p->group;
+    switch (msg->type) {
+    case ECCL_MSG_HEARTBEAT:
+        return ECCL_OK;
+    case ECCL_MSG_PENDING_QUERY: {
+        eccl_msg r = {.type = ECCL_MSG_PENDING_REPLY};
+        r.u.pending.pending = count_state(m, MP_REGISTERED);
+        send_to(p, &r);
+        return ECCL_OK;
+    }
+    case ECCL_MSG_TOPO_VOTE:
+        if (p->state != MP_ACCEPTED) return ECCL_ERR_PROTOCOL;
+        p->voted = 1;
+        maybe_admit(m);
+        return ECCL_OK;
+    case ECCL_MSG_RING_READY:
+        p->ready_epoch = msg->u.epoch.epoch;
+        check_admission_done(m);
+        return ECCL_OK;
+    case ECCL_MSG_COLL_INIT:
+    case ECCL_MSG_COLL_DONE:
+        if (p->state != MP_ACCEPTED) return ECCL_ERR_PROTOCOL;
+        if (msg->u.coll.epoch == g->epoch)
+            colls_note(m, g, &msg->u.coll, msg->type == ECCL_MSG_COLL_DONE);
+        if (msg->type == ECCL_MSG_COLL_DONE && msg->u.coll.result == ECCL_ERR_TIMEOUT) {
+            /* A stalled ring: re-form it, which also settles its other ops. */
+            ECCL_WARN(m->env, "peer %llu timed out in tag %llu: re-forming group %u",
+                      (unsigned long long)p->id, (unsigned long long)msg->u.coll.tag, g->id);
+            g->change_wanted = 1;
+            start_view_changes(m);
+        }
+        return ECCL_OK;
+    case ECCL_MSG_VIEW_REPORT: {
+        if (p->state != MP_ACCEPTED || !g->querying || msg->u.view.epoch != g->epoch ||
+            p->reported)
+            return ECCL_OK; /* stale: a view it was not asked about */
+        size_t bytes = msg->u.view.n_ops * sizeof *p->report;
+        p->report = bytes ? malloc(bytes) : NULL;
+        if (bytes && !p->report) return ECCL_ERR_NO_MEMORY;
+        if (bytes) memcpy(p->report, msg->u.view.ops, bytes);
+        p->n_report = msg->u.view.n_ops;
+        p->reported = 1;
+        check_query(m, g);
+        return ECCL_OK;
+    }
+    default:
+        return ECCL_ERR_PROTOCOL; /* a master-to-peer or p2p message */
+    }
+}
+
+static eccl_result peer_on_data(void *owner, eccl_chan *ch, const eccl_wire_data *d, void **dst)
+{
+    (void)owner, (void)ch, (void)d, (void)dst;
+    return ECCL_ERR_PROTOCOL;
+}
+
+static eccl_result peer_on_data_done(void *owner, eccl_chan *ch, const eccl_wire_data *d)
+{
+    (void)owner, (void)ch, (void)d;
+    return ECCL_ERR_PROTOCOL;
+}
+
+static const eccl_chan_handler peer_handler = {peer_on_msg, peer_on_data, peer_on_data_done};
+
+static void accept_peers(eccl_master *m)
+{
+    for (;;) {
+        mpeer *p = calloc(1, sizeof *p);
+        if (!p) return;
+        eccl_conn *conn = NULL;
+        eccl_result rc = m->env->net->accept(m->env->net_ctx, m->listener.l, p, &conn);
+        if (rc == ECCL_OK) rc = eccl_chan_init(&p->ch, m->env, conn, MASTER_RBUF);
+        if (rc != ECCL_OK) {
+            if (conn) eccl_chan_close(&p->ch);
+            free(p);
+            if (rc != ECCL_ERR_AGAIN) ECCL_WARN(m->env, "accept failed: %s", eccl_strerror(rc));
+            return;
+        }
+        p->timeout_ns = MASTER_DEFAULT_TIMEOUT_MS * MS;
+        p->heartbeat_at = now_ns(m) + p->timeout_ns / 4;
+        p->next = m->peers;
+        m->peers = p;
+    }
+}
+
+static void service_peer(eccl_master *m, mpeer *p)
+{
+    if (p->ch.closed) return;
+    eccl_result rc = eccl_chan_read(&p->ch, &peer_handler, m, SIZE_MAX);
+    if (rc == ECCL_OK) rc = eccl_chan_flush(&p->ch);
+    if (rc != ECCL_OK && !p->ch.closed) {
+        if (rc == ECCL_ERR_PROTOCOL)
+            ECCL_WARN(m->env, "peer %llu broke the protocol: kicked", (unsigned long long)p->id);
+        drop_peer(m, p, rc == ECCL_ERR_PROTOCOL ? ECCL_ERR_PROTOCOL : ECCL_ERR_CLOSED);
+    }
+}
+
+static uint64_t master_step(void *owner, void **ready, int n, int *again)
+{
+    eccl_master *m = owner;
+    *again = 0;
+    for (int i = 0; i < n; i++) {
+        if (*(int *)ready[i] == ECCL_HANDLE_LISTENER) accept_peers(m);
+        else service_peer(m, ready[i]);
+    }
+    uint64_t now = now_ns(m), next = ECCL_NO_DEADLINE;
+    for (mpeer *p = m->peers, *nx; p; p = nx) {
+        nx = p->next;
+        if (now - p->ch.last_rx_ns > p->timeout_ns) {
+            drop_peer(m, p, ECCL_ERR_TIMEOUT);
+            continue;
+        }
+        if (now >= p->heartbeat_at && p->state != MP_CONNECTED) {
+            eccl_msg hb = {.type = ECCL_MSG_HEARTBEAT};
+            send_to(p, &hb);
+            p->heartbeat_at = now + p->timeout_ns / 4;
+        }
+        uint64_t t = p->ch.last_rx_ns + p->timeout_ns + 1;
+        if (p->state != MP_CONNECTED && p->heartbeat_at < t) t = p->heartbeat_at;
+        if (t < next) next = t;
+        if (p->ch.out_head) eccl_chan_flush(&p->ch);
+    }
+    return next;
+}
+
+static void master_reap(void *owner)
+{
+    eccl_master *m = owner;
+    for (mpeer *p = m->graveyard, *n; p; p = n) {
+        n = p->next;
+        free(p);
+    }
+    m->graveyard = NULL;
+}
+
+static const eccl_engine_ops master_engine_ops = {master_step, master_reap};
+
+/* ---- public API ---------------------------------------------------------------- */
+
+eccl_result eccl_master_create_with_env(eccl_env *env, eccl_env_release_fn release,
+                                        const char *listen_addr, eccl_master **out)
+{
+    eccl_result rc;
+    if (!listen_addr || !out || strlen(listen_addr) >= ECCL_ADDR_MAX) {
+        release(env);
+        return ECCL_ERR_INVALID_ARG;
+    }
+    eccl_master *m = calloc(1, sizeof *m);
+    if (!m) {
+        release(env);
+        return ECCL_ERR_NO_MEMORY;
+    }
+    m->env = env;
+    m->env_release = release;
+    m->listener.kind = ECCL_HANDLE_LISTENER;
+    snprintf(env->name, sizeof env->name, "master");
+    ECCL_CHECK(env, eccl_engine_init(&m->eng, env, &master_engine_ops, m));
+    rc = env->net->listen(env->net_ctx, listen_addr, &m->listener, &m->listener.l, m->addr);
+    if (rc != ECCL_OK) {
+        ECCL_ERROR(env, "cannot listen on %s: %s", listen_addr, eccl_strerror(rc));
+        eccl_engine_fini(&m->eng);
+        goto fail;
+    }
+    *out = m;
+    return ECCL_OK;
+fail:
+    free(m);
+    release(env);
+    return rc;
+}
+
+eccl_result eccl_master_address(const eccl_master *m, char *buf, size_t len)
+{
+    if (!m || !buf || len == 0) return ECCL_ERR_INVALID_ARG;
+    if (strlen(m->addr) >= len) return ECCL_ERR_INVALID_ARG;
+    memcpy(buf, m->addr, strlen(m->addr) + 1);
+    return ECCL_OK;
+}
+
+eccl_result eccl_master_run(eccl_master *m)
+{
+    if (!m) return ECCL_ERR_INVALID_ARG;
+    if (m->running) return ECCL_ERR_BUSY;
+    eccl_result rc = eccl_engine_start(&m->eng, "eccl-master");
+    if (rc == ECCL_OK) m->running = 1;
+    return rc;
+}
+
+eccl_result eccl_master_stop(eccl_master *m)
+{
+    if (!m) return ECCL_ERR_INVALID_ARG;
+    if (m->running) eccl_engine_stop(&m->eng);
+    m->running = 0;
+    for (mpeer *p = m->peers, *n; p; p = n) {
+        n = p->next;
+        eccl_chan_close(&p->ch);
+        free(p->report);
+        free(p);
+    }
+    m->peers = NULL;
+    if (m->listener.l) m->env->net->close_listener(m->env->net_ctx, m->listener.l);
+    m->listener.l = NULL;
+    master_reap(m);
+    return ECCL_OK;
+}
+
+void eccl_master_destroy(eccl_master *m)
+{
+    if (!m) return;
+    eccl_master_stop(m);
+    for (mgroup *g = m->groups, *n; g; g = n) {
+        n = g->next;
+        colls_forget(g, UINT32_MAX);
+        free(g->members);
+        free(g);
+    }
+    eccl_engine_fini(&m->eng);
+    m->env_release(m->env);
+    free(m);
+}

@@ -1,0 +1,338 @@
+#include "proto/chan.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/log.h"
+
+#define CHAN_MAX_IOV 16
+
+static void chan_fail(eccl_chan *ch, eccl_result rc)
+{
+    if (ch->error == ECCL_OK) ch->error = rc;
+}
+
+static void chan_update_interest(eccl_chan *ch)
+{
+    if (ch->closed || !ch->conn) return;
+    int rd = !ch->paused && !ch->held;
+    int wr = ch->out_head != NULL;
+    if (rd == ch->cur_read && wr == ch->cur_write) return;
+    ch->cur_read = rd;
+    ch->cur_write = wr;
+    ch->env->net->set_interest(ch->env->net_ctx, ch->conn, rd, wr);
+}
+
+eccl_result eccl_chan_init(eccl_chan *ch, const eccl_env *env, eccl_conn *conn,
+                           uint32_t rbuf_cap)
+{
+    memset(ch, 0, sizeof *ch);
+    ch->kind = ECCL_HANDLE_CHAN;
+    ch->env = env;
+    ch->conn = conn;
+    ch->cur_read = 1;
+    ch->rbuf_cap = rbuf_cap < 64 ? 64 : rbuf_cap;
+    ch->rbuf = malloc(ch->rbuf_cap);
+    ch->last_rx_ns = env->clock->now_ns(env->clock_ctx);
+    if (!ch->rbuf) {
+        ch->error = ECCL_ERR_NO_MEMORY;
+        return ECCL_ERR_NO_MEMORY;
+    }
+    return ECCL_OK;
+}
+
+static void frame_release(eccl_chan *ch, eccl_frame *f)
+{
+    if (f->head != f->inline_head) {
+        free(f->head);
+        f->head = f->inline_head;
+    }
+    f->next = ch->free_frames;
+    ch->free_frames = f;
+}
+
+void eccl_chan_close(eccl_chan *ch)
+{
+    if (ch->conn) ch->env->net->close(ch->env->net_ctx, ch->conn);
+    ch->conn = NULL;
+    ch->closed = 1;
+    chan_fail(ch, ECCL_ERR_CLOSED);
+    for (eccl_frame *f = ch->out_head, *n; f; f = n) {
+        n = f->next;
+        frame_release(ch, f);
+    }
+    ch->out_head = ch->out_tail = NULL;
+    ch->queued_bytes = 0;
+    for (eccl_frame *f = ch->free_frames, *n; f; f = n) {
+        n = f->next;
+        free(f);
+    }
+    ch->free_frames = NULL;
+    free(ch->in_payload);
+    ch->in_payload = NULL;
+    free(ch->rbuf);
+    ch->rbuf = NULL;
+}
+
+static eccl_frame *frame_get(eccl_chan *ch)
+{
+    eccl_frame *f = ch->free_frames;
+    if (f) {
+        ch->free_frames = f->next;
+    } else {
+        f = malloc(sizeof *f);
+        if (!f) return NULL;
+        f->head = f->inline_head;
+    }
+    f->next = NULL;
+    f->payload = NULL;
+    f->payload_len = 0;
+    f->sent = 0;
+    f->head_len = 0;
+    return f;
+}
+
+static void frame_enqueue(eccl_chan *ch, eccl_frame *f)
+{
+    if (ch->out_tail) ch->out_tail->next = f;
+    else ch->out_head = f;
+    ch->out_tail = f;
+    ch->queued_bytes += f->head_len + f->payload_len;
+}
+
+eccl_result eccl_chan_send_msg(eccl_chan *ch, const eccl_msg *m)
+{
+    if (ch->error != ECCL_OK) return ch->error;
+    eccl_frame *f = frame_get(ch);
+    if (!f) return ECCL_ERR_NO_MEMORY;
+    size_t n = eccl_wire_encode(m, f->inline_head, sizeof f->inline_head);
+    if (n == 0) {
+        /* Too big for the inline head: encode into an owned buffer. */
+        size_t cap = ECCL_WIRE_HEADER_SIZE + eccl_wire_max_length(m->type);
+        uint8_t *buf = malloc(cap);
+        if (buf) n = eccl_wire_encode(m, buf, cap);
+        if (n == 0) {
+            free(buf);
+            frame_release(ch, f);
+            return buf ? ECCL_ERR_INVALID_ARG : ECCL_ERR_NO_MEMORY;
+        }
+        f->head = buf;
+    }
+    f->head_len = (uint32_t)n;
+    frame_enqueue(ch, f);
+    return ECCL_OK;
+}
+
+eccl_result eccl_chan_send_data(eccl_chan *ch, const eccl_wire_data *d,
+                                const void *payload)
+{
+    if (ch->error != ECCL_OK) return ch->error;
+    eccl_frame *f = frame_get(ch);
+    if (!f) return ECCL_ERR_NO_MEMORY;
+    eccl_wire_header_encode(ECCL_MSG_DATA, ECCL_WIRE_DATA_HEADER_SIZE + d->len,
+                            f->inline_head);
+    eccl_wire_data_encode(d, f->inline_head + ECCL_WIRE_HEADER_SIZE);
+    f->head_len = ECCL_WIRE_HEADER_SIZE + ECCL_WIRE_DATA_HEADER_SIZE;
+    f->payload = payload;
+    f->payload_len = d->len;
+    frame_enqueue(ch, f);
+    return ECCL_OK;
+}
+
+eccl_result eccl_chan_flush(eccl_chan *ch)
+{
+    while (ch->error == ECCL_OK && ch->out_head) {
+        eccl_iov iov[CHAN_MAX_IOV];
+        int n = 0;
+        for (eccl_frame *f = ch->out_head; f && n + 2 <= CHAN_MAX_IOV; f = f->next) {
+            size_t skip = f == ch->out_head ? f->sent : 0;
+            if (skip < f->head_len) {
+                iov[n].base = f->head + skip;
+                iov[n++].len = f->head_len - skip;
+                skip = 0;
+            } else {
+                skip -= f->head_len;
+            }
+            if (f->payload_len > skip) {
+                iov[n].base = (const uint8_t *)f->payload + skip;
+                iov[n++].len = f->payload_len - skip;
+            }
+        }
+        size_t sent = 0;
+        eccl_result rc = ch->env->net->send(ch->env->net_ctx, ch->conn, iov, n, &sent);
+        if (rc != ECCL_OK) {
+            chan_fail(ch, rc);
+            break;
+        }
+        if (sent == 0) break;
+        ch->tx_bytes += sent;
+        ch->queued_bytes -= sent;
+        while (sent > 0) {
+            eccl_frame *f = ch->out_head;
+            size_t left = f->head_len + f->payload_len - f->sent;
+            if (sent < left) {
+                f->sent += sent;
+                break;
+            }
+            sent -= left;
+            ch->out_head = f->next;
+            if (!ch->out_head) ch->out_tail = NULL;
+            frame_release(ch, f);
+        }
+    }
+    chan_update_interest(ch);
+    return ch->error;
+}
+
+void eccl_chan_pause(eccl_chan *ch, int paused)
+{
+    ch->paused = paused;
+    chan_update_interest(ch);
+}
+
+/* Copies up to n read-ahead bytes (dst NULL: drops them), refilling the
+ * read-ahead from the socket when it is empty. Large reads bypass the
+ * read-ahead and land directly in dst. Returns bytes taken, 0 when the socket
+ * is dry, -1 on error (kept in ch->error). */
+static long chan_take(eccl_chan *ch, uint8_t *dst, size_t n)
+{
+    if (n == 0) return 0;
+    if (ch->rbuf_pos == ch->rbuf_len) {
+        int direct = dst && n >= ch->rbuf_cap;
+        uint8_t *into = direct ? dst : ch->rbuf;
+        size_t got = 0;
+        eccl_result rc = ch->env->net->recv(ch->env->net_ctx, ch->conn, into,
+                                            direct ? n : ch->rbuf_cap, &got);
+        if (rc != ECCL_OK) {
+            chan_fail(ch, rc);
+            return -1;
+        }
+        ch->rx_bytes += got;
+        if (direct || got == 0) return (long)got;
+        ch->rbuf_pos = 0;
+        ch->rbuf_len = (uint32_t)got;
+    }
+    size_t avail = ch->rbuf_len - ch->rbuf_pos;
+    if (n > avail) n = avail;
+    if (dst) memcpy(dst, ch->rbuf + ch->rbuf_pos, n);
+    ch->rbuf_pos += (uint32_t)n;
+    return (long)n;
+}
+
+static void chan_reset_frame(eccl_chan *ch)
+{
+    ch->in_head_got = 0;
+    ch->in_got = 0;
+    ch->in_dst = NULL;
+    free(ch->in_payload);
+    ch->in_payload = NULL;
+}
+
+/* One step of the parser. Returns 1 if progress was made, 0 if it needs more
+ * bytes from the socket, -1 if it must stop (error or held). */
+static int chan_parse(eccl_chan *ch, const eccl_chan_handler *h, void *owner,
+                      size_t *budget)
+{
+    eccl_result rc;
+    if (ch->in_head_got < ECCL_WIRE_HEADER_SIZE) {
+        long n = chan_take(ch, ch->in_head + ch->in_head_got,
+                           ECCL_WIRE_HEADER_SIZE - ch->in_head_got);
+        if (n <= 0) return (int)n;
+        ch->in_head_got += (uint32_t)n;
+        if (ch->in_head_got < ECCL_WIRE_HEADER_SIZE) return 1;
+        rc = eccl_wire_header_decode(ch->in_head, &ch->hdr);
+        if (rc != ECCL_OK) goto fail;
+        ch->last_rx_ns = ch->env->clock->now_ns(ch->env->clock_ctx);
+        if (ch->hdr.type != ECCL_MSG_DATA && ch->hdr.length > 0) {
+            ch->in_payload = malloc(ch->hdr.length);
+            if (!ch->in_payload) {
+                rc = ECCL_ERR_NO_MEMORY;
+                goto fail;
+            }
+        }
+    }
+    if (ch->hdr.type == ECCL_MSG_DATA) {
+        const uint32_t full = ECCL_WIRE_HEADER_SIZE + ECCL_WIRE_DATA_HEADER_SIZE;
+        if (ch->in_head_got < full) {
+            long n = chan_take(ch, ch->in_head + ch->in_head_got, full - ch->in_head_got);
+            if (n <= 0) return (int)n;
+            ch->in_head_got += (uint32_t)n;
+            if (ch->in_head_got < full) return 1;
+            rc = eccl_wire_data_decode(ch->in_head + ECCL_WIRE_HEADER_SIZE,
+                                       ch->hdr.length, &ch->data);
+            if (rc != ECCL_OK) goto fail;
+            ch->held = 1; /* destination not decided yet */
+        }
+        if (ch->held) {
+            void *dst = NULL;
+            rc = h->on_data(owner, ch, &ch->data, &dst);
+            if (rc == ECCL_ERR_AGAIN) {
+                chan_update_interest(ch);
+                return -1;
+            }
+            if (rc != ECCL_OK) goto fail;
+            ch->held = 0;
+            ch->in_dst = dst;
+            chan_update_interest(ch);
+        }
+        while (ch->in_got < ch->data.len) {
+            size_t want = ch->data.len - ch->in_got;
+            long n;
+            if (ch->in_dst) {
+                n = chan_take(ch, ch->in_dst + ch->in_got, want);
+            } else {
+                n = chan_take(ch, NULL, want);
+            }
+            if (n <= 0) return (int)n;
+            ch->in_got += (uint32_t)n;
+            *budget = *budget > (size_t)n ? *budget - (size_t)n : 0;
+            if (*budget == 0 && ch->in_got < ch->data.len) return 0;
+        }
+        eccl_wire_data d = ch->data;
+        chan_reset_frame(ch);
+        rc = h->on_data_done(owner, ch, &d);
+        if (rc != ECCL_OK) goto fail;
+        return 1;
+    }
+    while (ch->in_got < ch->hdr.length) {
+        long n = chan_take(ch, ch->in_payload + ch->in_got, ch->hdr.length - ch->in_got);
+        if (n <= 0) return (int)n;
+        ch->in_got += (uint32_t)n;
+    }
+    {
+        eccl_msg *m = malloc(sizeof *m);
+        if (!m) {
+            rc = ECCL_ERR_NO_MEMORY;
+            goto fail;
+        }
+        rc = eccl_wire_decode(ch->hdr.type, ch->in_payload, ch->hdr.length, m);
+        chan_reset_frame(ch);
+        if (rc == ECCL_OK) rc = h->on_msg(owner, ch, m);
+        free(m);
+        if (rc != ECCL_OK) goto fail;
+    }
+    return 1;
+fail:
+    ECCL_DEBUG(ch->env, "channel failed: %s", eccl_strerror(rc));
+    chan_fail(ch, rc);
+    return -1;
+}
+
+eccl_result eccl_chan_read(eccl_chan *ch, const eccl_chan_handler *h,
+                           void *owner, size_t budget)
+{
+    ch->more = 0;
+    while (ch->error == ECCL_OK && !ch->closed && !ch->paused) {
+        if (budget == 0) {
+            ch->more = 1;
+            break;
+        }
+        int r = chan_parse(ch, h, owner, &budget);
+        if (r < 0) break;
+        if (r == 0) {
+            if (budget == 0) ch->more = 1;
+            break;
+        }
+    }
+    return ch->error;
+}

@@ -1,0 +1,98 @@
+/* A framed channel over one env conn: an outbound queue of frames written
+ * with gather I/O, and an inbound parser that decodes control frames and lets
+ * its owner place DATA payloads straight into their destination.
+ *
+ * Frames are pooled per channel, so steady-state data traffic allocates
+ * nothing. DATA payloads are borrowed: the caller keeps them valid until the
+ * frame is sent or the channel is closed (eccl_chan_close drops the queue).
+ */
+#ifndef ECCL_CORE_PROTO_CHAN_H
+#define ECCL_CORE_PROTO_CHAN_H
+
+#include "env.h"
+#include "proto/wire.h"
+
+/* What a ready user pointer from env->net->wait points at: core objects that
+ * own a conn or listener start with this tag. */
+enum eccl_handle_kind { ECCL_HANDLE_CHAN = 1, ECCL_HANDLE_LISTENER = 2 };
+
+typedef struct eccl_frame {
+    struct eccl_frame *next;
+    const void *payload;   /* borrowed DATA bytes, or NULL */
+    size_t payload_len;
+    size_t sent;           /* bytes of head+payload already written */
+    uint32_t head_len;
+    uint8_t *head;         /* points into `inline_head` or an owned buffer */
+    uint8_t inline_head[ECCL_WIRE_HEADER_SIZE + ECCL_WIRE_DATA_HEADER_SIZE];
+} eccl_frame;
+
+typedef struct eccl_chan eccl_chan;
+
+typedef struct eccl_chan_handler {
+    /* A decoded control frame. An error return closes the channel. */
+    eccl_result (*on_msg)(void *owner, eccl_chan *ch, const eccl_msg *m);
+    /* A DATA frame's header arrived: set *dst to where its d->len payload
+     * bytes go (NULL = read and drop them). ECCL_ERR_AGAIN holds the frame:
+     * reading stops until eccl_chan_resume. Another error closes. */
+    eccl_result (*on_data)(void *owner, eccl_chan *ch, const eccl_wire_data *d,
+                           void **dst);
+    /* The payload is in place. */
+    eccl_result (*on_data_done)(void *owner, eccl_chan *ch,
+                                const eccl_wire_data *d);
+} eccl_chan_handler;
+
+struct eccl_chan {
+    int kind;              /* ECCL_HANDLE_CHAN; must stay first */
+    const eccl_env *env;
+    eccl_conn *conn;
+    void *owner_data;      /* for the owner: which peer/link this is */
+    eccl_result error;     /* first failure, ECCL_OK while healthy */
+    int closed;
+    int held;              /* a DATA frame waits for its destination */
+    int want_write;
+    int paused;            /* owner turned reading off */
+    int more;              /* stopped on budget with bytes left to parse */
+    int cur_read, cur_write; /* interest last given to the backend */
+    /* outbound */
+    eccl_frame *out_head, *out_tail, *free_frames;
+    size_t queued_bytes;
+    /* inbound parser */
+    uint8_t in_head[ECCL_WIRE_HEADER_SIZE + ECCL_WIRE_DATA_HEADER_SIZE];
+    uint32_t in_head_got;
+    eccl_wire_header hdr;
+    eccl_wire_data data;
+    uint8_t *in_payload;   /* control payload being read (owned) */
+    uint8_t *in_dst;       /* DATA destination, NULL = dropping */
+    uint32_t in_got;
+    uint8_t *rbuf;         /* read-ahead: small frames cost one recv */
+    uint32_t rbuf_cap, rbuf_pos, rbuf_len;
+    uint64_t last_rx_ns;
+    uint64_t tx_bytes, rx_bytes;
+};
+
+/* Wraps an open conn; the conn's user pointer must be `ch`. `rbuf_cap` is
+ * the read-ahead size: large for data links, small where many channels live
+ * (the master's). */
+eccl_result eccl_chan_init(eccl_chan *ch, const eccl_env *env, eccl_conn *conn,
+                           uint32_t rbuf_cap);
+/* Closes the conn (if any), drops the queue and frees pooled frames. The
+ * struct itself stays valid (owners free it once no poller can see it). */
+void eccl_chan_close(eccl_chan *ch);
+
+/* Queues a control message. */
+eccl_result eccl_chan_send_msg(eccl_chan *ch, const eccl_msg *m);
+/* Queues a DATA frame with a borrowed payload of d->len bytes. */
+eccl_result eccl_chan_send_data(eccl_chan *ch, const eccl_wire_data *d,
+                                const void *payload);
+/* Writes what the socket takes now. */
+eccl_result eccl_chan_flush(eccl_chan *ch);
+/* Reads and dispatches frames until the socket is dry, `budget` bytes were
+ * read (then `more` is set: call again soon, `wait` will not report bytes
+ * already read ahead), or a frame is held. Returns the channel's error, if
+ * any; ECCL_OK otherwise. */
+eccl_result eccl_chan_read(eccl_chan *ch, const eccl_chan_handler *h,
+                           void *owner, size_t budget);
+/* Turns reading off (1) or on (0), e.g. to stop a frozen link. */
+void eccl_chan_pause(eccl_chan *ch, int paused);
+
+#endif

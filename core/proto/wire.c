@@ -1,0 +1,432 @@
+/* Wire codec. Every field goes through a bounded cursor (wbuf / rbuf) that
+ * moves byte by byte, so the encoding is independent of host endianness and
+ * alignment, and an overrun only sets a flag: callers check it once at the
+ * end instead of after every field. */
+#include "proto/wire.h"
+
+#include <string.h>
+
+/* ---- bounded writer ------------------------------------------------------ */
+
+typedef struct wbuf {
+    uint8_t *p;
+    size_t cap;
+    size_t pos;
+    int bad; /* overran cap or met an invalid field */
+} wbuf;
+
+static void put_u8(wbuf *w, uint8_t v)
+{
+    if (w->bad || w->pos >= w->cap) {
+        w->bad = 1;
+        return;
+    }
+    w->p[w->pos++] = v;
+}
+
+static void put_u16(wbuf *w, uint16_t v)
+{
+    put_u8(w, (uint8_t)v);
+    put_u8(w, (uint8_t)(v >> 8));
+}
+
+static void put_u32(wbuf *w, uint32_t v)
+{
+    put_u16(w, (uint16_t)v);
+    put_u16(w, (uint16_t)(v >> 16));
+}
+
+static void put_u64(wbuf *w, uint64_t v)
+{
+    put_u32(w, (uint32_t)v);
+    put_u32(w, (uint32_t)(v >> 32));
+}
+
+/* s is a fixed ECCL_ADDR_MAX array that a caller may have filled without a
+ * NUL; the scan stops at the array's end rather than trusting one. */
+static void put_str(wbuf *w, const char *s)
+{
+    size_t n = 0;
+    while (n < ECCL_ADDR_MAX && s[n] != '\0')
+        n++;
+    if (n > ECCL_WIRE_MAX_ADDR) {
+        w->bad = 1;
+        return;
+    }
+    put_u16(w, (uint16_t)n);
+    for (size_t i = 0; i < n; i++)
+        put_u8(w, (uint8_t)s[i]);
+}
+
+/* ---- bounded reader ------------------------------------------------------ */
+
+typedef struct rbuf {
+    const uint8_t *p;
+    size_t len;
+    size_t pos;
+    int bad;
+} rbuf;
+
+static uint8_t get_u8(rbuf *r)
+{
+    if (r->bad || r->pos >= r->len) {
+        r->bad = 1;
+        return 0;
+    }
+    return r->p[r->pos++];
+}
+
+static uint16_t get_u16(rbuf *r)
+{
+    uint16_t lo = get_u8(r);
+    return (uint16_t)(lo | (uint16_t)get_u8(r) << 8);
+}
+
+static uint32_t get_u32(rbuf *r)
+{
+    uint32_t lo = get_u16(r);
+    return lo | (uint32_t)get_u16(r) << 16;
+}
+
+static uint64_t get_u64(rbuf *r)
+{
+    uint64_t lo = get_u32(r);
+    return lo | (uint64_t)get_u32(r) << 32;
+}
+
+/* An embedded NUL is rejected: the decoded C string would silently lose the
+ * tail, and the frame would no longer re-encode to the same bytes. */
+static void get_str(rbuf *r, char *dst)
+{
+    uint16_t n = get_u16(r);
+    memset(dst, 0, ECCL_ADDR_MAX);
+    if (r->bad || n > ECCL_WIRE_MAX_ADDR || n > r->len - r->pos) {
+        r->bad = 1;
+        return;
+    }
+    for (uint16_t i = 0; i < n; i++) {
+        dst[i] = (char)r->p[r->pos++];
+        if (dst[i] == '\0') {
+            r->bad = 1;
+            return;
+        }
+    }
+}
+
+/* ---- per-type layouts ---------------------------------------------------- */
+
+#define STR_MAX (2u + ECCL_WIRE_MAX_ADDR)
+#define PEER_REF_MAX (8u + STR_MAX)
+#define OP_FLAG_SIZE 9u
+
+static uint32_t max_length(uint16_t type)
+{
+    switch (type) {
+    case ECCL_MSG_REGISTER: return 8u + STR_MAX;
+    case ECCL_MSG_HEARTBEAT:
+    case ECCL_MSG_PENDING_QUERY:
+    case ECCL_MSG_TOPO_VOTE: return 0;
+    case ECCL_MSG_RING_READY:
+    case ECCL_MSG_TOPO_DONE:
+    case ECCL_MSG_VIEW_QUERY: return 4;
+    case ECCL_MSG_COLL_INIT:
+    case ECCL_MSG_COLL_DONE: return 8 + 4 + 8 + 1 + 1 + 4;
+    case ECCL_MSG_VIEW_REPORT:
+    case ECCL_MSG_VIEW_DECIDE: return 8u + ECCL_WIRE_MAX_OPS * OP_FLAG_SIZE;
+    case ECCL_MSG_WELCOME: return 12;
+    case ECCL_MSG_PENDING_REPLY: return 4;
+    case ECCL_MSG_RING: return 16u + 2u * PEER_REF_MAX;
+    case ECCL_MSG_KICK: return 4;
+    case ECCL_MSG_P2P_HELLO: return 16;
+    case ECCL_MSG_DATA: return ECCL_WIRE_MAX_DATA;
+    default: return 0;
+    }
+}
+
+/* Every bound is a compile-time constant, so an oversized table entry fails
+ * the build instead of a frame at run time. */
+_Static_assert(8u + ECCL_WIRE_MAX_OPS * OP_FLAG_SIZE <= ECCL_WIRE_MAX_CONTROL,
+               "VIEW_* payload exceeds the control bound");
+_Static_assert(16u + 2u * PEER_REF_MAX <= ECCL_WIRE_MAX_CONTROL,
+               "RING payload exceeds the control bound");
+_Static_assert(ECCL_WIRE_MAX_ADDR <= UINT16_MAX, "address length is a u16");
+
+/* Types with no payload: max_length() alone cannot tell them from unknown. */
+static int known_type(uint16_t type)
+{
+    return max_length(type) != 0 || type == ECCL_MSG_HEARTBEAT ||
+           type == ECCL_MSG_PENDING_QUERY || type == ECCL_MSG_TOPO_VOTE;
+}
+
+uint32_t eccl_wire_max_length(uint16_t type)
+{
+    return max_length(type);
+}
+
+/* The semantic checks shared by encode and decode, so both sides agree on
+ * what a valid message is. */
+static int ring_ok(const eccl_msg_ring *m)
+{
+    return m->world_size != 0 && m->rank < m->world_size;
+}
+
+static int coll_ok(const eccl_msg_coll *m)
+{
+    return m->dtype < ECCL_DTYPE_COUNT && m->op < ECCL_OP_COUNT;
+}
+
+/* ---- header -------------------------------------------------------------- */
+
+void eccl_wire_header_encode(uint16_t type, uint32_t length, uint8_t *out)
+{
+    wbuf w = {out, ECCL_WIRE_HEADER_SIZE, 0, 0};
+    put_u32(&w, ECCL_WIRE_MAGIC);
+    put_u16(&w, ECCL_WIRE_VERSION);
+    put_u16(&w, type);
+    put_u32(&w, length);
+    put_u32(&w, 0);
+}
+
+eccl_result eccl_wire_header_decode(const uint8_t *in, eccl_wire_header *out)
+{
+    rbuf r = {in, ECCL_WIRE_HEADER_SIZE, 0, 0};
+    out->magic = get_u32(&r);
+    out->version = get_u16(&r);
+    out->type = get_u16(&r);
+    out->length = get_u32(&r);
+    out->reserved = get_u32(&r);
+    if (out->magic != ECCL_WIRE_MAGIC || out->version != ECCL_WIRE_VERSION ||
+        !known_type(out->type) || out->reserved != 0 ||
+        out->length > max_length(out->type))
+        return ECCL_ERR_PROTOCOL;
+    return ECCL_OK;
+}
+
+/* ---- control messages ---------------------------------------------------- */
+
+static void put_peer_ref(wbuf *w, const eccl_wire_peer_ref *p)
+{
+    put_u64(w, p->peer_id);
+    put_str(w, p->addr);
+}
+
+static void get_peer_ref(rbuf *r, eccl_wire_peer_ref *p)
+{
+    p->peer_id = get_u64(r);
+    get_str(r, p->addr);
+}
+
+static void put_payload(wbuf *w, const eccl_msg *m)
+{
+    switch (m->type) {
+    case ECCL_MSG_REGISTER:
+        put_u32(w, m->u.reg.peer_group);
+        put_u32(w, m->u.reg.peer_timeout_ms);
+        put_str(w, m->u.reg.p2p_addr);
+        break;
+    case ECCL_MSG_HEARTBEAT:
+    case ECCL_MSG_PENDING_QUERY:
+    case ECCL_MSG_TOPO_VOTE:
+        break;
+    case ECCL_MSG_WELCOME:
+        put_u64(w, m->u.welcome.peer_id);
+        put_u32(w, m->u.welcome.accepted);
+        break;
+    case ECCL_MSG_PENDING_REPLY:
+        put_u32(w, m->u.pending.pending);
+        break;
+    case ECCL_MSG_RING:
+        if (!ring_ok(&m->u.ring))
+            w->bad = 1;
+        put_u32(w, m->u.ring.peer_group);
+        put_u32(w, m->u.ring.epoch);
+        put_u32(w, m->u.ring.world_size);
+        put_u32(w, m->u.ring.rank);
+        put_peer_ref(w, &m->u.ring.next);
+        put_peer_ref(w, &m->u.ring.prev);
+        break;
+    case ECCL_MSG_RING_READY:
+    case ECCL_MSG_TOPO_DONE:
+    case ECCL_MSG_VIEW_QUERY:
+        put_u32(w, m->u.epoch.epoch);
+        break;
+    case ECCL_MSG_COLL_INIT:
+    case ECCL_MSG_COLL_DONE:
+        if (!coll_ok(&m->u.coll))
+            w->bad = 1;
+        put_u64(w, m->u.coll.tag);
+        put_u32(w, m->u.coll.epoch);
+        put_u64(w, m->u.coll.count);
+        put_u8(w, m->u.coll.dtype);
+        put_u8(w, m->u.coll.op);
+        put_u32(w, m->u.coll.result);
+        break;
+    case ECCL_MSG_VIEW_REPORT:
+    case ECCL_MSG_VIEW_DECIDE:
+        if (m->u.view.n_ops > ECCL_WIRE_MAX_OPS) {
+            w->bad = 1;
+            break;
+        }
+        put_u32(w, m->u.view.epoch);
+        put_u32(w, m->u.view.n_ops);
+        for (uint32_t i = 0; i < m->u.view.n_ops && !w->bad; i++) {
+            if (m->u.view.ops[i].flag > 1)
+                w->bad = 1;
+            put_u64(w, m->u.view.ops[i].tag);
+            put_u8(w, m->u.view.ops[i].flag);
+        }
+        break;
+    case ECCL_MSG_KICK:
+        put_u32(w, m->u.kick.reason);
+        break;
+    case ECCL_MSG_P2P_HELLO:
+        put_u64(w, m->u.hello.peer_id);
+        put_u32(w, m->u.hello.peer_group);
+        put_u32(w, m->u.hello.epoch);
+        break;
+    default: /* DATA and unknown types have no control layout */
+        w->bad = 1;
+        break;
+    }
+}
+
+size_t eccl_wire_encode(const eccl_msg *msg, uint8_t *out, size_t cap)
+{
+    if (cap < ECCL_WIRE_HEADER_SIZE)
+        return 0;
+    wbuf w = {out + ECCL_WIRE_HEADER_SIZE, cap - ECCL_WIRE_HEADER_SIZE, 0, 0};
+    put_payload(&w, msg);
+    if (w.bad)
+        return 0;
+    eccl_wire_header_encode(msg->type, (uint32_t)w.pos, out);
+    return ECCL_WIRE_HEADER_SIZE + w.pos;
+}
+
+static void get_payload(rbuf *r, uint16_t type, eccl_msg *m)
+{
+    switch (type) {
+    case ECCL_MSG_REGISTER:
+        m->u.reg.peer_group = get_u32(r);
+        m->u.reg.peer_timeout_ms = get_u32(r);
+        get_str(r, m->u.reg.p2p_addr);
+        break;
+    case ECCL_MSG_HEARTBEAT:
+    case ECCL_MSG_PENDING_QUERY:
+    case ECCL_MSG_TOPO_VOTE:
+        break;
+    case ECCL_MSG_WELCOME:
+        m->u.welcome.peer_id = get_u64(r);
+        m->u.welcome.accepted = get_u32(r);
+        break;
+    case ECCL_MSG_PENDING_REPLY:
+        m->u.pending.pending = get_u32(r);
+        break;
+    case ECCL_MSG_RING:
+        m->u.ring.peer_group = get_u32(r);
+        m->u.ring.epoch = get_u32(r);
+        m->u.ring.world_size = get_u32(r);
+        m->u.ring.rank = get_u32(r);
+        get_peer_ref(r, &m->u.ring.next);
+        get_peer_ref(r, &m->u.ring.prev);
+        if (!ring_ok(&m->u.ring))
+            r->bad = 1;
+        break;
+    case ECCL_MSG_RING_READY:
+    case ECCL_MSG_TOPO_DONE:
+    case ECCL_MSG_VIEW_QUERY:
+        m->u.epoch.epoch = get_u32(r);
+        break;
+    case ECCL_MSG_COLL_INIT:
+    case ECCL_MSG_COLL_DONE:
+        m->u.coll.tag = get_u64(r);
+        m->u.coll.epoch = get_u32(r);
+        m->u.coll.count = get_u64(r);
+        m->u.coll.dtype = get_u8(r);
+        m->u.coll.op = get_u8(r);
+        m->u.coll.result = get_u32(r);
+        if (!coll_ok(&m->u.coll))
+            r->bad = 1;
+        break;
+    case ECCL_MSG_VIEW_REPORT:
+    case ECCL_MSG_VIEW_DECIDE:
+        m->u.view.epoch = get_u32(r);
+        m->u.view.n_ops = get_u32(r);
+        /* The count is checked against both the bound and the bytes that are
+         * actually there before the loop, so a lying count costs nothing. */
+        if (m->u.view.n_ops > ECCL_WIRE_MAX_OPS ||
+            (size_t)m->u.view.n_ops * OP_FLAG_SIZE > r->len - r->pos) {
+            r->bad = 1;
+            break;
+        }
+        for (uint32_t i = 0; i < m->u.view.n_ops && !r->bad; i++) {
+            m->u.view.ops[i].tag = get_u64(r);
+            m->u.view.ops[i].flag = get_u8(r);
+            if (m->u.view.ops[i].flag > 1)
+                r->bad = 1;
+        }
+        break;
+    case ECCL_MSG_KICK:
+        m->u.kick.reason = get_u32(r);
+        break;
+    case ECCL_MSG_P2P_HELLO:
+        m->u.hello.peer_id = get_u64(r);
+        m->u.hello.peer_group = get_u32(r);
+        m->u.hello.epoch = get_u32(r);
+        break;
+    default:
+        r->bad = 1;
+        break;
+    }
+}
+
+eccl_result eccl_wire_decode(uint16_t type, const uint8_t *payload,
+                             uint32_t length, eccl_msg *out)
+{
+    /* The header bound is re-checked here so that a caller who skipped
+     * eccl_wire_header_decode still cannot make a decoder walk a huge
+     * buffer. */
+    if (type == ECCL_MSG_DATA || !known_type(type) || length > max_length(type))
+        return ECCL_ERR_PROTOCOL;
+    rbuf r = {payload, length, 0, 0};
+    out->type = type;
+    get_payload(&r, type, out);
+    if (r.bad || r.pos != r.len)
+        return ECCL_ERR_PROTOCOL;
+    return ECCL_OK;
+}
+
+/* ---- data header --------------------------------------------------------- */
+
+void eccl_wire_data_encode(const eccl_wire_data *d, uint8_t *out)
+{
+    wbuf w = {out, ECCL_WIRE_DATA_HEADER_SIZE, 0, 0};
+    put_u64(&w, d->tag);
+    put_u32(&w, d->epoch);
+    put_u8(&w, d->ring);
+    put_u8(&w, d->phase);
+    put_u16(&w, d->step);
+    put_u64(&w, d->offset);
+    put_u32(&w, d->len);
+    put_u32(&w, d->reserved);
+}
+
+eccl_result eccl_wire_data_decode(const uint8_t *in, uint32_t frame_length,
+                                  eccl_wire_data *out)
+{
+    rbuf r = {in, ECCL_WIRE_DATA_HEADER_SIZE, 0, 0};
+    out->tag = get_u64(&r);
+    out->epoch = get_u32(&r);
+    out->ring = get_u8(&r);
+    out->phase = get_u8(&r);
+    out->step = get_u16(&r);
+    out->offset = get_u64(&r);
+    out->len = get_u32(&r);
+    out->reserved = get_u32(&r);
+    /* Widened so 32 + len cannot wrap; the MAX_DATA bound is repeated in case
+     * frame_length did not come from a validated header. */
+    if (out->reserved != 0 || out->ring > 1 ||
+        out->phase > ECCL_PHASE_DONE || frame_length > ECCL_WIRE_MAX_DATA ||
+        (uint64_t)ECCL_WIRE_DATA_HEADER_SIZE + out->len != frame_length)
+        return ECCL_ERR_PROTOCOL;
+    return ECCL_OK;
+}

@@ -1,0 +1,190 @@
+/* Wire format: every frame is a 16-byte header followed by `length` payload
+ * bytes. All integers are little-endian. This module is the only place that
+ * encodes or decodes bytes that cross a connection.
+ *
+ *   offset 0  u32 magic    ECCL_WIRE_MAGIC
+ *          4  u16 version  ECCL_WIRE_VERSION
+ *          6  u16 type     enum eccl_msg_type
+ *          8  u32 length   payload bytes, bounded per type
+ *         12  u32 reserved must be 0
+ *
+ * Decoders reject a bad magic, another version, an unknown type, a length over
+ * the type's bound, a payload that is shorter or longer than its fields, a
+ * string over its bound, and a list longer than its bound: all with
+ * ECCL_ERR_PROTOCOL, never by reading past the buffer.
+ */
+#ifndef ECCL_CORE_PROTO_WIRE_H
+#define ECCL_CORE_PROTO_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "eccl.h"
+#include "env.h"
+
+#define ECCL_WIRE_MAGIC 0x4C434345u /* "ECCL" read as little-endian bytes */
+#define ECCL_WIRE_VERSION 1u
+#define ECCL_WIRE_HEADER_SIZE 16u
+/* Largest control payload (everything but DATA). */
+#define ECCL_WIRE_MAX_CONTROL 65536u
+/* Largest DATA payload: data header + one slice. */
+#define ECCL_WIRE_MAX_DATA (ECCL_WIRE_DATA_HEADER_SIZE + (16u << 20))
+/* Longest address string on the wire, without NUL. */
+#define ECCL_WIRE_MAX_ADDR (ECCL_ADDR_MAX - 1)
+/* Most entries in a VIEW_REPORT / VIEW_DECIDE list. */
+#define ECCL_WIRE_MAX_OPS 4096u
+
+enum eccl_msg_type {
+    /* peer -> master */
+    ECCL_MSG_REGISTER = 1,     /* join the run */
+    ECCL_MSG_HEARTBEAT = 2,    /* either direction: I am alive */
+    ECCL_MSG_PENDING_QUERY = 3,/* how many peers wait to be admitted? */
+    ECCL_MSG_TOPO_VOTE = 4,    /* update_topology: admit the pending peers */
+    ECCL_MSG_RING_READY = 5,   /* my links for this epoch are up */
+    ECCL_MSG_COLL_INIT = 6,    /* I started collective `tag` (notice) */
+    ECCL_MSG_COLL_DONE = 7,    /* I finished collective `tag` (notice) */
+    ECCL_MSG_VIEW_REPORT = 8,  /* reply to VIEW_QUERY: my open ops */
+    /* master -> peer */
+    ECCL_MSG_WELCOME = 32,     /* your peer id; accepted at once or pending */
+    ECCL_MSG_PENDING_REPLY = 33,
+    ECCL_MSG_RING = 34,        /* your ring neighbours for a new epoch */
+    ECCL_MSG_TOPO_DONE = 35,   /* every member's links for `epoch` are up */
+    ECCL_MSG_VIEW_QUERY = 36,  /* membership changed: freeze and report ops */
+    ECCL_MSG_VIEW_DECIDE = 37, /* commit or abort each reported op */
+    ECCL_MSG_KICK = 38,        /* you are removed; `reason` is an eccl_result */
+    /* peer -> peer */
+    ECCL_MSG_P2P_HELLO = 64,   /* first frame on a p2p connection */
+    ECCL_MSG_DATA = 65         /* collective payload: data header + bytes */
+};
+
+typedef struct eccl_wire_header {
+    uint32_t magic;
+    uint16_t version;
+    uint16_t type;
+    uint32_t length;
+    uint32_t reserved;
+} eccl_wire_header;
+
+typedef struct eccl_msg_register {
+    uint32_t peer_group;
+    uint32_t peer_timeout_ms;     /* drop me after this much silence */
+    char p2p_addr[ECCL_ADDR_MAX]; /* where this peer accepts p2p links */
+} eccl_msg_register;
+
+typedef struct eccl_msg_welcome {
+    uint64_t peer_id;
+    uint32_t accepted; /* 1: first peer, accepted at once; 0: pending vote */
+} eccl_msg_welcome;
+
+typedef struct eccl_msg_pending_reply {
+    uint32_t pending;
+} eccl_msg_pending_reply;
+
+typedef struct eccl_wire_peer_ref {
+    uint64_t peer_id;
+    char addr[ECCL_ADDR_MAX];
+} eccl_wire_peer_ref;
+
+typedef struct eccl_msg_ring {
+    uint32_t peer_group;
+    uint32_t epoch;
+    uint32_t world_size;
+    uint32_t rank;
+    eccl_wire_peer_ref next; /* we connect to it */
+    eccl_wire_peer_ref prev; /* it connects to us */
+} eccl_msg_ring;
+
+typedef struct eccl_msg_epoch { /* RING_READY, TOPO_DONE, VIEW_QUERY */
+    uint32_t epoch;
+} eccl_msg_epoch;
+
+typedef struct eccl_msg_coll {  /* COLL_INIT, COLL_DONE */
+    uint64_t tag;
+    uint32_t epoch;
+    uint64_t count;
+    uint8_t dtype;
+    uint8_t op;
+    uint32_t result;            /* COLL_DONE only; 0 in COLL_INIT */
+} eccl_msg_coll;
+
+typedef struct eccl_wire_op_flag {
+    uint64_t tag;
+    uint8_t flag; /* VIEW_REPORT: 1 = I hold the full result;
+                     VIEW_DECIDE: 1 = commit, 0 = abort */
+} eccl_wire_op_flag;
+
+typedef struct eccl_msg_view {  /* VIEW_REPORT, VIEW_DECIDE */
+    uint32_t epoch;
+    uint32_t n_ops;
+    eccl_wire_op_flag ops[ECCL_WIRE_MAX_OPS];
+} eccl_msg_view;
+
+typedef struct eccl_msg_kick {
+    uint32_t reason;
+} eccl_msg_kick;
+
+typedef struct eccl_msg_p2p_hello {
+    uint64_t peer_id;
+    uint32_t peer_group;
+    uint32_t epoch;
+} eccl_msg_p2p_hello;
+
+/* A DATA frame's payload starts with this 32-byte header; `len` bytes of
+ * tensor data follow, so the frame length is exactly 32 + len. */
+#define ECCL_WIRE_DATA_HEADER_SIZE 32u
+typedef struct eccl_wire_data {
+    uint64_t tag;
+    uint32_t epoch;
+    uint8_t ring;     /* 0: forward ring, 1: reverse ring */
+    uint8_t phase;    /* enum eccl_data_phase */
+    uint16_t step;
+    uint64_t offset;  /* byte offset into the collective's buffer */
+    uint32_t len;     /* bytes that follow */
+    uint32_t reserved;/* must be 0 */
+} eccl_wire_data;
+
+enum eccl_data_phase {
+    ECCL_PHASE_REDUCE_SCATTER = 0,
+    ECCL_PHASE_ALL_GATHER = 1,
+    ECCL_PHASE_DONE = 2       /* completion token; len 0 */
+};
+
+/* Every decoded control message. */
+typedef struct eccl_msg {
+    uint16_t type;
+    union {
+        eccl_msg_register reg;
+        eccl_msg_welcome welcome;
+        eccl_msg_pending_reply pending;
+        eccl_msg_ring ring;
+        eccl_msg_epoch epoch;
+        eccl_msg_coll coll;
+        eccl_msg_view view;
+        eccl_msg_kick kick;
+        eccl_msg_p2p_hello hello;
+    } u;
+} eccl_msg;
+
+/* Writes a header into out[ECCL_WIRE_HEADER_SIZE]. */
+void eccl_wire_header_encode(uint16_t type, uint32_t length, uint8_t *out);
+/* Parses and validates in[ECCL_WIRE_HEADER_SIZE]: magic, version, known type,
+ * reserved == 0, length within the type's bound. */
+eccl_result eccl_wire_header_decode(const uint8_t *in, eccl_wire_header *out);
+/* The largest payload a frame of this type may carry; 0 for unknown types. */
+uint32_t eccl_wire_max_length(uint16_t type);
+
+/* Encodes a whole frame (header + payload) for a control message into
+ * out[cap]. Returns the frame size, or 0 if it does not fit or the message is
+ * invalid (unknown type, string or list over bound, DATA). */
+size_t eccl_wire_encode(const eccl_msg *msg, uint8_t *out, size_t cap);
+/* Decodes the payload of a control frame whose header was already decoded. */
+eccl_result eccl_wire_decode(uint16_t type, const uint8_t *payload,
+                             uint32_t length, eccl_msg *out);
+
+void eccl_wire_data_encode(const eccl_wire_data *d, uint8_t *out);
+/* Parses the 32-byte data header; frame_length is the frame's header length.
+ * Checks reserved == 0, ring <= 1, phase known, and 32 + len == frame_length. */
+eccl_result eccl_wire_data_decode(const uint8_t *in, uint32_t frame_length,
+                                  eccl_wire_data *out);
+
+#endif /* ECCL_CORE_PROTO_WIRE_H */

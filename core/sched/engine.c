@@ -1,0 +1,123 @@
+#include "sched/engine.h"
+
+#include <string.h>
+
+#define ENGINE_MAX_READY 64
+
+eccl_result eccl_engine_init(eccl_engine *e, const eccl_env *env,
+                             const eccl_engine_ops *ops, void *owner)
+{
+    memset(e, 0, sizeof *e);
+    e->env = env;
+    e->ops = ops;
+    e->owner = owner;
+    e->next_deadline = ECCL_NO_DEADLINE;
+    eccl_result rc = env->sync->mutex_create(env->sync_ctx, &e->mu);
+    if (rc != ECCL_OK) return rc;
+    rc = env->sync->cond_create(env->sync_ctx, &e->cv);
+    if (rc != ECCL_OK) {
+        env->sync->mutex_destroy(env->sync_ctx, e->mu);
+        e->mu = NULL;
+    }
+    return rc;
+}
+
+void eccl_engine_fini(eccl_engine *e)
+{
+    if (e->cv) e->env->sync->cond_destroy(e->env->sync_ctx, e->cv);
+    if (e->mu) e->env->sync->mutex_destroy(e->env->sync_ctx, e->mu);
+    e->cv = NULL;
+    e->mu = NULL;
+}
+
+void eccl_engine_lock(eccl_engine *e) { e->env->sync->lock(e->env->sync_ctx, e->mu); }
+void eccl_engine_unlock(eccl_engine *e) { e->env->sync->unlock(e->env->sync_ctx, e->mu); }
+
+uint64_t eccl_engine_now(const eccl_engine *e)
+{
+    return e->env->clock->now_ns(e->env->clock_ctx);
+}
+
+/* Mutex held on entry and exit; released around the wait. */
+static int engine_poll(eccl_engine *e, uint64_t deadline)
+{
+    void *ready[ENGINE_MAX_READY];
+    e->pollers++;
+    eccl_engine_unlock(e);
+    int n = e->env->net->wait(e->env->net_ctx, deadline, ready, ENGINE_MAX_READY);
+    eccl_engine_lock(e);
+    e->pollers--;
+    int again = 0;
+    e->next_deadline = e->ops->step(e->owner, ready, n < 0 ? 0 : n, &again);
+    e->again = again;
+    if (e->pollers == 0) e->ops->reap(e->owner);
+    else e->env->net->wake(e->env->net_ctx); /* this step may have finished their work */
+    e->env->sync->cond_broadcast(e->env->sync_ctx, e->cv);
+    return n;
+}
+
+static void engine_thread(void *arg)
+{
+    eccl_engine *e = arg;
+    eccl_engine_lock(e);
+    while (!e->stop) {
+        if (e->waiters > 0) {
+            /* An API call is driving; it also runs the timers. */
+            e->env->sync->cond_wait(e->env->sync_ctx, e->cv, e->mu, 0);
+            continue;
+        }
+        engine_poll(e, e->again ? 0 : e->next_deadline);
+    }
+    eccl_engine_unlock(e);
+}
+
+eccl_result eccl_engine_start(eccl_engine *e, const char *name)
+{
+    return e->env->sync->spawn(e->env->sync_ctx, name, engine_thread, e, &e->thread);
+}
+
+void eccl_engine_stop(eccl_engine *e)
+{
+    eccl_engine_lock(e);
+    e->stop = 1;
+    e->env->sync->cond_broadcast(e->env->sync_ctx, e->cv);
+    eccl_engine_unlock(e);
+    e->env->net->wake(e->env->net_ctx);
+    if (e->thread) e->env->sync->join(e->env->sync_ctx, e->thread);
+    e->thread = NULL;
+}
+
+void eccl_engine_kick(eccl_engine *e)
+{
+    e->next_deadline = 0;
+    if (e->pollers > 0) e->env->net->wake(e->env->net_ctx);
+}
+
+eccl_result eccl_engine_drive(eccl_engine *e, int (*done)(void *), void *arg,
+                              uint64_t deadline_ns)
+{
+    eccl_result rc = ECCL_OK;
+    uint64_t now = eccl_engine_now(e);
+    uint64_t spin_until = now + e->env->spin_ns;
+    e->waiters++;
+    while (!done(arg)) {
+        if (e->stop) {
+            rc = ECCL_ERR_CLOSED;
+            break;
+        }
+        if (now >= deadline_ns) {
+            rc = ECCL_ERR_TIMEOUT;
+            break;
+        }
+        uint64_t until = e->next_deadline < deadline_ns ? e->next_deadline : deadline_ns;
+        if (e->again || now < spin_until) until = 0;
+        int n = engine_poll(e, until);
+        now = eccl_engine_now(e);
+        if (n > 0) spin_until = now + e->env->spin_ns;
+    }
+    if (--e->waiters == 0) {
+        /* Hand polling back to the background thread. */
+        e->env->sync->cond_broadcast(e->env->sync_ctx, e->cv);
+    }
+    return rc;
+}

@@ -1,0 +1,59 @@
+/* The progress engine of one master or communicator.
+ *
+ * A background thread polls the owner's connections whenever no API call is
+ * waiting. A blocking API call does not hand off to that thread: it drives
+ * progress itself (spinning briefly, then sleeping in env->net->wait), which
+ * saves two thread wake-ups per small collective. Several threads may be
+ * inside `wait` at once; `step` always runs with the mutex held, and objects
+ * a step closes are freed by `reap` only once no thread is inside `wait`, so a
+ * stale ready pointer never dangles.
+ */
+#ifndef ECCL_CORE_SCHED_ENGINE_H
+#define ECCL_CORE_SCHED_ENGINE_H
+
+#include "env.h"
+
+#define ECCL_NO_DEADLINE UINT64_MAX
+
+typedef struct eccl_engine_ops {
+    /* Handles ready handles (some may be closed since: skip them) and due
+     * timers. Returns the next timer deadline (ECCL_NO_DEADLINE if none) and
+     * sets *again when work is pending that needs no event (poll at once). */
+    uint64_t (*step)(void *owner, void **ready, int n, int *again);
+    /* Frees what steps closed; called when no thread is inside `wait`. */
+    void (*reap)(void *owner);
+} eccl_engine_ops;
+
+typedef struct eccl_engine {
+    const eccl_env *env;
+    const eccl_engine_ops *ops;
+    void *owner;
+    eccl_mutex *mu;
+    eccl_cond *cv;
+    eccl_thread *thread;
+    int stop;
+    int waiters;          /* API calls driving progress */
+    int pollers;          /* threads inside env->net->wait */
+    int again;
+    uint64_t next_deadline;
+} eccl_engine;
+
+eccl_result eccl_engine_init(eccl_engine *e, const eccl_env *env,
+                             const eccl_engine_ops *ops, void *owner);
+/* Starts the background thread. */
+eccl_result eccl_engine_start(eccl_engine *e, const char *name);
+/* Stops and joins the background thread; call without the mutex. */
+void eccl_engine_stop(eccl_engine *e);
+void eccl_engine_fini(eccl_engine *e);
+
+void eccl_engine_lock(eccl_engine *e);
+void eccl_engine_unlock(eccl_engine *e);
+/* Mutex held: runs progress until done(arg) is true (ECCL_OK), the clock
+ * passes deadline_ns (ECCL_ERR_TIMEOUT) or the engine stops (ECCL_ERR_CLOSED). */
+eccl_result eccl_engine_drive(eccl_engine *e, int (*done)(void *), void *arg,
+                              uint64_t deadline_ns);
+/* Mutex held: new work or an earlier timer exists; make the poller notice. */
+void eccl_engine_kick(eccl_engine *e);
+uint64_t eccl_engine_now(const eccl_engine *e);
+
+#endif

@@ -1,0 +1,151 @@
+/* eccl — elastic, fault-tolerant collective communication.
+ *
+ * Public C99 API. A run has one master (coordinator) and any number of peers.
+ * Peers register with the master, are admitted by a unanimous vote of the
+ * peers already accepted (eccl_comm_update_topology), and then run collectives
+ * peer-to-peer over a ring the master orders. When a peer vanishes mid-call,
+ * every survivor's call fails with ECCL_ERR_PEER_LOST and its receive buffer
+ * holds exactly what it held before the call; calling again runs on the
+ * survivors.
+ *
+ * Thread safety: every function may be called from any thread. One
+ * communicator may run several asynchronous collectives at once, told apart
+ * by their tag.
+ */
+#ifndef ECCL_H
+#define ECCL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define ECCL_VERSION_MAJOR 0
+#define ECCL_VERSION_MINOR 1
+#define ECCL_VERSION_PATCH 0
+
+typedef enum eccl_result {
+    ECCL_OK = 0,
+    ECCL_ERR_INVALID_ARG = 1,   /* a NULL or out-of-range argument */
+    ECCL_ERR_NO_MEMORY = 2,     /* an allocation failed */
+    ECCL_ERR_SYSTEM = 3,        /* the operating system refused (see the log) */
+    ECCL_ERR_CONNECT = 4,       /* could not reach the master or a peer */
+    ECCL_ERR_TIMEOUT = 5,       /* the configured timeout passed */
+    ECCL_ERR_PEER_LOST = 6,     /* a peer left mid-operation; buffers restored */
+    ECCL_ERR_TOO_FEW_PEERS = 7, /* a collective needs at least two peers */
+    ECCL_ERR_PROTOCOL = 8,      /* a malformed or unexpected frame */
+    ECCL_ERR_KICKED = 9,        /* the master removed this peer */
+    ECCL_ERR_MASTER_LOST = 10,  /* the connection to the master broke */
+    ECCL_ERR_BUSY = 11,         /* tag already in flight, or wrong state */
+    ECCL_ERR_NOT_CONNECTED = 12,/* eccl_comm_connect has not succeeded */
+    ECCL_ERR_AGAIN = 13,        /* internal: would block; never returned by API */
+    ECCL_ERR_CLOSED = 14,       /* the object is shutting down */
+    ECCL_ERR_UNSUPPORTED = 15   /* not supported by this build or backend */
+} eccl_result;
+
+/* A static, human-readable description; never NULL. */
+const char *eccl_strerror(eccl_result result);
+
+typedef enum eccl_dtype {
+    ECCL_I8 = 0, ECCL_U8, ECCL_I16, ECCL_U16, ECCL_I32, ECCL_U32,
+    ECCL_I64, ECCL_U64, ECCL_F16, ECCL_BF16, ECCL_F32, ECCL_F64,
+    ECCL_DTYPE_COUNT
+} eccl_dtype;
+
+typedef enum eccl_op {
+    ECCL_SUM = 0, ECCL_AVG, ECCL_PROD, ECCL_MIN, ECCL_MAX,
+    ECCL_OP_COUNT
+} eccl_op;
+
+/* Bytes per element, or 0 for an invalid dtype. */
+size_t eccl_dtype_size(eccl_dtype dtype);
+const char *eccl_dtype_name(eccl_dtype dtype);
+const char *eccl_op_name(eccl_op op);
+
+/* ---- master -------------------------------------------------------------- */
+
+typedef struct eccl_master eccl_master;
+
+/* Binds "HOST:PORT" (PORT 0 picks a free port). Serves nothing until
+ * eccl_master_run. */
+eccl_result eccl_master_create(const char *listen_addr, eccl_master **out);
+/* The address actually bound, "HOST:PORT". */
+eccl_result eccl_master_address(const eccl_master *master, char *buf, size_t len);
+/* Starts the master's progress thread and returns at once. */
+eccl_result eccl_master_run(eccl_master *master);
+/* Stops serving and closes every connection; peers see ECCL_ERR_MASTER_LOST. */
+eccl_result eccl_master_stop(eccl_master *master);
+void eccl_master_destroy(eccl_master *master);
+
+/* ---- communicator -------------------------------------------------------- */
+
+typedef struct eccl_comm eccl_comm;
+
+typedef struct eccl_comm_params {
+    const char *master_addr;     /* "HOST:PORT" of the master; required */
+    const char *p2p_host;        /* address peers reach us on; "127.0.0.1" */
+    uint32_t peer_group;         /* collectives run within a group; 0 */
+    uint32_t p2p_pool_size;      /* connections per ring neighbour; 1 */
+    uint32_t connect_timeout_ms; /* eccl_comm_connect and p2p connects; 10000 */
+    uint32_t op_timeout_ms;      /* one collective or topology update; 60000 */
+    uint32_t peer_timeout_ms;    /* silence after which a peer is dropped; 5000 */
+} eccl_comm_params;
+
+/* Fills the defaults above; master_addr stays NULL. */
+void eccl_comm_params_init(eccl_comm_params *params);
+
+eccl_result eccl_comm_create(const eccl_comm_params *params, eccl_comm **out);
+/* Registers with the master and returns once the accepted peers have voted
+ * this peer in (or at once, if it is the first). */
+eccl_result eccl_comm_connect(eccl_comm *comm);
+/* Accepted peers vote to admit every pending peer; returns once the new ring
+ * is wired. Blocks until every accepted peer has called it. */
+eccl_result eccl_comm_update_topology(eccl_comm *comm);
+/* Number of peers registered with the master and waiting to be admitted. */
+eccl_result eccl_comm_peers_pending(eccl_comm *comm, uint32_t *pending);
+
+typedef enum eccl_attr {
+    ECCL_ATTR_RANK = 0,        /* position in this peer group's ring */
+    ECCL_ATTR_WORLD_SIZE = 1,  /* accepted peers in this peer group */
+    ECCL_ATTR_PEER_ID = 2,     /* the master's stable id for this peer */
+    ECCL_ATTR_EPOCH = 3        /* ring generation; grows on every change */
+} eccl_attr;
+
+eccl_result eccl_comm_get_attr(eccl_comm *comm, eccl_attr attr, int64_t *value);
+void eccl_comm_destroy(eccl_comm *comm);
+
+/* ---- all-reduce ---------------------------------------------------------- */
+
+typedef struct eccl_reduce_info {
+    uint32_t world_size;  /* peers that took part */
+    uint64_t tx_bytes;    /* payload bytes this peer sent */
+    uint64_t rx_bytes;    /* payload bytes this peer received */
+} eccl_reduce_info;
+
+typedef struct eccl_request eccl_request;
+
+/* sendbuf == recvbuf means in place. On failure recvbuf holds what it held
+ * before the call, bit for bit. info may be NULL. */
+eccl_result eccl_allreduce(eccl_comm *comm, const void *sendbuf, void *recvbuf,
+                           size_t count, eccl_dtype dtype, eccl_op op,
+                           uint64_t tag, eccl_reduce_info *info);
+
+/* Starts an all-reduce and returns a request. The tag must not be in flight
+ * on this communicator already (ECCL_ERR_BUSY). Buffers must stay valid until
+ * the request completes. */
+eccl_result eccl_allreduce_async(eccl_comm *comm, const void *sendbuf,
+                                 void *recvbuf, size_t count, eccl_dtype dtype,
+                                 eccl_op op, uint64_t tag, eccl_request **req);
+/* Waits for completion, returns the operation's result and frees req. */
+eccl_result eccl_wait(eccl_request *req, eccl_reduce_info *info);
+/* Sets *done. When done, returns the operation's result and frees req;
+ * otherwise returns ECCL_OK and req stays valid. */
+eccl_result eccl_test(eccl_request *req, int *done, eccl_reduce_info *info);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ECCL_H */

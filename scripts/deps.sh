@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Installs the Debian/Ubuntu packages needed to build and test eccl, and only
+# those that are missing: quiet and without network access when everything is
+# already there. Safe to run any number of times.
+set -euo pipefail
+
+packages=(
+    build-essential # gcc, g++ (header_cxx), make, libc headers
+    binutils        # nm, objdump, readelf: seam and install checks
+    cmake
+    pkg-config      # finds cmocka; install_consumer checks eccl.pc
+    libcmocka-dev   # unit tests
+    libfiu-dev      # failpoints (fiu.h, libfiu)
+    fiu-utils       # fiu-run / fiu-ctrl for failpoint tests
+    clang           # the second compiler every change must build with
+    python3         # tests/check_seam.sh
+)
+
+if ! command -v dpkg-query >/dev/null 2>&1; then
+    echo "deps.sh: not a Debian-based system; install by hand: ${packages[*]}" >&2
+    exit 1
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+    # `dpkg -s` also succeeds for removed-but-configured packages; the status
+    # word must say installed.
+    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+        missing+=("$p")
+    fi
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+sudo=()
+if [ "$(id -u)" -ne 0 ]; then
+    if command -v sudo >/dev/null 2>&1; then
+        sudo=(sudo)
+    else
+        echo "deps.sh: missing ${missing[*]}, and not root and no sudo to install them" >&2
+        exit 1
+    fi
+fi
+
+echo "deps.sh: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+"${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+"${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,0 +1,820 @@
+/* Wire codec tests: exact layouts, bounds, every rejection path, and a
+ * seeded random sweep that only accepts "decoded and re-encodes to the same
+ * bytes" or ECCL_ERR_PROTOCOL. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "proto/wire.h"
+
+#define FRAME_CAP (ECCL_WIRE_HEADER_SIZE + ECCL_WIRE_MAX_CONTROL)
+
+static const uint16_t control_types[] = {
+    ECCL_MSG_REGISTER,     ECCL_MSG_HEARTBEAT,   ECCL_MSG_PENDING_QUERY,
+    ECCL_MSG_TOPO_VOTE,    ECCL_MSG_RING_READY,  ECCL_MSG_COLL_INIT,
+    ECCL_MSG_COLL_DONE,    ECCL_MSG_VIEW_REPORT, ECCL_MSG_WELCOME,
+    ECCL_MSG_PENDING_REPLY, ECCL_MSG_RING,       ECCL_MSG_TOPO_DONE,
+    ECCL_MSG_VIEW_QUERY,   ECCL_MSG_VIEW_DECIDE, ECCL_MSG_KICK,
+    ECCL_MSG_P2P_HELLO,
+};
+#define N_CONTROL (sizeof(control_types) / sizeof(control_types[0]))
+
+static const uint16_t unknown_types[] = {0, 9, 31, 39, 63, 66, 0x100, 0xFFFF};
+#define N_UNKNOWN (sizeof(unknown_types) / sizeof(unknown_types[0]))
+
+/* ---- helpers ------------------------------------------------------------- */
+
+typedef struct rng {
+    uint64_t s;
+} rng;
+
+static uint64_t next(rng *r)
+{
+    r->s ^= r->s << 13;
+    r->s ^= r->s >> 7;
+    r->s ^= r->s << 17;
+    return r->s;
+}
+
+static uint32_t below(rng *r, uint32_t n)
+{
+    return (uint32_t)(next(r) % n);
+}
+
+static eccl_msg *new_msg(uint16_t type)
+{
+    eccl_msg *m = calloc(1, sizeof(*m));
+    assert_non_null(m);
+    m->type = type;
+    return m;
+}
+
+/* Decoding from the tail of a heap block makes any read past `length` an
+ * out-of-bounds access that ASan reports, instead of a silent read of slack. */
+typedef struct arena {
+    uint8_t *base;
+    size_t cap;
+} arena;
+
+static arena arena_new(size_t cap)
+{
+    arena a = {malloc(cap), cap};
+    assert_non_null(a.base);
+    return a;
+}
+
+static uint8_t *at_tail(arena *a, const uint8_t *src, size_t len)
+{
+    assert_true(len <= a->cap);
+    uint8_t *p = a->base + (a->cap - len);
+    if (len)
+        memcpy(p, src, len);
+    return p;
+}
+
+static eccl_result decode_tail(arena *a, uint16_t type, const uint8_t *src,
+                               uint32_t len, eccl_msg *out)
+{
+    return eccl_wire_decode(type, at_tail(a, src, len), len, out);
+}
+
+static void fill_str(char *dst, size_t len, char c)
+{
+    memset(dst, 0, ECCL_ADDR_MAX);
+    memset(dst, c, len);
+}
+
+static void assert_msg_equal(const eccl_msg *a, const eccl_msg *b)
+{
+    assert_int_equal(a->type, b->type);
+    switch (a->type) {
+    case ECCL_MSG_REGISTER:
+        assert_int_equal(a->u.reg.peer_group, b->u.reg.peer_group);
+        assert_int_equal(a->u.reg.peer_timeout_ms, b->u.reg.peer_timeout_ms);
+        assert_string_equal(a->u.reg.p2p_addr, b->u.reg.p2p_addr);
+        break;
+    case ECCL_MSG_WELCOME:
+        assert_int_equal(a->u.welcome.peer_id, b->u.welcome.peer_id);
+        assert_int_equal(a->u.welcome.accepted, b->u.welcome.accepted);
+        break;
+    case ECCL_MSG_PENDING_REPLY:
+        assert_int_equal(a->u.pending.pending, b->u.pending.pending);
+        break;
+    case ECCL_MSG_RING:
+        assert_int_equal(a->u.ring.peer_group, b->u.ring.peer_group);
+        assert_int_equal(a->u.ring.epoch, b->u.ring.epoch);
+        assert_int_equal(a->u.ring.world_size, b->u.ring.world_size);
+        assert_int_equal(a->u.ring.rank, b->u.ring.rank);
+        assert_int_equal(a->u.ring.next.peer_id, b->u.ring.next.peer_id);
+        assert_string_equal(a->u.ring.next.addr, b->u.ring.next.addr);
+        assert_int_equal(a->u.ring.prev.peer_id, b->u.ring.prev.peer_id);
+        assert_string_equal(a->u.ring.prev.addr, b->u.ring.prev.addr);
+        break;
+    case ECCL_MSG_RING_READY:
+    case ECCL_MSG_TOPO_DONE:
+    case ECCL_MSG_VIEW_QUERY:
+        assert_int_equal(a->u.epoch.epoch, b->u.epoch.epoch);
+        break;
+    case ECCL_MSG_COLL_INIT:
+    case ECCL_MSG_COLL_DONE:
+        assert_int_equal(a->u.coll.tag, b->u.coll.tag);
+        assert_int_equal(a->u.coll.epoch, b->u.coll.epoch);
+        assert_int_equal(a->u.coll.count, b->u.coll.count);
+        assert_int_equal(a->u.coll.dtype, b->u.coll.dtype);
+        assert_int_equal(a->u.coll.op, b->u.coll.op);
+        assert_int_equal(a->u.coll.result, b->u.coll.result);
+        break;
+    case ECCL_MSG_VIEW_REPORT:
+    case ECCL_MSG_VIEW_DECIDE:
+        assert_int_equal(a->u.view.epoch, b->u.view.epoch);
+        assert_int_equal(a->u.view.n_ops, b->u.view.n_ops);
+        for (uint32_t i = 0; i < a->u.view.n_ops; i++) {
+            assert_int_equal(a->u.view.ops[i].tag, b->u.view.ops[i].tag);
+            assert_int_equal(a->u.view.ops[i].flag, b->u.view.ops[i].flag);
+        }
+        break;
+    case ECCL_MSG_KICK:
+        assert_int_equal(a->u.kick.reason, b->u.kick.reason);
+        break;
+    case ECCL_MSG_P2P_HELLO:
+        assert_int_equal(a->u.hello.peer_id, b->u.hello.peer_id);
+        assert_int_equal(a->u.hello.peer_group, b->u.hello.peer_group);
+        assert_int_equal(a->u.hello.epoch, b->u.hello.epoch);
+        break;
+    default:
+        break;
+    }
+}
+
+/* Every field at its smallest legal value (is_max == 0) or its largest. */
+static void fill_extreme(eccl_msg *m, uint16_t type, int is_max)
+{
+    const uint64_t v64 = is_max ? UINT64_MAX : 0;
+    const uint32_t v32 = is_max ? UINT32_MAX : 0;
+    const size_t slen = is_max ? ECCL_WIRE_MAX_ADDR : 0;
+    memset(m, 0, sizeof(*m));
+    m->type = type;
+    switch (type) {
+    case ECCL_MSG_REGISTER:
+        m->u.reg.peer_group = v32;
+        m->u.reg.peer_timeout_ms = v32;
+        fill_str(m->u.reg.p2p_addr, slen, 'a');
+        break;
+    case ECCL_MSG_WELCOME:
+        m->u.welcome.peer_id = v64;
+        m->u.welcome.accepted = v32;
+        break;
+    case ECCL_MSG_PENDING_REPLY:
+        m->u.pending.pending = v32;
+        break;
+    case ECCL_MSG_RING:
+        m->u.ring.peer_group = v32;
+        m->u.ring.epoch = v32;
+        m->u.ring.world_size = is_max ? UINT32_MAX : 1;
+        m->u.ring.rank = is_max ? UINT32_MAX - 1 : 0;
+        m->u.ring.next.peer_id = v64;
+        fill_str(m->u.ring.next.addr, slen, 'n');
+        m->u.ring.prev.peer_id = v64;
+        fill_str(m->u.ring.prev.addr, slen, 'p');
+        break;
+    case ECCL_MSG_RING_READY:
+    case ECCL_MSG_TOPO_DONE:
+    case ECCL_MSG_VIEW_QUERY:
+        m->u.epoch.epoch = v32;
+        break;
+    case ECCL_MSG_COLL_INIT:
+    case ECCL_MSG_COLL_DONE:
+        m->u.coll.tag = v64;
+        m->u.coll.epoch = v32;
+        m->u.coll.count = v64;
+        m->u.coll.dtype = is_max ? ECCL_DTYPE_COUNT - 1 : 0;
+        m->u.coll.op = is_max ? ECCL_OP_COUNT - 1 : 0;
+        m->u.coll.result = v32;
+        break;
+    case ECCL_MSG_VIEW_REPORT:
+    case ECCL_MSG_VIEW_DECIDE:
+        m->u.view.epoch = v32;
+        m->u.view.n_ops = is_max ? ECCL_WIRE_MAX_OPS : 0;
+        for (uint32_t i = 0; i < m->u.view.n_ops; i++) {
+            m->u.view.ops[i].tag = UINT64_MAX - i;
+            m->u.view.ops[i].flag = (uint8_t)(i & 1);
+        }
+        break;
+    case ECCL_MSG_KICK:
+        m->u.kick.reason = v32;
+        break;
+    case ECCL_MSG_P2P_HELLO:
+        m->u.hello.peer_id = v64;
+        m->u.hello.peer_group = v32;
+        m->u.hello.epoch = v32;
+        break;
+    default:
+        break;
+    }
+}
+
+static void rand_str(rng *r, char *dst)
+{
+    size_t n = below(r, 8) == 0 ? ECCL_WIRE_MAX_ADDR : below(r, ECCL_WIRE_MAX_ADDR + 1);
+    memset(dst, 0, ECCL_ADDR_MAX);
+    for (size_t i = 0; i < n; i++)
+        dst[i] = (char)(1 + below(r, 255));
+}
+
+/* A random but valid message of a random control type. */
+static void fill_random(rng *r, eccl_msg *m)
+{
+    uint16_t type = control_types[below(r, N_CONTROL)];
+    fill_extreme(m, type, 0);
+    switch (type) {
+    case ECCL_MSG_REGISTER:
+        m->u.reg.peer_group = (uint32_t)next(r);
+        m->u.reg.peer_timeout_ms = (uint32_t)next(r);
+        rand_str(r, m->u.reg.p2p_addr);
+        break;
+    case ECCL_MSG_WELCOME:
+        m->u.welcome.peer_id = next(r);
+        m->u.welcome.accepted = below(r, 2);
+        break;
+    case ECCL_MSG_PENDING_REPLY:
+        m->u.pending.pending = (uint32_t)next(r);
+        break;
+    case ECCL_MSG_RING:
+        m->u.ring.peer_group = (uint32_t)next(r);
+        m->u.ring.epoch = (uint32_t)next(r);
+        m->u.ring.world_size = 1 + below(r, UINT32_MAX);
+        m->u.ring.rank = below(r, m->u.ring.world_size);
+        m->u.ring.next.peer_id = next(r);
+        rand_str(r, m->u.ring.next.addr);
+        m->u.ring.prev.peer_id = next(r);
+        rand_str(r, m->u.ring.prev.addr);
+        break;
+    case ECCL_MSG_RING_READY:
+    case ECCL_MSG_TOPO_DONE:
+    case ECCL_MSG_VIEW_QUERY:
+        m->u.epoch.epoch = (uint32_t)next(r);
+        break;
+    case ECCL_MSG_COLL_INIT:
+    case ECCL_MSG_COLL_DONE:
+        m->u.coll.tag = next(r);
+        m->u.coll.epoch = (uint32_t)next(r);
+        m->u.coll.count = next(r);
+        m->u.coll.dtype = (uint8_t)below(r, ECCL_DTYPE_COUNT);
+        m->u.coll.op = (uint8_t)below(r, ECCL_OP_COUNT);
+        m->u.coll.result = (uint32_t)next(r);
+        break;
+    case ECCL_MSG_VIEW_REPORT:
+    case ECCL_MSG_VIEW_DECIDE:
+        m->u.view.epoch = (uint32_t)next(r);
+        m->u.view.n_ops = below(r, 64) == 0 ? below(r, ECCL_WIRE_MAX_OPS + 1) : below(r, 16);
+        for (uint32_t i = 0; i < m->u.view.n_ops; i++) {
+            m->u.view.ops[i].tag = next(r);
+            m->u.view.ops[i].flag = (uint8_t)below(r, 2);
+        }
+        break;
+    case ECCL_MSG_KICK:
+        m->u.kick.reason = (uint32_t)next(r);
+        break;
+    case ECCL_MSG_P2P_HELLO:
+        m->u.hello.peer_id = next(r);
+        m->u.hello.peer_group = (uint32_t)next(r);
+        m->u.hello.epoch = (uint32_t)next(r);
+        break;
+    default:
+        break;
+    }
+}
+
+/* Full round trip plus every length-based rejection for one valid message:
+ * the frame is exact, each shorter cap fails, each payload prefix and one
+ * trailing byte are rejected. Returns the frame size. */
+static size_t check_message(const eccl_msg *m, uint8_t *frame, arena *a)
+{
+    size_t n = eccl_wire_encode(m, frame, FRAME_CAP);
+    assert_true(n >= ECCL_WIRE_HEADER_SIZE);
+
+    eccl_wire_header h;
+    assert_int_equal(eccl_wire_header_decode(frame, &h), ECCL_OK);
+    assert_int_equal(h.type, m->type);
+    assert_int_equal(h.length, n - ECCL_WIRE_HEADER_SIZE);
+    assert_true(h.length <= eccl_wire_max_length(m->type));
+
+    const uint8_t *payload = frame + ECCL_WIRE_HEADER_SIZE;
+    eccl_msg *d = new_msg(0);
+    assert_int_equal(decode_tail(a, h.type, payload, h.length, d), ECCL_OK);
+    assert_msg_equal(m, d);
+
+    uint8_t *again = malloc(FRAME_CAP);
+    assert_non_null(again);
+    assert_int_equal(eccl_wire_encode(d, again, FRAME_CAP), n);
+    assert_memory_equal(frame, again, n);
+
+    /* A cap one short must fail cleanly; smaller caps take the same path. */
+    for (size_t cap = n; cap-- > 0 && cap + 64 >= n;)
+        assert_int_equal(eccl_wire_encode(m, again, cap), 0);
+    assert_int_equal(eccl_wire_encode(m, again, 0), 0);
+
+    for (uint32_t p = 0; p < h.length; p++)
+        assert_int_equal(decode_tail(a, h.type, payload, p, d), ECCL_ERR_PROTOCOL);
+
+    memcpy(again, payload, h.length);
+    again[h.length] = 0;
+    assert_int_equal(decode_tail(a, h.type, again, h.length + 1, d), ECCL_ERR_PROTOCOL);
+
+    free(again);
+    free(d);
+    return n;
+}
+
+/* ---- tests --------------------------------------------------------------- */
+
+static void test_max_length(void **state)
+{
+    (void)state;
+    const struct {
+        uint16_t type;
+        uint32_t max;
+    } want[] = {
+        {ECCL_MSG_REGISTER, 8 + 2 + ECCL_WIRE_MAX_ADDR},
+        {ECCL_MSG_HEARTBEAT, 0},
+        {ECCL_MSG_PENDING_QUERY, 0},
+        {ECCL_MSG_TOPO_VOTE, 0},
+        {ECCL_MSG_RING_READY, 4},
+        {ECCL_MSG_COLL_INIT, 26},
+        {ECCL_MSG_COLL_DONE, 26},
+        {ECCL_MSG_VIEW_REPORT, 8 + ECCL_WIRE_MAX_OPS * 9},
+        {ECCL_MSG_WELCOME, 12},
+        {ECCL_MSG_PENDING_REPLY, 4},
+        {ECCL_MSG_RING, 16 + 2 * (8 + 2 + ECCL_WIRE_MAX_ADDR)},
+        {ECCL_MSG_TOPO_DONE, 4},
+        {ECCL_MSG_VIEW_QUERY, 4},
+        {ECCL_MSG_VIEW_DECIDE, 8 + ECCL_WIRE_MAX_OPS * 9},
+        {ECCL_MSG_KICK, 4},
+        {ECCL_MSG_P2P_HELLO, 16},
+        {ECCL_MSG_DATA, ECCL_WIRE_MAX_DATA},
+    };
+    for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+        assert_int_equal(eccl_wire_max_length(want[i].type), want[i].max);
+        if (want[i].type != ECCL_MSG_DATA)
+            assert_true(want[i].max <= ECCL_WIRE_MAX_CONTROL);
+    }
+    for (size_t i = 0; i < N_UNKNOWN; i++)
+        assert_int_equal(eccl_wire_max_length(unknown_types[i]), 0);
+}
+
+static void test_roundtrip_extremes(void **state)
+{
+    (void)state;
+    uint8_t *frame = malloc(FRAME_CAP);
+    eccl_msg *m = new_msg(0);
+    arena a = arena_new(FRAME_CAP);
+    for (size_t i = 0; i < N_CONTROL; i++) {
+        fill_extreme(m, control_types[i], 0);
+        check_message(m, frame, &a);
+        fill_extreme(m, control_types[i], 1);
+        size_t n = check_message(m, frame, &a);
+        /* The maximal message is exactly as long as the advertised bound. */
+        assert_int_equal(n - ECCL_WIRE_HEADER_SIZE, eccl_wire_max_length(control_types[i]));
+    }
+    free(a.base);
+    free(m);
+    free(frame);
+}
+
+static void test_golden_bytes(void **state)
+{
+    (void)state;
+    eccl_msg *m = new_msg(ECCL_MSG_REGISTER);
+    m->u.reg.peer_group = 0x0A0B0C0D;
+    m->u.reg.peer_timeout_ms = 5000;
+    strcpy(m->u.reg.p2p_addr, "h:1");
+    uint8_t frame[64];
+    static const uint8_t want[] = {
+        'E', 'C', 'C', 'L', 1, 0, 1, 0, 13, 0, 0, 0, 0, 0, 0, 0,
+        0x0D, 0x0C, 0x0B, 0x0A, 0x88, 0x13, 0, 0, 3, 0, 'h', ':', '1',
+    };
+    assert_int_equal(eccl_wire_encode(m, frame, sizeof(frame)), sizeof(want));
+    assert_memory_equal(frame, want, sizeof(want));
+
+    m->type = ECCL_MSG_COLL_DONE;
+    m->u.coll = (eccl_msg_coll){0x0102030405060708ull, 0x11121314u,
+                                0x2122232425262728ull, ECCL_F32, ECCL_MAX, 6};
+    static const uint8_t coll[] = {
+        8, 7, 6, 5, 4, 3, 2, 1, 0x14, 0x13, 0x12, 0x11,
+        0x28, 0x27, 0x26, 0x25, 0x24, 0x23, 0x22, 0x21, ECCL_F32, ECCL_MAX, 6, 0, 0, 0,
+    };
+    assert_int_equal(eccl_wire_encode(m, frame, sizeof(frame)), 16 + sizeof(coll));
+    assert_int_equal(frame[6], ECCL_MSG_COLL_DONE);
+    assert_int_equal(frame[8], sizeof(coll));
+    assert_memory_equal(frame + 16, coll, sizeof(coll));
+    free(m);
+}
+
+static void test_empty_payloads(void **state)
+{
+    (void)state;
+    eccl_msg m;
+    const uint8_t one = 0;
+    uint16_t empty[] = {ECCL_MSG_HEARTBEAT, ECCL_MSG_PENDING_QUERY, ECCL_MSG_TOPO_VOTE};
+    for (size_t i = 0; i < 3; i++) {
+        /* No byte may be touched, so a NULL payload of length 0 is fine. */
+        assert_int_equal(eccl_wire_decode(empty[i], NULL, 0, &m), ECCL_OK);
+        assert_int_equal(m.type, empty[i]);
+        assert_int_equal(eccl_wire_decode(empty[i], &one, 1, &m), ECCL_ERR_PROTOCOL);
+    }
+}
+
+static void test_header_rejects(void **state)
+{
+    (void)state;
+    uint8_t good[ECCL_WIRE_HEADER_SIZE], bad[ECCL_WIRE_HEADER_SIZE];
+    eccl_wire_header h;
+    eccl_wire_header_encode(ECCL_MSG_RING, 40, good);
+    assert_int_equal(eccl_wire_header_decode(good, &h), ECCL_OK);
+    assert_int_equal(h.magic, ECCL_WIRE_MAGIC);
+    assert_int_equal(h.version, ECCL_WIRE_VERSION);
+    assert_int_equal(h.type, ECCL_MSG_RING);
+    assert_int_equal(h.length, 40);
+    assert_int_equal(h.reserved, 0);
+    assert_memory_equal(good, "ECCL\x01\x00\x22\x00\x28\x00\x00\x00\x00\x00\x00\x00", 16);
+
+    for (size_t byte = 0; byte < 4; byte++) { /* magic */
+        memcpy(bad, good, sizeof(bad));
+        bad[byte] ^= 0x20;
+        assert_int_equal(eccl_wire_header_decode(bad, &h), ECCL_ERR_PROTOCOL);
+    }
+    const uint16_t versions[] = {0, 2, 0x100, 0xFFFF};
+    for (size_t i = 0; i < 4; i++) {
+        memcpy(bad, good, sizeof(bad));
+        bad[4] = (uint8_t)versions[i];
+        bad[5] = (uint8_t)(versions[i] >> 8);
+        assert_int_equal(eccl_wire_header_decode(bad, &h), ECCL_ERR_PROTOCOL);
+    }
+    for (size_t i = 0; i < N_UNKNOWN; i++) {
+        eccl_wire_header_encode(unknown_types[i], 0, bad);
+        assert_int_equal(eccl_wire_header_decode(bad, &h), ECCL_ERR_PROTOCOL);
+    }
+    for (size_t byte = 12; byte < 16; byte++) { /* reserved */
+        memcpy(bad, good, sizeof(bad));
+        bad[byte] = 1;
+        assert_int_equal(eccl_wire_header_decode(bad, &h), ECCL_ERR_PROTOCOL);
+    }
+
+    /* Length: the bound itself is fine, one more is not, for every type. */
+    uint16_t all[N_CONTROL + 1];
+    memcpy(all, control_types, sizeof(control_types));
+    all[N_CONTROL] = ECCL_MSG_DATA;
+    for (size_t i = 0; i < N_CONTROL + 1; i++) {
+        uint32_t max = eccl_wire_max_length(all[i]);
+        eccl_wire_header_encode(all[i], max, bad);
+        assert_int_equal(eccl_wire_header_decode(bad, &h), ECCL_OK);
+        eccl_wire_header_encode(all[i], max + 1, bad);
+        assert_int_equal(eccl_wire_header_decode(bad, &h), ECCL_ERR_PROTOCOL);
+        eccl_wire_header_encode(all[i], UINT32_MAX, bad);
+        assert_int_equal(eccl_wire_header_decode(bad, &h), ECCL_ERR_PROTOCOL);
+    }
+}
+
+static void test_encode_rejects(void **state)
+{
+    (void)state;
+    uint8_t *frame = malloc(FRAME_CAP);
+    eccl_msg *m = new_msg(0);
+
+    m->type = ECCL_MSG_DATA;
+    assert_int_equal(eccl_wire_encode(m, frame, FRAME_CAP), 0);
+    for (size_t i = 0; i < N_UNKNOWN; i++) {
+        m->type = unknown_types[i];
+        assert_int_equal(eccl_wire_encode(m, frame, FRAME_CAP), 0);
+    }
+
+    /* A string filling its whole array has no NUL: one byte over the bound. */
+    fill_extreme(m, ECCL_MSG_REGISTER, 1);
+    memset(m->u.reg.p2p_addr, 'x', ECCL_ADDR_MAX);
+    assert_int_equal(eccl_wire_encode(m, frame, FRAME_CAP), 0);
+    fill_extreme(m, ECCL_MSG_RING, 1);
+    memset(m->u.ring.prev.addr, 'x', ECCL_ADDR_MAX);
+    assert_int_equal(eccl_wire_encode(m, frame, FRAME_CAP), 0);
+
+    fill_extreme(m, ECCL_MSG_RING, 0);
+    m->u.ring.world_size = 0;
+    assert_int_equal(eccl_wire_encode(m, frame, FRAME_CAP), 0);
+    m->u.ring.world_size = 4;
+    m->u.ring.rank = 4;
+    assert_int_equal(eccl_wire_encode(m, frame, FRAME_CAP), 0);
+    m->u.ring.rank = 3;
+    assert_int_not_equal(eccl_wire_encode(m, frame, FRAME_CAP), 0);
+
+    fill_extreme(m, ECCL_MSG_COLL_INIT, 0);
+    m->u.coll.dtype = ECCL_DTYPE_COUNT;
+    assert_int_equal(eccl_wire_encode(m, frame, FRAME_CAP), 0);
+    m->u.coll.dtype = 0;
+    m->u.coll.op = ECCL_OP_COUNT;
+    assert_int_equal(eccl_wire_encode(m, frame, FRAME_CAP), 0);
+
+    fill_extreme(m, ECCL_MSG_VIEW_DECIDE, 1);
+    m->u.view.n_ops = ECCL_WIRE_MAX_OPS + 1;
+    assert_int_equal(eccl_wire_encode(m, frame, FRAME_CAP), 0);
+    m->u.view.n_ops = UINT32_MAX;
+    assert_int_equal(eccl_wire_encode(m, frame, FRAME_CAP), 0);
+    m->u.view.n_ops = ECCL_WIRE_MAX_OPS;
+    m->u.view.ops[ECCL_WIRE_MAX_OPS - 1].flag = 2;
+    assert_int_equal(eccl_wire_encode(m, frame, FRAME_CAP), 0);
+
+    free(m);
+    free(frame);
+}
+
+/* Byte-level builders for payloads the encoder refuses to produce. */
+static size_t le(uint8_t *p, uint64_t v, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+    return n;
+}
+
+static size_t raw_str(uint8_t *p, uint16_t len, uint8_t c)
+{
+    le(p, len, 2);
+    memset(p + 2, c, len);
+    return 2u + len;
+}
+
+static void test_decode_rejects(void **state)
+{
+    (void)state;
+    uint8_t *buf = calloc(1, FRAME_CAP);
+    eccl_msg *m = new_msg(0);
+    arena a = arena_new(FRAME_CAP + 64);
+    size_t n;
+
+    assert_int_equal(decode_tail(&a, ECCL_MSG_DATA, buf, 32, m), ECCL_ERR_PROTOCOL);
+    for (size_t i = 0; i < N_UNKNOWN; i++) {
+        assert_int_equal(decode_tail(&a, unknown_types[i], buf, 0, m), ECCL_ERR_PROTOCOL);
+        assert_int_equal(decode_tail(&a, unknown_types[i], buf, 16, m), ECCL_ERR_PROTOCOL);
+    }
+    /* Longer than the type's bound, even with a valid prefix. */
+    for (size_t i = 0; i < N_CONTROL; i++) {
+        uint32_t over = eccl_wire_max_length(control_types[i]) + 1;
+        assert_int_equal(decode_tail(&a, control_types[i], buf, over, m), ECCL_ERR_PROTOCOL);
+    }
+
+    /* RING with a 64-byte next address still fits the RING bound, so only
+     * the string check can catch it. */
+    n = le(buf, 7, 4) + le(buf + 4, 1, 4) + le(buf + 8, 2, 4) + le(buf + 12, 1, 4);
+    n += le(buf + n, 5, 8);
+    size_t next_str = n;
+    n += raw_str(buf + n, ECCL_WIRE_MAX_ADDR + 1, 'n');
+    n += le(buf + n, 6, 8);
+    n += raw_str(buf + n, 0, 0);
+    assert_true(n <= eccl_wire_max_length(ECCL_MSG_RING));
+    assert_int_equal(decode_tail(&a, ECCL_MSG_RING, buf, (uint32_t)n, m), ECCL_ERR_PROTOCOL);
+    raw_str(buf + next_str, ECCL_WIRE_MAX_ADDR, 'n');
+    assert_int_equal(decode_tail(&a, ECCL_MSG_RING, buf, (uint32_t)n - 1, m), ECCL_OK);
+    assert_int_equal(strlen(m->u.ring.next.addr), ECCL_WIRE_MAX_ADDR);
+    assert_int_equal(m->u.ring.prev.addr[0], '\0');
+
+    /* Semantic RING checks. */
+    le(buf + 8, 0, 4);
+    le(buf + 12, 0, 4);
+    assert_int_equal(decode_tail(&a, ECCL_MSG_RING, buf, (uint32_t)n - 1, m), ECCL_ERR_PROTOCOL);
+    le(buf + 8, 3, 4);
+    le(buf + 12, 3, 4);
+    assert_int_equal(decode_tail(&a, ECCL_MSG_RING, buf, (uint32_t)n - 1, m), ECCL_ERR_PROTOCOL);
+    le(buf + 12, UINT32_MAX, 4);
+    assert_int_equal(decode_tail(&a, ECCL_MSG_RING, buf, (uint32_t)n - 1, m), ECCL_ERR_PROTOCOL);
+
+    /* REGISTER: string length over the bound, over the remaining bytes, and
+     * with an embedded NUL (it would not survive as a C string). */
+    n = le(buf, 1, 4) + le(buf + 4, 1000, 4) + raw_str(buf + 8, ECCL_WIRE_MAX_ADDR + 1, 'r');
+    assert_int_equal(decode_tail(&a, ECCL_MSG_REGISTER, buf, (uint32_t)n, m), ECCL_ERR_PROTOCOL);
+    n = le(buf, 1, 4) + le(buf + 4, 1000, 4) + raw_str(buf + 8, 10, 'r');
+    le(buf + 8, 11, 2);
+    assert_int_equal(decode_tail(&a, ECCL_MSG_REGISTER, buf, (uint32_t)n, m), ECCL_ERR_PROTOCOL);
+    le(buf + 8, 0xFFFF, 2);
+    assert_int_equal(decode_tail(&a, ECCL_MSG_REGISTER, buf, (uint32_t)n, m), ECCL_ERR_PROTOCOL);
+    le(buf + 8, 10, 2);
+    assert_int_equal(decode_tail(&a, ECCL_MSG_REGISTER, buf, (uint32_t)n, m), ECCL_OK);
+    assert_string_equal(m->u.reg.p2p_addr, "rrrrrrrrrr");
+    buf[13] = 0;
+    assert_int_equal(decode_tail(&a, ECCL_MSG_REGISTER, buf, (uint32_t)n, m), ECCL_ERR_PROTOCOL);
+
+    /* COLL: dtype and op bounds. */
+    memset(buf, 0, 26);
+    assert_int_equal(decode_tail(&a, ECCL_MSG_COLL_INIT, buf, 26, m), ECCL_OK);
+    buf[20] = ECCL_DTYPE_COUNT;
+    assert_int_equal(decode_tail(&a, ECCL_MSG_COLL_INIT, buf, 26, m), ECCL_ERR_PROTOCOL);
+    buf[20] = ECCL_DTYPE_COUNT - 1;
+    buf[21] = ECCL_OP_COUNT;
+    assert_int_equal(decode_tail(&a, ECCL_MSG_COLL_DONE, buf, 26, m), ECCL_ERR_PROTOCOL);
+    buf[21] = 0xFF;
+    assert_int_equal(decode_tail(&a, ECCL_MSG_COLL_DONE, buf, 26, m), ECCL_ERR_PROTOCOL);
+
+    /* VIEW: too many entries (with and without the bytes for them), a count
+     * larger than the bytes present, and a flag over 1. */
+    memset(buf, 0, FRAME_CAP);
+    le(buf + 4, ECCL_WIRE_MAX_OPS + 1, 4);
+    assert_int_equal(decode_tail(&a, ECCL_MSG_VIEW_REPORT, buf, 8, m), ECCL_ERR_PROTOCOL);
+    assert_int_equal(decode_tail(&a, ECCL_MSG_VIEW_REPORT, buf,
+                                 8 + (ECCL_WIRE_MAX_OPS + 1) * 9, m), ECCL_ERR_PROTOCOL);
+    le(buf + 4, UINT32_MAX, 4);
+    assert_int_equal(decode_tail(&a, ECCL_MSG_VIEW_DECIDE, buf, 8, m), ECCL_ERR_PROTOCOL);
+    le(buf + 4, 3, 4);
+    assert_int_equal(decode_tail(&a, ECCL_MSG_VIEW_DECIDE, buf, 8 + 2 * 9, m), ECCL_ERR_PROTOCOL);
+    assert_int_equal(decode_tail(&a, ECCL_MSG_VIEW_DECIDE, buf, 8 + 3 * 9, m), ECCL_OK);
+    assert_int_equal(m->u.view.n_ops, 3);
+    buf[8 + 2 * 9 + 8] = 2;
+    assert_int_equal(decode_tail(&a, ECCL_MSG_VIEW_DECIDE, buf, 8 + 3 * 9, m), ECCL_ERR_PROTOCOL);
+    buf[8 + 2 * 9 + 8] = 1;
+    assert_int_equal(decode_tail(&a, ECCL_MSG_VIEW_DECIDE, buf, 8 + 3 * 9, m), ECCL_OK);
+    assert_int_equal(m->u.view.ops[2].flag, 1);
+
+    free(a.base);
+    free(m);
+    free(buf);
+}
+
+static void test_data_header(void **state)
+{
+    (void)state;
+    uint8_t b[ECCL_WIRE_DATA_HEADER_SIZE];
+    eccl_wire_data d, o;
+
+    d = (eccl_wire_data){0x0102030405060708ull, 0x11121314u, 1, ECCL_PHASE_ALL_GATHER,
+                         0x2122, 0x3132333435363738ull, 0x100, 0};
+    eccl_wire_data_encode(&d, b);
+    static const uint8_t want[] = {
+        8, 7, 6, 5, 4, 3, 2, 1, 0x14, 0x13, 0x12, 0x11, 1, 1, 0x22, 0x21,
+        0x38, 0x37, 0x36, 0x35, 0x34, 0x33, 0x32, 0x31, 0, 1, 0, 0, 0, 0, 0, 0,
+    };
+    assert_memory_equal(b, want, sizeof(want));
+    assert_int_equal(eccl_wire_data_decode(b, 32 + 0x100, &o), ECCL_OK);
+    assert_memory_equal(&d, &o, sizeof(d));
+
+    /* Extremes: the largest slice, and the empty completion token. */
+    d = (eccl_wire_data){UINT64_MAX, UINT32_MAX, 1, ECCL_PHASE_REDUCE_SCATTER,
+                         UINT16_MAX, UINT64_MAX, ECCL_WIRE_MAX_DATA - 32, 0};
+    eccl_wire_data_encode(&d, b);
+    assert_int_equal(eccl_wire_data_decode(b, ECCL_WIRE_MAX_DATA, &o), ECCL_OK);
+    assert_memory_equal(&d, &o, sizeof(d));
+    d = (eccl_wire_data){0, 0, 0, ECCL_PHASE_DONE, 0, 0, 0, 0};
+    eccl_wire_data_encode(&d, b);
+    assert_int_equal(eccl_wire_data_decode(b, 32, &o), ECCL_OK);
+    assert_memory_equal(&d, &o, sizeof(d));
+
+    /* len must match the frame exactly. */
+    assert_int_equal(eccl_wire_data_decode(b, 31, &o), ECCL_ERR_PROTOCOL);
+    assert_int_equal(eccl_wire_data_decode(b, 33, &o), ECCL_ERR_PROTOCOL);
+    assert_int_equal(eccl_wire_data_decode(b, 0, &o), ECCL_ERR_PROTOCOL);
+    /* 32 + len must not wrap to a small frame length. */
+    d.len = UINT32_MAX;
+    eccl_wire_data_encode(&d, b);
+    assert_int_equal(eccl_wire_data_decode(b, 31, &o), ECCL_ERR_PROTOCOL);
+    /* A slice over the data bound is rejected even if consistent. */
+    d.len = ECCL_WIRE_MAX_DATA - 31;
+    eccl_wire_data_encode(&d, b);
+    assert_int_equal(eccl_wire_data_decode(b, ECCL_WIRE_MAX_DATA + 1, &o), ECCL_ERR_PROTOCOL);
+
+    d = (eccl_wire_data){1, 2, 0, ECCL_PHASE_REDUCE_SCATTER, 3, 4, 5, 0};
+    const struct {
+        size_t off;
+        uint8_t v;
+    } bad[] = {{12, 2}, {12, 0xFF}, {13, 3}, {13, 0xFF},
+               {28, 1}, {29, 1},    {30, 1}, {31, 0x80}};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        eccl_wire_data_encode(&d, b);
+        assert_int_equal(eccl_wire_data_decode(b, 37, &o), ECCL_OK);
+        b[bad[i].off] = bad[i].v;
+        assert_int_equal(eccl_wire_data_decode(b, 37, &o), ECCL_ERR_PROTOCOL);
+    }
+}
+
+/* Either a clean rejection or a decode that re-encodes to the same bytes.
+ * Returns 1 for the latter. */
+static int check_decode_outcome(arena *a, uint8_t *frame, uint16_t type,
+                                const uint8_t *p, uint32_t len, eccl_msg *m)
+{
+    eccl_result rc = decode_tail(a, type, p, len, m);
+    if (rc != ECCL_OK) {
+        assert_int_equal(rc, ECCL_ERR_PROTOCOL);
+        return 0;
+    }
+    size_t n = eccl_wire_encode(m, frame, FRAME_CAP);
+    assert_int_equal(n, ECCL_WIRE_HEADER_SIZE + len);
+    assert_memory_equal(frame + ECCL_WIRE_HEADER_SIZE, p, len);
+    return 1;
+}
+
+static void test_random_robustness(void **state)
+{
+    (void)state;
+    rng r = {0x9E3779B97F4A7C15ull};
+    uint8_t *src = malloc(FRAME_CAP + 64);
+    uint8_t *frame = malloc(FRAME_CAP);
+    eccl_msg *m = new_msg(0);
+    arena a = arena_new(FRAME_CAP + 64);
+    unsigned ok = 0;
+
+    for (int iter = 0; iter < 200000; iter++) {
+        uint32_t mode = below(&r, 3);
+        uint16_t type;
+        uint32_t len;
+        if (mode == 0) {
+            /* Pure noise, mostly short, at any type including unknown ones. */
+            type = below(&r, 8) == 0 ? (uint16_t)next(&r) : control_types[below(&r, N_CONTROL)];
+            uint32_t max = eccl_wire_max_length(type);
+            len = below(&r, (max < 256 ? max : 256) + 9);
+            for (uint32_t i = 0; i < len; i++)
+                src[i] = (uint8_t)next(&r);
+        } else {
+            fill_random(&r, m);
+            size_t n = eccl_wire_encode(m, frame, FRAME_CAP);
+            assert_true(n >= ECCL_WIRE_HEADER_SIZE);
+            type = m->type;
+            len = (uint32_t)(n - ECCL_WIRE_HEADER_SIZE);
+            memcpy(src, frame + ECCL_WIRE_HEADER_SIZE, len);
+            if (mode == 2) {
+                assert_true(check_decode_outcome(&a, frame, type, src, len, m));
+                ok++;
+                continue;
+            }
+            /* Mutate: flip bytes, then maybe cut or extend. */
+            for (uint32_t k = 1 + below(&r, 3); k > 0 && len > 0; k--)
+                src[below(&r, len)] ^= (uint8_t)(1 + below(&r, 255));
+            if (below(&r, 4) == 0 && len > 0)
+                len = below(&r, len);
+            else if (below(&r, 8) == 0)
+                for (uint32_t k = 1 + below(&r, 8); k > 0; k--)
+                    src[len++] = (uint8_t)next(&r);
+        }
+        ok += (unsigned)check_decode_outcome(&a, frame, type, src, len, m);
+    }
+    /* The sweep must exercise the accepting path, not only the rejections. */
+    assert_true(ok > 50000);
+
+    for (int iter = 0; iter < 200000; iter++) {
+        eccl_wire_header h;
+        uint8_t hb[ECCL_WIRE_HEADER_SIZE], back[ECCL_WIRE_HEADER_SIZE];
+        for (size_t i = 0; i < sizeof(hb); i++)
+            hb[i] = (uint8_t)next(&r);
+        if (below(&r, 2)) {
+            eccl_wire_header_encode(control_types[below(&r, N_CONTROL)],
+                                    below(&r, 64), back);
+            memcpy(hb, back, 8 + below(&r, 9));
+        }
+        eccl_result rc = eccl_wire_header_decode(hb, &h);
+        if (rc == ECCL_OK) {
+            eccl_wire_header_encode(h.type, h.length, back);
+            assert_memory_equal(hb, back, sizeof(hb));
+        } else {
+            assert_int_equal(rc, ECCL_ERR_PROTOCOL);
+        }
+
+        eccl_wire_data d;
+        uint8_t db[ECCL_WIRE_DATA_HEADER_SIZE], dback[ECCL_WIRE_DATA_HEADER_SIZE];
+        for (size_t i = 0; i < sizeof(db); i++)
+            db[i] = (uint8_t)next(&r);
+        if (below(&r, 2)) {
+            db[12] &= 1;
+            db[13] %= 3;
+            memset(db + 28, 0, 4);
+        }
+        uint32_t flen = (uint32_t)next(&r);
+        if (below(&r, 2))
+            flen = 32u + (uint32_t)(db[24] | db[25] << 8 | db[26] << 16 | (uint32_t)db[27] << 24);
+        rc = eccl_wire_data_decode(db, flen, &d);
+        if (rc == ECCL_OK) {
+            eccl_wire_data_encode(&d, dback);
+            assert_memory_equal(db, dback, sizeof(db));
+            assert_int_equal(32u + (uint64_t)d.len, flen);
+        } else {
+            assert_int_equal(rc, ECCL_ERR_PROTOCOL);
+        }
+    }
+
+    free(a.base);
+    free(m);
+    free(frame);
+    free(src);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_max_length),
+        cmocka_unit_test(test_roundtrip_extremes),
+        cmocka_unit_test(test_golden_bytes),
+        cmocka_unit_test(test_empty_payloads),
+        cmocka_unit_test(test_header_rejects),
+        cmocka_unit_test(test_encode_rejects),
+        cmocka_unit_test(test_decode_rejects),
+        cmocka_unit_test(test_data_header),
+        cmocka_unit_test(test_random_robustness),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,1008 @@
+/* eccl-bench: all-reduce latency and bandwidth, in the style of nccl-tests'
+ * all_reduce_perf.
+ *
+ * Either joins a running master (--master) as one rank, or (--np N) starts a
+ * master in-process and N rank processes of its own. Rank 0 prints one row
+ * per message size; time is the slowest rank's average, busbw uses the ring
+ * all-reduce factor 2(n-1)/n so numbers compare with nccl-tests.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "eccl.h"
+#include "tool_util.h"
+
+enum { EXIT_USAGE = 2 };
+
+#define BENCH_ALIGN 64
+#define BENCH_MAX_NP 4096
+#define BENCH_TAG_BASE 1
+
+/* The check pattern uses (i * 3) mod 13 and, for prod, i mod 3, so every
+ * contribution and every expected value repeats with period lcm(13, 3). */
+#define PATTERN_PERIOD 39
+
+struct bench_opts {
+    const char *argv0;
+    size_t minbytes;
+    size_t maxbytes;
+    uint64_t stepfactor;
+    uint64_t iters;
+    uint64_t warmup;
+    uint64_t check;
+    uint64_t inplace;
+    eccl_dtype dtype;
+    eccl_op op;
+    uint64_t np;           /* 0: join --master as one rank */
+    const char *master;
+    uint64_t world;
+    int world_set;
+    uint64_t group;
+    int group_set;
+    uint64_t timeout_ms;   /* 0: the library's defaults */
+};
+
+struct dtype_desc {
+    const char *name;      /* nccl-tests spelling, shown in the output */
+    const char *alias;     /* eccl spelling, also accepted by -d */
+    size_t size;
+    int is_float;
+    int is_signed;
+    int mant_bits;         /* floats: explicit mantissa bits */
+    /* Largest magnitude every partial sum or product of check values may
+     * reach: inside the type's range for integers, and an exactly
+     * representable integer for floats (2^(mant_bits+1)). */
+    int64_t exact_limit;
+};
+
+/* The check's own table, not eccl_dtype_size(): the library is what is
+ * under test. */
+static const struct dtype_desc dtypes[ECCL_DTYPE_COUNT] = {
+    [ECCL_I8] = {"int8", "i8", 1, 0, 1, 0, INT8_MAX},
+    [ECCL_U8] = {"uint8", "u8", 1, 0, 0, 0, UINT8_MAX},
+    [ECCL_I16] = {"int16", "i16", 2, 0, 1, 0, INT16_MAX},
+    [ECCL_U16] = {"uint16", "u16", 2, 0, 0, 0, UINT16_MAX},
+    [ECCL_I32] = {"int32", "i32", 4, 0, 1, 0, INT64_C(1) << 30},
+    [ECCL_U32] = {"uint32", "u32", 4, 0, 0, 0, INT64_C(1) << 30},
+    [ECCL_I64] = {"int64", "i64", 8, 0, 1, 0, INT64_C(1) << 30},
+    [ECCL_U64] = {"uint64", "u64", 8, 0, 0, 0, INT64_C(1) << 30},
+    [ECCL_F16] = {"half", "f16", 2, 1, 1, 10, INT64_C(1) << 11},
+    [ECCL_BF16] = {"bfloat16", "bf16", 2, 1, 1, 7, INT64_C(1) << 8},
+    [ECCL_F32] = {"float", "f32", 4, 1, 1, 23, INT64_C(1) << 24},
+    [ECCL_F64] = {"double", "f64", 8, 1, 1, 52, INT64_C(1) << 30},
+};
+
+static const char *const op_names[ECCL_OP_COUNT] = {
+    [ECCL_SUM] = "sum", [ECCL_AVG] = "avg", [ECCL_PROD] = "prod",
+    [ECCL_MIN] = "min", [ECCL_MAX] = "max",
+};
+
+/* One rank's run: the communicator, buffers and the tag counter. */
+struct bench_run {
+    const struct bench_opts *opts;
+    const struct dtype_desc *dt;
+    eccl_comm *comm;
+    int64_t rank;
+    int64_t nranks;
+    /* Every rank issues the same sequence of calls, so a counter bumped
+     * once per call yields the same tag on every rank for the same call. */
+    uint64_t next_tag;
+    void *send;
+    void *recv;            /* NULL in place */
+    double busbw_sum;
+    unsigned rows;
+    uint64_t wrong_total;
+};
+
+/* Check values of this rank and the reduction every rank must end with. */
+struct pattern {
+    int64_t mine[PATTERN_PERIOD];
+    double expect[PATTERN_PERIOD];
+    double tol;
+};
+
+/* ---- errors ----------------------------------------------------------------- */
+
+__attribute__((format(printf, 2, 3)))
+static int eccl_failed(eccl_result r, const char *fmt, ...)
+{
+    va_list ap;
+
+    if (r == ECCL_OK)
+        return 0;
+    fputs("eccl-bench: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, ": %s\n", eccl_strerror(r));
+    return 1;
+}
+
+/* ---- options ---------------------------------------------------------------- */
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: eccl-bench (--np N | --master HOST:PORT [--world N]) [options]\n"
+            "\n"
+            "  -b, --minbytes SIZE      smallest message (default 8); K/M/G/T = 2^10..2^40\n"
+            "  -e, --maxbytes SIZE      largest message (default 64M)\n"
+            "  -f, --stepfactor N       size multiplier between rows (default 2)\n"
+            "  -n, --iters N            timed iterations per size (default 20)\n"
+            "  -w, --warmup_iters N     untimed iterations per size (default 5)\n"
+            "  -c, --check 0|1          verify results, count #wrong (default 1)\n"
+            "  -d, --datatype NAME      i8 u8 i16 u16 i32 u32 i64 u64 f16 bf16 f32 f64,\n"
+            "                           or int8..uint64 int half bfloat16 float double\n"
+            "                           (default float)\n"
+            "  -o, --op NAME            sum avg prod min max (default sum)\n"
+            "  -I, --inplace 0|1        in-place all-reduce (default 0)\n"
+            "      --np N               start a master and N local rank processes\n"
+            "      --master HOST:PORT   join this master as one rank\n"
+            "      --world N            with --master: peers to admit before measuring\n"
+            "                           (default 2)\n"
+            "      --group G            peer group (default 0)\n"
+            "      --timeout-ms MS      connect, operation and admission timeout\n"
+            "                           (default: the library's)\n"
+            "  -h, --help               show this help\n");
+}
+
+__attribute__((format(printf, 1, 2)))
+static int usage_error(const char *fmt, ...)
+{
+    va_list ap;
+
+    fputs("eccl-bench: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputs("\nTry 'eccl-bench --help'.\n", stderr);
+    return EXIT_USAGE;
+}
+
+static int parse_dtype(const char *name, eccl_dtype *out)
+{
+    if (strcmp(name, "int") == 0) {
+        *out = ECCL_I32;
+        return 0;
+    }
+    for (int t = 0; t < ECCL_DTYPE_COUNT; t++) {
+        if (strcmp(name, dtypes[t].name) == 0 || strcmp(name, dtypes[t].alias) == 0) {
+            *out = (eccl_dtype)t;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+static int parse_op(const char *name, eccl_op *out)
+{
+    for (int op = 0; op < ECCL_OP_COUNT; op++) {
+        if (strcmp(name, op_names[op]) == 0) {
+            *out = (eccl_op)op;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+enum {
+    OPT_NP = 256,
+    OPT_MASTER,
+    OPT_WORLD,
+    OPT_GROUP,
+    OPT_TIMEOUT,
+};
+
+/* Handles one option that takes a number. Returns 0 or the exit status. */
+static int parse_number(int c, const char *arg, struct bench_opts *o)
+{
+    struct { int c; const char *name; uint64_t min, max; uint64_t *dst; } spec[] = {
+        {'f', "--stepfactor", 2, 1024, &o->stepfactor},
+        {'n', "--iters", 1, UINT32_MAX, &o->iters},
+        {'w', "--warmup_iters", 0, UINT32_MAX, &o->warmup},
+        {'c', "--check", 0, 1, &o->check},
+        {'I', "--inplace", 0, 1, &o->inplace},
+        {OPT_NP, "--np", 2, BENCH_MAX_NP, &o->np},
+        {OPT_WORLD, "--world", 2, INT32_MAX, &o->world},
+        {OPT_GROUP, "--group", 0, UINT32_MAX, &o->group},
+        {OPT_TIMEOUT, "--timeout-ms", 1, UINT32_MAX, &o->timeout_ms},
+    };
+
+    for (size_t i = 0; i < sizeof spec / sizeof spec[0]; i++) {
+        if (spec[i].c != c)
+            continue;
+        if (tool_parse_u64(arg, spec[i].min, spec[i].max, spec[i].dst) != 0)
+            return usage_error("%s wants an integer in [%" PRIu64 ", %" PRIu64 "], got '%s'",
+                               spec[i].name, spec[i].min, spec[i].max, arg);
+        return 0;
+    }
+    return usage_error("internal: no spec for option %d", c);
+}
+
+/* Returns -1 to go on, otherwise the exit status. */
+static int parse_args(int argc, char **argv, struct bench_opts *o)
+{
+    static const struct option longopts[] = {
+        {"minbytes", required_argument, NULL, 'b'},
+        {"maxbytes", required_argument, NULL, 'e'},
+        {"stepfactor", required_argument, NULL, 'f'},
+        {"iters", required_argument, NULL, 'n'},
+        {"warmup_iters", required_argument, NULL, 'w'},
+        {"check", required_argument, NULL, 'c'},
+        {"datatype", required_argument, NULL, 'd'},
+        {"op", required_argument, NULL, 'o'},
+        {"inplace", required_argument, NULL, 'I'},
+        {"np", required_argument, NULL, OPT_NP},
+        {"master", required_argument, NULL, OPT_MASTER},
+        {"world", required_argument, NULL, OPT_WORLD},
+        {"group", required_argument, NULL, OPT_GROUP},
+        {"timeout-ms", required_argument, NULL, OPT_TIMEOUT},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    int c, status;
+
+    *o = (struct bench_opts){
+        .argv0 = argv[0],
+        .minbytes = 8,
+        .maxbytes = (size_t)64 << 20,
+        .stepfactor = 2,
+        .iters = 20,
+        .warmup = 5,
+        .check = 1,
+        .dtype = ECCL_F32,
+        .op = ECCL_SUM,
+        .world = 2,
+    };
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, ":b:e:f:n:w:c:d:o:I:h", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'b':
+        case 'e':
+            if (tool_parse_size(optarg, c == 'b' ? &o->minbytes : &o->maxbytes) != 0)
+                return usage_error("%s wants a size like 8, 256K, 64M or 1G, got '%s'",
+                                   c == 'b' ? "--minbytes" : "--maxbytes", optarg);
+            break;
+        case 'd':
+            if (parse_dtype(optarg, &o->dtype) != 0)
+                return usage_error("unknown datatype '%s'", optarg);
+            break;
+        case 'o':
+            if (parse_op(optarg, &o->op) != 0)
+                return usage_error("unknown op '%s' (sum avg prod min max)", optarg);
+            break;
+        case OPT_MASTER:
+            if (tool_check_hostport(optarg) != 0)
+                return usage_error("--master wants HOST:PORT, got '%s'", optarg);
+            o->master = optarg;
+            break;
+        case 'h':
+            usage(stdout);
+            return EXIT_SUCCESS;
+        case ':':
+            return usage_error("%s needs an argument", argv[optind - 1]);
+        case '?':
+            if (optopt != 0)
+                return usage_error("unknown option '-%c'", optopt);
+            return usage_error("unknown option '%s'", argv[optind - 1]);
+        default:
+            status = parse_number(c, optarg, o);
+            if (status != 0)
+                return status;
+            o->world_set |= c == OPT_WORLD;
+            o->group_set |= c == OPT_GROUP;
+            break;
+        }
+    }
+    if (optind < argc)
+        return usage_error("unexpected argument '%s'", argv[optind]);
+    if ((o->np != 0) == (o->master != NULL))
+        return usage_error("give exactly one of --np N and --master HOST:PORT");
+    if (o->np != 0 && o->world_set)
+        return usage_error("--world is implied by --np");
+    if (o->minbytes == 0)
+        return usage_error("--minbytes must be at least 1");
+    if (o->minbytes > o->maxbytes)
+        return usage_error("--minbytes %zu exceeds --maxbytes %zu", o->minbytes, o->maxbytes);
+    return -1;
+}
+
+/* ---- element access ----------------------------------------------------------- */
+
+static uint32_t float_bits(float f)
+{
+    uint32_t u;
+
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+static float bits_float(uint32_t u)
+{
+    float f;
+
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* IEEE binary16 with round-to-nearest-even, as device converters do. */
+static uint16_t f32_to_f16(float f)
+{
+    uint32_t x = float_bits(f);
+    uint32_t sign = (x >> 16) & 0x8000u;
+    uint32_t man = x & 0x7fffffu;
+    int e = (int)((x >> 23) & 0xffu) - 127 + 15;
+    uint32_t h, rem, halfway;
+    int shift;
+
+    if (((x >> 23) & 0xffu) == 0xffu)
+        return (uint16_t)(sign | 0x7c00u | (man != 0 ? 0x200u : 0));
+    if (e >= 31)
+        return (uint16_t)(sign | 0x7c00u);
+    if (e <= 0) {
+        if (e < -10)
+            return (uint16_t)sign;
+        man |= 0x800000u;
+        shift = 14 - e;
+    } else {
+        man |= (uint32_t)e << 23;
+        shift = 13;
+    }
+    /* In the normal case the exponent rides along in man, so a rounding carry
+     * out of the mantissa bumps the exponent (up to infinity), as it must. */
+    h = man >> shift;
+    rem = man & ((1u << shift) - 1);
+    halfway = 1u << (shift - 1);
+    if (rem > halfway || (rem == halfway && (h & 1)))
+        h++;
+    return (uint16_t)(sign | h);
+}
+
+static float f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t e = (h >> 10) & 0x1fu;
+    uint32_t man = h & 0x3ffu;
+    float mag;
+
+    if (e == 0) {
+        mag = (float)man * 0x1p-24f;
+        return sign != 0 ? -mag : mag;
+    }
+    if (e == 31)
+        return bits_float(sign | 0x7f800000u | (man << 13));
+    return bits_float(sign | ((e + 112) << 23) | (man << 13));
+}
+
+static uint16_t f32_to_bf16(float f)
+{
+    uint32_t x = float_bits(f);
+
+    if ((x & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((x >> 16) | 0x40u);
+    x += 0x7fffu + ((x >> 16) & 1u);
+    return (uint16_t)(x >> 16);
+}
+
+static float bf16_to_f32(uint16_t b)
+{
+    return bits_float((uint32_t)b << 16);
+}
+
+static void store_elem(void *buf, eccl_dtype t, size_t i, int64_t v)
+{
+    switch (t) {
+    case ECCL_I8: ((int8_t *)buf)[i] = (int8_t)v; break;
+    case ECCL_U8: ((uint8_t *)buf)[i] = (uint8_t)v; break;
+    case ECCL_I16: ((int16_t *)buf)[i] = (int16_t)v; break;
+    case ECCL_U16: ((uint16_t *)buf)[i] = (uint16_t)v; break;
+    case ECCL_I32: ((int32_t *)buf)[i] = (int32_t)v; break;
+    case ECCL_U32: ((uint32_t *)buf)[i] = (uint32_t)v; break;
+    case ECCL_I64: ((int64_t *)buf)[i] = v; break;
+    case ECCL_U64: ((uint64_t *)buf)[i] = (uint64_t)v; break;
+    case ECCL_F16: ((uint16_t *)buf)[i] = f32_to_f16((float)v); break;
+    case ECCL_BF16: ((uint16_t *)buf)[i] = f32_to_bf16((float)v); break;
+    case ECCL_F32: ((float *)buf)[i] = (float)v; break;
+    case ECCL_F64: ((double *)buf)[i] = (double)v; break;
+    default: break;
+    }
+}
+
+static double load_elem(const void *buf, eccl_dtype t, size_t i)
+{
+    switch (t) {
+    case ECCL_I8: return ((const int8_t *)buf)[i];
+    case ECCL_U8: return ((const uint8_t *)buf)[i];
+    case ECCL_I16: return ((const int16_t *)buf)[i];
+    case ECCL_U16: return ((const uint16_t *)buf)[i];
+    case ECCL_I32: return ((const int32_t *)buf)[i];
+    case ECCL_U32: return ((const uint32_t *)buf)[i];
+    case ECCL_I64: return (double)((const int64_t *)buf)[i];
+    case ECCL_U64: return (double)((const uint64_t *)buf)[i];
+    case ECCL_F16: return f16_to_f32(((const uint16_t *)buf)[i]);
+    case ECCL_BF16: return bf16_to_f32(((const uint16_t *)buf)[i]);
+    case ECCL_F32: return ((const float *)buf)[i];
+    case ECCL_F64: return ((const double *)buf)[i];
+    default: return 0;
+    }
+}
+
+/* Writes vals[i % PATTERN_PERIOD] to every element: one period element by
+ * element, the rest by doubling copies, since 64 MiB per size adds up. */
+static void fill_pattern(void *buf, eccl_dtype t, size_t esize, size_t count,
+                         const int64_t vals[PATTERN_PERIOD])
+{
+    size_t done = count < PATTERN_PERIOD ? count : PATTERN_PERIOD;
+
+    for (size_t i = 0; i < done; i++)
+        store_elem(buf, t, i, vals[i]);
+    while (done < count) {
+        size_t n = count - done < done ? count - done : done;
+
+        memcpy((char *)buf + done * esize, buf, n * esize);
+        done += n;
+    }
+}
+
+/* ---- the check ---------------------------------------------------------------- */
+
+static int64_t floor_log2(int64_t v)
+{
+    int64_t e = 0;
+
+    while (v > 1) {
+        v >>= 1;
+        e++;
+    }
+    return e;
+}
+
+/* Magnitude of sum/avg/min/max contributions: 6 when nranks * 6 stays
+ * exact, smaller for more ranks. */
+static int64_t amplitude(const struct dtype_desc *d, int64_t nranks)
+{
+    int64_t amp = d->exact_limit / nranks;
+
+    return amp > 6 ? 6 : amp < 1 ? 1 : amp;
+}
+
+/* Small integers, chosen so that every partial result any reduction order
+ * can form is exact in the dtype: then the expected value needs no tolerance
+ * (except float avg) and does not depend on the library's reduction order. */
+static int64_t contribution(const struct dtype_desc *d, eccl_op op, int64_t nranks,
+                            int64_t rank, size_t j)
+{
+    int64_t base = ((rank % 13 + 1) * 7 + (int64_t)j * 3) % 13;
+    int64_t amp;
+
+    if (op == ECCL_PROD) {
+        /* Factors of 2 from at most log2(limit) ranks; the rest give +-1. */
+        int64_t mag = rank < floor_log2(d->exact_limit) && (rank + (int64_t)j) % 3 == 0 ? 2 : 1;
+
+        return d->is_signed && (base & 1) ? -mag : mag;
+    }
+    amp = amplitude(d, nranks);
+    /* Past exact_limit / amp ranks even +-1 values could add up to an inexact
+     * (or overflowing) partial sum, so further ranks contribute zero. */
+    if (rank >= d->exact_limit / amp)
+        return 0;
+    return d->is_signed ? base % (2 * amp + 1) - amp : base % (amp + 1);
+}
+
+static double pow2(int64_t e)
+{
+    double v = 1;
+
+    for (; e > 0; e--)
+        v *= 2;
+    for (; e < 0; e++)
+        v /= 2;
+    return v;
+}
+
+static void build_pattern(const struct bench_run *run, struct pattern *p)
+{
+    const struct dtype_desc *d = run->dt;
+    eccl_op op = run->opts->op;
+
+    for (size_t j = 0; j < PATTERN_PERIOD; j++) {
+        int64_t acc = contribution(d, op, run->nranks, 0, j);
+
+        for (int64_t r = 1; r < run->nranks; r++) {
+            int64_t v = contribution(d, op, run->nranks, r, j);
+
+            switch (op) {
+            case ECCL_PROD: acc *= v; break;
+            case ECCL_MIN: acc = v < acc ? v : acc; break;
+            case ECCL_MAX: acc = v > acc ? v : acc; break;
+            default: acc += v; break;
+            }
+        }
+        p->mine[j] = contribution(d, op, run->nranks, run->rank, j);
+        if (op != ECCL_AVG)
+            p->expect[j] = (double)acc;
+        else if (d->is_float)
+            p->expect[j] = (double)acc / (double)run->nranks;
+        else
+            p->expect[j] = (double)(acc / run->nranks); /* C truncates toward zero */
+    }
+    /* A float average is not exact: the library may divide before summing
+     * (as NCCL does), rounding each of nranks terms and partial sums, none
+     * larger than amp; allow one ulp at amp per rank plus the final rounding. */
+    p->tol = 0;
+    if (op == ECCL_AVG && d->is_float)
+        p->tol = (double)(run->nranks + 1) *
+                 pow2(floor_log2(amplitude(d, run->nranks)) - d->mant_bits);
+}
+
+/* Counts elements of buf that differ from want by more than tol. */
+static uint64_t check_buffer(const void *buf, eccl_dtype t, size_t count,
+                             const double want[PATTERN_PERIOD], double tol)
+{
+    uint64_t wrong = 0;
+
+    for (size_t i = 0; i < count; i++) {
+        double got = load_elem(buf, t, i);
+        double w = want[i % PATTERN_PERIOD];
+        double diff = got > w ? got - w : w - got;
+
+        /* Negated so that NaN counts as wrong. */
+        if (!(diff <= tol))
+            wrong++;
+    }
+    return wrong;
+}
+
+static int allreduce(struct bench_run *run, const void *send, void *recv, size_t count,
+                     eccl_dtype t, eccl_op op, const char *what)
+{
+    uint64_t tag = run->next_tag++;
+    eccl_result r = eccl_allreduce(run->comm, send, recv, count, t, op, tag, NULL);
+
+    return eccl_failed(r, "rank %" PRId64 ": %s (%zu x %s %s, tag %" PRIu64 ")", run->rank,
+                       what, count, dtypes[t].name, op_names[op], tag);
+}
+
+/* One all-reduce of the check pattern; adds the mismatches to *wrong. */
+static int checked_call(struct bench_run *run, size_t count, uint64_t *wrong)
+{
+    const struct bench_opts *o = run->opts;
+    struct pattern p;
+    double sent[PATTERN_PERIOD];
+    void *out = o->inplace ? run->send : run->recv;
+
+    build_pattern(run, &p);
+    fill_pattern(run->send, o->dtype, run->dt->size, count, p.mine);
+    /* Garbage in the output, so a call that leaves it untouched shows. */
+    if (!o->inplace)
+        memset(out, 0xa5, count * run->dt->size);
+    if (allreduce(run, run->send, out, count, o->dtype, o->op, "checked all-reduce"))
+        return 1;
+    *wrong += check_buffer(out, o->dtype, count, p.expect, p.tol);
+    if (!o->inplace) {
+        for (size_t j = 0; j < PATTERN_PERIOD; j++)
+            sent[j] = (double)p.mine[j];
+        *wrong += check_buffer(run->send, o->dtype, count, sent, 0);
+    }
+    return 0;
+}
+
+/* ---- measurement -------------------------------------------------------------- */
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Timed runs use values the op maps to themselves, so that in place, where
+ * each call feeds the next, sums and products neither overflow nor turn
+ * into inf/NaN (which would time the FPU's slow paths). */
+static void fill_steady(struct bench_run *run, size_t count)
+{
+    int64_t vals[PATTERN_PERIOD];
+
+    for (size_t j = 0; j < PATTERN_PERIOD; j++)
+        vals[j] = run->opts->op == ECCL_PROD ? 1 : 0;
+    fill_pattern(run->send, run->opts->dtype, run->dt->size, count, vals);
+}
+
+static void print_header(const struct bench_run *run)
+{
+    const struct bench_opts *o = run->opts;
+
+    printf("# eccl-bench: nranks %" PRId64 " dtype %s op %s inplace %" PRIu64
+           " iters %" PRIu64 " warmup %" PRIu64 " check %" PRIu64 "\n",
+           run->nranks, run->dt->name, op_names[o->op], o->inplace, o->iters, o->warmup,
+           o->check);
+    printf("#       size         count      type   redop     time(us)   algbw(GB/s)"
+           "   busbw(GB/s)  #wrong\n");
+    fflush(stdout);
+}
+
+static void print_row(struct bench_run *run, size_t count, double time_us, uint64_t wrong)
+{
+    size_t bytes = count * run->dt->size;
+    double algbw = (double)bytes / time_us / 1e3;
+    double busbw = algbw * 2.0 * (double)(run->nranks - 1) / (double)run->nranks;
+    char wrong_text[24] = "N/A";
+
+    run->busbw_sum += busbw;
+    run->rows++;
+    if (run->rank != 0)
+        return;
+    if (run->opts->check)
+        snprintf(wrong_text, sizeof wrong_text, "%" PRIu64, wrong);
+    printf("%12zu  %12zu  %8s  %6s  %11.2f  %12.2f  %12.2f  %6s\n", bytes, count,
+           run->dt->name, op_names[run->opts->op], time_us, algbw, busbw, wrong_text);
+    fflush(stdout);
+}
+
+static int run_size(struct bench_run *run, size_t size)
+{
+    const struct bench_opts *o = run->opts;
+    size_t count = size / run->dt->size;
+    void *out = o->inplace ? run->send : run->recv;
+    uint64_t wrong = 0, wrong_all = 0, start;
+    double time_us, time_max;
+
+    if (count == 0)
+        return 0;
+    fill_steady(run, count);
+    for (uint64_t k = 0; k < o->warmup; k++)
+        if (allreduce(run, run->send, out, count, o->dtype, o->op, "warm-up all-reduce"))
+            return 1;
+    if (o->check) {
+        if (checked_call(run, count, &wrong))
+            return 1;
+        fill_steady(run, count);
+    }
+
+    start = now_ns();
+    for (uint64_t k = 0; k < o->iters; k++)
+        if (allreduce(run, run->send, out, count, o->dtype, o->op, "timed all-reduce"))
+            return 1;
+    time_us = (double)(now_ns() - start) / 1e3 / (double)o->iters;
+
+    /* The slowest rank is the collective's time, as in nccl-tests. */
+    if (allreduce(run, &time_us, &time_max, 1, ECCL_F64, ECCL_MAX, "gathering times"))
+        return 1;
+    if (o->check) {
+        if (allreduce(run, &wrong, &wrong_all, 1, ECCL_U64, ECCL_SUM, "gathering #wrong"))
+            return 1;
+        run->wrong_total += wrong_all;
+    }
+    print_row(run, count, time_max, wrong_all);
+    return 0;
+}
+
+/* ---- one rank ----------------------------------------------------------------- */
+
+/* PCCL-style admission: every accepted peer must vote on each topology
+ * update, so every rank runs this same loop until the world is complete. */
+static int admit_peers(struct bench_run *run, uint64_t timeout_ms)
+{
+    uint64_t deadline = now_ns() + timeout_ms * 1000000u;
+    const struct timespec pause = {0, 1000000};
+    int64_t world = 0;
+    uint32_t pending;
+
+    for (;;) {
+        if (eccl_failed(eccl_comm_get_attr(run->comm, ECCL_ATTR_WORLD_SIZE, &world),
+                        "reading the world size"))
+            return 1;
+        if (world >= (int64_t)run->opts->world)
+            return 0;
+        if (now_ns() >= deadline)
+            return eccl_failed(ECCL_ERR_TIMEOUT, "waiting for %" PRIu64 " peers (%" PRId64
+                               " accepted after %" PRIu64 " ms)",
+                               run->opts->world, world, timeout_ms);
+        if (eccl_failed(eccl_comm_peers_pending(run->comm, &pending), "polling pending peers"))
+            return 1;
+        if (pending > 0) {
+            if (eccl_failed(eccl_comm_update_topology(run->comm), "admitting %" PRIu32 " peers",
+                            pending))
+                return 1;
+        } else {
+            nanosleep(&pause, NULL);
+        }
+    }
+}
+
+static uint64_t fnv1a(uint64_t h, uint64_t v)
+{
+    for (int i = 0; i < 8; i++) {
+        h ^= (v >> (8 * i)) & 0xffu;
+        h *= UINT64_C(0x100000001b3);
+    }
+    return h;
+}
+
+/* Ranks started with different sizes or counts would issue different call
+ * sequences and hang on mismatched tags; one all-reduce catches that early.
+ * MAX over (h, ~h) returns (h, ~h) exactly when every rank has the same h. */
+static int agree_on_options(struct bench_run *run)
+{
+    const struct bench_opts *o = run->opts;
+    uint64_t v[] = {o->minbytes, o->maxbytes, o->stepfactor, o->iters, o->warmup,
+                    o->check, o->inplace, (uint64_t)o->dtype, (uint64_t)o->op};
+    uint64_t h = UINT64_C(0xcbf29ce484222325), mine[2], all[2];
+
+    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
+        h = fnv1a(h, v[i]);
+    mine[0] = h;
+    mine[1] = ~h;
+    if (allreduce(run, mine, all, 2, ECCL_U64, ECCL_MAX, "comparing options"))
+        return 1;
+    if (all[0] != mine[0] || all[1] != mine[1]) {
+        fprintf(stderr, "eccl-bench: rank %" PRId64 ": ranks were started with different "
+                "size, iteration, check, datatype, op or inplace options\n", run->rank);
+        return 1;
+    }
+    return 0;
+}
+
+static int alloc_buffers(struct bench_run *run)
+{
+    size_t bytes = run->opts->maxbytes;
+
+    /* aligned_alloc wants a multiple of the alignment. */
+    if (bytes > SIZE_MAX - BENCH_ALIGN)
+        bytes = SIZE_MAX - BENCH_ALIGN;
+    bytes = (bytes + BENCH_ALIGN - 1) / BENCH_ALIGN * BENCH_ALIGN;
+    run->send = aligned_alloc(BENCH_ALIGN, bytes);
+    if (!run->opts->inplace)
+        run->recv = aligned_alloc(BENCH_ALIGN, bytes);
+    if (run->send == NULL || (!run->opts->inplace && run->recv == NULL))
+        return eccl_failed(ECCL_ERR_NO_MEMORY, "allocating %zu-byte buffers", bytes);
+    return 0;
+}
+
+static int run_sizes(struct bench_run *run)
+{
+    const struct bench_opts *o = run->opts;
+
+    for (size_t size = o->minbytes;; size *= o->stepfactor) {
+        if (run_size(run, size))
+            return 1;
+        /* Stops before size * stepfactor passes maxbytes, or overflows. */
+        if (size > o->maxbytes / o->stepfactor)
+            break;
+    }
+    if (run->rank == 0) {
+        if (o->check)
+            printf("# Out of bounds values : %" PRIu64 " %s\n", run->wrong_total,
+                   run->wrong_total == 0 ? "OK" : "FAILED");
+        printf("# Avg bus bandwidth    : %g\n",
+               run->rows != 0 ? run->busbw_sum / run->rows : 0.0);
+        printf("#\n");
+        fflush(stdout);
+    }
+    if (run->wrong_total != 0) {
+        fprintf(stderr, "eccl-bench: rank %" PRId64 ": %" PRIu64 " wrong elements\n",
+                run->rank, run->wrong_total);
+        return 1;
+    }
+    return 0;
+}
+
+static int run_rank(const struct bench_opts *o)
+{
+    struct bench_run run = {.opts = o, .dt = &dtypes[o->dtype], .next_tag = BENCH_TAG_BASE};
+    eccl_comm_params params;
+    int status = EXIT_FAILURE;
+
+    eccl_comm_params_init(&params);
+    params.master_addr = o->master;
+    if (o->group_set)
+        params.peer_group = (uint32_t)o->group;
+    if (o->timeout_ms != 0) {
+        params.connect_timeout_ms = (uint32_t)o->timeout_ms;
+        params.op_timeout_ms = (uint32_t)o->timeout_ms;
+    }
+
+    if (eccl_failed(eccl_comm_create(&params, &run.comm), "creating the communicator"))
+        goto out;
+    if (eccl_failed(eccl_comm_connect(run.comm), "connecting to %s", o->master))
+        goto out;
+    if (admit_peers(&run, o->timeout_ms != 0 ? o->timeout_ms : params.op_timeout_ms))
+        goto out;
+    if (eccl_failed(eccl_comm_get_attr(run.comm, ECCL_ATTR_RANK, &run.rank), "reading the rank") ||
+        eccl_failed(eccl_comm_get_attr(run.comm, ECCL_ATTR_WORLD_SIZE, &run.nranks),
+                    "reading the world size"))
+        goto out;
+    if (agree_on_options(&run) || alloc_buffers(&run))
+        goto out;
+    if (run.rank == 0)
+        print_header(&run);
+    if (run_sizes(&run) == 0)
+        status = EXIT_SUCCESS;
+out:
+    free(run.send);
+    free(run.recv);
+    if (run.comm != NULL)
+        eccl_comm_destroy(run.comm);
+    return status;
+}
+
+/* ---- --np: a master and N rank processes -------------------------------------- */
+
+/* Enough for every option below plus argv[0] and the terminating NULL. */
+#define CHILD_ARGC_MAX 32
+#define CHILD_NUM_LEN 24
+
+struct child_argv {
+    char *argv[CHILD_ARGC_MAX];
+    char nums[10][CHILD_NUM_LEN];
+    int argc;
+    int nnums;
+};
+
+static void add_arg(struct child_argv *a, const char *flag, const char *value)
+{
+    a->argv[a->argc++] = (char *)flag;
+    a->argv[a->argc++] = (char *)value;
+}
+
+static void add_num(struct child_argv *a, const char *flag, uint64_t value)
+{
+    char *num = a->nums[a->nnums++];
+
+    snprintf(num, CHILD_NUM_LEN, "%" PRIu64, value);
+    add_arg(a, flag, num);
+}
+
+/* Rebuilt from the parsed options rather than copied from our argv, which
+ * holds --np, an option a child must not see. */
+static void build_child_argv(const struct bench_opts *o, const char *master,
+                             struct child_argv *a)
+{
+    a->argc = 0;
+    a->nnums = 0;
+    a->argv[a->argc++] = (char *)o->argv0;
+    add_num(a, "-b", o->minbytes);
+    add_num(a, "-e", o->maxbytes);
+    add_num(a, "-f", o->stepfactor);
+    add_num(a, "-n", o->iters);
+    add_num(a, "-w", o->warmup);
+    add_num(a, "-c", o->check);
+    add_num(a, "-I", o->inplace);
+    add_arg(a, "-d", dtypes[o->dtype].alias);
+    add_arg(a, "-o", op_names[o->op]);
+    add_arg(a, "--master", master);
+    add_num(a, "--world", o->np);
+    if (o->group_set)
+        add_num(a, "--group", o->group);
+    if (o->timeout_ms != 0)
+        add_num(a, "--timeout-ms", o->timeout_ms);
+    a->argv[a->argc] = NULL;
+}
+
+static void kill_children(const pid_t *pids, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (pids[i] > 0)
+            kill(pids[i], SIGTERM);
+}
+
+/* Reaps all children. After the first failure the others are stopped: they
+ * would only wait for the lost rank until their timeouts. */
+static int wait_children(pid_t *pids, size_t n)
+{
+    int failed = 0, status;
+
+    for (size_t left = n; left > 0;) {
+        pid_t pid = waitpid(-1, &status, 0);
+        size_t i;
+
+        if (pid < 0) {
+            if (errno == EINTR)
+                continue;
+            perror("eccl-bench: waitpid");
+            return 1;
+        }
+        for (i = 0; i < n && pids[i] != pid; i++)
+            ;
+        if (i == n)
+            continue;
+        pids[i] = 0;
+        left--;
+        if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
+            continue;
+        if (!failed) {
+            if (WIFSIGNALED(status))
+                fprintf(stderr, "eccl-bench: rank process %zu (pid %d) killed by signal %d\n",
+                        i, (int)pid, WTERMSIG(status));
+            else
+                fprintf(stderr, "eccl-bench: rank process %zu (pid %d) exited with status %d\n",
+                        i, (int)pid, WEXITSTATUS(status));
+            kill_children(pids, n);
+        }
+        failed = 1;
+    }
+    return failed;
+}
+
+static int spawn_children(const struct child_argv *a, pid_t *pids, size_t n)
+{
+    static const char exec_failed[] = "eccl-bench: cannot exec /proc/self/exe\n";
+
+    /* Buffered output would otherwise be written once per child as well. */
+    fflush(stdout);
+    fflush(stderr);
+    for (size_t i = 0; i < n; i++) {
+        pid_t pid = fork();
+
+        if (pid < 0) {
+            perror("eccl-bench: fork");
+            kill_children(pids, i);
+            wait_children(pids, i);
+            return 1;
+        }
+        if (pid == 0) {
+            /* exec at once: the master's threads did not survive the fork,
+             * and only async-signal-safe calls are allowed until exec. */
+            execv("/proc/self/exe", a->argv);
+            if (write(STDERR_FILENO, exec_failed, sizeof exec_failed - 1) < 0)
+                _exit(127);
+            _exit(127);
+        }
+        pids[i] = pid;
+    }
+    return 0;
+}
+
+static int launch_local(const struct bench_opts *o)
+{
+    eccl_master *master = NULL;
+    char addr[256];
+    struct child_argv child;
+    pid_t *pids = NULL;
+    int status = EXIT_FAILURE;
+
+    if (eccl_failed(eccl_master_create("127.0.0.1:0", &master), "creating the master"))
+        return EXIT_FAILURE;
+    if (eccl_failed(eccl_master_run(master), "starting the master") ||
+        eccl_failed(eccl_master_address(master, addr, sizeof addr), "reading the master address"))
+        goto out;
+    pids = calloc(o->np, sizeof *pids);
+    if (pids == NULL) {
+        eccl_failed(ECCL_ERR_NO_MEMORY, "allocating %" PRIu64 " process ids", o->np);
+        goto out;
+    }
+    build_child_argv(o, addr, &child);
+    if (spawn_children(&child, pids, o->np) == 0 && wait_children(pids, o->np) == 0)
+        status = EXIT_SUCCESS;
+out:
+    free(pids);
+    if (eccl_failed(eccl_master_stop(master), "stopping the master"))
+        status = EXIT_FAILURE;
+    eccl_master_destroy(master);
+    return status;
+}
+
+int main(int argc, char **argv)
+{
+    struct bench_opts opts;
+    int status = parse_args(argc, argv, &opts);
+
+    if (status >= 0)
+        return status;
+    /* A peer that dies mid-transfer must surface as an eccl error, not end
+     * this process with SIGPIPE. */
+    signal(SIGPIPE, SIG_IGN);
+    return opts.np != 0 ? launch_local(&opts) : run_rank(&opts);
+}

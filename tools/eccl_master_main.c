@@ -1,0 +1,146 @@
+/* eccl-master: runs one eccl master (coordinator) until SIGINT or SIGTERM.
+ *
+ * The bound address is printed on stdout so that a launcher can start the
+ * master on port 0 and read back the port it got. */
+#include <getopt.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "eccl.h"
+#include "tool_util.h"
+
+enum { EXIT_USAGE = 2 };
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: eccl-master --listen HOST:PORT [--quiet]\n"
+            "\n"
+            "Runs an eccl master until SIGINT or SIGTERM.\n"
+            "\n"
+            "  -l, --listen HOST:PORT  address to bind; PORT 0 picks a free port\n"
+            "  -q, --quiet             print nothing but errors (not even the\n"
+            "                          'eccl-master listening on' line)\n"
+            "  -h, --help              show this help\n");
+}
+
+__attribute__((format(printf, 1, 2)))
+static int usage_error(const char *fmt, ...)
+{
+    va_list ap;
+
+    fputs("eccl-master: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputs("\nTry 'eccl-master --help'.\n", stderr);
+    return EXIT_USAGE;
+}
+
+struct master_opts {
+    const char *listen;
+    int quiet;
+};
+
+/* Returns -1 to continue, otherwise the exit status. */
+static int parse_args(int argc, char **argv, struct master_opts *opts)
+{
+    static const struct option longopts[] = {
+        {"listen", required_argument, NULL, 'l'},
+        {"quiet", no_argument, NULL, 'q'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    int c;
+
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, ":l:qh", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'l':
+            opts->listen = optarg;
+            break;
+        case 'q':
+            opts->quiet = 1;
+            break;
+        case 'h':
+            usage(stdout);
+            return EXIT_SUCCESS;
+        case ':':
+            return usage_error("%s needs an argument", argv[optind - 1]);
+        default:
+            if (optopt != 0)
+                return usage_error("unknown option '-%c'", optopt);
+            return usage_error("unknown option '%s'", argv[optind - 1]);
+        }
+    }
+    if (optind < argc)
+        return usage_error("unexpected argument '%s'", argv[optind]);
+    if (opts->listen == NULL)
+        return usage_error("--listen HOST:PORT is required");
+    if (tool_check_hostport(opts->listen) != 0)
+        return usage_error("--listen wants HOST:PORT, got '%s'", opts->listen);
+    return -1;
+}
+
+static int fail(const char *what, eccl_result r)
+{
+    fprintf(stderr, "eccl-master: %s: %s\n", what, eccl_strerror(r));
+    return EXIT_FAILURE;
+}
+
+int main(int argc, char **argv)
+{
+    struct master_opts opts = {0};
+    eccl_master *master = NULL;
+    char addr[256];
+    sigset_t stop_signals;
+    eccl_result r;
+    int status, sig;
+
+    status = parse_args(argc, argv, &opts);
+    if (status >= 0)
+        return status;
+
+    /* Blocked before the master exists so that its progress thread inherits
+     * the mask: the signals must reach sigwait below, not kill the process
+     * halfway through a frame. */
+    sigemptyset(&stop_signals);
+    sigaddset(&stop_signals, SIGINT);
+    sigaddset(&stop_signals, SIGTERM);
+    if (pthread_sigmask(SIG_BLOCK, &stop_signals, NULL) != 0) {
+        fputs("eccl-master: cannot block SIGINT/SIGTERM\n", stderr);
+        return EXIT_FAILURE;
+    }
+    /* A peer that vanishes mid-write must cost a connection, not the master. */
+    signal(SIGPIPE, SIG_IGN);
+
+    r = eccl_master_create(opts.listen, &master);
+    if (r != ECCL_OK)
+        return fail("creating the master", r);
+    r = eccl_master_run(master);
+    if (r != ECCL_OK) {
+        status = fail("starting the master", r);
+        goto out;
+    }
+    r = eccl_master_address(master, addr, sizeof addr);
+    if (r != ECCL_OK) {
+        status = fail("reading the bound address", r);
+        goto out;
+    }
+    if (!opts.quiet) {
+        printf("eccl-master listening on %s\n", addr);
+        fflush(stdout);
+    }
+
+    if (sigwait(&stop_signals, &sig) != 0)
+        fputs("eccl-master: sigwait failed; stopping\n", stderr);
+
+    r = eccl_master_stop(master);
+    status = r == ECCL_OK ? EXIT_SUCCESS : fail("stopping the master", r);
+out:
+    eccl_master_destroy(master);
+    return status;
+}
