@@ -103,7 +103,10 @@ eccl_result eccl_comm_connect(eccl_comm *comm);
 /* Accepted peers vote to admit every pending peer; returns once the new ring
  * is wired. Blocks until every accepted peer has called it. */
 eccl_result eccl_comm_update_topology(eccl_comm *comm);
-/* Number of peers registered with the master and waiting to be admitted. */
+/* Number of peers registered with the master and waiting to be admitted.
+ * A vote of all accepted peers: it returns once every accepted peer has
+ * called it, with the same answer on every peer, so that either all of them
+ * go on to eccl_comm_update_topology or none does. */
 eccl_result eccl_comm_peers_pending(eccl_comm *comm, uint32_t *pending);
 
 typedef enum eccl_attr {

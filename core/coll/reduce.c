@@ -74,12 +74,14 @@ DEFINE_SCALE(div_i64, int64_t, a / (int64_t)divisor)
 DEFINE_SCALE(div_u64, uint64_t, a / (uint64_t)divisor)
 
 /* ---- floats ---------------------------------------------------------------
- * b replaces a only when a is a number and b is a NaN or smaller (larger):
- * !(b >= a) is true for b < a and for a NaN b. So a NaN dst wins, then a NaN
- * src, and ties (-0.0 vs +0.0) keep dst. Written as one select so it
- * vectorises to compares and blends. */
-#define TAKE_MIN(a, b) ((a) == (a) && !((b) >= (a)))
-#define TAKE_MAX(a, b) ((a) == (a) && !((b) <= (a)))
+ * MIN/MAX: b replaces a only when a is a number and b is a NaN or smaller
+ * (larger): !(b >= a) is true for b < a and for a NaN b. So a NaN dst wins,
+ * then a NaN src, and ties (-0.0 vs +0.0) keep dst. One select, which
+ * vectorises to compares and blends. The result is an operand's exact bits:
+ * SSE2, NEON and GPUs move floats through registers unchanged (only x87,
+ * not a target, would quiet a signalling NaN on the way). */
+#define TAKE_MIN(x, y) ((x) == (x) && !((y) >= (x)))
+#define TAKE_MAX(x, y) ((x) == (x) && !((y) <= (x)))
 
 #define NATIVE_FLOATS(X) X(f32, float) X(f64, double)
 #define X(name, T)                                                             \
@@ -121,7 +123,7 @@ DEFINE_SCALE(div_f64, double, a / (double)divisor)
                     r[i] = eccl_f16_normal_to_f32(db[i]) OP                    \
                            eccl_f16_normal_to_f32(sb[i]);                      \
                 for (size_t i = 0; i < m; i++)                                 \
-                    plain &= eccl_f32_rounds_to_normal_f16(r[i]);              \
+                    plain &= eccl_f32_in_f16_normal_range(r[i]);              \
             }                                                                  \
             if (plain) {                                                       \
                 for (size_t i = 0; i < m; i++)                                 \

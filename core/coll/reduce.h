@@ -5,13 +5,14 @@
  * must reproduce the semantics below bit for bit, because all peers must end
  * a collective with identical bytes.
  *
- * Semantics (the same on every platform):
+ * Semantics, the same on every platform except where noted:
  * - Integer SUM and PROD wrap modulo 2^bits, signed dtypes included (two's
  *   complement, computed in the unsigned type so overflow is never undefined).
  * - Float SUM and PROD are one IEEE operation per element in the element's
  *   own precision; f16 and bf16 are widened to f32, combined, and rounded back
- *   to nearest even. f32 holds 2p+2 bits of an f16 or bf16 significand, so this
- *   equals the correctly rounded f16/bf16 result (no double-rounding error).
+ *   to nearest even. f32's 24-bit significand is at least 2p + 2 bits for
+ *   f16 (p = 11) and bf16 (p = 8), so this is exactly the correctly rounded
+ *   f16/bf16 sum or product: the two roundings never compound.
  * - Float MIN and MAX propagate NaN: if dst[i] is NaN the result is dst[i],
  *   else if src[i] is NaN it is src[i] -- the bits (payload) of the first NaN
  *   operand are kept. Otherwise operands are compared as numbers, and equal
@@ -38,11 +39,14 @@
 void eccl_reduce(void *restrict dst, const void *restrict src, size_t count,
                  eccl_dtype dtype, eccl_op op);
 
-/* AVG's final step, x[i] = x[i] / divisor. Floats divide in their own
- * precision (f16 and bf16 in f32, then round to nearest even; divisors above
- * 2^24 are first rounded to f32). Integers use C division, which truncates
- * toward zero (-7 / 2 == -3). divisor 0 and 1 leave x untouched: AVG over one
- * peer is its own value, and 0 is a caller bug that must not trap. */
+/* AVG's final step, x[i] = x[i] / divisor. f32 and f64 divide in their own
+ * precision (divisors above 2^24 are first rounded to f32). f16 and bf16
+ * divide in f32 and round to nearest even once more: exact for the common
+ * cases, but with thousands of peers the quotient can, rarely, land one ulp
+ * from the correctly rounded one (double rounding) -- the same ulp on every
+ * platform. Integers use C division, which truncates toward zero (-7 / 2 ==
+ * -3). divisor 0 and 1 leave x untouched: AVG over one peer is its own value,
+ * and 0 is a caller bug that must not trap. */
 void eccl_reduce_scale_div(void *x, size_t count, eccl_dtype dtype,
                            uint32_t divisor);
 

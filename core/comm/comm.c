@@ -143,8 +143,12 @@ static void link_close(eccl_comm *c, p2p_link *l)
             break;
         }
     }
-    if (c->link_next == l) c->link_next = NULL;
-    if (c->link_prev == l) c->link_prev = NULL;
+    if (c->link_next == l || c->link_prev == l) {
+        /* The ring is broken until the master hands out the next one. */
+        c->ring_ready = 0;
+        if (c->link_next == l) c->link_next = NULL;
+        if (c->link_prev == l) c->link_prev = NULL;
+    }
     eccl_chan_close(&l->ch);
     l->next = c->graveyard;
     c->graveyard = l;

@@ -43,8 +43,10 @@ typedef struct mpeer {
     uint64_t timeout_ns;
     uint64_t heartbeat_at;
     int voted;
+    int asked_pending;      /* in the current peers-pending round */
     int admitting;          /* chosen by the current admission */
     uint32_t ready_epoch;
+    uint32_t open_colls;    /* collectives it started and has not finished */
     int reported;
     eccl_wire_op_flag *report;
     uint32_t n_report;
@@ -284,6 +286,28 @@ static uint32_t count_state(const eccl_master *m, enum mpeer_state s)
     return n;
 }
 
+/* peers_pending is a vote too: every accepted peer asks, then all get the
+ * same count, so they all call update_topology or none does (an answer that
+ * differed between peers would leave some voting and others waiting in a
+ * collective). */
+static void check_pending_round(eccl_master *m)
+{
+    uint32_t asked = 0;
+    for (mpeer *p = m->peers; p; p = p->next) {
+        if (p->state != MP_ACCEPTED) continue;
+        if (!p->asked_pending) return;
+        asked++;
+    }
+    if (asked == 0) return;
+    eccl_msg r = {.type = ECCL_MSG_PENDING_REPLY};
+    r.u.pending.pending = count_state(m, MP_REGISTERED);
+    for (mpeer *p = m->peers; p; p = p->next) {
+        if (!p->asked_pending) continue;
+        p->asked_pending = 0;
+        send_to(p, &r);
+    }
+}
+
 static void check_admission_done(eccl_master *m)
 {
     if (!m->admitting) return;
@@ -373,7 +397,7 @@ static void drop_peer(eccl_master *m, mpeer *p, eccl_result why)
     m->graveyard = p;
     mgroup *g = p->group;
     if (p->state == MP_ACCEPTED && g) {
-        for (mcoll *c = g->colls; c; c = c->next)
+        for (mcoll *c = g->colls; c && p->open_colls; c = c->next)
             if (c->dones < c->inits) ECCL_WARN(m->env, "peer %llu lost during collective tag %llu (epoch %u: %u of %u "
                       "started, %u finished)", (unsigned long long)p->id,
                       (unsigned long long)c->tag, c->epoch, c->inits, g->n, c->dones);
@@ -385,6 +409,7 @@ static void drop_peer(eccl_master *m, mpeer *p, eccl_result why)
     accept_alone_if_empty(m);
     maybe_admit(m);
     check_admission_done(m);
+    check_pending_round(m);
 }
 
 static eccl_result on_register(eccl_master *m, mpeer *p, const eccl_msg_register *r)
@@ -417,12 +442,11 @@ static eccl_result peer_on_msg(void *owner, eccl_chan *ch, const eccl_msg *msg)
     switch (msg->type) {
     case ECCL_MSG_HEARTBEAT:
         return ECCL_OK;
-    case ECCL_MSG_PENDING_QUERY: {
-        eccl_msg r = {.type = ECCL_MSG_PENDING_REPLY};
-        r.u.pending.pending = count_state(m, MP_REGISTERED);
-        send_to(p, &r);
+    case ECCL_MSG_PENDING_QUERY:
+        if (p->state != MP_ACCEPTED || p->asked_pending) return ECCL_ERR_PROTOCOL;
+        p->asked_pending = 1;
+        check_pending_round(m);
         return ECCL_OK;
-    }
     case ECCL_MSG_TOPO_VOTE:
         if (p->state != MP_ACCEPTED) return ECCL_ERR_PROTOCOL;
         p->voted = 1;
@@ -435,6 +459,8 @@ static eccl_result peer_on_msg(void *owner, eccl_chan *ch, const eccl_msg *msg)
     case ECCL_MSG_COLL_INIT:
     case ECCL_MSG_COLL_DONE:
         if (p->state != MP_ACCEPTED) return ECCL_ERR_PROTOCOL;
+        if (msg->type == ECCL_MSG_COLL_INIT) p->open_colls++;
+        else if (p->open_colls) p->open_colls--;
         if (msg->u.coll.epoch == g->epoch)
             colls_note(m, g, &msg->u.coll, msg->type == ECCL_MSG_COLL_DONE);
         if (msg->type == ECCL_MSG_COLL_DONE && msg->u.coll.result == ECCL_ERR_TIMEOUT) {

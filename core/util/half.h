@@ -64,16 +64,17 @@ static inline float eccl_f16_normal_to_f32(uint16_t h)
     return eccl_f32_from_bits(sign | ((((uint32_t)h & 0x7fffu) << 13) + (112u << 23)));
 }
 
-/* True when f rounds to a normal f16: 2^-14 <= |f| < 65520. 65520 is halfway
- * between the largest f16 (65504, odd mantissa) and 65536; ties to even
- * round it up, to infinity. */
-static inline int eccl_f32_rounds_to_normal_f16(float f)
+/* True for 2^-14 <= |f| < 65520, where narrowing is the normal-range
+ * rounding alone. 65520 is halfway between the largest f16 (65504, odd
+ * mantissa) and 65536; ties to even round it up, to infinity. (Values just
+ * under 2^-14 that round up to it are left to the subnormal path.) */
+static inline int eccl_f32_in_f16_normal_range(float f)
 {
     return (eccl_f32_bits(f) & 0x7fffffffu) - 0x38800000u < 0x477ff000u - 0x38800000u;
 }
 
 /* Rounds a = |f|'s bits to the f16 magnitude, valid when
- * eccl_f32_rounds_to_normal_f16(f): rebias, then round to nearest even on the
+ * eccl_f32_in_f16_normal_range(f): rebias, then round to nearest even on the
  * 13 dropped bits. Adding 0xfff plus the lowest kept bit carries exactly when
  * the dropped part is above one half, or equal to it with an odd kept part; a
  * carry out of the mantissa correctly bumps the exponent. Works on bits, not a

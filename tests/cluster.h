@@ -1,0 +1,220 @@
+/* A loopback cluster for multi-process integration tests: one master and N
+ * peers, each its own process, reporting back through shared memory.
+ *
+ * Process layout (why the master gets its own process):
+ *   test process (cmocka) -- stays single-threaded, never touches an eccl
+ *   |                        object: it only forks, signals and reads the
+ *   |                        shared area
+ *   +-- master child      -- eccl_master_create("127.0.0.1:0") +
+ *   |                        eccl_master_run; publishes its address
+ *   +-- peer child i      -- create, connect, admission loop, body
+ * Forking peers from a process whose master progress thread is running
+ * would be unsafe (a lock held by that thread stays held in the child), and
+ * every peer forked later (a joiner) would inherit the master's accepted
+ * sockets: a connection the master closes would then stay open in the
+ * sibling, so a kicked peer or a stopped master would never be noticed. A
+ * master in its own process has neither problem, lets tests kill or freeze
+ * (SIGSTOP) the master, and keeps the parent free to fork at any time.
+ *
+ * Nothing may hang: every child runs under alarm() and PR_SET_PDEATHSIG, the
+ * parent waits with deadlines and SIGKILLs what is left, and a watchdog
+ * alarm in the parent kills every child it knows before giving up.
+ */
+#ifndef ECCL_TESTS_CLUSTER_H
+#define ECCL_TESTS_CLUSTER_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "eccl.h"
+
+#define CLUSTER_MAX_PEERS 16
+#define CLUSTER_MAX_HASHES 1024
+#define CLUSTER_MAX_EVENTS 64
+#define CLUSTER_MAX_CTL 16
+#define CLUSTER_MSG 512
+
+#define CL_MS 1000000ull
+#define CL_SEC 1000000000ull
+
+/* A peer child's lifecycle, as it reports it. */
+enum cluster_phase {
+    CL_PHASE_NONE = 0,
+    CL_PHASE_CREATING,
+    CL_PHASE_CONNECTING,
+    CL_PHASE_ADMITTING,
+    CL_PHASE_RUNNING, /* in the body */
+    CL_PHASE_DESTROYING,
+    CL_PHASE_PASSED,
+    CL_PHASE_FAILED
+};
+
+/* One collective call a body chose to record. */
+typedef struct cluster_event {
+    uint64_t tag;
+    int32_t result;      /* eccl_result */
+    uint32_t world;      /* info.world_size */
+    uint64_t elapsed_ns; /* wall time of the call */
+    uint64_t pre_hash;   /* recvbuf before the call */
+    uint64_t post_hash;  /* recvbuf after the call */
+    uint64_t end_ns;     /* CLOCK_MONOTONIC when it returned (system-wide,
+                            so comparable with the parent's clock) */
+} cluster_event;
+
+/* Written by one peer child, read by the parent. */
+typedef struct cluster_slot {
+    atomic_int phase;
+    atomic_llong started;  /* body-defined progress counters */
+    atomic_llong finished;
+    int64_t rank, world, peer_id, epoch; /* right after admission */
+    uint64_t admit_ns;                   /* fork to admitted */
+    int n_hash;
+    uint64_t hash[CLUSTER_MAX_HASHES];
+    atomic_int n_events;
+    cluster_event ev[CLUSTER_MAX_EVENTS];
+    atomic_llong val[16]; /* body-defined */
+    char msg[CLUSTER_MSG];
+} cluster_slot;
+
+typedef struct cluster_shared {
+    char master_addr[64];
+    atomic_int master_state; /* 0 starting, 1 running, 2 stopped, -1 failed */
+    atomic_int master_cmd;   /* 0 serve, 1 eccl_master_stop + destroy */
+    atomic_llong ctl[CLUSTER_MAX_CTL]; /* parent -> children, test-defined */
+    cluster_slot slot[CLUSTER_MAX_PEERS];
+} cluster_shared;
+
+typedef struct cluster_opts {
+    uint32_t peer_timeout_ms;    /* default 2000 */
+    uint32_t op_timeout_ms;      /* default 20000 */
+    uint32_t connect_timeout_ms; /* default 10000 */
+    unsigned child_alarm_s;      /* a child older than this dies; default 90 */
+    unsigned watchdog_s;         /* the parent gives up; default 170 */
+} cluster_opts;
+
+typedef struct cluster {
+    cluster_shared *sh;
+    cluster_opts opts;
+    pid_t parent;
+    pid_t master_pid;
+    pid_t pid[CLUSTER_MAX_PEERS];   /* 0: none or reaped */
+    int status[CLUSTER_MAX_PEERS];  /* wait status once reaped, else -1 */
+    int spawned[CLUSTER_MAX_PEERS];
+    uint32_t target_world[CLUSTER_MAX_PEERS];
+} cluster;
+
+/* Returns nonzero when the body failed. Runs after the peer is connected
+ * and admitted until its world size reached the requested size. */
+typedef int (*cluster_body)(eccl_comm *c, int index, void *arg);
+/* A bare child: no communicator is made for it. */
+typedef int (*cluster_proc)(cluster *cl, int index, void *arg);
+
+/* ---- parent side ------------------------------------------------------- */
+
+/* Maps the shared area, forks the master and waits for its address.
+ * opts may be NULL. Returns 0 or -1 (with a message on stderr). */
+int cluster_init(cluster *cl, const cluster_opts *opts);
+/* Forks peer `index`: connect, admit until world == `world`, body. */
+int cluster_spawn(cluster *cl, int index, uint32_t world, cluster_body body, void *arg);
+/* Peers 0..n-1, all admitting until world == n. */
+int cluster_spawn_n(cluster *cl, int n, cluster_body body, void *arg);
+int cluster_fork(cluster *cl, int index, cluster_proc fn, void *arg);
+/* Waits for one child; SIGKILLs it at the deadline. 0 iff it exited 0. */
+int cluster_wait(cluster *cl, int index, uint64_t timeout_ms);
+/* Waits for every spawned child not reaped yet; returns how many failed
+ * (nonzero exit, signal or timeout) and prints why for each. */
+int cluster_wait_all(cluster *cl, uint64_t timeout_ms);
+/* SIGKILL + reap. */
+void cluster_kill(cluster *cl, int index);
+/* 1 while the child has not exited. */
+int cluster_alive(cluster *cl, int index);
+int cluster_master_alive(cluster *cl);
+/* Sends a signal to the master process (SIGKILL reaps it). */
+void cluster_master_signal(cluster *cl, int sig);
+/* Asks the master to eccl_master_stop + destroy; waits for it to exit. */
+int cluster_master_stop(cluster *cl, uint64_t timeout_ms);
+/* Polls `cond(cl, arg)` every ms until true (0) or the deadline (-1); fails
+ * early (-1) if any spawned child that should be running has exited. */
+int cluster_wait_for(cluster *cl, int (*cond)(cluster *, void *), void *arg,
+                     uint64_t timeout_ms);
+/* Kills whatever is left, master included, and unmaps; idempotent, safe on
+ * a zeroed struct. */
+void cluster_fini(cluster *cl);
+void cluster_dump_slot(const cluster *cl, int index);
+
+/* ---- child side -------------------------------------------------------- */
+
+/* The current child's index and slot (NULL in the parent). */
+int cluster_self_index(void);
+cluster_slot *cluster_self(void);
+cluster_shared *cluster_shm(void);
+/* Records the first failure message of this child (also to stderr). */
+void cluster_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void cluster_record(uint64_t tag, eccl_result rc, uint32_t world, uint64_t elapsed_ns,
+                    uint64_t pre_hash, uint64_t post_hash);
+void cluster_push_hash(uint64_t h);
+/* Admission loop: until ECCL_ATTR_WORLD_SIZE == world, poll peers_pending
+ * and vote. Every accepted peer must run it for the vote to pass. */
+eccl_result cluster_admit(eccl_comm *c, uint32_t world, uint64_t timeout_ms);
+/* Admission inside a running job: every peer asks the master how many peers
+ * wait, the answers are all-reduced (MAX) with `tag`, and everyone votes iff
+ * the result is > 0 -- so all peers take the same decision at the same
+ * point of their collective sequence. *seen gets this peer's own answer. */
+eccl_result cluster_agreed_admit(eccl_comm *c, uint64_t tag, uint32_t *seen, int *voted);
+
+#define CL_CHECK(cond, ...)                                                     \
+    do {                                                                        \
+        if (!(cond)) {                                                          \
+            cluster_fail("%s:%d: check `%s` failed", __FILE__, __LINE__, #cond); \
+            cluster_fail(__VA_ARGS__);                                          \
+            return 1;                                                           \
+        }                                                                       \
+    } while (0)
+
+#define CL_EXPECT_RC(expr, want)                                                \
+    do {                                                                        \
+        eccl_result cl_rc_ = (expr);                                            \
+        if (cl_rc_ != (want)) {                                                 \
+            cluster_fail("%s:%d: %s returned %s (%d), expected %s", __FILE__,   \
+                         __LINE__, #expr, eccl_strerror(cl_rc_), (int)cl_rc_,   \
+                         eccl_strerror(want));                                  \
+            return 1;                                                           \
+        }                                                                       \
+    } while (0)
+
+#define CL_OK(expr) CL_EXPECT_RC(expr, ECCL_OK)
+
+/* ---- data ---------------------------------------------------------------- */
+
+uint64_t cluster_now_ns(void);
+void cluster_sleep_ms(unsigned ms);
+uint64_t cluster_fnv1a(const void *buf, size_t bytes);
+
+enum cluster_pattern {
+    CL_PAT_SMALL,  /* integers in [-6, 6] (signed) or [0, 12] (unsigned) */
+    CL_PAT_PROD,   /* {-1, 1, 2} (signed) or {1, 2} (unsigned) */
+    CL_PAT_RANDOM  /* any bits (integers), or finite reals in +-[0.5, 4)
+                      (floats; every value normal in f16 and bf16) */
+};
+
+/* Element i of peer `index`'s contribution for `seed`. Deterministic. */
+void cluster_fill(void *buf, eccl_dtype t, size_t count, int index, uint64_t seed,
+                  enum cluster_pattern pat);
+/* The exact result of reducing the contributions of `indices` with `op`,
+ * with the library's documented arithmetic (integers wrap; AVG is the sum
+ * divided by the peer count, truncating for integers and rounded once to
+ * nearest-even for floats). Returns -1 where the result is not defined
+ * exactly (float SUM/PROD/AVG of random reals). */
+int cluster_expected(void *out, eccl_dtype t, size_t count, eccl_op op, const int *indices,
+                     int n, uint64_t seed, enum cluster_pattern pat);
+/* Elements whose bits differ; *first gets the first such index. */
+size_t cluster_mismatches(const void *got, const void *want, eccl_dtype t, size_t count,
+                          size_t *first);
+/* An element as a double (f16/bf16 decoded), for messages. */
+double cluster_load(const void *buf, eccl_dtype t, size_t i);
+/* Stores v rounded to nearest-even (floats) or truncated to the width. */
+void cluster_store(void *buf, eccl_dtype t, size_t i, double v);
+
+#endif

@@ -1,0 +1,681 @@
+/* Multi-process all-reduce on loopback: a master and N peer processes
+ * (tests/cluster.h). Every peer checks every element of its result against
+ * an independently computed expectation, and the parent compares the result
+ * hashes of all peers (bit parity). */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cluster.h"
+
+#define ALL_DTYPES ((1u << ECCL_DTYPE_COUNT) - 1)
+#define DT(t) (1u << (t))
+#define MODE_OUT 1
+#define MODE_IN 2
+
+static int setup(void **state)
+{
+    *state = calloc(1, sizeof(cluster));
+    return *state ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    cluster_fini(*state);
+    free(*state);
+    return 0;
+}
+
+static const char *mode_name(int in_place) { return in_place ? "in-place" : "out-of-place"; }
+
+/* Runs one all-reduce of the contributions of peers 0..n-1 and checks it
+ * completely: result code, info, every element, sendbuf untouched when out
+ * of place. Pushes the result hash for the parity check. */
+static int one_allreduce(eccl_comm *c, int index, int n, eccl_dtype t, eccl_op op,
+                         enum cluster_pattern pat, size_t count, int in_place, uint64_t tag,
+                         uint8_t *send, uint8_t *recv, uint8_t *want)
+{
+    int idx[CLUSTER_MAX_PEERS];
+    for (int i = 0; i < n; i++) idx[i] = i;
+    size_t bytes = count * eccl_dtype_size(t);
+    cluster_fill(send, t, count, index, tag, pat);
+    uint8_t *out = in_place ? send : recv;
+    if (!in_place) memset(recv, 0xa5, bytes);
+    uint64_t send_hash = cluster_fnv1a(send, bytes);
+    eccl_reduce_info info;
+    memset(&info, 0xff, sizeof info);
+    eccl_result rc = eccl_allreduce(c, send, out, count, t, op, tag, &info);
+    CL_CHECK(rc == ECCL_OK, "%s %s %zu x %s tag %llu: %s", mode_name(in_place), eccl_op_name(op),
+             count, eccl_dtype_name(t), (unsigned long long)tag, eccl_strerror(rc));
+    CL_CHECK(info.world_size == (uint32_t)n, "info.world_size %u, want %d", info.world_size, n);
+    if (count > 0) {
+        CL_CHECK(info.tx_bytes > 0 && info.rx_bytes > 0, "tx %llu rx %llu bytes for %zu elements",
+                 (unsigned long long)info.tx_bytes, (unsigned long long)info.rx_bytes, count);
+    } else {
+        CL_CHECK(info.tx_bytes == 0 && info.rx_bytes == 0, "tx %llu rx %llu for count 0",
+                 (unsigned long long)info.tx_bytes, (unsigned long long)info.rx_bytes);
+    }
+    if (!in_place)
+        CL_CHECK(cluster_fnv1a(send, bytes) == send_hash, "out-of-place %s %s modified sendbuf",
+                 eccl_op_name(op), eccl_dtype_name(t));
+    if (cluster_expected(want, t, count, op, idx, n, tag, pat) == 0) {
+        size_t first = 0, bad = cluster_mismatches(out, want, t, count, &first);
+        CL_CHECK(bad == 0,
+                 "%s %s %zu x %s (pattern %d, tag %llu, rank of %d): %zu wrong elements, first "
+                 "[%zu] = %.9g, want %.9g",
+                 mode_name(in_place), eccl_op_name(op), count, eccl_dtype_name(t), (int)pat,
+                 (unsigned long long)tag, n, bad, first, cluster_load(out, t, first),
+                 cluster_load(want, t, first));
+    }
+    cluster_push_hash(cluster_fnv1a(out, bytes));
+    return 0;
+}
+
+/* ---- every dtype x every op ------------------------------------------------ */
+
+typedef struct matrix_arg {
+    int n;
+    unsigned dtypes;
+    int modes;
+    size_t count;
+    int int_random; /* also full-range random integers (wrap-around) */
+    int float_random; /* random reals: parity (and exact MIN/MAX) only */
+} matrix_arg;
+
+static int matrix_body(eccl_comm *c, int index, void *argp)
+{
+    const matrix_arg *a = argp;
+    size_t cap = a->count * 8 + 64;
+    uint8_t *send = malloc(cap), *recv = malloc(cap), *want = malloc(cap);
+    CL_CHECK(send && recv && want, "out of memory");
+    uint64_t tag = 1;
+    for (int t = 0; t < ECCL_DTYPE_COUNT; t++) {
+        if (!(a->dtypes & DT(t))) continue;
+        int is_f = t == ECCL_F16 || t == ECCL_BF16 || t == ECCL_F32 || t == ECCL_F64;
+        for (int op = 0; op < ECCL_OP_COUNT; op++) {
+            enum cluster_pattern pats[2];
+            int np = 0;
+            if (!a->float_random || !is_f) pats[np++] = op == ECCL_PROD ? CL_PAT_PROD : CL_PAT_SMALL;
+            if ((a->int_random && !is_f) || (a->float_random && is_f)) pats[np++] = CL_PAT_RANDOM;
+            for (int p = 0; p < np; p++) {
+                for (int m = 0; m < 2; m++) {
+                    if (!(a->modes & (m ? MODE_IN : MODE_OUT))) continue;
+                    if (one_allreduce(c, index, a->n, (eccl_dtype)t, (eccl_op)op, pats[p], a->count,
+                                      m, tag++, send, recv, want))
+                        return 1;
+                }
+            }
+        }
+    }
+    free(send);
+    free(recv);
+    free(want);
+    return 0;
+}
+
+/* Every peer must have produced the same number of results with the same
+ * bits. */
+static void assert_parity(cluster *cl, int n)
+{
+    int nh = cl->sh->slot[0].n_hash;
+    assert_true(nh > 0);
+    int bad = 0;
+    for (int p = 1; p < n; p++) {
+        assert_int_equal(cl->sh->slot[p].n_hash, nh);
+        for (int k = 0; k < nh; k++) {
+            if (cl->sh->slot[p].hash[k] != cl->sh->slot[0].hash[k]) {
+                if (bad++ < 10)
+                    fprintf(stderr, "parity: result %d differs: peer 0 %016llx, peer %d %016llx\n",
+                            k, (unsigned long long)cl->sh->slot[0].hash[k], p,
+                            (unsigned long long)cl->sh->slot[p].hash[k]);
+            }
+        }
+    }
+    assert_int_equal(bad, 0);
+}
+
+static void run_matrix(cluster *cl, const matrix_arg *a)
+{
+    uint64_t t0 = cluster_now_ns();
+    assert_int_equal(cluster_init(cl, NULL), 0);
+    assert_int_equal(cluster_spawn_n(cl, a->n, matrix_body, (void *)a), 0);
+    assert_int_equal(cluster_wait_all(cl, 90000), 0);
+    for (int p = 0; p < a->n; p++) assert_int_equal(cl->sh->slot[p].world, a->n);
+    assert_parity(cl, a->n);
+    printf("    N=%d: %d all-reduces of %zu elements per peer, %.2f s\n", a->n,
+           cl->sh->slot[0].n_hash, a->count, (double)(cluster_now_ns() - t0) / 1e9);
+    cluster_fini(cl);
+}
+
+/* N=3: all 12 dtypes x all 5 ops, in and out of place, plus full-range
+ * random integers (wrap-around sums and products). */
+static void test_matrix_n3(void **state)
+{
+    matrix_arg a = {.n = 3, .dtypes = ALL_DTYPES, .modes = MODE_IN | MODE_OUT, .count = 1031,
+                    .int_random = 1};
+    run_matrix(*state, &a);
+}
+
+static void test_matrix_n2(void **state)
+{
+    matrix_arg a = {.n = 2, .dtypes = ALL_DTYPES, .modes = MODE_OUT, .count = 517,
+                    .int_random = 1};
+    run_matrix(*state, &a);
+}
+
+/* Large enough for two rings and several slices per chunk for 8-byte types. */
+static void test_matrix_n4_two_rings(void **state)
+{
+    matrix_arg a = {.n = 4,
+                    .dtypes = DT(ECCL_I8) | DT(ECCL_U16) | DT(ECCL_I32) | DT(ECCL_U64) |
+                              DT(ECCL_F16) | DT(ECCL_BF16) | DT(ECCL_F32) | DT(ECCL_F64),
+                    .modes = MODE_IN,
+                    .count = 1200007};
+    run_matrix(*state, &a);
+}
+
+static void test_matrix_n8(void **state)
+{
+    matrix_arg a = {.n = 8,
+                    .dtypes = DT(ECCL_I8) | DT(ECCL_U32) | DT(ECCL_I64) | DT(ECCL_F16) |
+                              DT(ECCL_BF16) | DT(ECCL_F32) | DT(ECCL_F64),
+                    .modes = MODE_IN | MODE_OUT,
+                    .count = 263,
+                    .int_random = 1};
+    run_matrix(*state, &a);
+}
+
+/* Non-integer floats: the exact sum is unknown (rounding depends on the
+ * order), but every peer must end with the same bits; MIN/MAX are exact. */
+static void test_random_floats_parity_n3(void **state)
+{
+    matrix_arg a = {.n = 3,
+                    .dtypes = DT(ECCL_F16) | DT(ECCL_BF16) | DT(ECCL_F32) | DT(ECCL_F64),
+                    .modes = MODE_IN | MODE_OUT,
+                    .count = 300007,
+                    .float_random = 1};
+    run_matrix(*state, &a);
+}
+
+static void test_random_floats_parity_n5(void **state)
+{
+    matrix_arg a = {.n = 5,
+                    .dtypes = DT(ECCL_BF16) | DT(ECCL_F32) | DT(ECCL_F64),
+                    .modes = MODE_OUT,
+                    .count = 40009,
+                    .float_random = 1};
+    run_matrix(*state, &a);
+}
+
+/* ---- counts ------------------------------------------------------------------ */
+
+typedef struct counts_arg {
+    int n;
+    size_t counts[8];
+    int n_counts;
+} counts_arg;
+
+static int counts_body(eccl_comm *c, int index, void *argp)
+{
+    const counts_arg *a = argp;
+    static const struct {
+        eccl_dtype t;
+        eccl_op op;
+    } kinds[] = {{ECCL_F32, ECCL_SUM}, {ECCL_I16, ECCL_MAX}, {ECCL_U8, ECCL_SUM},
+                 {ECCL_F64, ECCL_AVG}, {ECCL_BF16, ECCL_MIN}};
+    size_t maxc = 0;
+    for (int i = 0; i < a->n_counts; i++) maxc = a->counts[i] > maxc ? a->counts[i] : maxc;
+    size_t cap = maxc * 8 + 64;
+    uint8_t *send = malloc(cap), *recv = malloc(cap), *want = malloc(cap);
+    CL_CHECK(send && recv && want, "out of memory");
+    uint64_t tag = 1;
+    /* count 0 needs no buffer at all. It completes locally, with the world
+     * as this peer sees it: checked first, while no peer can have left. */
+    eccl_reduce_info info;
+    CL_OK(eccl_allreduce(c, NULL, NULL, 0, ECCL_F32, ECCL_SUM, tag++, &info));
+    CL_CHECK(info.world_size == (uint32_t)a->n && info.tx_bytes == 0 && info.rx_bytes == 0,
+             "count 0 with NULL buffers: world %u tx %llu rx %llu", info.world_size,
+             (unsigned long long)info.tx_bytes, (unsigned long long)info.rx_bytes);
+    for (int i = 0; i < a->n_counts; i++)
+        for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
+            for (int m = 0; m < 2; m++)
+                if (one_allreduce(c, index, a->n, kinds[k].t, kinds[k].op, CL_PAT_SMALL,
+                                  a->counts[i], m, tag++, send, recv, want))
+                    return 1;
+    free(send);
+    free(recv);
+    free(want);
+    return 0;
+}
+
+static void run_counts(cluster *cl, counts_arg *a)
+{
+    assert_int_equal(cluster_init(cl, NULL), 0);
+    assert_int_equal(cluster_spawn_n(cl, a->n, counts_body, a), 0);
+    assert_int_equal(cluster_wait_all(cl, 90000), 0);
+    assert_parity(cl, a->n);
+    cluster_fini(cl);
+}
+
+/* 0, 1, N-1, N, N+1 and an odd prime above a million (two rings, uneven
+ * chunks, several slices). */
+static void test_counts_n3(void **state)
+{
+    counts_arg a = {.n = 3, .counts = {0, 1, 2, 3, 4, 1000003}, .n_counts = 6};
+    run_counts(*state, &a);
+}
+
+static void test_counts_n8(void **state)
+{
+    counts_arg a = {.n = 8, .counts = {0, 1, 7, 8, 9, 65537}, .n_counts = 6};
+    run_counts(*state, &a);
+}
+
+/* ---- 256 MiB ---------------------------------------------------------------- */
+
+#define BIG_COUNT (64u << 20) /* f32 elements: 256 MiB */
+
+static int big_body(eccl_comm *c, int index, void *argp)
+{
+    (void)argp;
+    size_t bytes = (size_t)BIG_COUNT * 4;
+    uint8_t *buf = malloc(bytes), *want = malloc(bytes);
+    CL_CHECK(buf && want, "cannot allocate 2 x 256 MiB");
+    int idx[2] = {0, 1};
+    cluster_fill(buf, ECCL_F32, BIG_COUNT, index, 77, CL_PAT_SMALL);
+    uint64_t pre = cluster_fnv1a(buf, bytes);
+    eccl_reduce_info info;
+    uint64_t t0 = cluster_now_ns();
+    eccl_result rc = eccl_allreduce(c, buf, buf, BIG_COUNT, ECCL_F32, ECCL_SUM, 77, &info);
+    uint64_t dt = cluster_now_ns() - t0;
+    uint64_t post = cluster_fnv1a(buf, bytes);
+    cluster_record(77, rc, info.world_size, dt, pre, post);
+    CL_OK(rc);
+    CL_CHECK(info.world_size == 2, "world %u", info.world_size);
+    CL_CHECK(cluster_expected(want, ECCL_F32, BIG_COUNT, ECCL_SUM, idx, 2, 77, CL_PAT_SMALL) == 0,
+             "expected");
+    size_t first = 0, bad = cluster_mismatches(buf, want, ECCL_F32, BIG_COUNT, &first);
+    CL_CHECK(bad == 0, "%zu wrong elements, first [%zu] = %g want %g", bad, first,
+             cluster_load(buf, ECCL_F32, first), cluster_load(want, ECCL_F32, first));
+    cluster_push_hash(post);
+    free(buf);
+    free(want);
+    return 0;
+}
+
+/* One 256 MiB f32 all-reduce (64M elements) in place at N=2. */
+static void test_big_256mib_n2(void **state)
+{
+    cluster *cl = *state;
+    assert_int_equal(cluster_init(cl, NULL), 0);
+    assert_int_equal(cluster_spawn_n(cl, 2, big_body, NULL), 0);
+    assert_int_equal(cluster_wait_all(cl, 120000), 0);
+    assert_parity(cl, 2);
+    for (int p = 0; p < 2; p++) {
+        const cluster_event *e = &cl->sh->slot[p].ev[0];
+        printf("    peer %d: 256 MiB f32 in-place all-reduce at N=2 took %.3f s (%.0f MB/s)\n", p,
+               (double)e->elapsed_ns / 1e9, 268.435456 / ((double)e->elapsed_ns / 1e9));
+    }
+    cluster_fini(cl);
+}
+
+/* ---- tags and the async API --------------------------------------------------- */
+
+static int wait_ctl(int k, long long value, uint64_t timeout_ms)
+{
+    uint64_t deadline = cluster_now_ns() + timeout_ms * CL_MS;
+    while (atomic_load(&cluster_shm()->ctl[k]) < value) {
+        if (cluster_now_ns() > deadline) return -1;
+        cluster_sleep_ms(1);
+    }
+    return 0;
+}
+
+static int check_result(const uint8_t *out, eccl_dtype t, eccl_op op, enum cluster_pattern pat,
+                        size_t count, int n, uint64_t seed, const char *what)
+{
+    int idx[CLUSTER_MAX_PEERS];
+    for (int i = 0; i < n; i++) idx[i] = i;
+    uint8_t *want = malloc(count * eccl_dtype_size(t) + 8);
+    CL_CHECK(want, "oom");
+    CL_CHECK(cluster_expected(want, t, count, op, idx, n, seed, pat) == 0, "no expectation");
+    size_t first = 0, bad = cluster_mismatches(out, want, t, count, &first);
+    double g = bad ? cluster_load(out, t, first) : 0, w = bad ? cluster_load(want, t, first) : 0;
+    free(want);
+    CL_CHECK(bad == 0, "%s: %zu wrong elements, first [%zu] = %g want %g", what, bad, first, g, w);
+    return 0;
+}
+
+#define ASYNC_N 3
+static int tags_body(eccl_comm *c, int index, void *argp)
+{
+    (void)argp;
+    const int n = ASYNC_N;
+    eccl_reduce_info info;
+
+    /* Consecutive blocking calls, each with its own tag and shape. */
+    for (int k = 0; k < 16; k++) {
+        size_t count = (size_t)k * 37 + 1;
+        int32_t buf[16 * 37 + 1];
+        cluster_fill(buf, ECCL_I32, count, index, 100 + k, CL_PAT_SMALL);
+        CL_OK(eccl_allreduce(c, buf, buf, count, ECCL_I32, ECCL_SUM, 100 + k, &info));
+        if (check_result((uint8_t *)buf, ECCL_I32, ECCL_SUM, CL_PAT_SMALL, count, n, 100 + k,
+                         "consecutive"))
+            return 1;
+    }
+
+    /* Three in flight at once, issued in a different order on every peer
+     * and waited for in yet another order. */
+    {
+        static const struct {
+            eccl_dtype t;
+            eccl_op op;
+            size_t count;
+        } sh[3] = {{ECCL_F32, ECCL_SUM, 300000}, {ECCL_I64, ECCL_MAX, 777}, {ECCL_BF16, ECCL_AVG, 50001}};
+        uint8_t *buf[3];
+        eccl_request *req[3] = {NULL, NULL, NULL};
+        for (int i = 0; i < 3; i++) {
+            buf[i] = malloc(sh[i].count * 8);
+            CL_CHECK(buf[i], "oom");
+            cluster_fill(buf[i], sh[i].t, sh[i].count, index, 200 + i, CL_PAT_SMALL);
+        }
+        for (int j = 0; j < 3; j++) {
+            int i = (j + index) % 3;
+            CL_OK(eccl_allreduce_async(c, buf[i], buf[i], sh[i].count, sh[i].t, sh[i].op, 200 + i,
+                                       &req[i]));
+            CL_CHECK(req[i] != NULL, "no request");
+        }
+        for (int j = 0; j < 3; j++) {
+            int i = (2 * index + 2 - j + 3) % 3;
+            CL_OK(eccl_wait(req[i], &info));
+            CL_CHECK(info.world_size == (uint32_t)n && info.tx_bytes > 0 && info.rx_bytes > 0,
+                     "async info: world %u tx %llu rx %llu", info.world_size,
+                     (unsigned long long)info.tx_bytes, (unsigned long long)info.rx_bytes);
+            if (check_result(buf[i], sh[i].t, sh[i].op, CL_PAT_SMALL, sh[i].count, n, 200 + i,
+                             "concurrent async"))
+                return 1;
+            free(buf[i]);
+        }
+    }
+
+    /* eccl_test polling until done. */
+    {
+        size_t count = 1u << 20;
+        float *buf = malloc(count * 4);
+        CL_CHECK(buf, "oom");
+        cluster_fill(buf, ECCL_F32, count, index, 300, CL_PAT_SMALL);
+        eccl_request *req = NULL;
+        CL_OK(eccl_allreduce_async(c, buf, buf, count, ECCL_F32, ECCL_SUM, 300, &req));
+        int done = 0;
+        long polls = 0;
+        uint64_t deadline = cluster_now_ns() + 20 * CL_SEC;
+        while (!done && cluster_now_ns() < deadline) {
+            eccl_result rc = eccl_test(req, &done, &info);
+            polls++;
+            CL_CHECK(rc == ECCL_OK, "eccl_test: %s", eccl_strerror(rc));
+            if (!done) usleep(100);
+        }
+        CL_CHECK(done, "eccl_test never reported completion (%ld polls)", polls);
+        CL_CHECK(info.world_size == (uint32_t)n, "world %u", info.world_size);
+        atomic_store(&cluster_self()->val[0], polls);
+        if (check_result((uint8_t *)buf, ECCL_F32, ECCL_SUM, CL_PAT_SMALL, count, n, 300, "polled"))
+            return 1;
+        free(buf);
+    }
+
+    /* A tag already in flight is refused; so is a topology update. Peer 0
+     * holds tag 400 in flight (the others have not called it yet, so it
+     * cannot complete) while it checks. */
+    {
+        size_t count = 4096;
+        int32_t *buf = malloc(count * 4), *other = malloc(count * 4);
+        CL_CHECK(buf && other, "oom");
+        cluster_fill(buf, ECCL_I32, count, index, 400, CL_PAT_SMALL);
+        eccl_request *req = NULL, *dup = NULL;
+        if (index == 0) {
+            CL_OK(eccl_allreduce_async(c, buf, buf, count, ECCL_I32, ECCL_SUM, 400, &req));
+            CL_EXPECT_RC(eccl_allreduce_async(c, other, other, count, ECCL_I32, ECCL_SUM, 400, &dup),
+                         ECCL_ERR_BUSY);
+            CL_CHECK(dup == NULL, "a refused call returned a request");
+            CL_EXPECT_RC(eccl_allreduce(c, other, other, count, ECCL_I32, ECCL_SUM, 400, NULL),
+                         ECCL_ERR_BUSY);
+            CL_EXPECT_RC(eccl_comm_update_topology(c), ECCL_ERR_BUSY);
+            int done = 1;
+            CL_OK(eccl_test(req, &done, NULL));
+            CL_CHECK(!done, "tag 400 completed without the other peers");
+            atomic_store(&cluster_shm()->ctl[0], 1);
+        } else {
+            CL_CHECK(wait_ctl(0, 1, 20000) == 0, "peer 0 never released tag 400");
+            CL_OK(eccl_allreduce_async(c, buf, buf, count, ECCL_I32, ECCL_SUM, 400, &req));
+        }
+        CL_OK(eccl_wait(req, &info));
+        if (check_result((uint8_t *)buf, ECCL_I32, ECCL_SUM, CL_PAT_SMALL, count, n, 400, "busy tag"))
+            return 1;
+        free(buf);
+        free(other);
+    }
+    return 0;
+}
+
+static void test_tags_async_n3(void **state)
+{
+    cluster *cl = *state;
+    assert_int_equal(cluster_init(cl, NULL), 0);
+    assert_int_equal(cluster_spawn_n(cl, ASYNC_N, tags_body, NULL), 0);
+    assert_int_equal(cluster_wait_all(cl, 60000), 0);
+    for (int p = 0; p < ASYNC_N; p++)
+        printf("    peer %d: eccl_test polled %lld times\n", p,
+               (long long)atomic_load(&cl->sh->slot[p].val[0]));
+    cluster_fini(cl);
+}
+
+/* The same tag again and again: the API allows reusing a tag once the call
+ * that used it returned. Back-to-back reuse races the previous call's
+ * done tokens on the neighbours. */
+#define REUSE_ROUNDS 200
+static int reuse_body(eccl_comm *c, int index, void *argp)
+{
+    int n = *(int *)argp;
+    for (int k = 0; k < REUSE_ROUNDS; k++) {
+        int32_t buf[64];
+        cluster_fill(buf, ECCL_I32, 64, index, (uint64_t)k, CL_PAT_SMALL);
+        eccl_reduce_info info;
+        uint64_t t0 = cluster_now_ns();
+        eccl_result rc = eccl_allreduce(c, buf, buf, 64, ECCL_I32, ECCL_SUM, 7, &info);
+        CL_CHECK(rc == ECCL_OK, "round %d of tag 7: %s after %.1f ms", k, eccl_strerror(rc),
+                 (double)(cluster_now_ns() - t0) / 1e6);
+        if (check_result((uint8_t *)buf, ECCL_I32, ECCL_SUM, CL_PAT_SMALL, 64, n, (uint64_t)k,
+                         "reused tag"))
+            return 1;
+        atomic_store(&cluster_self()->finished, k + 1);
+    }
+    return 0;
+}
+
+static void run_reuse(cluster *cl, int n)
+{
+    cluster_opts o = {.op_timeout_ms = 5000};
+    assert_int_equal(cluster_init(cl, &o), 0);
+    assert_int_equal(cluster_spawn_n(cl, n, reuse_body, &n), 0);
+    assert_int_equal(cluster_wait_all(cl, 60000), 0);
+    cluster_fini(cl);
+}
+
+static void test_tag_reuse_n2(void **state) { run_reuse(*state, 2); }
+static void test_tag_reuse_n3(void **state) { run_reuse(*state, 3); }
+
+/* ---- invalid arguments ------------------------------------------------------------ */
+
+static int invalid_body(eccl_comm *c, int index, void *argp)
+{
+    (void)argp;
+    float buf[8] = {0};
+    eccl_request *req = NULL;
+    CL_EXPECT_RC(eccl_allreduce(c, NULL, buf, 8, ECCL_F32, ECCL_SUM, 1, NULL), ECCL_ERR_INVALID_ARG);
+    CL_EXPECT_RC(eccl_allreduce(c, buf, NULL, 8, ECCL_F32, ECCL_SUM, 1, NULL), ECCL_ERR_INVALID_ARG);
+    CL_EXPECT_RC(eccl_allreduce(c, buf, buf, 8, ECCL_DTYPE_COUNT, ECCL_SUM, 1, NULL),
+                 ECCL_ERR_INVALID_ARG);
+    CL_EXPECT_RC(eccl_allreduce(c, buf, buf, 8, (eccl_dtype)-1, ECCL_SUM, 1, NULL),
+                 ECCL_ERR_INVALID_ARG);
+    CL_EXPECT_RC(eccl_allreduce(c, buf, buf, 8, ECCL_F32, ECCL_OP_COUNT, 1, NULL),
+                 ECCL_ERR_INVALID_ARG);
+    CL_EXPECT_RC(eccl_allreduce(c, buf, buf, 8, ECCL_F32, (eccl_op)77, 1, NULL), ECCL_ERR_INVALID_ARG);
+    CL_EXPECT_RC(eccl_allreduce(c, buf, buf, SIZE_MAX, ECCL_F32, ECCL_SUM, 1, NULL),
+                 ECCL_ERR_INVALID_ARG);
+    CL_EXPECT_RC(eccl_allreduce(NULL, buf, buf, 8, ECCL_F32, ECCL_SUM, 1, NULL), ECCL_ERR_INVALID_ARG);
+    CL_EXPECT_RC(eccl_allreduce_async(c, NULL, buf, 8, ECCL_F32, ECCL_SUM, 1, &req),
+                 ECCL_ERR_INVALID_ARG);
+    CL_EXPECT_RC(eccl_allreduce_async(c, buf, buf, 8, ECCL_F32, ECCL_SUM, 1, NULL),
+                 ECCL_ERR_INVALID_ARG);
+    CL_EXPECT_RC(eccl_wait(NULL, NULL), ECCL_ERR_INVALID_ARG);
+    int done = 0;
+    CL_EXPECT_RC(eccl_test(NULL, &done, NULL), ECCL_ERR_INVALID_ARG);
+    CL_EXPECT_RC(eccl_comm_get_attr(c, (eccl_attr)99, &(int64_t){0}), ECCL_ERR_INVALID_ARG);
+    CL_EXPECT_RC(eccl_comm_get_attr(c, ECCL_ATTR_RANK, NULL), ECCL_ERR_INVALID_ARG);
+    CL_EXPECT_RC(eccl_comm_peers_pending(c, NULL), ECCL_ERR_INVALID_ARG);
+    /* None of that disturbed the communicator. */
+    cluster_fill(buf, ECCL_F32, 8, index, 5, CL_PAT_SMALL);
+    CL_OK(eccl_allreduce(c, buf, buf, 8, ECCL_F32, ECCL_SUM, 1, NULL));
+    return check_result((uint8_t *)buf, ECCL_F32, ECCL_SUM, CL_PAT_SMALL, 8, 2, 5, "after invalid");
+}
+
+/* A communicator that never connected: calls fail with NOT_CONNECTED,
+ * whatever the master is doing. */
+static int unconnected_proc(cluster *cl, int index, void *arg)
+{
+    (void)index, (void)arg;
+    eccl_comm_params p;
+    eccl_comm *c = NULL;
+    eccl_comm_params_init(&p);
+    CL_EXPECT_RC(eccl_comm_create(&p, &c), ECCL_ERR_INVALID_ARG); /* no master_addr */
+    CL_EXPECT_RC(eccl_comm_create(NULL, &c), ECCL_ERR_INVALID_ARG);
+    p.master_addr = cl->sh->master_addr;
+    CL_EXPECT_RC(eccl_comm_create(&p, NULL), ECCL_ERR_INVALID_ARG);
+    CL_OK(eccl_comm_create(&p, &c));
+    float buf[4] = {1, 2, 3, 4};
+    eccl_request *req = NULL;
+    uint32_t pending = 0;
+    int64_t v = -1;
+    CL_EXPECT_RC(eccl_allreduce(c, buf, buf, 4, ECCL_F32, ECCL_SUM, 1, NULL), ECCL_ERR_NOT_CONNECTED);
+    CL_EXPECT_RC(eccl_allreduce_async(c, buf, buf, 4, ECCL_F32, ECCL_SUM, 1, &req),
+                 ECCL_ERR_NOT_CONNECTED);
+    CL_CHECK(req == NULL, "request from a refused call");
+    CL_EXPECT_RC(eccl_allreduce(c, NULL, NULL, 0, ECCL_F32, ECCL_SUM, 1, NULL), ECCL_ERR_NOT_CONNECTED);
+    CL_EXPECT_RC(eccl_comm_peers_pending(c, &pending), ECCL_ERR_NOT_CONNECTED);
+    CL_EXPECT_RC(eccl_comm_update_topology(c), ECCL_ERR_NOT_CONNECTED);
+    CL_OK(eccl_comm_get_attr(c, ECCL_ATTR_WORLD_SIZE, &v));
+    CL_CHECK(v == 0, "world %lld before connect", (long long)v);
+    CL_CHECK(buf[0] == 1 && buf[3] == 4, "buffer touched");
+    eccl_comm_destroy(c);
+    return 0;
+}
+
+/* Nobody listens at the master address: connect gives up with
+ * ECCL_ERR_CONNECT after connect_timeout_ms, not later. */
+static int no_master_proc(cluster *cl, int index, void *arg)
+{
+    (void)cl, (void)index;
+    eccl_comm_params p;
+    eccl_comm *c = NULL;
+    eccl_comm_params_init(&p);
+    p.master_addr = arg;
+    p.connect_timeout_ms = 500;
+    p.op_timeout_ms = 5000;
+    CL_OK(eccl_comm_create(&p, &c));
+    uint64_t t0 = cluster_now_ns();
+    eccl_result rc = eccl_comm_connect(c);
+    uint64_t dt = cluster_now_ns() - t0;
+    CL_CHECK(rc == ECCL_ERR_CONNECT, "connect to a dead address: %s", eccl_strerror(rc));
+    CL_CHECK(dt < 3 * CL_SEC, "connect took %.1f ms with a 500 ms timeout", (double)dt / 1e6);
+    atomic_store(&cluster_self()->val[0], (long long)dt);
+    float x = 1;
+    CL_EXPECT_RC(eccl_allreduce(c, &x, &x, 1, ECCL_F32, ECCL_SUM, 1, NULL), ECCL_ERR_CONNECT);
+    eccl_comm_destroy(c);
+    return 0;
+}
+
+static void test_invalid_args(void **state)
+{
+    cluster *cl = *state;
+    assert_int_equal(cluster_init(cl, NULL), 0);
+    assert_int_equal(cluster_spawn_n(cl, 2, invalid_body, NULL), 0);
+    assert_int_equal(cluster_fork(cl, 2, unconnected_proc, NULL), 0);
+    /* Port 1 (tcpmux): nothing listens there on a test box, so every
+     * attempt is refused at once and connect retries until its timeout. */
+    static char dead[64] = "127.0.0.1:1";
+    assert_int_equal(cluster_fork(cl, 3, no_master_proc, dead), 0);
+    assert_int_equal(cluster_wait_all(cl, 30000), 0);
+    printf("    connect to a dead master gave up after %.0f ms\n",
+           (double)atomic_load(&cl->sh->slot[3].val[0]) / 1e6);
+    cluster_fini(cl);
+}
+
+/* ---- a single peer ------------------------------------------------------------------ */
+
+static int single_body(eccl_comm *c, int index, void *argp)
+{
+    (void)index, (void)argp;
+    int64_t w = 0;
+    CL_OK(eccl_comm_get_attr(c, ECCL_ATTR_WORLD_SIZE, &w));
+    CL_CHECK(w == 1, "world %lld", (long long)w);
+    float buf[16], send[16];
+    for (int i = 0; i < 16; i++) buf[i] = (float)i, send[i] = 100.0f + (float)i;
+    uint64_t h = cluster_fnv1a(buf, sizeof buf);
+    eccl_reduce_info info;
+    CL_EXPECT_RC(eccl_allreduce(c, buf, buf, 16, ECCL_F32, ECCL_SUM, 1, &info), ECCL_ERR_TOO_FEW_PEERS);
+    CL_CHECK(cluster_fnv1a(buf, sizeof buf) == h, "in-place buffer changed by a refused call");
+    CL_EXPECT_RC(eccl_allreduce(c, send, buf, 16, ECCL_F32, ECCL_SUM, 2, &info), ECCL_ERR_TOO_FEW_PEERS);
+    CL_CHECK(cluster_fnv1a(buf, sizeof buf) == h, "recvbuf changed by a refused call");
+    CL_EXPECT_RC(eccl_allreduce(c, NULL, NULL, 0, ECCL_F32, ECCL_SUM, 3, &info), ECCL_ERR_TOO_FEW_PEERS);
+    eccl_request *req = NULL;
+    eccl_result rc = eccl_allreduce_async(c, buf, buf, 16, ECCL_F32, ECCL_SUM, 4, &req);
+    if (rc == ECCL_OK) rc = eccl_wait(req, &info);
+    CL_CHECK(rc == ECCL_ERR_TOO_FEW_PEERS, "async single peer: %s", eccl_strerror(rc));
+    CL_CHECK(info.world_size == 1, "info.world_size %u", info.world_size);
+    /* Alone, nothing is pending and a topology update with nobody to admit
+     * must not hang. */
+    uint32_t pending = 99;
+    CL_OK(eccl_comm_peers_pending(c, &pending));
+    CL_CHECK(pending == 0, "pending %u", pending);
+    return 0;
+}
+
+static void test_single_peer(void **state)
+{
+    cluster *cl = *state;
+    assert_int_equal(cluster_init(cl, NULL), 0);
+    assert_int_equal(cluster_spawn_n(cl, 1, single_body, NULL), 0);
+    assert_int_equal(cluster_wait_all(cl, 30000), 0);
+    cluster_fini(cl);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_matrix_n3, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_matrix_n2, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_matrix_n4_two_rings, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_matrix_n8, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_random_floats_parity_n3, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_random_floats_parity_n5, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_counts_n3, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_counts_n8, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_big_256mib_n2, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_tags_async_n3, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_tag_reuse_n2, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_tag_reuse_n3, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_invalid_args, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_single_peer, setup, teardown),
+    };
+    /* ECCL_TEST_FILTER=test_counts_* runs a subset (cmocka glob). */
+    const char *filter = getenv("ECCL_TEST_FILTER");
+    if (filter && *filter) cmocka_set_test_filter(filter);
+    return cmocka_run_group_tests_name("allreduce_mp", tests, NULL, NULL);
+}

@@ -1,0 +1,835 @@
+/* Multi-process membership and fault tests on loopback (tests/cluster.h):
+ * peers joining a running job, peers SIGKILLed in the middle of large
+ * all-reduces, a master hammered by malformed connections, and a master
+ * that goes away. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "cluster.h"
+#include "proto/wire.h"
+
+static int setup(void **state)
+{
+    *state = calloc(1, sizeof(cluster));
+    return *state ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    cluster_fini(*state);
+    free(*state);
+    return 0;
+}
+
+static int check_values(const void *out, eccl_dtype t, eccl_op op, size_t count, const int *idx,
+                        int n, uint64_t seed, const char *what)
+{
+    uint8_t *want = malloc(count * eccl_dtype_size(t) + 8);
+    CL_CHECK(want, "oom");
+    CL_CHECK(cluster_expected(want, t, count, op, idx, n, seed, CL_PAT_SMALL) == 0, "expected");
+    size_t first = 0, bad = cluster_mismatches(out, want, t, count, &first);
+    double g = bad ? cluster_load(out, t, first) : 0, w = bad ? cluster_load(want, t, first) : 0;
+    free(want);
+    CL_CHECK(bad == 0, "%s: %zu wrong elements of %zu (world %d), first [%zu] = %g want %g", what,
+             bad, count, n, first, g, w);
+    return 0;
+}
+
+/* ---- join -------------------------------------------------------------------------- */
+
+enum { V_SEEN_PENDING = 0, V_VOTES = 1, V_EPOCH_AFTER = 2, V_ITERS = 3 };
+
+#define AFTER_OPS 5
+#define AFTER_COUNT 10007
+
+/* What every member runs once the world has `n` peers: indices 0..n-1. */
+static int after_join(eccl_comm *c, int index, int n)
+{
+    int idx[CLUSTER_MAX_PEERS];
+    for (int i = 0; i < n; i++) idx[i] = i;
+    int64_t w = 0;
+    CL_OK(eccl_comm_get_attr(c, ECCL_ATTR_WORLD_SIZE, &w));
+    CL_CHECK(w == n, "ECCL_ATTR_WORLD_SIZE %lld after the join, want %d", (long long)w, n);
+    float *buf = malloc(AFTER_COUNT * sizeof *buf);
+    CL_CHECK(buf, "oom");
+    for (int j = 0; j < AFTER_OPS; j++) {
+        uint64_t tag = 5000 + (uint64_t)j;
+        cluster_fill(buf, ECCL_F32, AFTER_COUNT, index, tag, CL_PAT_SMALL);
+        eccl_reduce_info info;
+        CL_OK(eccl_allreduce(c, buf, buf, AFTER_COUNT, ECCL_F32, ECCL_SUM, tag, &info));
+        CL_CHECK(info.world_size == (uint32_t)n, "info.world_size %u, want %d", info.world_size, n);
+        if (check_values(buf, ECCL_F32, ECCL_SUM, AFTER_COUNT, idx, n, tag, "after the join"))
+            return 1;
+        cluster_push_hash(cluster_fnv1a(buf, AFTER_COUNT * sizeof *buf));
+    }
+    free(buf);
+    return 0;
+}
+
+typedef struct join_arg {
+    int n0, n1;          /* world before and after */
+    uint64_t timeout_ms; /* for the newcomer to show up */
+} join_arg;
+
+/* A member of the running job: small all-reduces, and between them the
+ * agreed admission check, until the newcomers are in. */
+static int job_body(eccl_comm *c, int index, void *argp)
+{
+    const join_arg *a = argp;
+    int idx[CLUSTER_MAX_PEERS];
+    for (int i = 0; i < a->n0; i++) idx[i] = i;
+    uint64_t deadline = cluster_now_ns() + a->timeout_ms * CL_MS;
+    cluster_slot *self = cluster_self();
+    int32_t buf[1000];
+    for (uint64_t k = 0;; k++) {
+        cluster_fill(buf, ECCL_I32, 1000, index, 10 + k, CL_PAT_SMALL);
+        eccl_reduce_info info;
+        eccl_result rc = eccl_allreduce(c, buf, buf, 1000, ECCL_I32, ECCL_SUM, 10 + k, &info);
+        CL_CHECK(rc == ECCL_OK, "job all-reduce %llu: %s", (unsigned long long)k, eccl_strerror(rc));
+        CL_CHECK(info.world_size == (uint32_t)a->n0, "world %u before the join", info.world_size);
+        if (check_values(buf, ECCL_I32, ECCL_SUM, 1000, idx, a->n0, 10 + k, "before the join"))
+            return 1;
+        atomic_store(&self->finished, (long long)k + 1);
+        uint32_t seen = 0;
+        int voted = 0;
+        rc = cluster_agreed_admit(c, 1000000 + k, &seen, &voted);
+        CL_CHECK(rc == ECCL_OK, "admission check %llu: %s", (unsigned long long)k, eccl_strerror(rc));
+        if (seen > atomic_load(&self->val[V_SEEN_PENDING]))
+            atomic_store(&self->val[V_SEEN_PENDING], seen);
+        atomic_fetch_add(&self->val[V_VOTES], voted);
+        int64_t w = 0;
+        CL_OK(eccl_comm_get_attr(c, ECCL_ATTR_WORLD_SIZE, &w));
+        if (w == a->n1) break;
+        CL_CHECK(w == a->n0, "world %lld while waiting for the join", (long long)w);
+        CL_CHECK(cluster_now_ns() < deadline, "no newcomer after %llu ms (%llu rounds)",
+                 (unsigned long long)a->timeout_ms, (unsigned long long)k + 1);
+        usleep(1000);
+    }
+    int64_t e = 0;
+    CL_OK(eccl_comm_get_attr(c, ECCL_ATTR_EPOCH, &e));
+    atomic_store(&self->val[V_EPOCH_AFTER], e);
+    return after_join(c, index, a->n1);
+}
+
+static int newcomer_body(eccl_comm *c, int index, void *argp)
+{
+    const join_arg *a = argp;
+    int64_t e = 0;
+    CL_OK(eccl_comm_get_attr(c, ECCL_ATTR_EPOCH, &e));
+    atomic_store(&cluster_self()->val[V_EPOCH_AFTER], e);
+    return after_join(c, index, a->n1);
+}
+
+typedef struct progress_arg {
+    int n;
+    long long at_least;
+} progress_arg;
+
+static int all_finished_at_least(cluster *cl, void *argp)
+{
+    const progress_arg *p = argp;
+    for (int i = 0; i < p->n; i++)
+        if (atomic_load(&cl->sh->slot[i].finished) < p->at_least) return 0;
+    return 1;
+}
+
+static long long min_finished(cluster *cl, int n)
+{
+    long long m = -1;
+    for (int i = 0; i < n; i++) {
+        long long f = atomic_load(&cl->sh->slot[i].finished);
+        if (m < 0 || f < m) m = f;
+    }
+    return m;
+}
+
+static void assert_hash_parity(cluster *cl, int n)
+{
+    int nh = cl->sh->slot[0].n_hash;
+    assert_true(nh > 0);
+    for (int p = 1; p < n; p++) {
+        assert_int_equal(cl->sh->slot[p].n_hash, nh);
+        for (int k = 0; k < nh; k++) assert_true(cl->sh->slot[p].hash[k] == cl->sh->slot[0].hash[k]);
+    }
+}
+
+/* Two peers run a job; a third starts later, registers, and is voted in by
+ * the running peers; then all three all-reduce with world size 3. */
+static void test_join_2_to_3(void **state)
+{
+    cluster *cl = *state;
+    join_arg a = {.n0 = 2, .n1 = 3, .timeout_ms = 30000};
+    assert_int_equal(cluster_init(cl, NULL), 0);
+    assert_int_equal(cluster_spawn(cl, 0, 2, job_body, &a), 0);
+    assert_int_equal(cluster_spawn(cl, 1, 2, job_body, &a), 0);
+    progress_arg p = {2, 3};
+    assert_int_equal(cluster_wait_for(cl, all_finished_at_least, &p, 30000), 0);
+    assert_int_equal(cluster_spawn(cl, 2, 3, newcomer_body, &a), 0);
+    assert_int_equal(cluster_wait_all(cl, 60000), 0);
+    cluster_slot *s = cl->sh->slot;
+    printf("    newcomer admitted %.1f ms after it started; job ran %lld/%lld rounds; epochs %lld -> %lld\n",
+           (double)s[2].admit_ns / 1e6, (long long)atomic_load(&s[0].finished),
+           (long long)atomic_load(&s[1].finished), (long long)s[0].epoch,
+           (long long)atomic_load(&s[0].val[V_EPOCH_AFTER]));
+    /* Someone saw the pending peer, both voted, the ring moved on. */
+    assert_true(atomic_load(&s[0].val[V_SEEN_PENDING]) + atomic_load(&s[1].val[V_SEEN_PENDING]) > 0);
+    assert_int_equal(atomic_load(&s[0].val[V_VOTES]), 1);
+    assert_int_equal(atomic_load(&s[1].val[V_VOTES]), 1);
+    assert_int_equal(s[2].world, 3);
+    for (int i = 0; i < 2; i++) assert_true(atomic_load(&s[i].val[V_EPOCH_AFTER]) > s[i].epoch);
+    assert_int_equal(atomic_load(&s[2].val[V_EPOCH_AFTER]), atomic_load(&s[0].val[V_EPOCH_AFTER]));
+    assert_hash_parity(cl, 3);
+    cluster_fini(cl);
+}
+
+/* ---- peers killed mid-all-reduce ------------------------------------------------------ */
+
+#define KILL_COUNT (16u << 20) /* f32: 64 MiB */
+#define KILL_WARM 2            /* iterations completed before the kill */
+#define KILL_TAG0 100
+enum { CTL_KILLED = 0 };       /* victim index + 1, set before the SIGKILL */
+
+typedef struct kill_arg {
+    int n;
+    int in_place;
+} kill_arg;
+
+static int kill_body(eccl_comm *c, int index, void *argp)
+{
+    const kill_arg *a = argp;
+    size_t bytes = (size_t)KILL_COUNT * 4;
+    uint8_t *send = malloc(bytes), *recv = a->in_place ? send : malloc(bytes);
+    cluster_slot *self = cluster_self();
+    CL_CHECK(send && recv, "oom");
+    if (!a->in_place) cluster_fill(recv, ECCL_F32, KILL_COUNT, index, 999, CL_PAT_SMALL);
+    int after = 0, attempts = 0, refill = 1;
+    uint64_t k = 0;
+    while (k < 40) {
+        uint64_t tag = KILL_TAG0 + k;
+        if (refill) cluster_fill(send, ECCL_F32, KILL_COUNT, index, tag, CL_PAT_SMALL);
+        uint64_t pre = cluster_fnv1a(recv, bytes);
+        atomic_store(&self->started, (long long)k + 1);
+        eccl_reduce_info info;
+        memset(&info, 0, sizeof info);
+        uint64_t t0 = cluster_now_ns();
+        eccl_result rc = eccl_allreduce(c, send, recv, KILL_COUNT, ECCL_F32, ECCL_SUM, tag, &info);
+        uint64_t dt = cluster_now_ns() - t0;
+        uint64_t post = cluster_fnv1a(recv, bytes);
+        cluster_record(tag, rc, info.world_size, dt, pre, post);
+        int killed = (int)atomic_load(&cluster_shm()->ctl[CTL_KILLED]) - 1;
+        if (rc == ECCL_OK) {
+            int idx[CLUSTER_MAX_PEERS], m = 0;
+            for (int i = 0; i < a->n; i++)
+                if (info.world_size == (uint32_t)a->n || i != killed) idx[m++] = i;
+            CL_CHECK(info.world_size == (uint32_t)a->n ||
+                         (killed >= 0 && info.world_size == (uint32_t)a->n - 1),
+                     "tag %llu succeeded with world %u (killed %d)", (unsigned long long)tag,
+                     info.world_size, killed);
+            if (check_values(recv, ECCL_F32, ECCL_SUM, KILL_COUNT, idx, m, tag, "kill loop"))
+                return 1;
+            atomic_store(&self->finished, (long long)k + 1);
+            if (info.world_size == (uint32_t)a->n - 1 && ++after >= 2) break;
+            k++;
+            refill = 1;
+            attempts = 0;
+        } else if (rc == ECCL_ERR_PEER_LOST) {
+            CL_CHECK(post == pre, "tag %llu failed but recvbuf changed (%016llx -> %016llx)",
+                     (unsigned long long)tag, (unsigned long long)pre, (unsigned long long)post);
+            CL_CHECK(++attempts <= 3, "tag %llu failed %d times", (unsigned long long)tag, attempts);
+            /* Retry as is: in place, the restored buffer must be our
+             * contribution again, which the values then prove. */
+            refill = 0;
+        } else if (rc == ECCL_ERR_TOO_FEW_PEERS && a->n == 2) {
+            CL_CHECK(post == pre, "TOO_FEW_PEERS changed recvbuf");
+            int64_t w = 0;
+            CL_OK(eccl_comm_get_attr(c, ECCL_ATTR_WORLD_SIZE, &w));
+            CL_CHECK(w == 1, "world %lld after the only other peer died", (long long)w);
+            CL_EXPECT_RC(eccl_allreduce(c, send, recv, KILL_COUNT, ECCL_F32, ECCL_SUM, tag, NULL),
+                         ECCL_ERR_TOO_FEW_PEERS);
+            break;
+        } else {
+            CL_CHECK(0, "tag %llu: unexpected %s after %.1f ms", (unsigned long long)tag,
+                     eccl_strerror(rc), (double)dt / 1e6);
+        }
+    }
+    CL_CHECK(k < 40, "never settled on the survivors");
+    return 0;
+}
+
+typedef struct kill_warm_arg {
+    int n;
+} kill_warm_arg;
+
+static int all_started_next(cluster *cl, void *argp)
+{
+    int n = ((kill_warm_arg *)argp)->n;
+    for (int i = 0; i < n; i++)
+        if (atomic_load(&cl->sh->slot[i].finished) < KILL_WARM ||
+            atomic_load(&cl->sh->slot[i].started) < KILL_WARM + 1)
+            return 0;
+    return 1;
+}
+
+typedef struct kill_stats {
+    int rounds, lost, committed;
+    double max_fail_ms, max_detect_ms;
+} kill_stats;
+
+static const cluster_event *first_event(const cluster_slot *s, uint64_t tag, int nth)
+{
+    int n = atomic_load(&s->n_events);
+    for (int i = 0; i < n; i++)
+        if (s->ev[i].tag == tag && nth-- == 0) return &s->ev[i];
+    return NULL;
+}
+
+static void kill_round(cluster *cl, int n, int in_place, int victim, kill_stats *st)
+{
+    kill_arg a = {.n = n, .in_place = in_place};
+    assert_int_equal(cluster_init(cl, NULL), 0);
+    assert_int_equal(cluster_spawn_n(cl, n, kill_body, &a), 0);
+    kill_warm_arg w = {n};
+    assert_int_equal(cluster_wait_for(cl, all_started_next, &w, 60000), 0);
+    /* Land in the middle of the call every peer has started: a third of
+     * the slowest warm-up call. */
+    uint64_t op_ns = 0;
+    for (int i = 0; i < n; i++) {
+        const cluster_event *e = first_event(&cl->sh->slot[i], KILL_TAG0 + KILL_WARM - 1, 0);
+        if (e && e->elapsed_ns > op_ns) op_ns = e->elapsed_ns;
+    }
+    unsigned delay = (unsigned)(op_ns / 3 / CL_MS);
+    delay = delay < 2 ? 2 : delay > 300 ? 300 : delay;
+    cluster_sleep_ms(delay);
+    atomic_store(&cl->sh->ctl[CTL_KILLED], victim + 1);
+    uint64_t kill_ns = cluster_now_ns();
+    cluster_kill(cl, victim);
+    assert_int_equal(cluster_wait_all(cl, 90000), 0);
+
+    /* Every peer was inside tag T when the victim died: all survivors were
+     * frozen in it, so they must all take the same decision. */
+    uint64_t T = KILL_TAG0 + KILL_WARM;
+    int first = -1;
+    int32_t outcome = -1;
+    uint32_t outcome_world = 0;
+    for (int i = 0; i < n; i++) {
+        if (i == victim) continue;
+        const cluster_slot *s = &cl->sh->slot[i];
+        const cluster_event *e = first_event(s, T, 0);
+        assert_non_null(e);
+        if (first < 0) {
+            first = i;
+            outcome = e->result;
+            outcome_world = e->world;
+        }
+        if (e->result != outcome || (e->result == ECCL_OK && e->world != outcome_world)) {
+            fprintf(stderr, "survivors disagree on tag %llu: peer %d %s (world %u), peer %d %s (world %u)\n",
+                    (unsigned long long)T, first, eccl_strerror((eccl_result)outcome), outcome_world, i,
+                    eccl_strerror((eccl_result)e->result), e->world);
+            cluster_dump_slot(cl, first);
+            cluster_dump_slot(cl, i);
+            fail();
+        }
+        if (e->result == ECCL_ERR_PEER_LOST) {
+            double ms = (double)e->elapsed_ns / 1e6;
+            double detect = (double)(e->end_ns - kill_ns) / 1e6;
+            assert_true(e->pre_hash == e->post_hash);
+            assert_true(e->elapsed_ns < (uint64_t)cl->opts.op_timeout_ms * CL_MS);
+            if (ms > st->max_fail_ms) st->max_fail_ms = ms;
+            if (detect > st->max_detect_ms) st->max_detect_ms = detect;
+            const cluster_event *retry = first_event(s, T, 1);
+            assert_non_null(retry);
+            if (n > 2) {
+                assert_int_equal(retry->result, ECCL_OK);
+                assert_int_equal(retry->world, n - 1);
+            } else {
+                assert_int_equal(retry->result, ECCL_ERR_TOO_FEW_PEERS);
+            }
+        } else {
+            assert_int_equal(e->result, ECCL_OK);
+            assert_int_equal(e->world, n); /* committed in the completion round */
+        }
+        /* No tag may be committed on one survivor and aborted on another. */
+        int ne = atomic_load(&s->n_events);
+        for (int k = 0; k < ne; k++) {
+            if (s->ev[k].result != ECCL_OK || s->ev[k].world != (uint32_t)n) continue;
+            for (int j = 0; j < n; j++) {
+                if (j == victim) continue;
+                const cluster_event *o = first_event(&cl->sh->slot[j], s->ev[k].tag, 0);
+                if (o) assert_int_equal(o->result, ECCL_OK);
+            }
+        }
+        /* And the job ended on the survivors. */
+        const cluster_event *last = &s->ev[ne - 1];
+        if (n > 2) {
+            assert_int_equal(last->result, ECCL_OK);
+            assert_int_equal(last->world, n - 1);
+        } else {
+            assert_int_equal(last->result, ECCL_ERR_TOO_FEW_PEERS);
+        }
+    }
+    st->rounds++;
+    if (outcome == ECCL_ERR_PEER_LOST) st->lost++;
+    else st->committed++;
+    printf("    N=%d %s, killed peer %d %u ms into tag %llu (~%.0f ms per call): survivors %s\n", n,
+           in_place ? "in place" : "out of place", victim, delay, (unsigned long long)T,
+           (double)op_ns / 1e6,
+           outcome == ECCL_ERR_PEER_LOST ? "got PEER_LOST, restored, retried on N-1"
+                                         : "committed it (completion round)");
+    cluster_fini(cl);
+}
+
+static void run_kill(cluster *cl, int n, int in_place, int rounds)
+{
+    kill_stats st = {0};
+    for (int r = 0; r < rounds; r++) kill_round(cl, n, in_place, (r + 1) % n, &st);
+    printf("    N=%d: %d rounds, %d PEER_LOST, %d committed; slowest failed call %.1f ms, "
+           "returned at most %.1f ms after the SIGKILL\n",
+           n, st.rounds, st.lost, st.committed, st.max_fail_ms, st.max_detect_ms);
+    /* The kill lands a third into a call of hundreds of ms: the abort path
+     * must have been taken at least once. */
+    assert_true(st.lost > 0);
+}
+
+static void test_kill_mid_allreduce_n4(void **state) { run_kill(*state, 4, 1, 3); }
+static void test_kill_mid_allreduce_n3(void **state) { run_kill(*state, 3, 0, 3); }
+static void test_kill_down_to_one_n2(void **state) { run_kill(*state, 2, 1, 1); }
+
+/* ---- a master under attack ------------------------------------------------------------ */
+
+static int raw_connect(const char *addr)
+{
+    char host[64];
+    snprintf(host, sizeof host, "%s", addr);
+    char *colon = strrchr(host, ':');
+    if (!colon) return -1;
+    *colon = '\0';
+    struct sockaddr_in sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons((uint16_t)atoi(colon + 1));
+    if (inet_pton(AF_INET, host, &sa.sin_addr) != 1) return -1;
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return -1;
+    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+static int send_all(int fd, const void *buf, size_t len)
+{
+    const uint8_t *p = buf;
+    while (len) {
+        ssize_t w = send(fd, p, len, MSG_NOSIGNAL);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return -1;
+        p += w;
+        len -= (size_t)w;
+    }
+    return 0;
+}
+
+/* 1 once the other end closed (EOF or reset), reading and discarding what
+ * it sent first (a KICK); 0 if still open at the deadline. */
+static int closed_by_peer(int fd, unsigned timeout_ms)
+{
+    uint64_t deadline = cluster_now_ns() + (uint64_t)timeout_ms * CL_MS;
+    for (;;) {
+        uint64_t now = cluster_now_ns();
+        if (now >= deadline) return 0;
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        int r = poll(&p, 1, (int)((deadline - now) / CL_MS) + 1);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) continue;
+        uint8_t junk[4096];
+        ssize_t got = recv(fd, junk, sizeof junk, 0);
+        if (got == 0) return 1;
+        if (got < 0 && errno != EINTR && errno != EAGAIN) return 1;
+    }
+}
+
+static void job_progresses(cluster *cl, const char *after)
+{
+    long long base = min_finished(cl, 2);
+    progress_arg p = {2, base + 3};
+    if (cluster_wait_for(cl, all_finished_at_least, &p, 10000) != 0) {
+        fprintf(stderr, "the job stalled after %s (at round %lld)\n", after, base);
+        fail();
+    }
+    assert_true(cluster_master_alive(cl));
+}
+
+/* While two peers run a job, raw connections throw garbage, absurd lengths,
+ * half frames, out-of-turn messages and instant hang-ups at the master. The
+ * job must not notice, bad connections must be closed, and the master must
+ * still admit a third peer. */
+static void test_master_robustness(void **state)
+{
+    cluster *cl = *state;
+    join_arg a = {.n0 = 2, .n1 = 3, .timeout_ms = 60000};
+    assert_int_equal(cluster_init(cl, NULL), 0);
+    const char *addr = cl->sh->master_addr;
+    assert_int_equal(cluster_spawn(cl, 0, 2, job_body, &a), 0);
+    assert_int_equal(cluster_spawn(cl, 1, 2, job_body, &a), 0);
+    progress_arg p = {2, 3};
+    assert_int_equal(cluster_wait_for(cl, all_finished_at_least, &p, 30000), 0);
+
+    /* (c) first, so it is held open through everything else: a REGISTER
+     * frame cut in half, and then silence. */
+    uint8_t frame[1024];
+    eccl_msg reg;
+    memset(&reg, 0, sizeof reg);
+    reg.type = ECCL_MSG_REGISTER;
+    reg.u.reg.peer_timeout_ms = 60000;
+    snprintf(reg.u.reg.p2p_addr, sizeof reg.u.reg.p2p_addr, "127.0.0.1:9");
+    size_t flen = eccl_wire_encode(&reg, frame, sizeof frame);
+    assert_true(flen > ECCL_WIRE_HEADER_SIZE);
+    int half = raw_connect(addr);
+    assert_true(half >= 0);
+    assert_int_equal(send_all(half, frame, flen / 2), 0);
+    uint64_t half_at = cluster_now_ns();
+    job_progresses(cl, "a half frame");
+
+    /* (a) random garbage. */
+    {
+        uint8_t junk[4096];
+        uint64_t x = 0x1234567u;
+        for (size_t i = 0; i < sizeof junk; i++) {
+            x = x * 6364136223846793005u + 1442695040888963407u;
+            junk[i] = (uint8_t)(x >> 56);
+        }
+        int fd = raw_connect(addr);
+        assert_true(fd >= 0);
+        send_all(fd, junk, sizeof junk); /* the master may close before all of it */
+        assert_true(closed_by_peer(fd, 3000));
+        close(fd);
+        job_progresses(cl, "garbage");
+    }
+    /* (b) well-formed headers announcing absurd payloads: over every bound,
+     * the largest DATA frame (which a master never takes), an unknown type. */
+    {
+        struct {
+            uint16_t type;
+            uint32_t len;
+        } hdrs[] = {{ECCL_MSG_REGISTER, 0xfffffff0u},
+                    {ECCL_MSG_VIEW_REPORT, ECCL_WIRE_MAX_CONTROL + 1},
+                    {ECCL_MSG_DATA, ECCL_WIRE_MAX_DATA},
+                    {999, 8}};
+        for (size_t i = 0; i < sizeof hdrs / sizeof hdrs[0]; i++) {
+            uint8_t h[ECCL_WIRE_HEADER_SIZE + ECCL_WIRE_DATA_HEADER_SIZE];
+            memset(h, 0, sizeof h);
+            eccl_wire_header_encode(hdrs[i].type, hdrs[i].len, h);
+            size_t len = ECCL_WIRE_HEADER_SIZE;
+            if (hdrs[i].type == ECCL_MSG_DATA) {
+                eccl_wire_data d = {.tag = 1, .len = ECCL_WIRE_MAX_DATA - ECCL_WIRE_DATA_HEADER_SIZE};
+                eccl_wire_data_encode(&d, h + ECCL_WIRE_HEADER_SIZE);
+                len += ECCL_WIRE_DATA_HEADER_SIZE;
+            }
+            int fd = raw_connect(addr);
+            assert_true(fd >= 0);
+            assert_int_equal(send_all(fd, h, len), 0);
+            if (!closed_by_peer(fd, 3000)) {
+                fprintf(stderr, "the master kept a connection open after header %zu (type %u, length %u)\n",
+                        i, hdrs[i].type, hdrs[i].len);
+                fail();
+            }
+            close(fd);
+        }
+        job_progresses(cl, "absurd lengths");
+    }
+    /* (e) valid frames out of turn: a vote and a DATA-less VIEW_REPORT from
+     * a connection that never registered. */
+    {
+        eccl_msg m;
+        memset(&m, 0, sizeof m);
+        m.type = ECCL_MSG_TOPO_VOTE;
+        size_t len = eccl_wire_encode(&m, frame, sizeof frame);
+        assert_true(len > 0);
+        int fd = raw_connect(addr);
+        assert_true(fd >= 0);
+        assert_int_equal(send_all(fd, frame, len), 0);
+        assert_true(closed_by_peer(fd, 3000));
+        close(fd);
+        job_progresses(cl, "an out-of-turn vote");
+    }
+    /* (d) connect and hang up at once, many times; and a half-close. */
+    for (int i = 0; i < 50; i++) {
+        int fd = raw_connect(addr);
+        assert_true(fd >= 0);
+        close(fd);
+    }
+    {
+        int fd = raw_connect(addr);
+        assert_true(fd >= 0);
+        shutdown(fd, SHUT_WR);
+        assert_true(closed_by_peer(fd, 3000));
+        close(fd);
+    }
+    job_progresses(cl, "hang-ups");
+
+    /* The master still admits a peer, with the half frame still open. */
+    assert_int_equal(cluster_spawn(cl, 2, 3, newcomer_body, &a), 0);
+    assert_int_equal(cluster_wait_all(cl, 60000), 0);
+    assert_hash_parity(cl, 3);
+    assert_true(cluster_master_alive(cl));
+    /* The silent half-open connection is dropped once it is silent past the
+     * master's default peer timeout (5 s). */
+    uint64_t waited = (cluster_now_ns() - half_at) / CL_MS;
+    unsigned left = waited < 9000 ? (unsigned)(9000 - waited) : 1;
+    int half_closed = closed_by_peer(half, left);
+    printf("    half-open connection %s after %.1f s\n", half_closed ? "dropped by the master" : "STILL OPEN",
+           (double)(cluster_now_ns() - half_at) / 1e9);
+    close(half);
+    assert_true(half_closed);
+    cluster_fini(cl);
+}
+
+/* ---- the master goes away --------------------------------------------------------------- */
+
+enum { CTL_GO = 1, CTL_EVENT_NS = 2 };
+enum { V_READY = 0, V_CALL_NS = 1, V_CALL_RC = 2 };
+
+/* Idle after one good all-reduce; once told to, checks that every call
+ * reports the lost master promptly and leaves buffers alone. */
+static int idle_body(eccl_comm *c, int index, void *argp)
+{
+    (void)argp;
+    cluster_slot *self = cluster_self();
+    float buf[64];
+    int64_t w = 0;
+    CL_OK(eccl_comm_get_attr(c, ECCL_ATTR_WORLD_SIZE, &w));
+    int idx[2] = {0, 1};
+    cluster_fill(buf, ECCL_F32, 64, index, 1, CL_PAT_SMALL);
+    CL_OK(eccl_allreduce(c, buf, buf, 64, ECCL_F32, ECCL_SUM, 1, NULL));
+    if (check_values(buf, ECCL_F32, ECCL_SUM, 64, idx, 2, 1, "before")) return 1;
+    atomic_store(&self->val[V_READY], 1);
+    uint64_t deadline = cluster_now_ns() + 20 * CL_SEC;
+    while (atomic_load(&cluster_shm()->ctl[CTL_GO]) == 0) {
+        CL_CHECK(cluster_now_ns() < deadline, "never told to go");
+        cluster_sleep_ms(1);
+    }
+    uint32_t pending = 0;
+    uint64_t t0 = cluster_now_ns();
+    eccl_result rc = eccl_comm_peers_pending(c, &pending);
+    uint64_t t1 = cluster_now_ns();
+    atomic_store(&self->val[V_CALL_NS], (long long)(t1 - t0));
+    atomic_store(&self->val[V_CALL_RC], rc);
+    cluster_record(0, rc, 0, t1 - t0, 0, 0);
+    CL_EXPECT_RC(rc, ECCL_ERR_MASTER_LOST);
+    uint64_t h = cluster_fnv1a(buf, sizeof buf);
+    CL_EXPECT_RC(eccl_allreduce(c, buf, buf, 64, ECCL_F32, ECCL_SUM, 2, NULL), ECCL_ERR_MASTER_LOST);
+    CL_CHECK(cluster_fnv1a(buf, sizeof buf) == h, "a refused call changed the buffer");
+    eccl_request *req = NULL;
+    CL_EXPECT_RC(eccl_allreduce_async(c, buf, buf, 64, ECCL_F32, ECCL_SUM, 3, &req), ECCL_ERR_MASTER_LOST);
+    CL_EXPECT_RC(eccl_comm_update_topology(c), ECCL_ERR_MASTER_LOST);
+    CL_EXPECT_RC(eccl_comm_connect(c), ECCL_ERR_MASTER_LOST);
+    return 0;
+}
+
+static int all_ready(cluster *cl, void *argp)
+{
+    int n = *(int *)argp;
+    for (int i = 0; i < n; i++)
+        if (atomic_load(&cl->sh->slot[i].val[V_READY]) == 0) return 0;
+    return 1;
+}
+
+/* How the master disappears. */
+enum master_end { END_KILL, END_STOP, END_FREEZE };
+
+static void master_end(cluster *cl, enum master_end how)
+{
+    switch (how) {
+    case END_KILL: cluster_master_signal(cl, SIGKILL); break;
+    case END_STOP: assert_int_equal(cluster_master_stop(cl, 5000), 0); break;
+    case END_FREEZE: cluster_master_signal(cl, SIGSTOP); break;
+    }
+}
+
+static void run_idle(cluster *cl, enum master_end how, unsigned settle_ms)
+{
+    int n = 2;
+    assert_int_equal(cluster_init(cl, NULL), 0);
+    assert_int_equal(cluster_spawn_n(cl, n, idle_body, NULL), 0);
+    assert_int_equal(cluster_wait_for(cl, all_ready, &n, 30000), 0);
+    master_end(cl, how);
+    cluster_sleep_ms(settle_ms);
+    atomic_store(&cl->sh->ctl[CTL_GO], 1);
+    assert_int_equal(cluster_wait_all(cl, 30000), 0);
+    for (int i = 0; i < n; i++) {
+        double ms = (double)atomic_load(&cl->sh->slot[i].val[V_CALL_NS]) / 1e6;
+        printf("    peer %d: eccl_comm_peers_pending -> MASTER_LOST in %.1f ms (peer_timeout %u ms)\n", i,
+               ms, cl->opts.peer_timeout_ms);
+        /* peer_timeout bounds the silence; allow one heartbeat period and
+         * scheduling on top. */
+        assert_true(ms < cl->opts.peer_timeout_ms + 1000.0);
+    }
+    cluster_fini(cl);
+}
+
+/* The master process dies while the peers are idle; their next calls fail
+ * with MASTER_LOST at once. */
+static void test_master_killed_idle(void **state) { run_idle(*state, END_KILL, 100); }
+/* eccl_master_stop closes every connection: the same for the peers. */
+static void test_master_stopped_idle(void **state) { run_idle(*state, END_STOP, 100); }
+/* A frozen master closes nothing: peers find out from its silence, within
+ * peer_timeout, while blocked in a call that waits for its reply. */
+static void test_master_frozen(void **state) { run_idle(*state, END_FREEZE, 0); }
+
+/* Large all-reduces while the master goes away. The call in flight may
+ * still complete peer-to-peer (it never needs the master), or fail with the
+ * communicator's fatal error, MASTER_LOST -- never PEER_LOST -- with its
+ * buffer restored; every later call fails with MASTER_LOST at once. */
+#define ML_COUNT (4u << 20) /* f32: 16 MiB */
+static int busy_body(eccl_comm *c, int index, void *argp)
+{
+    int n = *(int *)argp;
+    cluster_slot *self = cluster_self();
+    size_t bytes = (size_t)ML_COUNT * 4;
+    uint8_t *buf = malloc(bytes);
+    CL_CHECK(buf, "oom");
+    int idx[CLUSTER_MAX_PEERS];
+    for (int i = 0; i < n; i++) idx[i] = i;
+    int lost = 0;
+    for (uint64_t k = 0; k < 200; k++) {
+        uint64_t tag = 10 + k;
+        cluster_fill(buf, ECCL_F32, ML_COUNT, index, tag, CL_PAT_SMALL);
+        uint64_t pre = cluster_fnv1a(buf, bytes);
+        atomic_store(&self->started, (long long)k + 1);
+        eccl_reduce_info info;
+        memset(&info, 0, sizeof info);
+        uint64_t t0 = cluster_now_ns();
+        eccl_result rc = eccl_allreduce(c, buf, buf, ML_COUNT, ECCL_F32, ECCL_SUM, tag, &info);
+        uint64_t dt = cluster_now_ns() - t0;
+        uint64_t post = cluster_fnv1a(buf, bytes);
+        cluster_record(tag, rc, info.world_size, dt, pre, post);
+        if (rc == ECCL_OK) {
+            CL_CHECK(!lost, "tag %llu succeeded after the master was reported lost",
+                     (unsigned long long)tag);
+            CL_CHECK(info.world_size == (uint32_t)n, "world %u", info.world_size);
+            if (check_values(buf, ECCL_F32, ECCL_SUM, ML_COUNT, idx, n, tag, "busy")) return 1;
+            atomic_store(&self->finished, (long long)k + 1);
+            continue;
+        }
+        CL_CHECK(rc == ECCL_ERR_MASTER_LOST, "tag %llu: %s, want MASTER_LOST", (unsigned long long)tag,
+                 eccl_strerror(rc));
+        CL_CHECK(post == pre, "tag %llu failed but the buffer changed", (unsigned long long)tag);
+        if (lost++) {
+            CL_CHECK(dt < 100 * CL_MS, "a call on a failed communicator took %.1f ms", (double)dt / 1e6);
+            return 0;
+        }
+    }
+    CL_CHECK(0, "the master's loss was never reported");
+    return 0;
+}
+
+static int all_started(cluster *cl, void *argp)
+{
+    progress_arg *p = argp;
+    for (int i = 0; i < p->n; i++)
+        if (atomic_load(&cl->sh->slot[i].started) < p->at_least) return 0;
+    return 1;
+}
+
+static void run_busy(cluster *cl, enum master_end how)
+{
+    int n = 3;
+    assert_int_equal(cluster_init(cl, NULL), 0);
+    assert_int_equal(cluster_spawn_n(cl, n, busy_body, &n), 0);
+    progress_arg p = {n, 3};
+    assert_int_equal(cluster_wait_for(cl, all_started, &p, 30000), 0);
+    const cluster_event *e = first_event(&cl->sh->slot[0], 11, 0);
+    unsigned delay = e ? (unsigned)(e->elapsed_ns / 3 / CL_MS) : 5;
+    cluster_sleep_ms(delay < 2 ? 2 : delay > 200 ? 200 : delay);
+    uint64_t end_ns = cluster_now_ns();
+    master_end(cl, how);
+    assert_int_equal(cluster_wait_all(cl, 30000), 0);
+    for (int i = 0; i < n; i++) {
+        const cluster_slot *s = &cl->sh->slot[i];
+        int ne = atomic_load(&s->n_events);
+        for (int k = 0; k < ne; k++) {
+            if (s->ev[k].result != ECCL_ERR_MASTER_LOST) continue;
+            double after = (double)(s->ev[k].end_ns - end_ns) / 1e6;
+            printf("    peer %d: tag %llu failed with MASTER_LOST %.1f ms after the master went away "
+                   "(call took %.1f ms; %d calls succeeded before)\n",
+                   i, (unsigned long long)s->ev[k].tag, after, (double)s->ev[k].elapsed_ns / 1e6, k);
+            assert_true(after < cl->opts.peer_timeout_ms + 1000.0);
+            break;
+        }
+    }
+    cluster_fini(cl);
+}
+
+static void test_master_killed_mid_allreduce(void **state) { run_busy(*state, END_KILL); }
+static void test_master_stopped_mid_allreduce(void **state) { run_busy(*state, END_STOP); }
+
+/* ---- admission under load ----------------------------------------------------------------- */
+
+/* Forming a ring again and again: a RING message racing a neighbour's
+ * p2p HELLO must not leave the new ring half-wired. Short op timeout so a
+ * wedged admission fails in seconds. */
+static int form_body(eccl_comm *c, int index, void *argp)
+{
+    int n = *(int *)argp;
+    int idx[CLUSTER_MAX_PEERS];
+    for (int i = 0; i < n; i++) idx[i] = i;
+    int32_t buf[256];
+    cluster_fill(buf, ECCL_I32, 256, index, 3, CL_PAT_SMALL);
+    CL_OK(eccl_allreduce(c, buf, buf, 256, ECCL_I32, ECCL_SUM, 3, NULL));
+    return check_values(buf, ECCL_I32, ECCL_SUM, 256, idx, n, 3, "fresh ring");
+}
+
+static void test_admission_repeated(void **state)
+{
+    cluster *cl = *state;
+    cluster_opts o = {.op_timeout_ms = 4000};
+    int n = 4, rounds = 25, failures = 0;
+    uint64_t t0 = cluster_now_ns();
+    for (int r = 0; r < rounds; r++) {
+        assert_int_equal(cluster_init(cl, &o), 0);
+        assert_int_equal(cluster_spawn_n(cl, n, form_body, &n), 0);
+        if (cluster_wait_all(cl, 30000) != 0) {
+            failures++;
+            fprintf(stderr, "admission round %d failed\n", r);
+        }
+        cluster_fini(cl);
+    }
+    printf("    %d of %d %d-peer admissions failed (%.1f s)\n", failures, rounds, n,
+           (double)(cluster_now_ns() - t0) / 1e9);
+    assert_int_equal(failures, 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_join_2_to_3, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_kill_mid_allreduce_n4, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_kill_mid_allreduce_n3, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_kill_down_to_one_n2, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_master_robustness, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_master_killed_idle, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_master_stopped_idle, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_master_frozen, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_master_killed_mid_allreduce, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_master_stopped_mid_allreduce, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_admission_repeated, setup, teardown),
+    };
+    const char *filter = getenv("ECCL_TEST_FILTER");
+    if (filter && *filter) cmocka_set_test_filter(filter);
+    return cmocka_run_group_tests_name("membership_mp", tests, NULL, NULL);
+}
