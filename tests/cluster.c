@@ -94,7 +94,7 @@ void cluster_fail(const char *fmt, ...)
     s->msg[used] = '\0';
 }
 
-void cluster_record(uint64_t tag, eccl_result rc, uint32_t world, uint64_t elapsed_ns,
+void cluster_record(uint64_t tag, eccl_result rc, uint32_t world, uint64_t t0, uint64_t t1,
                     uint64_t pre_hash, uint64_t post_hash)
 {
     cluster_slot *s = cluster_self();
@@ -105,10 +105,10 @@ void cluster_record(uint64_t tag, eccl_result rc, uint32_t world, uint64_t elaps
     e->tag = tag;
     e->result = (int32_t)rc;
     e->world = world;
-    e->elapsed_ns = elapsed_ns;
+    e->elapsed_ns = t1 - t0;
     e->pre_hash = pre_hash;
     e->post_hash = post_hash;
-    e->end_ns = cluster_now_ns();
+    e->end_ns = t1;
     atomic_store(&s->n_events, n + 1);
 }
 

@@ -152,7 +152,8 @@ cluster_slot *cluster_self(void);
 cluster_shared *cluster_shm(void);
 /* Records the first failure message of this child (also to stderr). */
 void cluster_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-void cluster_record(uint64_t tag, eccl_result rc, uint32_t world, uint64_t elapsed_ns,
+/* t0/t1: cluster_now_ns() right before and right after the call. */
+void cluster_record(uint64_t tag, eccl_result rc, uint32_t world, uint64_t t0, uint64_t t1,
                     uint64_t pre_hash, uint64_t post_hash);
 void cluster_push_hash(uint64_t h);
 /* Admission loop: until ECCL_ATTR_WORLD_SIZE == world, poll peers_pending

@@ -296,7 +296,7 @@ static int big_body(eccl_comm *c, int index, void *argp)
     eccl_result rc = eccl_allreduce(c, buf, buf, BIG_COUNT, ECCL_F32, ECCL_SUM, 77, &info);
     uint64_t dt = cluster_now_ns() - t0;
     uint64_t post = cluster_fnv1a(buf, bytes);
-    cluster_record(77, rc, info.world_size, dt, pre, post);
+    cluster_record(77, rc, info.world_size, t0, t0 + dt, pre, post);
     CL_OK(rc);
     CL_CHECK(info.world_size == 2, "world %u", info.world_size);
     CL_CHECK(cluster_expected(want, ECCL_F32, BIG_COUNT, ECCL_SUM, idx, 2, 77, CL_PAT_SMALL) == 0,

@@ -229,7 +229,7 @@ static int kill_body(eccl_comm *c, int index, void *argp)
         eccl_result rc = eccl_allreduce(c, send, recv, KILL_COUNT, ECCL_F32, ECCL_SUM, tag, &info);
         uint64_t dt = cluster_now_ns() - t0;
         uint64_t post = cluster_fnv1a(recv, bytes);
-        cluster_record(tag, rc, info.world_size, dt, pre, post);
+        cluster_record(tag, rc, info.world_size, t0, t0 + dt, pre, post);
         int killed = (int)atomic_load(&cluster_shm()->ctl[CTL_KILLED]) - 1;
         if (rc == ECCL_OK) {
             int idx[CLUSTER_MAX_PEERS], m = 0;
@@ -304,13 +304,15 @@ static void kill_round(cluster *cl, int n, int in_place, int victim, kill_stats 
     assert_int_equal(cluster_spawn_n(cl, n, kill_body, &a), 0);
     kill_warm_arg w = {n};
     assert_int_equal(cluster_wait_for(cl, all_started_next, &w, 60000), 0);
-    /* Land in the middle of the call every peer has started: a third of
-     * the slowest warm-up call. */
-    uint64_t op_ns = 0;
+    /* Land in the middle of the call every peer has started. A call's
+     * wall time includes waiting for the last peer to arrive, so the peer
+     * that waited least measured the transfer itself: a third of that. */
+    uint64_t op_ns = UINT64_MAX;
     for (int i = 0; i < n; i++) {
         const cluster_event *e = first_event(&cl->sh->slot[i], KILL_TAG0 + KILL_WARM - 1, 0);
-        if (e && e->elapsed_ns > op_ns) op_ns = e->elapsed_ns;
+        if (e && e->elapsed_ns < op_ns) op_ns = e->elapsed_ns;
     }
+    if (op_ns == UINT64_MAX) op_ns = 0;
     unsigned delay = (unsigned)(op_ns / 3 / CL_MS);
     delay = delay < 2 ? 2 : delay > 300 ? 300 : delay;
     cluster_sleep_ms(delay);
@@ -384,7 +386,7 @@ static void kill_round(cluster *cl, int n, int in_place, int victim, kill_stats 
     st->rounds++;
     if (outcome == ECCL_ERR_PEER_LOST) st->lost++;
     else st->committed++;
-    printf("    N=%d %s, killed peer %d %u ms into tag %llu (~%.0f ms per call): survivors %s\n", n,
+    printf("    N=%d %s, killed peer %d %u ms into tag %llu (~%.0f ms of transfer): survivors %s\n", n,
            in_place ? "in place" : "out of place", victim, delay, (unsigned long long)T,
            (double)op_ns / 1e6,
            outcome == ECCL_ERR_PEER_LOST ? "got PEER_LOST, restored, retried on N-1"
@@ -629,7 +631,7 @@ static int idle_body(eccl_comm *c, int index, void *argp)
     uint64_t t1 = cluster_now_ns();
     atomic_store(&self->val[V_CALL_NS], (long long)(t1 - t0));
     atomic_store(&self->val[V_CALL_RC], rc);
-    cluster_record(0, rc, 0, t1 - t0, 0, 0);
+    cluster_record(0, rc, 0, t0, t1, 0, 0);
     CL_EXPECT_RC(rc, ECCL_ERR_MASTER_LOST);
     uint64_t h = cluster_fnv1a(buf, sizeof buf);
     CL_EXPECT_RC(eccl_allreduce(c, buf, buf, 64, ECCL_F32, ECCL_SUM, 2, NULL), ECCL_ERR_MASTER_LOST);
@@ -717,7 +719,7 @@ static int busy_body(eccl_comm *c, int index, void *argp)
         eccl_result rc = eccl_allreduce(c, buf, buf, ML_COUNT, ECCL_F32, ECCL_SUM, tag, &info);
         uint64_t dt = cluster_now_ns() - t0;
         uint64_t post = cluster_fnv1a(buf, bytes);
-        cluster_record(tag, rc, info.world_size, dt, pre, post);
+        cluster_record(tag, rc, info.world_size, t0, t0 + dt, pre, post);
         if (rc == ECCL_OK) {
             CL_CHECK(!lost, "tag %llu succeeded after the master was reported lost",
                      (unsigned long long)tag);

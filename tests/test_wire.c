@@ -684,7 +684,7 @@ static void test_data_header(void **state)
     const struct {
         size_t off;
         uint8_t v;
-    } bad[] = {{12, 2}, {12, 0xFF}, {13, 3}, {13, 0xFF},
+    } bad[] = {{12, 2}, {12, 0xFF}, {13, 4}, {13, 0xFF},
                {28, 1}, {29, 1},    {30, 1}, {31, 0x80}};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         eccl_wire_data_encode(&d, b);

@@ -66,6 +66,7 @@ size_t eccl_ring_staging_bytes(size_t count, eccl_dtype dtype)
     size_t es = eccl_dtype_size(dtype);
     size_t slice = ECCL_RING_SLICE_BYTES / es * es;
     size_t bytes = count * es;
+    /* Covers an exchange too: it is at most one slice. */
     return bytes < slice ? bytes : slice;
 }
 
@@ -85,9 +86,18 @@ void eccl_ring_allreduce_init(eccl_ring_allreduce *r, const eccl_env *env,
     r->dtype = dtype;
     r->op = op;
     r->esize = eccl_dtype_size(dtype);
+    r->rank = rank;
     r->nranks = nranks;
     r->slice_elems = ECCL_RING_SLICE_BYTES / r->esize;
     size_t bytes = count * r->esize;
+    r->exchange = nranks == 2 && bytes <= ECCL_RING_EXCHANGE_MAX_BYTES;
+    if (r->exchange) {
+        /* One swap: ring bookkeeping stays empty. */
+        r->nrings = 1;
+        r->dir[0].staging = staging ? staging[0] : NULL;
+        r->dir[0].send_g = r->dir[0].recv_g = r->dir[1].send_g = r->dir[1].recv_g = steps(r);
+        return;
+    }
     r->nrings = bytes >= ECCL_RING_TWO_RINGS_MIN_BYTES && count >= 2u * nranks ? 2 : 1;
     size_t first = r->nrings == 2 ? count / 2 : count;
     r->dir[0].elem_off = 0;
@@ -117,13 +127,13 @@ static int send_ready(const eccl_ring_allreduce *r, const eccl_ring_dir *d)
 
 static eccl_result pump_tokens(eccl_ring_allreduce *r, eccl_chan *link)
 {
-    if (!r->have_full) return ECCL_OK;
+    if (!r->have_full || r->nranks == 2) return ECCL_OK;
     uint32_t want = r->done_recv + 1 < r->nranks - 1 ? r->done_recv + 1 : r->nranks - 1;
     while (r->done_sent < want) {
         eccl_wire_data t = {.tag = r->tag, .epoch = r->epoch, .ring = 0,
                             .phase = ECCL_PHASE_DONE,
                             .step = (uint16_t)(r->done_sent + 1)};
-        eccl_result rc = eccl_chan_send_data(link, &t, NULL);
+        eccl_result rc = eccl_chan_send_data(link, &t, NULL, NULL);
         if (rc != ECCL_OK) return rc;
         r->done_sent++;
     }
@@ -132,6 +142,14 @@ static eccl_result pump_tokens(eccl_ring_allreduce *r, eccl_chan *link)
 
 eccl_result eccl_ring_allreduce_pump(eccl_ring_allreduce *r, eccl_chan *link[2])
 {
+    if (r->exchange && !r->exchange_sent) {
+        eccl_wire_data w = {.tag = r->tag, .epoch = r->epoch, .phase = ECCL_PHASE_EXCHANGE,
+                            .len = (uint32_t)(r->count * r->esize)};
+        eccl_result rc = eccl_chan_send_data(link[0], &w, r->sendbuf, &r->inflight);
+        if (rc != ECCL_OK) return rc;
+        r->tx_bytes += w.len;
+        r->exchange_sent = 1;
+    }
     for (uint32_t i = 0; i < r->nrings; i++) {
         eccl_ring_dir *d = &r->dir[i];
         while (send_ready(r, d) && link[i]->queued_bytes < ECCL_RING_MAX_QUEUED) {
@@ -144,7 +162,7 @@ eccl_result eccl_ring_allreduce_pump(eccl_ring_allreduce *r, eccl_chan *link[2])
                 .phase = rs ? ECCL_PHASE_REDUCE_SCATTER : ECCL_PHASE_ALL_GATHER,
                 .step = (uint16_t)(rs ? d->send_g : d->send_g - (r->nranks - 1)),
                 .offset = off * r->esize, .len = (uint32_t)(len * r->esize)};
-            eccl_result rc = eccl_chan_send_data(link[i], &w, src);
+            eccl_result rc = eccl_chan_send_data(link[i], &w, src, &r->inflight);
             if (rc != ECCL_OK) return rc;
             r->tx_bytes += w.len;
             d->send_k++;
@@ -162,6 +180,13 @@ eccl_result eccl_ring_allreduce_recv(eccl_ring_allreduce *r, int ring,
             w->step > r->nranks - 1)
             return ECCL_ERR_PROTOCOL;
         *dst = NULL;
+        return ECCL_OK;
+    }
+    if (r->exchange) {
+        if (ring != 0 || w->phase != ECCL_PHASE_EXCHANGE || w->step != 0 || w->offset != 0 ||
+            w->len != r->count * r->esize || r->have_full)
+            return ECCL_ERR_PROTOCOL;
+        *dst = r->dir[0].staging;
         return ECCL_OK;
     }
     if ((uint32_t)ring >= r->nrings) return ECCL_ERR_PROTOCOL;
@@ -192,6 +217,21 @@ eccl_result eccl_ring_allreduce_recv_done(eccl_ring_allreduce *r, int ring,
     eccl_ring_dir *d = &r->dir[ring];
     r->rx_bytes += w->len;
     const eccl_dev_ops *dev = r->env->dev;
+    if (r->exchange) {
+        /* Both ranks compute (rank 0's data) op (rank 1's data). */
+        void *ctx = r->env->dev_ctx;
+        uint8_t *in = d->staging;
+        if (r->rank == 0) {
+            if (r->sendbuf != r->recvbuf) dev->copy(ctx, r->recvbuf, r->sendbuf, w->len);
+            dev->reduce(ctx, r->recvbuf, in, r->count, r->dtype, r->op);
+        } else {
+            dev->reduce(ctx, in, r->sendbuf, r->count, r->dtype, r->op);
+            dev->copy(ctx, r->recvbuf, in, w->len);
+        }
+        if (r->op == ECCL_AVG) dev->scale_div(ctx, r->recvbuf, r->count, r->dtype, 2);
+        r->have_full = 1;
+        return ECCL_OK;
+    }
     if (d->recv_g < r->nranks - 1) {
         size_t n = w->len / r->esize;
         uint8_t *dst = r->recvbuf + w->offset;
@@ -210,5 +250,6 @@ eccl_result eccl_ring_allreduce_recv_done(eccl_ring_allreduce *r, int ring,
 
 int eccl_ring_allreduce_complete(const eccl_ring_allreduce *r)
 {
-    return r->have_full && r->done_recv >= r->nranks - 1 && r->done_sent >= r->nranks - 1;
+    if (!r->have_full || r->inflight > 0) return 0;
+    return r->nranks == 2 || (r->done_recv >= r->nranks - 1 && r->done_sent >= r->nranks - 1);
 }

@@ -10,13 +10,20 @@
  * Bit-parity: the owner of a chunk reduces it once, in ring order, and the
  * all-gather forwards that result unchanged; AVG divides at the owner.
  *
+ * Two ranks with a small buffer skip the ring: each sends its whole buffer
+ * (one step instead of two) and both reduce rank 0's data with rank 1's, in
+ * that order, so the bits agree.
+ *
  * Completion: holding the full result is not enough to return, because a
  * peer lost later could leave another survivor without it. After the
  * all-gather each rank passes done tokens around ring 0: token s says "the
  * sender and the s-1 ranks before it hold the full result". A rank returns
  * once it holds the result and has token N-1. If a peer is lost first, the
  * master asks every survivor whether it holds the result and commits the op
- * only if all do (see core/comm), so survivors never disagree.
+ * only if all do (see core/comm), so survivors never disagree. With two
+ * ranks a loss leaves one survivor, who cannot disagree with anyone: no
+ * tokens. Either way a rank returns only once the socket has taken all its
+ * frames, so the caller may reuse the buffers at once.
  */
 #ifndef ECCL_CORE_COLL_RING_ALLREDUCE_H
 #define ECCL_CORE_COLL_RING_ALLREDUCE_H
@@ -28,6 +35,8 @@
 #define ECCL_RING_SLICE_BYTES (1u << 20)
 /* Below this many bytes one ring is used: latency beats bandwidth. */
 #define ECCL_RING_TWO_RINGS_MIN_BYTES (256u << 10)
+/* Two ranks exchange whole buffers up to this size. */
+#define ECCL_RING_EXCHANGE_MAX_BYTES (64u << 10)
 /* Stop queueing on a link once this much is waiting for the socket. */
 #define ECCL_RING_MAX_QUEUED (4u << 20)
 
@@ -50,8 +59,12 @@ typedef struct eccl_ring_allreduce {
     eccl_dtype dtype;
     eccl_op op;
     size_t esize;
+    uint32_t rank;
     uint32_t nranks;
     uint32_t nrings;
+    int exchange;         /* two ranks, small buffer: one swap */
+    int exchange_sent;
+    uint32_t inflight;    /* our frames the socket has not taken yet */
     size_t slice_elems;
     eccl_ring_dir dir[2];
     uint32_t done_sent;   /* done tokens sent (ring 0) */
@@ -61,7 +74,7 @@ typedef struct eccl_ring_allreduce {
 } eccl_ring_allreduce;
 
 /* Plans the op for `rank` of `nranks` (>= 2). staging[2] must each hold
- * eccl_ring_staging_bytes() bytes when sendbuf == recvbuf, else may be NULL. */
+ * eccl_ring_staging_bytes() bytes. */
 void eccl_ring_allreduce_init(eccl_ring_allreduce *r, const eccl_env *env,
                               uint64_t tag, uint32_t epoch, const void *sendbuf,
                               void *recvbuf, size_t count, eccl_dtype dtype,

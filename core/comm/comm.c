@@ -269,13 +269,11 @@ static eccl_result op_start(eccl_comm *c, eccl_request *r)
     if (!r->backup) goto oom;
     c->env->dev->copy(c->env->dev_ctx, r->backup->ptr, r->recvbuf, bytes);
     uint8_t *staging[2] = {NULL, NULL};
-    if (r->sendbuf == r->recvbuf) {
-        size_t sb = eccl_ring_staging_bytes(r->count, r->dtype);
-        for (int i = 0; i < 2; i++) {
-            r->staging[i] = eccl_bufpool_get(&c->pool, sb);
-            if (!r->staging[i]) goto oom;
-            staging[i] = r->staging[i]->ptr;
-        }
+    size_t sb = eccl_ring_staging_bytes(r->count, r->dtype);
+    for (int i = 0; i < 2; i++) {
+        r->staging[i] = eccl_bufpool_get(&c->pool, sb);
+        if (!r->staging[i]) goto oom;
+        staging[i] = r->staging[i]->ptr;
     }
     eccl_ring_allreduce_init(&r->ring, c->env, r->tag, c->epoch, r->sendbuf, r->recvbuf,
                              r->count, r->dtype, r->op, c->rank, c->world, staging);
@@ -589,15 +587,24 @@ static void ops_advance(eccl_comm *c)
             op_start(c, r);
             started = 1;
         }
-        if (r->state != OP_RUNNING) continue;
-        if (eccl_ring_allreduce_pump(&r->ring, link) != ECCL_OK) continue;
-        if (eccl_ring_allreduce_complete(&r->ring)) op_finish(c, r, ECCL_OK);
+        if (r->state == OP_RUNNING) eccl_ring_allreduce_pump(&r->ring, link);
     }
     if (started) {
         /* Frames held for a tag we had not called yet may now be placed. */
         if (c->link_prev && c->link_prev->ch.held) link_service(c, c->link_prev);
         if (c->link_next && c->link_next->ch.held) link_service(c, c->link_next);
     }
+}
+
+/* Writes what the sockets take, then finishes the ops that are complete: an
+ * op completes only once its own frames are written. */
+static void flush_and_complete(eccl_comm *c)
+{
+    for (p2p_link *l = c->links; l; l = l->next)
+        if (l->ch.out_head && l->ch.error == ECCL_OK) eccl_chan_flush(&l->ch);
+    for (eccl_request *r = c->ops; r; r = r->next)
+        if (r->state == OP_RUNNING && eccl_ring_allreduce_complete(&r->ring))
+            op_finish(c, r, ECCL_OK);
 }
 
 static uint64_t min_deadline(uint64_t a, uint64_t b) { return a < b ? a : b; }
@@ -683,8 +690,7 @@ static uint64_t comm_step(void *owner, void **ready, int n, int *again)
         if (l->ch.more) *again = 1;
     }
     ops_advance(c);
-    for (p2p_link *l = c->links; l; l = l->next)
-        if (l->ch.out_head && l->ch.error == ECCL_OK) eccl_chan_flush(&l->ch);
+    flush_and_complete(c);
     return next;
 }
 
@@ -892,9 +898,11 @@ void eccl_comm_destroy(eccl_comm *c)
 
 /* ---- all-reduce ---------------------------------------------------------- */
 
+/* Mutex held. `kick`: wake the background poller so it takes the new op
+ * into account; a blocking call that drives progress itself skips that. */
 static eccl_result allreduce_submit(eccl_comm *c, const void *sendbuf, void *recvbuf,
                                     size_t count, eccl_dtype dtype, eccl_op op,
-                                    uint64_t tag, eccl_request **out)
+                                    uint64_t tag, int kick, eccl_request **out)
 {
     if ((unsigned)dtype >= ECCL_DTYPE_COUNT || (unsigned)op >= ECCL_OP_COUNT)
         return ECCL_ERR_INVALID_ARG;
@@ -923,10 +931,9 @@ static eccl_result allreduce_submit(eccl_comm *c, const void *sendbuf, void *rec
         op_finish(c, r, c->world < 2 ? ECCL_ERR_TOO_FEW_PEERS : ECCL_OK);
     } else {
         ops_advance(c);
-        for (p2p_link *l = c->links; l; l = l->next)
-            if (l->ch.out_head) eccl_chan_flush(&l->ch);
+        flush_and_complete(c);
     }
-    eccl_engine_kick(&c->eng);
+    if (kick) eccl_engine_kick(&c->eng);
     *out = r;
     return ECCL_OK;
 }
@@ -952,9 +959,18 @@ eccl_result eccl_allreduce_async(eccl_comm *c, const void *sendbuf, void *recvbu
 {
     if (!c || !req) return ECCL_ERR_INVALID_ARG;
     eccl_engine_lock(&c->eng);
-    eccl_result rc = allreduce_submit(c, sendbuf, recvbuf, count, dtype, op, tag, req);
+    eccl_result rc = allreduce_submit(c, sendbuf, recvbuf, count, dtype, op, tag, 1, req);
     eccl_engine_unlock(&c->eng);
     return rc;
+}
+
+/* Mutex held: drives progress until the op is done (it enforces its own
+ * deadline), then frees it. */
+static eccl_result request_finish(eccl_comm *c, eccl_request *r, eccl_reduce_info *info)
+{
+    eccl_engine_drive(&c->eng, request_done, r, ECCL_NO_DEADLINE);
+    if (r->state != OP_DONE) op_finish(c, r, c->phase == PHASE_FAILED ? c->fatal : ECCL_ERR_CLOSED);
+    return request_reap(r, info);
 }
 
 eccl_result eccl_wait(eccl_request *r, eccl_reduce_info *info)
@@ -962,10 +978,7 @@ eccl_result eccl_wait(eccl_request *r, eccl_reduce_info *info)
     if (!r) return ECCL_ERR_INVALID_ARG;
     eccl_comm *c = r->comm;
     eccl_engine_lock(&c->eng);
-    /* The op enforces its own deadline; this bound only guards the engine. */
-    eccl_engine_drive(&c->eng, request_done, r, ECCL_NO_DEADLINE);
-    if (r->state != OP_DONE) op_finish(c, r, c->phase == PHASE_FAILED ? c->fatal : ECCL_ERR_CLOSED);
-    eccl_result rc = request_reap(r, info);
+    eccl_result rc = request_finish(c, r, info);
     eccl_engine_unlock(&c->eng);
     return rc;
 }
@@ -985,8 +998,11 @@ eccl_result eccl_allreduce(eccl_comm *c, const void *sendbuf, void *recvbuf, siz
                            eccl_dtype dtype, eccl_op op, uint64_t tag,
                            eccl_reduce_info *info)
 {
+    if (!c) return ECCL_ERR_INVALID_ARG;
     eccl_request *r = NULL;
-    eccl_result rc = eccl_allreduce_async(c, sendbuf, recvbuf, count, dtype, op, tag, &r);
-    if (rc != ECCL_OK) return rc;
-    return eccl_wait(r, info);
+    eccl_engine_lock(&c->eng);
+    eccl_result rc = allreduce_submit(c, sendbuf, recvbuf, count, dtype, op, tag, 0, &r);
+    if (rc == ECCL_OK) rc = request_finish(c, r, info);
+    eccl_engine_unlock(&c->eng);
+    return rc;
 }

@@ -43,6 +43,7 @@ eccl_result eccl_chan_init(eccl_chan *ch, const eccl_env *env, eccl_conn *conn,
 
 static void frame_release(eccl_chan *ch, eccl_frame *f)
 {
+    if (f->inflight) (*f->inflight)--;
     if (f->head != f->inline_head) {
         free(f->head);
         f->head = f->inline_head;
@@ -89,6 +90,7 @@ static eccl_frame *frame_get(eccl_chan *ch)
     f->payload_len = 0;
     f->sent = 0;
     f->head_len = 0;
+    f->inflight = NULL;
     return f;
 }
 
@@ -124,7 +126,7 @@ eccl_result eccl_chan_send_msg(eccl_chan *ch, const eccl_msg *m)
 }
 
 eccl_result eccl_chan_send_data(eccl_chan *ch, const eccl_wire_data *d,
-                                const void *payload)
+                                const void *payload, uint32_t *inflight)
 {
     if (ch->error != ECCL_OK) return ch->error;
     eccl_frame *f = frame_get(ch);
@@ -135,6 +137,8 @@ eccl_result eccl_chan_send_data(eccl_chan *ch, const eccl_wire_data *d,
     f->head_len = ECCL_WIRE_HEADER_SIZE + ECCL_WIRE_DATA_HEADER_SIZE;
     f->payload = payload;
     f->payload_len = d->len;
+    f->inflight = inflight;
+    if (inflight) (*inflight)++;
     frame_enqueue(ch, f);
     return ECCL_OK;
 }
@@ -198,15 +202,18 @@ static long chan_take(eccl_chan *ch, uint8_t *dst, size_t n)
 {
     if (n == 0) return 0;
     if (ch->rbuf_pos == ch->rbuf_len) {
+        /* A short read drained the socket: asking again would only return
+         * "again"; level-triggered `wait` reports it when more arrives. */
+        if (ch->dry) return 0;
         int direct = dst && n >= ch->rbuf_cap;
         uint8_t *into = direct ? dst : ch->rbuf;
-        size_t got = 0;
-        eccl_result rc = ch->env->net->recv(ch->env->net_ctx, ch->conn, into,
-                                            direct ? n : ch->rbuf_cap, &got);
+        size_t want = direct ? n : ch->rbuf_cap, got = 0;
+        eccl_result rc = ch->env->net->recv(ch->env->net_ctx, ch->conn, into, want, &got);
         if (rc != ECCL_OK) {
             chan_fail(ch, rc);
             return -1;
         }
+        ch->dry = got < want;
         ch->rx_bytes += got;
         if (direct || got == 0) return (long)got;
         ch->rbuf_pos = 0;
@@ -322,6 +329,7 @@ eccl_result eccl_chan_read(eccl_chan *ch, const eccl_chan_handler *h,
                            void *owner, size_t budget)
 {
     ch->more = 0;
+    ch->dry = 0;
     while (ch->error == ECCL_OK && !ch->closed && !ch->paused) {
         if (budget == 0) {
             ch->more = 1;

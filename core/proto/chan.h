@@ -22,6 +22,7 @@ typedef struct eccl_frame {
     size_t payload_len;
     size_t sent;           /* bytes of head+payload already written */
     uint32_t head_len;
+    uint32_t *inflight;    /* decremented once the frame is written or dropped */
     uint8_t *head;         /* points into `inline_head` or an owned buffer */
     uint8_t inline_head[ECCL_WIRE_HEADER_SIZE + ECCL_WIRE_DATA_HEADER_SIZE];
 } eccl_frame;
@@ -52,6 +53,7 @@ struct eccl_chan {
     int want_write;
     int paused;            /* owner turned reading off */
     int more;              /* stopped on budget with bytes left to parse */
+    int dry;               /* the last recv came up short: wait for `wait` */
     int cur_read, cur_write; /* interest last given to the backend */
     /* outbound */
     eccl_frame *out_head, *out_tail, *free_frames;
@@ -81,9 +83,11 @@ void eccl_chan_close(eccl_chan *ch);
 
 /* Queues a control message. */
 eccl_result eccl_chan_send_msg(eccl_chan *ch, const eccl_msg *m);
-/* Queues a DATA frame with a borrowed payload of d->len bytes. */
+/* Queues a DATA frame with a borrowed payload of d->len bytes. If
+ * `inflight` is set, *inflight counts the frame until the socket has taken
+ * all of it (or the channel dropped it): only then may the payload change. */
 eccl_result eccl_chan_send_data(eccl_chan *ch, const eccl_wire_data *d,
-                                const void *payload);
+                                const void *payload, uint32_t *inflight);
 /* Writes what the socket takes now. */
 eccl_result eccl_chan_flush(eccl_chan *ch);
 /* Reads and dispatches frames until the socket is dry, `budget` bytes were

@@ -425,7 +425,7 @@ eccl_result eccl_wire_data_decode(const uint8_t *in, uint32_t frame_length,
     /* Widened so 32 + len cannot wrap; the MAX_DATA bound is repeated in case
      * frame_length did not come from a validated header. */
     if (out->reserved != 0 || out->ring > 1 ||
-        out->phase > ECCL_PHASE_DONE || frame_length > ECCL_WIRE_MAX_DATA ||
+        out->phase > ECCL_PHASE_EXCHANGE || frame_length > ECCL_WIRE_MAX_DATA ||
         (uint64_t)ECCL_WIRE_DATA_HEADER_SIZE + out->len != frame_length)
         return ECCL_ERR_PROTOCOL;
     return ECCL_OK;

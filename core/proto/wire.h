@@ -146,7 +146,8 @@ typedef struct eccl_wire_data {
 enum eccl_data_phase {
     ECCL_PHASE_REDUCE_SCATTER = 0,
     ECCL_PHASE_ALL_GATHER = 1,
-    ECCL_PHASE_DONE = 2       /* completion token; len 0 */
+    ECCL_PHASE_DONE = 2,      /* completion token; len 0 */
+    ECCL_PHASE_EXCHANGE = 3   /* two peers swap whole small buffers */
 };
 
 /* Every decoded control message. */

@@ -3,6 +3,12 @@
 #include <string.h>
 
 #define ENGINE_MAX_READY 64
+/* After a blocking call returns, the background thread stays parked this
+ * long: an application calling collectives back to back then never wakes
+ * it, and anything that arrives meanwhile waits at most this long. */
+#define ENGINE_LINGER_NS 2000000ull
+/* How often a parked background thread looks at the clock. */
+#define ENGINE_PARK_NS 10000000ull
 
 eccl_result eccl_engine_init(eccl_engine *e, const eccl_env *env,
                              const eccl_engine_ops *ops, void *owner)
@@ -39,20 +45,22 @@ uint64_t eccl_engine_now(const eccl_engine *e)
 }
 
 /* Mutex held on entry and exit; released around the wait. */
-static int engine_poll(eccl_engine *e, uint64_t deadline)
+static int engine_poll(eccl_engine *e, uint64_t deadline, int bg)
 {
     void *ready[ENGINE_MAX_READY];
-    e->pollers++;
+    if (bg) e->bg_polling = 1;
+    else e->pollers++;
     eccl_engine_unlock(e);
     int n = e->env->net->wait(e->env->net_ctx, deadline, ready, ENGINE_MAX_READY);
     eccl_engine_lock(e);
-    e->pollers--;
+    if (bg) e->bg_polling = 0;
+    else e->pollers--;
     int again = 0;
     e->next_deadline = e->ops->step(e->owner, ready, n < 0 ? 0 : n, &again);
     e->again = again;
-    if (e->pollers == 0) e->ops->reap(e->owner);
-    else e->env->net->wake(e->env->net_ctx); /* this step may have finished their work */
-    e->env->sync->cond_broadcast(e->env->sync_ctx, e->cv);
+    if (e->pollers == 0 && !e->bg_polling) e->ops->reap(e->owner);
+    /* Another caller inside `wait` may be waiting for what this step did. */
+    if (e->pollers > 0) e->env->net->wake(e->env->net_ctx);
     return n;
 }
 
@@ -61,12 +69,16 @@ static void engine_thread(void *arg)
     eccl_engine *e = arg;
     eccl_engine_lock(e);
     while (!e->stop) {
-        if (e->waiters > 0) {
-            /* An API call is driving; it also runs the timers. */
-            e->env->sync->cond_wait(e->env->sync_ctx, e->cv, e->mu, 0);
+        uint64_t now = eccl_engine_now(e);
+        if (e->waiters > 0 || now < e->linger_until) {
+            /* A caller drives progress (and the timers), or just did. */
+            uint64_t until = e->waiters > 0 ? now + ENGINE_PARK_NS : e->linger_until;
+            e->bg_parked = 1;
+            e->env->sync->cond_wait(e->env->sync_ctx, e->cv, e->mu, until);
+            e->bg_parked = 0;
             continue;
         }
-        engine_poll(e, e->again ? 0 : e->next_deadline);
+        engine_poll(e, e->again ? 0 : e->next_deadline, 1);
     }
     eccl_engine_unlock(e);
 }
@@ -90,7 +102,9 @@ void eccl_engine_stop(eccl_engine *e)
 void eccl_engine_kick(eccl_engine *e)
 {
     e->next_deadline = 0;
-    if (e->pollers > 0) e->env->net->wake(e->env->net_ctx);
+    e->linger_until = 0;
+    if (e->bg_parked) e->env->sync->cond_broadcast(e->env->sync_ctx, e->cv);
+    if (e->bg_polling || e->pollers > 0) e->env->net->wake(e->env->net_ctx);
 }
 
 eccl_result eccl_engine_drive(eccl_engine *e, int (*done)(void *), void *arg,
@@ -111,13 +125,11 @@ eccl_result eccl_engine_drive(eccl_engine *e, int (*done)(void *), void *arg,
         }
         uint64_t until = e->next_deadline < deadline_ns ? e->next_deadline : deadline_ns;
         if (e->again || now < spin_until) until = 0;
-        int n = engine_poll(e, until);
+        int n = engine_poll(e, until, 0);
         now = eccl_engine_now(e);
         if (n > 0) spin_until = now + e->env->spin_ns;
     }
-    if (--e->waiters == 0) {
-        /* Hand polling back to the background thread. */
-        e->env->sync->cond_broadcast(e->env->sync_ctx, e->cv);
-    }
+    /* Polling goes back to the background thread once it stops lingering. */
+    if (--e->waiters == 0) e->linger_until = eccl_engine_now(e) + ENGINE_LINGER_NS;
     return rc;
 }

@@ -33,9 +33,12 @@ typedef struct eccl_engine {
     eccl_thread *thread;
     int stop;
     int waiters;          /* API calls driving progress */
-    int pollers;          /* threads inside env->net->wait */
+    int pollers;          /* API calls inside env->net->wait */
+    int bg_polling;       /* the background thread is inside env->net->wait */
+    int bg_parked;        /* ... or asleep on the condition variable */
     int again;
     uint64_t next_deadline;
+    uint64_t linger_until;/* background thread stays parked until then */
 } eccl_engine;
 
 eccl_result eccl_engine_init(eccl_engine *e, const eccl_env *env,
@@ -52,7 +55,8 @@ void eccl_engine_unlock(eccl_engine *e);
  * passes deadline_ns (ECCL_ERR_TIMEOUT) or the engine stops (ECCL_ERR_CLOSED). */
 eccl_result eccl_engine_drive(eccl_engine *e, int (*done)(void *), void *arg,
                               uint64_t deadline_ns);
-/* Mutex held: new work or an earlier timer exists; make the poller notice. */
+/* Mutex held: new work without a driving caller (an async op, a message to
+ * send) or an earlier timer: make the background thread poll now. */
 void eccl_engine_kick(eccl_engine *e);
 uint64_t eccl_engine_now(const eccl_engine *e);
 
