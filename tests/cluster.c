@@ -1,6 +1,7 @@
 /* The loopback cluster harness (see cluster.h for the process layout). */
 #include "cluster.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <signal.h>
@@ -231,6 +232,19 @@ static void peer_main(cluster *cl, int index, uint32_t world, cluster_body body,
     s->admit_ns = cluster_now_ns() - t0;
     atomic_store(&s->phase, CL_PHASE_RUNNING);
     failed = body(c, index, arg) != 0;
+    if (!failed && !cl->opts.no_linger) {
+        atomic_store(&s->phase, CL_PHASE_LINGER);
+        uint64_t deadline = cluster_now_ns() + 30 * CL_SEC;
+        for (;;) {
+            int busy = 0;
+            for (int i = 0; i < CLUSTER_MAX_PEERS; i++) {
+                int ph = atomic_load(&cl->sh->slot[i].phase);
+                busy += ph >= CL_PHASE_CREATING && ph <= CL_PHASE_RUNNING;
+            }
+            if (!busy || cluster_now_ns() > deadline) break;
+            cluster_sleep_ms(1);
+        }
+    }
 out:
     atomic_store(&s->phase, CL_PHASE_DESTROYING);
     eccl_comm_destroy(c);
@@ -261,6 +275,7 @@ int cluster_init(cluster *cl, const cluster_opts *opts)
         if (opts->connect_timeout_ms) cl->opts.connect_timeout_ms = opts->connect_timeout_ms;
         if (opts->child_alarm_s) cl->opts.child_alarm_s = opts->child_alarm_s;
         if (opts->watchdog_s) cl->opts.watchdog_s = opts->watchdog_s;
+        cl->opts.no_linger = opts->no_linger;
     }
     for (int i = 0; i < CLUSTER_MAX_PEERS; i++) cl->status[i] = -1;
     cl->parent = getpid();
@@ -355,6 +370,12 @@ static int reap(cluster *cl, int index, int block)
     watch_del(cl->pid[index]);
     cl->pid[index] = 0;
     cl->status[index] = r < 0 ? -2 : st;
+    /* Died without finishing (crash, alarm): lingering peers stop waiting. */
+    int ph = atomic_load(&cl->sh->slot[index].phase);
+    if (ph >= CL_PHASE_CREATING && ph <= CL_PHASE_LINGER) {
+        cl->sh->slot[index].died_phase = ph;
+        atomic_store(&cl->sh->slot[index].phase, CL_PHASE_FAILED);
+    }
     return 1;
 }
 
@@ -373,9 +394,9 @@ int cluster_master_alive(cluster *cl)
 
 static const char *phase_name(int p)
 {
-    static const char *names[] = {"none", "creating", "connecting", "admitting", "running",
-                                  "destroying", "passed", "failed"};
-    return p >= 0 && p <= CL_PHASE_FAILED ? names[p] : "?";
+    static const char *names[] = {"none",       "creating", "connecting", "admitting", "running",
+                                  "lingering",  "destroying", "passed",   "failed",    "killed"};
+    return p >= 0 && p <= CL_PHASE_KILLED ? names[p] : "?";
 }
 
 void cluster_dump_slot(const cluster *cl, int index)
@@ -389,8 +410,9 @@ void cluster_dump_slot(const cluster *cl, int index)
     else if (WIFEXITED(st)) snprintf(how, sizeof how, "exit %d", WEXITSTATUS(st));
     else if (WIFSIGNALED(st)) snprintf(how, sizeof how, "signal %d (%s)", WTERMSIG(st), strsignal(WTERMSIG(st)));
     else snprintf(how, sizeof how, "status 0x%x", st);
-    fprintf(stderr, "  peer %d: %s, phase %s, rank %lld/%lld, started %lld, finished %lld%s%s\n",
-            index, how, phase_name(atomic_load(&s->phase)), (long long)s->rank,
+    fprintf(stderr, "  peer %d: %s, phase %s%s%s, rank %lld/%lld, started %lld, finished %lld%s%s\n",
+            index, how, phase_name(atomic_load(&s->phase)), s->died_phase ? ", died while " : "",
+            s->died_phase ? phase_name(s->died_phase) : "", (long long)s->rank,
             (long long)s->world, (long long)atomic_load(&s->started),
             (long long)atomic_load(&s->finished), s->msg[0] ? ": " : "", s->msg);
     int n = atomic_load(&s->n_events);
@@ -459,6 +481,7 @@ void cluster_kill(cluster *cl, int index)
     kill(cl->pid[index], SIGKILL);
     reap(cl, index, 1);
     cl->status[index] = -4;
+    atomic_store(&cl->sh->slot[index].phase, CL_PHASE_KILLED);
 }
 
 void cluster_master_signal(cluster *cl, int sig)
@@ -510,6 +533,45 @@ int cluster_wait_for(cluster *cl, int (*cond)(cluster *, void *), void *arg, uin
         if (cluster_now_ns() >= deadline) return -1;
         cluster_sleep_ms(1);
     }
+}
+
+unsigned cluster_listen_port(cluster *cl, int index)
+{
+    if (!cl->pid[index]) return 0;
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/fd", (int)cl->pid[index]);
+    DIR *d = opendir(path);
+    if (!d) return 0;
+    unsigned long inodes[256];
+    int n = 0;
+    struct dirent *de;
+    while ((de = readdir(d)) && n < 256) {
+        char link[384], target[64];
+        snprintf(link, sizeof link, "%s/%s", path, de->d_name);
+        ssize_t len = readlink(link, target, sizeof target - 1);
+        if (len <= 0) continue;
+        target[len] = '\0';
+        unsigned long ino;
+        if (sscanf(target, "socket:[%lu]", &ino) == 1) inodes[n++] = ino;
+    }
+    closedir(d);
+    FILE *f = fopen("/proc/net/tcp", "r");
+    if (!f) return 0;
+    char line[512];
+    unsigned port = 0;
+    while (!port && fgets(line, sizeof line, f)) {
+        unsigned lport, st;
+        unsigned long ino;
+        /* sl local rem st tx:rx tr:tm retrnsmt uid timeout inode */
+        if (sscanf(line, " %*d: %*x:%x %*x:%*x %x %*x:%*x %*x:%*x %*x %*u %*u %lu", &lport, &st,
+                   &ino) != 3)
+            continue;
+        if (st != 0x0a) continue; /* TCP_LISTEN */
+        for (int i = 0; i < n; i++)
+            if (inodes[i] == ino) port = lport;
+    }
+    fclose(f);
+    return port;
 }
 
 void cluster_fini(cluster *cl)

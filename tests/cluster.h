@@ -46,9 +46,11 @@ enum cluster_phase {
     CL_PHASE_CONNECTING,
     CL_PHASE_ADMITTING,
     CL_PHASE_RUNNING, /* in the body */
+    CL_PHASE_LINGER,  /* body passed; waiting for the others' bodies */
     CL_PHASE_DESTROYING,
     CL_PHASE_PASSED,
-    CL_PHASE_FAILED
+    CL_PHASE_FAILED,
+    CL_PHASE_KILLED   /* set by the parent after cluster_kill */
 };
 
 /* One collective call a body chose to record. */
@@ -66,6 +68,7 @@ typedef struct cluster_event {
 /* Written by one peer child, read by the parent. */
 typedef struct cluster_slot {
     atomic_int phase;
+    int died_phase;        /* phase when it died unfinished (set by the parent) */
     atomic_llong started;  /* body-defined progress counters */
     atomic_llong finished;
     int64_t rank, world, peer_id, epoch; /* right after admission */
@@ -92,6 +95,11 @@ typedef struct cluster_opts {
     uint32_t connect_timeout_ms; /* default 10000 */
     unsigned child_alarm_s;      /* a child older than this dies; default 90 */
     unsigned watchdog_s;         /* the parent gives up; default 170 */
+    /* By default a peer whose body passed keeps its communicator until
+     * every other live peer left its body too, so a fast peer leaving does
+     * not turn into a membership change under a slower peer's last call
+     * (tests of exactly that set no_linger). */
+    int no_linger;
 } cluster_opts;
 
 typedef struct cluster {
@@ -139,6 +147,9 @@ int cluster_master_stop(cluster *cl, uint64_t timeout_ms);
  * early (-1) if any spawned child that should be running has exited. */
 int cluster_wait_for(cluster *cl, int (*cond)(cluster *, void *), void *arg,
                      uint64_t timeout_ms);
+/* The TCP port a child process listens on (its p2p listener), found
+ * through /proc: the API does not expose it. 0 if none. */
+unsigned cluster_listen_port(cluster *cl, int index);
 /* Kills whatever is left, master included, and unmaps; idempotent, safe on
  * a zeroed struct. */
 void cluster_fini(cluster *cl);

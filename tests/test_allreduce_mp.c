@@ -165,7 +165,7 @@ static void test_matrix_n3(void **state)
 
 static void test_matrix_n2(void **state)
 {
-    matrix_arg a = {.n = 2, .dtypes = ALL_DTYPES, .modes = MODE_OUT, .count = 517,
+    matrix_arg a = {.n = 2, .dtypes = ALL_DTYPES, .modes = MODE_IN | MODE_OUT, .count = 517,
                     .int_random = 1};
     run_matrix(*state, &a);
 }

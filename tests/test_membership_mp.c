@@ -780,6 +780,208 @@ static void run_busy(cluster *cl, enum master_end how)
 static void test_master_killed_mid_allreduce(void **state) { run_busy(*state, END_KILL); }
 static void test_master_stopped_mid_allreduce(void **state) { run_busy(*state, END_STOP); }
 
+/* ---- a peer's p2p listener under attack ---------------------------------------------------- */
+
+enum { CTL_STOP = 3 };
+
+/* Small all-reduces until the parent says stop; the stop flag itself is
+ * all-reduced, so every peer leaves after the same call. */
+static int stop_loop_body(eccl_comm *c, int index, void *argp)
+{
+    int n = *(int *)argp;
+    int idx[CLUSTER_MAX_PEERS];
+    for (int i = 0; i < n; i++) idx[i] = i;
+    cluster_slot *self = cluster_self();
+    for (uint64_t k = 0; k < 1000000; k++) {
+        int32_t buf[1000];
+        cluster_fill(buf, ECCL_I32, 1000, index, 10 + 2 * k, CL_PAT_SMALL);
+        eccl_result rc = eccl_allreduce(c, buf, buf, 1000, ECCL_I32, ECCL_SUM, 10 + 2 * k, NULL);
+        CL_CHECK(rc == ECCL_OK, "round %llu: %s", (unsigned long long)k, eccl_strerror(rc));
+        if (check_values(buf, ECCL_I32, ECCL_SUM, 1000, idx, n, 10 + 2 * k, "job")) return 1;
+        atomic_store(&self->finished, (long long)k + 1);
+        uint32_t stop = atomic_load(&cluster_shm()->ctl[CTL_STOP]) ? 1 : 0;
+        CL_OK(eccl_allreduce(c, &stop, &stop, 1, ECCL_U32, ECCL_MAX, 11 + 2 * k, NULL));
+        if (stop) return 0;
+        usleep(1000);
+    }
+    return 0;
+}
+
+static size_t hello_frame(uint8_t *out, size_t cap, uint64_t peer_id, uint32_t group, uint32_t epoch)
+{
+    eccl_msg m;
+    memset(&m, 0, sizeof m);
+    m.type = ECCL_MSG_P2P_HELLO;
+    m.u.hello.peer_id = peer_id;
+    m.u.hello.peer_group = group;
+    m.u.hello.epoch = epoch;
+    return eccl_wire_encode(&m, out, cap);
+}
+
+/* Strangers connect to a running peer's p2p listener: garbage, a HELLO for
+ * another group, data before any HELLO, a HELLO for the current epoch from
+ * an unknown peer, and a HELLO for an epoch long gone (what a slow
+ * neighbour sends across a view change). The peer drops what is wrong and
+ * the job never notices. */
+static void test_peer_listener_robustness(void **state)
+{
+    cluster *cl = *state;
+    int n = 2;
+    assert_int_equal(cluster_init(cl, NULL), 0);
+    assert_int_equal(cluster_spawn_n(cl, n, stop_loop_body, &n), 0);
+    progress_arg p = {2, 3};
+    assert_int_equal(cluster_wait_for(cl, all_finished_at_least, &p, 30000), 0);
+    unsigned port = cluster_listen_port(cl, 0);
+    assert_true(port > 0);
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%u", port);
+    uint32_t epoch = (uint32_t)cl->sh->slot[0].epoch;
+    assert_true(epoch >= 2);
+    uint8_t frame[256];
+
+    { /* garbage */
+        uint8_t junk[2048];
+        for (size_t i = 0; i < sizeof junk; i++) junk[i] = (uint8_t)(i * 131 + 7);
+        int fd = raw_connect(addr);
+        assert_true(fd >= 0);
+        send_all(fd, junk, sizeof junk);
+        assert_true(closed_by_peer(fd, 3000));
+        close(fd);
+        job_progresses(cl, "garbage on a p2p listener");
+    }
+    { /* another peer group */
+        size_t len = hello_frame(frame, sizeof frame, 424242, 7, epoch);
+        int fd = raw_connect(addr);
+        assert_true(fd >= 0);
+        assert_int_equal(send_all(fd, frame, len), 0);
+        assert_true(closed_by_peer(fd, 3000));
+        close(fd);
+        job_progresses(cl, "a HELLO for another group");
+    }
+    { /* data before any HELLO */
+        uint8_t h[ECCL_WIRE_HEADER_SIZE + ECCL_WIRE_DATA_HEADER_SIZE + 16];
+        memset(h, 0, sizeof h);
+        eccl_wire_header_encode(ECCL_MSG_DATA, ECCL_WIRE_DATA_HEADER_SIZE + 16, h);
+        eccl_wire_data d = {.tag = 10, .epoch = epoch, .len = 16};
+        eccl_wire_data_encode(&d, h + ECCL_WIRE_HEADER_SIZE);
+        int fd = raw_connect(addr);
+        assert_true(fd >= 0);
+        assert_int_equal(send_all(fd, h, sizeof h), 0);
+        assert_true(closed_by_peer(fd, 3000));
+        close(fd);
+        job_progresses(cl, "DATA before HELLO");
+    }
+    { /* a stranger with the current epoch: harmless, it is never adopted */
+        size_t len = hello_frame(frame, sizeof frame, 424242, 0, epoch);
+        int fd = raw_connect(addr);
+        assert_true(fd >= 0);
+        assert_int_equal(send_all(fd, frame, len), 0);
+        job_progresses(cl, "a stranger's HELLO");
+        close(fd);
+        job_progresses(cl, "a stranger hanging up");
+    }
+    { /* an epoch long gone */
+        size_t len = hello_frame(frame, sizeof frame, 424243, 0, epoch - 1);
+        int fd = raw_connect(addr);
+        assert_true(fd >= 0);
+        assert_int_equal(send_all(fd, frame, len), 0);
+        int closed = closed_by_peer(fd, 3000);
+        close(fd);
+        job_progresses(cl, "a HELLO for a stale epoch");
+        assert_true(closed);
+    }
+    atomic_store(&cl->sh->ctl[CTL_STOP], 1);
+    assert_int_equal(cluster_wait_all(cl, 30000), 0);
+    cluster_fini(cl);
+}
+
+/* ---- leaving right after a collective -------------------------------------------------------- */
+
+/* Peers leave one by one, each right after a call that returned success
+ * to it. The done-token round promises that success on one peer means
+ * every peer holds the result, so a departure then must never turn the
+ * same call into PEER_LOST on a survivor still finishing it (header: "on
+ * a peer loss ... commit iff every surviving member holds it"). */
+#define LEAVE_N 6
+static int leave_body(eccl_comm *c, int index, void *argp)
+{
+    (void)argp;
+    int idx[LEAVE_N];
+    for (int i = 0; i < LEAVE_N; i++) idx[i] = i;
+    int32_t buf[4096];
+    for (int w = LEAVE_N, r = 0; w >= 2; w--, r++) {
+        uint64_t tag = 10 + (uint64_t)r;
+        cluster_fill(buf, ECCL_I32, 4096, index, tag, CL_PAT_SMALL);
+        uint64_t pre = cluster_fnv1a(buf, sizeof buf);
+        eccl_reduce_info info;
+        memset(&info, 0, sizeof info);
+        uint64_t t0 = cluster_now_ns();
+        eccl_result rc = eccl_allreduce(c, buf, buf, 4096, ECCL_I32, ECCL_SUM, tag, &info);
+        cluster_record(tag, rc, info.world_size, t0, cluster_now_ns(), pre,
+                       cluster_fnv1a(buf, sizeof buf));
+        CL_CHECK(rc == ECCL_OK, "tag %llu (world %d): %s, while the peer that left had it succeed",
+                 (unsigned long long)tag, w, eccl_strerror(rc));
+        CL_CHECK(info.world_size == (uint32_t)w, "world %u, want %d", info.world_size, w);
+        if (check_values(buf, ECCL_I32, ECCL_SUM, 4096, idx, w, tag, "before leaving")) return 1;
+        if (index == w - 1) return 0; /* leave at once: the harness destroys the comm */
+        uint64_t deadline = cluster_now_ns() + 10 * CL_SEC;
+        for (;;) {
+            int64_t now_w = 0;
+            CL_OK(eccl_comm_get_attr(c, ECCL_ATTR_WORLD_SIZE, &now_w));
+            if (now_w == w - 1) break;
+            CL_CHECK(cluster_now_ns() < deadline, "peer %d never left (world %lld)", w - 1,
+                     (long long)now_w);
+            cluster_sleep_ms(1);
+        }
+    }
+    return 0;
+}
+
+static void test_leave_after_allreduce(void **state)
+{
+    cluster *cl = *state;
+    cluster_opts o = {.op_timeout_ms = 3000, .no_linger = 1};
+    int clusters = 6, trials = 0, lost = 0, inconclusive = 0;
+    for (int r = 0; r < clusters; r++) {
+        assert_int_equal(cluster_init(cl, &o), 0);
+        assert_int_equal(cluster_spawn_n(cl, LEAVE_N, leave_body, NULL), 0);
+        int failures = cluster_wait_all(cl, 60000);
+        int admitted = 1;
+        for (int i = 0; i < LEAVE_N; i++)
+            if (cl->sh->slot[i].world != LEAVE_N) admitted = 0;
+        if (!admitted) {
+            /* The ring never formed (see test_admission_repeated): nothing
+             * to learn about departures from this run. */
+            inconclusive++;
+            cluster_fini(cl);
+            continue;
+        }
+        for (int i = 0; i < LEAVE_N; i++) {
+            const cluster_slot *s = &cl->sh->slot[i];
+            int ne = atomic_load(&s->n_events);
+            for (int k = 0; k < ne; k++) {
+                trials++;
+                if (s->ev[k].result == ECCL_ERR_PEER_LOST) {
+                    lost++;
+                    fprintf(stderr, "cluster %d: peer %d got PEER_LOST for tag %llu after a peer left "
+                                    "that had returned success for it\n",
+                            r, i, (unsigned long long)s->ev[k].tag);
+                }
+            }
+        }
+        if (failures && !lost) {
+            fprintf(stderr, "cluster %d failed otherwise\n", r);
+            fail();
+        }
+        cluster_fini(cl);
+    }
+    printf("    %d calls in %d clusters of %d peers leaving one by one: %d PEER_LOST "
+           "(%d clusters never formed)\n",
+           trials, clusters, LEAVE_N, lost, inconclusive);
+    assert_true(trials > 0);
+    assert_int_equal(lost, 0);
+}
+
 /* ---- admission under load ----------------------------------------------------------------- */
 
 /* Forming a ring again and again: a RING message racing a neighbour's
@@ -799,7 +1001,7 @@ static int form_body(eccl_comm *c, int index, void *argp)
 static void test_admission_repeated(void **state)
 {
     cluster *cl = *state;
-    cluster_opts o = {.op_timeout_ms = 4000};
+    cluster_opts o = {.op_timeout_ms = 2000};
     int n = 4, rounds = 25, failures = 0;
     uint64_t t0 = cluster_now_ns();
     for (int r = 0; r < rounds; r++) {
@@ -829,6 +1031,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_master_frozen, setup, teardown),
         cmocka_unit_test_setup_teardown(test_master_killed_mid_allreduce, setup, teardown),
         cmocka_unit_test_setup_teardown(test_master_stopped_mid_allreduce, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_peer_listener_robustness, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_leave_after_allreduce, setup, teardown),
         cmocka_unit_test_setup_teardown(test_admission_repeated, setup, teardown),
     };
     const char *filter = getenv("ECCL_TEST_FILTER");

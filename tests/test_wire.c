@@ -16,7 +16,7 @@
 
 static const uint16_t control_types[] = {
     ECCL_MSG_REGISTER,     ECCL_MSG_HEARTBEAT,   ECCL_MSG_PENDING_QUERY,
-    ECCL_MSG_TOPO_VOTE,    ECCL_MSG_RING_READY,  ECCL_MSG_COLL_INIT,
+    ECCL_MSG_TOPO_VOTE,    ECCL_MSG_RING_READY,
     ECCL_MSG_COLL_DONE,    ECCL_MSG_VIEW_REPORT, ECCL_MSG_WELCOME,
     ECCL_MSG_PENDING_REPLY, ECCL_MSG_RING,       ECCL_MSG_TOPO_DONE,
     ECCL_MSG_VIEW_QUERY,   ECCL_MSG_VIEW_DECIDE, ECCL_MSG_KICK,
@@ -120,7 +120,6 @@ static void assert_msg_equal(const eccl_msg *a, const eccl_msg *b)
     case ECCL_MSG_VIEW_QUERY:
         assert_int_equal(a->u.epoch.epoch, b->u.epoch.epoch);
         break;
-    case ECCL_MSG_COLL_INIT:
     case ECCL_MSG_COLL_DONE:
         assert_int_equal(a->u.coll.tag, b->u.coll.tag);
         assert_int_equal(a->u.coll.epoch, b->u.coll.epoch);
@@ -187,7 +186,6 @@ static void fill_extreme(eccl_msg *m, uint16_t type, int is_max)
     case ECCL_MSG_VIEW_QUERY:
         m->u.epoch.epoch = v32;
         break;
-    case ECCL_MSG_COLL_INIT:
     case ECCL_MSG_COLL_DONE:
         m->u.coll.tag = v64;
         m->u.coll.epoch = v32;
@@ -259,7 +257,6 @@ static void fill_random(rng *r, eccl_msg *m)
     case ECCL_MSG_VIEW_QUERY:
         m->u.epoch.epoch = (uint32_t)next(r);
         break;
-    case ECCL_MSG_COLL_INIT:
     case ECCL_MSG_COLL_DONE:
         m->u.coll.tag = next(r);
         m->u.coll.epoch = (uint32_t)next(r);
@@ -345,7 +342,6 @@ static void test_max_length(void **state)
         {ECCL_MSG_PENDING_QUERY, 0},
         {ECCL_MSG_TOPO_VOTE, 0},
         {ECCL_MSG_RING_READY, 4},
-        {ECCL_MSG_COLL_INIT, 26},
         {ECCL_MSG_COLL_DONE, 26},
         {ECCL_MSG_VIEW_REPORT, 8 + ECCL_WIRE_MAX_OPS * 9},
         {ECCL_MSG_WELCOME, 12},
@@ -510,7 +506,7 @@ static void test_encode_rejects(void **state)
     m->u.ring.rank = 3;
     assert_int_not_equal(eccl_wire_encode(m, frame, FRAME_CAP), 0);
 
-    fill_extreme(m, ECCL_MSG_COLL_INIT, 0);
+    fill_extreme(m, ECCL_MSG_COLL_DONE, 0);
     m->u.coll.dtype = ECCL_DTYPE_COUNT;
     assert_int_equal(eccl_wire_encode(m, frame, FRAME_CAP), 0);
     m->u.coll.dtype = 0;
@@ -606,9 +602,9 @@ static void test_decode_rejects(void **state)
 
     /* COLL: dtype and op bounds. */
     memset(buf, 0, 26);
-    assert_int_equal(decode_tail(&a, ECCL_MSG_COLL_INIT, buf, 26, m), ECCL_OK);
+    assert_int_equal(decode_tail(&a, ECCL_MSG_COLL_DONE, buf, 26, m), ECCL_OK);
     buf[20] = ECCL_DTYPE_COUNT;
-    assert_int_equal(decode_tail(&a, ECCL_MSG_COLL_INIT, buf, 26, m), ECCL_ERR_PROTOCOL);
+    assert_int_equal(decode_tail(&a, ECCL_MSG_COLL_DONE, buf, 26, m), ECCL_ERR_PROTOCOL);
     buf[20] = ECCL_DTYPE_COUNT - 1;
     buf[21] = ECCL_OP_COUNT;
     assert_int_equal(decode_tail(&a, ECCL_MSG_COLL_DONE, buf, 26, m), ECCL_ERR_PROTOCOL);

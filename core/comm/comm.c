@@ -25,7 +25,11 @@
 #define COMM_RBUF_P2P (64u << 10)
 #define COMM_READ_BUDGET (8u << 20)
 #define COMM_RETRY_NS 50000000ull /* 50 ms between connect attempts */
-#define COMM_NOTICE_DELAY_NS 2000000ull /* coalesce collective notices */
+/* A neighbour may start a collective before we call it. Its small frames are
+ * kept aside (saves toggling the socket off and on); bigger ones, or more
+ * than COMM_EARLY_LIMIT bytes, wait in the socket (TCP back-pressure). */
+#define COMM_EARLY_MAX (64u << 10)
+#define COMM_EARLY_LIMIT (1u << 20)
 #define MS 1000000ull
 
 enum comm_phase {
@@ -58,6 +62,12 @@ struct eccl_request {
     eccl_ring_allreduce ring;
 };
 
+typedef struct early_frame {
+    struct early_frame *next;
+    eccl_wire_data d;
+    eccl_buf *buf; /* NULL for an empty frame */
+} early_frame;
+
 typedef struct p2p_link {
     eccl_chan ch; /* first: ready pointers are channels */
     struct p2p_link *next;
@@ -65,6 +75,9 @@ typedef struct p2p_link {
     uint64_t peer_id;
     uint32_t epoch;
     int hello_seen;
+    early_frame *early, **early_tail; /* frames for ops not called yet */
+    size_t early_bytes;
+    early_frame *receiving;           /* the early frame being read */
 } p2p_link;
 
 typedef struct comm_listener {
@@ -87,7 +100,6 @@ struct eccl_comm {
     uint64_t master_deadline;   /* give up reaching the master */
     uint64_t master_retry_at;   /* next connect attempt, 0 = none */
     uint64_t heartbeat_at;
-    uint64_t notice_flush_at;   /* 0 = nothing coalescing */
     uint64_t peer_id;
 
     comm_listener listener;
@@ -130,9 +142,16 @@ static p2p_link *link_new(eccl_comm *c, eccl_conn *conn, enum link_role role)
         return NULL;
     }
     l->role = role;
+    l->early_tail = &l->early;
     l->next = c->links;
     c->links = l;
     return l;
+}
+
+static void early_free(eccl_comm *c, early_frame *e)
+{
+    eccl_bufpool_put(&c->pool, e->buf);
+    free(e);
 }
 
 static void link_close(eccl_comm *c, p2p_link *l)
@@ -150,6 +169,14 @@ static void link_close(eccl_comm *c, p2p_link *l)
         if (c->link_prev == l) c->link_prev = NULL;
     }
     eccl_chan_close(&l->ch);
+    for (early_frame *e = l->early, *n; e; e = n) {
+        n = e->next;
+        early_free(c, e);
+    }
+    if (l->receiving) early_free(c, l->receiving);
+    l->early = l->receiving = NULL;
+    l->early_tail = &l->early;
+    l->early_bytes = 0;
     l->next = c->graveyard;
     c->graveyard = l;
 }
@@ -191,13 +218,10 @@ static eccl_result link_connect_next(eccl_comm *c)
 
 /* ---- master link ---------------------------------------------------------- */
 
-static eccl_result master_send(eccl_comm *c, const eccl_msg *m, int urgent)
+static eccl_result master_send(eccl_comm *c, const eccl_msg *m)
 {
     eccl_result rc = eccl_chan_send_msg(&c->master, m);
-    if (rc != ECCL_OK) return rc;
-    if (urgent) return eccl_chan_flush(&c->master);
-    if (!c->notice_flush_at) c->notice_flush_at = now_ns(c) + COMM_NOTICE_DELAY_NS;
-    return ECCL_OK;
+    return rc == ECCL_OK ? eccl_chan_flush(&c->master) : rc;
 }
 
 static eccl_result master_open(eccl_comm *c)
@@ -216,7 +240,7 @@ static eccl_result master_open(eccl_comm *c)
     m.u.reg.peer_group = c->params.peer_group;
     m.u.reg.peer_timeout_ms = c->params.peer_timeout_ms;
     snprintf(m.u.reg.p2p_addr, sizeof m.u.reg.p2p_addr, "%s", c->p2p_addr);
-    return master_send(c, &m, 1);
+    return master_send(c, &m);
 }
 
 /* ---- ops ------------------------------------------------------------------- */
@@ -237,7 +261,9 @@ static void op_finish(eccl_comm *c, eccl_request *r, eccl_result result)
         /* The promise: on failure recvbuf holds what it held before. */
         c->env->dev->copy(c->env->dev_ctx, r->recvbuf, r->backup->ptr, bytes);
     }
-    if (r->state != OP_QUEUED) {
+    if (r->state != OP_QUEUED && result == ECCL_ERR_TIMEOUT) {
+        /* A stalled ring: ask the master to re-form it. Successes and
+         * losses need no word to the master (it decided the latter). */
         eccl_msg m = {.type = ECCL_MSG_COLL_DONE};
         m.u.coll.tag = r->tag;
         m.u.coll.epoch = r->ring.epoch;
@@ -245,7 +271,7 @@ static void op_finish(eccl_comm *c, eccl_request *r, eccl_result result)
         m.u.coll.dtype = (uint8_t)r->dtype;
         m.u.coll.op = (uint8_t)r->op;
         m.u.coll.result = (uint32_t)result;
-        if (c->master_open) master_send(c, &m, result != ECCL_OK);
+        if (c->master_open) master_send(c, &m);
     }
     op_release_buffers(c, r);
     r->state = OP_DONE;
@@ -255,6 +281,37 @@ static void op_finish(eccl_comm *c, eccl_request *r, eccl_result result)
     else
         ECCL_INFO(c->env, "all-reduce tag %llu failed: %s", (unsigned long long)r->tag,
                   eccl_strerror(result));
+}
+
+/* Feeds an op the frames its neighbour sent before we called it, in order. */
+static void replay_early(eccl_comm *c, eccl_request *r, p2p_link *l)
+{
+    if (!l) return;
+    int ring = l == c->link_prev ? 0 : 1;
+    for (early_frame **p = &l->early; *p;) {
+        early_frame *e = *p;
+        if (e->d.tag != r->tag) {
+            p = &e->next;
+            continue;
+        }
+        *p = e->next;
+        if (l->early_tail == &e->next) l->early_tail = p;
+        l->early_bytes -= e->d.len;
+        void *dst = NULL;
+        int as_ring = e->d.phase == ECCL_PHASE_DONE ? 0 : ring;
+        eccl_result rc = eccl_ring_allreduce_recv(&r->ring, as_ring, &e->d, &dst);
+        if (rc == ECCL_OK) {
+            if (dst && e->buf) c->env->dev->copy(c->env->dev_ctx, dst, e->buf->ptr, e->d.len);
+            rc = eccl_ring_allreduce_recv_done(&r->ring, as_ring, &e->d);
+        }
+        early_free(c, e);
+        if (rc != ECCL_OK) {
+            ECCL_WARN(c->env, "bad frame from peer %llu: %s", (unsigned long long)l->peer_id,
+                      eccl_strerror(rc));
+            link_close(c, l);
+            return;
+        }
+    }
 }
 
 static eccl_result op_start(eccl_comm *c, eccl_request *r)
@@ -278,13 +335,9 @@ static eccl_result op_start(eccl_comm *c, eccl_request *r)
     eccl_ring_allreduce_init(&r->ring, c->env, r->tag, c->epoch, r->sendbuf, r->recvbuf,
                              r->count, r->dtype, r->op, c->rank, c->world, staging);
     r->state = OP_RUNNING;
-    eccl_msg m = {.type = ECCL_MSG_COLL_INIT};
-    m.u.coll.tag = r->tag;
-    m.u.coll.epoch = c->epoch;
-    m.u.coll.count = r->count;
-    m.u.coll.dtype = (uint8_t)r->dtype;
-    m.u.coll.op = (uint8_t)r->op;
-    return master_send(c, &m, 0);
+    replay_early(c, r, c->link_prev);
+    replay_early(c, r, c->link_next);
+    return ECCL_OK;
 oom:
     r->state = OP_RUNNING; /* nothing was sent: finishing restores nothing */
     op_finish(c, r, ECCL_ERR_NO_MEMORY);
@@ -337,7 +390,7 @@ static void check_ring_ready(eccl_comm *c)
     ECCL_DEBUG(c->env, "ring epoch %u ready: rank %u of %u", c->epoch, c->rank, c->world);
     eccl_msg m = {.type = ECCL_MSG_RING_READY};
     m.u.epoch.epoch = c->epoch;
-    master_send(c, &m, 1);
+    master_send(c, &m);
 }
 
 /* An accepted link said hello: adopt it as `prev` if it belongs to the
@@ -402,7 +455,7 @@ static eccl_result on_view_query(eccl_comm *c, uint32_t epoch)
             f->flag = (uint8_t)r->ring.have_full;
         }
     }
-    eccl_result rc = master_send(c, m, 1);
+    eccl_result rc = master_send(c, m);
     free(m);
     return rc;
 }
@@ -506,9 +559,21 @@ static eccl_result link_on_data(void *owner, eccl_chan *ch, const eccl_wire_data
     if (!l->hello_seen || d->epoch != l->epoch) return ECCL_ERR_PROTOCOL;
     if (ring < 0 || c->frozen) return ECCL_ERR_AGAIN; /* not our ring yet */
     eccl_request *r = op_find(c, d->tag);
-    /* A neighbour may start a collective before we do: hold its frames (TCP
-     * back-pressure) until our call for that tag arrives. */
-    if (!r || r->state == OP_QUEUED) return ECCL_ERR_AGAIN;
+    if (!r || r->state == OP_QUEUED) {
+        /* A neighbour started a collective we have not called yet. */
+        if (d->len > COMM_EARLY_MAX || l->early_bytes + d->len > COMM_EARLY_LIMIT)
+            return ECCL_ERR_AGAIN;
+        early_frame *e = calloc(1, sizeof *e);
+        if (!e) return ECCL_ERR_AGAIN;
+        e->d = *d;
+        if (d->len && !(e->buf = eccl_bufpool_get(&c->pool, d->len))) {
+            free(e);
+            return ECCL_ERR_AGAIN;
+        }
+        l->receiving = e;
+        *dst = e->buf ? e->buf->ptr : NULL;
+        return ECCL_OK;
+    }
     if (r->state != OP_RUNNING || r->ring.epoch != d->epoch) return ECCL_ERR_PROTOCOL;
     if (d->phase != ECCL_PHASE_DONE && d->ring != ring) return ECCL_ERR_PROTOCOL;
     return eccl_ring_allreduce_recv(&r->ring, d->phase == ECCL_PHASE_DONE ? 0 : ring, d, dst);
@@ -517,7 +582,15 @@ static eccl_result link_on_data(void *owner, eccl_chan *ch, const eccl_wire_data
 static eccl_result link_on_data_done(void *owner, eccl_chan *ch, const eccl_wire_data *d)
 {
     eccl_comm *c = owner;
-    int ring = link_ring(c, (p2p_link *)ch);
+    p2p_link *l = (p2p_link *)ch;
+    if (l->receiving) {
+        *l->early_tail = l->receiving;
+        l->early_tail = &l->receiving->next;
+        l->early_bytes += d->len;
+        l->receiving = NULL;
+        return ECCL_OK;
+    }
+    int ring = link_ring(c, l);
     eccl_request *r = op_find(c, d->tag);
     if (!r || r->state != OP_RUNNING) return ECCL_ERR_PROTOCOL;
     return eccl_ring_allreduce_recv_done(&r->ring, d->phase == ECCL_PHASE_DONE ? 0 : ring, d);
@@ -630,18 +703,10 @@ static uint64_t timers(eccl_comm *c)
         }
         if (now >= c->heartbeat_at) {
             eccl_msg m = {.type = ECCL_MSG_HEARTBEAT};
-            master_send(c, &m, 1);
+            master_send(c, &m);
             c->heartbeat_at = now + timeout / 4;
         }
         next = min_deadline(next, min_deadline(c->heartbeat_at, c->master.last_rx_ns + timeout + 1));
-    }
-    if (c->notice_flush_at) {
-        if (now >= c->notice_flush_at) {
-            c->notice_flush_at = 0;
-            if (c->master_open) eccl_chan_flush(&c->master);
-        } else {
-            next = min_deadline(next, c->notice_flush_at);
-        }
     }
     if (c->next_retry_at && !c->frozen && c->world > 1 && !c->link_next) {
         if (now >= c->next_retry_at) {
@@ -817,7 +882,7 @@ eccl_result eccl_comm_update_topology(eccl_comm *c)
     if (rc == ECCL_OK) {
         topo_wait w = {c, c->topo_done_seen + 1};
         eccl_msg m = {.type = ECCL_MSG_TOPO_VOTE};
-        rc = master_send(c, &m, 1);
+        rc = master_send(c, &m);
         eccl_engine_kick(&c->eng);
         if (rc == ECCL_OK)
             rc = eccl_engine_drive(&c->eng, topo_done, &w,
@@ -847,7 +912,7 @@ eccl_result eccl_comm_peers_pending(eccl_comm *c, uint32_t *pending)
     if (rc == ECCL_OK) {
         pending_wait w = {c, c->pending_replies + 1};
         eccl_msg m = {.type = ECCL_MSG_PENDING_QUERY};
-        rc = master_send(c, &m, 1);
+        rc = master_send(c, &m);
         eccl_engine_kick(&c->eng);
         if (rc == ECCL_OK)
             rc = eccl_engine_drive(&c->eng, pending_done, &w,

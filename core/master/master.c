@@ -46,20 +46,10 @@ typedef struct mpeer {
     int asked_pending;      /* in the current peers-pending round */
     int admitting;          /* chosen by the current admission */
     uint32_t ready_epoch;
-    uint32_t open_colls;    /* collectives it started and has not finished */
     int reported;
     eccl_wire_op_flag *report;
     uint32_t n_report;
 } mpeer;
-
-/* A collective some member started and not every member finished: kept so
- * a peer loss can say which operations it hit (fault localisation). */
-typedef struct mcoll {
-    struct mcoll *next;
-    uint64_t tag;
-    uint32_t epoch;
-    uint32_t inits, dones;
-} mcoll;
 
 struct mgroup {
     mgroup *next;
@@ -69,7 +59,6 @@ struct mgroup {
     uint32_t n, cap;
     int querying;
     int change_wanted;
-    mcoll *colls;
 };
 
 struct eccl_master {
@@ -134,45 +123,6 @@ static void group_remove(mgroup *g, mpeer *p)
             return;
         }
     }
-}
-
-static void colls_forget(mgroup *g, uint32_t before_epoch)
-{
-    for (mcoll **c = &g->colls; *c;) {
-        if ((*c)->epoch < before_epoch) {
-            mcoll *dead = *c;
-            *c = dead->next;
-            free(dead);
-        } else {
-            c = &(*c)->next;
-        }
-    }
-}
-
-static void colls_note(eccl_master *m, mgroup *g, const eccl_msg_coll *c, int done)
-{
-    mcoll *e = g->colls;
-    while (e && !(e->tag == c->tag && e->epoch == c->epoch)) e = e->next;
-    if (!e) {
-        e = calloc(1, sizeof *e);
-        if (!e) return;
-        e->tag = c->tag;
-        e->epoch = c->epoch;
-        e->next = g->colls;
-        g->colls = e;
-    }
-    if (done) e->dones++;
-    else e->inits++;
-    if (e->dones >= g->n) {
-        for (mcoll **p = &g->colls; *p; p = &(*p)->next) {
-            if (*p == e) {
-                *p = e->next;
-                free(e);
-                break;
-            }
-        }
-    }
-    (void)m;
 }
 
 /* ---- rings --------------------------------------------------------------------- */
@@ -244,7 +194,6 @@ static void finish_view(eccl_master *m, mgroup *g)
         }
     }
     g->epoch++;
-    colls_forget(g, g->epoch);
     ECCL_INFO(m->env, "group %u: ring epoch %u with %u peers", g->id, g->epoch, g->n);
     for (uint32_t i = 0; i < g->n; i++) send_ring(g, i);
     check_admission_done(m);
@@ -397,10 +346,6 @@ static void drop_peer(eccl_master *m, mpeer *p, eccl_result why)
     m->graveyard = p;
     mgroup *g = p->group;
     if (p->state == MP_ACCEPTED && g) {
-        for (mcoll *c = g->colls; c && p->open_colls; c = c->next)
-            if (c->dones < c->inits) ECCL_WARN(m->env, "peer %llu lost during collective tag %llu (epoch %u: %u of %u "
-                      "started, %u finished)", (unsigned long long)p->id,
-                      (unsigned long long)c->tag, c->epoch, c->inits, g->n, c->dones);
         group_remove(g, p);
         g->change_wanted = 1;
         start_view_changes(m);
@@ -456,14 +401,10 @@ static eccl_result peer_on_msg(void *owner, eccl_chan *ch, const eccl_msg *msg)
         p->ready_epoch = msg->u.epoch.epoch;
         check_admission_done(m);
         return ECCL_OK;
-    case ECCL_MSG_COLL_INIT:
     case ECCL_MSG_COLL_DONE:
+        /* Peers report only failures the master must act on. */
         if (p->state != MP_ACCEPTED) return ECCL_ERR_PROTOCOL;
-        if (msg->type == ECCL_MSG_COLL_INIT) p->open_colls++;
-        else if (p->open_colls) p->open_colls--;
-        if (msg->u.coll.epoch == g->epoch)
-            colls_note(m, g, &msg->u.coll, msg->type == ECCL_MSG_COLL_DONE);
-        if (msg->type == ECCL_MSG_COLL_DONE && msg->u.coll.result == ECCL_ERR_TIMEOUT) {
+        if (msg->u.coll.result == ECCL_ERR_TIMEOUT && msg->u.coll.epoch == g->epoch) {
             /* A stalled ring: re-form it, which also settles its other ops. */
             ECCL_WARN(m->env, "peer %llu timed out in tag %llu: re-forming group %u",
                       (unsigned long long)p->id, (unsigned long long)msg->u.coll.tag, g->id);
@@ -651,7 +592,6 @@ void eccl_master_destroy(eccl_master *m)
     eccl_master_stop(m);
     for (mgroup *g = m->groups, *n; g; g = n) {
         n = g->next;
-        colls_forget(g, UINT32_MAX);
         free(g->members);
         free(g);
     }

@@ -129,7 +129,6 @@ static uint32_t max_length(uint16_t type)
     case ECCL_MSG_RING_READY:
     case ECCL_MSG_TOPO_DONE:
     case ECCL_MSG_VIEW_QUERY: return 4;
-    case ECCL_MSG_COLL_INIT:
     case ECCL_MSG_COLL_DONE: return 8 + 4 + 8 + 1 + 1 + 4;
     case ECCL_MSG_VIEW_REPORT:
     case ECCL_MSG_VIEW_DECIDE: return 8u + ECCL_WIRE_MAX_OPS * OP_FLAG_SIZE;
@@ -250,7 +249,6 @@ static void put_payload(wbuf *w, const eccl_msg *m)
     case ECCL_MSG_VIEW_QUERY:
         put_u32(w, m->u.epoch.epoch);
         break;
-    case ECCL_MSG_COLL_INIT:
     case ECCL_MSG_COLL_DONE:
         if (!coll_ok(&m->u.coll))
             w->bad = 1;
@@ -336,7 +334,6 @@ static void get_payload(rbuf *r, uint16_t type, eccl_msg *m)
     case ECCL_MSG_VIEW_QUERY:
         m->u.epoch.epoch = get_u32(r);
         break;
-    case ECCL_MSG_COLL_INIT:
     case ECCL_MSG_COLL_DONE:
         m->u.coll.tag = get_u64(r);
         m->u.coll.epoch = get_u32(r);

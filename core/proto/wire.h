@@ -41,8 +41,7 @@ enum eccl_msg_type {
     ECCL_MSG_PENDING_QUERY = 3,/* how many peers wait to be admitted? */
     ECCL_MSG_TOPO_VOTE = 4,    /* update_topology: admit the pending peers */
     ECCL_MSG_RING_READY = 5,   /* my links for this epoch are up */
-    ECCL_MSG_COLL_INIT = 6,    /* I started collective `tag` (notice) */
-    ECCL_MSG_COLL_DONE = 7,    /* I finished collective `tag` (notice) */
+    ECCL_MSG_COLL_DONE = 7,    /* collective `tag` failed here: `result` */
     ECCL_MSG_VIEW_REPORT = 8,  /* reply to VIEW_QUERY: my open ops */
     /* master -> peer */
     ECCL_MSG_WELCOME = 32,     /* your peer id; accepted at once or pending */
@@ -98,13 +97,13 @@ typedef struct eccl_msg_epoch { /* RING_READY, TOPO_DONE, VIEW_QUERY */
     uint32_t epoch;
 } eccl_msg_epoch;
 
-typedef struct eccl_msg_coll {  /* COLL_INIT, COLL_DONE */
+typedef struct eccl_msg_coll {  /* COLL_DONE */
     uint64_t tag;
     uint32_t epoch;
     uint64_t count;
     uint8_t dtype;
     uint8_t op;
-    uint32_t result;            /* COLL_DONE only; 0 in COLL_INIT */
+    uint32_t result;            /* an eccl_result */
 } eccl_msg_coll;
 
 typedef struct eccl_wire_op_flag {
