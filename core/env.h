@@ -114,6 +114,10 @@ typedef struct eccl_sync_ops {
                          void *arg, eccl_thread **out);
     /* Waits for the thread to return and frees it. */
     void (*join)(void *ctx, eccl_thread *t);
+    /* Gives the processor to another runnable thread, if any, and returns.
+     * A caller that has spun a while calls it between polls: with more
+     * ranks than cores, the rank it waits for may need this core. */
+    void (*yield)(void *ctx);
 } eccl_sync_ops;
 
 /* ---- dev: where tensors live ---------------------------------------------

@@ -3,6 +3,9 @@
  *   connect; loop { admit pending peers; all-reduce; on peer loss check the
  *   buffer came back untouched and retry on the survivors; verify }
  *
+ * A peer admitted later starts where the others are: after joining and after
+ * every topology change, peers agree on the step with an all-reduce MAX.
+ *
  * Every peer contributes the same values, so the expected sum is
  * world_size * x whoever is left, and every peer prints a hash of its
  * result so bit-parity across peers can be checked by whoever reads the
@@ -22,6 +25,7 @@ typedef struct options {
     size_t count;
     int iters;
     int world_min;
+    int start_world; /* wait for this many peers before the first step */
     uint32_t group;
     int wait_ms;   /* give up after waiting this long for enough peers */
 } options;
@@ -47,11 +51,26 @@ static uint64_t fnv1a(const float *p, size_t n)
 
 static float contribution(int iter, size_t i) { return (float)((iter * 31 + (int)(i % 1021)) % 17 + 1); }
 
+/* The step all members of the current ring agree on: the furthest one.
+ * The tag is unique per ring epoch, which every member has just entered. */
+static eccl_result agree_on_step(eccl_comm *comm, int *iter)
+{
+    int64_t world = 0, epoch = 0;
+    eccl_comm_get_attr(comm, ECCL_ATTR_WORLD_SIZE, &world);
+    eccl_comm_get_attr(comm, ECCL_ATTR_EPOCH, &epoch);
+    if (world < 2) return ECCL_OK;
+    uint64_t step = (uint64_t)*iter;
+    eccl_result rc = eccl_allreduce(comm, &step, &step, 1, ECCL_U64, ECCL_MAX,
+                                    (1ull << 63) | (uint64_t)epoch, NULL);
+    if (rc == ECCL_OK) *iter = (int)step;
+    return rc;
+}
+
 static void usage(const char *argv0)
 {
     fprintf(stderr,
             "usage: %s --master HOST:PORT [--count ELEMENTS] [--iters N] [--world-min N]\n"
-            "          [--group G] [--wait-ms MS]\n",
+            "          [--start-world N] [--group G] [--wait-ms MS]\n",
             argv0);
     exit(2);
 }
@@ -62,15 +81,17 @@ static void parse(int argc, char **argv, options *o)
         {"master", required_argument, 0, 'm'}, {"count", required_argument, 0, 'c'},
         {"iters", required_argument, 0, 'i'},  {"world-min", required_argument, 0, 'w'},
         {"group", required_argument, 0, 'g'},  {"wait-ms", required_argument, 0, 't'},
+        {"start-world", required_argument, 0, 's'},
         {"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
-    *o = (options){NULL, 1u << 20, 10, 2, 0, 30000};
+    *o = (options){NULL, 1u << 20, 10, 2, 0, 0, 30000};
     int ch;
-    while ((ch = getopt_long(argc, argv, "m:c:i:w:g:t:h", longs, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "m:c:i:w:s:g:t:h", longs, NULL)) != -1) {
         switch (ch) {
         case 'm': o->master = optarg; break;
         case 'c': o->count = strtoull(optarg, NULL, 0); break;
         case 'i': o->iters = atoi(optarg); break;
         case 'w': o->world_min = atoi(optarg); break;
+        case 's': o->start_world = atoi(optarg); break;
         case 'g': o->group = (uint32_t)strtoul(optarg, NULL, 0); break;
         case 't': o->wait_ms = atoi(optarg); break;
         default: usage(argv[0]);
@@ -103,15 +124,21 @@ int main(int argc, char **argv)
 
     float *send = malloc(o.count * sizeof *send), *recv = malloc(o.count * sizeof *recv);
     if (!send || !recv) return 1;
-    int status = 0;
+    int status = 0, iter = 0, agreed = 0;
     double waiting_since = 0;
-    for (int iter = 0; iter < o.iters;) {
+    while (iter < o.iters) {
         uint32_t pending = 0;
         rc = eccl_comm_peers_pending(comm, &pending);
         if (rc == ECCL_OK && pending > 0) {
             rc = eccl_comm_update_topology(comm);
+            agreed = 0;
             /* Back to the top, where newcomers start: everyone asks again. */
             if (rc == ECCL_OK) continue;
+        }
+        if (rc == ECCL_OK && !agreed) {
+            rc = agree_on_step(comm, &iter);
+            agreed = rc == ECCL_OK;
+            if (rc == ECCL_ERR_PEER_LOST) continue;
         }
         if (rc != ECCL_OK) {
             printf("event=error peer=%lld iter=%d what=membership error=\"%s\"\n", (long long)id,
@@ -121,7 +148,7 @@ int main(int argc, char **argv)
         }
         int64_t world = 0;
         eccl_comm_get_attr(comm, ECCL_ATTR_WORLD_SIZE, &world);
-        if (world < o.world_min) {
+        if (world < o.world_min || world < o.start_world) {
             if (waiting_since == 0) waiting_since = now_ms();
             if (now_ms() - waiting_since > o.wait_ms) {
                 printf("event=gave_up peer=%lld iter=%d world=%lld\n", (long long)id, iter,
@@ -133,6 +160,7 @@ int main(int argc, char **argv)
             continue;
         }
         waiting_since = 0;
+        o.start_world = 0; /* only the first step waits for everyone */
 
         for (size_t i = 0; i < o.count; i++) {
             send[i] = contribution(iter, i);

@@ -140,7 +140,8 @@ eccl_result cluster_admit(eccl_comm *c, uint32_t world, uint64_t timeout_ms)
     }
 }
 
-eccl_result cluster_agreed_admit(eccl_comm *c, uint64_t tag, uint32_t *seen, int *voted)
+eccl_result cluster_agreed_admit(eccl_comm *c, uint64_t tag, uint32_t *seen, uint32_t *agreed,
+                                 int *voted)
 {
     uint32_t pending = 0;
     *voted = 0;
@@ -148,6 +149,7 @@ eccl_result cluster_agreed_admit(eccl_comm *c, uint64_t tag, uint32_t *seen, int
     if (rc != ECCL_OK) return rc;
     if (seen) *seen = pending;
     rc = eccl_allreduce(c, &pending, &pending, 1, ECCL_U32, ECCL_MAX, tag, NULL);
+    if (agreed) *agreed = pending;
     if (rc != ECCL_OK || pending == 0) return rc;
     *voted = 1;
     return eccl_comm_update_topology(c);
@@ -265,7 +267,7 @@ int cluster_init(cluster *cl, const cluster_opts *opts)
 {
     memset(cl, 0, sizeof *cl);
     cl->opts.peer_timeout_ms = 2000;
-    cl->opts.op_timeout_ms = 20000;
+    cl->opts.op_timeout_ms = 10000;
     cl->opts.connect_timeout_ms = 10000;
     cl->opts.child_alarm_s = 90;
     cl->opts.watchdog_s = 170;

@@ -91,7 +91,7 @@ typedef struct cluster_shared {
 
 typedef struct cluster_opts {
     uint32_t peer_timeout_ms;    /* default 2000 */
-    uint32_t op_timeout_ms;      /* default 20000 */
+    uint32_t op_timeout_ms;      /* default 10000: every call here takes < 2 s */
     uint32_t connect_timeout_ms; /* default 10000 */
     unsigned child_alarm_s;      /* a child older than this dies; default 90 */
     unsigned watchdog_s;         /* the parent gives up; default 170 */
@@ -170,11 +170,14 @@ void cluster_push_hash(uint64_t h);
 /* Admission loop: until ECCL_ATTR_WORLD_SIZE == world, poll peers_pending
  * and vote. Every accepted peer must run it for the vote to pass. */
 eccl_result cluster_admit(eccl_comm *c, uint32_t world, uint64_t timeout_ms);
-/* Admission inside a running job: every peer asks the master how many peers
- * wait, the answers are all-reduced (MAX) with `tag`, and everyone votes iff
- * the result is > 0 -- so all peers take the same decision at the same
- * point of their collective sequence. *seen gets this peer's own answer. */
-eccl_result cluster_agreed_admit(eccl_comm *c, uint64_t tag, uint32_t *seen, int *voted);
+/* Admission inside a running job: every peer asks how many peers wait
+ * (eccl_comm_peers_pending, itself a vote of the accepted peers), the
+ * answers are all-reduced (MAX) with `tag`, and everyone votes iff the
+ * result is > 0 -- so all peers take the same decision at the same point of
+ * their collective sequence. *seen gets this peer's own answer, *agreed the
+ * maximum over all peers (equal, if peers_pending is the vote it claims). */
+eccl_result cluster_agreed_admit(eccl_comm *c, uint64_t tag, uint32_t *seen, uint32_t *agreed,
+                                 int *voted);
 
 #define CL_CHECK(cond, ...)                                                     \
     do {                                                                        \

@@ -314,7 +314,7 @@ static int big_body(eccl_comm *c, int index, void *argp)
 static void test_big_256mib_n2(void **state)
 {
     cluster *cl = *state;
-    assert_int_equal(cluster_init(cl, NULL), 0);
+    assert_int_equal(cluster_init(cl, NULL), 0); /* op_timeout 10 s: ~1 s expected */
     assert_int_equal(cluster_spawn_n(cl, 2, big_body, NULL), 0);
     assert_int_equal(cluster_wait_all(cl, 120000), 0);
     assert_parity(cl, 2);
@@ -323,6 +323,52 @@ static void test_big_256mib_n2(void **state)
         printf("    peer %d: 256 MiB f32 in-place all-reduce at N=2 took %.3f s (%.0f MB/s)\n", p,
                (double)e->elapsed_ns / 1e9, 268.435456 / ((double)e->elapsed_ns / 1e9));
     }
+    cluster_fini(cl);
+}
+
+/* Two peers, buffers much larger than what one link queues at a time
+ * (ECCL_RING_MAX_QUEUED, 4 MiB): a peer that has received everything must
+ * still send the rest of its own share before it may return, or the other
+ * peer never completes. In and out of place, back to back. */
+#define MID_COUNT (16u << 20) /* f32: 64 MiB */
+static int mid_body(eccl_comm *c, int index, void *argp)
+{
+    (void)argp;
+    size_t bytes = (size_t)MID_COUNT * 4;
+    uint8_t *send = malloc(bytes), *recv = malloc(bytes), *want = malloc(bytes);
+    CL_CHECK(send && recv && want, "oom");
+    int idx[2] = {0, 1};
+    for (int k = 0; k < 4; k++) {
+        int in_place = k % 2;
+        uint64_t tag = 30 + (uint64_t)k;
+        cluster_fill(send, ECCL_F32, MID_COUNT, index, tag, CL_PAT_SMALL);
+        uint8_t *out = in_place ? send : recv;
+        eccl_reduce_info info;
+        uint64_t t0 = cluster_now_ns();
+        eccl_result rc = eccl_allreduce(c, send, out, MID_COUNT, ECCL_F32, ECCL_SUM, tag, &info);
+        uint64_t t1 = cluster_now_ns();
+        cluster_record(tag, rc, info.world_size, t0, t1, 0, 0);
+        CL_CHECK(rc == ECCL_OK, "64 MiB %s call %d: %s after %.0f ms", mode_name(in_place), k,
+                 eccl_strerror(rc), (double)(t1 - t0) / 1e6);
+        cluster_expected(want, ECCL_F32, MID_COUNT, ECCL_SUM, idx, 2, tag, CL_PAT_SMALL);
+        size_t first = 0, bad = cluster_mismatches(out, want, ECCL_F32, MID_COUNT, &first);
+        CL_CHECK(bad == 0, "64 MiB call %d: %zu wrong elements", k, bad);
+        cluster_push_hash(cluster_fnv1a(out, bytes));
+    }
+    free(send);
+    free(recv);
+    free(want);
+    return 0;
+}
+
+static void test_large_n2(void **state)
+{
+    cluster *cl = *state;
+    cluster_opts o = {.op_timeout_ms = 5000};
+    assert_int_equal(cluster_init(cl, &o), 0);
+    assert_int_equal(cluster_spawn_n(cl, 2, mid_body, NULL), 0);
+    assert_int_equal(cluster_wait_all(cl, 60000), 0);
+    assert_parity(cl, 2);
     cluster_fini(cl);
 }
 
@@ -484,11 +530,11 @@ static int reuse_body(eccl_comm *c, int index, void *argp)
 {
     int n = *(int *)argp;
     for (int k = 0; k < REUSE_ROUNDS; k++) {
-        int32_t buf[64];
-        cluster_fill(buf, ECCL_I32, 64, index, (uint64_t)k, CL_PAT_SMALL);
+        int32_t send[64], buf[64];
+        cluster_fill(send, ECCL_I32, 64, index, (uint64_t)k, CL_PAT_SMALL);
         eccl_reduce_info info;
         uint64_t t0 = cluster_now_ns();
-        eccl_result rc = eccl_allreduce(c, buf, buf, 64, ECCL_I32, ECCL_SUM, 7, &info);
+        eccl_result rc = eccl_allreduce(c, send, buf, 64, ECCL_I32, ECCL_SUM, 7, &info);
         CL_CHECK(rc == ECCL_OK, "round %d of tag 7: %s after %.1f ms", k, eccl_strerror(rc),
                  (double)(cluster_now_ns() - t0) / 1e6);
         if (check_result((uint8_t *)buf, ECCL_I32, ECCL_SUM, CL_PAT_SMALL, 64, n, (uint64_t)k,
@@ -540,9 +586,11 @@ static int invalid_body(eccl_comm *c, int index, void *argp)
     CL_EXPECT_RC(eccl_comm_get_attr(c, (eccl_attr)99, &(int64_t){0}), ECCL_ERR_INVALID_ARG);
     CL_EXPECT_RC(eccl_comm_get_attr(c, ECCL_ATTR_RANK, NULL), ECCL_ERR_INVALID_ARG);
     CL_EXPECT_RC(eccl_comm_peers_pending(c, NULL), ECCL_ERR_INVALID_ARG);
-    /* None of that disturbed the communicator. */
-    cluster_fill(buf, ECCL_F32, 8, index, 5, CL_PAT_SMALL);
-    CL_OK(eccl_allreduce(c, buf, buf, 8, ECCL_F32, ECCL_SUM, 1, NULL));
+    /* None of that disturbed the communicator (out of place: the
+     * in-place two-peer path is test_matrix_n2's business). */
+    float send[8];
+    cluster_fill(send, ECCL_F32, 8, index, 5, CL_PAT_SMALL);
+    CL_OK(eccl_allreduce(c, send, buf, 8, ECCL_F32, ECCL_SUM, 1, NULL));
     return check_result((uint8_t *)buf, ECCL_F32, ECCL_SUM, CL_PAT_SMALL, 8, 2, 5, "after invalid");
 }
 
@@ -667,6 +715,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_random_floats_parity_n5, setup, teardown),
         cmocka_unit_test_setup_teardown(test_counts_n3, setup, teardown),
         cmocka_unit_test_setup_teardown(test_counts_n8, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_large_n2, setup, teardown),
         cmocka_unit_test_setup_teardown(test_big_256mib_n2, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tags_async_n3, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tag_reuse_n2, setup, teardown),

@@ -202,7 +202,7 @@ static pid_t spawn_worker(const char *exe, const char *master, const demo *d, in
         snprintf(iters, sizeof iters, "%d", d->iters);
         snprintf(world, sizeof world, "%d", d->np);
         execl(exe, exe, "--master", master, "--count", count, "--iters", iters, "--world-min",
-              "2", (char *)NULL);
+              "2", "--start-world", world, (char *)NULL);
         _exit(127);
     }
     close(p[1]);

@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -211,6 +212,12 @@ static void real_join(void *ctx, eccl_thread *t)
     free(t);
 }
 
+static void real_yield(void *ctx)
+{
+    (void)ctx;
+    sched_yield();
+}
+
 static const eccl_sync_ops real_sync_ops = {
     .size = sizeof(eccl_sync_ops),
     .mutex_create = real_mutex_create,
@@ -223,6 +230,7 @@ static const eccl_sync_ops real_sync_ops = {
     .cond_broadcast = real_cond_broadcast,
     .spawn = real_spawn,
     .join = real_join,
+    .yield = real_yield,
 };
 
 /* ---- dev: host memory ---------------------------------------------------- */

@@ -218,18 +218,10 @@ eccl_result eccl_ring_allreduce_recv_done(eccl_ring_allreduce *r, int ring,
     r->rx_bytes += w->len;
     const eccl_dev_ops *dev = r->env->dev;
     if (r->exchange) {
-        /* Both ranks compute (rank 0's data) op (rank 1's data). */
-        void *ctx = r->env->dev_ctx;
-        uint8_t *in = d->staging;
-        if (r->rank == 0) {
-            if (r->sendbuf != r->recvbuf) dev->copy(ctx, r->recvbuf, r->sendbuf, w->len);
-            dev->reduce(ctx, r->recvbuf, in, r->count, r->dtype, r->op);
-        } else {
-            dev->reduce(ctx, in, r->sendbuf, r->count, r->dtype, r->op);
-            dev->copy(ctx, r->recvbuf, in, w->len);
-        }
-        if (r->op == ECCL_AVG) dev->scale_div(ctx, r->recvbuf, r->count, r->dtype, 2);
-        r->have_full = 1;
+        /* The result is written once our own frame has left (see
+         * eccl_ring_allreduce_complete): in place, it overwrites what the
+         * socket may still be sending. */
+        r->exchange_recvd = 1;
         return ECCL_OK;
     }
     if (d->recv_g < r->nranks - 1) {
@@ -248,8 +240,28 @@ eccl_result eccl_ring_allreduce_recv_done(eccl_ring_allreduce *r, int ring,
     return ECCL_OK;
 }
 
-int eccl_ring_allreduce_complete(const eccl_ring_allreduce *r)
+/* Both ranks compute (rank 0's data) op (rank 1's data): identical bits. */
+static void exchange_finish(eccl_ring_allreduce *r)
 {
-    if (!r->have_full || r->inflight > 0) return 0;
+    const eccl_dev_ops *dev = r->env->dev;
+    void *ctx = r->env->dev_ctx;
+    size_t bytes = r->count * r->esize;
+    uint8_t *in = r->dir[0].staging;
+    if (r->rank == 0) {
+        if (r->sendbuf != r->recvbuf) dev->copy(ctx, r->recvbuf, r->sendbuf, bytes);
+        dev->reduce(ctx, r->recvbuf, in, r->count, r->dtype, r->op);
+    } else {
+        dev->reduce(ctx, in, r->sendbuf, r->count, r->dtype, r->op);
+        dev->copy(ctx, r->recvbuf, in, bytes);
+    }
+    if (r->op == ECCL_AVG) dev->scale_div(ctx, r->recvbuf, r->count, r->dtype, 2);
+    r->have_full = 1;
+}
+
+int eccl_ring_allreduce_complete(eccl_ring_allreduce *r)
+{
+    if (r->inflight > 0) return 0;
+    if (r->exchange && r->exchange_recvd && !r->have_full) exchange_finish(r);
+    if (!r->have_full) return 0;
     return r->nranks == 2 || (r->done_recv >= r->nranks - 1 && r->done_sent >= r->nranks - 1);
 }

@@ -64,6 +64,7 @@ typedef struct eccl_ring_allreduce {
     uint32_t nrings;
     int exchange;         /* two ranks, small buffer: one swap */
     int exchange_sent;
+    int exchange_recvd;   /* the peer's buffer is in staging */
     uint32_t inflight;    /* our frames the socket has not taken yet */
     size_t slice_elems;
     eccl_ring_dir dir[2];
@@ -92,6 +93,7 @@ eccl_result eccl_ring_allreduce_recv(eccl_ring_allreduce *r, int ring,
 /* The frame's bytes are in place: reduce, advance. */
 eccl_result eccl_ring_allreduce_recv_done(eccl_ring_allreduce *r, int ring,
                                           const eccl_wire_data *d);
-int eccl_ring_allreduce_complete(const eccl_ring_allreduce *r);
+/* Finishes what waited for our frames to leave; 1 once the op may return. */
+int eccl_ring_allreduce_complete(eccl_ring_allreduce *r);
 
 #endif

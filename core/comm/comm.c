@@ -29,6 +29,14 @@
  * kept aside (saves toggling the socket off and on); bigger ones, or more
  * than COMM_EARLY_LIMIT bytes, wait in the socket (TCP back-pressure). */
 #define COMM_EARLY_MAX (64u << 10)
+/* Tags this peer completed in the current epoch, for view reports: a peer
+ * that already returned success must count as holding the result. Peers are
+ * never more than the in-flight window apart, so the last few suffice. */
+#define COMM_DONE_TAGS 1024u
+/* Tags the master aborted that this peer had not called yet: its next call
+ * of such a tag fails once with ECCL_ERR_PEER_LOST, as it did everywhere
+ * else, so every peer sees the same outcome and retries together. */
+#define COMM_ABORTED_TAGS 1024u
 #define COMM_EARLY_LIMIT (1u << 20)
 #define MS 1000000ull
 
@@ -122,6 +130,10 @@ struct eccl_comm {
 
     eccl_request *ops;
     uint32_t n_ops;
+    uint64_t done_tags[COMM_DONE_TAGS]; /* ring buffer */
+    uint32_t n_done_tags, done_head;
+    uint64_t aborted_tags[COMM_ABORTED_TAGS]; /* ring buffer */
+    uint32_t n_aborted_tags, aborted_head;
     eccl_bufpool pool;
 };
 
@@ -273,6 +285,11 @@ static void op_finish(eccl_comm *c, eccl_request *r, eccl_result result)
         m.u.coll.result = (uint32_t)result;
         if (c->master_open) master_send(c, &m);
     }
+    if (result == ECCL_OK && r->state != OP_QUEUED) {
+        c->done_tags[c->done_head] = r->tag;
+        c->done_head = (c->done_head + 1) % COMM_DONE_TAGS;
+        if (c->n_done_tags < COMM_DONE_TAGS) c->n_done_tags++;
+    }
     op_release_buffers(c, r);
     r->state = OP_DONE;
     r->result = result;
@@ -283,10 +300,11 @@ static void op_finish(eccl_comm *c, eccl_request *r, eccl_result result)
                   eccl_strerror(result));
 }
 
-/* Feeds an op the frames its neighbour sent before we called it, in order. */
-static void replay_early(eccl_comm *c, eccl_request *r, p2p_link *l)
+/* Feeds an op the frames its neighbour sent before we called it, in order.
+ * An error means the neighbour broke the protocol: the caller drops it. */
+static eccl_result replay_early(eccl_comm *c, eccl_request *r, p2p_link *l)
 {
-    if (!l) return;
+    if (!l) return ECCL_OK;
     int ring = l == c->link_prev ? 0 : 1;
     for (early_frame **p = &l->early; *p;) {
         early_frame *e = *p;
@@ -308,10 +326,10 @@ static void replay_early(eccl_comm *c, eccl_request *r, p2p_link *l)
         if (rc != ECCL_OK) {
             ECCL_WARN(c->env, "bad frame from peer %llu: %s", (unsigned long long)l->peer_id,
                       eccl_strerror(rc));
-            link_close(c, l);
-            return;
+            return rc;
         }
     }
+    return ECCL_OK;
 }
 
 static eccl_result op_start(eccl_comm *c, eccl_request *r)
@@ -335,8 +353,8 @@ static eccl_result op_start(eccl_comm *c, eccl_request *r)
     eccl_ring_allreduce_init(&r->ring, c->env, r->tag, c->epoch, r->sendbuf, r->recvbuf,
                              r->count, r->dtype, r->op, c->rank, c->world, staging);
     r->state = OP_RUNNING;
-    replay_early(c, r, c->link_prev);
-    replay_early(c, r, c->link_next);
+    if (replay_early(c, r, c->link_prev) != ECCL_OK) link_close(c, c->link_prev);
+    if (replay_early(c, r, c->link_next) != ECCL_OK) link_close(c, c->link_next);
     return ECCL_OK;
 oom:
     r->state = OP_RUNNING; /* nothing was sent: finishing restores nothing */
@@ -422,6 +440,7 @@ static eccl_result on_ring(eccl_comm *c, const eccl_msg_ring *m)
     c->frozen = 0;
     c->ring_ready = 0;
     c->next_retry_at = 0;
+    c->n_done_tags = c->done_head = 0;
     if (c->phase == PHASE_REGISTERING) c->phase = PHASE_PENDING;
     ECCL_INFO(c->env, "ring epoch %u: rank %u of %u", c->epoch, c->rank, c->world);
     if (c->world > 1) {
@@ -436,12 +455,25 @@ static eccl_result on_ring(eccl_comm *c, const eccl_msg_ring *m)
     return ECCL_OK;
 }
 
+static void link_service(eccl_comm *c, p2p_link *l);
+static void flush_and_complete(eccl_comm *c);
+
+static void report_add(eccl_msg_view *v, uint64_t tag, int have)
+{
+    if (v->n_ops < ECCL_WIRE_MAX_OPS) v->ops[v->n_ops++] = (eccl_wire_op_flag){tag, (uint8_t)have};
+}
+
 static eccl_result on_view_query(eccl_comm *c, uint32_t epoch)
 {
     eccl_msg *m = calloc(1, sizeof *m);
     if (!m) return ECCL_ERR_NO_MEMORY;
     m->type = ECCL_MSG_VIEW_REPORT;
     m->u.view.epoch = epoch;
+    /* What already arrived counts: a peer that finished and left may have
+     * delivered our last bytes just before the master noticed it leave. */
+    if (c->link_prev) link_service(c, c->link_prev);
+    if (c->link_next) link_service(c, c->link_next);
+    flush_and_complete(c);
     c->frozen = 1;
     c->ring_ready = 0;
     /* Freezing makes the report final: no byte moves until the decision. */
@@ -449,21 +481,62 @@ static eccl_result on_view_query(eccl_comm *c, uint32_t epoch)
     for (eccl_request *r = c->ops; r; r = r->next) {
         if (r->state != OP_RUNNING) continue;
         r->state = OP_FROZEN;
-        if (m->u.view.n_ops < ECCL_WIRE_MAX_OPS) {
-            eccl_wire_op_flag *f = &m->u.view.ops[m->u.view.n_ops++];
-            f->tag = r->tag;
-            f->flag = (uint8_t)r->ring.have_full;
-        }
+        report_add(&m->u.view, r->tag, r->ring.have_full);
     }
+    /* Ops we completed count as held: we returned success for them. */
+    for (uint32_t i = 0; i < c->n_done_tags; i++)
+        report_add(&m->u.view, c->done_tags[(c->done_head + COMM_DONE_TAGS - 1 - i) % COMM_DONE_TAGS], 1);
     eccl_result rc = master_send(c, m);
     free(m);
     return rc;
+}
+
+/* Index of `tag` in the abort records, or -1. */
+static int aborted_find(const eccl_comm *c, uint64_t tag)
+{
+    for (uint32_t i = 0; i < c->n_aborted_tags; i++) {
+        uint32_t k = (c->aborted_head + COMM_ABORTED_TAGS - 1 - i) % COMM_ABORTED_TAGS;
+        if (c->aborted_tags[k] == tag) return (int)k;
+    }
+    return -1;
+}
+
+/* Consumes the abort record of `tag`, if any. */
+static int aborted_take(eccl_comm *c, uint64_t tag)
+{
+    int k = aborted_find(c, tag);
+    if (k < 0) return 0;
+    /* Fill the hole with the oldest record and forget the oldest slot. */
+    uint32_t oldest = (c->aborted_head + COMM_ABORTED_TAGS - c->n_aborted_tags) % COMM_ABORTED_TAGS;
+    c->aborted_tags[k] = c->aborted_tags[oldest];
+    c->n_aborted_tags--;
+    return 1;
+}
+
+static void aborted_add(eccl_comm *c, uint64_t tag)
+{
+    if (aborted_find(c, tag) >= 0) return;
+    c->aborted_tags[c->aborted_head] = tag;
+    c->aborted_head = (c->aborted_head + 1) % COMM_ABORTED_TAGS;
+    if (c->n_aborted_tags < COMM_ABORTED_TAGS) c->n_aborted_tags++;
 }
 
 static eccl_result on_view_decide(eccl_comm *c, const eccl_msg_view *v)
 {
     /* Queued frames may point into buffers an abort is about to restore. */
     links_close_upto(c, v->epoch);
+    /* A tag aborted elsewhere that we had not started fails here too: a
+     * queued call of it now, or else our next call of it. */
+    for (uint32_t i = 0; i < v->n_ops; i++) {
+        if (v->ops[i].flag) continue;
+        eccl_request *r = op_find(c, v->ops[i].tag);
+        if (!r) {
+            aborted_add(c, v->ops[i].tag);
+        } else if (r->state == OP_QUEUED) {
+            r->world = c->world;
+            op_finish(c, r, ECCL_ERR_PEER_LOST);
+        }
+    }
     for (eccl_request *r = c->ops; r; r = r->next) {
         if (r->state != OP_FROZEN) continue;
         int commit = 0;
@@ -588,7 +661,10 @@ static eccl_result link_on_data_done(void *owner, eccl_chan *ch, const eccl_wire
         l->early_tail = &l->receiving->next;
         l->early_bytes += d->len;
         l->receiving = NULL;
-        return ECCL_OK;
+        /* The payload took more than one read and the op was called in
+         * between: it already replayed the others, so replay this one. */
+        eccl_request *r = op_find(c, d->tag);
+        return r && r->state == OP_RUNNING ? replay_early(c, r, l) : ECCL_OK;
     }
     int ring = link_ring(c, l);
     eccl_request *r = op_find(c, d->tag);
@@ -624,10 +700,13 @@ static void link_service(eccl_comm *c, p2p_link *l)
     if (l->ch.error == ECCL_OK) eccl_chan_flush(&l->ch);
     if (l->ch.error != ECCL_OK) {
         /* A broken link stalls its ops; the master's view change (or the op
-         * timeout) resolves them. */
+         * timeout) resolves them. Until then keep trying to reach `next`:
+         * a connect can fail after it started (refused, reset), and the
+         * neighbour may well be alive. */
         if (l == c->link_next || l == c->link_prev)
             ECCL_INFO(c->env, "link to peer %llu lost: %s", (unsigned long long)l->peer_id,
                       eccl_strerror(l->ch.error));
+        if (l == c->link_next && !c->frozen) c->next_retry_at = now_ns(c) + COMM_RETRY_NS;
         link_close(c, l);
     }
 }
@@ -991,7 +1070,10 @@ static eccl_result allreduce_submit(eccl_comm *c, const void *sendbuf, void *rec
     r->next = c->ops;
     c->ops = r;
     c->n_ops++;
-    if (count == 0) {
+    if (aborted_take(c, tag)) {
+        r->world = c->world;
+        op_finish(c, r, ECCL_ERR_PEER_LOST);
+    } else if (count == 0) {
         r->world = c->world;
         op_finish(c, r, c->world < 2 ? ECCL_ERR_TOO_FEW_PEERS : ECCL_OK);
     } else {

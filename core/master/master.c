@@ -160,7 +160,8 @@ static void finish_view(eccl_master *m, mgroup *g)
                     uint32_t j = 0;
                     while (j < d->u.view.n_ops && d->u.view.ops[j].tag != tag) j++;
                     if (j < d->u.view.n_ops || j == ECCL_WIRE_MAX_OPS) continue;
-                    /* Commit iff every surviving member holds the result. */
+                    /* Commit iff every surviving member holds the result
+                     * (a member that completed it reports it as held). */
                     uint32_t holders = 0;
                     for (uint32_t q = 0; q < g->n; q++)
                         for (uint32_t t = 0; t < g->members[q]->n_report; t++)

@@ -9,6 +9,9 @@
 #define ENGINE_LINGER_NS 2000000ull
 /* How often a parked background thread looks at the clock. */
 #define ENGINE_PARK_NS 10000000ull
+/* A driving caller polls flat out this long after the last event, then
+ * polls and yields until env->spin_ns, then sleeps. */
+#define ENGINE_PURE_SPIN_NS 10000ull
 
 eccl_result eccl_engine_init(eccl_engine *e, const eccl_env *env,
                              const eccl_engine_ops *ops, void *owner)
@@ -112,7 +115,7 @@ eccl_result eccl_engine_drive(eccl_engine *e, int (*done)(void *), void *arg,
 {
     eccl_result rc = ECCL_OK;
     uint64_t now = eccl_engine_now(e);
-    uint64_t spin_until = now + e->env->spin_ns;
+    uint64_t last_event = now;
     e->waiters++;
     while (!done(arg)) {
         if (e->stop) {
@@ -124,10 +127,13 @@ eccl_result eccl_engine_drive(eccl_engine *e, int (*done)(void *), void *arg,
             break;
         }
         uint64_t until = e->next_deadline < deadline_ns ? e->next_deadline : deadline_ns;
-        if (e->again || now < spin_until) until = 0;
+        int spinning = e->again || now - last_event < e->env->spin_ns;
+        if (spinning) until = 0;
         int n = engine_poll(e, until, 0);
         now = eccl_engine_now(e);
-        if (n > 0) spin_until = now + e->env->spin_ns;
+        if (n > 0) last_event = now;
+        else if (spinning && now - last_event > ENGINE_PURE_SPIN_NS)
+            e->env->sync->yield(e->env->sync_ctx);
     }
     /* Polling goes back to the background thread once it stops lingering. */
     if (--e->waiters == 0) e->linger_until = eccl_engine_now(e) + ENGINE_LINGER_NS;
