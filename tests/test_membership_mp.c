@@ -319,6 +319,17 @@ static const cluster_event *first_event(const cluster_slot *s, uint64_t tag, int
     return NULL;
 }
 
+/* A failed check of the survivors' story prints every peer's calls. */
+#define KCHECK(cond)                                                            \
+    do {                                                                        \
+        if (!(cond)) {                                                          \
+            fprintf(stderr, "kill round (N=%d, victim %d): `%s` does not hold (line %d)\n", n, \
+                    victim, #cond, __LINE__);                                   \
+            for (int d = 0; d < n; d++) cluster_dump_slot(cl, d);               \
+            fail();                                                             \
+        }                                                                       \
+    } while (0)
+
 static void kill_round(cluster *cl, int n, int in_place, size_t count, int gate, int victim,
                        kill_stats *st)
 {
@@ -356,7 +367,7 @@ static void kill_round(cluster *cl, int n, int in_place, size_t count, int gate,
         if (i == victim) continue;
         const cluster_slot *s = &cl->sh->slot[i];
         const cluster_event *e = first_event(s, T, 0);
-        assert_non_null(e);
+        KCHECK(e != NULL);
         if (first < 0) {
             first = i;
             outcome = e->result;
@@ -373,24 +384,24 @@ static void kill_round(cluster *cl, int n, int in_place, size_t count, int gate,
         if (e->result == ECCL_ERR_PEER_LOST) {
             double ms = (double)e->elapsed_ns / 1e6;
             double detect = (double)(e->end_ns - kill_ns) / 1e6;
-            assert_true(e->pre_hash == e->post_hash);
-            assert_true(e->elapsed_ns < (uint64_t)cl->opts.op_timeout_ms * CL_MS);
+            KCHECK(e->pre_hash == e->post_hash);
+            KCHECK(e->elapsed_ns < (uint64_t)cl->opts.op_timeout_ms * CL_MS);
             if (ms > st->max_fail_ms) st->max_fail_ms = ms;
             if (detect > st->max_detect_ms) st->max_detect_ms = detect;
             const cluster_event *retry = first_event(s, T, 1);
-            assert_non_null(retry);
+            KCHECK(retry != NULL);
             if (n > 2) {
-                assert_int_equal(retry->result, ECCL_OK);
-                assert_int_equal(retry->world, n - 1);
+                KCHECK(retry->result == ECCL_OK);
+                KCHECK(retry->world == (uint32_t)n - 1);
             } else {
-                assert_int_equal(retry->result, ECCL_ERR_TOO_FEW_PEERS);
+                KCHECK(retry->result == ECCL_ERR_TOO_FEW_PEERS);
             }
         } else {
             /* Only a kill in the completion round may commit; never one
              * that held the victim out of the call. */
-            assert_false(gate);
-            assert_int_equal(e->result, ECCL_OK);
-            assert_int_equal(e->world, n);
+            KCHECK(!gate);
+            KCHECK(e->result == ECCL_OK);
+            KCHECK(e->world == (uint32_t)n);
         }
         /* No tag may be committed on one survivor and aborted on another. */
         int ne = atomic_load(&s->n_events);
@@ -399,16 +410,16 @@ static void kill_round(cluster *cl, int n, int in_place, size_t count, int gate,
             for (int j = 0; j < n; j++) {
                 if (j == victim) continue;
                 const cluster_event *o = first_event(&cl->sh->slot[j], s->ev[k].tag, 0);
-                if (o) assert_int_equal(o->result, ECCL_OK);
+                if (o) KCHECK(o->result == ECCL_OK);
             }
         }
         /* And the job ended on the survivors. */
         const cluster_event *last = &s->ev[ne - 1];
         if (n > 2) {
-            assert_int_equal(last->result, ECCL_OK);
-            assert_int_equal(last->world, n - 1);
+            KCHECK(last->result == ECCL_OK);
+            KCHECK(last->world == (uint32_t)n - 1);
         } else {
-            assert_int_equal(last->result, ECCL_ERR_TOO_FEW_PEERS);
+            KCHECK(last->result == ECCL_ERR_TOO_FEW_PEERS);
         }
     }
     st->rounds++;

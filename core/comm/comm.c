@@ -193,17 +193,20 @@ static void link_close(eccl_comm *c, p2p_link *l)
     c->graveyard = l;
 }
 
-/* Drops every link of epochs up to `epoch` (all of them for UINT32_MAX). */
+/* Drops every link of epochs up to `epoch` (every link for UINT32_MAX). A
+ * link that has not said hello yet may belong to a newer ring: it stays. */
 static void links_close_upto(eccl_comm *c, uint32_t epoch)
 {
     p2p_link *l = c->links;
     while (l) {
         p2p_link *n = l->next;
-        if (!l->hello_seen || l->epoch <= epoch) link_close(c, l);
+        if (epoch == UINT32_MAX || (l->hello_seen && l->epoch <= epoch)) link_close(c, l);
         l = n;
     }
     c->ring_ready = 0;
 }
+
+static void check_ring_ready(eccl_comm *c);
 
 static eccl_result link_connect_next(eccl_comm *c)
 {
@@ -225,7 +228,9 @@ static eccl_result link_connect_next(eccl_comm *c)
     m.u.hello.peer_id = c->peer_id;
     m.u.hello.peer_group = c->params.peer_group;
     m.u.hello.epoch = c->epoch;
-    return eccl_chan_send_msg(&l->ch, &m);
+    rc = eccl_chan_send_msg(&l->ch, &m);
+    check_ring_ready(c); /* a reconnect may complete the ring again */
+    return rc;
 }
 
 /* ---- master link ---------------------------------------------------------- */
