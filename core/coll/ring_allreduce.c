@@ -260,8 +260,14 @@ static void exchange_finish(eccl_ring_allreduce *r)
 
 int eccl_ring_allreduce_complete(eccl_ring_allreduce *r)
 {
+    /* Every frame of ours queued (back-pressure may still hold some) and
+     * written: the peers need them whether or not we need theirs. */
     if (r->inflight > 0) return 0;
-    if (r->exchange && r->exchange_recvd && !r->have_full) exchange_finish(r);
-    if (!r->have_full) return 0;
+    if (r->exchange) {
+        if (!r->exchange_sent || !r->exchange_recvd) return 0;
+        if (!r->have_full) exchange_finish(r);
+    } else if (r->dir[0].send_g < steps(r) || r->dir[1].send_g < steps(r) || !r->have_full) {
+        return 0;
+    }
     return r->nranks == 2 || (r->done_recv >= r->nranks - 1 && r->done_sent >= r->nranks - 1);
 }
