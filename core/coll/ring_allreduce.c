@@ -271,3 +271,10 @@ int eccl_ring_allreduce_complete(eccl_ring_allreduce *r)
     }
     return r->nranks == 2 || (r->done_recv >= r->nranks - 1 && r->done_sent >= r->nranks - 1);
 }
+
+int eccl_ring_allreduce_expects(const eccl_ring_allreduce *r, int ring)
+{
+    if (r->exchange) return ring == 0 && !r->exchange_recvd;
+    if (ring != 0) return r->dir[1].recv_g < steps(r);
+    return r->dir[0].recv_g < steps(r) || (r->nranks > 2 && r->done_recv < r->nranks - 1);
+}

@@ -95,5 +95,10 @@ eccl_result eccl_ring_allreduce_recv_done(eccl_ring_allreduce *r, int ring,
                                           const eccl_wire_data *d);
 /* Finishes what waited for our frames to leave; 1 once the op may return. */
 int eccl_ring_allreduce_complete(eccl_ring_allreduce *r);
+/* Whether more frames for this op will arrive on the link that receives
+ * `ring` (ring 0 also carries the done tokens). A link delivers one call's
+ * frames before the next call's, so once this is 0 a frame with the same
+ * tag belongs to the caller's next call with that tag. */
+int eccl_ring_allreduce_expects(const eccl_ring_allreduce *r, int ring);
 
 #endif

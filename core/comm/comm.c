@@ -168,6 +168,7 @@ static void early_free(eccl_comm *c, early_frame *e)
 
 static void link_close(eccl_comm *c, p2p_link *l)
 {
+    if (l->ch.closed) return; /* already in the graveyard */
     for (p2p_link **p = &c->links; *p; p = &(*p)->next) {
         if (*p == l) {
             *p = l->next;
@@ -417,19 +418,18 @@ static void check_ring_ready(eccl_comm *c)
 }
 
 /* An accepted link said hello: adopt it as `prev` if it belongs to the
- * current ring, keep it if it is from an epoch we have not reached yet. */
-static void link_adopt(eccl_comm *c, p2p_link *l)
+ * current ring, keep it if it is from an epoch we have not reached yet.
+ * Returns ECCL_ERR_CLOSED for a link of a past ring: the caller drops it. */
+static eccl_result link_adopt(eccl_comm *c, p2p_link *l)
 {
-    if (l->epoch < c->epoch) {
-        link_close(c, l);
-        return;
-    }
+    if (l->epoch < c->epoch) return ECCL_ERR_CLOSED;
     if (l->epoch == c->epoch && !c->frozen && c->world > 1 &&
         l->peer_id == c->prev_ref.peer_id && !c->link_prev) {
         l->role = LINK_PREV;
         c->link_prev = l;
         check_ring_ready(c);
     }
+    return ECCL_OK;
 }
 
 static eccl_result on_ring(eccl_comm *c, const eccl_msg_ring *m)
@@ -453,7 +453,8 @@ static eccl_result on_ring(eccl_comm *c, const eccl_msg_ring *m)
         if (rc != ECCL_OK && rc != ECCL_ERR_CONNECT) return rc;
         for (p2p_link *l = c->links, *n; l; l = n) {
             n = l->next;
-            if (l->role == LINK_UNKNOWN && l->hello_seen) link_adopt(c, l);
+            if (l->role == LINK_UNKNOWN && l->hello_seen && link_adopt(c, l) != ECCL_OK)
+                link_close(c, l);
         }
     }
     check_ring_ready(c);
@@ -618,8 +619,7 @@ static eccl_result link_on_msg(void *owner, eccl_chan *ch, const eccl_msg *m)
     l->hello_seen = 1;
     l->peer_id = m->u.hello.peer_id;
     l->epoch = m->u.hello.epoch;
-    link_adopt(c, l);
-    return ECCL_OK;
+    return link_adopt(c, l);
 }
 
 /* Which ring a link receives: ring 0 flows from prev, ring 1 from next. */
@@ -637,8 +637,10 @@ static eccl_result link_on_data(void *owner, eccl_chan *ch, const eccl_wire_data
     if (!l->hello_seen || d->epoch != l->epoch) return ECCL_ERR_PROTOCOL;
     if (ring < 0 || c->frozen) return ECCL_ERR_AGAIN; /* not our ring yet */
     eccl_request *r = op_find(c, d->tag);
-    if (!r || r->state == OP_QUEUED) {
-        /* A neighbour started a collective we have not called yet. */
+    if (!r || r->state == OP_QUEUED ||
+        (r->state == OP_RUNNING && !eccl_ring_allreduce_expects(&r->ring, ring))) {
+        /* A neighbour started a collective we have not called yet (maybe
+         * the next call with a tag whose last call is still finishing). */
         if (d->len > COMM_EARLY_MAX || l->early_bytes + d->len > COMM_EARLY_LIMIT)
             return ECCL_ERR_AGAIN;
         early_frame *e = calloc(1, sizeof *e);
@@ -669,7 +671,11 @@ static eccl_result link_on_data_done(void *owner, eccl_chan *ch, const eccl_wire
         /* The payload took more than one read and the op was called in
          * between: it already replayed the others, so replay this one. */
         eccl_request *r = op_find(c, d->tag);
-        return r && r->state == OP_RUNNING ? replay_early(c, r, l) : ECCL_OK;
+        int ring = link_ring(c, l);
+        return r && r->state == OP_RUNNING && ring >= 0 &&
+                       eccl_ring_allreduce_expects(&r->ring, ring)
+                   ? replay_early(c, r, l)
+                   : ECCL_OK;
     }
     int ring = link_ring(c, l);
     eccl_request *r = op_find(c, d->tag);
