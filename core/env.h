@@ -78,7 +78,9 @@ typedef struct eccl_net_ops {
      * objects alive until no thread is inside `wait`. */
     int (*wait)(void *ctx, uint64_t deadline_ns, void **ready, int max);
     /* Makes a concurrent or the next `wait` return early. Thread-safe,
-     * callable without any lock. */
+     * callable without any lock. Each call must release at least one
+     * thread blocked in `wait` (one readiness event may wake only one of
+     * several waiting threads, as with epoll). */
     void (*wake)(void *ctx);
 } eccl_net_ops;
 

@@ -862,3 +862,16 @@ size_t cluster_mismatches(const void *got, const void *want, eccl_dtype t, size_
     }
     return bad;
 }
+
+int cluster_test_setup(void **state)
+{
+    *state = calloc(1, sizeof(cluster));
+    return *state ? 0 : -1;
+}
+
+int cluster_test_teardown(void **state)
+{
+    cluster_fini(*state);
+    free(*state);
+    return 0;
+}

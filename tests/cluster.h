@@ -121,6 +121,12 @@ typedef int (*cluster_proc)(cluster *cl, int index, void *arg);
 
 /* ---- parent side ------------------------------------------------------- */
 
+/* cmocka fixtures: *state is a zeroed cluster, torn down (children killed)
+ * after the test whatever happened. */
+int cluster_test_setup(void **state);
+int cluster_test_teardown(void **state);
+
+
 /* Maps the shared area, forks the master and waits for its address.
  * opts may be NULL. Returns 0 or -1 (with a message on stderr). */
 int cluster_init(cluster *cl, const cluster_opts *opts);

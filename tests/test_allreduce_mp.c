@@ -20,19 +20,6 @@
 #define MODE_OUT 1
 #define MODE_IN 2
 
-static int setup(void **state)
-{
-    *state = calloc(1, sizeof(cluster));
-    return *state ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-    cluster_fini(*state);
-    free(*state);
-    return 0;
-}
-
 static const char *mode_name(int in_place) { return in_place ? "in-place" : "out-of-place"; }
 
 /* Runs one all-reduce of the contributions of peers 0..n-1 and checks it
@@ -707,21 +694,21 @@ static void test_single_peer(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_matrix_n3, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_matrix_n2, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_matrix_n4_two_rings, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_matrix_n8, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_random_floats_parity_n3, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_random_floats_parity_n5, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_counts_n3, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_counts_n8, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_large_n2, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_big_256mib_n2, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_tags_async_n3, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_tag_reuse_n2, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_tag_reuse_n3, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_invalid_args, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_single_peer, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_matrix_n3, cluster_test_setup, cluster_test_teardown),
+        cmocka_unit_test_setup_teardown(test_matrix_n2, cluster_test_setup, cluster_test_teardown),
+        cmocka_unit_test_setup_teardown(test_matrix_n4_two_rings, cluster_test_setup, cluster_test_teardown),
+        cmocka_unit_test_setup_teardown(test_matrix_n8, cluster_test_setup, cluster_test_teardown),
+        cmocka_unit_test_setup_teardown(test_random_floats_parity_n3, cluster_test_setup, cluster_test_teardown),
+        cmocka_unit_test_setup_teardown(test_random_floats_parity_n5, cluster_test_setup, cluster_test_teardown),
+        cmocka_unit_test_setup_teardown(test_counts_n3, cluster_test_setup, cluster_test_teardown),
+        cmocka_unit_test_setup_teardown(test_counts_n8, cluster_test_setup, cluster_test_teardown),
+        cmocka_unit_test_setup_teardown(test_large_n2, cluster_test_setup, cluster_test_teardown),
+        cmocka_unit_test_setup_teardown(test_big_256mib_n2, cluster_test_setup, cluster_test_teardown),
+        cmocka_unit_test_setup_teardown(test_tags_async_n3, cluster_test_setup, cluster_test_teardown),
+        cmocka_unit_test_setup_teardown(test_tag_reuse_n2, cluster_test_setup, cluster_test_teardown),
+        cmocka_unit_test_setup_teardown(test_tag_reuse_n3, cluster_test_setup, cluster_test_teardown),
+        cmocka_unit_test_setup_teardown(test_invalid_args, cluster_test_setup, cluster_test_teardown),
+        cmocka_unit_test_setup_teardown(test_single_peer, cluster_test_setup, cluster_test_teardown),
     };
     /* ECCL_TEST_FILTER=test_counts_* runs a subset (cmocka glob). */
     const char *filter = getenv("ECCL_TEST_FILTER");

@@ -22,19 +22,6 @@
 #include "cluster.h"
 #include "proto/wire.h"
 
-static int setup(void **state)
-{
-    *state = calloc(1, sizeof(cluster));
-    return *state ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-    cluster_fini(*state);
-    free(*state);
-    return 0;
-}
-
 static int check_values(const void *out, eccl_dtype t, eccl_op op, size_t count, const int *idx,
                         int n, uint64_t seed, const char *what)
 {
@@ -1069,20 +1056,20 @@ static void test_admission_repeated(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_join_2_to_3, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_kill_mid_allreduce_n4, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_kill_mid_allreduce_n3, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_kill_down_to_one_n2, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_kill_outside_call_n3, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_master_robustness, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_master_killed_idle, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_master_stopped_idle, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_master_frozen, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_master_killed_mid_allreduce, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_master_stopped_mid_allreduce, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_peer_listener_robustness, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_leave_after_allreduce, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_admission_repeated, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_join_2_to_3, cluster_test_setup, cluster_test_teardown),
+        cmocka_unit_test_setup_teardown(test_kill_mid_allreduce_n4, cluster_test_setup, cluster_test_teardown),
+        cmocka_unit_test_setup_teardown(test_kill_mid_allreduce_n3, cluster_test_setup, cluster_test_teardown),
+        cmocka_unit_test_setup_teardown(test_kill_down_to_one_n2, cluster_test_setup, cluster_test_teardown),
+        cmocka_unit_test_setup_teardown(test_kill_outside_call_n3, cluster_test_setup, cluster_test_teardown),
+        cmocka_unit_test_setup_teardown(test_master_robustness, cluster_test_setup, cluster_test_teardown),
+        cmocka_unit_test_setup_teardown(test_master_killed_idle, cluster_test_setup, cluster_test_teardown),
+        cmocka_unit_test_setup_teardown(test_master_stopped_idle, cluster_test_setup, cluster_test_teardown),
+        cmocka_unit_test_setup_teardown(test_master_frozen, cluster_test_setup, cluster_test_teardown),
+        cmocka_unit_test_setup_teardown(test_master_killed_mid_allreduce, cluster_test_setup, cluster_test_teardown),
+        cmocka_unit_test_setup_teardown(test_master_stopped_mid_allreduce, cluster_test_setup, cluster_test_teardown),
+        cmocka_unit_test_setup_teardown(test_peer_listener_robustness, cluster_test_setup, cluster_test_teardown),
+        cmocka_unit_test_setup_teardown(test_leave_after_allreduce, cluster_test_setup, cluster_test_teardown),
+        cmocka_unit_test_setup_teardown(test_admission_repeated, cluster_test_setup, cluster_test_teardown),
     };
     const char *filter = getenv("ECCL_TEST_FILTER");
     if (filter && *filter) cmocka_set_test_filter(filter);

@@ -3,6 +3,7 @@
 #include "env_real.h"
 
 #include <errno.h>
+#include <fiu-local.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -241,6 +242,7 @@ static const eccl_sync_ops real_sync_ops = {
 
 static eccl_result real_alloc(void *ctx, size_t bytes, void **out)
 {
+    fiu_return_on("eccl/dev/alloc", ECCL_ERR_NO_MEMORY);
     void *p = NULL;
     /* posix_memalign(0) may return NULL, which callers would take for
      * failure. */

@@ -41,6 +41,8 @@
 /* Large enough for a fast link's bandwidth-delay product on LAN and for
  * 64 KiB-1 MiB slices to go out in one call. */
 #define DEFAULT_SOCKET_BUF (4 << 20)
+/* TCP_CONGESTION for our sockets; ECCL_TCP_CONGESTION="" keeps the system's. */
+#define DEFAULT_CONGESTION "cubic"
 #define LISTEN_BACKLOG 1024
 /* A peer that vanishes without a FIN or RST (power loss, partition) is
  * declared dead after KEEPIDLE + KEEPCNT * KEEPINTVL = 8 s of silence, even
@@ -62,6 +64,7 @@ typedef struct tcp_ctx {
     int epfd;
     int evfd;
     int sockbuf;          /* SO_SNDBUF/SO_RCVBUF bytes; 0 = kernel autotuning */
+    char congestion[16];  /* TCP_CONGESTION; "" = the system default */
     atomic_int no_pwait2; /* set once the kernel said ENOSYS */
     atomic_int waiters;   /* threads inside tcp_wait */
     atomic_int woken;     /* a waiter saw the eventfd; the last one drains */
@@ -161,6 +164,13 @@ static void tune_socket(tcp_ctx *t, int fd, const char *addr)
         set_opt(t, fd, SOL_SOCKET, SO_SNDBUF, t->sockbuf, "SO_SNDBUF", addr);
         set_opt(t, fd, SOL_SOCKET, SO_RCVBUF, t->sockbuf, "SO_RCVBUF", addr);
     }
+    /* A paced congestion control (BBR, a common default) collapses ring
+     * throughput on a busy host: each stall lowers its rate estimate while
+     * the collective needs bursts. Unknown or forbidden algorithms keep the
+     * system default. */
+    if (t->congestion[0] &&
+        setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, t->congestion, (socklen_t)strlen(t->congestion)) != 0)
+        LOG(t, ECCL_LOG_DEBUG, "TCP_CONGESTION=%s on %s: %s", t->congestion, addr, strerror(errno));
     set_opt(t, fd, SOL_SOCKET, SO_KEEPALIVE, 1, "SO_KEEPALIVE", addr);
     set_opt(t, fd, IPPROTO_TCP, TCP_KEEPIDLE, KEEPIDLE_S, "TCP_KEEPIDLE", addr);
     set_opt(t, fd, IPPROTO_TCP, TCP_KEEPINTVL, KEEPINTVL_S, "TCP_KEEPINTVL", addr);
@@ -715,6 +725,8 @@ eccl_result eccl_net_tcp_create(eccl_env *env, void **out)
     t->env = env;
     t->evfd = -1;
     t->sockbuf = socket_buf_from_env(env);
+    const char *cc = getenv("ECCL_TCP_CONGESTION");
+    snprintf(t->congestion, sizeof t->congestion, "%s", cc ? cc : DEFAULT_CONGESTION);
     atomic_init(&t->no_pwait2, 0);
     atomic_init(&t->waiters, 0);
     atomic_init(&t->woken, 0);

@@ -279,9 +279,12 @@ static void op_finish(eccl_comm *c, eccl_request *r, eccl_result result)
         /* The promise: on failure recvbuf holds what it held before. */
         c->env->dev->copy(c->env->dev_ctx, r->recvbuf, r->backup->ptr, bytes);
     }
-    if (r->state != OP_QUEUED && result == ECCL_ERR_TIMEOUT) {
-        /* A stalled ring: ask the master to re-form it. Successes and
-         * losses need no word to the master (it decided the latter). */
+    if (r->state != OP_QUEUED && result != ECCL_OK && result != ECCL_ERR_PEER_LOST &&
+        result != ECCL_ERR_TOO_FEW_PEERS) {
+        /* We gave up on our own (timeout, no memory): the others are stuck
+         * in this op, so ask the master to re-form the ring, which settles
+         * it everywhere. Successes and losses need no word (the master
+         * decided the latter). */
         eccl_msg m = {.type = ECCL_MSG_COLL_DONE};
         m.u.coll.tag = r->tag;
         m.u.coll.epoch = r->ring.epoch;
@@ -739,19 +742,28 @@ static void master_service(eccl_comm *c)
         comm_fail(c, rc == ECCL_ERR_PROTOCOL ? ECCL_ERR_PROTOCOL : ECCL_ERR_MASTER_LOST);
 }
 
+/* Queues the frames of running ops that are ready; returns how many bytes. */
+static size_t ops_pump(eccl_comm *c)
+{
+    if (!c->ring_ready || c->frozen || c->world < 2) return 0;
+    eccl_chan *link[2] = {&c->link_next->ch, &c->link_prev->ch};
+    size_t before = link[0]->queued_bytes + link[1]->queued_bytes;
+    for (eccl_request *r = c->ops; r; r = r->next)
+        if (r->state == OP_RUNNING) eccl_ring_allreduce_pump(&r->ring, link);
+    return link[0]->queued_bytes + link[1]->queued_bytes - before;
+}
+
 static void ops_advance(eccl_comm *c)
 {
     if (!c->ring_ready || c->frozen) return;
-    eccl_chan *link[2] = {c->world > 1 ? &c->link_next->ch : NULL,
-                          c->world > 1 ? &c->link_prev->ch : NULL};
     int started = 0;
     for (eccl_request *r = c->ops; r; r = r->next) {
         if (r->state == OP_QUEUED) {
             op_start(c, r);
             started = 1;
         }
-        if (r->state == OP_RUNNING) eccl_ring_allreduce_pump(&r->ring, link);
     }
+    ops_pump(c);
     if (started) {
         /* Frames held for a tag we had not called yet may now be placed. */
         if (c->link_prev && c->link_prev->ch.held) link_service(c, c->link_prev);
@@ -763,8 +775,17 @@ static void ops_advance(eccl_comm *c)
  * op completes only once its own frames are written. */
 static void flush_and_complete(eccl_comm *c)
 {
-    for (p2p_link *l = c->links; l; l = l->next)
-        if (l->ch.out_head && l->ch.error == ECCL_OK) eccl_chan_flush(&l->ch);
+    for (;;) {
+        int drained = 1;
+        for (p2p_link *l = c->links; l; l = l->next) {
+            if (l->ch.out_head && l->ch.error == ECCL_OK) eccl_chan_flush(&l->ch);
+            if (l->ch.out_head && l->ch.error == ECCL_OK) drained = 0;
+        }
+        /* A queue the socket emptied leaves nothing to wake us for, though
+         * the queue cap may have held back slices that are ready: queue
+         * them now. A queue left non-empty waits for writability. */
+        if (!drained || !ops_pump(c)) break;
+    }
     for (eccl_request *r = c->ops; r; r = r->next)
         if (r->state == OP_RUNNING && eccl_ring_allreduce_complete(&r->ring))
             op_finish(c, r, ECCL_OK);

@@ -403,12 +403,14 @@ static eccl_result peer_on_msg(void *owner, eccl_chan *ch, const eccl_msg *msg)
         check_admission_done(m);
         return ECCL_OK;
     case ECCL_MSG_COLL_DONE:
-        /* Peers report only failures the master must act on. */
+        /* Peers report only local failures (timeout, no memory): the rest
+         * of the ring is stuck in that op. Re-forming the ring settles it
+         * and every other op in flight. */
         if (p->state != MP_ACCEPTED) return ECCL_ERR_PROTOCOL;
-        if (msg->u.coll.result == ECCL_ERR_TIMEOUT && msg->u.coll.epoch == g->epoch) {
-            /* A stalled ring: re-form it, which also settles its other ops. */
-            ECCL_WARN(m->env, "peer %llu timed out in tag %llu: re-forming group %u",
-                      (unsigned long long)p->id, (unsigned long long)msg->u.coll.tag, g->id);
+        if (msg->u.coll.result != ECCL_OK && msg->u.coll.epoch == g->epoch) {
+            ECCL_WARN(m->env, "peer %llu failed tag %llu (%s): re-forming group %u",
+                      (unsigned long long)p->id, (unsigned long long)msg->u.coll.tag,
+                      eccl_strerror((eccl_result)msg->u.coll.result), g->id);
             g->change_wanted = 1;
             start_view_changes(m);
         }

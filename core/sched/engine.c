@@ -116,7 +116,11 @@ eccl_result eccl_engine_drive(eccl_engine *e, int (*done)(void *), void *arg,
     eccl_result rc = ECCL_OK;
     uint64_t now = eccl_engine_now(e);
     uint64_t last_event = now;
-    e->waiters++;
+    /* One readiness event may wake only one of the threads blocked in
+     * `wait` (epoll wakes exclusively): a background thread still inside
+     * would take events meant for us and we would sleep on. Kick it out;
+     * with waiters > 0 it parks. */
+    if (e->waiters++ == 0 && e->bg_polling) e->env->net->wake(e->env->net_ctx);
     while (!done(arg)) {
         if (e->stop) {
             rc = ECCL_ERR_CLOSED;
