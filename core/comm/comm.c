@@ -29,10 +29,12 @@
  * kept aside (saves toggling the socket off and on); bigger ones, or more
  * than COMM_EARLY_LIMIT bytes, wait in the socket (TCP back-pressure). */
 #define COMM_EARLY_MAX (64u << 10)
-/* Tags this peer completed in the current epoch, for view reports: a peer
- * that already returned success must count as holding the result. Peers are
- * never more than the in-flight window apart, so the last few suffice. */
-#define COMM_DONE_TAGS 1024u
+/* Tags this peer finished in the current epoch. Successes go into view
+ * reports (a peer that returned success must count as holding the result);
+ * local failures must not be marked aborted-but-not-called when the master
+ * aborts them. Peers are never more than the in-flight window apart, so the
+ * last few suffice. */
+#define COMM_RECENT 1024u
 /* Tags the master aborted that this peer had not called yet: its next call
  * of such a tag fails once with ECCL_ERR_PEER_LOST, as it did everywhere
  * else, so every peer sees the same outcome and retries together. */
@@ -130,8 +132,11 @@ struct eccl_comm {
 
     eccl_request *ops;
     uint32_t n_ops;
-    uint64_t done_tags[COMM_DONE_TAGS]; /* ring buffer */
-    uint32_t n_done_tags, done_head;
+    struct {
+        uint64_t tag;
+        int ok;
+    } recent[COMM_RECENT];                 /* ring buffer */
+    uint32_t n_recent, recent_head;
     uint64_t aborted_tags[COMM_ABORTED_TAGS]; /* ring buffer */
     uint32_t n_aborted_tags, aborted_head;
     eccl_bufpool pool;
@@ -294,10 +299,11 @@ static void op_finish(eccl_comm *c, eccl_request *r, eccl_result result)
         m.u.coll.result = (uint32_t)result;
         if (c->master_open) master_send(c, &m);
     }
-    if (result == ECCL_OK && r->state != OP_QUEUED) {
-        c->done_tags[c->done_head] = r->tag;
-        c->done_head = (c->done_head + 1) % COMM_DONE_TAGS;
-        if (c->n_done_tags < COMM_DONE_TAGS) c->n_done_tags++;
+    if (r->state != OP_QUEUED) {
+        c->recent[c->recent_head].tag = r->tag;
+        c->recent[c->recent_head].ok = result == ECCL_OK;
+        c->recent_head = (c->recent_head + 1) % COMM_RECENT;
+        if (c->n_recent < COMM_RECENT) c->n_recent++;
     }
     op_release_buffers(c, r);
     r->state = OP_DONE;
@@ -367,6 +373,7 @@ static eccl_result op_start(eccl_comm *c, eccl_request *r)
     return ECCL_OK;
 oom:
     r->state = OP_RUNNING; /* nothing was sent: finishing restores nothing */
+    r->ring.epoch = c->epoch;   /* the failure notice names this ring */
     op_finish(c, r, ECCL_ERR_NO_MEMORY);
     return ECCL_OK;
 }
@@ -448,7 +455,7 @@ static eccl_result on_ring(eccl_comm *c, const eccl_msg_ring *m)
     c->frozen = 0;
     c->ring_ready = 0;
     c->next_retry_at = 0;
-    c->n_done_tags = c->done_head = 0;
+    c->n_recent = c->recent_head = 0;
     if (c->phase == PHASE_REGISTERING) c->phase = PHASE_PENDING;
     ECCL_INFO(c->env, "ring epoch %u: rank %u of %u", c->epoch, c->rank, c->world);
     if (c->world > 1) {
@@ -493,8 +500,10 @@ static eccl_result on_view_query(eccl_comm *c, uint32_t epoch)
         report_add(&m->u.view, r->tag, r->ring.have_full);
     }
     /* Ops we completed count as held: we returned success for them. */
-    for (uint32_t i = 0; i < c->n_done_tags; i++)
-        report_add(&m->u.view, c->done_tags[(c->done_head + COMM_DONE_TAGS - 1 - i) % COMM_DONE_TAGS], 1);
+    for (uint32_t i = 0; i < c->n_recent; i++) {
+        uint32_t k = (c->recent_head + COMM_RECENT - 1 - i) % COMM_RECENT;
+        if (c->recent[k].ok) report_add(&m->u.view, c->recent[k].tag, 1);
+    }
     eccl_result rc = master_send(c, m);
     free(m);
     return rc;
@@ -530,6 +539,14 @@ static void aborted_add(eccl_comm *c, uint64_t tag)
     if (c->n_aborted_tags < COMM_ABORTED_TAGS) c->n_aborted_tags++;
 }
 
+/* Whether we finished `tag` in this epoch (either way). */
+static int recently_finished(const eccl_comm *c, uint64_t tag)
+{
+    for (uint32_t i = 0; i < c->n_recent; i++)
+        if (c->recent[(c->recent_head + COMM_RECENT - 1 - i) % COMM_RECENT].tag == tag) return 1;
+    return 0;
+}
+
 static eccl_result on_view_decide(eccl_comm *c, const eccl_msg_view *v)
 {
     /* Queued frames may point into buffers an abort is about to restore. */
@@ -540,7 +557,8 @@ static eccl_result on_view_decide(eccl_comm *c, const eccl_msg_view *v)
         if (v->ops[i].flag) continue;
         eccl_request *r = op_find(c, v->ops[i].tag);
         if (!r) {
-            aborted_add(c, v->ops[i].tag);
+            /* Not if we already failed it ourselves (timeout, no memory). */
+            if (!recently_finished(c, v->ops[i].tag)) aborted_add(c, v->ops[i].tag);
         } else if (r->state == OP_QUEUED) {
             r->world = c->world;
             op_finish(c, r, ECCL_ERR_PEER_LOST);

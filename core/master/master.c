@@ -366,6 +366,7 @@ static eccl_result on_register(eccl_master *m, mpeer *p, const eccl_msg_register
     p->id = ++m->next_id;
     memcpy(p->p2p_addr, r->p2p_addr, sizeof p->p2p_addr);
     if (r->peer_timeout_ms) p->timeout_ns = (uint64_t)r->peer_timeout_ms * MS;
+    p->heartbeat_at = now_ns(m) + p->timeout_ns / 4; /* its timeout, not ours */
     p->state = MP_REGISTERED;
     int alone = !m->admitting && count_state(m, MP_ACCEPTED) == 0;
     eccl_msg w = {.type = ECCL_MSG_WELCOME};
