@@ -163,6 +163,13 @@ void cluster_dump_slot(const cluster *cl, int index);
 
 /* ---- child side -------------------------------------------------------- */
 
+/* Checks every element of `out` against the expected all-reduce of the
+ * CL_PAT_SMALL contributions of peers idx[0..n); 0 if all match, else
+ * records a failure naming `what` and the first mismatch. */
+int cluster_check_values(const void *out, eccl_dtype t, eccl_op op, size_t count, const int *idx,
+                         int n, uint64_t seed, const char *what);
+
+
 /* The current child's index and slot (NULL in the parent). */
 int cluster_self_index(void);
 cluster_slot *cluster_self(void);

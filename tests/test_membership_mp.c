@@ -22,20 +22,6 @@
 #include "cluster.h"
 #include "proto/wire.h"
 
-static int check_values(const void *out, eccl_dtype t, eccl_op op, size_t count, const int *idx,
-                        int n, uint64_t seed, const char *what)
-{
-    uint8_t *want = malloc(count * eccl_dtype_size(t) + 8);
-    CL_CHECK(want, "oom");
-    CL_CHECK(cluster_expected(want, t, count, op, idx, n, seed, CL_PAT_SMALL) == 0, "expected");
-    size_t first = 0, bad = cluster_mismatches(out, want, t, count, &first);
-    double g = bad ? cluster_load(out, t, first) : 0, w = bad ? cluster_load(want, t, first) : 0;
-    free(want);
-    CL_CHECK(bad == 0, "%s: %zu wrong elements of %zu (world %d), first [%zu] = %g want %g", what,
-             bad, count, n, first, g, w);
-    return 0;
-}
-
 /* ---- join -------------------------------------------------------------------------- */
 
 enum { V_SEEN_PENDING = 0, V_VOTES = 1, V_EPOCH_AFTER = 2 };
@@ -59,7 +45,7 @@ static int after_join(eccl_comm *c, int index, int n)
         eccl_reduce_info info;
         CL_OK(eccl_allreduce(c, buf, buf, AFTER_COUNT, ECCL_F32, ECCL_SUM, tag, &info));
         CL_CHECK(info.world_size == (uint32_t)n, "info.world_size %u, want %d", info.world_size, n);
-        if (check_values(buf, ECCL_F32, ECCL_SUM, AFTER_COUNT, idx, n, tag, "after the join"))
+        if (cluster_check_values(buf, ECCL_F32, ECCL_SUM, AFTER_COUNT, idx, n, tag, "after the join"))
             return 1;
         cluster_push_hash(cluster_fnv1a(buf, AFTER_COUNT * sizeof *buf));
     }
@@ -81,8 +67,7 @@ static int job_body(eccl_comm *c, int index, void *argp)
     for (int i = 0; i < a->n0; i++) idx[i] = i;
     uint64_t deadline = cluster_now_ns() + a->timeout_ms * CL_MS;
     cluster_slot *self = cluster_self();
-    /* Out of place: in-place two-peer calls have a bug of their own
-     * (test_allreduce_mp's test_matrix_n2); this test is about joining. */
+    /* Out of place; in place is covered by test_allreduce_mp. */
     int32_t send[1000], buf[1000];
     for (uint64_t k = 0;; k++) {
         cluster_fill(send, ECCL_I32, 1000, index, 10 + k, CL_PAT_SMALL);
@@ -90,7 +75,7 @@ static int job_body(eccl_comm *c, int index, void *argp)
         eccl_result rc = eccl_allreduce(c, send, buf, 1000, ECCL_I32, ECCL_SUM, 10 + k, &info);
         CL_CHECK(rc == ECCL_OK, "job all-reduce %llu: %s", (unsigned long long)k, eccl_strerror(rc));
         CL_CHECK(info.world_size == (uint32_t)a->n0, "world %u before the join", info.world_size);
-        if (check_values(buf, ECCL_I32, ECCL_SUM, 1000, idx, a->n0, 10 + k, "before the join"))
+        if (cluster_check_values(buf, ECCL_I32, ECCL_SUM, 1000, idx, a->n0, 10 + k, "before the join"))
             return 1;
         atomic_store(&self->finished, (long long)k + 1);
         uint32_t seen = 0, agreed = 0;
@@ -243,7 +228,7 @@ static int kill_body(eccl_comm *c, int index, void *argp)
                          (killed >= 0 && info.world_size == (uint32_t)a->n - 1),
                      "tag %llu succeeded with world %u (killed %d)", (unsigned long long)tag,
                      info.world_size, killed);
-            if (check_values(recv, ECCL_F32, ECCL_SUM, count, idx, m, tag, "kill loop"))
+            if (cluster_check_values(recv, ECCL_F32, ECCL_SUM, count, idx, m, tag, "kill loop"))
                 return 1;
             atomic_store(&self->finished, (long long)k + 1);
             if (info.world_size == (uint32_t)a->n - 1 && ++after >= 2) break;
@@ -438,8 +423,7 @@ static void test_kill_mid_allreduce_n4(void **state) { run_kill(*state, 4, 1, KI
 static void test_kill_mid_allreduce_n3(void **state) { run_kill(*state, 3, 0, KILL_COUNT, 0, 3); }
 /* The survivor is blocked inside the call when its only partner dies
  * (gated: the victim never joins it), so PEER_LOST is certain; then the
- * retry finds it alone. 4 MiB, clear of the large-buffer two-peer bug
- * (test_allreduce_mp's test_large_n2): this test is about the loss alone. */
+ * retry finds it alone (4 MiB calls: this test is about the loss alone). */
 static void test_kill_down_to_one_n2(void **state) { run_kill(*state, 2, 1, 1u << 20, 1, 2); }
 /* The same at N=3: the two survivors are both blocked in the call. */
 static void test_kill_outside_call_n3(void **state) { run_kill(*state, 3, 1, 1u << 20, 1, 1); }
@@ -650,7 +634,7 @@ static int idle_body(eccl_comm *c, int index, void *argp)
     int idx[2] = {0, 1};
     cluster_fill(send, ECCL_F32, 64, index, 1, CL_PAT_SMALL);
     CL_OK(eccl_allreduce(c, send, buf, 64, ECCL_F32, ECCL_SUM, 1, NULL));
-    if (check_values(buf, ECCL_F32, ECCL_SUM, 64, idx, 2, 1, "before")) return 1;
+    if (cluster_check_values(buf, ECCL_F32, ECCL_SUM, 64, idx, 2, 1, "before")) return 1;
     atomic_store(&self->val[V_READY], 1);
     uint64_t deadline = cluster_now_ns() + 20 * CL_SEC;
     while (atomic_load(&cluster_shm()->ctl[CTL_GO]) == 0) {
@@ -756,7 +740,7 @@ static int busy_body(eccl_comm *c, int index, void *argp)
             CL_CHECK(!lost, "tag %llu succeeded after the master was reported lost",
                      (unsigned long long)tag);
             CL_CHECK(info.world_size == (uint32_t)n, "world %u", info.world_size);
-            if (check_values(buf, ECCL_F32, ECCL_SUM, ML_COUNT, idx, n, tag, "busy")) return 1;
+            if (cluster_check_values(buf, ECCL_F32, ECCL_SUM, ML_COUNT, idx, n, tag, "busy")) return 1;
             atomic_store(&self->finished, (long long)k + 1);
             continue;
         }
@@ -829,7 +813,7 @@ static int stop_loop_body(eccl_comm *c, int index, void *argp)
         cluster_fill(send, ECCL_I32, 1000, index, 10 + 2 * k, CL_PAT_SMALL);
         eccl_result rc = eccl_allreduce(c, send, buf, 1000, ECCL_I32, ECCL_SUM, 10 + 2 * k, NULL);
         CL_CHECK(rc == ECCL_OK, "round %llu: %s", (unsigned long long)k, eccl_strerror(rc));
-        if (check_values(buf, ECCL_I32, ECCL_SUM, 1000, idx, n, 10 + 2 * k, "job")) return 1;
+        if (cluster_check_values(buf, ECCL_I32, ECCL_SUM, 1000, idx, n, 10 + 2 * k, "job")) return 1;
         atomic_store(&self->finished, (long long)k + 1);
         uint32_t stop = atomic_load(&cluster_shm()->ctl[CTL_STOP]) ? 1 : 0, any = 0;
         CL_OK(eccl_allreduce(c, &stop, &any, 1, ECCL_U32, ECCL_MAX, 11 + 2 * k, NULL));
@@ -955,7 +939,7 @@ static int leave_body(eccl_comm *c, int index, void *argp)
         CL_CHECK(rc == ECCL_OK, "tag %llu (world %d): %s, while the peer that left had it succeed",
                  (unsigned long long)tag, w, eccl_strerror(rc));
         CL_CHECK(info.world_size == (uint32_t)w, "world %u, want %d", info.world_size, w);
-        if (check_values(buf, ECCL_I32, ECCL_SUM, 4096, idx, w, tag, "before leaving")) return 1;
+        if (cluster_check_values(buf, ECCL_I32, ECCL_SUM, 4096, idx, w, tag, "before leaving")) return 1;
         if (index == w - 1) return 0; /* leave at once: the harness destroys the comm */
         uint64_t deadline = cluster_now_ns() + 10 * CL_SEC;
         for (;;) {
@@ -1030,7 +1014,7 @@ static int form_body(eccl_comm *c, int index, void *argp)
     int32_t buf[256];
     cluster_fill(buf, ECCL_I32, 256, index, 3, CL_PAT_SMALL);
     CL_OK(eccl_allreduce(c, buf, buf, 256, ECCL_I32, ECCL_SUM, 3, NULL));
-    return check_values(buf, ECCL_I32, ECCL_SUM, 256, idx, n, 3, "fresh ring");
+    return cluster_check_values(buf, ECCL_I32, ECCL_SUM, 256, idx, n, 3, "fresh ring");
 }
 
 static void test_admission_repeated(void **state)
