@@ -266,7 +266,7 @@ static void watchdog_arm(unsigned seconds)
 int cluster_init(cluster *cl, const cluster_opts *opts)
 {
     memset(cl, 0, sizeof *cl);
-    cl->opts.peer_timeout_ms = 2000;
+    cl->opts.peer_timeout_ms = 5000; /* the library default: loaded CI hosts starve heartbeats */
     cl->opts.op_timeout_ms = 10000;
     cl->opts.connect_timeout_ms = 10000;
     cl->opts.child_alarm_s = 90;

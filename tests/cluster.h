@@ -90,7 +90,7 @@ typedef struct cluster_shared {
 } cluster_shared;
 
 typedef struct cluster_opts {
-    uint32_t peer_timeout_ms;    /* default 2000 */
+    uint32_t peer_timeout_ms;    /* default 5000, as the library */
     uint32_t op_timeout_ms;      /* default 10000: every call here takes < 2 s */
     uint32_t connect_timeout_ms; /* default 10000 */
     unsigned child_alarm_s;      /* a child older than this dies; default 90 */

@@ -74,9 +74,10 @@ void eccl_ring_allreduce_init(eccl_ring_allreduce *r, const eccl_env *env,
                               uint64_t tag, uint32_t epoch, const void *sendbuf,
                               void *recvbuf, size_t count, eccl_dtype dtype,
                               eccl_op op, uint32_t rank, uint32_t nranks,
-                              uint8_t *staging[2])
+                              uint8_t *staging[2], uint8_t *backup)
 {
     memset(r, 0, sizeof *r);
+    r->backup = backup;
     r->env = env;
     r->tag = tag;
     r->epoch = epoch;
@@ -112,6 +113,8 @@ void eccl_ring_allreduce_init(eccl_ring_allreduce *r, const eccl_env *env,
         r->dir[i].staging = staging ? staging[i] : NULL;
         cursor_settle(r, &r->dir[i], &r->dir[i].send_g, &r->dir[i].send_k, 0);
         cursor_settle(r, &r->dir[i], &r->dir[i].recv_g, &r->dir[i].recv_k, 1);
+        r->dir[i].saved_g = r->dir[i].recv_g;
+        r->dir[i].saved_k = r->dir[i].recv_k;
     }
     r->have_full = r->dir[0].recv_g >= steps(r) && r->dir[1].recv_g >= steps(r);
 }
@@ -199,6 +202,15 @@ eccl_result eccl_ring_allreduce_recv(eccl_ring_allreduce *r, int ring,
     if (w->phase != (rs ? ECCL_PHASE_REDUCE_SCATTER : ECCL_PHASE_ALL_GATHER) ||
         w->step != step || w->offset != off * r->esize || w->len != len * r->esize)
         return ECCL_ERR_PROTOCOL;
+    if (d->saved_g == d->recv_g && d->saved_k == d->recv_k) {
+        /* First writes: every reduce-scatter slice, and the all-gather's
+         * first step (our own chunk out of place, or in place the chunk we
+         * only sent so far); later all-gather steps rewrite saved slices. */
+        if (d->recv_g <= r->nranks - 1)
+            r->env->dev->copy(r->env->dev_ctx, r->backup + w->offset, r->recvbuf + w->offset, w->len);
+        d->saved_k++;
+        cursor_settle(r, d, &d->saved_g, &d->saved_k, 1);
+    }
     /* In place, the incoming partial cannot overwrite our own contribution,
      * so it lands in staging; out of place it lands in recvbuf and our
      * contribution comes from sendbuf. */
@@ -247,6 +259,8 @@ static void exchange_finish(eccl_ring_allreduce *r)
     void *ctx = r->env->dev_ctx;
     size_t bytes = r->count * r->esize;
     uint8_t *in = r->dir[0].staging;
+    dev->copy(ctx, r->backup, r->recvbuf, bytes);
+    r->exchange_saved = 1;
     if (r->rank == 0) {
         if (r->sendbuf != r->recvbuf) dev->copy(ctx, r->recvbuf, r->sendbuf, bytes);
         dev->reduce(ctx, r->recvbuf, in, r->count, r->dtype, r->op);
@@ -277,4 +291,29 @@ int eccl_ring_allreduce_expects(const eccl_ring_allreduce *r, int ring)
     if (r->exchange) return ring == 0 && !r->exchange_recvd;
     if (ring != 0) return r->dir[1].recv_g < steps(r);
     return r->dir[0].recv_g < steps(r) || (r->nranks > 2 && r->done_recv < r->nranks - 1);
+}
+
+void eccl_ring_allreduce_restore(eccl_ring_allreduce *r)
+{
+    const eccl_dev_ops *dev = r->env->dev;
+    if (r->exchange) {
+        if (r->exchange_saved) dev->copy(r->env->dev_ctx, r->recvbuf, r->backup, r->count * r->esize);
+        return;
+    }
+    for (uint32_t i = 0; i < r->nrings; i++) {
+        eccl_ring_dir *d = &r->dir[i];
+        uint32_t g = 0, k = 0;
+        cursor_settle(r, d, &g, &k, 1);
+        /* Every saved slice, in the order they were saved. */
+        while (g < d->saved_g || (g == d->saved_g && k < d->saved_k)) {
+            if (g <= r->nranks - 1) {
+                size_t off, len;
+                slice_range(r, d, g, 1, k, &off, &len);
+                dev->copy(r->env->dev_ctx, r->recvbuf + off * r->esize, r->backup + off * r->esize,
+                          len * r->esize);
+            }
+            k++;
+            cursor_settle(r, d, &g, &k, 1);
+        }
+    }
 }

@@ -46,6 +46,7 @@ typedef struct eccl_ring_dir {
     uint32_t pos;         /* my position along this ring's send direction */
     uint32_t send_g, send_k; /* next slice to send: global step, slice */
     uint32_t recv_g, recv_k; /* next slice expected */
+    uint32_t saved_g, saved_k; /* next slice to back up before writing it */
     uint8_t *staging;     /* in-place reduce-scatter lands here first */
 } eccl_ring_dir;
 
@@ -55,6 +56,8 @@ typedef struct eccl_ring_allreduce {
     uint32_t epoch;
     const uint8_t *sendbuf;
     uint8_t *recvbuf;
+    uint8_t *backup;      /* what recvbuf held, saved slice by slice */
+    int exchange_saved;
     size_t count;
     eccl_dtype dtype;
     eccl_op op;
@@ -75,12 +78,17 @@ typedef struct eccl_ring_allreduce {
 } eccl_ring_allreduce;
 
 /* Plans the op for `rank` of `nranks` (>= 2). staging[2] must each hold
- * eccl_ring_staging_bytes() bytes. */
+ * eccl_ring_staging_bytes() bytes; backup as many bytes as recvbuf. Each
+ * slice of recvbuf is copied to backup right before it is first written
+ * (not all up front: sending starts at once, and the slice is in cache when
+ * the socket writes it), so eccl_ring_allreduce_restore can undo the op. */
 void eccl_ring_allreduce_init(eccl_ring_allreduce *r, const eccl_env *env,
                               uint64_t tag, uint32_t epoch, const void *sendbuf,
                               void *recvbuf, size_t count, eccl_dtype dtype,
                               eccl_op op, uint32_t rank, uint32_t nranks,
-                              uint8_t *staging[2]);
+                              uint8_t *staging[2], uint8_t *backup);
+/* Puts back every slice of recvbuf the op has written (or is writing). */
+void eccl_ring_allreduce_restore(eccl_ring_allreduce *r);
 size_t eccl_ring_staging_bytes(size_t count, eccl_dtype dtype);
 
 /* Queues every slice and token that is ready. link[0] carries ring 0 to the

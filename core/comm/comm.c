@@ -69,6 +69,7 @@ struct eccl_request {
     uint32_t world;
     eccl_buf *backup;
     eccl_buf *staging[2];
+    int ring_started;     /* the ring owns recvbuf's restore from here */
     eccl_ring_allreduce ring;
 };
 
@@ -279,11 +280,8 @@ static void op_release_buffers(eccl_comm *c, eccl_request *r)
 static void op_finish(eccl_comm *c, eccl_request *r, eccl_result result)
 {
     if (r->state == OP_DONE) return;
-    size_t bytes = r->count * eccl_dtype_size(r->dtype);
-    if (result != ECCL_OK && r->backup) {
-        /* The promise: on failure recvbuf holds what it held before. */
-        c->env->dev->copy(c->env->dev_ctx, r->recvbuf, r->backup->ptr, bytes);
-    }
+    /* The promise: on failure recvbuf holds what it held before. */
+    if (result != ECCL_OK && r->ring_started) eccl_ring_allreduce_restore(&r->ring);
     if (r->state != OP_QUEUED && result != ECCL_OK && result != ECCL_ERR_PEER_LOST &&
         result != ECCL_ERR_TOO_FEW_PEERS) {
         /* We gave up on our own (timeout, no memory): the others are stuck
@@ -357,7 +355,6 @@ static eccl_result op_start(eccl_comm *c, eccl_request *r)
     }
     r->backup = eccl_bufpool_get(&c->pool, bytes);
     if (!r->backup) goto oom;
-    c->env->dev->copy(c->env->dev_ctx, r->backup->ptr, r->recvbuf, bytes);
     uint8_t *staging[2] = {NULL, NULL};
     size_t sb = eccl_ring_staging_bytes(r->count, r->dtype);
     for (int i = 0; i < 2; i++) {
@@ -366,7 +363,9 @@ static eccl_result op_start(eccl_comm *c, eccl_request *r)
         staging[i] = r->staging[i]->ptr;
     }
     eccl_ring_allreduce_init(&r->ring, c->env, r->tag, c->epoch, r->sendbuf, r->recvbuf,
-                             r->count, r->dtype, r->op, c->rank, c->world, staging);
+                             r->count, r->dtype, r->op, c->rank, c->world, staging,
+                             r->backup->ptr);
+    r->ring_started = 1;
     r->state = OP_RUNNING;
     if (replay_early(c, r, c->link_prev) != ECCL_OK) link_close(c, c->link_prev);
     if (replay_early(c, r, c->link_next) != ECCL_OK) link_close(c, c->link_next);
