@@ -14,6 +14,7 @@ packages=(
     fiu-utils       # fiu-run / fiu-ctrl for failpoint tests
     clang           # the second compiler every change must build with
     python3         # tests/check_seam.sh
+    libsimgrid-dev  # backends/sim: the core on SimGrid 3.32
 )
 
 if ! command -v dpkg-query >/dev/null 2>&1; then

@@ -105,6 +105,8 @@ C
 expect FAIL "an initialised global in the object" "$tmp/global" "$tmp/global.o"
 
 expect FAIL "a missing object file" "$tmp/clean" "$tmp/does-not-exist.o"
+expect FAIL "--globals-only: mutable statics" --globals-only "$tmp/counter.o"
+expect PASS "--globals-only: clean object" --globals-only "$tmp/clean.o"
 
 if [ "$failures" -ne 0 ]; then
     echo "seam self-test: $failures expectation(s) not met"

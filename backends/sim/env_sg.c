@@ -1,0 +1,424 @@
+/* The sim env: SimGrid clock, sg_mutex plus a semaphore-based condition
+ * variable (see sg_internal.h), actors as threads, host
+ * memory as the device, log lines stamped with simulated time. */
+#include "env_sg.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <simgrid/engine.h>
+
+#include "coll/reduce.h"
+#include "eccl_core.h"
+#include "sg_internal.h"
+
+/* "HOST:0" binds hand out ports from here (deterministic, per world). */
+#define FIRST_PORT 40000u
+
+uint64_t eccl_sg_now_ns(void)
+{
+    return (uint64_t)llround(simgrid_get_clock() * 1e9);
+}
+
+static int format_prefix(char *buf, size_t size, const char *who)
+{
+    uint64_t t = eccl_sg_now_ns();
+    return snprintf(buf, size, "[%4llu.%09llu] %-8s ", (unsigned long long)(t / 1000000000u),
+                    (unsigned long long)(t % 1000000000u), who);
+}
+
+void eccl_sg_printf(const char *who, const char *fmt, ...)
+{
+    char line[1024];
+    int n = format_prefix(line, sizeof line, who);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
+    va_end(ap);
+    /* One process, one actor running at a time: lines never interleave. */
+    puts(line);
+}
+
+/* ---- clock --------------------------------------------------------------- */
+
+static uint64_t sg_now(void *ctx)
+{
+    (void)ctx;
+    return eccl_sg_now_ns();
+}
+
+static const eccl_clock_ops sg_clock_ops = {
+    .size = sizeof(eccl_clock_ops),
+    .now_ns = sg_now,
+};
+
+/* ---- sync ---------------------------------------------------------------- */
+/* eccl_mutex is SimGrid's own handle, cast; eccl_cond is an sg_cv. */
+
+struct eccl_thread {
+    sg_actor_t actor;
+    void (*fn)(void *);
+    void *arg;
+};
+
+static eccl_result sg_mutex_create_(void *ctx, eccl_mutex **out)
+{
+    (void)ctx;
+    *out = (eccl_mutex *)sg_mutex_init();
+    return *out ? ECCL_OK : ECCL_ERR_NO_MEMORY;
+}
+
+static void sg_mutex_destroy_(void *ctx, eccl_mutex *m)
+{
+    (void)ctx;
+    if (m) sg_mutex_destroy((sg_mutex_t)m);
+}
+
+static void sg_lock_(void *ctx, eccl_mutex *m)
+{
+    (void)ctx;
+    sg_mutex_lock((sg_mutex_t)m);
+}
+
+static void sg_unlock_(void *ctx, eccl_mutex *m)
+{
+    (void)ctx;
+    sg_mutex_unlock((sg_mutex_t)m);
+}
+
+struct sg_waiter {
+    sg_sem_t sem;
+    int queued; /* still in the cv's list: nobody committed to wake it */
+    sg_waiter *next;
+};
+
+int eccl_sg_cv_wait(sg_cv *cv, sg_mutex_t m, double timeout_s)
+{
+    sg_waiter w = {.sem = sg_sem_init(0), .queued = 1, .next = NULL};
+    sg_waiter **pp = &cv->head;
+    while (*pp) pp = &(*pp)->next;
+    *pp = &w; /* FIFO: deterministic wake order */
+    sg_mutex_unlock(m);
+    int timed_out = 0;
+    if (timeout_s < 0)
+        sg_sem_acquire(w.sem);
+    else
+        timed_out = sg_sem_acquire_timeout(w.sem, timeout_s) != 0;
+    if (timed_out) {
+        if (w.queued) {
+            for (pp = &cv->head; *pp; pp = &(*pp)->next) {
+                if (*pp == &w) {
+                    *pp = w.next;
+                    break;
+                }
+            }
+        } else {
+            /* A broadcast took us off the list and will release our
+             * semaphore: wait for it, so it never touches a dead frame. */
+            sg_sem_acquire(w.sem);
+        }
+    }
+    sg_sem_destroy(w.sem);
+    sg_mutex_lock(m);
+    return timed_out;
+}
+
+void eccl_sg_cv_broadcast(sg_cv *cv)
+{
+    sg_waiter *list = cv->head;
+    cv->head = NULL;
+    /* Mark all first, with no simcall in between: a waiter whose timeout
+     * fires while we release the others then waits for its release instead
+     * of returning (and freeing its frame) under our feet. */
+    for (sg_waiter *w = list; w; w = w->next) w->queued = 0;
+    while (list) {
+        sg_waiter *n = list->next;
+        sg_sem_release(list->sem);
+        list = n;
+    }
+}
+
+static eccl_result sg_cond_create_(void *ctx, eccl_cond **out)
+{
+    (void)ctx;
+    sg_cv *cv = calloc(1, sizeof *cv);
+    *out = (eccl_cond *)cv;
+    return cv ? ECCL_OK : ECCL_ERR_NO_MEMORY;
+}
+
+static void sg_cond_destroy_(void *ctx, eccl_cond *c)
+{
+    (void)ctx;
+    free(c);
+}
+
+static eccl_result sg_cond_wait_(void *ctx, eccl_cond *c, eccl_mutex *m, uint64_t deadline_ns)
+{
+    (void)ctx;
+    if (deadline_ns == 0) {
+        eccl_sg_cv_wait((sg_cv *)c, (sg_mutex_t)m, -1);
+        return ECCL_OK;
+    }
+    uint64_t now = eccl_sg_now_ns();
+    if (now >= deadline_ns) return ECCL_ERR_TIMEOUT;
+    eccl_sg_cv_wait((sg_cv *)c, (sg_mutex_t)m, (double)(deadline_ns - now) / 1e9);
+    return eccl_sg_now_ns() >= deadline_ns ? ECCL_ERR_TIMEOUT : ECCL_OK;
+}
+
+static void sg_cond_broadcast_(void *ctx, eccl_cond *c)
+{
+    (void)ctx;
+    eccl_sg_cv_broadcast((sg_cv *)c);
+}
+
+static void thread_main(int argc, char **argv)
+{
+    (void)argc;
+    (void)argv;
+    eccl_thread *t = sg_actor_self_get_data();
+    t->fn(t->arg);
+}
+
+static eccl_result sg_spawn_(void *ctx, const char *name, void (*fn)(void *), void *arg,
+                             eccl_thread **out)
+{
+    sg_env *e = ctx;
+    eccl_thread *t = calloc(1, sizeof *t);
+    if (!t) return ECCL_ERR_NO_MEMORY;
+    char full[64];
+    /* Actor names show in SimGrid's own diagnostics: say whose it is. */
+    snprintf(full, sizeof full, "%s/%s", e->env.name, name ? name : "eccl");
+    t->fn = fn;
+    t->arg = arg;
+    t->actor = sg_actor_init(full, e->host);
+    if (!t->actor) {
+        free(t);
+        return ECCL_ERR_SYSTEM;
+    }
+    sg_actor_set_data(t->actor, t);
+    /* join needs the handle after the actor ended. */
+    sg_actor_ref(t->actor);
+    sg_actor_start(t->actor, thread_main, 0, NULL);
+    *out = t;
+    return ECCL_OK;
+}
+
+static void sg_join_(void *ctx, eccl_thread *t)
+{
+    (void)ctx;
+    if (!t) return;
+    sg_actor_join(t->actor, -1);
+    sg_actor_unref(t->actor);
+    free(t);
+}
+
+static void sg_yield_(void *ctx)
+{
+    (void)ctx;
+    sg_actor_yield();
+}
+
+static const eccl_sync_ops sg_sync_ops = {
+    .size = sizeof(eccl_sync_ops),
+    .mutex_create = sg_mutex_create_,
+    .mutex_destroy = sg_mutex_destroy_,
+    .lock = sg_lock_,
+    .unlock = sg_unlock_,
+    .cond_create = sg_cond_create_,
+    .cond_destroy = sg_cond_destroy_,
+    .cond_wait = sg_cond_wait_,
+    .cond_broadcast = sg_cond_broadcast_,
+    .spawn = sg_spawn_,
+    .join = sg_join_,
+    .yield = sg_yield_,
+};
+
+/* ---- dev: host memory (correctness runs; no simulated compute time) ------ */
+
+static eccl_result sg_alloc(void *ctx, size_t bytes, void **out)
+{
+    (void)ctx;
+    /* aligned_alloc wants a multiple of the alignment. */
+    size_t n = bytes ? (bytes + 63) / 64 * 64 : 64;
+    void *p = aligned_alloc(64, n);
+    if (!p) return ECCL_ERR_NO_MEMORY;
+    *out = p;
+    return ECCL_OK;
+}
+
+static void sg_free_(void *ctx, void *p)
+{
+    (void)ctx;
+    free(p);
+}
+
+static void sg_copy(void *ctx, void *dst, const void *src, size_t bytes)
+{
+    (void)ctx;
+    if (bytes && dst != src) memcpy(dst, src, bytes);
+}
+
+static void sg_reduce(void *ctx, void *dst, const void *src, size_t count, eccl_dtype dtype,
+                      eccl_op op)
+{
+    (void)ctx;
+    eccl_reduce(dst, src, count, dtype, op);
+}
+
+static void sg_scale_div(void *ctx, void *x, size_t count, eccl_dtype dtype, uint32_t divisor)
+{
+    (void)ctx;
+    eccl_reduce_scale_div(x, count, dtype, divisor);
+}
+
+static const eccl_dev_ops sg_dev_ops = {
+    .size = sizeof(eccl_dev_ops),
+    .alloc = sg_alloc,
+    .free = sg_free_,
+    .copy = sg_copy,
+    .reduce = sg_reduce,
+    .scale_div = sg_scale_div,
+};
+
+/* ---- log ----------------------------------------------------------------- */
+
+static void sg_log_write(void *ctx, int level, const char *line)
+{
+    sg_env *e = ctx;
+    static const char letters[] = "?EWIDT";
+    if (level <= ECCL_LOG_NONE || level > e->env.log_level) return;
+    char who[48];
+    snprintf(who, sizeof who, "%s", e->env.name);
+    eccl_sg_printf(who, "%c %s", letters[level <= ECCL_LOG_TRACE ? level : 0], line ? line : "");
+}
+
+static const eccl_log_ops sg_log_ops = {
+    .size = sizeof(eccl_log_ops),
+    .write = sg_log_write,
+};
+
+void eccl_sg_log(const sg_env *e, int level, const char *fmt, ...)
+{
+    if (level <= ECCL_LOG_NONE || level > e->env.log_level) return;
+    char line[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    e->env.log->write(e->env.log_ctx, level, line);
+}
+
+/* ---- world and env ------------------------------------------------------- */
+
+eccl_result eccl_sg_world_create(int log_level, eccl_sg_world **out)
+{
+    if (!out) return ECCL_ERR_INVALID_ARG;
+    eccl_sg_world *w = calloc(1, sizeof *w);
+    if (!w) return ECCL_ERR_NO_MEMORY;
+    w->log_level = log_level;
+    w->next_port = FIRST_PORT;
+    *out = w;
+    return ECCL_OK;
+}
+
+static void env_unlink(sg_env *e)
+{
+    for (sg_env **pp = &e->w->envs; *pp; pp = &(*pp)->next) {
+        if (*pp == e) {
+            *pp = e->next;
+            return;
+        }
+    }
+}
+
+void eccl_sg_world_destroy(eccl_sg_world *w)
+{
+    if (!w) return;
+    /* What is left belongs to killed hosts (or to objects a program never
+     * destroyed): their actors are gone, so free without simcalls. */
+    for (sg_env *e = w->envs, *n; e; e = n) {
+        n = e->next;
+        eccl_net_sg_free_dead(e);
+        free(e);
+    }
+    free(w);
+}
+
+eccl_result eccl_sg_env_create(eccl_sg_world *w, const char *name, eccl_env **out)
+{
+    if (!w || !out) return ECCL_ERR_INVALID_ARG;
+    sg_env *e = calloc(1, sizeof *e);
+    if (!e) return ECCL_ERR_NO_MEMORY;
+    e->w = w;
+    e->id = ++w->next_id;
+    e->host = sg_host_self();
+    snprintf(e->env.name, sizeof e->env.name, "%s", name ? name : "");
+    e->env.log_level = w->log_level;
+    /* Spinning burns no simulated time, so a spinning caller would never
+     * let the clock reach anything: always sleep in wait. */
+    e->env.spin_ns = 0;
+    e->env.net = &eccl_net_sg_ops;
+    e->env.net_ctx = e;
+    e->env.clock = &sg_clock_ops;
+    e->env.clock_ctx = e;
+    e->env.sync = &sg_sync_ops;
+    e->env.sync_ctx = e;
+    e->env.dev = &sg_dev_ops;
+    e->env.dev_ctx = e;
+    e->env.log = &sg_log_ops;
+    e->env.log_ctx = e;
+    e->mu = sg_mutex_init();
+    eccl_result rc = eccl_net_sg_start(e);
+    if (rc != ECCL_OK) {
+        sg_mutex_destroy(e->mu);
+        free(e);
+        return rc;
+    }
+    e->next = w->envs;
+    w->envs = e;
+    *out = &e->env;
+    return ECCL_OK;
+}
+
+void eccl_sg_env_destroy(eccl_env *env)
+{
+    if (!env) return;
+    sg_env *e = (sg_env *)env;
+    eccl_net_sg_stop(e);
+    env_unlink(e);
+    /* Conns or listeners left open by the owner: free them quietly. */
+    eccl_net_sg_free_dead(e);
+    sg_mutex_destroy(e->mu);
+    free(e);
+}
+
+eccl_result eccl_sg_master_create(eccl_sg_world *w, const char *listen_addr, eccl_master **out)
+{
+    eccl_env *env = NULL;
+    eccl_result rc = eccl_sg_env_create(w, "master", &env);
+    if (rc != ECCL_OK) return rc;
+    return eccl_master_create_with_env(env, eccl_sg_env_destroy, listen_addr, out);
+}
+
+eccl_result eccl_sg_comm_create(eccl_sg_world *w, const eccl_comm_params *params, eccl_comm **out)
+{
+    eccl_env *env = NULL;
+    eccl_result rc = eccl_sg_env_create(w, "peer", &env);
+    if (rc != ECCL_OK) return rc;
+    return eccl_comm_create_with_env(env, eccl_sg_env_destroy, params, out);
+}
+
+void eccl_sg_world_kill_host(eccl_sg_world *w, const char *host)
+{
+    sg_host_t h = sg_host_by_name(host);
+    if (!w || !h) return;
+    for (sg_env *e = w->envs; e; e = e->next) {
+        if (e->host != h || e->dead) continue;
+        e->dead = 1;
+        eccl_net_sg_crash(e);
+    }
+    sg_host_turn_off(h);
+}

@@ -1,0 +1,648 @@
+/* eccl_net_ops over SimGrid mailboxes: TCP-like byte streams between envs.
+ *
+ * Every env owns one mailbox and one receiver actor. A conn's bytes travel as
+ * messages (one per send call) put asynchronously and detached into the far
+ * env's mailbox, so each costs the platform's latency plus size/bandwidth;
+ * the receiver pulls them off one at a time (FIFO, so a stream stays in
+ * order), appends the bytes to the conn's receive queue and wakes the env's
+ * waiters. Handshake: connect sends SYN to the listener's env, which creates
+ * the server-side conn in the listener's backlog and answers SYNACK (or RST
+ * when the backlog is full or the listener gone): one round trip, as TCP.
+ *
+ * Messages name conns by id, never by pointer: a conn may be closed and
+ * freed while messages for it are in flight; those are dropped.
+ *
+ * Send never blocks and never pushes back (an unbounded socket buffer): the
+ * sender's bytes are on the wire at once and arrive after the network delay.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <simgrid/engine.h>
+
+#include "sg_internal.h"
+
+/* Bytes of header charged on the wire per message (TCP/IP + our envelope). */
+#define MSG_OVERHEAD 64
+/* Most bytes one send call takes; the rest waits for the next call. */
+#define SEND_MAX (4u << 20)
+/* Connections a listener holds before accept; more are refused (RST). */
+#define BACKLOG_MAX 128
+
+enum { M_SYN, M_SYNACK, M_RST, M_DATA, M_FIN, M_STOP };
+enum { C_CONNECTING, C_UP, C_FAILED };
+
+typedef struct sg_msg {
+    int type;
+    uint64_t seq;       /* DATA and FIN: position in the conn's stream */
+    struct sg_msg *ooo; /* in the conn's out-of-order list */
+    uint64_t dst;       /* conn id (listener id for SYN) */
+    uint64_t src;       /* sender's conn id */
+    uint64_t src_env;   /* sender's env id */
+    sg_mailbox_t reply; /* sender's mailbox */
+    size_t len;
+    unsigned char data[];
+} sg_msg;
+
+struct eccl_conn {
+    uint64_t id;
+    sg_env *env;
+    void *user;
+    int state;
+    int want_read, want_write;
+    int edge;       /* handshake finished (up or failed): report once */
+    int eof;        /* FIN arrived: queued bytes, then CLOSED */
+    int reset;      /* the peer crashed: CLOSED at once */
+    uint64_t peer_id, peer_env;
+    uint64_t tx_seq, rx_seq;   /* next DATA/FIN sequence to send / to take */
+    sg_msg *ooo;               /* arrived early, sorted by seq */
+    sg_mailbox_t peer_mbox;
+    unsigned char *rx;
+    size_t rx_head, rx_len, rx_cap;
+    eccl_listener *backlog_of; /* not accepted yet */
+    eccl_conn *next;           /* in env->conns */
+    eccl_conn *bl_next;        /* in the listener's backlog */
+    char addr[ECCL_ADDR_MAX];
+};
+
+struct eccl_listener {
+    uint64_t id;
+    sg_env *env;
+    void *user;
+    eccl_conn *bl_head, *bl_tail;
+    int bl_len;
+    eccl_listener *next;     /* in env->listeners */
+    eccl_listener *reg_next; /* in world->registry */
+    char addr[ECCL_ADDR_MAX];
+};
+
+/* ---- messages ------------------------------------------------------------ */
+
+static void msg_free(void *p) { free(p); }
+
+static void post(sg_mailbox_t to, sg_msg *m)
+{
+    /* put_init, not put_async: SimGrid 3.32 only detaches a comm that has
+     * not started yet (detach then starts it). Detached, the sender never
+     * waits; if the transfer fails (a host went down) SimGrid frees the
+     * payload with msg_free. */
+    sg_comm_t c = sg_mailbox_put_init(to, m, (long)(m->len + MSG_OVERHEAD));
+    sg_comm_detach(c, msg_free);
+}
+
+static sg_msg *msg_new(sg_env *e, int type, uint64_t dst, uint64_t src, size_t len)
+{
+    sg_msg *m = malloc(sizeof *m + len);
+    if (!m) return NULL;
+    m->type = type;
+    m->dst = dst;
+    m->src = src;
+    m->src_env = e->id;
+    m->reply = e->mbox;
+    m->len = len;
+    m->seq = 0;
+    m->ooo = NULL;
+    return m;
+}
+
+static void send_ctl(sg_env *e, sg_mailbox_t to, int type, uint64_t dst, uint64_t src)
+{
+    sg_msg *m = msg_new(e, type, dst, src, 0);
+    if (m) post(to, m);
+}
+
+/* ---- lookup -------------------------------------------------------------- */
+
+static eccl_conn *conn_by_id(sg_env *e, uint64_t id)
+{
+    for (eccl_conn *c = e->conns; c; c = c->next)
+        if (c->id == id) return c;
+    return NULL;
+}
+
+static sg_env *env_by_id(eccl_sg_world *w, uint64_t id)
+{
+    for (sg_env *e = w->envs; e; e = e->next)
+        if (e->id == id) return e;
+    return NULL;
+}
+
+static void conn_link(sg_env *e, eccl_conn *c)
+{
+    c->next = NULL;
+    if (e->conns_tail) e->conns_tail->next = c;
+    else e->conns = c;
+    e->conns_tail = c;
+}
+
+static void conn_unlink(sg_env *e, eccl_conn *c)
+{
+    eccl_conn *prev = NULL;
+    for (eccl_conn *p = e->conns; p; prev = p, p = p->next) {
+        if (p != c) continue;
+        if (prev) prev->next = c->next;
+        else e->conns = c->next;
+        if (e->conns_tail == c) e->conns_tail = prev;
+        return;
+    }
+}
+
+static void backlog_unlink(eccl_listener *l, eccl_conn *c)
+{
+    eccl_conn *prev = NULL;
+    for (eccl_conn *p = l->bl_head; p; prev = p, p = p->bl_next) {
+        if (p != c) continue;
+        if (prev) prev->bl_next = c->bl_next;
+        else l->bl_head = c->bl_next;
+        if (l->bl_tail == c) l->bl_tail = prev;
+        l->bl_len--;
+        c->backlog_of = NULL;
+        return;
+    }
+}
+
+static void registry_remove(eccl_sg_world *w, eccl_listener *l)
+{
+    for (eccl_listener **pp = &w->registry; *pp; pp = &(*pp)->reg_next) {
+        if (*pp == l) {
+            *pp = l->reg_next;
+            return;
+        }
+    }
+}
+
+static eccl_conn *conn_new(sg_env *e, void *user, const char *addr)
+{
+    eccl_conn *c = calloc(1, sizeof *c);
+    if (!c) return NULL;
+    c->id = ++e->w->next_id;
+    c->env = e;
+    c->user = user;
+    c->want_read = 1;
+    snprintf(c->addr, sizeof c->addr, "%s", addr ? addr : "?");
+    return c;
+}
+
+static void conn_free(eccl_conn *c)
+{
+    while (c->ooo) {
+        sg_msg *n = c->ooo->ooo;
+        free(c->ooo);
+        c->ooo = n;
+    }
+    free(c->rx);
+    free(c);
+}
+
+/* ---- receiver ------------------------------------------------------------ */
+
+static int rx_append(eccl_conn *c, const unsigned char *p, size_t n)
+{
+    if (c->rx_head > 0 && c->rx_head + c->rx_len + n > c->rx_cap) {
+        memmove(c->rx, c->rx + c->rx_head, c->rx_len);
+        c->rx_head = 0;
+    }
+    if (c->rx_len + n > c->rx_cap) {
+        size_t cap = c->rx_cap ? c->rx_cap : 4096;
+        while (cap < c->rx_len + n) cap *= 2;
+        unsigned char *q = realloc(c->rx, cap);
+        if (!q) return -1;
+        c->rx = q;
+        c->rx_cap = cap;
+    }
+    memcpy(c->rx + c->rx_head + c->rx_len, p, n);
+    c->rx_len += n;
+    return 0;
+}
+
+static void on_syn(sg_env *e, sg_msg *m)
+{
+    eccl_listener *l = NULL;
+    for (eccl_listener *p = e->listeners; p; p = p->next)
+        if (p->id == m->dst) l = p;
+    if (!l || l->bl_len >= BACKLOG_MAX) {
+        send_ctl(e, m->reply, M_RST, m->src, 0);
+        return;
+    }
+    eccl_conn *c = conn_new(e, NULL, "?");
+    if (!c) {
+        send_ctl(e, m->reply, M_RST, m->src, 0);
+        return;
+    }
+    c->state = C_UP;
+    c->peer_id = m->src;
+    c->peer_env = m->src_env;
+    c->peer_mbox = m->reply;
+    c->backlog_of = l;
+    snprintf(c->addr, sizeof c->addr, "%s#%llu", sg_mailbox_get_name(m->reply),
+             (unsigned long long)m->src);
+    conn_link(e, c);
+    if (l->bl_tail) l->bl_tail->bl_next = c;
+    else l->bl_head = c;
+    l->bl_tail = c;
+    l->bl_len++;
+    send_ctl(e, m->reply, M_SYNACK, m->src, c->id);
+}
+
+static void take_in_order(eccl_conn *c, sg_msg *m)
+{
+    c->rx_seq++;
+    if (m->type == M_FIN) {
+        c->eof = 1;
+    } else if (!c->eof && !c->reset) {
+        if (rx_append(c, m->data, m->len) != 0) c->reset = 1;
+    }
+}
+
+/* Returns 1 if it kept `m` (queued out of order). */
+static int deliver(sg_env *e, sg_msg *m)
+{
+    eccl_sg_log(e, ECCL_LOG_TRACE, "deliver type %d dst %llu len %zu", m->type,
+                (unsigned long long)m->dst, m->len);
+    if (m->type == M_SYN) {
+        on_syn(e, m);
+        return 0;
+    }
+    eccl_conn *c = conn_by_id(e, m->dst);
+    if (!c) {
+        /* Closed before the server's answer came: tell the server side, as
+         * a TCP stack would answer a segment for an unknown connection. */
+        if (m->type == M_SYNACK) send_ctl(e, m->reply, M_FIN, m->src, 0);
+        return 0;
+    }
+    if (m->type == M_DATA || m->type == M_FIN) {
+        /* Messages of one stream travel in parallel (the mailbox has a
+         * permanent receiver), so a small one can overtake a big one sent
+         * before it: put the stream back in order. */
+        if (m->seq != c->rx_seq) {
+            sg_msg **pp = &c->ooo;
+            while (*pp && (*pp)->seq < m->seq) pp = &(*pp)->ooo;
+            m->ooo = *pp;
+            *pp = m;
+            return 1;
+        }
+        take_in_order(c, m);
+        while (c->ooo && c->ooo->seq == c->rx_seq) {
+            sg_msg *q = c->ooo;
+            c->ooo = q->ooo;
+            take_in_order(c, q);
+            free(q);
+        }
+        return 0;
+    }
+    switch (m->type) {
+    case M_SYNACK:
+        if (c->state != C_CONNECTING) return 0;
+        c->state = C_UP;
+        c->edge = 1;
+        c->peer_id = m->src;
+        c->peer_env = m->src_env;
+        c->peer_mbox = m->reply;
+        break;
+    case M_RST:
+        if (c->state != C_CONNECTING) return 0;
+        eccl_sg_log(e, ECCL_LOG_DEBUG, "connect to %s: refused", c->addr);
+        c->state = C_FAILED;
+        c->edge = 1;
+        break;
+    default:
+        break;
+    }
+    return 0;
+}
+
+static void receiver_main(int argc, char **argv)
+{
+    (void)argc;
+    (void)argv;
+    sg_env *e = sg_actor_self_get_data();
+    /* A receiver only serves others: it must not keep the simulation
+     * alive once every rank and master has finished. */
+    sg_actor_daemonize(sg_actor_self());
+    /* A permanent receiver makes every put start at once instead of
+     * waiting in the mailbox for our get: bytes flow while we are busy
+     * (like TCP into a socket buffer), concurrent flows share bandwidth,
+     * and, above all, SimGrid 3.32 aborts (CommImpl::start, "Assertion
+     * from_->is_on() failed") when a get matches a detached put still
+     * queued from a host that has been turned off since. */
+    sg_mailbox_set_receiver(sg_mailbox_get_name(e->mbox));
+    for (;;) {
+        void *p = NULL;
+        sg_comm_t comm = sg_mailbox_get_async(e->mbox, &p);
+        /* sg_comm_wait turns SimGrid's exceptions (a sender's host went
+         * down mid-transfer) into an error code; sg_mailbox_get would
+         * throw them through this C frame. */
+        sg_error_t err = sg_comm_wait(comm);
+        if (err != SG_OK || !p) continue;
+        sg_msg *m = p;
+        if (m->type == M_STOP) {
+            free(m);
+            return;
+        }
+        if (!deliver(e, m)) free(m);
+        eccl_sg_cv_broadcast(&e->cv);
+    }
+}
+
+eccl_result eccl_net_sg_start(sg_env *e)
+{
+    char name[48];
+    snprintf(name, sizeof name, "eccl-env-%llu", (unsigned long long)e->id);
+    e->mbox = sg_mailbox_by_name(name);
+    snprintf(name, sizeof name, "eccl-rx-%llu", (unsigned long long)e->id);
+    e->receiver = sg_actor_init(name, e->host);
+    if (!e->receiver) return ECCL_ERR_SYSTEM;
+    sg_actor_set_data(e->receiver, e);
+    sg_actor_ref(e->receiver);
+    sg_actor_start(e->receiver, receiver_main, 0, NULL);
+    return ECCL_OK;
+}
+
+void eccl_net_sg_stop(sg_env *e)
+{
+    if (!e->receiver) return;
+    /* FIFO behind anything already queued for us. */
+    send_ctl(e, e->mbox, M_STOP, 0, 0);
+    sg_actor_join(e->receiver, -1);
+    sg_actor_unref(e->receiver);
+    e->receiver = NULL;
+}
+
+void eccl_net_sg_free_dead(sg_env *e)
+{
+    for (eccl_conn *c = e->conns, *n; c; c = n) {
+        n = c->next;
+        conn_free(c);
+    }
+    e->conns = e->conns_tail = NULL;
+    for (eccl_listener *l = e->listeners, *n; l; l = n) {
+        n = l->next;
+        free(l);
+    }
+    e->listeners = NULL;
+    if (e->receiver) sg_actor_unref(e->receiver);
+    e->receiver = NULL;
+}
+
+void eccl_net_sg_crash(sg_env *e)
+{
+    for (eccl_listener *l = e->listeners; l; l = l->next) registry_remove(e->w, l);
+    for (eccl_conn *c = e->conns; c; c = c->next) {
+        if (c->state != C_UP) continue;
+        sg_env *pe = env_by_id(e->w, c->peer_env);
+        if (!pe || pe->dead) continue;
+        eccl_conn *pc = conn_by_id(pe, c->peer_id);
+        if (!pc) continue;
+        pc->reset = 1;
+        eccl_sg_cv_broadcast(&pe->cv);
+    }
+}
+
+/* ---- listen / accept ----------------------------------------------------- */
+
+static eccl_result sg_listen(void *ctx, const char *addr, void *user,
+                             eccl_listener **out, char *bound)
+{
+    sg_env *e = ctx;
+    const char *colon = addr ? strrchr(addr, ':') : NULL;
+    if (!out || !colon || colon == addr) return ECCL_ERR_INVALID_ARG;
+    char *end;
+    unsigned long port = strtoul(colon + 1, &end, 10);
+    if (*end || port > 65535 || (size_t)(colon - addr) + 8 >= ECCL_ADDR_MAX)
+        return ECCL_ERR_INVALID_ARG;
+    if (port == 0) port = e->w->next_port++;
+    eccl_listener *l = calloc(1, sizeof *l);
+    if (!l) return ECCL_ERR_NO_MEMORY;
+    snprintf(l->addr, sizeof l->addr, "%.*s:%lu", (int)(colon - addr), addr, port);
+    for (eccl_listener *p = e->w->registry; p; p = p->reg_next) {
+        if (strcmp(p->addr, l->addr) == 0) {
+            eccl_sg_log(e, ECCL_LOG_WARN, "listen on %s: address in use", l->addr);
+            free(l);
+            return ECCL_ERR_SYSTEM;
+        }
+    }
+    l->id = ++e->w->next_id;
+    l->env = e;
+    l->user = user;
+    l->next = e->listeners;
+    e->listeners = l;
+    eccl_listener **tail = &e->w->registry;
+    while (*tail) tail = &(*tail)->reg_next;
+    *tail = l;
+    if (bound) snprintf(bound, ECCL_ADDR_MAX, "%s", l->addr);
+    eccl_sg_log(e, ECCL_LOG_DEBUG, "listening on %s", l->addr);
+    *out = l;
+    return ECCL_OK;
+}
+
+static eccl_result sg_accept(void *ctx, eccl_listener *l, void *user, eccl_conn **out)
+{
+    (void)ctx;
+    if (!l || !out) return ECCL_ERR_INVALID_ARG;
+    eccl_conn *c = l->bl_head;
+    if (!c) return ECCL_ERR_AGAIN;
+    backlog_unlink(l, c);
+    c->user = user;
+    c->want_read = 1;
+    c->want_write = 0;
+    *out = c;
+    return ECCL_OK;
+}
+
+static void sg_close(void *ctx, eccl_conn *c);
+
+static void sg_close_listener(void *ctx, eccl_listener *l)
+{
+    sg_env *e = ctx;
+    if (!l) return;
+    registry_remove(e->w, l);
+    while (l->bl_head) sg_close(ctx, l->bl_head);
+    for (eccl_listener **pp = &e->listeners; *pp; pp = &(*pp)->next) {
+        if (*pp == l) {
+            *pp = l->next;
+            break;
+        }
+    }
+    free(l);
+}
+
+/* ---- conns --------------------------------------------------------------- */
+
+static eccl_result sg_connect(void *ctx, const char *addr, void *user, eccl_conn **out)
+{
+    sg_env *e = ctx;
+    if (!addr || !out) return ECCL_ERR_INVALID_ARG;
+    eccl_conn *c = conn_new(e, user, addr);
+    if (!c) return ECCL_ERR_NO_MEMORY;
+    eccl_listener *l = e->w->registry;
+    while (l && strcmp(l->addr, addr) != 0) l = l->reg_next;
+    conn_link(e, c);
+    if (!l) {
+        /* Nobody bound there: refused at once, reported through send/recv
+         * and wait like a late failure (one path in core). */
+        eccl_sg_log(e, ECCL_LOG_DEBUG, "connect to %s: nobody listening", addr);
+        c->state = C_FAILED;
+        c->edge = 1;
+    } else {
+        c->state = C_CONNECTING;
+        send_ctl(e, l->env->mbox, M_SYN, l->id, c->id);
+    }
+    *out = c;
+    return ECCL_OK;
+}
+
+static eccl_result sg_send(void *ctx, eccl_conn *c, const eccl_iov *iov, int n, size_t *sent)
+{
+    sg_env *e = ctx;
+    if (sent) *sent = 0;
+    if (!c || !sent || (n > 0 && !iov)) return ECCL_ERR_INVALID_ARG;
+    if (c->reset) return ECCL_ERR_CLOSED;
+    if (c->state == C_FAILED) return ECCL_ERR_CONNECT;
+    if (c->state != C_UP) return ECCL_OK;
+    size_t total = 0;
+    for (int i = 0; i < n && total < SEND_MAX; i++) {
+        size_t take = iov[i].len;
+        if (take > SEND_MAX - total) take = SEND_MAX - total;
+        total += take;
+    }
+    if (total == 0) return ECCL_OK;
+    /* The far end closed: TCP would accept these bytes and drop them. */
+    if (c->eof) {
+        *sent = total;
+        return ECCL_OK;
+    }
+    sg_msg *m = msg_new(e, M_DATA, c->peer_id, c->id, total);
+    if (!m) return ECCL_OK; /* 0 bytes sent; core retries */
+    m->seq = c->tx_seq++;
+    size_t off = 0;
+    for (int i = 0; i < n && off < total; i++) {
+        size_t take = iov[i].len;
+        if (take > total - off) take = total - off;
+        memcpy(m->data + off, iov[i].base, take);
+        off += take;
+    }
+    post(c->peer_mbox, m);
+    *sent = total;
+    return ECCL_OK;
+}
+
+static eccl_result sg_recv(void *ctx, eccl_conn *c, void *buf, size_t len, size_t *got)
+{
+    (void)ctx;
+    if (got) *got = 0;
+    if (!c || !got || (len > 0 && !buf)) return ECCL_ERR_INVALID_ARG;
+    if (c->reset) return ECCL_ERR_CLOSED;
+    if (c->state == C_FAILED) return ECCL_ERR_CONNECT;
+    if (c->state != C_UP || len == 0) return ECCL_OK;
+    if (c->rx_len == 0) return c->eof ? ECCL_ERR_CLOSED : ECCL_OK;
+    size_t n = len < c->rx_len ? len : c->rx_len;
+    memcpy(buf, c->rx + c->rx_head, n);
+    c->rx_head += n;
+    c->rx_len -= n;
+    if (c->rx_len == 0) c->rx_head = 0;
+    *got = n;
+    return ECCL_OK;
+}
+
+static void sg_set_interest(void *ctx, eccl_conn *c, int read, int write)
+{
+    (void)ctx;
+    if (!c) return;
+    c->want_read = read != 0;
+    c->want_write = write != 0;
+}
+
+static void sg_close(void *ctx, eccl_conn *c)
+{
+    sg_env *e = ctx;
+    if (!c) return;
+    if (c->backlog_of) backlog_unlink(c->backlog_of, c);
+    if (c->state == C_UP && !c->reset && !e->dead) {
+        sg_msg *m = msg_new(e, M_FIN, c->peer_id, c->id, 0);
+        if (m) {
+            m->seq = c->tx_seq++;
+            post(c->peer_mbox, m);
+        }
+    }
+    conn_unlink(e, c);
+    conn_free(c);
+}
+
+/* ---- wait / wake --------------------------------------------------------- */
+
+static int add_ready(void **ready, int n, int max, void *user)
+{
+    if (!user || n >= max) return n;
+    for (int i = 0; i < n; i++)
+        if (ready[i] == user) return n;
+    ready[n] = user;
+    return n + 1;
+}
+
+static int collect(sg_env *e, void **ready, int max)
+{
+    int n = 0;
+    for (eccl_conn *c = e->conns; c && n < max; c = c->next) {
+        if (c->backlog_of) continue;
+        int bad = c->reset || c->state == C_FAILED;
+        int r = c->want_read && (bad || c->rx_len > 0 || c->eof);
+        int w = c->want_write && c->state != C_CONNECTING;
+        if (c->edge && (c->want_read || c->want_write)) {
+            c->edge = 0;
+            r = 1;
+        }
+        if (r || w) n = add_ready(ready, n, max, c->user);
+    }
+    for (eccl_listener *l = e->listeners; l && n < max; l = l->next)
+        if (l->bl_head) n = add_ready(ready, n, max, l->user);
+    return n;
+}
+
+static uint64_t now_ns(void) { return eccl_sg_now_ns(); }
+
+static int sg_wait(void *ctx, uint64_t deadline_ns, void **ready, int max)
+{
+    sg_env *e = ctx;
+    if (!ready || max <= 0) return 0;
+    int n = 0;
+    sg_mutex_lock(e->mu);
+    uint64_t gen = e->wake_gen;
+    for (;;) {
+        n = collect(e, ready, max);
+        if (n > 0 || e->wake_pending || e->wake_gen != gen || deadline_ns == 0) break;
+        if (deadline_ns == UINT64_MAX) {
+            eccl_sg_cv_wait(&e->cv, e->mu, -1);
+            continue;
+        }
+        uint64_t now = now_ns();
+        if (now >= deadline_ns) break;
+        eccl_sg_cv_wait(&e->cv, e->mu, (double)(deadline_ns - now) / 1e9);
+    }
+    e->wake_pending = 0;
+    sg_mutex_unlock(e->mu);
+    eccl_sg_log(e, ECCL_LOG_TRACE, "wait(%llu) -> %d", (unsigned long long)deadline_ns, n);
+    return n;
+}
+
+static void sg_wake(void *ctx)
+{
+    sg_env *e = ctx;
+    e->wake_gen++;
+    e->wake_pending = 1;
+    eccl_sg_cv_broadcast(&e->cv);
+}
+
+const eccl_net_ops eccl_net_sg_ops = {
+    .size = sizeof(eccl_net_ops),
+    .listen = sg_listen,
+    .accept = sg_accept,
+    .close_listener = sg_close_listener,
+    .connect = sg_connect,
+    .send = sg_send,
+    .recv = sg_recv,
+    .set_interest = sg_set_interest,
+    .close = sg_close,
+    .wait = sg_wait,
+    .wake = sg_wake,
+};

@@ -1,0 +1,82 @@
+/* Internal to backends/sim: the objects env_sg.c and net_sg.c share.
+ *
+ * Concurrency model. SimGrid actors are cooperative: exactly one runs at a
+ * time and control changes hands only inside a simcall (mutex, cond, comm,
+ * sleep, actor ops). Net state (conn queues, flags, the registry) is only
+ * read and written in stretches of code without a simcall in the middle, so
+ * it needs no lock; the one sg_mutex per env exists because a condition
+ * wait needs one. A waiter checks readiness and queues itself on the cv with
+ * no simcall in between, so a notification cannot fall into that gap.
+ */
+#ifndef ECCL_BACKENDS_SIM_SG_INTERNAL_H
+#define ECCL_BACKENDS_SIM_SG_INTERNAL_H
+
+#include <simgrid/actor.h>
+#include <simgrid/comm.h>
+#include <simgrid/host.h>
+#include <simgrid/mailbox.h>
+#include <simgrid/mutex.h>
+#include <simgrid/semaphore.h>
+
+#include "env_sg.h"
+
+typedef struct sg_env sg_env;
+
+/* A condition variable built from one semaphore per waiter. SimGrid 3.32's
+ * sg_cond_wait_for cannot be used from C: it wraps the mutex the caller
+ * already holds in a std::unique_lock, which locks it a second time, so the
+ * cond wait releases only one level and the mutex stays held for the whole
+ * timed wait (every other actor needing it stalls until the timeout). A
+ * waiter queues itself (plain memory) before unlocking, and a semaphore
+ * remembers a release that comes before the acquire: no lost wake-up. */
+typedef struct sg_waiter sg_waiter;
+typedef struct sg_cv {
+    sg_waiter *head;
+} sg_cv;
+/* `m` held on entry and exit. timeout_s < 0: no timeout. Returns 1 if it
+ * timed out. */
+int eccl_sg_cv_wait(sg_cv *cv, sg_mutex_t m, double timeout_s);
+/* Wakes every waiter; the mutex need not be held. */
+void eccl_sg_cv_broadcast(sg_cv *cv);
+
+struct eccl_sg_world {
+    int log_level;
+    uint64_t next_id;        /* env, conn and listener ids; never reused */
+    unsigned next_port;      /* "HOST:0" binds get ports from here */
+    sg_env *envs;            /* every env not yet destroyed, dead ones too */
+    eccl_listener *registry; /* bound listeners, in bind order */
+};
+
+struct sg_env {
+    eccl_env env; /* first: core's eccl_env * is an sg_env * */
+    eccl_sg_world *w;
+    uint64_t id;
+    sg_host_t host;
+    sg_mailbox_t mbox;      /* every frame for a conn of this env lands here */
+    sg_actor_t receiver;    /* moves mbox messages into conns */
+    sg_mutex_t mu;          /* only for cv */
+    sg_cv cv;               /* wait sleeps here */
+    eccl_conn *conns;       /* creation order: wait reports in this order */
+    eccl_conn *conns_tail;
+    eccl_listener *listeners;
+    uint64_t wake_gen;      /* bumped by wake */
+    int wake_pending;       /* a wake nobody consumed yet */
+    int dead;               /* its host was killed */
+    sg_env *next;           /* in w->envs */
+};
+
+/* net_sg.c */
+extern const eccl_net_ops eccl_net_sg_ops;
+/* Creates the mailbox and starts the receiver actor on e->host. */
+eccl_result eccl_net_sg_start(sg_env *e);
+/* Stops and joins the receiver. Every conn and listener must be closed. */
+void eccl_net_sg_stop(sg_env *e);
+/* Frees what a killed env still holds (no simcall). */
+void eccl_net_sg_free_dead(sg_env *e);
+/* Resets the far end of every conn of `e` and unbinds its listeners. */
+void eccl_net_sg_crash(sg_env *e);
+
+void eccl_sg_log(const sg_env *e, int level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+#endif /* ECCL_BACKENDS_SIM_SG_INTERNAL_H */
