@@ -27,7 +27,7 @@
 #define COMM_RETRY_NS 50000000ull /* 50 ms between connect attempts */
 /* A neighbour may start a collective before we call it. Its small frames are
  * kept aside (saves toggling the socket off and on); bigger ones, or more
- * than COMM_EARLY_LIMIT bytes, wait in the socket (TCP back-pressure). */
+ * than COMM_EARLY_LIMIT bytes, stay in the kernel, held by TCP back-pressure. */
 #define COMM_EARLY_MAX (64u << 10)
 /* Tags this peer finished in the current epoch. Successes go into view
  * reports (a peer that returned success must count as holding the result);
