@@ -1,0 +1,167 @@
+/* The worker loop behind eccl-worker (and tests/sim/sim_worker):
+ *
+ *   connect; loop { admit pending peers; all-reduce; on peer loss check the
+ *   buffer came back untouched and retry on the survivors; verify }
+ *
+ * A peer admitted later starts where the others are: after joining and after
+ * every topology change, peers agree on the step with an all-reduce MAX.
+ *
+ * Every peer contributes the same values, so the expected sum is
+ * world_size * x whoever is left, and every peer prints a hash of its
+ * result so bit-parity across peers can be checked by whoever reads the
+ * output. One line per event, as key=value pairs, through the launch.
+ */
+#include "worker_loop.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+__attribute__((format(printf, 3, 4))) static void emit(const eccl_launch *L, int to_stderr,
+                                                       const char *fmt, ...)
+{
+    char line[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    L->print(L->ctx, to_stderr, line);
+}
+
+/* FNV-1a over 32-bit words (buffers here are f32): fast enough for 64 MiB. */
+static uint64_t fnv1a(const float *p, size_t n)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t w;
+        memcpy(&w, &p[i], sizeof w);
+        h = (h ^ w) * 1099511628211ull;
+    }
+    return h;
+}
+
+static float contribution(int iter, size_t i) { return (float)((iter * 31 + (int)(i % 1021)) % 17 + 1); }
+
+/* The step all members of the current ring agree on: the furthest one.
+ * The tag is unique per ring epoch, which every member has just entered. */
+static eccl_result agree_on_step(eccl_comm *comm, int *iter)
+{
+    int64_t world = 0, epoch = 0;
+    eccl_comm_get_attr(comm, ECCL_ATTR_WORLD_SIZE, &world);
+    eccl_comm_get_attr(comm, ECCL_ATTR_EPOCH, &epoch);
+    if (world < 2) return ECCL_OK;
+    uint64_t step = (uint64_t)*iter;
+    eccl_result rc = eccl_allreduce(comm, &step, &step, 1, ECCL_U64, ECCL_MAX,
+                                    (1ull << 63) | (uint64_t)epoch, NULL);
+    if (rc == ECCL_OK) *iter = (int)step;
+    return rc;
+}
+
+int eccl_worker_run(const eccl_launch *L, const eccl_worker_options *opts)
+{
+    eccl_worker_options o = *opts;
+    eccl_comm_params params;
+    eccl_comm_params_init(&params);
+    params.master_addr = o.master;
+    params.peer_group = o.group;
+    eccl_comm *comm = NULL;
+    eccl_result rc = L->comm_create(L->ctx, &params, &comm);
+    if (rc == ECCL_OK) rc = eccl_comm_connect(comm);
+    if (rc != ECCL_OK) {
+        emit(L, 1, "eccl-worker: connect: %s", eccl_strerror(rc));
+        eccl_comm_destroy(comm);
+        return 1;
+    }
+    int64_t id = 0;
+    eccl_comm_get_attr(comm, ECCL_ATTR_PEER_ID, &id);
+    emit(L, 0, "event=connected peer=%lld pid=%d", (long long)id, L->pid);
+
+    float *send = malloc(o.count * sizeof *send), *recv = malloc(o.count * sizeof *recv);
+    if (!send || !recv) {
+        free(send);
+        free(recv);
+        eccl_comm_destroy(comm);
+        return 1;
+    }
+    int status = 0, iter = 0, agreed = 0;
+    double waiting_since = 0;
+    while (iter < o.iters) {
+        uint32_t pending = 0;
+        rc = eccl_comm_peers_pending(comm, &pending);
+        if (rc == ECCL_OK && pending > 0) {
+            rc = eccl_comm_update_topology(comm);
+            agreed = 0;
+            /* Back to the top, where newcomers start: everyone asks again. */
+            if (rc == ECCL_OK) continue;
+        }
+        if (rc == ECCL_OK && !agreed) {
+            rc = agree_on_step(comm, &iter);
+            agreed = rc == ECCL_OK;
+            if (rc == ECCL_ERR_PEER_LOST) continue;
+        }
+        if (rc != ECCL_OK) {
+            emit(L, 0, "event=error peer=%lld iter=%d what=membership error=\"%s\"", (long long)id,
+                 iter, eccl_strerror(rc));
+            status = 1;
+            break;
+        }
+        int64_t world = 0;
+        eccl_comm_get_attr(comm, ECCL_ATTR_WORLD_SIZE, &world);
+        if (world < o.world_min || world < o.start_world) {
+            if (waiting_since == 0) waiting_since = L->now_ms(L->ctx);
+            if (L->now_ms(L->ctx) - waiting_since > o.wait_ms) {
+                emit(L, 0, "event=gave_up peer=%lld iter=%d world=%lld", (long long)id, iter,
+                     (long long)world);
+                status = 1;
+                break;
+            }
+            L->sleep_ms(L->ctx, 10);
+            continue;
+        }
+        waiting_since = 0;
+        o.start_world = 0; /* only the first step waits for everyone */
+
+        for (size_t i = 0; i < o.count; i++) {
+            send[i] = contribution(iter, i);
+            recv[i] = (float)iter; /* arbitrary content the call must not lose */
+        }
+        uint64_t before = fnv1a(recv, o.count);
+        eccl_reduce_info info = {0};
+        emit(L, 0, "event=begin peer=%lld iter=%d world=%lld", (long long)id, iter,
+             (long long)world);
+        double t0 = L->now_ms(L->ctx);
+        rc = eccl_allreduce(comm, send, recv, o.count, ECCL_F32, ECCL_SUM, (uint64_t)iter, &info);
+        double ms = L->now_ms(L->ctx) - t0;
+        if (rc == ECCL_ERR_PEER_LOST || rc == ECCL_ERR_TOO_FEW_PEERS || rc == ECCL_ERR_TIMEOUT) {
+            int restored = fnv1a(recv, o.count) == before;
+            emit(L, 0, "event=%s peer=%lld iter=%d world=%lld ms=%.1f restored=%s",
+                 rc == ECCL_ERR_PEER_LOST ? "peer_lost"
+                 : rc == ECCL_ERR_TIMEOUT  ? "timeout"
+                                           : "too_few_peers",
+                 (long long)id, iter, (long long)world, ms, restored ? "yes" : "NO");
+            if (!restored) status = 1;
+            if (rc == ECCL_ERR_TOO_FEW_PEERS) L->sleep_ms(L->ctx, 10);
+            continue; /* retry this iteration with whoever is left */
+        }
+        if (rc != ECCL_OK) {
+            emit(L, 0, "event=error peer=%lld iter=%d error=\"%s\"", (long long)id, iter,
+                 eccl_strerror(rc));
+            status = 1;
+            break;
+        }
+        size_t wrong = 0;
+        for (size_t i = 0; i < o.count; i++)
+            wrong += recv[i] != (float)info.world_size * contribution(iter, i);
+        emit(L, 0, "event=ok peer=%lld iter=%d world=%u ms=%.1f wrong=%zu hash=%016llx",
+             (long long)id, iter, info.world_size, ms, wrong,
+             (unsigned long long)fnv1a(recv, o.count));
+        if (wrong) status = 1;
+        iter++;
+    }
+    free(send);
+    free(recv);
+    eccl_comm_destroy(comm);
+    emit(L, 0, "event=exit peer=%lld status=%d", (long long)id, status);
+    return status;
+}

@@ -1,0 +1,43 @@
+/* The PCCL-style worker loop, written against eccl.h and a tiny launch
+ * interface only, so the same source runs as a process (examples/worker.c)
+ * and as a SimGrid actor (tests/sim/sim_worker.c).
+ *
+ * The loop makes no system call of its own: it creates its communicator,
+ * sleeps, reads the clock and prints through `eccl_launch`. It holds no
+ * mutable global, since simulated workers share one process.
+ */
+#ifndef ECCL_EXAMPLES_WORKER_LOOP_H
+#define ECCL_EXAMPLES_WORKER_LOOP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "eccl.h"
+
+typedef struct eccl_launch {
+    void *ctx; /* handed back to every op */
+    /* Real: eccl_comm_create. Sim: eccl_sg_comm_create on the actor's world. */
+    eccl_result (*comm_create)(void *ctx, const eccl_comm_params *params, eccl_comm **out);
+    void (*sleep_ms)(void *ctx, int ms);
+    double (*now_ms)(void *ctx); /* monotonic */
+    /* One line, without its newline; to_stderr for diagnostics. */
+    void (*print)(void *ctx, int to_stderr, const char *line);
+    int pid; /* printed in event=connected */
+} eccl_launch;
+
+typedef struct eccl_worker_options {
+    const char *master;
+    size_t count;    /* f32 elements */
+    int iters;
+    int world_min;
+    int start_world; /* wait for this many peers before the first step */
+    uint32_t group;
+    int wait_ms;     /* give up after waiting this long for enough peers */
+} eccl_worker_options;
+
+/* Connects, runs o->iters checked all-reduces, retrying on the survivors
+ * after a peer loss, and prints one key=value line per event. Returns the
+ * exit status: 0 when every step succeeded and checked out. */
+int eccl_worker_run(const eccl_launch *L, const eccl_worker_options *o);
+
+#endif /* ECCL_EXAMPLES_WORKER_LOOP_H */
