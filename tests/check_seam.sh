@@ -182,6 +182,9 @@ for obj in objects:
         section = sections.get(sym, "?")
         if READONLY_SECTIONS.match(section):
             continue
+        # Sanitizer bookkeeping (-fsanitize=address), not our state.
+        if sym.startswith(("__odr_asan", "__asan_", "__ubsan_", "__sancov_")):
+            continue
         violations.append("%s: writable data symbol %s (nm %s, section %s)" % (obj, sym, kind, section))
 
 for v in violations:
