@@ -52,8 +52,6 @@ enum comm_phase {
 
 enum op_state { OP_QUEUED, OP_RUNNING, OP_FROZEN, OP_DONE };
 
-enum link_role { LINK_UNKNOWN, LINK_NEXT, LINK_PREV };
-
 struct eccl_request {
     struct eccl_request *next;
     eccl_comm *comm;
@@ -82,7 +80,6 @@ typedef struct early_frame {
 typedef struct p2p_link {
     eccl_chan ch; /* first: ready pointers are channels */
     struct p2p_link *next;
-    enum link_role role;
     uint64_t peer_id;
     uint32_t epoch;
     int hello_seen;
@@ -150,16 +147,17 @@ static uint64_t now_ns(const eccl_comm *c) { return eccl_engine_now(&c->eng); }
 
 /* ---- links ---------------------------------------------------------------- */
 
-static p2p_link *link_new(eccl_comm *c, eccl_conn *conn, enum link_role role)
+/* A link whose conn the caller opens next (the conn's user pointer is the
+ * link, so it must exist first). */
+static p2p_link *link_new(eccl_comm *c)
 {
     p2p_link *l = calloc(1, sizeof *l);
     if (!l) return NULL;
-    if (eccl_chan_init(&l->ch, c->env, conn, COMM_RBUF_P2P) != ECCL_OK) {
+    if (eccl_chan_init(&l->ch, c->env, NULL, COMM_RBUF_P2P) != ECCL_OK) {
         eccl_chan_close(&l->ch);
         free(l);
         return NULL;
     }
-    l->role = role;
     l->early_tail = &l->early;
     l->next = c->links;
     c->links = l;
@@ -218,7 +216,7 @@ static void check_ring_ready(eccl_comm *c);
 static eccl_result link_connect_next(eccl_comm *c)
 {
     eccl_conn *conn = NULL;
-    p2p_link *l = link_new(c, NULL, LINK_NEXT);
+    p2p_link *l = link_new(c);
     if (!l) return ECCL_ERR_NO_MEMORY;
     eccl_result rc = c->env->net->connect(c->env->net_ctx, c->next_ref.addr, l, &conn);
     if (rc != ECCL_OK) {
@@ -434,7 +432,6 @@ static eccl_result link_adopt(eccl_comm *c, p2p_link *l)
     if (l->epoch < c->epoch) return ECCL_ERR_CLOSED;
     if (l->epoch == c->epoch && !c->frozen && c->world > 1 &&
         l->peer_id == c->prev_ref.peer_id && !c->link_prev) {
-        l->role = LINK_PREV;
         c->link_prev = l;
         check_ring_ready(c);
     }
@@ -462,7 +459,8 @@ static eccl_result on_ring(eccl_comm *c, const eccl_msg_ring *m)
         if (rc != ECCL_OK && rc != ECCL_ERR_CONNECT) return rc;
         for (p2p_link *l = c->links, *n; l; l = n) {
             n = l->next;
-            if (l->role == LINK_UNKNOWN && l->hello_seen && link_adopt(c, l) != ECCL_OK)
+            if (l != c->link_next && l != c->link_prev && l->hello_seen &&
+                link_adopt(c, l) != ECCL_OK)
                 link_close(c, l);
         }
     }
@@ -710,7 +708,7 @@ static const eccl_chan_handler link_handler = {link_on_msg, link_on_data, link_o
 static void accept_links(eccl_comm *c)
 {
     for (;;) {
-        p2p_link *l = link_new(c, NULL, LINK_UNKNOWN);
+        p2p_link *l = link_new(c);
         if (!l) return;
         eccl_conn *conn = NULL;
         eccl_result rc = c->env->net->accept(c->env->net_ctx, c->listener.l, l, &conn);

@@ -169,7 +169,6 @@ eccl_result eccl_chan_flush(eccl_chan *ch)
             break;
         }
         if (sent == 0) break;
-        ch->tx_bytes += sent;
         ch->queued_bytes -= sent;
         while (sent > 0) {
             eccl_frame *f = ch->out_head;
@@ -214,7 +213,6 @@ static long chan_take(eccl_chan *ch, uint8_t *dst, size_t n)
             return -1;
         }
         ch->dry = got < want;
-        ch->rx_bytes += got;
         if (direct || got == 0) return (long)got;
         ch->rbuf_pos = 0;
         ch->rbuf_len = (uint32_t)got;

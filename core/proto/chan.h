@@ -46,11 +46,9 @@ struct eccl_chan {
     int kind;              /* ECCL_HANDLE_CHAN; must stay first */
     const eccl_env *env;
     eccl_conn *conn;
-    void *owner_data;      /* for the owner: which peer/link this is */
     eccl_result error;     /* first failure, ECCL_OK while healthy */
     int closed;
     int held;              /* a DATA frame waits for its destination */
-    int want_write;
     int paused;            /* owner turned reading off */
     int more;              /* stopped on budget with bytes left to parse */
     int dry;               /* the last recv came up short: wait for `wait` */
@@ -69,7 +67,6 @@ struct eccl_chan {
     uint8_t *rbuf;         /* read-ahead: small frames cost one recv */
     uint32_t rbuf_cap, rbuf_pos, rbuf_len;
     uint64_t last_rx_ns;
-    uint64_t tx_bytes, rx_bytes;
 };
 
 /* Wraps an open conn; the conn's user pointer must be `ch`. `rbuf_cap` is
