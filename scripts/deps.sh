@@ -15,6 +15,7 @@ packages=(
     clang           # the second compiler every change must build with
     python3         # tests/check_seam.sh
     libsimgrid-dev  # backends/sim: the core on SimGrid 3.32
+    gnuplot-nox     # eccl-sim renders plot.png (skipped with a note without it)
 )
 
 if ! command -v dpkg-query >/dev/null 2>&1; then

@@ -1,0 +1,974 @@
+/* eccl-sim: runs a scenario file on the simulator backend.
+ *
+ *   eccl-sim run FILE [--seed S] [--out DIR] [--log-level 0-5] [--verbose]
+ *
+ * The scenario (format: scenarios/README.md) describes a generated platform,
+ * N ranks running the very worker loop eccl-worker runs
+ * (examples/worker_loop.c, eccl_worker_run) as SimGrid actors, and a fault
+ * plan. After the run the outcome is checked; the results go to DIR (default
+ * results/<name>/ under the current directory): platform.xml, events.tsv,
+ * ranks.tsv, summary.tsv, plot.gp and plot.png (rendered with gnuplot when it
+ * is installed).
+ *
+ * Exit status: 0 every check passed, 1 a check failed (or the outputs could
+ * not be written), 2 usage or scenario error.
+ *
+ * Like everything the simulation links, this file holds no mutable global:
+ * the scenario, its PRNG and its results hang off one struct in main().
+ * Everything written to the TSVs comes from the simulated clock and the
+ * seeded PRNG, so the same file and seed give the same bytes.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <simgrid/actor.h>
+#include <simgrid/engine.h>
+#include <simgrid/host.h>
+#include <xbt/config.h>
+#include <xbt/log.h>
+
+#include "eccl.h"
+#include "env_sg.h"
+#include "worker_loop.h"
+
+#define MAX_RANKS 100000
+#define MAX_LINE 1024
+
+/* ---- scenario ------------------------------------------------------------ */
+
+typedef struct kill_spec {
+    int rank;      /* 1..ranks: the host node-<rank> goes off */
+    int at_iter;   /* >= 0: when the rank begins this iteration's all-reduce ... */
+    uint64_t at_ns; /* ... otherwise at this simulated time */
+} kill_spec;
+
+typedef struct scenario_cfg {
+    char name[64];
+    char platform[16];
+    int hosts, ranks, iters, world_min;
+    long count;
+    double bandwidth_Bps, latency_s, jitter_s;
+    int expect_survivors; /* -1: ranks - kills */
+    int have_seed;
+    uint64_t seed;
+    int nkills;
+    kill_spec *kills;
+} scenario_cfg;
+
+/* ---- run state ----------------------------------------------------------- */
+
+typedef struct sim sim;
+
+typedef struct rank_state {
+    sim *s;
+    int idx; /* 1..ranks, also the host node-idx */
+    char name[16];
+    char host[24];
+    uint64_t arrive_ns; /* staggered start, plus seeded jitter */
+    int kill;           /* index into cfg.kills, -1 when never killed */
+    int kill_armed;     /* its killer actor was started */
+    int killed, returned, status;
+    int exit_status; /* from its event=exit line; -1 before */
+    int oks, last_ok_iter, last_ok_world, failed_ops;
+    uint64_t begin_ns, op_ns; /* last event=begin; last begin-to-ok time */
+    uint64_t *hashes;          /* per iter, from its event=ok lines */
+} rank_state;
+
+typedef struct event_row {
+    uint64_t t_ns;
+    int rank;
+    char event[16];
+    int iter, world; /* -1: none */
+    char ms[24];     /* as the loop printed it, "-" when none */
+} event_row;
+
+struct sim {
+    const scenario_cfg *cfg;
+    eccl_sg_world *w;
+    const char *master_addr;
+    int verbose;
+    int done; /* ranks returned or killed; the master stops at cfg->ranks */
+    int nkilled;
+    int next_milestone; /* the next iteration whose completion is announced */
+    int *oks_at;        /* per iter: live ranks that finished it */
+    rank_state *rk;
+    event_row *ev;
+    size_t nev, cap_ev;
+    int oom;
+};
+
+/* ---- small helpers ------------------------------------------------------- */
+
+__attribute__((format(printf, 3, 4))) static int cfg_error(const char *file, int line,
+                                                           const char *fmt, ...)
+{
+    va_list ap;
+    if (line > 0)
+        fprintf(stderr, "eccl-sim: %s:%d: ", file, line);
+    else
+        fprintf(stderr, "eccl-sim: %s: ", file);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    return -1;
+}
+
+/* splitmix64: the only source of randomness, seeded from the scenario seed. */
+static uint64_t prng_next(uint64_t *state)
+{
+    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* Uniform in [0, n) (n > 0), without modulo bias worth speaking of at 64 bits. */
+static uint64_t prng_below(uint64_t *state, uint64_t n) { return prng_next(state) % n; }
+
+static char *trim(char *p)
+{
+    while (*p == ' ' || *p == '\t') p++;
+    size_t n = strlen(p);
+    while (n > 0 && (p[n - 1] == ' ' || p[n - 1] == '\t' || p[n - 1] == '\r' || p[n - 1] == '\n'))
+        p[--n] = '\0';
+    return p;
+}
+
+static int parse_long(const char *v, long lo, long hi, long *out)
+{
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (errno || end == v || *end || x < lo || x > hi) return -1;
+    *out = x;
+    return 0;
+}
+
+static int parse_u64(const char *v, uint64_t *out)
+{
+    char *end;
+    if (*v == '-' || *v == '+') return -1;
+    errno = 0;
+    unsigned long long x = strtoull(v, &end, 10);
+    if (errno || end == v || *end) return -1;
+    *out = x;
+    return 0;
+}
+
+/* A number followed by one of the units (factor each); strict. */
+typedef struct unit {
+    const char *name;
+    double factor;
+} unit;
+
+static int parse_quantity(const char *v, const unit *units, double *out)
+{
+    char *end;
+    errno = 0;
+    double x = strtod(v, &end);
+    if (errno || end == v || !isfinite(x) || x < 0) return -1;
+    while (*end == ' ') end++;
+    for (const unit *u = units; u->name; u++) {
+        if (strcmp(end, u->name) == 0) {
+            *out = x * u->factor;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+static const unit bandwidth_units[] = {
+    {"Bps", 1.0},   {"kBps", 1e3},    {"KBps", 1e3},      {"MBps", 1e6},   {"GBps", 1e9},
+    {"TBps", 1e12}, {"bps", 1.0 / 8}, {"kbps", 1e3 / 8},  {"Mbps", 1e6 / 8}, {"Gbps", 1e9 / 8},
+    {"Tbps", 1e12 / 8}, {NULL, 0},
+};
+
+static const unit time_units[] = {
+    {"s", 1.0}, {"ms", 1e-3}, {"us", 1e-6}, {"ns", 1e-9}, {NULL, 0},
+};
+
+static int valid_name(const char *v)
+{
+    if (!*v || strlen(v) >= 64 || v[0] == '.') return 0;
+    for (const char *p = v; *p; p++) {
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+              *p == '-' || *p == '_' || *p == '.'))
+            return 0;
+    }
+    return 1;
+}
+
+/* kill = R @ iter I   |   kill = R @ T<unit> */
+static int parse_kill(const char *v, kill_spec *k)
+{
+    char buf[128];
+    if (strlen(v) >= sizeof buf) return -1;
+    strcpy(buf, v);
+    char *at = strchr(buf, '@');
+    if (!at) return -1;
+    *at = '\0';
+    long r;
+    if (parse_long(trim(buf), 1, MAX_RANKS, &r)) return -1;
+    k->rank = (int)r;
+    char *when = trim(at + 1);
+    if (strncmp(when, "iter", 4) == 0 && (when[4] == ' ' || when[4] == '\t')) {
+        long it;
+        if (parse_long(trim(when + 5), 0, INT_MAX, &it)) return -1;
+        k->at_iter = (int)it;
+        k->at_ns = 0;
+        return 0;
+    }
+    double t;
+    if (parse_quantity(when, time_units, &t) || t > 1e6) return -1;
+    k->at_iter = -1;
+    k->at_ns = (uint64_t)llround(t * 1e9);
+    return 0;
+}
+
+enum { SEEN_NAME = 1, SEEN_PLATFORM = 2, SEEN_HOSTS = 4, SEEN_BW = 8, SEEN_LAT = 16,
+       SEEN_RANKS = 32, SEEN_COUNT = 64, SEEN_ITERS = 128, SEEN_EXPECT = 256, SEEN_SEED = 512,
+       SEEN_JITTER = 1024, SEEN_WORLD_MIN = 2048 };
+
+static const struct {
+    const char *key;
+    int bit;
+} required_keys[] = {
+    {"name", SEEN_NAME},   {"platform", SEEN_PLATFORM}, {"hosts", SEEN_HOSTS},
+    {"bandwidth", SEEN_BW}, {"latency", SEEN_LAT},      {"ranks", SEEN_RANKS},
+    {"count", SEEN_COUNT}, {"iters", SEEN_ITERS},
+};
+
+/* Returns 0, or -1 after printing why. */
+static int parse_scenario(const char *file, scenario_cfg *c)
+{
+    memset(c, 0, sizeof *c);
+    c->world_min = 2;
+    c->expect_survivors = -1;
+    FILE *f = fopen(file, "r");
+    if (!f) return cfg_error(file, 0, "cannot open: %s", strerror(errno));
+    char raw[MAX_LINE];
+    int lineno = 0, seen = 0, rc = 0;
+    while (rc == 0 && fgets(raw, sizeof raw, f)) {
+        lineno++;
+        if (!strchr(raw, '\n') && !feof(f)) {
+            rc = cfg_error(file, lineno, "line too long");
+            break;
+        }
+        char *hash = strchr(raw, '#');
+        if (hash) *hash = '\0';
+        char *line = trim(raw);
+        if (!*line) continue;
+        char *eq = strchr(line, '=');
+        if (!eq) {
+            rc = cfg_error(file, lineno, "expected `key = value`, got \"%s\"", line);
+            break;
+        }
+        *eq = '\0';
+        char *key = trim(line), *val = trim(eq + 1);
+        if (!*val) {
+            rc = cfg_error(file, lineno, "%s: empty value", key);
+            break;
+        }
+        int bit = 0;
+        long x;
+        if (strcmp(key, "name") == 0) {
+            bit = SEEN_NAME;
+            if (!valid_name(val))
+                rc = cfg_error(file, lineno, "name: \"%s\": use 1-63 of [A-Za-z0-9._-], not "
+                               "starting with '.'", val);
+            else
+                strcpy(c->name, val);
+        } else if (strcmp(key, "platform") == 0) {
+            bit = SEEN_PLATFORM;
+            if (strcmp(val, "flat") != 0)
+                rc = cfg_error(file, lineno, "platform: \"%s\": only `flat` exists for now", val);
+            else
+                strcpy(c->platform, val);
+        } else if (strcmp(key, "hosts") == 0) {
+            bit = SEEN_HOSTS;
+            if (parse_long(val, 2, MAX_RANKS + 1, &x))
+                rc = cfg_error(file, lineno, "hosts: \"%s\": want an integer in 2..%d", val,
+                               MAX_RANKS + 1);
+            else
+                c->hosts = (int)x;
+        } else if (strcmp(key, "bandwidth") == 0) {
+            bit = SEEN_BW;
+            if (parse_quantity(val, bandwidth_units, &c->bandwidth_Bps) || c->bandwidth_Bps <= 0)
+                rc = cfg_error(file, lineno, "bandwidth: \"%s\": want a positive number with a "
+                               "unit (Bps kBps MBps GBps TBps, or bps Kbps Mbps Gbps Tbps)", val);
+        } else if (strcmp(key, "latency") == 0) {
+            bit = SEEN_LAT;
+            if (parse_quantity(val, time_units, &c->latency_s) || c->latency_s > 10)
+                rc = cfg_error(file, lineno, "latency: \"%s\": want a time (s ms us ns) up to 10s",
+                               val);
+        } else if (strcmp(key, "ranks") == 0) {
+            bit = SEEN_RANKS;
+            if (parse_long(val, 1, MAX_RANKS, &x))
+                rc = cfg_error(file, lineno, "ranks: \"%s\": want an integer in 1..%d", val,
+                               MAX_RANKS);
+            else
+                c->ranks = (int)x;
+        } else if (strcmp(key, "count") == 0) {
+            bit = SEEN_COUNT;
+            if (parse_long(val, 1, 1L << 26, &c->count))
+                rc = cfg_error(file, lineno, "count: \"%s\": want an integer in 1..%ld", val,
+                               1L << 26);
+        } else if (strcmp(key, "iters") == 0) {
+            bit = SEEN_ITERS;
+            if (parse_long(val, 1, 1000000, &x))
+                rc = cfg_error(file, lineno, "iters: \"%s\": want an integer in 1..1000000", val);
+            else
+                c->iters = (int)x;
+        } else if (strcmp(key, "expect_survivors") == 0) {
+            bit = SEEN_EXPECT;
+            if (parse_long(val, 0, MAX_RANKS, &x))
+                rc = cfg_error(file, lineno, "expect_survivors: \"%s\": want an integer >= 0", val);
+            else
+                c->expect_survivors = (int)x;
+        } else if (strcmp(key, "seed") == 0) {
+            bit = SEEN_SEED;
+            if (parse_u64(val, &c->seed))
+                rc = cfg_error(file, lineno, "seed: \"%s\": want an unsigned 64-bit integer", val);
+            else
+                c->have_seed = 1;
+        } else if (strcmp(key, "jitter") == 0) {
+            bit = SEEN_JITTER;
+            if (parse_quantity(val, time_units, &c->jitter_s) || c->jitter_s > 10)
+                rc = cfg_error(file, lineno, "jitter: \"%s\": want a time (s ms us ns) up to 10s",
+                               val);
+        } else if (strcmp(key, "world_min") == 0) {
+            bit = SEEN_WORLD_MIN;
+            if (parse_long(val, 1, MAX_RANKS, &x))
+                rc = cfg_error(file, lineno, "world_min: \"%s\": want an integer >= 1", val);
+            else
+                c->world_min = (int)x;
+        } else if (strcmp(key, "kill") == 0) {
+            kill_spec k;
+            if (parse_kill(val, &k)) {
+                rc = cfg_error(file, lineno, "kill: \"%s\": want `RANK @ iter I` or `RANK @ TIME` "
+                               "(TIME with a unit: s ms us ns)", val);
+            } else {
+                for (int i = 0; i < c->nkills; i++)
+                    if (c->kills[i].rank == k.rank)
+                        rc = cfg_error(file, lineno, "kill: rank %d is already killed", k.rank);
+                if (rc == 0) {
+                    kill_spec *nk = realloc(c->kills, (size_t)(c->nkills + 1) * sizeof *nk);
+                    if (!nk) {
+                        rc = cfg_error(file, lineno, "out of memory");
+                    } else {
+                        c->kills = nk;
+                        c->kills[c->nkills++] = k;
+                    }
+                }
+            }
+        } else {
+            rc = cfg_error(file, lineno, "unknown key \"%s\" (see scenarios/README.md)", key);
+        }
+        if (rc == 0 && bit) {
+            if (seen & bit) rc = cfg_error(file, lineno, "%s given twice", key);
+            seen |= bit;
+        }
+    }
+    if (rc == 0 && ferror(f)) rc = cfg_error(file, 0, "read error");
+    fclose(f);
+    if (rc) return rc;
+    for (size_t i = 0; i < sizeof required_keys / sizeof required_keys[0]; i++)
+        if (!(seen & required_keys[i].bit))
+            return cfg_error(file, 0, "missing required key \"%s\"", required_keys[i].key);
+    if (c->hosts < c->ranks + 1)
+        return cfg_error(file, 0, "hosts = %d: need ranks + 1 = %d (host 0 runs the master)",
+                         c->hosts, c->ranks + 1);
+    for (int i = 0; i < c->nkills; i++) {
+        if (c->kills[i].rank > c->ranks)
+            return cfg_error(file, 0, "kill: rank %d: ranks are 1..%d", c->kills[i].rank, c->ranks);
+        if (c->kills[i].at_iter >= c->iters)
+            return cfg_error(file, 0, "kill: iter %d: iterations are 0..%d", c->kills[i].at_iter,
+                             c->iters - 1);
+    }
+    if (c->expect_survivors < 0) c->expect_survivors = c->ranks - c->nkills;
+    if (c->expect_survivors > c->ranks)
+        return cfg_error(file, 0, "expect_survivors = %d: only %d ranks", c->expect_survivors,
+                         c->ranks);
+    return 0;
+}
+
+/* ---- the platform -------------------------------------------------------- */
+
+/* A flat cluster: node-0 .. node-(hosts-1), each on a private link of the
+ * given bandwidth and latency to a backbone that never limits (hosts x the
+ * link bandwidth, no latency): host to host is 2 x latency. */
+static int write_platform(const scenario_cfg *c, const char *path)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) return -1;
+    fprintf(f,
+            "<?xml version='1.0'?>\n"
+            "<!DOCTYPE platform SYSTEM \"https://simgrid.org/simgrid.dtd\">\n"
+            "<!-- Generated by eccl-sim for scenario %s: a flat cluster of %d hosts. -->\n"
+            "<platform version=\"4.1\">\n"
+            "  <cluster id=\"flat\" prefix=\"node-\" suffix=\"\" radical=\"0-%d\" speed=\"1Gf\"\n"
+            "           bw=\"%.17gBps\" lat=\"%lluns\" bb_bw=\"%.17gBps\" bb_lat=\"0s\"/>\n"
+            "</platform>\n",
+            c->name, c->hosts, c->hosts - 1, c->bandwidth_Bps,
+            (unsigned long long)llround(c->latency_s * 1e9),
+            c->bandwidth_Bps * c->hosts);
+    return fclose(f) == 0 ? 0 : -1;
+}
+
+/* ---- events and progress ------------------------------------------------- */
+
+static int field_int(const char *line, const char *key, int *out)
+{
+    const char *p = strstr(line, key);
+    return p && sscanf(p + strlen(key), "%d", out) == 1;
+}
+
+static void add_event(sim *s, int rank, const char *event, int iter, int world, const char *ms)
+{
+    if (s->nev == s->cap_ev) {
+        size_t cap = s->cap_ev ? 2 * s->cap_ev : 256;
+        event_row *n = realloc(s->ev, cap * sizeof *n);
+        if (!n) {
+            s->oom = 1;
+            return;
+        }
+        s->ev = n;
+        s->cap_ev = cap;
+    }
+    event_row *e = &s->ev[s->nev++];
+    e->t_ns = eccl_sg_now_ns();
+    e->rank = rank;
+    snprintf(e->event, sizeof e->event, "%s", event);
+    e->iter = iter;
+    e->world = world;
+    snprintf(e->ms, sizeof e->ms, "%s", ms ? ms : "-");
+}
+
+/* Announces every iteration all live ranks are through. */
+static void progress(sim *s)
+{
+    int alive = s->cfg->ranks - s->nkilled;
+    while (s->next_milestone < s->cfg->iters && alive > 0 &&
+           s->oks_at[s->next_milestone] >= alive) {
+        eccl_sg_printf("eccl-sim", "progress iter=%d/%d ranks_done=%d", s->next_milestone + 1,
+                       s->cfg->iters, alive);
+        s->next_milestone++;
+    }
+}
+
+/* ---- fault injection ----------------------------------------------------- */
+
+static void start_actor(const char *name, const char *host, xbt_main_func_t fn, void *data)
+{
+    sg_actor_t a = sg_actor_init(name, sg_host_by_name(host));
+    sg_actor_set_data(a, data);
+    sg_actor_start(a, fn, 0, NULL);
+}
+
+typedef struct killer_arg {
+    rank_state *victim;
+    uint64_t at_ns;
+} killer_arg;
+
+static void killer_main(int argc, char **argv)
+{
+    (void)argc;
+    (void)argv;
+    killer_arg *ka = sg_actor_self_get_data();
+    rank_state *v = ka->victim;
+    sim *s = v->s;
+    sg_actor_sleep_until((double)ka->at_ns / 1e9);
+    eccl_sg_printf("eccl-sim", "kill rank=%d host=%s", v->idx, v->host);
+    eccl_sg_world_kill_host(s->w, v->host);
+    v->killed = 1;
+    s->nkilled++;
+    /* Its finished steps no longer count towards the live ranks' progress. */
+    for (int i = 0; i <= v->last_ok_iter && i < s->cfg->iters; i++) s->oks_at[i]--;
+    add_event(s, v->idx, "killed", v->last_ok_iter + 1, -1, NULL);
+    if (!v->returned) s->done++;
+    progress(s);
+    free(ka);
+}
+
+static void start_killer(rank_state *v, uint64_t at_ns)
+{
+    killer_arg *ka = malloc(sizeof *ka);
+    if (!ka) {
+        v->s->oom = 1;
+        return;
+    }
+    ka->victim = v;
+    ka->at_ns = at_ns;
+    char name[32];
+    snprintf(name, sizeof name, "killer%d", v->idx);
+    start_actor(name, "node-0", killer_main, ka);
+}
+
+/* ---- the sim launch ------------------------------------------------------ */
+
+static eccl_result sim_comm_create(void *ctx, const eccl_comm_params *params, eccl_comm **out)
+{
+    rank_state *r = ctx;
+    eccl_comm_params p = *params;
+    p.p2p_host = sg_host_self_get_name();
+    return eccl_sg_comm_create(r->s->w, &p, out);
+}
+
+static void sim_sleep_ms(void *ctx, int ms)
+{
+    (void)ctx;
+    sg_actor_sleep_for(ms / 1e3);
+}
+
+static double sim_now_ms(void *ctx)
+{
+    (void)ctx;
+    return (double)eccl_sg_now_ns() / 1e6;
+}
+
+/* The loop's key=value lines: recorded as events, echoed with --verbose. */
+static void sim_print(void *ctx, int to_stderr, const char *line)
+{
+    rank_state *r = ctx;
+    sim *s = r->s;
+    if (to_stderr || s->verbose) eccl_sg_printf(r->name, "%s%s", to_stderr ? "stderr: " : "", line);
+    if (to_stderr || strncmp(line, "event=", 6) != 0) return;
+    char event[16] = "", ms[24] = "";
+    sscanf(line + 6, "%15[a-z_]", event);
+    uint64_t now = eccl_sg_now_ns();
+    /* The loop prints ms=%.1f; the simulated clock gives the exact time
+     * since this rank's event=begin, to the nanosecond. */
+    if (strstr(line, " ms=")) {
+        uint64_t d = now - r->begin_ns;
+        snprintf(ms, sizeof ms, "%llu.%06llu", (unsigned long long)(d / 1000000u),
+                 (unsigned long long)(d % 1000000u));
+    }
+    int iter = -1, world = -1;
+    field_int(line, " iter=", &iter);
+    field_int(line, " world=", &world);
+    add_event(s, r->idx, event, iter, world, ms[0] ? ms : NULL);
+
+    if (strcmp(event, "begin") == 0) {
+        r->begin_ns = now;
+        /* The victim starts the fatal step: crash it halfway through, by the
+         * time its last good step took (as tests/sim/sim_worker does). */
+        if (r->kill >= 0) {
+            const kill_spec *k = &s->cfg->kills[r->kill];
+            if (k->at_iter >= 0 && iter == k->at_iter && !r->kill_armed) {
+                r->kill_armed = 1;
+                start_killer(r, now + r->op_ns / 2);
+            }
+        }
+    } else if (strcmp(event, "ok") == 0) {
+        unsigned long long h = 0;
+        const char *hp = strstr(line, " hash=");
+        r->oks++;
+        r->op_ns = now - r->begin_ns;
+        r->last_ok_iter = iter;
+        r->last_ok_world = world;
+        if (iter >= 0 && iter < s->cfg->iters) {
+            if (hp && sscanf(hp + 6, "%llx", &h) == 1) r->hashes[iter] = h;
+            s->oks_at[iter]++;
+            progress(s);
+        }
+    } else if (strcmp(event, "peer_lost") == 0 || strcmp(event, "timeout") == 0 ||
+               strcmp(event, "too_few_peers") == 0) {
+        r->failed_ops++;
+    } else if (strcmp(event, "exit") == 0) {
+        field_int(line, " status=", &r->exit_status);
+    }
+}
+
+/* ---- actors -------------------------------------------------------------- */
+
+static void master_main(int argc, char **argv)
+{
+    (void)argc;
+    (void)argv;
+    sim *s = sg_actor_self_get_data();
+    eccl_master *m = NULL;
+    eccl_result rc = eccl_sg_master_create(s->w, s->master_addr, &m);
+    if (rc == ECCL_OK) rc = eccl_master_run(m);
+    if (rc != ECCL_OK) {
+        eccl_sg_printf("master", "FAIL master start: %s", eccl_strerror(rc));
+        eccl_master_destroy(m);
+        return;
+    }
+    while (s->done < s->cfg->ranks) sg_actor_sleep_for(0.001);
+    eccl_master_destroy(m);
+}
+
+static void rank_main(int argc, char **argv)
+{
+    (void)argc;
+    (void)argv;
+    rank_state *r = sg_actor_self_get_data();
+    sim *s = r->s;
+    sg_actor_sleep_until((double)r->arrive_ns / 1e9);
+    const eccl_launch launch = {
+        .ctx = r,
+        .comm_create = sim_comm_create,
+        .sleep_ms = sim_sleep_ms,
+        .now_ms = sim_now_ms,
+        .print = sim_print,
+        .pid = (int)sg_actor_self_get_pid(),
+    };
+    /* eccl-worker --master node-0:5000 --count C --iters I --start-world N */
+    const eccl_worker_options o = {
+        .master = s->master_addr,
+        .count = (size_t)s->cfg->count,
+        .iters = s->cfg->iters,
+        .world_min = s->cfg->world_min,
+        .start_world = s->cfg->ranks,
+        .group = 0,
+        .wait_ms = 30000,
+    };
+    r->status = eccl_worker_run(&launch, &o);
+    r->returned = 1;
+    s->done++;
+}
+
+/* ---- outputs ------------------------------------------------------------- */
+
+static int mkdir_p(const char *dir)
+{
+    char buf[PATH_MAX];
+    if (snprintf(buf, sizeof buf, "%s", dir) >= (int)sizeof buf) return -1;
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = '\0';
+        if (mkdir(buf, 0777) && errno != EEXIST) return -1;
+        *p = '/';
+    }
+    if (mkdir(buf, 0777) && errno != EEXIST) return -1;
+    struct stat st;
+    return stat(buf, &st) == 0 && S_ISDIR(st.st_mode) ? 0 : -1;
+}
+
+static FILE *open_out(const char *dir, const char *name)
+{
+    char path[PATH_MAX];
+    if (snprintf(path, sizeof path, "%s/%s", dir, name) >= (int)sizeof path) return NULL;
+    FILE *f = fopen(path, "w");
+    if (!f) fprintf(stderr, "eccl-sim: cannot write %s: %s\n", path, strerror(errno));
+    return f;
+}
+
+static void fmt_time(char *buf, size_t size, uint64_t ns)
+{
+    snprintf(buf, size, "%llu.%09llu", (unsigned long long)(ns / 1000000000u),
+             (unsigned long long)(ns % 1000000000u));
+}
+
+static int write_events(const sim *s, const char *dir)
+{
+    FILE *f = open_out(dir, "events.tsv");
+    if (!f) return -1;
+    fputs("time_s\trank\tevent\titer\tworld\tms\n", f);
+    for (size_t i = 0; i < s->nev; i++) {
+        const event_row *e = &s->ev[i];
+        char t[32], it[16] = "-", wo[16] = "-";
+        fmt_time(t, sizeof t, e->t_ns);
+        if (e->iter >= 0) snprintf(it, sizeof it, "%d", e->iter);
+        if (e->world >= 0) snprintf(wo, sizeof wo, "%d", e->world);
+        fprintf(f, "%s\t%d\t%s\t%s\t%s\t%s\n", t, e->rank, e->event, it, wo, e->ms);
+    }
+    return fclose(f) == 0 ? 0 : -1;
+}
+
+static int write_plot_script(const scenario_cfg *c, const char *dir)
+{
+    FILE *f = open_out(dir, "plot.gp");
+    if (!f) return -1;
+    fprintf(f,
+            "# Generated by eccl-sim for scenario %s: one row per rank, simulated time\n"
+            "# across. Run in this directory: gnuplot plot.gp  (reads events.tsv)\n"
+            "set terminal pngcairo size 1000,%d font \",10\"\n"
+            "set output \"plot.png\"\n"
+            "set datafile separator \"\\t\"\n"
+            "set title \"%s: %d ranks x %d iterations of %ld f32 (all-reduce timeline)\"\n"
+            "set xlabel \"simulated time (ms)\"\n"
+            "set ylabel \"rank\"\n"
+            "set yrange [0.5:%d.5]\n"
+            "set ytics 1\n"
+            "set grid xtics\n"
+            "set key outside bottom center horizontal\n"
+            "set style arrow 1 nohead lw 6 lc rgb \"#2a9d3f\"\n"
+            "set style arrow 2 nohead lw 6 lc rgb \"#d62728\"\n"
+            "ok(e) = e eq \"ok\"\n"
+            "failed(e) = e eq \"peer_lost\" || e eq \"timeout\" || e eq \"too_few_peers\"\n"
+            "# Each all-reduce ends at time_s after taking ms: a bar from its start to its end.\n"
+            "plot \"events.tsv\" skip 1 using (ok(strcol(3)) ? $1*1000 - $6 : NaN):2:6:(0) \\\n"
+            "       with vectors arrowstyle 1 title \"all-reduce ok\", \\\n"
+            "     \"\" skip 1 using (failed(strcol(3)) ? $1*1000 - $6 : NaN):2:6:(0) \\\n"
+            "       with vectors arrowstyle 2 title \"all-reduce failed (peer lost)\", \\\n"
+            "     \"\" skip 1 using (strcol(3) eq \"killed\" ? $1*1000 : NaN):2 \\\n"
+            "       with points pt 2 ps 3 lw 3 lc rgb \"black\" title \"host killed\", \\\n"
+            "     \"\" skip 1 using (strcol(3) eq \"exit\" ? $1*1000 : NaN):2 \\\n"
+            "       with points pt 7 ps 1.2 lc rgb \"#1f5fbf\" title \"worker exit\"\n",
+            c->name, 200 + 40 * (c->ranks < 40 ? c->ranks : 40), c->name, c->ranks, c->iters,
+            c->count, c->ranks);
+    return fclose(f) == 0 ? 0 : -1;
+}
+
+/* 0 rendered, 1 gnuplot missing, -1 gnuplot failed. */
+static int render_plot(const char *dir)
+{
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+        if (chdir(dir) != 0) _exit(126);
+        execlp("gnuplot", "gnuplot", "plot.gp", (char *)NULL);
+        _exit(errno == ENOENT ? 127 : 126);
+    }
+    int st;
+    while (waitpid(pid, &st, 0) < 0) {
+        if (errno != EINTR) return -1;
+    }
+    if (WIFEXITED(st) && WEXITSTATUS(st) == 127) return 1;
+    return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
+}
+
+/* ---- main ---------------------------------------------------------------- */
+
+static int usage(const char *argv0)
+{
+    fprintf(stderr,
+            "usage: %s run FILE [--seed S] [--out DIR] [--log-level 0-5] [--verbose]\n"
+            "  Runs the scenario FILE (format: scenarios/README.md) on the simulator and\n"
+            "  writes its results to DIR (default: results/<scenario name>/).\n"
+            "  Exit status: 0 all checks passed, 1 a check failed, 2 usage or scenario error.\n",
+            argv0);
+    return 2;
+}
+
+int main(int argc, char **argv)
+{
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    /* Takes SimGrid's own --cfg=... and --log=... options out of argv. */
+    simgrid_init(&argc, argv);
+    if (argc < 3 || strcmp(argv[1], "run") != 0) return usage(argv[0]);
+    const char *file = argv[2], *out = NULL;
+    int have_seed = 0, verbose = 0, log_level = ECCL_LOG_WARN;
+    uint64_t seed = 0;
+    for (int i = 3; i < argc; i++) {
+        long x;
+        if (strcmp(argv[i], "--seed") == 0 && i + 1 < argc) {
+            if (parse_u64(argv[++i], &seed)) {
+                fprintf(stderr, "eccl-sim: --seed %s: want an unsigned 64-bit integer\n", argv[i]);
+                return 2;
+            }
+            have_seed = 1;
+        } else if (strcmp(argv[i], "--out") == 0 && i + 1 < argc) {
+            out = argv[++i];
+        } else if (strcmp(argv[i], "--log-level") == 0 && i + 1 < argc) {
+            if (parse_long(argv[++i], 0, 5, &x)) return usage(argv[0]);
+            log_level = (int)x;
+        } else if (strcmp(argv[i], "--verbose") == 0) {
+            verbose = 1;
+        } else {
+            return usage(argv[0]);
+        }
+    }
+
+    scenario_cfg cfg;
+    if (parse_scenario(file, &cfg)) {
+        free(cfg.kills);
+        return 2;
+    }
+    if (have_seed) cfg.seed = seed; /* --seed wins over the file's */
+    else if (!cfg.have_seed) cfg.seed = 1;
+
+    char outdir[PATH_MAX];
+    if (out)
+        snprintf(outdir, sizeof outdir, "%s", out);
+    else
+        snprintf(outdir, sizeof outdir, "results/%s", cfg.name);
+    char platform_path[PATH_MAX];
+    if (mkdir_p(outdir) ||
+        snprintf(platform_path, sizeof platform_path, "%s/platform.xml", outdir) >=
+            (int)sizeof platform_path ||
+        write_platform(&cfg, platform_path)) {
+        fprintf(stderr, "eccl-sim: cannot create %s: %s\n", outdir, strerror(errno));
+        free(cfg.kills);
+        return 1;
+    }
+
+    /* SimGrid's configuration chatter goes, its warnings stay. */
+    xbt_log_control_set("xbt_cfg.thres:warning");
+    /* CM02: a message costs exactly latency + size / bandwidth. */
+    sg_cfg_set_string("network/model", "CM02");
+    simgrid_load_platform(platform_path);
+
+    sim *s = calloc(1, sizeof *s);
+    if (!s) return 1;
+    s->cfg = &cfg;
+    s->verbose = verbose;
+    s->master_addr = "node-0:5000";
+    s->rk = calloc((size_t)cfg.ranks, sizeof *s->rk);
+    s->oks_at = calloc((size_t)cfg.iters, sizeof *s->oks_at);
+    uint64_t *hashes = calloc((size_t)cfg.ranks * (size_t)cfg.iters, sizeof *hashes);
+    if (!s->rk || !s->oks_at || !hashes || eccl_sg_world_create(log_level, &s->w) != ECCL_OK) {
+        fprintf(stderr, "eccl-sim: out of memory\n");
+        return 1;
+    }
+    eccl_sg_printf("eccl-sim", "scenario=%s seed=%llu ranks=%d iters=%d count=%ld out=%s",
+                   cfg.name, (unsigned long long)cfg.seed, cfg.ranks, cfg.iters, cfg.count, outdir);
+
+    /* Every random choice comes from this one stream, in this order. */
+    uint64_t rng = cfg.seed;
+    uint64_t jitter_ns = (uint64_t)llround(cfg.jitter_s * 1e9);
+    start_actor("master", "node-0", master_main, s);
+    for (int i = 0; i < cfg.ranks; i++) {
+        rank_state *r = &s->rk[i];
+        r->s = s;
+        r->idx = i + 1;
+        r->kill = -1;
+        r->exit_status = -1;
+        r->last_ok_iter = -1;
+        r->last_ok_world = -1;
+        r->hashes = hashes + (size_t)i * (size_t)cfg.iters;
+        snprintf(r->name, sizeof r->name, "rank%d", r->idx);
+        snprintf(r->host, sizeof r->host, "node-%d", r->idx);
+        /* Staggered arrivals (the first founds the group), plus jitter. */
+        r->arrive_ns = 1000000ull * (uint64_t)r->idx;
+        if (jitter_ns) r->arrive_ns += prng_below(&rng, jitter_ns);
+    }
+    for (int k = 0; k < cfg.nkills; k++) {
+        rank_state *r = &s->rk[cfg.kills[k].rank - 1];
+        r->kill = k;
+        if (cfg.kills[k].at_iter == -1) start_killer(r, cfg.kills[k].at_ns);
+    }
+    for (int i = 0; i < cfg.ranks; i++)
+        start_actor(s->rk[i].name, s->rk[i].host, rank_main, &s->rk[i]);
+    simgrid_run();
+    uint64_t end_ns = eccl_sg_now_ns();
+
+    /* ---- checks ---- */
+    int failures = 0, survivors = 0, killed = 0, noticed = 0;
+    FILE *rf = open_out(outdir, "ranks.tsv");
+    if (rf)
+        fputs("rank\thost\trole\treturned\tstatus\toks\tlast_ok_iter\tlast_world\tfailed_ops\t"
+              "check\n", rf);
+    for (int i = 0; i < cfg.ranks; i++) {
+        rank_state *r = &s->rk[i];
+        int ok;
+        const char *role;
+        if (r->kill >= 0) {
+            role = "victim";
+            const kill_spec *k = &cfg.kills[r->kill];
+            /* Killed before returning; an iteration trigger must have fired. */
+            ok = r->killed && !r->returned && r->oks < cfg.iters;
+            /* Killed during iteration I's all-reduce: exactly I good steps. */
+            if (k->at_iter >= 0)
+                ok = ok && r->oks == k->at_iter && r->last_ok_iter == k->at_iter - 1;
+            killed += r->killed && !r->returned;
+        } else {
+            role = "survivor";
+            ok = r->returned && r->status == 0 && r->exit_status == 0 && r->oks == cfg.iters &&
+                 r->last_ok_iter == cfg.iters - 1;
+            survivors += ok;
+            /* Saw the failure: an all-reduce failed under it, or the world shrank. */
+            int saw = r->failed_ops > 0 || (r->last_ok_world >= 0 && r->last_ok_world < cfg.ranks);
+            noticed += saw;
+            if (cfg.nkills > 0 && !saw) ok = 0;
+        }
+        failures += !ok;
+        eccl_sg_printf("eccl-sim", "%s rank=%d role=%s returned=%d status=%d oks=%d "
+                       "last_ok_iter=%d last_world=%d failed_ops=%d",
+                       ok ? "ok" : "FAIL", r->idx, role, r->returned, r->status, r->oks,
+                       r->last_ok_iter, r->last_ok_world, r->failed_ops);
+        if (rf)
+            fprintf(rf, "%d\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\n", r->idx, r->host, role,
+                    r->returned, r->status, r->oks, r->last_ok_iter, r->last_ok_world,
+                    r->failed_ops, ok ? "pass" : "FAIL");
+    }
+    /* Every rank that finished an iteration holds the same bits. */
+    int parity_bad = 0;
+    for (int it = 0; it < cfg.iters; it++) {
+        uint64_t ref = 0;
+        for (int i = 0; i < cfg.ranks; i++) {
+            uint64_t h = s->rk[i].hashes[it];
+            if (!h) continue;
+            if (!ref) ref = h;
+            else if (h != ref) parity_bad++;
+        }
+    }
+    if (parity_bad) {
+        eccl_sg_printf("eccl-sim", "FAIL %d all-reduce results differ between ranks", parity_bad);
+        failures++;
+    }
+    if (survivors != cfg.expect_survivors) {
+        eccl_sg_printf("eccl-sim", "FAIL survivors=%d expect_survivors=%d", survivors,
+                       cfg.expect_survivors);
+        failures++;
+    }
+    if (s->oom) {
+        fprintf(stderr, "eccl-sim: out of memory while recording\n");
+        failures++;
+    }
+    const char *checks = failures ? "fail" : "pass";
+    char sim_time[32];
+    fmt_time(sim_time, sizeof sim_time, end_ns);
+
+    int io_err = rf ? (fclose(rf) != 0) : 1;
+    io_err |= write_events(s, outdir) != 0;
+    FILE *sf = open_out(outdir, "summary.tsv");
+    if (sf) {
+        fprintf(sf, "key\tvalue\n");
+        fprintf(sf, "scenario\t%s\nseed\t%llu\nplatform\t%s\nhosts\t%d\nranks\t%d\ncount\t%ld\n"
+                    "iters\t%d\nkills\t%d\nkilled\t%d\nsurvivors\t%d\nexpect_survivors\t%d\n"
+                    "survivors_noticed\t%d\nfailed_checks\t%d\nchecks\t%s\nevents\t%zu\n"
+                    "sim_time_s\t%s\n",
+                cfg.name, (unsigned long long)cfg.seed, cfg.platform, cfg.hosts, cfg.ranks,
+                cfg.count, cfg.iters, cfg.nkills, killed, survivors, cfg.expect_survivors, noticed,
+                failures, checks, s->nev, sim_time);
+        io_err |= fclose(sf) != 0;
+    } else {
+        io_err = 1;
+    }
+    io_err |= write_plot_script(&cfg, outdir) != 0;
+    const char *plot = "none";
+    if (!io_err) {
+        int pr = render_plot(outdir);
+        if (pr == 1) {
+            fprintf(stderr, "eccl-sim: gnuplot not found: skipping plot.png "
+                            "(install gnuplot-nox)\n");
+            plot = "skipped";
+        } else if (pr < 0) {
+            fprintf(stderr, "eccl-sim: gnuplot failed on %s/plot.gp\n", outdir);
+            plot = "failed";
+            io_err = 1;
+        } else {
+            plot = "plot.png";
+        }
+    }
+
+    printf("scenario=%s seed=%llu ranks=%d killed=%d survivors=%d expect_survivors=%d iters=%d "
+           "checks=%s sim_time_s=%s events=%zu out=%s plot=%s\n",
+           cfg.name, (unsigned long long)cfg.seed, cfg.ranks, killed, survivors,
+           cfg.expect_survivors, cfg.iters, checks, sim_time, s->nev, outdir, plot);
+
+    eccl_sg_world_destroy(s->w);
+    free(hashes);
+    free(s->rk);
+    free(s->oks_at);
+    free(s->ev);
+    free(s);
+    free(cfg.kills);
+    fflush(stdout);
+    return failures == 0 && !io_err ? 0 : 1;
+}
