@@ -24,7 +24,10 @@
 #define COMM_RBUF_MASTER 4096u
 #define COMM_RBUF_P2P (64u << 10)
 #define COMM_READ_BUDGET (8u << 20)
-#define COMM_RETRY_NS 50000000ull /* 50 ms between connect attempts */
+/* Connect attempts back off exponentially: a refusal usually means a full
+ * accept backlog, which hammering makes worse. */
+#define COMM_RETRY_NS 50000000ull      /* first retry after 50 ms */
+#define COMM_RETRY_MAX_NS 1000000000ull /* then doubling, up to 1 s */
 /* A neighbour may start a collective before we call it. Its small frames are
  * kept aside (saves toggling the socket off and on); bigger ones, or more
  * than COMM_EARLY_LIMIT bytes, stay in the kernel, held by TCP back-pressure. */
@@ -107,6 +110,7 @@ struct eccl_comm {
     int master_open;
     uint64_t master_deadline;   /* give up reaching the master */
     uint64_t master_retry_at;   /* next connect attempt, 0 = none */
+    uint64_t master_backoff;    /* delay before the attempt after that */
     uint64_t heartbeat_at;
     uint64_t peer_id;
 
@@ -118,6 +122,7 @@ struct eccl_comm {
     eccl_wire_peer_ref next_ref, prev_ref;
     p2p_link *link_next, *link_prev;
     uint64_t next_retry_at;     /* reconnect to next after a refusal */
+    uint64_t next_backoff;
     int ring_ready;
     int frozen;                 /* between VIEW_QUERY and RING */
 
@@ -144,6 +149,22 @@ static const eccl_chan_handler master_handler;
 static const eccl_chan_handler link_handler;
 
 static uint64_t now_ns(const eccl_comm *c) { return eccl_engine_now(&c->eng); }
+
+/* When to try again: now plus the current delay, which then doubles. */
+static uint64_t retry_at(const eccl_comm *c, uint64_t *backoff)
+{
+    if (*backoff < COMM_RETRY_NS) *backoff = COMM_RETRY_NS;
+    uint64_t at = now_ns(c) + *backoff;
+    *backoff = *backoff * 2 > COMM_RETRY_MAX_NS ? COMM_RETRY_MAX_NS : *backoff * 2;
+    return at;
+}
+
+/* The master is retried until connect_timeout, and not a moment later. */
+static void master_retry_schedule(eccl_comm *c)
+{
+    uint64_t at = retry_at(c, &c->master_backoff);
+    c->master_retry_at = at < c->master_deadline ? at : c->master_deadline;
+}
 
 /* ---- links ---------------------------------------------------------------- */
 
@@ -221,7 +242,7 @@ static eccl_result link_connect_next(eccl_comm *c)
     eccl_result rc = c->env->net->connect(c->env->net_ctx, c->next_ref.addr, l, &conn);
     if (rc != ECCL_OK) {
         link_close(c, l);
-        c->next_retry_at = now_ns(c) + COMM_RETRY_NS;
+        c->next_retry_at = retry_at(c, &c->next_backoff);
         return rc;
     }
     l->ch.conn = conn;
@@ -418,6 +439,7 @@ static void check_ring_ready(eccl_comm *c)
     if (c->ring_ready || c->frozen || c->phase == PHASE_FAILED) return;
     if (c->world > 1 && !(c->link_next && c->link_prev)) return;
     c->ring_ready = 1;
+    c->next_backoff = 0;
     ECCL_DEBUG(c->env, "ring epoch %u ready: rank %u of %u", c->epoch, c->rank, c->world);
     eccl_msg m = {.type = ECCL_MSG_RING_READY};
     m.u.epoch.epoch = c->epoch;
@@ -735,7 +757,7 @@ static void link_service(eccl_comm *c, p2p_link *l)
         if (l == c->link_next || l == c->link_prev)
             ECCL_INFO(c->env, "link to peer %llu lost: %s", (unsigned long long)l->peer_id,
                       eccl_strerror(l->ch.error));
-        if (l == c->link_next && !c->frozen) c->next_retry_at = now_ns(c) + COMM_RETRY_NS;
+        if (l == c->link_next && !c->frozen) c->next_retry_at = retry_at(c, &c->next_backoff);
         link_close(c, l);
     }
 }
@@ -750,7 +772,7 @@ static void master_service(eccl_comm *c)
         /* The master may not be up yet: retry until connect_timeout. */
         eccl_chan_close(&c->master);
         c->master_open = 0;
-        c->master_retry_at = now_ns(c) + COMM_RETRY_NS;
+        master_retry_schedule(c);
         return;
     }
     if (rc != ECCL_OK)
@@ -816,7 +838,7 @@ static uint64_t timers(eccl_comm *c)
             comm_fail(c, ECCL_ERR_CONNECT);
         } else if (now >= c->master_retry_at) {
             c->master_retry_at = 0;
-            if (master_open(c) != ECCL_OK) c->master_retry_at = now + COMM_RETRY_NS;
+            if (master_open(c) != ECCL_OK) master_retry_schedule(c);
         }
         if (c->master_retry_at) next = min_deadline(next, c->master_retry_at);
     }
@@ -969,7 +991,7 @@ eccl_result eccl_comm_connect(eccl_comm *c)
         rc = master_open(c);
         if (rc != ECCL_OK) {
             if (rc != ECCL_ERR_CONNECT) goto fail;
-            c->master_retry_at = now_ns(c) + COMM_RETRY_NS;
+            master_retry_schedule(c);
         }
         ECCL_CHECK(c->env, eccl_engine_start(&c->eng, "eccl-comm"));
     }
