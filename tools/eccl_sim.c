@@ -22,6 +22,7 @@
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,6 +43,8 @@
 #include "worker_loop.h"
 
 #define MAX_RANKS 100000
+#define MAX_HOSTS 2000000 /* clos and wan: generated hosts */
+#define MAX_REGIONS 64     /* wan: a link per pair of regions */
 #define MAX_LINE 1024
 
 /* ---- scenario ------------------------------------------------------------ */
@@ -52,12 +55,22 @@ typedef struct kill_spec {
     uint64_t at_ns; /* ... otherwise at this simulated time */
 } kill_spec;
 
+typedef enum platform_kind { PLATFORM_FLAT, PLATFORM_CLOS, PLATFORM_WAN } platform_kind;
+
 typedef struct scenario_cfg {
     char name[64];
     char platform[16];
+    platform_kind kind;
     int hosts, ranks, iters, world_min;
     long count;
     double bandwidth_Bps, latency_s, jitter_s;
+    /* platform = clos: host-to-host latencies, same rack < zone < DC < other DC */
+    int hosts_per_rack, racks_per_zone, zones_per_dc, dcs;
+    double oversubscription, zone_latency_s, dc_latency_s, inter_dc_latency_s;
+    /* platform = wan: host-to-host latencies, same site < region < other region */
+    int regions, sites_per_region, hosts_per_site;
+    double site_latency_s, site_bandwidth_Bps, region_latency_s, region_bandwidth_Bps,
+        flow_bandwidth_Bps; /* 0: no per-flow cap */
     int expect_survivors; /* -1: ranks - kills */
     int have_seed;
     uint64_t seed;
@@ -105,6 +118,8 @@ struct sim {
     event_row *ev;
     size_t nev, cap_ev;
     int oom;
+    /* Every good all-reduce, begin to ok, all ranks: count, sum, minimum. */
+    uint64_t ar_n, ar_sum_ns, ar_min_ns;
 };
 
 /* ---- small helpers ------------------------------------------------------- */
@@ -236,18 +251,121 @@ static int parse_kill(const char *v, kill_spec *k)
     return 0;
 }
 
-enum { SEEN_NAME = 1, SEEN_PLATFORM = 2, SEEN_HOSTS = 4, SEEN_BW = 8, SEEN_LAT = 16,
-       SEEN_RANKS = 32, SEEN_COUNT = 64, SEEN_ITERS = 128, SEEN_EXPECT = 256, SEEN_SEED = 512,
-       SEEN_JITTER = 1024, SEEN_WORLD_MIN = 2048 };
-
-static const struct {
-    const char *key;
-    int bit;
-} required_keys[] = {
-    {"name", SEEN_NAME},   {"platform", SEEN_PLATFORM}, {"hosts", SEEN_HOSTS},
-    {"bandwidth", SEEN_BW}, {"latency", SEEN_LAT},      {"ranks", SEEN_RANKS},
-    {"count", SEEN_COUNT}, {"iters", SEEN_ITERS},
+/* Every key but the repeatable `kill`; the line it was given on is kept so
+ * that a key the chosen platform does not take is reported where it stands. */
+enum {
+    K_NAME, K_PLATFORM, K_BW, K_LAT, K_RANKS, K_COUNT, K_ITERS, K_EXPECT, K_SEED, K_JITTER,
+    K_WORLD_MIN,
+    K_HOSTS,                                                        /* flat */
+    K_HOSTS_PER_RACK, K_RACKS_PER_ZONE, K_ZONES_PER_DC, K_DCS, K_OVERSUB, K_ZONE_LAT, K_DC_LAT,
+    K_INTER_DC_LAT,                                                 /* clos */
+    K_REGIONS, K_SITES_PER_REGION, K_HOSTS_PER_SITE, K_SITE_LAT, K_SITE_BW, K_REGION_LAT,
+    K_REGION_BW, K_FLOW_BW,                                         /* wan */
+    K_NKEYS
 };
+
+typedef enum key_kind { KK_SPECIAL, KK_INT, KK_BW, KK_TIME, KK_RATIO } key_kind;
+
+typedef struct key_def {
+    const char *name;
+    key_kind kind;
+    size_t off; /* of the int or double field (KK_INT, KK_BW, KK_TIME, KK_RATIO) */
+    long lo, hi; /* KK_INT range */
+} key_def;
+
+#define CFG_OFF(f) offsetof(scenario_cfg, f)
+static const key_def key_defs[K_NKEYS] = {
+    [K_NAME] = {"name", KK_SPECIAL, 0, 0, 0},
+    [K_PLATFORM] = {"platform", KK_SPECIAL, 0, 0, 0},
+    [K_BW] = {"bandwidth", KK_BW, CFG_OFF(bandwidth_Bps), 0, 0},
+    [K_LAT] = {"latency", KK_TIME, CFG_OFF(latency_s), 0, 0},
+    [K_RANKS] = {"ranks", KK_INT, CFG_OFF(ranks), 1, MAX_RANKS},
+    [K_COUNT] = {"count", KK_SPECIAL, 0, 0, 0},
+    [K_ITERS] = {"iters", KK_INT, CFG_OFF(iters), 1, 1000000},
+    [K_EXPECT] = {"expect_survivors", KK_INT, CFG_OFF(expect_survivors), 0, MAX_RANKS},
+    [K_SEED] = {"seed", KK_SPECIAL, 0, 0, 0},
+    [K_JITTER] = {"jitter", KK_TIME, CFG_OFF(jitter_s), 0, 0},
+    [K_WORLD_MIN] = {"world_min", KK_INT, CFG_OFF(world_min), 1, MAX_RANKS},
+    [K_HOSTS] = {"hosts", KK_INT, CFG_OFF(hosts), 2, MAX_RANKS + 1},
+    [K_HOSTS_PER_RACK] = {"hosts_per_rack", KK_INT, CFG_OFF(hosts_per_rack), 1, MAX_HOSTS},
+    [K_RACKS_PER_ZONE] = {"racks_per_zone", KK_INT, CFG_OFF(racks_per_zone), 1, MAX_HOSTS},
+    [K_ZONES_PER_DC] = {"zones_per_dc", KK_INT, CFG_OFF(zones_per_dc), 1, MAX_HOSTS},
+    [K_DCS] = {"dcs", KK_INT, CFG_OFF(dcs), 1, MAX_HOSTS},
+    [K_OVERSUB] = {"oversubscription", KK_RATIO, CFG_OFF(oversubscription), 0, 0},
+    [K_ZONE_LAT] = {"zone_latency", KK_TIME, CFG_OFF(zone_latency_s), 0, 0},
+    [K_DC_LAT] = {"dc_latency", KK_TIME, CFG_OFF(dc_latency_s), 0, 0},
+    [K_INTER_DC_LAT] = {"inter_dc_latency", KK_TIME, CFG_OFF(inter_dc_latency_s), 0, 0},
+    [K_REGIONS] = {"regions", KK_INT, CFG_OFF(regions), 1, MAX_REGIONS},
+    [K_SITES_PER_REGION] = {"sites_per_region", KK_INT, CFG_OFF(sites_per_region), 1, MAX_HOSTS},
+    [K_HOSTS_PER_SITE] = {"hosts_per_site", KK_INT, CFG_OFF(hosts_per_site), 1, MAX_HOSTS},
+    [K_SITE_LAT] = {"site_latency", KK_TIME, CFG_OFF(site_latency_s), 0, 0},
+    [K_SITE_BW] = {"site_bandwidth", KK_BW, CFG_OFF(site_bandwidth_Bps), 0, 0},
+    [K_REGION_LAT] = {"region_latency", KK_TIME, CFG_OFF(region_latency_s), 0, 0},
+    [K_REGION_BW] = {"region_bandwidth", KK_BW, CFG_OFF(region_bandwidth_Bps), 0, 0},
+    [K_FLOW_BW] = {"flow_bandwidth", KK_BW, CFG_OFF(flow_bandwidth_Bps), 0, 0},
+};
+#undef CFG_OFF
+
+/* Which keys a platform takes: required ones, then optional ones; -1 ends. */
+static const int common_required[] = {K_NAME, K_PLATFORM, K_BW, K_LAT, K_RANKS, K_COUNT,
+                                      K_ITERS, -1};
+static const int common_optional[] = {K_EXPECT, K_SEED, K_JITTER, K_WORLD_MIN, -1};
+static const int flat_required[] = {K_HOSTS, -1};
+static const int flat_optional[] = {-1};
+static const int clos_required[] = {K_HOSTS_PER_RACK, K_RACKS_PER_ZONE, K_ZONES_PER_DC, K_DCS, -1};
+static const int clos_optional[] = {K_OVERSUB, K_ZONE_LAT, K_DC_LAT, K_INTER_DC_LAT, -1};
+static const int wan_required[] = {K_REGIONS, K_SITES_PER_REGION, K_HOSTS_PER_SITE,
+                                   K_REGION_LAT, K_REGION_BW, -1};
+static const int wan_optional[] = {K_SITE_LAT, K_SITE_BW, K_FLOW_BW, -1};
+
+static int in_list(const int *list, int k)
+{
+    for (; *list >= 0; list++)
+        if (*list == k) return 1;
+    return 0;
+}
+
+/* One value of a table key into its field; -1 after printing why. */
+static int parse_key_value(const char *file, int lineno, const key_def *d, const char *val,
+                           scenario_cfg *c)
+{
+    char *base = (char *)c + d->off;
+    long x;
+    double q;
+    switch (d->kind) {
+    case KK_INT:
+        if (parse_long(val, d->lo, d->hi, &x))
+            return cfg_error(file, lineno, "%s: \"%s\": want an integer in %ld..%ld", d->name, val,
+                             d->lo, d->hi);
+        *(int *)(void *)base = (int)x;
+        return 0;
+    case KK_BW:
+        if (parse_quantity(val, bandwidth_units, &q) || q <= 0)
+            return cfg_error(file, lineno, "%s: \"%s\": want a positive number with a unit (Bps "
+                             "kBps MBps GBps TBps, or bps Kbps Mbps Gbps Tbps)", d->name, val);
+        *(double *)(void *)base = q;
+        return 0;
+    case KK_TIME:
+        if (parse_quantity(val, time_units, &q) || q > 10)
+            return cfg_error(file, lineno, "%s: \"%s\": want a time (s ms us ns) up to 10s",
+                             d->name, val);
+        *(double *)(void *)base = (double)llround(q * 1e9) / 1e9; /* whole ns */
+        return 0;
+    case KK_RATIO: {
+        char *end;
+        errno = 0;
+        q = strtod(val, &end);
+        if (errno || end == val || *end || !isfinite(q) || q < 1 || q > 1e6)
+            return cfg_error(file, lineno, "%s: \"%s\": want a number >= 1 (e.g. 1, 3, 2.5)",
+                             d->name, val);
+        *(double *)(void *)base = q;
+        return 0;
+    }
+    case KK_SPECIAL:
+        break;
+    }
+    return cfg_error(file, lineno, "%s: internal error", d->name);
+}
 
 /* Returns 0, or -1 after printing why. */
 static int parse_scenario(const char *file, scenario_cfg *c)
@@ -255,10 +373,12 @@ static int parse_scenario(const char *file, scenario_cfg *c)
     memset(c, 0, sizeof *c);
     c->world_min = 2;
     c->expect_survivors = -1;
+    c->oversubscription = 1;
+    int key_line[K_NKEYS] = {0}; /* 0: not given */
     FILE *f = fopen(file, "r");
     if (!f) return cfg_error(file, 0, "cannot open: %s", strerror(errno));
     char raw[MAX_LINE];
-    int lineno = 0, seen = 0, rc = 0;
+    int lineno = 0, rc = 0;
     while (rc == 0 && fgets(raw, sizeof raw, f)) {
         lineno++;
         if (!strchr(raw, '\n') && !feof(f)) {
@@ -280,80 +400,7 @@ static int parse_scenario(const char *file, scenario_cfg *c)
             rc = cfg_error(file, lineno, "%s: empty value", key);
             break;
         }
-        int bit = 0;
-        long x;
-        if (strcmp(key, "name") == 0) {
-            bit = SEEN_NAME;
-            if (!valid_name(val))
-                rc = cfg_error(file, lineno, "name: \"%s\": use 1-63 of [A-Za-z0-9._-], not "
-                               "starting with '.'", val);
-            else
-                strcpy(c->name, val);
-        } else if (strcmp(key, "platform") == 0) {
-            bit = SEEN_PLATFORM;
-            if (strcmp(val, "flat") != 0)
-                rc = cfg_error(file, lineno, "platform: \"%s\": only `flat` exists for now", val);
-            else
-                strcpy(c->platform, val);
-        } else if (strcmp(key, "hosts") == 0) {
-            bit = SEEN_HOSTS;
-            if (parse_long(val, 2, MAX_RANKS + 1, &x))
-                rc = cfg_error(file, lineno, "hosts: \"%s\": want an integer in 2..%d", val,
-                               MAX_RANKS + 1);
-            else
-                c->hosts = (int)x;
-        } else if (strcmp(key, "bandwidth") == 0) {
-            bit = SEEN_BW;
-            if (parse_quantity(val, bandwidth_units, &c->bandwidth_Bps) || c->bandwidth_Bps <= 0)
-                rc = cfg_error(file, lineno, "bandwidth: \"%s\": want a positive number with a "
-                               "unit (Bps kBps MBps GBps TBps, or bps Kbps Mbps Gbps Tbps)", val);
-        } else if (strcmp(key, "latency") == 0) {
-            bit = SEEN_LAT;
-            if (parse_quantity(val, time_units, &c->latency_s) || c->latency_s > 10)
-                rc = cfg_error(file, lineno, "latency: \"%s\": want a time (s ms us ns) up to 10s",
-                               val);
-        } else if (strcmp(key, "ranks") == 0) {
-            bit = SEEN_RANKS;
-            if (parse_long(val, 1, MAX_RANKS, &x))
-                rc = cfg_error(file, lineno, "ranks: \"%s\": want an integer in 1..%d", val,
-                               MAX_RANKS);
-            else
-                c->ranks = (int)x;
-        } else if (strcmp(key, "count") == 0) {
-            bit = SEEN_COUNT;
-            if (parse_long(val, 1, 1L << 26, &c->count))
-                rc = cfg_error(file, lineno, "count: \"%s\": want an integer in 1..%ld", val,
-                               1L << 26);
-        } else if (strcmp(key, "iters") == 0) {
-            bit = SEEN_ITERS;
-            if (parse_long(val, 1, 1000000, &x))
-                rc = cfg_error(file, lineno, "iters: \"%s\": want an integer in 1..1000000", val);
-            else
-                c->iters = (int)x;
-        } else if (strcmp(key, "expect_survivors") == 0) {
-            bit = SEEN_EXPECT;
-            if (parse_long(val, 0, MAX_RANKS, &x))
-                rc = cfg_error(file, lineno, "expect_survivors: \"%s\": want an integer >= 0", val);
-            else
-                c->expect_survivors = (int)x;
-        } else if (strcmp(key, "seed") == 0) {
-            bit = SEEN_SEED;
-            if (parse_u64(val, &c->seed))
-                rc = cfg_error(file, lineno, "seed: \"%s\": want an unsigned 64-bit integer", val);
-            else
-                c->have_seed = 1;
-        } else if (strcmp(key, "jitter") == 0) {
-            bit = SEEN_JITTER;
-            if (parse_quantity(val, time_units, &c->jitter_s) || c->jitter_s > 10)
-                rc = cfg_error(file, lineno, "jitter: \"%s\": want a time (s ms us ns) up to 10s",
-                               val);
-        } else if (strcmp(key, "world_min") == 0) {
-            bit = SEEN_WORLD_MIN;
-            if (parse_long(val, 1, MAX_RANKS, &x))
-                rc = cfg_error(file, lineno, "world_min: \"%s\": want an integer >= 1", val);
-            else
-                c->world_min = (int)x;
-        } else if (strcmp(key, "kill") == 0) {
+        if (strcmp(key, "kill") == 0) {
             kill_spec k;
             if (parse_kill(val, &k)) {
                 rc = cfg_error(file, lineno, "kill: \"%s\": want `RANK @ iter I` or `RANK @ TIME` "
@@ -372,22 +419,106 @@ static int parse_scenario(const char *file, scenario_cfg *c)
                     }
                 }
             }
-        } else {
-            rc = cfg_error(file, lineno, "unknown key \"%s\" (see scenarios/README.md)", key);
+            continue;
         }
-        if (rc == 0 && bit) {
-            if (seen & bit) rc = cfg_error(file, lineno, "%s given twice", key);
-            seen |= bit;
+        int id = -1;
+        for (int k = 0; k < K_NKEYS; k++)
+            if (strcmp(key, key_defs[k].name) == 0) id = k;
+        if (id < 0) {
+            rc = cfg_error(file, lineno, "unknown key \"%s\" (see scenarios/README.md)", key);
+            break;
+        }
+        if (key_line[id]) {
+            rc = cfg_error(file, lineno, "%s given twice (first on line %d)", key, key_line[id]);
+            break;
+        }
+        key_line[id] = lineno;
+        if (id == K_NAME) {
+            if (!valid_name(val))
+                rc = cfg_error(file, lineno, "name: \"%s\": use 1-63 of [A-Za-z0-9._-], not "
+                               "starting with '.'", val);
+            else
+                strcpy(c->name, val);
+        } else if (id == K_PLATFORM) {
+            if (strcmp(val, "flat") == 0) c->kind = PLATFORM_FLAT;
+            else if (strcmp(val, "clos") == 0) c->kind = PLATFORM_CLOS;
+            else if (strcmp(val, "wan") == 0) c->kind = PLATFORM_WAN;
+            else rc = cfg_error(file, lineno, "platform: \"%s\": want flat, clos or wan", val);
+            if (rc == 0) strcpy(c->platform, val);
+        } else if (id == K_COUNT) {
+            if (parse_long(val, 1, 1L << 26, &c->count))
+                rc = cfg_error(file, lineno, "count: \"%s\": want an integer in 1..%ld", val,
+                               1L << 26);
+        } else if (id == K_SEED) {
+            if (parse_u64(val, &c->seed))
+                rc = cfg_error(file, lineno, "seed: \"%s\": want an unsigned 64-bit integer", val);
+            else
+                c->have_seed = 1;
+        } else {
+            rc = parse_key_value(file, lineno, &key_defs[id], val, c);
         }
     }
     if (rc == 0 && ferror(f)) rc = cfg_error(file, 0, "read error");
     fclose(f);
     if (rc) return rc;
-    for (size_t i = 0; i < sizeof required_keys / sizeof required_keys[0]; i++)
-        if (!(seen & required_keys[i].bit))
-            return cfg_error(file, 0, "missing required key \"%s\"", required_keys[i].key);
+    if (!key_line[K_PLATFORM]) return cfg_error(file, 0, "missing required key \"platform\"");
+
+    const int *req = flat_required, *opt = flat_optional;
+    if (c->kind == PLATFORM_CLOS) req = clos_required, opt = clos_optional;
+    if (c->kind == PLATFORM_WAN) req = wan_required, opt = wan_optional;
+    int bad = -1; /* the first, in file order, of the keys this platform does not take */
+    for (int k = 0; k < K_NKEYS; k++)
+        if (key_line[k] && !in_list(common_required, k) && !in_list(common_optional, k) &&
+            !in_list(req, k) && !in_list(opt, k) && (bad < 0 || key_line[k] < key_line[bad]))
+            bad = k;
+    if (bad >= 0)
+        return cfg_error(file, key_line[bad], "%s: not a key of platform = %s (see "
+                         "scenarios/README.md)", key_defs[bad].name, c->platform);
+    for (const int *k = common_required; *k >= 0; k++)
+        if (!key_line[*k]) return cfg_error(file, 0, "missing required key \"%s\"", key_defs[*k].name);
+    for (const int *k = req; *k >= 0; k++)
+        if (!key_line[*k])
+            return cfg_error(file, 0, "missing required key \"%s\" (platform = %s)",
+                             key_defs[*k].name, c->platform);
+
+    if (c->kind == PLATFORM_CLOS) {
+        long long n = (long long)c->hosts_per_rack * c->racks_per_zone;
+        n *= c->zones_per_dc;
+        n *= c->dcs;
+        if (n > MAX_HOSTS)
+            return cfg_error(file, key_line[K_DCS], "clos: hosts_per_rack x racks_per_zone x "
+                             "zones_per_dc x dcs = %lld hosts, at most %d", n, MAX_HOSTS);
+        c->hosts = (int)n;
+        /* NCCLX's 1 : 7 : 15 : 30 unless given. */
+        if (!key_line[K_ZONE_LAT]) c->zone_latency_s = 7 * c->latency_s;
+        if (!key_line[K_DC_LAT]) c->dc_latency_s = 15 * c->latency_s;
+        if (!key_line[K_INTER_DC_LAT]) c->inter_dc_latency_s = 30 * c->latency_s;
+        if (c->zone_latency_s < c->latency_s)
+            return cfg_error(file, key_line[K_ZONE_LAT], "zone_latency: below latency");
+        if (c->dc_latency_s < c->zone_latency_s)
+            return cfg_error(file, key_line[K_DC_LAT] ? key_line[K_DC_LAT] : key_line[K_ZONE_LAT],
+                             "dc_latency: below zone_latency");
+        if (c->inter_dc_latency_s < c->dc_latency_s)
+            return cfg_error(file, key_line[K_INTER_DC_LAT] ? key_line[K_INTER_DC_LAT]
+                                                            : key_line[K_DC_LAT],
+                             "inter_dc_latency: below dc_latency");
+    } else if (c->kind == PLATFORM_WAN) {
+        long long n = (long long)c->regions * c->sites_per_region;
+        n *= c->hosts_per_site;
+        if (n > MAX_HOSTS)
+            return cfg_error(file, key_line[K_HOSTS_PER_SITE], "wan: regions x sites_per_region x "
+                             "hosts_per_site = %lld hosts, at most %d", n, MAX_HOSTS);
+        c->hosts = (int)n;
+        if (!key_line[K_SITE_LAT]) c->site_latency_s = c->latency_s;
+        if (!key_line[K_SITE_BW]) c->site_bandwidth_Bps = c->hosts_per_site * c->bandwidth_Bps;
+        if (c->site_latency_s < c->latency_s)
+            return cfg_error(file, key_line[K_SITE_LAT], "site_latency: below latency");
+        if (c->region_latency_s < c->site_latency_s)
+            return cfg_error(file, key_line[K_REGION_LAT], "region_latency: below site_latency "
+                             "(which is latency unless given)");
+    }
     if (c->hosts < c->ranks + 1)
-        return cfg_error(file, 0, "hosts = %d: need ranks + 1 = %d (host 0 runs the master)",
+        return cfg_error(file, 0, "%d hosts: need ranks + 1 = %d (host 0 runs the master)",
                          c->hosts, c->ranks + 1);
     for (int i = 0; i < c->nkills; i++) {
         if (c->kills[i].rank > c->ranks)
@@ -403,29 +534,228 @@ static int parse_scenario(const char *file, scenario_cfg *c)
     return 0;
 }
 
-/* ---- the platform -------------------------------------------------------- */
+/* ---- the platforms ------------------------------------------------------- */
 
-/* A flat cluster: node-0 .. node-(hosts-1), each on a private link of the
- * given bandwidth and latency to a backbone that never limits (hosts x the
- * link bandwidth, no latency): host to host is 2 x latency. */
+/* Every host is node-K, K = 0 .. hosts-1, numbered in the order the platform
+ * nests them (rack after rack, site after site): node-0 runs the master, rank
+ * R runs on node-R. Latencies go out in ns (SimGrid reads fractions). */
+
+static void xml_head(FILE *f, const scenario_cfg *c, const char *what)
+{
+    fprintf(f,
+            "<?xml version='1.0'?>\n"
+            "<!DOCTYPE platform SYSTEM \"https://simgrid.org/simgrid.dtd\">\n"
+            "<!-- Generated by eccl-sim for scenario %s: %s. -->\n"
+            "<platform version=\"4.1\">\n",
+            c->name, what);
+}
+
+/* A cluster of hosts node-first .. node-(first+n-1), each on a private link
+ * (bw, lat_ns) to a backbone that never limits and adds no latency; its
+ * router `gw` is where the cluster meets the zone above. */
+static void xml_cluster(FILE *f, const char *indent, const char *id, int first, int n, double bw,
+                        double lat_ns, const char *gw)
+{
+    fprintf(f,
+            "%s<cluster id=\"%s\" prefix=\"node-\" suffix=\"\" radical=\"%d-%d\" speed=\"1Gf\"\n"
+            "%s         bw=\"%.17gBps\" lat=\"%.17gns\" bb_bw=\"%.17gBps\" bb_lat=\"0s\"\n"
+            "%s         router_id=\"%s\"/>\n",
+            indent, id, first, first + n - 1, indent, bw, lat_ns, bw * n, indent, gw);
+}
+
+/* A zone holding nothing but the router `gw`: the hub the children of a
+ * Floyd zone all link to (zoneRoutes join zones, so the hub is one). */
+static void xml_hub(FILE *f, const char *indent, const char *id, const char *gw)
+{
+    fprintf(f, "%s<zone id=\"%s\" routing=\"None\"><router id=\"%s\"/></zone>\n", indent, id, gw);
+}
+
+static void xml_link(FILE *f, const char *indent, const char *id, double bw, double lat_ns,
+                     const char *policy)
+{
+    fprintf(f, "%s<link id=\"%s\" bandwidth=\"%.17gBps\" latency=\"%.17gns\"%s%s%s/>\n", indent,
+            id, bw, lat_ns, policy ? " sharing_policy=\"" : "", policy ? policy : "",
+            policy ? "\"" : "");
+}
+
+static void xml_zone_route(FILE *f, const char *indent, const char *src, const char *dst,
+                           const char *gw_src, const char *gw_dst, const char *link,
+                           const char *link2)
+{
+    fprintf(f,
+            "%s<zoneRoute src=\"%s\" dst=\"%s\" gw_src=\"%s\" gw_dst=\"%s\"><link_ctn id=\"%s\"/>",
+            indent, src, dst, gw_src, gw_dst, link);
+    if (link2) fprintf(f, "<link_ctn id=\"%s\"/>", link2);
+    fputs("</zoneRoute>\n", f);
+}
+
+static void write_flat(FILE *f, const scenario_cfg *c)
+{
+    char what[64];
+    snprintf(what, sizeof what, "a flat cluster of %d hosts", c->hosts);
+    xml_head(f, c, what);
+    fprintf(f,
+            "  <cluster id=\"flat\" prefix=\"node-\" suffix=\"\" radical=\"0-%d\" speed=\"1Gf\"\n"
+            "           bw=\"%.17gBps\" lat=\"%lluns\" bb_bw=\"%.17gBps\" bb_lat=\"0s\"/>\n",
+            c->hosts - 1, c->bandwidth_Bps, (unsigned long long)llround(c->latency_s * 1e9),
+            c->bandwidth_Bps * c->hosts);
+}
+
+/* Clos: racks (clusters) under zones under DCs under a core, each level a
+ * Floyd zone of its children and a hub they link up to. With L the same-rack
+ * latency and Z, D, X the same-zone, same-DC and inter-DC ones (host to host):
+ *   host link        L/2        (x2 on every path)
+ *   rack uplink      (Z - L)/2  (rack router - zone hub)
+ *   zone uplink      (D - Z)/2  (zone hub - DC hub)
+ *   DC uplink        (X - D)/2  (DC hub - core)
+ * so a pair in the same rack sees L, same zone Z, same DC D, else X. Each
+ * uplink carries its children's bandwidth / oversubscription. */
+static void write_clos(FILE *f, const scenario_cfg *c)
+{
+    char what[160];
+    snprintf(what, sizeof what, "a Clos of %d dcs x %d zones x %d racks x %d hosts = %d hosts",
+             c->dcs, c->zones_per_dc, c->racks_per_zone, c->hosts_per_rack, c->hosts);
+    xml_head(f, c, what);
+    double L = c->latency_s * 1e9, Z = c->zone_latency_s * 1e9, D = c->dc_latency_s * 1e9,
+           X = c->inter_dc_latency_s * 1e9;
+    double rack_bw = c->hosts_per_rack * c->bandwidth_Bps / c->oversubscription;
+    double zone_bw = c->racks_per_zone * rack_bw / c->oversubscription;
+    double dc_bw = c->zones_per_dc * zone_bw / c->oversubscription;
+    char id[64], gw[64], hub[64], hubgw[64], link[64];
+    int host = 0;
+    fputs("  <zone id=\"clos\" routing=\"Floyd\">\n", f);
+    for (int d = 0; d < c->dcs; d++) {
+        fprintf(f, "    <zone id=\"dc-%d\" routing=\"Floyd\">\n", d);
+        for (int z = 0; z < c->zones_per_dc; z++) {
+            fprintf(f, "      <zone id=\"zone-%d-%d\" routing=\"Floyd\">\n", d, z);
+            snprintf(hub, sizeof hub, "zone-%d-%d-hub", d, z);
+            snprintf(hubgw, sizeof hubgw, "zone-%d-%d-gw", d, z);
+            for (int r = 0; r < c->racks_per_zone; r++) {
+                snprintf(id, sizeof id, "rack-%d-%d-%d", d, z, r);
+                snprintf(gw, sizeof gw, "rack-%d-%d-%d-gw", d, z, r);
+                xml_cluster(f, "        ", id, host, c->hosts_per_rack, c->bandwidth_Bps, L / 2,
+                            gw);
+                host += c->hosts_per_rack;
+            }
+            xml_hub(f, "        ", hub, hubgw);
+            for (int r = 0; r < c->racks_per_zone; r++) {
+                snprintf(link, sizeof link, "up-rack-%d-%d-%d", d, z, r);
+                xml_link(f, "        ", link, rack_bw, (Z - L) / 2, NULL);
+            }
+            for (int r = 0; r < c->racks_per_zone; r++) {
+                snprintf(id, sizeof id, "rack-%d-%d-%d", d, z, r);
+                snprintf(gw, sizeof gw, "rack-%d-%d-%d-gw", d, z, r);
+                snprintf(link, sizeof link, "up-rack-%d-%d-%d", d, z, r);
+                xml_zone_route(f, "        ", id, hub, gw, hubgw, link, NULL);
+            }
+            fputs("      </zone>\n", f);
+        }
+        snprintf(hub, sizeof hub, "dc-%d-hub", d);
+        snprintf(hubgw, sizeof hubgw, "dc-%d-gw", d);
+        xml_hub(f, "      ", hub, hubgw);
+        for (int z = 0; z < c->zones_per_dc; z++) {
+            snprintf(link, sizeof link, "up-zone-%d-%d", d, z);
+            xml_link(f, "      ", link, zone_bw, (D - Z) / 2, NULL);
+        }
+        for (int z = 0; z < c->zones_per_dc; z++) {
+            snprintf(id, sizeof id, "zone-%d-%d", d, z);
+            snprintf(gw, sizeof gw, "zone-%d-%d-gw", d, z);
+            snprintf(link, sizeof link, "up-zone-%d-%d", d, z);
+            xml_zone_route(f, "      ", id, hub, gw, hubgw, link, NULL);
+        }
+        fputs("    </zone>\n", f);
+    }
+    xml_hub(f, "    ", "core-hub", "core-gw");
+    for (int d = 0; d < c->dcs; d++) {
+        snprintf(link, sizeof link, "up-dc-%d", d);
+        xml_link(f, "    ", link, dc_bw, (X - D) / 2, NULL);
+    }
+    for (int d = 0; d < c->dcs; d++) {
+        snprintf(id, sizeof id, "dc-%d", d);
+        snprintf(gw, sizeof gw, "dc-%d-gw", d);
+        snprintf(link, sizeof link, "up-dc-%d", d);
+        xml_zone_route(f, "    ", id, "core-hub", gw, "core-gw", link, NULL);
+    }
+    fputs("  </zone>\n", f);
+}
+
+/* WAN: sites (clusters) under regions (Floyd zones of their sites and a hub),
+ * every pair of regions joined by one link (a Full zone). With L the
+ * same-site latency, S the same-region one and R the inter-region one:
+ *   host link        L/2        (x2 on every path)
+ *   site uplink      (S - L)/2  (site router - region hub), site_bandwidth
+ *   region link      R - S      (region hub - region hub), region_bandwidth,
+ *                               shared by every flow between the two regions
+ *   flow cap         0, flow_bandwidth, FATPIPE: no single flow between two
+ *                               regions goes faster (when flow_bandwidth is set) */
+static void write_wan(FILE *f, const scenario_cfg *c)
+{
+    char what[160];
+    snprintf(what, sizeof what, "a WAN of %d regions x %d sites x %d hosts = %d hosts",
+             c->regions, c->sites_per_region, c->hosts_per_site, c->hosts);
+    xml_head(f, c, what);
+    double L = c->latency_s * 1e9, S = c->site_latency_s * 1e9, R = c->region_latency_s * 1e9;
+    char id[64], gw[64], hub[64], hubgw[64], link[64], cap[64];
+    int host = 0;
+    fputs("  <zone id=\"wan\" routing=\"Full\">\n", f);
+    for (int g = 0; g < c->regions; g++) {
+        fprintf(f, "    <zone id=\"region-%d\" routing=\"Floyd\">\n", g);
+        snprintf(hub, sizeof hub, "region-%d-hub", g);
+        snprintf(hubgw, sizeof hubgw, "region-%d-gw", g);
+        for (int s = 0; s < c->sites_per_region; s++) {
+            snprintf(id, sizeof id, "site-%d-%d", g, s);
+            snprintf(gw, sizeof gw, "site-%d-%d-gw", g, s);
+            xml_cluster(f, "      ", id, host, c->hosts_per_site, c->bandwidth_Bps, L / 2, gw);
+            host += c->hosts_per_site;
+        }
+        xml_hub(f, "      ", hub, hubgw);
+        for (int s = 0; s < c->sites_per_region; s++) {
+            snprintf(link, sizeof link, "up-site-%d-%d", g, s);
+            xml_link(f, "      ", link, c->site_bandwidth_Bps, (S - L) / 2, NULL);
+        }
+        for (int s = 0; s < c->sites_per_region; s++) {
+            snprintf(id, sizeof id, "site-%d-%d", g, s);
+            snprintf(gw, sizeof gw, "site-%d-%d-gw", g, s);
+            snprintf(link, sizeof link, "up-site-%d-%d", g, s);
+            xml_zone_route(f, "      ", id, hub, gw, hubgw, link, NULL);
+        }
+        fputs("    </zone>\n", f);
+    }
+    for (int g = 0; g < c->regions; g++)
+        for (int h = g + 1; h < c->regions; h++) {
+            snprintf(link, sizeof link, "wan-%d-%d", g, h);
+            xml_link(f, "    ", link, c->region_bandwidth_Bps, R - S, NULL);
+            if (c->flow_bandwidth_Bps > 0) {
+                snprintf(cap, sizeof cap, "cap-%d-%d", g, h);
+                xml_link(f, "    ", cap, c->flow_bandwidth_Bps, 0, "FATPIPE");
+            }
+        }
+    for (int g = 0; g < c->regions; g++)
+        for (int h = g + 1; h < c->regions; h++) {
+            snprintf(id, sizeof id, "region-%d", g);
+            snprintf(hub, sizeof hub, "region-%d", h);
+            snprintf(gw, sizeof gw, "region-%d-gw", g);
+            snprintf(hubgw, sizeof hubgw, "region-%d-gw", h);
+            snprintf(link, sizeof link, "wan-%d-%d", g, h);
+            snprintf(cap, sizeof cap, "cap-%d-%d", g, h);
+            xml_zone_route(f, "    ", id, hub, gw, hubgw, link,
+                           c->flow_bandwidth_Bps > 0 ? cap : NULL);
+        }
+    fputs("  </zone>\n", f);
+}
+
 static int write_platform(const scenario_cfg *c, const char *path)
 {
     FILE *f = fopen(path, "w");
     if (!f) return -1;
-    fprintf(f,
-            "<?xml version='1.0'?>\n"
-            "<!DOCTYPE platform SYSTEM \"https://simgrid.org/simgrid.dtd\">\n"
-            "<!-- Generated by eccl-sim for scenario %s: a flat cluster of %d hosts. -->\n"
-            "<platform version=\"4.1\">\n"
-            "  <cluster id=\"flat\" prefix=\"node-\" suffix=\"\" radical=\"0-%d\" speed=\"1Gf\"\n"
-            "           bw=\"%.17gBps\" lat=\"%lluns\" bb_bw=\"%.17gBps\" bb_lat=\"0s\"/>\n"
-            "</platform>\n",
-            c->name, c->hosts, c->hosts - 1, c->bandwidth_Bps,
-            (unsigned long long)llround(c->latency_s * 1e9),
-            c->bandwidth_Bps * c->hosts);
+    switch (c->kind) {
+    case PLATFORM_FLAT: write_flat(f, c); break;
+    case PLATFORM_CLOS: write_clos(f, c); break;
+    case PLATFORM_WAN: write_wan(f, c); break;
+    }
+    fputs("</platform>\n", f);
     return fclose(f) == 0 ? 0 : -1;
 }
-
 /* ---- events and progress ------------------------------------------------- */
 
 static int field_int(const char *line, const char *key, int *out)
@@ -575,6 +905,9 @@ static void sim_print(void *ctx, int to_stderr, const char *line)
         const char *hp = strstr(line, " hash=");
         r->oks++;
         r->op_ns = now - r->begin_ns;
+        s->ar_n++;
+        s->ar_sum_ns += r->op_ns;
+        if (s->ar_n == 1 || r->op_ns < s->ar_min_ns) s->ar_min_ns = r->op_ns;
         r->last_ok_iter = iter;
         r->last_ok_world = world;
         if (iter >= 0 && iter < s->cfg->iters) {
@@ -825,8 +1158,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "eccl-sim: out of memory\n");
         return 1;
     }
-    eccl_sg_printf("eccl-sim", "scenario=%s seed=%llu ranks=%d iters=%d count=%ld out=%s",
-                   cfg.name, (unsigned long long)cfg.seed, cfg.ranks, cfg.iters, cfg.count, outdir);
+    eccl_sg_printf("eccl-sim", "scenario=%s seed=%llu platform=%s hosts=%d ranks=%d iters=%d "
+                   "count=%ld out=%s", cfg.name, (unsigned long long)cfg.seed, cfg.platform,
+                   cfg.hosts, cfg.ranks, cfg.iters, cfg.count, outdir);
 
     /* Every random choice comes from this one stream, in this order. */
     uint64_t rng = cfg.seed;
@@ -921,8 +1255,12 @@ int main(int argc, char **argv)
         failures++;
     }
     const char *checks = failures ? "fail" : "pass";
-    char sim_time[32];
+    char sim_time[32], ar_mean[32] = "-", ar_min[32] = "-";
     fmt_time(sim_time, sizeof sim_time, end_ns);
+    if (s->ar_n) {
+        fmt_time(ar_mean, sizeof ar_mean, s->ar_sum_ns / s->ar_n);
+        fmt_time(ar_min, sizeof ar_min, s->ar_min_ns);
+    }
 
     int io_err = rf ? (fclose(rf) != 0) : 1;
     io_err |= write_events(s, outdir) != 0;
@@ -932,10 +1270,11 @@ int main(int argc, char **argv)
         fprintf(sf, "scenario\t%s\nseed\t%llu\nplatform\t%s\nhosts\t%d\nranks\t%d\ncount\t%ld\n"
                     "iters\t%d\nkills\t%d\nkilled\t%d\nsurvivors\t%d\nexpect_survivors\t%d\n"
                     "survivors_noticed\t%d\nfailed_checks\t%d\nchecks\t%s\nevents\t%zu\n"
-                    "sim_time_s\t%s\n",
+                    "sim_time_s\t%s\nallreduce_ok\t%llu\nallreduce_mean_s\t%s\n"
+                    "allreduce_min_s\t%s\n",
                 cfg.name, (unsigned long long)cfg.seed, cfg.platform, cfg.hosts, cfg.ranks,
                 cfg.count, cfg.iters, cfg.nkills, killed, survivors, cfg.expect_survivors, noticed,
-                failures, checks, s->nev, sim_time);
+                failures, checks, s->nev, sim_time, (unsigned long long)s->ar_n, ar_mean, ar_min);
         io_err |= fclose(sf) != 0;
     } else {
         io_err = 1;
@@ -958,9 +1297,9 @@ int main(int argc, char **argv)
     }
 
     printf("scenario=%s seed=%llu ranks=%d killed=%d survivors=%d expect_survivors=%d iters=%d "
-           "checks=%s sim_time_s=%s events=%zu out=%s plot=%s\n",
+           "checks=%s sim_time_s=%s allreduce_mean_s=%s events=%zu out=%s plot=%s\n",
            cfg.name, (unsigned long long)cfg.seed, cfg.ranks, killed, survivors,
-           cfg.expect_survivors, cfg.iters, checks, sim_time, s->nev, outdir, plot);
+           cfg.expect_survivors, cfg.iters, checks, sim_time, ar_mean, s->nev, outdir, plot);
 
     eccl_sg_world_destroy(s->w);
     free(hashes);
