@@ -40,7 +40,7 @@
 
 #include "eccl.h"
 #include "env_sg.h"
-#include "worker_loop.h"
+#include "worker_loop_sg.h"
 
 #define MAX_RANKS 100000
 #define MAX_HOSTS 2000000 /* clos and wan: generated hosts */
@@ -847,26 +847,6 @@ static void start_killer(rank_state *v, uint64_t at_ns)
 
 /* ---- the sim launch ------------------------------------------------------ */
 
-static eccl_result sim_comm_create(void *ctx, const eccl_comm_params *params, eccl_comm **out)
-{
-    rank_state *r = ctx;
-    eccl_comm_params p = *params;
-    p.p2p_host = sg_host_self_get_name();
-    return eccl_sg_comm_create(r->s->w, &p, out);
-}
-
-static void sim_sleep_ms(void *ctx, int ms)
-{
-    (void)ctx;
-    sg_actor_sleep_for(ms / 1e3);
-}
-
-static double sim_now_ms(void *ctx)
-{
-    (void)ctx;
-    return (double)eccl_sg_now_ns() / 1e6;
-}
-
 /* The loop's key=value lines: recorded as events, echoed with --verbose. */
 static void sim_print(void *ctx, int to_stderr, const char *line)
 {
@@ -949,14 +929,9 @@ static void rank_main(int argc, char **argv)
     rank_state *r = sg_actor_self_get_data();
     sim *s = r->s;
     sg_actor_sleep_until((double)r->arrive_ns / 1e9);
-    const eccl_launch launch = {
-        .ctx = r,
-        .comm_create = sim_comm_create,
-        .sleep_ms = sim_sleep_ms,
-        .now_ms = sim_now_ms,
-        .print = sim_print,
-        .pid = (int)sg_actor_self_get_pid(),
-    };
+    eccl_worker_sg sim_launch;
+    eccl_worker_sg_init(&sim_launch, s->w, sim_print, r);
+    const eccl_launch launch = sim_launch.launch;
     /* eccl-worker --master node-0:5000 --count C --iters I --start-world N */
     const eccl_worker_options o = {
         .master = s->master_addr,
