@@ -876,12 +876,12 @@ int cluster_test_teardown(void **state)
     return 0;
 }
 
-int cluster_check_values(const void *out, eccl_dtype t, eccl_op op, size_t count, const int *idx,
-                        int n, uint64_t seed, const char *what)
+int cluster_check_values(const void *out, eccl_dtype t, eccl_op op, enum cluster_pattern pat,
+                         size_t count, const int *idx, int n, uint64_t seed, const char *what)
 {
     uint8_t *want = malloc(count * eccl_dtype_size(t) + 8);
     CL_CHECK(want, "oom");
-    CL_CHECK(cluster_expected(want, t, count, op, idx, n, seed, CL_PAT_SMALL) == 0, "expected");
+    CL_CHECK(cluster_expected(want, t, count, op, idx, n, seed, pat) == 0, "expected");
     size_t first = 0, bad = cluster_mismatches(out, want, t, count, &first);
     double g = bad ? cluster_load(out, t, first) : 0, w = bad ? cluster_load(want, t, first) : 0;
     free(want);

@@ -163,11 +163,6 @@ void cluster_dump_slot(const cluster *cl, int index);
 
 /* ---- child side -------------------------------------------------------- */
 
-/* Checks every element of `out` against the expected all-reduce of the
- * CL_PAT_SMALL contributions of peers idx[0..n); 0 if all match, else
- * records a failure naming `what` and the first mismatch. */
-int cluster_check_values(const void *out, eccl_dtype t, eccl_op op, size_t count, const int *idx,
-                         int n, uint64_t seed, const char *what);
 
 
 /* The current child's index and slot (NULL in the parent). */
@@ -226,6 +221,12 @@ enum cluster_pattern {
     CL_PAT_RANDOM  /* any bits (integers), or finite reals in +-[0.5, 4)
                       (floats; every value normal in f16 and bf16) */
 };
+
+/* Checks every element of `out` against the expected all-reduce of the
+ * `pat` contributions of peers idx[0..n); 0 if all match, else records a
+ * failure naming `what` and the first mismatch. */
+int cluster_check_values(const void *out, eccl_dtype t, eccl_op op, enum cluster_pattern pat,
+                         size_t count, const int *idx, int n, uint64_t seed, const char *what);
 
 /* Element i of peer `index`'s contribution for `seed`. Deterministic. */
 void cluster_fill(void *buf, eccl_dtype t, size_t count, int index, uint64_t seed,

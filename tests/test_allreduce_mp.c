@@ -380,14 +380,7 @@ static int check_result(const uint8_t *out, eccl_dtype t, eccl_op op, enum clust
 {
     int idx[CLUSTER_MAX_PEERS];
     for (int i = 0; i < n; i++) idx[i] = i;
-    uint8_t *want = malloc(count * eccl_dtype_size(t) + 8);
-    CL_CHECK(want, "oom");
-    CL_CHECK(cluster_expected(want, t, count, op, idx, n, seed, pat) == 0, "no expectation");
-    size_t first = 0, bad = cluster_mismatches(out, want, t, count, &first);
-    double g = bad ? cluster_load(out, t, first) : 0, w = bad ? cluster_load(want, t, first) : 0;
-    free(want);
-    CL_CHECK(bad == 0, "%s: %zu wrong elements, first [%zu] = %g want %g", what, bad, first, g, w);
-    return 0;
+    return cluster_check_values(out, t, op, pat, count, idx, n, seed, what);
 }
 
 #define ASYNC_N 3

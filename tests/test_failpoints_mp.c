@@ -202,7 +202,7 @@ static int check_ok(const fault_arg *a, const float *recv, size_t count, uint32_
         for (int i = 0; i < a->n; i++)
             if (i != a->victim) idx[m++] = i;
     }
-    if (cluster_check_values(recv, ECCL_F32, ECCL_SUM, count, idx, m, tag, what)) return 1;
+    if (cluster_check_values(recv, ECCL_F32, ECCL_SUM, CL_PAT_SMALL, count, idx, m, tag, what)) return 1;
     cluster_push_hash(cluster_fnv1a(recv, count * sizeof *recv));
     return 0;
 }
@@ -295,7 +295,7 @@ static int fault_body(eccl_comm *c, int index, void *argp)
         eccl_result rc = recorded(c, b.send[0], b.recv[0], a->warm_count, tag, &info);
         CL_CHECK(rc == ECCL_OK, "warm-up tag %llu: %s", (unsigned long long)tag, eccl_strerror(rc));
         CL_CHECK(info.world_size == (uint32_t)a->n, "warm-up world %u", info.world_size);
-        if (cluster_check_values(b.recv[0], ECCL_F32, ECCL_SUM, a->warm_count, all, a->n, tag, "warm-up"))
+        if (cluster_check_values(b.recv[0], ECCL_F32, ECCL_SUM, CL_PAT_SMALL, a->warm_count, all, a->n, tag, "warm-up"))
             return 1;
         atomic_store(&self->finished, k + 1);
     }
@@ -629,7 +629,7 @@ static int after_join(eccl_comm *c, int index, int n)
         eccl_reduce_info info;
         CL_OK(eccl_allreduce(c, send, buf, AFTER_COUNT, ECCL_F32, ECCL_SUM, tag, &info));
         CL_CHECK(info.world_size == (uint32_t)n, "info.world_size %u, want %d", info.world_size, n);
-        if (cluster_check_values(buf, ECCL_F32, ECCL_SUM, AFTER_COUNT, idx, n, tag, "after the join"))
+        if (cluster_check_values(buf, ECCL_F32, ECCL_SUM, CL_PAT_SMALL, AFTER_COUNT, idx, n, tag, "after the join"))
             return 1;
         cluster_push_hash(cluster_fnv1a(buf, AFTER_COUNT * sizeof *buf));
     }
@@ -666,7 +666,7 @@ static int job_body(eccl_comm *c, int index, void *argp)
         eccl_result rc = eccl_allreduce(c, send, buf, 1000, ECCL_I32, ECCL_SUM, 10 + k, &info);
         CL_CHECK(rc == ECCL_OK, "job all-reduce %llu: %s", (unsigned long long)k, eccl_strerror(rc));
         CL_CHECK(info.world_size == (uint32_t)a->n0, "world %u before the join", info.world_size);
-        if (cluster_check_values(buf, ECCL_I32, ECCL_SUM, 1000, idx, a->n0, 10 + k, "before the join"))
+        if (cluster_check_values(buf, ECCL_I32, ECCL_SUM, CL_PAT_SMALL, 1000, idx, a->n0, 10 + k, "before the join"))
             return 1;
         atomic_store(&self->finished, (long long)k + 1);
         uint32_t seen = 0, agreed = 0;
@@ -908,7 +908,7 @@ static int idle_short_timeout_body(eccl_comm *c, int index, void *argp)
     float send[64], buf[64];
     cluster_fill(send, ECCL_F32, 64, index, 1, CL_PAT_SMALL);
     CL_OK(eccl_allreduce(c, send, buf, 64, ECCL_F32, ECCL_SUM, 1, NULL));
-    if (cluster_check_values(buf, ECCL_F32, ECCL_SUM, 64, idx, 2, 1, "before idling")) return 1;
+    if (cluster_check_values(buf, ECCL_F32, ECCL_SUM, CL_PAT_SMALL, 64, idx, 2, 1, "before idling")) return 1;
     cluster_sleep_ms(1500);
     uint32_t pending = 0;
     eccl_result rc = eccl_comm_peers_pending(c, &pending);
@@ -916,7 +916,7 @@ static int idle_short_timeout_body(eccl_comm *c, int index, void *argp)
              eccl_strerror(rc));
     cluster_fill(send, ECCL_F32, 64, index, 2, CL_PAT_SMALL);
     CL_OK(eccl_allreduce(c, send, buf, 64, ECCL_F32, ECCL_SUM, 2, NULL));
-    return cluster_check_values(buf, ECCL_F32, ECCL_SUM, 64, idx, 2, 2, "after idling");
+    return cluster_check_values(buf, ECCL_F32, ECCL_SUM, CL_PAT_SMALL, 64, idx, 2, 2, "after idling");
 }
 
 static void test_short_peer_timeout_idle(void **state)

@@ -45,7 +45,7 @@ static int after_join(eccl_comm *c, int index, int n)
         eccl_reduce_info info;
         CL_OK(eccl_allreduce(c, buf, buf, AFTER_COUNT, ECCL_F32, ECCL_SUM, tag, &info));
         CL_CHECK(info.world_size == (uint32_t)n, "info.world_size %u, want %d", info.world_size, n);
-        if (cluster_check_values(buf, ECCL_F32, ECCL_SUM, AFTER_COUNT, idx, n, tag, "after the join"))
+        if (cluster_check_values(buf, ECCL_F32, ECCL_SUM, CL_PAT_SMALL, AFTER_COUNT, idx, n, tag, "after the join"))
             return 1;
         cluster_push_hash(cluster_fnv1a(buf, AFTER_COUNT * sizeof *buf));
     }
@@ -75,7 +75,7 @@ static int job_body(eccl_comm *c, int index, void *argp)
         eccl_result rc = eccl_allreduce(c, send, buf, 1000, ECCL_I32, ECCL_SUM, 10 + k, &info);
         CL_CHECK(rc == ECCL_OK, "job all-reduce %llu: %s", (unsigned long long)k, eccl_strerror(rc));
         CL_CHECK(info.world_size == (uint32_t)a->n0, "world %u before the join", info.world_size);
-        if (cluster_check_values(buf, ECCL_I32, ECCL_SUM, 1000, idx, a->n0, 10 + k, "before the join"))
+        if (cluster_check_values(buf, ECCL_I32, ECCL_SUM, CL_PAT_SMALL, 1000, idx, a->n0, 10 + k, "before the join"))
             return 1;
         atomic_store(&self->finished, (long long)k + 1);
         uint32_t seen = 0, agreed = 0;
@@ -228,7 +228,7 @@ static int kill_body(eccl_comm *c, int index, void *argp)
                          (killed >= 0 && info.world_size == (uint32_t)a->n - 1),
                      "tag %llu succeeded with world %u (killed %d)", (unsigned long long)tag,
                      info.world_size, killed);
-            if (cluster_check_values(recv, ECCL_F32, ECCL_SUM, count, idx, m, tag, "kill loop"))
+            if (cluster_check_values(recv, ECCL_F32, ECCL_SUM, CL_PAT_SMALL, count, idx, m, tag, "kill loop"))
                 return 1;
             atomic_store(&self->finished, (long long)k + 1);
             if (info.world_size == (uint32_t)a->n - 1 && ++after >= 2) break;
@@ -634,7 +634,7 @@ static int idle_body(eccl_comm *c, int index, void *argp)
     int idx[2] = {0, 1};
     cluster_fill(send, ECCL_F32, 64, index, 1, CL_PAT_SMALL);
     CL_OK(eccl_allreduce(c, send, buf, 64, ECCL_F32, ECCL_SUM, 1, NULL));
-    if (cluster_check_values(buf, ECCL_F32, ECCL_SUM, 64, idx, 2, 1, "before")) return 1;
+    if (cluster_check_values(buf, ECCL_F32, ECCL_SUM, CL_PAT_SMALL, 64, idx, 2, 1, "before")) return 1;
     atomic_store(&self->val[V_READY], 1);
     uint64_t deadline = cluster_now_ns() + 20 * CL_SEC;
     while (atomic_load(&cluster_shm()->ctl[CTL_GO]) == 0) {
@@ -740,7 +740,7 @@ static int busy_body(eccl_comm *c, int index, void *argp)
             CL_CHECK(!lost, "tag %llu succeeded after the master was reported lost",
                      (unsigned long long)tag);
             CL_CHECK(info.world_size == (uint32_t)n, "world %u", info.world_size);
-            if (cluster_check_values(buf, ECCL_F32, ECCL_SUM, ML_COUNT, idx, n, tag, "busy")) return 1;
+            if (cluster_check_values(buf, ECCL_F32, ECCL_SUM, CL_PAT_SMALL, ML_COUNT, idx, n, tag, "busy")) return 1;
             atomic_store(&self->finished, (long long)k + 1);
             continue;
         }
@@ -813,7 +813,7 @@ static int stop_loop_body(eccl_comm *c, int index, void *argp)
         cluster_fill(send, ECCL_I32, 1000, index, 10 + 2 * k, CL_PAT_SMALL);
         eccl_result rc = eccl_allreduce(c, send, buf, 1000, ECCL_I32, ECCL_SUM, 10 + 2 * k, NULL);
         CL_CHECK(rc == ECCL_OK, "round %llu: %s", (unsigned long long)k, eccl_strerror(rc));
-        if (cluster_check_values(buf, ECCL_I32, ECCL_SUM, 1000, idx, n, 10 + 2 * k, "job")) return 1;
+        if (cluster_check_values(buf, ECCL_I32, ECCL_SUM, CL_PAT_SMALL, 1000, idx, n, 10 + 2 * k, "job")) return 1;
         atomic_store(&self->finished, (long long)k + 1);
         uint32_t stop = atomic_load(&cluster_shm()->ctl[CTL_STOP]) ? 1 : 0, any = 0;
         CL_OK(eccl_allreduce(c, &stop, &any, 1, ECCL_U32, ECCL_MAX, 11 + 2 * k, NULL));
@@ -939,7 +939,7 @@ static int leave_body(eccl_comm *c, int index, void *argp)
         CL_CHECK(rc == ECCL_OK, "tag %llu (world %d): %s, while the peer that left had it succeed",
                  (unsigned long long)tag, w, eccl_strerror(rc));
         CL_CHECK(info.world_size == (uint32_t)w, "world %u, want %d", info.world_size, w);
-        if (cluster_check_values(buf, ECCL_I32, ECCL_SUM, 4096, idx, w, tag, "before leaving")) return 1;
+        if (cluster_check_values(buf, ECCL_I32, ECCL_SUM, CL_PAT_SMALL, 4096, idx, w, tag, "before leaving")) return 1;
         if (index == w - 1) return 0; /* leave at once: the harness destroys the comm */
         uint64_t deadline = cluster_now_ns() + 10 * CL_SEC;
         for (;;) {
@@ -1014,7 +1014,7 @@ static int form_body(eccl_comm *c, int index, void *argp)
     int32_t buf[256];
     cluster_fill(buf, ECCL_I32, 256, index, 3, CL_PAT_SMALL);
     CL_OK(eccl_allreduce(c, buf, buf, 256, ECCL_I32, ECCL_SUM, 3, NULL));
-    return cluster_check_values(buf, ECCL_I32, ECCL_SUM, 256, idx, n, 3, "fresh ring");
+    return cluster_check_values(buf, ECCL_I32, ECCL_SUM, CL_PAT_SMALL, 256, idx, n, 3, "fresh ring");
 }
 
 static void test_admission_repeated(void **state)
