@@ -121,8 +121,15 @@ void eccl_comm_destroy(eccl_comm *comm);
 
 /* ---- all-reduce ---------------------------------------------------------- */
 
+/* How an all-reduce ran (the library picks per call). */
+typedef enum eccl_algorithm {
+    ECCL_ALGO_RING = 0, /* two counter-rotating rings; two ranks: one swap */
+    ECCL_ALGO_TREE = 1  /* binary tree, log depth: small buffers, 3+ ranks */
+} eccl_algorithm;
+
 typedef struct eccl_reduce_info {
     uint32_t world_size;  /* peers that took part */
+    uint32_t algorithm;   /* an eccl_algorithm */
     uint64_t tx_bytes;    /* payload bytes this peer sent */
     uint64_t rx_bytes;    /* payload bytes this peer received */
 } eccl_reduce_info;

@@ -42,6 +42,10 @@ static int one_allreduce(eccl_comm *c, int index, int n, eccl_dtype t, eccl_op o
     CL_CHECK(rc == ECCL_OK, "%s %s %zu x %s tag %llu: %s", mode_name(in_place), eccl_op_name(op),
              count, eccl_dtype_name(t), (unsigned long long)tag, eccl_strerror(rc));
     CL_CHECK(info.world_size == (uint32_t)n, "info.world_size %u, want %d", info.world_size, n);
+    /* The dispatcher: small buffers among 3+ ranks take the tree. */
+    uint32_t algo = n >= 3 && bytes <= 65536 ? ECCL_ALGO_TREE : ECCL_ALGO_RING;
+    CL_CHECK(count == 0 || info.algorithm == algo, "%zu bytes at N=%d ran algorithm %u, want %u",
+             bytes, n, info.algorithm, algo);
     if (count > 0) {
         CL_CHECK(info.tx_bytes > 0 && info.rx_bytes > 0, "tx %llu rx %llu bytes for %zu elements",
                  (unsigned long long)info.tx_bytes, (unsigned long long)info.rx_bytes, count);

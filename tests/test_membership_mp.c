@@ -427,6 +427,10 @@ static void test_kill_mid_allreduce_n3(void **state) { run_kill(*state, 3, 0, KI
 static void test_kill_down_to_one_n2(void **state) { run_kill(*state, 2, 1, 1u << 20, 1, 2); }
 /* The same at N=3: the two survivors are both blocked in the call. */
 static void test_kill_outside_call_n3(void **state) { run_kill(*state, 3, 1, 1u << 20, 1, 1); }
+/* Small calls at N=5 run on the tree: the victims (ranks 1 and 2) are inner
+ * nodes whose children wait on them; every survivor must abort, restore and
+ * retry on the tree of 4. */
+static void test_kill_outside_tree_call_n5(void **state) { run_kill(*state, 5, 1, 1000, 1, 2); }
 
 /* ---- a master under attack ------------------------------------------------------------ */
 
@@ -1045,6 +1049,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_kill_mid_allreduce_n3, cluster_test_setup, cluster_test_teardown),
         cmocka_unit_test_setup_teardown(test_kill_down_to_one_n2, cluster_test_setup, cluster_test_teardown),
         cmocka_unit_test_setup_teardown(test_kill_outside_call_n3, cluster_test_setup, cluster_test_teardown),
+        cmocka_unit_test_setup_teardown(test_kill_outside_tree_call_n5, cluster_test_setup, cluster_test_teardown),
         cmocka_unit_test_setup_teardown(test_master_robustness, cluster_test_setup, cluster_test_teardown),
         cmocka_unit_test_setup_teardown(test_master_killed_idle, cluster_test_setup, cluster_test_teardown),
         cmocka_unit_test_setup_teardown(test_master_stopped_idle, cluster_test_setup, cluster_test_teardown),

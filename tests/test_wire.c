@@ -114,6 +114,10 @@ static void assert_msg_equal(const eccl_msg *a, const eccl_msg *b)
         assert_string_equal(a->u.ring.next.addr, b->u.ring.next.addr);
         assert_int_equal(a->u.ring.prev.peer_id, b->u.ring.prev.peer_id);
         assert_string_equal(a->u.ring.prev.addr, b->u.ring.prev.addr);
+        assert_int_equal(a->u.ring.tree_parent.peer_id, b->u.ring.tree_parent.peer_id);
+        assert_string_equal(a->u.ring.tree_parent.addr, b->u.ring.tree_parent.addr);
+        assert_int_equal(a->u.ring.tree_child[0], b->u.ring.tree_child[0]);
+        assert_int_equal(a->u.ring.tree_child[1], b->u.ring.tree_child[1]);
         break;
     case ECCL_MSG_RING_READY:
     case ECCL_MSG_TOPO_DONE:
@@ -144,6 +148,7 @@ static void assert_msg_equal(const eccl_msg *a, const eccl_msg *b)
         assert_int_equal(a->u.hello.peer_id, b->u.hello.peer_id);
         assert_int_equal(a->u.hello.peer_group, b->u.hello.peer_group);
         assert_int_equal(a->u.hello.epoch, b->u.hello.epoch);
+        assert_int_equal(a->u.hello.purpose, b->u.hello.purpose);
         break;
     default:
         break;
@@ -180,6 +185,10 @@ static void fill_extreme(eccl_msg *m, uint16_t type, int is_max)
         fill_str(m->u.ring.next.addr, slen, 'n');
         m->u.ring.prev.peer_id = v64;
         fill_str(m->u.ring.prev.addr, slen, 'p');
+        m->u.ring.tree_parent.peer_id = v64;
+        fill_str(m->u.ring.tree_parent.addr, slen, 't');
+        m->u.ring.tree_child[0] = v64;
+        m->u.ring.tree_child[1] = v64;
         break;
     case ECCL_MSG_RING_READY:
     case ECCL_MSG_TOPO_DONE:
@@ -210,6 +219,7 @@ static void fill_extreme(eccl_msg *m, uint16_t type, int is_max)
         m->u.hello.peer_id = v64;
         m->u.hello.peer_group = v32;
         m->u.hello.epoch = v32;
+        m->u.hello.purpose = is_max ? ECCL_LINK_TREE : ECCL_LINK_RING;
         break;
     default:
         break;
@@ -281,6 +291,7 @@ static void fill_random(rng *r, eccl_msg *m)
         m->u.hello.peer_id = next(r);
         m->u.hello.peer_group = (uint32_t)next(r);
         m->u.hello.epoch = (uint32_t)next(r);
+        m->u.hello.purpose = (uint32_t)below(r, 2);
         break;
     default:
         break;
@@ -346,12 +357,12 @@ static void test_max_length(void **state)
         {ECCL_MSG_VIEW_REPORT, 8 + ECCL_WIRE_MAX_OPS * 9},
         {ECCL_MSG_WELCOME, 12},
         {ECCL_MSG_PENDING_REPLY, 4},
-        {ECCL_MSG_RING, 16 + 2 * (8 + 2 + ECCL_WIRE_MAX_ADDR)},
+        {ECCL_MSG_RING, 16 + 3 * (8 + 2 + ECCL_WIRE_MAX_ADDR) + 16},
         {ECCL_MSG_TOPO_DONE, 4},
         {ECCL_MSG_VIEW_QUERY, 4},
         {ECCL_MSG_VIEW_DECIDE, 8 + ECCL_WIRE_MAX_OPS * 9},
         {ECCL_MSG_KICK, 4},
-        {ECCL_MSG_P2P_HELLO, 16},
+        {ECCL_MSG_P2P_HELLO, 20},
         {ECCL_MSG_DATA, ECCL_WIRE_MAX_DATA},
     };
     for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
@@ -541,6 +552,22 @@ static size_t raw_str(uint8_t *p, uint16_t len, uint8_t c)
     return 2u + len;
 }
 
+/* A RING payload (group 7, epoch 1, world 2, rank 1) whose next address
+ * has `next_len` bytes; returns its length. */
+static size_t ring_frame(uint8_t *buf, size_t next_len)
+{
+    size_t n = le(buf, 7, 4) + le(buf + 4, 1, 4) + le(buf + 8, 2, 4) + le(buf + 12, 1, 4);
+    n += le(buf + n, 5, 8);
+    n += raw_str(buf + n, next_len, 'n');
+    n += le(buf + n, 6, 8);
+    n += raw_str(buf + n, 0, 0);
+    n += le(buf + n, 7, 8); /* tree parent */
+    n += raw_str(buf + n, 0, 0);
+    n += le(buf + n, 8, 8); /* tree children */
+    n += le(buf + n, 9, 8);
+    return n;
+}
+
 static void test_decode_rejects(void **state)
 {
     (void)state;
@@ -562,28 +589,31 @@ static void test_decode_rejects(void **state)
 
     /* RING with a 64-byte next address still fits the RING bound, so only
      * the string check can catch it. */
-    n = le(buf, 7, 4) + le(buf + 4, 1, 4) + le(buf + 8, 2, 4) + le(buf + 12, 1, 4);
-    n += le(buf + n, 5, 8);
-    size_t next_str = n;
-    n += raw_str(buf + n, ECCL_WIRE_MAX_ADDR + 1, 'n');
-    n += le(buf + n, 6, 8);
-    n += raw_str(buf + n, 0, 0);
+    n = ring_frame(buf, ECCL_WIRE_MAX_ADDR + 1);
     assert_true(n <= eccl_wire_max_length(ECCL_MSG_RING));
     assert_int_equal(decode_tail(&a, ECCL_MSG_RING, buf, (uint32_t)n, m), ECCL_ERR_PROTOCOL);
-    raw_str(buf + next_str, ECCL_WIRE_MAX_ADDR, 'n');
-    assert_int_equal(decode_tail(&a, ECCL_MSG_RING, buf, (uint32_t)n - 1, m), ECCL_OK);
+    n = ring_frame(buf, ECCL_WIRE_MAX_ADDR);
+    assert_int_equal(decode_tail(&a, ECCL_MSG_RING, buf, (uint32_t)n, m), ECCL_OK);
     assert_int_equal(strlen(m->u.ring.next.addr), ECCL_WIRE_MAX_ADDR);
     assert_int_equal(m->u.ring.prev.addr[0], '\0');
+    assert_int_equal(m->u.ring.tree_child[1], 9);
 
     /* Semantic RING checks. */
     le(buf + 8, 0, 4);
     le(buf + 12, 0, 4);
-    assert_int_equal(decode_tail(&a, ECCL_MSG_RING, buf, (uint32_t)n - 1, m), ECCL_ERR_PROTOCOL);
+    assert_int_equal(decode_tail(&a, ECCL_MSG_RING, buf, (uint32_t)n, m), ECCL_ERR_PROTOCOL);
     le(buf + 8, 3, 4);
     le(buf + 12, 3, 4);
-    assert_int_equal(decode_tail(&a, ECCL_MSG_RING, buf, (uint32_t)n - 1, m), ECCL_ERR_PROTOCOL);
+    assert_int_equal(decode_tail(&a, ECCL_MSG_RING, buf, (uint32_t)n, m), ECCL_ERR_PROTOCOL);
     le(buf + 12, UINT32_MAX, 4);
-    assert_int_equal(decode_tail(&a, ECCL_MSG_RING, buf, (uint32_t)n - 1, m), ECCL_ERR_PROTOCOL);
+    assert_int_equal(decode_tail(&a, ECCL_MSG_RING, buf, (uint32_t)n, m), ECCL_ERR_PROTOCOL);
+
+    /* P2P_HELLO: only known link purposes. */
+    n = le(buf, 42, 8) + le(buf + 8, 0, 4) + le(buf + 12, 3, 4) + le(buf + 16, ECCL_LINK_TREE, 4);
+    assert_int_equal(decode_tail(&a, ECCL_MSG_P2P_HELLO, buf, (uint32_t)n, m), ECCL_OK);
+    assert_int_equal(m->u.hello.purpose, ECCL_LINK_TREE);
+    le(buf + 16, ECCL_LINK_TREE + 1, 4);
+    assert_int_equal(decode_tail(&a, ECCL_MSG_P2P_HELLO, buf, (uint32_t)n, m), ECCL_ERR_PROTOCOL);
 
     /* REGISTER: string length over the bound, over the remaining bytes, and
      * with an embedded NUL (it would not survive as a C string). */
@@ -680,7 +710,7 @@ static void test_data_header(void **state)
     const struct {
         size_t off;
         uint8_t v;
-    } bad[] = {{12, 2}, {12, 0xFF}, {13, 4}, {13, 0xFF},
+    } bad[] = {{12, 2}, {12, 0xFF}, {13, ECCL_PHASE_LAST + 1}, {13, 0xFF},
                {28, 1}, {29, 1},    {30, 1}, {31, 0x80}};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         eccl_wire_data_encode(&d, b);

@@ -2,9 +2,11 @@
  *
  * One mutex (the engine's) guards everything here. The master link carries
  * membership and the fault protocol; p2p links carry collective data and are
- * rebuilt for every ring epoch. A collective never waits for the master on
- * its fast path: it runs peer-to-peer and finishes with the done-token round
- * (coll/ring_allreduce.h). The master steps in only when membership changes:
+ * rebuilt for every ring epoch: the ring's links when the epoch starts, the
+ * tree's (small buffers, coll/tree_allreduce.h) when first used. A
+ * collective never waits for the master on its fast path: it runs
+ * peer-to-peer and finishes with its completion round (done tokens, or the
+ * tree's DONE/COMMIT waves). The master steps in only when membership changes:
  *
  *   VIEW_QUERY(e)   freeze every op of epoch e; report which hold the result
  *   VIEW_DECIDE(e)  drop epoch-e links; commit or abort (restore) each op
@@ -15,6 +17,7 @@
 #include <string.h>
 
 #include "coll/ring_allreduce.h"
+#include "coll/tree_allreduce.h"
 #include "eccl_core.h"
 #include "proto/chan.h"
 #include "sched/engine.h"
@@ -70,8 +73,20 @@ struct eccl_request {
     uint32_t world;
     eccl_buf *backup;
     eccl_buf *staging[2];
-    int ring_started;     /* the ring owns recvbuf's restore from here */
-    eccl_ring_allreduce ring;
+    int started;          /* the algorithm owns recvbuf's restore from here */
+    eccl_algorithm algo;
+    union {
+        eccl_ring_allreduce ring;
+        eccl_tree_allreduce tree;
+    } u;
+};
+
+/* What a link is to us in the current epoch: where its frames belong. */
+enum link_role {
+    ROLE_NONE = -1,   /* not (yet) part of the current epoch */
+    ROLE_RING0 = 0,   /* from prev: ring 0 and the done tokens */
+    ROLE_RING1 = 1,   /* from next: ring 1 */
+    ROLE_TREE = 2     /* ROLE_TREE + eccl_tree_role: parent, child 0, child 1 */
 };
 
 typedef struct early_frame {
@@ -85,6 +100,7 @@ typedef struct p2p_link {
     struct p2p_link *next;
     uint64_t peer_id;
     uint32_t epoch;
+    uint32_t purpose;             /* enum eccl_link_purpose */
     int hello_seen;
     early_frame *early, **early_tail; /* frames for ops not called yet */
     size_t early_bytes;
@@ -125,6 +141,12 @@ struct eccl_comm {
     uint64_t next_backoff;
     int ring_ready;
     int frozen;                 /* between VIEW_QUERY and RING */
+    /* tree of the current epoch: link_tree[eccl_tree_role] */
+    eccl_wire_peer_ref parent_ref;
+    uint64_t child_id[2];
+    p2p_link *link_tree[3];
+    uint64_t parent_retry_at;   /* reconnect to the parent after a refusal */
+    uint64_t parent_backoff;
 
     p2p_link *links;            /* every open link */
     p2p_link *graveyard;        /* closed, freed by reap */
@@ -206,6 +228,8 @@ static void link_close(eccl_comm *c, p2p_link *l)
         if (c->link_next == l) c->link_next = NULL;
         if (c->link_prev == l) c->link_prev = NULL;
     }
+    for (int i = 0; i < 3; i++)
+        if (c->link_tree[i] == l) c->link_tree[i] = NULL;
     eccl_chan_close(&l->ch);
     for (early_frame *e = l->early, *n; e; e = n) {
         n = e->next;
@@ -234,29 +258,57 @@ static void links_close_upto(eccl_comm *c, uint32_t epoch)
 
 static void check_ring_ready(eccl_comm *c);
 
-static eccl_result link_connect_next(eccl_comm *c)
+/* Opens a link of this epoch to `ref` and says hello; NULL if the connect
+ * failed at once (*rc says why). */
+static p2p_link *link_connect(eccl_comm *c, const eccl_wire_peer_ref *ref, uint32_t purpose,
+                              eccl_result *rc)
 {
     eccl_conn *conn = NULL;
     p2p_link *l = link_new(c);
-    if (!l) return ECCL_ERR_NO_MEMORY;
-    eccl_result rc = c->env->net->connect(c->env->net_ctx, c->next_ref.addr, l, &conn);
-    if (rc != ECCL_OK) {
+    if (!l) {
+        *rc = ECCL_ERR_NO_MEMORY;
+        return NULL;
+    }
+    *rc = c->env->net->connect(c->env->net_ctx, ref->addr, l, &conn);
+    if (*rc != ECCL_OK) {
         link_close(c, l);
-        c->next_retry_at = retry_at(c, &c->next_backoff);
-        return rc;
+        return NULL;
     }
     l->ch.conn = conn;
-    l->peer_id = c->next_ref.peer_id;
+    l->peer_id = ref->peer_id;
     l->epoch = c->epoch;
+    l->purpose = purpose;
     l->hello_seen = 1;
-    c->link_next = l;
     eccl_msg m = {.type = ECCL_MSG_P2P_HELLO};
     m.u.hello.peer_id = c->peer_id;
     m.u.hello.peer_group = c->params.peer_group;
     m.u.hello.epoch = c->epoch;
-    rc = eccl_chan_send_msg(&l->ch, &m);
+    m.u.hello.purpose = purpose;
+    *rc = eccl_chan_send_msg(&l->ch, &m);
+    return l;
+}
+
+static eccl_result link_connect_next(eccl_comm *c)
+{
+    eccl_result rc;
+    c->link_next = link_connect(c, &c->next_ref, ECCL_LINK_RING, &rc);
+    if (!c->link_next) {
+        c->next_retry_at = retry_at(c, &c->next_backoff);
+        return rc;
+    }
     check_ring_ready(c); /* a reconnect may complete the ring again */
     return rc;
+}
+
+/* Lazy: a rank opens its tree link when a tree op first needs it. */
+static void link_connect_parent(eccl_comm *c)
+{
+    eccl_result rc;
+    if (c->link_tree[ECCL_TREE_PARENT] || c->parent_retry_at || c->frozen ||
+        eccl_tree_peer(c->rank, c->world, ECCL_TREE_PARENT) == UINT32_MAX)
+        return;
+    c->link_tree[ECCL_TREE_PARENT] = link_connect(c, &c->parent_ref, ECCL_LINK_TREE, &rc);
+    if (!c->link_tree[ECCL_TREE_PARENT]) c->parent_retry_at = retry_at(c, &c->parent_backoff);
 }
 
 /* ---- master link ---------------------------------------------------------- */
@@ -288,6 +340,57 @@ static eccl_result master_open(eccl_comm *c)
 
 /* ---- ops ------------------------------------------------------------------- */
 
+/* The op's algorithm, behind one face. */
+static int op_have_full(const eccl_request *r)
+{
+    return r->algo == ECCL_ALGO_TREE ? r->u.tree.have_full : r->u.ring.have_full;
+}
+
+static uint32_t op_epoch(const eccl_request *r)
+{
+    return r->algo == ECCL_ALGO_TREE ? r->u.tree.epoch : r->u.ring.epoch;
+}
+
+static void op_restore(eccl_request *r)
+{
+    if (r->algo == ECCL_ALGO_TREE) eccl_tree_allreduce_restore(&r->u.tree);
+    else eccl_ring_allreduce_restore(&r->u.ring);
+}
+
+static int op_complete(eccl_request *r)
+{
+    return r->algo == ECCL_ALGO_TREE ? eccl_tree_allreduce_complete(&r->u.tree)
+                                     : eccl_ring_allreduce_complete(&r->u.ring);
+}
+
+/* Whether more frames of this op will come over a link in `role`. */
+static int op_expects(const eccl_request *r, int role)
+{
+    if (r->algo == ECCL_ALGO_TREE)
+        return role >= ROLE_TREE && eccl_tree_allreduce_expects(&r->u.tree, role - ROLE_TREE);
+    return (role == ROLE_RING0 || role == ROLE_RING1) &&
+           eccl_ring_allreduce_expects(&r->u.ring, role);
+}
+
+static eccl_result op_recv(eccl_request *r, int role, const eccl_wire_data *d, void **dst)
+{
+    if (r->algo == ECCL_ALGO_TREE)
+        return role >= ROLE_TREE ? eccl_tree_allreduce_recv(&r->u.tree, role - ROLE_TREE, d, dst)
+                                 : ECCL_ERR_PROTOCOL;
+    if (role != ROLE_RING0 && role != ROLE_RING1) return ECCL_ERR_PROTOCOL;
+    /* Done tokens travel on ring 0; data only on the link of its ring. */
+    if (d->phase == ECCL_PHASE_DONE) return eccl_ring_allreduce_recv(&r->u.ring, 0, d, dst);
+    if (d->ring != role) return ECCL_ERR_PROTOCOL;
+    return eccl_ring_allreduce_recv(&r->u.ring, role, d, dst);
+}
+
+static eccl_result op_recv_done(eccl_request *r, int role, const eccl_wire_data *d)
+{
+    if (r->algo == ECCL_ALGO_TREE)
+        return eccl_tree_allreduce_recv_done(&r->u.tree, role - ROLE_TREE, d);
+    return eccl_ring_allreduce_recv_done(&r->u.ring, d->phase == ECCL_PHASE_DONE ? 0 : role, d);
+}
+
 static void op_release_buffers(eccl_comm *c, eccl_request *r)
 {
     eccl_bufpool_put(&c->pool, r->backup);
@@ -300,7 +403,7 @@ static void op_finish(eccl_comm *c, eccl_request *r, eccl_result result)
 {
     if (r->state == OP_DONE) return;
     /* The promise: on failure recvbuf holds what it held before. */
-    if (result != ECCL_OK && r->ring_started) eccl_ring_allreduce_restore(&r->ring);
+    if (result != ECCL_OK && r->started) op_restore(r);
     if (r->state != OP_QUEUED && result != ECCL_OK && result != ECCL_ERR_PEER_LOST &&
         result != ECCL_ERR_TOO_FEW_PEERS) {
         /* We gave up on our own (timeout, no memory): the others are stuck
@@ -309,7 +412,7 @@ static void op_finish(eccl_comm *c, eccl_request *r, eccl_result result)
          * decided the latter). */
         eccl_msg m = {.type = ECCL_MSG_COLL_DONE};
         m.u.coll.tag = r->tag;
-        m.u.coll.epoch = r->ring.epoch;
+        m.u.coll.epoch = op_epoch(r);
         m.u.coll.count = r->count;
         m.u.coll.dtype = (uint8_t)r->dtype;
         m.u.coll.op = (uint8_t)r->op;
@@ -332,12 +435,14 @@ static void op_finish(eccl_comm *c, eccl_request *r, eccl_result result)
                   eccl_strerror(result));
 }
 
-/* Feeds an op the frames its neighbour sent before we called it, in order.
- * An error means the neighbour broke the protocol: the caller drops it. */
+static int link_role(const eccl_comm *c, const p2p_link *l);
+
+/* Feeds an op the frames a peer sent over `l` before we called it, in order.
+ * An error means the peer broke the protocol: the caller drops the link. */
 static eccl_result replay_early(eccl_comm *c, eccl_request *r, p2p_link *l)
 {
     if (!l) return ECCL_OK;
-    int ring = l == c->link_prev ? 0 : 1;
+    int role = link_role(c, l);
     for (early_frame **p = &l->early; *p;) {
         early_frame *e = *p;
         if (e->d.tag != r->tag) {
@@ -348,11 +453,10 @@ static eccl_result replay_early(eccl_comm *c, eccl_request *r, p2p_link *l)
         if (l->early_tail == &e->next) l->early_tail = p;
         l->early_bytes -= e->d.len;
         void *dst = NULL;
-        int as_ring = e->d.phase == ECCL_PHASE_DONE ? 0 : ring;
-        eccl_result rc = eccl_ring_allreduce_recv(&r->ring, as_ring, &e->d, &dst);
+        eccl_result rc = op_recv(r, role, &e->d, &dst);
         if (rc == ECCL_OK) {
             if (dst && e->buf) c->env->dev->copy(c->env->dev_ctx, dst, e->buf->ptr, e->d.len);
-            rc = eccl_ring_allreduce_recv_done(&r->ring, as_ring, &e->d);
+            rc = op_recv_done(r, role, &e->d);
         }
         early_free(c, e);
         if (rc != ECCL_OK) {
@@ -362,6 +466,17 @@ static eccl_result replay_early(eccl_comm *c, eccl_request *r, p2p_link *l)
         }
     }
     return ECCL_OK;
+}
+
+/* Every link that carries ops' frames in this epoch. */
+static int role_links(eccl_comm *c, p2p_link *out[5])
+{
+    int n = 0;
+    p2p_link *all[5] = {c->link_prev, c->link_next, c->link_tree[0], c->link_tree[1],
+                        c->link_tree[2]};
+    for (int i = 0; i < 5; i++)
+        if (all[i]) out[n++] = all[i];
+    return n;
 }
 
 static eccl_result op_start(eccl_comm *c, eccl_request *r)
@@ -381,17 +496,29 @@ static eccl_result op_start(eccl_comm *c, eccl_request *r)
         if (!r->staging[i]) goto oom;
         staging[i] = r->staging[i]->ptr;
     }
-    eccl_ring_allreduce_init(&r->ring, c->env, r->tag, c->epoch, r->sendbuf, r->recvbuf,
-                             r->count, r->dtype, r->op, c->rank, c->world, staging,
-                             r->backup->ptr);
-    r->ring_started = 1;
+    /* The dispatcher: a small buffer among three or more ranks takes the
+     * tree (log depth); the rest take the ring (bandwidth-optimal). */
+    r->algo = c->world >= 3 && bytes <= ECCL_TREE_MAX_BYTES ? ECCL_ALGO_TREE : ECCL_ALGO_RING;
+    if (r->algo == ECCL_ALGO_TREE) {
+        eccl_tree_allreduce_init(&r->u.tree, c->env, r->tag, c->epoch, r->sendbuf, r->recvbuf,
+                                 r->count, r->dtype, r->op, c->rank, c->world, staging,
+                                 r->backup->ptr);
+        link_connect_parent(c);
+    } else {
+        eccl_ring_allreduce_init(&r->u.ring, c->env, r->tag, c->epoch, r->sendbuf, r->recvbuf,
+                                 r->count, r->dtype, r->op, c->rank, c->world, staging,
+                                 r->backup->ptr);
+    }
+    r->started = 1;
     r->state = OP_RUNNING;
-    if (replay_early(c, r, c->link_prev) != ECCL_OK) link_close(c, c->link_prev);
-    if (replay_early(c, r, c->link_next) != ECCL_OK) link_close(c, c->link_next);
+    p2p_link *links[5];
+    for (int i = 0, n = role_links(c, links); i < n; i++)
+        if (replay_early(c, r, links[i]) != ECCL_OK) link_close(c, links[i]);
     return ECCL_OK;
 oom:
     r->state = OP_RUNNING; /* nothing was sent: finishing restores nothing */
-    r->ring.epoch = c->epoch;   /* the failure notice names this ring */
+    r->algo = ECCL_ALGO_RING;
+    r->u.ring.epoch = c->epoch; /* the failure notice names this epoch */
     op_finish(c, r, ECCL_ERR_NO_MEMORY);
     return ECCL_OK;
 }
@@ -446,16 +573,23 @@ static void check_ring_ready(eccl_comm *c)
     master_send(c, &m);
 }
 
-/* An accepted link said hello: adopt it as `prev` if it belongs to the
- * current ring, keep it if it is from an epoch we have not reached yet.
- * Returns ECCL_ERR_CLOSED for a link of a past ring: the caller drops it. */
+/* An accepted link said hello: adopt it as `prev` or as a tree child if it
+ * belongs to the current epoch, keep it if it is from an epoch we have not
+ * reached yet. Returns ECCL_ERR_CLOSED for a link of a past epoch: the
+ * caller drops it. */
 static eccl_result link_adopt(eccl_comm *c, p2p_link *l)
 {
     if (l->epoch < c->epoch) return ECCL_ERR_CLOSED;
-    if (l->epoch == c->epoch && !c->frozen && c->world > 1 &&
-        l->peer_id == c->prev_ref.peer_id && !c->link_prev) {
+    if (l->epoch != c->epoch || c->frozen || c->world < 2) return ECCL_OK;
+    if (l->purpose == ECCL_LINK_RING && l->peer_id == c->prev_ref.peer_id && !c->link_prev) {
         c->link_prev = l;
         check_ring_ready(c);
+    }
+    for (int k = 0; k < 2; k++) {
+        p2p_link **slot = &c->link_tree[ECCL_TREE_CHILD0 + k];
+        if (l->purpose == ECCL_LINK_TREE && c->child_id[k] && l->peer_id == c->child_id[k] &&
+            !*slot)
+            *slot = l;
     }
     return ECCL_OK;
 }
@@ -470,9 +604,14 @@ static eccl_result on_ring(eccl_comm *c, const eccl_msg_ring *m)
     c->rank = m->rank;
     c->next_ref = m->next;
     c->prev_ref = m->prev;
+    c->parent_ref = m->tree_parent;
+    c->child_id[0] = m->tree_child[0];
+    c->child_id[1] = m->tree_child[1];
     c->frozen = 0;
     c->ring_ready = 0;
     c->next_retry_at = 0;
+    c->parent_retry_at = 0;
+    c->parent_backoff = 0;
     c->n_recent = c->recent_head = 0;
     if (c->phase == PHASE_REGISTERING) c->phase = PHASE_PENDING;
     ECCL_INFO(c->env, "ring epoch %u: rank %u of %u", c->epoch, c->rank, c->world);
@@ -481,8 +620,7 @@ static eccl_result on_ring(eccl_comm *c, const eccl_msg_ring *m)
         if (rc != ECCL_OK && rc != ECCL_ERR_CONNECT) return rc;
         for (p2p_link *l = c->links, *n; l; l = n) {
             n = l->next;
-            if (l != c->link_next && l != c->link_prev && l->hello_seen &&
-                link_adopt(c, l) != ECCL_OK)
+            if (l != c->link_next && l->hello_seen && link_adopt(c, l) != ECCL_OK)
                 link_close(c, l);
         }
     }
@@ -506,8 +644,8 @@ static eccl_result on_view_query(eccl_comm *c, uint32_t epoch)
     m->u.view.epoch = epoch;
     /* What already arrived counts: a peer that finished and left may have
      * delivered our last bytes just before the master noticed it leave. */
-    if (c->link_prev) link_service(c, c->link_prev);
-    if (c->link_next) link_service(c, c->link_next);
+    p2p_link *links[5];
+    for (int i = 0, n = role_links(c, links); i < n; i++) link_service(c, links[i]);
     flush_and_complete(c);
     c->frozen = 1;
     c->ring_ready = 0;
@@ -516,7 +654,7 @@ static eccl_result on_view_query(eccl_comm *c, uint32_t epoch)
     for (eccl_request *r = c->ops; r; r = r->next) {
         if (r->state != OP_RUNNING) continue;
         r->state = OP_FROZEN;
-        report_add(&m->u.view, r->tag, r->ring.have_full);
+        report_add(&m->u.view, r->tag, op_have_full(r));
     }
     /* Ops we completed count as held: we returned success for them. */
     for (uint32_t i = 0; i < c->n_recent; i++) {
@@ -588,7 +726,7 @@ static eccl_result on_view_decide(eccl_comm *c, const eccl_msg_view *v)
         int commit = 0;
         for (uint32_t i = 0; i < v->n_ops; i++)
             if (v->ops[i].tag == r->tag) commit = v->ops[i].flag;
-        op_finish(c, r, commit && r->ring.have_full ? ECCL_OK : ECCL_ERR_PEER_LOST);
+        op_finish(c, r, commit && op_have_full(r) ? ECCL_OK : ECCL_ERR_PEER_LOST);
     }
     return ECCL_OK;
 }
@@ -659,13 +797,17 @@ static eccl_result link_on_msg(void *owner, eccl_chan *ch, const eccl_msg *m)
     l->hello_seen = 1;
     l->peer_id = m->u.hello.peer_id;
     l->epoch = m->u.hello.epoch;
+    l->purpose = m->u.hello.purpose;
     return link_adopt(c, l);
 }
 
-/* Which ring a link receives: ring 0 flows from prev, ring 1 from next. */
-static int link_ring(const eccl_comm *c, const p2p_link *l)
+static int link_role(const eccl_comm *c, const p2p_link *l)
 {
-    return l == c->link_prev ? 0 : l == c->link_next ? 1 : -1;
+    if (l == c->link_prev) return ROLE_RING0; /* ring 0 flows from prev */
+    if (l == c->link_next) return ROLE_RING1; /* ring 1 from next */
+    for (int i = 0; i < 3; i++)
+        if (l == c->link_tree[i]) return ROLE_TREE + i;
+    return ROLE_NONE;
 }
 
 static eccl_result link_on_data(void *owner, eccl_chan *ch, const eccl_wire_data *d,
@@ -673,12 +815,11 @@ static eccl_result link_on_data(void *owner, eccl_chan *ch, const eccl_wire_data
 {
     eccl_comm *c = owner;
     p2p_link *l = (p2p_link *)ch;
-    int ring = link_ring(c, l);
+    int role = link_role(c, l);
     if (!l->hello_seen || d->epoch != l->epoch) return ECCL_ERR_PROTOCOL;
-    if (ring < 0 || c->frozen) return ECCL_ERR_AGAIN; /* not our ring yet */
+    if (role == ROLE_NONE || c->frozen) return ECCL_ERR_AGAIN; /* not our epoch yet */
     eccl_request *r = op_find(c, d->tag);
-    if (!r || r->state == OP_QUEUED ||
-        (r->state == OP_RUNNING && !eccl_ring_allreduce_expects(&r->ring, ring))) {
+    if (!r || r->state == OP_QUEUED || (r->state == OP_RUNNING && !op_expects(r, role))) {
         /* A neighbour started a collective we have not called yet (maybe
          * the next call with a tag whose last call is still finishing). */
         if (d->len > COMM_EARLY_MAX || l->early_bytes + d->len > COMM_EARLY_LIMIT)
@@ -694,9 +835,8 @@ static eccl_result link_on_data(void *owner, eccl_chan *ch, const eccl_wire_data
         *dst = e->buf ? e->buf->ptr : NULL;
         return ECCL_OK;
     }
-    if (r->state != OP_RUNNING || r->ring.epoch != d->epoch) return ECCL_ERR_PROTOCOL;
-    if (d->phase != ECCL_PHASE_DONE && d->ring != ring) return ECCL_ERR_PROTOCOL;
-    return eccl_ring_allreduce_recv(&r->ring, d->phase == ECCL_PHASE_DONE ? 0 : ring, d, dst);
+    if (r->state != OP_RUNNING || op_epoch(r) != d->epoch) return ECCL_ERR_PROTOCOL;
+    return op_recv(r, role, d, dst);
 }
 
 static eccl_result link_on_data_done(void *owner, eccl_chan *ch, const eccl_wire_data *d)
@@ -711,16 +851,13 @@ static eccl_result link_on_data_done(void *owner, eccl_chan *ch, const eccl_wire
         /* The payload took more than one read and the op was called in
          * between: it already replayed the others, so replay this one. */
         eccl_request *r = op_find(c, d->tag);
-        int ring = link_ring(c, l);
-        return r && r->state == OP_RUNNING && ring >= 0 &&
-                       eccl_ring_allreduce_expects(&r->ring, ring)
+        return r && r->state == OP_RUNNING && op_expects(r, link_role(c, l))
                    ? replay_early(c, r, l)
                    : ECCL_OK;
     }
-    int ring = link_ring(c, l);
     eccl_request *r = op_find(c, d->tag);
     if (!r || r->state != OP_RUNNING) return ECCL_ERR_PROTOCOL;
-    return eccl_ring_allreduce_recv_done(&r->ring, d->phase == ECCL_PHASE_DONE ? 0 : ring, d);
+    return op_recv_done(r, link_role(c, l), d);
 }
 
 static const eccl_chan_handler link_handler = {link_on_msg, link_on_data, link_on_data_done};
@@ -758,6 +895,10 @@ static void link_service(eccl_comm *c, p2p_link *l)
             ECCL_INFO(c->env, "link to peer %llu lost: %s", (unsigned long long)l->peer_id,
                       eccl_strerror(l->ch.error));
         if (l == c->link_next && !c->frozen) c->next_retry_at = retry_at(c, &c->next_backoff);
+        /* Its frames are lost (the view change settles their ops), but
+         * the next tree op needs the parent again. */
+        if (l == c->link_tree[ECCL_TREE_PARENT] && !c->frozen)
+            c->parent_retry_at = retry_at(c, &c->parent_backoff);
         link_close(c, l);
     }
 }
@@ -779,15 +920,27 @@ static void master_service(eccl_comm *c)
         comm_fail(c, rc == ECCL_ERR_PROTOCOL ? ECCL_ERR_PROTOCOL : ECCL_ERR_MASTER_LOST);
 }
 
+static size_t links_queued(const eccl_comm *c)
+{
+    size_t n = 0;
+    for (const p2p_link *l = c->links; l; l = l->next) n += l->ch.queued_bytes;
+    return n;
+}
+
 /* Queues the frames of running ops that are ready; returns how many bytes. */
 static size_t ops_pump(eccl_comm *c)
 {
     if (!c->ring_ready || c->frozen || c->world < 2) return 0;
-    eccl_chan *link[2] = {&c->link_next->ch, &c->link_prev->ch};
-    size_t before = link[0]->queued_bytes + link[1]->queued_bytes;
-    for (eccl_request *r = c->ops; r; r = r->next)
-        if (r->state == OP_RUNNING) eccl_ring_allreduce_pump(&r->ring, link);
-    return link[0]->queued_bytes + link[1]->queued_bytes - before;
+    eccl_chan *ring[2] = {&c->link_next->ch, &c->link_prev->ch};
+    eccl_chan *tree[3];
+    for (int i = 0; i < 3; i++) tree[i] = c->link_tree[i] ? &c->link_tree[i]->ch : NULL;
+    size_t before = links_queued(c);
+    for (eccl_request *r = c->ops; r; r = r->next) {
+        if (r->state != OP_RUNNING) continue;
+        if (r->algo == ECCL_ALGO_TREE) eccl_tree_allreduce_pump(&r->u.tree, tree);
+        else eccl_ring_allreduce_pump(&r->u.ring, ring);
+    }
+    return links_queued(c) - before;
 }
 
 static void ops_advance(eccl_comm *c)
@@ -803,8 +956,9 @@ static void ops_advance(eccl_comm *c)
     ops_pump(c);
     if (started) {
         /* Frames held for a tag we had not called yet may now be placed. */
-        if (c->link_prev && c->link_prev->ch.held) link_service(c, c->link_prev);
-        if (c->link_next && c->link_next->ch.held) link_service(c, c->link_next);
+        p2p_link *links[5];
+        for (int i = 0, n = role_links(c, links); i < n; i++)
+            if (links[i]->ch.held) link_service(c, links[i]);
     }
 }
 
@@ -824,7 +978,7 @@ static void flush_and_complete(eccl_comm *c)
         if (!drained || !ops_pump(c)) break;
     }
     for (eccl_request *r = c->ops; r; r = r->next)
-        if (r->state == OP_RUNNING && eccl_ring_allreduce_complete(&r->ring))
+        if (r->state == OP_RUNNING && op_complete(r))
             op_finish(c, r, ECCL_OK);
 }
 
@@ -862,6 +1016,13 @@ static uint64_t timers(eccl_comm *c)
             link_connect_next(c);
         }
         if (c->next_retry_at) next = min_deadline(next, c->next_retry_at);
+    }
+    if (c->parent_retry_at && !c->frozen && !c->link_tree[ECCL_TREE_PARENT]) {
+        if (now >= c->parent_retry_at) {
+            c->parent_retry_at = 0;
+            link_connect_parent(c);
+        }
+        if (c->parent_retry_at) next = min_deadline(next, c->parent_retry_at);
     }
     for (eccl_request *r = c->ops; r; r = r->next) {
         if (r->state == OP_DONE) continue;
@@ -1161,8 +1322,9 @@ static eccl_result request_reap(eccl_request *r, eccl_reduce_info *info)
     eccl_result rc = r->result;
     if (info) {
         info->world_size = r->world;
-        info->tx_bytes = r->ring.tx_bytes;
-        info->rx_bytes = r->ring.rx_bytes;
+        info->algorithm = r->algo;
+        info->tx_bytes = r->algo == ECCL_ALGO_TREE ? r->u.tree.tx_bytes : r->u.ring.tx_bytes;
+        info->rx_bytes = r->algo == ECCL_ALGO_TREE ? r->u.tree.rx_bytes : r->u.ring.rx_bytes;
     }
     op_unlink(r->comm, r);
     free(r);

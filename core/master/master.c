@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "coll/tree_allreduce.h"
 #include "eccl_core.h"
 #include "proto/chan.h"
 #include "sched/engine.h"
@@ -140,6 +141,15 @@ static void send_ring(mgroup *g, uint32_t i)
     memcpy(r->next.addr, next->p2p_addr, sizeof r->next.addr);
     r->prev.peer_id = prev->id;
     memcpy(r->prev.addr, prev->p2p_addr, sizeof r->prev.addr);
+    uint32_t parent = eccl_tree_peer(i, g->n, ECCL_TREE_PARENT);
+    if (parent != UINT32_MAX) {
+        r->tree_parent.peer_id = g->members[parent]->id;
+        memcpy(r->tree_parent.addr, g->members[parent]->p2p_addr, sizeof r->tree_parent.addr);
+    }
+    for (int k = 0; k < 2; k++) {
+        uint32_t child = eccl_tree_peer(i, g->n, k == 0 ? ECCL_TREE_CHILD0 : ECCL_TREE_CHILD1);
+        if (child != UINT32_MAX) r->tree_child[k] = g->members[child]->id;
+    }
     send_to(g->members[i], &msg);
 }
 

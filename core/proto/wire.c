@@ -134,9 +134,9 @@ static uint32_t max_length(uint16_t type)
     case ECCL_MSG_VIEW_DECIDE: return 8u + ECCL_WIRE_MAX_OPS * OP_FLAG_SIZE;
     case ECCL_MSG_WELCOME: return 12;
     case ECCL_MSG_PENDING_REPLY: return 4;
-    case ECCL_MSG_RING: return 16u + 2u * PEER_REF_MAX;
+    case ECCL_MSG_RING: return 16u + 3u * PEER_REF_MAX + 16u;
     case ECCL_MSG_KICK: return 4;
-    case ECCL_MSG_P2P_HELLO: return 16;
+    case ECCL_MSG_P2P_HELLO: return 20;
     case ECCL_MSG_DATA: return ECCL_WIRE_MAX_DATA;
     default: return 0;
     }
@@ -146,7 +146,7 @@ static uint32_t max_length(uint16_t type)
  * the build instead of a frame at run time. */
 _Static_assert(8u + ECCL_WIRE_MAX_OPS * OP_FLAG_SIZE <= ECCL_WIRE_MAX_CONTROL,
                "VIEW_* payload exceeds the control bound");
-_Static_assert(16u + 2u * PEER_REF_MAX <= ECCL_WIRE_MAX_CONTROL,
+_Static_assert(16u + 3u * PEER_REF_MAX + 16u <= ECCL_WIRE_MAX_CONTROL,
                "RING payload exceeds the control bound");
 _Static_assert(ECCL_WIRE_MAX_ADDR <= UINT16_MAX, "address length is a u16");
 
@@ -243,6 +243,9 @@ static void put_payload(wbuf *w, const eccl_msg *m)
         put_u32(w, m->u.ring.rank);
         put_peer_ref(w, &m->u.ring.next);
         put_peer_ref(w, &m->u.ring.prev);
+        put_peer_ref(w, &m->u.ring.tree_parent);
+        put_u64(w, m->u.ring.tree_child[0]);
+        put_u64(w, m->u.ring.tree_child[1]);
         break;
     case ECCL_MSG_RING_READY:
     case ECCL_MSG_TOPO_DONE:
@@ -281,6 +284,8 @@ static void put_payload(wbuf *w, const eccl_msg *m)
         put_u64(w, m->u.hello.peer_id);
         put_u32(w, m->u.hello.peer_group);
         put_u32(w, m->u.hello.epoch);
+        put_u32(w, m->u.hello.purpose);
+        if (m->u.hello.purpose > ECCL_LINK_TREE) w->bad = 1;
         break;
     default: /* DATA and unknown types have no control layout */
         w->bad = 1;
@@ -326,6 +331,9 @@ static void get_payload(rbuf *r, uint16_t type, eccl_msg *m)
         m->u.ring.rank = get_u32(r);
         get_peer_ref(r, &m->u.ring.next);
         get_peer_ref(r, &m->u.ring.prev);
+        get_peer_ref(r, &m->u.ring.tree_parent);
+        m->u.ring.tree_child[0] = get_u64(r);
+        m->u.ring.tree_child[1] = get_u64(r);
         if (!ring_ok(&m->u.ring))
             r->bad = 1;
         break;
@@ -369,6 +377,8 @@ static void get_payload(rbuf *r, uint16_t type, eccl_msg *m)
         m->u.hello.peer_id = get_u64(r);
         m->u.hello.peer_group = get_u32(r);
         m->u.hello.epoch = get_u32(r);
+        m->u.hello.purpose = get_u32(r);
+        if (m->u.hello.purpose > ECCL_LINK_TREE) r->bad = 1;
         break;
     default:
         r->bad = 1;
@@ -422,7 +432,7 @@ eccl_result eccl_wire_data_decode(const uint8_t *in, uint32_t frame_length,
     /* Widened so 32 + len cannot wrap; the MAX_DATA bound is repeated in case
      * frame_length did not come from a validated header. */
     if (out->reserved != 0 || out->ring > 1 ||
-        out->phase > ECCL_PHASE_EXCHANGE || frame_length > ECCL_WIRE_MAX_DATA ||
+        out->phase > ECCL_PHASE_LAST || frame_length > ECCL_WIRE_MAX_DATA ||
         (uint64_t)ECCL_WIRE_DATA_HEADER_SIZE + out->len != frame_length)
         return ECCL_ERR_PROTOCOL;
     return ECCL_OK;

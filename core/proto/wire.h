@@ -91,6 +91,11 @@ typedef struct eccl_msg_ring {
     uint32_t rank;
     eccl_wire_peer_ref next; /* we connect to it */
     eccl_wire_peer_ref prev; /* it connects to us */
+    /* Small collectives run over a binary tree in rank order
+     * (coll/tree_allreduce.h): we connect to the parent when we first need
+     * it; the children connect to us. Unused for rank 0 / for leaves. */
+    eccl_wire_peer_ref tree_parent;
+    uint64_t tree_child[2];
 } eccl_msg_ring;
 
 typedef struct eccl_msg_epoch { /* RING_READY, TOPO_DONE, VIEW_QUERY */
@@ -122,10 +127,16 @@ typedef struct eccl_msg_kick {
     uint32_t reason;
 } eccl_msg_kick;
 
+enum eccl_link_purpose {
+    ECCL_LINK_RING = 0, /* to the ring's next rank */
+    ECCL_LINK_TREE = 1  /* to the tree parent */
+};
+
 typedef struct eccl_msg_p2p_hello {
     uint64_t peer_id;
     uint32_t peer_group;
     uint32_t epoch;
+    uint32_t purpose; /* enum eccl_link_purpose: two peers may share both */
 } eccl_msg_p2p_hello;
 
 /* A DATA frame's payload starts with this 32-byte header; `len` bytes of
@@ -146,7 +157,13 @@ enum eccl_data_phase {
     ECCL_PHASE_REDUCE_SCATTER = 0,
     ECCL_PHASE_ALL_GATHER = 1,
     ECCL_PHASE_DONE = 2,      /* completion token; len 0 */
-    ECCL_PHASE_EXCHANGE = 3   /* two peers swap whole small buffers */
+    ECCL_PHASE_EXCHANGE = 3,  /* two peers swap whole small buffers */
+    /* the tree all-reduce's four waves (coll/tree_allreduce.h) */
+    ECCL_PHASE_TREE_UP = 4,     /* a subtree's partial, to the parent */
+    ECCL_PHASE_TREE_DOWN = 5,   /* the result, to the children */
+    ECCL_PHASE_TREE_DONE = 6,   /* my subtree holds it; len 0 */
+    ECCL_PHASE_TREE_COMMIT = 7, /* every rank holds it; len 0 */
+    ECCL_PHASE_LAST = ECCL_PHASE_TREE_COMMIT
 };
 
 /* Every decoded control message. */

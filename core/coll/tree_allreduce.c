@@ -1,0 +1,178 @@
+#include "coll/tree_allreduce.h"
+
+#include <string.h>
+
+uint32_t eccl_tree_peer(uint32_t rank, uint32_t nranks, enum eccl_tree_role role)
+{
+    if (role == ECCL_TREE_PARENT) return rank == 0 ? UINT32_MAX : (rank - 1) / 2;
+    uint64_t child = 2ull * rank + (role == ECCL_TREE_CHILD0 ? 1 : 2);
+    return child < nranks ? (uint32_t)child : UINT32_MAX;
+}
+
+void eccl_tree_allreduce_init(eccl_tree_allreduce *t, const eccl_env *env, uint64_t tag,
+                              uint32_t epoch, const void *sendbuf, void *recvbuf,
+                              size_t count, eccl_dtype dtype, eccl_op op, uint32_t rank,
+                              uint32_t nranks, uint8_t *partial[2], uint8_t *backup)
+{
+    memset(t, 0, sizeof *t);
+    t->env = env;
+    t->tag = tag;
+    t->epoch = epoch;
+    t->sendbuf = sendbuf;
+    t->recvbuf = recvbuf;
+    t->backup = backup;
+    t->partial[0] = partial[0];
+    t->partial[1] = partial[1];
+    t->count = count;
+    t->dtype = dtype;
+    t->op = op;
+    t->bytes = count * eccl_dtype_size(dtype);
+    t->rank = rank;
+    t->nranks = nranks;
+    t->nchildren = (eccl_tree_peer(rank, nranks, ECCL_TREE_CHILD0) != UINT32_MAX) +
+                   (eccl_tree_peer(rank, nranks, ECCL_TREE_CHILD1) != UINT32_MAX);
+}
+
+static int all_children(const eccl_tree_allreduce *t, const int flag[2])
+{
+    for (int i = 0; i < t->nchildren; i++)
+        if (!flag[i]) return 0;
+    return 1;
+}
+
+static void save_backup(eccl_tree_allreduce *t)
+{
+    if (t->saved) return;
+    t->env->dev->copy(t->env->dev_ctx, t->backup, t->recvbuf, t->bytes);
+    t->saved = 1;
+}
+
+/* Our subtree's partial: child 1's op ours op child 2's, in that order
+ * everywhere (only the root's result is ever used, so any fixed order
+ * gives every rank the same bits). Returns where it is. */
+static const uint8_t *reduce_subtree(eccl_tree_allreduce *t)
+{
+    if (t->nchildren == 0) return t->sendbuf;
+    const eccl_dev_ops *dev = t->env->dev;
+    dev->reduce(t->env->dev_ctx, t->partial[0], t->sendbuf, t->count, t->dtype, t->op);
+    if (t->nchildren == 2)
+        dev->reduce(t->env->dev_ctx, t->partial[0], t->partial[1], t->count, t->dtype, t->op);
+    return t->partial[0];
+}
+
+static eccl_result tree_send(eccl_tree_allreduce *t, eccl_chan *link, uint8_t phase,
+                             const void *payload, size_t len)
+{
+    eccl_wire_data w = {.tag = t->tag, .epoch = t->epoch, .phase = phase, .len = (uint32_t)len};
+    eccl_result rc = eccl_chan_send_data(link, &w, payload, payload ? &t->inflight : NULL);
+    if (rc == ECCL_OK) t->tx_bytes += len;
+    return rc;
+}
+
+eccl_result eccl_tree_allreduce_pump(eccl_tree_allreduce *t, eccl_chan *link[3])
+{
+    eccl_result rc;
+    eccl_chan *parent = link[ECCL_TREE_PARENT];
+    if (!t->up_sent && all_children(t, t->up_recvd)) {
+        if (t->rank == 0) {
+            const uint8_t *sum = reduce_subtree(t);
+            save_backup(t);
+            t->env->dev->copy(t->env->dev_ctx, t->recvbuf, sum, t->bytes);
+            if (t->op == ECCL_AVG)
+                t->env->dev->scale_div(t->env->dev_ctx, t->recvbuf, t->count, t->dtype,
+                                       t->nranks);
+            t->have_full = 1;
+            t->up_sent = 1;
+        } else if (parent) {
+            if ((rc = tree_send(t, parent, ECCL_PHASE_TREE_UP, reduce_subtree(t), t->bytes)) != ECCL_OK)
+                return rc;
+            t->up_sent = 1;
+        }
+    }
+    if (t->have_full && !t->down_sent) {
+        for (int i = 0; i < t->nchildren; i++)
+            if (!link[1 + i]) return ECCL_OK; /* the view change will settle it */
+        for (int i = 0; i < t->nchildren; i++)
+            if ((rc = tree_send(t, link[1 + i], ECCL_PHASE_TREE_DOWN, t->recvbuf, t->bytes)) != ECCL_OK)
+                return rc;
+        t->down_sent = 1;
+    }
+    if (t->have_full && !t->done_sent && all_children(t, t->done_recvd)) {
+        if (t->rank == 0) {
+            t->committed = 1; /* every rank below us holds the result */
+            t->done_sent = 1;
+        } else if (parent) {
+            if ((rc = tree_send(t, parent, ECCL_PHASE_TREE_DONE, NULL, 0)) != ECCL_OK) return rc;
+            t->done_sent = 1;
+        }
+    }
+    if (t->committed && !t->commit_sent) {
+        for (int i = 0; i < t->nchildren; i++)
+            if (!link[1 + i]) return ECCL_OK;
+        for (int i = 0; i < t->nchildren; i++)
+            if ((rc = tree_send(t, link[1 + i], ECCL_PHASE_TREE_COMMIT, NULL, 0)) != ECCL_OK)
+                return rc;
+        t->commit_sent = 1;
+    }
+    return ECCL_OK;
+}
+
+eccl_result eccl_tree_allreduce_recv(eccl_tree_allreduce *t, enum eccl_tree_role role,
+                                     const eccl_wire_data *d, void **dst)
+{
+    if (d->ring != 0 || d->step != 0 || d->offset != 0) return ECCL_ERR_PROTOCOL;
+    *dst = NULL;
+    if (role == ECCL_TREE_PARENT) {
+        if (t->rank == 0) return ECCL_ERR_PROTOCOL;
+        if (d->phase == ECCL_PHASE_TREE_DOWN && t->up_sent && !t->have_full &&
+            d->len == t->bytes) {
+            save_backup(t);
+            *dst = t->recvbuf;
+            return ECCL_OK;
+        }
+        if (d->phase == ECCL_PHASE_TREE_COMMIT && t->done_sent && !t->committed && d->len == 0)
+            return ECCL_OK;
+        return ECCL_ERR_PROTOCOL;
+    }
+    int i = role == ECCL_TREE_CHILD0 ? 0 : 1;
+    if (i >= t->nchildren) return ECCL_ERR_PROTOCOL;
+    if (d->phase == ECCL_PHASE_TREE_UP && !t->up_recvd[i] && d->len == t->bytes) {
+        *dst = t->partial[i];
+        return ECCL_OK;
+    }
+    if (d->phase == ECCL_PHASE_TREE_DONE && t->down_sent && !t->done_recvd[i] && d->len == 0)
+        return ECCL_OK;
+    return ECCL_ERR_PROTOCOL;
+}
+
+eccl_result eccl_tree_allreduce_recv_done(eccl_tree_allreduce *t, enum eccl_tree_role role,
+                                          const eccl_wire_data *d)
+{
+    int i = role == ECCL_TREE_CHILD1 ? 1 : 0;
+    t->rx_bytes += d->len;
+    switch (d->phase) {
+    case ECCL_PHASE_TREE_UP: t->up_recvd[i] = 1; break;
+    case ECCL_PHASE_TREE_DONE: t->done_recvd[i] = 1; break;
+    case ECCL_PHASE_TREE_DOWN: t->have_full = 1; break;
+    case ECCL_PHASE_TREE_COMMIT: t->committed = 1; break;
+    default: return ECCL_ERR_PROTOCOL;
+    }
+    return ECCL_OK;
+}
+
+int eccl_tree_allreduce_complete(const eccl_tree_allreduce *t)
+{
+    return t->committed && t->commit_sent && t->inflight == 0;
+}
+
+int eccl_tree_allreduce_expects(const eccl_tree_allreduce *t, enum eccl_tree_role role)
+{
+    if (role == ECCL_TREE_PARENT) return t->rank != 0 && !t->committed;
+    int i = role == ECCL_TREE_CHILD0 ? 0 : 1;
+    return i < t->nchildren && !t->done_recvd[i];
+}
+
+void eccl_tree_allreduce_restore(eccl_tree_allreduce *t)
+{
+    if (t->saved) t->env->dev->copy(t->env->dev_ctx, t->recvbuf, t->backup, t->bytes);
+}
