@@ -58,6 +58,8 @@ struct mgroup {
     uint32_t epoch;
     mpeer **members;        /* ring order */
     uint32_t n, cap;
+    uint32_t n_ready;       /* members wired for `epoch` (RING_READY) */
+    uint32_t n_reported;    /* members that answered the current query */
     int querying;
     int change_wanted;
 };
@@ -77,11 +79,47 @@ struct eccl_master {
     uint64_t next_id;
     int admitting;
     int running;
+    /* Counters, so that no message costs a scan of every peer (a master
+     * of 100k peers gets O(N) messages per decision). */
+    uint32_t n_state[3];    /* peers per mpeer_state */
+    uint32_t n_asked;       /* accepted peers in the current pending round */
+    uint32_t n_voted;       /* accepted peers that voted for admission */
+    uint32_t n_admitting;   /* registered peers the current admission takes */
+    uint64_t scan_at;       /* earliest heartbeat or silence deadline */
 };
 
 static const eccl_chan_handler peer_handler;
 
 static uint64_t now_ns(const eccl_master *m) { return eccl_engine_now(&m->eng); }
+
+static void set_state(eccl_master *m, mpeer *p, enum mpeer_state s)
+{
+    m->n_state[p->state]--;
+    m->n_state[s]++;
+    p->state = s;
+}
+
+/* Heartbeats go out in batches: a peer due within 1/16 of its timeout gets
+ * one now (its interval is a quarter timeout, so that is harmless), which
+ * keeps the master's peer scans to a few per heartbeat period however many
+ * peers there are. */
+static uint64_t heartbeat_slack(const mpeer *p) { return p->timeout_ns / 16; }
+
+/* When this peer next needs the master's attention: its heartbeat, or
+ * being dropped for silence. */
+static uint64_t peer_deadline(const mpeer *p)
+{
+    uint64_t t = p->ch.last_rx_ns + p->timeout_ns + 1;
+    if (p->state != MP_CONNECTED && p->heartbeat_at - heartbeat_slack(p) < t)
+        t = p->heartbeat_at - heartbeat_slack(p);
+    return t;
+}
+
+static void schedule_scan(eccl_master *m, const mpeer *p)
+{
+    uint64_t t = peer_deadline(p);
+    if (t < m->scan_at) m->scan_at = t;
+}
 
 static void send_to(mpeer *p, const eccl_msg *msg)
 {
@@ -155,40 +193,46 @@ static void send_ring(mgroup *g, uint32_t i)
 
 static void check_admission_done(eccl_master *m);
 
+static int op_flag_cmp(const void *a, const void *b)
+{
+    uint64_t x = ((const eccl_wire_op_flag *)a)->tag, y = ((const eccl_wire_op_flag *)b)->tag;
+    return x < y ? -1 : x > y;
+}
+
 /* Decides the frozen ops, then hands out the next ring. */
 static void finish_view(eccl_master *m, mgroup *g)
 {
     if (g->querying) {
         eccl_msg *d = calloc(1, sizeof *d);
-        if (d) {
+        uint64_t total = 0;
+        for (uint32_t i = 0; i < g->n; i++) total += g->members[i]->n_report;
+        eccl_wire_op_flag *all = total ? malloc(total * sizeof *all) : NULL;
+        if (d && (all || !total)) {
             d->type = ECCL_MSG_VIEW_DECIDE;
             d->u.view.epoch = g->epoch;
+            size_t k = 0;
             for (uint32_t i = 0; i < g->n; i++) {
-                mpeer *p = g->members[i];
-                for (uint32_t k = 0; k < p->n_report; k++) {
-                    uint64_t tag = p->report[k].tag;
-                    uint32_t j = 0;
-                    while (j < d->u.view.n_ops && d->u.view.ops[j].tag != tag) j++;
-                    if (j < d->u.view.n_ops || j == ECCL_WIRE_MAX_OPS) continue;
-                    /* Commit iff every surviving member holds the result
-                     * (a member that completed it reports it as held). */
-                    uint32_t holders = 0;
-                    for (uint32_t q = 0; q < g->n; q++)
-                        for (uint32_t t = 0; t < g->members[q]->n_report; t++)
-                            if (g->members[q]->report[t].tag == tag &&
-                                g->members[q]->report[t].flag)
-                                holders++;
-                    d->u.view.ops[j].tag = tag;
-                    d->u.view.ops[j].flag = holders == g->n;
-                    d->u.view.n_ops++;
-                    ECCL_INFO(m->env, "group %u epoch %u: %s collective tag %llu", g->id,
-                              g->epoch, holders == g->n ? "commit" : "abort",
-                              (unsigned long long)tag);
-                }
+                memcpy(all + k, g->members[i]->report,
+                       g->members[i]->n_report * sizeof *all);
+                k += g->members[i]->n_report;
+            }
+            /* Sorted by tag, each tag's reports sit together: commit it iff
+             * every surviving member holds the result (a member that
+             * completed it reports it as held; each reports a tag once). */
+            qsort(all, total, sizeof *all, op_flag_cmp);
+            for (size_t a = 0, b; a < total && d->u.view.n_ops < ECCL_WIRE_MAX_OPS; a = b) {
+                uint32_t holders = 0;
+                for (b = a; b < total && all[b].tag == all[a].tag; b++) holders += all[b].flag;
+                d->u.view.ops[d->u.view.n_ops].tag = all[a].tag;
+                d->u.view.ops[d->u.view.n_ops].flag = holders == g->n;
+                d->u.view.n_ops++;
+                ECCL_INFO(m->env, "group %u epoch %u: %s collective tag %llu", g->id, g->epoch,
+                          holders == g->n ? "commit" : "abort", (unsigned long long)all[a].tag);
             }
             for (uint32_t i = 0; i < g->n; i++) send_to(g->members[i], d);
-            free(d);
         }
+        free(all);
+        free(d);
         for (uint32_t i = 0; i < g->n; i++) {
             free(g->members[i]->report);
             g->members[i]->report = NULL;
@@ -196,15 +240,18 @@ static void finish_view(eccl_master *m, mgroup *g)
             g->members[i]->reported = 0;
         }
         g->querying = 0;
+        g->n_reported = 0;
     }
     g->change_wanted = 0;
     for (mpeer *p = m->peers; p; p = p->next) {
         if (p->admitting && p->state == MP_REGISTERED && p->group == g) {
-            if (group_add(g, p) == 0) p->state = MP_ACCEPTED;
+            if (group_add(g, p) == 0) set_state(m, p, MP_ACCEPTED);
             p->admitting = 0;
+            m->n_admitting--;
         }
     }
     g->epoch++;
+    g->n_ready = 0;
     ECCL_INFO(m->env, "group %u: ring epoch %u with %u peers", g->id, g->epoch, g->n);
     for (uint32_t i = 0; i < g->n; i++) send_ring(g, i);
     check_admission_done(m);
@@ -231,20 +278,10 @@ static void start_view_changes(eccl_master *m)
 
 static void check_query(eccl_master *m, mgroup *g)
 {
-    if (!g->querying) return;
-    for (uint32_t i = 0; i < g->n; i++)
-        if (!g->members[i]->reported) return;
-    finish_view(m, g);
+    if (g->querying && g->n_reported == g->n) finish_view(m, g);
 }
 
 /* ---- admission -------------------------------------------------------------- */
-
-static uint32_t count_state(const eccl_master *m, enum mpeer_state s)
-{
-    uint32_t n = 0;
-    for (mpeer *p = m->peers; p; p = p->next) n += p->state == s;
-    return n;
-}
 
 /* peers_pending is a vote too: every accepted peer asks, then all get the
  * same count, so they all call update_topology or none does (an answer that
@@ -252,32 +289,24 @@ static uint32_t count_state(const eccl_master *m, enum mpeer_state s)
  * collective). */
 static void check_pending_round(eccl_master *m)
 {
-    uint32_t asked = 0;
-    for (mpeer *p = m->peers; p; p = p->next) {
-        if (p->state != MP_ACCEPTED) continue;
-        if (!p->asked_pending) return;
-        asked++;
-    }
-    if (asked == 0) return;
+    if (m->n_asked == 0 || m->n_asked < m->n_state[MP_ACCEPTED]) return;
     eccl_msg r = {.type = ECCL_MSG_PENDING_REPLY};
-    r.u.pending.pending = count_state(m, MP_REGISTERED);
+    r.u.pending.pending = m->n_state[MP_REGISTERED];
     for (mpeer *p = m->peers; p; p = p->next) {
         if (!p->asked_pending) continue;
         p->asked_pending = 0;
         send_to(p, &r);
     }
+    m->n_asked = 0;
 }
 
 static void check_admission_done(eccl_master *m)
 {
-    if (!m->admitting) return;
+    if (!m->admitting || m->n_admitting) return;
     for (mgroup *g = m->groups; g; g = g->next)
-        if (g->querying || g->change_wanted) return;
-    for (mpeer *p = m->peers; p; p = p->next) {
-        if (p->admitting) return;
-        if (p->state == MP_ACCEPTED && p->ready_epoch != p->group->epoch) return;
-    }
+        if (g->querying || g->change_wanted || g->n_ready < g->n) return;
     m->admitting = 0;
+    m->n_voted = 0;
     eccl_msg done = {.type = ECCL_MSG_TOPO_DONE};
     for (mpeer *p = m->peers; p; p = p->next) {
         if (p->state != MP_ACCEPTED) continue;
@@ -286,22 +315,23 @@ static void check_admission_done(eccl_master *m)
         send_to(p, &done);
     }
     ECCL_INFO(m->env, "topology update done: %u accepted, %u pending",
-              count_state(m, MP_ACCEPTED), count_state(m, MP_REGISTERED));
+              m->n_state[MP_ACCEPTED], m->n_state[MP_REGISTERED]);
 }
 
 /* With nobody accepted, nobody can vote: the oldest registered peer starts
  * (or restarts) the run on its own. */
 static void accept_alone_if_empty(eccl_master *m)
 {
-    if (m->admitting || count_state(m, MP_ACCEPTED) > 0) return;
+    if (m->admitting || m->n_state[MP_ACCEPTED] > 0) return;
     mpeer *first = NULL;
     for (mpeer *p = m->peers; p; p = p->next)
         if (p->state == MP_REGISTERED && (!first || p->id < first->id)) first = p;
     if (!first) return;
     mgroup *g = first->group;
     if (group_add(g, first) != 0) return;
-    first->state = MP_ACCEPTED;
+    set_state(m, first, MP_ACCEPTED);
     g->epoch++;
+    g->n_ready = 0;
     ECCL_INFO(m->env, "peer %llu starts the run in group %u", (unsigned long long)first->id,
               g->id);
     send_ring(g, g->n - 1);
@@ -309,14 +339,8 @@ static void accept_alone_if_empty(eccl_master *m)
 
 static void maybe_admit(eccl_master *m)
 {
-    if (m->admitting) return;
-    uint32_t accepted = 0;
-    for (mpeer *p = m->peers; p; p = p->next) {
-        if (p->state != MP_ACCEPTED) continue;
-        if (!p->voted) return;
-        accepted++;
-    }
-    if (accepted == 0) return;
+    if (m->admitting || m->n_state[MP_ACCEPTED] == 0 || m->n_voted < m->n_state[MP_ACCEPTED])
+        return;
     uint32_t newcomers = 0;
     for (mpeer *p = m->peers; p; p = p->next) {
         if (p->state != MP_REGISTERED) continue;
@@ -324,6 +348,7 @@ static void maybe_admit(eccl_master *m)
         p->group->change_wanted = 1;
         newcomers++;
     }
+    m->n_admitting = newcomers;
     m->admitting = 1;
     ECCL_INFO(m->env, "vote passed: admitting %u peers", newcomers);
     if (newcomers == 0) {
@@ -355,8 +380,14 @@ static void drop_peer(eccl_master *m, mpeer *p, eccl_result why)
     p->report = NULL;
     p->next = m->graveyard;
     m->graveyard = p;
+    m->n_state[p->state]--;
+    m->n_asked -= p->asked_pending;
+    m->n_voted -= p->state == MP_ACCEPTED && p->voted;
+    m->n_admitting -= p->admitting;
     mgroup *g = p->group;
     if (p->state == MP_ACCEPTED && g) {
+        g->n_ready -= p->ready_epoch == g->epoch;
+        g->n_reported -= g->querying && p->reported;
         group_remove(g, p);
         g->change_wanted = 1;
         start_view_changes(m);
@@ -377,8 +408,9 @@ static eccl_result on_register(eccl_master *m, mpeer *p, const eccl_msg_register
     memcpy(p->p2p_addr, r->p2p_addr, sizeof p->p2p_addr);
     if (r->peer_timeout_ms) p->timeout_ns = (uint64_t)r->peer_timeout_ms * MS;
     p->heartbeat_at = now_ns(m) + p->timeout_ns / 4; /* its timeout, not ours */
-    p->state = MP_REGISTERED;
-    int alone = !m->admitting && count_state(m, MP_ACCEPTED) == 0;
+    set_state(m, p, MP_REGISTERED);
+    schedule_scan(m, p);
+    int alone = !m->admitting && m->n_state[MP_ACCEPTED] == 0;
     eccl_msg w = {.type = ECCL_MSG_WELCOME};
     w.u.welcome.peer_id = p->id;
     w.u.welcome.accepted = (uint32_t)alone;
@@ -402,14 +434,18 @@ static eccl_result peer_on_msg(void *owner, eccl_chan *ch, const eccl_msg *msg)
     case ECCL_MSG_PENDING_QUERY:
         if (p->state != MP_ACCEPTED || p->asked_pending) return ECCL_ERR_PROTOCOL;
         p->asked_pending = 1;
+        m->n_asked++;
         check_pending_round(m);
         return ECCL_OK;
     case ECCL_MSG_TOPO_VOTE:
         if (p->state != MP_ACCEPTED) return ECCL_ERR_PROTOCOL;
+        m->n_voted += !p->voted;
         p->voted = 1;
         maybe_admit(m);
         return ECCL_OK;
     case ECCL_MSG_RING_READY:
+        if (p->state == MP_ACCEPTED && msg->u.epoch.epoch == g->epoch && p->ready_epoch != g->epoch)
+            g->n_ready++;
         p->ready_epoch = msg->u.epoch.epoch;
         check_admission_done(m);
         return ECCL_OK;
@@ -436,6 +472,7 @@ static eccl_result peer_on_msg(void *owner, eccl_chan *ch, const eccl_msg *msg)
         if (bytes) memcpy(p->report, msg->u.view.ops, bytes);
         p->n_report = msg->u.view.n_ops;
         p->reported = 1;
+        g->n_reported++;
         check_query(m, g);
         return ECCL_OK;
     }
@@ -476,6 +513,8 @@ static void accept_peers(eccl_master *m)
         p->heartbeat_at = now_ns(m) + p->timeout_ns / 4;
         p->next = m->peers;
         m->peers = p;
+        m->n_state[MP_CONNECTED]++;
+        schedule_scan(m, p);
     }
 }
 
@@ -499,24 +538,25 @@ static uint64_t master_step(void *owner, void **ready, int n, int *again)
         if (*(int *)ready[i] == ECCL_HANDLE_LISTENER) accept_peers(m);
         else service_peer(m, ready[i]);
     }
-    uint64_t now = now_ns(m), next = ECCL_NO_DEADLINE;
+    /* Outbound queues that the socket did not take wait for writability,
+     * so only deadlines need the scan of every peer, and only when due. */
+    uint64_t now = now_ns(m);
+    if (now < m->scan_at) return m->scan_at;
+    m->scan_at = ECCL_NO_DEADLINE;
     for (mpeer *p = m->peers, *nx; p; p = nx) {
         nx = p->next;
         if (now - p->ch.last_rx_ns > p->timeout_ns) {
             drop_peer(m, p, ECCL_ERR_TIMEOUT);
             continue;
         }
-        if (now >= p->heartbeat_at && p->state != MP_CONNECTED) {
+        if (now + heartbeat_slack(p) >= p->heartbeat_at && p->state != MP_CONNECTED) {
             eccl_msg hb = {.type = ECCL_MSG_HEARTBEAT};
             send_to(p, &hb);
             p->heartbeat_at = now + p->timeout_ns / 4;
         }
-        uint64_t t = p->ch.last_rx_ns + p->timeout_ns + 1;
-        if (p->state != MP_CONNECTED && p->heartbeat_at < t) t = p->heartbeat_at;
-        if (t < next) next = t;
-        if (p->ch.out_head) eccl_chan_flush(&p->ch);
+        schedule_scan(m, p);
     }
-    return next;
+    return m->scan_at;
 }
 
 static void master_reap(void *owner)
