@@ -63,7 +63,7 @@ typedef struct scenario_cfg {
     platform_kind kind;
     int hosts, ranks, iters, world_min;
     long count;
-    double bandwidth_Bps, latency_s, jitter_s;
+    double bandwidth_Bps, latency_s, jitter_s, stagger_s;
     /* platform = clos: host-to-host latencies, same rack < zone < DC < other DC */
     int hosts_per_rack, racks_per_zone, zones_per_dc, dcs;
     double oversubscription, zone_latency_s, dc_latency_s, inter_dc_latency_s;
@@ -254,7 +254,7 @@ static int parse_kill(const char *v, kill_spec *k)
 /* Every key but the repeatable `kill`; the line it was given on is kept so
  * that a key the chosen platform does not take is reported where it stands. */
 enum {
-    K_NAME, K_PLATFORM, K_BW, K_LAT, K_RANKS, K_COUNT, K_ITERS, K_EXPECT, K_SEED, K_JITTER,
+    K_NAME, K_PLATFORM, K_BW, K_LAT, K_RANKS, K_COUNT, K_ITERS, K_EXPECT, K_SEED, K_JITTER, K_STAGGER,
     K_WORLD_MIN,
     K_HOSTS,                                                        /* flat */
     K_HOSTS_PER_RACK, K_RACKS_PER_ZONE, K_ZONES_PER_DC, K_DCS, K_OVERSUB, K_ZONE_LAT, K_DC_LAT,
@@ -285,6 +285,7 @@ static const key_def key_defs[K_NKEYS] = {
     [K_EXPECT] = {"expect_survivors", KK_INT, CFG_OFF(expect_survivors), 0, MAX_RANKS},
     [K_SEED] = {"seed", KK_SPECIAL, 0, 0, 0},
     [K_JITTER] = {"jitter", KK_TIME, CFG_OFF(jitter_s), 0, 0},
+    [K_STAGGER] = {"stagger", KK_TIME, CFG_OFF(stagger_s), 0, 0},
     [K_WORLD_MIN] = {"world_min", KK_INT, CFG_OFF(world_min), 1, MAX_RANKS},
     [K_HOSTS] = {"hosts", KK_INT, CFG_OFF(hosts), 2, MAX_RANKS + 1},
     [K_HOSTS_PER_RACK] = {"hosts_per_rack", KK_INT, CFG_OFF(hosts_per_rack), 1, MAX_HOSTS},
@@ -309,7 +310,7 @@ static const key_def key_defs[K_NKEYS] = {
 /* Which keys a platform takes: required ones, then optional ones; -1 ends. */
 static const int common_required[] = {K_NAME, K_PLATFORM, K_BW, K_LAT, K_RANKS, K_COUNT,
                                       K_ITERS, -1};
-static const int common_optional[] = {K_EXPECT, K_SEED, K_JITTER, K_WORLD_MIN, -1};
+static const int common_optional[] = {K_EXPECT, K_SEED, K_JITTER, K_STAGGER, K_WORLD_MIN, -1};
 static const int flat_required[] = {K_HOSTS, -1};
 static const int flat_optional[] = {-1};
 static const int clos_required[] = {K_HOSTS_PER_RACK, K_RACKS_PER_ZONE, K_ZONES_PER_DC, K_DCS, -1};
@@ -372,6 +373,7 @@ static int parse_scenario(const char *file, scenario_cfg *c)
 {
     memset(c, 0, sizeof *c);
     c->world_min = 2;
+    c->stagger_s = 1e-3;
     c->expect_survivors = -1;
     c->oversubscription = 1;
     int key_line[K_NKEYS] = {0}; /* 0: not given */
@@ -1140,6 +1142,7 @@ int main(int argc, char **argv)
     /* Every random choice comes from this one stream, in this order. */
     uint64_t rng = cfg.seed;
     uint64_t jitter_ns = (uint64_t)llround(cfg.jitter_s * 1e9);
+    uint64_t stagger_ns = (uint64_t)llround(cfg.stagger_s * 1e9);
     start_actor("master", "node-0", master_main, s);
     for (int i = 0; i < cfg.ranks; i++) {
         rank_state *r = &s->rk[i];
@@ -1153,7 +1156,7 @@ int main(int argc, char **argv)
         snprintf(r->name, sizeof r->name, "rank%d", r->idx);
         snprintf(r->host, sizeof r->host, "node-%d", r->idx);
         /* Staggered arrivals (the first founds the group), plus jitter. */
-        r->arrive_ns = 1000000ull * (uint64_t)r->idx;
+        r->arrive_ns = stagger_ns * (uint64_t)r->idx;
         if (jitter_ns) r->arrive_ns += prng_below(&rng, jitter_ns);
     }
     for (int k = 0; k < cfg.nkills; k++) {
