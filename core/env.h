@@ -23,6 +23,8 @@
 typedef struct eccl_conn eccl_conn;
 typedef struct eccl_listener eccl_listener;
 
+/* base NULL: `len` bytes of phantom payload (see eccl_dev_ops.is_phantom):
+ * only an env whose dev has phantom memory ever passes one. */
 typedef struct eccl_iov {
     const void *base;
     size_t len;
@@ -53,11 +55,18 @@ typedef struct eccl_net_ops {
                            eccl_conn **out);
     /* Writes as much of iov[0..n) as it can without blocking; *sent = bytes
      * written (0 is fine). Errors: ECCL_ERR_CLOSED (peer closed or reset),
-     * ECCL_ERR_CONNECT (connect failed). Never keeps a pointer to iov. */
+     * ECCL_ERR_CONNECT (connect failed). Never keeps a pointer to iov.
+     * An iov with a NULL base is phantom payload: a net paired with a dev
+     * that has phantom memory (the simulator's) charges its length on the
+     * wire and carries no bytes; other nets never see one. */
     eccl_result (*send)(void *ctx, eccl_conn *c, const eccl_iov *iov, int n,
                         size_t *sent);
     /* Reads up to len bytes without blocking; *got = bytes read (0 = nothing
-     * yet). End of stream or reset is ECCL_ERR_CLOSED. */
+     * yet). End of stream or reset is ECCL_ERR_CLOSED. buf NULL (phantom
+     * payload, same nets as above): consumes up to len bytes, stores none.
+     * A net that carries phantom payload stops a read into a real buffer
+     * where phantom bytes begin (a short read is then not "drained"), and
+     * reads phantom bytes into a real buffer as zeros. */
     eccl_result (*recv)(void *ctx, eccl_conn *c, void *buf, size_t len,
                         size_t *got);
     /* Which readiness `wait` reports for this conn: readable (read=1) and/or
@@ -124,7 +133,8 @@ typedef struct eccl_sync_ops {
 
 /* ---- dev: where tensors live ---------------------------------------------
  * Host memory in the real CPU backend; device memory or phantom buffers
- * elsewhere. Core never touches tensor bytes except through these. */
+ * elsewhere. Core never touches tensor bytes except through these, nor
+ * through net send/recv when is_phantom says a buffer is phantom. */
 typedef struct eccl_dev_ops {
     size_t size;
     /* Staging memory usable by send/recv and by copy/reduce. */
@@ -137,7 +147,15 @@ typedef struct eccl_dev_ops {
     /* x[i] = x[i] / divisor (AVG's final step). */
     void (*scale_div)(void *ctx, void *x, size_t count, eccl_dtype dtype,
                       uint32_t divisor);
+    /* Added later (check `size`, or use eccl_dev_is_phantom); may be NULL.
+     * 1 when p points into phantom memory: an address with no bytes behind
+     * it (the simulator's scale runs, where sizes travel and bytes do not).
+     * copy/reduce/scale_div accept phantom pointers and touch nothing there;
+     * a DATA payload read from or written to one goes to the net as a NULL
+     * iov base / a NULL recv buffer, never dereferenced. */
+    int (*is_phantom)(void *ctx, const void *p);
 } eccl_dev_ops;
+
 
 /* ---- log ----------------------------------------------------------------- */
 enum eccl_log_level {
@@ -170,5 +188,20 @@ typedef struct eccl_env {
     uint64_t spin_ns;/* a blocked API call polls this long before sleeping */
     char name[32];   /* prefix for log lines, e.g. "master" or "peer 3" */
 } eccl_env;
+
+/* Whether env's dev has phantom memory at all: only then can a buffer be
+ * phantom (an older or real dev table has no is_phantom). */
+static inline int eccl_dev_has_phantom(const eccl_env *env)
+{
+    const eccl_dev_ops *d = env->dev;
+    return d->size >= offsetof(eccl_dev_ops, is_phantom) + sizeof d->is_phantom &&
+           d->is_phantom != NULL;
+}
+
+/* Whether p is phantom memory of env's dev. */
+static inline int eccl_dev_is_phantom(const eccl_env *env, const void *p)
+{
+    return eccl_dev_has_phantom(env) && env->dev->is_phantom(env->dev_ctx, p);
+}
 
 #endif /* ECCL_CORE_ENV_H */

@@ -10,6 +10,10 @@
  * world_size * x whoever is left, and every peer prints a hash of its
  * result so bit-parity across peers can be checked by whoever reads the
  * output. One line per event, as key=value pairs, through the launch.
+ *
+ * With phantom buffers from the launch (the simulator's scale runs) the
+ * buffers have no values: the loop skips filling and checking them and
+ * reports completion and time only; the protocol is the same.
  */
 #include "worker_loop.h"
 
@@ -42,6 +46,41 @@ static uint64_t fnv1a(const float *p, size_t n)
 }
 
 static float contribution(int iter, size_t i) { return (float)((iter * 31 + (int)(i % 1021)) % 17 + 1); }
+
+/* The two all-reduce buffers, from the launch when it has its own memory. */
+static int alloc_buffers(const eccl_launch *L, size_t bytes, float **send, float **recv)
+{
+    void *s = NULL, *r = NULL;
+    if (L->buffer_alloc) {
+        if (L->buffer_alloc(L->ctx, bytes, &s) != ECCL_OK) return 0;
+        if (L->buffer_alloc(L->ctx, bytes, &r) != ECCL_OK) {
+            if (L->buffer_free) L->buffer_free(L->ctx, s);
+            return 0;
+        }
+    } else {
+        s = malloc(bytes);
+        r = malloc(bytes);
+        if (!s || !r) {
+            free(s);
+            free(r);
+            return 0;
+        }
+    }
+    *send = s;
+    *recv = r;
+    return 1;
+}
+
+static void free_buffers(const eccl_launch *L, float *send, float *recv)
+{
+    if (!L->buffer_alloc) {
+        free(send);
+        free(recv);
+    } else if (L->buffer_free) {
+        L->buffer_free(L->ctx, send);
+        L->buffer_free(L->ctx, recv);
+    }
+}
 
 /* The step all members of the current ring agree on: the furthest one.
  * The tag is unique per ring epoch, which every member has just entered. */
@@ -77,13 +116,13 @@ int eccl_worker_run(const eccl_launch *L, const eccl_worker_options *opts)
     eccl_comm_get_attr(comm, ECCL_ATTR_PEER_ID, &id);
     emit(L, 0, "event=connected peer=%lld pid=%d", (long long)id, L->pid);
 
-    float *send = malloc(o.count * sizeof *send), *recv = malloc(o.count * sizeof *recv);
-    if (!send || !recv) {
-        free(send);
-        free(recv);
+    float *send = NULL, *recv = NULL;
+    if (!alloc_buffers(L, o.count * sizeof(float), &send, &recv)) {
+        emit(L, 1, "eccl-worker: cannot allocate 2 x %zu bytes", o.count * sizeof(float));
         eccl_comm_destroy(comm);
         return 1;
     }
+    const int phantom = L->buffer_alloc && L->phantom;
     int status = 0, iter = 0, agreed = 0;
     double waiting_since = 0;
     while (iter < o.iters) {
@@ -122,11 +161,11 @@ int eccl_worker_run(const eccl_launch *L, const eccl_worker_options *opts)
         waiting_since = 0;
         o.start_world = 0; /* only the first step waits for everyone */
 
-        for (size_t i = 0; i < o.count; i++) {
+        for (size_t i = 0; i < o.count && !phantom; i++) {
             send[i] = contribution(iter, i);
             recv[i] = (float)iter; /* arbitrary content the call must not lose */
         }
-        uint64_t before = fnv1a(recv, o.count);
+        uint64_t before = phantom ? 0 : fnv1a(recv, o.count);
         eccl_reduce_info info = {0};
         emit(L, 0, "event=begin peer=%lld iter=%d world=%lld", (long long)id, iter,
              (long long)world);
@@ -134,12 +173,13 @@ int eccl_worker_run(const eccl_launch *L, const eccl_worker_options *opts)
         rc = eccl_allreduce(comm, send, recv, o.count, ECCL_F32, ECCL_SUM, (uint64_t)iter, &info);
         double ms = L->now_ms(L->ctx) - t0;
         if (rc == ECCL_ERR_PEER_LOST || rc == ECCL_ERR_TOO_FEW_PEERS || rc == ECCL_ERR_TIMEOUT) {
-            int restored = fnv1a(recv, o.count) == before;
+            int restored = phantom || fnv1a(recv, o.count) == before;
             emit(L, 0, "event=%s peer=%lld iter=%d world=%lld ms=%.1f restored=%s",
                  rc == ECCL_ERR_PEER_LOST ? "peer_lost"
                  : rc == ECCL_ERR_TIMEOUT  ? "timeout"
                                            : "too_few_peers",
-                 (long long)id, iter, (long long)world, ms, restored ? "yes" : "NO");
+                 (long long)id, iter, (long long)world, ms,
+                 phantom ? "unchecked" : restored ? "yes" : "NO");
             if (!restored) status = 1;
             if (rc == ECCL_ERR_TOO_FEW_PEERS) L->sleep_ms(L->ctx, 10);
             continue; /* retry this iteration with whoever is left */
@@ -150,6 +190,12 @@ int eccl_worker_run(const eccl_launch *L, const eccl_worker_options *opts)
             status = 1;
             break;
         }
+        if (phantom) {
+            emit(L, 0, "event=ok peer=%lld iter=%d world=%u ms=%.1f values=phantom",
+                 (long long)id, iter, info.world_size, ms);
+            iter++;
+            continue;
+        }
         size_t wrong = 0;
         for (size_t i = 0; i < o.count; i++)
             wrong += recv[i] != (float)info.world_size * contribution(iter, i);
@@ -159,9 +205,8 @@ int eccl_worker_run(const eccl_launch *L, const eccl_worker_options *opts)
         if (wrong) status = 1;
         iter++;
     }
-    free(send);
-    free(recv);
     eccl_comm_destroy(comm);
+    free_buffers(L, send, recv);
     emit(L, 0, "event=exit peer=%lld status=%d", (long long)id, status);
     return status;
 }

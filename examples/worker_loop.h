@@ -23,6 +23,17 @@ typedef struct eccl_launch {
     /* One line, without its newline; to_stderr for diagnostics. */
     void (*print)(void *ctx, int to_stderr, const char *line);
     int pid; /* printed in event=connected */
+    /* Where the loop's two all-reduce buffers (send, recv) come from: one
+     * call each. NULL: malloc (host memory). Lets a launch hand out memory
+     * the loop cannot: device memory, or the simulator's phantom buffers,
+     * so that 10k simulated ranks x 64 MiB need no real bytes. */
+    eccl_result (*buffer_alloc)(void *ctx, size_t bytes, void **out);
+    void (*buffer_free)(void *ctx, void *p);
+    /* 1: buffer_alloc's buffers are phantom (addresses with no bytes behind
+     * them). The loop then never writes, hashes or checks their values: it
+     * reports completion and time only (values=phantom on event=ok,
+     * restored=unchecked on a failed step). */
+    int phantom;
 } eccl_launch;
 
 typedef struct eccl_worker_options {

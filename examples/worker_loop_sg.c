@@ -29,6 +29,14 @@ static void sg_print(void *ctx, int to_stderr, const char *line)
     s->print(s->user, to_stderr, line);
 }
 
+/* Phantom mode: the buffers are addresses in the world's phantom region,
+ * so a rank's 2 x count x 4 bytes cost no memory; nothing to free. */
+static eccl_result sg_phantom_buffer(void *ctx, size_t bytes, void **out)
+{
+    eccl_worker_sg *s = ctx;
+    return eccl_sg_phantom_alloc(s->world, bytes, out);
+}
+
 void eccl_worker_sg_init(eccl_worker_sg *s, eccl_sg_world *world,
                          void (*print)(void *user, int to_stderr, const char *line), void *user)
 {
@@ -43,4 +51,8 @@ void eccl_worker_sg_init(eccl_worker_sg *s, eccl_sg_world *world,
         .print = sg_print,
         .pid = (int)sg_actor_self_get_pid(),
     };
+    if (eccl_sg_world_dev(world)->phantom) {
+        s->launch.buffer_alloc = sg_phantom_buffer;
+        s->launch.phantom = 1;
+    }
 }

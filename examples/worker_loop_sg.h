@@ -1,5 +1,6 @@
 /* The launch of a worker that runs as a SimGrid actor: communicators on the
- * simulation's world, bound to the actor's host; simulated sleep and clock.
+ * simulation's world, bound to the actor's host; simulated sleep and clock;
+ * phantom all-reduce buffers when the world's device is phantom.
  * Lines go to the caller's `print`, with the caller's own pointer. */
 #ifndef ECCL_EXAMPLES_WORKER_LOOP_SG_H
 #define ECCL_EXAMPLES_WORKER_LOOP_SG_H

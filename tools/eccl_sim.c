@@ -71,6 +71,9 @@ typedef struct scenario_cfg {
     int regions, sites_per_region, hosts_per_site;
     double site_latency_s, site_bandwidth_Bps, region_latency_s, region_bandwidth_Bps,
         flow_bandwidth_Bps; /* 0: no per-flow cap */
+    /* the simulated device: buffers = host|phantom, kernel rates (0: free) */
+    int phantom;
+    double reduce_rate_Bps, copy_rate_Bps;
     int expect_survivors; /* -1: ranks - kills */
     int have_seed;
     uint64_t seed;
@@ -93,6 +96,8 @@ typedef struct rank_state {
     int killed, returned, status;
     int exit_status; /* from its event=exit line; -1 before */
     int oks, last_ok_iter, last_ok_world, failed_ops;
+    int phantom_oks;           /* event=ok lines that said values=phantom */
+    int hashed_oks;            /* event=ok lines with a result hash */
     uint64_t begin_ns, op_ns; /* last event=begin; last begin-to-ok time */
     uint64_t *hashes;          /* per iter, from its event=ok lines */
 } rank_state;
@@ -103,6 +108,7 @@ typedef struct event_row {
     char event[16];
     int iter, world; /* -1: none */
     char ms[24];     /* as the loop printed it, "-" when none */
+    char hash[24];   /* event=ok: the result's hash, "phantom", else "-" */
 } event_row;
 
 struct sim {
@@ -254,8 +260,8 @@ static int parse_kill(const char *v, kill_spec *k)
 /* Every key but the repeatable `kill`; the line it was given on is kept so
  * that a key the chosen platform does not take is reported where it stands. */
 enum {
-    K_NAME, K_PLATFORM, K_BW, K_LAT, K_RANKS, K_COUNT, K_ITERS, K_EXPECT, K_SEED, K_JITTER, K_STAGGER,
-    K_WORLD_MIN,
+    K_NAME, K_PLATFORM, K_BW, K_LAT, K_RANKS, K_COUNT, K_ITERS, K_EXPECT, K_SEED, K_JITTER,
+    K_STAGGER, K_WORLD_MIN, K_BUFFERS, K_REDUCE_RATE, K_COPY_RATE,
     K_HOSTS,                                                        /* flat */
     K_HOSTS_PER_RACK, K_RACKS_PER_ZONE, K_ZONES_PER_DC, K_DCS, K_OVERSUB, K_ZONE_LAT, K_DC_LAT,
     K_INTER_DC_LAT,                                                 /* clos */
@@ -287,6 +293,9 @@ static const key_def key_defs[K_NKEYS] = {
     [K_JITTER] = {"jitter", KK_TIME, CFG_OFF(jitter_s), 0, 0},
     [K_STAGGER] = {"stagger", KK_TIME, CFG_OFF(stagger_s), 0, 0},
     [K_WORLD_MIN] = {"world_min", KK_INT, CFG_OFF(world_min), 1, MAX_RANKS},
+    [K_BUFFERS] = {"buffers", KK_SPECIAL, 0, 0, 0},
+    [K_REDUCE_RATE] = {"reduce_rate", KK_BW, CFG_OFF(reduce_rate_Bps), 0, 0},
+    [K_COPY_RATE] = {"copy_rate", KK_BW, CFG_OFF(copy_rate_Bps), 0, 0},
     [K_HOSTS] = {"hosts", KK_INT, CFG_OFF(hosts), 2, MAX_RANKS + 1},
     [K_HOSTS_PER_RACK] = {"hosts_per_rack", KK_INT, CFG_OFF(hosts_per_rack), 1, MAX_HOSTS},
     [K_RACKS_PER_ZONE] = {"racks_per_zone", KK_INT, CFG_OFF(racks_per_zone), 1, MAX_HOSTS},
@@ -310,7 +319,8 @@ static const key_def key_defs[K_NKEYS] = {
 /* Which keys a platform takes: required ones, then optional ones; -1 ends. */
 static const int common_required[] = {K_NAME, K_PLATFORM, K_BW, K_LAT, K_RANKS, K_COUNT,
                                       K_ITERS, -1};
-static const int common_optional[] = {K_EXPECT, K_SEED, K_JITTER, K_STAGGER, K_WORLD_MIN, -1};
+static const int common_optional[] = {K_EXPECT, K_SEED, K_JITTER, K_STAGGER, K_WORLD_MIN,
+                                      K_BUFFERS, K_REDUCE_RATE, K_COPY_RATE, -1};
 static const int flat_required[] = {K_HOSTS, -1};
 static const int flat_optional[] = {-1};
 static const int clos_required[] = {K_HOSTS_PER_RACK, K_RACKS_PER_ZONE, K_ZONES_PER_DC, K_DCS, -1};
@@ -451,6 +461,10 @@ static int parse_scenario(const char *file, scenario_cfg *c)
             if (parse_long(val, 1, 1L << 26, &c->count))
                 rc = cfg_error(file, lineno, "count: \"%s\": want an integer in 1..%ld", val,
                                1L << 26);
+        } else if (id == K_BUFFERS) {
+            if (strcmp(val, "host") == 0) c->phantom = 0;
+            else if (strcmp(val, "phantom") == 0) c->phantom = 1;
+            else rc = cfg_error(file, lineno, "buffers: \"%s\": want host or phantom", val);
         } else if (id == K_SEED) {
             if (parse_u64(val, &c->seed))
                 rc = cfg_error(file, lineno, "seed: \"%s\": want an unsigned 64-bit integer", val);
@@ -766,7 +780,8 @@ static int field_int(const char *line, const char *key, int *out)
     return p && sscanf(p + strlen(key), "%d", out) == 1;
 }
 
-static void add_event(sim *s, int rank, const char *event, int iter, int world, const char *ms)
+static void add_event(sim *s, int rank, const char *event, int iter, int world, const char *ms,
+                      const char *hash)
 {
     if (s->nev == s->cap_ev) {
         size_t cap = s->cap_ev ? 2 * s->cap_ev : 256;
@@ -785,6 +800,7 @@ static void add_event(sim *s, int rank, const char *event, int iter, int world, 
     e->iter = iter;
     e->world = world;
     snprintf(e->ms, sizeof e->ms, "%s", ms ? ms : "-");
+    snprintf(e->hash, sizeof e->hash, "%s", hash ? hash : "-");
 }
 
 /* Announces every iteration all live ranks are through. */
@@ -827,7 +843,7 @@ static void killer_main(int argc, char **argv)
     s->nkilled++;
     /* Its finished steps no longer count towards the live ranks' progress. */
     for (int i = 0; i <= v->last_ok_iter && i < s->cfg->iters; i++) s->oks_at[i]--;
-    add_event(s, v->idx, "killed", v->last_ok_iter + 1, -1, NULL);
+    add_event(s, v->idx, "killed", v->last_ok_iter + 1, -1, NULL, NULL);
     if (!v->returned) s->done++;
     progress(s);
     free(ka);
@@ -869,7 +885,12 @@ static void sim_print(void *ctx, int to_stderr, const char *line)
     int iter = -1, world = -1;
     field_int(line, " iter=", &iter);
     field_int(line, " world=", &world);
-    add_event(s, r->idx, event, iter, world, ms[0] ? ms : NULL);
+    /* The result's hash (host buffers) or "phantom", for events.tsv. */
+    char hash[24] = "";
+    const char *hp = strstr(line, " hash=");
+    if (hp) sscanf(hp + 6, "%16[0-9a-f]", hash);
+    else if (strstr(line, " values=phantom")) snprintf(hash, sizeof hash, "phantom");
+    add_event(s, r->idx, event, iter, world, ms[0] ? ms : NULL, hash[0] ? hash : NULL);
 
     if (strcmp(event, "begin") == 0) {
         r->begin_ns = now;
@@ -884,8 +905,8 @@ static void sim_print(void *ctx, int to_stderr, const char *line)
         }
     } else if (strcmp(event, "ok") == 0) {
         unsigned long long h = 0;
-        const char *hp = strstr(line, " hash=");
         r->oks++;
+        r->phantom_oks += strcmp(hash, "phantom") == 0;
         r->op_ns = now - r->begin_ns;
         s->ar_n++;
         s->ar_sum_ns += r->op_ns;
@@ -893,7 +914,10 @@ static void sim_print(void *ctx, int to_stderr, const char *line)
         r->last_ok_iter = iter;
         r->last_ok_world = world;
         if (iter >= 0 && iter < s->cfg->iters) {
-            if (hp && sscanf(hp + 6, "%llx", &h) == 1) r->hashes[iter] = h;
+            if (hp && sscanf(hp + 6, "%llx", &h) == 1) {
+                r->hashes[iter] = h;
+                r->hashed_oks++;
+            }
             s->oks_at[iter]++;
             progress(s);
         }
@@ -985,14 +1009,15 @@ static int write_events(const sim *s, const char *dir)
 {
     FILE *f = open_out(dir, "events.tsv");
     if (!f) return -1;
-    fputs("time_s\trank\tevent\titer\tworld\tms\n", f);
+    fputs("time_s\trank\tevent\titer\tworld\tms\thash\n", f);
     for (size_t i = 0; i < s->nev; i++) {
         const event_row *e = &s->ev[i];
         char t[32], it[16] = "-", wo[16] = "-";
         fmt_time(t, sizeof t, e->t_ns);
         if (e->iter >= 0) snprintf(it, sizeof it, "%d", e->iter);
         if (e->world >= 0) snprintf(wo, sizeof wo, "%d", e->world);
-        fprintf(f, "%s\t%d\t%s\t%s\t%s\t%s\n", t, e->rank, e->event, it, wo, e->ms);
+        fprintf(f, "%s\t%d\t%s\t%s\t%s\t%s\t%s\n", t, e->rank, e->event, it, wo, e->ms,
+                e->hash);
     }
     return fclose(f) == 0 ? 0 : -1;
 }
@@ -1135,9 +1160,16 @@ int main(int argc, char **argv)
         fprintf(stderr, "eccl-sim: out of memory\n");
         return 1;
     }
+    const eccl_sg_dev_cfg dev = {.phantom = cfg.phantom, .reduce_Bps = cfg.reduce_rate_Bps,
+                                 .copy_Bps = cfg.copy_rate_Bps};
+    if (eccl_sg_world_set_dev(s->w, &dev) != ECCL_OK) {
+        fprintf(stderr, "eccl-sim: cannot set up the %s device\n", cfg.phantom ? "phantom" : "host");
+        return 1;
+    }
     eccl_sg_printf("eccl-sim", "scenario=%s seed=%llu platform=%s hosts=%d ranks=%d iters=%d "
-                   "count=%ld out=%s", cfg.name, (unsigned long long)cfg.seed, cfg.platform,
-                   cfg.hosts, cfg.ranks, cfg.iters, cfg.count, outdir);
+                   "count=%ld buffers=%s out=%s", cfg.name, (unsigned long long)cfg.seed,
+                   cfg.platform, cfg.hosts, cfg.ranks, cfg.iters, cfg.count,
+                   cfg.phantom ? "phantom" : "host", outdir);
 
     /* Every random choice comes from this one stream, in this order. */
     uint64_t rng = cfg.seed;
@@ -1192,6 +1224,9 @@ int main(int argc, char **argv)
             role = "survivor";
             ok = r->returned && r->status == 0 && r->exit_status == 0 && r->oks == cfg.iters &&
                  r->last_ok_iter == cfg.iters - 1;
+            /* Host buffers: every good step was checked and hashed by the
+             * loop. Phantom: every one ran on phantom buffers (no values). */
+            ok = ok && (cfg.phantom ? r->phantom_oks == r->oks : r->hashed_oks == r->oks);
             survivors += ok;
             /* Saw the failure: an all-reduce failed under it, or the world shrank. */
             int saw = r->failed_ops > 0 || (r->last_ok_world >= 0 && r->last_ok_world < cfg.ranks);
@@ -1219,6 +1254,9 @@ int main(int argc, char **argv)
             else if (h != ref) parity_bad++;
         }
     }
+    if (cfg.phantom)
+        eccl_sg_printf("eccl-sim", "values unchecked: phantom buffers carry sizes, not bytes "
+                       "(checked: completion, survivors, timing)");
     if (parity_bad) {
         eccl_sg_printf("eccl-sim", "FAIL %d all-reduce results differ between ranks", parity_bad);
         failures++;
@@ -1249,10 +1287,13 @@ int main(int argc, char **argv)
                     "iters\t%d\nkills\t%d\nkilled\t%d\nsurvivors\t%d\nexpect_survivors\t%d\n"
                     "survivors_noticed\t%d\nfailed_checks\t%d\nchecks\t%s\nevents\t%zu\n"
                     "sim_time_s\t%s\nallreduce_ok\t%llu\nallreduce_mean_s\t%s\n"
-                    "allreduce_min_s\t%s\n",
+                    "allreduce_min_s\t%s\nbuffers\t%s\nvalues\t%s\nreduce_rate_Bps\t%.17g\n"
+                    "copy_rate_Bps\t%.17g\n",
                 cfg.name, (unsigned long long)cfg.seed, cfg.platform, cfg.hosts, cfg.ranks,
                 cfg.count, cfg.iters, cfg.nkills, killed, survivors, cfg.expect_survivors, noticed,
-                failures, checks, s->nev, sim_time, (unsigned long long)s->ar_n, ar_mean, ar_min);
+                failures, checks, s->nev, sim_time, (unsigned long long)s->ar_n, ar_mean, ar_min,
+                cfg.phantom ? "phantom" : "host", cfg.phantom ? "unchecked" : "checked",
+                cfg.reduce_rate_Bps, cfg.copy_rate_Bps);
         io_err |= fclose(sf) != 0;
     } else {
         io_err = 1;
@@ -1275,9 +1316,11 @@ int main(int argc, char **argv)
     }
 
     printf("scenario=%s seed=%llu ranks=%d killed=%d survivors=%d expect_survivors=%d iters=%d "
-           "checks=%s sim_time_s=%s allreduce_mean_s=%s events=%zu out=%s plot=%s\n",
+           "buffers=%s values=%s checks=%s sim_time_s=%s allreduce_mean_s=%s events=%zu out=%s "
+           "plot=%s\n",
            cfg.name, (unsigned long long)cfg.seed, cfg.ranks, killed, survivors,
-           cfg.expect_survivors, cfg.iters, checks, sim_time, ar_mean, s->nev, outdir, plot);
+           cfg.expect_survivors, cfg.iters, cfg.phantom ? "phantom" : "host",
+           cfg.phantom ? "unchecked" : "checked", checks, sim_time, ar_mean, s->nev, outdir, plot);
 
     eccl_sg_world_destroy(s->w);
     free(hashes);

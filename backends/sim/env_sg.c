@@ -1,6 +1,9 @@
 /* The sim env: SimGrid clock, sg_mutex plus a semaphore-based condition
- * variable (see sg_internal.h), actors as threads, host
- * memory as the device, log lines stamped with simulated time. */
+ * variable (see sg_internal.h), actors as threads, a simulated device
+ * (dev_sim: host memory or phantom buffers, with simulated compute time),
+ * log lines stamped with simulated time. */
+/* mmap flags MAP_ANONYMOUS, MAP_NORESERVE (phantom region). */
+#define _DEFAULT_SOURCE
 #include "env_sg.h"
 
 #include <math.h>
@@ -8,6 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <sys/mman.h>
 
 #include <simgrid/engine.h>
 
@@ -17,6 +22,12 @@
 
 /* "HOST:0" binds hand out ports from here (deterministic, per world). */
 #define FIRST_PORT 40000u
+/* Address space reserved for phantom buffers: 4 x the largest buffer a
+ * scenario takes (2^26 f32), so a call's send, recv, backup and staging
+ * get distinct addresses. Costs no memory: nothing is ever mapped in. */
+#define PHANTOM_REGION (4ull << 30)
+/* Shortest sleep SimGrid takes as given: its default timing precision. */
+#define DEV_MIN_SLEEP_S 1e-9
 
 uint64_t eccl_sg_now_ns(void)
 {
@@ -236,11 +247,42 @@ static const eccl_sync_ops sg_sync_ops = {
     .yield = sg_yield_,
 };
 
-/* ---- dev: host memory (correctness runs; no simulated compute time) ------ */
+/* ---- dev_sim: host memory or phantom buffers, simulated compute time ---- */
+
+static int sg_is_phantom(void *ctx, const void *p)
+{
+    const sg_env *e = ctx;
+    return eccl_sg_is_phantom(e->w, p);
+}
+
+/* Simulated time of a device kernel over `bytes` at `Bps`: the calling
+ * actor sleeps. A sleep, not sg_actor_execute, because a GPU copy or
+ * reduction runs on the device, bound by its memory bandwidth, not on the
+ * host CPU SimGrid's host speed models: executing would share one host
+ * speed between every actor on the host (receivers, progress engines, and
+ * with several ranks per host, their GPUs), and tie the rate to the
+ * platform's host speed. Core calls dev ops synchronously from its
+ * progress actor, as a kernel launch followed by a stream sync: frames
+ * already handed to the net keep flowing meanwhile (the receiver actors do
+ * not wait for it), the progress actor sends nothing new until it is done. */
+static void dev_cost(sg_env *e, size_t bytes, double Bps)
+{
+    if (Bps <= 0 || bytes == 0) return;
+    /* SimGrid 3.32 cannot sleep less than its timing precision (1 ns by
+     * default; it logs and the sleep is not exact): small kernels add up
+     * here until they are worth a sleep, so their total is still charged. */
+    e->dev_debt_s += (double)bytes / Bps;
+    if (e->dev_debt_s < DEV_MIN_SLEEP_S) return;
+    double t = e->dev_debt_s;
+    e->dev_debt_s = 0;
+    sg_actor_sleep_for(t);
+}
 
 static eccl_result sg_alloc(void *ctx, size_t bytes, void **out)
 {
-    (void)ctx;
+    sg_env *e = ctx;
+    if (e->w->dev.phantom && bytes > ECCL_SG_PHANTOM_MIN)
+        return eccl_sg_phantom_alloc(e->w, bytes, out);
     /* aligned_alloc wants a multiple of the alignment. */
     size_t n = bytes ? (bytes + 63) / 64 * 64 : 64;
     void *p = aligned_alloc(64, n);
@@ -251,37 +293,92 @@ static eccl_result sg_alloc(void *ctx, size_t bytes, void **out)
 
 static void sg_free_(void *ctx, void *p)
 {
-    (void)ctx;
-    free(p);
+    sg_env *e = ctx;
+    if (!eccl_sg_is_phantom(e->w, p)) free(p);
 }
 
+/* Phantom on either side: no byte moves (a real destination keeps what it
+ * held; the values of an op on phantom buffers are not real anyway). */
 static void sg_copy(void *ctx, void *dst, const void *src, size_t bytes)
 {
-    (void)ctx;
-    if (bytes && dst != src) memcpy(dst, src, bytes);
+    sg_env *e = ctx;
+    if (bytes && dst != src && !eccl_sg_is_phantom(e->w, dst) && !eccl_sg_is_phantom(e->w, src))
+        memcpy(dst, src, bytes);
+    dev_cost(e, bytes, e->w->dev.copy_Bps);
 }
 
 static void sg_reduce(void *ctx, void *dst, const void *src, size_t count, eccl_dtype dtype,
                       eccl_op op)
 {
-    (void)ctx;
-    eccl_reduce(dst, src, count, dtype, op);
+    sg_env *e = ctx;
+    if (!eccl_sg_is_phantom(e->w, dst) && !eccl_sg_is_phantom(e->w, src))
+        eccl_reduce(dst, src, count, dtype, op);
+    dev_cost(e, count * eccl_dtype_size(dtype), e->w->dev.reduce_Bps);
 }
 
 static void sg_scale_div(void *ctx, void *x, size_t count, eccl_dtype dtype, uint32_t divisor)
 {
-    (void)ctx;
-    eccl_reduce_scale_div(x, count, dtype, divisor);
+    sg_env *e = ctx;
+    if (!eccl_sg_is_phantom(e->w, x)) eccl_reduce_scale_div(x, count, dtype, divisor);
+    dev_cost(e, count * eccl_dtype_size(dtype), e->w->dev.reduce_Bps);
 }
 
-static const eccl_dev_ops sg_dev_ops = {
+/* Host buffers: no is_phantom, so core and the net behave exactly as on
+ * the real backend. */
+static const eccl_dev_ops sg_dev_host_ops = {
     .size = sizeof(eccl_dev_ops),
     .alloc = sg_alloc,
     .free = sg_free_,
     .copy = sg_copy,
     .reduce = sg_reduce,
     .scale_div = sg_scale_div,
+    .is_phantom = NULL,
 };
+
+static const eccl_dev_ops sg_dev_phantom_ops = {
+    .size = sizeof(eccl_dev_ops),
+    .alloc = sg_alloc,
+    .free = sg_free_,
+    .copy = sg_copy,
+    .reduce = sg_reduce,
+    .scale_div = sg_scale_div,
+    .is_phantom = sg_is_phantom,
+};
+
+int eccl_sg_is_phantom(const eccl_sg_world *w, const void *p)
+{
+    const unsigned char *q = p;
+    return w->phantom_base && q >= w->phantom_base && q < w->phantom_base + w->phantom_size;
+}
+
+eccl_result eccl_sg_phantom_alloc(eccl_sg_world *w, size_t bytes, void **out)
+{
+    if (!w || !out || !w->phantom_base || bytes > w->phantom_size / 2) return ECCL_ERR_INVALID_ARG;
+    size_t n = (bytes + 4095) / 4096 * 4096;
+    if (w->phantom_next + n > w->phantom_size) w->phantom_next = 0;
+    *out = w->phantom_base + w->phantom_next;
+    w->phantom_next += n;
+    return ECCL_OK;
+}
+
+const eccl_sg_dev_cfg *eccl_sg_world_dev(const eccl_sg_world *w) { return &w->dev; }
+
+eccl_result eccl_sg_world_set_dev(eccl_sg_world *w, const eccl_sg_dev_cfg *cfg)
+{
+    if (!w || !cfg || w->envs || cfg->reduce_Bps < 0 || cfg->copy_Bps < 0)
+        return ECCL_ERR_INVALID_ARG;
+    if (cfg->phantom && !w->phantom_base) {
+        /* PROT_NONE: a stray read or write of phantom bytes faults at once. */
+        void *p = mmap(NULL, PHANTOM_REGION, PROT_NONE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (p == MAP_FAILED) return ECCL_ERR_NO_MEMORY;
+        w->phantom_base = p;
+        w->phantom_size = PHANTOM_REGION;
+        w->phantom_next = 0;
+    }
+    w->dev = *cfg;
+    return ECCL_OK;
+}
 
 /* ---- log ----------------------------------------------------------------- */
 
@@ -344,6 +441,7 @@ void eccl_sg_world_destroy(eccl_sg_world *w)
         eccl_net_sg_free_dead(e);
         free(e);
     }
+    if (w->phantom_base) munmap(w->phantom_base, w->phantom_size);
     free(w);
 }
 
@@ -366,7 +464,7 @@ eccl_result eccl_sg_env_create(eccl_sg_world *w, const char *name, eccl_env **ou
     e->env.clock_ctx = e;
     e->env.sync = &sg_sync_ops;
     e->env.sync_ctx = e;
-    e->env.dev = &sg_dev_ops;
+    e->env.dev = w->dev.phantom ? &sg_dev_phantom_ops : &sg_dev_host_ops;
     e->env.dev_ctx = e;
     e->env.log = &sg_log_ops;
     e->env.log_ctx = e;

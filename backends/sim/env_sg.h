@@ -26,6 +26,44 @@ eccl_result eccl_sg_world_create(int log_level, eccl_sg_world **out);
 /* After simgrid_run returned. Envs of killed hosts are freed here. */
 void eccl_sg_world_destroy(eccl_sg_world *w);
 
+/* The simulated device (dev_sim) of every env the world creates from now on.
+ *
+ * Host buffers (phantom = 0, the default): dev memory is host memory, copy
+ * and reduce move real bytes; correctness runs.
+ *
+ * Phantom buffers (phantom = 1; scale runs): the world reserves one region
+ * of address space with no access rights and no memory behind it
+ * (PROT_NONE, MAP_NORESERVE). eccl_sg_phantom_alloc and every dev alloc
+ * above ECCL_SG_PHANTOM_MIN bytes hand out addresses in it; copy, reduce
+ * and scale_div touch nothing there and the net carries only the sizes of
+ * payloads read from or written to it (core asks through
+ * eccl_dev_ops.is_phantom). A byte touched there is a crash, never a silent
+ * cost: phantom runs prove that nothing reads or writes tensor bytes.
+ * Smaller dev allocations stay real, because small collectives on host
+ * buffers (the worker loop's step agreement) still carry real values.
+ *
+ * In both modes copy costs bytes / copy_Bps and reduce and scale_div
+ * count x dtype size / reduce_Bps of simulated time (0: free), slept by
+ * the calling actor (see dev_cost in env_sg.c for why a sleep). */
+#define ECCL_SG_PHANTOM_MIN 4096
+typedef struct eccl_sg_dev_cfg {
+    int phantom;
+    double reduce_Bps;
+    double copy_Bps;
+} eccl_sg_dev_cfg;
+
+/* Before the first env is created (outside or inside simgrid_run). */
+eccl_result eccl_sg_world_set_dev(eccl_sg_world *w, const eccl_sg_dev_cfg *cfg);
+/* The device the world's envs get. */
+const eccl_sg_dev_cfg *eccl_sg_world_dev(const eccl_sg_world *w);
+/* Phantom mode only: `bytes` of phantom memory (nothing to free; addresses
+ * are reused once the region wraps, and that is harmless since no byte is
+ * ever there). ECCL_ERR_INVALID_ARG in host mode or above the region's
+ * half (two buffers of one call must not overlap). */
+eccl_result eccl_sg_phantom_alloc(eccl_sg_world *w, size_t bytes, void **out);
+/* Whether p lies in the world's phantom region. */
+int eccl_sg_is_phantom(const eccl_sg_world *w, const void *p);
+
 /* An env on the calling actor's host. Free with eccl_sg_env_destroy (the
  * release function core objects call). */
 eccl_result eccl_sg_env_create(eccl_sg_world *w, const char *name, eccl_env **out);

@@ -14,6 +14,14 @@
  *
  * Send never blocks and never pushes back (an unbounded socket buffer): the
  * sender's bytes are on the wire at once and arrive after the network delay.
+ *
+ * Phantom payload (an iov with a NULL base, see env.h): a DATA message is a
+ * list of segments, real bytes or phantom lengths; all of it is charged on
+ * the wire, only the real bytes are copied. The receiving conn keeps the
+ * phantom stretches as "holes" at their stream positions: a read stops
+ * where a hole begins, a NULL-buffer read consumes it, and a read into a
+ * real buffer gets zeros for it (a phantom sender, a real receiver: the
+ * values of a phantom op are not real anyway).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,6 +41,13 @@
 enum { M_SYN, M_SYNACK, M_RST, M_DATA, M_FIN, M_STOP };
 enum { C_CONNECTING, C_UP, C_FAILED };
 
+/* One stretch of a DATA message: `len` real bytes (the next ones of
+ * `data`) or `len` phantom bytes. */
+typedef struct sg_seg {
+    size_t len;
+    int phantom;
+} sg_seg;
+
 typedef struct sg_msg {
     int type;
     uint64_t seq;       /* DATA and FIN: position in the conn's stream */
@@ -41,9 +56,18 @@ typedef struct sg_msg {
     uint64_t src;       /* sender's conn id */
     uint64_t src_env;   /* sender's env id */
     sg_mailbox_t reply; /* sender's mailbox */
-    size_t len;
+    size_t len;         /* stream bytes, phantom ones included (the wire cost) */
+    int nseg;           /* DATA: segments in seg; 0 = data holds all len bytes */
+    sg_seg *seg;        /* points into this allocation, after data */
     unsigned char data[];
 } sg_msg;
+
+/* A phantom stretch of a conn's receive stream, at stream position pos. */
+typedef struct sg_hole {
+    uint64_t pos;
+    size_t len;
+    struct sg_hole *next;
+} sg_hole;
 
 struct eccl_conn {
     uint64_t id;
@@ -58,8 +82,11 @@ struct eccl_conn {
     uint64_t tx_seq, rx_seq;   /* next DATA/FIN sequence to send / to take */
     sg_msg *ooo;               /* arrived early, sorted by seq */
     sg_mailbox_t peer_mbox;
-    unsigned char *rx;
+    unsigned char *rx;         /* the real bytes of the receive stream */
     size_t rx_head, rx_len, rx_cap;
+    uint64_t rx_in, rx_out;    /* stream bytes appended / consumed, holes too */
+    sg_hole *holes, *holes_tail; /* phantom stretches not consumed yet */
+    size_t hole_bytes;
     eccl_listener *backlog_of; /* not accepted yet */
     eccl_conn *next;           /* in env->conns */
     eccl_conn *bl_next;        /* in the listener's backlog */
@@ -95,6 +122,8 @@ static sg_msg *msg_new(sg_env *e, int type, uint64_t dst, uint64_t src, size_t l
 {
     sg_msg *m = malloc(sizeof *m + len);
     if (!m) return NULL;
+    m->nseg = 0;
+    m->seg = NULL;
     m->type = type;
     m->dst = dst;
     m->src = src;
@@ -186,6 +215,11 @@ static eccl_conn *conn_new(sg_env *e, void *user, const char *addr)
 
 static void conn_free(eccl_conn *c)
 {
+    while (c->holes) {
+        sg_hole *n = c->holes->next;
+        free(c->holes);
+        c->holes = n;
+    }
     while (c->ooo) {
         sg_msg *n = c->ooo->ooo;
         free(c->ooo);
@@ -245,13 +279,49 @@ static void on_syn(sg_env *e, sg_msg *m)
     send_ctl(e, m->reply, M_SYNACK, m->src, c->id);
 }
 
+static int hole_append(eccl_conn *c, size_t n)
+{
+    sg_hole *t = c->holes_tail;
+    if (t && t->pos + t->len == c->rx_in) {
+        t->len += n; /* back to back: one hole */
+    } else {
+        sg_hole *h = malloc(sizeof *h);
+        if (!h) return -1;
+        h->pos = c->rx_in;
+        h->len = n;
+        h->next = NULL;
+        if (t) t->next = h;
+        else c->holes = h;
+        c->holes_tail = h;
+    }
+    c->hole_bytes += n;
+    return 0;
+}
+
+static int stream_append(eccl_conn *c, const sg_msg *m)
+{
+    if (m->nseg == 0) {
+        if (rx_append(c, m->data, m->len) != 0) return -1;
+        c->rx_in += m->len;
+        return 0;
+    }
+    size_t off = 0;
+    for (int i = 0; i < m->nseg; i++) {
+        const sg_seg *g = &m->seg[i];
+        if (g->phantom ? hole_append(c, g->len) : rx_append(c, m->data + off, g->len)) return -1;
+        if (!g->phantom) off += g->len;
+        c->rx_in += g->len;
+    }
+    return 0;
+}
+
 static void take_in_order(eccl_conn *c, sg_msg *m)
 {
     c->rx_seq++;
     if (m->type == M_FIN) {
         c->eof = 1;
     } else if (!c->eof && !c->reset) {
-        if (rx_append(c, m->data, m->len) != 0) c->reset = 1;
+        if (stream_append(c, m) != 0) c->reset = 1;
     }
 }
 
@@ -500,11 +570,16 @@ static eccl_result sg_send(void *ctx, eccl_conn *c, const eccl_iov *iov, int n, 
     if (c->reset) return ECCL_ERR_CLOSED;
     if (c->state == C_FAILED) return ECCL_ERR_CONNECT;
     if (c->state != C_UP) return ECCL_OK;
-    size_t total = 0;
+    /* Phantom bytes count against SEND_MAX too: they cost wire time. */
+    size_t total = 0, real = 0;
+    int nseg = 0, phantom = 0;
     for (int i = 0; i < n && total < SEND_MAX; i++) {
         size_t take = iov[i].len;
         if (take > SEND_MAX - total) take = SEND_MAX - total;
         total += take;
+        if (iov[i].base) real += take;
+        else phantom = 1;
+        nseg++;
     }
     if (total == 0) return ECCL_OK;
     /* The far end closed: TCP would accept these bytes and drop them. */
@@ -512,14 +587,30 @@ static eccl_result sg_send(void *ctx, eccl_conn *c, const eccl_iov *iov, int n, 
         *sent = total;
         return ECCL_OK;
     }
-    sg_msg *m = msg_new(e, M_DATA, c->peer_id, c->id, total);
+    /* Without phantom iovs: the bytes alone, as before. With: the real
+     * bytes, then the segment list (kept aligned), in one allocation. */
+    size_t seg_at = (real + _Alignof(sg_seg) - 1) / _Alignof(sg_seg) * _Alignof(sg_seg);
+    sg_msg *m = msg_new(e, M_DATA, c->peer_id, c->id,
+                        phantom ? seg_at + (size_t)nseg * sizeof(sg_seg) : total);
     if (!m) return ECCL_OK; /* 0 bytes sent; core retries */
+    m->len = total;
     m->seq = c->tx_seq++;
-    size_t off = 0;
+    if (phantom) m->seg = (sg_seg *)(void *)(m->data + seg_at);
+    size_t off = 0, real_off = 0;
     for (int i = 0; i < n && off < total; i++) {
         size_t take = iov[i].len;
         if (take > total - off) take = total - off;
-        memcpy(m->data + off, iov[i].base, take);
+        if (take == 0) continue;
+        if (phantom) {
+            /* Neighbours of one kind merge: fewer holes at the receiver. */
+            int ph = iov[i].base == NULL;
+            if (m->nseg > 0 && m->seg[m->nseg - 1].phantom == ph) m->seg[m->nseg - 1].len += take;
+            else m->seg[m->nseg++] = (sg_seg){.len = take, .phantom = ph};
+        }
+        if (iov[i].base) {
+            memcpy(m->data + real_off, iov[i].base, take);
+            real_off += take;
+        }
         off += take;
     }
     post(c->peer_mbox, m);
@@ -531,16 +622,37 @@ static eccl_result sg_recv(void *ctx, eccl_conn *c, void *buf, size_t len, size_
 {
     (void)ctx;
     if (got) *got = 0;
-    if (!c || !got || (len > 0 && !buf)) return ECCL_ERR_INVALID_ARG;
+    if (!c || !got) return ECCL_ERR_INVALID_ARG;
     if (c->reset) return ECCL_ERR_CLOSED;
     if (c->state == C_FAILED) return ECCL_ERR_CONNECT;
     if (c->state != C_UP || len == 0) return ECCL_OK;
-    if (c->rx_len == 0) return c->eof ? ECCL_ERR_CLOSED : ECCL_OK;
-    size_t n = len < c->rx_len ? len : c->rx_len;
-    memcpy(buf, c->rx + c->rx_head, n);
-    c->rx_head += n;
-    c->rx_len -= n;
-    if (c->rx_len == 0) c->rx_head = 0;
+    if (c->rx_len + c->hole_bytes == 0) return c->eof ? ECCL_ERR_CLOSED : ECCL_OK;
+    sg_hole *h = c->holes;
+    size_t n;
+    if (h && h->pos == c->rx_out) {
+        /* At a hole: a phantom read takes it, a real one reads zeros. */
+        n = len < h->len ? len : h->len;
+        if (buf) memset(buf, 0, n);
+        h->pos += n;
+        h->len -= n;
+        c->hole_bytes -= n;
+        if (h->len == 0) {
+            c->holes = h->next;
+            if (!c->holes) c->holes_tail = NULL;
+            free(h);
+        }
+    } else {
+        /* Real bytes up to the next hole, never across it: core reads a
+         * frame's header into real memory and its phantom payload with a
+         * NULL buffer, so a read must not run from one into the other. */
+        size_t lim = h ? (size_t)(h->pos - c->rx_out) : c->rx_len;
+        n = len < lim ? len : lim;
+        if (buf) memcpy(buf, c->rx + c->rx_head, n);
+        c->rx_head += n;
+        c->rx_len -= n;
+        if (c->rx_len == 0) c->rx_head = 0;
+    }
+    c->rx_out += n;
     *got = n;
     return ECCL_OK;
 }
@@ -586,7 +698,7 @@ static int collect(sg_env *e, void **ready, int max)
     for (eccl_conn *c = e->conns; c && n < max; c = c->next) {
         if (c->backlog_of) continue;
         int bad = c->reset || c->state == C_FAILED;
-        int r = c->want_read && (bad || c->rx_len > 0 || c->eof);
+        int r = c->want_read && (bad || c->rx_len > 0 || c->hole_bytes > 0 || c->eof);
         int w = c->want_write && c->state != C_CONNECTING;
         if (c->edge && (c->want_read || c->want_write)) {
             c->edge = 0;

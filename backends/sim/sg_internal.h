@@ -45,6 +45,10 @@ struct eccl_sg_world {
     unsigned next_port;      /* "HOST:0" binds get ports from here */
     sg_env *envs;            /* every env not yet destroyed, dead ones too */
     eccl_listener *registry; /* bound listeners, in bind order */
+    eccl_sg_dev_cfg dev;     /* dev_sim of every env from now on */
+    unsigned char *phantom_base; /* reserved, inaccessible region (phantom mode) */
+    size_t phantom_size;
+    size_t phantom_next;     /* bump offset of the next phantom allocation */
 };
 
 struct sg_env {
@@ -62,6 +66,7 @@ struct sg_env {
     uint64_t wake_gen;      /* bumped by wake */
     int wake_pending;       /* a wake nobody consumed yet */
     int dead;               /* its host was killed */
+    double dev_debt_s;      /* device time charged but not slept yet */
     sg_env *next;           /* in w->envs */
 };
 

@@ -32,6 +32,7 @@ eccl_result eccl_chan_init(eccl_chan *ch, const eccl_env *env, eccl_conn *conn,
     ch->conn = conn;
     ch->cur_read = 1;
     ch->rbuf_cap = rbuf_cap < 64 ? 64 : rbuf_cap;
+    ch->phantom_net = eccl_dev_has_phantom(env);
     ch->rbuf = malloc(ch->rbuf_cap);
     ch->last_rx_ns = env->clock->now_ns(env->clock_ctx);
     if (!ch->rbuf) {
@@ -88,6 +89,7 @@ static eccl_frame *frame_get(eccl_chan *ch)
     f->next = NULL;
     f->payload = NULL;
     f->payload_len = 0;
+    f->phantom = 0;
     f->sent = 0;
     f->head_len = 0;
     f->inflight = NULL;
@@ -137,6 +139,8 @@ eccl_result eccl_chan_send_data(eccl_chan *ch, const eccl_wire_data *d,
     f->head_len = ECCL_WIRE_HEADER_SIZE + ECCL_WIRE_DATA_HEADER_SIZE;
     f->payload = payload;
     f->payload_len = d->len;
+    /* Decided once per frame: the net is told by a NULL base (see env.h). */
+    f->phantom = d->len > 0 && ch->phantom_net && eccl_dev_is_phantom(ch->env, payload);
     f->inflight = inflight;
     if (inflight) (*inflight)++;
     frame_enqueue(ch, f);
@@ -158,7 +162,7 @@ eccl_result eccl_chan_flush(eccl_chan *ch)
                 skip -= f->head_len;
             }
             if (f->payload_len > skip) {
-                iov[n].base = (const uint8_t *)f->payload + skip;
+                iov[n].base = f->phantom ? NULL : (const uint8_t *)f->payload + skip;
                 iov[n++].len = f->payload_len - skip;
             }
         }
@@ -212,7 +216,9 @@ static long chan_take(eccl_chan *ch, uint8_t *dst, size_t n)
             chan_fail(ch, rc);
             return -1;
         }
-        ch->dry = got < want;
+        /* Where phantom payload can follow, the net stops a read at its
+         * start: only an empty read says the conn is drained. */
+        ch->dry = ch->phantom_net ? got == 0 : got < want;
         if (direct || got == 0) return (long)got;
         ch->rbuf_pos = 0;
         ch->rbuf_len = (uint32_t)got;
@@ -224,11 +230,35 @@ static long chan_take(eccl_chan *ch, uint8_t *dst, size_t n)
     return (long)n;
 }
 
+/* Consumes up to n payload bytes without storing them (phantom nets only):
+ * what the read-ahead holds first, then straight from the net, which moves
+ * no bytes for phantom payload. Returns as chan_take. */
+static long chan_skip(eccl_chan *ch, size_t n)
+{
+    if (n == 0) return 0;
+    if (ch->rbuf_pos < ch->rbuf_len) {
+        size_t avail = ch->rbuf_len - ch->rbuf_pos;
+        if (n > avail) n = avail;
+        ch->rbuf_pos += (uint32_t)n;
+        return (long)n;
+    }
+    if (ch->dry) return 0;
+    size_t got = 0;
+    eccl_result rc = ch->env->net->recv(ch->env->net_ctx, ch->conn, NULL, n, &got);
+    if (rc != ECCL_OK) {
+        chan_fail(ch, rc);
+        return -1;
+    }
+    ch->dry = got == 0;
+    return (long)got;
+}
+
 static void chan_reset_frame(eccl_chan *ch)
 {
     ch->in_head_got = 0;
     ch->in_got = 0;
     ch->in_dst = NULL;
+    ch->in_skip = 0;
     free(ch->in_payload);
     ch->in_payload = NULL;
 }
@@ -278,12 +308,17 @@ static int chan_parse(eccl_chan *ch, const eccl_chan_handler *h, void *owner,
             if (rc != ECCL_OK) goto fail;
             ch->held = 0;
             ch->in_dst = dst;
+            /* A phantom destination has no bytes to write: never hand it
+             * to recv or memcpy. */
+            ch->in_skip = ch->phantom_net && (!dst || eccl_dev_is_phantom(ch->env, dst));
             chan_update_interest(ch);
         }
         while (ch->in_got < ch->data.len) {
             size_t want = ch->data.len - ch->in_got;
             long n;
-            if (ch->in_dst) {
+            if (ch->in_skip) {
+                n = chan_skip(ch, want);
+            } else if (ch->in_dst) {
                 n = chan_take(ch, ch->in_dst + ch->in_got, want);
             } else {
                 n = chan_take(ch, NULL, want);

@@ -20,6 +20,7 @@ typedef struct eccl_frame {
     struct eccl_frame *next;
     const void *payload;   /* borrowed DATA bytes, or NULL */
     size_t payload_len;
+    int phantom;           /* payload is phantom memory: its size goes, no bytes */
     size_t sent;           /* bytes of head+payload already written */
     uint32_t head_len;
     uint32_t *inflight;    /* decremented once the frame is written or dropped */
@@ -63,6 +64,12 @@ struct eccl_chan {
     eccl_wire_data data;
     uint8_t *in_payload;   /* control payload being read (owned) */
     uint8_t *in_dst;       /* DATA destination, NULL = dropping */
+    int in_skip;           /* the payload is consumed without storing it (the
+                              destination is phantom, or dropped on a net
+                              that carries phantom payload) */
+    int phantom_net;       /* the env's dev has phantom memory: phantom
+                              payloads travel as sizes and a short recv is
+                              not proof the conn is drained */
     uint32_t in_got;
     uint8_t *rbuf;         /* read-ahead: small frames cost one recv */
     uint32_t rbuf_cap, rbuf_pos, rbuf_len;
