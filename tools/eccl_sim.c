@@ -1699,8 +1699,12 @@ static int write_plot_script(const scenario_cfg *c, const char *dir)
             "       with vectors arrowstyle 1 title \"all-reduce ok\", \\\n"
             "     \"\" skip 1 using (failed(strcol(3)) ? $1*1000 - $6 : NaN):2:6:(0) \\\n"
             "       with vectors arrowstyle 2 title \"all-reduce failed (peer lost)\", \\\n"
-            "     \"\" skip 1 using (strcol(3) eq \"killed\" ? $1*1000 : NaN):2 \\\n"
-            "       with points pt 2 ps 3 lw 3 lc rgb \"black\" title \"host killed\", \\\n"
+            "     \"\" skip 1 using (strcol(3) eq \"killed\" || strcol(3) eq \"host_off\" ? "
+            "$1*1000 : NaN):2 \\\n"
+            "       with points pt 2 ps 3 lw 3 lc rgb \"black\" title \"host off (kill, "
+            "host_off)\", \\\n"
+            "     \"\" skip 1 using (strcol(3) eq \"host_on\" ? $1*1000 : NaN):2 \\\n"
+            "       with points pt 8 ps 2 lw 2 lc rgb \"#1f5fbf\" title \"host on (new worker)\", \\\n"
             "     \"\" skip 1 using (strcol(3) eq \"exit\" ? $1*1000 : NaN):2 \\\n"
             "       with points pt 7 ps 1.2 lc rgb \"#1f5fbf\" title \"worker exit\"\n",
             c->name, 200 + 40 * (c->ranks < 40 ? c->ranks : 40), c->name, c->ranks, c->iters,

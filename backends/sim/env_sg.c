@@ -348,6 +348,7 @@ void eccl_sg_world_destroy(eccl_sg_world *w)
      * our state off them before freeing it. */
     for (sg_host_state *h = w->host_states, *n; h; h = n) {
         n = h->next;
+        sg_host_set_data(h->host, NULL);
         free(h);
     }
     for (sg_link_state *l = w->link_states, *n; l; l = n) {
@@ -439,6 +440,7 @@ static int host_down(eccl_sg_world *w, sg_host_t h, int reset)
     if (!st) {
         st = calloc(1, sizeof *st);
         if (!st) return -1;
+        st->host = h;
         st->next = w->host_states;
         w->host_states = st;
         sg_host_set_data(h, st);

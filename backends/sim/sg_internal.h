@@ -45,6 +45,7 @@ void eccl_sg_cv_broadcast(sg_cv *cv);
  * the host goes off: an env belongs to the boot it was made in, so a message
  * for an env of an older boot can never arrive and is dropped. */
 typedef struct sg_host_state {
+    sg_host_t host;
     int boot;
     struct sg_host_state *next; /* in world->host_states */
 } sg_host_state;
