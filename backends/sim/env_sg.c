@@ -499,10 +499,3 @@ eccl_result eccl_sg_world_set_link(eccl_sg_world *w, sg_link_t link, int on)
     if (on) eccl_net_sg_release_held(w);
     return ECCL_OK;
 }
-
-int eccl_sg_world_path_up(const eccl_sg_world *w, const char *from, const char *to)
-{
-    sg_host_t a = sg_host_by_name(from), b = sg_host_by_name(to);
-    if (!w || !a || !b) return 0;
-    return eccl_net_sg_route_up(w, a, b);
-}

@@ -64,9 +64,6 @@ eccl_result eccl_sg_world_host_on(eccl_sg_world *w, const char *host);
  * own link state is not used: its C API cannot set it. */
 eccl_result eccl_sg_world_set_link(eccl_sg_world *w, sg_link_t link, int on);
 
-/* 1 when every link of the route from host `from` to host `to` is on. */
-int eccl_sg_world_path_up(const eccl_sg_world *w, const char *from, const char *to);
-
 /* printf-style line to stdout with the simulated-time prefix; for programs. */
 void eccl_sg_printf(const char *who, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
