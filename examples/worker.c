@@ -60,7 +60,7 @@ static void parse(int argc, char **argv, eccl_worker_options *o)
         {"group", required_argument, 0, 'g'},  {"wait-ms", required_argument, 0, 't'},
         {"start-world", required_argument, 0, 's'},
         {"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
-    *o = (eccl_worker_options){NULL, 1u << 20, 10, 2, 0, 0, 30000};
+    *o = (eccl_worker_options){NULL, 1u << 20, 10, 2, 0, 0, 30000, 0, 0};
     int ch;
     while ((ch = getopt_long(argc, argv, "m:c:i:w:s:g:t:h", longs, NULL)) != -1) {
         switch (ch) {

@@ -104,6 +104,7 @@ int eccl_worker_run(const eccl_launch *L, const eccl_worker_options *opts)
     eccl_comm_params_init(&params);
     params.master_addr = o.master;
     params.peer_group = o.group;
+    if (o.peer_timeout_ms) params.peer_timeout_ms = o.peer_timeout_ms;
     eccl_comm *comm = NULL;
     eccl_result rc = L->comm_create(L->ctx, &params, &comm);
     if (rc == ECCL_OK) rc = eccl_comm_connect(comm);
@@ -123,7 +124,7 @@ int eccl_worker_run(const eccl_launch *L, const eccl_worker_options *opts)
         return 1;
     }
     const int phantom = L->buffer_alloc && L->phantom;
-    int status = 0, iter = 0, agreed = 0;
+    int status = 0, iter = 0, agreed = 0, computed = -1;
     double waiting_since = 0;
     while (iter < o.iters) {
         uint32_t pending = 0;
@@ -160,6 +161,12 @@ int eccl_worker_run(const eccl_launch *L, const eccl_worker_options *opts)
         }
         waiting_since = 0;
         o.start_world = 0; /* only the first step waits for everyone */
+        if (o.step_ms > 0 && computed != iter) {
+            /* The step's compute, once per iteration (a retry after a
+             * peer loss reuses the gradients). */
+            L->sleep_ms(L->ctx, o.step_ms);
+            computed = iter;
+        }
 
         for (size_t i = 0; i < o.count && !phantom; i++) {
             send[i] = contribution(iter, i);

@@ -44,6 +44,9 @@ typedef struct eccl_worker_options {
     int start_world; /* wait for this many peers before the first step */
     uint32_t group;
     int wait_ms;     /* give up after waiting this long for enough peers */
+    int step_ms;     /* compute time of a training step, slept before each
+                        iteration's all-reduce (once per iteration); 0: none */
+    uint32_t peer_timeout_ms; /* the communicator's peer_timeout_ms; 0: default */
 } eccl_worker_options;
 
 /* Connects, runs o->iters checked all-reduces, retrying on the survivors

@@ -35,7 +35,9 @@
 #include <simgrid/actor.h>
 #include <simgrid/engine.h>
 #include <simgrid/host.h>
+#include <simgrid/link.h>
 #include <xbt/config.h>
+#include <xbt/dynar.h>
 #include <xbt/log.h>
 
 #include "eccl.h"
@@ -49,11 +51,40 @@
 
 /* ---- scenario ------------------------------------------------------------ */
 
-typedef struct kill_spec {
-    int rank;      /* 1..ranks: the host node-<rank> goes off */
-    int at_iter;   /* >= 0: when the rank begins this iteration's all-reduce ... */
+/* The fault plan: one entry per line of a fault key (a `partition` with a
+ * heal time gives two). Host kinds name a rank, link kinds links. */
+typedef enum fault_kind {
+    F_KILL,     /* crash: conns reset, host off */
+    F_HOST_OFF, /* silent: host off, nothing more arrives */
+    F_HOST_ON,  /* host back on, a new worker starts there */
+    F_JOIN,     /* the rank's first worker starts at this time */
+    F_LINK_OFF,
+    F_LINK_ON,
+    F_SLOW      /* a link's bandwidth and/or latency change */
+} fault_kind;
+
+#define MAX_FAULT_LINKS 16 /* per line */
+#define LINK_NAME_MAX 64
+
+typedef struct fault_spec {
+    fault_kind kind;
+    int line;       /* in the scenario file, for errors */
+    int rank;       /* host kinds: 1..ranks, the host node-<rank> */
+    int at_iter;    /* F_KILL: >= 0 when the rank begins this iteration's all-reduce ... */
     uint64_t at_ns; /* ... otherwise at this simulated time */
-} kill_spec;
+    int partition;  /* F_LINK_OFF of a `partition` line: must cut someone off */
+    int nlinks;     /* link kinds */
+    char links[MAX_FAULT_LINKS][LINK_NAME_MAX];
+    double factor, bw_Bps, lat_s; /* F_SLOW: 0 when not given */
+    int have_lat;
+} fault_spec;
+
+static const char *fault_name(fault_kind k)
+{
+    static const char *const names[] = {"kill", "host_off", "host_on", "join",
+                                        "link_off", "link_on", "slow_link"};
+    return names[k];
+}
 
 typedef enum platform_kind { PLATFORM_FLAT, PLATFORM_CLOS, PLATFORM_WAN } platform_kind;
 
@@ -74,32 +105,60 @@ typedef struct scenario_cfg {
     /* the simulated device: buffers = host|phantom, kernel rates (0: free) */
     int phantom;
     double reduce_rate_Bps, copy_rate_Bps;
-    int expect_survivors; /* -1: ranks - kills */
+    int expect_survivors; /* -1: derived from the fault plan */
     int have_seed;
     uint64_t seed;
-    int nkills;
-    kill_spec *kills;
+    double step_s, peer_timeout_s; /* the worker's step compute; its peer_timeout */
+    double expect_slowdown;        /* 0: no check */
+    int nfaults;
+    fault_spec *faults;
 } scenario_cfg;
 
 /* ---- run state ----------------------------------------------------------- */
 
 typedef struct sim sim;
 
+/* What the fault plan says a rank ends as. */
+typedef enum rank_role {
+    ROLE_SURVIVOR, /* runs from the start, finishes every iteration */
+    ROLE_JOINER,   /* its last worker started late (join, host_on): finishes the job's last
+                      iterations from wherever the others were */
+    ROLE_KILLED,   /* its host is off at the end (kill, host_off) */
+    ROLE_DROPPED   /* cut off from the master longer than peer_timeout: its worker fails */
+} rank_role;
+
+static const char *role_name(rank_role r)
+{
+    static const char *const names[] = {"survivor", "joiner", "victim", "dropped"};
+    return names[r];
+}
+
 typedef struct rank_state {
     sim *s;
     int idx; /* 1..ranks, also the host node-idx */
     char name[16];
     char host[24];
-    uint64_t arrive_ns; /* staggered start, plus seeded jitter */
-    int kill;           /* index into cfg.kills, -1 when never killed */
+    uint64_t arrive_ns; /* staggered start, plus seeded jitter; or its join time */
+    int kill_iter;      /* kill @ iter I: I, else -1 */
     int kill_armed;     /* its killer actor was started */
-    int killed, returned, status;
+    int late;           /* its first worker joins a running job */
+    int nstarts;        /* workers the plan starts on it: 1 + its host_on count */
+    int lives, ends;    /* workers started; ended (returned, or killed while running) */
+    int running;        /* a worker is alive on it now (maybe still before its arrival) */
+    int counted;        /* ... and past its arrival: in sim->running */
+    int start_world;    /* the current worker's --start-world */
+    rank_role role;     /* expected, from the plan */
+    uint64_t cut_ns;    /* longest stretch cut off from the master; UINT64_MAX: to the end */
+    int killed;         /* workers killed while running */
+    int kill_missed;    /* its host went off while no worker ran (after it returned) */
+    /* The current worker (reset when a new one starts). */
+    int returned, status;
     int exit_status; /* from its event=exit line; -1 before */
-    int oks, last_ok_iter, last_ok_world, failed_ops;
+    int oks, first_ok_iter, last_ok_iter, last_ok_world, min_ok_world, max_ok_world,
+        failed_ops;
     int phantom_oks;           /* event=ok lines that said values=phantom */
     int hashed_oks;            /* event=ok lines with a result hash */
     uint64_t begin_ns, op_ns; /* last event=begin; last begin-to-ok time */
-    uint64_t *hashes;          /* per iter, from its event=ok lines */
 } rank_state;
 
 typedef struct event_row {
@@ -111,15 +170,32 @@ typedef struct event_row {
     char hash[24];   /* event=ok: the result's hash, "phantom", else "-" */
 } event_row;
 
+/* A fault's links, resolved on the loaded platform (node-K names give two). */
+typedef struct fault_links {
+    int n;
+    sg_link_t l[2 * MAX_FAULT_LINKS];
+} fault_links;
+
 struct sim {
     const scenario_cfg *cfg;
     eccl_sg_world *w;
     const char *master_addr;
     int verbose;
-    int done; /* ranks returned or killed; the master stops at cfg->ranks */
-    int nkilled;
+    int done;    /* ranks whose last worker ended; the master stops at cfg->ranks */
+    int running; /* workers alive now */
     int next_milestone; /* the next iteration whose completion is announced */
-    int *oks_at;        /* per iter: live ranks that finished it */
+    int *oks_at;        /* per iter: live ranks through it */
+    uint64_t *ref_hash; /* per iter: the first result hash seen; 0 none yet */
+    int parity_bad;     /* results that differ from ref_hash */
+    fault_links *flinks; /* per cfg->faults entry */
+    int *order;          /* timed faults, in the order they fire */
+    int norder;
+    /* Detection: the first kill/host_off/cut, and the first sign of it at a
+     * survivor (a failed all-reduce, or one done in a smaller world). */
+    uint64_t fault_ns, detect_ns; /* UINT64_MAX: none */
+    /* Slow links: all-reduces wholly before / begun after the first one. */
+    uint64_t slow_ns; /* UINT64_MAX: no slow_link */
+    uint64_t before_n, before_sum_ns, after_n, after_sum_ns;
     rank_state *rk;
     event_row *ev;
     size_t nev, cap_ev;
@@ -230,19 +306,53 @@ static int valid_name(const char *v)
     return 1;
 }
 
-/* kill = R @ iter I   |   kill = R @ T<unit> */
-static int parse_kill(const char *v, kill_spec *k)
+/* A time at the start of p (number, optional spaces, unit); *rest points
+ * past it, trimmed. */
+static int parse_time_prefix(char *p, uint64_t *ns, char **rest)
 {
-    char buf[128];
-    if (strlen(v) >= sizeof buf) return -1;
+    char *end;
+    errno = 0;
+    double x = strtod(p, &end);
+    if (errno || end == p || !isfinite(x) || x < 0 || x > 1e6) return -1;
+    while (*end == ' ' || *end == '\t') end++;
+    char unit_buf[8];
+    size_t n = 0;
+    while ((end[n] >= 'a' && end[n] <= 'z') && n < sizeof unit_buf - 1) {
+        unit_buf[n] = end[n];
+        n++;
+    }
+    unit_buf[n] = '\0';
+    double f = 0;
+    for (const unit *u = time_units; u->name; u++)
+        if (strcmp(unit_buf, u->name) == 0) f = u->factor;
+    if (f == 0 || (end[n] && end[n] != ' ' && end[n] != '\t')) return -1;
+    *ns = (uint64_t)llround(x * f * 1e9);
+    *rest = trim(end + n);
+    return 0;
+}
+
+/* Splits "LHS @ RHS" of a fault line (copied into buf). */
+static int split_at(const char *v, char *buf, size_t size, char **lhs, char **rhs)
+{
+    if (strlen(v) >= size) return -1;
     strcpy(buf, v);
     char *at = strchr(buf, '@');
     if (!at) return -1;
     *at = '\0';
+    *lhs = trim(buf);
+    *rhs = trim(at + 1);
+    return 0;
+}
+
+/* kill = R @ iter I   |   kill = R @ T<unit> */
+static int parse_kill(const char *v, fault_spec *k)
+{
+    char buf[MAX_LINE], *lhs, *when;
+    if (split_at(v, buf, sizeof buf, &lhs, &when)) return -1;
     long r;
-    if (parse_long(trim(buf), 1, MAX_RANKS, &r)) return -1;
+    if (parse_long(lhs, 1, MAX_RANKS, &r)) return -1;
+    k->kind = F_KILL;
     k->rank = (int)r;
-    char *when = trim(at + 1);
     if (strncmp(when, "iter", 4) == 0 && (when[4] == ' ' || when[4] == '\t')) {
         long it;
         if (parse_long(trim(when + 5), 0, INT_MAX, &it)) return -1;
@@ -250,18 +360,113 @@ static int parse_kill(const char *v, kill_spec *k)
         k->at_ns = 0;
         return 0;
     }
-    double t;
-    if (parse_quantity(when, time_units, &t) || t > 1e6) return -1;
+    char *rest;
+    if (parse_time_prefix(when, &k->at_ns, &rest) || *rest) return -1;
     k->at_iter = -1;
-    k->at_ns = (uint64_t)llround(t * 1e9);
     return 0;
 }
 
-/* Every key but the repeatable `kill`; the line it was given on is kept so
+/* host_off | host_on | join = R @ TIME */
+static int parse_host_fault(const char *v, fault_kind kind, fault_spec *k)
+{
+    char buf[MAX_LINE], *lhs, *when, *rest;
+    long r;
+    if (split_at(v, buf, sizeof buf, &lhs, &when) || parse_long(lhs, 1, MAX_RANKS, &r) ||
+        parse_time_prefix(when, &k->at_ns, &rest) || *rest)
+        return -1;
+    k->kind = kind;
+    k->rank = (int)r;
+    k->at_iter = -1;
+    return 0;
+}
+
+/* LINK[,LINK...]: names as the platform gives them, or node-K. */
+static int parse_links(char *lhs, fault_spec *k)
+{
+    k->nlinks = 0;
+    for (char *tok = lhs, *next; tok; tok = next) {
+        next = strchr(tok, ',');
+        if (next) *next++ = '\0';
+        tok = trim(tok);
+        if (k->nlinks == MAX_FAULT_LINKS || !valid_name(tok)) return -1;
+        snprintf(k->links[k->nlinks++], LINK_NAME_MAX, "%s", tok);
+    }
+    return k->nlinks > 0 ? 0 : -1;
+}
+
+/* link_off | link_on = LINKS @ TIME
+ * partition = LINKS @ TIME [heal TIME]      (heal: a second entry, link_on)
+ * slow_link = LINKS @ TIME {factor F | bandwidth BW | latency LAT}... */
+static int parse_link_fault(const char *v, const char *key, fault_spec *k, fault_spec *heal,
+                            int *have_heal)
+{
+    char buf[MAX_LINE], *lhs, *when, *rest;
+    *have_heal = 0;
+    if (split_at(v, buf, sizeof buf, &lhs, &when) || parse_links(lhs, k) ||
+        parse_time_prefix(when, &k->at_ns, &rest))
+        return -1;
+    k->at_iter = -1;
+    if (strcmp(key, "link_off") == 0 || strcmp(key, "link_on") == 0) {
+        k->kind = key[6] == 'f' ? F_LINK_OFF : F_LINK_ON;
+        return *rest ? -1 : 0;
+    }
+    if (strcmp(key, "partition") == 0) {
+        k->kind = F_LINK_OFF;
+        k->partition = 1;
+        if (!*rest) return 0;
+        if (strncmp(rest, "heal", 4) != 0 || (rest[4] != ' ' && rest[4] != '\t')) return -1;
+        *heal = *k;
+        heal->kind = F_LINK_ON;
+        heal->partition = 0;
+        char *after;
+        if (parse_time_prefix(trim(rest + 5), &heal->at_ns, &after) || *after ||
+            heal->at_ns <= k->at_ns)
+            return -1;
+        *have_heal = 1;
+        return 0;
+    }
+    k->kind = F_SLOW;
+    int given = 0;
+    while (*rest) {
+        char *word = rest, *val = rest + strcspn(rest, " \t");
+        if (!*val) return -1;
+        *val++ = '\0';
+        val = trim(val);
+        char *vend = val + strcspn(val, " \t");
+        char save = *vend;
+        *vend = '\0';
+        double q;
+        char *qend;
+        if (strcmp(word, "factor") == 0) {
+            errno = 0;
+            q = strtod(val, &qend);
+            if (errno || qend == val || *qend || !isfinite(q) || q <= 0 || q > 1e6) return -1;
+            k->factor = q;
+        } else if (strcmp(word, "bandwidth") == 0) {
+            if (parse_quantity(val, bandwidth_units, &q) || q <= 0) return -1;
+            k->bw_Bps = q;
+        } else if (strcmp(word, "latency") == 0) {
+            if (parse_quantity(val, time_units, &q) || q > 10) return -1;
+            k->lat_s = (double)llround(q * 1e9) / 1e9;
+            k->have_lat = 1;
+        } else {
+            return -1;
+        }
+        given++;
+        *vend = save;
+        rest = trim(vend);
+    }
+    /* A factor scales both; an override says what it sets. */
+    if (!given || (k->factor > 0 && (k->bw_Bps > 0 || k->have_lat))) return -1;
+    return 0;
+}
+
+/* Every key but the repeatable fault keys; the line it was given on is kept so
  * that a key the chosen platform does not take is reported where it stands. */
 enum {
     K_NAME, K_PLATFORM, K_BW, K_LAT, K_RANKS, K_COUNT, K_ITERS, K_EXPECT, K_SEED, K_JITTER,
-    K_STAGGER, K_WORLD_MIN, K_BUFFERS, K_REDUCE_RATE, K_COPY_RATE,
+    K_STAGGER, K_WORLD_MIN, K_BUFFERS, K_REDUCE_RATE, K_COPY_RATE, K_STEP, K_PEER_TIMEOUT,
+    K_EXPECT_SLOWDOWN,
     K_HOSTS,                                                        /* flat */
     K_HOSTS_PER_RACK, K_RACKS_PER_ZONE, K_ZONES_PER_DC, K_DCS, K_OVERSUB, K_ZONE_LAT, K_DC_LAT,
     K_INTER_DC_LAT,                                                 /* clos */
@@ -296,6 +501,9 @@ static const key_def key_defs[K_NKEYS] = {
     [K_BUFFERS] = {"buffers", KK_SPECIAL, 0, 0, 0},
     [K_REDUCE_RATE] = {"reduce_rate", KK_BW, CFG_OFF(reduce_rate_Bps), 0, 0},
     [K_COPY_RATE] = {"copy_rate", KK_BW, CFG_OFF(copy_rate_Bps), 0, 0},
+    [K_STEP] = {"step", KK_TIME, CFG_OFF(step_s), 0, 0},
+    [K_PEER_TIMEOUT] = {"peer_timeout", KK_TIME, CFG_OFF(peer_timeout_s), 0, 0},
+    [K_EXPECT_SLOWDOWN] = {"expect_slowdown", KK_RATIO, CFG_OFF(expect_slowdown), 0, 0},
     [K_HOSTS] = {"hosts", KK_INT, CFG_OFF(hosts), 2, MAX_RANKS + 1},
     [K_HOSTS_PER_RACK] = {"hosts_per_rack", KK_INT, CFG_OFF(hosts_per_rack), 1, MAX_HOSTS},
     [K_RACKS_PER_ZONE] = {"racks_per_zone", KK_INT, CFG_OFF(racks_per_zone), 1, MAX_HOSTS},
@@ -320,7 +528,8 @@ static const key_def key_defs[K_NKEYS] = {
 static const int common_required[] = {K_NAME, K_PLATFORM, K_BW, K_LAT, K_RANKS, K_COUNT,
                                       K_ITERS, -1};
 static const int common_optional[] = {K_EXPECT, K_SEED, K_JITTER, K_STAGGER, K_WORLD_MIN,
-                                      K_BUFFERS, K_REDUCE_RATE, K_COPY_RATE, -1};
+                                      K_BUFFERS, K_REDUCE_RATE, K_COPY_RATE, K_STEP,
+                                      K_PEER_TIMEOUT, K_EXPECT_SLOWDOWN, -1};
 static const int flat_required[] = {K_HOSTS, -1};
 static const int flat_optional[] = {-1};
 static const int clos_required[] = {K_HOSTS_PER_RACK, K_RACKS_PER_ZONE, K_ZONES_PER_DC, K_DCS, -1};
@@ -378,6 +587,76 @@ static int parse_key_value(const char *file, int lineno, const key_def *d, const
     return cfg_error(file, lineno, "%s: internal error", d->name);
 }
 
+typedef struct host_ev {
+    int rank, idx;
+    uint64_t at_ns;
+} host_ev;
+
+static int host_ev_cmp(const void *a, const void *b)
+{
+    const host_ev *x = a, *y = b;
+    if (x->rank != y->rank) return x->rank < y->rank ? -1 : 1;
+    if (x->at_ns != y->at_ns) return x->at_ns < y->at_ns ? -1 : 1;
+    return x->idx < y->idx ? -1 : x->idx > y->idx;
+}
+
+/* Each rank's host events, in time order, must make sense: a join first
+ * and once, off (kill, host_off) only while on, host_on only while off, no
+ * two at the same time, and a `kill @ iter` alone. */
+static int check_host_plan(const char *file, const scenario_cfg *c)
+{
+    host_ev *ev = calloc((size_t)c->nfaults + 1, sizeof *ev);
+    if (!ev) return cfg_error(file, 0, "out of memory");
+    int n = 0, rc = 0;
+    for (int i = 0; i < c->nfaults; i++) {
+        const fault_spec *f = &c->faults[i];
+        if (f->kind > F_JOIN) continue;
+        if (f->rank > c->ranks) {
+            rc = cfg_error(file, f->line, "%s: rank %d: ranks are 1..%d", fault_name(f->kind),
+                           f->rank, c->ranks);
+            break;
+        }
+        if (f->at_iter >= c->iters) {
+            rc = cfg_error(file, f->line, "kill: iter %d: iterations are 0..%d", f->at_iter,
+                           c->iters - 1);
+            break;
+        }
+        ev[n++] = (host_ev){f->rank, i, f->at_ns};
+    }
+    if (rc == 0) qsort(ev, (size_t)n, sizeof *ev, host_ev_cmp);
+    for (int i = 0; rc == 0 && i < n; i++) {
+        const int first = i == 0 || ev[i - 1].rank != ev[i].rank;
+        const int last = i == n - 1 || ev[i + 1].rank != ev[i].rank;
+        const fault_spec *f = &c->faults[ev[i].idx];
+        int is_on = 1;
+        if (!first) {
+            /* State after the previous events of this rank. */
+            for (int j = i - 1; j >= 0 && ev[j].rank == ev[i].rank; j--) {
+                fault_kind k = c->faults[ev[j].idx].kind;
+                if (k == F_KILL || k == F_HOST_OFF) { is_on = 0; break; }
+                if (k == F_HOST_ON || k == F_JOIN) break;
+            }
+            if (ev[i - 1].at_ns == ev[i].at_ns)
+                rc = cfg_error(file, f->line, "%s: rank %d has another host event at the same "
+                               "time", fault_name(f->kind), f->rank);
+        }
+        if (rc) break;
+        if (f->kind == F_KILL && f->at_iter >= 0 && !(first && last))
+            rc = cfg_error(file, f->line, "kill @ iter: rank %d has other host events; use "
+                           "kill @ TIME", f->rank);
+        else if (f->kind == F_JOIN && !first)
+            rc = cfg_error(file, f->line, "join: rank %d: a join must be its first host event",
+                           f->rank);
+        else if ((f->kind == F_KILL || f->kind == F_HOST_OFF) && !is_on)
+            rc = cfg_error(file, f->line, "%s: rank %d: its host is already off",
+                           fault_name(f->kind), f->rank);
+        else if (f->kind == F_HOST_ON && is_on)
+            rc = cfg_error(file, f->line, "host_on: rank %d: its host is not off", f->rank);
+    }
+    free(ev);
+    return rc;
+}
+
 /* Returns 0, or -1 after printing why. */
 static int parse_scenario(const char *file, scenario_cfg *c)
 {
@@ -412,24 +691,41 @@ static int parse_scenario(const char *file, scenario_cfg *c)
             rc = cfg_error(file, lineno, "%s: empty value", key);
             break;
         }
-        if (strcmp(key, "kill") == 0) {
-            kill_spec k;
-            if (parse_kill(val, &k)) {
-                rc = cfg_error(file, lineno, "kill: \"%s\": want `RANK @ iter I` or `RANK @ TIME` "
-                               "(TIME with a unit: s ms us ns)", val);
-            } else {
-                for (int i = 0; i < c->nkills; i++)
-                    if (c->kills[i].rank == k.rank)
-                        rc = cfg_error(file, lineno, "kill: rank %d is already killed", k.rank);
-                if (rc == 0) {
-                    kill_spec *nk = realloc(c->kills, (size_t)(c->nkills + 1) * sizeof *nk);
-                    if (!nk) {
-                        rc = cfg_error(file, lineno, "out of memory");
-                    } else {
-                        c->kills = nk;
-                        c->kills[c->nkills++] = k;
-                    }
-                }
+        int fk = -1;
+        static const char *const fault_keys[] = {"kill", "host_off", "host_on", "join",
+                                                 "link_off", "link_on", "partition",
+                                                 "slow_link"};
+        for (int k = 0; k < 8; k++)
+            if (strcmp(key, fault_keys[k]) == 0) fk = k;
+        if (fk >= 0) {
+            fault_spec fs[2];
+            memset(fs, 0, sizeof fs);
+            int nf = 1, bad;
+            if (fk == 0) bad = parse_kill(val, &fs[0]);
+            else if (fk <= 3) bad = parse_host_fault(val, (fault_kind)fk, &fs[0]);
+            else {
+                int heal = 0;
+                bad = parse_link_fault(val, key, &fs[0], &fs[1], &heal);
+                nf += heal;
+            }
+            static const char *const want[] = {
+                "`RANK @ iter I` or `RANK @ TIME` (TIME with a unit: s ms us ns)",
+                "`RANK @ TIME`", "`RANK @ TIME`", "`RANK @ TIME`", "`LINK[,LINK...] @ TIME`",
+                "`LINK[,LINK...] @ TIME`", "`LINK[,LINK...] @ TIME [heal TIME]` (heal later)",
+                "`LINK[,LINK...] @ TIME` then `factor F` or `bandwidth BW` and/or `latency T`"};
+            if (bad) {
+                rc = cfg_error(file, lineno, "%s: \"%s\": want %s", key, val, want[fk]);
+                break;
+            }
+            fault_spec *nfs = realloc(c->faults, (size_t)(c->nfaults + nf) * sizeof *nfs);
+            if (!nfs) {
+                rc = cfg_error(file, lineno, "out of memory");
+                break;
+            }
+            c->faults = nfs;
+            for (int i = 0; i < nf; i++) {
+                fs[i].line = lineno;
+                c->faults[c->nfaults++] = fs[i];
             }
             continue;
         }
@@ -536,14 +832,17 @@ static int parse_scenario(const char *file, scenario_cfg *c)
     if (c->hosts < c->ranks + 1)
         return cfg_error(file, 0, "%d hosts: need ranks + 1 = %d (host 0 runs the master)",
                          c->hosts, c->ranks + 1);
-    for (int i = 0; i < c->nkills; i++) {
-        if (c->kills[i].rank > c->ranks)
-            return cfg_error(file, 0, "kill: rank %d: ranks are 1..%d", c->kills[i].rank, c->ranks);
-        if (c->kills[i].at_iter >= c->iters)
-            return cfg_error(file, 0, "kill: iter %d: iterations are 0..%d", c->kills[i].at_iter,
-                             c->iters - 1);
-    }
-    if (c->expect_survivors < 0) c->expect_survivors = c->ranks - c->nkills;
+    if (!key_line[K_PEER_TIMEOUT]) c->peer_timeout_s = 5.0; /* the library's default */
+    if (c->peer_timeout_s < 0.001)
+        return cfg_error(file, key_line[K_PEER_TIMEOUT], "peer_timeout: at least 1ms");
+    /* The worker sleeps whole milliseconds. */
+    if (fabs(c->step_s * 1e3 - (double)llround(c->step_s * 1e3)) > 1e-9)
+        return cfg_error(file, key_line[K_STEP], "step: want whole milliseconds");
+    if (check_host_plan(file, c)) return -1;
+    int slow = 0;
+    for (int i = 0; i < c->nfaults; i++) slow |= c->faults[i].kind == F_SLOW;
+    if (key_line[K_EXPECT_SLOWDOWN] && !slow)
+        return cfg_error(file, key_line[K_EXPECT_SLOWDOWN], "expect_slowdown: no slow_link");
     if (c->expect_survivors > c->ranks)
         return cfg_error(file, 0, "expect_survivors = %d: only %d ranks", c->expect_survivors,
                          c->ranks);
@@ -780,6 +1079,14 @@ static int field_int(const char *line, const char *key, int *out)
     return p && sscanf(p + strlen(key), "%d", out) == 1;
 }
 
+/* Host buffers: every good step was checked and hashed by the loop.
+ * Phantom: every one ran on phantom buffers (there are no values). */
+static int values_ok(const scenario_cfg *cfg, const rank_state *r)
+{
+    return cfg->phantom ? r->phantom_oks == r->oks : r->hashed_oks == r->oks;
+}
+
+/* rank 0 in events.tsv: a platform event (link_off, link_on, slow_link). */
 static void add_event(sim *s, int rank, const char *event, int iter, int world, const char *ms,
                       const char *hash)
 {
@@ -803,14 +1110,14 @@ static void add_event(sim *s, int rank, const char *event, int iter, int world, 
     snprintf(e->hash, sizeof e->hash, "%s", hash ? hash : "-");
 }
 
-/* Announces every iteration all live ranks are through. */
+/* Announces every iteration all running workers are through (a worker that
+ * joined at step f counts as through the steps before f). */
 static void progress(sim *s)
 {
-    int alive = s->cfg->ranks - s->nkilled;
-    while (s->next_milestone < s->cfg->iters && alive > 0 &&
-           s->oks_at[s->next_milestone] >= alive) {
+    while (s->next_milestone < s->cfg->iters && s->running > 0 &&
+           s->oks_at[s->next_milestone] >= s->running) {
         eccl_sg_printf("eccl-sim", "progress iter=%d/%d ranks_done=%d", s->next_milestone + 1,
-                       s->cfg->iters, alive);
+                       s->cfg->iters, s->oks_at[s->next_milestone]);
         s->next_milestone++;
     }
 }
@@ -822,6 +1129,32 @@ static void start_actor(const char *name, const char *host, xbt_main_func_t fn, 
     sg_actor_t a = sg_actor_init(name, sg_host_by_name(host));
     sg_actor_set_data(a, data);
     sg_actor_start(a, fn, 0, NULL);
+}
+
+/* A worker ended (returned, or killed while running). */
+static void worker_ended(sim *s, rank_state *r)
+{
+    if (r->counted) s->running--;
+    r->counted = 0;
+    r->running = 0;
+    if (++r->ends == r->nstarts) s->done++;
+}
+
+/* Its host went off (kill or host_off). */
+static void host_went_off(sim *s, rank_state *r, const char *event)
+{
+    uint64_t now = eccl_sg_now_ns();
+    if (r->running) {
+        r->killed++;
+        /* Its finished steps no longer count towards the live workers' progress. */
+        for (int i = 0; i <= r->last_ok_iter && i < s->cfg->iters; i++) s->oks_at[i]--;
+        worker_ended(s, r);
+    } else {
+        r->kill_missed++;
+    }
+    add_event(s, r->idx, event, r->last_ok_iter + 1, -1, NULL, NULL);
+    if (s->fault_ns == UINT64_MAX) s->fault_ns = now;
+    progress(s);
 }
 
 typedef struct killer_arg {
@@ -839,13 +1172,7 @@ static void killer_main(int argc, char **argv)
     sg_actor_sleep_until((double)ka->at_ns / 1e9);
     eccl_sg_printf("eccl-sim", "kill rank=%d host=%s", v->idx, v->host);
     eccl_sg_world_kill_host(s->w, v->host);
-    v->killed = 1;
-    s->nkilled++;
-    /* Its finished steps no longer count towards the live ranks' progress. */
-    for (int i = 0; i <= v->last_ok_iter && i < s->cfg->iters; i++) s->oks_at[i]--;
-    add_event(s, v->idx, "killed", v->last_ok_iter + 1, -1, NULL, NULL);
-    if (!v->returned) s->done++;
-    progress(s);
+    host_went_off(s, v, "killed");
     free(ka);
 }
 
@@ -861,6 +1188,100 @@ static void start_killer(rank_state *v, uint64_t at_ns)
     char name[32];
     snprintf(name, sizeof name, "killer%d", v->idx);
     start_actor(name, "node-0", killer_main, ka);
+}
+
+static void rank_main(int argc, char **argv);
+
+/* A new worker on the rank's host, as a new process would start: fresh
+ * communicator, admitted by the running peers' vote. */
+static void start_worker(rank_state *r, uint64_t at_ns, int start_world)
+{
+    r->lives++;
+    r->running = 1;
+    r->counted = 0;
+    r->arrive_ns = at_ns;
+    r->start_world = start_world;
+    r->returned = 0;
+    r->status = 0;
+    r->exit_status = -1;
+    r->oks = r->phantom_oks = r->hashed_oks = 0;
+    r->first_ok_iter = r->last_ok_iter = -1;
+    r->last_ok_world = r->min_ok_world = r->max_ok_world = -1;
+    r->failed_ops = 0;
+    r->begin_ns = r->op_ns = 0;
+    start_actor(r->name, r->host, rank_main, r);
+}
+
+static void apply_fault(sim *s, int idx)
+{
+    const fault_spec *f = &s->cfg->faults[idx];
+    const fault_links *fl = &s->flinks[idx];
+    rank_state *r = f->rank > 0 ? &s->rk[f->rank - 1] : NULL;
+    eccl_result rc = ECCL_OK;
+    switch (f->kind) {
+    case F_KILL:
+        eccl_sg_printf("eccl-sim", "kill rank=%d host=%s", r->idx, r->host);
+        eccl_sg_world_kill_host(s->w, r->host);
+        host_went_off(s, r, "killed");
+        break;
+    case F_HOST_OFF:
+        eccl_sg_printf("eccl-sim", "host_off rank=%d host=%s (silent)", r->idx, r->host);
+        rc = eccl_sg_world_host_off(s->w, r->host);
+        host_went_off(s, r, "host_off");
+        break;
+    case F_HOST_ON:
+        eccl_sg_printf("eccl-sim", "host_on rank=%d host=%s: a new worker starts", r->idx,
+                       r->host);
+        rc = eccl_sg_world_host_on(s->w, r->host);
+        add_event(s, r->idx, "host_on", -1, -1, NULL, NULL);
+        start_worker(r, eccl_sg_now_ns(), 0);
+        break;
+    case F_LINK_OFF:
+    case F_LINK_ON:
+        for (int i = 0; i < fl->n && rc == ECCL_OK; i++)
+            rc = eccl_sg_world_set_link(s->w, fl->l[i], f->kind == F_LINK_ON);
+        eccl_sg_printf("eccl-sim", "%s %s%s (%d links)", f->kind == F_LINK_ON ? "link_on" : "link_off",
+                       f->links[0], f->nlinks > 1 ? ",..." : "", fl->n);
+        add_event(s, 0, f->kind == F_LINK_ON ? "link_on" : "link_off", -1, -1, NULL, NULL);
+        if (f->kind == F_LINK_OFF && s->fault_ns == UINT64_MAX) s->fault_ns = eccl_sg_now_ns();
+        break;
+    case F_SLOW:
+        for (int i = 0; i < fl->n; i++) {
+            double bw = sg_link_get_bandwidth(fl->l[i]), lat = sg_link_get_latency(fl->l[i]);
+            if (f->factor > 0) {
+                bw /= f->factor;
+                lat *= f->factor;
+            }
+            if (f->bw_Bps > 0) bw = f->bw_Bps;
+            if (f->have_lat) lat = f->lat_s;
+            sg_link_set_bandwidth(fl->l[i], bw);
+            sg_link_set_latency(fl->l[i], lat);
+        }
+        eccl_sg_printf("eccl-sim", "slow_link %s%s (%d links)", f->links[0],
+                       f->nlinks > 1 ? ",..." : "", fl->n);
+        add_event(s, 0, "slow_link", -1, -1, NULL, NULL);
+        if (s->slow_ns == UINT64_MAX) s->slow_ns = eccl_sg_now_ns();
+        break;
+    case F_JOIN:
+        break; /* not timed here: the rank's first worker arrives then */
+    }
+    if (rc != ECCL_OK) {
+        eccl_sg_printf("eccl-sim", "FAIL %s: %s", fault_name(f->kind), eccl_strerror(rc));
+        s->oom = 1;
+    }
+}
+
+/* Fires the timed faults in plan order (time, then file order), from one
+ * actor, so that faults at the same instant apply in a fixed order. */
+static void plan_main(int argc, char **argv)
+{
+    (void)argc;
+    (void)argv;
+    sim *s = sg_actor_self_get_data();
+    for (int k = 0; k < s->norder; k++) {
+        sg_actor_sleep_until((double)s->cfg->faults[s->order[k]].at_ns / 1e9);
+        apply_fault(s, s->order[k]);
+    }
 }
 
 /* ---- the sim launch ------------------------------------------------------ */
@@ -891,17 +1312,15 @@ static void sim_print(void *ctx, int to_stderr, const char *line)
     if (hp) sscanf(hp + 6, "%16[0-9a-f]", hash);
     else if (strstr(line, " values=phantom")) snprintf(hash, sizeof hash, "phantom");
     add_event(s, r->idx, event, iter, world, ms[0] ? ms : NULL, hash[0] ? hash : NULL);
+    const int after_fault = s->fault_ns != UINT64_MAX && s->detect_ns == UINT64_MAX;
 
     if (strcmp(event, "begin") == 0) {
         r->begin_ns = now;
         /* The victim starts the fatal step: crash it halfway through, by the
          * time its last good step took (as tests/sim/sim_worker does). */
-        if (r->kill >= 0) {
-            const kill_spec *k = &s->cfg->kills[r->kill];
-            if (k->at_iter >= 0 && iter == k->at_iter && !r->kill_armed) {
-                r->kill_armed = 1;
-                start_killer(r, now + r->op_ns / 2);
-            }
+        if (r->kill_iter >= 0 && iter == r->kill_iter && !r->kill_armed) {
+            r->kill_armed = 1;
+            start_killer(r, now + r->op_ns / 2);
         }
     } else if (strcmp(event, "ok") == 0) {
         unsigned long long h = 0;
@@ -911,19 +1330,37 @@ static void sim_print(void *ctx, int to_stderr, const char *line)
         s->ar_n++;
         s->ar_sum_ns += r->op_ns;
         if (s->ar_n == 1 || r->op_ns < s->ar_min_ns) s->ar_min_ns = r->op_ns;
+        if (s->slow_ns != UINT64_MAX && r->begin_ns >= s->slow_ns) {
+            s->after_n++;
+            s->after_sum_ns += r->op_ns;
+        } else if (s->slow_ns == UINT64_MAX || now < s->slow_ns) {
+            s->before_n++;
+            s->before_sum_ns += r->op_ns;
+        }
+        /* A survivor saw the failure: an all-reduce done in a smaller world. */
+        if (after_fault && r->last_ok_world >= 0 && world < r->last_ok_world) s->detect_ns = now;
+        if (r->first_ok_iter < 0) r->first_ok_iter = iter;
         r->last_ok_iter = iter;
         r->last_ok_world = world;
+        if (r->min_ok_world < 0 || world < r->min_ok_world) r->min_ok_world = world;
+        if (world > r->max_ok_world) r->max_ok_world = world;
         if (iter >= 0 && iter < s->cfg->iters) {
+            /* Every rank that finished an iteration holds the same bits. */
             if (hp && sscanf(hp + 6, "%llx", &h) == 1) {
-                r->hashes[iter] = h;
+                if (!s->ref_hash[iter]) s->ref_hash[iter] = h;
+                else if (s->ref_hash[iter] != h) s->parity_bad++;
                 r->hashed_oks++;
             }
+            /* A late worker's first step: it is through the ones before. */
+            if (r->oks == 1)
+                for (int i = 0; i < iter; i++) s->oks_at[i]++;
             s->oks_at[iter]++;
             progress(s);
         }
     } else if (strcmp(event, "peer_lost") == 0 || strcmp(event, "timeout") == 0 ||
                strcmp(event, "too_few_peers") == 0) {
         r->failed_ops++;
+        if (after_fault) s->detect_ns = now;
     } else if (strcmp(event, "exit") == 0) {
         field_int(line, " status=", &r->exit_status);
     }
@@ -955,6 +1392,8 @@ static void rank_main(int argc, char **argv)
     rank_state *r = sg_actor_self_get_data();
     sim *s = r->s;
     sg_actor_sleep_until((double)r->arrive_ns / 1e9);
+    r->counted = 1;
+    s->running++;
     eccl_worker_sg sim_launch;
     eccl_worker_sg_init(&sim_launch, s->w, sim_print, r);
     const eccl_launch launch = sim_launch.launch;
@@ -964,13 +1403,258 @@ static void rank_main(int argc, char **argv)
         .count = (size_t)s->cfg->count,
         .iters = s->cfg->iters,
         .world_min = s->cfg->world_min,
-        .start_world = s->cfg->ranks,
+        .start_world = r->start_world,
         .group = 0,
         .wait_ms = 30000,
+        .step_ms = (int)llround(s->cfg->step_s * 1e3),
+        .peer_timeout_ms = (uint32_t)llround(s->cfg->peer_timeout_s * 1e3),
     };
     r->status = eccl_worker_run(&launch, &o);
     r->returned = 1;
-    s->done++;
+    worker_ended(s, r);
+}
+
+/* ---- the fault plan on the loaded platform -------------------------------- */
+
+/* The links of one name: node-K is host K's own link (both directions: the
+ * first link of its route out and the last of its route in); any other name
+ * is a link of platform.xml. 0, or -1 when there is no such link. */
+static int resolve_link(const scenario_cfg *c, const char *name, fault_links *out)
+{
+    int k;
+    char tail;
+    if (sscanf(name, "node-%d%c", &k, &tail) == 1 && k >= 0 && k < c->hosts) {
+        char self[24], other[24];
+        snprintf(self, sizeof self, "node-%d", k);
+        snprintf(other, sizeof other, "node-%d", k == 0 ? 1 : 0);
+        sg_host_t a = sg_host_by_name(self), b = sg_host_by_name(other);
+        if (!a || !b) return -1;
+        for (int dir = 0; dir < 2; dir++) {
+            xbt_dynar_t links = xbt_dynar_new(sizeof(sg_link_t), NULL);
+            sg_host_get_route(dir ? b : a, dir ? a : b, links);
+            unsigned long n = xbt_dynar_length(links);
+            if (n > 0) {
+                sg_link_t l = xbt_dynar_get_as(links, dir ? n - 1 : 0, sg_link_t);
+                if (out->n == 0 || out->l[out->n - 1] != l) out->l[out->n++] = l;
+            }
+            xbt_dynar_free(&links);
+        }
+        return out->n > 0 ? 0 : -1;
+    }
+    size_t n = sg_link_count();
+    sg_link_t *all = sg_link_list();
+    int found = -1;
+    for (size_t i = 0; i < n && all; i++) {
+        if (strcmp(sg_link_get_name(all[i]), name) == 0) {
+            out->l[out->n++] = all[i];
+            found = 0;
+            break;
+        }
+    }
+    free(all);
+    return found;
+}
+
+static int resolve_links(const char *file, const scenario_cfg *c, fault_links *fl)
+{
+    for (int i = 0; i < c->nfaults; i++) {
+        const fault_spec *f = &c->faults[i];
+        for (int j = 0; j < f->nlinks; j++)
+            if (resolve_link(c, f->links[j], &fl[i]))
+                return cfg_error(file, f->line, "%s: \"%s\": no such link (node-K is host K's "
+                                 "link; other names as in platform.xml)", fault_name(f->kind),
+                                 f->links[j]);
+    }
+    return 0;
+}
+
+static int order_cmp(const void *a, const void *b, void *ctx)
+{
+    const scenario_cfg *c = ctx;
+    int x = *(const int *)a, y = *(const int *)b;
+    uint64_t tx = c->faults[x].at_ns, ty = c->faults[y].at_ns;
+    if (tx != ty) return tx < ty ? -1 : 1;
+    return x < y ? -1 : x > y;
+}
+
+/* The links a set of faults turns off, with their state during the walk. */
+typedef struct cut_links {
+    int n;
+    sg_link_t *l;
+    int *off;
+} cut_links;
+
+static int is_off(const cut_links *u, sg_link_t l)
+{
+    for (int i = 0; i < u->n; i++)
+        if (u->l[i] == l) return u->off[i];
+    return 0;
+}
+
+/* 1 when the route a -> b crosses no link that is off. */
+static int route_up(const cut_links *u, int a, int b)
+{
+    char ha[24], hb[24];
+    snprintf(ha, sizeof ha, "node-%d", a);
+    snprintf(hb, sizeof hb, "node-%d", b);
+    xbt_dynar_t links = xbt_dynar_new(sizeof(sg_link_t), NULL);
+    sg_host_get_route(sg_host_by_name(ha), sg_host_by_name(hb), links);
+    int up = 1;
+    unsigned long n = xbt_dynar_length(links);
+    for (unsigned long i = 0; i < n && up; i++)
+        up = !is_off(u, xbt_dynar_get_as(links, i, sg_link_t));
+    xbt_dynar_free(&links);
+    return up;
+}
+
+/* Walks the link faults in time order and finds, per rank, the longest
+ * stretch during which its route to or from the master (node-0) crosses a
+ * link that is off (r->cut_ns; UINT64_MAX when it lasts to the end). A cut
+ * of at least peer_timeout + 100 ms drops the rank (master and worker both
+ * time out; 100 ms covers the messages that were on the wire at the cut);
+ * one of at most peer_timeout / 2 is invisible (heartbeats go every
+ * peer_timeout / 4 and held messages flow on heal); in between, the outcome
+ * depends on heartbeat phase, and the scenario is refused. While a stretch
+ * of constant link state lasts more than peer_timeout / 2, every two ranks
+ * that reach the master must reach each other, or the job would hang in a
+ * ring that crosses the cut: refused too (a partition must split the
+ * platform into groups). 0, or -1 after printing why. */
+static int analyse_cuts(const char *file, const scenario_cfg *c, const fault_links *fl,
+                        rank_state *rk)
+{
+    int nlink = 0;
+    for (int i = 0; i < c->nfaults; i++)
+        if (c->faults[i].kind == F_LINK_OFF || c->faults[i].kind == F_LINK_ON) nlink++;
+    if (nlink == 0) return 0;
+    if (c->ranks > 512)
+        return cfg_error(file, 0, "link faults: at most 512 ranks (the partition check "
+                         "compares the routes of every two ranks)");
+    int *ord = calloc((size_t)nlink, sizeof *ord);
+    cut_links u = {0, calloc((size_t)nlink * 2 * MAX_FAULT_LINKS, sizeof(sg_link_t)),
+                   calloc((size_t)nlink * 2 * MAX_FAULT_LINKS, sizeof(int))};
+    uint64_t *since = calloc((size_t)c->ranks + 1, sizeof *since);
+    int *reach = calloc((size_t)c->ranks + 1, sizeof *reach);
+    int rc = 0;
+    if (!ord || !u.l || !u.off || !since || !reach) {
+        rc = cfg_error(file, 0, "out of memory");
+        goto out;
+    }
+    int n = 0;
+    for (int i = 0; i < c->nfaults; i++) {
+        const fault_spec *f = &c->faults[i];
+        if (f->kind != F_LINK_OFF && f->kind != F_LINK_ON) continue;
+        ord[n++] = i;
+        for (int j = 0; j < fl[i].n; j++) {
+            int seen = 0;
+            for (int k = 0; k < u.n; k++) seen |= u.l[k] == fl[i].l[j];
+            if (!seen) u.l[u.n++] = fl[i].l[j];
+        }
+    }
+    qsort_r(ord, (size_t)n, sizeof *ord, order_cmp, (void *)c);
+    for (int r = 1; r <= c->ranks; r++) since[r] = UINT64_MAX;
+    for (int i = 0; i < n && rc == 0;) {
+        const uint64_t t = c->faults[ord[i]].at_ns;
+        int first = i, partition_line = 0;
+        for (; i < n && c->faults[ord[i]].at_ns == t; i++) {
+            const fault_spec *f = &c->faults[ord[i]];
+            for (int j = 0; j < fl[ord[i]].n; j++)
+                for (int k = 0; k < u.n; k++)
+                    if (u.l[k] == fl[ord[i]].l[j]) u.off[k] = f->kind == F_LINK_OFF;
+            if (f->partition) partition_line = f->line;
+        }
+        const uint64_t end = i < n ? c->faults[ord[i]].at_ns : UINT64_MAX;
+        int cut_any = 0;
+        for (int r = 1; r <= c->ranks; r++) {
+            reach[r] = route_up(&u, 0, r) && route_up(&u, r, 0);
+            cut_any |= !reach[r];
+            if (!reach[r] && since[r] == UINT64_MAX) since[r] = t;
+            if (reach[r] && since[r] != UINT64_MAX) {
+                if (t - since[r] > rk[r - 1].cut_ns) rk[r - 1].cut_ns = t - since[r];
+                since[r] = UINT64_MAX;
+            }
+        }
+        if (partition_line && !cut_any) {
+            rc = cfg_error(file, partition_line, "partition: cuts no rank off the master "
+                           "(node-0)");
+            break;
+        }
+        const uint64_t half = (uint64_t)llround(c->peer_timeout_s * 0.5e9);
+        if (end - t <= half) continue;
+        for (int a = 1; a <= c->ranks && rc == 0; a++) {
+            if (!reach[a]) continue;
+            for (int b = a + 1; b <= c->ranks && rc == 0; b++)
+                if (reach[b] && !(route_up(&u, a, b) && route_up(&u, b, a)))
+                    rc = cfg_error(file, c->faults[ord[first]].line,
+                                   "ranks %d and %d both reach the master but not each other: "
+                                   "not a partition into groups", a, b);
+        }
+    }
+    for (int r = 1; r <= c->ranks && rc == 0; r++) {
+        if (since[r] != UINT64_MAX) rk[r - 1].cut_ns = UINT64_MAX;
+        const uint64_t cut = rk[r - 1].cut_ns;
+        const double t = c->peer_timeout_s;
+        if (cut == 0) continue;
+        if (cut != UINT64_MAX && (double)cut / 1e9 > t / 2 && (double)cut / 1e9 < t + 0.1)
+            rc = cfg_error(file, 0, "rank %d is cut off from the master for %.3fs: between "
+                           "peer_timeout/2 (%.3fs) and peer_timeout + 100ms (%.3fs) whether it "
+                           "is dropped depends on heartbeat phase", r, (double)cut / 1e9,
+                           t / 2, t + 0.1);
+    }
+out:
+    free(ord);
+    free(u.l);
+    free(u.off);
+    free(since);
+    free(reach);
+    return rc;
+}
+
+/* Expected roles (from the host plan and the cuts), the timed faults in
+ * firing order, and expect_survivors unless given. 0, or -1 after printing
+ * why. */
+static int plan_roles(const char *file, scenario_cfg *c, sim *s)
+{
+    s->order = calloc((size_t)c->nfaults + 1, sizeof *s->order);
+    if (!s->order) return cfg_error(file, 0, "out of memory");
+    for (int i = 0; i < c->nfaults; i++) {
+        const fault_spec *f = &c->faults[i];
+        rank_state *r = f->rank > 0 ? &s->rk[f->rank - 1] : NULL;
+        if (f->kind == F_JOIN) {
+            r->late = 1;
+            r->arrive_ns = f->at_ns;
+            continue;
+        }
+        if (f->kind == F_KILL && f->at_iter >= 0) {
+            r->kill_iter = f->at_iter;
+            continue;
+        }
+        if (f->kind == F_HOST_ON) r->nstarts++;
+        s->order[s->norder++] = i;
+    }
+    qsort_r(s->order, (size_t)s->norder, sizeof *s->order, order_cmp, c);
+    if (analyse_cuts(file, c, s->flinks, s->rk)) return -1;
+    /* A rank's last host event says whether its host ends on. */
+    int expected = 0;
+    for (int i = 0; i < c->ranks; i++) {
+        rank_state *r = &s->rk[i];
+        int off = r->kill_iter >= 0, host_events = r->late || off;
+        for (int k = 0; k < s->norder; k++) {
+            const fault_spec *f = &c->faults[s->order[k]];
+            if (f->rank != r->idx) continue;
+            host_events = 1;
+            off = f->kind == F_KILL || f->kind == F_HOST_OFF;
+        }
+        const double cut_s = r->cut_ns == UINT64_MAX ? 1e300 : (double)r->cut_ns / 1e9;
+        const int dropped = cut_s >= c->peer_timeout_s + 0.1;
+        if (dropped && host_events)
+            return cfg_error(file, 0, "rank %d is both cut off by link faults and the subject "
+                             "of host events: give it one or the other", r->idx);
+        r->role = off ? ROLE_KILLED : dropped ? ROLE_DROPPED
+                  : (r->late || r->nstarts > 1) ? ROLE_JOINER : ROLE_SURVIVOR;
+        expected += r->role == ROLE_SURVIVOR || r->role == ROLE_JOINER;
+    }
+    if (c->expect_survivors < 0) c->expect_survivors = expected;
+    return 0;
 }
 
 /* ---- outputs ------------------------------------------------------------- */
@@ -1048,8 +1732,12 @@ static int write_plot_script(const scenario_cfg *c, const char *dir)
             "       with vectors arrowstyle 1 title \"all-reduce ok\", \\\n"
             "     \"\" skip 1 using (failed(strcol(3)) ? $1*1000 - $6 : NaN):2:6:(0) \\\n"
             "       with vectors arrowstyle 2 title \"all-reduce failed (peer lost)\", \\\n"
-            "     \"\" skip 1 using (strcol(3) eq \"killed\" ? $1*1000 : NaN):2 \\\n"
-            "       with points pt 2 ps 3 lw 3 lc rgb \"black\" title \"host killed\", \\\n"
+            "     \"\" skip 1 using (strcol(3) eq \"killed\" || strcol(3) eq \"host_off\" ? "
+            "$1*1000 : NaN):2 \\\n"
+            "       with points pt 2 ps 3 lw 3 lc rgb \"black\" title \"host off (kill, "
+            "host_off)\", \\\n"
+            "     \"\" skip 1 using (strcol(3) eq \"host_on\" ? $1*1000 : NaN):2 \\\n"
+            "       with points pt 8 ps 2 lw 2 lc rgb \"#1f5fbf\" title \"host on (new worker)\", \\\n"
             "     \"\" skip 1 using (strcol(3) eq \"exit\" ? $1*1000 : NaN):2 \\\n"
             "       with points pt 7 ps 1.2 lc rgb \"#1f5fbf\" title \"worker exit\"\n",
             c->name, 200 + 40 * (c->ranks < 40 ? c->ranks : 40), c->name, c->ranks, c->iters,
@@ -1121,7 +1809,7 @@ int main(int argc, char **argv)
 
     scenario_cfg cfg;
     if (parse_scenario(file, &cfg)) {
-        free(cfg.kills);
+        free(cfg.faults);
         return 2;
     }
     if (have_seed) cfg.seed = seed; /* --seed wins over the file's */
@@ -1138,7 +1826,7 @@ int main(int argc, char **argv)
             (int)sizeof platform_path ||
         write_platform(&cfg, platform_path)) {
         fprintf(stderr, "eccl-sim: cannot create %s: %s\n", outdir, strerror(errno));
-        free(cfg.kills);
+        free(cfg.faults);
         return 1;
     }
 
@@ -1153,10 +1841,13 @@ int main(int argc, char **argv)
     s->cfg = &cfg;
     s->verbose = verbose;
     s->master_addr = "node-0:5000";
+    s->fault_ns = s->detect_ns = s->slow_ns = UINT64_MAX;
     s->rk = calloc((size_t)cfg.ranks, sizeof *s->rk);
     s->oks_at = calloc((size_t)cfg.iters, sizeof *s->oks_at);
-    uint64_t *hashes = calloc((size_t)cfg.ranks * (size_t)cfg.iters, sizeof *hashes);
-    if (!s->rk || !s->oks_at || !hashes || eccl_sg_world_create(log_level, &s->w) != ECCL_OK) {
+    s->ref_hash = calloc((size_t)cfg.iters, sizeof *s->ref_hash);
+    s->flinks = calloc((size_t)cfg.nfaults + 1, sizeof *s->flinks);
+    if (!s->rk || !s->oks_at || !s->ref_hash || !s->flinks ||
+        eccl_sg_world_create(log_level, &s->w) != ECCL_OK) {
         fprintf(stderr, "eccl-sim: out of memory\n");
         return 1;
     }
@@ -1166,99 +1857,119 @@ int main(int argc, char **argv)
         fprintf(stderr, "eccl-sim: cannot set up the %s device\n", cfg.phantom ? "phantom" : "host");
         return 1;
     }
-    eccl_sg_printf("eccl-sim", "scenario=%s seed=%llu platform=%s hosts=%d ranks=%d iters=%d "
-                   "count=%ld buffers=%s out=%s", cfg.name, (unsigned long long)cfg.seed,
-                   cfg.platform, cfg.hosts, cfg.ranks, cfg.iters, cfg.count,
-                   cfg.phantom ? "phantom" : "host", outdir);
 
     /* Every random choice comes from this one stream, in this order. */
     uint64_t rng = cfg.seed;
     uint64_t jitter_ns = (uint64_t)llround(cfg.jitter_s * 1e9);
     uint64_t stagger_ns = (uint64_t)llround(cfg.stagger_s * 1e9);
-    start_actor("master", "node-0", master_main, s);
     for (int i = 0; i < cfg.ranks; i++) {
         rank_state *r = &s->rk[i];
         r->s = s;
         r->idx = i + 1;
-        r->kill = -1;
-        r->exit_status = -1;
-        r->last_ok_iter = -1;
-        r->last_ok_world = -1;
-        r->hashes = hashes + (size_t)i * (size_t)cfg.iters;
+        r->kill_iter = -1;
+        r->nstarts = 1;
         snprintf(r->name, sizeof r->name, "rank%d", r->idx);
         snprintf(r->host, sizeof r->host, "node-%d", r->idx);
         /* Staggered arrivals (the first founds the group), plus jitter. */
         r->arrive_ns = stagger_ns * (uint64_t)r->idx;
         if (jitter_ns) r->arrive_ns += prng_below(&rng, jitter_ns);
     }
-    for (int k = 0; k < cfg.nkills; k++) {
-        rank_state *r = &s->rk[cfg.kills[k].rank - 1];
-        r->kill = k;
-        if (cfg.kills[k].at_iter == -1) start_killer(r, cfg.kills[k].at_ns);
+    /* Faults name links and ranks of the loaded platform: a scenario error
+     * found here is still exit status 2. */
+    if (resolve_links(file, &cfg, s->flinks) || plan_roles(file, &cfg, s)) {
+        eccl_sg_world_destroy(s->w);
+        return 2;
     }
+    if (cfg.expect_survivors > cfg.ranks) {
+        fprintf(stderr, "eccl-sim: %s: expect_survivors = %d: only %d ranks\n", file,
+                cfg.expect_survivors, cfg.ranks);
+        return 2;
+    }
+    eccl_sg_printf("eccl-sim", "scenario=%s seed=%llu platform=%s hosts=%d ranks=%d iters=%d "
+                   "count=%ld buffers=%s faults=%d out=%s", cfg.name,
+                   (unsigned long long)cfg.seed, cfg.platform, cfg.hosts, cfg.ranks, cfg.iters,
+                   cfg.count, cfg.phantom ? "phantom" : "host", cfg.nfaults, outdir);
+
+    int initial = 0; /* ranks that start with the job: the first step waits for them all */
+    for (int i = 0; i < cfg.ranks; i++) initial += !s->rk[i].late;
+    start_actor("master", "node-0", master_main, s);
+    if (s->norder > 0) start_actor("faults", "node-0", plan_main, s);
     for (int i = 0; i < cfg.ranks; i++)
-        start_actor(s->rk[i].name, s->rk[i].host, rank_main, &s->rk[i]);
+        start_worker(&s->rk[i], s->rk[i].arrive_ns, s->rk[i].late ? 0 : initial);
     simgrid_run();
     uint64_t end_ns = eccl_sg_now_ns();
 
     /* ---- checks ---- */
-    int failures = 0, survivors = 0, killed = 0, noticed = 0;
+    int failures = 0, survivors = 0, killed = 0, dropped = 0, joined = 0, noticed = 0;
+    int victims = 0; /* the plan takes some worker down: survivors must notice */
+    for (int i = 0; i < cfg.nfaults; i++)
+        victims |= cfg.faults[i].kind == F_KILL || cfg.faults[i].kind == F_HOST_OFF;
+    for (int i = 0; i < cfg.ranks; i++) victims |= s->rk[i].role == ROLE_DROPPED;
     FILE *rf = open_out(outdir, "ranks.tsv");
     if (rf)
-        fputs("rank\thost\trole\treturned\tstatus\toks\tlast_ok_iter\tlast_world\tfailed_ops\t"
-              "check\n", rf);
+        fputs("rank\thost\trole\tworkers\tkilled\treturned\tstatus\toks\tfirst_ok_iter\t"
+              "last_ok_iter\tlast_world\tfailed_ops\tcut_s\tcheck\n", rf);
     for (int i = 0; i < cfg.ranks; i++) {
         rank_state *r = &s->rk[i];
-        int ok;
-        const char *role;
-        if (r->kill >= 0) {
-            role = "victim";
-            const kill_spec *k = &cfg.kills[r->kill];
-            /* Killed before returning; an iteration trigger must have fired. */
-            ok = r->killed && !r->returned && r->oks < cfg.iters;
-            /* Killed during iteration I's all-reduce: exactly I good steps. */
-            if (k->at_iter >= 0)
-                ok = ok && r->oks == k->at_iter && r->last_ok_iter == k->at_iter - 1;
-            killed += r->killed && !r->returned;
-        } else {
-            role = "survivor";
-            ok = r->returned && r->status == 0 && r->exit_status == 0 && r->oks == cfg.iters &&
-                 r->last_ok_iter == cfg.iters - 1;
-            /* Host buffers: every good step was checked and hashed by the
-             * loop. Phantom: every one ran on phantom buffers (no values). */
-            ok = ok && (cfg.phantom ? r->phantom_oks == r->oks : r->hashed_oks == r->oks);
-            survivors += ok;
-            /* Saw the failure: an all-reduce failed under it, or the world shrank. */
-            int saw = r->failed_ops > 0 || (r->last_ok_world >= 0 && r->last_ok_world < cfg.ranks);
+        int ok = 0;
+        const int finished = r->returned && r->status == 0 && r->exit_status == 0 &&
+                             r->last_ok_iter == cfg.iters - 1;
+        switch (r->role) {
+        case ROLE_KILLED:
+            /* Every worker it ran was killed while running, the last before
+             * finishing; a kill @ iter I: exactly I good steps. */
+            ok = r->killed == r->nstarts && !r->kill_missed && !r->returned &&
+                 r->oks < cfg.iters;
+            if (r->kill_iter >= 0)
+                ok = ok && r->oks == r->kill_iter && r->last_ok_iter == r->kill_iter - 1;
+            killed += ok;
+            break;
+        case ROLE_DROPPED:
+            /* Cut off from the master: its worker failed before the end. */
+            ok = r->returned && r->status != 0 && !r->killed && r->last_ok_iter < cfg.iters - 1;
+            dropped += ok;
+            break;
+        case ROLE_SURVIVOR: {
+            ok = finished && r->oks == cfg.iters && !r->killed && !r->kill_missed &&
+                 values_ok(&cfg, r);
+            /* Saw the failure: an all-reduce failed under it, or its world shrank. */
+            int saw = r->failed_ops > 0 || (r->min_ok_world >= 0 && r->min_ok_world < r->max_ok_world) ||
+                      (r->last_ok_world >= 0 && r->last_ok_world < cfg.ranks);
             noticed += saw;
-            if (cfg.nkills > 0 && !saw) ok = 0;
+            if (victims && !saw) ok = 0;
+            survivors += ok;
+            break;
+        }
+        case ROLE_JOINER:
+            /* Its last worker came in late and did every step from its first
+             * to the job's last; any earlier one was killed while running. */
+            ok = finished && r->oks >= 1 && r->oks == cfg.iters - r->first_ok_iter &&
+                 r->killed == r->nstarts - 1 && !r->kill_missed && values_ok(&cfg, r);
+            survivors += ok;
+            joined += ok;
+            break;
         }
         failures += !ok;
-        eccl_sg_printf("eccl-sim", "%s rank=%d role=%s returned=%d status=%d oks=%d "
-                       "last_ok_iter=%d last_world=%d failed_ops=%d",
-                       ok ? "ok" : "FAIL", r->idx, role, r->returned, r->status, r->oks,
-                       r->last_ok_iter, r->last_ok_world, r->failed_ops);
+        char cut[32] = "-";
+        if (r->cut_ns == UINT64_MAX) snprintf(cut, sizeof cut, "end");
+        else if (r->cut_ns) fmt_time(cut, sizeof cut, r->cut_ns);
+        eccl_sg_printf("eccl-sim", "%s rank=%d role=%s workers=%d killed=%d returned=%d status=%d "
+                       "oks=%d first_ok_iter=%d last_ok_iter=%d last_world=%d failed_ops=%d cut=%s",
+                       ok ? "ok" : "FAIL", r->idx, role_name(r->role), r->lives, r->killed,
+                       r->returned, r->status, r->oks, r->first_ok_iter, r->last_ok_iter,
+                       r->last_ok_world, r->failed_ops, cut);
         if (rf)
-            fprintf(rf, "%d\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\n", r->idx, r->host, role,
-                    r->returned, r->status, r->oks, r->last_ok_iter, r->last_ok_world,
-                    r->failed_ops, ok ? "pass" : "FAIL");
-    }
-    /* Every rank that finished an iteration holds the same bits. */
-    int parity_bad = 0;
-    for (int it = 0; it < cfg.iters; it++) {
-        uint64_t ref = 0;
-        for (int i = 0; i < cfg.ranks; i++) {
-            uint64_t h = s->rk[i].hashes[it];
-            if (!h) continue;
-            if (!ref) ref = h;
-            else if (h != ref) parity_bad++;
-        }
+            fprintf(rf, "%d\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\n", r->idx,
+                    r->host, role_name(r->role), r->lives, r->killed, r->returned, r->status,
+                    r->oks, r->first_ok_iter, r->last_ok_iter, r->last_ok_world, r->failed_ops,
+                    cut, ok ? "pass" : "FAIL");
     }
     if (cfg.phantom)
         eccl_sg_printf("eccl-sim", "values unchecked: phantom buffers carry sizes, not bytes "
                        "(checked: completion, survivors, timing)");
-    if (parity_bad) {
-        eccl_sg_printf("eccl-sim", "FAIL %d all-reduce results differ between ranks", parity_bad);
+    if (s->parity_bad) {
+        eccl_sg_printf("eccl-sim", "FAIL %d all-reduce results differ between ranks",
+                       s->parity_bad);
         failures++;
     }
     if (survivors != cfg.expect_survivors) {
@@ -1266,17 +1977,47 @@ int main(int argc, char **argv)
                        cfg.expect_survivors);
         failures++;
     }
+    if (victims && s->detect_ns == UINT64_MAX) {
+        eccl_sg_printf("eccl-sim", "FAIL no survivor ever saw the failure");
+        failures++;
+    }
+    /* Slow links: the mean all-reduce begun after the first one against the
+     * mean of those done before it, in ppm of the ratio (integer: stable). */
+    char before_mean[32] = "-", after_mean[32] = "-", slowdown[32] = "-";
+    if (s->slow_ns != UINT64_MAX && s->before_n) fmt_time(before_mean, sizeof before_mean, s->before_sum_ns / s->before_n);
+    if (s->after_n) fmt_time(after_mean, sizeof after_mean, s->after_sum_ns / s->after_n);
+    if (s->slow_ns != UINT64_MAX && s->before_n && s->after_n) {
+        uint64_t b = s->before_sum_ns / s->before_n, a = s->after_sum_ns / s->after_n;
+        uint64_t ppm = b ? (uint64_t)((double)a * 1e6 / (double)b) : 0;
+        snprintf(slowdown, sizeof slowdown, "%llu.%06llu", (unsigned long long)(ppm / 1000000u),
+                 (unsigned long long)(ppm % 1000000u));
+        if (cfg.expect_slowdown > 0 && (double)ppm / 1e6 < cfg.expect_slowdown) {
+            eccl_sg_printf("eccl-sim", "FAIL slowdown=%s expect_slowdown=%g", slowdown,
+                           cfg.expect_slowdown);
+            failures++;
+        }
+    } else if (cfg.expect_slowdown > 0) {
+        eccl_sg_printf("eccl-sim", "FAIL expect_slowdown: no all-reduce %s the slow_link",
+                       s->before_n ? "began after" : "ended before");
+        failures++;
+    }
     if (s->oom) {
-        fprintf(stderr, "eccl-sim: out of memory while recording\n");
+        fprintf(stderr, "eccl-sim: out of memory (or a fault failed) while running\n");
         failures++;
     }
     const char *checks = failures ? "fail" : "pass";
-    char sim_time[32], ar_mean[32] = "-", ar_min[32] = "-";
+    char sim_time[32], ar_mean[32] = "-", ar_min[32] = "-", fault_t[32] = "-", detect[32] = "-";
     fmt_time(sim_time, sizeof sim_time, end_ns);
     if (s->ar_n) {
         fmt_time(ar_mean, sizeof ar_mean, s->ar_sum_ns / s->ar_n);
         fmt_time(ar_min, sizeof ar_min, s->ar_min_ns);
     }
+    if (s->fault_ns != UINT64_MAX) fmt_time(fault_t, sizeof fault_t, s->fault_ns);
+    if (s->fault_ns != UINT64_MAX && s->detect_ns != UINT64_MAX)
+        fmt_time(detect, sizeof detect, s->detect_ns - s->fault_ns);
+    int nkills = 0;
+    for (int i = 0; i < cfg.nfaults; i++)
+        nkills += cfg.faults[i].kind == F_KILL || cfg.faults[i].kind == F_HOST_OFF;
 
     int io_err = rf ? (fclose(rf) != 0) : 1;
     io_err |= write_events(s, outdir) != 0;
@@ -1287,11 +2028,14 @@ int main(int argc, char **argv)
                     "iters\t%d\nkills\t%d\nkilled\t%d\nsurvivors\t%d\nexpect_survivors\t%d\n"
                     "survivors_noticed\t%d\nfailed_checks\t%d\nchecks\t%s\nevents\t%zu\n"
                     "sim_time_s\t%s\nallreduce_ok\t%llu\nallreduce_mean_s\t%s\n"
-                    "allreduce_min_s\t%s\nbuffers\t%s\nvalues\t%s\nreduce_rate_Bps\t%.17g\n"
-                    "copy_rate_Bps\t%.17g\n",
+                    "allreduce_min_s\t%s\nfaults\t%d\ndropped\t%d\njoined\t%d\n"
+                    "first_fault_s\t%s\ndetect_s\t%s\nallreduce_mean_before_slow_s\t%s\n"
+                    "allreduce_mean_after_slow_s\t%s\nslowdown\t%s\nbuffers\t%s\nvalues\t%s\n"
+                    "reduce_rate_Bps\t%.17g\ncopy_rate_Bps\t%.17g\n",
                 cfg.name, (unsigned long long)cfg.seed, cfg.platform, cfg.hosts, cfg.ranks,
-                cfg.count, cfg.iters, cfg.nkills, killed, survivors, cfg.expect_survivors, noticed,
+                cfg.count, cfg.iters, nkills, killed, survivors, cfg.expect_survivors, noticed,
                 failures, checks, s->nev, sim_time, (unsigned long long)s->ar_n, ar_mean, ar_min,
+                cfg.nfaults, dropped, joined, fault_t, detect, before_mean, after_mean, slowdown,
                 cfg.phantom ? "phantom" : "host", cfg.phantom ? "unchecked" : "checked",
                 cfg.reduce_rate_Bps, cfg.copy_rate_Bps);
         io_err |= fclose(sf) != 0;
@@ -1315,20 +2059,23 @@ int main(int argc, char **argv)
         }
     }
 
-    printf("scenario=%s seed=%llu ranks=%d killed=%d survivors=%d expect_survivors=%d iters=%d "
-           "buffers=%s values=%s checks=%s sim_time_s=%s allreduce_mean_s=%s events=%zu out=%s "
-           "plot=%s\n",
-           cfg.name, (unsigned long long)cfg.seed, cfg.ranks, killed, survivors,
+    printf("scenario=%s seed=%llu ranks=%d killed=%d dropped=%d joined=%d survivors=%d "
+           "expect_survivors=%d iters=%d buffers=%s values=%s checks=%s sim_time_s=%s "
+           "allreduce_mean_s=%s detect_s=%s slowdown=%s events=%zu out=%s plot=%s\n",
+           cfg.name, (unsigned long long)cfg.seed, cfg.ranks, killed, dropped, joined, survivors,
            cfg.expect_survivors, cfg.iters, cfg.phantom ? "phantom" : "host",
-           cfg.phantom ? "unchecked" : "checked", checks, sim_time, ar_mean, s->nev, outdir, plot);
+           cfg.phantom ? "unchecked" : "checked", checks, sim_time, ar_mean, detect, slowdown,
+           s->nev, outdir, plot);
 
     eccl_sg_world_destroy(s->w);
-    free(hashes);
     free(s->rk);
     free(s->oks_at);
+    free(s->ref_hash);
+    free(s->flinks);
+    free(s->order);
     free(s->ev);
     free(s);
-    free(cfg.kills);
+    free(cfg.faults);
     fflush(stdout);
     return failures == 0 && !io_err ? 0 : 1;
 }

@@ -442,6 +442,18 @@ void eccl_sg_world_destroy(eccl_sg_world *w)
         free(e);
     }
     if (w->phantom_base) munmap(w->phantom_base, w->phantom_size);
+    /* Hosts and links outlive the world (SimGrid's engine owns them): take
+     * our state off them before freeing it. */
+    for (sg_host_state *h = w->host_states, *n; h; h = n) {
+        n = h->next;
+        sg_host_set_data(h->host, NULL);
+        free(h);
+    }
+    for (sg_link_state *l = w->link_states, *n; l; l = n) {
+        n = l->next;
+        sg_link_set_data(l->link, NULL);
+        free(l);
+    }
     free(w);
 }
 
@@ -453,6 +465,7 @@ eccl_result eccl_sg_env_create(eccl_sg_world *w, const char *name, eccl_env **ou
     e->w = w;
     e->id = ++w->next_id;
     e->host = sg_host_self();
+    e->boot = eccl_sg_host_boot(e->host);
     snprintf(e->env.name, sizeof e->env.name, "%s", name ? name : "");
     e->env.log_level = w->log_level;
     /* Spinning burns no simulated time, so a spinning caller would never
@@ -509,14 +522,78 @@ eccl_result eccl_sg_comm_create(eccl_sg_world *w, const eccl_comm_params *params
     return eccl_comm_create_with_env(env, eccl_sg_env_destroy, params, out);
 }
 
-void eccl_sg_world_kill_host(eccl_sg_world *w, const char *host)
+int eccl_sg_host_boot(const_sg_host_t h)
 {
-    sg_host_t h = sg_host_by_name(host);
-    if (!w || !h) return;
+    const sg_host_state *st = sg_host_get_data(h);
+    return st ? st->boot : 0;
+}
+
+/* Marks the host's envs dead and starts a new boot, so that nothing is ever
+ * posted to their mailboxes again (their receivers die with the host; what
+ * a put to a mailbox whose permanent receiver is dead would do in SimGrid
+ * is better not found out). -1 when out of memory. */
+static int host_down(eccl_sg_world *w, sg_host_t h, int reset)
+{
+    sg_host_state *st = sg_host_get_data(h);
+    if (!st) {
+        st = calloc(1, sizeof *st);
+        if (!st) return -1;
+        st->host = h;
+        st->next = w->host_states;
+        w->host_states = st;
+        sg_host_set_data(h, st);
+    }
     for (sg_env *e = w->envs; e; e = e->next) {
         if (e->host != h || e->dead) continue;
         e->dead = 1;
-        eccl_net_sg_crash(e);
+        if (reset) eccl_net_sg_crash(e);
     }
+    st->boot++;
+    return 0;
+}
+
+void eccl_sg_world_kill_host(eccl_sg_world *w, const char *host)
+{
+    sg_host_t h = sg_host_by_name(host);
+    if (!w || !h || !sg_host_is_on(h)) return;
+    host_down(w, h, 1);
     sg_host_turn_off(h);
+}
+
+eccl_result eccl_sg_world_host_off(eccl_sg_world *w, const char *host)
+{
+    sg_host_t h = sg_host_by_name(host);
+    if (!w || !h) return ECCL_ERR_INVALID_ARG;
+    if (!sg_host_is_on(h)) return ECCL_OK;
+    if (host_down(w, h, 0)) return ECCL_ERR_NO_MEMORY;
+    sg_host_turn_off(h);
+    return ECCL_OK;
+}
+
+eccl_result eccl_sg_world_host_on(eccl_sg_world *w, const char *host)
+{
+    sg_host_t h = sg_host_by_name(host);
+    if (!w || !h) return ECCL_ERR_INVALID_ARG;
+    if (!sg_host_is_on(h)) sg_host_turn_on(h);
+    return ECCL_OK;
+}
+
+eccl_result eccl_sg_world_set_link(eccl_sg_world *w, sg_link_t link, int on)
+{
+    if (!w || !link) return ECCL_ERR_INVALID_ARG;
+    sg_link_state *st = sg_link_get_data(link);
+    if (!st) {
+        st = calloc(1, sizeof *st);
+        if (!st) return ECCL_ERR_NO_MEMORY;
+        st->link = link;
+        st->next = w->link_states;
+        w->link_states = st;
+        sg_link_set_data(link, st);
+    }
+    if (st->off == !on) return ECCL_OK;
+    st->off = !on;
+    w->links_off += on ? -1 : 1;
+    /* What waited for this link goes now (if its whole path is up). */
+    if (on) eccl_net_sg_release_held(w);
+    return ECCL_OK;
 }

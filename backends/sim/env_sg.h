@@ -16,6 +16,8 @@
 
 #include <stdint.h>
 
+#include <simgrid/forward.h>
+
 #include "env.h"
 
 typedef struct eccl_sg_world eccl_sg_world;
@@ -81,6 +83,24 @@ eccl_result eccl_sg_comm_create(eccl_sg_world *w, const eccl_comm_params *params
  * listeners stop accepting (connects are refused), then the host is turned
  * off, which kills all its actors. Call from an actor on another host. */
 void eccl_sg_world_kill_host(eccl_sg_world *w, const char *host);
+
+/* Turns a host off silently: no conn is reset, no listener refuses. Its
+ * actors die with it; nothing sent to it ever arrives and nothing more
+ * comes from it, so peers notice only through their own timers (as with a
+ * power cut or a kernel panic on a real network). Call from an actor on
+ * another host. */
+eccl_result eccl_sg_world_host_off(eccl_sg_world *w, const char *host);
+/* Turns the host back on, empty: its old envs stay dead, whatever runs
+ * there now starts from scratch (a new process). */
+eccl_result eccl_sg_world_host_on(eccl_sg_world *w, const char *host);
+
+/* Turns a link off or back on. While a link is off, a message whose route
+ * crosses it waits in its conn (a TCP send buffer retransmitting into the
+ * void) and goes when the whole route is up again, in stream order; a
+ * message with no conn (a refusal) is lost. Messages already on the wire
+ * when the link goes off still arrive (they are past the cut). SimGrid's
+ * own link state is not used: its C API cannot set it. */
+eccl_result eccl_sg_world_set_link(eccl_sg_world *w, sg_link_t link, int on);
 
 /* printf-style line to stdout with the simulated-time prefix; for programs. */
 void eccl_sg_printf(const char *who, const char *fmt, ...)

@@ -22,7 +22,16 @@
  * where a hole begins, a NULL-buffer read consumes it, and a read into a
  * real buffer gets zeros for it (a phantom sender, a real receiver: the
  * values of a phantom op are not real anyway).
+ * Faults (env_sg.h): before a message goes on the wire its path is checked.
+ * A far env whose host went off (or rebooted since) never receives again:
+ * the message is dropped, nothing arrives, and no error comes back, as with
+ * a silent host on a real network. A route crossing a link that is off
+ * holds the message in its conn (TCP retransmitting) until the route is up
+ * again; a conn that holds anything holds what follows too, so the stream
+ * stays in order. Neither is ever posted to SimGrid, which keeps us clear
+ * of its behaviour for puts towards dead actors and off hosts.
  */
+#include <xbt/dynar.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,7 +60,11 @@ typedef struct sg_seg {
 typedef struct sg_msg {
     int type;
     uint64_t seq;       /* DATA and FIN: position in the conn's stream */
-    struct sg_msg *ooo; /* in the conn's out-of-order list */
+    struct sg_msg *ooo; /* in the conn's out-of-order list (receiver side) or
+                           in its held list (sender side); never both */
+    sg_mailbox_t to;    /* where it goes (kept while held) */
+    sg_host_t src_host; /* the sender's host and boot: where replies go */
+    int src_boot;
     uint64_t dst;       /* conn id (listener id for SYN) */
     uint64_t src;       /* sender's conn id */
     uint64_t src_env;   /* sender's env id */
@@ -79,6 +92,9 @@ struct eccl_conn {
     int eof;        /* FIN arrived: queued bytes, then CLOSED */
     int reset;      /* the peer crashed: CLOSED at once */
     uint64_t peer_id, peer_env;
+    sg_host_t peer_host;       /* the far env's host and boot (the listener's */
+    int peer_boot;             /* while connecting) */
+    sg_msg *held, *held_tail;  /* waiting for a route that is down */
     uint64_t tx_seq, rx_seq;   /* next DATA/FIN sequence to send / to take */
     sg_msg *ooo;               /* arrived early, sorted by seq */
     sg_mailbox_t peer_mbox;
@@ -128,6 +144,9 @@ static sg_msg *msg_new(sg_env *e, int type, uint64_t dst, uint64_t src, size_t l
     m->dst = dst;
     m->src = src;
     m->src_env = e->id;
+    m->src_host = e->host;
+    m->src_boot = e->boot;
+    m->to = NULL;
     m->reply = e->mbox;
     m->len = len;
     m->seq = 0;
@@ -135,10 +154,99 @@ static sg_msg *msg_new(sg_env *e, int type, uint64_t dst, uint64_t src, size_t l
     return m;
 }
 
-static void send_ctl(sg_env *e, sg_mailbox_t to, int type, uint64_t dst, uint64_t src)
+/* ---- paths --------------------------------------------------------------- */
+
+int eccl_net_sg_route_up(const eccl_sg_world *w, const_sg_host_t a, const_sg_host_t b)
 {
+    if (w->links_off == 0) return 1; /* the common case: no route lookup */
+    xbt_dynar_t links = xbt_dynar_new(sizeof(sg_link_t), NULL);
+    sg_host_get_route(a, b, links);
+    int up = 1;
+    unsigned long n = xbt_dynar_length(links);
+    for (unsigned long i = 0; i < n && up; i++) {
+        const sg_link_state *st = sg_link_get_data(xbt_dynar_get_as(links, i, sg_link_t));
+        if (st && st->off) up = 0;
+    }
+    xbt_dynar_free(&links);
+    return up;
+}
+
+enum { FATE_SEND, FATE_HOLD, FATE_DROP };
+
+/* What becomes of a message from `e` to an env on `host` made in `boot`. */
+static int fate(const sg_env *e, const_sg_host_t host, int boot)
+{
+    if (!host || !sg_host_is_on(host) || eccl_sg_host_boot(host) != boot) return FATE_DROP;
+    return eccl_net_sg_route_up(e->w, e->host, host) ? FATE_SEND : FATE_HOLD;
+}
+
+/* A message with no conn behind it (a refusal, a reset): lost unless its
+ * path is up now. */
+static void send_ctl(sg_env *e, sg_mailbox_t to, const_sg_host_t host, int boot, int type,
+                     uint64_t dst, uint64_t src)
+{
+    if (fate(e, host, boot) != FATE_SEND) return;
     sg_msg *m = msg_new(e, type, dst, src, 0);
     if (m) post(to, m);
+}
+
+static void held_free(eccl_conn *c)
+{
+    while (c->held) {
+        sg_msg *n = c->held->ooo;
+        free(c->held);
+        c->held = n;
+    }
+    c->held_tail = NULL;
+}
+
+/* A message of conn `c` (to its peer, or a SYN to a listener): on the wire
+ * now, held behind earlier held ones or for a route that is down, or
+ * dropped when the far env is gone for good. Takes `m`. */
+static void conn_post(eccl_conn *c, sg_mailbox_t to, sg_msg *m)
+{
+    int f = fate(c->env, c->peer_host, c->peer_boot);
+    if (f == FATE_DROP) {
+        free(m);
+        held_free(c);
+        return;
+    }
+    if (f == FATE_SEND && !c->held) {
+        post(to, m);
+        return;
+    }
+    m->to = to;
+    m->ooo = NULL;
+    if (c->held_tail) c->held_tail->ooo = m;
+    else c->held = m;
+    c->held_tail = m;
+}
+
+void eccl_net_sg_release_held(eccl_sg_world *w)
+{
+    /* Take everything that may go now off its conn first, with no simcall
+     * in between (post is one: other actors run, and may close conns),
+     * then post it. Conns and envs are walked in creation order, and each
+     * conn's messages keep their order (seq numbers sort out the rest). */
+    sg_msg *go = NULL, **tail = &go;
+    for (sg_env *e = w->envs; e; e = e->next) {
+        if (e->dead) continue;
+        for (eccl_conn *c = e->conns; c; c = c->next) {
+            if (!c->held) continue;
+            int f = fate(e, c->peer_host, c->peer_boot);
+            if (f == FATE_DROP) held_free(c);
+            if (f != FATE_SEND) continue;
+            *tail = c->held;
+            tail = &c->held_tail->ooo;
+            c->held = c->held_tail = NULL;
+        }
+    }
+    while (go) {
+        sg_msg *n = go->ooo;
+        go->ooo = NULL;
+        post(go->to, go);
+        go = n;
+    }
 }
 
 /* ---- lookup -------------------------------------------------------------- */
@@ -220,6 +328,7 @@ static void conn_free(eccl_conn *c)
         free(c->holes);
         c->holes = n;
     }
+    held_free(c);
     while (c->ooo) {
         sg_msg *n = c->ooo->ooo;
         free(c->ooo);
@@ -256,18 +365,20 @@ static void on_syn(sg_env *e, sg_msg *m)
     for (eccl_listener *p = e->listeners; p; p = p->next)
         if (p->id == m->dst) l = p;
     if (!l || l->bl_len >= BACKLOG_MAX) {
-        send_ctl(e, m->reply, M_RST, m->src, 0);
+        send_ctl(e, m->reply, m->src_host, m->src_boot, M_RST, m->src, 0);
         return;
     }
     eccl_conn *c = conn_new(e, NULL, "?");
     if (!c) {
-        send_ctl(e, m->reply, M_RST, m->src, 0);
+        send_ctl(e, m->reply, m->src_host, m->src_boot, M_RST, m->src, 0);
         return;
     }
     c->state = C_UP;
     c->peer_id = m->src;
     c->peer_env = m->src_env;
     c->peer_mbox = m->reply;
+    c->peer_host = m->src_host;
+    c->peer_boot = m->src_boot;
     c->backlog_of = l;
     snprintf(c->addr, sizeof c->addr, "%s#%llu", sg_mailbox_get_name(m->reply),
              (unsigned long long)m->src);
@@ -276,7 +387,8 @@ static void on_syn(sg_env *e, sg_msg *m)
     else l->bl_head = c;
     l->bl_tail = c;
     l->bl_len++;
-    send_ctl(e, m->reply, M_SYNACK, m->src, c->id);
+    sg_msg *ack = msg_new(e, M_SYNACK, m->src, c->id, 0);
+    if (ack) conn_post(c, m->reply, ack);
 }
 
 static int hole_append(eccl_conn *c, size_t n)
@@ -338,7 +450,7 @@ static int deliver(sg_env *e, sg_msg *m)
     if (!c) {
         /* Closed before the server's answer came: tell the server side, as
          * a TCP stack would answer a segment for an unknown connection. */
-        if (m->type == M_SYNACK) send_ctl(e, m->reply, M_FIN, m->src, 0);
+        if (m->type == M_SYNACK) send_ctl(e, m->reply, m->src_host, m->src_boot, M_FIN, m->src, 0);
         return 0;
     }
     if (m->type == M_DATA || m->type == M_FIN) {
@@ -433,7 +545,8 @@ void eccl_net_sg_stop(sg_env *e)
 {
     if (!e->receiver) return;
     /* FIFO behind anything already queued for us. */
-    send_ctl(e, e->mbox, M_STOP, 0, 0);
+    sg_msg *m = msg_new(e, M_STOP, 0, 0, 0);
+    if (m) post(e->mbox, m);
     sg_actor_join(e->receiver, -1);
     sg_actor_unref(e->receiver);
     e->receiver = NULL;
@@ -485,7 +598,15 @@ static eccl_result sg_listen(void *ctx, const char *addr, void *user,
     eccl_listener *l = calloc(1, sizeof *l);
     if (!l) return ECCL_ERR_NO_MEMORY;
     snprintf(l->addr, sizeof l->addr, "%.*s:%lu", (int)(colon - addr), addr, port);
-    for (eccl_listener *p = e->w->registry; p; p = p->reg_next) {
+    for (eccl_listener *p = e->w->registry, *n; p; p = n) {
+        n = p->reg_next;
+        /* A host that went off silently keeps its listeners registered
+         * (a SYN to it gets no answer, as on a real network); a new
+         * process on the rebooted host takes the address over. */
+        if (strcmp(p->addr, l->addr) == 0 && p->env->dead) {
+            registry_remove(e->w, p);
+            continue;
+        }
         if (strcmp(p->addr, l->addr) == 0) {
             eccl_sg_log(e, ECCL_LOG_WARN, "listen on %s: address in use", l->addr);
             free(l);
@@ -556,7 +677,10 @@ static eccl_result sg_connect(void *ctx, const char *addr, void *user, eccl_conn
         c->edge = 1;
     } else {
         c->state = C_CONNECTING;
-        send_ctl(e, l->env->mbox, M_SYN, l->id, c->id);
+        c->peer_host = l->env->host;
+        c->peer_boot = l->env->boot;
+        sg_msg *m = msg_new(e, M_SYN, l->id, c->id, 0);
+        if (m) conn_post(c, l->env->mbox, m);
     }
     *out = c;
     return ECCL_OK;
@@ -613,7 +737,7 @@ static eccl_result sg_send(void *ctx, eccl_conn *c, const eccl_iov *iov, int n, 
         }
         off += take;
     }
-    post(c->peer_mbox, m);
+    conn_post(c, c->peer_mbox, m);
     *sent = total;
     return ECCL_OK;
 }
@@ -674,7 +798,9 @@ static void sg_close(void *ctx, eccl_conn *c)
         sg_msg *m = msg_new(e, M_FIN, c->peer_id, c->id, 0);
         if (m) {
             m->seq = c->tx_seq++;
-            post(c->peer_mbox, m);
+            /* Held, it dies with the conn below: the far end, cut off,
+             * finds out through its own timers. */
+            conn_post(c, c->peer_mbox, m);
         }
     }
     conn_unlink(e, c);

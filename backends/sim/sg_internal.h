@@ -14,6 +14,7 @@
 #include <simgrid/actor.h>
 #include <simgrid/comm.h>
 #include <simgrid/host.h>
+#include <simgrid/link.h>
 #include <simgrid/mailbox.h>
 #include <simgrid/mutex.h>
 #include <simgrid/semaphore.h>
@@ -39,8 +40,30 @@ int eccl_sg_cv_wait(sg_cv *cv, sg_mutex_t m, double timeout_s);
 /* Wakes every waiter; the mutex need not be held. */
 void eccl_sg_cv_broadcast(sg_cv *cv);
 
+/* Per-host fault state, hung on the host with sg_host_set_data (made on the
+ * first fault of that host; freed with the world). `boot` grows every time
+ * the host goes off: an env belongs to the boot it was made in, so a message
+ * for an env of an older boot can never arrive and is dropped. */
+typedef struct sg_host_state {
+    sg_host_t host;
+    int boot;
+    struct sg_host_state *next; /* in world->host_states */
+} sg_host_state;
+
+/* Per-link fault state, hung on the link with sg_link_set_data. SimGrid
+ * 3.32's C API cannot turn a link off (only s4u::Link can), so eccl keeps
+ * the state and net_sg consults it on every send while any link is off. */
+typedef struct sg_link_state {
+    sg_link_t link;
+    int off;
+    struct sg_link_state *next; /* in world->link_states */
+} sg_link_state;
+
 struct eccl_sg_world {
     int log_level;
+    int links_off;           /* links now off: routes are only checked when > 0 */
+    sg_host_state *host_states;
+    sg_link_state *link_states;
     uint64_t next_id;        /* env, conn and listener ids; never reused */
     unsigned next_port;      /* "HOST:0" binds get ports from here */
     sg_env *envs;            /* every env not yet destroyed, dead ones too */
@@ -56,6 +79,7 @@ struct sg_env {
     eccl_sg_world *w;
     uint64_t id;
     sg_host_t host;
+    int boot;               /* the host's boot when the env was made */
     sg_mailbox_t mbox;      /* every frame for a conn of this env lands here */
     sg_actor_t receiver;    /* moves mbox messages into conns */
     sg_mutex_t mu;          /* only for cv */
@@ -80,6 +104,12 @@ void eccl_net_sg_stop(sg_env *e);
 void eccl_net_sg_free_dead(sg_env *e);
 /* Resets the far end of every conn of `e` and unbinds its listeners. */
 void eccl_net_sg_crash(sg_env *e);
+/* Posts what conns hold back for a path that was down and is up again. */
+void eccl_net_sg_release_held(eccl_sg_world *w);
+/* The boot of a host (0 until it first goes off). */
+int eccl_sg_host_boot(const_sg_host_t h);
+/* 1 when no link of the route a -> b is off. */
+int eccl_net_sg_route_up(const eccl_sg_world *w, const_sg_host_t a, const_sg_host_t b);
 
 void eccl_sg_log(const sg_env *e, int level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
