@@ -129,7 +129,16 @@ int eccl_worker_run(const eccl_launch *L, const eccl_worker_options *opts)
     while (iter < o.iters) {
         uint32_t pending = 0;
         rc = eccl_comm_peers_pending(comm, &pending);
-        if (rc == ECCL_OK && pending > 0) {
+        int64_t members = 0;
+        eccl_comm_get_attr(comm, ECCL_ATTR_WORLD_SIZE, &members);
+        /* Before the first step, newcomers gather until they complete the
+         * starting world, then come in together: every admission re-forms
+         * the whole ring, so admitting a 10k-rank start-up as it trickles
+         * in would cost O(N) rounds of O(N) messages. The decision rests
+         * only on what every member was told alike (the vote's count and
+         * the world), so all members take it together. */
+        int gather = members < o.start_world && members + (int64_t)pending < o.start_world;
+        if (rc == ECCL_OK && pending > 0 && !gather) {
             rc = eccl_comm_update_topology(comm);
             agreed = 0;
             /* Back to the top, where newcomers start: everyone asks again. */

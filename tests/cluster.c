@@ -490,6 +490,25 @@ void cluster_master_signal(cluster *cl, int sig)
 {
     if (!cl->master_pid) return;
     kill(cl->master_pid, sig);
+    if (sig == SIGSTOP) {
+        /* kill() returns before the stop takes effect: a request sent in
+         * that window would still be answered. Wait (bounded) until the
+         * kernel reports the master stopped. */
+        char path[64];
+        snprintf(path, sizeof path, "/proc/%d/stat", (int)cl->master_pid);
+        for (int i = 0; i < 1000; i++) {
+            char buf[256] = "";
+            FILE *f = fopen(path, "r");
+            if (f) {
+                size_t n = fread(buf, 1, sizeof buf - 1, f);
+                buf[n] = '\0';
+                fclose(f);
+            }
+            const char *st = strrchr(buf, ')');
+            if (st && st[1] == ' ' && (st[2] == 'T' || st[2] == 't')) break;
+            cluster_sleep_ms(1);
+        }
+    }
     if (sig == SIGKILL) {
         int st;
         waitpid(cl->master_pid, &st, 0);
