@@ -202,6 +202,7 @@ struct sim {
     int oom;
     /* Every good all-reduce, begin to ok, all ranks: count, sum, minimum. */
     uint64_t ar_n, ar_sum_ns, ar_min_ns;
+    uint64_t ar_failed; /* all-reduces that returned an error (peer lost, timeout, too few) */
 };
 
 /* ---- small helpers ------------------------------------------------------- */
@@ -1360,6 +1361,7 @@ static void sim_print(void *ctx, int to_stderr, const char *line)
     } else if (strcmp(event, "peer_lost") == 0 || strcmp(event, "timeout") == 0 ||
                strcmp(event, "too_few_peers") == 0) {
         r->failed_ops++;
+        s->ar_failed++;
         if (after_fault) s->detect_ns = now;
     } else if (strcmp(event, "exit") == 0) {
         field_int(line, " status=", &r->exit_status);
@@ -2028,14 +2030,14 @@ int main(int argc, char **argv)
                     "iters\t%d\nkills\t%d\nkilled\t%d\nsurvivors\t%d\nexpect_survivors\t%d\n"
                     "survivors_noticed\t%d\nfailed_checks\t%d\nchecks\t%s\nevents\t%zu\n"
                     "sim_time_s\t%s\nallreduce_ok\t%llu\nallreduce_mean_s\t%s\n"
-                    "allreduce_min_s\t%s\nfaults\t%d\ndropped\t%d\njoined\t%d\n"
+                    "allreduce_min_s\t%s\nallreduce_failed\t%llu\nfaults\t%d\ndropped\t%d\njoined\t%d\n"
                     "first_fault_s\t%s\ndetect_s\t%s\nallreduce_mean_before_slow_s\t%s\n"
                     "allreduce_mean_after_slow_s\t%s\nslowdown\t%s\nbuffers\t%s\nvalues\t%s\n"
                     "reduce_rate_Bps\t%.17g\ncopy_rate_Bps\t%.17g\n",
                 cfg.name, (unsigned long long)cfg.seed, cfg.platform, cfg.hosts, cfg.ranks,
                 cfg.count, cfg.iters, nkills, killed, survivors, cfg.expect_survivors, noticed,
                 failures, checks, s->nev, sim_time, (unsigned long long)s->ar_n, ar_mean, ar_min,
-                cfg.nfaults, dropped, joined, fault_t, detect, before_mean, after_mean, slowdown,
+                (unsigned long long)s->ar_failed, cfg.nfaults, dropped, joined, fault_t, detect, before_mean, after_mean, slowdown,
                 cfg.phantom ? "phantom" : "host", cfg.phantom ? "unchecked" : "checked",
                 cfg.reduce_rate_Bps, cfg.copy_rate_Bps);
         io_err |= fclose(sf) != 0;
