@@ -443,6 +443,7 @@ void eccl_sg_world_destroy(eccl_sg_world *w)
     }
     sg_idmap_free(&w->env_ids);
     sg_idmap_free(&w->conn_ids);
+    sg_idmap_free(&w->mbox_env);
     sg_idmap_free(&w->registry);
     if (w->phantom_base) munmap(w->phantom_base, w->phantom_size);
     /* Hosts and links outlive the world (SimGrid's engine owns them): take

@@ -126,8 +126,20 @@ struct eccl_listener {
 
 static void msg_free(void *p) { free(p); }
 
-static void post(sg_mailbox_t to, sg_msg *m)
+static void post(eccl_sg_world *w, sg_mailbox_t to, sg_msg *m)
 {
+    /* An env whose receiver is gone (destroyed, or stopping past its
+     * M_STOP) never takes another message: SimGrid would queue the put in
+     * the mailbox forever (the permanent receiver went with the actor),
+     * and SimGrid 3.32 keeps every detached comm in one list that it walks
+     * in full on each comm's end, so the puts of a whole world's teardown
+     * piled up there made it quadratic. Dropping them changes nothing
+     * anyone can observe. */
+    const sg_env *d = sg_idmap_get(&w->mbox_env, (uint64_t)(uintptr_t)to);
+    if (!d || d->rx_done) {
+        free(m);
+        return;
+    }
     /* put_init, not put_async: SimGrid 3.32 only detaches a comm that has
      * not started yet (detach then starts it). Detached, the sender never
      * waits; if the transfer fails (a host went down) SimGrid frees the
@@ -189,7 +201,7 @@ static void send_ctl(sg_env *e, sg_mailbox_t to, const_sg_host_t host, int boot,
 {
     if (fate(e, host, boot) != FATE_SEND) return;
     sg_msg *m = msg_new(e, type, dst, src, 0);
-    if (m) post(to, m);
+    if (m) post(e->w, to, m);
 }
 
 static void held_free(eccl_conn *c)
@@ -214,7 +226,7 @@ static void conn_post(eccl_conn *c, sg_mailbox_t to, sg_msg *m)
         return;
     }
     if (f == FATE_SEND && !c->held) {
-        post(to, m);
+        post(c->env->w, to, m);
         return;
     }
     m->to = to;
@@ -246,7 +258,7 @@ void eccl_net_sg_release_held(eccl_sg_world *w)
     while (go) {
         sg_msg *n = go->ooo;
         go->ooo = NULL;
-        post(go->to, go);
+        post(w, go->to, go);
         go = n;
     }
 }
@@ -579,6 +591,7 @@ static void receiver_main(int argc, char **argv)
         sg_msg *m = p;
         if (m->type == M_STOP) {
             free(m);
+            e->rx_done = 1;
             return;
         }
         if (!deliver(e, m)) free(m);
@@ -591,6 +604,7 @@ eccl_result eccl_net_sg_start(sg_env *e)
     char name[48];
     snprintf(name, sizeof name, "eccl-env-%llu", (unsigned long long)e->id);
     e->mbox = sg_mailbox_by_name(name);
+    if (sg_idmap_put(&e->w->mbox_env, (uint64_t)(uintptr_t)e->mbox, e)) return ECCL_ERR_NO_MEMORY;
     snprintf(name, sizeof name, "eccl-rx-%llu", (unsigned long long)e->id);
     e->receiver = sg_actor_init(name, e->host);
     if (!e->receiver) return ECCL_ERR_SYSTEM;
@@ -605,14 +619,17 @@ void eccl_net_sg_stop(sg_env *e)
     if (!e->receiver) return;
     /* FIFO behind anything already queued for us. */
     sg_msg *m = msg_new(e, M_STOP, 0, 0, 0);
-    if (m) post(e->mbox, m);
+    if (m) post(e->w, e->mbox, m);
     sg_actor_join(e->receiver, -1);
+    sg_idmap_del(&e->w->mbox_env, (uint64_t)(uintptr_t)e->mbox);
     sg_actor_unref(e->receiver);
     e->receiver = NULL;
 }
 
 void eccl_net_sg_free_dead(sg_env *e)
 {
+    if (sg_idmap_get(&e->w->mbox_env, (uint64_t)(uintptr_t)e->mbox) == e)
+        sg_idmap_del(&e->w->mbox_env, (uint64_t)(uintptr_t)e->mbox);
     for (eccl_conn *c = e->conns, *n; c; c = n) {
         n = c->next;
         conn_free(c);

@@ -70,6 +70,8 @@ struct eccl_sg_world {
     sg_env *envs;            /* every env not yet destroyed, dead ones too */
     sg_idmap env_ids;        /* id -> sg_env, every env of envs */
     sg_idmap conn_ids;       /* id -> eccl_conn, every conn not freed */
+    sg_idmap mbox_env;       /* (uintptr_t)mailbox -> sg_env whose receiver
+                                may still take what is posted there */
     sg_idmap registry;       /* sg_idmap_strkey(addr) -> bound listeners with
                                 that key (chained by reg_next) */
     eccl_sg_dev_cfg dev;     /* dev_sim of every env from now on */
@@ -97,6 +99,7 @@ struct sg_env {
     uint64_t wake_gen;      /* bumped by wake */
     int wake_pending;       /* a wake nobody consumed yet */
     int dead;               /* its host was killed */
+    int rx_done;            /* its receiver took M_STOP and returned */
     double dev_debt_s;      /* device time charged but not slept yet */
     sg_env *next, *prev;    /* in w->envs */
 };
