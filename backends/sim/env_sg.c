@@ -423,12 +423,11 @@ eccl_result eccl_sg_world_create(int log_level, eccl_sg_world **out)
 
 static void env_unlink(sg_env *e)
 {
-    for (sg_env **pp = &e->w->envs; *pp; pp = &(*pp)->next) {
-        if (*pp == e) {
-            *pp = e->next;
-            return;
-        }
-    }
+    if (e->prev) e->prev->next = e->next;
+    else e->w->envs = e->next;
+    if (e->next) e->next->prev = e->prev;
+    e->next = e->prev = NULL;
+    sg_idmap_del(&e->w->env_ids, e->id);
 }
 
 void eccl_sg_world_destroy(eccl_sg_world *w)
@@ -439,8 +438,13 @@ void eccl_sg_world_destroy(eccl_sg_world *w)
     for (sg_env *e = w->envs, *n; e; e = n) {
         n = e->next;
         eccl_net_sg_free_dead(e);
+        free(e->cand);
         free(e);
     }
+    sg_idmap_free(&w->env_ids);
+    sg_idmap_free(&w->conn_ids);
+    sg_idmap_free(&w->mbox_env);
+    sg_idmap_free(&w->registry);
     if (w->phantom_base) munmap(w->phantom_base, w->phantom_size);
     /* Hosts and links outlive the world (SimGrid's engine owns them): take
      * our state off them before freeing it. */
@@ -488,7 +492,15 @@ eccl_result eccl_sg_env_create(eccl_sg_world *w, const char *name, eccl_env **ou
         free(e);
         return rc;
     }
+    if (sg_idmap_put(&w->env_ids, e->id, e)) {
+        eccl_net_sg_stop(e);
+        sg_mutex_destroy(e->mu);
+        free(e);
+        return ECCL_ERR_NO_MEMORY;
+    }
     e->next = w->envs;
+    e->prev = NULL;
+    if (w->envs) w->envs->prev = e;
     w->envs = e;
     *out = &e->env;
     return ECCL_OK;
@@ -503,6 +515,7 @@ void eccl_sg_env_destroy(eccl_env *env)
     /* Conns or listeners left open by the owner: free them quietly. */
     eccl_net_sg_free_dead(e);
     sg_mutex_destroy(e->mu);
+    free(e->cand);
     free(e);
 }
 

@@ -104,7 +104,9 @@ struct eccl_conn {
     sg_hole *holes, *holes_tail; /* phantom stretches not consumed yet */
     size_t hole_bytes;
     eccl_listener *backlog_of; /* not accepted yet */
-    eccl_conn *next;           /* in env->conns */
+    eccl_conn *next, *prev;    /* in env->conns */
+    size_t cand_idx;           /* in env->cand, when in_cand */
+    int in_cand;
     eccl_conn *bl_next;        /* in the listener's backlog */
     char addr[ECCL_ADDR_MAX];
 };
@@ -116,7 +118,7 @@ struct eccl_listener {
     eccl_conn *bl_head, *bl_tail;
     int bl_len;
     eccl_listener *next;     /* in env->listeners */
-    eccl_listener *reg_next; /* in world->registry */
+    eccl_listener *reg_next; /* next bound listener with the same registry key */
     char addr[ECCL_ADDR_MAX];
 };
 
@@ -124,8 +126,20 @@ struct eccl_listener {
 
 static void msg_free(void *p) { free(p); }
 
-static void post(sg_mailbox_t to, sg_msg *m)
+static void post(eccl_sg_world *w, sg_mailbox_t to, sg_msg *m)
 {
+    /* An env whose receiver is gone (destroyed, or stopping past its
+     * M_STOP) never takes another message: SimGrid would queue the put in
+     * the mailbox forever (the permanent receiver went with the actor),
+     * and SimGrid 3.32 keeps every detached comm in one list that it walks
+     * in full on each comm's end, so the puts of a whole world's teardown
+     * piled up there made it quadratic. Dropping them changes nothing
+     * anyone can observe. */
+    const sg_env *d = sg_idmap_get(&w->mbox_env, (uint64_t)(uintptr_t)to);
+    if (!d || d->rx_done) {
+        free(m);
+        return;
+    }
     /* put_init, not put_async: SimGrid 3.32 only detaches a comm that has
      * not started yet (detach then starts it). Detached, the sender never
      * waits; if the transfer fails (a host went down) SimGrid frees the
@@ -187,7 +201,7 @@ static void send_ctl(sg_env *e, sg_mailbox_t to, const_sg_host_t host, int boot,
 {
     if (fate(e, host, boot) != FATE_SEND) return;
     sg_msg *m = msg_new(e, type, dst, src, 0);
-    if (m) post(to, m);
+    if (m) post(e->w, to, m);
 }
 
 static void held_free(eccl_conn *c)
@@ -212,7 +226,7 @@ static void conn_post(eccl_conn *c, sg_mailbox_t to, sg_msg *m)
         return;
     }
     if (f == FATE_SEND && !c->held) {
-        post(to, m);
+        post(c->env->w, to, m);
         return;
     }
     m->to = to;
@@ -244,30 +258,58 @@ void eccl_net_sg_release_held(eccl_sg_world *w)
     while (go) {
         sg_msg *n = go->ooo;
         go->ooo = NULL;
-        post(go->to, go);
+        post(w, go->to, go);
         go = n;
     }
 }
 
 /* ---- lookup -------------------------------------------------------------- */
 
+/* Ids are unique in the world (never reused): one map finds any conn. */
 static eccl_conn *conn_by_id(sg_env *e, uint64_t id)
 {
-    for (eccl_conn *c = e->conns; c; c = c->next)
-        if (c->id == id) return c;
-    return NULL;
+    eccl_conn *c = sg_idmap_get(&e->w->conn_ids, id);
+    return c && c->env == e ? c : NULL;
 }
 
-static sg_env *env_by_id(eccl_sg_world *w, uint64_t id)
+static sg_env *env_by_id(eccl_sg_world *w, uint64_t id) { return sg_idmap_get(&w->env_ids, id); }
+
+/* ---- ready candidates ---------------------------------------------------- */
+/* wait only looks at conns something happened to since they were last found
+ * not ready (data, a handshake's end, a reset, new interest, an accept):
+ * the master's env has a conn per rank, and walking them all on every
+ * wake-up made large worlds quadratic. A conn found ready stays a candidate
+ * (readiness is level-triggered: unread bytes, write interest). */
+static void cand_add(eccl_conn *c)
 {
-    for (sg_env *e = w->envs; e; e = e->next)
-        if (e->id == id) return e;
-    return NULL;
+    sg_env *e = c->env;
+    if (c->in_cand) return;
+    if (e->ncand == e->cand_cap) {
+        size_t cap = e->cand_cap ? e->cand_cap * 2 : 16;
+        eccl_conn **q = realloc(e->cand, cap * sizeof *q);
+        if (!q) abort(); /* a lost wake-up would hang the rank silently */
+        e->cand = q;
+        e->cand_cap = cap;
+    }
+    c->cand_idx = e->ncand;
+    e->cand[e->ncand++] = c;
+    c->in_cand = 1;
+}
+
+static void cand_del(eccl_conn *c)
+{
+    sg_env *e = c->env;
+    if (!c->in_cand) return;
+    eccl_conn *last = e->cand[--e->ncand];
+    e->cand[c->cand_idx] = last;
+    last->cand_idx = c->cand_idx;
+    c->in_cand = 0;
 }
 
 static void conn_link(sg_env *e, eccl_conn *c)
 {
     c->next = NULL;
+    c->prev = e->conns_tail;
     if (e->conns_tail) e->conns_tail->next = c;
     else e->conns = c;
     e->conns_tail = c;
@@ -275,14 +317,12 @@ static void conn_link(sg_env *e, eccl_conn *c)
 
 static void conn_unlink(sg_env *e, eccl_conn *c)
 {
-    eccl_conn *prev = NULL;
-    for (eccl_conn *p = e->conns; p; prev = p, p = p->next) {
-        if (p != c) continue;
-        if (prev) prev->next = c->next;
-        else e->conns = c->next;
-        if (e->conns_tail == c) e->conns_tail = prev;
-        return;
-    }
+    cand_del(c);
+    if (c->prev) c->prev->next = c->next;
+    else e->conns = c->next;
+    if (c->next) c->next->prev = c->prev;
+    else e->conns_tail = c->prev;
+    c->next = c->prev = NULL;
 }
 
 static void backlog_unlink(eccl_listener *l, eccl_conn *c)
@@ -299,11 +339,36 @@ static void backlog_unlink(eccl_listener *l, eccl_conn *c)
     }
 }
 
+/* The registry: bound listeners by address, hashed (a rank binds and is
+ * connected to by address; a list walk each time was quadratic). */
+static eccl_listener *registry_find(eccl_sg_world *w, const char *addr)
+{
+    eccl_listener *l = sg_idmap_get(&w->registry, sg_idmap_strkey(addr));
+    while (l && strcmp(l->addr, addr) != 0) l = l->reg_next;
+    return l;
+}
+
+static int registry_add(eccl_sg_world *w, eccl_listener *l)
+{
+    uint64_t k = sg_idmap_strkey(l->addr);
+    l->reg_next = sg_idmap_get(&w->registry, k);
+    return sg_idmap_put(&w->registry, k, l);
+}
+
 static void registry_remove(eccl_sg_world *w, eccl_listener *l)
 {
-    for (eccl_listener **pp = &w->registry; *pp; pp = &(*pp)->reg_next) {
-        if (*pp == l) {
-            *pp = l->reg_next;
+    uint64_t k = sg_idmap_strkey(l->addr);
+    eccl_listener *head = sg_idmap_get(&w->registry, k);
+    if (head == l) {
+        if (l->reg_next) sg_idmap_put(&w->registry, k, l->reg_next);
+        else sg_idmap_del(&w->registry, k);
+        l->reg_next = NULL;
+        return;
+    }
+    for (eccl_listener *p = head; p; p = p->reg_next) {
+        if (p->reg_next == l) {
+            p->reg_next = l->reg_next;
+            l->reg_next = NULL;
             return;
         }
     }
@@ -318,11 +383,16 @@ static eccl_conn *conn_new(sg_env *e, void *user, const char *addr)
     c->user = user;
     c->want_read = 1;
     snprintf(c->addr, sizeof c->addr, "%s", addr ? addr : "?");
+    if (sg_idmap_put(&e->w->conn_ids, c->id, c)) {
+        free(c);
+        return NULL;
+    }
     return c;
 }
 
 static void conn_free(eccl_conn *c)
 {
+    sg_idmap_del(&c->env->w->conn_ids, c->id);
     while (c->holes) {
         sg_hole *n = c->holes->next;
         free(c->holes);
@@ -453,6 +523,7 @@ static int deliver(sg_env *e, sg_msg *m)
         if (m->type == M_SYNACK) send_ctl(e, m->reply, m->src_host, m->src_boot, M_FIN, m->src, 0);
         return 0;
     }
+    cand_add(c);
     if (m->type == M_DATA || m->type == M_FIN) {
         /* Messages of one stream travel in parallel (the mailbox has a
          * permanent receiver), so a small one can overtake a big one sent
@@ -520,6 +591,7 @@ static void receiver_main(int argc, char **argv)
         sg_msg *m = p;
         if (m->type == M_STOP) {
             free(m);
+            e->rx_done = 1;
             return;
         }
         if (!deliver(e, m)) free(m);
@@ -532,6 +604,7 @@ eccl_result eccl_net_sg_start(sg_env *e)
     char name[48];
     snprintf(name, sizeof name, "eccl-env-%llu", (unsigned long long)e->id);
     e->mbox = sg_mailbox_by_name(name);
+    if (sg_idmap_put(&e->w->mbox_env, (uint64_t)(uintptr_t)e->mbox, e)) return ECCL_ERR_NO_MEMORY;
     snprintf(name, sizeof name, "eccl-rx-%llu", (unsigned long long)e->id);
     e->receiver = sg_actor_init(name, e->host);
     if (!e->receiver) return ECCL_ERR_SYSTEM;
@@ -546,14 +619,17 @@ void eccl_net_sg_stop(sg_env *e)
     if (!e->receiver) return;
     /* FIFO behind anything already queued for us. */
     sg_msg *m = msg_new(e, M_STOP, 0, 0, 0);
-    if (m) post(e->mbox, m);
+    if (m) post(e->w, e->mbox, m);
     sg_actor_join(e->receiver, -1);
+    sg_idmap_del(&e->w->mbox_env, (uint64_t)(uintptr_t)e->mbox);
     sg_actor_unref(e->receiver);
     e->receiver = NULL;
 }
 
 void eccl_net_sg_free_dead(sg_env *e)
 {
+    if (sg_idmap_get(&e->w->mbox_env, (uint64_t)(uintptr_t)e->mbox) == e)
+        sg_idmap_del(&e->w->mbox_env, (uint64_t)(uintptr_t)e->mbox);
     for (eccl_conn *c = e->conns, *n; c; c = n) {
         n = c->next;
         conn_free(c);
@@ -578,6 +654,7 @@ void eccl_net_sg_crash(sg_env *e)
         eccl_conn *pc = conn_by_id(pe, c->peer_id);
         if (!pc) continue;
         pc->reset = 1;
+        cand_add(pc);
         eccl_sg_cv_broadcast(&pe->cv);
     }
 }
@@ -598,29 +675,25 @@ static eccl_result sg_listen(void *ctx, const char *addr, void *user,
     eccl_listener *l = calloc(1, sizeof *l);
     if (!l) return ECCL_ERR_NO_MEMORY;
     snprintf(l->addr, sizeof l->addr, "%.*s:%lu", (int)(colon - addr), addr, port);
-    for (eccl_listener *p = e->w->registry, *n; p; p = n) {
-        n = p->reg_next;
-        /* A host that went off silently keeps its listeners registered
-         * (a SYN to it gets no answer, as on a real network); a new
-         * process on the rebooted host takes the address over. */
-        if (strcmp(p->addr, l->addr) == 0 && p->env->dead) {
-            registry_remove(e->w, p);
-            continue;
-        }
-        if (strcmp(p->addr, l->addr) == 0) {
-            eccl_sg_log(e, ECCL_LOG_WARN, "listen on %s: address in use", l->addr);
-            free(l);
-            return ECCL_ERR_SYSTEM;
-        }
+    eccl_listener *p = registry_find(e->w, l->addr);
+    /* A host that went off silently keeps its listeners registered (a SYN
+     * to it gets no answer, as on a real network); a new process on the
+     * rebooted host takes the address over. */
+    if (p && p->env->dead) registry_remove(e->w, p);
+    else if (p) {
+        eccl_sg_log(e, ECCL_LOG_WARN, "listen on %s: address in use", l->addr);
+        free(l);
+        return ECCL_ERR_SYSTEM;
+    }
+    if (registry_add(e->w, l)) {
+        free(l);
+        return ECCL_ERR_NO_MEMORY;
     }
     l->id = ++e->w->next_id;
     l->env = e;
     l->user = user;
     l->next = e->listeners;
     e->listeners = l;
-    eccl_listener **tail = &e->w->registry;
-    while (*tail) tail = &(*tail)->reg_next;
-    *tail = l;
     if (bound) snprintf(bound, ECCL_ADDR_MAX, "%s", l->addr);
     eccl_sg_log(e, ECCL_LOG_DEBUG, "listening on %s", l->addr);
     *out = l;
@@ -637,6 +710,7 @@ static eccl_result sg_accept(void *ctx, eccl_listener *l, void *user, eccl_conn 
     c->user = user;
     c->want_read = 1;
     c->want_write = 0;
+    cand_add(c);
     *out = c;
     return ECCL_OK;
 }
@@ -666,9 +740,9 @@ static eccl_result sg_connect(void *ctx, const char *addr, void *user, eccl_conn
     if (!addr || !out) return ECCL_ERR_INVALID_ARG;
     eccl_conn *c = conn_new(e, user, addr);
     if (!c) return ECCL_ERR_NO_MEMORY;
-    eccl_listener *l = e->w->registry;
-    while (l && strcmp(l->addr, addr) != 0) l = l->reg_next;
+    eccl_listener *l = registry_find(e->w, addr);
     conn_link(e, c);
+    cand_add(c);
     if (!l) {
         /* Nobody bound there: refused at once, reported through send/recv
          * and wait like a late failure (one path in core). */
@@ -787,6 +861,7 @@ static void sg_set_interest(void *ctx, eccl_conn *c, int read, int write)
     if (!c) return;
     c->want_read = read != 0;
     c->want_write = write != 0;
+    cand_add(c);
 }
 
 static void sg_close(void *ctx, eccl_conn *c)
@@ -818,20 +893,49 @@ static int add_ready(void **ready, int n, int max, void *user)
     return n + 1;
 }
 
+static int cand_cmp(const void *a, const void *b)
+{
+    uint64_t x = (*(eccl_conn *const *)a)->id, y = (*(eccl_conn *const *)b)->id;
+    return x < y ? -1 : x > y;
+}
+
+/* Reports ready conns in creation order, as a walk of every conn would. */
 static int collect(sg_env *e, void **ready, int max)
 {
     int n = 0;
-    for (eccl_conn *c = e->conns; c && n < max; c = c->next) {
-        if (c->backlog_of) continue;
-        int bad = c->reset || c->state == C_FAILED;
-        int r = c->want_read && (bad || c->rx_len > 0 || c->hole_bytes > 0 || c->eof);
-        int w = c->want_write && c->state != C_CONNECTING;
-        if (c->edge && (c->want_read || c->want_write)) {
-            c->edge = 0;
-            r = 1;
+    if (e->ncand > 1) {
+        qsort(e->cand, e->ncand, sizeof *e->cand, cand_cmp);
+        for (size_t i = 0; i < e->ncand; i++) e->cand[i]->cand_idx = i;
+    }
+    size_t keep = 0, i = 0;
+    for (; i < e->ncand && n < max; i++) {
+        eccl_conn *c = e->cand[i];
+        int r = 0, w = 0;
+        if (!c->backlog_of) {
+            int bad = c->reset || c->state == C_FAILED;
+            r = c->want_read && (bad || c->rx_len > 0 || c->hole_bytes > 0 || c->eof);
+            w = c->want_write && c->state != C_CONNECTING;
+            if (c->edge && (c->want_read || c->want_write)) {
+                c->edge = 0;
+                r = 1;
+            }
+        }
+        /* Not ready: nothing will make it so without a cand_add. A pending
+         * edge stays (it waits for interest). */
+        if (r || w || c->edge) {
+            c->cand_idx = keep;
+            e->cand[keep++] = c;
+        } else {
+            c->in_cand = 0;
         }
         if (r || w) n = add_ready(ready, n, max, c->user);
     }
+    /* Those not looked at (max reached) stay, in order. */
+    for (; i < e->ncand; i++) {
+        e->cand[i]->cand_idx = keep;
+        e->cand[keep++] = e->cand[i];
+    }
+    e->ncand = keep;
     for (eccl_listener *l = e->listeners; l && n < max; l = l->next)
         if (l->bl_head) n = add_ready(ready, n, max, l->user);
     return n;

@@ -20,6 +20,7 @@
 #include <simgrid/semaphore.h>
 
 #include "env_sg.h"
+#include "idmap.h"
 
 typedef struct sg_env sg_env;
 
@@ -67,7 +68,12 @@ struct eccl_sg_world {
     uint64_t next_id;        /* env, conn and listener ids; never reused */
     unsigned next_port;      /* "HOST:0" binds get ports from here */
     sg_env *envs;            /* every env not yet destroyed, dead ones too */
-    eccl_listener *registry; /* bound listeners, in bind order */
+    sg_idmap env_ids;        /* id -> sg_env, every env of envs */
+    sg_idmap conn_ids;       /* id -> eccl_conn, every conn not freed */
+    sg_idmap mbox_env;       /* (uintptr_t)mailbox -> sg_env whose receiver
+                                may still take what is posted there */
+    sg_idmap registry;       /* sg_idmap_strkey(addr) -> bound listeners with
+                                that key (chained by reg_next) */
     eccl_sg_dev_cfg dev;     /* dev_sim of every env from now on */
     unsigned char *phantom_base; /* reserved, inaccessible region (phantom mode) */
     size_t phantom_size;
@@ -84,14 +90,18 @@ struct sg_env {
     sg_actor_t receiver;    /* moves mbox messages into conns */
     sg_mutex_t mu;          /* only for cv */
     sg_cv cv;               /* wait sleeps here */
-    eccl_conn *conns;       /* creation order: wait reports in this order */
+    eccl_conn *conns;       /* creation order (= id order) */
     eccl_conn *conns_tail;
+    eccl_conn **cand;       /* conns that may be ready: wait looks at these
+                               only, in id order (= creation order) */
+    size_t ncand, cand_cap;
     eccl_listener *listeners;
     uint64_t wake_gen;      /* bumped by wake */
     int wake_pending;       /* a wake nobody consumed yet */
     int dead;               /* its host was killed */
+    int rx_done;            /* its receiver took M_STOP and returned */
     double dev_debt_s;      /* device time charged but not slept yet */
-    sg_env *next;           /* in w->envs */
+    sg_env *next, *prev;    /* in w->envs */
 };
 
 /* net_sg.c */
