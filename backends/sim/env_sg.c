@@ -70,6 +70,7 @@ static const eccl_clock_ops sg_clock_ops = {
 /* eccl_mutex is SimGrid's own handle, cast; eccl_cond is an sg_cv. */
 
 struct eccl_thread {
+    eccl_sg_world *w;
     sg_actor_t actor;
     void (*fn)(void *);
     void *arg;
@@ -191,6 +192,7 @@ static void thread_main(int argc, char **argv)
     (void)argv;
     eccl_thread *t = sg_actor_self_get_data();
     t->fn(t->arg);
+    eccl_net_sg_drain_self(t->w);
 }
 
 static eccl_result sg_spawn_(void *ctx, const char *name, void (*fn)(void *), void *arg,
@@ -202,6 +204,7 @@ static eccl_result sg_spawn_(void *ctx, const char *name, void (*fn)(void *), vo
     char full[64];
     /* Actor names show in SimGrid's own diagnostics: say whose it is. */
     snprintf(full, sizeof full, "%s/%s", e->env.name, name ? name : "eccl");
+    t->w = e->w;
     t->fn = fn;
     t->arg = arg;
     t->actor = sg_actor_init(full, e->host);
@@ -445,6 +448,7 @@ void eccl_sg_world_destroy(eccl_sg_world *w)
     sg_idmap_free(&w->conn_ids);
     sg_idmap_free(&w->mbox_env);
     sg_idmap_free(&w->registry);
+    eccl_net_sg_free_outboxes(w);
     if (w->phantom_base) munmap(w->phantom_base, w->phantom_size);
     /* Hosts and links outlive the world (SimGrid's engine owns them): take
      * our state off them before freeing it. */
@@ -511,6 +515,9 @@ void eccl_sg_env_destroy(eccl_env *env)
     if (!env) return;
     sg_env *e = (sg_env *)env;
     eccl_net_sg_stop(e);
+    /* The owner's last messages (FINs, M_STOP) reach the wire before it
+     * goes on, and perhaps ends. */
+    eccl_net_sg_drain_self(e->w);
     env_unlink(e);
     /* Conns or listeners left open by the owner: free them quietly. */
     eccl_net_sg_free_dead(e);

@@ -1,8 +1,8 @@
 /* eccl_net_ops over SimGrid mailboxes: TCP-like byte streams between envs.
  *
  * Every env owns one mailbox and one receiver actor. A conn's bytes travel as
- * messages (one per send call) put asynchronously and detached into the far
- * env's mailbox, so each costs the platform's latency plus size/bandwidth;
+ * messages (one per send call) put asynchronously into the far env's
+ * mailbox, so each costs the platform's latency plus size/bandwidth;
  * the receiver pulls them off one at a time (FIFO, so a stream stays in
  * order), appends the bytes to the conn's receive queue and wakes the env's
  * waiters. Handshake: connect sends SYN to the listener's env, which creates
@@ -69,6 +69,8 @@ typedef struct sg_msg {
     uint64_t src;       /* sender's conn id */
     uint64_t src_env;   /* sender's env id */
     sg_mailbox_t reply; /* sender's mailbox */
+    long src_pid;       /* the actor that put it, -1 if detached */
+    uint64_t put_seq;   /* its place in that actor's outbox */
     size_t len;         /* stream bytes, phantom ones included (the wire cost) */
     int nseg;           /* DATA: segments in seg; 0 = data holds all len bytes */
     sg_seg *seg;        /* points into this allocation, after data */
@@ -122,31 +124,183 @@ struct eccl_listener {
     char addr[ECCL_ADDR_MAX];
 };
 
+/* ---- outboxes -------------------------------------------------------------
+ * Puts are not detached. SimGrid 3.32 keeps every detached comm of the whole
+ * simulation in one std::list (the maestro's activities) and takes each out
+ * with list::remove, a walk of the whole list, when it ends: with thousands
+ * of messages in flight at once (a master's broadcast, every rank closing
+ * its links at the end) that walk was 65% of a 4,096-rank run, and 10,000
+ * ranks never finished. A comm that is not detached sits in its sending
+ * actor's own list instead, which stays as short as what that actor has in
+ * flight, but only if the sender collects it with a wait: sg_comm_test
+ * finishes a comm without taking it off the list (no simcall of the issuer
+ * is registered), and SimGrid cancels the comms an actor still owns when it
+ * ends. So every actor keeps an outbox of its puts, oldest first; the
+ * receiver marks a message's entry done when it takes the message (found
+ * by the sender's pid, never by pointer: the outbox may be gone by then);
+ * each new put first collects the done entries at the front, each wait
+ * answered at once; an actor waits out the rest before it ends
+ * (eccl_net_sg_drain_self). A put that is never taken (its receiver
+ * stopped, or a host went off) stays unmarked and would hold up the ones
+ * behind it, so once the outbox doubles past OUTBOX_COMPACT entries, a
+ * sweep collects the done ones wherever they are (amortised O(1) a put).
+ * Nothing here blocks the sender: the simulated timing is the network's. */
+#define OUTBOX_COMPACT 64
+
+typedef struct sg_outbox_slot {
+    sg_comm_t c;
+    uint64_t seq; /* the put's sequence in this actor: slots stay sorted */
+    int done;
+} sg_outbox_slot;
+
+typedef struct sg_outbox {
+    long pid;
+    sg_outbox_slot *s; /* slots start .. start+n-1 of cap are in use */
+    size_t start, n, cap;
+    size_t sweep_at;   /* sweep when n reaches it */
+    uint64_t next_seq;
+    struct sg_outbox *next, *prev; /* in w->outbox_list */
+} sg_outbox;
+
+static sg_outbox *outbox_self(eccl_sg_world *w, long pid)
+{
+    sg_outbox *ob = sg_idmap_get(&w->outboxes, (uint64_t)pid);
+    if (ob) return ob;
+    ob = calloc(1, sizeof *ob);
+    if (!ob) return NULL;
+    ob->pid = pid;
+    ob->sweep_at = OUTBOX_COMPACT;
+    if (sg_idmap_put(&w->outboxes, (uint64_t)pid, ob)) {
+        free(ob);
+        return NULL;
+    }
+    ob->next = w->outbox_list;
+    if (ob->next) ob->next->prev = ob;
+    w->outbox_list = ob;
+    return ob;
+}
+
+static void outbox_free(eccl_sg_world *w, sg_outbox *ob)
+{
+    sg_idmap_del(&w->outboxes, (uint64_t)ob->pid);
+    if (ob->prev) ob->prev->next = ob->next;
+    else w->outbox_list = ob->next;
+    if (ob->next) ob->next->prev = ob->prev;
+    free(ob->s);
+    free(ob);
+}
+
+/* Room for one more slot at the end; -1 when out of memory. */
+static int outbox_reserve(sg_outbox *ob)
+{
+    if (ob->start + ob->n < ob->cap) return 0;
+    if (ob->start > 0) {
+        memmove(ob->s, ob->s + ob->start, ob->n * sizeof *ob->s);
+        ob->start = 0;
+        return 0;
+    }
+    size_t cap = ob->cap ? ob->cap * 2 : 8;
+    sg_outbox_slot *ns = realloc(ob->s, cap * sizeof *ns);
+    if (!ns) return -1;
+    ob->s = ns;
+    ob->cap = cap;
+    return 0;
+}
+
+/* Collects the done puts: each wait is answered at once and takes the
+ * comm off this actor's SimGrid list. */
+static void outbox_collect(sg_outbox *ob)
+{
+    while (ob->n > 0 && ob->s[ob->start].done) {
+        sg_comm_wait(ob->s[ob->start].c);
+        ob->start++;
+        ob->n--;
+    }
+    if (ob->n < ob->sweep_at) return;
+    sg_outbox_slot *s = ob->s + ob->start;
+    size_t keep = 0;
+    for (size_t i = 0; i < ob->n; i++) {
+        if (s[i].done) sg_comm_wait(s[i].c);
+        else s[keep++] = s[i];
+    }
+    ob->n = keep;
+    ob->sweep_at = keep * 2 > OUTBOX_COMPACT ? keep * 2 : OUTBOX_COMPACT;
+}
+
+/* The receiver took put `seq` of actor `pid`: it is over. */
+static void outbox_mark(eccl_sg_world *w, long pid, uint64_t seq)
+{
+    sg_outbox *ob = sg_idmap_get(&w->outboxes, (uint64_t)pid);
+    if (!ob) return;
+    const sg_outbox_slot *s = ob->s + ob->start;
+    size_t lo = 0, hi = ob->n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (s[mid].seq < seq) lo = mid + 1;
+        else hi = mid;
+    }
+    if (lo < ob->n && s[lo].seq == seq) ob->s[ob->start + lo].done = 1;
+}
+
+void eccl_net_sg_drain_self(eccl_sg_world *w)
+{
+    sg_outbox *ob = sg_idmap_get(&w->outboxes, (uint64_t)sg_actor_self_get_pid());
+    if (!ob) return;
+    /* Each wait ends with its transfer (a permanent receiver takes every
+     * put at once) or when the transfer fails with a host. */
+    for (size_t i = 0; i < ob->n; i++) sg_comm_wait(ob->s[ob->start + i].c);
+    outbox_free(w, ob);
+}
+
+void eccl_net_sg_free_outboxes(eccl_sg_world *w)
+{
+    while (w->outbox_list) {
+        sg_outbox *ob = w->outbox_list;
+        for (size_t i = 0; i < ob->n; i++) sg_comm_unref(ob->s[ob->start + i].c);
+        outbox_free(w, ob);
+    }
+    sg_idmap_free(&w->outboxes);
+}
+
 /* ---- messages ------------------------------------------------------------ */
 
 static void msg_free(void *p) { free(p); }
 
-static void post(eccl_sg_world *w, sg_mailbox_t to, sg_msg *m)
+/* `detached`: for puts made by an actor that is not the sender's (fault
+ * injection releasing held messages), which would cancel them when it
+ * ends and never collects them. */
+static void post_as(eccl_sg_world *w, sg_mailbox_t to, sg_msg *m, int detached)
 {
     /* An env whose receiver is gone (destroyed, or stopping past its
-     * M_STOP) never takes another message: SimGrid would queue the put in
-     * the mailbox forever (the permanent receiver went with the actor),
-     * and SimGrid 3.32 keeps every detached comm in one list that it walks
-     * in full on each comm's end, so the puts of a whole world's teardown
-     * piled up there made it quadratic. Dropping them changes nothing
-     * anyone can observe. */
+     * M_STOP) never takes another message: SimGrid would keep the put in
+     * the mailbox forever (the permanent receiver went with the actor).
+     * Dropping it changes nothing anyone can observe. */
     const sg_env *d = sg_idmap_get(&w->mbox_env, (uint64_t)(uintptr_t)to);
     if (!d || d->rx_done) {
         free(m);
         return;
     }
-    /* put_init, not put_async: SimGrid 3.32 only detaches a comm that has
-     * not started yet (detach then starts it). Detached, the sender never
-     * waits; if the transfer fails (a host went down) SimGrid frees the
-     * payload with msg_free. */
-    sg_comm_t c = sg_mailbox_put_init(to, m, (long)(m->len + MSG_OVERHEAD));
+    long size = (long)(m->len + MSG_OVERHEAD);
+    long pid = sg_actor_self_get_pid();
+    sg_outbox *ob = detached ? NULL : outbox_self(w, pid);
+    if (ob && outbox_reserve(ob) == 0) {
+        outbox_collect(ob);
+        m->src_pid = pid;
+        m->put_seq = ob->next_seq++;
+        ob->s[ob->start + ob->n++] =
+            (sg_outbox_slot){sg_mailbox_put_async(to, m, size), m->put_seq, 0};
+        return;
+    }
+    /* Detached (or out of memory for the outbox). put_init, not put_async:
+     * SimGrid 3.32 only detaches a comm that has not started yet (detach
+     * then starts it); if the transfer fails, SimGrid frees the payload
+     * with msg_free. */
+    m->src_pid = -1;
+    sg_comm_t c = sg_mailbox_put_init(to, m, size);
     sg_comm_detach(c, msg_free);
 }
+
+static void post(eccl_sg_world *w, sg_mailbox_t to, sg_msg *m) { post_as(w, to, m, 0); }
 
 static sg_msg *msg_new(sg_env *e, int type, uint64_t dst, uint64_t src, size_t len)
 {
@@ -258,7 +412,7 @@ void eccl_net_sg_release_held(eccl_sg_world *w)
     while (go) {
         sg_msg *n = go->ooo;
         go->ooo = NULL;
-        post(w, go->to, go);
+        post_as(w, go->to, go, 1);
         go = n;
     }
 }
@@ -589,9 +743,11 @@ static void receiver_main(int argc, char **argv)
         sg_error_t err = sg_comm_wait(comm);
         if (err != SG_OK || !p) continue;
         sg_msg *m = p;
+        if (m->src_pid >= 0) outbox_mark(e->w, m->src_pid, m->put_seq);
         if (m->type == M_STOP) {
             free(m);
             e->rx_done = 1;
+            eccl_net_sg_drain_self(e->w);
             return;
         }
         if (!deliver(e, m)) free(m);

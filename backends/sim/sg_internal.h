@@ -74,6 +74,8 @@ struct eccl_sg_world {
                                 may still take what is posted there */
     sg_idmap registry;       /* sg_idmap_strkey(addr) -> bound listeners with
                                 that key (chained by reg_next) */
+    sg_idmap outboxes;       /* actor pid -> its sg_outbox (net_sg.c) */
+    struct sg_outbox *outbox_list; /* every outbox, to free the leftovers */
     eccl_sg_dev_cfg dev;     /* dev_sim of every env from now on */
     unsigned char *phantom_base; /* reserved, inaccessible region (phantom mode) */
     size_t phantom_size;
@@ -114,6 +116,13 @@ void eccl_net_sg_stop(sg_env *e);
 void eccl_net_sg_free_dead(sg_env *e);
 /* Resets the far end of every conn of `e` and unbinds its listeners. */
 void eccl_net_sg_crash(sg_env *e);
+/* Waits out every message the calling actor put on the wire and frees its
+ * outbox: an actor calls it before it ends, since SimGrid cancels the
+ * comms an actor still owns when it ends (net_sg.c, "Outboxes"). */
+void eccl_net_sg_drain_self(eccl_sg_world *w);
+/* Frees the outboxes of actors that never drained (killed with their
+ * host, or daemons stopped by the end of the simulation). No simcall. */
+void eccl_net_sg_free_outboxes(eccl_sg_world *w);
 /* Posts what conns hold back for a path that was down and is up again. */
 void eccl_net_sg_release_held(eccl_sg_world *w);
 /* The boot of a host (0 until it first goes off). */
