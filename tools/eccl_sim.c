@@ -109,6 +109,7 @@ typedef struct scenario_cfg {
     int have_seed;
     uint64_t seed;
     double step_s, peer_timeout_s; /* the worker's step compute; its peer_timeout */
+    double master_msg_cost_s;      /* the master's CPU time per message */
     double expect_slowdown;        /* 0: no check */
     int nfaults;
     fault_spec *faults;
@@ -467,7 +468,7 @@ static int parse_link_fault(const char *v, const char *key, fault_spec *k, fault
 enum {
     K_NAME, K_PLATFORM, K_BW, K_LAT, K_RANKS, K_COUNT, K_ITERS, K_EXPECT, K_SEED, K_JITTER,
     K_STAGGER, K_WORLD_MIN, K_BUFFERS, K_REDUCE_RATE, K_COPY_RATE, K_STEP, K_PEER_TIMEOUT,
-    K_EXPECT_SLOWDOWN,
+    K_EXPECT_SLOWDOWN, K_MASTER_MSG_COST,
     K_HOSTS,                                                        /* flat */
     K_HOSTS_PER_RACK, K_RACKS_PER_ZONE, K_ZONES_PER_DC, K_DCS, K_OVERSUB, K_ZONE_LAT, K_DC_LAT,
     K_INTER_DC_LAT,                                                 /* clos */
@@ -505,6 +506,7 @@ static const key_def key_defs[K_NKEYS] = {
     [K_STEP] = {"step", KK_TIME, CFG_OFF(step_s), 0, 0},
     [K_PEER_TIMEOUT] = {"peer_timeout", KK_TIME, CFG_OFF(peer_timeout_s), 0, 0},
     [K_EXPECT_SLOWDOWN] = {"expect_slowdown", KK_RATIO, CFG_OFF(expect_slowdown), 0, 0},
+    [K_MASTER_MSG_COST] = {"master_msg_cost", KK_TIME, CFG_OFF(master_msg_cost_s), 0, 0},
     [K_HOSTS] = {"hosts", KK_INT, CFG_OFF(hosts), 2, MAX_RANKS + 1},
     [K_HOSTS_PER_RACK] = {"hosts_per_rack", KK_INT, CFG_OFF(hosts_per_rack), 1, MAX_HOSTS},
     [K_RACKS_PER_ZONE] = {"racks_per_zone", KK_INT, CFG_OFF(racks_per_zone), 1, MAX_HOSTS},
@@ -530,7 +532,8 @@ static const int common_required[] = {K_NAME, K_PLATFORM, K_BW, K_LAT, K_RANKS, 
                                       K_ITERS, -1};
 static const int common_optional[] = {K_EXPECT, K_SEED, K_JITTER, K_STAGGER, K_WORLD_MIN,
                                       K_BUFFERS, K_REDUCE_RATE, K_COPY_RATE, K_STEP,
-                                      K_PEER_TIMEOUT, K_EXPECT_SLOWDOWN, -1};
+                                      K_PEER_TIMEOUT, K_EXPECT_SLOWDOWN, K_MASTER_MSG_COST,
+                                      -1};
 static const int flat_required[] = {K_HOSTS, -1};
 static const int flat_optional[] = {-1};
 static const int clos_required[] = {K_HOSTS_PER_RACK, K_RACKS_PER_ZONE, K_ZONES_PER_DC, K_DCS, -1};
@@ -834,6 +837,8 @@ static int parse_scenario(const char *file, scenario_cfg *c)
         return cfg_error(file, 0, "%d hosts: need ranks + 1 = %d (host 0 runs the master)",
                          c->hosts, c->ranks + 1);
     if (!key_line[K_PEER_TIMEOUT]) c->peer_timeout_s = 5.0; /* the library's default */
+    if (c->master_msg_cost_s > 0.001)
+        return cfg_error(file, key_line[K_MASTER_MSG_COST], "master_msg_cost: at most 1ms");
     if (c->peer_timeout_s < 0.001)
         return cfg_error(file, key_line[K_PEER_TIMEOUT], "peer_timeout: at least 1ms");
     /* The worker sleeps whole milliseconds. */
@@ -1855,7 +1860,8 @@ int main(int argc, char **argv)
     }
     const eccl_sg_dev_cfg dev = {.phantom = cfg.phantom, .reduce_Bps = cfg.reduce_rate_Bps,
                                  .copy_Bps = cfg.copy_rate_Bps};
-    if (eccl_sg_world_set_dev(s->w, &dev) != ECCL_OK) {
+    if (eccl_sg_world_set_dev(s->w, &dev) != ECCL_OK ||
+        eccl_sg_world_set_master_msg_cost(s->w, cfg.master_msg_cost_s) != ECCL_OK) {
         fprintf(stderr, "eccl-sim: cannot set up the %s device\n", cfg.phantom ? "phantom" : "host");
         return 1;
     }

@@ -526,11 +526,19 @@ void eccl_sg_env_destroy(eccl_env *env)
     free(e);
 }
 
+eccl_result eccl_sg_world_set_master_msg_cost(eccl_sg_world *w, double seconds)
+{
+    if (!w || !(seconds >= 0) || seconds > 1) return ECCL_ERR_INVALID_ARG;
+    w->master_msg_cost_s = seconds;
+    return ECCL_OK;
+}
+
 eccl_result eccl_sg_master_create(eccl_sg_world *w, const char *listen_addr, eccl_master **out)
 {
     eccl_env *env = NULL;
     eccl_result rc = eccl_sg_env_create(w, "master", &env);
     if (rc != ECCL_OK) return rc;
+    ((sg_env *)env)->msg_cost_s = w->master_msg_cost_s;
     return eccl_master_create_with_env(env, eccl_sg_env_destroy, listen_addr, out);
 }
 

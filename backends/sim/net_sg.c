@@ -350,6 +350,12 @@ static int fate(const sg_env *e, const_sg_host_t host, int boot)
 
 /* A message with no conn behind it (a refusal, a reset): lost unless its
  * path is up now. */
+/* The env's CPU time for one message (eccl_sg_world_set_master_msg_cost). */
+static void charge_msg(const sg_env *e)
+{
+    if (e->msg_cost_s > 0) sg_actor_sleep_for(e->msg_cost_s);
+}
+
 static void send_ctl(sg_env *e, sg_mailbox_t to, const_sg_host_t host, int boot, int type,
                      uint64_t dst, uint64_t src)
 {
@@ -750,6 +756,7 @@ static void receiver_main(int argc, char **argv)
             eccl_net_sg_drain_self(e->w);
             return;
         }
+        charge_msg(e);
         if (!deliver(e, m)) free(m);
         eccl_sg_cv_broadcast(&e->cv);
     }
@@ -921,6 +928,8 @@ static eccl_result sg_send(void *ctx, eccl_conn *c, const eccl_iov *iov, int n, 
     sg_env *e = ctx;
     if (sent) *sent = 0;
     if (!c || !sent || (n > 0 && !iov)) return ECCL_ERR_INVALID_ARG;
+    /* First: what the far end did meanwhile is seen after it. */
+    if (n > 0) charge_msg(e);
     if (c->reset) return ECCL_ERR_CLOSED;
     if (c->state == C_FAILED) return ECCL_ERR_CONNECT;
     if (c->state != C_UP) return ECCL_OK;

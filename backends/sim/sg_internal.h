@@ -77,6 +77,7 @@ struct eccl_sg_world {
     sg_idmap outboxes;       /* actor pid -> its sg_outbox (net_sg.c) */
     struct sg_outbox *outbox_list; /* every outbox, to free the leftovers */
     eccl_sg_dev_cfg dev;     /* dev_sim of every env from now on */
+    double master_msg_cost_s;/* msg_cost_s of masters from now on */
     unsigned char *phantom_base; /* reserved, inaccessible region (phantom mode) */
     size_t phantom_size;
     size_t phantom_next;     /* bump offset of the next phantom allocation */
@@ -103,6 +104,7 @@ struct sg_env {
     int dead;               /* its host was killed */
     int rx_done;            /* its receiver took M_STOP and returned */
     double dev_debt_s;      /* device time charged but not slept yet */
+    double msg_cost_s;      /* CPU time per message sent or taken */
     sg_env *next, *prev;    /* in w->envs */
 };
 
