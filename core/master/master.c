@@ -209,6 +209,7 @@ static void finish_view(eccl_master *m, mgroup *g)
         if (all || !total) {
             size_t k = 0;
             for (uint32_t i = 0; i < g->n; i++) {
+                if (!g->members[i]->n_report) continue; /* report, all: maybe NULL */
                 memcpy(all + k, g->members[i]->report,
                        g->members[i]->n_report * sizeof *all);
                 k += g->members[i]->n_report;
@@ -219,7 +220,7 @@ static void finish_view(eccl_master *m, mgroup *g)
              * The decisions are compacted into the front of `all` itself
              * (slot n_ops is never ahead of group start a), which the
              * DECIDE message then points at. */
-            qsort(all, total, sizeof *all, op_flag_cmp);
+            if (total) qsort(all, total, sizeof *all, op_flag_cmp);
             uint32_t n_ops = 0;
             for (size_t a = 0, b; a < total && n_ops < ECCL_WIRE_MAX_OPS; a = b) {
                 uint32_t holders = 0;
