@@ -22,8 +22,7 @@ static uint32_t le32(const uint8_t *p)
            (uint32_t)p[3] << 24;
 }
 
-/* eccl_msg holds a 4096-entry list; keep it off the fuzzer's stack. */
-static eccl_msg msg;
+/* A whole control frame (64 KiB): kept off the fuzzer's stack. */
 static uint8_t frame[ECCL_WIRE_HEADER_SIZE + ECCL_WIRE_MAX_CONTROL];
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -44,6 +43,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     const uint8_t *payload = data + ECCL_WIRE_HEADER_SIZE;
     size_t plen = size - ECCL_WIRE_HEADER_SIZE;
+    /* A decoded view borrows `payload`, which outlives the re-encode. */
+    eccl_msg msg;
     if (plen <= UINT32_MAX &&
         eccl_wire_decode(h.type, payload, (uint32_t)plen, &msg) == ECCL_OK) {
         size_t n = eccl_wire_encode(&msg, frame, sizeof(frame));

@@ -46,6 +46,10 @@ static uint32_t below(rng *r, uint32_t n)
     return (uint32_t)(next(r) % n);
 }
 
+/* The entries that fill_extreme / fill_random views point at: a view
+ * carries no list of its own, its encoder reads the caller's array. */
+static eccl_wire_op_flag view_store[ECCL_WIRE_MAX_OPS];
+
 static eccl_msg *new_msg(uint16_t type)
 {
     eccl_msg *m = calloc(1, sizeof(*m));
@@ -137,8 +141,10 @@ static void assert_msg_equal(const eccl_msg *a, const eccl_msg *b)
         assert_int_equal(a->u.view.epoch, b->u.view.epoch);
         assert_int_equal(a->u.view.n_ops, b->u.view.n_ops);
         for (uint32_t i = 0; i < a->u.view.n_ops; i++) {
-            assert_int_equal(a->u.view.ops[i].tag, b->u.view.ops[i].tag);
-            assert_int_equal(a->u.view.ops[i].flag, b->u.view.ops[i].flag);
+            eccl_wire_op_flag x = eccl_wire_view_op(&a->u.view, i);
+            eccl_wire_op_flag y = eccl_wire_view_op(&b->u.view, i);
+            assert_int_equal(x.tag, y.tag);
+            assert_int_equal(x.flag, y.flag);
         }
         break;
     case ECCL_MSG_KICK:
@@ -207,9 +213,10 @@ static void fill_extreme(eccl_msg *m, uint16_t type, int is_max)
     case ECCL_MSG_VIEW_DECIDE:
         m->u.view.epoch = v32;
         m->u.view.n_ops = is_max ? ECCL_WIRE_MAX_OPS : 0;
+        m->u.view.ops = view_store;
         for (uint32_t i = 0; i < m->u.view.n_ops; i++) {
-            m->u.view.ops[i].tag = UINT64_MAX - i;
-            m->u.view.ops[i].flag = (uint8_t)(i & 1);
+            view_store[i].tag = UINT64_MAX - i;
+            view_store[i].flag = (uint8_t)(i & 1);
         }
         break;
     case ECCL_MSG_KICK:
@@ -280,8 +287,8 @@ static void fill_random(rng *r, eccl_msg *m)
         m->u.view.epoch = (uint32_t)next(r);
         m->u.view.n_ops = below(r, 64) == 0 ? below(r, ECCL_WIRE_MAX_OPS + 1) : below(r, 16);
         for (uint32_t i = 0; i < m->u.view.n_ops; i++) {
-            m->u.view.ops[i].tag = next(r);
-            m->u.view.ops[i].flag = (uint8_t)below(r, 2);
+            view_store[i].tag = next(r);
+            view_store[i].flag = (uint8_t)below(r, 2);
         }
         break;
     case ECCL_MSG_KICK:
@@ -530,8 +537,21 @@ static void test_encode_rejects(void **state)
     m->u.view.n_ops = UINT32_MAX;
     assert_int_equal(eccl_wire_encode(m, frame, FRAME_CAP), 0);
     m->u.view.n_ops = ECCL_WIRE_MAX_OPS;
-    m->u.view.ops[ECCL_WIRE_MAX_OPS - 1].flag = 2;
+    view_store[ECCL_WIRE_MAX_OPS - 1].flag = 2;
     assert_int_equal(eccl_wire_encode(m, frame, FRAME_CAP), 0);
+    view_store[ECCL_WIRE_MAX_OPS - 1].flag = 1;
+    assert_int_not_equal(eccl_wire_encode(m, frame, FRAME_CAP), 0);
+    /* Entries need exactly one source: neither, or both, is refused. */
+    m->u.view.ops = NULL;
+    assert_int_equal(eccl_wire_encode(m, frame, FRAME_CAP), 0);
+    m->u.view.ops = view_store;
+    m->u.view.packed = frame + 512;
+    assert_int_equal(eccl_wire_encode(m, frame, FRAME_CAP), 0);
+    /* An empty list needs neither. */
+    m->u.view.n_ops = 0;
+    m->u.view.ops = NULL;
+    m->u.view.packed = NULL;
+    assert_int_equal(eccl_wire_encode(m, frame, FRAME_CAP), ECCL_WIRE_HEADER_SIZE + 8);
 
     free(m);
     free(frame);
@@ -658,11 +678,115 @@ static void test_decode_rejects(void **state)
     assert_int_equal(decode_tail(&a, ECCL_MSG_VIEW_DECIDE, buf, 8 + 3 * 9, m), ECCL_ERR_PROTOCOL);
     buf[8 + 2 * 9 + 8] = 1;
     assert_int_equal(decode_tail(&a, ECCL_MSG_VIEW_DECIDE, buf, 8 + 3 * 9, m), ECCL_OK);
-    assert_int_equal(m->u.view.ops[2].flag, 1);
+    assert_int_equal(eccl_wire_view_op(&m->u.view, 2).flag, 1);
+    /* A failed decode leaves no pointer into the payload behind. */
+    buf[8 + 0 * 9 + 8] = 0xFF;
+    assert_int_equal(decode_tail(&a, ECCL_MSG_VIEW_DECIDE, buf, 8 + 3 * 9, m), ECCL_ERR_PROTOCOL);
+    assert_null(m->u.view.packed);
+    assert_null(m->u.view.ops);
+    assert_int_equal(m->u.view.n_ops, 0);
 
     free(a.base);
     free(m);
     free(buf);
+}
+
+/* A view encodes from the caller's array to the documented bytes, and a
+ * decoded view reads its entries in place through eccl_wire_view_op. */
+static void test_view_entries(void **state)
+{
+    (void)state;
+    /* The decoded message is small: it lives on simulated actors' stacks. */
+    assert_true(sizeof(eccl_msg) <= 512);
+
+    const eccl_wire_op_flag mine[] = {
+        {0x0102030405060708ull, 1}, {0, 0}, {UINT64_MAX, 1}, {0x8000000000000001ull, 0},
+        {42, 1},
+    };
+    const uint32_t n = sizeof(mine) / sizeof(mine[0]);
+    eccl_msg m = {.type = ECCL_MSG_VIEW_REPORT};
+    m.u.view.epoch = 0xA1B2C3D4u;
+    m.u.view.n_ops = n;
+    m.u.view.ops = mine;
+    for (uint32_t i = 0; i < n; i++) {
+        assert_int_equal(eccl_wire_view_op(&m.u.view, i).tag, mine[i].tag);
+        assert_int_equal(eccl_wire_view_op(&m.u.view, i).flag, mine[i].flag);
+    }
+
+    uint8_t frame[ECCL_WIRE_HEADER_SIZE + 8 + 5 * 9];
+    assert_int_equal(eccl_wire_encode(&m, frame, sizeof(frame)), sizeof(frame));
+    /* Payload layout: u32 epoch, u32 n_ops, then per entry u64 tag, u8 flag. */
+    uint8_t want[8 + 5 * 9];
+    size_t w = le(want, m.u.view.epoch, 4) + le(want + 4, n, 4);
+    for (uint32_t i = 0; i < n; i++) {
+        w += le(want + w, mine[i].tag, 8);
+        want[w++] = mine[i].flag;
+    }
+    assert_int_equal(w, sizeof(want));
+    assert_memory_equal(frame + ECCL_WIRE_HEADER_SIZE, want, sizeof(want));
+
+    /* Decode from an exact-size heap block (ASan sees any overread). */
+    uint8_t *payload = malloc(sizeof(want));
+    assert_non_null(payload);
+    memcpy(payload, want, sizeof(want));
+    eccl_msg d;
+    memset(&d, 0xA5, sizeof(d));
+    assert_int_equal(eccl_wire_decode(ECCL_MSG_VIEW_REPORT, payload, sizeof(want), &d), ECCL_OK);
+    assert_int_equal(d.type, ECCL_MSG_VIEW_REPORT);
+    assert_int_equal(d.u.view.epoch, 0xA1B2C3D4u);
+    assert_int_equal(d.u.view.n_ops, n);
+    assert_null(d.u.view.ops);
+    assert_ptr_equal(d.u.view.packed, payload + 8);
+    for (uint32_t i = 0; i < n; i++) {
+        eccl_wire_op_flag e = eccl_wire_view_op(&d.u.view, i);
+        assert_int_equal(e.tag, mine[i].tag);
+        assert_int_equal(e.flag, mine[i].flag);
+    }
+
+    /* A decoded view re-encodes from the borrowed entries, byte for byte,
+     * also as the other view type. */
+    uint8_t again[sizeof(frame)];
+    assert_int_equal(eccl_wire_encode(&d, again, sizeof(again)), sizeof(frame));
+    assert_memory_equal(again, frame, sizeof(frame));
+    d.type = ECCL_MSG_VIEW_DECIDE;
+    assert_int_equal(eccl_wire_encode(&d, again, sizeof(again)), sizeof(frame));
+    assert_int_equal(again[6], ECCL_MSG_VIEW_DECIDE);
+    assert_memory_equal(again + ECCL_WIRE_HEADER_SIZE, want, sizeof(want));
+
+    /* Borrowed, not copied: the entries are read from the payload itself,
+     * which is why it must outlive the message. */
+    payload[8 + 4 * 9] = 43;      /* entry 4's tag, low byte */
+    payload[8 + 1 * 9 + 8] = 1;   /* entry 1's flag */
+    assert_int_equal(eccl_wire_view_op(&d.u.view, 4).tag, 43);
+    assert_int_equal(eccl_wire_view_op(&d.u.view, 1).flag, 1);
+    free(payload);
+
+    /* The largest view, from a caller array, through a decode. */
+    eccl_wire_op_flag *big = malloc(ECCL_WIRE_MAX_OPS * sizeof(*big));
+    uint8_t *bigframe = malloc(FRAME_CAP);
+    assert_non_null(big);
+    assert_non_null(bigframe);
+    rng r = {0x243F6A8885A308D3ull};
+    for (uint32_t i = 0; i < ECCL_WIRE_MAX_OPS; i++)
+        big[i] = (eccl_wire_op_flag){next(&r), (uint8_t)below(&r, 2)};
+    m.type = ECCL_MSG_VIEW_DECIDE;
+    m.u.view.n_ops = ECCL_WIRE_MAX_OPS;
+    m.u.view.ops = big;
+    size_t bn = eccl_wire_encode(&m, bigframe, FRAME_CAP);
+    assert_int_equal(bn, ECCL_WIRE_HEADER_SIZE + eccl_wire_max_length(ECCL_MSG_VIEW_DECIDE));
+    arena a = arena_new(FRAME_CAP);
+    assert_int_equal(decode_tail(&a, ECCL_MSG_VIEW_DECIDE, bigframe + ECCL_WIRE_HEADER_SIZE,
+                                 (uint32_t)(bn - ECCL_WIRE_HEADER_SIZE), &d),
+                     ECCL_OK);
+    assert_int_equal(d.u.view.n_ops, ECCL_WIRE_MAX_OPS);
+    for (uint32_t i = 0; i < ECCL_WIRE_MAX_OPS; i++) {
+        eccl_wire_op_flag e = eccl_wire_view_op(&d.u.view, i);
+        assert_int_equal(e.tag, big[i].tag);
+        assert_int_equal(e.flag, big[i].flag);
+    }
+    free(a.base);
+    free(bigframe);
+    free(big);
 }
 
 static void test_data_header(void **state)
@@ -839,6 +963,7 @@ int main(void)
         cmocka_unit_test(test_header_rejects),
         cmocka_unit_test(test_encode_rejects),
         cmocka_unit_test(test_decode_rejects),
+        cmocka_unit_test(test_view_entries),
         cmocka_unit_test(test_data_header),
         cmocka_unit_test(test_random_robustness),
     };

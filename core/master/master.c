@@ -203,36 +203,42 @@ static int op_flag_cmp(const void *a, const void *b)
 static void finish_view(eccl_master *m, mgroup *g)
 {
     if (g->querying) {
-        eccl_msg *d = calloc(1, sizeof *d);
         uint64_t total = 0;
         for (uint32_t i = 0; i < g->n; i++) total += g->members[i]->n_report;
         eccl_wire_op_flag *all = total ? malloc(total * sizeof *all) : NULL;
-        if (d && (all || !total)) {
-            d->type = ECCL_MSG_VIEW_DECIDE;
-            d->u.view.epoch = g->epoch;
+        if (all || !total) {
             size_t k = 0;
             for (uint32_t i = 0; i < g->n; i++) {
+                if (!g->members[i]->n_report) continue; /* report, all: maybe NULL */
                 memcpy(all + k, g->members[i]->report,
                        g->members[i]->n_report * sizeof *all);
                 k += g->members[i]->n_report;
             }
             /* Sorted by tag, each tag's reports sit together: commit it iff
              * every surviving member holds the result (a member that
-             * completed it reports it as held; each reports a tag once). */
-            qsort(all, total, sizeof *all, op_flag_cmp);
-            for (size_t a = 0, b; a < total && d->u.view.n_ops < ECCL_WIRE_MAX_OPS; a = b) {
+             * completed it reports it as held; each reports a tag once).
+             * The decisions are compacted into the front of `all` itself
+             * (slot n_ops is never ahead of group start a), which the
+             * DECIDE message then points at. */
+            if (total) qsort(all, total, sizeof *all, op_flag_cmp);
+            uint32_t n_ops = 0;
+            for (size_t a = 0, b; a < total && n_ops < ECCL_WIRE_MAX_OPS; a = b) {
                 uint32_t holders = 0;
-                for (b = a; b < total && all[b].tag == all[a].tag; b++) holders += all[b].flag;
-                d->u.view.ops[d->u.view.n_ops].tag = all[a].tag;
-                d->u.view.ops[d->u.view.n_ops].flag = holders == g->n;
-                d->u.view.n_ops++;
+                uint64_t tag = all[a].tag;
+                for (b = a; b < total && all[b].tag == tag; b++) holders += all[b].flag;
+                all[n_ops].tag = tag;
+                all[n_ops].flag = holders == g->n;
+                n_ops++;
                 ECCL_INFO(m->env, "group %u epoch %u: %s collective tag %llu", g->id, g->epoch,
-                          holders == g->n ? "commit" : "abort", (unsigned long long)all[a].tag);
+                          holders == g->n ? "commit" : "abort", (unsigned long long)tag);
             }
-            for (uint32_t i = 0; i < g->n; i++) send_to(g->members[i], d);
+            eccl_msg d = {.type = ECCL_MSG_VIEW_DECIDE};
+            d.u.view.epoch = g->epoch;
+            d.u.view.n_ops = n_ops;
+            d.u.view.ops = all;
+            for (uint32_t i = 0; i < g->n; i++) send_to(g->members[i], &d);
         }
         free(all);
-        free(d);
         for (uint32_t i = 0; i < g->n; i++) {
             free(g->members[i]->report);
             g->members[i]->report = NULL;
@@ -466,10 +472,12 @@ static eccl_result peer_on_msg(void *owner, eccl_chan *ch, const eccl_msg *msg)
         if (p->state != MP_ACCEPTED || !g->querying || msg->u.view.epoch != g->epoch ||
             p->reported)
             return ECCL_OK; /* stale: a view it was not asked about */
+        /* The decoded entries borrow the frame's payload: copy them out. */
         size_t bytes = msg->u.view.n_ops * sizeof *p->report;
         p->report = bytes ? malloc(bytes) : NULL;
         if (bytes && !p->report) return ECCL_ERR_NO_MEMORY;
-        if (bytes) memcpy(p->report, msg->u.view.ops, bytes);
+        for (uint32_t i = 0; i < msg->u.view.n_ops; i++)
+            p->report[i] = eccl_wire_view_op(&msg->u.view, i);
         p->n_report = msg->u.view.n_ops;
         p->reported = 1;
         g->n_reported++;

@@ -340,15 +340,17 @@ static int chan_parse(eccl_chan *ch, const eccl_chan_handler *h, void *owner,
         ch->in_got += (uint32_t)n;
     }
     {
-        eccl_msg *m = malloc(sizeof *m);
-        if (!m) {
-            rc = ECCL_ERR_NO_MEMORY;
-            goto fail;
-        }
-        rc = eccl_wire_decode(ch->hdr.type, ch->in_payload, ch->hdr.length, m);
+        /* A decoded message may borrow its payload (VIEW_* entries are read
+         * in place), so the payload lives until on_msg returns. The channel
+         * lets go of it first: the handler may read, close or re-enter the
+         * channel, and the next frame starts clean. */
+        uint8_t *payload = ch->in_payload;
+        ch->in_payload = NULL;
+        eccl_msg m;
+        rc = eccl_wire_decode(ch->hdr.type, payload, ch->hdr.length, &m);
         chan_reset_frame(ch);
-        if (rc == ECCL_OK) rc = h->on_msg(owner, ch, m);
-        free(m);
+        if (rc == ECCL_OK) rc = h->on_msg(owner, ch, &m);
+        free(payload);
         if (rc != ECCL_OK) goto fail;
     }
     return 1;

@@ -31,7 +31,8 @@ typedef struct eccl_frame {
 typedef struct eccl_chan eccl_chan;
 
 typedef struct eccl_chan_handler {
-    /* A decoded control frame. An error return closes the channel. */
+    /* A decoded control frame. An error return closes the channel. *m, and
+     * the payload a VIEW_* message borrows, live only until this returns. */
     eccl_result (*on_msg)(void *owner, eccl_chan *ch, const eccl_msg *m);
     /* A DATA frame's header arrived: set *dst to where its d->len payload
      * bytes go (NULL = read and drop them). ECCL_ERR_AGAIN holds the frame:

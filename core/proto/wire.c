@@ -149,6 +149,9 @@ _Static_assert(8u + ECCL_WIRE_MAX_OPS * OP_FLAG_SIZE <= ECCL_WIRE_MAX_CONTROL,
 _Static_assert(16u + 3u * PEER_REF_MAX + 16u <= ECCL_WIRE_MAX_CONTROL,
                "RING payload exceeds the control bound");
 _Static_assert(ECCL_WIRE_MAX_ADDR <= UINT16_MAX, "address length is a u16");
+/* Decoded messages live on the stacks of core's threads, which the
+ * simulator runs as one actor (one stack) per rank: no inline lists. */
+_Static_assert(sizeof(eccl_msg) <= 512, "eccl_msg must stay small");
 
 /* Types with no payload: max_length() alone cannot tell them from unknown. */
 static int known_type(uint16_t type)
@@ -264,17 +267,19 @@ static void put_payload(wbuf *w, const eccl_msg *m)
         break;
     case ECCL_MSG_VIEW_REPORT:
     case ECCL_MSG_VIEW_DECIDE:
-        if (m->u.view.n_ops > ECCL_WIRE_MAX_OPS) {
+        if (m->u.view.n_ops > ECCL_WIRE_MAX_OPS ||
+            (m->u.view.n_ops > 0 && !m->u.view.ops == !m->u.view.packed)) {
             w->bad = 1;
             break;
         }
         put_u32(w, m->u.view.epoch);
         put_u32(w, m->u.view.n_ops);
         for (uint32_t i = 0; i < m->u.view.n_ops && !w->bad; i++) {
-            if (m->u.view.ops[i].flag > 1)
+            eccl_wire_op_flag e = eccl_wire_view_op(&m->u.view, i);
+            if (e.flag > 1)
                 w->bad = 1;
-            put_u64(w, m->u.view.ops[i].tag);
-            put_u8(w, m->u.view.ops[i].flag);
+            put_u64(w, e.tag);
+            put_u8(w, e.flag);
         }
         break;
     case ECCL_MSG_KICK:
@@ -356,19 +361,24 @@ static void get_payload(rbuf *r, uint16_t type, eccl_msg *m)
     case ECCL_MSG_VIEW_DECIDE:
         m->u.view.epoch = get_u32(r);
         m->u.view.n_ops = get_u32(r);
+        m->u.view.ops = NULL;
         /* The count is checked against both the bound and the bytes that are
          * actually there before the loop, so a lying count costs nothing. */
-        if (m->u.view.n_ops > ECCL_WIRE_MAX_OPS ||
+        if (r->bad || m->u.view.n_ops > ECCL_WIRE_MAX_OPS ||
             (size_t)m->u.view.n_ops * OP_FLAG_SIZE > r->len - r->pos) {
             r->bad = 1;
             break;
         }
-        for (uint32_t i = 0; i < m->u.view.n_ops && !r->bad; i++) {
-            m->u.view.ops[i].tag = get_u64(r);
-            m->u.view.ops[i].flag = get_u8(r);
-            if (m->u.view.ops[i].flag > 1)
+        /* Entries stay where they are: validated here, read in place later
+         * by eccl_wire_view_op (no 4096-entry copy on anyone's stack). */
+        m->u.view.packed = r->p + r->pos;
+        for (uint32_t i = 0; i < m->u.view.n_ops; i++) {
+            if (m->u.view.packed[(size_t)i * OP_FLAG_SIZE + 8] > 1) {
                 r->bad = 1;
+                break;
+            }
         }
+        r->pos += (size_t)m->u.view.n_ops * OP_FLAG_SIZE;
         break;
     case ECCL_MSG_KICK:
         m->u.kick.reason = get_u32(r);
@@ -397,9 +407,24 @@ eccl_result eccl_wire_decode(uint16_t type, const uint8_t *payload,
     rbuf r = {payload, length, 0, 0};
     out->type = type;
     get_payload(&r, type, out);
-    if (r.bad || r.pos != r.len)
+    if (r.bad || r.pos != r.len) {
+        /* Leave no half-decoded fields, and no pointer into `payload`. */
+        memset(&out->u, 0, sizeof out->u);
         return ECCL_ERR_PROTOCOL;
+    }
     return ECCL_OK;
+}
+
+eccl_wire_op_flag eccl_wire_view_op(const eccl_msg_view *v, uint32_t i)
+{
+    if (!v->packed)
+        return v->ops[i];
+    /* Little-endian u64 tag, then the u8 flag (see put_payload). */
+    rbuf r = {v->packed + (size_t)i * OP_FLAG_SIZE, OP_FLAG_SIZE, 0, 0};
+    eccl_wire_op_flag e;
+    e.tag = get_u64(&r);
+    e.flag = get_u8(&r);
+    return e;
 }
 
 /* ---- data header --------------------------------------------------------- */

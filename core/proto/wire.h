@@ -117,10 +117,20 @@ typedef struct eccl_wire_op_flag {
                      VIEW_DECIDE: 1 = commit, 0 = abort */
 } eccl_wire_op_flag;
 
-typedef struct eccl_msg_view {  /* VIEW_REPORT, VIEW_DECIDE */
+/* VIEW_REPORT, VIEW_DECIDE. The entry list is never held inline (up to
+ * ECCL_WIRE_MAX_OPS entries would make every eccl_msg 64 KiB, and core keeps
+ * messages on the stacks of simulated actors). Read entries with
+ * eccl_wire_view_op, which works for either kind of view:
+ *   - to encode, point `ops` at the caller's n_ops entries (packed NULL);
+ *   - a decoded view has ops NULL and `packed` pointing at the validated
+ *     entries inside the payload it was decoded from: it BORROWS that buffer
+ *     and is valid only while the buffer lives and is unchanged. Copy the
+ *     entries out to keep them. */
+typedef struct eccl_msg_view {
     uint32_t epoch;
     uint32_t n_ops;
-    eccl_wire_op_flag ops[ECCL_WIRE_MAX_OPS];
+    const eccl_wire_op_flag *ops; /* encode: caller's entries, or NULL */
+    const uint8_t *packed;        /* decoded: n_ops 9-byte wire entries */
 } eccl_msg_view;
 
 typedef struct eccl_msg_kick {
@@ -192,11 +202,17 @@ uint32_t eccl_wire_max_length(uint16_t type);
 
 /* Encodes a whole frame (header + payload) for a control message into
  * out[cap]. Returns the frame size, or 0 if it does not fit or the message is
- * invalid (unknown type, string or list over bound, DATA). */
+ * invalid (unknown type, string or list over bound, DATA, a view with entries
+ * but not exactly one of `ops` / `packed` set). */
 size_t eccl_wire_encode(const eccl_msg *msg, uint8_t *out, size_t cap);
-/* Decodes the payload of a control frame whose header was already decoded. */
+/* Decodes the payload of a control frame whose header was already decoded.
+ * A decoded VIEW_* message borrows `payload` (see eccl_msg_view): keep it
+ * alive and unchanged while the message is read. On failure *out holds no
+ * pointer into `payload`. */
 eccl_result eccl_wire_decode(uint16_t type, const uint8_t *payload,
                              uint32_t length, eccl_msg *out);
+/* Entry i (< v->n_ops) of a view, decoded or built for encoding. */
+eccl_wire_op_flag eccl_wire_view_op(const eccl_msg_view *v, uint32_t i);
 
 void eccl_wire_data_encode(const eccl_wire_data *d, uint8_t *out);
 /* Parses the 32-byte data header; frame_length is the frame's header length.
