@@ -31,6 +31,7 @@
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <malloc.h>
 
 #include <simgrid/actor.h>
 #include <simgrid/engine.h>
@@ -1785,6 +1786,43 @@ static int usage(const char *argv0)
     return 2;
 }
 
+/* Actor stacks. Core's deepest call chain is under 4 KiB (no control
+ * message on the stack is bigger than 256 bytes), so 256 KiB instead of
+ * SimGrid's 8 MiB leaves ample room for libc and SimGrid. What costs is not
+ * the size but the memory maps: a stack with a guard page is 2, and Linux
+ * allows vm.max_map_count (65,530 by default) per process, which with 3
+ * actors per rank (worker, progress, receiver) stops at about 10,900
+ * ranks. Beyond what the limit allows, stacks go without guard pages (one
+ * plain allocation each): an overflow is then no longer caught, which the
+ * margin above makes a remote risk; eccl-sim says so when it happens. */
+#define ACTOR_STACK_KIB 256
+#define MAP_MARGIN 4096 /* maps for everything else: libraries, heap, SimGrid */
+
+static void set_actor_stacks(const scenario_cfg *c)
+{
+    sg_cfg_set_int("contexts/stack-size", ACTOR_STACK_KIB);
+    long limit = 0;
+    FILE *f = fopen("/proc/sys/vm/max_map_count", "r");
+    if (f) {
+        if (fscanf(f, "%ld", &limit) != 1) limit = 0;
+        fclose(f);
+    }
+    /* Every worker life is 3 actors; the master 2; killers and the plan 1. */
+    long actors = 3L * (c->ranks + c->nfaults) + 2 + c->nfaults + 1;
+    if (limit > 0 && 2 * actors + MAP_MARGIN > limit) {
+        sg_cfg_set_int("contexts/guard-size", 0);
+        /* Without a guard, SimGrid callocs each stack. glibc raises its mmap
+         * threshold past a freed mmapped chunk, and a calloc from the heap
+         * clears the whole stack: 32k ranks touched 11 GB of zeros. A fixed
+         * threshold keeps every stack a fresh, untouched mapping (and the
+         * kernel merges adjacent ones, so they cost few maps). */
+        mallopt(M_MMAP_THRESHOLD, 128 * 1024);
+        eccl_sg_printf("eccl-sim", "actor stacks without guard pages: %ld actors need %ld maps "
+                       "with them, vm.max_map_count is %ld", actors, 2 * actors + MAP_MARGIN,
+                       limit);
+    }
+}
+
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -1841,6 +1879,7 @@ int main(int argc, char **argv)
     xbt_log_control_set("xbt_cfg.thres:warning");
     /* CM02: a message costs exactly latency + size / bandwidth. */
     sg_cfg_set_string("network/model", "CM02");
+    set_actor_stacks(&cfg);
     simgrid_load_platform(platform_path);
 
     sim *s = calloc(1, sizeof *s);
