@@ -68,11 +68,12 @@ int eccl_sg_is_phantom(const eccl_sg_world *w, const void *p);
 
 /* CPU time the master spends on each control message it sends or takes
  * (a syscall, decoding, its bookkeeping), in seconds; 0 (the default) is
- * free. Applies to masters created from now on. The master's receiver
- * sleeps it before handing a message over, its sender before each put, so
- * a master's messages are handled one after another, as by a real
- * single-threaded master: a broadcast to N peers takes N x cost, and N
- * peers registering at once queue up behind each other. Ranks' own
+ * free. Applies to masters created from now on. The master's thread
+ * sleeps it before each send, and for every message its env took since,
+ * when it next waits for the net, so a master's messages are handled one
+ * after another, as by a real single-threaded master: a broadcast to N
+ * peers takes N x cost, and N peers registering at once queue up behind
+ * each other. Ranks' own
  * messages cost nothing here: their cost is dominated by the network and
  * the device, which the platform and dev_sim model. */
 eccl_result eccl_sg_world_set_master_msg_cost(eccl_sg_world *w, double seconds);

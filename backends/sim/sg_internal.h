@@ -105,6 +105,7 @@ struct sg_env {
     int rx_done;            /* its receiver took M_STOP and returned */
     double dev_debt_s;      /* device time charged but not slept yet */
     double msg_cost_s;      /* CPU time per message sent or taken */
+    double msg_debt_s;      /* of messages taken, not slept yet (sg_wait) */
     sg_env *next, *prev;    /* in w->envs */
 };
 
