@@ -1393,7 +1393,9 @@ static void rank_main(int argc, char **argv)
     (void)argv;
     rank_state *r = sg_actor_self_get_data();
     sim *s = r->s;
-    sg_actor_sleep_until((double)r->arrive_ns / 1e9);
+    /* Not when it is due now (a host_on): SimGrid would round a sleep of
+     * less than its precision up to 1 ns, and say so. */
+    if (r->arrive_ns > eccl_sg_now_ns()) sg_actor_sleep_until((double)r->arrive_ns / 1e9);
     r->counted = 1;
     s->running++;
     eccl_worker_sg sim_launch;
