@@ -48,6 +48,11 @@
 #define MAX_RANKS 100000
 #define MAX_HOSTS 2000000 /* clos and wan: generated hosts */
 #define MAX_REGIONS 64     /* wan: a link per pair of regions */
+#define MAX_RANKS_PER_HOST 64
+/* Loopback defaults: eccl's transport is TCP, so two ranks on one host talk
+ * through the kernel's loopback (scenarios/README.md, "Ranks per host"). */
+#define LOOPBACK_BW_DEFAULT 5e9   /* 5 GB/s: one TCP stream over lo, copy-bound */
+#define LOOPBACK_LAT_DEFAULT 5e-6 /* 5 us one way: half a TCP_RR round trip over lo */
 #define MAX_LINE 1024
 
 /* ---- scenario ------------------------------------------------------------ */
@@ -70,7 +75,7 @@ typedef enum fault_kind {
 typedef struct fault_spec {
     fault_kind kind;
     int line;       /* in the scenario file, for errors */
-    int rank;       /* host kinds: 1..ranks, the host node-<rank> */
+    int rank;       /* host kinds: 1..ranks (host_off, host_on: every rank of its host) */
     int at_iter;    /* F_KILL: >= 0 when the rank begins this iteration's all-reduce ... */
     uint64_t at_ns; /* ... otherwise at this simulated time */
     int partition;  /* F_LINK_OFF of a `partition` line: must cut someone off */
@@ -94,6 +99,9 @@ typedef struct scenario_cfg {
     char platform[16];
     platform_kind kind;
     int hosts, ranks, iters, world_min;
+    int ranks_per_host; /* rank R runs on node-(1 + (R-1) / ranks_per_host) */
+    int loopback;       /* the clusters carry loopback links (host to itself) */
+    double loopback_bandwidth_Bps, loopback_latency_s;
     long count;
     double bandwidth_Bps, latency_s, jitter_s, stagger_s;
     /* platform = clos: host-to-host latencies, same rack < zone < DC < other DC */
@@ -137,9 +145,10 @@ static const char *role_name(rank_role r)
 
 typedef struct rank_state {
     sim *s;
-    int idx; /* 1..ranks, also the host node-idx */
+    int idx; /* 1..ranks */
     char name[16];
-    char host[24];
+    char host[24];      /* node-(1 + (idx-1) / ranks_per_host) */
+    aid_t pid;          /* its current worker's actor */
     uint64_t arrive_ns; /* staggered start, plus seeded jitter; or its join time */
     int kill_iter;      /* kill @ iter I: I, else -1 */
     int kill_armed;     /* its killer actor was started */
@@ -469,7 +478,7 @@ static int parse_link_fault(const char *v, const char *key, fault_spec *k, fault
 enum {
     K_NAME, K_PLATFORM, K_BW, K_LAT, K_RANKS, K_COUNT, K_ITERS, K_EXPECT, K_SEED, K_JITTER,
     K_STAGGER, K_WORLD_MIN, K_BUFFERS, K_REDUCE_RATE, K_COPY_RATE, K_STEP, K_PEER_TIMEOUT,
-    K_EXPECT_SLOWDOWN, K_MASTER_MSG_COST,
+    K_EXPECT_SLOWDOWN, K_MASTER_MSG_COST, K_RANKS_PER_HOST, K_LOOPBACK_BW, K_LOOPBACK_LAT,
     K_HOSTS,                                                        /* flat */
     K_HOSTS_PER_RACK, K_RACKS_PER_ZONE, K_ZONES_PER_DC, K_DCS, K_OVERSUB, K_ZONE_LAT, K_DC_LAT,
     K_INTER_DC_LAT,                                                 /* clos */
@@ -508,6 +517,9 @@ static const key_def key_defs[K_NKEYS] = {
     [K_PEER_TIMEOUT] = {"peer_timeout", KK_TIME, CFG_OFF(peer_timeout_s), 0, 0},
     [K_EXPECT_SLOWDOWN] = {"expect_slowdown", KK_RATIO, CFG_OFF(expect_slowdown), 0, 0},
     [K_MASTER_MSG_COST] = {"master_msg_cost", KK_TIME, CFG_OFF(master_msg_cost_s), 0, 0},
+    [K_RANKS_PER_HOST] = {"ranks_per_host", KK_INT, CFG_OFF(ranks_per_host), 1, MAX_RANKS_PER_HOST},
+    [K_LOOPBACK_BW] = {"loopback_bandwidth", KK_BW, CFG_OFF(loopback_bandwidth_Bps), 0, 0},
+    [K_LOOPBACK_LAT] = {"loopback_latency", KK_TIME, CFG_OFF(loopback_latency_s), 0, 0},
     [K_HOSTS] = {"hosts", KK_INT, CFG_OFF(hosts), 2, MAX_RANKS + 1},
     [K_HOSTS_PER_RACK] = {"hosts_per_rack", KK_INT, CFG_OFF(hosts_per_rack), 1, MAX_HOSTS},
     [K_RACKS_PER_ZONE] = {"racks_per_zone", KK_INT, CFG_OFF(racks_per_zone), 1, MAX_HOSTS},
@@ -534,7 +546,7 @@ static const int common_required[] = {K_NAME, K_PLATFORM, K_BW, K_LAT, K_RANKS, 
 static const int common_optional[] = {K_EXPECT, K_SEED, K_JITTER, K_STAGGER, K_WORLD_MIN,
                                       K_BUFFERS, K_REDUCE_RATE, K_COPY_RATE, K_STEP,
                                       K_PEER_TIMEOUT, K_EXPECT_SLOWDOWN, K_MASTER_MSG_COST,
-                                      -1};
+                                      K_RANKS_PER_HOST, K_LOOPBACK_BW, K_LOOPBACK_LAT, -1};
 static const int flat_required[] = {K_HOSTS, -1};
 static const int flat_optional[] = {-1};
 static const int clos_required[] = {K_HOSTS_PER_RACK, K_RACKS_PER_ZONE, K_ZONES_PER_DC, K_DCS, -1};
@@ -592,6 +604,22 @@ static int parse_key_value(const char *file, int lineno, const key_def *d, const
     return cfg_error(file, lineno, "%s: internal error", d->name);
 }
 
+/* Rank R runs on host node-(1 + (R-1) / ranks_per_host); host K >= 1 runs
+ * ranks first..last (host 0 runs the master). */
+static int rank_host(const scenario_cfg *c, int rank) { return 1 + (rank - 1) / c->ranks_per_host; }
+
+static void host_ranks(const scenario_cfg *c, int host, int *first, int *last)
+{
+    *first = (host - 1) * c->ranks_per_host + 1;
+    *last = host * c->ranks_per_host < c->ranks ? host * c->ranks_per_host : c->ranks;
+}
+
+/* Whether a fault of this kind acts on the whole host of its rank (every
+ * rank there), or on its rank alone. A kill is a process crash: with one
+ * rank per host it takes the host down as well (eccl_sg_world_kill_host),
+ * which is the same thing there, and what lets a host_on follow it. */
+static int host_wide(fault_kind k) { return k == F_HOST_OFF || k == F_HOST_ON; }
+
 typedef struct host_ev {
     int rank, idx;
     uint64_t at_ns;
@@ -605,12 +633,15 @@ static int host_ev_cmp(const void *a, const void *b)
     return x->idx < y->idx ? -1 : x->idx > y->idx;
 }
 
-/* Each rank's host events, in time order, must make sense: a join first
- * and once, off (kill, host_off) only while on, host_on only while off, no
- * two at the same time, and a `kill @ iter` alone. */
+/* Each rank's host events (its own kill and join, and every host_off and
+ * host_on of its host), in time order, must make sense: a join first and
+ * once, a kill only while its worker is up, host_off only while its host is
+ * on, host_on only while it is off, no two at the same time, and a
+ * `kill @ iter` alone. */
 static int check_host_plan(const char *file, const scenario_cfg *c)
 {
-    host_ev *ev = calloc((size_t)c->nfaults + 1, sizeof *ev);
+    const int rph = c->ranks_per_host;
+    host_ev *ev = calloc((size_t)c->nfaults * (size_t)rph + 1, sizeof *ev);
     if (!ev) return cfg_error(file, 0, "out of memory");
     int n = 0, rc = 0;
     for (int i = 0; i < c->nfaults; i++) {
@@ -626,37 +657,51 @@ static int check_host_plan(const char *file, const scenario_cfg *c)
                            c->iters - 1);
             break;
         }
-        ev[n++] = (host_ev){f->rank, i, f->at_ns};
+        int first = f->rank, last = f->rank;
+        if (host_wide(f->kind)) host_ranks(c, rank_host(c, f->rank), &first, &last);
+        for (int q = first; q <= last; q++) ev[n++] = (host_ev){q, i, f->at_ns};
     }
     if (rc == 0) qsort(ev, (size_t)n, sizeof *ev, host_ev_cmp);
+    /* Walked per rank: is its host on, is its worker up. */
+    int host_on = 1, up = 1;
+    const char *whose = rph > 1 ? " (its own or its host's)" : "";
     for (int i = 0; rc == 0 && i < n; i++) {
         const int first = i == 0 || ev[i - 1].rank != ev[i].rank;
         const int last = i == n - 1 || ev[i + 1].rank != ev[i].rank;
         const fault_spec *f = &c->faults[ev[i].idx];
-        int is_on = 1;
-        if (!first) {
-            /* State after the previous events of this rank. */
-            for (int j = i - 1; j >= 0 && ev[j].rank == ev[i].rank; j--) {
-                fault_kind k = c->faults[ev[j].idx].kind;
-                if (k == F_KILL || k == F_HOST_OFF) { is_on = 0; break; }
-                if (k == F_HOST_ON || k == F_JOIN) break;
-            }
-            if (ev[i - 1].at_ns == ev[i].at_ns)
-                rc = cfg_error(file, f->line, "%s: rank %d has another host event at the same "
-                               "time", fault_name(f->kind), f->rank);
+        const int r = ev[i].rank;
+        char host_of[24] = ""; /* with several ranks per host, which host */
+        if (rph > 1) snprintf(host_of, sizeof host_of, " node-%d", rank_host(c, r));
+        if (first) host_on = up = 1;
+        if (!first && ev[i - 1].at_ns == ev[i].at_ns) {
+            rc = cfg_error(file, f->line, "%s: rank %d has another host event%s at the same "
+                           "time", fault_name(f->kind), r, whose);
+            break;
         }
-        if (rc) break;
         if (f->kind == F_KILL && f->at_iter >= 0 && !(first && last))
-            rc = cfg_error(file, f->line, "kill @ iter: rank %d has other host events; use "
-                           "kill @ TIME", f->rank);
+            rc = cfg_error(file, f->line, "kill @ iter: rank %d has other host events%s; use "
+                           "kill @ TIME", r, whose);
         else if (f->kind == F_JOIN && !first)
-            rc = cfg_error(file, f->line, "join: rank %d: a join must be its first host event",
-                           f->rank);
-        else if ((f->kind == F_KILL || f->kind == F_HOST_OFF) && !is_on)
-            rc = cfg_error(file, f->line, "%s: rank %d: its host is already off",
-                           fault_name(f->kind), f->rank);
-        else if (f->kind == F_HOST_ON && is_on)
-            rc = cfg_error(file, f->line, "host_on: rank %d: its host is not off", f->rank);
+            rc = cfg_error(file, f->line, "join: rank %d: a join must be its first host "
+                           "event%s", r, whose);
+        else if ((f->kind == F_KILL || f->kind == F_HOST_OFF) && !host_on)
+            rc = cfg_error(file, f->line, "%s: rank %d: its host%s is already off",
+                           fault_name(f->kind), f->rank, host_of);
+        else if (f->kind == F_KILL && !up)
+            rc = cfg_error(file, f->line, "kill: rank %d: already killed", r);
+        else if (f->kind == F_HOST_ON && host_on)
+            rc = cfg_error(file, f->line, "host_on: rank %d: its host%s is not off%s", f->rank,
+                           host_of,
+                           rph > 1 ? " (with ranks_per_host > 1 a kill takes down the "
+                                     "process, not the host)" : "");
+        if (f->kind == F_KILL) {
+            up = 0;
+            if (rph == 1) host_on = 0;
+        } else if (f->kind == F_HOST_OFF) {
+            host_on = up = 0;
+        } else if (f->kind == F_HOST_ON) {
+            host_on = up = 1;
+        }
     }
     free(ev);
     return rc;
@@ -670,6 +715,9 @@ static int parse_scenario(const char *file, scenario_cfg *c)
     c->stagger_s = 1e-3;
     c->expect_survivors = -1;
     c->oversubscription = 1;
+    c->ranks_per_host = 1;
+    c->loopback_bandwidth_Bps = LOOPBACK_BW_DEFAULT;
+    c->loopback_latency_s = LOOPBACK_LAT_DEFAULT;
     int key_line[K_NKEYS] = {0}; /* 0: not given */
     FILE *f = fopen(file, "r");
     if (!f) return cfg_error(file, 0, "cannot open: %s", strerror(errno));
@@ -834,9 +882,20 @@ static int parse_scenario(const char *file, scenario_cfg *c)
             return cfg_error(file, key_line[K_REGION_LAT], "region_latency: below site_latency "
                              "(which is latency unless given)");
     }
-    if (c->hosts < c->ranks + 1)
-        return cfg_error(file, 0, "%d hosts: need ranks + 1 = %d (host 0 runs the master)",
-                         c->hosts, c->ranks + 1);
+    /* Host 0 runs the master alone; ranks fill node-1, node-2, ...
+     * ranks_per_host at a time. */
+    const int rank_hosts = (c->ranks + c->ranks_per_host - 1) / c->ranks_per_host;
+    if (c->hosts < rank_hosts + 1) {
+        if (c->ranks_per_host == 1)
+            return cfg_error(file, 0, "%d hosts: need ranks + 1 = %d (host 0 runs the master)",
+                             c->hosts, c->ranks + 1);
+        return cfg_error(file, 0, "%d hosts: need 1 + ceil(ranks / ranks_per_host) = 1 + "
+                         "ceil(%d / %d) = %d (host 0 runs the master)", c->hosts, c->ranks,
+                         c->ranks_per_host, rank_hosts + 1);
+    }
+    /* Two ranks on one host talk through its loopback; with one rank per
+     * host nothing does, so the platform only has it when asked for. */
+    c->loopback = c->ranks_per_host > 1 || key_line[K_LOOPBACK_BW] || key_line[K_LOOPBACK_LAT];
     if (!key_line[K_PEER_TIMEOUT]) c->peer_timeout_s = 5.0; /* the library's default */
     if (c->master_msg_cost_s > 0.001)
         return cfg_error(file, key_line[K_MASTER_MSG_COST], "master_msg_cost: at most 1ms");
@@ -860,10 +919,42 @@ static int parse_scenario(const char *file, scenario_cfg *c)
 
 /* Every host is node-K, K = 0 .. hosts-1, numbered in the order the platform
  * nests them (rack after rack, site after site): node-0 runs the master, rank
- * R runs on node-R. Latencies go out in ns (SimGrid reads fractions). */
+ * R runs on node-(1 + (R-1) / ranks_per_host). Latencies go out in ns
+ * (SimGrid reads fractions).
+ *
+ * Loopback: without one, SimGrid routes a host to itself out through its
+ * cluster link and back (up, backbone, down: twice the host latency, and
+ * the NIC's bandwidth shared with the host's other traffic). With
+ * cfg->loopback every cluster gets SimGrid's loopback_bw / loopback_lat
+ * attributes: each host has its own FATPIPE link <cluster>_link_K_loopback
+ * (every flow gets the whole bandwidth, none shares it), and that link alone
+ * is the route from the host to itself. */
 
-static void xml_head(FILE *f, const scenario_cfg *c, const char *what)
+/* The cluster attributes that give every host its loopback ("" without). */
+static const char *loopback_attrs(const scenario_cfg *c, char *buf, size_t size)
 {
+    if (!c->loopback) return "";
+    snprintf(buf, size, " loopback_bw=\"%.17gBps\" loopback_lat=\"%lluns\"",
+             c->loopback_bandwidth_Bps, (unsigned long long)llround(c->loopback_latency_s * 1e9));
+    return buf;
+}
+
+/* The generated platform, in words: "<what>" plus the ranks per host. */
+static void describe(char *buf, size_t size, const scenario_cfg *c, const char *what)
+{
+    if (c->ranks_per_host == 1) {
+        snprintf(buf, size, "%s", what);
+        return;
+    }
+    snprintf(buf, size, "%s, %d ranks per host (loopback %g GB/s, %llu ns)", what,
+             c->ranks_per_host, c->loopback_bandwidth_Bps / 1e9,
+             (unsigned long long)llround(c->loopback_latency_s * 1e9));
+}
+
+static void xml_head(FILE *f, const scenario_cfg *c, const char *platform)
+{
+    char what[320];
+    describe(what, sizeof what, c, platform);
     fprintf(f,
             "<?xml version='1.0'?>\n"
             "<!DOCTYPE platform SYSTEM \"https://simgrid.org/simgrid.dtd\">\n"
@@ -875,14 +966,16 @@ static void xml_head(FILE *f, const scenario_cfg *c, const char *what)
 /* A cluster of hosts node-first .. node-(first+n-1), each on a private link
  * (bw, lat_ns) to a backbone that never limits and adds no latency; its
  * router `gw` is where the cluster meets the zone above. */
-static void xml_cluster(FILE *f, const char *indent, const char *id, int first, int n, double bw,
-                        double lat_ns, const char *gw)
+static void xml_cluster(FILE *f, const scenario_cfg *c, const char *indent, const char *id,
+                        int first, int n, double bw, double lat_ns, const char *gw)
 {
+    char lo[128];
     fprintf(f,
             "%s<cluster id=\"%s\" prefix=\"node-\" suffix=\"\" radical=\"%d-%d\" speed=\"1Gf\"\n"
-            "%s         bw=\"%.17gBps\" lat=\"%.17gns\" bb_bw=\"%.17gBps\" bb_lat=\"0s\"\n"
+            "%s         bw=\"%.17gBps\" lat=\"%.17gns\" bb_bw=\"%.17gBps\" bb_lat=\"0s\"%s\n"
             "%s         router_id=\"%s\"/>\n",
-            indent, id, first, first + n - 1, indent, bw, lat_ns, bw * n, indent, gw);
+            indent, id, first, first + n - 1, indent, bw, lat_ns, bw * n,
+            loopback_attrs(c, lo, sizeof lo), indent, gw);
 }
 
 /* A zone holding nothing but the router `gw`: the hub the children of a
@@ -916,11 +1009,12 @@ static void write_flat(FILE *f, const scenario_cfg *c)
     char what[64];
     snprintf(what, sizeof what, "a flat cluster of %d hosts", c->hosts);
     xml_head(f, c, what);
+    char lo[128];
     fprintf(f,
             "  <cluster id=\"flat\" prefix=\"node-\" suffix=\"\" radical=\"0-%d\" speed=\"1Gf\"\n"
-            "           bw=\"%.17gBps\" lat=\"%lluns\" bb_bw=\"%.17gBps\" bb_lat=\"0s\"/>\n",
+            "           bw=\"%.17gBps\" lat=\"%lluns\" bb_bw=\"%.17gBps\" bb_lat=\"0s\"%s/>\n",
             c->hosts - 1, c->bandwidth_Bps, (unsigned long long)llround(c->latency_s * 1e9),
-            c->bandwidth_Bps * c->hosts);
+            c->bandwidth_Bps * c->hosts, loopback_attrs(c, lo, sizeof lo));
 }
 
 /* Clos: racks (clusters) under zones under DCs under a core, each level a
@@ -955,8 +1049,8 @@ static void write_clos(FILE *f, const scenario_cfg *c)
             for (int r = 0; r < c->racks_per_zone; r++) {
                 snprintf(id, sizeof id, "rack-%d-%d-%d", d, z, r);
                 snprintf(gw, sizeof gw, "rack-%d-%d-%d-gw", d, z, r);
-                xml_cluster(f, "        ", id, host, c->hosts_per_rack, c->bandwidth_Bps, L / 2,
-                            gw);
+                xml_cluster(f, c, "        ", id, host, c->hosts_per_rack, c->bandwidth_Bps,
+                            L / 2, gw);
                 host += c->hosts_per_rack;
             }
             xml_hub(f, "        ", hub, hubgw);
@@ -1027,7 +1121,7 @@ static void write_wan(FILE *f, const scenario_cfg *c)
         for (int s = 0; s < c->sites_per_region; s++) {
             snprintf(id, sizeof id, "site-%d-%d", g, s);
             snprintf(gw, sizeof gw, "site-%d-%d-gw", g, s);
-            xml_cluster(f, "      ", id, host, c->hosts_per_site, c->bandwidth_Bps, L / 2, gw);
+            xml_cluster(f, c, "      ", id, host, c->hosts_per_site, c->bandwidth_Bps, L / 2, gw);
             host += c->hosts_per_site;
         }
         xml_hub(f, "      ", hub, hubgw);
@@ -1131,11 +1225,13 @@ static void progress(sim *s)
 
 /* ---- fault injection ----------------------------------------------------- */
 
-static void start_actor(const char *name, const char *host, xbt_main_func_t fn, void *data)
+static aid_t start_actor(const char *name, const char *host, xbt_main_func_t fn, void *data)
 {
     sg_actor_t a = sg_actor_init(name, sg_host_by_name(host));
+    const aid_t pid = sg_actor_get_pid(a);
     sg_actor_set_data(a, data);
     sg_actor_start(a, fn, 0, NULL);
+    return pid;
 }
 
 /* A worker ended (returned, or killed while running). */
@@ -1147,7 +1243,7 @@ static void worker_ended(sim *s, rank_state *r)
     if (++r->ends == r->nstarts) s->done++;
 }
 
-/* Its host went off (kill or host_off). */
+/* Its worker was taken down (kill, or its host went off). */
 static void host_went_off(sim *s, rank_state *r, const char *event)
 {
     uint64_t now = eccl_sg_now_ns();
@@ -1156,12 +1252,31 @@ static void host_went_off(sim *s, rank_state *r, const char *event)
         /* Its finished steps no longer count towards the live workers' progress. */
         for (int i = 0; i <= r->last_ok_iter && i < s->cfg->iters; i++) s->oks_at[i]--;
         worker_ended(s, r);
+    } else if (r->returned) {
+        r->kill_missed++; /* it had finished: the fault came too late */
     } else {
-        r->kill_missed++;
+        return; /* already killed (a host_off after a kill of one of its ranks) */
     }
     add_event(s, r->idx, event, r->last_ok_iter + 1, -1, NULL, NULL);
     if (s->fault_ns == UINT64_MAX) s->fault_ns = now;
     progress(s);
+}
+
+/* kill: a crash of the rank's process. With one rank per host, the host
+ * crashes with it (as it always did: a host_on may bring it back); with
+ * several, only the process: its conns reset, its listeners refuse, its
+ * actors die, the host and its other ranks go on. */
+static void kill_rank(sim *s, rank_state *r)
+{
+    if (s->cfg->ranks_per_host == 1) {
+        eccl_sg_printf("eccl-sim", "kill rank=%d host=%s", r->idx, r->host);
+        eccl_sg_world_kill_host(s->w, r->host);
+    } else {
+        eccl_sg_printf("eccl-sim", "kill rank=%d host=%s (its process; the host stays on)",
+                       r->idx, r->host);
+        if (r->running) eccl_sg_world_kill_process(s->w, r->pid);
+    }
+    host_went_off(s, r, "killed");
 }
 
 typedef struct killer_arg {
@@ -1177,9 +1292,7 @@ static void killer_main(int argc, char **argv)
     rank_state *v = ka->victim;
     sim *s = v->s;
     sg_actor_sleep_until((double)ka->at_ns / 1e9);
-    eccl_sg_printf("eccl-sim", "kill rank=%d host=%s", v->idx, v->host);
-    eccl_sg_world_kill_host(s->w, v->host);
-    host_went_off(s, v, "killed");
+    kill_rank(s, v);
     free(ka);
 }
 
@@ -1216,7 +1329,7 @@ static void start_worker(rank_state *r, uint64_t at_ns, int start_world)
     r->last_ok_world = r->min_ok_world = r->max_ok_world = -1;
     r->failed_ops = 0;
     r->begin_ns = r->op_ns = 0;
-    start_actor(r->name, r->host, rank_main, r);
+    r->pid = start_actor(r->name, r->host, rank_main, r);
 }
 
 static void apply_fault(sim *s, int idx)
@@ -1227,22 +1340,31 @@ static void apply_fault(sim *s, int idx)
     eccl_result rc = ECCL_OK;
     switch (f->kind) {
     case F_KILL:
-        eccl_sg_printf("eccl-sim", "kill rank=%d host=%s", r->idx, r->host);
-        eccl_sg_world_kill_host(s->w, r->host);
-        host_went_off(s, r, "killed");
+        kill_rank(s, r);
         break;
     case F_HOST_OFF:
-        eccl_sg_printf("eccl-sim", "host_off rank=%d host=%s (silent)", r->idx, r->host);
-        rc = eccl_sg_world_host_off(s->w, r->host);
-        host_went_off(s, r, "host_off");
+    case F_HOST_ON: {
+        /* The whole host: every rank on it, in rank order. */
+        int first, last;
+        host_ranks(s->cfg, rank_host(s->cfg, r->idx), &first, &last);
+        char ranks[48] = "";
+        if (s->cfg->ranks_per_host > 1) snprintf(ranks, sizeof ranks, " ranks=%d-%d", first, last);
+        if (f->kind == F_HOST_OFF) {
+            eccl_sg_printf("eccl-sim", "host_off rank=%d host=%s%s (silent)", r->idx, r->host,
+                           ranks);
+            rc = eccl_sg_world_host_off(s->w, r->host);
+            for (int q = first; q <= last; q++) host_went_off(s, &s->rk[q - 1], "host_off");
+        } else {
+            eccl_sg_printf("eccl-sim", "host_on rank=%d host=%s%s: a new worker starts%s",
+                           r->idx, r->host, ranks, first < last ? " for each" : "");
+            rc = eccl_sg_world_host_on(s->w, r->host);
+            for (int q = first; q <= last; q++) {
+                add_event(s, q, "host_on", -1, -1, NULL, NULL);
+                start_worker(&s->rk[q - 1], eccl_sg_now_ns(), 0);
+            }
+        }
         break;
-    case F_HOST_ON:
-        eccl_sg_printf("eccl-sim", "host_on rank=%d host=%s: a new worker starts", r->idx,
-                       r->host);
-        rc = eccl_sg_world_host_on(s->w, r->host);
-        add_event(s, r->idx, "host_on", -1, -1, NULL, NULL);
-        start_worker(r, eccl_sg_now_ns(), 0);
-        break;
+    }
     case F_LINK_OFF:
     case F_LINK_ON:
         for (int i = 0; i < fl->n && rc == ECCL_OK; i++)
@@ -1399,7 +1521,9 @@ static void rank_main(int argc, char **argv)
     (void)argv;
     rank_state *r = sg_actor_self_get_data();
     sim *s = r->s;
-    sg_actor_sleep_until((double)r->arrive_ns / 1e9);
+    /* Not when it is due now (a host_on): SimGrid would round a sleep of
+     * less than its precision up to 1 ns, and say so. */
+    if (r->arrive_ns > eccl_sg_now_ns()) sg_actor_sleep_until((double)r->arrive_ns / 1e9);
     r->counted = 1;
     s->running++;
     eccl_worker_sg sim_launch;
@@ -1573,7 +1697,8 @@ static int analyse_cuts(const char *file, const scenario_cfg *c, const fault_lin
         const uint64_t end = i < n ? c->faults[ord[i]].at_ns : UINT64_MAX;
         int cut_any = 0;
         for (int r = 1; r <= c->ranks; r++) {
-            reach[r] = route_up(&u, 0, r) && route_up(&u, r, 0);
+            const int h = rank_host(c, r);
+            reach[r] = route_up(&u, 0, h) && route_up(&u, h, 0);
             cut_any |= !reach[r];
             if (!reach[r] && since[r] == UINT64_MAX) since[r] = t;
             if (reach[r] && since[r] != UINT64_MAX) {
@@ -1590,11 +1715,13 @@ static int analyse_cuts(const char *file, const scenario_cfg *c, const fault_lin
         if (end - t <= half) continue;
         for (int a = 1; a <= c->ranks && rc == 0; a++) {
             if (!reach[a]) continue;
-            for (int b = a + 1; b <= c->ranks && rc == 0; b++)
-                if (reach[b] && !(route_up(&u, a, b) && route_up(&u, b, a)))
+            for (int b = a + 1; b <= c->ranks && rc == 0; b++) {
+                const int ha = rank_host(c, a), hb = rank_host(c, b);
+                if (reach[b] && !(route_up(&u, ha, hb) && route_up(&u, hb, ha)))
                     rc = cfg_error(file, c->faults[ord[first]].line,
                                    "ranks %d and %d both reach the master but not each other: "
                                    "not a partition into groups", a, b);
+            }
         }
     }
     for (int r = 1; r <= c->ranks && rc == 0; r++) {
@@ -1636,7 +1763,11 @@ static int plan_roles(const char *file, scenario_cfg *c, sim *s)
             r->kill_iter = f->at_iter;
             continue;
         }
-        if (f->kind == F_HOST_ON) r->nstarts++;
+        if (f->kind == F_HOST_ON) {
+            int first, last;
+            host_ranks(c, rank_host(c, f->rank), &first, &last);
+            for (int q = first; q <= last; q++) s->rk[q - 1].nstarts++;
+        }
         s->order[s->norder++] = i;
     }
     qsort_r(s->order, (size_t)s->norder, sizeof *s->order, order_cmp, c);
@@ -1648,7 +1779,9 @@ static int plan_roles(const char *file, scenario_cfg *c, sim *s)
         int off = r->kill_iter >= 0, host_events = r->late || off;
         for (int k = 0; k < s->norder; k++) {
             const fault_spec *f = &c->faults[s->order[k]];
-            if (f->rank != r->idx) continue;
+            if (f->rank != r->idx &&
+                !(f->rank > 0 && host_wide(f->kind) && rank_host(c, f->rank) == rank_host(c, r->idx)))
+                continue;
             host_events = 1;
             off = f->kind == F_KILL || f->kind == F_HOST_OFF;
         }
@@ -1807,8 +1940,9 @@ static void set_actor_stacks(const scenario_cfg *c)
         if (fscanf(f, "%ld", &limit) != 1) limit = 0;
         fclose(f);
     }
-    /* Every worker life is 3 actors; the master 2; killers and the plan 1. */
-    long actors = 3L * (c->ranks + c->nfaults) + 2 + c->nfaults + 1;
+    /* Every worker life is 3 actors (a host_on restarts its host's ranks);
+     * the master 2; killers and the plan 1. */
+    long actors = 3L * (c->ranks + (long)c->nfaults * c->ranks_per_host) + 2 + c->nfaults + 1;
     if (limit > 0 && 2 * actors + MAP_MARGIN > limit) {
         sg_cfg_set_int("contexts/guard-size", 0);
         /* Without a guard, SimGrid callocs each stack. glibc raises its mmap
@@ -1881,6 +2015,10 @@ int main(int argc, char **argv)
     sg_cfg_set_string("network/model", "CM02");
     set_actor_stacks(&cfg);
     simgrid_load_platform(platform_path);
+    /* Seal it now (SimGrid does on the first run): a Floyd zone (clos,
+     * wan) computes its routes when sealed, and the fault plan asks for
+     * routes before the job runs. Nothing runs until 0 s. */
+    simgrid_run_until(0.0);
 
     sim *s = calloc(1, sizeof *s);
     if (!s) return 1;
@@ -1916,7 +2054,7 @@ int main(int argc, char **argv)
         r->kill_iter = -1;
         r->nstarts = 1;
         snprintf(r->name, sizeof r->name, "rank%d", r->idx);
-        snprintf(r->host, sizeof r->host, "node-%d", r->idx);
+        snprintf(r->host, sizeof r->host, "node-%d", rank_host(&cfg, r->idx));
         /* Staggered arrivals (the first founds the group), plus jitter. */
         r->arrive_ns = stagger_ns * (uint64_t)r->idx;
         if (jitter_ns) r->arrive_ns += prng_below(&rng, jitter_ns);
@@ -1932,10 +2070,12 @@ int main(int argc, char **argv)
                 cfg.expect_survivors, cfg.ranks);
         return 2;
     }
-    eccl_sg_printf("eccl-sim", "scenario=%s seed=%llu platform=%s hosts=%d ranks=%d iters=%d "
+    char rph[32] = ""; /* said only when not the default */
+    if (cfg.ranks_per_host > 1) snprintf(rph, sizeof rph, " ranks_per_host=%d", cfg.ranks_per_host);
+    eccl_sg_printf("eccl-sim", "scenario=%s seed=%llu platform=%s hosts=%d ranks=%d%s iters=%d "
                    "count=%ld buffers=%s faults=%d out=%s", cfg.name,
-                   (unsigned long long)cfg.seed, cfg.platform, cfg.hosts, cfg.ranks, cfg.iters,
-                   cfg.count, cfg.phantom ? "phantom" : "host", cfg.nfaults, outdir);
+                   (unsigned long long)cfg.seed, cfg.platform, cfg.hosts, cfg.ranks, rph,
+                   cfg.iters, cfg.count, cfg.phantom ? "phantom" : "host", cfg.nfaults, outdir);
 
     int initial = 0; /* ranks that start with the job: the first step waits for them all */
     for (int i = 0; i < cfg.ranks; i++) initial += !s->rk[i].late;
@@ -2066,6 +2206,13 @@ int main(int argc, char **argv)
     for (int i = 0; i < cfg.nfaults; i++)
         nkills += cfg.faults[i].kind == F_KILL || cfg.faults[i].kind == F_HOST_OFF;
 
+    /* The loopback, when the platform has one ("-" otherwise). */
+    char lo_bw[32] = "-", lo_lat[32] = "-";
+    if (cfg.loopback) {
+        snprintf(lo_bw, sizeof lo_bw, "%.17g", cfg.loopback_bandwidth_Bps);
+        fmt_time(lo_lat, sizeof lo_lat, (uint64_t)llround(cfg.loopback_latency_s * 1e9));
+    }
+
     int io_err = rf ? (fclose(rf) != 0) : 1;
     io_err |= write_events(s, outdir) != 0;
     FILE *sf = open_out(outdir, "summary.tsv");
@@ -2078,13 +2225,14 @@ int main(int argc, char **argv)
                     "allreduce_min_s\t%s\nallreduce_failed\t%llu\nfaults\t%d\ndropped\t%d\njoined\t%d\n"
                     "first_fault_s\t%s\ndetect_s\t%s\nallreduce_mean_before_slow_s\t%s\n"
                     "allreduce_mean_after_slow_s\t%s\nslowdown\t%s\nbuffers\t%s\nvalues\t%s\n"
-                    "reduce_rate_Bps\t%.17g\ncopy_rate_Bps\t%.17g\n",
+                    "reduce_rate_Bps\t%.17g\ncopy_rate_Bps\t%.17g\nranks_per_host\t%d\n"
+                    "loopback_Bps\t%s\nloopback_latency_s\t%s\n",
                 cfg.name, (unsigned long long)cfg.seed, cfg.platform, cfg.hosts, cfg.ranks,
                 cfg.count, cfg.iters, nkills, killed, survivors, cfg.expect_survivors, noticed,
                 failures, checks, s->nev, sim_time, (unsigned long long)s->ar_n, ar_mean, ar_min,
                 (unsigned long long)s->ar_failed, cfg.nfaults, dropped, joined, fault_t, detect, before_mean, after_mean, slowdown,
                 cfg.phantom ? "phantom" : "host", cfg.phantom ? "unchecked" : "checked",
-                cfg.reduce_rate_Bps, cfg.copy_rate_Bps);
+                cfg.reduce_rate_Bps, cfg.copy_rate_Bps, cfg.ranks_per_host, lo_bw, lo_lat);
         io_err |= fclose(sf) != 0;
     } else {
         io_err = 1;

@@ -15,6 +15,7 @@
 #include <sys/mman.h>
 
 #include <simgrid/engine.h>
+#include <xbt/dynar.h>
 
 #include "coll/reduce.h"
 #include "eccl_core.h"
@@ -586,6 +587,71 @@ void eccl_sg_world_kill_host(eccl_sg_world *w, const char *host)
     if (!w || !h || !sg_host_is_on(h)) return;
     host_down(w, h, 1);
     sg_host_turn_off(h);
+}
+
+void eccl_sg_world_kill_process(eccl_sg_world *w, aid_t pid)
+{
+    sg_actor_t root = sg_actor_by_pid(pid);
+    if (!w || !root) return;
+    sg_host_t h = sg_actor_get_host(root);
+    /* The process: root and its descendants on its host (ppid chains), by
+     * pid: an actor that ends while we make simcalls below is not touched. */
+    xbt_dynar_t all = xbt_dynar_new(sizeof(sg_actor_t), NULL);
+    sg_host_get_actor_list(h, all);
+    const size_t n = xbt_dynar_length(all);
+    aid_t *in = calloc(n + 1, sizeof *in);
+    uint64_t *envs = calloc(n + 1, sizeof *envs);
+    if (!in || !envs) {
+        xbt_dynar_free(&all);
+        free(in);
+        free(envs);
+        return;
+    }
+    size_t k = 0, ne = 0;
+    in[k++] = pid;
+    for (int grew = 1; grew;) {
+        grew = 0;
+        for (size_t i = 0; i < n; i++) {
+            const_sg_actor_t a = xbt_dynar_get_as(all, i, sg_actor_t);
+            const aid_t p = sg_actor_get_pid(a), pp = sg_actor_get_ppid(a);
+            int member = 0, parent = 0;
+            for (size_t j = 0; j < k; j++) {
+                member |= in[j] == p;
+                parent |= in[j] == pp;
+            }
+            if (parent && !member) {
+                in[k++] = p;
+                grew = 1;
+            }
+        }
+    }
+    xbt_dynar_free(&all);
+    /* Its envs (those whose receiver it owns) go dead and take nothing
+     * more (rx_done: the net posts nothing to an env whose receiver is
+     * gone), all before the first simcall; then their conns are reset,
+     * then the actors are killed. */
+    for (sg_env *e = w->envs; e; e = e->next) {
+        if (e->dead || e->host != h || !e->receiver) continue;
+        const aid_t rp = sg_actor_get_pid(e->receiver);
+        for (size_t j = 0; j < k; j++) {
+            if (in[j] != rp) continue;
+            e->dead = 1;
+            e->rx_done = 1;
+            envs[ne++] = e->id;
+            break;
+        }
+    }
+    for (size_t i = 0; i < ne; i++) {
+        sg_env *e = sg_idmap_get(&w->env_ids, envs[i]);
+        if (e) eccl_net_sg_crash(e);
+    }
+    const aid_t self = sg_actor_self_get_pid();
+    for (size_t i = 0; i < k; i++) {
+        sg_actor_t a = in[i] == self ? NULL : sg_actor_by_pid(in[i]);
+        if (a) sg_actor_kill(a);
+    }
+    free(in);
+    free(envs);
 }
 
 eccl_result eccl_sg_world_host_off(eccl_sg_world *w, const char *host)

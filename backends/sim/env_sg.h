@@ -96,6 +96,16 @@ eccl_result eccl_sg_comm_create(eccl_sg_world *w, const eccl_comm_params *params
  * off, which kills all its actors. Call from an actor on another host. */
 void eccl_sg_world_kill_host(eccl_sg_world *w, const char *host);
 
+/* Crashes one process on a host that stays on (several ranks per host):
+ * the actor `pid` and every actor it started, directly or not, on its host
+ * (a rank's worker, its progress engine, its envs' receivers). Every env
+ * whose receiver is one of them is reset as by eccl_sg_world_kill_host (the
+ * far end's recv/send return ECCL_ERR_CLOSED at once, its listeners refuse)
+ * and never receives again; then those actors are killed. The host, and
+ * every other actor on it, go on. No-op when `pid` has ended. Call from an
+ * actor outside the process. */
+void eccl_sg_world_kill_process(eccl_sg_world *w, aid_t pid);
+
 /* Turns a host off silently: no conn is reset, no listener refuses. Its
  * actors die with it; nothing sent to it ever arrives and nothing more
  * comes from it, so peers notice only through their own timers (as with a

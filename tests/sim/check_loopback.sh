@@ -1,0 +1,12 @@
+#!/bin/sh
+# Runs an eccl-sim scenario (it must pass its checks) for the platform it
+# generates, then sim_loopback on that platform.xml: the route from HOST to
+# itself is its loopback of bandwidth BW (B/s) and latency LAT (s), and a send
+# between two envs on HOST costs exactly that (see tests/sim/sim_loopback.c).
+# Usage: check_loopback.sh ECCL_SIM SIM_LOOPBACK FILE OUTDIR HOST OTHER BW LAT
+set -u
+[ $# -eq 8 ] || { echo "usage: $0 ECCL_SIM SIM_LOOPBACK FILE OUTDIR HOST OTHER BW LAT" >&2; exit 2; }
+sim=$1 probe=$2 file=$3 out=$4 host=$5 other=$6 bw=$7 lat=$8
+"$sim" run "$file" --out "$out" >"$out.log" 2>&1 || {
+    echo "check_loopback: eccl-sim failed ($?)"; tail -20 "$out.log"; exit 1; }
+"$probe" "$out/platform.xml" "$host" "$other" "$bw" "$lat"
