@@ -908,3 +908,74 @@ int cluster_check_values(const void *out, eccl_dtype t, eccl_op op, enum cluster
              bad, count, n, first, g, w);
     return 0;
 }
+
+/* ---- a job that grows -------------------------------------------------------- */
+
+int cluster_job_until_join(eccl_comm *c, int index, int n0, int n1, uint64_t timeout_ms,
+                           int (*before_round)(int index, void *arg), void *arg,
+                           cluster_join_seen *seen)
+{
+    int idx[CLUSTER_MAX_PEERS];
+    for (int i = 0; i < n0; i++) idx[i] = i;
+    uint64_t deadline = cluster_now_ns() + timeout_ms * CL_MS;
+    cluster_slot *self = cluster_self();
+    *seen = (cluster_join_seen){0};
+    int32_t send[1000], buf[1000];
+    for (uint64_t k = 0;; k++) {
+        if (before_round && before_round(index, arg)) return 1;
+        cluster_fill(send, ECCL_I32, 1000, index, 10 + k, CL_PAT_SMALL);
+        eccl_reduce_info info;
+        eccl_result rc = eccl_allreduce(c, send, buf, 1000, ECCL_I32, ECCL_SUM, 10 + k, &info);
+        CL_CHECK(rc == ECCL_OK, "job all-reduce %llu: %s", (unsigned long long)k, eccl_strerror(rc));
+        CL_CHECK(info.world_size == (uint32_t)n0, "world %u before the join", info.world_size);
+        if (cluster_check_values(buf, ECCL_I32, ECCL_SUM, CL_PAT_SMALL, 1000, idx, n0, 10 + k,
+                                 "before the join"))
+            return 1;
+        atomic_store(&self->finished, (long long)k + 1);
+        uint32_t pending = 0, agreed = 0;
+        int voted = 0;
+        rc = cluster_agreed_admit(c, 1000000 + k, &pending, &agreed, &voted);
+        CL_CHECK(rc == ECCL_OK, "admission check %llu: %s", (unsigned long long)k, eccl_strerror(rc));
+        if (pending > seen->max_pending) seen->max_pending = pending;
+        seen->votes += voted;
+        seen->disagreed += pending != agreed;
+        int64_t w = 0;
+        CL_OK(eccl_comm_get_attr(c, ECCL_ATTR_WORLD_SIZE, &w));
+        if (w == n1) return 0;
+        CL_CHECK(w == n0, "world %lld while waiting for the join", (long long)w);
+        CL_CHECK(cluster_now_ns() < deadline, "no newcomer after %llu ms (%llu rounds)",
+                 (unsigned long long)timeout_ms, (unsigned long long)k + 1);
+        usleep(1000);
+    }
+}
+
+int cluster_after_join(eccl_comm *c, int index, int n, int ops, int in_place)
+{
+    enum { COUNT = 10007 };
+    int idx[CLUSTER_MAX_PEERS];
+    for (int i = 0; i < n; i++) idx[i] = i;
+    int64_t w = 0;
+    CL_OK(eccl_comm_get_attr(c, ECCL_ATTR_WORLD_SIZE, &w));
+    CL_CHECK(w == n, "ECCL_ATTR_WORLD_SIZE %lld after the join, want %d", (long long)w, n);
+    float *buf = malloc(COUNT * sizeof *buf);
+    float *send = in_place ? buf : malloc(COUNT * sizeof *send);
+    int bad = !buf || !send;
+    for (int j = 0; j < ops && !bad; j++) {
+        uint64_t tag = 5000 + (uint64_t)j;
+        cluster_fill(send, ECCL_F32, COUNT, index, tag, CL_PAT_SMALL);
+        eccl_reduce_info info;
+        eccl_result rc = eccl_allreduce(c, send, buf, COUNT, ECCL_F32, ECCL_SUM, tag, &info);
+        if (rc != ECCL_OK) cluster_fail("all-reduce %llu after the join: %s", (unsigned long long)tag,
+                                        eccl_strerror(rc));
+        else if (info.world_size != (uint32_t)n)
+            cluster_fail("info.world_size %u, want %d", info.world_size, n);
+        bad = rc != ECCL_OK || info.world_size != (uint32_t)n ||
+              cluster_check_values(buf, ECCL_F32, ECCL_SUM, CL_PAT_SMALL, COUNT, idx, n, tag,
+                                   "after the join");
+        if (!bad) cluster_push_hash(cluster_fnv1a(buf, COUNT * sizeof *buf));
+    }
+    if (!buf || !send) cluster_fail("out of memory");
+    if (!in_place) free(send);
+    free(buf);
+    return bad;
+}

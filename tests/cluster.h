@@ -246,4 +246,25 @@ double cluster_load(const void *buf, eccl_dtype t, size_t i);
 /* Stores v rounded to nearest-even (floats) or truncated to the width. */
 void cluster_store(void *buf, eccl_dtype t, size_t i, double v);
 
+/* ---- a job that grows -------------------------------------------------------- */
+
+/* What a member of a running job of n0 peers saw while waiting for the join. */
+typedef struct cluster_join_seen {
+    uint32_t max_pending; /* largest peers_pending answer of its own */
+    int votes;            /* admission votes it cast */
+    int disagreed;        /* rounds whose own answer differed from the agreed one */
+} cluster_join_seen;
+
+/* A member of a running job of n0 peers: checked out-of-place i32
+ * all-reduces (tags 10, 11, ...) with the agreed admission check between
+ * them, until the world grows to n1 (0) or timeout_ms passes (1).
+ * before_round, if given, runs before each all-reduce; nonzero fails. */
+int cluster_job_until_join(eccl_comm *c, int index, int n0, int n1, uint64_t timeout_ms,
+                           int (*before_round)(int index, void *arg), void *arg,
+                           cluster_join_seen *seen);
+/* What every member runs once the world has n peers (indices 0..n-1): `ops`
+ * checked f32 all-reduces (tags 5000, ...), in place or not, each result's
+ * hash pushed. */
+int cluster_after_join(eccl_comm *c, int index, int n, int ops, int in_place);
+
 #endif

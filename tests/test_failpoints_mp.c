@@ -612,31 +612,6 @@ static void test_alloc_fails(void **state)
 /* ---- faults while a newcomer joins ---------------------------------------------------------- */
 
 #define AFTER_OPS 3
-#define AFTER_COUNT 10007
-
-static int after_join(eccl_comm *c, int index, int n)
-{
-    int idx[CLUSTER_MAX_PEERS];
-    for (int i = 0; i < n; i++) idx[i] = i;
-    int64_t w = 0;
-    CL_OK(eccl_comm_get_attr(c, ECCL_ATTR_WORLD_SIZE, &w));
-    CL_CHECK(w == n, "ECCL_ATTR_WORLD_SIZE %lld after the join, want %d", (long long)w, n);
-    float *send = malloc(AFTER_COUNT * sizeof *send), *buf = malloc(AFTER_COUNT * sizeof *buf);
-    CL_CHECK(send && buf, "oom");
-    for (int j = 0; j < AFTER_OPS; j++) {
-        uint64_t tag = 5000 + (uint64_t)j;
-        cluster_fill(send, ECCL_F32, AFTER_COUNT, index, tag, CL_PAT_SMALL);
-        eccl_reduce_info info;
-        CL_OK(eccl_allreduce(c, send, buf, AFTER_COUNT, ECCL_F32, ECCL_SUM, tag, &info));
-        CL_CHECK(info.world_size == (uint32_t)n, "info.world_size %u, want %d", info.world_size, n);
-        if (cluster_check_values(buf, ECCL_F32, ECCL_SUM, CL_PAT_SMALL, AFTER_COUNT, idx, n, tag, "after the join"))
-            return 1;
-        cluster_push_hash(cluster_fnv1a(buf, AFTER_COUNT * sizeof *buf));
-    }
-    free(send);
-    free(buf);
-    return 0;
-}
 
 typedef struct join_arg {
     int n0, n1;
@@ -644,51 +619,37 @@ typedef struct join_arg {
     const char *fp;
 } join_arg;
 
+typedef struct job_state {
+    const join_arg *a;
+    int armed;
+} job_state;
+
+/* The victim arms its failpoint between two calls once the parent says so. */
+static int arm_when_told(int index, void *argp)
+{
+    job_state *st = argp;
+    if (index != st->a->victim || st->armed || !atomic_load(&cluster_shm()->ctl[CTL_ARM])) return 0;
+    CL_CHECK(fp_arm(st->a->fp, 1) == 0, "fiu");
+    st->armed = 1;
+    return 0;
+}
+
 /* A member of the running job: small all-reduces and the agreed admission
- * check between them, until the newcomer is in. The victim arms its
- * failpoint between two calls once the parent says so. */
+ * check between them, until the newcomer is in. */
 static int job_body(eccl_comm *c, int index, void *argp)
 {
     const join_arg *a = argp;
-    int idx[CLUSTER_MAX_PEERS];
-    for (int i = 0; i < a->n0; i++) idx[i] = i;
-    uint64_t deadline = cluster_now_ns() + 30 * CL_SEC;
-    cluster_slot *self = cluster_self();
-    int armed = 0;
-    int32_t send[1000], buf[1000];
-    for (uint64_t k = 0;; k++) {
-        if (index == a->victim && !armed && atomic_load(&cluster_shm()->ctl[CTL_ARM])) {
-            CL_CHECK(fp_arm(a->fp, 1) == 0, "fiu");
-            armed = 1;
-        }
-        cluster_fill(send, ECCL_I32, 1000, index, 10 + k, CL_PAT_SMALL);
-        eccl_reduce_info info;
-        eccl_result rc = eccl_allreduce(c, send, buf, 1000, ECCL_I32, ECCL_SUM, 10 + k, &info);
-        CL_CHECK(rc == ECCL_OK, "job all-reduce %llu: %s", (unsigned long long)k, eccl_strerror(rc));
-        CL_CHECK(info.world_size == (uint32_t)a->n0, "world %u before the join", info.world_size);
-        if (cluster_check_values(buf, ECCL_I32, ECCL_SUM, CL_PAT_SMALL, 1000, idx, a->n0, 10 + k, "before the join"))
-            return 1;
-        atomic_store(&self->finished, (long long)k + 1);
-        uint32_t seen = 0, agreed = 0;
-        int voted = 0;
-        rc = cluster_agreed_admit(c, 1000000 + k, &seen, &agreed, &voted);
-        CL_CHECK(rc == ECCL_OK, "admission check %llu: %s", (unsigned long long)k, eccl_strerror(rc));
-        int64_t w = 0;
-        CL_OK(eccl_comm_get_attr(c, ECCL_ATTR_WORLD_SIZE, &w));
-        if (w == a->n1) break;
-        CL_CHECK(w == a->n0, "world %lld while waiting for the join", (long long)w);
-        CL_CHECK(cluster_now_ns() < deadline, "no newcomer after 30 s (%llu rounds)",
-                 (unsigned long long)k + 1);
-        usleep(1000);
-    }
-    if (armed) fp_disarm(a->fp);
-    return after_join(c, index, a->n1);
+    job_state st = {a, 0};
+    cluster_join_seen seen;
+    int failed = cluster_job_until_join(c, index, a->n0, a->n1, 30000, arm_when_told, &st, &seen);
+    if (st.armed) fp_disarm(a->fp);
+    return failed ? 1 : cluster_after_join(c, index, a->n1, AFTER_OPS, 0);
 }
 
 static int newcomer_body(eccl_comm *c, int index, void *argp)
 {
     const join_arg *a = argp;
-    return after_join(c, index, a->n1);
+    return cluster_after_join(c, index, a->n1, AFTER_OPS, 0);
 }
 
 /* A newcomer made by hand, to fail its very first connect to the master:
@@ -718,7 +679,7 @@ static int newcomer_proc(cluster *cl, int index, void *argp)
     CL_CHECK(t1 - t0 < (uint64_t)p.connect_timeout_ms * CL_MS, "connect took %.1f ms",
              (double)(t1 - t0) / 1e6);
     self->admit_ns = t1 - t0;
-    if (after_join(c, index, a->n1)) return 1;
+    if (cluster_after_join(c, index, a->n1, AFTER_OPS, 0)) return 1;
     /* Leave only once the others are past their last call too. */
     uint64_t deadline = cluster_now_ns() + 30 * CL_SEC;
     for (;;) {

@@ -27,31 +27,6 @@
 enum { V_SEEN_PENDING = 0, V_VOTES = 1, V_EPOCH_AFTER = 2 };
 
 #define AFTER_OPS 5
-#define AFTER_COUNT 10007
-
-/* What every member runs once the world has `n` peers: indices 0..n-1. */
-static int after_join(eccl_comm *c, int index, int n)
-{
-    int idx[CLUSTER_MAX_PEERS];
-    for (int i = 0; i < n; i++) idx[i] = i;
-    int64_t w = 0;
-    CL_OK(eccl_comm_get_attr(c, ECCL_ATTR_WORLD_SIZE, &w));
-    CL_CHECK(w == n, "ECCL_ATTR_WORLD_SIZE %lld after the join, want %d", (long long)w, n);
-    float *buf = malloc(AFTER_COUNT * sizeof *buf);
-    CL_CHECK(buf, "oom");
-    for (int j = 0; j < AFTER_OPS; j++) {
-        uint64_t tag = 5000 + (uint64_t)j;
-        cluster_fill(buf, ECCL_F32, AFTER_COUNT, index, tag, CL_PAT_SMALL);
-        eccl_reduce_info info;
-        CL_OK(eccl_allreduce(c, buf, buf, AFTER_COUNT, ECCL_F32, ECCL_SUM, tag, &info));
-        CL_CHECK(info.world_size == (uint32_t)n, "info.world_size %u, want %d", info.world_size, n);
-        if (cluster_check_values(buf, ECCL_F32, ECCL_SUM, CL_PAT_SMALL, AFTER_COUNT, idx, n, tag, "after the join"))
-            return 1;
-        cluster_push_hash(cluster_fnv1a(buf, AFTER_COUNT * sizeof *buf));
-    }
-    free(buf);
-    return 0;
-}
 
 typedef struct join_arg {
     int n0, n1;          /* world before and after */
@@ -63,42 +38,19 @@ typedef struct join_arg {
 static int job_body(eccl_comm *c, int index, void *argp)
 {
     const join_arg *a = argp;
-    int idx[CLUSTER_MAX_PEERS];
-    for (int i = 0; i < a->n0; i++) idx[i] = i;
-    uint64_t deadline = cluster_now_ns() + a->timeout_ms * CL_MS;
     cluster_slot *self = cluster_self();
-    /* Out of place; in place is covered by test_allreduce_mp. */
-    int32_t send[1000], buf[1000];
-    for (uint64_t k = 0;; k++) {
-        cluster_fill(send, ECCL_I32, 1000, index, 10 + k, CL_PAT_SMALL);
-        eccl_reduce_info info;
-        eccl_result rc = eccl_allreduce(c, send, buf, 1000, ECCL_I32, ECCL_SUM, 10 + k, &info);
-        CL_CHECK(rc == ECCL_OK, "job all-reduce %llu: %s", (unsigned long long)k, eccl_strerror(rc));
-        CL_CHECK(info.world_size == (uint32_t)a->n0, "world %u before the join", info.world_size);
-        if (cluster_check_values(buf, ECCL_I32, ECCL_SUM, CL_PAT_SMALL, 1000, idx, a->n0, 10 + k, "before the join"))
-            return 1;
-        atomic_store(&self->finished, (long long)k + 1);
-        uint32_t seen = 0, agreed = 0;
-        int voted = 0;
-        rc = cluster_agreed_admit(c, 1000000 + k, &seen, &agreed, &voted);
-        CL_CHECK(rc == ECCL_OK, "admission check %llu: %s", (unsigned long long)k, eccl_strerror(rc));
-        CL_CHECK(seen == agreed, "eccl_comm_peers_pending said %u here but %u on another peer", seen,
-                 agreed);
-        if (seen > atomic_load(&self->val[V_SEEN_PENDING]))
-            atomic_store(&self->val[V_SEEN_PENDING], seen);
-        atomic_fetch_add(&self->val[V_VOTES], voted);
-        int64_t w = 0;
-        CL_OK(eccl_comm_get_attr(c, ECCL_ATTR_WORLD_SIZE, &w));
-        if (w == a->n1) break;
-        CL_CHECK(w == a->n0, "world %lld while waiting for the join", (long long)w);
-        CL_CHECK(cluster_now_ns() < deadline, "no newcomer after %llu ms (%llu rounds)",
-                 (unsigned long long)a->timeout_ms, (unsigned long long)k + 1);
-        usleep(1000);
-    }
+    cluster_join_seen seen;
+    int failed = cluster_job_until_join(c, index, a->n0, a->n1, a->timeout_ms, NULL, NULL, &seen);
+    atomic_store(&self->val[V_SEEN_PENDING], seen.max_pending);
+    atomic_store(&self->val[V_VOTES], seen.votes);
+    if (failed) return 1;
+    CL_CHECK(seen.disagreed == 0,
+             "eccl_comm_peers_pending differed from another peer's answer in %d rounds",
+             seen.disagreed);
     int64_t e = 0;
     CL_OK(eccl_comm_get_attr(c, ECCL_ATTR_EPOCH, &e));
     atomic_store(&self->val[V_EPOCH_AFTER], e);
-    return after_join(c, index, a->n1);
+    return cluster_after_join(c, index, a->n1, AFTER_OPS, 1);
 }
 
 static int newcomer_body(eccl_comm *c, int index, void *argp)
@@ -107,7 +59,7 @@ static int newcomer_body(eccl_comm *c, int index, void *argp)
     int64_t e = 0;
     CL_OK(eccl_comm_get_attr(c, ECCL_ATTR_EPOCH, &e));
     atomic_store(&cluster_self()->val[V_EPOCH_AFTER], e);
-    return after_join(c, index, a->n1);
+    return cluster_after_join(c, index, a->n1, AFTER_OPS, 1);
 }
 
 typedef struct progress_arg {
