@@ -8,16 +8,16 @@
 static void chunk_range(const eccl_ring_allreduce *r, const eccl_ring_dir *d,
                         uint32_t c, size_t *off, size_t *len)
 {
-    size_t q = d->elem_count / r->nranks, rem = d->elem_count % r->nranks;
+    size_t q = d->elem_count / r->call.nranks, rem = d->elem_count % r->call.nranks;
     *off = d->elem_off + (size_t)c * q + (c < rem ? c : rem);
     *len = q + (c < rem ? 1 : 0);
 }
 
-static uint32_t steps(const eccl_ring_allreduce *r) { return 2 * (r->nranks - 1); }
+static uint32_t steps(const eccl_ring_allreduce *r) { return 2 * (r->call.nranks - 1); }
 
 static uint32_t mod_n(const eccl_ring_allreduce *r, int64_t x)
 {
-    int64_t n = r->nranks;
+    int64_t n = r->call.nranks;
     return (uint32_t)(((x % n) + n) % n);
 }
 
@@ -26,8 +26,8 @@ static uint32_t step_chunk(const eccl_ring_allreduce *r, const eccl_ring_dir *d,
                            uint32_t g, int recv)
 {
     int64_t p = d->pos;
-    if (g < r->nranks - 1) return mod_n(r, p - g - recv);
-    int64_t s = g - (r->nranks - 1);
+    if (g < r->call.nranks - 1) return mod_n(r, p - g - recv);
+    int64_t s = g - (r->call.nranks - 1);
     return mod_n(r, p + 1 - s - recv);
 }
 
@@ -70,28 +70,16 @@ size_t eccl_ring_staging_bytes(size_t count, eccl_dtype dtype)
     return bytes < slice ? bytes : slice;
 }
 
-void eccl_ring_allreduce_init(eccl_ring_allreduce *r, const eccl_env *env,
-                              uint64_t tag, uint32_t epoch, const void *sendbuf,
-                              void *recvbuf, size_t count, eccl_dtype dtype,
-                              eccl_op op, uint32_t rank, uint32_t nranks,
+void eccl_ring_allreduce_init(eccl_ring_allreduce *r, const eccl_coll_call *call,
                               uint8_t *staging[2], uint8_t *backup)
 {
     memset(r, 0, sizeof *r);
+    r->call = *call;
     r->backup = backup;
-    r->env = env;
-    r->tag = tag;
-    r->epoch = epoch;
-    r->sendbuf = sendbuf;
-    r->recvbuf = recvbuf;
-    r->count = count;
-    r->dtype = dtype;
-    r->op = op;
-    r->esize = eccl_dtype_size(dtype);
-    r->rank = rank;
-    r->nranks = nranks;
+    r->esize = eccl_dtype_size(call->dtype);
     r->slice_elems = ECCL_RING_SLICE_BYTES / r->esize;
-    size_t bytes = count * r->esize;
-    r->exchange = nranks == 2 && bytes <= ECCL_RING_EXCHANGE_MAX_BYTES;
+    size_t bytes = call->count * r->esize;
+    r->exchange = call->nranks == 2 && bytes <= ECCL_RING_EXCHANGE_MAX_BYTES;
     if (r->exchange) {
         /* One swap: ring bookkeeping stays empty. */
         r->nrings = 1;
@@ -99,16 +87,16 @@ void eccl_ring_allreduce_init(eccl_ring_allreduce *r, const eccl_env *env,
         r->dir[0].send_g = r->dir[0].recv_g = r->dir[1].send_g = r->dir[1].recv_g = steps(r);
         return;
     }
-    r->nrings = bytes >= ECCL_RING_TWO_RINGS_MIN_BYTES && count >= 2u * nranks ? 2 : 1;
-    size_t first = r->nrings == 2 ? count / 2 : count;
+    r->nrings = bytes >= ECCL_RING_TWO_RINGS_MIN_BYTES && call->count >= 2u * call->nranks ? 2 : 1;
+    size_t first = r->nrings == 2 ? call->count / 2 : call->count;
     r->dir[0].elem_off = 0;
     r->dir[0].elem_count = first;
-    r->dir[0].pos = rank;
+    r->dir[0].pos = call->rank;
     r->dir[1].elem_off = first;
-    r->dir[1].elem_count = count - first;
+    r->dir[1].elem_count = call->count - first;
     /* The reverse ring sends to the previous rank: number positions so that
      * they grow along its send direction too. */
-    r->dir[1].pos = (nranks - rank) % nranks;
+    r->dir[1].pos = (call->nranks - call->rank) % call->nranks;
     for (int i = 0; i < 2; i++) {
         r->dir[i].staging = staging ? staging[i] : NULL;
         cursor_settle(r, &r->dir[i], &r->dir[i].send_g, &r->dir[i].send_k, 0);
@@ -130,10 +118,10 @@ static int send_ready(const eccl_ring_allreduce *r, const eccl_ring_dir *d)
 
 static eccl_result pump_tokens(eccl_ring_allreduce *r, eccl_chan *link)
 {
-    if (!r->have_full || r->nranks == 2) return ECCL_OK;
-    uint32_t want = r->done_recv + 1 < r->nranks - 1 ? r->done_recv + 1 : r->nranks - 1;
+    if (!r->have_full || r->call.nranks == 2) return ECCL_OK;
+    uint32_t want = r->done_recv + 1 < r->call.nranks - 1 ? r->done_recv + 1 : r->call.nranks - 1;
     while (r->done_sent < want) {
-        eccl_wire_data t = {.tag = r->tag, .epoch = r->epoch, .ring = 0,
+        eccl_wire_data t = {.tag = r->call.tag, .epoch = r->call.epoch, .ring = 0,
                             .phase = ECCL_PHASE_DONE,
                             .step = (uint16_t)(r->done_sent + 1)};
         eccl_result rc = eccl_chan_send_data(link, &t, NULL, NULL);
@@ -146,9 +134,9 @@ static eccl_result pump_tokens(eccl_ring_allreduce *r, eccl_chan *link)
 eccl_result eccl_ring_allreduce_pump(eccl_ring_allreduce *r, eccl_chan *link[2])
 {
     if (r->exchange && !r->exchange_sent) {
-        eccl_wire_data w = {.tag = r->tag, .epoch = r->epoch, .phase = ECCL_PHASE_EXCHANGE,
-                            .len = (uint32_t)(r->count * r->esize)};
-        eccl_result rc = eccl_chan_send_data(link[0], &w, r->sendbuf, &r->inflight);
+        eccl_wire_data w = {.tag = r->call.tag, .epoch = r->call.epoch, .phase = ECCL_PHASE_EXCHANGE,
+                            .len = (uint32_t)(r->call.count * r->esize)};
+        eccl_result rc = eccl_chan_send_data(link[0], &w, r->call.sendbuf, &r->inflight);
         if (rc != ECCL_OK) return rc;
         r->tx_bytes += w.len;
         r->exchange_sent = 1;
@@ -158,12 +146,12 @@ eccl_result eccl_ring_allreduce_pump(eccl_ring_allreduce *r, eccl_chan *link[2])
         while (send_ready(r, d) && link[i]->queued_bytes < ECCL_RING_MAX_QUEUED) {
             size_t off, len;
             slice_range(r, d, d->send_g, 0, d->send_k, &off, &len);
-            int rs = d->send_g < r->nranks - 1;
-            const uint8_t *src = (d->send_g == 0 ? r->sendbuf : r->recvbuf) + off * r->esize;
+            int rs = d->send_g < r->call.nranks - 1;
+            const uint8_t *src = (d->send_g == 0 ? r->call.sendbuf : r->call.recvbuf) + off * r->esize;
             eccl_wire_data w = {
-                .tag = r->tag, .epoch = r->epoch, .ring = (uint8_t)i,
+                .tag = r->call.tag, .epoch = r->call.epoch, .ring = (uint8_t)i,
                 .phase = rs ? ECCL_PHASE_REDUCE_SCATTER : ECCL_PHASE_ALL_GATHER,
-                .step = (uint16_t)(rs ? d->send_g : d->send_g - (r->nranks - 1)),
+                .step = (uint16_t)(rs ? d->send_g : d->send_g - (r->call.nranks - 1)),
                 .offset = off * r->esize, .len = (uint32_t)(len * r->esize)};
             eccl_result rc = eccl_chan_send_data(link[i], &w, src, &r->inflight);
             if (rc != ECCL_OK) return rc;
@@ -180,14 +168,14 @@ eccl_result eccl_ring_allreduce_recv(eccl_ring_allreduce *r, int ring,
 {
     if (w->phase == ECCL_PHASE_DONE) {
         if (ring != 0 || w->len != 0 || w->step != r->done_recv + 1 ||
-            w->step > r->nranks - 1)
+            w->step > r->call.nranks - 1)
             return ECCL_ERR_PROTOCOL;
         *dst = NULL;
         return ECCL_OK;
     }
     if (r->exchange) {
         if (ring != 0 || w->phase != ECCL_PHASE_EXCHANGE || w->step != 0 || w->offset != 0 ||
-            w->len != r->count * r->esize || r->have_full)
+            w->len != r->call.count * r->esize || r->have_full)
             return ECCL_ERR_PROTOCOL;
         *dst = r->dir[0].staging;
         return ECCL_OK;
@@ -195,8 +183,8 @@ eccl_result eccl_ring_allreduce_recv(eccl_ring_allreduce *r, int ring,
     if ((uint32_t)ring >= r->nrings) return ECCL_ERR_PROTOCOL;
     eccl_ring_dir *d = &r->dir[ring];
     if (d->recv_g >= steps(r)) return ECCL_ERR_PROTOCOL;
-    int rs = d->recv_g < r->nranks - 1;
-    uint32_t step = rs ? d->recv_g : d->recv_g - (r->nranks - 1);
+    int rs = d->recv_g < r->call.nranks - 1;
+    uint32_t step = rs ? d->recv_g : d->recv_g - (r->call.nranks - 1);
     size_t off, len;
     slice_range(r, d, d->recv_g, 1, d->recv_k, &off, &len);
     if (w->phase != (rs ? ECCL_PHASE_REDUCE_SCATTER : ECCL_PHASE_ALL_GATHER) ||
@@ -206,16 +194,16 @@ eccl_result eccl_ring_allreduce_recv(eccl_ring_allreduce *r, int ring,
         /* First writes: every reduce-scatter slice, and the all-gather's
          * first step (our own chunk out of place, or in place the chunk we
          * only sent so far); later all-gather steps rewrite saved slices. */
-        if (d->recv_g <= r->nranks - 1)
-            r->env->dev->copy(r->env->dev_ctx, r->backup + w->offset, r->recvbuf + w->offset, w->len);
+        if (d->recv_g <= r->call.nranks - 1)
+            r->call.env->dev->copy(r->call.env->dev_ctx, r->backup + w->offset, r->call.recvbuf + w->offset, w->len);
         d->saved_k++;
         cursor_settle(r, d, &d->saved_g, &d->saved_k, 1);
     }
     /* In place, the incoming partial cannot overwrite our own contribution,
      * so it lands in staging; out of place it lands in recvbuf and our
      * contribution comes from sendbuf. */
-    if (rs && r->sendbuf == r->recvbuf) *dst = d->staging;
-    else *dst = r->recvbuf + w->offset;
+    if (rs && r->call.sendbuf == r->call.recvbuf) *dst = d->staging;
+    else *dst = r->call.recvbuf + w->offset;
     return ECCL_OK;
 }
 
@@ -228,7 +216,7 @@ eccl_result eccl_ring_allreduce_recv_done(eccl_ring_allreduce *r, int ring,
     }
     eccl_ring_dir *d = &r->dir[ring];
     r->rx_bytes += w->len;
-    const eccl_dev_ops *dev = r->env->dev;
+    const eccl_dev_ops *dev = r->call.env->dev;
     if (r->exchange) {
         /* The result is written once our own frame has left (see
          * eccl_ring_allreduce_complete): in place, it overwrites what the
@@ -236,15 +224,15 @@ eccl_result eccl_ring_allreduce_recv_done(eccl_ring_allreduce *r, int ring,
         r->exchange_recvd = 1;
         return ECCL_OK;
     }
-    if (d->recv_g < r->nranks - 1) {
+    if (d->recv_g < r->call.nranks - 1) {
         size_t n = w->len / r->esize;
-        uint8_t *dst = r->recvbuf + w->offset;
-        if (r->sendbuf == r->recvbuf)
-            dev->reduce(r->env->dev_ctx, dst, d->staging, n, r->dtype, r->op);
+        uint8_t *dst = r->call.recvbuf + w->offset;
+        if (r->call.sendbuf == r->call.recvbuf)
+            dev->reduce(r->call.env->dev_ctx, dst, d->staging, n, r->call.dtype, r->call.op);
         else
-            dev->reduce(r->env->dev_ctx, dst, r->sendbuf + w->offset, n, r->dtype, r->op);
-        if (d->recv_g == r->nranks - 2 && r->op == ECCL_AVG)
-            dev->scale_div(r->env->dev_ctx, dst, n, r->dtype, r->nranks);
+            dev->reduce(r->call.env->dev_ctx, dst, r->call.sendbuf + w->offset, n, r->call.dtype, r->call.op);
+        if (d->recv_g == r->call.nranks - 2 && r->call.op == ECCL_AVG)
+            dev->scale_div(r->call.env->dev_ctx, dst, n, r->call.dtype, r->call.nranks);
     }
     d->recv_k++;
     cursor_settle(r, d, &d->recv_g, &d->recv_k, 1);
@@ -255,20 +243,20 @@ eccl_result eccl_ring_allreduce_recv_done(eccl_ring_allreduce *r, int ring,
 /* Both ranks compute (rank 0's data) op (rank 1's data): identical bits. */
 static void exchange_finish(eccl_ring_allreduce *r)
 {
-    const eccl_dev_ops *dev = r->env->dev;
-    void *ctx = r->env->dev_ctx;
-    size_t bytes = r->count * r->esize;
+    const eccl_dev_ops *dev = r->call.env->dev;
+    void *ctx = r->call.env->dev_ctx;
+    size_t bytes = r->call.count * r->esize;
     uint8_t *in = r->dir[0].staging;
-    dev->copy(ctx, r->backup, r->recvbuf, bytes);
+    dev->copy(ctx, r->backup, r->call.recvbuf, bytes);
     r->exchange_saved = 1;
-    if (r->rank == 0) {
-        if (r->sendbuf != r->recvbuf) dev->copy(ctx, r->recvbuf, r->sendbuf, bytes);
-        dev->reduce(ctx, r->recvbuf, in, r->count, r->dtype, r->op);
+    if (r->call.rank == 0) {
+        if (r->call.sendbuf != r->call.recvbuf) dev->copy(ctx, r->call.recvbuf, r->call.sendbuf, bytes);
+        dev->reduce(ctx, r->call.recvbuf, in, r->call.count, r->call.dtype, r->call.op);
     } else {
-        dev->reduce(ctx, in, r->sendbuf, r->count, r->dtype, r->op);
-        dev->copy(ctx, r->recvbuf, in, bytes);
+        dev->reduce(ctx, in, r->call.sendbuf, r->call.count, r->call.dtype, r->call.op);
+        dev->copy(ctx, r->call.recvbuf, in, bytes);
     }
-    if (r->op == ECCL_AVG) dev->scale_div(ctx, r->recvbuf, r->count, r->dtype, 2);
+    if (r->call.op == ECCL_AVG) dev->scale_div(ctx, r->call.recvbuf, r->call.count, r->call.dtype, 2);
     r->have_full = 1;
 }
 
@@ -283,21 +271,21 @@ int eccl_ring_allreduce_complete(eccl_ring_allreduce *r)
     } else if (r->dir[0].send_g < steps(r) || r->dir[1].send_g < steps(r) || !r->have_full) {
         return 0;
     }
-    return r->nranks == 2 || (r->done_recv >= r->nranks - 1 && r->done_sent >= r->nranks - 1);
+    return r->call.nranks == 2 || (r->done_recv >= r->call.nranks - 1 && r->done_sent >= r->call.nranks - 1);
 }
 
 int eccl_ring_allreduce_expects(const eccl_ring_allreduce *r, int ring)
 {
     if (r->exchange) return ring == 0 && !r->exchange_recvd;
     if (ring != 0) return r->dir[1].recv_g < steps(r);
-    return r->dir[0].recv_g < steps(r) || (r->nranks > 2 && r->done_recv < r->nranks - 1);
+    return r->dir[0].recv_g < steps(r) || (r->call.nranks > 2 && r->done_recv < r->call.nranks - 1);
 }
 
 void eccl_ring_allreduce_restore(eccl_ring_allreduce *r)
 {
-    const eccl_dev_ops *dev = r->env->dev;
+    const eccl_dev_ops *dev = r->call.env->dev;
     if (r->exchange) {
-        if (r->exchange_saved) dev->copy(r->env->dev_ctx, r->recvbuf, r->backup, r->count * r->esize);
+        if (r->exchange_saved) dev->copy(r->call.env->dev_ctx, r->call.recvbuf, r->backup, r->call.count * r->esize);
         return;
     }
     for (uint32_t i = 0; i < r->nrings; i++) {
@@ -306,10 +294,10 @@ void eccl_ring_allreduce_restore(eccl_ring_allreduce *r)
         cursor_settle(r, d, &g, &k, 1);
         /* Every saved slice, in the order they were saved. */
         while (g < d->saved_g || (g == d->saved_g && k < d->saved_k)) {
-            if (g <= r->nranks - 1) {
+            if (g <= r->call.nranks - 1) {
                 size_t off, len;
                 slice_range(r, d, g, 1, k, &off, &len);
-                dev->copy(r->env->dev_ctx, r->recvbuf + off * r->esize, r->backup + off * r->esize,
+                dev->copy(r->call.env->dev_ctx, r->call.recvbuf + off * r->esize, r->backup + off * r->esize,
                           len * r->esize);
             }
             k++;

@@ -28,6 +28,7 @@
 #ifndef ECCL_CORE_COLL_RING_ALLREDUCE_H
 #define ECCL_CORE_COLL_RING_ALLREDUCE_H
 
+#include "coll/call.h"
 #include "env.h"
 #include "proto/chan.h"
 
@@ -51,19 +52,10 @@ typedef struct eccl_ring_dir {
 } eccl_ring_dir;
 
 typedef struct eccl_ring_allreduce {
-    const eccl_env *env;
-    uint64_t tag;
-    uint32_t epoch;
-    const uint8_t *sendbuf;
-    uint8_t *recvbuf;
+    eccl_coll_call call;
     uint8_t *backup;      /* what recvbuf held, saved slice by slice */
     int exchange_saved;
-    size_t count;
-    eccl_dtype dtype;
-    eccl_op op;
     size_t esize;
-    uint32_t rank;
-    uint32_t nranks;
     uint32_t nrings;
     int exchange;         /* two ranks, small buffer: one swap */
     int exchange_sent;
@@ -77,15 +69,13 @@ typedef struct eccl_ring_allreduce {
     uint64_t tx_bytes, rx_bytes;
 } eccl_ring_allreduce;
 
-/* Plans the op for `rank` of `nranks` (>= 2). staging[2] must each hold
+/* Plans `call` (a copy is kept) for call->rank of call->nranks (>= 2).
+ * staging[2] must each hold
  * eccl_ring_staging_bytes() bytes; backup as many bytes as recvbuf. Each
  * slice of recvbuf is copied to backup right before it is first written
  * (not all up front: sending starts at once, and the slice is in cache when
  * the socket writes it), so eccl_ring_allreduce_restore can undo the op. */
-void eccl_ring_allreduce_init(eccl_ring_allreduce *r, const eccl_env *env,
-                              uint64_t tag, uint32_t epoch, const void *sendbuf,
-                              void *recvbuf, size_t count, eccl_dtype dtype,
-                              eccl_op op, uint32_t rank, uint32_t nranks,
+void eccl_ring_allreduce_init(eccl_ring_allreduce *r, const eccl_coll_call *call,
                               uint8_t *staging[2], uint8_t *backup);
 /* Puts back every slice of recvbuf the op has written (or is writing). */
 void eccl_ring_allreduce_restore(eccl_ring_allreduce *r);

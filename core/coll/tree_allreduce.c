@@ -9,28 +9,17 @@ uint32_t eccl_tree_peer(uint32_t rank, uint32_t nranks, enum eccl_tree_role role
     return child < nranks ? (uint32_t)child : UINT32_MAX;
 }
 
-void eccl_tree_allreduce_init(eccl_tree_allreduce *t, const eccl_env *env, uint64_t tag,
-                              uint32_t epoch, const void *sendbuf, void *recvbuf,
-                              size_t count, eccl_dtype dtype, eccl_op op, uint32_t rank,
-                              uint32_t nranks, uint8_t *partial[2], uint8_t *backup)
+void eccl_tree_allreduce_init(eccl_tree_allreduce *t, const eccl_coll_call *call,
+                              uint8_t *partial[2], uint8_t *backup)
 {
     memset(t, 0, sizeof *t);
-    t->env = env;
-    t->tag = tag;
-    t->epoch = epoch;
-    t->sendbuf = sendbuf;
-    t->recvbuf = recvbuf;
+    t->call = *call;
     t->backup = backup;
     t->partial[0] = partial[0];
     t->partial[1] = partial[1];
-    t->count = count;
-    t->dtype = dtype;
-    t->op = op;
-    t->bytes = count * eccl_dtype_size(dtype);
-    t->rank = rank;
-    t->nranks = nranks;
-    t->nchildren = (eccl_tree_peer(rank, nranks, ECCL_TREE_CHILD0) != UINT32_MAX) +
-                   (eccl_tree_peer(rank, nranks, ECCL_TREE_CHILD1) != UINT32_MAX);
+    t->bytes = call->count * eccl_dtype_size(call->dtype);
+    t->nchildren = (eccl_tree_peer(call->rank, call->nranks, ECCL_TREE_CHILD0) != UINT32_MAX) +
+                   (eccl_tree_peer(call->rank, call->nranks, ECCL_TREE_CHILD1) != UINT32_MAX);
 }
 
 static int all_children(const eccl_tree_allreduce *t, const int flag[2])
@@ -43,7 +32,7 @@ static int all_children(const eccl_tree_allreduce *t, const int flag[2])
 static void save_backup(eccl_tree_allreduce *t)
 {
     if (t->saved) return;
-    t->env->dev->copy(t->env->dev_ctx, t->backup, t->recvbuf, t->bytes);
+    t->call.env->dev->copy(t->call.env->dev_ctx, t->backup, t->call.recvbuf, t->bytes);
     t->saved = 1;
 }
 
@@ -52,18 +41,18 @@ static void save_backup(eccl_tree_allreduce *t)
  * gives every rank the same bits). Returns where it is. */
 static const uint8_t *reduce_subtree(eccl_tree_allreduce *t)
 {
-    if (t->nchildren == 0) return t->sendbuf;
-    const eccl_dev_ops *dev = t->env->dev;
-    dev->reduce(t->env->dev_ctx, t->partial[0], t->sendbuf, t->count, t->dtype, t->op);
+    if (t->nchildren == 0) return t->call.sendbuf;
+    const eccl_dev_ops *dev = t->call.env->dev;
+    dev->reduce(t->call.env->dev_ctx, t->partial[0], t->call.sendbuf, t->call.count, t->call.dtype, t->call.op);
     if (t->nchildren == 2)
-        dev->reduce(t->env->dev_ctx, t->partial[0], t->partial[1], t->count, t->dtype, t->op);
+        dev->reduce(t->call.env->dev_ctx, t->partial[0], t->partial[1], t->call.count, t->call.dtype, t->call.op);
     return t->partial[0];
 }
 
 static eccl_result tree_send(eccl_tree_allreduce *t, eccl_chan *link, uint8_t phase,
                              const void *payload, size_t len)
 {
-    eccl_wire_data w = {.tag = t->tag, .epoch = t->epoch, .phase = phase, .len = (uint32_t)len};
+    eccl_wire_data w = {.tag = t->call.tag, .epoch = t->call.epoch, .phase = phase, .len = (uint32_t)len};
     eccl_result rc = eccl_chan_send_data(link, &w, payload, payload ? &t->inflight : NULL);
     if (rc == ECCL_OK) t->tx_bytes += len;
     return rc;
@@ -74,13 +63,13 @@ eccl_result eccl_tree_allreduce_pump(eccl_tree_allreduce *t, eccl_chan *link[3])
     eccl_result rc;
     eccl_chan *parent = link[ECCL_TREE_PARENT];
     if (!t->up_sent && all_children(t, t->up_recvd)) {
-        if (t->rank == 0) {
+        if (t->call.rank == 0) {
             const uint8_t *sum = reduce_subtree(t);
             save_backup(t);
-            t->env->dev->copy(t->env->dev_ctx, t->recvbuf, sum, t->bytes);
-            if (t->op == ECCL_AVG)
-                t->env->dev->scale_div(t->env->dev_ctx, t->recvbuf, t->count, t->dtype,
-                                       t->nranks);
+            t->call.env->dev->copy(t->call.env->dev_ctx, t->call.recvbuf, sum, t->bytes);
+            if (t->call.op == ECCL_AVG)
+                t->call.env->dev->scale_div(t->call.env->dev_ctx, t->call.recvbuf, t->call.count, t->call.dtype,
+                                       t->call.nranks);
             t->have_full = 1;
             t->up_sent = 1;
         } else if (parent) {
@@ -93,12 +82,12 @@ eccl_result eccl_tree_allreduce_pump(eccl_tree_allreduce *t, eccl_chan *link[3])
         for (int i = 0; i < t->nchildren; i++)
             if (!link[1 + i]) return ECCL_OK; /* the view change will settle it */
         for (int i = 0; i < t->nchildren; i++)
-            if ((rc = tree_send(t, link[1 + i], ECCL_PHASE_TREE_DOWN, t->recvbuf, t->bytes)) != ECCL_OK)
+            if ((rc = tree_send(t, link[1 + i], ECCL_PHASE_TREE_DOWN, t->call.recvbuf, t->bytes)) != ECCL_OK)
                 return rc;
         t->down_sent = 1;
     }
     if (t->have_full && !t->done_sent && all_children(t, t->done_recvd)) {
-        if (t->rank == 0) {
+        if (t->call.rank == 0) {
             t->committed = 1; /* every rank below us holds the result */
             t->done_sent = 1;
         } else if (parent) {
@@ -123,11 +112,11 @@ eccl_result eccl_tree_allreduce_recv(eccl_tree_allreduce *t, enum eccl_tree_role
     if (d->ring != 0 || d->step != 0 || d->offset != 0) return ECCL_ERR_PROTOCOL;
     *dst = NULL;
     if (role == ECCL_TREE_PARENT) {
-        if (t->rank == 0) return ECCL_ERR_PROTOCOL;
+        if (t->call.rank == 0) return ECCL_ERR_PROTOCOL;
         if (d->phase == ECCL_PHASE_TREE_DOWN && t->up_sent && !t->have_full &&
             d->len == t->bytes) {
             save_backup(t);
-            *dst = t->recvbuf;
+            *dst = t->call.recvbuf;
             return ECCL_OK;
         }
         if (d->phase == ECCL_PHASE_TREE_COMMIT && t->done_sent && !t->committed && d->len == 0)
@@ -167,12 +156,12 @@ int eccl_tree_allreduce_complete(const eccl_tree_allreduce *t)
 
 int eccl_tree_allreduce_expects(const eccl_tree_allreduce *t, enum eccl_tree_role role)
 {
-    if (role == ECCL_TREE_PARENT) return t->rank != 0 && !t->committed;
+    if (role == ECCL_TREE_PARENT) return t->call.rank != 0 && !t->committed;
     int i = role == ECCL_TREE_CHILD0 ? 0 : 1;
     return i < t->nchildren && !t->done_recvd[i];
 }
 
 void eccl_tree_allreduce_restore(eccl_tree_allreduce *t)
 {
-    if (t->saved) t->env->dev->copy(t->env->dev_ctx, t->recvbuf, t->backup, t->bytes);
+    if (t->saved) t->call.env->dev->copy(t->call.env->dev_ctx, t->call.recvbuf, t->backup, t->bytes);
 }

@@ -26,6 +26,7 @@
 #ifndef ECCL_CORE_COLL_TREE_ALLREDUCE_H
 #define ECCL_CORE_COLL_TREE_ALLREDUCE_H
 
+#include "coll/call.h"
 #include "env.h"
 #include "proto/chan.h"
 
@@ -40,18 +41,10 @@ enum eccl_tree_role { ECCL_TREE_PARENT = 0, ECCL_TREE_CHILD0 = 1, ECCL_TREE_CHIL
 uint32_t eccl_tree_peer(uint32_t rank, uint32_t nranks, enum eccl_tree_role role);
 
 typedef struct eccl_tree_allreduce {
-    const eccl_env *env;
-    uint64_t tag;
-    uint32_t epoch;
-    const uint8_t *sendbuf;
-    uint8_t *recvbuf;
+    eccl_coll_call call;
     uint8_t *backup;       /* recvbuf as it was, saved before the first write */
     uint8_t *partial[2];   /* children's partials land here; [0] then holds ours */
-    size_t count;
-    eccl_dtype dtype;
-    eccl_op op;
     size_t bytes;
-    uint32_t rank, nranks;
     int nchildren;
     int up_recvd[2];       /* child i's partial is in partial[i] */
     int done_recvd[2];     /* child i holds the result, and so does its subtree */
@@ -63,12 +56,11 @@ typedef struct eccl_tree_allreduce {
     uint64_t tx_bytes, rx_bytes;
 } eccl_tree_allreduce;
 
-/* Plans the op for `rank` of `nranks` (>= 2). partial[2] must each hold
- * `count` elements, backup as many bytes as recvbuf. */
-void eccl_tree_allreduce_init(eccl_tree_allreduce *t, const eccl_env *env, uint64_t tag,
-                              uint32_t epoch, const void *sendbuf, void *recvbuf,
-                              size_t count, eccl_dtype dtype, eccl_op op, uint32_t rank,
-                              uint32_t nranks, uint8_t *partial[2], uint8_t *backup);
+/* Plans `call` (a copy is kept) for call->rank of call->nranks (>= 2).
+ * partial[2] must each hold call->count elements, backup as many bytes as
+ * recvbuf. */
+void eccl_tree_allreduce_init(eccl_tree_allreduce *t, const eccl_coll_call *call,
+                              uint8_t *partial[2], uint8_t *backup);
 /* Queues every frame that is ready; link[role] may be NULL when that link
  * is not up (its frames wait). */
 eccl_result eccl_tree_allreduce_pump(eccl_tree_allreduce *t, eccl_chan *link[3]);

@@ -61,16 +61,10 @@ enum op_state { OP_QUEUED, OP_RUNNING, OP_FROZEN, OP_DONE };
 struct eccl_request {
     struct eccl_request *next;
     eccl_comm *comm;
-    uint64_t tag;
-    const void *sendbuf;
-    void *recvbuf;
-    size_t count;
-    eccl_dtype dtype;
-    eccl_op op;
+    eccl_coll_call call;  /* epoch, rank and world filled in at the start */
     enum op_state state;
     eccl_result result;
     uint64_t deadline_ns;
-    uint32_t world;
     eccl_buf *backup;
     eccl_buf *staging[2];
     int started;          /* the algorithm owns recvbuf's restore from here */
@@ -346,11 +340,6 @@ static int op_have_full(const eccl_request *r)
     return r->algo == ECCL_ALGO_TREE ? r->u.tree.have_full : r->u.ring.have_full;
 }
 
-static uint32_t op_epoch(const eccl_request *r)
-{
-    return r->algo == ECCL_ALGO_TREE ? r->u.tree.epoch : r->u.ring.epoch;
-}
-
 static void op_restore(eccl_request *r)
 {
     if (r->algo == ECCL_ALGO_TREE) eccl_tree_allreduce_restore(&r->u.tree);
@@ -411,16 +400,16 @@ static void op_finish(eccl_comm *c, eccl_request *r, eccl_result result)
          * it everywhere. Successes and losses need no word (the master
          * decided the latter). */
         eccl_msg m = {.type = ECCL_MSG_COLL_DONE};
-        m.u.coll.tag = r->tag;
-        m.u.coll.epoch = op_epoch(r);
-        m.u.coll.count = r->count;
-        m.u.coll.dtype = (uint8_t)r->dtype;
-        m.u.coll.op = (uint8_t)r->op;
+        m.u.coll.tag = r->call.tag;
+        m.u.coll.epoch = r->call.epoch;
+        m.u.coll.count = r->call.count;
+        m.u.coll.dtype = (uint8_t)r->call.dtype;
+        m.u.coll.op = (uint8_t)r->call.op;
         m.u.coll.result = (uint32_t)result;
         if (c->master_open) master_send(c, &m);
     }
     if (r->state != OP_QUEUED) {
-        c->recent[c->recent_head].tag = r->tag;
+        c->recent[c->recent_head].tag = r->call.tag;
         c->recent[c->recent_head].ok = result == ECCL_OK;
         c->recent_head = (c->recent_head + 1) % COMM_RECENT;
         if (c->n_recent < COMM_RECENT) c->n_recent++;
@@ -429,9 +418,9 @@ static void op_finish(eccl_comm *c, eccl_request *r, eccl_result result)
     r->state = OP_DONE;
     r->result = result;
     if (result == ECCL_OK)
-        ECCL_TRACE(c->env, "all-reduce tag %llu done", (unsigned long long)r->tag);
+        ECCL_TRACE(c->env, "all-reduce tag %llu done", (unsigned long long)r->call.tag);
     else
-        ECCL_INFO(c->env, "all-reduce tag %llu failed: %s", (unsigned long long)r->tag,
+        ECCL_INFO(c->env, "all-reduce tag %llu failed: %s", (unsigned long long)r->call.tag,
                   eccl_strerror(result));
 }
 
@@ -445,7 +434,7 @@ static eccl_result replay_early(eccl_comm *c, eccl_request *r, p2p_link *l)
     int role = link_role(c, l);
     for (early_frame **p = &l->early; *p;) {
         early_frame *e = *p;
-        if (e->d.tag != r->tag) {
+        if (e->d.tag != r->call.tag) {
             p = &e->next;
             continue;
         }
@@ -481,8 +470,11 @@ static int role_links(eccl_comm *c, p2p_link *out[5])
 
 static eccl_result op_start(eccl_comm *c, eccl_request *r)
 {
-    size_t bytes = r->count * eccl_dtype_size(r->dtype);
-    r->world = c->world;
+    size_t bytes = r->call.count * eccl_dtype_size(r->call.dtype);
+    r->call.env = c->env;
+    r->call.epoch = c->epoch; /* a failure notice names it, even of an op that never ran */
+    r->call.rank = c->rank;
+    r->call.nranks = c->world;
     if (c->world < 2) {
         op_finish(c, r, ECCL_ERR_TOO_FEW_PEERS);
         return ECCL_OK;
@@ -490,7 +482,7 @@ static eccl_result op_start(eccl_comm *c, eccl_request *r)
     r->backup = eccl_bufpool_get(&c->pool, bytes);
     if (!r->backup) goto oom;
     uint8_t *staging[2] = {NULL, NULL};
-    size_t sb = eccl_ring_staging_bytes(r->count, r->dtype);
+    size_t sb = eccl_ring_staging_bytes(r->call.count, r->call.dtype);
     for (int i = 0; i < 2; i++) {
         r->staging[i] = eccl_bufpool_get(&c->pool, sb);
         if (!r->staging[i]) goto oom;
@@ -500,14 +492,10 @@ static eccl_result op_start(eccl_comm *c, eccl_request *r)
      * tree (log depth); the rest take the ring (bandwidth-optimal). */
     r->algo = c->world >= 3 && bytes <= ECCL_TREE_MAX_BYTES ? ECCL_ALGO_TREE : ECCL_ALGO_RING;
     if (r->algo == ECCL_ALGO_TREE) {
-        eccl_tree_allreduce_init(&r->u.tree, c->env, r->tag, c->epoch, r->sendbuf, r->recvbuf,
-                                 r->count, r->dtype, r->op, c->rank, c->world, staging,
-                                 r->backup->ptr);
+        eccl_tree_allreduce_init(&r->u.tree, &r->call, staging, r->backup->ptr);
         link_connect_parent(c);
     } else {
-        eccl_ring_allreduce_init(&r->u.ring, c->env, r->tag, c->epoch, r->sendbuf, r->recvbuf,
-                                 r->count, r->dtype, r->op, c->rank, c->world, staging,
-                                 r->backup->ptr);
+        eccl_ring_allreduce_init(&r->u.ring, &r->call, staging, r->backup->ptr);
     }
     r->started = 1;
     r->state = OP_RUNNING;
@@ -518,7 +506,6 @@ static eccl_result op_start(eccl_comm *c, eccl_request *r)
 oom:
     r->state = OP_RUNNING; /* nothing was sent: finishing restores nothing */
     r->algo = ECCL_ALGO_RING;
-    r->u.ring.epoch = c->epoch; /* the failure notice names this epoch */
     op_finish(c, r, ECCL_ERR_NO_MEMORY);
     return ECCL_OK;
 }
@@ -526,7 +513,7 @@ oom:
 static eccl_request *op_find(eccl_comm *c, uint64_t tag)
 {
     for (eccl_request *r = c->ops; r; r = r->next)
-        if (r->tag == tag && r->state != OP_DONE) return r;
+        if (r->call.tag == tag && r->state != OP_DONE) return r;
     return NULL;
 }
 
@@ -662,7 +649,7 @@ static eccl_result on_view_query(eccl_comm *c, uint32_t epoch)
     for (eccl_request *r = c->ops; r; r = r->next) {
         if (r->state != OP_RUNNING) continue;
         r->state = OP_FROZEN;
-        report_add(ops, (uint32_t)cap, &n_ops, r->tag, op_have_full(r));
+        report_add(ops, (uint32_t)cap, &n_ops, r->call.tag, op_have_full(r));
     }
     /* Ops we completed count as held: we returned success for them. */
     for (uint32_t i = 0; i < c->n_recent; i++) {
@@ -730,7 +717,7 @@ static eccl_result on_view_decide(eccl_comm *c, const eccl_msg_view *v)
             /* Not if we already failed it ourselves (timeout, no memory). */
             if (!recently_finished(c, e.tag)) aborted_add(c, e.tag);
         } else if (r->state == OP_QUEUED) {
-            r->world = c->world;
+            r->call.nranks = c->world;
             op_finish(c, r, ECCL_ERR_PEER_LOST);
         }
     }
@@ -739,7 +726,7 @@ static eccl_result on_view_decide(eccl_comm *c, const eccl_msg_view *v)
         int commit = 0;
         for (uint32_t i = 0; i < v->n_ops; i++) {
             eccl_wire_op_flag e = eccl_wire_view_op(v, i);
-            if (e.tag == r->tag) commit = e.flag;
+            if (e.tag == r->call.tag) commit = e.flag;
         }
         op_finish(c, r, commit && op_have_full(r) ? ECCL_OK : ECCL_ERR_PEER_LOST);
     }
@@ -850,7 +837,7 @@ static eccl_result link_on_data(void *owner, eccl_chan *ch, const eccl_wire_data
         *dst = e->buf ? e->buf->ptr : NULL;
         return ECCL_OK;
     }
-    if (r->state != OP_RUNNING || op_epoch(r) != d->epoch) return ECCL_ERR_PROTOCOL;
+    if (r->state != OP_RUNNING || r->call.epoch != d->epoch) return ECCL_ERR_PROTOCOL;
     return op_recv(r, role, d, dst);
 }
 
@@ -1304,22 +1291,18 @@ static eccl_result allreduce_submit(eccl_comm *c, const void *sendbuf, void *rec
     eccl_request *r = calloc(1, sizeof *r);
     if (!r) return ECCL_ERR_NO_MEMORY;
     r->comm = c;
-    r->tag = tag;
-    r->sendbuf = sendbuf;
-    r->recvbuf = recvbuf;
-    r->count = count;
-    r->dtype = dtype;
-    r->op = op;
+    r->call = (eccl_coll_call){.tag = tag, .sendbuf = sendbuf, .recvbuf = recvbuf,
+                               .count = count, .dtype = dtype, .op = op};
     r->state = OP_QUEUED;
     r->deadline_ns = now_ns(c) + (uint64_t)c->params.op_timeout_ms * MS;
     r->next = c->ops;
     c->ops = r;
     c->n_ops++;
     if (aborted_take(c, tag)) {
-        r->world = c->world;
+        r->call.nranks = c->world;
         op_finish(c, r, ECCL_ERR_PEER_LOST);
     } else if (count == 0) {
-        r->world = c->world;
+        r->call.nranks = c->world;
         op_finish(c, r, c->world < 2 ? ECCL_ERR_TOO_FEW_PEERS : ECCL_OK);
     } else {
         ops_advance(c);
@@ -1336,7 +1319,7 @@ static eccl_result request_reap(eccl_request *r, eccl_reduce_info *info)
 {
     eccl_result rc = r->result;
     if (info) {
-        info->world_size = r->world;
+        info->world_size = r->call.nranks;
         info->algorithm = r->algo;
         info->tx_bytes = r->algo == ECCL_ALGO_TREE ? r->u.tree.tx_bytes : r->u.ring.tx_bytes;
         info->rx_bytes = r->algo == ECCL_ALGO_TREE ? r->u.tree.rx_bytes : r->u.ring.rx_bytes;

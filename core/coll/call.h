@@ -1,0 +1,24 @@
+/* One all-reduce call as every algorithm sees it: what the caller asked
+ * for, and the epoch and position it runs in. The request keeps one and
+ * hands a copy to the algorithm it picks (comm.c, op_start). */
+#ifndef ECCL_CORE_COLL_CALL_H
+#define ECCL_CORE_COLL_CALL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "env.h"
+
+typedef struct eccl_coll_call {
+    const eccl_env *env;
+    uint64_t tag;
+    uint32_t epoch;
+    const uint8_t *sendbuf;
+    uint8_t *recvbuf;
+    size_t count;
+    eccl_dtype dtype;
+    eccl_op op;
+    uint32_t rank, nranks;
+} eccl_coll_call;
+
+#endif /* ECCL_CORE_COLL_CALL_H */
