@@ -47,6 +47,9 @@
 /* Connections a listener holds before accept; more are refused (RST).
  * The real backend's listen backlog (backends/real/net_tcp.c). */
 #define BACKLOG_MAX 1024
+/* First size of a conn's receive queue, doubled as needed: most conns only
+ * ever hold a control frame or two (a simulated 100k-rank job has 500k). */
+#define RX_MIN_CAP 256
 
 enum { M_SYN, M_SYNACK, M_RST, M_DATA, M_FIN, M_STOP };
 enum { C_CONNECTING, C_UP, C_FAILED };
@@ -578,7 +581,7 @@ static int rx_append(eccl_conn *c, const unsigned char *p, size_t n)
         c->rx_head = 0;
     }
     if (c->rx_len + n > c->rx_cap) {
-        size_t cap = c->rx_cap ? c->rx_cap : 4096;
+        size_t cap = c->rx_cap ? c->rx_cap : RX_MIN_CAP;
         while (cap < c->rx_len + n) cap *= 2;
         unsigned char *q = realloc(c->rx, cap);
         if (!q) return -1;

@@ -151,12 +151,16 @@ struct eccl_comm {
 
     eccl_request *ops;
     uint32_t n_ops;
-    struct {
+    /* Both ring buffers live outside the struct, malloc'd rather than
+     * zeroed: only the slots in use are ever read, so a comm that finishes
+     * few ops touches one page of each, not 24 KiB (a simulated 100k-rank
+     * run holds 100k comms). */
+    struct comm_recent {
         uint64_t tag;
         int ok;
-    } recent[COMM_RECENT];                 /* ring buffer */
+    } *recent;                             /* [COMM_RECENT] ring buffer */
     uint32_t n_recent, recent_head;
-    uint64_t aborted_tags[COMM_ABORTED_TAGS]; /* ring buffer */
+    uint64_t *aborted_tags;                /* [COMM_ABORTED_TAGS] ring buffer */
     uint32_t n_aborted_tags, aborted_head;
     eccl_bufpool pool;
 };
@@ -1122,12 +1126,20 @@ eccl_result eccl_comm_create_with_env(eccl_env *env, eccl_env_release_fn release
     if (!c->params.op_timeout_ms) c->params.op_timeout_ms = 60000;
     if (!c->params.peer_timeout_ms) c->params.peer_timeout_ms = 5000;
     if (!c->params.p2p_pool_size) c->params.p2p_pool_size = 1;
+    c->recent = malloc(COMM_RECENT * sizeof *c->recent);
+    c->aborted_tags = malloc(COMM_ABORTED_TAGS * sizeof *c->aborted_tags);
+    if (!c->recent || !c->aborted_tags) {
+        rc = ECCL_ERR_NO_MEMORY;
+        goto fail;
+    }
     c->listener.kind = ECCL_HANDLE_LISTENER;
     eccl_bufpool_init(&c->pool, env);
     ECCL_CHECK(env, eccl_engine_init(&c->eng, env, &comm_engine_ops, c));
     *out = c;
     return ECCL_OK;
 fail:
+    free(c->recent);
+    free(c->aborted_tags);
     free(c);
     release(env);
     return rc;
@@ -1269,6 +1281,8 @@ void eccl_comm_destroy(eccl_comm *c)
     eccl_bufpool_fini(&c->pool);
     eccl_engine_fini(&c->eng);
     c->env_release(c->env);
+    free(c->recent);
+    free(c->aborted_tags);
     free(c);
 }
 
