@@ -1949,8 +1949,12 @@ static void set_actor_stacks(const scenario_cfg *c)
          * threshold past a freed mmapped chunk, and a calloc from the heap
          * clears the whole stack: 32k ranks touched 11 GB of zeros. A fixed
          * threshold keeps every stack a fresh, untouched mapping (and the
-         * kernel merges adjacent ones, so they cost few maps). */
+         * kernel merges adjacent ones, so they cost few maps). glibc also
+         * caps its mmapped chunks at 65536 and serves the rest from the
+         * heap, cleared: lift the cap, or 32k ranks and up pay 256 KiB of
+         * zeros per actor past the 65,536th. */
         mallopt(M_MMAP_THRESHOLD, 128 * 1024);
+        mallopt(M_MMAP_MAX, INT_MAX);
         eccl_sg_printf("eccl-sim", "actor stacks without guard pages: %ld actors need %ld maps "
                        "with them, vm.max_map_count is %ld", actors, 2 * actors + MAP_MARGIN,
                        limit);
