@@ -309,11 +309,18 @@ typedef struct acc {
     double sum;
 } acc;
 
+typedef struct gedge {
+    double c;
+    uint32_t i, j;
+} gedge;
+
 typedef struct ls {
     uint32_t n, k;
     const double *c;
     const cfg *cf;
     uint32_t *tour, *pos, *tmp, *best, *queue, *nb_out, *nb_in;
+    uint32_t *succ, *pred, *uf; /* greedy construction */
+    struct gedge *edges;        /* greedy construction: the candidate links */
     uint8_t *inq;
     double *pf, *pb;  /* prefix sums of link costs along the tour: forward, reversed */
     int64_t *qf, *qb; /* the same for penalties */
@@ -800,6 +807,86 @@ static void nearest_neighbour(ls *x, uint32_t s)
     rebuild(x);
 }
 
+static int gedge_cmp(const void *a, const void *b)
+{
+    const gedge *p = a, *q = b;
+    if (p->c != q->c) return p->c < q->c ? -1 : 1;
+    if (p->i != q->i) return p->i < q->i ? -1 : 1;
+    return p->j < q->j ? -1 : p->j > q->j;
+}
+
+static uint32_t uf_find(uint32_t *uf, uint32_t v)
+{
+    while (uf[v] != v) {
+        uf[v] = uf[uf[v]];
+        v = uf[v];
+    }
+    return v;
+}
+
+/* Greedy matching: the candidate links, cheapest first, each taken when its
+ * tail has no successor yet, its head no predecessor, and it closes no
+ * cycle; then the fragments are chained, each tail to the cheapest unused
+ * fragment head. Better than nearest neighbour on ATSP, whose last steps are
+ * forced onto whatever links are left. Returns 0 when the budget cannot pay
+ * for the sort (no tour is built). */
+static int greedy(ls *x)
+{
+    const uint32_t n = x->n, K = x->k;
+    size_t m = 0, nk = (size_t)n * K;
+    uint64_t lg = 1;
+    while (((size_t)1 << lg) < nk) lg++;
+    if (!take(x, nk * lg)) return 0;
+    for (uint32_t i = 0; i < n; i++)
+        for (uint32_t k = 0; k < K; k++) {
+            uint32_t j = x->nb_out[(size_t)i * K + k];
+            double v = cst(x, i, j);
+            if (is_inf(v)) break; /* the join below covers what is left */
+            x->edges[m++] = (gedge){v, i, j};
+        }
+    qsort(x->edges, m, sizeof *x->edges, gedge_cmp);
+    for (uint32_t v = 0; v < n; v++) {
+        x->succ[v] = x->pred[v] = n;
+        x->uf[v] = v;
+    }
+    for (size_t e = 0; e < m; e++) {
+        uint32_t i = x->edges[e].i, j = x->edges[e].j;
+        if (x->succ[i] != n || x->pred[j] != n) continue;
+        uint32_t ri = uf_find(x->uf, i), rj = uf_find(x->uf, j);
+        if (ri == rj) continue;
+        x->uf[ri] = rj;
+        x->succ[i] = j;
+        x->pred[j] = i;
+    }
+    /* fragment heads, in index order; the chain starts with 0's fragment */
+    uint32_t *heads = x->queue, f = 0;
+    for (uint32_t v = 0; v < n; v++)
+        if (x->pred[v] == n) heads[f++] = v;
+    uint32_t h = uf_find(x->uf, 0), k = 0, left = f;
+    for (uint32_t i = 0; i < f; i++)
+        if (uf_find(x->uf, heads[i]) == h) {
+            h = heads[i];
+            heads[i] = n; /* used */
+            break;
+        }
+    for (;;) {
+        for (uint32_t v = h; v != n; v = x->succ[v]) x->tour[k++] = v;
+        if (--left == 0) break;
+        uint32_t tail = x->tour[k - 1], pick = f;
+        if (take(x, f)) {
+            for (uint32_t i = 0; i < f; i++)
+                if (heads[i] != n && (pick == f || cst(x, tail, heads[i]) < cst(x, tail, heads[pick]))) pick = i;
+        } else {
+            for (uint32_t i = 0; i < f && pick == f; i++)
+                if (heads[i] != n) pick = i;
+        }
+        h = heads[pick];
+        heads[pick] = n;
+    }
+    rebuild(x);
+    return 1;
+}
+
 /* Kick: exchanges two adjacent runs of peers (the ATSP double bridge: three
  * links change, no reversal). Half the kicks are local — runs of at most
  * KICK_SPAN peers at a random place, which the local search repairs nearby —
@@ -840,7 +927,7 @@ static eccl_result ls_init(ls *x, uint32_t n, const double *c, const cfg *cf, vo
     x->w3 = x->w2 * x->w2;
     /* doubles and int64 first, then uint32, then bytes: all aligned */
     size_t n1 = (size_t)n + 1, nk = (size_t)n * cf->k;
-    size_t bytes = 4 * n1 * 8 + (5 * (size_t)n + 2 * nk) * 4 + n;
+    size_t bytes = 4 * n1 * 8 + nk * sizeof(gedge) + (8 * (size_t)n + 2 * nk) * 4 + n;
     uint8_t *b = cf->alloc(cf->actx, bytes);
     if (!b) return ECCL_ERR_NO_MEMORY;
     *blk = b;
@@ -848,12 +935,16 @@ static eccl_result ls_init(ls *x, uint32_t n, const double *c, const cfg *cf, vo
     x->pb = x->pf + n1;
     x->qf = (int64_t *)(void *)(x->pb + n1);
     x->qb = x->qf + n1;
-    x->tour = (uint32_t *)(void *)(x->qb + n1);
+    x->edges = (gedge *)(void *)(x->qb + n1);
+    x->tour = (uint32_t *)(void *)(x->edges + nk);
     x->pos = x->tour + n;
     x->tmp = x->pos + n;
     x->best = x->tmp + n;
     x->queue = x->best + n;
-    x->nb_out = x->queue + n;
+    x->succ = x->queue + n;
+    x->pred = x->succ + n;
+    x->uf = x->pred + n;
+    x->nb_out = x->uf + n;
     x->nb_in = x->nb_out + nk;
     x->inq = (uint8_t *)(x->nb_in + nk);
     memset(x->inq, 0, n);
@@ -901,8 +992,13 @@ eccl_result eccl_tsp_solve(uint32_t n, const double *cost, const eccl_tsp_opts *
     /* the identity ring is the floor: never return worse */
     for (uint32_t i = 0; i < n; i++) x.best[i] = i;
     price(n, cost, x.best, &best);
+    /* start 0: greedy matching; the others: nearest neighbour */
     for (uint32_t s = 0; s < cf.starts && !x.stopped; s++) {
-        nearest_neighbour(&x, (uint32_t)((uint64_t)s * n / cf.starts));
+        if (s == 0) {
+            if (!greedy(&x)) break;
+        } else {
+            nearest_neighbour(&x, (uint32_t)((uint64_t)s * n / cf.starts));
+        }
         ls_full(&x);
         tour_price(&x, &cur);
         if (eccl_tsp_compare(cf.obj, &cur, &best) < 0) {

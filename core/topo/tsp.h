@@ -26,17 +26,20 @@
  *     programming, provably optimal for the objective above, O(n² 2ⁿ) time,
  *     about 18·n·2ⁿ bytes. The bottleneck objective takes two passes (min-max,
  *     then min-sum over links no slower than the optimum's slowest).
- *   - otherwise: nearest-neighbour tours from several deterministic starts,
- *     each improved by local search over candidate lists (the K cheapest
- *     links out of and into every peer): or-opt (move a run of 1-3 peers
- *     elsewhere, same direction), segment exchange (the reversal-free 3-opt
- *     move A B C -> A C B, natural for ATSP) and 2-opt (segment reversal,
- *     costed exactly: the reversed links are priced in their new direction).
+ *   - otherwise: a greedy-matching tour and nearest-neighbour tours from
+ *     several deterministic starts, each improved by local search over
+ *     candidate lists (the K cheapest links out of and into every peer):
+ *     or-opt (move a run of 1-3 peers elsewhere, same direction), segment
+ *     exchange (the reversal-free 3-opt move A B C -> A C B, natural for
+ *     ATSP) and 2-opt (segment reversal, costed exactly: the reversed links
+ *     are priced in their new direction). The bottleneck objective first
+ *     squeezes the slowest link (links at the current max count as bad until
+ *     none can be removed), then minimises the sum under that max.
  *   - eccl_tsp_improve ("moonshot"): iterated local search from a given tour
- *     — a random segment-exchange kick (double bridge) near a random place,
- *     local search, keep if better — for as long as the budget allows. Call
- *     it again with more budget or another seed; it never returns a worse
- *     tour than it was given.
+ *     — a random segment-exchange kick (the ATSP double bridge; half local,
+ *     half anywhere), local search, keep if better — for as long as the
+ *     budget allows. Call it again with more budget or another seed; it
+ *     never returns a worse tour than it was given.
  *
  * Determinism: the output depends only on the inputs (matrix, options, seed,
  * input tour) and the answers should_stop gives; no wall clock, no address-
@@ -76,8 +79,9 @@ typedef struct eccl_tsp_opts {
      * subject to max_work or should_stop; its cost is bounded by this limit
      * (n = 16: about 7.4M label updates). */
     uint32_t exact_max_n;
-    /* Nearest-neighbour starts for eccl_tsp_solve (0: 4; clamped to n).
-     * Start k is peer k*n/starts. */
+    /* Constructions eccl_tsp_solve improves and picks the best of (0: 4;
+     * clamped to n): the greedy matching, then nearest neighbour from peer
+     * k*n/starts for k = 1..starts-1. */
     uint32_t starts;
     /* Candidate-list length K (0: 10; at most 64, clamped to n-1). */
     uint32_t neighbours;
@@ -94,9 +98,12 @@ typedef struct eccl_tsp_opts {
     uint64_t max_kicks;
     /* eccl_tsp_improve: seed of the kick positions (a local splitmix64). */
     uint64_t seed;
-    /* Polled after every poll_every work units (0: 16384); a nonzero answer
-     * ends the search and the best tour so far is returned. Never polled by
-     * the exact solver. */
+    /* Polled whenever the work count has grown by poll_every (0: 16384)
+     * since the last poll; a nonzero answer ends the search and the best
+     * tour so far is returned. One charge is at most 3n units, or
+     * n·K·log2(n·K) for the greedy construction's sort, so the gap between
+     * polls is at most poll_every plus that. Never polled by the exact
+     * solver. */
     int (*should_stop)(void *arg);
     void *stop_arg;
     uint64_t poll_every;
