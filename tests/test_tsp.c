@@ -425,6 +425,18 @@ static void test_budget(void **state)
             assert_true(r.work <= budgets[b]);
             assert_true(r.stopped); /* no kick bound: only the budget ends it */
         }
+    /* a budget below the greedy construction's sort (n*K*log2(n*K) = 36000
+     * here) still buys nearest neighbour and some local search: far better
+     * than the identity ring */
+    for (int o = 0; o < 2; o++) {
+        eccl_tsp_opts small = {.objective = OBJS[o], .max_work = 20000};
+        eccl_tsp_result r, ri;
+        uint32_t id[300];
+        for (uint32_t i = 0; i < n; i++) id[i] = i;
+        assert_int_equal(eccl_tsp_solve(n, c, &small, t, &r), ECCL_OK);
+        assert_int_equal(eccl_tsp_eval(n, c, NULL, id, &ri), ECCL_OK);
+        assert_true(r.sum < 0.5 * ri.sum);
+    }
     /* unlimited: runs to a local optimum and says it was not cut short */
     eccl_tsp_opts opts = {0};
     eccl_tsp_result r;

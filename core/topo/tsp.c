@@ -374,6 +374,12 @@ static int take(ls *x, uint64_t units)
     return 1;
 }
 
+/* Whether the budget could pay for `units` now (nothing is taken). */
+static int affordable(const ls *x, uint64_t units)
+{
+    return !x->stopped && (!x->cf->max_work || x->cf->max_work - x->work >= units);
+}
+
 static uint64_t splitmix64(uint64_t *s)
 {
     uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
@@ -828,15 +834,15 @@ static uint32_t uf_find(uint32_t *uf, uint32_t v)
  * tail has no successor yet, its head no predecessor, and it closes no
  * cycle; then the fragments are chained, each tail to the cheapest unused
  * fragment head. Better than nearest neighbour on ATSP, whose last steps are
- * forced onto whatever links are left. Returns 0 when the budget cannot pay
- * for the sort (no tour is built). */
+ * forced onto whatever links are left. Returns 0, having built and spent
+ * nothing, when the budget cannot pay for the sort. */
 static int greedy(ls *x)
 {
     const uint32_t n = x->n, K = x->k;
     size_t m = 0, nk = (size_t)n * K;
     uint64_t lg = 1;
     while (((size_t)1 << lg) < nk) lg++;
-    if (!take(x, nk * lg)) return 0;
+    if (!affordable(x, nk * lg) || !take(x, nk * lg)) return 0;
     for (uint32_t i = 0; i < n; i++)
         for (uint32_t k = 0; k < K; k++) {
             uint32_t j = x->nb_out[(size_t)i * K + k];
@@ -992,11 +998,12 @@ eccl_result eccl_tsp_solve(uint32_t n, const double *cost, const eccl_tsp_opts *
     /* the identity ring is the floor: never return worse */
     for (uint32_t i = 0; i < n; i++) x.best[i] = i;
     price(n, cost, x.best, &best);
-    /* start 0: greedy matching; the others: nearest neighbour */
+    /* start 0: greedy matching (or, when the budget cannot pay for its sort,
+     * the much cheaper nearest neighbour from peer 0); the others: nearest
+     * neighbour */
     for (uint32_t s = 0; s < cf.starts && !x.stopped; s++) {
-        if (s == 0) {
-            if (!greedy(&x)) break;
-        } else {
+        if (s > 0 || !greedy(&x)) {
+            if (x.stopped) break;
             nearest_neighbour(&x, (uint32_t)((uint64_t)s * n / cf.starts));
         }
         ls_full(&x);
