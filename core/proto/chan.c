@@ -6,6 +6,9 @@
 #include "util/log.h"
 
 #define CHAN_MAX_IOV 16
+/* First read-ahead size. Most channels only ever carry a few control
+ * frames; a simulated 100k-rank job holds 400k of them. */
+#define CHAN_RBUF_START 512u
 
 static void chan_fail(eccl_chan *ch, eccl_result rc)
 {
@@ -31,7 +34,8 @@ eccl_result eccl_chan_init(eccl_chan *ch, const eccl_env *env, eccl_conn *conn,
     ch->env = env;
     ch->conn = conn;
     ch->cur_read = 1;
-    ch->rbuf_cap = rbuf_cap < 64 ? 64 : rbuf_cap;
+    ch->rbuf_max = rbuf_cap < 64 ? 64 : rbuf_cap;
+    ch->rbuf_cap = ch->rbuf_max < CHAN_RBUF_START ? ch->rbuf_max : CHAN_RBUF_START;
     ch->phantom_net = eccl_dev_has_phantom(env);
     ch->rbuf = malloc(ch->rbuf_cap);
     ch->last_rx_ns = env->clock->now_ns(env->clock_ctx);
@@ -222,6 +226,16 @@ static long chan_take(eccl_chan *ch, uint8_t *dst, size_t n)
         if (direct || got == 0) return (long)got;
         ch->rbuf_pos = 0;
         ch->rbuf_len = (uint32_t)got;
+        if (got == want && ch->rbuf_cap < ch->rbuf_max) {
+            /* A full read: more was waiting, so read further ahead next
+             * time. Without memory the read-ahead just stays small. */
+            uint32_t cap = ch->rbuf_cap * 2 < ch->rbuf_max ? ch->rbuf_cap * 2 : ch->rbuf_max;
+            uint8_t *grown = realloc(ch->rbuf, cap);
+            if (grown) {
+                ch->rbuf = grown;
+                ch->rbuf_cap = cap;
+            }
+        }
     }
     size_t avail = ch->rbuf_len - ch->rbuf_pos;
     if (n > avail) n = avail;

@@ -74,12 +74,14 @@ struct eccl_chan {
     uint32_t in_got;
     uint8_t *rbuf;         /* read-ahead: small frames cost one recv */
     uint32_t rbuf_cap, rbuf_pos, rbuf_len;
+    uint32_t rbuf_max;     /* rbuf doubles up to this when a read fills it */
     uint64_t last_rx_ns;
 };
 
 /* Wraps an open conn; the conn's user pointer must be `ch`. `rbuf_cap` is
- * the read-ahead size: large for data links, small where many channels live
- * (the master's). */
+ * the largest read-ahead: large for data links, small where many channels
+ * live (the master's). The read-ahead starts small and grows only on a
+ * conn whose reads fill it. */
 eccl_result eccl_chan_init(eccl_chan *ch, const eccl_env *env, eccl_conn *conn,
                            uint32_t rbuf_cap);
 /* Closes the conn (if any), drops the queue and frees pooled frames. The
