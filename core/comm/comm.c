@@ -21,6 +21,7 @@
 #include "eccl_core.h"
 #include "proto/chan.h"
 #include "sched/engine.h"
+#include "state/hash.h"
 #include "util/bufpool.h"
 #include "util/log.h"
 
@@ -121,6 +122,7 @@ struct eccl_comm {
     uint64_t master_deadline;   /* give up reaching the master */
     uint64_t master_retry_at;   /* next connect attempt, 0 = none */
     uint64_t master_backoff;    /* delay before the attempt after that */
+    uint64_t retries;           /* connect retries so far: salts the jitter */
     uint64_t heartbeat_at;
     uint64_t peer_id;
 
@@ -170,11 +172,19 @@ static const eccl_chan_handler link_handler;
 
 static uint64_t now_ns(const eccl_comm *c) { return eccl_engine_now(&c->eng); }
 
-/* When to try again: now plus the current delay, which then doubles. */
-static uint64_t retry_at(const eccl_comm *c, uint64_t *backoff)
+/* When to try again: now plus the current delay, which then doubles. The
+ * delay is jittered down by up to half, by a hash of this peer's own
+ * address and its attempt count (core has no random source, and this keeps
+ * the simulator deterministic): peers refused together must not all come
+ * back together. Without it 100k simulated peers retried in lockstep
+ * waves, each wave mostly refused again by the master's full backlog. */
+static uint64_t retry_at(eccl_comm *c, uint64_t *backoff)
 {
     if (*backoff < COMM_RETRY_NS) *backoff = COMM_RETRY_NS;
-    uint64_t at = now_ns(c) + *backoff;
+    uint64_t salt[2] = {eccl_hash(ECCL_HASH_SIMPLE, c->p2p_addr, strlen(c->p2p_addr)),
+                        c->retries++};
+    uint64_t jitter = eccl_hash(ECCL_HASH_SIMPLE, salt, sizeof salt) % (*backoff / 2);
+    uint64_t at = now_ns(c) + *backoff - jitter;
     *backoff = *backoff * 2 > COMM_RETRY_MAX_NS ? COMM_RETRY_MAX_NS : *backoff * 2;
     return at;
 }
