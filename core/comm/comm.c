@@ -960,8 +960,7 @@ static eccl_result sync_on_plan(eccl_comm *c, const eccl_msg_sync_plan *p)
     s->n_fetch = p->n_fetch;
     s->n_src = p->n_src;
     if (s->n_fetch == 0) {
-        s->phase = SY_REPORTED;
-        sync_report(c, ECCL_OK);
+        s->phase = SY_REPORTED; /* up to date: serve until SYNC_DONE, say nothing */
         return ECCL_OK;
     }
     s->phase = SY_FETCHING;

@@ -553,9 +553,15 @@ static void sync_check_collect(eccl_master *m, mgroup *g)
             while (at < e.n_fetch && e.fetch[at].peer == i) at++;
             continue;
         }
-        p->sync_state = MS_TRANSFER;
         p->sync_src = v[i].source;
-        g->n_sync++;
+        /* Only fetchers report (O(fetchers) messages, not O(group)); the
+         * up to date wait for SYNC_DONE, serving. */
+        if (v[i].elected) {
+            p->sync_state = MS_REPORTED;
+        } else {
+            p->sync_state = MS_TRANSFER;
+            g->n_sync++;
+        }
     }
     eccl_sync_election_free(&e);
     free(v);
@@ -631,11 +637,11 @@ static eccl_result on_sync_report(eccl_master *m, mpeer *p, const eccl_msg_sync_
 {
     mgroup *g = p->group;
     if (p->sync_state == MS_NONE || r->seq != p->sync_seq) return ECCL_OK; /* stale */
-    eccl_result why = r->result == ECCL_OK ? ECCL_ERR_PROTOCOL : (eccl_result)r->result;
+    eccl_result why = (eccl_result)r->result;
     if (p->sync_state == MS_SUBMITTED || p->sync_state == MS_REPORTED) {
-        /* It gave up waiting (timeout): the round cannot complete. A second
-         * report after success is out of turn. */
-        if (p->sync_state == MS_REPORTED) return ECCL_ERR_PROTOCOL;
+        /* It gave up waiting (timeout): the round cannot complete without
+         * it. Success is reported only by a fetcher, once. */
+        if (why == ECCL_OK) return ECCL_ERR_PROTOCOL;
         sync_abort(m, g, why);
         return ECCL_OK;
     }

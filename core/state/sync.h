@@ -12,9 +12,12 @@
  *   peer    fetches over a SYNC link (connect on demand, HELLO purpose
  *           SYNC, then one SYNC_FETCH per key), the holder streams DATA
  *           (phase SYNC) straight from its tensor into the fetcher's, the
- *           fetcher re-hashes each key; then SYNC_REPORT(result)
- *   master  all reported OK -> SYNC_DONE(OK) to all; the first failure (or a
- *           holder lost) -> SYNC_DONE(error) to all at once
+ *           fetcher re-hashes each key; then SYNC_REPORT(result). Only
+ *           fetchers report: peers already up to date wait, serving
+ *   master  all fetchers reported OK -> SYNC_DONE(OK) to all; the first
+ *           failure (or a holder lost) -> SYNC_DONE(error) to all at once.
+ *           A peer whose call timed out withdraws (SYNC_REPORT(TIMEOUT)):
+ *           the round ends with that error everywhere
  *
  * The rules eccl_sync_elect applies, in this order:
  *  1. Revision: a peer that is not a newcomer (it took part in the group's
