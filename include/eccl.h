@@ -154,6 +154,80 @@ eccl_result eccl_wait(eccl_request *req, eccl_reduce_info *info);
  * otherwise returns ECCL_OK and req stays valid. */
 eccl_result eccl_test(eccl_request *req, int *done, eccl_reduce_info *info);
 
+/* ---- shared state ------------------------------------------------------- */
+
+/* Peers keep named tensors identical (model weights, optimiser state, step
+ * counters) by voting on their hashes: every accepted peer of a peer group
+ * calls eccl_comm_sync_shared_state with its tensors and revision; the
+ * master elects the most popular (key, hash) set, and each peer whose copy
+ * differs fetches the differing tensors peer-to-peer from peers that hold
+ * the elected set, straight into its own buffers, and verifies their hash.
+ *
+ * Revision rule: a peer that took part in the group's last successful sync
+ * must pass exactly that sync's revision + 1 (ECCL_ERR_INVALID_ARG
+ * otherwise, and it is left out of the round); a newcomer (one that did
+ * not) may pass any revision and adopts the elected one. */
+
+/* Values travel on the wire: never renumber. 0 is left invalid. */
+typedef enum eccl_hash_type {
+    ECCL_HASH_SIMPLE = 1, /* FNV-1a-like lanes folded by a fixed tree */
+    ECCL_HASH_CRC32C = 2  /* CRC-32C (Castagnoli) */
+} eccl_hash_type;
+
+typedef enum eccl_sync_strategy {
+    /* Vote; fetch if outvoted; serve if elected. */
+    ECCL_SYNC_ENFORCE_POPULAR = 0,
+    /* This peer's state is authoritative: vote and serve, never fetch. A
+     * SEND_ONLY peer outvoted by the election is kicked (ECCL_ERR_KICKED). */
+    ECCL_SYNC_SEND_ONLY = 1,
+    /* Take whatever is elected: no vote, never serves (its hashes do not
+     * count towards popularity). If every caller is RECEIVE_ONLY, nobody
+     * votes and the call fails with ECCL_ERR_INVALID_ARG everywhere. */
+    ECCL_SYNC_RECEIVE_ONLY = 2
+} eccl_sync_strategy;
+
+typedef struct eccl_tensor_info {
+    const char *key;   /* unique, 1..63 bytes */
+    void *data;        /* host memory, count * eccl_dtype_size(dtype) bytes */
+    size_t count;
+    eccl_dtype dtype;
+    /* Nonzero: this tensor may differ between peers; it takes no part in
+     * the vote and is never transferred. */
+    int allow_content_inequality;
+} eccl_tensor_info;
+
+typedef struct eccl_shared_state {
+    uint64_t revision;        /* updated to the elected revision on success */
+    size_t count;             /* tensors; at most 512 voted ones */
+    eccl_tensor_info *infos;
+} eccl_shared_state;
+
+typedef struct eccl_sync_info {
+    uint64_t tx_bytes;     /* tensor bytes this peer served to others */
+    uint64_t rx_bytes;     /* tensor bytes this peer fetched */
+    uint64_t revision;     /* the elected revision */
+    uint32_t keys_fetched; /* tensors this peer replaced */
+    uint32_t keys_served;  /* fetches of this peer's tensors by others */
+} eccl_sync_info;
+
+/* Blocks until every accepted peer of the group has called it and every
+ * outdated peer has fetched and verified what it lacked, or until
+ * op_timeout_ms. ECCL_OK on every participant, or the same error on all
+ * (ECCL_ERR_PEER_LOST when a holder vanished mid-transfer, ECCL_ERR_PROTOCOL
+ * when fetched bytes did not hash to the elected hash), except the errors
+ * that concern one peer alone: ECCL_ERR_INVALID_ARG (bad arguments, the
+ * revision rule, a key set, size or dtype that cannot take the elected
+ * set), ECCL_ERR_KICKED (a SEND_ONLY peer outvoted). ECCL_ERR_BUSY if a
+ * collective is in flight on this communicator, or if another peer of the
+ * group is in update_topology or peers_pending instead (then every sync
+ * caller of the group gets it). On failure, tensors that were being
+ * fetched hold unspecified bytes (they were outdated anyway: the next
+ * successful sync replaces them); every other tensor is untouched. info
+ * may be NULL. */
+eccl_result eccl_comm_sync_shared_state(eccl_comm *comm, eccl_shared_state *state,
+                                        eccl_sync_strategy strategy,
+                                        eccl_hash_type hash_type, eccl_sync_info *info);
+
 #ifdef __cplusplus
 }
 #endif

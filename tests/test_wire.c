@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -20,11 +21,12 @@ static const uint16_t control_types[] = {
     ECCL_MSG_COLL_DONE,    ECCL_MSG_VIEW_REPORT, ECCL_MSG_WELCOME,
     ECCL_MSG_PENDING_REPLY, ECCL_MSG_RING,       ECCL_MSG_TOPO_DONE,
     ECCL_MSG_VIEW_QUERY,   ECCL_MSG_VIEW_DECIDE, ECCL_MSG_KICK,
-    ECCL_MSG_P2P_HELLO,
+    ECCL_MSG_P2P_HELLO,    ECCL_MSG_SYNC_REQ,    ECCL_MSG_SYNC_REPORT,
+    ECCL_MSG_SYNC_PLAN,    ECCL_MSG_SYNC_DONE,   ECCL_MSG_SYNC_FETCH,
 };
 #define N_CONTROL (sizeof(control_types) / sizeof(control_types[0]))
 
-static const uint16_t unknown_types[] = {0, 9, 31, 39, 63, 66, 0x100, 0xFFFF};
+static const uint16_t unknown_types[] = {0, 11, 31, 41, 63, 67, 0x100, 0xFFFF};
 #define N_UNKNOWN (sizeof(unknown_types) / sizeof(unknown_types[0]))
 
 /* ---- helpers ------------------------------------------------------------- */
@@ -49,6 +51,10 @@ static uint32_t below(rng *r, uint32_t n)
 /* The entries that fill_extreme / fill_random views point at: a view
  * carries no list of its own, its encoder reads the caller's array. */
 static eccl_wire_op_flag view_store[ECCL_WIRE_MAX_OPS];
+/* ... and shared-state lists. */
+static eccl_wire_sync_key key_store[ECCL_WIRE_MAX_SYNC_KEYS];
+static eccl_wire_sync_fetch fetch_store[ECCL_WIRE_MAX_SYNC_KEYS];
+static eccl_wire_peer_ref src_store[ECCL_WIRE_MAX_SYNC_SRCS];
 
 static eccl_msg *new_msg(uint16_t type)
 {
@@ -156,9 +162,72 @@ static void assert_msg_equal(const eccl_msg *a, const eccl_msg *b)
         assert_int_equal(a->u.hello.epoch, b->u.hello.epoch);
         assert_int_equal(a->u.hello.purpose, b->u.hello.purpose);
         break;
+    case ECCL_MSG_SYNC_REQ: {
+        const eccl_msg_sync_req *x = &a->u.sync_req, *y = &b->u.sync_req;
+        assert_int_equal(x->seq, y->seq);
+        assert_int_equal(x->revision, y->revision);
+        assert_int_equal(x->strategy, y->strategy);
+        assert_int_equal(x->hash_type, y->hash_type);
+        assert_int_equal(x->n_keys, y->n_keys);
+        uint32_t px = 0, py = 0, ix = 0, iy = 0;
+        eccl_wire_sync_key kx, ky;
+        while (eccl_wire_sync_req_next(x, &px, &ix, &kx)) {
+            assert_true(eccl_wire_sync_req_next(y, &py, &iy, &ky));
+            assert_string_equal(kx.key, ky.key);
+            assert_int_equal(kx.bytes, ky.bytes);
+            assert_int_equal(kx.hash, ky.hash);
+            assert_int_equal(kx.dtype, ky.dtype);
+        }
+        assert_int_equal(ix, iy);
+        break;
+    }
+    case ECCL_MSG_SYNC_PLAN: {
+        const eccl_msg_sync_plan *x = &a->u.sync_plan, *y = &b->u.sync_plan;
+        assert_int_equal(x->seq, y->seq);
+        assert_int_equal(x->result, y->result);
+        assert_int_equal(x->round, y->round);
+        assert_int_equal(x->revision, y->revision);
+        assert_int_equal(x->n_fetch, y->n_fetch);
+        assert_int_equal(x->n_src, y->n_src);
+        for (uint32_t i = 0; i < x->n_fetch; i++) {
+            eccl_wire_sync_fetch fx = eccl_wire_sync_plan_fetch(x, i);
+            eccl_wire_sync_fetch fy = eccl_wire_sync_plan_fetch(y, i);
+            assert_int_equal(fx.key, fy.key);
+            assert_int_equal(fx.src, fy.src);
+            assert_int_equal(fx.hash, fy.hash);
+        }
+        for (uint32_t i = 0; i < x->n_src; i++) {
+            eccl_wire_peer_ref rx, ry;
+            eccl_wire_sync_plan_src(x, i, &rx);
+            eccl_wire_sync_plan_src(y, i, &ry);
+            assert_int_equal(rx.peer_id, ry.peer_id);
+            assert_string_equal(rx.addr, ry.addr);
+        }
+        break;
+    }
+    case ECCL_MSG_SYNC_REPORT:
+    case ECCL_MSG_SYNC_DONE:
+        assert_int_equal(a->u.sync_result.seq, b->u.sync_result.seq);
+        assert_int_equal(a->u.sync_result.result, b->u.sync_result.result);
+        assert_int_equal(a->u.sync_result.revision, b->u.sync_result.revision);
+        break;
+    case ECCL_MSG_SYNC_FETCH:
+        assert_int_equal(a->u.sync_fetch.round, b->u.sync_fetch.round);
+        assert_int_equal(a->u.sync_fetch.id, b->u.sync_fetch.id);
+        assert_int_equal(a->u.sync_fetch.bytes, b->u.sync_fetch.bytes);
+        assert_string_equal(a->u.sync_fetch.key, b->u.sync_fetch.key);
+        break;
     default:
         break;
     }
+}
+
+/* Key i of a sorted list: a fixed-width hex prefix, padded to `len`. */
+static void sync_key_name(char *dst, uint32_t i, size_t len)
+{
+    memset(dst, 0, ECCL_ADDR_MAX);
+    snprintf(dst, ECCL_ADDR_MAX, "%03x", i);
+    for (size_t k = 3; k < len; k++) dst[k] = 'z';
 }
 
 /* Every field at its smallest legal value (is_max == 0) or its largest. */
@@ -226,7 +295,49 @@ static void fill_extreme(eccl_msg *m, uint16_t type, int is_max)
         m->u.hello.peer_id = v64;
         m->u.hello.peer_group = v32;
         m->u.hello.epoch = v32;
-        m->u.hello.purpose = is_max ? ECCL_LINK_TREE : ECCL_LINK_RING;
+        m->u.hello.purpose = is_max ? ECCL_LINK_SYNC : ECCL_LINK_RING;
+        break;
+    case ECCL_MSG_SYNC_REQ:
+        m->u.sync_req.seq = v32;
+        m->u.sync_req.revision = v64;
+        m->u.sync_req.strategy = is_max ? 2 : 0;
+        m->u.sync_req.hash_type = is_max ? 2 : 1;
+        m->u.sync_req.n_keys = is_max ? ECCL_WIRE_MAX_SYNC_KEYS : 0;
+        m->u.sync_req.keys = key_store;
+        for (uint32_t i = 0; i < m->u.sync_req.n_keys; i++) {
+            sync_key_name(key_store[i].key, i, ECCL_WIRE_MAX_KEY);
+            key_store[i].bytes = UINT64_MAX - i;
+            key_store[i].hash = UINT64_MAX;
+            key_store[i].dtype = ECCL_DTYPE_COUNT - 1;
+        }
+        break;
+    case ECCL_MSG_SYNC_PLAN:
+        m->u.sync_plan.seq = v32;
+        m->u.sync_plan.result = 0; /* lists only with success */
+        m->u.sync_plan.round = v32;
+        m->u.sync_plan.revision = v64;
+        m->u.sync_plan.n_fetch = is_max ? ECCL_WIRE_MAX_SYNC_KEYS : 0;
+        m->u.sync_plan.n_src = is_max ? ECCL_WIRE_MAX_SYNC_SRCS : 0;
+        m->u.sync_plan.fetch = fetch_store;
+        m->u.sync_plan.src = src_store;
+        for (uint32_t i = 0; i < m->u.sync_plan.n_fetch; i++)
+            fetch_store[i] = (eccl_wire_sync_fetch){i, i % ECCL_WIRE_MAX_SYNC_SRCS, UINT64_MAX};
+        for (uint32_t i = 0; i < m->u.sync_plan.n_src; i++) {
+            src_store[i].peer_id = UINT64_MAX - i;
+            fill_str(src_store[i].addr, slen, 's');
+        }
+        break;
+    case ECCL_MSG_SYNC_REPORT:
+    case ECCL_MSG_SYNC_DONE:
+        m->u.sync_result.seq = v32;
+        m->u.sync_result.result = v32;
+        m->u.sync_result.revision = v64;
+        break;
+    case ECCL_MSG_SYNC_FETCH:
+        m->u.sync_fetch.round = v32;
+        m->u.sync_fetch.id = v32;
+        m->u.sync_fetch.bytes = v64;
+        fill_str(m->u.sync_fetch.key, is_max ? ECCL_WIRE_MAX_KEY : 1, 'k');
         break;
     default:
         break;
@@ -298,7 +409,48 @@ static void fill_random(rng *r, eccl_msg *m)
         m->u.hello.peer_id = next(r);
         m->u.hello.peer_group = (uint32_t)next(r);
         m->u.hello.epoch = (uint32_t)next(r);
-        m->u.hello.purpose = (uint32_t)below(r, 2);
+        m->u.hello.purpose = (uint32_t)below(r, 3);
+        break;
+    case ECCL_MSG_SYNC_REQ:
+        m->u.sync_req.seq = (uint32_t)next(r);
+        m->u.sync_req.revision = next(r);
+        m->u.sync_req.strategy = (uint8_t)below(r, 3);
+        m->u.sync_req.hash_type = (uint8_t)(1 + below(r, 2));
+        m->u.sync_req.n_keys = below(r, 16);
+        for (uint32_t i = 0; i < m->u.sync_req.n_keys; i++) {
+            sync_key_name(key_store[i].key, i * 7, 3 + below(r, ECCL_WIRE_MAX_KEY - 2));
+            key_store[i].bytes = next(r);
+            key_store[i].hash = next(r);
+            key_store[i].dtype = (uint8_t)below(r, ECCL_DTYPE_COUNT);
+        }
+        break;
+    case ECCL_MSG_SYNC_PLAN:
+        m->u.sync_plan.seq = (uint32_t)next(r);
+        m->u.sync_plan.round = (uint32_t)next(r);
+        m->u.sync_plan.revision = next(r);
+        m->u.sync_plan.n_src = 1 + below(r, 8);
+        m->u.sync_plan.n_fetch = below(r, 16);
+        for (uint32_t i = 0, key = 0; i < m->u.sync_plan.n_fetch; i++) {
+            key += 1 + below(r, 20);
+            fetch_store[i] = (eccl_wire_sync_fetch){key, below(r, m->u.sync_plan.n_src), next(r)};
+        }
+        for (uint32_t i = 0; i < m->u.sync_plan.n_src; i++) {
+            src_store[i].peer_id = next(r);
+            rand_str(r, src_store[i].addr);
+        }
+        break;
+    case ECCL_MSG_SYNC_REPORT:
+    case ECCL_MSG_SYNC_DONE:
+        m->u.sync_result.seq = (uint32_t)next(r);
+        m->u.sync_result.result = (uint32_t)next(r);
+        m->u.sync_result.revision = next(r);
+        break;
+    case ECCL_MSG_SYNC_FETCH:
+        m->u.sync_fetch.round = (uint32_t)next(r);
+        m->u.sync_fetch.id = (uint32_t)next(r);
+        m->u.sync_fetch.bytes = next(r);
+        rand_str(r, m->u.sync_fetch.key);
+        if (!m->u.sync_fetch.key[0]) m->u.sync_fetch.key[0] = 'k';
         break;
     default:
         break;
@@ -371,6 +523,12 @@ static void test_max_length(void **state)
         {ECCL_MSG_KICK, 4},
         {ECCL_MSG_P2P_HELLO, 20},
         {ECCL_MSG_DATA, ECCL_WIRE_MAX_DATA},
+        {ECCL_MSG_SYNC_REQ, 18 + ECCL_WIRE_MAX_SYNC_KEYS * (2 + ECCL_WIRE_MAX_KEY + 17)},
+        {ECCL_MSG_SYNC_PLAN, 28 + ECCL_WIRE_MAX_SYNC_KEYS * 16 +
+                                 ECCL_WIRE_MAX_SYNC_SRCS * (8 + 2 + ECCL_WIRE_MAX_ADDR)},
+        {ECCL_MSG_SYNC_REPORT, 16},
+        {ECCL_MSG_SYNC_DONE, 16},
+        {ECCL_MSG_SYNC_FETCH, 16 + 2 + ECCL_WIRE_MAX_KEY},
     };
     for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
         assert_int_equal(eccl_wire_max_length(want[i].type), want[i].max);
@@ -588,6 +746,120 @@ static size_t ring_frame(uint8_t *buf, size_t next_len)
     return n;
 }
 
+/* Shared-state messages: everything a decoder must refuse beyond lengths. */
+static void test_sync_rejects(void **state)
+{
+    (void)state;
+    uint8_t *frame = malloc(FRAME_CAP), *bad = malloc(FRAME_CAP);
+    eccl_msg *m = new_msg(0), *d = new_msg(0);
+    arena a = arena_new(FRAME_CAP);
+    assert_non_null(frame);
+    assert_non_null(bad);
+
+    /* SYNC_REQ with keys "a", "b": 18-byte head, then 20 bytes per key. */
+    eccl_wire_sync_key keys[2] = {{"a", 8, 1, ECCL_F32}, {"b", 4, 2, ECCL_U8}};
+    m->type = ECCL_MSG_SYNC_REQ;
+    m->u.sync_req = (eccl_msg_sync_req){.seq = 1, .revision = 2, .strategy = 1, .hash_type = 1,
+                                        .n_keys = 2, .keys = keys};
+    size_t n = eccl_wire_encode(m, frame, FRAME_CAP);
+    assert_int_equal(n, ECCL_WIRE_HEADER_SIZE + 18 + 2 * 20);
+    const uint8_t *pl = frame + ECCL_WIRE_HEADER_SIZE;
+    uint32_t len = (uint32_t)(n - ECCL_WIRE_HEADER_SIZE);
+    assert_int_equal(decode_tail(&a, ECCL_MSG_SYNC_REQ, pl, len, d), ECCL_OK);
+    const struct {
+        size_t at;
+        uint8_t v;
+    } req_bad[] = {
+        {12, 3},                    /* strategy */
+        {13, 0}, {13, 3},           /* hash type */
+        {14, 3},                    /* count over the keys present */
+        {15, 2},                    /* count over the bound */
+        {18 + 20 + 2, 'a'},         /* duplicate key */
+        {18 + 20 + 2, '0'},         /* unsorted */
+        {18 + 2, 0},                /* embedded NUL */
+        {18 + 19, ECCL_DTYPE_COUNT} /* dtype */
+    };
+    for (size_t i = 0; i < sizeof req_bad / sizeof req_bad[0]; i++) {
+        memcpy(bad, pl, len);
+        bad[req_bad[i].at] = req_bad[i].v;
+        assert_int_equal(decode_tail(&a, ECCL_MSG_SYNC_REQ, bad, len, d), ECCL_ERR_PROTOCOL);
+    }
+    /* An empty key: length 0, the rest shifted. */
+    memcpy(bad, pl, 18);
+    bad[18] = 0;
+    bad[19] = 0;
+    memcpy(bad + 20, pl + 18 + 3, len - 18 - 3);
+    assert_int_equal(decode_tail(&a, ECCL_MSG_SYNC_REQ, bad, len - 1, d), ECCL_ERR_PROTOCOL);
+    /* The encoder refuses what the decoder would. */
+    eccl_wire_sync_key swapped[2] = {keys[1], keys[0]};
+    m->u.sync_req.keys = swapped;
+    assert_int_equal(eccl_wire_encode(m, frame, FRAME_CAP), 0);
+    m->u.sync_req.keys = keys;
+    m->u.sync_req.hash_type = 0;
+    assert_int_equal(eccl_wire_encode(m, frame, FRAME_CAP), 0);
+    m->u.sync_req.hash_type = 1;
+    m->u.sync_req.n_keys = ECCL_WIRE_MAX_SYNC_KEYS + 1;
+    assert_int_equal(eccl_wire_encode(m, frame, FRAME_CAP), 0);
+
+    /* SYNC_PLAN: two fetches from one source. Head 28, fetches 16 each. */
+    eccl_wire_sync_fetch f[2] = {{0, 0, 5}, {3, 0, 6}};
+    eccl_wire_peer_ref src = {9, "127.0.0.1:1"};
+    memset(m, 0, sizeof *m);
+    m->type = ECCL_MSG_SYNC_PLAN;
+    m->u.sync_plan = (eccl_msg_sync_plan){.seq = 1, .round = 2, .revision = 3, .n_fetch = 2,
+                                          .n_src = 1, .fetch = f, .src = &src};
+    n = eccl_wire_encode(m, frame, FRAME_CAP);
+    assert_true(n > 0);
+    len = (uint32_t)(n - ECCL_WIRE_HEADER_SIZE);
+    assert_int_equal(decode_tail(&a, ECCL_MSG_SYNC_PLAN, pl, len, d), ECCL_OK);
+    const struct {
+        size_t at;
+        uint8_t v;
+    } plan_bad[] = {
+        {4, ECCL_ERR_PEER_LOST}, /* an error with lists */
+        {20, 0x01},              /* n_fetch 0x101: over the bound */
+        {24, 0}, {25, 1},        /* no sources / over the bound */
+        {28 + 16 + 0, 0},        /* second key == first: not ascending */
+        {28 + 16 + 4, 1},        /* source index 1 of 1 */
+    };
+    for (size_t i = 0; i < sizeof plan_bad / sizeof plan_bad[0]; i++) {
+        memcpy(bad, pl, len);
+        if (plan_bad[i].at == 20) bad[21] = 1;
+        else bad[plan_bad[i].at] = plan_bad[i].v;
+        assert_int_equal(decode_tail(&a, ECCL_MSG_SYNC_PLAN, bad, len, d), ECCL_ERR_PROTOCOL);
+    }
+    m->u.sync_plan.result = ECCL_ERR_TIMEOUT;
+    assert_int_equal(eccl_wire_encode(m, frame, FRAME_CAP), 0);
+    m->u.sync_plan.result = ECCL_OK;
+    f[1].src = 1;
+    assert_int_equal(eccl_wire_encode(m, frame, FRAME_CAP), 0);
+
+    /* SYNC_FETCH: a key is never empty. */
+    memset(m, 0, sizeof *m);
+    m->type = ECCL_MSG_SYNC_FETCH;
+    assert_int_equal(eccl_wire_encode(m, frame, FRAME_CAP), 0);
+    snprintf(m->u.sync_fetch.key, sizeof m->u.sync_fetch.key, "w");
+    n = eccl_wire_encode(m, frame, FRAME_CAP);
+    assert_int_equal(n, ECCL_WIRE_HEADER_SIZE + 16 + 3);
+    memcpy(bad, pl, 16);
+    bad[16] = bad[17] = 0;
+    assert_int_equal(decode_tail(&a, ECCL_MSG_SYNC_FETCH, bad, 18, d), ECCL_ERR_PROTOCOL);
+
+    /* DATA of the SYNC phase is a known phase now; one past it is not. */
+    eccl_wire_data dd = {.phase = ECCL_PHASE_SYNC, .len = 0};
+    uint8_t dh[ECCL_WIRE_DATA_HEADER_SIZE];
+    eccl_wire_data_encode(&dd, dh);
+    assert_int_equal(eccl_wire_data_decode(dh, ECCL_WIRE_DATA_HEADER_SIZE, &dd), ECCL_OK);
+    dh[13] = ECCL_PHASE_SYNC + 1;
+    assert_int_equal(eccl_wire_data_decode(dh, ECCL_WIRE_DATA_HEADER_SIZE, &dd), ECCL_ERR_PROTOCOL);
+
+    free(a.base);
+    free(m);
+    free(d);
+    free(frame);
+    free(bad);
+}
+
 static void test_decode_rejects(void **state)
 {
     (void)state;
@@ -632,7 +904,7 @@ static void test_decode_rejects(void **state)
     n = le(buf, 42, 8) + le(buf + 8, 0, 4) + le(buf + 12, 3, 4) + le(buf + 16, ECCL_LINK_TREE, 4);
     assert_int_equal(decode_tail(&a, ECCL_MSG_P2P_HELLO, buf, (uint32_t)n, m), ECCL_OK);
     assert_int_equal(m->u.hello.purpose, ECCL_LINK_TREE);
-    le(buf + 16, ECCL_LINK_TREE + 1, 4);
+    le(buf + 16, ECCL_LINK_SYNC + 1, 4);
     assert_int_equal(decode_tail(&a, ECCL_MSG_P2P_HELLO, buf, (uint32_t)n, m), ECCL_ERR_PROTOCOL);
 
     /* REGISTER: string length over the bound, over the remaining bytes, and
@@ -963,6 +1235,7 @@ int main(void)
         cmocka_unit_test(test_header_rejects),
         cmocka_unit_test(test_encode_rejects),
         cmocka_unit_test(test_decode_rejects),
+        cmocka_unit_test(test_sync_rejects),
         cmocka_unit_test(test_view_entries),
         cmocka_unit_test(test_data_header),
         cmocka_unit_test(test_random_robustness),

@@ -47,6 +47,8 @@
  * else, so every peer sees the same outcome and retries together. */
 #define COMM_ABORTED_TAGS 1024u
 #define COMM_EARLY_LIMIT (1u << 20)
+/* A holder streams a tensor in DATA frames of this size. */
+#define COMM_SYNC_SLICE (4u << 20)
 #define MS 1000000ull
 
 enum comm_phase {
@@ -100,7 +102,46 @@ typedef struct p2p_link {
     early_frame *early, **early_tail; /* frames for ops not called yet */
     size_t early_bytes;
     early_frame *receiving;           /* the early frame being read */
+    /* Shared-state links (purpose SYNC) live in comm->sync_links, outside
+     * every ring epoch: view changes neither pause nor close them. */
+    int sync;
+    int sync_fetcher;                 /* we opened it to fetch from src */
+    uint32_t sync_src;                /* index into comm->sync.src */
 } p2p_link;
+
+/* The shared-state call in progress (state/sync.h has the protocol). */
+enum sync_phase {
+    SY_ASKED,    /* SYNC_REQ sent; waiting for the plan */
+    SY_FETCHING, /* fetching the keys the plan names */
+    SY_REPORTED, /* our part is reported; serving until SYNC_DONE */
+    SY_DONE      /* the call's outcome is in sync.result */
+};
+
+typedef struct sync_fetch {
+    uint32_t info;  /* index into state->infos */
+    uint32_t src;   /* index into sync.src */
+    uint64_t hash;  /* the elected hash */
+    uint64_t bytes, got;
+} sync_fetch;
+
+typedef struct comm_sync {
+    int active;
+    enum sync_phase phase;
+    uint32_t seq, round;
+    eccl_shared_state *state;
+    eccl_hash_type htype;
+    eccl_wire_sync_key *keys;   /* what we voted, sorted by key */
+    uint32_t *key_info;         /* keys[i] is state->infos[key_info[i]] */
+    uint32_t n_keys;
+    sync_fetch *fetch;
+    uint32_t n_fetch, n_done;
+    eccl_wire_peer_ref *src;
+    uint32_t n_src;
+    eccl_result result;
+    uint64_t revision;
+    uint64_t tx, rx;
+    uint32_t keys_served;
+} comm_sync;
 
 typedef struct comm_listener {
     int kind; /* ECCL_HANDLE_LISTENER */
@@ -145,7 +186,9 @@ struct eccl_comm {
     uint64_t parent_backoff;
 
     p2p_link *links;            /* every open link */
+    p2p_link *sync_links;       /* shared-state links, apart from the rings */
     p2p_link *graveyard;        /* closed, freed by reap */
+    comm_sync sync;
 
     uint64_t topo_done_seen;
     uint64_t pending_replies;
@@ -200,7 +243,7 @@ static void master_retry_schedule(eccl_comm *c)
 
 /* A link whose conn the caller opens next (the conn's user pointer is the
  * link, so it must exist first). */
-static p2p_link *link_new(eccl_comm *c)
+static p2p_link *link_new_in(eccl_comm *c, p2p_link **list)
 {
     p2p_link *l = calloc(1, sizeof *l);
     if (!l) return NULL;
@@ -210,9 +253,25 @@ static p2p_link *link_new(eccl_comm *c)
         return NULL;
     }
     l->early_tail = &l->early;
-    l->next = c->links;
-    c->links = l;
+    l->next = *list;
+    *list = l;
     return l;
+}
+
+static p2p_link *link_new(eccl_comm *c) { return link_new_in(c, &c->links); }
+
+/* Takes l out of whichever list holds it. */
+static void link_unlist(eccl_comm *c, p2p_link *l)
+{
+    p2p_link **lists[2] = {&c->links, &c->sync_links};
+    for (int i = 0; i < 2; i++) {
+        for (p2p_link **p = lists[i]; *p; p = &(*p)->next) {
+            if (*p == l) {
+                *p = l->next;
+                return;
+            }
+        }
+    }
 }
 
 static void early_free(eccl_comm *c, early_frame *e)
@@ -224,12 +283,7 @@ static void early_free(eccl_comm *c, early_frame *e)
 static void link_close(eccl_comm *c, p2p_link *l)
 {
     if (l->ch.closed) return; /* already in the graveyard */
-    for (p2p_link **p = &c->links; *p; p = &(*p)->next) {
-        if (*p == l) {
-            *p = l->next;
-            break;
-        }
-    }
+    link_unlist(c, l);
     if (c->link_next == l || c->link_prev == l) {
         /* The ring is broken until the master hands out the next one. */
         c->ring_ready = 0;
@@ -549,6 +603,9 @@ static void ops_fail_all(eccl_comm *c, eccl_result why)
     for (eccl_request *r = c->ops; r; r = r->next) op_finish(c, r, why);
 }
 
+static void sync_finish(eccl_comm *c, eccl_result result, uint64_t revision);
+static void sync_links_close(eccl_comm *c);
+
 static void comm_fail(eccl_comm *c, eccl_result why)
 {
     if (c->phase == PHASE_FAILED) return;
@@ -556,6 +613,8 @@ static void comm_fail(eccl_comm *c, eccl_result why)
     c->phase = PHASE_FAILED;
     c->fatal = why;
     ops_fail_all(c, why);
+    sync_finish(c, why, 0);
+    sync_links_close(c);
     if (c->master_open) eccl_chan_close(&c->master);
     c->master_open = 0;
 }
@@ -648,7 +707,11 @@ static eccl_result on_view_query(eccl_comm *c, uint32_t epoch)
     c->frozen = 1;
     c->ring_ready = 0;
     /* Freezing makes the report final: no byte moves until the decision. */
-    for (p2p_link *l = c->links; l; l = l->next) eccl_chan_pause(&l->ch, 1);
+    /* A link that has not said hello yet belongs to no frozen op (it may be
+     * a shared-state fetcher, which must go on): its frames wait anyway
+     * until it has a role. */
+    for (p2p_link *l = c->links; l; l = l->next)
+        if (l->hello_seen) eccl_chan_pause(&l->ch, 1);
     /* The entries go into an array sized to this report (usually a
      * handful), not a worst-case one: view changes are rare, and a
      * per-comm 64 KiB array would cost 6 GiB across 100k simulated ranks. */
@@ -747,6 +810,9 @@ static eccl_result on_view_decide(eccl_comm *c, const eccl_msg_view *v)
     return ECCL_OK;
 }
 
+static eccl_result sync_on_plan(eccl_comm *c, const eccl_msg_sync_plan *p);
+static eccl_result sync_on_done(eccl_comm *c, const eccl_msg_sync_result *r);
+
 static eccl_result master_on_msg(void *owner, eccl_chan *ch, const eccl_msg *m)
 {
     eccl_comm *c = owner;
@@ -780,6 +846,10 @@ static eccl_result master_on_msg(void *owner, eccl_chan *ch, const eccl_msg *m)
         return ECCL_OK;
     case ECCL_MSG_HEARTBEAT:
         return ECCL_OK;
+    case ECCL_MSG_SYNC_PLAN:
+        return sync_on_plan(c, &m->u.sync_plan);
+    case ECCL_MSG_SYNC_DONE:
+        return sync_on_done(c, &m->u.sync_result);
     default:
         return ECCL_ERR_PROTOCOL;
     }
@@ -801,12 +871,227 @@ static eccl_result master_on_data_done(void *owner, eccl_chan *ch, const eccl_wi
 static const eccl_chan_handler master_handler = {master_on_msg, master_on_data,
                                                  master_on_data_done};
 
+/* ---- shared state ------------------------------------------------------------ */
+
+static void sync_links_close(eccl_comm *c)
+{
+    while (c->sync_links) link_close(c, c->sync_links);
+}
+
+/* The call's outcome is known: no byte moves into or out of the tensors
+ * after this (closing drops queued frames that point into them). */
+static void sync_finish(eccl_comm *c, eccl_result result, uint64_t revision)
+{
+    if (!c->sync.active || c->sync.phase == SY_DONE) return;
+    sync_links_close(c);
+    c->sync.phase = SY_DONE;
+    c->sync.result = result;
+    c->sync.revision = revision;
+}
+
+static void sync_report(eccl_comm *c, eccl_result result)
+{
+    eccl_msg m = {.type = ECCL_MSG_SYNC_REPORT};
+    m.u.sync_result.seq = c->sync.seq;
+    m.u.sync_result.result = (uint32_t)result;
+    if (c->master_open) master_send(c, &m);
+}
+
+/* Our fetches failed (a holder lost, bad bytes): tell the master, which
+ * ends the round for everyone with this error; wait for its SYNC_DONE.
+ * Links are not closed here: this may run inside a link's read. */
+static void sync_fetch_failed(eccl_comm *c, eccl_result why)
+{
+    if (!c->sync.active || c->sync.phase != SY_FETCHING) return;
+    ECCL_WARN(c->env, "shared-state fetch failed: %s", eccl_strerror(why));
+    c->sync.phase = SY_REPORTED;
+    sync_report(c, why);
+}
+
+static p2p_link *sync_connect(eccl_comm *c, uint32_t src, eccl_result *rc)
+{
+    eccl_conn *conn = NULL;
+    p2p_link *l = link_new_in(c, &c->sync_links);
+    if (!l) {
+        *rc = ECCL_ERR_NO_MEMORY;
+        return NULL;
+    }
+    l->sync = l->sync_fetcher = 1;
+    l->sync_src = src;
+    *rc = c->env->net->connect(c->env->net_ctx, c->sync.src[src].addr, l, &conn);
+    if (*rc != ECCL_OK) {
+        link_close(c, l);
+        return NULL;
+    }
+    l->ch.conn = conn;
+    l->peer_id = c->sync.src[src].peer_id;
+    l->epoch = c->sync.round;
+    l->purpose = ECCL_LINK_SYNC;
+    l->hello_seen = 1;
+    eccl_msg m = {.type = ECCL_MSG_P2P_HELLO};
+    m.u.hello.peer_id = c->peer_id;
+    m.u.hello.peer_group = c->params.peer_group;
+    m.u.hello.epoch = c->sync.round;
+    m.u.hello.purpose = ECCL_LINK_SYNC;
+    *rc = eccl_chan_send_msg(&l->ch, &m);
+    return l;
+}
+
+static eccl_result sync_on_plan(eccl_comm *c, const eccl_msg_sync_plan *p)
+{
+    comm_sync *s = &c->sync;
+    if (!s->active || s->phase != SY_ASKED || p->seq != s->seq) return ECCL_OK; /* stale */
+    if (p->result != ECCL_OK) {
+        ECCL_WARN(c->env, "shared-state sync refused: %s", eccl_strerror((eccl_result)p->result));
+        sync_finish(c, (eccl_result)p->result, p->revision);
+        return ECCL_OK;
+    }
+    s->round = p->round;
+    s->revision = p->revision;
+    if (p->n_fetch) {
+        s->fetch = calloc(p->n_fetch, sizeof *s->fetch);
+        s->src = calloc(p->n_src, sizeof *s->src);
+        if (!s->fetch || !s->src) {
+            s->phase = SY_FETCHING;
+            sync_fetch_failed(c, ECCL_ERR_NO_MEMORY);
+            return ECCL_OK;
+        }
+    }
+    for (uint32_t i = 0; i < p->n_src; i++) {
+        eccl_wire_sync_plan_src(p, i, &s->src[i]);
+        if (s->src[i].peer_id == c->peer_id) return ECCL_ERR_PROTOCOL;
+    }
+    for (uint32_t i = 0; i < p->n_fetch; i++) {
+        eccl_wire_sync_fetch f = eccl_wire_sync_plan_fetch(p, i);
+        if (f.key >= s->n_keys) return ECCL_ERR_PROTOCOL;
+        s->fetch[i] = (sync_fetch){s->key_info[f.key], f.src, f.hash, s->keys[f.key].bytes, 0};
+    }
+    s->n_fetch = p->n_fetch;
+    s->n_src = p->n_src;
+    if (s->n_fetch == 0) {
+        s->phase = SY_REPORTED; /* up to date: serve until SYNC_DONE, say nothing */
+        return ECCL_OK;
+    }
+    s->phase = SY_FETCHING;
+    ECCL_INFO(c->env, "shared state outdated: fetching %u keys from %u peers", s->n_fetch,
+              s->n_src);
+    /* One link per holder, opened now (lazily: only the holders we need),
+     * each carrying the requests for its keys. */
+    for (uint32_t k = 0; k < s->n_src; k++) {
+        eccl_result rc;
+        p2p_link *l = sync_connect(c, k, &rc);
+        for (uint32_t i = 0; l && rc == ECCL_OK && i < s->n_fetch; i++) {
+            if (s->fetch[i].src != k) continue;
+            eccl_msg m = {.type = ECCL_MSG_SYNC_FETCH};
+            m.u.sync_fetch.round = s->round;
+            m.u.sync_fetch.id = i;
+            m.u.sync_fetch.bytes = s->fetch[i].bytes;
+            snprintf(m.u.sync_fetch.key, sizeof m.u.sync_fetch.key, "%s",
+                     s->state->infos[s->fetch[i].info].key);
+            rc = eccl_chan_send_msg(&l->ch, &m);
+        }
+        if (l && rc == ECCL_OK) rc = eccl_chan_flush(&l->ch);
+        if (!l || rc != ECCL_OK) {
+            sync_fetch_failed(c, ECCL_ERR_PEER_LOST);
+            return ECCL_OK;
+        }
+    }
+    return ECCL_OK;
+}
+
+static eccl_result sync_on_done(eccl_comm *c, const eccl_msg_sync_result *r)
+{
+    if (!c->sync.active || r->seq != c->sync.seq) return ECCL_OK; /* stale */
+    sync_finish(c, (eccl_result)r->result, r->revision);
+    return ECCL_OK;
+}
+
+static int sync_key_cmp(const void *a, const void *b)
+{
+    return strcmp(((const eccl_wire_sync_key *)a)->key, ((const eccl_wire_sync_key *)b)->key);
+}
+
+/* A holder's side: a fetcher asks for one key; stream it straight from the
+ * tensor. We serve while our call runs (even before our own plan arrives:
+ * the round cannot move on without us, and the fetcher verifies the hash). */
+static eccl_result sync_on_fetch(eccl_comm *c, p2p_link *l, const eccl_msg_sync_fetch *f)
+{
+    comm_sync *s = &c->sync;
+    if (l->sync_fetcher || !s->active || s->phase == SY_DONE) return ECCL_ERR_PROTOCOL;
+    if (s->phase != SY_ASKED && f->round != s->round) return ECCL_ERR_PROTOCOL;
+    eccl_wire_sync_key probe;
+    snprintf(probe.key, sizeof probe.key, "%s", f->key);
+    const eccl_wire_sync_key *k = bsearch(&probe, s->keys, s->n_keys, sizeof *s->keys, sync_key_cmp);
+    if (!k || k->bytes != f->bytes) return ECCL_ERR_PROTOCOL;
+    const uint8_t *data = s->state->infos[s->key_info[k - s->keys]].data;
+    uint64_t off = 0;
+    do {
+        uint64_t len = k->bytes - off < COMM_SYNC_SLICE ? k->bytes - off : COMM_SYNC_SLICE;
+        eccl_wire_data d = {.tag = f->id, .epoch = f->round, .phase = ECCL_PHASE_SYNC,
+                            .offset = off, .len = (uint32_t)len};
+        eccl_result rc = eccl_chan_send_data(&l->ch, &d, data ? data + off : data, NULL);
+        if (rc != ECCL_OK) return rc;
+        off += len;
+    } while (off < k->bytes);
+    s->tx += k->bytes;
+    s->keys_served++;
+    return ECCL_OK;
+}
+
+/* A fetcher's side: DATA of fetch d->tag goes straight into the tensor. */
+static eccl_result sync_on_data(eccl_comm *c, p2p_link *l, const eccl_wire_data *d, void **dst)
+{
+    comm_sync *s = &c->sync;
+    if (!l->sync_fetcher || !s->active || s->phase != SY_FETCHING) return ECCL_ERR_PROTOCOL;
+    if (d->phase != ECCL_PHASE_SYNC || d->epoch != s->round || d->tag >= s->n_fetch)
+        return ECCL_ERR_PROTOCOL;
+    sync_fetch *f = &s->fetch[d->tag];
+    /* In order, exactly covering the tensor: TCP keeps order, so anything
+     * else is a broken holder. */
+    if (f->src != l->sync_src || d->offset != f->got || d->len > f->bytes - f->got ||
+        (f->got == f->bytes && f->bytes > 0))
+        return ECCL_ERR_PROTOCOL;
+    *dst = (uint8_t *)s->state->infos[f->info].data + d->offset;
+    return ECCL_OK;
+}
+
+static eccl_result sync_on_data_done(eccl_comm *c, p2p_link *l, const eccl_wire_data *d)
+{
+    comm_sync *s = &c->sync;
+    (void)l;
+    if (s->phase != SY_FETCHING) return ECCL_ERR_PROTOCOL;
+    sync_fetch *f = &s->fetch[d->tag];
+    f->got += d->len;
+    s->rx += d->len;
+    if (f->got < f->bytes) return ECCL_OK;
+    const eccl_tensor_info *t = &s->state->infos[f->info];
+    if (eccl_hash(s->htype, t->data, f->bytes) != f->hash) {
+        ECCL_WARN(c->env, "shared-state key '%s' from peer %llu does not hash to the elected hash",
+                  t->key, (unsigned long long)l->peer_id);
+        sync_fetch_failed(c, ECCL_ERR_PROTOCOL);
+        return ECCL_OK;
+    }
+    if (++s->n_done == s->n_fetch) {
+        s->phase = SY_REPORTED;
+        sync_report(c, ECCL_OK);
+    }
+    return ECCL_OK;
+}
+
+/* A SYNC link broke. Ours to a holder: the fetch failed. One a fetcher
+ * opened to us: its own problem (it reports it). */
+static void sync_link_lost(eccl_comm *c, p2p_link *l)
+{
+    if (l->sync_fetcher) sync_fetch_failed(c, ECCL_ERR_PEER_LOST);
+}
+
 /* ---- p2p data --------------------------------------------------------------- */
 
 static eccl_result link_on_msg(void *owner, eccl_chan *ch, const eccl_msg *m)
 {
     eccl_comm *c = owner;
     p2p_link *l = (p2p_link *)ch;
+    if (l->sync && m->type == ECCL_MSG_SYNC_FETCH) return sync_on_fetch(c, l, &m->u.sync_fetch);
     if (m->type != ECCL_MSG_P2P_HELLO || l->hello_seen ||
         m->u.hello.peer_group != c->params.peer_group)
         return ECCL_ERR_PROTOCOL;
@@ -814,6 +1099,14 @@ static eccl_result link_on_msg(void *owner, eccl_chan *ch, const eccl_msg *m)
     l->peer_id = m->u.hello.peer_id;
     l->epoch = m->u.hello.epoch;
     l->purpose = m->u.hello.purpose;
+    if (l->purpose == ECCL_LINK_SYNC) {
+        /* A fetcher: off the ring's list, so view changes leave it be. */
+        link_unlist(c, l);
+        l->sync = 1;
+        l->next = c->sync_links;
+        c->sync_links = l;
+        return ECCL_OK;
+    }
     return link_adopt(c, l);
 }
 
@@ -831,6 +1124,7 @@ static eccl_result link_on_data(void *owner, eccl_chan *ch, const eccl_wire_data
 {
     eccl_comm *c = owner;
     p2p_link *l = (p2p_link *)ch;
+    if (l->sync) return sync_on_data(c, l, d, dst);
     int role = link_role(c, l);
     if (!l->hello_seen || d->epoch != l->epoch) return ECCL_ERR_PROTOCOL;
     if (role == ROLE_NONE || c->frozen) return ECCL_ERR_AGAIN; /* not our epoch yet */
@@ -859,6 +1153,7 @@ static eccl_result link_on_data_done(void *owner, eccl_chan *ch, const eccl_wire
 {
     eccl_comm *c = owner;
     p2p_link *l = (p2p_link *)ch;
+    if (l->sync) return sync_on_data_done(c, l, d);
     if (l->receiving) {
         *l->early_tail = l->receiving;
         l->early_tail = &l->receiving->next;
@@ -902,6 +1197,11 @@ static void link_service(eccl_comm *c, p2p_link *l)
     if (l->ch.closed) return;
     eccl_chan_read(&l->ch, &link_handler, c, COMM_READ_BUDGET);
     if (l->ch.error == ECCL_OK) eccl_chan_flush(&l->ch);
+    if (l->ch.error != ECCL_OK && l->sync) {
+        sync_link_lost(c, l);
+        link_close(c, l);
+        return;
+    }
     if (l->ch.error != ECCL_OK) {
         /* A broken link stalls its ops; the master's view change (or the op
          * timeout) resolves them. Until then keep trying to reach `next`:
@@ -1073,11 +1373,14 @@ static uint64_t comm_step(void *owner, void **ready, int n, int *again)
     uint64_t next = timers(c);
     ops_advance(c);
     *again = 0;
-    for (p2p_link *l = c->links, *nx; l; l = nx) {
-        nx = l->next;
-        if (l->ch.more) link_service(c, l);
-        else if (l->ch.out_head) eccl_chan_flush(&l->ch);
-        if (l->ch.more) *again = 1;
+    p2p_link *lists[2] = {c->links, c->sync_links};
+    for (int k = 0; k < 2; k++) {
+        for (p2p_link *l = lists[k], *nx; l; l = nx) {
+            nx = l->next;
+            if (l->ch.more) link_service(c, l);
+            else if (l->ch.out_head) eccl_chan_flush(&l->ch);
+            if (l->ch.more) *again = 1;
+        }
     }
     ops_advance(c);
     flush_and_complete(c);
@@ -1211,7 +1514,8 @@ eccl_result eccl_comm_update_topology(eccl_comm *c)
     if (!c) return ECCL_ERR_INVALID_ARG;
     eccl_engine_lock(&c->eng);
     eccl_result rc = comm_usable(c);
-    if (rc == ECCL_OK && c->n_ops > 0) rc = ECCL_ERR_BUSY; /* never mid-collective */
+    /* never mid-collective, never mid-sync */
+    if (rc == ECCL_OK && (c->n_ops > 0 || c->sync.active)) rc = ECCL_ERR_BUSY;
     if (rc == ECCL_OK) {
         topo_wait w = {c, c->topo_done_seen + 1};
         eccl_msg m = {.type = ECCL_MSG_TOPO_VOTE};
@@ -1242,6 +1546,7 @@ eccl_result eccl_comm_peers_pending(eccl_comm *c, uint32_t *pending)
     if (!c || !pending) return ECCL_ERR_INVALID_ARG;
     eccl_engine_lock(&c->eng);
     eccl_result rc = comm_usable(c);
+    if (rc == ECCL_OK && c->sync.active) rc = ECCL_ERR_BUSY;
     if (rc == ECCL_OK) {
         pending_wait w = {c, c->pending_replies + 1};
         eccl_msg m = {.type = ECCL_MSG_PENDING_QUERY};
@@ -1310,6 +1615,7 @@ static eccl_result allreduce_submit(eccl_comm *c, const void *sendbuf, void *rec
     if (count > SIZE_MAX / 16 / eccl_dtype_size(dtype)) return ECCL_ERR_INVALID_ARG;
     eccl_result rc = comm_usable(c);
     if (rc != ECCL_OK) return rc;
+    if (c->sync.active) return ECCL_ERR_BUSY; /* shared-state sync of this group */
     if (op_find(c, tag)) return ECCL_ERR_BUSY;
     if (c->n_ops >= ECCL_WIRE_MAX_OPS) return ECCL_ERR_BUSY;
     eccl_request *r = calloc(1, sizeof *r);
@@ -1403,6 +1709,159 @@ eccl_result eccl_allreduce(eccl_comm *c, const void *sendbuf, void *recvbuf, siz
     eccl_engine_lock(&c->eng);
     eccl_result rc = allreduce_submit(c, sendbuf, recvbuf, count, dtype, op, tag, 0, &r);
     if (rc == ECCL_OK) rc = request_finish(c, r, info);
+    eccl_engine_unlock(&c->eng);
+    return rc;
+}
+
+/* ---- shared state (public) ------------------------------------------------------ */
+
+static int sync_done(void *arg)
+{
+    eccl_comm *c = arg;
+    return c->phase == PHASE_FAILED || c->sync.phase == SY_DONE;
+}
+
+/* Checks the caller's tensors and builds the sorted key list we vote with
+ * (hashing every voted tensor). Runs without the lock: it touches only the
+ * caller's memory. */
+static eccl_result sync_prepare(const eccl_shared_state *st, eccl_hash_type ht,
+                                eccl_wire_sync_key **keys_out, uint32_t **info_out,
+                                uint32_t *n_out)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < st->count; i++) {
+        const eccl_tensor_info *t = &st->infos[i];
+        size_t len = t->key ? strlen(t->key) : 0;
+        size_t es = eccl_dtype_size(t->dtype);
+        if (len == 0 || len > ECCL_WIRE_MAX_KEY || es == 0 || t->count > SIZE_MAX / es ||
+            (t->count && !t->data))
+            return ECCL_ERR_INVALID_ARG;
+        n += !t->allow_content_inequality;
+    }
+    if (n > ECCL_WIRE_MAX_SYNC_KEYS) return ECCL_ERR_INVALID_ARG;
+    eccl_wire_sync_key *keys = n ? calloc(n, sizeof *keys) : NULL;
+    uint32_t *info = n ? calloc(n, sizeof *info) : NULL;
+    if (n && (!keys || !info)) {
+        free(keys), free(info);
+        return ECCL_ERR_NO_MEMORY;
+    }
+    uint32_t k = 0;
+    for (size_t i = 0; i < st->count; i++) {
+        const eccl_tensor_info *t = &st->infos[i];
+        if (t->allow_content_inequality) continue;
+        snprintf(keys[k].key, sizeof keys[k].key, "%s", t->key);
+        keys[k].bytes = (uint64_t)t->count * eccl_dtype_size(t->dtype);
+        keys[k].dtype = (uint8_t)t->dtype;
+        keys[k].hash = eccl_hash(ht, t->data, (size_t)keys[k].bytes);
+        info[k] = (uint32_t)i;
+        k++;
+    }
+    /* Sort keys and their info indices together (insertion into a sorted
+     * permutation: n <= 512). */
+    uint32_t *perm = n ? malloc(n * sizeof *perm) : NULL;
+    eccl_wire_sync_key *sorted = n ? malloc(n * sizeof *sorted) : NULL;
+    uint32_t *sinfo = n ? malloc(n * sizeof *sinfo) : NULL;
+    if (n && (!perm || !sorted || !sinfo)) {
+        free(keys), free(info), free(perm), free(sorted), free(sinfo);
+        return ECCL_ERR_NO_MEMORY;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t j = i;
+        while (j > 0 && strcmp(keys[perm[j - 1]].key, keys[i].key) > 0) {
+            perm[j] = perm[j - 1];
+            j--;
+        }
+        perm[j] = i;
+    }
+    eccl_result rc = ECCL_OK;
+    for (uint32_t i = 0; i < n; i++) {
+        sorted[i] = keys[perm[i]];
+        sinfo[i] = info[perm[i]];
+        if (i > 0 && strcmp(sorted[i - 1].key, sorted[i].key) == 0) rc = ECCL_ERR_INVALID_ARG;
+    }
+    /* A "may differ" key must not shadow a voted one either. */
+    for (size_t i = 0; rc == ECCL_OK && i < st->count; i++) {
+        if (!st->infos[i].allow_content_inequality) continue;
+        for (size_t j = 0; j < st->count; j++)
+            if (j != i && strcmp(st->infos[i].key, st->infos[j].key) == 0) rc = ECCL_ERR_INVALID_ARG;
+    }
+    free(keys), free(info), free(perm);
+    if (rc != ECCL_OK) {
+        free(sorted), free(sinfo);
+        return rc;
+    }
+    *keys_out = sorted;
+    *info_out = sinfo;
+    *n_out = (uint32_t)n;
+    return ECCL_OK;
+}
+
+eccl_result eccl_comm_sync_shared_state(eccl_comm *c, eccl_shared_state *st,
+                                        eccl_sync_strategy strategy, eccl_hash_type ht,
+                                        eccl_sync_info *info)
+{
+    if (!c || !st || (st->count && !st->infos) || (unsigned)strategy > ECCL_SYNC_RECEIVE_ONLY ||
+        (ht != ECCL_HASH_SIMPLE && ht != ECCL_HASH_CRC32C))
+        return ECCL_ERR_INVALID_ARG;
+    eccl_wire_sync_key *keys = NULL;
+    uint32_t *key_info = NULL, n_keys = 0;
+    eccl_result rc = sync_prepare(st, ht, &keys, &key_info, &n_keys);
+    if (rc != ECCL_OK) return rc;
+    eccl_engine_lock(&c->eng);
+    rc = comm_usable(c);
+    /* One major operation per peer group at a time (DESIGN.md). */
+    if (rc == ECCL_OK && (c->n_ops > 0 || c->sync.active)) rc = ECCL_ERR_BUSY;
+    if (rc != ECCL_OK) {
+        eccl_engine_unlock(&c->eng);
+        free(keys), free(key_info);
+        return rc;
+    }
+    comm_sync *s = &c->sync;
+    uint32_t seq = s->seq + 1;
+    memset(s, 0, sizeof *s);
+    s->active = 1;
+    s->phase = SY_ASKED;
+    s->seq = seq;
+    s->state = st;
+    s->htype = ht;
+    s->keys = keys;
+    s->key_info = key_info;
+    s->n_keys = n_keys;
+    eccl_msg m = {.type = ECCL_MSG_SYNC_REQ};
+    m.u.sync_req.seq = seq;
+    m.u.sync_req.revision = st->revision;
+    m.u.sync_req.strategy = (uint8_t)strategy;
+    m.u.sync_req.hash_type = (uint8_t)ht;
+    m.u.sync_req.n_keys = n_keys;
+    m.u.sync_req.keys = keys;
+    rc = master_send(c, &m);
+    eccl_engine_kick(&c->eng);
+    if (rc == ECCL_OK)
+        rc = eccl_engine_drive(&c->eng, sync_done, c,
+                               now_ns(c) + (uint64_t)c->params.op_timeout_ms * MS);
+    if (c->phase == PHASE_FAILED) {
+        rc = c->fatal;
+    } else if (s->phase == SY_DONE) {
+        rc = s->result;
+    } else {
+        /* Timed out (or closed): withdraw, so the master ends the round for
+         * the others instead of waiting on us. */
+        if (rc == ECCL_OK) rc = ECCL_ERR_TIMEOUT;
+        sync_report(c, rc);
+        sync_finish(c, rc, 0);
+    }
+    if (rc == ECCL_OK) st->revision = s->revision;
+    if (info) {
+        info->tx_bytes = s->tx;
+        info->rx_bytes = s->rx;
+        info->revision = rc == ECCL_OK ? s->revision : st->revision;
+        info->keys_fetched = rc == ECCL_OK ? s->n_done : 0;
+        info->keys_served = s->keys_served;
+    }
+    sync_links_close(c);
+    free(s->keys), free(s->key_info), free(s->fetch), free(s->src);
+    s->keys = NULL, s->key_info = NULL, s->fetch = NULL, s->src = NULL;
+    s->active = 0;
     eccl_engine_unlock(&c->eng);
     return rc;
 }

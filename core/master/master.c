@@ -24,6 +24,7 @@
 #include "eccl_core.h"
 #include "proto/chan.h"
 #include "sched/engine.h"
+#include "state/sync.h"
 #include "util/log.h"
 
 #define MASTER_RBUF 512u
@@ -31,6 +32,17 @@
 #define MS 1000000ull
 
 enum mpeer_state { MP_CONNECTED, MP_REGISTERED, MP_ACCEPTED };
+
+/* A peer's part in its group's shared-state round (state/sync.h). */
+enum msync_state {
+    MS_NONE,      /* not in a sync call (as far as the master knows) */
+    MS_SUBMITTED, /* asked; the round collects */
+    MS_TRANSFER,  /* planned; fetching or serving */
+    MS_REPORTED   /* its fetches are done; serving until the round closes */
+};
+
+/* The group's round. */
+enum mgroup_sync { MG_SYNC_IDLE, MG_SYNC_COLLECTING, MG_SYNC_TRANSFER };
 
 typedef struct mgroup mgroup;
 
@@ -50,6 +62,15 @@ typedef struct mpeer {
     int reported;
     eccl_wire_op_flag *report;
     uint32_t n_report;
+    /* shared state */
+    enum msync_state sync_state;
+    uint32_t sync_seq;          /* the peer's call counter, echoed back */
+    uint64_t sync_rev;
+    uint8_t sync_strategy, sync_htype;
+    eccl_wire_sync_key *sync_keys; /* its SYNC_REQ list, copied out */
+    uint32_t n_sync_keys;
+    int sync_src;               /* a holder others fetch from this round */
+    int synced;                 /* took part in the group's last good round */
 } mpeer;
 
 struct mgroup {
@@ -62,6 +83,13 @@ struct mgroup {
     uint32_t n_reported;    /* members that answered the current query */
     int querying;
     int change_wanted;
+    /* shared state */
+    enum mgroup_sync sync_phase;
+    uint32_t n_sync;        /* COLLECTING: asked; TRANSFER: yet to report */
+    uint32_t sync_round;    /* id of the last round planned (tags p2p traffic) */
+    int have_rev;           /* a round succeeded, at `revision` */
+    uint64_t revision;
+    uint64_t sync_elected;  /* the revision the current round elected */
 };
 
 struct eccl_master {
@@ -366,12 +394,275 @@ static void maybe_admit(eccl_master *m)
     start_view_changes(m);
 }
 
+/* ---- shared state (state/sync.h) --------------------------------------------- */
+
+static void drop_peer(eccl_master *m, mpeer *p, eccl_result why);
+
+static void sync_reset(mpeer *p)
+{
+    free(p->sync_keys);
+    p->sync_keys = NULL;
+    p->n_sync_keys = 0;
+    p->sync_state = MS_NONE;
+    p->sync_src = 0;
+}
+
+static void sync_send_done(mpeer *p, eccl_result result, uint64_t revision)
+{
+    eccl_msg d = {.type = ECCL_MSG_SYNC_DONE};
+    d.u.sync_result.seq = p->sync_seq;
+    d.u.sync_result.result = (uint32_t)result;
+    d.u.sync_result.revision = revision;
+    send_to(p, &d);
+}
+
+/* Ends the group's round with `why` on every peer still in it. */
+static void sync_abort(eccl_master *m, mgroup *g, eccl_result why)
+{
+    if (g->sync_phase == MG_SYNC_IDLE) return;
+    ECCL_INFO(m->env, "group %u: shared-state round aborted: %s", g->id, eccl_strerror(why));
+    for (uint32_t i = 0; i < g->n; i++) {
+        mpeer *p = g->members[i];
+        if (p->sync_state == MS_NONE) continue;
+        sync_send_done(p, why, g->sync_elected);
+        sync_reset(p);
+    }
+    g->sync_phase = MG_SYNC_IDLE;
+    g->n_sync = 0;
+}
+
+/* TRANSFER: every participant reported success; the round closes. */
+static void sync_check_transfer(eccl_master *m, mgroup *g)
+{
+    if (g->sync_phase != MG_SYNC_TRANSFER || g->n_sync > 0) return;
+    g->have_rev = 1;
+    g->revision = g->sync_elected;
+    for (uint32_t i = 0; i < g->n; i++) {
+        mpeer *p = g->members[i];
+        if (p->sync_state != MS_REPORTED) continue;
+        p->synced = 1;
+        sync_send_done(p, ECCL_OK, g->revision);
+        sync_reset(p);
+    }
+    g->sync_phase = MG_SYNC_IDLE;
+    ECCL_INFO(m->env, "group %u: shared state synced at revision %llu", g->id,
+              (unsigned long long)g->revision);
+}
+
+/* Sends `p` its plan: the fetches of voter `vi` (fetch[*at..] while they
+ * are this voter's), with their holders numbered per plan. */
+static eccl_result sync_send_plan(mgroup *g, mpeer *p, const eccl_sync_voter *v, uint32_t vi,
+                                  const eccl_sync_election *e, uint32_t *at)
+{
+    uint32_t first = *at, nf = 0;
+    while (*at < e->n_fetch && e->fetch[*at].peer == vi) (*at)++;
+    nf = *at - first;
+    eccl_wire_sync_fetch *f = nf ? malloc(nf * sizeof *f) : NULL;
+    eccl_wire_peer_ref *src = nf ? malloc(nf * sizeof *src) : NULL;
+    uint32_t *src_voter = nf ? malloc(nf * sizeof *src_voter) : NULL;
+    if (nf && (!f || !src || !src_voter)) {
+        free(f), free(src), free(src_voter);
+        return ECCL_ERR_NO_MEMORY;
+    }
+    uint32_t ns = 0;
+    for (uint32_t k = 0; k < nf; k++) {
+        const eccl_sync_assign *a = &e->fetch[first + k];
+        uint32_t s = 0;
+        while (s < ns && src_voter[s] != a->src) s++;
+        if (s == ns) {
+            src_voter[ns] = a->src;
+            src[ns].peer_id = v[a->src].id;
+            memcpy(src[ns].addr, g->members[a->src]->p2p_addr, sizeof src[ns].addr);
+            ns++;
+        }
+        f[k] = (eccl_wire_sync_fetch){a->key, s, a->hash};
+    }
+    eccl_msg msg = {.type = ECCL_MSG_SYNC_PLAN};
+    msg.u.sync_plan.seq = p->sync_seq;
+    msg.u.sync_plan.result = ECCL_OK;
+    msg.u.sync_plan.round = g->sync_round;
+    msg.u.sync_plan.revision = e->revision;
+    msg.u.sync_plan.n_fetch = nf;
+    msg.u.sync_plan.n_src = ns;
+    msg.u.sync_plan.fetch = f;
+    msg.u.sync_plan.src = src;
+    send_to(p, &msg);
+    free(f), free(src), free(src_voter);
+    return ECCL_OK;
+}
+
+/* COLLECTING: once every member asked, elect and hand out the plans. */
+static void sync_check_collect(eccl_master *m, mgroup *g)
+{
+    if (g->sync_phase != MG_SYNC_COLLECTING || g->n_sync < g->n) return;
+    if (g->n == 0) {
+        g->sync_phase = MG_SYNC_IDLE;
+        g->n_sync = 0;
+        return;
+    }
+    uint32_t n = g->n;
+    eccl_sync_voter *v = calloc(n, sizeof *v);
+    mpeer **kicked = calloc(n, sizeof *kicked);
+    eccl_sync_election e;
+    if (!v || !kicked) {
+        free(v), free(kicked);
+        sync_abort(m, g, ECCL_ERR_NO_MEMORY);
+        return;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        mpeer *p = g->members[i];
+        v[i] = (eccl_sync_voter){.id = p->id, .revision = p->sync_rev,
+                                 .strategy = p->sync_strategy, .hash_type = p->sync_htype,
+                                 .newcomer = !p->synced, .keys = p->sync_keys,
+                                 .n_keys = p->n_sync_keys};
+    }
+    if (eccl_sync_elect(v, n, g->have_rev, g->revision, &e) != ECCL_OK) {
+        free(v), free(kicked);
+        sync_abort(m, g, ECCL_ERR_NO_MEMORY);
+        return;
+    }
+    g->sync_round++;
+    g->sync_elected = e.revision;
+    g->sync_phase = MG_SYNC_TRANSFER;
+    g->n_sync = 0;
+    ECCL_INFO(m->env, "group %u: shared-state round %u elects revision %llu, %u fetches", g->id,
+              g->sync_round, (unsigned long long)e.revision, e.n_fetch);
+    uint32_t at = 0, n_kicked = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        mpeer *p = g->members[i];
+        if (v[i].result == ECCL_ERR_KICKED) {
+            ECCL_WARN(m->env, "peer %llu: SEND_ONLY state outvoted: kicked",
+                      (unsigned long long)p->id);
+            kicked[n_kicked++] = p;
+            sync_reset(p);
+            continue;
+        }
+        if (v[i].result == ECCL_OK && sync_send_plan(g, p, v, i, &e, &at) != ECCL_OK)
+            v[i].result = ECCL_ERR_NO_MEMORY;
+        if (v[i].result != ECCL_OK) {
+            eccl_msg msg = {.type = ECCL_MSG_SYNC_PLAN};
+            msg.u.sync_plan.seq = p->sync_seq;
+            msg.u.sync_plan.result = (uint32_t)v[i].result;
+            msg.u.sync_plan.revision = e.revision;
+            send_to(p, &msg);
+            ECCL_INFO(m->env, "peer %llu left out of the round: %s", (unsigned long long)p->id,
+                      eccl_strerror(v[i].result));
+            /* Its state is not the group's: its next call is a newcomer's. */
+            p->synced = 0;
+            sync_reset(p);
+            while (at < e.n_fetch && e.fetch[at].peer == i) at++;
+            continue;
+        }
+        p->sync_src = v[i].source;
+        /* Only fetchers report (O(fetchers) messages, not O(group)); the
+         * up to date wait for SYNC_DONE, serving. */
+        if (v[i].elected) {
+            p->sync_state = MS_REPORTED;
+        } else {
+            p->sync_state = MS_TRANSFER;
+            g->n_sync++;
+        }
+    }
+    eccl_sync_election_free(&e);
+    free(v);
+    for (uint32_t i = 0; i < n_kicked; i++) drop_peer(m, kicked[i], ECCL_ERR_KICKED);
+    free(kicked);
+    sync_check_transfer(m, g);
+}
+
+/* A member left: it no longer counts; a holder lost mid-round ends it. */
+static void sync_on_drop(eccl_master *m, mgroup *g, enum msync_state was, int src)
+{
+    if (g->sync_phase == MG_SYNC_COLLECTING) {
+        if (was == MS_SUBMITTED) g->n_sync--;
+        sync_check_collect(m, g);
+    } else if (g->sync_phase == MG_SYNC_TRANSFER) {
+        if (src) {
+            sync_abort(m, g, ECCL_ERR_PEER_LOST);
+            return;
+        }
+        if (was == MS_TRANSFER) g->n_sync--;
+        sync_check_transfer(m, g);
+    }
+}
+
+/* A member entered another group-wide vote (topology, peers pending): the
+ * sync round can never complete. */
+static void sync_conflict(eccl_master *m, mgroup *g)
+{
+    if (g->sync_phase == MG_SYNC_COLLECTING) sync_abort(m, g, ECCL_ERR_BUSY);
+}
+
+static eccl_result on_sync_req(eccl_master *m, mpeer *p, const eccl_msg_sync_req *q)
+{
+    mgroup *g = p->group;
+    if (p->state != MP_ACCEPTED || p->sync_state != MS_NONE) return ECCL_ERR_PROTOCOL;
+    size_t bytes = q->n_keys * sizeof *p->sync_keys;
+    p->sync_keys = bytes ? malloc(bytes) : NULL;
+    if (bytes && !p->sync_keys) return ECCL_ERR_NO_MEMORY;
+    uint32_t pos = 0, i = 0;
+    while (eccl_wire_sync_req_next(q, &pos, &i, &p->sync_keys[i])) {
+    }
+    p->n_sync_keys = q->n_keys;
+    p->sync_seq = q->seq;
+    p->sync_rev = q->revision;
+    p->sync_strategy = q->strategy;
+    p->sync_htype = q->hash_type;
+    p->sync_state = MS_SUBMITTED;
+    if (g->sync_phase == MG_SYNC_TRANSFER) {
+        /* Left out of the running round (an error earlier): not now. */
+        sync_send_done(p, ECCL_ERR_BUSY, g->sync_elected);
+        sync_reset(p);
+        return ECCL_OK;
+    }
+    if (g->sync_phase == MG_SYNC_IDLE) {
+        g->sync_phase = MG_SYNC_COLLECTING;
+        g->n_sync = 0;
+        /* A member already waiting in another vote never asks: fail now
+         * rather than at everyone's timeout. */
+        for (uint32_t k = 0; k < g->n; k++) {
+            if (g->members[k]->voted || g->members[k]->asked_pending) {
+                g->n_sync = 1;
+                sync_abort(m, g, ECCL_ERR_BUSY);
+                return ECCL_OK;
+            }
+        }
+    }
+    g->n_sync++;
+    sync_check_collect(m, g);
+    return ECCL_OK;
+}
+
+static eccl_result on_sync_report(eccl_master *m, mpeer *p, const eccl_msg_sync_result *r)
+{
+    mgroup *g = p->group;
+    if (p->sync_state == MS_NONE || r->seq != p->sync_seq) return ECCL_OK; /* stale */
+    eccl_result why = (eccl_result)r->result;
+    if (p->sync_state == MS_SUBMITTED || p->sync_state == MS_REPORTED) {
+        /* It gave up waiting (timeout): the round cannot complete without
+         * it. Success is reported only by a fetcher, once. */
+        if (why == ECCL_OK) return ECCL_ERR_PROTOCOL;
+        sync_abort(m, g, why);
+        return ECCL_OK;
+    }
+    if (r->result != ECCL_OK) {
+        ECCL_WARN(m->env, "peer %llu: shared-state fetch failed: %s", (unsigned long long)p->id,
+                  eccl_strerror(why));
+        sync_abort(m, g, why);
+        return ECCL_OK;
+    }
+    p->sync_state = MS_REPORTED;
+    g->n_sync--;
+    sync_check_transfer(m, g);
+    return ECCL_OK;
+}
+
 /* ---- peers ------------------------------------------------------------------ */
 
 static void drop_peer(eccl_master *m, mpeer *p, eccl_result why)
 {
     if (p->ch.closed) return;
-    if (why == ECCL_ERR_PROTOCOL) {
+    if (why == ECCL_ERR_PROTOCOL || why == ECCL_ERR_KICKED) {
         eccl_msg k = {.type = ECCL_MSG_KICK};
         k.u.kick.reason = (uint32_t)why;
         if (eccl_chan_send_msg(&p->ch, &k) == ECCL_OK) eccl_chan_flush(&p->ch);
@@ -386,6 +677,9 @@ static void drop_peer(eccl_master *m, mpeer *p, eccl_result why)
     eccl_chan_close(&p->ch);
     free(p->report);
     p->report = NULL;
+    enum msync_state sync_was = p->sync_state;
+    int sync_src = p->sync_src;
+    sync_reset(p);
     p->next = m->graveyard;
     m->graveyard = p;
     m->n_state[p->state]--;
@@ -397,6 +691,7 @@ static void drop_peer(eccl_master *m, mpeer *p, eccl_result why)
         g->n_ready -= p->ready_epoch == g->epoch;
         g->n_reported -= g->querying && p->reported;
         group_remove(g, p);
+        sync_on_drop(m, g, sync_was, sync_src);
         g->change_wanted = 1;
         start_view_changes(m);
         check_query(m, g);
@@ -443,12 +738,14 @@ static eccl_result peer_on_msg(void *owner, eccl_chan *ch, const eccl_msg *msg)
         if (p->state != MP_ACCEPTED || p->asked_pending) return ECCL_ERR_PROTOCOL;
         p->asked_pending = 1;
         m->n_asked++;
+        sync_conflict(m, g);
         check_pending_round(m);
         return ECCL_OK;
     case ECCL_MSG_TOPO_VOTE:
         if (p->state != MP_ACCEPTED) return ECCL_ERR_PROTOCOL;
         m->n_voted += !p->voted;
         p->voted = 1;
+        sync_conflict(m, g);
         maybe_admit(m);
         return ECCL_OK;
     case ECCL_MSG_RING_READY:
@@ -486,6 +783,11 @@ static eccl_result peer_on_msg(void *owner, eccl_chan *ch, const eccl_msg *msg)
         check_query(m, g);
         return ECCL_OK;
     }
+    case ECCL_MSG_SYNC_REQ:
+        return on_sync_req(m, p, &msg->u.sync_req);
+    case ECCL_MSG_SYNC_REPORT:
+        if (p->state != MP_ACCEPTED) return ECCL_ERR_PROTOCOL;
+        return on_sync_report(m, p, &msg->u.sync_result);
     default:
         return ECCL_ERR_PROTOCOL; /* a master-to-peer or p2p message */
     }
@@ -641,6 +943,7 @@ eccl_result eccl_master_stop(eccl_master *m)
         n = p->next;
         eccl_chan_close(&p->ch);
         free(p->report);
+        free(p->sync_keys);
         free(p);
     }
     m->peers = NULL;

@@ -118,6 +118,12 @@ static void get_str(rbuf *r, char *dst)
 #define STR_MAX (2u + ECCL_WIRE_MAX_ADDR)
 #define PEER_REF_MAX (8u + STR_MAX)
 #define OP_FLAG_SIZE 9u
+#define SYNC_KEY_MAX (STR_MAX + 8u + 8u + 1u)
+#define SYNC_FETCH_SIZE 16u
+#define SYNC_REQ_MAX (4u + 8u + 1u + 1u + 4u + ECCL_WIRE_MAX_SYNC_KEYS * SYNC_KEY_MAX)
+#define SYNC_PLAN_MAX \
+    (4u + 4u + 4u + 8u + 4u + 4u + ECCL_WIRE_MAX_SYNC_KEYS * SYNC_FETCH_SIZE + \
+     ECCL_WIRE_MAX_SYNC_SRCS * PEER_REF_MAX)
 
 static uint32_t max_length(uint16_t type)
 {
@@ -138,6 +144,11 @@ static uint32_t max_length(uint16_t type)
     case ECCL_MSG_KICK: return 4;
     case ECCL_MSG_P2P_HELLO: return 20;
     case ECCL_MSG_DATA: return ECCL_WIRE_MAX_DATA;
+    case ECCL_MSG_SYNC_REQ: return SYNC_REQ_MAX;
+    case ECCL_MSG_SYNC_PLAN: return SYNC_PLAN_MAX;
+    case ECCL_MSG_SYNC_REPORT:
+    case ECCL_MSG_SYNC_DONE: return 16;
+    case ECCL_MSG_SYNC_FETCH: return 16u + STR_MAX;
     default: return 0;
     }
 }
@@ -148,6 +159,8 @@ _Static_assert(8u + ECCL_WIRE_MAX_OPS * OP_FLAG_SIZE <= ECCL_WIRE_MAX_CONTROL,
                "VIEW_* payload exceeds the control bound");
 _Static_assert(16u + 3u * PEER_REF_MAX + 16u <= ECCL_WIRE_MAX_CONTROL,
                "RING payload exceeds the control bound");
+_Static_assert(SYNC_REQ_MAX <= ECCL_WIRE_MAX_CONTROL, "SYNC_REQ exceeds the control bound");
+_Static_assert(SYNC_PLAN_MAX <= ECCL_WIRE_MAX_CONTROL, "SYNC_PLAN exceeds the control bound");
 _Static_assert(ECCL_WIRE_MAX_ADDR <= UINT16_MAX, "address length is a u16");
 /* Decoded messages live on the stacks of core's threads, which the
  * simulator runs as one actor (one stack) per rank: no inline lists. */
@@ -175,6 +188,33 @@ static int ring_ok(const eccl_msg_ring *m)
 static int coll_ok(const eccl_msg_coll *m)
 {
     return m->dtype < ECCL_DTYPE_COUNT && m->op < ECCL_OP_COUNT;
+}
+
+static int sync_req_head_ok(const eccl_msg_sync_req *m)
+{
+    return m->strategy <= 2 && (m->hash_type == 1 || m->hash_type == 2) &&
+           m->n_keys <= ECCL_WIRE_MAX_SYNC_KEYS;
+}
+
+/* A key entry is valid if its key is non-empty, after `prev` (strictly, in
+ * strcmp order: sorted and unique) and its dtype is known. */
+static int sync_key_ok(const eccl_wire_sync_key *k, const char *prev)
+{
+    return k->key[0] != '\0' && k->dtype < ECCL_DTYPE_COUNT &&
+           (!prev || strcmp(prev, k->key) < 0);
+}
+
+static int sync_plan_head_ok(const eccl_msg_sync_plan *m)
+{
+    if (m->n_fetch > ECCL_WIRE_MAX_SYNC_KEYS || m->n_src > ECCL_WIRE_MAX_SYNC_SRCS) return 0;
+    return m->result == ECCL_OK || (m->n_fetch == 0 && m->n_src == 0);
+}
+
+/* Fetches name each key once, in ascending key order, from a listed source. */
+static int sync_fetch_ok(const eccl_wire_sync_fetch *f, const eccl_wire_sync_fetch *prev,
+                         uint32_t n_src)
+{
+    return f->src < n_src && f->key < ECCL_WIRE_MAX_SYNC_KEYS && (!prev || prev->key < f->key);
 }
 
 /* ---- header -------------------------------------------------------------- */
@@ -290,7 +330,73 @@ static void put_payload(wbuf *w, const eccl_msg *m)
         put_u32(w, m->u.hello.peer_group);
         put_u32(w, m->u.hello.epoch);
         put_u32(w, m->u.hello.purpose);
-        if (m->u.hello.purpose > ECCL_LINK_TREE) w->bad = 1;
+        if (m->u.hello.purpose > ECCL_LINK_SYNC) w->bad = 1;
+        break;
+    case ECCL_MSG_SYNC_REQ: {
+        const eccl_msg_sync_req *q = &m->u.sync_req;
+        if (!sync_req_head_ok(q) || (q->n_keys > 0 && !q->keys == !q->packed)) {
+            w->bad = 1;
+            break;
+        }
+        put_u32(w, q->seq);
+        put_u64(w, q->revision);
+        put_u8(w, q->strategy);
+        put_u8(w, q->hash_type);
+        put_u32(w, q->n_keys);
+        eccl_wire_sync_key k, prev = {{0}, 0, 0, 0};
+        uint32_t pos = 0, i = 0;
+        while (!w->bad && eccl_wire_sync_req_next(q, &pos, &i, &k)) {
+            if (memchr(k.key, '\0', sizeof k.key) == NULL || !sync_key_ok(&k, i > 1 ? prev.key : NULL))
+                w->bad = 1;
+            put_str(w, k.key);
+            put_u64(w, k.bytes);
+            put_u64(w, k.hash);
+            put_u8(w, k.dtype);
+            prev = k;
+        }
+        if (i != q->n_keys) w->bad = 1;
+        break;
+    }
+    case ECCL_MSG_SYNC_PLAN: {
+        const eccl_msg_sync_plan *p = &m->u.sync_plan;
+        if (!sync_plan_head_ok(p) || (p->n_fetch > 0 && !p->fetch == !p->packed) ||
+            (p->n_src > 0 && !p->src == !p->packed)) {
+            w->bad = 1;
+            break;
+        }
+        put_u32(w, p->seq);
+        put_u32(w, p->result);
+        put_u32(w, p->round);
+        put_u64(w, p->revision);
+        put_u32(w, p->n_fetch);
+        put_u32(w, p->n_src);
+        for (uint32_t i = 0; i < p->n_fetch && !w->bad; i++) {
+            eccl_wire_sync_fetch f = eccl_wire_sync_plan_fetch(p, i), prev;
+            if (i > 0) prev = eccl_wire_sync_plan_fetch(p, i - 1);
+            if (!sync_fetch_ok(&f, i > 0 ? &prev : NULL, p->n_src)) w->bad = 1;
+            put_u32(w, f.key);
+            put_u32(w, f.src);
+            put_u64(w, f.hash);
+        }
+        for (uint32_t i = 0; i < p->n_src && !w->bad; i++) {
+            eccl_wire_peer_ref r;
+            eccl_wire_sync_plan_src(p, i, &r);
+            put_peer_ref(w, &r);
+        }
+        break;
+    }
+    case ECCL_MSG_SYNC_REPORT:
+    case ECCL_MSG_SYNC_DONE:
+        put_u32(w, m->u.sync_result.seq);
+        put_u32(w, m->u.sync_result.result);
+        put_u64(w, m->u.sync_result.revision);
+        break;
+    case ECCL_MSG_SYNC_FETCH:
+        if (m->u.sync_fetch.key[0] == '\0') w->bad = 1;
+        put_u32(w, m->u.sync_fetch.round);
+        put_u32(w, m->u.sync_fetch.id);
+        put_u64(w, m->u.sync_fetch.bytes);
+        put_str(w, m->u.sync_fetch.key);
         break;
     default: /* DATA and unknown types have no control layout */
         w->bad = 1;
@@ -388,12 +494,127 @@ static void get_payload(rbuf *r, uint16_t type, eccl_msg *m)
         m->u.hello.peer_group = get_u32(r);
         m->u.hello.epoch = get_u32(r);
         m->u.hello.purpose = get_u32(r);
-        if (m->u.hello.purpose > ECCL_LINK_TREE) r->bad = 1;
+        if (m->u.hello.purpose > ECCL_LINK_SYNC) r->bad = 1;
+        break;
+    case ECCL_MSG_SYNC_REQ: {
+        eccl_msg_sync_req *q = &m->u.sync_req;
+        q->seq = get_u32(r);
+        q->revision = get_u64(r);
+        q->strategy = get_u8(r);
+        q->hash_type = get_u8(r);
+        q->n_keys = get_u32(r);
+        q->keys = NULL;
+        if (r->bad || !sync_req_head_ok(q)) {
+            r->bad = 1;
+            break;
+        }
+        /* Validated once here, read in place later (no 512-entry copy). */
+        size_t start = r->pos;
+        char prev[ECCL_ADDR_MAX];
+        for (uint32_t i = 0; i < q->n_keys && !r->bad; i++) {
+            eccl_wire_sync_key k;
+            get_str(r, k.key);
+            k.bytes = get_u64(r);
+            k.hash = get_u64(r);
+            k.dtype = get_u8(r);
+            if (!r->bad && !sync_key_ok(&k, i > 0 ? prev : NULL)) r->bad = 1;
+            memcpy(prev, k.key, sizeof prev);
+        }
+        q->packed = r->p + start;
+        q->packed_len = (uint32_t)(r->pos - start);
+        break;
+    }
+    case ECCL_MSG_SYNC_PLAN: {
+        eccl_msg_sync_plan *p = &m->u.sync_plan;
+        p->seq = get_u32(r);
+        p->result = get_u32(r);
+        p->round = get_u32(r);
+        p->revision = get_u64(r);
+        p->n_fetch = get_u32(r);
+        p->n_src = get_u32(r);
+        p->fetch = NULL;
+        p->src = NULL;
+        if (r->bad || !sync_plan_head_ok(p) ||
+            (size_t)p->n_fetch * SYNC_FETCH_SIZE > r->len - r->pos) {
+            r->bad = 1;
+            break;
+        }
+        p->packed = r->p + r->pos;
+        eccl_wire_sync_fetch f, prev = {0, 0, 0};
+        for (uint32_t i = 0; i < p->n_fetch && !r->bad; i++) {
+            f.key = get_u32(r);
+            f.src = get_u32(r);
+            f.hash = get_u64(r);
+            if (!sync_fetch_ok(&f, i > 0 ? &prev : NULL, p->n_src)) r->bad = 1;
+            prev = f;
+        }
+        for (uint32_t i = 0; i < p->n_src && !r->bad; i++) {
+            eccl_wire_peer_ref ref;
+            get_peer_ref(r, &ref);
+        }
+        break;
+    }
+    case ECCL_MSG_SYNC_REPORT:
+    case ECCL_MSG_SYNC_DONE:
+        m->u.sync_result.seq = get_u32(r);
+        m->u.sync_result.result = get_u32(r);
+        m->u.sync_result.revision = get_u64(r);
+        break;
+    case ECCL_MSG_SYNC_FETCH:
+        m->u.sync_fetch.round = get_u32(r);
+        m->u.sync_fetch.id = get_u32(r);
+        m->u.sync_fetch.bytes = get_u64(r);
+        get_str(r, m->u.sync_fetch.key);
+        if (m->u.sync_fetch.key[0] == '\0') r->bad = 1;
         break;
     default:
         r->bad = 1;
         break;
     }
+}
+
+/* ---- shared-state lists ---------------------------------------------------------- */
+
+int eccl_wire_sync_req_next(const eccl_msg_sync_req *m, uint32_t *pos, uint32_t *i,
+                            eccl_wire_sync_key *out)
+{
+    if (*i >= m->n_keys) return 0;
+    if (!m->packed) {
+        *out = m->keys[(*i)++];
+        return 1;
+    }
+    /* A decoded list was validated whole: this walk cannot fail. */
+    rbuf r = {m->packed, m->packed_len, *pos, 0};
+    get_str(&r, out->key);
+    out->bytes = get_u64(&r);
+    out->hash = get_u64(&r);
+    out->dtype = get_u8(&r);
+    *pos = (uint32_t)r.pos;
+    (*i)++;
+    return !r.bad;
+}
+
+eccl_wire_sync_fetch eccl_wire_sync_plan_fetch(const eccl_msg_sync_plan *m, uint32_t i)
+{
+    if (!m->packed) return m->fetch[i];
+    rbuf r = {m->packed + (size_t)i * SYNC_FETCH_SIZE, SYNC_FETCH_SIZE, 0, 0};
+    eccl_wire_sync_fetch f;
+    f.key = get_u32(&r);
+    f.src = get_u32(&r);
+    f.hash = get_u64(&r);
+    return f;
+}
+
+void eccl_wire_sync_plan_src(const eccl_msg_sync_plan *m, uint32_t i, eccl_wire_peer_ref *out)
+{
+    if (!m->packed) {
+        *out = m->src[i];
+        return;
+    }
+    /* Sources are variable-length: walk past the fetches and the sources
+     * before i (at most 128, validated at decode). */
+    rbuf r = {m->packed, SIZE_MAX, (size_t)m->n_fetch * SYNC_FETCH_SIZE, 0};
+    for (uint32_t k = 0; k <= i; k++) get_peer_ref(&r, out);
 }
 
 eccl_result eccl_wire_decode(uint16_t type, const uint8_t *payload,

@@ -43,6 +43,8 @@ enum eccl_msg_type {
     ECCL_MSG_RING_READY = 5,   /* my links for this epoch are up */
     ECCL_MSG_COLL_DONE = 7,    /* collective `tag` failed here: `result` */
     ECCL_MSG_VIEW_REPORT = 8,  /* reply to VIEW_QUERY: my open ops */
+    ECCL_MSG_SYNC_REQ = 9,     /* shared-state sync: my revision and keys */
+    ECCL_MSG_SYNC_REPORT = 10, /* my part of sync call `seq` ended: `result` */
     /* master -> peer */
     ECCL_MSG_WELCOME = 32,     /* your peer id; accepted at once or pending */
     ECCL_MSG_PENDING_REPLY = 33,
@@ -51,9 +53,12 @@ enum eccl_msg_type {
     ECCL_MSG_VIEW_QUERY = 36,  /* membership changed: freeze and report ops */
     ECCL_MSG_VIEW_DECIDE = 37, /* commit or abort each reported op */
     ECCL_MSG_KICK = 38,        /* you are removed; `reason` is an eccl_result */
+    ECCL_MSG_SYNC_PLAN = 39,   /* the election: up to date, or what to fetch */
+    ECCL_MSG_SYNC_DONE = 40,   /* the sync round closed: `result` */
     /* peer -> peer */
     ECCL_MSG_P2P_HELLO = 64,   /* first frame on a p2p connection */
-    ECCL_MSG_DATA = 65         /* collective payload: data header + bytes */
+    ECCL_MSG_DATA = 65,        /* collective payload: data header + bytes */
+    ECCL_MSG_SYNC_FETCH = 66   /* on a SYNC link: send me this key */
 };
 
 typedef struct eccl_wire_header {
@@ -139,7 +144,8 @@ typedef struct eccl_msg_kick {
 
 enum eccl_link_purpose {
     ECCL_LINK_RING = 0, /* to the ring's next rank */
-    ECCL_LINK_TREE = 1  /* to the tree parent */
+    ECCL_LINK_TREE = 1, /* to the tree parent */
+    ECCL_LINK_SYNC = 2  /* a shared-state fetcher to a holder */
 };
 
 typedef struct eccl_msg_p2p_hello {
@@ -173,8 +179,76 @@ enum eccl_data_phase {
     ECCL_PHASE_TREE_DOWN = 5,   /* the result, to the children */
     ECCL_PHASE_TREE_DONE = 6,   /* my subtree holds it; len 0 */
     ECCL_PHASE_TREE_COMMIT = 7, /* every rank holds it; len 0 */
-    ECCL_PHASE_LAST = ECCL_PHASE_TREE_COMMIT
+    /* shared state: bytes [offset, offset + len) of the tensor a SYNC_FETCH
+     * asked for; tag = the fetch's id, epoch = the sync round */
+    ECCL_PHASE_SYNC = 8,
+    ECCL_PHASE_LAST = ECCL_PHASE_SYNC
 };
+
+/* ---- shared state (state/sync.h has the protocol) ----
+ * Keys are strings of 1..ECCL_WIRE_MAX_KEY bytes without NUL. Every list is
+ * bounded so that every sync message fits one control frame (64 KiB). */
+#define ECCL_WIRE_MAX_KEY ECCL_WIRE_MAX_ADDR
+#define ECCL_WIRE_MAX_SYNC_KEYS 512u /* voted tensors per sync call */
+#define ECCL_WIRE_MAX_SYNC_SRCS 128u /* holders one fetcher is sent to */
+
+typedef struct eccl_wire_sync_key {
+    char key[ECCL_ADDR_MAX]; /* NUL-terminated */
+    uint64_t bytes;
+    uint64_t hash;
+    uint8_t dtype;           /* an eccl_dtype */
+} eccl_wire_sync_key;
+
+/* SYNC_REQ. Keys are sorted by key (strcmp order) and unique: the decoder
+ * rejects anything else, so equal sets have equal encodings. Like a view,
+ * the list is borrowed: `keys` to encode, `packed` once decoded (valid
+ * while the payload is); read entries in order with eccl_wire_sync_req_next. */
+typedef struct eccl_msg_sync_req {
+    uint32_t seq;        /* the peer's call counter, echoed in PLAN / DONE */
+    uint64_t revision;
+    uint8_t strategy;    /* an eccl_sync_strategy */
+    uint8_t hash_type;   /* an eccl_hash_type */
+    uint32_t n_keys;
+    const eccl_wire_sync_key *keys; /* encode */
+    const uint8_t *packed;          /* decoded */
+    uint32_t packed_len;
+} eccl_msg_sync_req;
+
+/* One fetch of a SYNC_PLAN: key `key` (an index into the receiver's own
+ * SYNC_REQ list) from source `src` (an index into the plan's sources); the
+ * bytes must hash to `hash`. */
+typedef struct eccl_wire_sync_fetch {
+    uint32_t key;
+    uint32_t src;
+    uint64_t hash;
+} eccl_wire_sync_fetch;
+
+/* SYNC_PLAN. result != OK: this peer's call fails with it (no lists). Lists
+ * borrowed as above: fetches are fixed-size (eccl_wire_sync_plan_fetch),
+ * sources follow them (eccl_wire_sync_plan_src). */
+typedef struct eccl_msg_sync_plan {
+    uint32_t seq;
+    uint32_t result;     /* an eccl_result */
+    uint32_t round;      /* the master's round id: tags the p2p traffic */
+    uint64_t revision;   /* the elected revision */
+    uint32_t n_fetch, n_src;
+    const eccl_wire_sync_fetch *fetch;  /* encode */
+    const eccl_wire_peer_ref *src;      /* encode */
+    const uint8_t *packed;              /* decoded: fetches, then sources */
+} eccl_msg_sync_plan;
+
+typedef struct eccl_msg_sync_result { /* SYNC_REPORT, SYNC_DONE */
+    uint32_t seq;
+    uint32_t result;     /* an eccl_result */
+    uint64_t revision;   /* DONE: the elected revision; REPORT: 0 */
+} eccl_msg_sync_result;
+
+typedef struct eccl_msg_sync_fetch { /* SYNC_FETCH */
+    uint32_t round;
+    uint32_t id;         /* the fetcher's id for the key: DATA tag */
+    uint64_t bytes;      /* the tensor's size as the fetcher has it */
+    char key[ECCL_ADDR_MAX];
+} eccl_msg_sync_fetch;
 
 /* Every decoded control message. */
 typedef struct eccl_msg {
@@ -189,6 +263,10 @@ typedef struct eccl_msg {
         eccl_msg_view view;
         eccl_msg_kick kick;
         eccl_msg_p2p_hello hello;
+        eccl_msg_sync_req sync_req;
+        eccl_msg_sync_plan sync_plan;
+        eccl_msg_sync_result sync_result;
+        eccl_msg_sync_fetch sync_fetch;
     } u;
 } eccl_msg;
 
@@ -213,6 +291,14 @@ eccl_result eccl_wire_decode(uint16_t type, const uint8_t *payload,
                              uint32_t length, eccl_msg *out);
 /* Entry i (< v->n_ops) of a view, decoded or built for encoding. */
 eccl_wire_op_flag eccl_wire_view_op(const eccl_msg_view *v, uint32_t i);
+
+/* Reads the next key of a SYNC_REQ (encoded or decoded); *pos starts at 0.
+ * Returns 0 past the end. */
+int eccl_wire_sync_req_next(const eccl_msg_sync_req *m, uint32_t *pos, uint32_t *i,
+                            eccl_wire_sync_key *out);
+/* Fetch i (< n_fetch) and source i (< n_src) of a SYNC_PLAN. */
+eccl_wire_sync_fetch eccl_wire_sync_plan_fetch(const eccl_msg_sync_plan *m, uint32_t i);
+void eccl_wire_sync_plan_src(const eccl_msg_sync_plan *m, uint32_t i, eccl_wire_peer_ref *out);
 
 void eccl_wire_data_encode(const eccl_wire_data *d, uint8_t *out);
 /* Parses the 32-byte data header; frame_length is the frame's header length.

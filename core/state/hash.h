@@ -81,11 +81,7 @@
 
 #include "eccl.h"
 
-/* Values travel on the wire: never renumber. 0 is left invalid. */
-typedef enum eccl_hash_type {
-    ECCL_HASH_SIMPLE = 1,
-    ECCL_HASH_CRC32C = 2,
-} eccl_hash_type;
+/* eccl_hash_type (ECCL_HASH_SIMPLE, ECCL_HASH_CRC32C) is public: eccl.h. */
 
 #define ECCL_HASH_SIMPLE_LANES 16
 #define ECCL_HASH_SIMPLE_SEGMENT_BYTES 65536
