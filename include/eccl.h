@@ -208,7 +208,9 @@ typedef struct eccl_allreduce_desc {
 } eccl_allreduce_desc;
 
 /* Runs descs[0..n) with at most max_in_flight (>= 1) of them in flight at
- * once, issued in order (every peer must pass the same batch). An op that
+ * once, issued in order. Every peer must pass the same batch AND the same
+ * max_in_flight: a peer running ahead could otherwise start a large op that
+ * another has not called yet, ahead of frames that one still needs. An op that
  * fails with ECCL_ERR_PEER_LOST (its buffer restored by the library, the
  * ring re-formed on the survivors by the library) is issued again, until
  * every op succeeded (ECCL_OK) or fewer than two peers remain
