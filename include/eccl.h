@@ -148,6 +148,82 @@ eccl_result eccl_allreduce(eccl_comm *comm, const void *sendbuf, void *recvbuf,
 eccl_result eccl_allreduce_async(eccl_comm *comm, const void *sendbuf,
                                  void *recvbuf, size_t count, eccl_dtype dtype,
                                  eccl_op op, uint64_t tag, eccl_request **req);
+/* ---- all-reduce options: quantisation --------------------------------------
+ *
+ * A quantised all-reduce sends 8-bit codes instead of the values: about 1/4
+ * of the bytes for f32 (1/2 for f16/bf16), plus a 24-byte metadata record
+ * per slice of up to 1 MiB of values. Each peer quantises its partial sum of
+ * a chunk before sending it (reduce-scatter); the owner of a fully reduced
+ * chunk quantises it ONCE, keeps exactly the dequantised values it sends,
+ * and the all-gather forwards those codes unchanged, so every peer ends with
+ * bit-identical buffers -- and with values that carry one rounding per
+ * reduce-scatter hop plus one for the result (each at most about half a
+ * code step: (max - min) / 510 of the slice's range).
+ *
+ * Only ECCL_SUM and ECCL_AVG on ECCL_F32, ECCL_F16 and ECCL_BF16 (others:
+ * ECCL_ERR_INVALID_ARG; ECCL_F64: ECCL_ERR_UNSUPPORTED). A slice holding NaN
+ * or infinity (or a range wider than the float type) travels unquantised,
+ * so such values propagate exactly as without quantisation. Quantised calls
+ * always take the ring algorithm (also for small buffers), and need tensor
+ * memory the host can address: an env with phantom buffers (the simulator's
+ * scale runs) answers ECCL_ERR_UNSUPPORTED. The failure promise is
+ * unchanged: on failure recvbuf holds what it held before, bit for bit. */
+
+/* Values travel on the wire (metadata records): never renumber. */
+typedef enum eccl_quant_type {
+    ECCL_QUANT_NONE = 0,      /* exact values: the plain all-reduce */
+    ECCL_QUANT_MINMAX_U8 = 1, /* codes 0..255 span the slice's [min, max] */
+    ECCL_QUANT_AFFINE_U8 = 2  /* scale and zero point; 0.0 is exact */
+} eccl_quant_type;
+
+typedef struct eccl_allreduce_opts {
+    size_t size;           /* sizeof(eccl_allreduce_opts): lets it grow */
+    eccl_quant_type quant; /* ECCL_QUANT_NONE */
+} eccl_allreduce_opts;
+
+/* Fills the defaults above (an all-reduce with these is eccl_allreduce). */
+void eccl_allreduce_opts_init(eccl_allreduce_opts *opts);
+
+/* eccl_allreduce with options; opts NULL means the defaults. Every peer
+ * must pass the same options for the same call (a peer whose frames do not
+ * match breaks the op like any malformed frame). */
+eccl_result eccl_allreduce_ex(eccl_comm *comm, const void *sendbuf, void *recvbuf,
+                              size_t count, eccl_dtype dtype, eccl_op op, uint64_t tag,
+                              const eccl_allreduce_opts *opts, eccl_reduce_info *info);
+eccl_result eccl_allreduce_ex_async(eccl_comm *comm, const void *sendbuf, void *recvbuf,
+                                    size_t count, eccl_dtype dtype, eccl_op op,
+                                    uint64_t tag, const eccl_allreduce_opts *opts,
+                                    eccl_request **req);
+
+/* ---- a batch of all-reduces, retried on peer loss --------------------------- */
+
+typedef struct eccl_allreduce_desc {
+    const void *sendbuf;
+    void *recvbuf;
+    size_t count;
+    eccl_dtype dtype;
+    eccl_op op;
+    uint64_t tag;                    /* distinct within a batch */
+    const eccl_allreduce_opts *opts; /* NULL: defaults */
+} eccl_allreduce_desc;
+
+/* Runs descs[0..n) with at most max_in_flight (>= 1) of them in flight at
+ * once, issued in order. Every peer must pass the same batch AND the same
+ * max_in_flight: a peer running ahead could otherwise start a large op that
+ * another has not called yet, ahead of frames that one still needs. An op that
+ * fails with ECCL_ERR_PEER_LOST (its buffer restored by the library, the
+ * ring re-formed on the survivors by the library) is issued again, until
+ * every op succeeded (ECCL_OK) or fewer than two peers remain
+ * (ECCL_ERR_TOO_FEW_PEERS). Any other error stops issuing new ops; the ops
+ * in flight are waited for and the first such error is returned. infos,
+ * if not NULL, gets one entry per desc: the successful run's info, or
+ * zeros (world_size 0) for an op that did not succeed, whose recvbuf then
+ * holds what it held before the call. A peer that succeeded on some ops
+ * before a loss keeps those results (each with the world it ran on). */
+eccl_result eccl_allreduce_multiple_with_retry(eccl_comm *comm, const eccl_allreduce_desc *descs,
+                                               size_t n, uint32_t max_in_flight,
+                                               eccl_reduce_info *infos);
+
 /* Waits for completion, returns the operation's result and frees req. */
 eccl_result eccl_wait(eccl_request *req, eccl_reduce_info *info);
 /* Sets *done. When done, returns the operation's result and frees req;

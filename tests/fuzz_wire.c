@@ -61,6 +61,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (memcmp(back, payload, ECCL_WIRE_DATA_HEADER_SIZE) != 0 ||
             (uint64_t)ECCL_WIRE_DATA_HEADER_SIZE + d.len != h.length)
             abort();
+        /* A quantised payload: its record must re-encode to the same bytes. */
+        eccl_quant_meta m;
+        const uint8_t *codes;
+        size_t have = plen - ECCL_WIRE_DATA_HEADER_SIZE;
+        const uint8_t *qp = payload + ECCL_WIRE_DATA_HEADER_SIZE;
+        if ((d.flags & ECCL_WIRE_DATA_QUANT) && have >= d.len &&
+            eccl_wire_qdata_decode(qp, d.len, &m, &codes) == ECCL_OK) {
+            uint8_t rec[ECCL_QUANT_META_BYTES];
+            if (codes != qp + ECCL_QUANT_META_BYTES || eccl_wire_qdata_encode(&m, rec) != ECCL_OK ||
+                memcmp(rec, qp, sizeof rec) != 0)
+                abort();
+        }
     }
     return 0;
 }

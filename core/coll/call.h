@@ -18,6 +18,7 @@ typedef struct eccl_coll_call {
     size_t count;
     eccl_dtype dtype;
     eccl_op op;
+    eccl_quant_type quant; /* ECCL_QUANT_NONE: exact values (ring only otherwise) */
     uint32_t rank, nranks;
 } eccl_coll_call;
 

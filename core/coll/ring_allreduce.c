@@ -2,6 +2,7 @@
 
 #include <string.h>
 
+#include "quant/quant.h"
 #include "util/log.h"
 
 /* Element range of chunk c of a ring's share: N nearly equal chunks. */
@@ -61,6 +62,64 @@ static int cursor_settle(const eccl_ring_allreduce *r, const eccl_ring_dir *d,
     return 0;
 }
 
+/* ---- quantised images ------------------------------------------------------ */
+
+static size_t ceil_div(size_t a, size_t b) { return (a + b - 1) / b; }
+
+/* Slices of a ring's chunks 0..c-1 (chunk lengths: q + 1 for the first
+ * `rem`, q for the rest). */
+static size_t slices_before(const eccl_ring_allreduce *r, const eccl_ring_dir *d, uint32_t c)
+{
+    size_t n = r->call.nranks, q = d->elem_count / n, rem = d->elem_count % n;
+    size_t big = c < rem ? c : rem;
+    return big * ceil_div(q + 1, r->slice_elems) + (c - big) * ceil_div(q, r->slice_elems);
+}
+
+/* Bytes of one ring's share of an image: one record per slice plus one code
+ * per value. */
+static size_t ring_img_bytes(const eccl_ring_allreduce *r, const eccl_ring_dir *d)
+{
+    return d->elem_count + ECCL_QUANT_META_BYTES * slices_before(r, d, r->call.nranks);
+}
+
+/* Where slice k of the chunk handled at step g (sending: recv 0) sits in an
+ * image. A chunk's slot is the same whichever step names it. */
+static uint8_t *qslot(const eccl_ring_allreduce *r, int img, uint32_t ring, uint32_t g, int recv,
+                      uint32_t k)
+{
+    const eccl_ring_dir *d = &r->dir[ring];
+    uint32_t c = step_chunk(r, d, g, recv);
+    size_t coff, clen;
+    chunk_range(r, d, c, &coff, &clen);
+    size_t at = (ring ? ring_img_bytes(r, &r->dir[0]) : 0) + (coff - d->elem_off) +
+                (size_t)k * r->slice_elems +
+                ECCL_QUANT_META_BYTES * (slices_before(r, d, c) + k);
+    return r->qimg[img] + at;
+}
+
+size_t eccl_ring_quant_bytes(const eccl_coll_call *call)
+{
+    eccl_ring_allreduce t;
+    eccl_ring_allreduce_init(&t, call, NULL, NULL);
+    if (t.exchange) return 0;
+    return 2 * (ring_img_bytes(&t, &t.dir[0]) + (t.nrings == 2 ? ring_img_bytes(&t, &t.dir[1]) : 0));
+}
+
+size_t eccl_ring_staging_bytes_q(size_t count, eccl_dtype dtype, eccl_quant_type quant)
+{
+    size_t b = eccl_ring_staging_bytes(count, dtype);
+    return quant == ECCL_QUANT_NONE ? b : b + ECCL_QUANT_META_BYTES + b / eccl_dtype_size(dtype);
+}
+
+void eccl_ring_allreduce_set_quant(eccl_ring_allreduce *r, uint8_t *img)
+{
+    size_t half = ring_img_bytes(r, &r->dir[0]) + (r->nrings == 2 ? ring_img_bytes(r, &r->dir[1]) : 0);
+    size_t base = eccl_ring_staging_bytes(r->call.count, r->call.dtype);
+    r->qimg[0] = img;
+    r->qimg[1] = img + half;
+    for (int i = 0; i < 2; i++) r->dir[i].qstage = r->dir[i].staging ? r->dir[i].staging + base : NULL;
+}
+
 size_t eccl_ring_staging_bytes(size_t count, eccl_dtype dtype)
 {
     size_t es = eccl_dtype_size(dtype);
@@ -79,7 +138,8 @@ void eccl_ring_allreduce_init(eccl_ring_allreduce *r, const eccl_coll_call *call
     r->esize = eccl_dtype_size(call->dtype);
     r->slice_elems = ECCL_RING_SLICE_BYTES / r->esize;
     size_t bytes = call->count * r->esize;
-    r->exchange = call->nranks == 2 && bytes <= ECCL_RING_EXCHANGE_MAX_BYTES;
+    r->exchange = call->quant == ECCL_QUANT_NONE && call->nranks == 2 &&
+                  bytes <= ECCL_RING_EXCHANGE_MAX_BYTES;
     if (r->exchange) {
         /* One swap: ring bookkeeping stays empty. */
         r->nrings = 1;
@@ -153,6 +213,25 @@ eccl_result eccl_ring_allreduce_pump(eccl_ring_allreduce *r, eccl_chan *link[2])
                 .phase = rs ? ECCL_PHASE_REDUCE_SCATTER : ECCL_PHASE_ALL_GATHER,
                 .step = (uint16_t)(rs ? d->send_g : d->send_g - (r->call.nranks - 1)),
                 .offset = off * r->esize, .len = (uint32_t)(len * r->esize)};
+            if (r->call.quant != ECCL_QUANT_NONE) {
+                uint8_t *slot = qslot(r, !rs, i, d->send_g, 0, d->send_k);
+                if (rs) {
+                    /* Our partial, quantised as it leaves; raw if the
+                     * quantiser refuses it (NaN, infinity). */
+                    eccl_quant_meta m;
+                    if (eccl_quant_quantize(r->call.quant, r->call.dtype, src, len,
+                                            slot + ECCL_QUANT_META_BYTES, &m) != ECCL_OK ||
+                        eccl_wire_qdata_encode(&m, slot) != ECCL_OK)
+                        slot[0] = 0;
+                }
+                /* All-gather: the owner's record and codes, or the ones
+                 * received, unchanged; a raw slice goes from recvbuf. */
+                if (slot[0] != 0) {
+                    src = slot;
+                    w.flags = ECCL_WIRE_DATA_QUANT;
+                    w.len = (uint32_t)(ECCL_QUANT_META_BYTES + len);
+                }
+            }
             eccl_result rc = eccl_chan_send_data(link[i], &w, src, &r->inflight);
             if (rc != ECCL_OK) return rc;
             r->tx_bytes += w.len;
@@ -187,17 +266,29 @@ eccl_result eccl_ring_allreduce_recv(eccl_ring_allreduce *r, int ring,
     uint32_t step = rs ? d->recv_g : d->recv_g - (r->call.nranks - 1);
     size_t off, len;
     slice_range(r, d, d->recv_g, 1, d->recv_k, &off, &len);
+    /* A quantised op takes quantised or raw slices (see the header); a
+     * plain one only raw ones. */
+    int q = (w->flags & ECCL_WIRE_DATA_QUANT) != 0;
     if (w->phase != (rs ? ECCL_PHASE_REDUCE_SCATTER : ECCL_PHASE_ALL_GATHER) ||
-        w->step != step || w->offset != off * r->esize || w->len != len * r->esize)
+        w->step != step || w->offset != off * r->esize ||
+        (q && r->call.quant == ECCL_QUANT_NONE) ||
+        w->len != (q ? ECCL_QUANT_META_BYTES + len : len * r->esize))
         return ECCL_ERR_PROTOCOL;
     if (d->saved_g == d->recv_g && d->saved_k == d->recv_k) {
         /* First writes: every reduce-scatter slice, and the all-gather's
          * first step (our own chunk out of place, or in place the chunk we
          * only sent so far); later all-gather steps rewrite saved slices. */
         if (d->recv_g <= r->call.nranks - 1)
-            r->call.env->dev->copy(r->call.env->dev_ctx, r->backup + w->offset, r->call.recvbuf + w->offset, w->len);
+            r->call.env->dev->copy(r->call.env->dev_ctx, r->backup + w->offset,
+                                   r->call.recvbuf + w->offset, len * r->esize);
         d->saved_k++;
         cursor_settle(r, d, &d->saved_g, &d->saved_k, 1);
+    }
+    if (q) {
+        /* Codes are dequantised in recv_done; all-gather codes stay in
+         * the image, to be forwarded as they came. */
+        *dst = rs ? d->qstage : qslot(r, 1, (uint32_t)ring, d->recv_g, 1, d->recv_k);
+        return ECCL_OK;
     }
     /* In place, the incoming partial cannot overwrite our own contribution,
      * so it lands in staging; out of place it lands in recvbuf and our
@@ -224,15 +315,46 @@ eccl_result eccl_ring_allreduce_recv_done(eccl_ring_allreduce *r, int ring,
         r->exchange_recvd = 1;
         return ECCL_OK;
     }
+    int q = (w->flags & ECCL_WIRE_DATA_QUANT) != 0;
+    size_t off, n;
+    slice_range(r, d, d->recv_g, 1, d->recv_k, &off, &n);
+    uint8_t *dst = r->call.recvbuf + w->offset;
+    int in_place = r->call.sendbuf == r->call.recvbuf;
+    if (q) {
+        /* Decoded and checked against the call before any value is
+         * written: a peer with other options is a protocol error. */
+        uint8_t *payload = d->recv_g < r->call.nranks - 1
+                               ? d->qstage
+                               : qslot(r, 1, (uint32_t)ring, d->recv_g, 1, d->recv_k);
+        eccl_quant_meta m;
+        const uint8_t *codes;
+        if (eccl_wire_qdata_decode(payload, w->len, &m, &codes) != ECCL_OK ||
+            m.type != (uint8_t)r->call.quant || m.dtype != (uint8_t)r->call.dtype || m.count != n)
+            return ECCL_ERR_PROTOCOL;
+        void *out = d->recv_g < r->call.nranks - 1 && in_place ? d->staging : dst;
+        if (eccl_quant_dequantize(&m, codes, n, out) != ECCL_OK) return ECCL_ERR_PROTOCOL;
+    } else if (r->call.quant != ECCL_QUANT_NONE && d->recv_g >= r->call.nranks - 1) {
+        /* A raw all-gather slice: forwarded from recvbuf. */
+        qslot(r, 1, (uint32_t)ring, d->recv_g, 1, d->recv_k)[0] = 0;
+    }
     if (d->recv_g < r->call.nranks - 1) {
-        size_t n = w->len / r->esize;
-        uint8_t *dst = r->call.recvbuf + w->offset;
-        if (r->call.sendbuf == r->call.recvbuf)
+        if (in_place)
             dev->reduce(r->call.env->dev_ctx, dst, d->staging, n, r->call.dtype, r->call.op);
         else
             dev->reduce(r->call.env->dev_ctx, dst, r->call.sendbuf + w->offset, n, r->call.dtype, r->call.op);
         if (d->recv_g == r->call.nranks - 2 && r->call.op == ECCL_AVG)
             dev->scale_div(r->call.env->dev_ctx, dst, n, r->call.dtype, r->call.nranks);
+        if (d->recv_g == r->call.nranks - 2 && r->call.quant != ECCL_QUANT_NONE) {
+            /* We own this slice now: quantise it once and keep exactly the
+             * values every other peer will dequantise from what we send. */
+            uint8_t *slot = qslot(r, 1, (uint32_t)ring, d->recv_g, 1, d->recv_k);
+            eccl_quant_meta m;
+            if (eccl_quant_quantize(r->call.quant, r->call.dtype, dst, n,
+                                    slot + ECCL_QUANT_META_BYTES, &m) != ECCL_OK ||
+                eccl_wire_qdata_encode(&m, slot) != ECCL_OK ||
+                eccl_quant_dequantize(&m, slot + ECCL_QUANT_META_BYTES, n, dst) != ECCL_OK)
+                slot[0] = 0; /* dst untouched (each step is all or nothing): raw */
+        }
     }
     d->recv_k++;
     cursor_settle(r, d, &d->recv_g, &d->recv_k, 1);

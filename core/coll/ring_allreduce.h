@@ -24,6 +24,22 @@
  * ranks a loss leaves one survivor, who cannot disagree with anyone: no
  * tokens. Either way a rank returns only once the socket has taken all its
  * frames, so the caller may reuse the buffers at once.
+ *
+ * Quantised (call->quant != ECCL_QUANT_NONE; never the exchange): every
+ * reduce-scatter slice travels as a quantised DATA frame (ECCL_WIRE_DATA_QUANT:
+ * 24-byte record + one code per value), quantised by its sender from the
+ * partial sum it holds; the receiver dequantises it and adds its own
+ * contribution exactly as in the plain path. The owner of a chunk, once it
+ * is fully reduced (and divided, for AVG), quantises each slice ONCE into
+ * the all-gather image and overwrites its recvbuf slice with the
+ * dequantised values, which is what every other peer will compute from the
+ * same record and codes (core/quant: a pure function). The all-gather then
+ * lands each slice's frame in the image and forwards those very bytes, so
+ * every peer holds bit-identical values. A slice the quantiser refuses (NaN,
+ * infinity, a range wider than the dtype) travels raw instead, in either
+ * phase, and is treated exactly like a slice of the plain path: a raw
+ * all-gather slice is forwarded from recvbuf, which the image records by a
+ * 0 in the slot's first byte (no record has type 0).
  */
 #ifndef ECCL_CORE_COLL_RING_ALLREDUCE_H
 #define ECCL_CORE_COLL_RING_ALLREDUCE_H
@@ -49,6 +65,7 @@ typedef struct eccl_ring_dir {
     uint32_t recv_g, recv_k; /* next slice expected */
     uint32_t saved_g, saved_k; /* next slice to back up before writing it */
     uint8_t *staging;     /* in-place reduce-scatter lands here first */
+    uint8_t *qstage;      /* quantised reduce-scatter frames land here */
 } eccl_ring_dir;
 
 typedef struct eccl_ring_allreduce {
@@ -67,6 +84,10 @@ typedef struct eccl_ring_allreduce {
     uint32_t done_recv;   /* highest done token received */
     int have_full;
     uint64_t tx_bytes, rx_bytes;
+    /* quantised: [0] reduce-scatter, [1] all-gather images; each holds, per
+     * slice, the frame's payload (24-byte record + codes), ring 0's slices
+     * then ring 1's, each ring's in chunk and slice order */
+    uint8_t *qimg[2];
 } eccl_ring_allreduce;
 
 /* Plans `call` (a copy is kept) for call->rank of call->nranks (>= 2).
@@ -77,6 +98,13 @@ typedef struct eccl_ring_allreduce {
  * the socket writes it), so eccl_ring_allreduce_restore can undo the op. */
 void eccl_ring_allreduce_init(eccl_ring_allreduce *r, const eccl_coll_call *call,
                               uint8_t *staging[2], uint8_t *backup);
+/* Quantised calls: before the first pump, hands the op `img`, of
+ * eccl_ring_quant_bytes(call) bytes, for its two images; staging[i] must
+ * then hold eccl_ring_staging_bytes_q() bytes. */
+void eccl_ring_allreduce_set_quant(eccl_ring_allreduce *r, uint8_t *img);
+size_t eccl_ring_quant_bytes(const eccl_coll_call *call);
+/* eccl_ring_staging_bytes, plus room for one quantised slice when quant. */
+size_t eccl_ring_staging_bytes_q(size_t count, eccl_dtype dtype, eccl_quant_type quant);
 /* Puts back every slice of recvbuf the op has written (or is writing). */
 void eccl_ring_allreduce_restore(eccl_ring_allreduce *r);
 size_t eccl_ring_staging_bytes(size_t count, eccl_dtype dtype);

@@ -70,6 +70,7 @@ struct eccl_request {
     uint64_t deadline_ns;
     eccl_buf *backup;
     eccl_buf *staging[2];
+    eccl_buf *qimg;       /* quantised ring: the two code images */
     int started;          /* the algorithm owns recvbuf's restore from here */
     eccl_algorithm algo;
     union {
@@ -453,7 +454,8 @@ static void op_release_buffers(eccl_comm *c, eccl_request *r)
     eccl_bufpool_put(&c->pool, r->backup);
     eccl_bufpool_put(&c->pool, r->staging[0]);
     eccl_bufpool_put(&c->pool, r->staging[1]);
-    r->backup = r->staging[0] = r->staging[1] = NULL;
+    eccl_bufpool_put(&c->pool, r->qimg);
+    r->backup = r->staging[0] = r->staging[1] = r->qimg = NULL;
 }
 
 static void op_finish(eccl_comm *c, eccl_request *r, eccl_result result)
@@ -550,7 +552,7 @@ static eccl_result op_start(eccl_comm *c, eccl_request *r)
     r->backup = eccl_bufpool_get(&c->pool, bytes);
     if (!r->backup) goto oom;
     uint8_t *staging[2] = {NULL, NULL};
-    size_t sb = eccl_ring_staging_bytes(r->call.count, r->call.dtype);
+    size_t sb = eccl_ring_staging_bytes_q(r->call.count, r->call.dtype, r->call.quant);
     for (int i = 0; i < 2; i++) {
         r->staging[i] = eccl_bufpool_get(&c->pool, sb);
         if (!r->staging[i]) goto oom;
@@ -558,12 +560,20 @@ static eccl_result op_start(eccl_comm *c, eccl_request *r)
     }
     /* The dispatcher: a small buffer among three or more ranks takes the
      * tree (log depth); the rest take the ring (bandwidth-optimal). */
-    r->algo = c->world >= 3 && bytes <= ECCL_TREE_MAX_BYTES ? ECCL_ALGO_TREE : ECCL_ALGO_RING;
+    /* Quantised calls always take the ring: it alone carries codes. */
+    r->algo = c->world >= 3 && bytes <= ECCL_TREE_MAX_BYTES && r->call.quant == ECCL_QUANT_NONE
+                  ? ECCL_ALGO_TREE
+                  : ECCL_ALGO_RING;
     if (r->algo == ECCL_ALGO_TREE) {
         eccl_tree_allreduce_init(&r->u.tree, &r->call, staging, r->backup->ptr);
         link_connect_parent(c);
     } else {
         eccl_ring_allreduce_init(&r->u.ring, &r->call, staging, r->backup->ptr);
+        if (r->call.quant != ECCL_QUANT_NONE) {
+            r->qimg = eccl_bufpool_get(&c->pool, eccl_ring_quant_bytes(&r->call));
+            if (!r->qimg) goto oom;
+            eccl_ring_allreduce_set_quant(&r->u.ring, r->qimg->ptr);
+        }
     }
     r->started = 1;
     r->state = OP_RUNNING;
@@ -1607,10 +1617,27 @@ void eccl_comm_destroy(eccl_comm *c)
  * into account; a blocking call that drives progress itself skips that. */
 static eccl_result allreduce_submit(eccl_comm *c, const void *sendbuf, void *recvbuf,
                                     size_t count, eccl_dtype dtype, eccl_op op,
-                                    uint64_t tag, int kick, eccl_request **out)
+                                    uint64_t tag, const eccl_allreduce_opts *opts, int kick,
+                                    eccl_request **out)
 {
     if ((unsigned)dtype >= ECCL_DTYPE_COUNT || (unsigned)op >= ECCL_OP_COUNT)
         return ECCL_ERR_INVALID_ARG;
+    eccl_quant_type quant = ECCL_QUANT_NONE;
+    if (opts) {
+        /* Fields past what the caller's struct holds keep their defaults. */
+        if (opts->size < offsetof(eccl_allreduce_opts, quant) + sizeof opts->quant)
+            return ECCL_ERR_INVALID_ARG;
+        quant = opts->quant;
+    }
+    if (quant != ECCL_QUANT_NONE) {
+        if (quant != ECCL_QUANT_MINMAX_U8 && quant != ECCL_QUANT_AFFINE_U8) return ECCL_ERR_INVALID_ARG;
+        if (op != ECCL_SUM && op != ECCL_AVG) return ECCL_ERR_INVALID_ARG;
+        if (dtype == ECCL_F64) return ECCL_ERR_UNSUPPORTED;
+        if (dtype != ECCL_F32 && dtype != ECCL_F16 && dtype != ECCL_BF16) return ECCL_ERR_INVALID_ARG;
+        /* The quantiser reads and writes tensor bytes itself: phantom
+         * memory has none (its staging would be phantom too). */
+        if (eccl_dev_has_phantom(c->env)) return ECCL_ERR_UNSUPPORTED;
+    }
     if (count && (!sendbuf || !recvbuf)) return ECCL_ERR_INVALID_ARG;
     if (count > SIZE_MAX / 16 / eccl_dtype_size(dtype)) return ECCL_ERR_INVALID_ARG;
     eccl_result rc = comm_usable(c);
@@ -1622,7 +1649,7 @@ static eccl_result allreduce_submit(eccl_comm *c, const void *sendbuf, void *rec
     if (!r) return ECCL_ERR_NO_MEMORY;
     r->comm = c;
     r->call = (eccl_coll_call){.tag = tag, .sendbuf = sendbuf, .recvbuf = recvbuf,
-                               .count = count, .dtype = dtype, .op = op};
+                               .count = count, .dtype = dtype, .op = op, .quant = quant};
     r->state = OP_QUEUED;
     r->deadline_ns = now_ns(c) + (uint64_t)c->params.op_timeout_ms * MS;
     r->next = c->ops;
@@ -1665,7 +1692,7 @@ eccl_result eccl_allreduce_async(eccl_comm *c, const void *sendbuf, void *recvbu
 {
     if (!c || !req) return ECCL_ERR_INVALID_ARG;
     eccl_engine_lock(&c->eng);
-    eccl_result rc = allreduce_submit(c, sendbuf, recvbuf, count, dtype, op, tag, 1, req);
+    eccl_result rc = allreduce_submit(c, sendbuf, recvbuf, count, dtype, op, tag, NULL, 1, req);
     eccl_engine_unlock(&c->eng);
     return rc;
 }
@@ -1707,7 +1734,39 @@ eccl_result eccl_allreduce(eccl_comm *c, const void *sendbuf, void *recvbuf, siz
     if (!c) return ECCL_ERR_INVALID_ARG;
     eccl_request *r = NULL;
     eccl_engine_lock(&c->eng);
-    eccl_result rc = allreduce_submit(c, sendbuf, recvbuf, count, dtype, op, tag, 0, &r);
+    eccl_result rc = allreduce_submit(c, sendbuf, recvbuf, count, dtype, op, tag, NULL, 0, &r);
+    if (rc == ECCL_OK) rc = request_finish(c, r, info);
+    eccl_engine_unlock(&c->eng);
+    return rc;
+}
+
+void eccl_allreduce_opts_init(eccl_allreduce_opts *opts)
+{
+    if (!opts) return;
+    memset(opts, 0, sizeof *opts);
+    opts->size = sizeof *opts;
+    opts->quant = ECCL_QUANT_NONE;
+}
+
+eccl_result eccl_allreduce_ex_async(eccl_comm *c, const void *sendbuf, void *recvbuf,
+                                    size_t count, eccl_dtype dtype, eccl_op op, uint64_t tag,
+                                    const eccl_allreduce_opts *opts, eccl_request **req)
+{
+    if (!c || !req) return ECCL_ERR_INVALID_ARG;
+    eccl_engine_lock(&c->eng);
+    eccl_result rc = allreduce_submit(c, sendbuf, recvbuf, count, dtype, op, tag, opts, 1, req);
+    eccl_engine_unlock(&c->eng);
+    return rc;
+}
+
+eccl_result eccl_allreduce_ex(eccl_comm *c, const void *sendbuf, void *recvbuf, size_t count,
+                              eccl_dtype dtype, eccl_op op, uint64_t tag,
+                              const eccl_allreduce_opts *opts, eccl_reduce_info *info)
+{
+    if (!c) return ECCL_ERR_INVALID_ARG;
+    eccl_request *r = NULL;
+    eccl_engine_lock(&c->eng);
+    eccl_result rc = allreduce_submit(c, sendbuf, recvbuf, count, dtype, op, tag, opts, 0, &r);
     if (rc == ECCL_OK) rc = request_finish(c, r, info);
     eccl_engine_unlock(&c->eng);
     return rc;

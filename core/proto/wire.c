@@ -660,7 +660,7 @@ void eccl_wire_data_encode(const eccl_wire_data *d, uint8_t *out)
     put_u16(&w, d->step);
     put_u64(&w, d->offset);
     put_u32(&w, d->len);
-    put_u32(&w, d->reserved);
+    put_u32(&w, d->flags);
 }
 
 eccl_result eccl_wire_data_decode(const uint8_t *in, uint32_t frame_length,
@@ -674,12 +674,32 @@ eccl_result eccl_wire_data_decode(const uint8_t *in, uint32_t frame_length,
     out->step = get_u16(&r);
     out->offset = get_u64(&r);
     out->len = get_u32(&r);
-    out->reserved = get_u32(&r);
+    out->flags = get_u32(&r);
     /* Widened so 32 + len cannot wrap; the MAX_DATA bound is repeated in case
      * frame_length did not come from a validated header. */
-    if (out->reserved != 0 || out->ring > 1 ||
+    int quant = (out->flags & ECCL_WIRE_DATA_QUANT) != 0;
+    if ((out->flags & ~ECCL_WIRE_DATA_FLAGS_KNOWN) != 0 || out->ring > 1 ||
+        (quant && ((out->phase != ECCL_PHASE_REDUCE_SCATTER && out->phase != ECCL_PHASE_ALL_GATHER) ||
+                   out->len < ECCL_QUANT_META_BYTES)) ||
         out->phase > ECCL_PHASE_LAST || frame_length > ECCL_WIRE_MAX_DATA ||
         (uint64_t)ECCL_WIRE_DATA_HEADER_SIZE + out->len != frame_length)
         return ECCL_ERR_PROTOCOL;
+    return ECCL_OK;
+}
+
+eccl_result eccl_wire_qdata_encode(const eccl_quant_meta *m, uint8_t *payload)
+{
+    return eccl_quant_meta_encode(m, payload);
+}
+
+eccl_result eccl_wire_qdata_decode(const uint8_t *payload, uint32_t len, eccl_quant_meta *m,
+                                   const uint8_t **codes)
+{
+    eccl_quant_meta meta;
+    if (len < ECCL_QUANT_META_BYTES) return ECCL_ERR_PROTOCOL;
+    if (eccl_quant_meta_decode(payload, &meta) != ECCL_OK) return ECCL_ERR_PROTOCOL;
+    if (meta.count != (uint64_t)len - ECCL_QUANT_META_BYTES) return ECCL_ERR_PROTOCOL;
+    *m = meta;
+    *codes = payload + ECCL_QUANT_META_BYTES;
     return ECCL_OK;
 }

@@ -21,6 +21,7 @@
 
 #include "eccl.h"
 #include "env.h"
+#include "quant/quant.h"
 
 #define ECCL_WIRE_MAGIC 0x4C434345u /* "ECCL" read as little-endian bytes */
 #define ECCL_WIRE_VERSION 1u
@@ -166,8 +167,16 @@ typedef struct eccl_wire_data {
     uint16_t step;
     uint64_t offset;  /* byte offset into the collective's buffer */
     uint32_t len;     /* bytes that follow */
-    uint32_t reserved;/* must be 0 */
+    uint32_t flags;   /* ECCL_WIRE_DATA_*; unknown bits are rejected */
 } eccl_wire_data;
+
+/* The payload is a quantised slice, not raw values: a 24-byte
+ * eccl_quant_meta record (core/quant/quant.h: its fixed little-endian
+ * encoding) followed by meta.count uint8 codes, so len = 24 + count, while
+ * `offset` still names the slice's position in the value buffer. Only
+ * reduce-scatter and all-gather frames may carry it. */
+#define ECCL_WIRE_DATA_QUANT 1u
+#define ECCL_WIRE_DATA_FLAGS_KNOWN ECCL_WIRE_DATA_QUANT
 
 enum eccl_data_phase {
     ECCL_PHASE_REDUCE_SCATTER = 0,
@@ -305,5 +314,15 @@ void eccl_wire_data_encode(const eccl_wire_data *d, uint8_t *out);
  * Checks reserved == 0, ring <= 1, phase known, and 32 + len == frame_length. */
 eccl_result eccl_wire_data_decode(const uint8_t *in, uint32_t frame_length,
                                   eccl_wire_data *out);
+
+/* Quantised DATA payloads (ECCL_WIRE_DATA_QUANT). Writes m's record into
+ * payload[0..24) (the codes follow at payload + ECCL_QUANT_META_BYTES);
+ * ECCL_ERR_INVALID_ARG for a record eccl_quant_meta_check rejects. */
+eccl_result eccl_wire_qdata_encode(const eccl_quant_meta *m, uint8_t *payload);
+/* Splits payload[0..len) into its record and codes: ECCL_ERR_PROTOCOL
+ * unless len >= 24, the record decodes (eccl_quant_meta_decode) and its
+ * count == len - 24. *codes points into payload. */
+eccl_result eccl_wire_qdata_decode(const uint8_t *payload, uint32_t len, eccl_quant_meta *m,
+                                   const uint8_t **codes);
 
 #endif /* ECCL_CORE_PROTO_WIRE_H */

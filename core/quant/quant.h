@@ -78,11 +78,9 @@
 
 #include "eccl.h"
 
-/* Values travel on the wire: never renumber. 0 is left invalid. */
-typedef enum eccl_quant_type {
-    ECCL_QUANT_MINMAX_U8 = 1,
-    ECCL_QUANT_AFFINE_U8 = 2,
-} eccl_quant_type;
+/* eccl_quant_type is public (include/eccl.h: the all-reduce options):
+ * ECCL_QUANT_MINMAX_U8 = 1, ECCL_QUANT_AFFINE_U8 = 2. ECCL_QUANT_NONE (0) is
+ * no type a record or the quantiser accepts. */
 
 /* Per-chunk metadata. Fields a type does not use must be zero (+0.0 for
  * floats), so a record has exactly one encoding. */
