@@ -1690,11 +1690,7 @@ eccl_result eccl_allreduce_async(eccl_comm *c, const void *sendbuf, void *recvbu
                                  size_t count, eccl_dtype dtype, eccl_op op,
                                  uint64_t tag, eccl_request **req)
 {
-    if (!c || !req) return ECCL_ERR_INVALID_ARG;
-    eccl_engine_lock(&c->eng);
-    eccl_result rc = allreduce_submit(c, sendbuf, recvbuf, count, dtype, op, tag, NULL, 1, req);
-    eccl_engine_unlock(&c->eng);
-    return rc;
+    return eccl_allreduce_ex_async(c, sendbuf, recvbuf, count, dtype, op, tag, NULL, req);
 }
 
 /* Mutex held: drives progress until the op is done (it enforces its own
@@ -1731,13 +1727,7 @@ eccl_result eccl_allreduce(eccl_comm *c, const void *sendbuf, void *recvbuf, siz
                            eccl_dtype dtype, eccl_op op, uint64_t tag,
                            eccl_reduce_info *info)
 {
-    if (!c) return ECCL_ERR_INVALID_ARG;
-    eccl_request *r = NULL;
-    eccl_engine_lock(&c->eng);
-    eccl_result rc = allreduce_submit(c, sendbuf, recvbuf, count, dtype, op, tag, NULL, 0, &r);
-    if (rc == ECCL_OK) rc = request_finish(c, r, info);
-    eccl_engine_unlock(&c->eng);
-    return rc;
+    return eccl_allreduce_ex(c, sendbuf, recvbuf, count, dtype, op, tag, NULL, info);
 }
 
 void eccl_allreduce_opts_init(eccl_allreduce_opts *opts)
