@@ -105,7 +105,6 @@ typedef struct p2p_link {
     early_frame *receiving;           /* the early frame being read */
     /* Shared-state links (purpose SYNC) live in comm->sync_links, outside
      * every ring epoch: view changes neither pause nor close them. */
-    int sync;
     int sync_fetcher;                 /* we opened it to fetch from src */
     uint32_t sync_src;                /* index into comm->sync.src */
 } p2p_link;
@@ -261,6 +260,8 @@ static p2p_link *link_new_in(eccl_comm *c, p2p_link **list)
 
 static p2p_link *link_new(eccl_comm *c) { return link_new_in(c, &c->links); }
 
+static int link_is_sync(const p2p_link *l) { return l->purpose == ECCL_LINK_SYNC; }
+
 /* Takes l out of whichever list holds it. */
 static void link_unlist(eccl_comm *c, p2p_link *l)
 {
@@ -323,11 +324,13 @@ static void check_ring_ready(eccl_comm *c);
 
 /* Opens a link of this epoch to `ref` and says hello; NULL if the connect
  * failed at once (*rc says why). */
-static p2p_link *link_connect(eccl_comm *c, const eccl_wire_peer_ref *ref, uint32_t purpose,
-                              eccl_result *rc)
+/* Opens a link to `ref` in `list` and says hello for `purpose` in `epoch`
+ * (a ring epoch, or a shared-state round). */
+static p2p_link *link_connect_in(eccl_comm *c, p2p_link **list, const eccl_wire_peer_ref *ref,
+                                 uint32_t purpose, uint32_t epoch, eccl_result *rc)
 {
     eccl_conn *conn = NULL;
-    p2p_link *l = link_new(c);
+    p2p_link *l = link_new_in(c, list);
     if (!l) {
         *rc = ECCL_ERR_NO_MEMORY;
         return NULL;
@@ -339,16 +342,22 @@ static p2p_link *link_connect(eccl_comm *c, const eccl_wire_peer_ref *ref, uint3
     }
     l->ch.conn = conn;
     l->peer_id = ref->peer_id;
-    l->epoch = c->epoch;
+    l->epoch = epoch;
     l->purpose = purpose;
     l->hello_seen = 1;
     eccl_msg m = {.type = ECCL_MSG_P2P_HELLO};
     m.u.hello.peer_id = c->peer_id;
     m.u.hello.peer_group = c->params.peer_group;
-    m.u.hello.epoch = c->epoch;
+    m.u.hello.epoch = epoch;
     m.u.hello.purpose = purpose;
     *rc = eccl_chan_send_msg(&l->ch, &m);
     return l;
+}
+
+static p2p_link *link_connect(eccl_comm *c, const eccl_wire_peer_ref *ref, uint32_t purpose,
+                              eccl_result *rc)
+{
+    return link_connect_in(c, &c->links, ref, purpose, c->epoch, rc);
 }
 
 static eccl_result link_connect_next(eccl_comm *c)
@@ -920,30 +929,12 @@ static void sync_fetch_failed(eccl_comm *c, eccl_result why)
 
 static p2p_link *sync_connect(eccl_comm *c, uint32_t src, eccl_result *rc)
 {
-    eccl_conn *conn = NULL;
-    p2p_link *l = link_new_in(c, &c->sync_links);
-    if (!l) {
-        *rc = ECCL_ERR_NO_MEMORY;
-        return NULL;
+    p2p_link *l = link_connect_in(c, &c->sync_links, &c->sync.src[src], ECCL_LINK_SYNC,
+                                  c->sync.round, rc);
+    if (l) {
+        l->sync_fetcher = 1;
+        l->sync_src = src;
     }
-    l->sync = l->sync_fetcher = 1;
-    l->sync_src = src;
-    *rc = c->env->net->connect(c->env->net_ctx, c->sync.src[src].addr, l, &conn);
-    if (*rc != ECCL_OK) {
-        link_close(c, l);
-        return NULL;
-    }
-    l->ch.conn = conn;
-    l->peer_id = c->sync.src[src].peer_id;
-    l->epoch = c->sync.round;
-    l->purpose = ECCL_LINK_SYNC;
-    l->hello_seen = 1;
-    eccl_msg m = {.type = ECCL_MSG_P2P_HELLO};
-    m.u.hello.peer_id = c->peer_id;
-    m.u.hello.peer_group = c->params.peer_group;
-    m.u.hello.epoch = c->sync.round;
-    m.u.hello.purpose = ECCL_LINK_SYNC;
-    *rc = eccl_chan_send_msg(&l->ch, &m);
     return l;
 }
 
@@ -1101,7 +1092,7 @@ static eccl_result link_on_msg(void *owner, eccl_chan *ch, const eccl_msg *m)
 {
     eccl_comm *c = owner;
     p2p_link *l = (p2p_link *)ch;
-    if (l->sync && m->type == ECCL_MSG_SYNC_FETCH) return sync_on_fetch(c, l, &m->u.sync_fetch);
+    if (link_is_sync(l) && m->type == ECCL_MSG_SYNC_FETCH) return sync_on_fetch(c, l, &m->u.sync_fetch);
     if (m->type != ECCL_MSG_P2P_HELLO || l->hello_seen ||
         m->u.hello.peer_group != c->params.peer_group)
         return ECCL_ERR_PROTOCOL;
@@ -1112,7 +1103,6 @@ static eccl_result link_on_msg(void *owner, eccl_chan *ch, const eccl_msg *m)
     if (l->purpose == ECCL_LINK_SYNC) {
         /* A fetcher: off the ring's list, so view changes leave it be. */
         link_unlist(c, l);
-        l->sync = 1;
         l->next = c->sync_links;
         c->sync_links = l;
         return ECCL_OK;
@@ -1134,7 +1124,7 @@ static eccl_result link_on_data(void *owner, eccl_chan *ch, const eccl_wire_data
 {
     eccl_comm *c = owner;
     p2p_link *l = (p2p_link *)ch;
-    if (l->sync) return sync_on_data(c, l, d, dst);
+    if (link_is_sync(l)) return sync_on_data(c, l, d, dst);
     int role = link_role(c, l);
     if (!l->hello_seen || d->epoch != l->epoch) return ECCL_ERR_PROTOCOL;
     if (role == ROLE_NONE || c->frozen) return ECCL_ERR_AGAIN; /* not our epoch yet */
@@ -1163,7 +1153,7 @@ static eccl_result link_on_data_done(void *owner, eccl_chan *ch, const eccl_wire
 {
     eccl_comm *c = owner;
     p2p_link *l = (p2p_link *)ch;
-    if (l->sync) return sync_on_data_done(c, l, d);
+    if (link_is_sync(l)) return sync_on_data_done(c, l, d);
     if (l->receiving) {
         *l->early_tail = l->receiving;
         l->early_tail = &l->receiving->next;
@@ -1207,7 +1197,7 @@ static void link_service(eccl_comm *c, p2p_link *l)
     if (l->ch.closed) return;
     eccl_chan_read(&l->ch, &link_handler, c, COMM_READ_BUDGET);
     if (l->ch.error == ECCL_OK) eccl_chan_flush(&l->ch);
-    if (l->ch.error != ECCL_OK && l->sync) {
+    if (l->ch.error != ECCL_OK && link_is_sync(l)) {
         sync_link_lost(c, l);
         link_close(c, l);
         return;
