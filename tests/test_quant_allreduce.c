@@ -102,7 +102,7 @@ static void sim_init(ring_sim *s, int n, const eccl_coll_call *base, const uint8
         assert_non_null(s->backup[i]);
         eccl_ring_allreduce_init(&s->r[i], &c, s->staging[i], s->backup[i]);
         if (c.quant != ECCL_QUANT_NONE) {
-            size_t qb = eccl_ring_quant_bytes(&c);
+            size_t qb = eccl_ring_quant_bytes(&s->r[i]);
             assert_true(qb > 0);
             s->img[i] = malloc(qb);
             assert_non_null(s->img[i]);

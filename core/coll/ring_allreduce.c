@@ -97,12 +97,15 @@ static uint8_t *qslot(const eccl_ring_allreduce *r, int img, uint32_t ring, uint
     return r->qimg[img] + at;
 }
 
-size_t eccl_ring_quant_bytes(const eccl_coll_call *call)
+/* One image: the codes of every direction's chunks. */
+static size_t ring_img_half(const eccl_ring_allreduce *r)
 {
-    eccl_ring_allreduce t;
-    eccl_ring_allreduce_init(&t, call, NULL, NULL);
-    if (t.exchange) return 0;
-    return 2 * (ring_img_bytes(&t, &t.dir[0]) + (t.nrings == 2 ? ring_img_bytes(&t, &t.dir[1]) : 0));
+    return ring_img_bytes(r, &r->dir[0]) + (r->nrings == 2 ? ring_img_bytes(r, &r->dir[1]) : 0);
+}
+
+size_t eccl_ring_quant_bytes(const eccl_ring_allreduce *r)
+{
+    return r->exchange ? 0 : 2 * ring_img_half(r);
 }
 
 size_t eccl_ring_staging_bytes_q(size_t count, eccl_dtype dtype, eccl_quant_type quant)
@@ -113,7 +116,7 @@ size_t eccl_ring_staging_bytes_q(size_t count, eccl_dtype dtype, eccl_quant_type
 
 void eccl_ring_allreduce_set_quant(eccl_ring_allreduce *r, uint8_t *img)
 {
-    size_t half = ring_img_bytes(r, &r->dir[0]) + (r->nrings == 2 ? ring_img_bytes(r, &r->dir[1]) : 0);
+    size_t half = ring_img_half(r);
     size_t base = eccl_ring_staging_bytes(r->call.count, r->call.dtype);
     r->qimg[0] = img;
     r->qimg[1] = img + half;

@@ -98,11 +98,11 @@ typedef struct eccl_ring_allreduce {
  * the socket writes it), so eccl_ring_allreduce_restore can undo the op. */
 void eccl_ring_allreduce_init(eccl_ring_allreduce *r, const eccl_coll_call *call,
                               uint8_t *staging[2], uint8_t *backup);
-/* Quantised calls: before the first pump, hands the op `img`, of
- * eccl_ring_quant_bytes(call) bytes, for its two images; staging[i] must
- * then hold eccl_ring_staging_bytes_q() bytes. */
+/* Quantised calls: after init and before the first pump, hands the op
+ * `img`, of eccl_ring_quant_bytes(r) bytes, for its two images; staging[i]
+ * must then hold eccl_ring_staging_bytes_q() bytes. */
 void eccl_ring_allreduce_set_quant(eccl_ring_allreduce *r, uint8_t *img);
-size_t eccl_ring_quant_bytes(const eccl_coll_call *call);
+size_t eccl_ring_quant_bytes(const eccl_ring_allreduce *r);
 /* eccl_ring_staging_bytes, plus room for one quantised slice when quant. */
 size_t eccl_ring_staging_bytes_q(size_t count, eccl_dtype dtype, eccl_quant_type quant);
 /* Puts back every slice of recvbuf the op has written (or is writing). */

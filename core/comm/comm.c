@@ -579,7 +579,7 @@ static eccl_result op_start(eccl_comm *c, eccl_request *r)
     } else {
         eccl_ring_allreduce_init(&r->u.ring, &r->call, staging, r->backup->ptr);
         if (r->call.quant != ECCL_QUANT_NONE) {
-            r->qimg = eccl_bufpool_get(&c->pool, eccl_ring_quant_bytes(&r->call));
+            r->qimg = eccl_bufpool_get(&c->pool, eccl_ring_quant_bytes(&r->u.ring));
             if (!r->qimg) goto oom;
             eccl_ring_allreduce_set_quant(&r->u.ring, r->qimg->ptr);
         }
