@@ -23,10 +23,12 @@ static const uint16_t control_types[] = {
     ECCL_MSG_VIEW_QUERY,   ECCL_MSG_VIEW_DECIDE, ECCL_MSG_KICK,
     ECCL_MSG_P2P_HELLO,    ECCL_MSG_SYNC_REQ,    ECCL_MSG_SYNC_REPORT,
     ECCL_MSG_SYNC_PLAN,    ECCL_MSG_SYNC_DONE,   ECCL_MSG_SYNC_FETCH,
+    ECCL_MSG_OPT_REQ,      ECCL_MSG_OPT_BW,      ECCL_MSG_OPT_PROBE,
+    ECCL_MSG_OPT_DONE,
 };
 #define N_CONTROL (sizeof(control_types) / sizeof(control_types[0]))
 
-static const uint16_t unknown_types[] = {0, 11, 31, 41, 63, 67, 0x100, 0xFFFF};
+static const uint16_t unknown_types[] = {0, 13, 31, 43, 63, 67, 0x100, 0xFFFF};
 #define N_UNKNOWN (sizeof(unknown_types) / sizeof(unknown_types[0]))
 
 /* ---- helpers ------------------------------------------------------------- */
@@ -217,6 +219,34 @@ static void assert_msg_equal(const eccl_msg *a, const eccl_msg *b)
         assert_int_equal(a->u.sync_fetch.bytes, b->u.sync_fetch.bytes);
         assert_string_equal(a->u.sync_fetch.key, b->u.sync_fetch.key);
         break;
+    case ECCL_MSG_OPT_REQ:
+        assert_memory_equal(&a->u.opt_req, &b->u.opt_req, sizeof a->u.opt_req);
+        break;
+    case ECCL_MSG_OPT_PROBE:
+        assert_int_equal(a->u.opt_probe.seq, b->u.opt_probe.seq);
+        assert_int_equal(a->u.opt_probe.round, b->u.opt_probe.round);
+        assert_int_equal(a->u.opt_probe.probe_ms, b->u.opt_probe.probe_ms);
+        assert_int_equal(a->u.opt_probe.probe_conns, b->u.opt_probe.probe_conns);
+        assert_int_equal(a->u.opt_probe.target.peer_id, b->u.opt_probe.target.peer_id);
+        assert_string_equal(a->u.opt_probe.target.addr, b->u.opt_probe.target.addr);
+        break;
+    case ECCL_MSG_OPT_BW:
+        assert_memory_equal(&a->u.opt_bw, &b->u.opt_bw, sizeof a->u.opt_bw);
+        break;
+    case ECCL_MSG_OPT_DONE: {
+        const eccl_msg_opt_done *x = &a->u.opt_done, *y = &b->u.opt_done;
+        assert_int_equal(x->seq, y->seq);
+        assert_int_equal(x->result, y->result);
+        assert_int_equal(x->epoch, y->epoch);
+        assert_int_equal(x->changed, y->changed);
+        assert_int_equal(x->exact, y->exact);
+        assert_int_equal(x->moonshot, y->moonshot);
+        assert_int_equal(x->pairs, y->pairs);
+        assert_int_equal(x->unmeasured, y->unmeasured);
+        assert_int_equal(x->old_bps, y->old_bps);
+        assert_int_equal(x->new_bps, y->new_bps);
+        break;
+    }
     default:
         break;
     }
@@ -339,6 +369,21 @@ static void fill_extreme(eccl_msg *m, uint16_t type, int is_max)
         m->u.sync_fetch.bytes = v64;
         fill_str(m->u.sync_fetch.key, is_max ? ECCL_WIRE_MAX_KEY : 1, 'k');
         break;
+    case ECCL_MSG_OPT_REQ:
+        m->u.opt_req = (eccl_msg_opt_req){v32, v32, v32, v32};
+        break;
+    case ECCL_MSG_OPT_PROBE:
+        m->u.opt_probe.seq = m->u.opt_probe.round = v32;
+        m->u.opt_probe.probe_ms = m->u.opt_probe.probe_conns = v32;
+        m->u.opt_probe.target.peer_id = v64;
+        fill_str(m->u.opt_probe.target.addr, slen, 't');
+        break;
+    case ECCL_MSG_OPT_BW:
+        m->u.opt_bw = (eccl_msg_opt_bw){v32, v32, v64, v64, v64};
+        break;
+    case ECCL_MSG_OPT_DONE:
+        m->u.opt_done = (eccl_msg_opt_done){v32, v32, v32, is_max, is_max, is_max, v32, v32, v64, v64};
+        break;
     default:
         break;
     }
@@ -409,7 +454,7 @@ static void fill_random(rng *r, eccl_msg *m)
         m->u.hello.peer_id = next(r);
         m->u.hello.peer_group = (uint32_t)next(r);
         m->u.hello.epoch = (uint32_t)next(r);
-        m->u.hello.purpose = (uint32_t)below(r, 3);
+        m->u.hello.purpose = (uint32_t)below(r, ECCL_LINK_LAST + 1);
         break;
     case ECCL_MSG_SYNC_REQ:
         m->u.sync_req.seq = (uint32_t)next(r);
@@ -451,6 +496,28 @@ static void fill_random(rng *r, eccl_msg *m)
         m->u.sync_fetch.bytes = next(r);
         rand_str(r, m->u.sync_fetch.key);
         if (!m->u.sync_fetch.key[0]) m->u.sync_fetch.key[0] = 'k';
+        break;
+    case ECCL_MSG_OPT_REQ:
+        m->u.opt_req = (eccl_msg_opt_req){(uint32_t)next(r), (uint32_t)next(r), (uint32_t)next(r),
+                                          (uint32_t)next(r)};
+        break;
+    case ECCL_MSG_OPT_PROBE:
+        m->u.opt_probe.seq = (uint32_t)next(r);
+        m->u.opt_probe.round = (uint32_t)next(r);
+        m->u.opt_probe.probe_ms = (uint32_t)next(r);
+        m->u.opt_probe.probe_conns = (uint32_t)next(r);
+        m->u.opt_probe.target.peer_id = next(r);
+        rand_str(r, m->u.opt_probe.target.addr);
+        break;
+    case ECCL_MSG_OPT_BW:
+        m->u.opt_bw = (eccl_msg_opt_bw){(uint32_t)next(r), (uint32_t)next(r), next(r), next(r),
+                                        next(r)};
+        break;
+    case ECCL_MSG_OPT_DONE:
+        m->u.opt_done = (eccl_msg_opt_done){(uint32_t)next(r), (uint32_t)next(r), (uint32_t)next(r),
+                                            (uint8_t)below(r, 2), (uint8_t)below(r, 2),
+                                            (uint8_t)below(r, 2), (uint32_t)next(r),
+                                            (uint32_t)next(r), next(r), next(r)};
         break;
     default:
         break;
@@ -529,6 +596,10 @@ static void test_max_length(void **state)
         {ECCL_MSG_SYNC_REPORT, 16},
         {ECCL_MSG_SYNC_DONE, 16},
         {ECCL_MSG_SYNC_FETCH, 16 + 2 + ECCL_WIRE_MAX_KEY},
+        {ECCL_MSG_OPT_REQ, 16},
+        {ECCL_MSG_OPT_BW, 32},
+        {ECCL_MSG_OPT_PROBE, 16 + 8 + 2 + ECCL_WIRE_MAX_ADDR},
+        {ECCL_MSG_OPT_DONE, 39},
     };
     for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
         assert_int_equal(eccl_wire_max_length(want[i].type), want[i].max);
@@ -845,12 +916,14 @@ static void test_sync_rejects(void **state)
     bad[16] = bad[17] = 0;
     assert_int_equal(decode_tail(&a, ECCL_MSG_SYNC_FETCH, bad, 18, d), ECCL_ERR_PROTOCOL);
 
-    /* DATA of the SYNC phase is a known phase now; one past it is not. */
+    /* DATA of the SYNC and PROBE phases are known phases; one past is not. */
     eccl_wire_data dd = {.phase = ECCL_PHASE_SYNC, .len = 0};
     uint8_t dh[ECCL_WIRE_DATA_HEADER_SIZE];
     eccl_wire_data_encode(&dd, dh);
     assert_int_equal(eccl_wire_data_decode(dh, ECCL_WIRE_DATA_HEADER_SIZE, &dd), ECCL_OK);
-    dh[13] = ECCL_PHASE_SYNC + 1;
+    dh[13] = ECCL_PHASE_PROBE;
+    assert_int_equal(eccl_wire_data_decode(dh, ECCL_WIRE_DATA_HEADER_SIZE, &dd), ECCL_OK);
+    dh[13] = ECCL_PHASE_LAST + 1;
     assert_int_equal(eccl_wire_data_decode(dh, ECCL_WIRE_DATA_HEADER_SIZE, &dd), ECCL_ERR_PROTOCOL);
 
     free(a.base);
@@ -904,8 +977,20 @@ static void test_decode_rejects(void **state)
     n = le(buf, 42, 8) + le(buf + 8, 0, 4) + le(buf + 12, 3, 4) + le(buf + 16, ECCL_LINK_TREE, 4);
     assert_int_equal(decode_tail(&a, ECCL_MSG_P2P_HELLO, buf, (uint32_t)n, m), ECCL_OK);
     assert_int_equal(m->u.hello.purpose, ECCL_LINK_TREE);
-    le(buf + 16, ECCL_LINK_SYNC + 1, 4);
+    le(buf + 16, ECCL_LINK_PROBE, 4);
+    assert_int_equal(decode_tail(&a, ECCL_MSG_P2P_HELLO, buf, (uint32_t)n, m), ECCL_OK);
+    le(buf + 16, ECCL_LINK_LAST + 1, 4);
     assert_int_equal(decode_tail(&a, ECCL_MSG_P2P_HELLO, buf, (uint32_t)n, m), ECCL_ERR_PROTOCOL);
+
+    /* OPT_DONE: the three flags are booleans. */
+    memset(buf, 0, 39);
+    assert_int_equal(decode_tail(&a, ECCL_MSG_OPT_DONE, buf, 39, m), ECCL_OK);
+    for (int k = 12; k < 15; k++) {
+        buf[k] = 2;
+        assert_int_equal(decode_tail(&a, ECCL_MSG_OPT_DONE, buf, 39, m), ECCL_ERR_PROTOCOL);
+        buf[k] = 1;
+        assert_int_equal(decode_tail(&a, ECCL_MSG_OPT_DONE, buf, 39, m), ECCL_OK);
+    }
 
     /* REGISTER: string length over the bound, over the remaining bytes, and
      * with an embedded NUL (it would not survive as a C string). */

@@ -149,6 +149,10 @@ static uint32_t max_length(uint16_t type)
     case ECCL_MSG_SYNC_REPORT:
     case ECCL_MSG_SYNC_DONE: return 16;
     case ECCL_MSG_SYNC_FETCH: return 16u + STR_MAX;
+    case ECCL_MSG_OPT_REQ: return 16;
+    case ECCL_MSG_OPT_BW: return 32;
+    case ECCL_MSG_OPT_PROBE: return 16u + PEER_REF_MAX;
+    case ECCL_MSG_OPT_DONE: return 15u + 8u + 16u;
     default: return 0;
     }
 }
@@ -330,7 +334,7 @@ static void put_payload(wbuf *w, const eccl_msg *m)
         put_u32(w, m->u.hello.peer_group);
         put_u32(w, m->u.hello.epoch);
         put_u32(w, m->u.hello.purpose);
-        if (m->u.hello.purpose > ECCL_LINK_SYNC) w->bad = 1;
+        if (m->u.hello.purpose > ECCL_LINK_LAST) w->bad = 1;
         break;
     case ECCL_MSG_SYNC_REQ: {
         const eccl_msg_sync_req *q = &m->u.sync_req;
@@ -397,6 +401,40 @@ static void put_payload(wbuf *w, const eccl_msg *m)
         put_u32(w, m->u.sync_fetch.id);
         put_u64(w, m->u.sync_fetch.bytes);
         put_str(w, m->u.sync_fetch.key);
+        break;
+    case ECCL_MSG_OPT_REQ:
+        put_u32(w, m->u.opt_req.seq);
+        put_u32(w, m->u.opt_req.probe_ms);
+        put_u32(w, m->u.opt_req.probe_conns);
+        put_u32(w, m->u.opt_req.max_rounds);
+        break;
+    case ECCL_MSG_OPT_PROBE:
+        put_u32(w, m->u.opt_probe.seq);
+        put_u32(w, m->u.opt_probe.round);
+        put_u32(w, m->u.opt_probe.probe_ms);
+        put_u32(w, m->u.opt_probe.probe_conns);
+        put_peer_ref(w, &m->u.opt_probe.target);
+        break;
+    case ECCL_MSG_OPT_BW:
+        put_u32(w, m->u.opt_bw.seq);
+        put_u32(w, m->u.opt_bw.round);
+        put_u64(w, m->u.opt_bw.target);
+        put_u64(w, m->u.opt_bw.bytes);
+        put_u64(w, m->u.opt_bw.ns);
+        break;
+    case ECCL_MSG_OPT_DONE:
+        if (m->u.opt_done.changed > 1 || m->u.opt_done.exact > 1 || m->u.opt_done.moonshot > 1)
+            w->bad = 1;
+        put_u32(w, m->u.opt_done.seq);
+        put_u32(w, m->u.opt_done.result);
+        put_u32(w, m->u.opt_done.epoch);
+        put_u8(w, m->u.opt_done.changed);
+        put_u8(w, m->u.opt_done.exact);
+        put_u8(w, m->u.opt_done.moonshot);
+        put_u32(w, m->u.opt_done.pairs);
+        put_u32(w, m->u.opt_done.unmeasured);
+        put_u64(w, m->u.opt_done.old_bps);
+        put_u64(w, m->u.opt_done.new_bps);
         break;
     default: /* DATA and unknown types have no control layout */
         w->bad = 1;
@@ -494,7 +532,7 @@ static void get_payload(rbuf *r, uint16_t type, eccl_msg *m)
         m->u.hello.peer_group = get_u32(r);
         m->u.hello.epoch = get_u32(r);
         m->u.hello.purpose = get_u32(r);
-        if (m->u.hello.purpose > ECCL_LINK_SYNC) r->bad = 1;
+        if (m->u.hello.purpose > ECCL_LINK_LAST) r->bad = 1;
         break;
     case ECCL_MSG_SYNC_REQ: {
         eccl_msg_sync_req *q = &m->u.sync_req;
@@ -566,6 +604,40 @@ static void get_payload(rbuf *r, uint16_t type, eccl_msg *m)
         m->u.sync_fetch.bytes = get_u64(r);
         get_str(r, m->u.sync_fetch.key);
         if (m->u.sync_fetch.key[0] == '\0') r->bad = 1;
+        break;
+    case ECCL_MSG_OPT_REQ:
+        m->u.opt_req.seq = get_u32(r);
+        m->u.opt_req.probe_ms = get_u32(r);
+        m->u.opt_req.probe_conns = get_u32(r);
+        m->u.opt_req.max_rounds = get_u32(r);
+        break;
+    case ECCL_MSG_OPT_PROBE:
+        m->u.opt_probe.seq = get_u32(r);
+        m->u.opt_probe.round = get_u32(r);
+        m->u.opt_probe.probe_ms = get_u32(r);
+        m->u.opt_probe.probe_conns = get_u32(r);
+        get_peer_ref(r, &m->u.opt_probe.target);
+        break;
+    case ECCL_MSG_OPT_BW:
+        m->u.opt_bw.seq = get_u32(r);
+        m->u.opt_bw.round = get_u32(r);
+        m->u.opt_bw.target = get_u64(r);
+        m->u.opt_bw.bytes = get_u64(r);
+        m->u.opt_bw.ns = get_u64(r);
+        break;
+    case ECCL_MSG_OPT_DONE:
+        m->u.opt_done.seq = get_u32(r);
+        m->u.opt_done.result = get_u32(r);
+        m->u.opt_done.epoch = get_u32(r);
+        m->u.opt_done.changed = get_u8(r);
+        m->u.opt_done.exact = get_u8(r);
+        m->u.opt_done.moonshot = get_u8(r);
+        m->u.opt_done.pairs = get_u32(r);
+        m->u.opt_done.unmeasured = get_u32(r);
+        m->u.opt_done.old_bps = get_u64(r);
+        m->u.opt_done.new_bps = get_u64(r);
+        if (m->u.opt_done.changed > 1 || m->u.opt_done.exact > 1 || m->u.opt_done.moonshot > 1)
+            r->bad = 1;
         break;
     default:
         r->bad = 1;

@@ -46,6 +46,8 @@ enum eccl_msg_type {
     ECCL_MSG_VIEW_REPORT = 8,  /* reply to VIEW_QUERY: my open ops */
     ECCL_MSG_SYNC_REQ = 9,     /* shared-state sync: my revision and keys */
     ECCL_MSG_SYNC_REPORT = 10, /* my part of sync call `seq` ended: `result` */
+    ECCL_MSG_OPT_REQ = 11,     /* optimize_topology: measure, solve, rewire */
+    ECCL_MSG_OPT_BW = 12,      /* what my probe of this round measured */
     /* master -> peer */
     ECCL_MSG_WELCOME = 32,     /* your peer id; accepted at once or pending */
     ECCL_MSG_PENDING_REPLY = 33,
@@ -56,6 +58,8 @@ enum eccl_msg_type {
     ECCL_MSG_KICK = 38,        /* you are removed; `reason` is an eccl_result */
     ECCL_MSG_SYNC_PLAN = 39,   /* the election: up to date, or what to fetch */
     ECCL_MSG_SYNC_DONE = 40,   /* the sync round closed: `result` */
+    ECCL_MSG_OPT_PROBE = 41,   /* optimize round: measure your link to `target` */
+    ECCL_MSG_OPT_DONE = 42,    /* optimize call `seq` ended: `result`, new ring */
     /* peer -> peer */
     ECCL_MSG_P2P_HELLO = 64,   /* first frame on a p2p connection */
     ECCL_MSG_DATA = 65,        /* collective payload: data header + bytes */
@@ -146,7 +150,9 @@ typedef struct eccl_msg_kick {
 enum eccl_link_purpose {
     ECCL_LINK_RING = 0, /* to the ring's next rank */
     ECCL_LINK_TREE = 1, /* to the tree parent */
-    ECCL_LINK_SYNC = 2  /* a shared-state fetcher to a holder */
+    ECCL_LINK_SYNC = 2, /* a shared-state fetcher to a holder */
+    ECCL_LINK_PROBE = 3, /* a bandwidth probe (optimize_topology) */
+    ECCL_LINK_LAST = ECCL_LINK_PROBE
 };
 
 typedef struct eccl_msg_p2p_hello {
@@ -191,7 +197,11 @@ enum eccl_data_phase {
     /* shared state: bytes [offset, offset + len) of the tensor a SYNC_FETCH
      * asked for; tag = the fetch's id, epoch = the sync round */
     ECCL_PHASE_SYNC = 8,
-    ECCL_PHASE_LAST = ECCL_PHASE_SYNC
+    /* bandwidth probe: filler bytes (offset and contents mean nothing);
+     * step 1 marks the sender's last frame, answered by an empty frame back;
+     * tag = the optimize call, epoch = its probe round */
+    ECCL_PHASE_PROBE = 9,
+    ECCL_PHASE_LAST = ECCL_PHASE_PROBE
 };
 
 /* ---- shared state (state/sync.h has the protocol) ----
@@ -259,6 +269,40 @@ typedef struct eccl_msg_sync_fetch { /* SYNC_FETCH */
     char key[ECCL_ADDR_MAX];
 } eccl_msg_sync_fetch;
 
+/* ---- topology optimisation (protocol in docs/protocol.md) ---- */
+typedef struct eccl_msg_opt_req { /* OPT_REQ */
+    uint32_t seq;         /* the peer's call counter, echoed in PROBE / DONE */
+    uint32_t probe_ms;    /* how long one probe sends */
+    uint32_t probe_conns; /* connections one probe sends over */
+    uint32_t max_rounds;  /* probe rounds this call (0: every unmeasured pair) */
+} eccl_msg_opt_req;
+
+typedef struct eccl_msg_opt_probe { /* OPT_PROBE */
+    uint32_t seq, round;
+    uint32_t probe_ms, probe_conns;
+    eccl_wire_peer_ref target; /* peer_id 0: nothing to send this round */
+} eccl_msg_opt_probe;
+
+typedef struct eccl_msg_opt_bw { /* OPT_BW */
+    uint32_t seq, round;
+    uint64_t target;
+    uint64_t bytes;       /* acknowledged by the target; 0: probe failed */
+    uint64_t ns;          /* from the first byte sent to the last ack */
+} eccl_msg_opt_bw;
+
+typedef struct eccl_msg_opt_done { /* OPT_DONE */
+    uint32_t seq;
+    uint32_t result;      /* an eccl_result */
+    uint32_t epoch;       /* the ring the call ends on */
+    uint8_t changed;      /* the ring order changed */
+    uint8_t exact;        /* the order is proven optimal for the measurements */
+    uint8_t moonshot;     /* the background search's order was adopted */
+    uint32_t pairs;       /* links measured by this call, group-wide */
+    uint32_t unmeasured;  /* links of the new ring never measured */
+    uint64_t old_bps;     /* slowest measured link of the old / new ring */
+    uint64_t new_bps;
+} eccl_msg_opt_done;
+
 /* Every decoded control message. */
 typedef struct eccl_msg {
     uint16_t type;
@@ -276,6 +320,10 @@ typedef struct eccl_msg {
         eccl_msg_sync_plan sync_plan;
         eccl_msg_sync_result sync_result;
         eccl_msg_sync_fetch sync_fetch;
+        eccl_msg_opt_req opt_req;
+        eccl_msg_opt_probe opt_probe;
+        eccl_msg_opt_bw opt_bw;
+        eccl_msg_opt_done opt_done;
     } u;
 } eccl_msg;
 
