@@ -304,6 +304,59 @@ eccl_result eccl_comm_sync_shared_state(eccl_comm *comm, eccl_shared_state *stat
                                         eccl_sync_strategy strategy,
                                         eccl_hash_type hash_type, eccl_sync_info *info);
 
+/* ---- topology optimisation ------------------------------------------------ */
+
+/* A ring all-reduce runs at the speed of its slowest link, and the default
+ * ring order (admission order) knows nothing of the network. Every accepted
+ * peer of a group calls eccl_comm_optimize_topology; the master then names
+ * the pairs to measure in rounds (in each round every peer sends one probe
+ * and receives one), each probe streams filler bytes over `probe_conns`
+ * connections for `probe_ms` and reports bytes per second to the master's
+ * bandwidth store, which keeps them across calls: a later call measures
+ * only pairs it has never measured (pairs of peers that joined since). The
+ * master solves the asymmetric TSP for the ring order (slowest link first,
+ * then the sum: exact up to 12 peers, local search beyond) and, if the
+ * solution is strictly better than the current ring, re-forms the ring in
+ * that order. Beyond 12 peers it keeps searching in the background; a
+ * better ring found there is adopted at the next call if the members are
+ * the same. */
+#define ECCL_TOPO_MAX_CONNS 64
+typedef struct eccl_topo_opts {
+    uint32_t probe_ms;    /* how long each probe sends; default 50 */
+    uint32_t probe_conns; /* connections per probe; default 4 (1..ECCL_TOPO_MAX_CONNS) */
+    uint32_t max_rounds;  /* probe rounds per call; 0 (default): as many as
+                             it takes to measure every pair (N-1 rounds of
+                             probe_ms each for N new peers) */
+} eccl_topo_opts;
+
+void eccl_topo_opts_init(eccl_topo_opts *opts);
+
+typedef struct eccl_topo_info {
+    int changed;               /* the ring was re-formed in a new order */
+    int exact;                 /* the order is proven optimal for what was measured */
+    int moonshot;              /* the background search's order was adopted */
+    uint32_t pairs_measured;   /* links measured by this call, group-wide */
+    uint32_t unmeasured_links; /* links of the ring never measured */
+    uint32_t probes_sent;      /* this peer's probes, and how many failed */
+    uint32_t probes_failed;
+    uint64_t probe_bytes;      /* filler bytes this peer sent */
+    double old_bottleneck_bps; /* slowest measured link of the ring before */
+    double new_bottleneck_bps; /* ... and after (the same if unchanged) */
+} eccl_topo_info;
+
+/* Blocks until every accepted peer of the group has called it, the probes
+ * are measured and the (possibly re-ordered) ring is wired, or until
+ * op_timeout_ms. ECCL_OK on every participant, or the same error on all:
+ * ECCL_ERR_PEER_LOST (a member left mid-call; the ring is re-formed without
+ * it as after any loss), ECCL_ERR_BUSY (a collective or a sync is in flight
+ * on this communicator, or another member of the group is in
+ * update_topology, peers_pending or sync_shared_state instead),
+ * ECCL_ERR_TIMEOUT. A probe that fails (refused, reset) is not an error:
+ * its link stays unmeasured and the solver avoids it (probes_failed,
+ * unmeasured_links). opts and info may be NULL. */
+eccl_result eccl_comm_optimize_topology(eccl_comm *comm, const eccl_topo_opts *opts,
+                                        eccl_topo_info *info);
+
 #ifdef __cplusplus
 }
 #endif

@@ -379,7 +379,7 @@ static void fill_extreme(eccl_msg *m, uint16_t type, int is_max)
         fill_str(m->u.opt_probe.target.addr, slen, 't');
         break;
     case ECCL_MSG_OPT_BW:
-        m->u.opt_bw = (eccl_msg_opt_bw){v32, v32, v64, v64, v64};
+        m->u.opt_bw = (eccl_msg_opt_bw){v32, v32, v32, v64, v64, v64};
         break;
     case ECCL_MSG_OPT_DONE:
         m->u.opt_done = (eccl_msg_opt_done){v32, v32, v32, is_max, is_max, is_max, v32, v32, v64, v64};
@@ -510,8 +510,8 @@ static void fill_random(rng *r, eccl_msg *m)
         rand_str(r, m->u.opt_probe.target.addr);
         break;
     case ECCL_MSG_OPT_BW:
-        m->u.opt_bw = (eccl_msg_opt_bw){(uint32_t)next(r), (uint32_t)next(r), next(r), next(r),
-                                        next(r)};
+        m->u.opt_bw = (eccl_msg_opt_bw){(uint32_t)next(r), (uint32_t)next(r), (uint32_t)next(r),
+                                        next(r), next(r), next(r)};
         break;
     case ECCL_MSG_OPT_DONE:
         m->u.opt_done = (eccl_msg_opt_done){(uint32_t)next(r), (uint32_t)next(r), (uint32_t)next(r),
@@ -597,7 +597,7 @@ static void test_max_length(void **state)
         {ECCL_MSG_SYNC_DONE, 16},
         {ECCL_MSG_SYNC_FETCH, 16 + 2 + ECCL_WIRE_MAX_KEY},
         {ECCL_MSG_OPT_REQ, 16},
-        {ECCL_MSG_OPT_BW, 32},
+        {ECCL_MSG_OPT_BW, 36},
         {ECCL_MSG_OPT_PROBE, 16 + 8 + 2 + ECCL_WIRE_MAX_ADDR},
         {ECCL_MSG_OPT_DONE, 39},
     };

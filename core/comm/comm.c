@@ -49,6 +49,14 @@
 #define COMM_EARLY_LIMIT (1u << 20)
 /* A holder streams a tensor in DATA frames of this size. */
 #define COMM_SYNC_SLICE (4u << 20)
+/* A bandwidth probe sends frames of this size and keeps at most
+ * COMM_PROBE_WINDOW of them unanswered per connection: the receiver answers
+ * each, so the probe is clocked by the link itself (the simulator's
+ * sockets take any number of bytes at once; a real one would hide the
+ * first few MB in its buffers). 2 MiB in flight per connection fills
+ * 400 MB/s at 5 ms RTT; more connections fill more. */
+#define COMM_PROBE_SLICE (256u << 10)
+#define COMM_PROBE_WINDOW 8u
 #define MS 1000000ull
 
 enum comm_phase {
@@ -103,10 +111,13 @@ typedef struct p2p_link {
     early_frame *early, **early_tail; /* frames for ops not called yet */
     size_t early_bytes;
     early_frame *receiving;           /* the early frame being read */
-    /* Shared-state links (purpose SYNC) live in comm->sync_links, outside
-     * every ring epoch: view changes neither pause nor close them. */
+    /* Shared-state and probe links (purposes SYNC, PROBE) live in
+     * comm->side_links, outside every ring epoch: view changes neither
+     * pause nor close them. */
     int sync_fetcher;                 /* we opened it to fetch from src */
     uint32_t sync_src;                /* index into comm->sync.src */
+    int probe_sender;                 /* we opened it to probe the target */
+    uint32_t probe_unacked;           /* our probe frames not answered yet */
 } p2p_link;
 
 /* The shared-state call in progress (state/sync.h has the protocol). */
@@ -142,6 +153,26 @@ typedef struct comm_sync {
     uint64_t tx, rx;
     uint32_t keys_served;
 } comm_sync;
+
+/* The optimize_topology call in progress, and our probe of its current
+ * round (the protocol is in docs/protocol.md). */
+typedef struct comm_opt {
+    int active;
+    int done;                 /* OPT_DONE arrived: `fin` holds it */
+    uint32_t seq;
+    eccl_msg_opt_done fin;
+    int probing;
+    uint32_t round, conns;
+    uint64_t target;
+    uint64_t stop_ns;         /* send no new frame from here */
+    uint64_t give_up_ns;      /* answers still missing: the probe failed */
+    uint64_t first_ack_ns, last_ack_ns;
+    uint64_t acked;           /* bytes answered after the first answer */
+    int broken;               /* a probe link failed */
+    uint8_t *filler;          /* COMM_PROBE_SLICE bytes every frame sends */
+    uint32_t probes, failed;
+    uint64_t tx;
+} comm_opt;
 
 typedef struct comm_listener {
     int kind; /* ECCL_HANDLE_LISTENER */
@@ -186,9 +217,10 @@ struct eccl_comm {
     uint64_t parent_backoff;
 
     p2p_link *links;            /* every open link */
-    p2p_link *sync_links;       /* shared-state links, apart from the rings */
+    p2p_link *side_links;       /* shared-state and probe links, apart from the rings */
     p2p_link *graveyard;        /* closed, freed by reap */
     comm_sync sync;
+    comm_opt opt;
 
     uint64_t topo_done_seen;
     uint64_t pending_replies;
@@ -261,11 +293,12 @@ static p2p_link *link_new_in(eccl_comm *c, p2p_link **list)
 static p2p_link *link_new(eccl_comm *c) { return link_new_in(c, &c->links); }
 
 static int link_is_sync(const p2p_link *l) { return l->purpose == ECCL_LINK_SYNC; }
+static int link_is_probe(const p2p_link *l) { return l->purpose == ECCL_LINK_PROBE; }
 
 /* Takes l out of whichever list holds it. */
 static void link_unlist(eccl_comm *c, p2p_link *l)
 {
-    p2p_link **lists[2] = {&c->links, &c->sync_links};
+    p2p_link **lists[2] = {&c->links, &c->side_links};
     for (int i = 0; i < 2; i++) {
         for (p2p_link **p = lists[i]; *p; p = &(*p)->next) {
             if (*p == l) {
@@ -623,7 +656,7 @@ static void ops_fail_all(eccl_comm *c, eccl_result why)
 }
 
 static void sync_finish(eccl_comm *c, eccl_result result, uint64_t revision);
-static void sync_links_close(eccl_comm *c);
+static void side_links_close(eccl_comm *c, uint32_t purpose);
 
 static void comm_fail(eccl_comm *c, eccl_result why)
 {
@@ -633,7 +666,7 @@ static void comm_fail(eccl_comm *c, eccl_result why)
     c->fatal = why;
     ops_fail_all(c, why);
     sync_finish(c, why, 0);
-    sync_links_close(c);
+    side_links_close(c, ECCL_LINK_SYNC);
     if (c->master_open) eccl_chan_close(&c->master);
     c->master_open = 0;
 }
@@ -831,6 +864,8 @@ static eccl_result on_view_decide(eccl_comm *c, const eccl_msg_view *v)
 
 static eccl_result sync_on_plan(eccl_comm *c, const eccl_msg_sync_plan *p);
 static eccl_result sync_on_done(eccl_comm *c, const eccl_msg_sync_result *r);
+static eccl_result opt_on_probe(eccl_comm *c, const eccl_msg_opt_probe *p);
+static eccl_result opt_on_done(eccl_comm *c, const eccl_msg_opt_done *d);
 
 static eccl_result master_on_msg(void *owner, eccl_chan *ch, const eccl_msg *m)
 {
@@ -869,6 +904,10 @@ static eccl_result master_on_msg(void *owner, eccl_chan *ch, const eccl_msg *m)
         return sync_on_plan(c, &m->u.sync_plan);
     case ECCL_MSG_SYNC_DONE:
         return sync_on_done(c, &m->u.sync_result);
+    case ECCL_MSG_OPT_PROBE:
+        return opt_on_probe(c, &m->u.opt_probe);
+    case ECCL_MSG_OPT_DONE:
+        return opt_on_done(c, &m->u.opt_done);
     default:
         return ECCL_ERR_PROTOCOL;
     }
@@ -892,9 +931,12 @@ static const eccl_chan_handler master_handler = {master_on_msg, master_on_data,
 
 /* ---- shared state ------------------------------------------------------------ */
 
-static void sync_links_close(eccl_comm *c)
+static void side_links_close(eccl_comm *c, uint32_t purpose)
 {
-    while (c->sync_links) link_close(c, c->sync_links);
+    for (p2p_link *l = c->side_links, *n; l; l = n) {
+        n = l->next;
+        if (l->purpose == purpose) link_close(c, l);
+    }
 }
 
 /* The call's outcome is known: no byte moves into or out of the tensors
@@ -902,7 +944,7 @@ static void sync_links_close(eccl_comm *c)
 static void sync_finish(eccl_comm *c, eccl_result result, uint64_t revision)
 {
     if (!c->sync.active || c->sync.phase == SY_DONE) return;
-    sync_links_close(c);
+    side_links_close(c, ECCL_LINK_SYNC);
     c->sync.phase = SY_DONE;
     c->sync.result = result;
     c->sync.revision = revision;
@@ -929,7 +971,7 @@ static void sync_fetch_failed(eccl_comm *c, eccl_result why)
 
 static p2p_link *sync_connect(eccl_comm *c, uint32_t src, eccl_result *rc)
 {
-    p2p_link *l = link_connect_in(c, &c->sync_links, &c->sync.src[src], ECCL_LINK_SYNC,
+    p2p_link *l = link_connect_in(c, &c->side_links, &c->sync.src[src], ECCL_LINK_SYNC,
                                   c->sync.round, rc);
     if (l) {
         l->sync_fetcher = 1;
@@ -1086,6 +1128,132 @@ static void sync_link_lost(eccl_comm *c, p2p_link *l)
     if (l->sync_fetcher) sync_fetch_failed(c, ECCL_ERR_PEER_LOST);
 }
 
+/* ---- topology optimisation (docs/protocol.md) ------------------------------------ */
+
+/* Our probe of the round is over: report what it measured (nothing if it
+ * failed: the master leaves the link unmeasured). Its links close at the
+ * next probe_pump (this may run inside one of their reads). */
+static void probe_end(eccl_comm *c, int ok)
+{
+    comm_opt *o = &c->opt;
+    if (!o->probing) return;
+    o->probing = 0;
+    ok = ok && !o->broken && o->acked > 0 && o->last_ack_ns > o->first_ack_ns;
+    if (!ok) {
+        o->failed++;
+        ECCL_WARN(c->env, "bandwidth probe to peer %llu failed", (unsigned long long)o->target);
+    }
+    eccl_msg m = {.type = ECCL_MSG_OPT_BW};
+    m.u.opt_bw.seq = o->seq;
+    m.u.opt_bw.round = o->round;
+    m.u.opt_bw.target = o->target;
+    m.u.opt_bw.bytes = ok ? o->acked : 0;
+    m.u.opt_bw.ns = ok ? o->last_ack_ns - o->first_ack_ns : 0;
+    if (c->master_open) master_send(c, &m);
+}
+
+/* The master names our target for this round: open the connections; the
+ * frames go out from probe_pump. */
+static eccl_result opt_on_probe(eccl_comm *c, const eccl_msg_opt_probe *p)
+{
+    comm_opt *o = &c->opt;
+    if (!o->active || o->done || p->seq != o->seq) return ECCL_OK; /* stale */
+    if (o->probing || !p->target.peer_id || p->target.peer_id == c->peer_id ||
+        p->probe_conns == 0 || p->probe_conns > ECCL_TOPO_MAX_CONNS)
+        return ECCL_ERR_PROTOCOL;
+    uint64_t now = now_ns(c);
+    o->probing = 1;
+    o->round = p->round;
+    o->conns = p->probe_conns;
+    o->target = p->target.peer_id;
+    o->stop_ns = now + (uint64_t)p->probe_ms * MS;
+    o->give_up_ns = o->stop_ns + (uint64_t)c->params.peer_timeout_ms * MS;
+    o->first_ack_ns = o->last_ack_ns = o->acked = 0;
+    o->broken = 0;
+    o->probes++;
+    if (!o->filler && !(o->filler = calloc(1, COMM_PROBE_SLICE))) o->broken = 1;
+    for (uint32_t k = 0; k < o->conns && !o->broken; k++) {
+        eccl_result rc;
+        p2p_link *l = link_connect_in(c, &c->side_links, &p->target, ECCL_LINK_PROBE, p->round, &rc);
+        if (l) l->probe_sender = 1;
+        if (!l || rc != ECCL_OK) o->broken = 1;
+    }
+    if (o->broken) probe_end(c, 0);
+    return ECCL_OK;
+}
+
+static eccl_result opt_on_done(eccl_comm *c, const eccl_msg_opt_done *d)
+{
+    comm_opt *o = &c->opt;
+    if (!o->active || o->done || d->seq != o->seq) return ECCL_OK; /* stale */
+    o->done = 1;
+    o->fin = *d;
+    o->probing = 0;
+    return ECCL_OK;
+}
+
+/* Keeps every probe connection's window full until stop_ns, ends the probe
+ * once every frame is answered (or at give_up_ns), and closes the links of
+ * a probe that is over. */
+static void probe_pump(eccl_comm *c)
+{
+    comm_opt *o = &c->opt;
+    uint64_t now = now_ns(c);
+    int waiting = 0;
+    for (p2p_link *l = c->side_links, *n; l; l = n) {
+        n = l->next;
+        if (!link_is_probe(l) || !l->probe_sender) continue;
+        if (!o->probing) {
+            link_close(c, l);
+            continue;
+        }
+        while (now < o->stop_ns && l->probe_unacked < COMM_PROBE_WINDOW) {
+            eccl_wire_data d = {.tag = o->seq, .epoch = o->round, .phase = ECCL_PHASE_PROBE,
+                                .len = COMM_PROBE_SLICE};
+            if (eccl_chan_send_data(&l->ch, &d, o->filler, NULL) != ECCL_OK) {
+                o->broken = 1;
+                break;
+            }
+            l->probe_unacked++;
+            o->tx += COMM_PROBE_SLICE;
+        }
+        if (l->ch.out_head) eccl_chan_flush(&l->ch);
+        waiting += l->probe_unacked > 0;
+    }
+    if (o->probing && (o->broken || now >= o->give_up_ns || (now >= o->stop_ns && !waiting)))
+        probe_end(c, now < o->give_up_ns);
+}
+
+/* A probe frame arrived. The target drops the filler and answers each
+ * frame with an empty one (step 1); the sender counts the answers. */
+static eccl_result probe_on_data(eccl_comm *c, p2p_link *l, const eccl_wire_data *d, void **dst)
+{
+    (void)c;
+    if (d->phase != ECCL_PHASE_PROBE || d->step != (l->probe_sender ? 1 : 0) ||
+        (l->probe_sender && (d->len || !l->probe_unacked)))
+        return ECCL_ERR_PROTOCOL;
+    *dst = NULL;
+    return ECCL_OK;
+}
+
+static eccl_result probe_on_data_done(eccl_comm *c, p2p_link *l, const eccl_wire_data *d)
+{
+    comm_opt *o = &c->opt;
+    if (!l->probe_sender) {
+        eccl_wire_data a = {.tag = d->tag, .epoch = d->epoch, .phase = ECCL_PHASE_PROBE, .step = 1};
+        return eccl_chan_send_data(&l->ch, &a, NULL, NULL);
+    }
+    l->probe_unacked--;
+    if (!o->probing) return ECCL_OK;
+    uint64_t now = now_ns(c);
+    /* Time from the first answer: connection set-up and the first round
+     * trip are not bandwidth. */
+    if (!o->first_ack_ns) o->first_ack_ns = now;
+    else o->acked += COMM_PROBE_SLICE;
+    o->last_ack_ns = now;
+    return ECCL_OK;
+}
+
 /* ---- p2p data --------------------------------------------------------------- */
 
 static eccl_result link_on_msg(void *owner, eccl_chan *ch, const eccl_msg *m)
@@ -1100,11 +1268,13 @@ static eccl_result link_on_msg(void *owner, eccl_chan *ch, const eccl_msg *m)
     l->peer_id = m->u.hello.peer_id;
     l->epoch = m->u.hello.epoch;
     l->purpose = m->u.hello.purpose;
-    if (l->purpose == ECCL_LINK_SYNC) {
-        /* A fetcher: off the ring's list, so view changes leave it be. */
+    if (l->purpose == ECCL_LINK_PROBE && !c->opt.active) return ECCL_ERR_PROTOCOL;
+    if (l->purpose == ECCL_LINK_SYNC || l->purpose == ECCL_LINK_PROBE) {
+        /* A fetcher or a prober: off the ring's list, so view changes
+         * leave it be. */
         link_unlist(c, l);
-        l->next = c->sync_links;
-        c->sync_links = l;
+        l->next = c->side_links;
+        c->side_links = l;
         return ECCL_OK;
     }
     return link_adopt(c, l);
@@ -1125,6 +1295,7 @@ static eccl_result link_on_data(void *owner, eccl_chan *ch, const eccl_wire_data
     eccl_comm *c = owner;
     p2p_link *l = (p2p_link *)ch;
     if (link_is_sync(l)) return sync_on_data(c, l, d, dst);
+    if (link_is_probe(l)) return probe_on_data(c, l, d, dst);
     int role = link_role(c, l);
     if (!l->hello_seen || d->epoch != l->epoch) return ECCL_ERR_PROTOCOL;
     if (role == ROLE_NONE || c->frozen) return ECCL_ERR_AGAIN; /* not our epoch yet */
@@ -1154,6 +1325,7 @@ static eccl_result link_on_data_done(void *owner, eccl_chan *ch, const eccl_wire
     eccl_comm *c = owner;
     p2p_link *l = (p2p_link *)ch;
     if (link_is_sync(l)) return sync_on_data_done(c, l, d);
+    if (link_is_probe(l)) return probe_on_data_done(c, l, d);
     if (l->receiving) {
         *l->early_tail = l->receiving;
         l->early_tail = &l->receiving->next;
@@ -1197,8 +1369,9 @@ static void link_service(eccl_comm *c, p2p_link *l)
     if (l->ch.closed) return;
     eccl_chan_read(&l->ch, &link_handler, c, COMM_READ_BUDGET);
     if (l->ch.error == ECCL_OK) eccl_chan_flush(&l->ch);
-    if (l->ch.error != ECCL_OK && link_is_sync(l)) {
-        sync_link_lost(c, l);
+    if (l->ch.error != ECCL_OK && (link_is_sync(l) || link_is_probe(l))) {
+        if (link_is_sync(l)) sync_link_lost(c, l);
+        if (link_is_probe(l) && l->probe_sender) c->opt.broken = 1;
         link_close(c, l);
         return;
     }
@@ -1340,6 +1513,8 @@ static uint64_t timers(eccl_comm *c)
         }
         if (c->parent_retry_at) next = min_deadline(next, c->parent_retry_at);
     }
+    if (c->opt.probing)
+        next = min_deadline(next, now < c->opt.stop_ns ? c->opt.stop_ns : c->opt.give_up_ns);
     for (eccl_request *r = c->ops; r; r = r->next) {
         if (r->state == OP_DONE) continue;
         if (now >= r->deadline_ns) {
@@ -1373,7 +1548,7 @@ static uint64_t comm_step(void *owner, void **ready, int n, int *again)
     uint64_t next = timers(c);
     ops_advance(c);
     *again = 0;
-    p2p_link *lists[2] = {c->links, c->sync_links};
+    p2p_link *lists[2] = {c->links, c->side_links};
     for (int k = 0; k < 2; k++) {
         for (p2p_link *l = lists[k], *nx; l; l = nx) {
             nx = l->next;
@@ -1384,6 +1559,7 @@ static uint64_t comm_step(void *owner, void **ready, int n, int *again)
     }
     ops_advance(c);
     flush_and_complete(c);
+    probe_pump(c);
     return next;
 }
 
@@ -1897,10 +2073,93 @@ eccl_result eccl_comm_sync_shared_state(eccl_comm *c, eccl_shared_state *st,
         info->keys_fetched = rc == ECCL_OK ? s->n_done : 0;
         info->keys_served = s->keys_served;
     }
-    sync_links_close(c);
+    side_links_close(c, ECCL_LINK_SYNC);
     free(s->keys), free(s->key_info), free(s->fetch), free(s->src);
     s->keys = NULL, s->key_info = NULL, s->fetch = NULL, s->src = NULL;
     s->active = 0;
+    eccl_engine_unlock(&c->eng);
+    return rc;
+}
+
+/* ---- topology optimisation (public) ----------------------------------------------- */
+
+void eccl_topo_opts_init(eccl_topo_opts *opts)
+{
+    if (!opts) return;
+    memset(opts, 0, sizeof *opts);
+    opts->probe_ms = 50;
+    opts->probe_conns = 4;
+}
+
+static int opt_done(void *arg)
+{
+    eccl_comm *c = arg;
+    return c->phase == PHASE_FAILED ||
+           (c->opt.done && (c->opt.fin.result != ECCL_OK || c->ring_ready));
+}
+
+eccl_result eccl_comm_optimize_topology(eccl_comm *c, const eccl_topo_opts *opts,
+                                        eccl_topo_info *info)
+{
+    eccl_topo_opts defaults;
+    if (!opts) {
+        eccl_topo_opts_init(&defaults);
+        opts = &defaults;
+    }
+    if (!c || opts->probe_ms == 0 || opts->probe_conns == 0 ||
+        opts->probe_conns > ECCL_TOPO_MAX_CONNS)
+        return ECCL_ERR_INVALID_ARG;
+    if (info) memset(info, 0, sizeof *info);
+    eccl_engine_lock(&c->eng);
+    eccl_result rc = comm_usable(c);
+    /* One major operation per peer group at a time (DESIGN.md). */
+    if (rc == ECCL_OK && (c->n_ops > 0 || c->sync.active)) rc = ECCL_ERR_BUSY;
+    if (rc != ECCL_OK) {
+        eccl_engine_unlock(&c->eng);
+        return rc;
+    }
+    comm_opt *o = &c->opt;
+    uint32_t seq = o->seq + 1;
+    memset(o, 0, sizeof *o);
+    o->active = 1;
+    o->seq = seq;
+    eccl_msg m = {.type = ECCL_MSG_OPT_REQ};
+    m.u.opt_req = (eccl_msg_opt_req){seq, opts->probe_ms, opts->probe_conns, opts->max_rounds};
+    rc = master_send(c, &m);
+    eccl_engine_kick(&c->eng);
+    if (rc == ECCL_OK)
+        rc = eccl_engine_drive(&c->eng, opt_done, c,
+                               now_ns(c) + (uint64_t)c->params.op_timeout_ms * MS);
+    if (c->phase == PHASE_FAILED) {
+        rc = c->fatal;
+    } else if (o->done) {
+        rc = (eccl_result)o->fin.result;
+    } else {
+        /* Timed out: withdraw, so the master ends the call for the others
+         * instead of waiting on us. */
+        if (rc == ECCL_OK) rc = ECCL_ERR_TIMEOUT;
+        eccl_msg w = {.type = ECCL_MSG_OPT_BW};
+        w.u.opt_bw.seq = seq;
+        w.u.opt_bw.result = (uint32_t)rc;
+        if (c->master_open) master_send(c, &w);
+    }
+    if (info) {
+        info->changed = o->fin.changed;
+        info->exact = o->fin.exact;
+        info->moonshot = o->fin.moonshot;
+        info->pairs_measured = o->fin.pairs;
+        info->unmeasured_links = o->fin.unmeasured;
+        info->probes_sent = o->probes;
+        info->probes_failed = o->failed;
+        info->probe_bytes = o->tx;
+        info->old_bottleneck_bps = (double)o->fin.old_bps;
+        info->new_bottleneck_bps = (double)o->fin.new_bps;
+    }
+    o->probing = 0;
+    side_links_close(c, ECCL_LINK_PROBE); /* drops frames that borrow the filler */
+    free(o->filler);
+    o->filler = NULL;
+    o->active = 0;
     eccl_engine_unlock(&c->eng);
     return rc;
 }

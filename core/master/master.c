@@ -25,6 +25,8 @@
 #include "proto/chan.h"
 #include "sched/engine.h"
 #include "state/sync.h"
+#include "topo/bwstore.h"
+#include "topo/tsp.h"
 #include "util/log.h"
 
 #define MASTER_RBUF 512u
@@ -43,6 +45,17 @@ enum msync_state {
 
 /* The group's round. */
 enum mgroup_sync { MG_SYNC_IDLE, MG_SYNC_COLLECTING, MG_SYNC_TRANSFER };
+
+/* The group's optimize_topology call: every member asks, the master runs
+ * probe rounds, solves the ring and re-forms it (docs/protocol.md). */
+enum mgroup_opt { MG_OPT_IDLE, MG_OPT_COLLECTING, MG_OPT_PROBING, MG_OPT_REWIRING };
+/* The background search ("moonshot") spends this many kicks on a group's
+ * last solved ring, MASTER_MOON_SLICE per master step, and its ring is
+ * adopted at the next call if the members are the same. */
+#define MASTER_MOON_KICKS 4096u
+#define MASTER_MOON_SLICE 8u
+/* The foreground solve's work budget (tsp.h units, ~10-20 ns each). */
+#define MASTER_OPT_WORK 20000000ull
 
 typedef struct mgroup mgroup;
 
@@ -71,6 +84,11 @@ typedef struct mpeer {
     uint32_t n_sync_keys;
     int sync_src;               /* a holder others fetch from this round */
     int synced;                 /* took part in the group's last good round */
+    /* optimize_topology */
+    int opt_asked;              /* in the group's optimize call */
+    int opt_probing;            /* owes the OPT_BW of the current round */
+    uint32_t opt_seq;
+    eccl_msg_opt_req opt_req;
 } mpeer;
 
 struct mgroup {
@@ -90,6 +108,19 @@ struct mgroup {
     int have_rev;           /* a round succeeded, at `revision` */
     uint64_t revision;
     uint64_t sync_elected;  /* the revision the current round elected */
+    /* optimize_topology */
+    enum mgroup_opt opt_phase;
+    uint32_t n_opt;         /* COLLECTING: asked; PROBING: reports owed */
+    uint32_t opt_shift;     /* the probe round: member i sends to i + shift */
+    uint32_t opt_rounds;    /* probe rounds run by this call */
+    eccl_msg_opt_req opt_req; /* the lowest-id member's options */
+    eccl_msg_opt_done opt_done; /* the outcome, sent once rewired */
+    /* moonshot: the last solved ring (members' ids in ring order) */
+    uint64_t *moon_ids;
+    uint32_t moon_n;
+    uint64_t moon_kicks;    /* spent so far */
+    double *moon_cost;      /* the matrix it searches */
+    int moon_better;        /* it found a better ring than it was given */
 };
 
 struct eccl_master {
@@ -114,6 +145,7 @@ struct eccl_master {
     uint32_t n_voted;       /* accepted peers that voted for admission */
     uint32_t n_admitting;   /* registered peers the current admission takes */
     uint64_t scan_at;       /* earliest heartbeat or silence deadline */
+    eccl_bw_store bw;       /* measured links, kept across optimize calls */
 };
 
 static const eccl_chan_handler peer_handler;
@@ -170,8 +202,11 @@ static mgroup *group_get(eccl_master *m, uint32_t id)
     return g;
 }
 
+static void moon_reset(mgroup *g);
+
 static int group_add(mgroup *g, mpeer *p)
 {
+    moon_reset(g); /* searched for other members */
     if (g->n == g->cap) {
         uint32_t cap = g->cap ? 2 * g->cap : 8;
         mpeer **n = realloc(g->members, cap * sizeof *n);
@@ -185,6 +220,7 @@ static int group_add(mgroup *g, mpeer *p)
 
 static void group_remove(mgroup *g, mpeer *p)
 {
+    moon_reset(g);
     for (uint32_t i = 0; i < g->n; i++) {
         if (g->members[i] == p) {
             memmove(&g->members[i], &g->members[i + 1], (g->n - i - 1) * sizeof *g->members);
@@ -621,7 +657,7 @@ static eccl_result on_sync_req(eccl_master *m, mpeer *p, const eccl_msg_sync_req
         /* A member already waiting in another vote never asks: fail now
          * rather than at everyone's timeout. */
         for (uint32_t k = 0; k < g->n; k++) {
-            if (g->members[k]->voted || g->members[k]->asked_pending) {
+            if (g->members[k]->voted || g->members[k]->asked_pending || g->members[k]->opt_asked) {
                 g->n_sync = 1;
                 sync_abort(m, g, ECCL_ERR_BUSY);
                 return ECCL_OK;
@@ -657,6 +693,307 @@ static eccl_result on_sync_report(eccl_master *m, mpeer *p, const eccl_msg_sync_
     return ECCL_OK;
 }
 
+/* ---- topology optimisation (docs/protocol.md) -------------------------------- */
+
+static void moon_reset(mgroup *g)
+{
+    free(g->moon_ids);
+    free(g->moon_cost);
+    g->moon_ids = NULL;
+    g->moon_cost = NULL;
+    g->moon_n = 0;
+    g->moon_kicks = 0;
+    g->moon_better = 0;
+}
+
+static void opt_send_done(mpeer *p, const eccl_msg_opt_done *d)
+{
+    eccl_msg msg = {.type = ECCL_MSG_OPT_DONE};
+    msg.u.opt_done = *d;
+    msg.u.opt_done.seq = p->opt_seq;
+    send_to(p, &msg);
+}
+
+/* Ends the group's call with `result` for every member in it. */
+static void opt_finish(eccl_master *m, mgroup *g, eccl_result result)
+{
+    if (g->opt_phase == MG_OPT_IDLE) return;
+    if (result != ECCL_OK)
+        ECCL_INFO(m->env, "group %u: optimize_topology ended: %s", g->id, eccl_strerror(result));
+    g->opt_done.result = (uint32_t)result;
+    g->opt_done.epoch = g->epoch;
+    for (uint32_t i = 0; i < g->n; i++) {
+        mpeer *p = g->members[i];
+        if (!p->opt_asked) continue;
+        opt_send_done(p, &g->opt_done);
+        p->opt_asked = p->opt_probing = 0;
+    }
+    g->opt_phase = MG_OPT_IDLE;
+    g->n_opt = 0;
+}
+
+/* A member entered another group-wide call: the optimize call can never
+ * gather everyone. */
+static void opt_conflict(eccl_master *m, mgroup *g)
+{
+    if (g->opt_phase == MG_OPT_COLLECTING) opt_finish(m, g, ECCL_ERR_BUSY);
+}
+
+/* The moonshot's ring, if it was searched for exactly these members and
+ * found something better than the ring it was given: as indices into
+ * g->members, in tour[]. */
+static int moon_tour(const mgroup *g, uint32_t *tour)
+{
+    if (!g->moon_better || g->moon_n != g->n) return 0;
+    for (uint32_t k = 0; k < g->n; k++) {
+        uint32_t i = 0;
+        while (i < g->n && g->members[i]->id != g->moon_ids[k]) i++;
+        if (i == g->n) return 0;
+        tour[k] = i;
+    }
+    return 1;
+}
+
+static uint64_t bps_of(const eccl_tsp_result *r) { return r->max > 0 ? (uint64_t)(1.0 / r->max) : 0; }
+
+/* Every probe is in: solve the ring over the measured links (the moonshot
+ * competes when the members are the ones it searched for), re-form the ring
+ * if the result is strictly better, and let the moonshot search on. */
+static void opt_solve(eccl_master *m, mgroup *g)
+{
+    uint32_t n = g->n;
+    uint64_t *ids = malloc(n * sizeof *ids);
+    double *cost = malloc((size_t)n * n * sizeof *cost);
+    uint32_t *tour = malloc(n * sizeof *tour), *alt = malloc(n * sizeof *alt);
+    mpeer **ring = malloc(n * sizeof *ring);
+    eccl_result rc = ids && cost && tour && alt && ring ? ECCL_OK : ECCL_ERR_NO_MEMORY;
+    eccl_tsp_result was = {0}, best = {0}, other;
+    eccl_tsp_opts o = {.max_work = MASTER_OPT_WORK};
+    if (rc == ECCL_OK) {
+        for (uint32_t i = 0; i < n; i++) {
+            ids[i] = g->members[i]->id;
+            alt[i] = i;
+        }
+        eccl_bw_store_costs(&m->bw, ids, n, cost);
+        rc = eccl_tsp_eval(n, cost, &o, alt, &was);
+    }
+    if (rc == ECCL_OK) rc = eccl_tsp_solve(n, cost, &o, tour, &best);
+    int moon = 0;
+    if (rc == ECCL_OK && moon_tour(g, alt) && eccl_tsp_eval(n, cost, &o, alt, &other) == ECCL_OK &&
+        eccl_tsp_compare(o.objective, &other, &best) < 0) {
+        memcpy(tour, alt, n * sizeof *tour);
+        best = other;
+        moon = 1;
+    }
+    if (rc != ECCL_OK) {
+        free(ids), free(cost), free(tour), free(alt), free(ring);
+        opt_finish(m, g, rc);
+        return;
+    }
+    int changed = eccl_tsp_compare(o.objective, &best, &was) < 0;
+    g->opt_done.changed = (uint8_t)changed;
+    g->opt_done.exact = (uint8_t)(best.exact != 0);
+    g->opt_done.moonshot = (uint8_t)moon;
+    g->opt_done.unmeasured = changed ? best.unmeasured : was.unmeasured;
+    g->opt_done.old_bps = bps_of(&was);
+    g->opt_done.new_bps = bps_of(changed ? &best : &was);
+    ECCL_INFO(m->env, "group %u: ring of %u %s: slowest link %.3g -> %.3g B/s (%s%s)", g->id, n,
+              changed ? "re-ordered" : "kept", (double)g->opt_done.old_bps,
+              (double)g->opt_done.new_bps, best.exact ? "exact" : "heuristic",
+              moon ? ", moonshot" : "");
+    if (changed) {
+        for (uint32_t k = 0; k < n; k++) ring[k] = g->members[tour[k]];
+        memcpy(g->members, ring, n * sizeof *ring);
+    }
+    /* The moonshot searches on from the ring now in use, unless that one
+     * is proven optimal. */
+    moon_reset(g);
+    if (!best.exact && n > 3) {
+        for (uint32_t i = 0; i < n; i++) ids[i] = g->members[i]->id;
+        eccl_bw_store_costs(&m->bw, ids, n, cost);
+        g->moon_ids = ids, g->moon_cost = cost, g->moon_n = n;
+        ids = NULL, cost = NULL;
+    }
+    free(ids), free(cost), free(tour), free(alt), free(ring);
+    if (!changed) {
+        opt_finish(m, g, ECCL_OK);
+        return;
+    }
+    g->opt_phase = MG_OPT_REWIRING;
+    g->change_wanted = 1;
+    start_view_changes(m);
+}
+
+/* Kicks of the background search, a slice per master step; 1 while some
+ * group has budget left. Its ring lives in moon_ids (the order is the
+ * ring): improve works on index tours, so the ids are permuted after. */
+static int moon_step(eccl_master *m)
+{
+    int more = 0;
+    for (mgroup *g = m->groups; g; g = g->next) {
+        if (!g->moon_ids || g->moon_kicks >= MASTER_MOON_KICKS) continue;
+        uint32_t n = g->moon_n;
+        uint32_t *tour = malloc(n * sizeof *tour);
+        uint64_t *ids = malloc(n * sizeof *ids);
+        double *cost = malloc((size_t)n * n * sizeof *cost);
+        eccl_tsp_opts o = {.max_kicks = MASTER_MOON_SLICE, .seed = g->moon_kicks + 1};
+        eccl_tsp_result r;
+        for (uint32_t i = 0; tour && i < n; i++) tour[i] = i;
+        if (!tour || !ids || !cost || eccl_tsp_improve(n, g->moon_cost, &o, tour, &r) != ECCL_OK) {
+            free(tour), free(ids), free(cost);
+            moon_reset(g);
+            continue;
+        }
+        g->moon_kicks += MASTER_MOON_SLICE;
+        if (r.accepted) {
+            /* Re-index so that the found ring is again the identity. */
+            for (uint32_t k = 0; k < n; k++) ids[k] = g->moon_ids[tour[k]];
+            for (uint32_t a = 0; a < n; a++)
+                for (uint32_t b = 0; b < n; b++)
+                    cost[(size_t)a * n + b] = g->moon_cost[(size_t)tour[a] * n + tour[b]];
+            memcpy(g->moon_ids, ids, n * sizeof *ids);
+            memcpy(g->moon_cost, cost, (size_t)n * n * sizeof *cost);
+            g->moon_better = 1;
+        }
+        free(tour), free(ids), free(cost);
+        more |= g->moon_kicks < MASTER_MOON_KICKS;
+    }
+    return more;
+}
+
+/* Whether some pair of this probe round was never measured. */
+static int opt_round_wanted(const eccl_master *m, const mgroup *g, uint32_t shift)
+{
+    for (uint32_t i = 0; i < g->n; i++)
+        if (eccl_bw_store_get(&m->bw, g->members[i]->id, g->members[(i + shift) % g->n]->id) == 0)
+            return 1;
+    return 0;
+}
+
+/* The next probe round with something to measure, else the solve. Round
+ * `shift` has member i send to member i + shift: every member sends one
+ * probe and receives one, so no link is measured while another probe of
+ * the same peer competes with it. */
+static void opt_next_round(eccl_master *m, mgroup *g)
+{
+    uint32_t max = g->opt_req.max_rounds;
+    while (++g->opt_shift < g->n && !(max && g->opt_rounds >= max)) {
+        if (!opt_round_wanted(m, g, g->opt_shift)) continue;
+        g->opt_rounds++;
+        g->n_opt = 0;
+        for (uint32_t i = 0; i < g->n; i++) {
+            mpeer *p = g->members[i], *t = g->members[(i + g->opt_shift) % g->n];
+            if (eccl_bw_store_get(&m->bw, p->id, t->id) > 0) continue;
+            eccl_msg msg = {.type = ECCL_MSG_OPT_PROBE};
+            msg.u.opt_probe.seq = p->opt_seq;
+            msg.u.opt_probe.round = g->opt_shift;
+            msg.u.opt_probe.probe_ms = g->opt_req.probe_ms;
+            msg.u.opt_probe.probe_conns = g->opt_req.probe_conns;
+            msg.u.opt_probe.target.peer_id = t->id;
+            memcpy(msg.u.opt_probe.target.addr, t->p2p_addr, sizeof msg.u.opt_probe.target.addr);
+            p->opt_probing = 1;
+            g->n_opt++;
+            send_to(p, &msg);
+        }
+        return;
+    }
+    opt_solve(m, g);
+}
+
+static void opt_check_collect(eccl_master *m, mgroup *g)
+{
+    if (g->opt_phase != MG_OPT_COLLECTING) return;
+    if (g->n_opt == 0) g->opt_phase = MG_OPT_IDLE; /* every asker left */
+    if (g->n_opt == 0 || g->n_opt < g->n) return;
+    /* Options: those of the lowest peer id, so the choice does not depend
+     * on arrival order. */
+    mpeer *first = NULL;
+    for (uint32_t i = 0; i < g->n; i++)
+        if (!first || g->members[i]->id < first->id) first = g->members[i];
+    g->opt_req = first->opt_req;
+    g->opt_phase = MG_OPT_PROBING;
+    g->opt_shift = 0;
+    g->opt_rounds = 0;
+    opt_next_round(m, g);
+}
+
+/* The re-formed ring is wired everywhere: the call is over. */
+static void opt_check_rewired(eccl_master *m, mgroup *g)
+{
+    if (g->opt_phase == MG_OPT_REWIRING && !g->querying && !g->change_wanted && g->n_ready == g->n)
+        opt_finish(m, g, ECCL_OK);
+}
+
+static eccl_result on_opt_req(eccl_master *m, mpeer *p, const eccl_msg_opt_req *q)
+{
+    mgroup *g = p->group;
+    if (p->state != MP_ACCEPTED || p->opt_asked) return ECCL_ERR_PROTOCOL;
+    p->opt_asked = 1;
+    p->opt_seq = q->seq;
+    p->opt_req = *q;
+    if (g->opt_phase != MG_OPT_IDLE && g->opt_phase != MG_OPT_COLLECTING) {
+        /* Left out of the running call (it gave up earlier): not now. */
+        eccl_msg_opt_done d = {.result = ECCL_ERR_BUSY, .epoch = g->epoch};
+        opt_send_done(p, &d);
+        p->opt_asked = 0;
+        return ECCL_OK;
+    }
+    if (g->opt_phase == MG_OPT_IDLE) {
+        g->opt_phase = MG_OPT_COLLECTING;
+        g->n_opt = 0;
+        memset(&g->opt_done, 0, sizeof g->opt_done);
+    }
+    g->n_opt++;
+    /* A member already waiting in another group-wide call never asks:
+     * fail both now rather than at everyone's timeout. */
+    int busy = g->sync_phase != MG_SYNC_IDLE;
+    for (uint32_t k = 0; k < g->n && !busy; k++)
+        busy = g->members[k]->voted || g->members[k]->asked_pending;
+    if (busy) {
+        sync_conflict(m, g);
+        opt_finish(m, g, ECCL_ERR_BUSY);
+        return ECCL_OK;
+    }
+    opt_check_collect(m, g);
+    return ECCL_OK;
+}
+
+static eccl_result on_opt_bw(eccl_master *m, mpeer *p, const eccl_msg_opt_bw *b)
+{
+    mgroup *g = p->group;
+    if (p->state != MP_ACCEPTED) return ECCL_ERR_PROTOCOL;
+    if (!p->opt_asked || b->seq != p->opt_seq) return ECCL_OK; /* stale */
+    if (b->result != ECCL_OK) {
+        /* It gave up (timeout): the call cannot complete without it. */
+        opt_finish(m, g, (eccl_result)b->result);
+        return ECCL_OK;
+    }
+    if (g->opt_phase != MG_OPT_PROBING || !p->opt_probing || b->round != g->opt_shift)
+        return ECCL_ERR_PROTOCOL;
+    uint32_t i = 0;
+    while (g->members[i] != p) i++;
+    if (b->target != g->members[(i + g->opt_shift) % g->n]->id) return ECCL_ERR_PROTOCOL;
+    if (b->bytes && b->ns) {
+        /* A failed probe (0 bytes) stays unmeasured: the solver avoids it. */
+        double bps = (double)b->bytes * 1e9 / (double)b->ns;
+        if (eccl_bw_store_set(&m->bw, p->id, b->target, bps) == ECCL_OK) g->opt_done.pairs++;
+    }
+    p->opt_probing = 0;
+    if (--g->n_opt == 0) opt_next_round(m, g);
+    return ECCL_OK;
+}
+
+/* A member left: in COLLECTING it no longer counts; later the call fails. */
+static void opt_on_drop(eccl_master *m, mgroup *g, int asked)
+{
+    if (g->opt_phase == MG_OPT_COLLECTING) {
+        g->n_opt -= (uint32_t)asked;
+        opt_check_collect(m, g);
+    } else {
+        opt_finish(m, g, ECCL_ERR_PEER_LOST);
+    }
+}
+
 /* ---- peers ------------------------------------------------------------------ */
 
 static void drop_peer(eccl_master *m, mpeer *p, eccl_result why)
@@ -677,9 +1014,11 @@ static void drop_peer(eccl_master *m, mpeer *p, eccl_result why)
     eccl_chan_close(&p->ch);
     free(p->report);
     p->report = NULL;
+    int opt_was = p->opt_asked;
     enum msync_state sync_was = p->sync_state;
     int sync_src = p->sync_src;
     sync_reset(p);
+    eccl_bw_store_forget(&m->bw, p->id);
     p->next = m->graveyard;
     m->graveyard = p;
     m->n_state[p->state]--;
@@ -692,6 +1031,7 @@ static void drop_peer(eccl_master *m, mpeer *p, eccl_result why)
         g->n_reported -= g->querying && p->reported;
         group_remove(g, p);
         sync_on_drop(m, g, sync_was, sync_src);
+        opt_on_drop(m, g, opt_was);
         g->change_wanted = 1;
         start_view_changes(m);
         check_query(m, g);
@@ -739,6 +1079,7 @@ static eccl_result peer_on_msg(void *owner, eccl_chan *ch, const eccl_msg *msg)
         p->asked_pending = 1;
         m->n_asked++;
         sync_conflict(m, g);
+        opt_conflict(m, g);
         check_pending_round(m);
         return ECCL_OK;
     case ECCL_MSG_TOPO_VOTE:
@@ -746,6 +1087,7 @@ static eccl_result peer_on_msg(void *owner, eccl_chan *ch, const eccl_msg *msg)
         m->n_voted += !p->voted;
         p->voted = 1;
         sync_conflict(m, g);
+        opt_conflict(m, g);
         maybe_admit(m);
         return ECCL_OK;
     case ECCL_MSG_RING_READY:
@@ -753,6 +1095,7 @@ static eccl_result peer_on_msg(void *owner, eccl_chan *ch, const eccl_msg *msg)
             g->n_ready++;
         p->ready_epoch = msg->u.epoch.epoch;
         check_admission_done(m);
+        if (p->state == MP_ACCEPTED) opt_check_rewired(m, g);
         return ECCL_OK;
     case ECCL_MSG_COLL_DONE:
         /* Peers report only local failures (timeout, no memory): the rest
@@ -784,7 +1127,12 @@ static eccl_result peer_on_msg(void *owner, eccl_chan *ch, const eccl_msg *msg)
         return ECCL_OK;
     }
     case ECCL_MSG_SYNC_REQ:
+        opt_conflict(m, g);
         return on_sync_req(m, p, &msg->u.sync_req);
+    case ECCL_MSG_OPT_REQ:
+        return on_opt_req(m, p, &msg->u.opt_req);
+    case ECCL_MSG_OPT_BW:
+        return on_opt_bw(m, p, &msg->u.opt_bw);
     case ECCL_MSG_SYNC_REPORT:
         if (p->state != MP_ACCEPTED) return ECCL_ERR_PROTOCOL;
         return on_sync_report(m, p, &msg->u.sync_result);
@@ -850,6 +1198,7 @@ static uint64_t master_step(void *owner, void **ready, int n, int *again)
         if (*(int *)ready[i] == ECCL_HANDLE_LISTENER) accept_peers(m);
         else service_peer(m, ready[i]);
     }
+    *again = moon_step(m);
     /* Outbound queues that the socket did not take wait for writability,
      * so only deadlines need the scan of every peer, and only when due. */
     uint64_t now = now_ns(m);
@@ -959,9 +1308,11 @@ void eccl_master_destroy(eccl_master *m)
     eccl_master_stop(m);
     for (mgroup *g = m->groups, *n; g; g = n) {
         n = g->next;
+        moon_reset(g);
         free(g->members);
         free(g);
     }
+    eccl_bw_store_fini(&m->bw);
     eccl_engine_fini(&m->eng);
     m->env_release(m->env);
     free(m);

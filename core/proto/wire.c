@@ -150,7 +150,7 @@ static uint32_t max_length(uint16_t type)
     case ECCL_MSG_SYNC_DONE: return 16;
     case ECCL_MSG_SYNC_FETCH: return 16u + STR_MAX;
     case ECCL_MSG_OPT_REQ: return 16;
-    case ECCL_MSG_OPT_BW: return 32;
+    case ECCL_MSG_OPT_BW: return 36;
     case ECCL_MSG_OPT_PROBE: return 16u + PEER_REF_MAX;
     case ECCL_MSG_OPT_DONE: return 15u + 8u + 16u;
     default: return 0;
@@ -418,6 +418,7 @@ static void put_payload(wbuf *w, const eccl_msg *m)
     case ECCL_MSG_OPT_BW:
         put_u32(w, m->u.opt_bw.seq);
         put_u32(w, m->u.opt_bw.round);
+        put_u32(w, m->u.opt_bw.result);
         put_u64(w, m->u.opt_bw.target);
         put_u64(w, m->u.opt_bw.bytes);
         put_u64(w, m->u.opt_bw.ns);
@@ -621,6 +622,7 @@ static void get_payload(rbuf *r, uint16_t type, eccl_msg *m)
     case ECCL_MSG_OPT_BW:
         m->u.opt_bw.seq = get_u32(r);
         m->u.opt_bw.round = get_u32(r);
+        m->u.opt_bw.result = get_u32(r);
         m->u.opt_bw.target = get_u64(r);
         m->u.opt_bw.bytes = get_u64(r);
         m->u.opt_bw.ns = get_u64(r);

@@ -285,6 +285,8 @@ typedef struct eccl_msg_opt_probe { /* OPT_PROBE */
 
 typedef struct eccl_msg_opt_bw { /* OPT_BW */
     uint32_t seq, round;
+    uint32_t result;      /* not OK: I leave the call with this error
+                             (a timeout); the round ends for everyone */
     uint64_t target;
     uint64_t bytes;       /* acknowledged by the target; 0: probe failed */
     uint64_t ns;          /* from the first byte sent to the last ack */
