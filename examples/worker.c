@@ -47,7 +47,7 @@ static void usage(const char *argv0)
 {
     fprintf(stderr,
             "usage: %s --master HOST:PORT [--count ELEMENTS] [--iters N] [--world-min N]\n"
-            "          [--start-world N] [--group G] [--wait-ms MS]\n",
+            "          [--start-world N] [--group G] [--wait-ms MS] [--optimize-at ITER]\n",
             argv0);
     exit(2);
 }
@@ -58,11 +58,11 @@ static void parse(int argc, char **argv, eccl_worker_options *o)
         {"master", required_argument, 0, 'm'}, {"count", required_argument, 0, 'c'},
         {"iters", required_argument, 0, 'i'},  {"world-min", required_argument, 0, 'w'},
         {"group", required_argument, 0, 'g'},  {"wait-ms", required_argument, 0, 't'},
-        {"start-world", required_argument, 0, 's'},
+        {"start-world", required_argument, 0, 's'}, {"optimize-at", required_argument, 0, 'o'},
         {"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
-    *o = (eccl_worker_options){NULL, 1u << 20, 10, 2, 0, 0, 30000, 0, 0};
+    *o = (eccl_worker_options){NULL, 1u << 20, 10, 2, 0, 0, 30000, 0, 0, 0};
     int ch;
-    while ((ch = getopt_long(argc, argv, "m:c:i:w:s:g:t:h", longs, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "m:c:i:w:s:g:t:o:h", longs, NULL)) != -1) {
         switch (ch) {
         case 'm': o->master = optarg; break;
         case 'c': o->count = strtoull(optarg, NULL, 0); break;
@@ -71,6 +71,7 @@ static void parse(int argc, char **argv, eccl_worker_options *o)
         case 's': o->start_world = atoi(optarg); break;
         case 'g': o->group = (uint32_t)strtoul(optarg, NULL, 0); break;
         case 't': o->wait_ms = atoi(optarg); break;
+        case 'o': o->optimize_at = atoi(optarg); break;
         default: usage(argv[0]);
         }
     }

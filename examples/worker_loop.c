@@ -124,7 +124,7 @@ int eccl_worker_run(const eccl_launch *L, const eccl_worker_options *opts)
         return 1;
     }
     const int phantom = L->buffer_alloc && L->phantom;
-    int status = 0, iter = 0, agreed = 0, computed = -1;
+    int status = 0, iter = 0, agreed = 0, computed = -1, optimized = 0;
     double waiting_since = 0;
     while (iter < o.iters) {
         uint32_t pending = 0;
@@ -170,6 +170,32 @@ int eccl_worker_run(const eccl_launch *L, const eccl_worker_options *opts)
         }
         waiting_since = 0;
         o.start_world = 0; /* only the first step waits for everyone */
+        if (o.optimize_at > 0 && iter == o.optimize_at && !optimized) {
+            /* Every member reaches this iteration together (agreed step),
+             * so all of them call it; a loss mid-call is retried. */
+            eccl_topo_info ti;
+            double t0 = L->now_ms(L->ctx);
+            rc = eccl_comm_optimize_topology(comm, NULL, &ti);
+            double ms = L->now_ms(L->ctx) - t0;
+            if (rc == ECCL_ERR_PEER_LOST || rc == ECCL_ERR_TIMEOUT) {
+                emit(L, 0, "event=optimize_failed peer=%lld iter=%d error=\"%s\"", (long long)id,
+                     iter, eccl_strerror(rc));
+                agreed = 0;
+                continue;
+            }
+            if (rc != ECCL_OK) {
+                emit(L, 0, "event=error peer=%lld iter=%d what=optimize error=\"%s\"",
+                     (long long)id, iter, eccl_strerror(rc));
+                status = 1;
+                break;
+            }
+            optimized = 1;
+            emit(L, 0,
+                 "event=optimized peer=%lld iter=%d world=%lld changed=%d pairs=%u "
+                 "old_bps=%.4g new_bps=%.4g call_ms=%.1f",
+                 (long long)id, iter, (long long)world, ti.changed, ti.pairs_measured,
+                 ti.old_bottleneck_bps, ti.new_bottleneck_bps, ms);
+        }
         if (o.step_ms > 0 && computed != iter) {
             /* The step's compute, once per iteration (a retry after a
              * peer loss reuses the gradients). */

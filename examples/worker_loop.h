@@ -47,6 +47,8 @@ typedef struct eccl_worker_options {
     int step_ms;     /* compute time of a training step, slept before each
                         iteration's all-reduce (once per iteration); 0: none */
     uint32_t peer_timeout_ms; /* the communicator's peer_timeout_ms; 0: default */
+    int optimize_at;  /* before this iteration every peer calls
+                         eccl_comm_optimize_topology (once); 0: never */
 } eccl_worker_options;
 
 /* Connects, runs o->iters checked all-reduces, retrying on the survivors

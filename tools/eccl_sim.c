@@ -120,6 +120,9 @@ typedef struct scenario_cfg {
     double step_s, peer_timeout_s; /* the worker's step compute; its peer_timeout */
     double master_msg_cost_s;      /* the master's CPU time per message */
     double expect_slowdown;        /* 0: no check */
+    int optimize_at;               /* every rank calls optimize_topology before
+                                      this iteration; 0: never */
+    double expect_speedup;         /* 0: no check */
     int nfaults;
     fault_spec *faults;
 } scenario_cfg;
@@ -205,7 +208,8 @@ struct sim {
      * survivor (a failed all-reduce, or one done in a smaller world). */
     uint64_t fault_ns, detect_ns; /* UINT64_MAX: none */
     /* Slow links: all-reduces wholly before / begun after the first one. */
-    uint64_t slow_ns; /* UINT64_MAX: no slow_link */
+    uint64_t slow_ns; /* UINT64_MAX: no slow_link (nor optimize_topology) yet */
+    int optimized;    /* optimize_topology calls that returned */
     uint64_t before_n, before_sum_ns, after_n, after_sum_ns;
     rank_state *rk;
     event_row *ev;
@@ -484,6 +488,7 @@ enum {
     K_INTER_DC_LAT,                                                 /* clos */
     K_REGIONS, K_SITES_PER_REGION, K_HOSTS_PER_SITE, K_SITE_LAT, K_SITE_BW, K_REGION_LAT,
     K_REGION_BW, K_FLOW_BW,                                         /* wan */
+    K_OPTIMIZE_AT, K_EXPECT_SPEEDUP,
     K_NKEYS
 };
 
@@ -537,6 +542,8 @@ static const key_def key_defs[K_NKEYS] = {
     [K_REGION_LAT] = {"region_latency", KK_TIME, CFG_OFF(region_latency_s), 0, 0},
     [K_REGION_BW] = {"region_bandwidth", KK_BW, CFG_OFF(region_bandwidth_Bps), 0, 0},
     [K_FLOW_BW] = {"flow_bandwidth", KK_BW, CFG_OFF(flow_bandwidth_Bps), 0, 0},
+    [K_OPTIMIZE_AT] = {"optimize_at", KK_INT, CFG_OFF(optimize_at), 1, 1000000},
+    [K_EXPECT_SPEEDUP] = {"expect_speedup", KK_RATIO, CFG_OFF(expect_speedup), 0, 0},
 };
 #undef CFG_OFF
 
@@ -546,7 +553,8 @@ static const int common_required[] = {K_NAME, K_PLATFORM, K_BW, K_LAT, K_RANKS, 
 static const int common_optional[] = {K_EXPECT, K_SEED, K_JITTER, K_STAGGER, K_WORLD_MIN,
                                       K_BUFFERS, K_REDUCE_RATE, K_COPY_RATE, K_STEP,
                                       K_PEER_TIMEOUT, K_EXPECT_SLOWDOWN, K_MASTER_MSG_COST,
-                                      K_RANKS_PER_HOST, K_LOOPBACK_BW, K_LOOPBACK_LAT, -1};
+                                      K_RANKS_PER_HOST, K_LOOPBACK_BW, K_LOOPBACK_LAT,
+                                      K_OPTIMIZE_AT, K_EXPECT_SPEEDUP, -1};
 static const int flat_required[] = {K_HOSTS, -1};
 static const int flat_optional[] = {-1};
 static const int clos_required[] = {K_HOSTS_PER_RACK, K_RACKS_PER_ZONE, K_ZONES_PER_DC, K_DCS, -1};
@@ -909,6 +917,13 @@ static int parse_scenario(const char *file, scenario_cfg *c)
     for (int i = 0; i < c->nfaults; i++) slow |= c->faults[i].kind == F_SLOW;
     if (key_line[K_EXPECT_SLOWDOWN] && !slow)
         return cfg_error(file, key_line[K_EXPECT_SLOWDOWN], "expect_slowdown: no slow_link");
+    if (c->optimize_at >= c->iters)
+        return cfg_error(file, key_line[K_OPTIMIZE_AT], "optimize_at: want an iteration below iters");
+    if (c->optimize_at && slow)
+        return cfg_error(file, key_line[K_OPTIMIZE_AT], "optimize_at: not with slow_link (both "
+                         "split the all-reduces into before and after)");
+    if (key_line[K_EXPECT_SPEEDUP] && !c->optimize_at)
+        return cfg_error(file, key_line[K_EXPECT_SPEEDUP], "expect_speedup: no optimize_at");
     if (c->expect_survivors > c->ranks)
         return cfg_error(file, 0, "expect_survivors = %d: only %d ranks", c->expect_survivors,
                          c->ranks);
@@ -1462,7 +1477,8 @@ static void sim_print(void *ctx, int to_stderr, const char *line)
         if (s->slow_ns != UINT64_MAX && r->begin_ns >= s->slow_ns) {
             s->after_n++;
             s->after_sum_ns += r->op_ns;
-        } else if (s->slow_ns == UINT64_MAX || now < s->slow_ns) {
+        } else if ((s->slow_ns == UINT64_MAX || now < s->slow_ns) && iter > 0) {
+            /* Not iteration 0: it also waits for the last rank to arrive. */
             s->before_n++;
             s->before_sum_ns += r->op_ns;
         }
@@ -1493,6 +1509,10 @@ static void sim_print(void *ctx, int to_stderr, const char *line)
         if (after_fault) s->detect_ns = now;
     } else if (strcmp(event, "exit") == 0) {
         field_int(line, " status=", &r->exit_status);
+    } else if (strcmp(event, "optimized") == 0) {
+        /* Like a slow_link: all-reduces split into before and after. */
+        if (s->slow_ns == UINT64_MAX) s->slow_ns = now;
+        s->optimized++;
     }
 }
 
@@ -1540,6 +1560,7 @@ static void rank_main(int argc, char **argv)
         .wait_ms = 30000,
         .step_ms = (int)llround(s->cfg->step_s * 1e3),
         .peer_timeout_ms = (uint32_t)llround(s->cfg->peer_timeout_s * 1e3),
+        .optimize_at = s->cfg->optimize_at,
     };
     r->status = eccl_worker_run(&launch, &o);
     r->returned = 1;
@@ -2187,9 +2208,16 @@ int main(int argc, char **argv)
                            cfg.expect_slowdown);
             failures++;
         }
-    } else if (cfg.expect_slowdown > 0) {
-        eccl_sg_printf("eccl-sim", "FAIL expect_slowdown: no all-reduce %s the slow_link",
-                       s->before_n ? "began after" : "ended before");
+        if (cfg.expect_speedup > 0 && (ppm == 0 || 1e6 / (double)ppm < cfg.expect_speedup)) {
+            eccl_sg_printf("eccl-sim", "FAIL speedup=%.6f expect_speedup=%g",
+                           ppm ? 1e6 / (double)ppm : 0.0, cfg.expect_speedup);
+            failures++;
+        }
+    } else if (cfg.expect_slowdown > 0 || cfg.expect_speedup > 0) {
+        eccl_sg_printf("eccl-sim", "FAIL expect_%s: no all-reduce %s the %s",
+                       cfg.expect_slowdown > 0 ? "slowdown" : "speedup",
+                       s->before_n ? "began after" : "ended before",
+                       cfg.expect_slowdown > 0 ? "slow_link" : "optimize_topology");
         failures++;
     }
     if (s->oom) {
