@@ -927,7 +927,9 @@ static void opt_check_rewired(eccl_master *m, mgroup *g)
 static eccl_result on_opt_req(eccl_master *m, mpeer *p, const eccl_msg_opt_req *q)
 {
     mgroup *g = p->group;
-    if (p->state != MP_ACCEPTED || p->opt_asked) return ECCL_ERR_PROTOCOL;
+    if (p->state != MP_ACCEPTED || p->opt_asked || q->probe_ms == 0 || q->probe_conns == 0 ||
+        q->probe_conns > ECCL_TOPO_MAX_CONNS)
+        return ECCL_ERR_PROTOCOL;
     p->opt_asked = 1;
     p->opt_seq = q->seq;
     p->opt_req = *q;
