@@ -993,6 +993,55 @@ static void test_admission_repeated(void **state)
     assert_int_equal(failures, 0);
 }
 
+/* ---- the last accepted peer dies while another waits to be admitted ------------------- */
+
+/* Peer 0 runs alone and never votes; peer 1 registers and waits for a vote
+ * that cannot come; peer 0 is killed. The master must start the run again
+ * with peer 1, and peer 1's eccl_comm_connect must return (world 1), not
+ * wait out op_timeout_ms. Found by eccl-sim's churn (scenario fast16, seed
+ * 2: the founder killed 7 ms in, every later peer timed out in connect). */
+static int alone_forever(eccl_comm *c, int index, void *arg)
+{
+    (void)c, (void)index, (void)arg;
+    cluster_sleep_ms(30000);
+    return 0;
+}
+
+static int alone_after_loss(eccl_comm *c, int index, void *arg)
+{
+    (void)index, (void)arg;
+    int64_t world = 0;
+    eccl_comm_get_attr(c, ECCL_ATTR_WORLD_SIZE, &world);
+    CL_CHECK(world == 1, "world %lld after the founder died", (long long)world);
+    return 0;
+}
+
+static int phase_is(cluster *cl, void *arg)
+{
+    const int *want = arg; /* {index, phase} */
+    return atomic_load(&cl->sh->slot[want[0]].phase) == want[1];
+}
+
+static void test_pending_peer_restarts_run(void **state)
+{
+    cluster *cl = *state;
+    cluster_opts o = {.op_timeout_ms = 4000, .no_linger = 1};
+    assert_int_equal(cluster_init(cl, &o), 0);
+    assert_int_equal(cluster_spawn(cl, 0, 1, alone_forever, NULL), 0);
+    int running0[2] = {0, CL_PHASE_RUNNING};
+    assert_int_equal(cluster_wait_for(cl, phase_is, running0, 10000), 0);
+    assert_int_equal(cluster_spawn(cl, 1, 1, alone_after_loss, NULL), 0);
+    int connecting1[2] = {1, CL_PHASE_CONNECTING};
+    assert_int_equal(cluster_wait_for(cl, phase_is, connecting1, 10000), 0);
+    cluster_sleep_ms(300); /* registered by now, pending: peer 0 never votes */
+    assert_int_equal(atomic_load(&cl->sh->slot[1].phase), CL_PHASE_CONNECTING);
+    uint64_t t0 = cluster_now_ns();
+    cluster_kill(cl, 0);
+    assert_int_equal(cluster_wait(cl, 1, 8000), 0);
+    printf("    peer 1 started the run alone %.0f ms after the founder was killed\n",
+           (double)(cluster_now_ns() - t0) / 1e6);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1011,6 +1060,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_peer_listener_robustness, cluster_test_setup, cluster_test_teardown),
         cmocka_unit_test_setup_teardown(test_leave_after_allreduce, cluster_test_setup, cluster_test_teardown),
         cmocka_unit_test_setup_teardown(test_admission_repeated, cluster_test_setup, cluster_test_teardown),
+        cmocka_unit_test_setup_teardown(test_pending_peer_restarts_run, cluster_test_setup, cluster_test_teardown),
     };
     const char *filter = getenv("ECCL_TEST_FILTER");
     if (filter && *filter) cmocka_set_test_filter(filter);

@@ -44,6 +44,8 @@
 #include "eccl.h"
 #include "env_sg.h"
 #include "worker_loop_sg.h"
+#include "diloco_loop.h"
+#include "churn_check.h"
 
 #define MAX_RANKS 100000
 #define MAX_HOSTS 2000000 /* clos and wan: generated hosts */
@@ -125,6 +127,13 @@ typedef struct scenario_cfg {
     double expect_speedup;         /* 0: no check */
     int nfaults;
     fault_spec *faults;
+    /* workload = diloco (examples/diloco_loop.c) under seeded churn */
+    int diloco;
+    double duration_s;   /* the workers vote to stop once past it */
+    double max_stall_s;  /* the checker's progress bound (default 5 s) */
+    uint64_t corrupt_at; /* test only: rank 1's first worker flips a bit there */
+    int have_churn, churn_have_seed, churn_min, churn_max;
+    uint64_t churn_seed, churn_lo_ns, churn_hi_ns, churn_until_ns; /* until 0: duration - 0.5 s */
 } scenario_cfg;
 
 /* ---- run state ----------------------------------------------------------- */
@@ -173,6 +182,8 @@ typedef struct rank_state {
     int phantom_oks;           /* event=ok lines that said values=phantom */
     int hashed_oks;            /* event=ok lines with a result hash */
     uint64_t begin_ns, op_ns; /* last event=begin; last begin-to-ok time */
+    size_t life;               /* diloco: the checker's index of its current worker */
+    uint64_t last_rev;         /* diloco: its workers' last reported revision */
 } rank_state;
 
 typedef struct event_row {
@@ -218,6 +229,12 @@ struct sim {
     /* Every good all-reduce, begin to ok, all ranks: count, sum, minimum. */
     uint64_t ar_n, ar_sum_ns, ar_min_ns;
     uint64_t ar_failed; /* all-reduces that returned an error (peer lost, timeout, too few) */
+    /* workload = diloco */
+    churn_check chk;
+    int dl_live;      /* workers started and not ended */
+    int churn_done;   /* the churn actor has finished */
+    int dl_kills, dl_spawns, dl_bad_exits;
+    size_t dl_lives;  /* workers started in all */
 };
 
 /* ---- small helpers ------------------------------------------------------- */
@@ -483,6 +500,7 @@ enum {
     K_NAME, K_PLATFORM, K_BW, K_LAT, K_RANKS, K_COUNT, K_ITERS, K_EXPECT, K_SEED, K_JITTER,
     K_STAGGER, K_WORLD_MIN, K_BUFFERS, K_REDUCE_RATE, K_COPY_RATE, K_STEP, K_PEER_TIMEOUT,
     K_EXPECT_SLOWDOWN, K_MASTER_MSG_COST, K_RANKS_PER_HOST, K_LOOPBACK_BW, K_LOOPBACK_LAT,
+    K_WORKLOAD, K_CHURN, K_DURATION, K_MAX_STALL, K_CORRUPT_AT,     /* workload = diloco */
     K_HOSTS,                                                        /* flat */
     K_HOSTS_PER_RACK, K_RACKS_PER_ZONE, K_ZONES_PER_DC, K_DCS, K_OVERSUB, K_ZONE_LAT, K_DC_LAT,
     K_INTER_DC_LAT,                                                 /* clos */
@@ -525,6 +543,11 @@ static const key_def key_defs[K_NKEYS] = {
     [K_RANKS_PER_HOST] = {"ranks_per_host", KK_INT, CFG_OFF(ranks_per_host), 1, MAX_RANKS_PER_HOST},
     [K_LOOPBACK_BW] = {"loopback_bandwidth", KK_BW, CFG_OFF(loopback_bandwidth_Bps), 0, 0},
     [K_LOOPBACK_LAT] = {"loopback_latency", KK_TIME, CFG_OFF(loopback_latency_s), 0, 0},
+    [K_WORKLOAD] = {"workload", KK_SPECIAL, 0, 0, 0},
+    [K_CHURN] = {"churn", KK_SPECIAL, 0, 0, 0},
+    [K_DURATION] = {"duration", KK_SPECIAL, 0, 0, 0},
+    [K_MAX_STALL] = {"max_stall", KK_SPECIAL, 0, 0, 0},
+    [K_CORRUPT_AT] = {"corrupt_at", KK_SPECIAL, 0, 0, 0},
     [K_HOSTS] = {"hosts", KK_INT, CFG_OFF(hosts), 2, MAX_RANKS + 1},
     [K_HOSTS_PER_RACK] = {"hosts_per_rack", KK_INT, CFG_OFF(hosts_per_rack), 1, MAX_HOSTS},
     [K_RACKS_PER_ZONE] = {"racks_per_zone", KK_INT, CFG_OFF(racks_per_zone), 1, MAX_HOSTS},
@@ -554,7 +577,8 @@ static const int common_optional[] = {K_EXPECT, K_SEED, K_JITTER, K_STAGGER, K_W
                                       K_BUFFERS, K_REDUCE_RATE, K_COPY_RATE, K_STEP,
                                       K_PEER_TIMEOUT, K_EXPECT_SLOWDOWN, K_MASTER_MSG_COST,
                                       K_RANKS_PER_HOST, K_LOOPBACK_BW, K_LOOPBACK_LAT,
-                                      K_OPTIMIZE_AT, K_EXPECT_SPEEDUP, -1};
+                                      K_OPTIMIZE_AT, K_EXPECT_SPEEDUP, K_WORKLOAD, K_CHURN,
+                                      K_DURATION, K_MAX_STALL, K_CORRUPT_AT, -1};
 static const int flat_required[] = {K_HOSTS, -1};
 static const int flat_optional[] = {-1};
 static const int clos_required[] = {K_HOSTS_PER_RACK, K_RACKS_PER_ZONE, K_ZONES_PER_DC, K_DCS, -1};
@@ -571,6 +595,52 @@ static int in_list(const int *list, int k)
 }
 
 /* One value of a table key into its field; -1 after printing why. */
+/* churn = interval=T1..T2 [min=N] [max=N] [seed=S] [until=T] */
+static int parse_churn(const char *v, scenario_cfg *c)
+{
+    char buf[MAX_LINE];
+    if (strlen(v) >= sizeof buf) return -1;
+    strcpy(buf, v);
+    int have_interval = 0;
+    c->have_churn = 1;
+    c->churn_min = 2;
+    c->churn_max = 0;
+    for (char *tok = strtok(buf, " \t"); tok; tok = strtok(NULL, " \t")) {
+        char *eq = strchr(tok, '=');
+        if (!eq) return -1;
+        *eq++ = '\0';
+        long x;
+        double q;
+        if (strcmp(tok, "interval") == 0) {
+            char *dots = strstr(eq, "..");
+            if (!dots) return -1;
+            *dots = '\0';
+            double a, b;
+            if (parse_quantity(eq, time_units, &a) || parse_quantity(dots + 2, time_units, &b) ||
+                a <= 0 || b < a || b > 1e4)
+                return -1;
+            c->churn_lo_ns = (uint64_t)llround(a * 1e9);
+            c->churn_hi_ns = (uint64_t)llround(b * 1e9);
+            have_interval = 1;
+        } else if (strcmp(tok, "min") == 0) {
+            if (parse_long(eq, 2, MAX_RANKS, &x)) return -1;
+            c->churn_min = (int)x;
+        } else if (strcmp(tok, "max") == 0) {
+            if (parse_long(eq, 2, MAX_RANKS, &x)) return -1;
+            c->churn_max = (int)x;
+        } else if (strcmp(tok, "seed") == 0) {
+            if (parse_u64(eq, &c->churn_seed)) return -1;
+            c->churn_have_seed = 1;
+        } else if (strcmp(tok, "until") == 0) {
+            if (parse_quantity(eq, time_units, &q) || q <= 0 || q > 1e5) return -1;
+            c->churn_until_ns = (uint64_t)llround(q * 1e9);
+        } else {
+            return -1;
+        }
+    }
+    return have_interval ? 0 : -1;
+}
+
 static int parse_key_value(const char *file, int lineno, const key_def *d, const char *val,
                            scenario_cfg *c)
 {
@@ -822,6 +892,24 @@ static int parse_scenario(const char *file, scenario_cfg *c)
             if (strcmp(val, "host") == 0) c->phantom = 0;
             else if (strcmp(val, "phantom") == 0) c->phantom = 1;
             else rc = cfg_error(file, lineno, "buffers: \"%s\": want host or phantom", val);
+        } else if (id == K_WORKLOAD) {
+            if (strcmp(val, "worker") == 0) c->diloco = 0;
+            else if (strcmp(val, "diloco") == 0) c->diloco = 1;
+            else rc = cfg_error(file, lineno, "workload: \"%s\": want worker or diloco", val);
+        } else if (id == K_CHURN) {
+            if (parse_churn(val, c))
+                rc = cfg_error(file, lineno, "churn: \"%s\": want interval=T1..T2 [min=N] [max=N] "
+                               "[seed=S] [until=T] (T2 >= T1 > 0, 2 <= min <= max)", val);
+        } else if (id == K_DURATION || id == K_MAX_STALL) {
+            double q;
+            if (parse_quantity(val, time_units, &q) || q <= 0 || q > 1e5)
+                rc = cfg_error(file, lineno, "%s: \"%s\": want a time (s ms us ns) in (0, 100000s]",
+                               key, val);
+            else if (id == K_DURATION) c->duration_s = (double)llround(q * 1e9) / 1e9;
+            else c->max_stall_s = (double)llround(q * 1e9) / 1e9;
+        } else if (id == K_CORRUPT_AT) {
+            if (parse_u64(val, &c->corrupt_at) || c->corrupt_at == 0)
+                rc = cfg_error(file, lineno, "corrupt_at: \"%s\": want a revision >= 1", val);
         } else if (id == K_SEED) {
             if (parse_u64(val, &c->seed))
                 rc = cfg_error(file, lineno, "seed: \"%s\": want an unsigned 64-bit integer", val);
@@ -848,7 +936,45 @@ static int parse_scenario(const char *file, scenario_cfg *c)
         return cfg_error(file, key_line[bad], "%s: not a key of platform = %s (see "
                          "scenarios/README.md)", key_defs[bad].name, c->platform);
     for (const int *k = common_required; *k >= 0; k++)
-        if (!key_line[*k]) return cfg_error(file, 0, "missing required key \"%s\"", key_defs[*k].name);
+        if (!key_line[*k] && !(c->diloco && *k == K_ITERS))
+            return cfg_error(file, 0, "missing required key \"%s\"", key_defs[*k].name);
+    if (c->diloco) {
+        /* The churn makes the faults; the run ends by time, not by count. */
+        static const int not_diloco[] = {K_ITERS, K_EXPECT, K_EXPECT_SLOWDOWN, K_WORLD_MIN,
+                                         K_OPTIMIZE_AT, K_EXPECT_SPEEDUP, -1};
+        for (const int *k = not_diloco; *k >= 0; k++)
+            if (key_line[*k])
+                return cfg_error(file, key_line[*k], "%s: not a key of workload = diloco",
+                                 key_defs[*k].name);
+        if (c->nfaults)
+            return cfg_error(file, c->faults[0].line, "%s: workload = diloco takes its faults "
+                             "from `churn`", fault_name(c->faults[0].kind));
+        if (!key_line[K_DURATION])
+            return cfg_error(file, 0, "missing required key \"duration\" (workload = diloco)");
+        if (c->phantom)
+            return cfg_error(file, key_line[K_BUFFERS], "buffers: workload = diloco checks "
+                             "values: host buffers only");
+        if (!key_line[K_MAX_STALL]) c->max_stall_s = 5.0;
+        if (c->have_churn) {
+            if (c->churn_max > c->ranks)
+                return cfg_error(file, key_line[K_CHURN], "churn: max=%d: only %d ranks",
+                                 c->churn_max, c->ranks);
+            if (!c->churn_max) c->churn_max = c->ranks;
+            if (c->churn_min > c->churn_max)
+                return cfg_error(file, key_line[K_CHURN], "churn: min above max");
+            if (!c->churn_until_ns) {
+                double u = c->duration_s - 0.5;
+                c->churn_until_ns = u > 0 ? (uint64_t)llround(u * 1e9) : 0;
+            }
+        }
+        c->iters = 0;
+    } else {
+        static const int only_diloco[] = {K_CHURN, K_DURATION, K_MAX_STALL, K_CORRUPT_AT, -1};
+        for (const int *k = only_diloco; *k >= 0; k++)
+            if (key_line[*k])
+                return cfg_error(file, key_line[*k], "%s: a key of workload = diloco",
+                                 key_defs[*k].name);
+    }
     for (const int *k = req; *k >= 0; k++)
         if (!key_line[*k])
             return cfg_error(file, 0, "missing required key \"%s\" (platform = %s)",
@@ -1927,6 +2053,329 @@ static int render_plot(const char *dir)
     return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
 }
 
+/* ---- workload = diloco: seeded churn, judged by tools/churn_check.c ------- */
+
+static void dl_rank_main(int argc, char **argv);
+
+static void dl_start_worker(sim *s, rank_state *r, uint64_t at_ns)
+{
+    r->lives++;
+    r->running = 1;
+    r->returned = 0;
+    r->status = 0;
+    r->exit_status = -1;
+    r->arrive_ns = at_ns;
+    r->life = s->dl_lives++;
+    s->dl_live++;
+    r->pid = start_actor(r->name, r->host, dl_rank_main, r);
+}
+
+static void dl_worker_ended(sim *s, rank_state *r)
+{
+    r->running = 0;
+    s->dl_live--;
+}
+
+/* A crash of the rank's process (with one rank per host: of its host). */
+static void dl_kill(sim *s, rank_state *r)
+{
+    if (s->cfg->ranks_per_host == 1) eccl_sg_world_kill_host(s->w, r->host);
+    else eccl_sg_world_kill_process(s->w, r->pid);
+    r->killed++;
+    s->dl_kills++;
+    dl_worker_ended(s, r);
+    add_event(s, r->idx, "killed", -1, -1, NULL, NULL);
+}
+
+/* A new worker where one was killed (its host back on first). */
+static void dl_respawn(sim *s, rank_state *r)
+{
+    if (s->cfg->ranks_per_host == 1 && eccl_sg_world_host_on(s->w, r->host) != ECCL_OK) s->oom = 1;
+    add_event(s, r->idx, "host_on", -1, -1, NULL, NULL);
+    s->dl_spawns++;
+    dl_start_worker(s, r, eccl_sg_now_ns());
+}
+
+/* May rank r be killed now: a worker holding the state may go only while
+ * two other holders stay (with none left the state is gone by definition);
+ * with corrupt_at, rank 1's first worker lives until it has corrupted. */
+static int dl_victim_ok(const sim *s, const rank_state *r, int holders)
+{
+    if (!r->running) return 0;
+    if (s->cfg->corrupt_at && r->idx == 1 && r->lives == 1 &&
+        (r->last_rev == UINT64_MAX || r->last_rev < s->cfg->corrupt_at))
+        return 0;
+    return !churn_check_holds_state(&s->chk, r->life) || holders >= 3;
+}
+
+/* Every interval (seeded, in [lo, hi]) until `until`: kill a random worker
+ * (while more than min are alive) or start one on a random free rank
+ * (while fewer than max are alive), a coin deciding when both are allowed.
+ * Decisions read the simulation's state at seeded simulated times: the
+ * same seed gives the same run. */
+static void churn_main(int argc, char **argv)
+{
+    (void)argc;
+    (void)argv;
+    sim *s = sg_actor_self_get_data();
+    const scenario_cfg *c = s->cfg;
+    uint64_t rng = c->churn_have_seed ? c->churn_seed : c->seed ^ 0x636875726eull;
+    uint64_t t = 0;
+    for (;;) {
+        t += c->churn_lo_ns + prng_below(&rng, c->churn_hi_ns - c->churn_lo_ns + 1);
+        if (t >= c->churn_until_ns) break;
+        sg_actor_sleep_until((double)t / 1e9);
+        int alive = 0, holders = 0, cand = 0, free_ranks = 0;
+        for (int i = 0; i < c->ranks; i++) {
+            const rank_state *r = &s->rk[i];
+            if (!r->running) {
+                free_ranks++;
+                continue;
+            }
+            alive++;
+            holders += churn_check_holds_state(&s->chk, r->life);
+        }
+        for (int i = 0; i < c->ranks; i++) cand += dl_victim_ok(s, &s->rk[i], holders);
+        const int can_kill = alive > c->churn_min && cand > 0;
+        const int can_spawn = alive < c->churn_max && free_ranks > 0;
+        const int do_kill = can_kill && (!can_spawn || (prng_next(&rng) & 1));
+        if (do_kill) {
+            uint64_t pick = prng_below(&rng, (uint64_t)cand);
+            for (int i = 0; i < c->ranks; i++) {
+                rank_state *r = &s->rk[i];
+                if (!dl_victim_ok(s, r, holders) || pick-- > 0) continue;
+                eccl_sg_printf("eccl-sim", "churn: kill rank=%d (%s); %d alive", r->idx,
+                               churn_check_holds_state(&s->chk, r->life) ? "holder" : "newcomer",
+                               alive - 1);
+                dl_kill(s, r);
+                break;
+            }
+        } else if (can_spawn) {
+            uint64_t pick = prng_below(&rng, (uint64_t)free_ranks);
+            for (int i = 0; i < c->ranks; i++) {
+                rank_state *r = &s->rk[i];
+                if (r->running || pick-- > 0) continue;
+                eccl_sg_printf("eccl-sim", "churn: start rank=%d; %d alive", r->idx, alive + 1);
+                dl_respawn(s, r);
+                break;
+            }
+        }
+    }
+    s->churn_done = 1;
+}
+
+/* The loop's lines: to the checker (simulated time) and to events.tsv. */
+static void dl_print(void *ctx, int to_stderr, const char *line)
+{
+    rank_state *r = ctx;
+    sim *s = r->s;
+    if (to_stderr || s->verbose) eccl_sg_printf(r->name, "%s%s", to_stderr ? "stderr: " : "", line);
+    if (to_stderr) return;
+    const double t = (double)eccl_sg_now_ns() / 1e9;
+    churn_check_line(&s->chk, r->life, line, t);
+    char event[16] = "", hash[24] = "", v[32];
+    if (sscanf(line, "event=%15[a-z_]", event) != 1) return;
+    int world = -1, rev = -1;
+    if (churn_field(line, "world", v, sizeof v)) world = atoi(v);
+    if (churn_field(line, "revision", v, sizeof v)) {
+        uint64_t x = strtoull(v, NULL, 10);
+        rev = x > INT_MAX ? INT_MAX : (int)x;
+        if (!strcmp(event, "rev")) r->last_rev = x;
+    }
+    churn_field(line, "hash", hash, sizeof hash);
+    if (!strcmp(event, "exit")) field_int(line, " status=", &r->exit_status);
+    if (!strcmp(event, "rev") || !strcmp(event, "joined") || !strcmp(event, "retry") ||
+        !strcmp(event, "corrupt") || !strcmp(event, "error") || !strcmp(event, "gave_up") ||
+        !strcmp(event, "exit") || !strcmp(event, "connected"))
+        add_event(s, r->idx, event, rev, world, NULL, hash[0] ? hash : NULL);
+}
+
+static void dl_rank_main(int argc, char **argv)
+{
+    (void)argc;
+    (void)argv;
+    rank_state *r = sg_actor_self_get_data();
+    sim *s = r->s;
+    const scenario_cfg *c = s->cfg;
+    if (r->arrive_ns > eccl_sg_now_ns()) sg_actor_sleep_until((double)r->arrive_ns / 1e9);
+    eccl_worker_sg sim_launch;
+    eccl_worker_sg_init(&sim_launch, s->w, dl_print, r);
+    eccl_diloco_options o;
+    eccl_diloco_options_init(&o);
+    o.master = s->master_addr;
+    o.count = (size_t)c->count;
+    o.step_ms = (int)llround(c->step_s * 1e3);
+    o.peer_timeout_ms = (uint32_t)llround(c->peer_timeout_s * 1e3);
+    o.stop_after_ms = c->duration_s * 1e3;
+    if (r->idx == 1 && r->lives == 1) o.corrupt_at = c->corrupt_at;
+    r->status = eccl_diloco_run(&sim_launch.launch, &o);
+    r->returned = 1;
+    if (r->status != 0) s->dl_bad_exits++;
+    dl_worker_ended(s, r);
+}
+
+static void dl_master_main(int argc, char **argv)
+{
+    (void)argc;
+    (void)argv;
+    sim *s = sg_actor_self_get_data();
+    eccl_master *m = NULL;
+    eccl_result rc = eccl_sg_master_create(s->w, s->master_addr, &m);
+    if (rc == ECCL_OK) rc = eccl_master_run(m);
+    if (rc != ECCL_OK) {
+        eccl_sg_printf("master", "FAIL master start: %s", eccl_strerror(rc));
+        eccl_master_destroy(m);
+        s->oom = 1;
+        return;
+    }
+    while (!(s->dl_live == 0 && s->churn_done)) sg_actor_sleep_for(0.001);
+    eccl_master_destroy(m);
+}
+
+static int dl_write_plot(const scenario_cfg *c, const char *dir)
+{
+    FILE *f = open_out(dir, "plot.gp");
+    if (!f) return -1;
+    fprintf(f,
+            "# Generated by eccl-sim for scenario %s (workload = diloco): revisions over\n"
+            "# simulated time, kills and starts. Run in this directory: gnuplot plot.gp\n"
+            "set terminal pngcairo size 1000,500 font \",10\"\n"
+            "set output \"plot.png\"\n"
+            "set datafile separator \"\\t\"\n"
+            "set title \"%s: %d ranks, DiLoCo loop of %ld f32 under churn\"\n"
+            "set xlabel \"simulated time (s)\"\n"
+            "set ylabel \"revision\"\n"
+            "set y2label \"rank\"\n"
+            "set y2tics\n"
+            "set key outside bottom center horizontal\n"
+            "plot \"events.tsv\" skip 1 using (strcol(3) eq \"rev\" ? $1 : NaN):4 with points pt 7 "
+            "ps 0.3 lc rgb \"#2a9d3f\" title \"revision reported\", \\\n"
+            "     \"\" skip 1 using (strcol(3) eq \"killed\" ? $1 : NaN):2 axes x1y2 with points "
+            "pt 2 ps 1.5 lc rgb \"black\" title \"kill (rank)\", \\\n"
+            "     \"\" skip 1 using (strcol(3) eq \"host_on\" ? $1 : NaN):2 axes x1y2 with points "
+            "pt 8 ps 1.5 lc rgb \"#1f5fbf\" title \"start (rank)\"\n",
+            c->name, c->name, c->ranks, c->count);
+    return fclose(f) == 0 ? 0 : -1;
+}
+
+/* Runs the diloco workload on the loaded platform and judges it; returns
+ * the exit status. */
+static int run_diloco(sim *s, scenario_cfg *cfg, const char *outdir)
+{
+    if (churn_check_init(&s->chk, 1u << 16, 0) != 0) return 1;
+    uint64_t rng = cfg->seed;
+    uint64_t jitter_ns = (uint64_t)llround(cfg->jitter_s * 1e9);
+    uint64_t stagger_ns = (uint64_t)llround(cfg->stagger_s * 1e9);
+    for (int i = 0; i < cfg->ranks; i++) {
+        rank_state *r = &s->rk[i];
+        r->s = s;
+        r->idx = i + 1;
+        r->kill_iter = -1;
+        r->last_rev = UINT64_MAX;
+        snprintf(r->name, sizeof r->name, "rank%d", r->idx);
+        snprintf(r->host, sizeof r->host, "node-%d", rank_host(cfg, r->idx));
+        r->arrive_ns = stagger_ns * (uint64_t)r->idx;
+        if (jitter_ns) r->arrive_ns += prng_below(&rng, jitter_ns);
+    }
+    char churn[160] = "none";
+    if (cfg->have_churn)
+        snprintf(churn, sizeof churn, "interval=%.3f..%.3fs,min=%d,max=%d,until=%.3fs",
+                 (double)cfg->churn_lo_ns / 1e9, (double)cfg->churn_hi_ns / 1e9, cfg->churn_min,
+                 cfg->churn_max, (double)cfg->churn_until_ns / 1e9);
+    eccl_sg_printf("eccl-sim", "scenario=%s seed=%llu platform=%s hosts=%d ranks=%d workload=diloco "
+                   "count=%ld duration=%.3fs churn=%s out=%s", cfg->name,
+                   (unsigned long long)cfg->seed, cfg->platform, cfg->hosts, cfg->ranks,
+                   cfg->count, cfg->duration_s, churn, outdir);
+    s->churn_done = !cfg->have_churn;
+    start_actor("master", "node-0", dl_master_main, s);
+    if (cfg->have_churn) start_actor("churn", "node-0", churn_main, s);
+    for (int i = 0; i < cfg->ranks; i++) dl_start_worker(s, &s->rk[i], s->rk[i].arrive_ns);
+    simgrid_run();
+    const uint64_t end_ns = eccl_sg_now_ns();
+    churn_check_finish(&s->chk, (double)cfg->duration_s);
+
+    /* A worker's last life either was killed or stopped with status 0. */
+    int failures = 0, bad_ranks = 0;
+    FILE *rf = open_out(outdir, "ranks.tsv");
+    if (rf) fputs("rank\thost\tworkers\tkilled\treturned\tstatus\tlast_revision\tcheck\n", rf);
+    for (int i = 0; i < cfg->ranks; i++) {
+        const rank_state *r = &s->rk[i];
+        const int ok = r->lives == r->killed || (r->returned && r->status == 0 && r->exit_status == 0);
+        bad_ranks += !ok;
+        char last[24] = "-";
+        if (r->last_rev != UINT64_MAX) snprintf(last, sizeof last, "%llu", (unsigned long long)r->last_rev);
+        if (rf)
+            fprintf(rf, "%d\t%s\t%d\t%d\t%d\t%d\t%s\t%s\n", r->idx, r->host, r->lives, r->killed,
+                    r->returned, r->status, last, ok ? "pass" : "FAIL");
+        if (!ok)
+            eccl_sg_printf("eccl-sim", "FAIL rank=%d workers=%d killed=%d returned=%d status=%d",
+                           r->idx, r->lives, r->killed, r->returned, r->status);
+    }
+    const churn_check *k = &s->chk;
+    const char *why = NULL;
+    if (s->oom) why = "internal";
+    else if (k->parity_breaks) why = "parity";
+    else if (k->corrupt) why = "corruption";
+    else if (k->order_breaks) why = "order";
+    else if (k->errors || s->dl_bad_exits || bad_ranks) why = "worker_failed";
+    else if (k->max_stall_s > cfg->max_stall_s) why = "stall";
+    else if (k->revisions == 0) why = "no_progress";
+    else if (cfg->have_churn && s->dl_kills == 0) why = "no_kills";
+    failures += why != NULL;
+    if (why && k->first_problem[0]) eccl_sg_printf("eccl-sim", "first problem: %s", k->first_problem);
+
+    char sim_time[32], stall[32];
+    fmt_time(sim_time, sizeof sim_time, end_ns);
+    fmt_time(stall, sizeof stall, (uint64_t)llround(k->max_stall_s * 1e9));
+    int io_err = rf ? (fclose(rf) != 0) : 1;
+    io_err |= write_events(s, outdir) != 0;
+    FILE *sf = open_out(outdir, "summary.tsv");
+    if (sf) {
+        fprintf(sf, "key\tvalue\n");
+        fprintf(sf, "scenario\t%s\nseed\t%llu\nplatform\t%s\nhosts\t%d\nranks\t%d\ncount\t%ld\n"
+                    "workload\tdiloco\nduration_s\t%.9f\nchurn\t%s\nrevisions\t%llu\n"
+                    "max_revision\t%llu\nparity_breaks\t%llu\ncorrupt\t%llu\nerrors\t%llu\n"
+                    "bad_ranks\t%d\nmax_stall_s\t%s\nkills\t%d\nspawned\t%d\njoins\t%llu\n"
+                    "retries\t%llu\nchecks\t%s\nreason\t%s\nevents\t%zu\nsim_time_s\t%s\n",
+                cfg->name, (unsigned long long)cfg->seed, cfg->platform, cfg->hosts, cfg->ranks,
+                cfg->count, cfg->duration_s, churn, (unsigned long long)k->revisions,
+                (unsigned long long)(k->max_rev == UINT64_MAX ? 0 : k->max_rev),
+                (unsigned long long)k->parity_breaks, (unsigned long long)k->corrupt,
+                (unsigned long long)k->errors, bad_ranks, stall, s->dl_kills, s->dl_spawns,
+                (unsigned long long)k->joins, (unsigned long long)k->retries,
+                failures ? "fail" : "pass", why ? why : "-", s->nev, sim_time);
+        io_err |= fclose(sf) != 0;
+    } else {
+        io_err = 1;
+    }
+    io_err |= dl_write_plot(cfg, outdir) != 0;
+    const char *plot = "none";
+    if (!io_err) {
+        int pr = render_plot(outdir);
+        if (pr == 1) {
+            fprintf(stderr, "eccl-sim: gnuplot not found: skipping plot.png (install gnuplot-nox)\n");
+            plot = "skipped";
+        } else if (pr < 0) {
+            fprintf(stderr, "eccl-sim: gnuplot failed on %s/plot.gp\n", outdir);
+            plot = "failed";
+            io_err = 1;
+        } else {
+            plot = "plot.png";
+        }
+    }
+    printf("scenario=%s seed=%llu ranks=%d workload=diloco checks=%s%s%s revisions=%llu "
+           "max_revision=%llu parity_breaks=%llu corrupt=%llu errors=%llu max_stall_s=%s "
+           "kills=%d joins=%llu spawned=%d sim_time_s=%s events=%zu out=%s plot=%s\n",
+           cfg->name, (unsigned long long)cfg->seed, cfg->ranks, failures ? "fail" : "pass",
+           why ? " reason=" : "", why ? why : "", (unsigned long long)k->revisions,
+           (unsigned long long)(k->max_rev == UINT64_MAX ? 0 : k->max_rev),
+           (unsigned long long)k->parity_breaks, (unsigned long long)k->corrupt,
+           (unsigned long long)k->errors, stall, s->dl_kills, (unsigned long long)k->joins,
+           s->dl_spawns, sim_time, s->nev, outdir, plot);
+    churn_check_free(&s->chk);
+    return failures == 0 && !io_err ? 0 : 1;
+}
+
 /* ---- main ---------------------------------------------------------------- */
 
 static int usage(const char *argv0)
@@ -2052,8 +2501,8 @@ int main(int argc, char **argv)
     s->master_addr = "node-0:5000";
     s->fault_ns = s->detect_ns = s->slow_ns = UINT64_MAX;
     s->rk = calloc((size_t)cfg.ranks, sizeof *s->rk);
-    s->oks_at = calloc((size_t)cfg.iters, sizeof *s->oks_at);
-    s->ref_hash = calloc((size_t)cfg.iters, sizeof *s->ref_hash);
+    s->oks_at = calloc((size_t)cfg.iters + 1, sizeof *s->oks_at);
+    s->ref_hash = calloc((size_t)cfg.iters + 1, sizeof *s->ref_hash);
     s->flinks = calloc((size_t)cfg.nfaults + 1, sizeof *s->flinks);
     if (!s->rk || !s->oks_at || !s->ref_hash || !s->flinks ||
         eccl_sg_world_create(log_level, &s->w) != ECCL_OK) {
@@ -2068,6 +2517,19 @@ int main(int argc, char **argv)
         return 1;
     }
 
+    if (cfg.diloco) {
+        int status = run_diloco(s, &cfg, outdir);
+        eccl_sg_world_destroy(s->w);
+        free(s->rk);
+        free(s->oks_at);
+        free(s->ref_hash);
+        free(s->flinks);
+        free(s->ev);
+        free(s);
+        free(cfg.faults);
+        fflush(stdout);
+        return status;
+    }
     /* Every random choice comes from this one stream, in this order. */
     uint64_t rng = cfg.seed;
     uint64_t jitter_ns = (uint64_t)llround(cfg.jitter_s * 1e9);

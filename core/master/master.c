@@ -391,8 +391,12 @@ static void check_admission_done(eccl_master *m)
 }
 
 /* With nobody accepted, nobody can vote: the oldest registered peer starts
- * (or restarts) the run on its own. */
-static void accept_alone_if_empty(eccl_master *m)
+ * (or restarts) the run on its own. `welcomed` is the peer just told
+ * WELCOME accepted=1 (or NULL): any other was told it is pending and waits
+ * in eccl_comm_connect for TOPO_DONE, as an admitted newcomer does, so it
+ * gets one after its ring; without it, it waited out op_timeout_ms and every
+ * later peer waited on its vote. */
+static void accept_alone_if_empty(eccl_master *m, const mpeer *welcomed)
 {
     if (m->admitting || m->n_state[MP_ACCEPTED] > 0) return;
     mpeer *first = NULL;
@@ -407,6 +411,11 @@ static void accept_alone_if_empty(eccl_master *m)
     ECCL_INFO(m->env, "peer %llu starts the run in group %u", (unsigned long long)first->id,
               g->id);
     send_ring(g, g->n - 1);
+    if (first != welcomed) {
+        eccl_msg done = {.type = ECCL_MSG_TOPO_DONE};
+        done.u.epoch.epoch = g->epoch;
+        send_to(first, &done);
+    }
 }
 
 static void maybe_admit(eccl_master *m)
@@ -1038,7 +1047,7 @@ static void drop_peer(eccl_master *m, mpeer *p, eccl_result why)
         start_view_changes(m);
         check_query(m, g);
     }
-    accept_alone_if_empty(m);
+    accept_alone_if_empty(m, NULL);
     maybe_admit(m);
     check_admission_done(m);
     check_pending_round(m);
@@ -1062,7 +1071,7 @@ static eccl_result on_register(eccl_master *m, mpeer *p, const eccl_msg_register
     send_to(p, &w);
     ECCL_INFO(m->env, "peer %llu registered in group %u at %s", (unsigned long long)p->id,
               r->peer_group, p->p2p_addr);
-    if (alone) accept_alone_if_empty(m);
+    if (alone) accept_alone_if_empty(m, p);
     return ECCL_OK;
 }
 
