@@ -1043,7 +1043,7 @@ static int parse_scenario(const char *file, scenario_cfg *c)
     for (int i = 0; i < c->nfaults; i++) slow |= c->faults[i].kind == F_SLOW;
     if (key_line[K_EXPECT_SLOWDOWN] && !slow)
         return cfg_error(file, key_line[K_EXPECT_SLOWDOWN], "expect_slowdown: no slow_link");
-    if (c->optimize_at >= c->iters)
+    if (c->optimize_at && c->optimize_at >= c->iters)
         return cfg_error(file, key_line[K_OPTIMIZE_AT], "optimize_at: want an iteration below iters");
     if (c->optimize_at && slow)
         return cfg_error(file, key_line[K_OPTIMIZE_AT], "optimize_at: not with slow_link (both "
