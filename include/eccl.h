@@ -87,7 +87,15 @@ typedef struct eccl_comm_params {
     const char *master_addr;     /* "HOST:PORT" of the master; required */
     const char *p2p_host;        /* address peers reach us on; "127.0.0.1" */
     uint32_t peer_group;         /* collectives run within a group; 0 */
-    uint32_t p2p_pool_size;      /* connections per ring neighbour; 1 */
+    /* Ring connections per neighbour, 1..64; 1. Concurrent all-reduces
+     * spread over them: an op with tag t runs over connection t % size of
+     * each pool, so a large op does not hold a small one up behind it
+     * unless their tags share a connection. The environment variable
+     * ECCL_P2P_POOL (1..64), if set, overrides this (ECCL_ATTR_P2P_POOL
+     * tells the size in use). Connection 0 opens with the ring, the others
+     * when an op first needs them. Peers may differ: each pool's size is
+     * its opener's. Over 64: ECCL_ERR_INVALID_ARG. */
+    uint32_t p2p_pool_size;
     uint32_t connect_timeout_ms; /* eccl_comm_connect and p2p connects; 10000 */
     uint32_t op_timeout_ms;      /* one collective or topology update; 60000 */
     uint32_t peer_timeout_ms;    /* silence after which a peer is dropped; 5000 */
@@ -113,7 +121,10 @@ typedef enum eccl_attr {
     ECCL_ATTR_RANK = 0,        /* position in this peer group's ring */
     ECCL_ATTR_WORLD_SIZE = 1,  /* accepted peers in this peer group */
     ECCL_ATTR_PEER_ID = 2,     /* the master's stable id for this peer */
-    ECCL_ATTR_EPOCH = 3        /* ring generation; grows on every change */
+    ECCL_ATTR_EPOCH = 3,       /* ring generation; grows on every change */
+    ECCL_ATTR_P2P_POOL = 4,    /* p2p_pool_size in use (after ECCL_P2P_POOL) */
+    ECCL_ATTR_RING_LINKS = 5   /* connections of our pool to the ring's next
+                                  peer open right now (pools open lazily) */
 } eccl_attr;
 
 eccl_result eccl_comm_get_attr(eccl_comm *comm, eccl_attr attr, int64_t *value);
