@@ -100,6 +100,7 @@ typedef struct p2p_link {
     uint32_t epoch;
     uint32_t purpose;             /* enum eccl_link_purpose */
     uint32_t pool, pool_size;     /* ring links: connection `pool` of a pool this big */
+    int outgoing;                 /* we opened it (else accepted) */
     int hello_seen;
     early_frame *early, **early_tail; /* frames for ops not called yet */
     size_t early_bytes;
@@ -366,6 +367,7 @@ static p2p_link *link_connect_in(eccl_comm *c, p2p_link **list, const eccl_wire_
     l->purpose = purpose;
     l->pool = pool;
     l->pool_size = pool_size > 1 ? pool_size : 1;
+    l->outgoing = 1;
     l->hello_seen = 1;
     eccl_msg m = {.type = ECCL_MSG_P2P_HELLO};
     m.u.hello.peer_id = c->peer_id;
@@ -747,10 +749,6 @@ static void check_ring_ready(eccl_comm *c)
     master_send(c, &m);
 }
 
-/* An accepted link said hello: adopt it as `prev` or as a tree child if it
- * belongs to the current epoch, keep it if it is from an epoch we have not
- * reached yet. Returns ECCL_ERR_CLOSED for a link of a past epoch: the
- * caller drops it. */
 static eccl_result pool_alloc(eccl_comm *c)
 {
     if (!c->pslot) c->pslot = calloc(ECCL_WIRE_MAX_POOL, sizeof *c->pslot);
@@ -771,12 +769,16 @@ static eccl_result pool_adopt_prev(eccl_comm *c, p2p_link *l)
     return ECCL_OK;
 }
 
+/* An accepted link said hello: adopt it as `prev` or as a tree child if it
+ * belongs to the current epoch, keep it if it is from an epoch we have not
+ * reached yet. Returns ECCL_ERR_CLOSED for a link of a past epoch: the
+ * caller drops it. */
 static eccl_result link_adopt(eccl_comm *c, p2p_link *l)
 {
     if (l->epoch < c->epoch) return ECCL_ERR_CLOSED;
     if (l->epoch != c->epoch || c->frozen || c->world < 2) return ECCL_OK;
-    if (l->purpose == ECCL_LINK_RING && l->peer_id == c->prev_ref.peer_id && l->pool > 0)
-        return pool_adopt_prev(c, l);
+    if (l->purpose == ECCL_LINK_RING && l->pool > 0) /* never prev's connection 0 */
+        return l->outgoing || l->peer_id != c->prev_ref.peer_id ? ECCL_OK : pool_adopt_prev(c, l);
     if (l->purpose == ECCL_LINK_RING && l->peer_id == c->prev_ref.peer_id && !c->link_prev) {
         if (l->pool_size > 1 && pool_alloc(c) != ECCL_OK) return ECCL_ERR_NO_MEMORY;
         c->link_prev = l;
@@ -785,7 +787,9 @@ static eccl_result link_adopt(eccl_comm *c, p2p_link *l)
             /* Its pool's other connections that said hello first. */
             for (p2p_link *o = c->links, *n; o; o = n) {
                 n = o->next;
-                if (o != l && o->hello_seen && o->purpose == ECCL_LINK_RING && o->pool > 0 &&
+                /* Not ours to next (with two peers, next is prev). */
+                if (o != l && o->hello_seen && !o->outgoing && o->purpose == ECCL_LINK_RING &&
+                    o->pool > 0 &&
                     o->epoch == c->epoch && o->peer_id == l->peer_id &&
                     pool_adopt_prev(c, o) != ECCL_OK)
                     link_close(c, o);
