@@ -173,6 +173,20 @@ typedef struct eccl_log_ops {
     void (*write)(void *ctx, int level, const char *line);
 } eccl_log_ops;
 
+/* ---- config: settings from the process's surroundings ----------------------
+ * How a deployment overrides a knob without a rebuild (the real backend:
+ * environment variables). Core cannot read them itself: the simulator runs
+ * many ranks in one process, and a setting must come from its scenario,
+ * not from whatever the host process's environment holds. */
+typedef struct eccl_config_ops {
+    size_t size;
+    /* Copies the value of setting `name` (e.g. "ECCL_P2P_POOL") into
+     * buf[0..len), NUL-terminated, and returns 1; returns 0 if the setting
+     * is not set (or its value does not fit in len - 1 bytes). Never
+     * blocks; callable from any thread. */
+    int (*get)(void *ctx, const char *name, char *buf, size_t len);
+} eccl_config_ops;
+
 typedef struct eccl_env {
     const eccl_net_ops *net;
     void *net_ctx;
@@ -187,7 +201,20 @@ typedef struct eccl_env {
     int log_level;   /* lines above this level are not formatted */
     uint64_t spin_ns;/* a blocked API call polls this long before sleeping */
     char name[32];   /* prefix for log lines, e.g. "master" or "peer 3" */
+    /* Added later: NULL means no setting is ever set (eccl_config_get). */
+    const eccl_config_ops *config;
+    void *config_ctx;
 } eccl_env;
+
+/* Setting `name` of env's config into buf[len]: 1 if set, 0 if not (or
+ * there is no config table). */
+static inline int eccl_config_get(const eccl_env *env, const char *name, char *buf, size_t len)
+{
+    const eccl_config_ops *c = env->config;
+    if (!c || c->size < offsetof(eccl_config_ops, get) + sizeof c->get || !c->get || len == 0)
+        return 0;
+    return c->get(env->config_ctx, name, buf, len);
+}
 
 /* Whether env's dev has phantom memory at all: only then can a buffer be
  * phantom (an older or real dev table has no is_phantom). */

@@ -87,7 +87,15 @@ typedef struct eccl_comm_params {
     const char *master_addr;     /* "HOST:PORT" of the master; required */
     const char *p2p_host;        /* address peers reach us on; "127.0.0.1" */
     uint32_t peer_group;         /* collectives run within a group; 0 */
-    uint32_t p2p_pool_size;      /* connections per ring neighbour; 1 */
+    /* Ring connections per neighbour, 1..64; 1. Concurrent all-reduces
+     * spread over them: an op with tag t runs over connection t % size of
+     * each pool, so a large op does not hold a small one up behind it
+     * unless their tags share a connection. The environment variable
+     * ECCL_P2P_POOL (1..64), if set, overrides this (ECCL_ATTR_P2P_POOL
+     * tells the size in use). Connection 0 opens with the ring, the others
+     * when an op first needs them. Peers may differ: each pool's size is
+     * its opener's. Over 64: ECCL_ERR_INVALID_ARG. */
+    uint32_t p2p_pool_size;
     uint32_t connect_timeout_ms; /* eccl_comm_connect and p2p connects; 10000 */
     uint32_t op_timeout_ms;      /* one collective or topology update; 60000 */
     uint32_t peer_timeout_ms;    /* silence after which a peer is dropped; 5000 */
@@ -101,19 +109,25 @@ eccl_result eccl_comm_create(const eccl_comm_params *params, eccl_comm **out);
  * this peer in (or at once, if it is the first). */
 eccl_result eccl_comm_connect(eccl_comm *comm);
 /* Accepted peers vote to admit every pending peer; returns once the new ring
- * is wired. Blocks until every accepted peer has called it. */
+ * is wired. Blocks until every accepted peer has called it. ECCL_ERR_BUSY at
+ * once if an all-reduce is in flight on this communicator (issued and not
+ * yet waited for) or a shared-state sync runs: never under a collective. */
 eccl_result eccl_comm_update_topology(eccl_comm *comm);
 /* Number of peers registered with the master and waiting to be admitted.
  * A vote of all accepted peers: it returns once every accepted peer has
  * called it, with the same answer on every peer, so that either all of them
- * go on to eccl_comm_update_topology or none does. */
+ * go on to eccl_comm_update_topology or none does. It may be called with
+ * all-reduces in flight: they keep moving while it waits. */
 eccl_result eccl_comm_peers_pending(eccl_comm *comm, uint32_t *pending);
 
 typedef enum eccl_attr {
     ECCL_ATTR_RANK = 0,        /* position in this peer group's ring */
     ECCL_ATTR_WORLD_SIZE = 1,  /* accepted peers in this peer group */
     ECCL_ATTR_PEER_ID = 2,     /* the master's stable id for this peer */
-    ECCL_ATTR_EPOCH = 3        /* ring generation; grows on every change */
+    ECCL_ATTR_EPOCH = 3,       /* ring generation; grows on every change */
+    ECCL_ATTR_P2P_POOL = 4,    /* p2p_pool_size in use (after ECCL_P2P_POOL) */
+    ECCL_ATTR_RING_LINKS = 5   /* connections of our pool to the ring's next
+                                  peer open right now (pools open lazily) */
 } eccl_attr;
 
 eccl_result eccl_comm_get_attr(eccl_comm *comm, eccl_attr attr, int64_t *value);

@@ -100,6 +100,13 @@ typedef struct cluster_opts {
      * not turn into a membership change under a slower peer's last call
      * (tests of exactly that set no_linger). */
     int no_linger;
+    /* eccl_comm_params.p2p_pool_size of every peer (0: the default), or
+     * of peer i where pool_size_of[i] is nonzero. */
+    uint32_t p2p_pool_size;
+    uint32_t pool_size_of[CLUSTER_MAX_PEERS];
+    /* If set, every peer child sets ECCL_P2P_POOL to it before creating
+     * its communicator. */
+    const char *pool_env;
 } cluster_opts;
 
 typedef struct cluster {

@@ -163,6 +163,8 @@ static void assert_msg_equal(const eccl_msg *a, const eccl_msg *b)
         assert_int_equal(a->u.hello.peer_group, b->u.hello.peer_group);
         assert_int_equal(a->u.hello.epoch, b->u.hello.epoch);
         assert_int_equal(a->u.hello.purpose, b->u.hello.purpose);
+        assert_int_equal(a->u.hello.pool, b->u.hello.pool);
+        assert_int_equal(a->u.hello.pool_size, b->u.hello.pool_size);
         break;
     case ECCL_MSG_SYNC_REQ: {
         const eccl_msg_sync_req *x = &a->u.sync_req, *y = &b->u.sync_req;
@@ -325,7 +327,10 @@ static void fill_extreme(eccl_msg *m, uint16_t type, int is_max)
         m->u.hello.peer_id = v64;
         m->u.hello.peer_group = v32;
         m->u.hello.epoch = v32;
-        m->u.hello.purpose = is_max ? ECCL_LINK_SYNC : ECCL_LINK_RING;
+        /* The longest hello is a pooled ring link's; the shortest has none. */
+        m->u.hello.purpose = is_max ? ECCL_LINK_RING : ECCL_LINK_SYNC;
+        m->u.hello.pool = is_max ? ECCL_WIRE_MAX_POOL - 1 : 0;
+        m->u.hello.pool_size = is_max ? ECCL_WIRE_MAX_POOL : 1;
         break;
     case ECCL_MSG_SYNC_REQ:
         m->u.sync_req.seq = v32;
@@ -455,6 +460,12 @@ static void fill_random(rng *r, eccl_msg *m)
         m->u.hello.peer_group = (uint32_t)next(r);
         m->u.hello.epoch = (uint32_t)next(r);
         m->u.hello.purpose = (uint32_t)below(r, ECCL_LINK_LAST + 1);
+        m->u.hello.pool = 0;
+        m->u.hello.pool_size = 1;
+        if (m->u.hello.purpose == ECCL_LINK_RING && below(r, 2)) {
+            m->u.hello.pool_size = 2 + below(r, ECCL_WIRE_MAX_POOL - 1);
+            m->u.hello.pool = below(r, m->u.hello.pool_size);
+        }
         break;
     case ECCL_MSG_SYNC_REQ:
         m->u.sync_req.seq = (uint32_t)next(r);
@@ -588,7 +599,7 @@ static void test_max_length(void **state)
         {ECCL_MSG_VIEW_QUERY, 4},
         {ECCL_MSG_VIEW_DECIDE, 8 + ECCL_WIRE_MAX_OPS * 9},
         {ECCL_MSG_KICK, 4},
-        {ECCL_MSG_P2P_HELLO, 20},
+        {ECCL_MSG_P2P_HELLO, 28},
         {ECCL_MSG_DATA, ECCL_WIRE_MAX_DATA},
         {ECCL_MSG_SYNC_REQ, 18 + ECCL_WIRE_MAX_SYNC_KEYS * (2 + ECCL_WIRE_MAX_KEY + 17)},
         {ECCL_MSG_SYNC_PLAN, 28 + ECCL_WIRE_MAX_SYNC_KEYS * 16 +
@@ -752,6 +763,30 @@ static void test_encode_rejects(void **state)
     assert_int_equal(eccl_wire_encode(m, frame, FRAME_CAP), 0);
     m->u.ring.rank = 3;
     assert_int_not_equal(eccl_wire_encode(m, frame, FRAME_CAP), 0);
+
+    /* A hello: a pool index without a pool, a pool on a tree link, an
+     * index outside the pool, a pool over the bound, a purpose that
+     * smuggles the pool flag. A pool of one is the plain hello. */
+    fill_extreme(m, ECCL_MSG_P2P_HELLO, 1);
+    assert_int_equal(eccl_wire_encode(m, frame, FRAME_CAP), 16 + 28);
+    m->u.hello.pool_size = 1;
+    assert_int_equal(eccl_wire_encode(m, frame, FRAME_CAP), 0);
+    m->u.hello.pool = 0;
+    assert_int_equal(eccl_wire_encode(m, frame, FRAME_CAP), 16 + 20);
+    m->u.hello.pool_size = 0;
+    assert_int_equal(eccl_wire_encode(m, frame, FRAME_CAP), 16 + 20);
+    m->u.hello.pool_size = 2;
+    m->u.hello.purpose = ECCL_LINK_TREE;
+    assert_int_equal(eccl_wire_encode(m, frame, FRAME_CAP), 0);
+    m->u.hello.purpose = ECCL_LINK_RING;
+    m->u.hello.pool = 2;
+    assert_int_equal(eccl_wire_encode(m, frame, FRAME_CAP), 0);
+    m->u.hello.pool = 0;
+    m->u.hello.pool_size = ECCL_WIRE_MAX_POOL + 1;
+    assert_int_equal(eccl_wire_encode(m, frame, FRAME_CAP), 0);
+    m->u.hello.pool_size = 1;
+    m->u.hello.purpose = ECCL_LINK_RING | ECCL_WIRE_HELLO_POOL;
+    assert_int_equal(eccl_wire_encode(m, frame, FRAME_CAP), 0);
 
     fill_extreme(m, ECCL_MSG_COLL_DONE, 0);
     m->u.coll.dtype = ECCL_DTYPE_COUNT;
@@ -981,6 +1016,43 @@ static void test_decode_rejects(void **state)
     assert_int_equal(decode_tail(&a, ECCL_MSG_P2P_HELLO, buf, (uint32_t)n, m), ECCL_OK);
     le(buf + 16, ECCL_LINK_LAST + 1, 4);
     assert_int_equal(decode_tail(&a, ECCL_MSG_P2P_HELLO, buf, (uint32_t)n, m), ECCL_ERR_PROTOCOL);
+    /* Without the pool flag: no pool, and nothing may follow. */
+    le(buf + 16, ECCL_LINK_RING, 4);
+    assert_int_equal(decode_tail(&a, ECCL_MSG_P2P_HELLO, buf, (uint32_t)n, m), ECCL_OK);
+    assert_int_equal(m->u.hello.pool, 0);
+    assert_int_equal(m->u.hello.pool_size, 1);
+    le(buf + 20, 1, 4);
+    le(buf + 24, 4, 4);
+    assert_int_equal(decode_tail(&a, ECCL_MSG_P2P_HELLO, buf, 28, m), ECCL_ERR_PROTOCOL);
+    /* With it: connection 1 of 4 on a ring link. */
+    le(buf + 16, ECCL_LINK_RING | ECCL_WIRE_HELLO_POOL, 4);
+    assert_int_equal(decode_tail(&a, ECCL_MSG_P2P_HELLO, buf, 28, m), ECCL_OK);
+    assert_int_equal(m->u.hello.purpose, ECCL_LINK_RING);
+    assert_int_equal(m->u.hello.pool, 1);
+    assert_int_equal(m->u.hello.pool_size, 4);
+    /* ... but not cut short, and not past the pool fields. */
+    assert_int_equal(decode_tail(&a, ECCL_MSG_P2P_HELLO, buf, 20, m), ECCL_ERR_PROTOCOL);
+    assert_int_equal(decode_tail(&a, ECCL_MSG_P2P_HELLO, buf, 24, m), ECCL_ERR_PROTOCOL);
+    /* Pool semantics: a pool of one (the flag-less form is the only one),
+     * over the bound, an index outside the pool, a pool on a tree link. */
+    const uint32_t bad_pool[][3] = {{ECCL_LINK_RING, 0, 1},
+                                    {ECCL_LINK_RING, 0, 0},
+                                    {ECCL_LINK_RING, 0, ECCL_WIRE_MAX_POOL + 1},
+                                    {ECCL_LINK_RING, 4, 4},
+                                    {ECCL_LINK_RING, UINT32_MAX, 4},
+                                    {ECCL_LINK_TREE, 0, 2},
+                                    {ECCL_LINK_SYNC, 1, 2},
+                                    {ECCL_LINK_SYNC + 1, 1, 2}};
+    for (size_t i = 0; i < sizeof bad_pool / sizeof bad_pool[0]; i++) {
+        le(buf + 16, bad_pool[i][0] | ECCL_WIRE_HELLO_POOL, 4);
+        le(buf + 20, bad_pool[i][1], 4);
+        le(buf + 24, bad_pool[i][2], 4);
+        assert_int_equal(decode_tail(&a, ECCL_MSG_P2P_HELLO, buf, 28, m), ECCL_ERR_PROTOCOL);
+    }
+    le(buf + 16, ECCL_LINK_RING | ECCL_WIRE_HELLO_POOL, 4);
+    le(buf + 20, ECCL_WIRE_MAX_POOL - 1, 4);
+    le(buf + 24, ECCL_WIRE_MAX_POOL, 4);
+    assert_int_equal(decode_tail(&a, ECCL_MSG_P2P_HELLO, buf, 28, m), ECCL_OK);
 
     /* OPT_DONE: the three flags are booleans. */
     memset(buf, 0, 39);

@@ -384,6 +384,23 @@ static int parse_log_level(const char *s)
     return -1;
 }
 
+/* ---- config: environment variables -------------------------------------- */
+
+static int real_config_get(void *ctx, const char *name, char *buf, size_t len)
+{
+    (void)ctx;
+    const char *v = getenv(name);
+    if (!v || strlen(v) >= len)
+        return 0;
+    memcpy(buf, v, strlen(v) + 1);
+    return 1;
+}
+
+static const eccl_config_ops real_config_ops = {
+    .size = sizeof(eccl_config_ops),
+    .get = real_config_get,
+};
+
 /* ---- env ----------------------------------------------------------------- */
 
 /* Polling this long after the last event before sleeping in epoll keeps a
@@ -440,6 +457,8 @@ eccl_result eccl_env_real_create(const char *name, eccl_env **out)
     r->env.log = &real_log_ops;
     r->env.log_ctx = r;
     r->env.net = &eccl_net_tcp_ops;
+    r->env.config = &real_config_ops;
+    r->env.config_ctx = r;
 
     /* A typo must not silently hide the lines someone asked for. */
     if (parsed < 0)

@@ -490,6 +490,12 @@ eccl_result eccl_sg_env_create(eccl_sg_world *w, const char *name, eccl_env **ou
     e->env.dev_ctx = e;
     e->env.log = &sg_log_ops;
     e->env.log_ctx = e;
+    /* No config table: every setting of a simulated rank comes from its
+     * scenario (through eccl_comm_params), never from the environment of
+     * the process that happens to host all the ranks -- the same scenario
+     * and seed must give the same run anywhere. */
+    e->env.config = NULL;
+    e->env.config_ctx = NULL;
     e->mu = sg_mutex_init();
     eccl_result rc = eccl_net_sg_start(e);
     if (rc != ECCL_OK) {

@@ -107,6 +107,8 @@ typedef struct p2p_link {
     uint64_t peer_id;
     uint32_t epoch;
     uint32_t purpose;             /* enum eccl_link_purpose */
+    uint32_t pool, pool_size;     /* ring links: connection `pool` of a pool this big */
+    int outgoing;                 /* we opened it (else accepted) */
     int hello_seen;
     early_frame *early, **early_tail; /* frames for ops not called yet */
     size_t early_bytes;
@@ -215,6 +217,20 @@ struct eccl_comm {
     p2p_link *link_tree[3];
     uint64_t parent_retry_at;   /* reconnect to the parent after a refusal */
     uint64_t parent_backoff;
+    /* The pool of ring connections per neighbour (p2p_pool_size): an op
+     * runs over connection tag % size of each pool, so every peer maps it
+     * alike without a word. Connection 0 is link_next / link_prev, opened
+     * with the ring; the others open when an op mapped to them first runs
+     * (pslot[k], k >= 1). Our pool to `next` is pool_out (ours); prev's
+     * to us is pool_in, which its hello on connection 0 announces (0 until
+     * then). pslot stays NULL while both are 1: a pool of one is exactly
+     * the single ring link it always was. */
+    uint32_t pool_out, pool_in;
+    struct pool_slot {
+        p2p_link *next, *prev;
+        uint64_t retry_at, backoff; /* reopening next after a failure */
+    } *pslot;                       /* [ECCL_WIRE_MAX_POOL] */
+    int pool_adopted;               /* a pool link got its role outside its own read */
 
     p2p_link *links;            /* every open link */
     p2p_link *side_links;       /* shared-state and probe links, apart from the rings */
@@ -327,6 +343,10 @@ static void link_close(eccl_comm *c, p2p_link *l)
     }
     for (int i = 0; i < 3; i++)
         if (c->link_tree[i] == l) c->link_tree[i] = NULL;
+    if (c->pslot && l->pool) {
+        if (c->pslot[l->pool].next == l) c->pslot[l->pool].next = NULL;
+        if (c->pslot[l->pool].prev == l) c->pslot[l->pool].prev = NULL;
+    }
     eccl_chan_close(&l->ch);
     for (early_frame *e = l->early, *n; e; e = n) {
         n = e->next;
@@ -360,7 +380,8 @@ static void check_ring_ready(eccl_comm *c);
 /* Opens a link to `ref` in `list` and says hello for `purpose` in `epoch`
  * (a ring epoch, or a shared-state round). */
 static p2p_link *link_connect_in(eccl_comm *c, p2p_link **list, const eccl_wire_peer_ref *ref,
-                                 uint32_t purpose, uint32_t epoch, eccl_result *rc)
+                                 uint32_t purpose, uint32_t epoch, uint32_t pool,
+                                 uint32_t pool_size, eccl_result *rc)
 {
     eccl_conn *conn = NULL;
     p2p_link *l = link_new_in(c, list);
@@ -377,12 +398,19 @@ static p2p_link *link_connect_in(eccl_comm *c, p2p_link **list, const eccl_wire_
     l->peer_id = ref->peer_id;
     l->epoch = epoch;
     l->purpose = purpose;
+    l->pool = pool;
+    l->pool_size = pool_size > 1 ? pool_size : 1;
+    l->outgoing = 1;
     l->hello_seen = 1;
     eccl_msg m = {.type = ECCL_MSG_P2P_HELLO};
     m.u.hello.peer_id = c->peer_id;
     m.u.hello.peer_group = c->params.peer_group;
     m.u.hello.epoch = epoch;
     m.u.hello.purpose = purpose;
+    if (pool_size > 1) { /* a pool of one says nothing: the hello it always sent */
+        m.u.hello.pool = pool;
+        m.u.hello.pool_size = pool_size;
+    }
     *rc = eccl_chan_send_msg(&l->ch, &m);
     return l;
 }
@@ -390,19 +418,36 @@ static p2p_link *link_connect_in(eccl_comm *c, p2p_link **list, const eccl_wire_
 static p2p_link *link_connect(eccl_comm *c, const eccl_wire_peer_ref *ref, uint32_t purpose,
                               eccl_result *rc)
 {
-    return link_connect_in(c, &c->links, ref, purpose, c->epoch, rc);
+    return link_connect_in(c, &c->links, ref, purpose, c->epoch, 0, 0, rc);
 }
 
 static eccl_result link_connect_next(eccl_comm *c)
 {
     eccl_result rc;
-    c->link_next = link_connect(c, &c->next_ref, ECCL_LINK_RING, &rc);
+    /* Connection 0 of our pool: its hello tells next the pool's size. */
+    c->link_next = link_connect_in(c, &c->links, &c->next_ref, ECCL_LINK_RING, c->epoch, 0,
+                                   c->pool_out, &rc);
     if (!c->link_next) {
         c->next_retry_at = retry_at(c, &c->next_backoff);
         return rc;
     }
     check_ring_ready(c); /* a reconnect may complete the ring again */
     return rc;
+}
+
+/* Lazy: connection k >= 1 of our pool to `next` opens when an op mapped to
+ * it first runs in the epoch (a simulated 100k-rank run with a pool of 4
+ * would otherwise hold 4x the sockets before anyone needs them), and after
+ * a failure only once its back-off passed. NULL until then. */
+static p2p_link *pool_link_next(eccl_comm *c, uint32_t k)
+{
+    struct pool_slot *ps = &c->pslot[k];
+    if (ps->next || ps->retry_at || c->frozen || !c->ring_ready) return ps->next;
+    eccl_result rc;
+    ps->next = link_connect_in(c, &c->links, &c->next_ref, ECCL_LINK_RING, c->epoch, k,
+                               c->pool_out, &rc);
+    if (!ps->next) ps->retry_at = retry_at(c, &ps->backoff);
+    return ps->next;
 }
 
 /* Lazy: a rank opens its tree link when a tree op first needs it. */
@@ -491,6 +536,36 @@ static eccl_result op_recv_done(eccl_request *r, int role, const eccl_wire_data 
     return eccl_ring_allreduce_recv_done(&r->u.ring, d->phase == ECCL_PHASE_DONE ? 0 : role, d);
 }
 
+/* Which connection of a pool of `size` carries the op with `tag`: the same
+ * on every peer (the tag is), and the same for every call of the tag, so a
+ * connection still carries one call's frames before the next call's. */
+static uint32_t pool_index(uint64_t tag, uint32_t size)
+{
+    return size > 1 ? (uint32_t)(tag % size) : 0;
+}
+
+/* The link an op's frames take in `role` (NULL while it is not open). */
+static p2p_link *op_link(const eccl_comm *c, const eccl_request *r, int role)
+{
+    if (role == ROLE_RING1) {
+        uint32_t k = pool_index(r->call.tag, c->pool_out);
+        return k ? c->pslot[k].next : c->link_next;
+    }
+    if (role == ROLE_RING0) {
+        uint32_t k = pool_index(r->call.tag, c->pool_in);
+        return k ? c->pslot[k].prev : c->link_prev;
+    }
+    return role >= ROLE_TREE && role < ROLE_TREE + 3 ? c->link_tree[role - ROLE_TREE] : NULL;
+}
+
+/* Whether more frames of this op will come over `l`, a link in `role`:
+ * ring frames only over the op's own connection of each pool. */
+static int op_expects_on(const eccl_comm *c, const eccl_request *r, const p2p_link *l, int role)
+{
+    if (!op_expects(r, role)) return 0;
+    return role >= ROLE_TREE || op_link(c, r, role) == l;
+}
+
 static void op_release_buffers(eccl_comm *c, eccl_request *r)
 {
     eccl_bufpool_put(&c->pool, r->backup);
@@ -569,12 +644,34 @@ static eccl_result replay_early(eccl_comm *c, eccl_request *r, p2p_link *l)
     return ECCL_OK;
 }
 
-/* Every link that carries ops' frames in this epoch. */
-static int role_links(eccl_comm *c, p2p_link *out[5])
+/* Every link that carries ops' frames in this epoch, one per index below
+ * role_links_n (NULL: none there): prev, next, the tree's three, then the
+ * pools' other connections. Looked up afresh at each index, so a caller
+ * may close links as it goes. */
+static uint32_t role_links_n(const eccl_comm *c)
+{
+    uint32_t extra = c->pslot ? 2 * (ECCL_WIRE_MAX_POOL - 1) : 0;
+    return 5 + extra;
+}
+
+static p2p_link *role_link_at(const eccl_comm *c, uint32_t i)
+{
+    switch (i) {
+    case 0: return c->link_prev;
+    case 1: return c->link_next;
+    case 2: case 3: case 4: return c->link_tree[i - 2];
+    default: break;
+    }
+    i -= 5;
+    return i % 2 ? c->pslot[1 + i / 2].next : c->pslot[1 + i / 2].prev;
+}
+
+/* An op's own links, in the order role_link_at gives them. */
+static int op_links(const eccl_comm *c, const eccl_request *r, p2p_link *out[5])
 {
     int n = 0;
-    p2p_link *all[5] = {c->link_prev, c->link_next, c->link_tree[0], c->link_tree[1],
-                        c->link_tree[2]};
+    p2p_link *all[5] = {op_link(c, r, ROLE_RING0), op_link(c, r, ROLE_RING1), c->link_tree[0],
+                        c->link_tree[1], c->link_tree[2]};
     for (int i = 0; i < 5; i++)
         if (all[i]) out[n++] = all[i];
     return n;
@@ -620,7 +717,7 @@ static eccl_result op_start(eccl_comm *c, eccl_request *r)
     r->started = 1;
     r->state = OP_RUNNING;
     p2p_link *links[5];
-    for (int i = 0, n = role_links(c, links); i < n; i++)
+    for (int i = 0, n = op_links(c, r, links); i < n; i++)
         if (replay_early(c, r, links[i]) != ECCL_OK) link_close(c, links[i]);
     return ECCL_OK;
 oom:
@@ -685,6 +782,26 @@ static void check_ring_ready(eccl_comm *c)
     master_send(c, &m);
 }
 
+static eccl_result pool_alloc(eccl_comm *c)
+{
+    if (!c->pslot) c->pslot = calloc(ECCL_WIRE_MAX_POOL, sizeof *c->pslot);
+    return c->pslot ? ECCL_OK : ECCL_ERR_NO_MEMORY;
+}
+
+/* Connection k >= 1 of prev's pool: adopted once connection 0 told us the
+ * pool's size (the hellos of one pool may arrive in any order); until then
+ * it waits like a link of a later epoch. */
+static eccl_result pool_adopt_prev(eccl_comm *c, p2p_link *l)
+{
+    if (!c->link_prev) return ECCL_OK;
+    if (l->pool_size != c->pool_in) return ECCL_ERR_PROTOCOL; /* one pool per neighbour */
+    if (!c->pslot[l->pool].prev) {
+        c->pslot[l->pool].prev = l;
+        c->pool_adopted = 1;
+    }
+    return ECCL_OK;
+}
+
 /* An accepted link said hello: adopt it as `prev` or as a tree child if it
  * belongs to the current epoch, keep it if it is from an epoch we have not
  * reached yet. Returns ECCL_ERR_CLOSED for a link of a past epoch: the
@@ -693,8 +810,24 @@ static eccl_result link_adopt(eccl_comm *c, p2p_link *l)
 {
     if (l->epoch < c->epoch) return ECCL_ERR_CLOSED;
     if (l->epoch != c->epoch || c->frozen || c->world < 2) return ECCL_OK;
+    if (l->purpose == ECCL_LINK_RING && l->pool > 0) /* never prev's connection 0 */
+        return l->outgoing || l->peer_id != c->prev_ref.peer_id ? ECCL_OK : pool_adopt_prev(c, l);
     if (l->purpose == ECCL_LINK_RING && l->peer_id == c->prev_ref.peer_id && !c->link_prev) {
+        if (l->pool_size > 1 && pool_alloc(c) != ECCL_OK) return ECCL_ERR_NO_MEMORY;
         c->link_prev = l;
+        c->pool_in = l->pool_size;
+        if (l->pool_size > 1) {
+            /* Its pool's other connections that said hello first. */
+            for (p2p_link *o = c->links, *n; o; o = n) {
+                n = o->next;
+                /* Not ours to next (with two peers, next is prev). */
+                if (o != l && o->hello_seen && !o->outgoing && o->purpose == ECCL_LINK_RING &&
+                    o->pool > 0 &&
+                    o->epoch == c->epoch && o->peer_id == l->peer_id &&
+                    pool_adopt_prev(c, o) != ECCL_OK)
+                    link_close(c, o);
+            }
+        }
         check_ring_ready(c);
     }
     for (int k = 0; k < 2; k++) {
@@ -724,6 +857,9 @@ static eccl_result on_ring(eccl_comm *c, const eccl_msg_ring *m)
     c->next_retry_at = 0;
     c->parent_retry_at = 0;
     c->parent_backoff = 0;
+    c->pool_in = 0; /* the new prev's hello tells */
+    for (uint32_t k = 0; c->pslot && k < ECCL_WIRE_MAX_POOL; k++)
+        c->pslot[k].retry_at = c->pslot[k].backoff = 0;
     c->n_recent = c->recent_head = 0;
     if (c->phase == PHASE_REGISTERING) c->phase = PHASE_PENDING;
     ECCL_INFO(c->env, "ring epoch %u: rank %u of %u", c->epoch, c->rank, c->world);
@@ -753,8 +889,10 @@ static eccl_result on_view_query(eccl_comm *c, uint32_t epoch)
 {
     /* What already arrived counts: a peer that finished and left may have
      * delivered our last bytes just before the master noticed it leave. */
-    p2p_link *links[5];
-    for (int i = 0, n = role_links(c, links); i < n; i++) link_service(c, links[i]);
+    for (uint32_t i = 0; i < role_links_n(c); i++) {
+        p2p_link *l = role_link_at(c, i);
+        if (l) link_service(c, l);
+    }
     flush_and_complete(c);
     c->frozen = 1;
     c->ring_ready = 0;
@@ -972,7 +1110,7 @@ static void sync_fetch_failed(eccl_comm *c, eccl_result why)
 static p2p_link *sync_connect(eccl_comm *c, uint32_t src, eccl_result *rc)
 {
     p2p_link *l = link_connect_in(c, &c->side_links, &c->sync.src[src], ECCL_LINK_SYNC,
-                                  c->sync.round, rc);
+                                  c->sync.round, 0, 0, rc);
     if (l) {
         l->sync_fetcher = 1;
         l->sync_src = src;
@@ -1138,7 +1276,7 @@ static void probe_end(eccl_comm *c, int ok)
     comm_opt *o = &c->opt;
     if (!o->probing) return;
     o->probing = 0;
-    const char *why = !ok ? "unanswered" : o->broken ? "connection failed"
+    const char *why = o->broken ? "connection failed" : !ok ? "unanswered"
                       : o->acked == 0 ? "no answer" : NULL;
     if (why) {
         o->failed++;
@@ -1178,7 +1316,8 @@ static eccl_result opt_on_probe(eccl_comm *c, const eccl_msg_opt_probe *p)
     if (!o->filler && !(o->filler = calloc(1, COMM_PROBE_SLICE))) o->broken = 1;
     for (uint32_t k = 0; k < o->conns && !o->broken; k++) {
         eccl_result rc;
-        p2p_link *l = link_connect_in(c, &c->side_links, &p->target, ECCL_LINK_PROBE, p->round, &rc);
+        p2p_link *l = link_connect_in(c, &c->side_links, &p->target, ECCL_LINK_PROBE, p->round,
+                                     0, 0, &rc);
         if (l) l->probe_sender = 1;
         if (!l || rc != ECCL_OK) o->broken = 1;
     }
@@ -1272,6 +1411,8 @@ static eccl_result link_on_msg(void *owner, eccl_chan *ch, const eccl_msg *m)
     l->peer_id = m->u.hello.peer_id;
     l->epoch = m->u.hello.epoch;
     l->purpose = m->u.hello.purpose;
+    l->pool = m->u.hello.pool;
+    l->pool_size = m->u.hello.pool_size;
     if (l->purpose == ECCL_LINK_PROBE && !c->opt.active) return ECCL_ERR_PROTOCOL;
     if (l->purpose == ECCL_LINK_SYNC || l->purpose == ECCL_LINK_PROBE) {
         /* A fetcher or a prober: off the ring's list, so view changes
@@ -1290,6 +1431,10 @@ static int link_role(const eccl_comm *c, const p2p_link *l)
     if (l == c->link_next) return ROLE_RING1; /* ring 1 from next */
     for (int i = 0; i < 3; i++)
         if (l == c->link_tree[i]) return ROLE_TREE + i;
+    if (c->pslot && l->pool) {
+        if (l == c->pslot[l->pool].prev) return ROLE_RING0;
+        if (l == c->pslot[l->pool].next) return ROLE_RING1;
+    }
     return ROLE_NONE;
 }
 
@@ -1304,7 +1449,7 @@ static eccl_result link_on_data(void *owner, eccl_chan *ch, const eccl_wire_data
     if (!l->hello_seen || d->epoch != l->epoch) return ECCL_ERR_PROTOCOL;
     if (role == ROLE_NONE || c->frozen) return ECCL_ERR_AGAIN; /* not our epoch yet */
     eccl_request *r = op_find(c, d->tag);
-    if (!r || r->state == OP_QUEUED || (r->state == OP_RUNNING && !op_expects(r, role))) {
+    if (!r || r->state == OP_QUEUED || (r->state == OP_RUNNING && !op_expects_on(c, r, l, role))) {
         /* A neighbour started a collective we have not called yet (maybe
          * the next call with a tag whose last call is still finishing). */
         if (d->len > COMM_EARLY_MAX || l->early_bytes + d->len > COMM_EARLY_LIMIT)
@@ -1338,7 +1483,7 @@ static eccl_result link_on_data_done(void *owner, eccl_chan *ch, const eccl_wire
         /* The payload took more than one read and the op was called in
          * between: it already replayed the others, so replay this one. */
         eccl_request *r = op_find(c, d->tag);
-        return r && r->state == OP_RUNNING && op_expects(r, link_role(c, l))
+        return r && r->state == OP_RUNNING && op_expects_on(c, r, l, link_role(c, l))
                    ? replay_early(c, r, l)
                    : ECCL_OK;
     }
@@ -1388,6 +1533,13 @@ static void link_service(eccl_comm *c, p2p_link *l)
             ECCL_INFO(c->env, "link to peer %llu lost: %s", (unsigned long long)l->peer_id,
                       eccl_strerror(l->ch.error));
         if (l == c->link_next && !c->frozen) c->next_retry_at = retry_at(c, &c->next_backoff);
+        /* Likewise a connection of our pool: the next op mapped to it
+         * reopens it, once the back-off passed. */
+        if (c->pslot && l->pool && l == c->pslot[l->pool].next && !c->frozen) {
+            ECCL_INFO(c->env, "pool link %u to peer %llu lost: %s", l->pool,
+                      (unsigned long long)l->peer_id, eccl_strerror(l->ch.error));
+            c->pslot[l->pool].retry_at = retry_at(c, &c->pslot[l->pool].backoff);
+        }
         /* Its frames are lost (the view change settles their ops), but
          * the next tree op needs the parent again. */
         if (l == c->link_tree[ECCL_TREE_PARENT] && !c->frozen)
@@ -1424,14 +1576,23 @@ static size_t links_queued(const eccl_comm *c)
 static size_t ops_pump(eccl_comm *c)
 {
     if (!c->ring_ready || c->frozen || c->world < 2) return 0;
-    eccl_chan *ring[2] = {&c->link_next->ch, &c->link_prev->ch};
     eccl_chan *tree[3];
     for (int i = 0; i < 3; i++) tree[i] = c->link_tree[i] ? &c->link_tree[i]->ch : NULL;
     size_t before = links_queued(c);
     for (eccl_request *r = c->ops; r; r = r->next) {
         if (r->state != OP_RUNNING) continue;
-        if (r->algo == ECCL_ALGO_TREE) eccl_tree_allreduce_pump(&r->u.tree, tree);
-        else eccl_ring_allreduce_pump(&r->u.ring, ring);
+        if (r->algo == ECCL_ALGO_TREE) {
+            eccl_tree_allreduce_pump(&r->u.tree, tree);
+            continue;
+        }
+        /* The op's connection of each pool; one not open yet (prev opens
+         * its side when it runs the op) holds the op's frames back. */
+        uint32_t k = pool_index(r->call.tag, c->pool_out);
+        p2p_link *next = k ? pool_link_next(c, k) : c->link_next;
+        p2p_link *prev = op_link(c, r, ROLE_RING0);
+        if (!next || !prev) continue;
+        eccl_chan *ring[2] = {&next->ch, &prev->ch};
+        eccl_ring_allreduce_pump(&r->u.ring, ring);
     }
     return links_queued(c) - before;
 }
@@ -1447,11 +1608,14 @@ static void ops_advance(eccl_comm *c)
         }
     }
     ops_pump(c);
-    if (started) {
-        /* Frames held for a tag we had not called yet may now be placed. */
-        p2p_link *links[5];
-        for (int i = 0, n = role_links(c, links); i < n; i++)
-            if (links[i]->ch.held) link_service(c, links[i]);
+    if (started || c->pool_adopted) {
+        /* Frames held for a tag we had not called yet, or on a pool link
+         * that had no role yet, may now be placed. */
+        c->pool_adopted = 0;
+        for (uint32_t i = 0; i < role_links_n(c); i++) {
+            p2p_link *l = role_link_at(c, i);
+            if (l && l->ch.held) link_service(c, l);
+        }
     }
 }
 
@@ -1509,6 +1673,12 @@ static uint64_t timers(eccl_comm *c)
             link_connect_next(c);
         }
         if (c->next_retry_at) next = min_deadline(next, c->next_retry_at);
+    }
+    for (uint32_t k = 1; c->pslot && k < c->pool_out; k++) {
+        struct pool_slot *ps = &c->pslot[k];
+        if (!ps->retry_at || ps->next) continue;
+        if (now >= ps->retry_at) ps->retry_at = 0; /* ops_pump reopens it when needed */
+        else next = min_deadline(next, ps->retry_at);
     }
     if (c->parent_retry_at && !c->frozen && !c->link_tree[ECCL_TREE_PARENT]) {
         if (now >= c->parent_retry_at) {
@@ -1619,6 +1789,26 @@ eccl_result eccl_comm_create_with_env(eccl_env *env, eccl_env_release_fn release
     if (!c->params.op_timeout_ms) c->params.op_timeout_ms = 60000;
     if (!c->params.peer_timeout_ms) c->params.peer_timeout_ms = 5000;
     if (!c->params.p2p_pool_size) c->params.p2p_pool_size = 1;
+    if (c->params.p2p_pool_size > ECCL_WIRE_MAX_POOL) {
+        rc = ECCL_ERR_INVALID_ARG;
+        goto fail;
+    }
+    /* ECCL_P2P_POOL overrides the caller's pool size (a deployment knob). */
+    char v[32];
+    if (eccl_config_get(env, "ECCL_P2P_POOL", v, sizeof v) && v[0]) {
+        char *end = NULL;
+        unsigned long n = strtoul(v, &end, 10);
+        if (v[0] >= '0' && v[0] <= '9' && *end == '\0' && n >= 1 && n <= ECCL_WIRE_MAX_POOL)
+            c->params.p2p_pool_size = (uint32_t)n;
+        else
+            ECCL_WARN(env, "ECCL_P2P_POOL=\"%s\" is not a pool size in 1..%u; using %u", v,
+                      ECCL_WIRE_MAX_POOL, c->params.p2p_pool_size);
+    }
+    c->pool_out = c->params.p2p_pool_size;
+    if (c->pool_out > 1 && pool_alloc(c) != ECCL_OK) {
+        rc = ECCL_ERR_NO_MEMORY;
+        goto fail;
+    }
     c->recent = malloc(COMM_RECENT * sizeof *c->recent);
     c->aborted_tags = malloc(COMM_ABORTED_TAGS * sizeof *c->aborted_tags);
     if (!c->recent || !c->aborted_tags) {
@@ -1633,6 +1823,7 @@ eccl_result eccl_comm_create_with_env(eccl_env *env, eccl_env_release_fn release
 fail:
     free(c->recent);
     free(c->aborted_tags);
+    free(c->pslot);
     free(c);
     release(env);
     return rc;
@@ -1752,6 +1943,11 @@ eccl_result eccl_comm_get_attr(eccl_comm *c, eccl_attr attr, int64_t *value)
     case ECCL_ATTR_WORLD_SIZE: *value = c->world; break;
     case ECCL_ATTR_PEER_ID: *value = (int64_t)c->peer_id; break;
     case ECCL_ATTR_EPOCH: *value = c->epoch; break;
+    case ECCL_ATTR_P2P_POOL: *value = c->pool_out; break;
+    case ECCL_ATTR_RING_LINKS:
+        *value = c->link_next != NULL;
+        for (uint32_t k = 1; c->pslot && k < c->pool_out; k++) *value += c->pslot[k].next != NULL;
+        break;
     default: rc = ECCL_ERR_INVALID_ARG;
     }
     eccl_engine_unlock(&c->eng);
@@ -1778,6 +1974,7 @@ void eccl_comm_destroy(eccl_comm *c)
     c->env_release(c->env);
     free(c->recent);
     free(c->aborted_tags);
+    free(c->pslot);
     free(c);
 }
 

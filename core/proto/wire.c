@@ -142,7 +142,7 @@ static uint32_t max_length(uint16_t type)
     case ECCL_MSG_PENDING_REPLY: return 4;
     case ECCL_MSG_RING: return 16u + 3u * PEER_REF_MAX + 16u;
     case ECCL_MSG_KICK: return 4;
-    case ECCL_MSG_P2P_HELLO: return 20;
+    case ECCL_MSG_P2P_HELLO: return 28; /* 20 without a pool */
     case ECCL_MSG_DATA: return ECCL_WIRE_MAX_DATA;
     case ECCL_MSG_SYNC_REQ: return SYNC_REQ_MAX;
     case ECCL_MSG_SYNC_PLAN: return SYNC_PLAN_MAX;
@@ -187,6 +187,14 @@ uint32_t eccl_wire_max_length(uint16_t type)
 static int ring_ok(const eccl_msg_ring *m)
 {
     return m->world_size != 0 && m->rank < m->world_size;
+}
+
+/* A hello that carries pool fields: a real pool, this connection inside it,
+ * and only ring links have pools. */
+static int hello_pool_ok(const eccl_msg_p2p_hello *m)
+{
+    return m->pool_size >= 2 && m->pool_size <= ECCL_WIRE_MAX_POOL && m->pool < m->pool_size &&
+           m->purpose == ECCL_LINK_RING;
 }
 
 static int coll_ok(const eccl_msg_coll *m)
@@ -333,8 +341,15 @@ static void put_payload(wbuf *w, const eccl_msg *m)
         put_u64(w, m->u.hello.peer_id);
         put_u32(w, m->u.hello.peer_group);
         put_u32(w, m->u.hello.epoch);
-        put_u32(w, m->u.hello.purpose);
+        put_u32(w, m->u.hello.purpose | (m->u.hello.pool_size > 1 ? ECCL_WIRE_HELLO_POOL : 0));
         if (m->u.hello.purpose > ECCL_LINK_LAST) w->bad = 1;
+        if (m->u.hello.pool_size > 1) {
+            put_u32(w, m->u.hello.pool);
+            put_u32(w, m->u.hello.pool_size);
+            if (!hello_pool_ok(&m->u.hello)) w->bad = 1;
+        } else if (m->u.hello.pool != 0) {
+            w->bad = 1;
+        }
         break;
     case ECCL_MSG_SYNC_REQ: {
         const eccl_msg_sync_req *q = &m->u.sync_req;
@@ -533,6 +548,14 @@ static void get_payload(rbuf *r, uint16_t type, eccl_msg *m)
         m->u.hello.peer_group = get_u32(r);
         m->u.hello.epoch = get_u32(r);
         m->u.hello.purpose = get_u32(r);
+        m->u.hello.pool = 0;
+        m->u.hello.pool_size = 1;
+        if (m->u.hello.purpose & ECCL_WIRE_HELLO_POOL) {
+            m->u.hello.purpose &= ~ECCL_WIRE_HELLO_POOL;
+            m->u.hello.pool = get_u32(r);
+            m->u.hello.pool_size = get_u32(r);
+            if (!hello_pool_ok(&m->u.hello)) r->bad = 1;
+        }
         if (m->u.hello.purpose > ECCL_LINK_LAST) r->bad = 1;
         break;
     case ECCL_MSG_SYNC_REQ: {

@@ -155,11 +155,27 @@ enum eccl_link_purpose {
     ECCL_LINK_LAST = ECCL_LINK_PROBE
 };
 
+/* Most ring connections per neighbour (eccl_comm_params.p2p_pool_size). */
+#define ECCL_WIRE_MAX_POOL 64u
+/* In a hello's purpose word on the wire: pool fields follow. */
+#define ECCL_WIRE_HELLO_POOL 0x10000u
+
 typedef struct eccl_msg_p2p_hello {
     uint64_t peer_id;
     uint32_t peer_group;
     uint32_t epoch;
     uint32_t purpose; /* enum eccl_link_purpose: two peers may share both */
+    /* A pool of ring connections to one neighbour (purpose RING only):
+     * this is connection `pool` of the sender's `pool_size`. Both travel
+     * only when pool_size > 1, flagged by ECCL_WIRE_HELLO_POOL in the
+     * purpose word, as 8 more bytes (28 in all): a pool of one sends the
+     * 20-byte hello it always did, and no prefix of a pooled hello is a
+     * valid hello. Encode: pool_size 0 or 1 means no pool (pool must be
+     * 0). Decode: no flag gives pool 0, pool_size 1; with the flag,
+     * 2 <= pool_size <= ECCL_WIRE_MAX_POOL, pool < pool_size, purpose
+     * RING. `purpose` never holds the flag in a message. */
+    uint32_t pool;
+    uint32_t pool_size;
 } eccl_msg_p2p_hello;
 
 /* A DATA frame's payload starts with this 32-byte header; `len` bytes of
