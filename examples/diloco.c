@@ -7,37 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "diloco_loop.h"
-
-static eccl_result real_comm_create(void *ctx, const eccl_comm_params *params, eccl_comm **out)
-{
-    (void)ctx;
-    return eccl_comm_create(params, out);
-}
-
-static void real_sleep_ms(void *ctx, int ms)
-{
-    (void)ctx;
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
-static double real_now_ms(void *ctx)
-{
-    (void)ctx;
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
-static void real_print(void *ctx, int to_stderr, const char *line)
-{
-    (void)ctx;
-    fprintf(to_stderr ? stderr : stdout, "%s\n", line);
-}
 
 static void usage(FILE *out, int status)
 {
@@ -79,15 +50,8 @@ int main(int argc, char **argv)
         }
     }
     if (!o.master || o.count == 0 || o.step_ms < 0 || optind < argc) usage(stderr, 2);
-    setvbuf(stdout, NULL, _IOLBF, 0);
-    eccl_launch launch = {
-        .ctx = NULL,
-        .comm_create = real_comm_create,
-        .sleep_ms = real_sleep_ms,
-        .now_ms = real_now_ms,
-        .print = real_print,
-        .pid = (int)getpid(),
-    };
-    if (o.stop_after_ms > 0) o.stop_after_ms += real_now_ms(NULL);
+    eccl_launch launch;
+    eccl_launch_real(&launch);
+    if (o.stop_after_ms > 0) o.stop_after_ms += launch.now_ms(NULL);
     return eccl_diloco_run(&launch, &o);
 }

@@ -7,29 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-__attribute__((format(printf, 3, 4))) static void emit(const eccl_launch *L, int to_stderr,
-                                                       const char *fmt, ...)
-{
-    char line[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(line, sizeof line, fmt, ap);
-    va_end(ap);
-    L->print(L->ctx, to_stderr, line);
-}
-
-static uint64_t fnv1a(const float *p, size_t n)
-{
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++) {
-        uint32_t w;
-        memcpy(&w, &p[i], sizeof w);
-        h = (h ^ w) * 1099511628211ull;
-    }
-    return h;
-}
-
-uint64_t eccl_diloco_hash(const float *model, size_t count) { return fnv1a(model, count); }
+uint64_t eccl_diloco_hash(const float *model, size_t count) { return eccl_launch_hash_f32(model, count); }
 
 void eccl_diloco_options_init(eccl_diloco_options *o)
 {
@@ -75,7 +53,7 @@ int eccl_diloco_run(const eccl_launch *L, const eccl_diloco_options *opts)
     float *model = malloc(o.count * sizeof(float));
     float *delta = malloc((o.count + 1) * sizeof(float)); /* + the stop vote */
     if (!model || !delta || o.count == 0) {
-        emit(L, 1, "eccl-diloco: cannot allocate the model (%zu elements)", o.count);
+        eccl_launch_emit(L, 1, "eccl-diloco: cannot allocate the model (%zu elements)", o.count);
         free(model);
         free(delta);
         return 1;
@@ -86,7 +64,7 @@ int eccl_diloco_run(const eccl_launch *L, const eccl_diloco_options *opts)
     eccl_result rc = L->comm_create(L->ctx, &params, &comm);
     if (rc == ECCL_OK) rc = eccl_comm_connect(comm);
     if (rc != ECCL_OK) {
-        emit(L, 0, "event=error peer=-1 what=connect error=\"%s\"", eccl_strerror(rc));
+        eccl_launch_emit(L, 0, "event=error peer=-1 what=connect error=\"%s\"", eccl_strerror(rc));
         eccl_comm_destroy(comm);
         free(model);
         free(delta);
@@ -94,7 +72,7 @@ int eccl_diloco_run(const eccl_launch *L, const eccl_diloco_options *opts)
     }
     int64_t id = 0;
     eccl_comm_get_attr(comm, ECCL_ATTR_PEER_ID, &id);
-    emit(L, 0, "event=connected peer=%lld pid=%d t_ms=%.1f", (long long)id, L->pid,
+    eccl_launch_emit(L, 0, "event=connected peer=%lld pid=%d t_ms=%.1f", (long long)id, L->pid,
          L->now_ms(L->ctx));
 
     eccl_tensor_info ti = {.key = "model", .data = model, .count = o.count, .dtype = ECCL_F32};
@@ -115,11 +93,11 @@ int eccl_diloco_run(const eccl_launch *L, const eccl_diloco_options *opts)
         }
         if (rc != ECCL_OK) {
             if (retryable(rc)) {
-                emit(L, 0, "event=retry peer=%lld revision=%llu what=%s error=\"%s\"",
+                eccl_launch_emit(L, 0, "event=retry peer=%lld revision=%llu what=%s error=\"%s\"",
                      (long long)id, (unsigned long long)rev, what, eccl_strerror(rc));
                 continue;
             }
-            emit(L, 0, "event=error peer=%lld revision=%llu what=%s error=\"%s\"", (long long)id,
+            eccl_launch_emit(L, 0, "event=error peer=%lld revision=%llu what=%s error=\"%s\"", (long long)id,
                  (unsigned long long)rev, what, eccl_strerror(rc));
             status = 1;
             break;
@@ -131,7 +109,7 @@ int eccl_diloco_run(const eccl_launch *L, const eccl_diloco_options *opts)
             if (alone_since < 0) alone_since = now;
             if (o.stop_after_ms > 0 && now >= o.stop_after_ms) break; /* nobody left to vote */
             if (o.wait_ms > 0 && now - alone_since > o.wait_ms) {
-                emit(L, 0, "event=gave_up peer=%lld revision=%llu world=%lld", (long long)id,
+                eccl_launch_emit(L, 0, "event=gave_up peer=%lld revision=%llu world=%lld", (long long)id,
                      (unsigned long long)rev, (long long)world);
                 status = 1;
                 break;
@@ -148,11 +126,11 @@ int eccl_diloco_run(const eccl_launch *L, const eccl_diloco_options *opts)
                                              &si);
             if (rc != ECCL_OK) {
                 if (rc == ECCL_ERR_PEER_LOST || rc == ECCL_ERR_TIMEOUT || rc == ECCL_ERR_BUSY) {
-                    emit(L, 0, "event=retry peer=%lld revision=%llu what=sync error=\"%s\"",
+                    eccl_launch_emit(L, 0, "event=retry peer=%lld revision=%llu what=sync error=\"%s\"",
                          (long long)id, (unsigned long long)rev, eccl_strerror(rc));
                     continue; /* a failed round is retried at the same revision */
                 }
-                emit(L, 0, "event=error peer=%lld revision=%llu what=sync error=\"%s\"",
+                eccl_launch_emit(L, 0, "event=error peer=%lld revision=%llu what=sync error=\"%s\"",
                      (long long)id, (unsigned long long)rev, eccl_strerror(rc));
                 status = 1;
                 break;
@@ -161,16 +139,16 @@ int eccl_diloco_run(const eccl_launch *L, const eccl_diloco_options *opts)
                 /* Our model differed from the group's although we were in
                  * step with it: someone's all-reduce outcome or advance
                  * diverged. The sync repaired it; the run is still wrong. */
-                emit(L, 0, "event=corrupt peer=%lld revision=%llu what=diverged fetched=%u",
+                eccl_launch_emit(L, 0, "event=corrupt peer=%lld revision=%llu what=diverged fetched=%u",
                      (long long)id, (unsigned long long)st.revision, si.keys_fetched);
                 status = 1;
             }
             if (!have_synced)
-                emit(L, 0,
+                eccl_launch_emit(L, 0,
                      "event=joined peer=%lld revision=%llu hash=%016llx fetched=%u rx_bytes=%llu "
                      "world=%lld t_ms=%.1f",
                      (long long)id, (unsigned long long)st.revision,
-                     (unsigned long long)fnv1a(model, o.count), si.keys_fetched,
+                     (unsigned long long)eccl_launch_hash_f32(model, o.count), si.keys_fetched,
                      (unsigned long long)si.rx_bytes, (long long)world, L->now_ms(L->ctx));
             rev = st.revision;
             have_synced = synced = 1;
@@ -179,32 +157,32 @@ int eccl_diloco_run(const eccl_launch *L, const eccl_diloco_options *opts)
         if (o.step_ms > 0) L->sleep_ms(L->ctx, o.step_ms); /* the inner steps */
         for (size_t i = 0; i < o.count; i++) delta[i] = delta_value(rev, i);
         delta[o.count] = o.stop_after_ms > 0 && L->now_ms(L->ctx) >= o.stop_after_ms;
-        uint64_t before = fnv1a(delta, o.count + 1);
+        uint64_t before = eccl_launch_hash_f32(delta, o.count + 1);
         eccl_request *req = NULL;
         eccl_reduce_info info = {0};
         const uint64_t tag = (1ull << 62) | rev; /* one attempt per revision */
         rc = eccl_allreduce_async(comm, delta, delta, o.count + 1, ECCL_F32, ECCL_SUM, tag, &req);
         if (rc == ECCL_OK) rc = eccl_wait(req, &info);
         if (rc == ECCL_ERR_PEER_LOST || rc == ECCL_ERR_TOO_FEW_PEERS || rc == ECCL_ERR_TIMEOUT) {
-            int restored = fnv1a(delta, o.count + 1) == before;
-            emit(L, 0, "event=retry peer=%lld revision=%llu what=allreduce error=\"%s\" restored=%s",
+            int restored = eccl_launch_hash_f32(delta, o.count + 1) == before;
+            eccl_launch_emit(L, 0, "event=retry peer=%lld revision=%llu what=allreduce error=\"%s\" restored=%s",
                  (long long)id, (unsigned long long)rev, eccl_strerror(rc),
                  restored ? "yes" : "NO");
             if (!restored) {
-                emit(L, 0, "event=corrupt peer=%lld revision=%llu what=not_restored",
+                eccl_launch_emit(L, 0, "event=corrupt peer=%lld revision=%llu what=not_restored",
                      (long long)id, (unsigned long long)rev);
                 status = 1;
             }
             /* No advance; the revision still moves on (see the header). */
             rev++;
             synced = 0;
-            emit(L, 0, "event=rev peer=%lld revision=%llu hash=%016llx world=%lld advanced=0 t_ms=%.1f",
+            eccl_launch_emit(L, 0, "event=rev peer=%lld revision=%llu hash=%016llx world=%lld advanced=0 t_ms=%.1f",
                  (long long)id, (unsigned long long)rev,
-                 (unsigned long long)fnv1a(model, o.count), (long long)world, L->now_ms(L->ctx));
+                 (unsigned long long)eccl_launch_hash_f32(model, o.count), (long long)world, L->now_ms(L->ctx));
             continue;
         }
         if (rc != ECCL_OK) {
-            emit(L, 0, "event=error peer=%lld revision=%llu what=allreduce error=\"%s\"",
+            eccl_launch_emit(L, 0, "event=error peer=%lld revision=%llu what=allreduce error=\"%s\"",
                  (long long)id, (unsigned long long)rev, eccl_strerror(rc));
             status = 1;
             break;
@@ -214,7 +192,7 @@ int eccl_diloco_run(const eccl_launch *L, const eccl_diloco_options *opts)
         for (size_t i = 0; i < o.count; i++) wrong += delta[i] != w * delta_value(rev, i);
         if (!(delta[o.count] >= 0 && delta[o.count] <= w)) wrong++;
         if (wrong) {
-            emit(L, 0, "event=corrupt peer=%lld revision=%llu what=allreduce wrong=%zu world=%u",
+            eccl_launch_emit(L, 0, "event=corrupt peer=%lld revision=%llu what=allreduce wrong=%zu world=%u",
                  (long long)id, (unsigned long long)rev, wrong, info.world_size);
             status = 1;
         }
@@ -228,14 +206,14 @@ int eccl_diloco_run(const eccl_launch *L, const eccl_diloco_options *opts)
             bits ^= 1u << 3;
             memcpy(&model[o.count / 2], &bits, sizeof bits);
         }
-        emit(L, 0, "event=rev peer=%lld revision=%llu hash=%016llx world=%u advanced=1 t_ms=%.1f",
-             (long long)id, (unsigned long long)rev, (unsigned long long)fnv1a(model, o.count),
+        eccl_launch_emit(L, 0, "event=rev peer=%lld revision=%llu hash=%016llx world=%u advanced=1 t_ms=%.1f",
+             (long long)id, (unsigned long long)rev, (unsigned long long)eccl_launch_hash_f32(model, o.count),
              info.world_size, L->now_ms(L->ctx));
     }
     eccl_comm_destroy(comm);
     free(model);
     free(delta);
-    emit(L, 0, "event=exit peer=%lld revision=%llu status=%d", (long long)id,
+    eccl_launch_emit(L, 0, "event=exit peer=%lld revision=%llu status=%d", (long long)id,
          (unsigned long long)rev, status);
     return status;
 }

@@ -2,9 +2,8 @@
  *
  * The loop itself lives in worker_loop.c, written against eccl.h and the
  * launch interface only, so that tests/sim/sim_worker.c runs the very same
- * loop as SimGrid actors. This file parses the command line and supplies the
- * real launch: eccl_comm_create, usleep, CLOCK_MONOTONIC and line-buffered
- * stdout. One line per event on stdout, as key=value pairs.
+ * loop as SimGrid actors. This file parses the command line; the process
+ * launch is launch_real.c. One line per event on stdout, as key=value pairs.
  */
 #define _GNU_SOURCE
 #include <eccl.h>
@@ -12,36 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "worker_loop.h"
-
-static eccl_result real_comm_create(void *ctx, const eccl_comm_params *params, eccl_comm **out)
-{
-    (void)ctx;
-    return eccl_comm_create(params, out);
-}
-
-static void real_sleep_ms(void *ctx, int ms)
-{
-    (void)ctx;
-    usleep((useconds_t)ms * 1000);
-}
-
-static double real_now_ms(void *ctx)
-{
-    (void)ctx;
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
-static void real_print(void *ctx, int to_stderr, const char *line)
-{
-    (void)ctx;
-    fprintf(to_stderr ? stderr : stdout, "%s\n", line);
-}
 
 static void usage(const char *argv0)
 {
@@ -82,14 +53,7 @@ int main(int argc, char **argv)
 {
     eccl_worker_options o;
     parse(argc, argv, &o);
-    setvbuf(stdout, NULL, _IOLBF, 0);
-    eccl_launch launch = {
-        .ctx = NULL,
-        .comm_create = real_comm_create,
-        .sleep_ms = real_sleep_ms,
-        .now_ms = real_now_ms,
-        .print = real_print,
-        .pid = (int)getpid(),
-    };
+    eccl_launch launch;
+    eccl_launch_real(&launch);
     return eccl_worker_run(&launch, &o);
 }

@@ -22,29 +22,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-__attribute__((format(printf, 3, 4))) static void emit(const eccl_launch *L, int to_stderr,
-                                                       const char *fmt, ...)
-{
-    char line[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(line, sizeof line, fmt, ap);
-    va_end(ap);
-    L->print(L->ctx, to_stderr, line);
-}
-
-/* FNV-1a over 32-bit words (buffers here are f32): fast enough for 64 MiB. */
-static uint64_t fnv1a(const float *p, size_t n)
-{
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++) {
-        uint32_t w;
-        memcpy(&w, &p[i], sizeof w);
-        h = (h ^ w) * 1099511628211ull;
-    }
-    return h;
-}
-
 static float contribution(int iter, size_t i) { return (float)((iter * 31 + (int)(i % 1021)) % 17 + 1); }
 
 /* The two all-reduce buffers, from the launch when it has its own memory. */
@@ -109,17 +86,17 @@ int eccl_worker_run(const eccl_launch *L, const eccl_worker_options *opts)
     eccl_result rc = L->comm_create(L->ctx, &params, &comm);
     if (rc == ECCL_OK) rc = eccl_comm_connect(comm);
     if (rc != ECCL_OK) {
-        emit(L, 1, "eccl-worker: connect: %s", eccl_strerror(rc));
+        eccl_launch_emit(L, 1, "eccl-worker: connect: %s", eccl_strerror(rc));
         eccl_comm_destroy(comm);
         return 1;
     }
     int64_t id = 0;
     eccl_comm_get_attr(comm, ECCL_ATTR_PEER_ID, &id);
-    emit(L, 0, "event=connected peer=%lld pid=%d", (long long)id, L->pid);
+    eccl_launch_emit(L, 0, "event=connected peer=%lld pid=%d", (long long)id, L->pid);
 
     float *send = NULL, *recv = NULL;
     if (!alloc_buffers(L, o.count * sizeof(float), &send, &recv)) {
-        emit(L, 1, "eccl-worker: cannot allocate 2 x %zu bytes", o.count * sizeof(float));
+        eccl_launch_emit(L, 1, "eccl-worker: cannot allocate 2 x %zu bytes", o.count * sizeof(float));
         eccl_comm_destroy(comm);
         return 1;
     }
@@ -150,7 +127,7 @@ int eccl_worker_run(const eccl_launch *L, const eccl_worker_options *opts)
             if (rc == ECCL_ERR_PEER_LOST) continue;
         }
         if (rc != ECCL_OK) {
-            emit(L, 0, "event=error peer=%lld iter=%d what=membership error=\"%s\"", (long long)id,
+            eccl_launch_emit(L, 0, "event=error peer=%lld iter=%d what=membership error=\"%s\"", (long long)id,
                  iter, eccl_strerror(rc));
             status = 1;
             break;
@@ -160,7 +137,7 @@ int eccl_worker_run(const eccl_launch *L, const eccl_worker_options *opts)
         if (world < o.world_min || world < o.start_world) {
             if (waiting_since == 0) waiting_since = L->now_ms(L->ctx);
             if (L->now_ms(L->ctx) - waiting_since > o.wait_ms) {
-                emit(L, 0, "event=gave_up peer=%lld iter=%d world=%lld", (long long)id, iter,
+                eccl_launch_emit(L, 0, "event=gave_up peer=%lld iter=%d world=%lld", (long long)id, iter,
                      (long long)world);
                 status = 1;
                 break;
@@ -178,19 +155,19 @@ int eccl_worker_run(const eccl_launch *L, const eccl_worker_options *opts)
             rc = eccl_comm_optimize_topology(comm, NULL, &ti);
             double ms = L->now_ms(L->ctx) - t0;
             if (rc == ECCL_ERR_PEER_LOST || rc == ECCL_ERR_TIMEOUT) {
-                emit(L, 0, "event=optimize_failed peer=%lld iter=%d error=\"%s\"", (long long)id,
+                eccl_launch_emit(L, 0, "event=optimize_failed peer=%lld iter=%d error=\"%s\"", (long long)id,
                      iter, eccl_strerror(rc));
                 agreed = 0;
                 continue;
             }
             if (rc != ECCL_OK) {
-                emit(L, 0, "event=error peer=%lld iter=%d what=optimize error=\"%s\"",
+                eccl_launch_emit(L, 0, "event=error peer=%lld iter=%d what=optimize error=\"%s\"",
                      (long long)id, iter, eccl_strerror(rc));
                 status = 1;
                 break;
             }
             optimized = 1;
-            emit(L, 0,
+            eccl_launch_emit(L, 0,
                  "event=optimized peer=%lld iter=%d world=%lld changed=%d pairs=%u "
                  "old_bps=%.4g new_bps=%.4g call_ms=%.1f",
                  (long long)id, iter, (long long)world, ti.changed, ti.pairs_measured,
@@ -207,16 +184,16 @@ int eccl_worker_run(const eccl_launch *L, const eccl_worker_options *opts)
             send[i] = contribution(iter, i);
             recv[i] = (float)iter; /* arbitrary content the call must not lose */
         }
-        uint64_t before = phantom ? 0 : fnv1a(recv, o.count);
+        uint64_t before = phantom ? 0 : eccl_launch_hash_f32(recv, o.count);
         eccl_reduce_info info = {0};
-        emit(L, 0, "event=begin peer=%lld iter=%d world=%lld", (long long)id, iter,
+        eccl_launch_emit(L, 0, "event=begin peer=%lld iter=%d world=%lld", (long long)id, iter,
              (long long)world);
         double t0 = L->now_ms(L->ctx);
         rc = eccl_allreduce(comm, send, recv, o.count, ECCL_F32, ECCL_SUM, (uint64_t)iter, &info);
         double ms = L->now_ms(L->ctx) - t0;
         if (rc == ECCL_ERR_PEER_LOST || rc == ECCL_ERR_TOO_FEW_PEERS || rc == ECCL_ERR_TIMEOUT) {
-            int restored = phantom || fnv1a(recv, o.count) == before;
-            emit(L, 0, "event=%s peer=%lld iter=%d world=%lld ms=%.1f restored=%s",
+            int restored = phantom || eccl_launch_hash_f32(recv, o.count) == before;
+            eccl_launch_emit(L, 0, "event=%s peer=%lld iter=%d world=%lld ms=%.1f restored=%s",
                  rc == ECCL_ERR_PEER_LOST ? "peer_lost"
                  : rc == ECCL_ERR_TIMEOUT  ? "timeout"
                                            : "too_few_peers",
@@ -227,13 +204,13 @@ int eccl_worker_run(const eccl_launch *L, const eccl_worker_options *opts)
             continue; /* retry this iteration with whoever is left */
         }
         if (rc != ECCL_OK) {
-            emit(L, 0, "event=error peer=%lld iter=%d error=\"%s\"", (long long)id, iter,
+            eccl_launch_emit(L, 0, "event=error peer=%lld iter=%d error=\"%s\"", (long long)id, iter,
                  eccl_strerror(rc));
             status = 1;
             break;
         }
         if (phantom) {
-            emit(L, 0, "event=ok peer=%lld iter=%d world=%u ms=%.1f values=phantom",
+            eccl_launch_emit(L, 0, "event=ok peer=%lld iter=%d world=%u ms=%.1f values=phantom",
                  (long long)id, iter, info.world_size, ms);
             iter++;
             continue;
@@ -241,14 +218,14 @@ int eccl_worker_run(const eccl_launch *L, const eccl_worker_options *opts)
         size_t wrong = 0;
         for (size_t i = 0; i < o.count; i++)
             wrong += recv[i] != (float)info.world_size * contribution(iter, i);
-        emit(L, 0, "event=ok peer=%lld iter=%d world=%u ms=%.1f wrong=%zu hash=%016llx",
+        eccl_launch_emit(L, 0, "event=ok peer=%lld iter=%d world=%u ms=%.1f wrong=%zu hash=%016llx",
              (long long)id, iter, info.world_size, ms, wrong,
-             (unsigned long long)fnv1a(recv, o.count));
+             (unsigned long long)eccl_launch_hash_f32(recv, o.count));
         if (wrong) status = 1;
         iter++;
     }
     eccl_comm_destroy(comm);
     free_buffers(L, send, recv);
-    emit(L, 0, "event=exit peer=%lld status=%d", (long long)id, status);
+    eccl_launch_emit(L, 0, "event=exit peer=%lld status=%d", (long long)id, status);
     return status;
 }

@@ -36,6 +36,17 @@ typedef struct eccl_launch {
     int phantom;
 } eccl_launch;
 
+/* One line through L->print (printf-style, truncated at 511 bytes). */
+void eccl_launch_emit(const eccl_launch *L, int to_stderr, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* FNV-1a over the 32-bit words of an f32 buffer: the loops' result and
+ * model hashes, printed for parity checks. */
+uint64_t eccl_launch_hash_f32(const float *p, size_t n);
+/* The process launch (eccl-worker, eccl-diloco): eccl_comm_create,
+ * nanosleep, CLOCK_MONOTONIC, stdout/stderr lines, getpid. Defined in
+ * launch_real.c, which only processes link. */
+void eccl_launch_real(eccl_launch *L);
+
 typedef struct eccl_worker_options {
     const char *master;
     size_t count;    /* f32 elements */

@@ -24,6 +24,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "churn_check.h" /* churn_field: key=value lines */
+
 #define MAX_WORKERS 16
 
 typedef struct worker {
@@ -63,33 +65,16 @@ static double now_s(void)
     return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-/* Value of `key=` in a key=value line, copied into out. */
-static int field(const char *line, const char *key, char *out, size_t len)
-{
-    size_t k = strlen(key);
-    for (const char *p = line; (p = strstr(p, key)) != NULL; p++) {
-        if ((p == line || p[-1] == ' ') && p[k] == '=') {
-            p += k + 1;
-            size_t n = strcspn(p, " \n");
-            if (n >= len) n = len - 1;
-            memcpy(out, p, n);
-            out[n] = 0;
-            return 1;
-        }
-    }
-    return 0;
-}
-
 static long long field_ll(const char *line, const char *key)
 {
     char v[64];
-    return field(line, key, v, sizeof v) ? strtoll(v, NULL, 0) : -1;
+    return churn_field(line, key, v, sizeof v) ? strtoll(v, NULL, 0) : -1;
 }
 
 static double field_d(const char *line, const char *key)
 {
     char v[64];
-    return field(line, key, v, sizeof v) ? strtod(v, NULL) : -1;
+    return churn_field(line, key, v, sizeof v) ? strtod(v, NULL) : -1;
 }
 
 static int alive_count(const demo *d)
@@ -115,7 +100,7 @@ static void on_line(demo *d, int i, const char *line)
 {
     worker *w = &d->w[i];
     char ev[32] = "";
-    field(line, "event", ev, sizeof ev);
+    churn_field(line, "event", ev, sizeof ev);
     long long iter = field_ll(line, "iter");
     if (!strcmp(ev, "begin") && iter >= 0 && iter < 1024) {
         d->begins[iter]++;
@@ -124,7 +109,7 @@ static void on_line(demo *d, int i, const char *line)
         say(d, "worker %d connected to the master as peer %lld", i, w->peer);
     } else if (!strcmp(ev, "ok") && iter >= 0 && iter < 1024) {
         char h[32] = "";
-        field(line, "hash", h, sizeof h);
+        churn_field(line, "hash", h, sizeof h);
         unsigned long long hv = strtoull(h, NULL, 16);
         if (d->oks[iter] == 0) d->hash[iter] = hv;
         else if (d->hash[iter] != hv) d->hash_mismatch = 1;
@@ -137,7 +122,7 @@ static void on_line(demo *d, int i, const char *line)
         }
     } else if (!strcmp(ev, "peer_lost") || !strcmp(ev, "timeout")) {
         char restored[8] = "";
-        field(line, "restored", restored, sizeof restored);
+        churn_field(line, "restored", restored, sizeof restored);
         if (strcmp(restored, "yes") != 0) w->restored_bad = 1;
         w->lost_seen = 1;
         w->lost_ms = field_d(line, "ms");
