@@ -1655,9 +1655,13 @@ static void master_main(int argc, char **argv)
     if (rc != ECCL_OK) {
         eccl_sg_printf("master", "FAIL master start: %s", eccl_strerror(rc));
         eccl_master_destroy(m);
+        s->oom = 1;
         return;
     }
-    while (s->done < s->cfg->ranks) sg_actor_sleep_for(0.001);
+    /* Until every rank is done (diloco: until the churn is over and no
+     * worker lives). */
+    while (s->cfg->diloco ? !(s->dl_live == 0 && s->churn_done) : s->done < s->cfg->ranks)
+        sg_actor_sleep_for(0.001);
     eccl_master_destroy(m);
 }
 
@@ -2214,24 +2218,6 @@ static void dl_rank_main(int argc, char **argv)
     dl_worker_ended(s, r);
 }
 
-static void dl_master_main(int argc, char **argv)
-{
-    (void)argc;
-    (void)argv;
-    sim *s = sg_actor_self_get_data();
-    eccl_master *m = NULL;
-    eccl_result rc = eccl_sg_master_create(s->w, s->master_addr, &m);
-    if (rc == ECCL_OK) rc = eccl_master_run(m);
-    if (rc != ECCL_OK) {
-        eccl_sg_printf("master", "FAIL master start: %s", eccl_strerror(rc));
-        eccl_master_destroy(m);
-        s->oom = 1;
-        return;
-    }
-    while (!(s->dl_live == 0 && s->churn_done)) sg_actor_sleep_for(0.001);
-    eccl_master_destroy(m);
-}
-
 static int dl_write_plot(const scenario_cfg *c, const char *dir)
 {
     FILE *f = open_out(dir, "plot.gp");
@@ -2287,7 +2273,7 @@ static int run_diloco(sim *s, scenario_cfg *cfg, const char *outdir)
                    (unsigned long long)cfg->seed, cfg->platform, cfg->hosts, cfg->ranks,
                    cfg->count, cfg->duration_s, churn, outdir);
     s->churn_done = !cfg->have_churn;
-    start_actor("master", "node-0", dl_master_main, s);
+    start_actor("master", "node-0", master_main, s);
     if (cfg->have_churn) start_actor("churn", "node-0", churn_main, s);
     for (int i = 0; i < cfg->ranks; i++) dl_start_worker(s, &s->rk[i], s->rk[i].arrive_ns);
     simgrid_run();
