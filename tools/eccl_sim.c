@@ -2057,6 +2057,23 @@ static int render_plot(const char *dir)
     return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
 }
 
+/* Renders plot.png from plot.gp; what the summary says of it. A gnuplot
+ * that is missing is not an error; one that fails is (*io_err). */
+static const char *plot_png(const char *outdir, int *io_err)
+{
+    int pr = render_plot(outdir);
+    if (pr == 1) {
+        fprintf(stderr, "eccl-sim: gnuplot not found: skipping plot.png (install gnuplot-nox)\n");
+        return "skipped";
+    }
+    if (pr < 0) {
+        fprintf(stderr, "eccl-sim: gnuplot failed on %s/plot.gp\n", outdir);
+        *io_err = 1;
+        return "failed";
+    }
+    return "plot.png";
+}
+
 /* ---- workload = diloco: seeded churn, judged by tools/churn_check.c ------- */
 
 static void dl_rank_main(int argc, char **argv);
@@ -2335,20 +2352,7 @@ static int run_diloco(sim *s, scenario_cfg *cfg, const char *outdir)
         io_err = 1;
     }
     io_err |= dl_write_plot(cfg, outdir) != 0;
-    const char *plot = "none";
-    if (!io_err) {
-        int pr = render_plot(outdir);
-        if (pr == 1) {
-            fprintf(stderr, "eccl-sim: gnuplot not found: skipping plot.png (install gnuplot-nox)\n");
-            plot = "skipped";
-        } else if (pr < 0) {
-            fprintf(stderr, "eccl-sim: gnuplot failed on %s/plot.gp\n", outdir);
-            plot = "failed";
-            io_err = 1;
-        } else {
-            plot = "plot.png";
-        }
-    }
+    const char *plot = io_err ? "none" : plot_png(outdir, &io_err);
     printf("scenario=%s seed=%llu ranks=%d workload=diloco checks=%s%s%s revisions=%llu "
            "max_revision=%llu parity_breaks=%llu corrupt=%llu errors=%llu max_stall_s=%s "
            "kills=%d joins=%llu spawned=%d sim_time_s=%s events=%zu out=%s plot=%s\n",
@@ -2718,21 +2722,7 @@ int main(int argc, char **argv)
         io_err = 1;
     }
     io_err |= write_plot_script(&cfg, outdir) != 0;
-    const char *plot = "none";
-    if (!io_err) {
-        int pr = render_plot(outdir);
-        if (pr == 1) {
-            fprintf(stderr, "eccl-sim: gnuplot not found: skipping plot.png "
-                            "(install gnuplot-nox)\n");
-            plot = "skipped";
-        } else if (pr < 0) {
-            fprintf(stderr, "eccl-sim: gnuplot failed on %s/plot.gp\n", outdir);
-            plot = "failed";
-            io_err = 1;
-        } else {
-            plot = "plot.png";
-        }
-    }
+    const char *plot = io_err ? "none" : plot_png(outdir, &io_err);
 
     printf("scenario=%s seed=%llu ranks=%d killed=%d dropped=%d joined=%d survivors=%d "
            "expect_survivors=%d iters=%d buffers=%s values=%s checks=%s sim_time_s=%s "
