@@ -115,8 +115,10 @@ struct mgroup {
     uint32_t opt_rounds;    /* probe rounds run by this call */
     eccl_msg_opt_req opt_req; /* the lowest-id member's options */
     eccl_msg_opt_done opt_done; /* the outcome, sent once rewired */
-    /* moonshot: the last solved ring (members' ids in ring order) */
+    /* moonshot: the members it searches for (ids, in the order moon_cost
+     * rows are), and its best ring as indices into them */
     uint64_t *moon_ids;
+    uint32_t *moon_ring;
     uint32_t moon_n;
     uint64_t moon_kicks;    /* spent so far */
     double *moon_cost;      /* the matrix it searches */
@@ -707,8 +709,10 @@ static eccl_result on_sync_report(eccl_master *m, mpeer *p, const eccl_msg_sync_
 static void moon_reset(mgroup *g)
 {
     free(g->moon_ids);
+    free(g->moon_ring);
     free(g->moon_cost);
     g->moon_ids = NULL;
+    g->moon_ring = NULL;
     g->moon_cost = NULL;
     g->moon_n = 0;
     g->moon_kicks = 0;
@@ -756,7 +760,7 @@ static int moon_tour(const mgroup *g, uint32_t *tour)
     if (!g->moon_better || g->moon_n != g->n) return 0;
     for (uint32_t k = 0; k < g->n; k++) {
         uint32_t i = 0;
-        while (i < g->n && g->members[i]->id != g->moon_ids[k]) i++;
+        while (i < g->n && g->members[i]->id != g->moon_ids[g->moon_ring[k]]) i++;
         if (i == g->n) return 0;
         tour[k] = i;
     }
@@ -817,10 +821,14 @@ static void opt_solve(eccl_master *m, mgroup *g)
     /* The moonshot searches on from the ring now in use, unless that one
      * is proven optimal. */
     moon_reset(g);
-    if (!best.exact && n > 3) {
-        for (uint32_t i = 0; i < n; i++) ids[i] = g->members[i]->id;
+    uint32_t *moon_ring = !best.exact && n > 3 ? malloc(n * sizeof *moon_ring) : NULL;
+    if (moon_ring) {
+        for (uint32_t i = 0; i < n; i++) {
+            ids[i] = g->members[i]->id;
+            moon_ring[i] = i;
+        }
         eccl_bw_store_costs(&m->bw, ids, n, cost);
-        g->moon_ids = ids, g->moon_cost = cost, g->moon_n = n;
+        g->moon_ids = ids, g->moon_ring = moon_ring, g->moon_cost = cost, g->moon_n = n;
         ids = NULL, cost = NULL;
     }
     free(ids), free(cost), free(tour), free(alt), free(ring);
@@ -833,38 +841,21 @@ static void opt_solve(eccl_master *m, mgroup *g)
     start_view_changes(m);
 }
 
-/* Kicks of the background search, a slice per master step; 1 while some
- * group has budget left. Its ring lives in moon_ids (the order is the
- * ring): improve works on index tours, so the ids are permuted after. */
+/* Kicks of the background search, a slice per master step, on its ring in
+ * place; 1 while some group has budget left. */
 static int moon_step(eccl_master *m)
 {
     int more = 0;
     for (mgroup *g = m->groups; g; g = g->next) {
         if (!g->moon_ids || g->moon_kicks >= MASTER_MOON_KICKS) continue;
-        uint32_t n = g->moon_n;
-        uint32_t *tour = malloc(n * sizeof *tour);
-        uint64_t *ids = malloc(n * sizeof *ids);
-        double *cost = malloc((size_t)n * n * sizeof *cost);
         eccl_tsp_opts o = {.max_kicks = MASTER_MOON_SLICE, .seed = g->moon_kicks + 1};
         eccl_tsp_result r;
-        for (uint32_t i = 0; tour && i < n; i++) tour[i] = i;
-        if (!tour || !ids || !cost || eccl_tsp_improve(n, g->moon_cost, &o, tour, &r) != ECCL_OK) {
-            free(tour), free(ids), free(cost);
+        if (eccl_tsp_improve(g->moon_n, g->moon_cost, &o, g->moon_ring, &r) != ECCL_OK) {
             moon_reset(g);
             continue;
         }
         g->moon_kicks += MASTER_MOON_SLICE;
-        if (r.accepted) {
-            /* Re-index so that the found ring is again the identity. */
-            for (uint32_t k = 0; k < n; k++) ids[k] = g->moon_ids[tour[k]];
-            for (uint32_t a = 0; a < n; a++)
-                for (uint32_t b = 0; b < n; b++)
-                    cost[(size_t)a * n + b] = g->moon_cost[(size_t)tour[a] * n + tour[b]];
-            memcpy(g->moon_ids, ids, n * sizeof *ids);
-            memcpy(g->moon_cost, cost, (size_t)n * n * sizeof *cost);
-            g->moon_better = 1;
-        }
-        free(tour), free(ids), free(cost);
+        g->moon_better |= r.accepted > 0;
         more |= g->moon_kicks < MASTER_MOON_KICKS;
     }
     return more;
