@@ -2057,6 +2057,21 @@ static int render_plot(const char *dir)
     return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
 }
 
+/* Everything a run holds, once its summary is out. */
+static void sim_free(sim *s, scenario_cfg *cfg)
+{
+    eccl_sg_world_destroy(s->w);
+    free(s->rk);
+    free(s->oks_at);
+    free(s->ref_hash);
+    free(s->flinks);
+    free(s->order);
+    free(s->ev);
+    free(s);
+    free(cfg->faults);
+    fflush(stdout);
+}
+
 /* Renders plot.png from plot.gp; what the summary says of it. A gnuplot
  * that is missing is not an error; one that fails is (*io_err). */
 static const char *plot_png(const char *outdir, int *io_err)
@@ -2509,15 +2524,7 @@ int main(int argc, char **argv)
 
     if (cfg.diloco) {
         int status = run_diloco(s, &cfg, outdir);
-        eccl_sg_world_destroy(s->w);
-        free(s->rk);
-        free(s->oks_at);
-        free(s->ref_hash);
-        free(s->flinks);
-        free(s->ev);
-        free(s);
-        free(cfg.faults);
-        fflush(stdout);
+        sim_free(s, &cfg);
         return status;
     }
     /* Every random choice comes from this one stream, in this order. */
@@ -2732,15 +2739,6 @@ int main(int argc, char **argv)
            cfg.phantom ? "unchecked" : "checked", checks, sim_time, ar_mean, detect, slowdown,
            s->nev, outdir, plot);
 
-    eccl_sg_world_destroy(s->w);
-    free(s->rk);
-    free(s->oks_at);
-    free(s->ref_hash);
-    free(s->flinks);
-    free(s->order);
-    free(s->ev);
-    free(s);
-    free(cfg.faults);
-    fflush(stdout);
+    sim_free(s, &cfg);
     return failures == 0 && !io_err ? 0 : 1;
 }
