@@ -1,7 +1,8 @@
 /* eccl_comm_optimize_topology on loopback: every peer measures its probes,
  * the master solves and re-forms the ring, collectives run on the new
- * ring; the store is kept across calls; failpoints on the probes' and the
- * rewiring's connects; a member lost mid-call; conflicts with other calls.
+ * ring; the store is kept across calls; failpoints on the probes and on
+ * the rewiring (connect, accept, send, recv); a member lost mid-call;
+ * conflicts with other calls.
  * (The gain itself is shown on a simulated WAN: scenarios/ci/topo_wan.scn.) */
 #include <fiu-control.h>
 #include <fiu.h>
@@ -39,28 +40,81 @@ static long long val(cluster *cl, int i, int k) { return atomic_load(&cl->sh->sl
 static void set(int k, long long v) { atomic_store(&cluster_self()->val[k], v); }
 
 /* libfiu: fail the calls whose numbers (0-based, counted from arming) are
- * listed, and count each failure into the slot. */
+ * listed, and count each failure into the slot. At call number g_mark the
+ * call passes but raises CTL_REWIRING for every process: the rewiring
+ * has begun (see fp_mode). */
+enum { CTL_LEFT_OUT = 0, CTL_REWIRING = 1 };
 static atomic_int g_calls;
-static int g_fail_at[2] = {-1, -1};
+static int g_fail_at[2] = {-1, -1}, g_mark = -1;
 
 static int fp_decide(const char *name, int *failnum, void **failinfo, unsigned int *flags)
 {
     (void)name, (void)failnum, (void)failinfo, (void)flags;
     int n = atomic_fetch_add(&g_calls, 1);
+    if (n == g_mark) atomic_store(&cluster_shm()->ctl[CTL_REWIRING], 1);
     if (n != g_fail_at[0] && n != g_fail_at[1]) return 0;
     atomic_fetch_add(&cluster_self()->val[V_FIRED], 1);
     return 1;
 }
 
-static int fp_arm(const char *name, int first, int second)
+/* Once CTL_REWIRING is up (and, with g_after_accept, once this process
+ * has since entered accept): fail the first call in this process, once. */
+static atomic_int g_rewire_spent, g_after_accept, g_accepted;
+
+static int rewiring(void) { return atomic_load(&cluster_shm()->ctl[CTL_REWIRING]) != 0; }
+
+static int fp_note_accept(const char *name, int *failnum, void **failinfo, unsigned int *flags)
+{
+    (void)name, (void)failnum, (void)failinfo, (void)flags;
+    if (rewiring()) atomic_store(&g_accepted, 1);
+    return 0;
+}
+
+static int fp_decide_rewiring(const char *name, int *failnum, void **failinfo, unsigned int *flags)
+{
+    (void)failnum, (void)failinfo, (void)flags;
+    if (!rewiring() || (atomic_load(&g_after_accept) && !atomic_load(&g_accepted)) ||
+        atomic_exchange(&g_rewire_spent, 1))
+        return 0;
+    atomic_fetch_add(&cluster_self()->val[V_FIRED], 1);
+    if (getenv("FP_DEBUG"))
+        fprintf(stderr, "FIRED %s in peer %d\n", name, cluster_self_index());
+    return 1;
+}
+
+static int fp_init(void)
 {
     static int inited;
     if (!inited && fiu_init(0) != 0) return -1;
     inited = 1;
+    return 0;
+}
+
+static int fp_arm(const char *name, int first, int second, int mark)
+{
+    if (fp_init() != 0) return -1;
     atomic_store(&g_calls, 0);
     g_fail_at[0] = first;
     g_fail_at[1] = second;
+    g_mark = mark;
     return fiu_enable_external(name, 1, NULL, 0, fp_decide);
+}
+
+static int fp_arm_rewiring(const char *name, int after_accept)
+{
+    if (fp_init() != 0) return -1;
+    atomic_store(&g_rewire_spent, 0);
+    atomic_store(&g_after_accept, after_accept);
+    atomic_store(&g_accepted, 0);
+    if (after_accept && fiu_enable_external("eccl/net/accept", 1, NULL, 0, fp_note_accept) != 0)
+        return -1;
+    return fiu_enable_external(name, 1, NULL, 0, fp_decide_rewiring);
+}
+
+static void fp_disarm_rewiring(const char *name)
+{
+    fiu_disable(name);
+    if (atomic_load(&g_after_accept)) fiu_disable("eccl/net/accept");
 }
 
 #define AR_COUNT (1u << 16)
@@ -76,7 +130,7 @@ static int checked_allreduce(eccl_comm *c, int index, int n, uint64_t tag)
     eccl_result rc = eccl_allreduce(c, b, b, AR_COUNT, ECCL_F32, ECCL_SUM, tag, &info);
     int idx[CLUSTER_MAX_PEERS], k = 0;
     for (int i = 0; i < CLUSTER_MAX_PEERS && k < n; i++)
-        if (i != (int)atomic_load(&cluster_shm()->ctl[0]) - 1) idx[k++] = i;
+        if (i != (int)atomic_load(&cluster_shm()->ctl[CTL_LEFT_OUT]) - 1) idx[k++] = i;
     int bad = rc != ECCL_OK || info.world_size != (uint32_t)n ||
               cluster_check_values(b, ECCL_F32, ECCL_SUM, CL_PAT_SMALL, AR_COUNT, idx, n, tag,
                                    "all-reduce after optimize") != 0;
@@ -98,13 +152,31 @@ static void record(const eccl_topo_info *in, eccl_result rc)
     set(V_UNMEASURED, in->unmeasured_links);
 }
 
-enum fp_mode { FP_NONE, FP_PROBE, FP_PROBE_AND_REWIRE };
-
-/* Optimize, all-reduce, optimize again (only what failed to measure), all-reduce.
- * FP_PROBE: rank 0's first probe connect (to its ring next) fails, so the
+/* FP_PROBE: rank 0's first probe connect (to its ring next) fails, so the
  * old ring holds an unmeasured link and any ring without it is better: the
- * ring must change. FP_PROBE_AND_REWIRE: also its first connect after the
- * probes, which is the new ring's. */
+ * ring must change. The other modes add a failure in the rewiring. It
+ * starts in rank 0 at its first connect after the probes, which is to its
+ * new next (its old next link is the unmeasured one):
+ * FP_PROBE_AND_REWIRE fails that connect. FP_REWIRE_* let it pass, and then
+ * fail once: the next accept in each other peer; the next send in rank 0
+ * (the hello on its new link, as a rule); the first recv in each other
+ * peer after it accepted (the new link's hello, as a rule: the master has
+ * nothing to say until the ring is wired). */
+enum fp_mode {
+    FP_NONE,
+    FP_PROBE,
+    FP_PROBE_AND_REWIRE,
+    FP_REWIRE_ACCEPT,
+    FP_REWIRE_SEND,
+    FP_REWIRE_RECV
+};
+static const char *const rewire_fp[] = {
+    [FP_REWIRE_ACCEPT] = "eccl/net/accept",
+    [FP_REWIRE_SEND] = "eccl/net/send",
+    [FP_REWIRE_RECV] = "eccl/net/recv",
+};
+
+/* Optimize, all-reduce, optimize again (only what failed to measure), all-reduce. */
 static int opt_body(eccl_comm *c, int index, void *arg)
 {
     enum fp_mode mode = (enum fp_mode)(intptr_t)arg;
@@ -119,12 +191,18 @@ static int opt_body(eccl_comm *c, int index, void *arg)
     if (armed) {
         /* rank 0 probes world-1 targets: 1 connect in the broken round,
          * CONNS in each of the others; the next one rewires. */
-        int rewire = mode == FP_PROBE_AND_REWIRE ? 1 + CONNS * ((int)world - 2) : -1;
-        CL_CHECK(fp_arm("eccl/net/connect", 0, rewire) == 0, "fiu");
+        int rewire = 1 + CONNS * ((int)world - 2);
+        CL_CHECK(fp_arm("eccl/net/connect", 0, mode == FP_PROBE_AND_REWIRE ? rewire : -1,
+                        mode >= FP_REWIRE_ACCEPT ? rewire : -1) == 0,
+                 "fiu");
     }
+    const char *late = mode >= FP_REWIRE_ACCEPT ? rewire_fp[mode] : NULL;
+    int late_here = late && (mode == FP_REWIRE_SEND) == (rank == 0);
+    if (late_here) CL_CHECK(fp_arm_rewiring(late, mode == FP_REWIRE_RECV) == 0, "fiu");
     eccl_topo_info info;
     eccl_result rc = eccl_comm_optimize_topology(c, &o, &info);
     if (armed) fiu_disable("eccl/net/connect");
+    if (late_here) fp_disarm_rewiring(late);
     record(&info, rc);
     CL_OK(rc);
     CL_CHECK(checked_allreduce(c, index, (int)world, 100) == 0, "first all-reduce");
@@ -173,7 +251,10 @@ static void run_opt(cluster *cl, enum fp_mode mode)
     long long failed = 0;
     for (int i = 0; i < n; i++) failed += val(cl, i, V_FAILED);
     assert_int_equal(failed, mode != FP_NONE);
-    assert_int_equal(fired, mode == FP_NONE ? 0 : mode == FP_PROBE ? 1 : 2);
+    if (mode >= FP_REWIRE_ACCEPT)
+        assert_true(fired >= 2); /* the probe's connect, then each armed peer once at most */
+    else
+        assert_int_equal(fired, mode == FP_NONE ? 0 : mode == FP_PROBE ? 1 : 2);
     if (mode != FP_NONE) assert_int_equal(val(cl, 0, V_CHANGED), 1);
     cluster_fini(cl);
 }
@@ -181,6 +262,9 @@ static void run_opt(cluster *cl, enum fp_mode mode)
 static void test_opt_basic(void **state) { run_opt(*state, FP_NONE); }
 static void test_opt_probe_fails(void **state) { run_opt(*state, FP_PROBE); }
 static void test_opt_rewire_connect_fails(void **state) { run_opt(*state, FP_PROBE_AND_REWIRE); }
+static void test_opt_rewire_accept_fails(void **state) { run_opt(*state, FP_REWIRE_ACCEPT); }
+static void test_opt_rewire_send_fails(void **state) { run_opt(*state, FP_REWIRE_SEND); }
+static void test_opt_rewire_recv_fails(void **state) { run_opt(*state, FP_REWIRE_RECV); }
 
 /* ---- a member lost mid-call ------------------------------------------------------ */
 
@@ -228,7 +312,7 @@ static void test_opt_member_lost(void **state)
     assert_int_equal(cluster_spawn_n(cl, 4, loss_body, NULL), 0);
     assert_int_equal(cluster_wait_for(cl, all_in_call, NULL, 30000), 0);
     cluster_sleep_ms(150);
-    atomic_store(&cl->sh->ctl[0], 3 + 1); /* the checked sum leaves peer 3 out */
+    atomic_store(&cl->sh->ctl[CTL_LEFT_OUT], 3 + 1); /* the checked sum leaves peer 3 out */
     cluster_kill(cl, 3);
     for (int i = 0; i < 3; i++) assert_int_equal(cluster_wait(cl, i, 60000), 0);
     for (int i = 0; i < 3; i++) {
@@ -297,6 +381,12 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_opt_basic, cluster_test_setup, cluster_test_teardown),
         cmocka_unit_test_setup_teardown(test_opt_probe_fails, cluster_test_setup, cluster_test_teardown),
         cmocka_unit_test_setup_teardown(test_opt_rewire_connect_fails, cluster_test_setup,
+                                        cluster_test_teardown),
+        cmocka_unit_test_setup_teardown(test_opt_rewire_accept_fails, cluster_test_setup,
+                                        cluster_test_teardown),
+        cmocka_unit_test_setup_teardown(test_opt_rewire_send_fails, cluster_test_setup,
+                                        cluster_test_teardown),
+        cmocka_unit_test_setup_teardown(test_opt_rewire_recv_fails, cluster_test_setup,
                                         cluster_test_teardown),
         cmocka_unit_test_setup_teardown(test_opt_member_lost, cluster_test_setup, cluster_test_teardown),
         cmocka_unit_test_setup_teardown(test_opt_conflicts, cluster_test_setup, cluster_test_teardown),
