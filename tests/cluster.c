@@ -212,6 +212,7 @@ static void peer_main(cluster *cl, int index, uint32_t world, cluster_body body,
     p.connect_timeout_ms = cl->opts.connect_timeout_ms;
     if (cl->opts.p2p_pool_size) p.p2p_pool_size = cl->opts.p2p_pool_size;
     if (cl->opts.pool_size_of[index]) p.p2p_pool_size = cl->opts.pool_size_of[index];
+    p.peer_group = cl->opts.peer_group_of[index];
     if (cl->opts.pool_env) setenv("ECCL_P2P_POOL", cl->opts.pool_env, 1);
     eccl_result rc = eccl_comm_create(&p, &c);
     if (rc != ECCL_OK) {
@@ -283,6 +284,7 @@ int cluster_init(cluster *cl, const cluster_opts *opts)
         cl->opts.no_linger = opts->no_linger;
         cl->opts.p2p_pool_size = opts->p2p_pool_size;
         memcpy(cl->opts.pool_size_of, opts->pool_size_of, sizeof cl->opts.pool_size_of);
+        memcpy(cl->opts.peer_group_of, opts->peer_group_of, sizeof cl->opts.peer_group_of);
         cl->opts.pool_env = opts->pool_env;
     }
     for (int i = 0; i < CLUSTER_MAX_PEERS; i++) cl->status[i] = -1;

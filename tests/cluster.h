@@ -104,6 +104,8 @@ typedef struct cluster_opts {
      * of peer i where pool_size_of[i] is nonzero. */
     uint32_t p2p_pool_size;
     uint32_t pool_size_of[CLUSTER_MAX_PEERS];
+    /* eccl_comm_params.peer_group of peer i (default 0: one group). */
+    uint32_t peer_group_of[CLUSTER_MAX_PEERS];
     /* If set, every peer child sets ECCL_P2P_POOL to it before creating
      * its communicator. */
     const char *pool_env;
