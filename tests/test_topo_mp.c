@@ -33,7 +33,9 @@ enum {
     V_CHANGED2,
     V_IN_CALL,  /* 1 while inside the first call */
     V_TRIES,
-    V_WORLD
+    V_WORLD,
+    V_MOON,     /* info.moonshot of the first call */
+    V_MOON2     /* ... and of the second */
 };
 
 static long long val(cluster *cl, int i, int k) { return atomic_load(&cl->sh->slot[i].val[k]); }
@@ -150,6 +152,7 @@ static void record(const eccl_topo_info *in, eccl_result rc)
     set(V_FAILED, in->probes_failed);
     set(V_EXACT, in->exact);
     set(V_UNMEASURED, in->unmeasured_links);
+    set(V_MOON, in->moonshot);
 }
 
 /* FP_PROBE: rank 0's first probe connect (to its ring next) fails, so the
@@ -265,6 +268,65 @@ static void test_opt_rewire_connect_fails(void **state) { run_opt(*state, FP_PRO
 static void test_opt_rewire_accept_fails(void **state) { run_opt(*state, FP_REWIRE_ACCEPT); }
 static void test_opt_rewire_send_fails(void **state) { run_opt(*state, FP_REWIRE_SEND); }
 static void test_opt_rewire_recv_fails(void **state) { run_opt(*state, FP_REWIRE_RECV); }
+
+/* ---- the moonshot ------------------------------------------------------------------- */
+
+/* 13 peers: one more than the exact solver takes. The master's foreground
+ * solve gets one work unit (ECCL_TOPO_SOLVE_WORK=1), so it keeps the ring it
+ * has; the moonshot searches on from that ring between the calls. The
+ * second call measures only what failed (nothing, as a rule) and must adopt
+ * the moonshot's ring: it is strictly better than what the foreground finds
+ * again, on any matrix where the admission order is not a local optimum. */
+#define MOON_N 13
+
+static int moon_body(eccl_comm *c, int index, void *arg)
+{
+    (void)arg;
+    eccl_topo_opts o;
+    eccl_topo_opts_init(&o);
+    o.probe_ms = 20;
+    o.probe_conns = 1;
+    eccl_topo_info info;
+    eccl_result rc = eccl_comm_optimize_topology(c, &o, &info);
+    record(&info, rc);
+    CL_OK(rc);
+    cluster_sleep_ms(300); /* 4096 kicks at n = 13 take a few ms */
+    rc = eccl_comm_optimize_topology(c, &o, &info);
+    set(V_RC2, rc);
+    set(V_PAIRS2, info.pairs_measured);
+    set(V_CHANGED2, info.changed);
+    set(V_MOON2, info.moonshot);
+    CL_OK(rc);
+    return checked_allreduce(c, index, MOON_N, 300);
+}
+
+static void test_opt_moonshot_adopted(void **state)
+{
+    cluster *cl = *state;
+    setenv("ECCL_TOPO_SOLVE_WORK", "1", 1); /* read by the master, forked next */
+    int rc = cluster_init(cl, NULL);
+    unsetenv("ECCL_TOPO_SOLVE_WORK");
+    assert_int_equal(rc, 0);
+    assert_int_equal(cluster_spawn_n(cl, MOON_N, moon_body, NULL), 0);
+    assert_int_equal(cluster_wait_all(cl, 90000), 0);
+    long long failed = 0;
+    for (int i = 0; i < MOON_N; i++) failed += val(cl, i, V_FAILED);
+    printf("    first call: changed=%lld exact=%lld moonshot=%lld, %lld probes failed; "
+           "second: pairs=%lld changed=%lld moonshot=%lld\n",
+           val(cl, 0, V_CHANGED), val(cl, 0, V_EXACT), val(cl, 0, V_MOON), failed,
+           val(cl, 0, V_PAIRS2), val(cl, 0, V_CHANGED2), val(cl, 0, V_MOON2));
+    for (int i = 0; i < MOON_N; i++) {
+        assert_int_equal(val(cl, i, V_RC), ECCL_OK);
+        assert_int_equal(val(cl, i, V_RC2), ECCL_OK);
+        assert_int_equal(val(cl, i, V_EXACT), 0);
+        assert_int_equal(val(cl, i, V_MOON), 0); /* nothing searched before */
+        assert_int_equal(val(cl, i, V_PAIRS2), failed);
+        assert_int_equal(val(cl, i, V_MOON2), 1);
+        assert_int_equal(val(cl, i, V_CHANGED2), 1);
+        assert_true(cl->sh->slot[i].hash[0] == cl->sh->slot[0].hash[0]);
+    }
+    cluster_fini(cl);
+}
 
 /* ---- a member lost mid-call ------------------------------------------------------ */
 
@@ -387,6 +449,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_opt_rewire_send_fails, cluster_test_setup,
                                         cluster_test_teardown),
         cmocka_unit_test_setup_teardown(test_opt_rewire_recv_fails, cluster_test_setup,
+                                        cluster_test_teardown),
+        cmocka_unit_test_setup_teardown(test_opt_moonshot_adopted, cluster_test_setup,
                                         cluster_test_teardown),
         cmocka_unit_test_setup_teardown(test_opt_member_lost, cluster_test_setup, cluster_test_teardown),
         cmocka_unit_test_setup_teardown(test_opt_conflicts, cluster_test_setup, cluster_test_teardown),

@@ -23,6 +23,7 @@
 #include "sched/engine.h"
 #include "state/hash.h"
 #include "util/bufpool.h"
+#include "util/config.h"
 #include "util/log.h"
 
 #define COMM_RBUF_MASTER 4096u
@@ -1794,16 +1795,8 @@ eccl_result eccl_comm_create_with_env(eccl_env *env, eccl_env_release_fn release
         goto fail;
     }
     /* ECCL_P2P_POOL overrides the caller's pool size (a deployment knob). */
-    char v[32];
-    if (eccl_config_get(env, "ECCL_P2P_POOL", v, sizeof v) && v[0]) {
-        char *end = NULL;
-        unsigned long n = strtoul(v, &end, 10);
-        if (v[0] >= '0' && v[0] <= '9' && *end == '\0' && n >= 1 && n <= ECCL_WIRE_MAX_POOL)
-            c->params.p2p_pool_size = (uint32_t)n;
-        else
-            ECCL_WARN(env, "ECCL_P2P_POOL=\"%s\" is not a pool size in 1..%u; using %u", v,
-                      ECCL_WIRE_MAX_POOL, c->params.p2p_pool_size);
-    }
+    c->params.p2p_pool_size = (uint32_t)eccl_config_uint(env, "ECCL_P2P_POOL", 1, ECCL_WIRE_MAX_POOL,
+                                                         c->params.p2p_pool_size);
     c->pool_out = c->params.p2p_pool_size;
     if (c->pool_out > 1 && pool_alloc(c) != ECCL_OK) {
         rc = ECCL_ERR_NO_MEMORY;

@@ -27,6 +27,7 @@
 #include "state/sync.h"
 #include "topo/bwstore.h"
 #include "topo/tsp.h"
+#include "util/config.h"
 #include "util/log.h"
 
 #define MASTER_RBUF 512u
@@ -49,12 +50,14 @@ enum mgroup_sync { MG_SYNC_IDLE, MG_SYNC_COLLECTING, MG_SYNC_TRANSFER };
 /* The group's optimize_topology call: every member asks, the master runs
  * probe rounds, solves the ring and re-forms it (docs/protocol.md). */
 enum mgroup_opt { MG_OPT_IDLE, MG_OPT_COLLECTING, MG_OPT_PROBING, MG_OPT_REWIRING };
-/* The background search ("moonshot") spends this many kicks on a group's
- * last solved ring, MASTER_MOON_SLICE per master step, and its ring is
- * adopted at the next call if the members are the same. */
+/* The background search ("moonshot") spends ECCL_TOPO_MOONSHOT_KICKS
+ * (default below) on a group's last solved ring, MASTER_MOON_SLICE per
+ * master step, and its ring is adopted at the next call if the members are
+ * the same. */
 #define MASTER_MOON_KICKS 4096u
 #define MASTER_MOON_SLICE 8u
-/* The foreground solve's work budget (tsp.h units, ~10-20 ns each). */
+/* The foreground solve's work budget above the exact solver's 12 peers
+ * (tsp.h units, ~10-20 ns each): ECCL_TOPO_SOLVE_WORK, this by default. */
 #define MASTER_OPT_WORK 20000000ull
 
 typedef struct mgroup mgroup;
@@ -148,6 +151,8 @@ struct eccl_master {
     uint32_t n_admitting;   /* registered peers the current admission takes */
     uint64_t scan_at;       /* earliest heartbeat or silence deadline */
     eccl_bw_store bw;       /* measured links, kept across optimize calls */
+    uint64_t opt_work;      /* ECCL_TOPO_SOLVE_WORK */
+    uint64_t moon_budget;   /* ECCL_TOPO_MOONSHOT_KICKS: kicks per solved ring */
 };
 
 static const eccl_chan_handler peer_handler;
@@ -781,7 +786,7 @@ static void opt_solve(eccl_master *m, mgroup *g)
     mpeer **ring = malloc(n * sizeof *ring);
     eccl_result rc = ids && cost && tour && alt && ring ? ECCL_OK : ECCL_ERR_NO_MEMORY;
     eccl_tsp_result was = {0}, best = {0}, other;
-    eccl_tsp_opts o = {.max_work = MASTER_OPT_WORK};
+    eccl_tsp_opts o = {.max_work = m->opt_work};
     if (rc == ECCL_OK) {
         for (uint32_t i = 0; i < n; i++) {
             ids[i] = g->members[i]->id;
@@ -847,7 +852,7 @@ static int moon_step(eccl_master *m)
 {
     int more = 0;
     for (mgroup *g = m->groups; g; g = g->next) {
-        if (!g->moon_ids || g->moon_kicks >= MASTER_MOON_KICKS) continue;
+        if (!g->moon_ids || g->moon_kicks >= m->moon_budget) continue;
         eccl_tsp_opts o = {.max_kicks = MASTER_MOON_SLICE, .seed = g->moon_kicks + 1};
         eccl_tsp_result r;
         if (eccl_tsp_improve(g->moon_n, g->moon_cost, &o, g->moon_ring, &r) != ECCL_OK) {
@@ -856,7 +861,7 @@ static int moon_step(eccl_master *m)
         }
         g->moon_kicks += MASTER_MOON_SLICE;
         g->moon_better |= r.accepted > 0;
-        more |= g->moon_kicks < MASTER_MOON_KICKS;
+        more |= g->moon_kicks < m->moon_budget;
     }
     return more;
 }
@@ -1253,6 +1258,9 @@ eccl_result eccl_master_create_with_env(eccl_env *env, eccl_env_release_fn relea
     m->env_release = release;
     m->listener.kind = ECCL_HANDLE_LISTENER;
     snprintf(env->name, sizeof env->name, "master");
+    m->opt_work = eccl_config_uint(env, "ECCL_TOPO_SOLVE_WORK", 1, UINT64_MAX, MASTER_OPT_WORK);
+    m->moon_budget =
+        eccl_config_uint(env, "ECCL_TOPO_MOONSHOT_KICKS", 0, UINT32_MAX, MASTER_MOON_KICKS);
     ECCL_CHECK(env, eccl_engine_init(&m->eng, env, &master_engine_ops, m));
     rc = env->net->listen(env->net_ctx, listen_addr, &m->listener, &m->listener.l, m->addr);
     if (rc != ECCL_OK) {
