@@ -276,12 +276,14 @@ static void test_opt_rewire_recv_fails(void **state) { run_opt(*state, FP_REWIRE
  * has; the moonshot searches on from that ring between the calls. The
  * second call measures only what failed (nothing, as a rule) and must adopt
  * the moonshot's ring: it is strictly better than what the foreground finds
- * again, on any matrix where the admission order is not a local optimum. */
+ * again, on any matrix where the admission order is not a local optimum.
+ * The control: a 14th peer leaves between the calls, which discards the
+ * search (it was for other members), and the second call must not adopt. */
 #define MOON_N 13
 
 static int moon_body(eccl_comm *c, int index, void *arg)
 {
-    (void)arg;
+    int leave = arg != NULL;
     eccl_topo_opts o;
     eccl_topo_opts_init(&o);
     o.probe_ms = 20;
@@ -290,7 +292,13 @@ static int moon_body(eccl_comm *c, int index, void *arg)
     eccl_result rc = eccl_comm_optimize_topology(c, &o, &info);
     record(&info, rc);
     CL_OK(rc);
+    if (leave && index == MOON_N) return 0;
     cluster_sleep_ms(300); /* 4096 kicks at n = 13 take a few ms */
+    int64_t world = 0;
+    uint64_t until = cluster_now_ns() + 20 * CL_SEC;
+    do eccl_comm_get_attr(c, ECCL_ATTR_WORLD_SIZE, &world);
+    while (world != MOON_N && cluster_now_ns() < until && (cluster_sleep_ms(1), 1));
+    CL_CHECK(world == MOON_N, "world %lld", (long long)world);
     rc = eccl_comm_optimize_topology(c, &o, &info);
     set(V_RC2, rc);
     set(V_PAIRS2, info.pairs_measured);
@@ -300,33 +308,39 @@ static int moon_body(eccl_comm *c, int index, void *arg)
     return checked_allreduce(c, index, MOON_N, 300);
 }
 
-static void test_opt_moonshot_adopted(void **state)
+static void run_moon(cluster *cl, int leave)
 {
-    cluster *cl = *state;
+    cluster_opts co = {.no_linger = leave};
     setenv("ECCL_TOPO_SOLVE_WORK", "1", 1); /* read by the master, forked next */
-    int rc = cluster_init(cl, NULL);
+    int rc = cluster_init(cl, &co);
     unsetenv("ECCL_TOPO_SOLVE_WORK");
     assert_int_equal(rc, 0);
-    assert_int_equal(cluster_spawn_n(cl, MOON_N, moon_body, NULL), 0);
+    int n = MOON_N + leave;
+    assert_int_equal(cluster_spawn_n(cl, n, moon_body, leave ? cl : NULL), 0);
     assert_int_equal(cluster_wait_all(cl, 90000), 0);
     long long failed = 0;
-    for (int i = 0; i < MOON_N; i++) failed += val(cl, i, V_FAILED);
+    for (int i = 0; i < n; i++) failed += val(cl, i, V_FAILED);
     printf("    first call: changed=%lld exact=%lld moonshot=%lld, %lld probes failed; "
            "second: pairs=%lld changed=%lld moonshot=%lld\n",
            val(cl, 0, V_CHANGED), val(cl, 0, V_EXACT), val(cl, 0, V_MOON), failed,
            val(cl, 0, V_PAIRS2), val(cl, 0, V_CHANGED2), val(cl, 0, V_MOON2));
-    for (int i = 0; i < MOON_N; i++) {
+    for (int i = 0; i < n; i++) {
         assert_int_equal(val(cl, i, V_RC), ECCL_OK);
-        assert_int_equal(val(cl, i, V_RC2), ECCL_OK);
         assert_int_equal(val(cl, i, V_EXACT), 0);
         assert_int_equal(val(cl, i, V_MOON), 0); /* nothing searched before */
-        assert_int_equal(val(cl, i, V_PAIRS2), failed);
-        assert_int_equal(val(cl, i, V_MOON2), 1);
-        assert_int_equal(val(cl, i, V_CHANGED2), 1);
+        if (i == MOON_N) continue;               /* the leaver */
+        assert_int_equal(val(cl, i, V_RC2), ECCL_OK);
+        /* With the leaver's pairs forgotten, only what failed is missing. */
+        if (!leave) assert_int_equal(val(cl, i, V_PAIRS2), failed);
+        assert_int_equal(val(cl, i, V_MOON2), !leave);
+        if (!leave) assert_int_equal(val(cl, i, V_CHANGED2), 1);
         assert_true(cl->sh->slot[i].hash[0] == cl->sh->slot[0].hash[0]);
     }
     cluster_fini(cl);
 }
+
+static void test_opt_moonshot_adopted(void **state) { run_moon(*state, 0); }
+static void test_opt_moonshot_dropped_on_leave(void **state) { run_moon(*state, 1); }
 
 /* ---- a member lost mid-call ------------------------------------------------------ */
 
@@ -451,6 +465,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_opt_rewire_recv_fails, cluster_test_setup,
                                         cluster_test_teardown),
         cmocka_unit_test_setup_teardown(test_opt_moonshot_adopted, cluster_test_setup,
+                                        cluster_test_teardown),
+        cmocka_unit_test_setup_teardown(test_opt_moonshot_dropped_on_leave, cluster_test_setup,
                                         cluster_test_teardown),
         cmocka_unit_test_setup_teardown(test_opt_member_lost, cluster_test_setup, cluster_test_teardown),
         cmocka_unit_test_setup_teardown(test_opt_conflicts, cluster_test_setup, cluster_test_teardown),

@@ -125,6 +125,7 @@ struct mgroup {
     uint32_t moon_n;
     uint64_t moon_kicks;    /* spent so far */
     double *moon_cost;      /* the matrix it searches */
+    eccl_tsp_result moon_given; /* the price of the ring it was given */
     int moon_better;        /* it found a better ring than it was given */
 };
 
@@ -833,8 +834,12 @@ static void opt_solve(eccl_master *m, mgroup *g)
             moon_ring[i] = i;
         }
         eccl_bw_store_costs(&m->bw, ids, n, cost);
-        g->moon_ids = ids, g->moon_ring = moon_ring, g->moon_cost = cost, g->moon_n = n;
-        ids = NULL, cost = NULL;
+        if (eccl_tsp_eval(n, cost, NULL, moon_ring, &g->moon_given) == ECCL_OK) {
+            g->moon_ids = ids, g->moon_ring = moon_ring, g->moon_cost = cost, g->moon_n = n;
+            ids = NULL, cost = NULL;
+        } else {
+            free(moon_ring);
+        }
     }
     free(ids), free(cost), free(tour), free(alt), free(ring);
     if (!changed) {
@@ -860,7 +865,9 @@ static int moon_step(eccl_master *m)
             continue;
         }
         g->moon_kicks += MASTER_MOON_SLICE;
-        g->moon_better |= r.accepted > 0;
+        /* Against the ring it was given, not r.accepted: that counts kicks
+         * only, and the first slice's local search may be the whole gain. */
+        g->moon_better = eccl_tsp_compare(o.objective, &r, &g->moon_given) < 0;
         more |= g->moon_kicks < m->moon_budget;
     }
     return more;
