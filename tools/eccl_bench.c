@@ -28,6 +28,7 @@ enum { EXIT_USAGE = 2 };
 #define BENCH_ALIGN 64
 #define BENCH_MAX_NP 4096
 #define BENCH_TAG_BASE 1
+#define BENCH_MAX_INFLIGHT 64
 
 /* The check pattern uses (i * 3) mod 13 and, for prod, i mod 3, so every
  * contribution and every expected value repeats with period lcm(13, 3). */
@@ -51,6 +52,7 @@ struct bench_opts {
     uint64_t group;
     int group_set;
     uint64_t timeout_ms;   /* 0: the library's defaults */
+    uint64_t inflight;     /* all-reduces in flight per timed iteration */
 };
 
 struct dtype_desc {
@@ -100,6 +102,7 @@ struct bench_run {
     uint64_t next_tag;
     void *send;
     void *recv;            /* NULL in place */
+    void *more[BENCH_MAX_INFLIGHT]; /* --inflight: the other ops' outputs */
     double busbw_sum;
     unsigned rows;
     uint64_t wrong_total;
@@ -154,6 +157,10 @@ static void usage(FILE *out)
             "      --group G            peer group (default 0)\n"
             "      --timeout-ms MS      connect, operation and admission timeout\n"
             "                           (default: the library's)\n"
+            "      --inflight K         K async all-reduces (tags differ) in flight per\n"
+            "                           timed iteration, out of place; the row's time is\n"
+            "                           the K calls' and its bandwidth counts K buffers\n"
+            "                           (default 1: blocking calls)\n"
             "  -h, --help               show this help\n");
 }
 
@@ -202,6 +209,7 @@ enum {
     OPT_WORLD,
     OPT_GROUP,
     OPT_TIMEOUT,
+    OPT_INFLIGHT,
 };
 
 /* Handles one option that takes a number. Returns 0 or the exit status. */
@@ -217,6 +225,7 @@ static int parse_number(int c, const char *arg, struct bench_opts *o)
         {OPT_WORLD, "--world", 2, INT32_MAX, &o->world},
         {OPT_GROUP, "--group", 0, UINT32_MAX, &o->group},
         {OPT_TIMEOUT, "--timeout-ms", 1, UINT32_MAX, &o->timeout_ms},
+        {OPT_INFLIGHT, "--inflight", 1, BENCH_MAX_INFLIGHT, &o->inflight},
     };
 
     for (size_t i = 0; i < sizeof spec / sizeof spec[0]; i++) {
@@ -248,6 +257,7 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
         {"world", required_argument, NULL, OPT_WORLD},
         {"group", required_argument, NULL, OPT_GROUP},
         {"timeout-ms", required_argument, NULL, OPT_TIMEOUT},
+        {"inflight", required_argument, NULL, OPT_INFLIGHT},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -264,6 +274,7 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
         .dtype = ECCL_F32,
         .op = ECCL_SUM,
         .world = 2,
+        .inflight = 1,
     };
     opterr = 0;
     while ((c = getopt_long(argc, argv, ":b:e:f:n:w:c:d:o:I:h", longopts, NULL)) != -1) {
@@ -311,6 +322,8 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
         return usage_error("give exactly one of --np N and --master HOST:PORT");
     if (o->np != 0 && o->world_set)
         return usage_error("--world is implied by --np");
+    if (o->inflight > 1 && o->inplace)
+        return usage_error("--inflight wants out-of-place calls (-I 0): each op needs its own output");
     if (o->minbytes == 0)
         return usage_error("--minbytes must be at least 1");
     if (o->minbytes > o->maxbytes)
@@ -574,6 +587,30 @@ static int allreduce(struct bench_run *run, const void *send, void *recv, size_t
                        what, count, dtypes[t].name, op_names[op], tag);
 }
 
+/* One timed (or warm-up) iteration: one blocking all-reduce, or
+ * --inflight async ones, each into its own output, then waits for all. */
+static int round_of_calls(struct bench_run *run, size_t count, void *out, const char *what)
+{
+    const struct bench_opts *o = run->opts;
+    if (o->inflight == 1) return allreduce(run, run->send, out, count, o->dtype, o->op, what);
+    eccl_request *r[BENCH_MAX_INFLIGHT];
+    int failed = 0;
+    uint64_t k = 0;
+    for (; k < o->inflight; k++) {
+        uint64_t tag = run->next_tag++;
+        void *dst = k == 0 ? out : run->more[k - 1];
+        eccl_result rc = eccl_allreduce_async(run->comm, run->send, dst, count, o->dtype, o->op,
+                                              tag, &r[k]);
+        if (eccl_failed(rc, "rank %" PRId64 ": %s (async, tag %" PRIu64 ")", run->rank, what, tag)) {
+            failed = 1;
+            break;
+        }
+    }
+    for (uint64_t j = 0; j < k; j++)
+        failed |= eccl_failed(eccl_wait(r[j], NULL), "rank %" PRId64 ": %s (wait)", run->rank, what);
+    return failed;
+}
+
 /* One all-reduce of the check pattern; adds the mismatches to *wrong. */
 static int checked_call(struct bench_run *run, size_t count, uint64_t *wrong)
 {
@@ -625,9 +662,9 @@ static void print_header(const struct bench_run *run)
     const struct bench_opts *o = run->opts;
 
     printf("# eccl-bench: nranks %" PRId64 " dtype %s op %s inplace %" PRIu64
-           " iters %" PRIu64 " warmup %" PRIu64 " check %" PRIu64 "\n",
+           " iters %" PRIu64 " warmup %" PRIu64 " check %" PRIu64 " inflight %" PRIu64 "\n",
            run->nranks, run->dt->name, op_names[o->op], o->inplace, o->iters, o->warmup,
-           o->check);
+           o->check, o->inflight);
     printf("#       size         count      type   redop     time(us)   algbw(GB/s)"
            "   busbw(GB/s)  #wrong\n");
     fflush(stdout);
@@ -636,7 +673,7 @@ static void print_header(const struct bench_run *run)
 static void print_row(struct bench_run *run, size_t count, double time_us, uint64_t wrong)
 {
     size_t bytes = count * run->dt->size;
-    double algbw = (double)bytes / time_us / 1e3;
+    double algbw = (double)bytes * (double)run->opts->inflight / time_us / 1e3;
     double busbw = algbw * 2.0 * (double)(run->nranks - 1) / (double)run->nranks;
     char wrong_text[24] = "N/A";
 
@@ -663,7 +700,7 @@ static int run_size(struct bench_run *run, size_t size)
         return 0;
     fill_steady(run, count);
     for (uint64_t k = 0; k < o->warmup; k++)
-        if (allreduce(run, run->send, out, count, o->dtype, o->op, "warm-up all-reduce"))
+        if (round_of_calls(run, count, out, "warm-up all-reduce"))
             return 1;
     if (o->check) {
         if (checked_call(run, count, &wrong))
@@ -673,7 +710,7 @@ static int run_size(struct bench_run *run, size_t size)
 
     start = now_ns();
     for (uint64_t k = 0; k < o->iters; k++)
-        if (allreduce(run, run->send, out, count, o->dtype, o->op, "timed all-reduce"))
+        if (round_of_calls(run, count, out, "timed all-reduce"))
             return 1;
     time_us = (double)(now_ns() - start) / 1e3 / (double)o->iters;
 
@@ -768,6 +805,9 @@ static int alloc_buffers(struct bench_run *run)
         run->recv = aligned_alloc(BENCH_ALIGN, bytes);
     if (run->send == NULL || (!run->opts->inplace && run->recv == NULL))
         return eccl_failed(ECCL_ERR_NO_MEMORY, "allocating %zu-byte buffers", bytes);
+    for (uint64_t k = 1; k < run->opts->inflight; k++)
+        if ((run->more[k - 1] = aligned_alloc(BENCH_ALIGN, bytes)) == NULL)
+            return eccl_failed(ECCL_ERR_NO_MEMORY, "allocating %zu-byte buffers", bytes);
     return 0;
 }
 
@@ -833,6 +873,8 @@ static int run_rank(const struct bench_opts *o)
 out:
     free(run.send);
     free(run.recv);
+    for (int k = 0; k < BENCH_MAX_INFLIGHT; k++)
+        free(run.more[k]);
     if (run.comm != NULL)
         eccl_comm_destroy(run.comm);
     return status;
@@ -846,7 +888,7 @@ out:
 
 struct child_argv {
     char *argv[CHILD_ARGC_MAX];
-    char nums[10][CHILD_NUM_LEN];
+    char nums[12][CHILD_NUM_LEN];
     int argc;
     int nnums;
 };
@@ -888,6 +930,8 @@ static void build_child_argv(const struct bench_opts *o, const char *master,
         add_num(a, "--group", o->group);
     if (o->timeout_ms != 0)
         add_num(a, "--timeout-ms", o->timeout_ms);
+    if (o->inflight != 1)
+        add_num(a, "--inflight", o->inflight);
     a->argv[a->argc] = NULL;
 }
 
