@@ -153,6 +153,7 @@ struct eccl_listener {
 
 typedef struct sg_outbox_slot {
     sg_comm_t c;
+    sg_msg *m;    /* the payload: the receiver's once taken (done), else ours */
     uint64_t seq; /* the put's sequence in this actor: slots stay sorted */
     int done;
 } sg_outbox_slot;
@@ -215,18 +216,25 @@ static int outbox_reserve(sg_outbox *ob)
  * comm off this actor's SimGrid list. */
 static void outbox_collect(sg_outbox *ob)
 {
+    /* Every wait is a simcall, during which receivers mark slots where
+     * they stand: slots move only between waits. */
     while (ob->n > 0 && ob->s[ob->start].done) {
-        sg_comm_wait(ob->s[ob->start].c);
+        sg_comm_t c = ob->s[ob->start].c;
         ob->start++;
         ob->n--;
+        if (c) sg_comm_wait(c);
     }
     if (ob->n < ob->sweep_at) return;
-    sg_outbox_slot *s = ob->s + ob->start;
-    size_t keep = 0;
     for (size_t i = 0; i < ob->n; i++) {
-        if (s[i].done) sg_comm_wait(s[i].c);
-        else s[keep++] = s[i];
+        sg_outbox_slot *s = &ob->s[ob->start + i];
+        if (!s->done || !s->c) continue;
+        sg_comm_t c = s->c;
+        s->c = NULL;
+        sg_comm_wait(c);
     }
+    size_t keep = 0;
+    for (size_t i = 0; i < ob->n; i++)
+        if (!ob->s[ob->start + i].done) ob->s[ob->start + keep++] = ob->s[ob->start + i];
     ob->n = keep;
     ob->sweep_at = keep * 2 > OUTBOX_COMPACT ? keep * 2 : OUTBOX_COMPACT;
 }
@@ -251,16 +259,44 @@ void eccl_net_sg_drain_self(eccl_sg_world *w)
     sg_outbox *ob = sg_idmap_get(&w->outboxes, (uint64_t)sg_actor_self_get_pid());
     if (!ob) return;
     /* Each wait ends with its transfer (a permanent receiver takes every
-     * put at once) or when the transfer fails with a host. */
-    for (size_t i = 0; i < ob->n; i++) sg_comm_wait(ob->s[ob->start + i].c);
-    outbox_free(w, ob);
+     * put at once) or when the transfer fails with a host or a link: then
+     * no receiver ever saw the payload, and it is ours to free. A put that
+     * arrived but was not taken yet (its receiver may be stopping, or dead
+     * with its host) keeps its slot, without the comm, until it is taken
+     * or the world ends (eccl_net_sg_free_outboxes). */
+    /* Waits first, compaction after: a wait is a simcall, during which
+     * receivers mark slots where they stand. */
+    for (size_t i = 0; i < ob->n; i++) {
+        sg_outbox_slot *s = &ob->s[ob->start + i];
+        if (!s->c) continue; /* kept by an earlier drain */
+        sg_comm_t c = s->c;
+        sg_error_t err = sg_comm_wait(c);
+        s = &ob->s[ob->start + i];
+        s->c = NULL;
+        if (err != SG_OK && !s->done) {
+            free(s->m);
+            s->done = 1;
+        }
+    }
+    size_t keep = 0;
+    for (size_t i = 0; i < ob->n; i++)
+        if (!ob->s[ob->start + i].done) ob->s[ob->start + keep++] = ob->s[ob->start + i];
+    ob->n = keep;
+    if (keep == 0) outbox_free(w, ob);
 }
 
 void eccl_net_sg_free_outboxes(eccl_sg_world *w)
 {
     while (w->outbox_list) {
         sg_outbox *ob = w->outbox_list;
-        for (size_t i = 0; i < ob->n; i++) sg_comm_unref(ob->s[ob->start + i].c);
+        /* The simulation is over: a put nobody took (its transfer failed,
+         * it sits in a mailbox nobody reads, or its sender's actor died
+         * with it pending) still owns its payload. */
+        for (size_t i = 0; i < ob->n; i++) {
+            sg_outbox_slot *s = &ob->s[ob->start + i];
+            if (!s->done) free(s->m);
+            if (s->c) sg_comm_unref(s->c);
+        }
         outbox_free(w, ob);
     }
     sg_idmap_free(&w->outboxes);
@@ -291,8 +327,12 @@ static void post_as(eccl_sg_world *w, sg_mailbox_t to, sg_msg *m, int detached)
         outbox_collect(ob);
         m->src_pid = pid;
         m->put_seq = ob->next_seq++;
-        ob->s[ob->start + ob->n++] =
-            (sg_outbox_slot){sg_mailbox_put_async(to, m, size), m->put_seq, 0};
+        /* The slot first: the put is a simcall, and the receiver may take
+         * the message (and mark its slot) before it returns. Only this
+         * actor moves its outbox's slots, so the index holds. */
+        size_t at = ob->start + ob->n++;
+        ob->s[at] = (sg_outbox_slot){NULL, m, m->put_seq, 0};
+        ob->s[at].c = sg_mailbox_put_async(to, m, size);
         return;
     }
     /* Detached (or out of memory for the outbox). put_init, not put_async:
@@ -756,7 +796,17 @@ static void receiver_main(int argc, char **argv)
         if (m->src_pid >= 0) outbox_mark(e->w, m->src_pid, m->put_seq);
         if (m->type == M_STOP) {
             free(m);
-            e->rx_done = 1;
+            e->rx_done = 1; /* from now on post() drops what comes for us */
+            /* What came after M_STOP was taken into the mailbox at once (a
+             * permanent receiver's puts end when they arrive) and nobody
+             * will get it: free it, marked as taken for its sender. */
+            while (sg_mailbox_listen(sg_mailbox_get_name(e->mbox))) {
+                p = NULL;
+                if (sg_comm_wait(sg_mailbox_get_async(e->mbox, &p)) != SG_OK || !p) continue;
+                m = p;
+                if (m->src_pid >= 0) outbox_mark(e->w, m->src_pid, m->put_seq);
+                free(m);
+            }
             eccl_net_sg_drain_self(e->w);
             return;
         }
