@@ -212,31 +212,44 @@ static int outbox_reserve(sg_outbox *ob)
     return 0;
 }
 
-/* Collects the done puts: each wait is answered at once and takes the
- * comm off this actor's SimGrid list. */
-static void outbox_collect(sg_outbox *ob)
+/* Waits for the comms of the done slots (of every slot with `all`), then
+ * drops the done slots. A put whose wait fails was never taken: its
+ * payload is ours to free. A put that arrived but was not taken yet (its
+ * receiver may be stopping, or dead with its host) keeps its slot, without
+ * the comm, until it is taken or the world ends. Every wait is a simcall,
+ * during which receivers mark slots where they stand: slots move only
+ * after the waits. */
+static void outbox_sweep(sg_outbox *ob, int all)
 {
-    /* Every wait is a simcall, during which receivers mark slots where
-     * they stand: slots move only between waits. */
-    while (ob->n > 0 && ob->s[ob->start].done) {
-        sg_comm_t c = ob->s[ob->start].c;
-        ob->start++;
-        ob->n--;
-        if (c) sg_comm_wait(c);
-    }
-    if (ob->n < ob->sweep_at) return;
     for (size_t i = 0; i < ob->n; i++) {
         sg_outbox_slot *s = &ob->s[ob->start + i];
-        if (!s->done || !s->c) continue;
+        if (!s->c || !(all || s->done)) continue;
         sg_comm_t c = s->c;
         s->c = NULL;
-        sg_comm_wait(c);
+        if (sg_comm_wait(c) != SG_OK && !s->done) {
+            free(s->m);
+            s->done = 1;
+        }
     }
     size_t keep = 0;
     for (size_t i = 0; i < ob->n; i++)
         if (!ob->s[ob->start + i].done) ob->s[ob->start + keep++] = ob->s[ob->start + i];
     ob->n = keep;
-    ob->sweep_at = keep * 2 > OUTBOX_COMPACT ? keep * 2 : OUTBOX_COMPACT;
+}
+
+/* Collects the done puts: each wait is answered at once and takes the
+ * comm off this actor's SimGrid list. */
+static void outbox_collect(sg_outbox *ob)
+{
+    while (ob->n > 0 && ob->s[ob->start].done) {
+        sg_comm_t c = ob->s[ob->start].c;
+        ob->start++; /* before the wait: see outbox_sweep */
+        ob->n--;
+        if (c) sg_comm_wait(c);
+    }
+    if (ob->n < ob->sweep_at) return;
+    outbox_sweep(ob, 0);
+    ob->sweep_at = ob->n * 2 > OUTBOX_COMPACT ? ob->n * 2 : OUTBOX_COMPACT;
 }
 
 /* The receiver took put `seq` of actor `pid`: it is over. */
@@ -259,30 +272,9 @@ void eccl_net_sg_drain_self(eccl_sg_world *w)
     sg_outbox *ob = sg_idmap_get(&w->outboxes, (uint64_t)sg_actor_self_get_pid());
     if (!ob) return;
     /* Each wait ends with its transfer (a permanent receiver takes every
-     * put at once) or when the transfer fails with a host or a link: then
-     * no receiver ever saw the payload, and it is ours to free. A put that
-     * arrived but was not taken yet (its receiver may be stopping, or dead
-     * with its host) keeps its slot, without the comm, until it is taken
-     * or the world ends (eccl_net_sg_free_outboxes). */
-    /* Waits first, compaction after: a wait is a simcall, during which
-     * receivers mark slots where they stand. */
-    for (size_t i = 0; i < ob->n; i++) {
-        sg_outbox_slot *s = &ob->s[ob->start + i];
-        if (!s->c) continue; /* kept by an earlier drain */
-        sg_comm_t c = s->c;
-        sg_error_t err = sg_comm_wait(c);
-        s = &ob->s[ob->start + i];
-        s->c = NULL;
-        if (err != SG_OK && !s->done) {
-            free(s->m);
-            s->done = 1;
-        }
-    }
-    size_t keep = 0;
-    for (size_t i = 0; i < ob->n; i++)
-        if (!ob->s[ob->start + i].done) ob->s[ob->start + keep++] = ob->s[ob->start + i];
-    ob->n = keep;
-    if (keep == 0) outbox_free(w, ob);
+     * put at once) or when the transfer fails with a host or a link. */
+    outbox_sweep(ob, 1);
+    if (ob->n == 0) outbox_free(w, ob);
 }
 
 void eccl_net_sg_free_outboxes(eccl_sg_world *w)
@@ -784,7 +776,10 @@ static void receiver_main(int argc, char **argv)
      * from_->is_on() failed") when a get matches a detached put still
      * queued from a host that has been turned off since. */
     sg_mailbox_set_receiver(sg_mailbox_get_name(e->mbox));
-    for (;;) {
+    /* After M_STOP (rx_done) the loop only empties the mailbox: what came
+     * behind it was taken in at once (a permanent receiver's puts end when
+     * they arrive) and nobody will get it. */
+    while (!e->rx_done || sg_mailbox_listen(sg_mailbox_get_name(e->mbox))) {
         void *p = NULL;
         sg_comm_t comm = sg_mailbox_get_async(e->mbox, &p);
         /* sg_comm_wait turns SimGrid's exceptions (a sender's host went
@@ -794,21 +789,11 @@ static void receiver_main(int argc, char **argv)
         if (err != SG_OK || !p) continue;
         sg_msg *m = p;
         if (m->src_pid >= 0) outbox_mark(e->w, m->src_pid, m->put_seq);
-        if (m->type == M_STOP) {
+        if (m->type == M_STOP || e->rx_done) {
+            /* from M_STOP on, post() drops what comes for us */
+            if (m->type == M_STOP) e->rx_done = 1;
             free(m);
-            e->rx_done = 1; /* from now on post() drops what comes for us */
-            /* What came after M_STOP was taken into the mailbox at once (a
-             * permanent receiver's puts end when they arrive) and nobody
-             * will get it: free it, marked as taken for its sender. */
-            while (sg_mailbox_listen(sg_mailbox_get_name(e->mbox))) {
-                p = NULL;
-                if (sg_comm_wait(sg_mailbox_get_async(e->mbox, &p)) != SG_OK || !p) continue;
-                m = p;
-                if (m->src_pid >= 0) outbox_mark(e->w, m->src_pid, m->put_seq);
-                free(m);
-            }
-            eccl_net_sg_drain_self(e->w);
-            return;
+            continue;
         }
         /* A frame costs its owner a recv: charged to the owner's next wait
          * (sg_wait), not slept here. A receiver that slept per message would
@@ -819,6 +804,7 @@ static void receiver_main(int argc, char **argv)
         if (!deliver(e, m)) free(m);
         eccl_sg_cv_broadcast(&e->cv);
     }
+    eccl_net_sg_drain_self(e->w);
 }
 
 eccl_result eccl_net_sg_start(sg_env *e)
