@@ -113,6 +113,16 @@ void cluster_record(uint64_t tag, eccl_result rc, uint32_t world, uint64_t t0, u
     atomic_store(&s->n_events, n + 1);
 }
 
+int cluster_wait_ctl(int k, long long at_least, uint64_t timeout_ms)
+{
+    uint64_t deadline = cluster_now_ns() + timeout_ms * CL_MS;
+    while (atomic_load(&cluster_shm()->ctl[k]) < at_least) {
+        if (cluster_now_ns() >= deadline) return -1;
+        cluster_sleep_ms(1);
+    }
+    return 0;
+}
+
 void cluster_push_hash(uint64_t h)
 {
     cluster_slot *s = cluster_self();

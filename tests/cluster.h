@@ -184,6 +184,9 @@ void cluster_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void cluster_record(uint64_t tag, eccl_result rc, uint32_t world, uint64_t t0, uint64_t t1,
                     uint64_t pre_hash, uint64_t post_hash);
 void cluster_push_hash(uint64_t h);
+/* Polls the parent's ctl[k] until it reaches at_least: 0, or -1 after
+ * timeout_ms. */
+int cluster_wait_ctl(int k, long long at_least, uint64_t timeout_ms);
 /* Admission loop: until ECCL_ATTR_WORLD_SIZE == world, poll peers_pending
  * and vote. Every accepted peer must run it for the vote to pass. */
 eccl_result cluster_admit(eccl_comm *c, uint32_t world, uint64_t timeout_ms);

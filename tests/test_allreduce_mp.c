@@ -369,16 +369,6 @@ static void test_large_n2(void **state)
 
 /* ---- tags and the async API --------------------------------------------------- */
 
-static int wait_ctl(int k, long long value, uint64_t timeout_ms)
-{
-    uint64_t deadline = cluster_now_ns() + timeout_ms * CL_MS;
-    while (atomic_load(&cluster_shm()->ctl[k]) < value) {
-        if (cluster_now_ns() > deadline) return -1;
-        cluster_sleep_ms(1);
-    }
-    return 0;
-}
-
 static int check_result(const uint8_t *out, eccl_dtype t, eccl_op op, enum cluster_pattern pat,
                         size_t count, int n, uint64_t seed, const char *what)
 {
@@ -486,7 +476,7 @@ static int tags_body(eccl_comm *c, int index, void *argp)
             CL_CHECK(!done, "tag 400 completed without the other peers");
             atomic_store(&cluster_shm()->ctl[0], 1);
         } else {
-            CL_CHECK(wait_ctl(0, 1, 20000) == 0, "peer 0 never released tag 400");
+            CL_CHECK(cluster_wait_ctl(0, 1, 20000) == 0, "peer 0 never released tag 400");
             CL_OK(eccl_allreduce_async(c, buf, buf, count, ECCL_I32, ECCL_SUM, 400, &req));
         }
         CL_OK(eccl_wait(req, &info));

@@ -85,17 +85,6 @@ static long long fired(const cluster *cl, int index)
 
 /* ---- helpers ---------------------------------------------------------------------------- */
 
-/* Polls ctl[i] until nonzero; 0, or -1 at the deadline. */
-static int wait_ctl(int i, unsigned timeout_ms)
-{
-    uint64_t deadline = cluster_now_ns() + (uint64_t)timeout_ms * CL_MS;
-    while (atomic_load(&cluster_shm()->ctl[i]) == 0) {
-        if (cluster_now_ns() >= deadline) return -1;
-        cluster_sleep_ms(1);
-    }
-    return 0;
-}
-
 static const cluster_event *first_event(const cluster_slot *s, uint64_t tag, int nth)
 {
     int n = atomic_load(&s->n_events);
@@ -301,7 +290,7 @@ static int fault_body(eccl_comm *c, int index, void *argp)
     }
 
     /* The parent orders who enters the faulted calls first. */
-    CL_CHECK(wait_ctl(victim ? CTL_ARM : CTL_GO, 30000) == 0, "never released");
+    CL_CHECK(cluster_wait_ctl(victim ? CTL_ARM : CTL_GO, 1, 30000) == 0, "never released");
     for (int j = 0; j < a->ops; j++) {
         uint64_t tag = TAG_FAULT + (uint64_t)j;
         cluster_fill(b.send[j], ECCL_F32, a->count, index, tag, CL_PAT_SMALL);
@@ -357,7 +346,7 @@ static int fault_body(eccl_comm *c, int index, void *argp)
         fp_disarm(fault_fp(a->f));
         /* Retry only once the others know how the faulted call ended: an
          * early retry would simply complete their pending call. */
-        CL_CHECK(wait_ctl(CTL_RETRY, 60000) == 0, "never told to retry");
+        CL_CHECK(cluster_wait_ctl(CTL_RETRY, 1, 60000) == 0, "never told to retry");
     }
     for (int j = 0; j < a->ops; j++)
         if (settle(c, a, b.send[j], b.recv[j], TAG_FAULT + (uint64_t)j, rc[j], world[j])) return 1;

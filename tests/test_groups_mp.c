@@ -83,15 +83,6 @@ static int sync_state(eccl_comm *c, int index)
     return 0;
 }
 
-static int wait_ctl(int k)
-{
-    uint64_t until = cluster_now_ns() + 30 * CL_SEC;
-    while (!atomic_load(&cluster_shm()->ctl[k]))
-        if (cluster_now_ns() > until) return -1;
-        else cluster_sleep_ms(1);
-    return 0;
-}
-
 /* Peer 3 is killed with group 1's ops in flight on peer 2 (peer 3 never
  * issues its own). Group 0's ops are in flight across the kill too: peer 0
  * issues before it, peer 1 after. */
@@ -101,7 +92,7 @@ static int loss_phase(eccl_comm *c, int index)
         set(V_READY, 1);
         for (;;) cluster_sleep_ms(1000); /* killed here */
     }
-    if (index == 1) CL_CHECK(wait_ctl(CTL_KILLED) == 0, "no kill");
+    if (index == 1) CL_CHECK(cluster_wait_ctl(CTL_KILLED, 1, 30000) == 0, "no kill");
     float *b[N_OPS];
     uint64_t pre[N_OPS];
     eccl_request *r[N_OPS];
@@ -145,7 +136,7 @@ static int loss_phase(eccl_comm *c, int index)
 static int join_phase(eccl_comm *c)
 {
     uint32_t pending = 0;
-    CL_CHECK(wait_ctl(CTL_SPAWNED_4) == 0, "peer 4 never spawned");
+    CL_CHECK(cluster_wait_ctl(CTL_SPAWNED_4, 1, 30000) == 0, "peer 4 never spawned");
     uint64_t until = cluster_now_ns() + 30 * CL_SEC;
     while (pending == 0 && cluster_now_ns() < until) {
         CL_OK(eccl_comm_peers_pending(c, &pending));

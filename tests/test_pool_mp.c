@@ -47,17 +47,6 @@ enum {
 
 static int all_idx[CLUSTER_MAX_PEERS] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
 
-/* Polls ctl[i] until nonzero; 0, or -1 at the deadline. */
-static int wait_ctl(int i, unsigned timeout_ms)
-{
-    uint64_t deadline = cluster_now_ns() + (uint64_t)timeout_ms * CL_MS;
-    while (atomic_load(&cluster_shm()->ctl[i]) == 0) {
-        if (cluster_now_ns() >= deadline) return -1;
-        cluster_sleep_ms(1);
-    }
-    return 0;
-}
-
 static int val_at_least(cluster *cl, void *argp)
 {
     const long long *a = argp; /* {index, val, at least} */
@@ -277,7 +266,7 @@ static int hol_body(eccl_comm *c, int index, void *argp)
         rs = eccl_allreduce(c, s, s, S_COUNT, ECCL_F32, ECCL_SUM, TAG_S, &info);
         cluster_record(TAG_S, rs, info.world_size, t0, cluster_now_ns(), spre,
                        cluster_fnv1a(s, (size_t)S_COUNT * sizeof(float)));
-        CL_CHECK(wait_ctl(CTL_GO_L, 60000) == 0, "never told to run the large op");
+        CL_CHECK(cluster_wait_ctl(CTL_GO_L, 1, 60000) == 0, "never told to run the large op");
         tl0 = cluster_now_ns();
         rl = eccl_allreduce(c, l, l, L_COUNT, ECCL_F32, ECCL_SUM, TAG_L, &info);
     }
@@ -377,7 +366,7 @@ static int loss_body(eccl_comm *c, int index, void *argp)
         cluster_fill(buf[j], ECCL_F32, LOSS_COUNT, index, 777 + (uint64_t)j, CL_PAT_SMALL); /* stale */
     }
     if (index == victim) {
-        CL_CHECK(wait_ctl(CTL_GO, 30000) == 0, "never released");
+        CL_CHECK(cluster_wait_ctl(CTL_GO, 1, 30000) == 0, "never released");
         /* Dies mid-transfer: at its 16th recv after issuing, a few MiB
          * into 4 x 16 MiB, long before it could hold any result. */
         CL_CHECK(fiu_init(0) == 0, "fiu_init");
@@ -511,7 +500,7 @@ static int fp_body(eccl_comm *c, int index, void *argp)
     CL_OK(eccl_comm_get_attr(c, ECCL_ATTR_RING_LINKS, &links));
     CL_CHECK(links == 2, "%lld ring links after the warm-up", (long long)links);
     atomic_store(&self->finished, 1);
-    CL_CHECK(wait_ctl(index == victim ? CTL_ARM : CTL_GO, 30000) == 0, "never released");
+    CL_CHECK(cluster_wait_ctl(index == victim ? CTL_ARM : CTL_GO, 1, 30000) == 0, "never released");
     if (index == victim) {
         CL_CHECK(fiu_init(0) == 0, "fiu_init");
         atomic_store(&g_fp_spent, 0);
