@@ -42,7 +42,8 @@ typedef enum eccl_result {
     ECCL_ERR_NOT_CONNECTED = 12,/* eccl_comm_connect has not succeeded */
     ECCL_ERR_AGAIN = 13,        /* internal: would block; never returned by API */
     ECCL_ERR_CLOSED = 14,       /* the object is shutting down */
-    ECCL_ERR_UNSUPPORTED = 15   /* not supported by this build or backend */
+    ECCL_ERR_UNSUPPORTED = 15,  /* not supported by this build or backend */
+    ECCL_ERR_DEVICE = 16        /* the device (CUDA) failed a copy or kernel */
 } eccl_result;
 
 /* A static, human-readable description; never NULL. */

@@ -226,7 +226,8 @@ static run_result run_one(int n, eccl_dtype t, eccl_op op, eccl_quant_type q, si
                           int in_place, uint64_t seed)
 {
     size_t es = eccl_dtype_size(t), bytes = count * es;
-    uint8_t *send[MAXN], *recv[MAXN];
+    uint8_t *send[MAXN] = {0}, *recv[MAXN] = {0};
+    if (n < 2 || n > MAXN) fail_msg("run_one: %d ranks, the simulated ring holds 2..%d", n, MAXN);
     for (int i = 0; i < n; i++) {
         send[i] = malloc(bytes + 1);
         recv[i] = in_place ? send[i] : malloc(bytes + 1);
