@@ -16,24 +16,9 @@ install(TARGETS eccl eccl_static
   RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(FILES ${PROJECT_SOURCE_DIR}/include/eccl.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 
-# Tools are defined in tools/ by their own issues; install whichever exist.
-# An installed tool finds the libeccl.so installed beside it (bin/../lib)
-# even under a private prefix, unless its target already says otherwise.
-if(IS_ABSOLUTE "${CMAKE_INSTALL_LIBDIR}")
-  set(ECCL_TOOL_RPATH "${CMAKE_INSTALL_LIBDIR}")
-else()
-  file(RELATIVE_PATH ECCL_BIN_TO_LIB /p/${CMAKE_INSTALL_BINDIR} /p/${CMAKE_INSTALL_LIBDIR})
-  set(ECCL_TOOL_RPATH "$ORIGIN/${ECCL_BIN_TO_LIB}")
-endif()
-foreach(tool eccl-master eccl-bench eccl-sim)
-  if(TARGET ${tool})
-    get_target_property(rpath ${tool} INSTALL_RPATH)
-    if(NOT rpath)
-      set_target_properties(${tool} PROPERTIES INSTALL_RPATH "${ECCL_TOOL_RPATH}")
-    endif()
-    install(TARGETS ${tool} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
-  endif()
-endforeach()
+# Programs (tools/, examples/, eccl-sim) install themselves; their run path
+# is set in the top-level CMakeLists.txt (CMAKE_INSTALL_RPATH) before they are
+# defined.
 
 # ---- CMake package ----------------------------------------------------------
 install(EXPORT ecclTargets

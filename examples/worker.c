@@ -14,13 +14,14 @@
 
 #include "worker_loop.h"
 
-static void usage(const char *argv0)
+/* --help asks for the text: stdout and success; a bad command line: stderr, 2. */
+static void usage(const char *argv0, FILE *out, int status)
 {
-    fprintf(stderr,
+    fprintf(out,
             "usage: %s --master HOST:PORT [--count ELEMENTS] [--iters N] [--world-min N]\n"
             "          [--start-world N] [--group G] [--wait-ms MS] [--optimize-at ITER]\n",
             argv0);
-    exit(2);
+    exit(status);
 }
 
 static void parse(int argc, char **argv, eccl_worker_options *o)
@@ -43,10 +44,11 @@ static void parse(int argc, char **argv, eccl_worker_options *o)
         case 'g': o->group = (uint32_t)strtoul(optarg, NULL, 0); break;
         case 't': o->wait_ms = atoi(optarg); break;
         case 'o': o->optimize_at = atoi(optarg); break;
-        default: usage(argv[0]);
+        case 'h': usage(argv[0], stdout, 0); break;
+        default: usage(argv[0], stderr, 2);
         }
     }
-    if (!o->master || o->count == 0 || o->iters < 0 || o->world_min < 1) usage(argv[0]);
+    if (!o->master || o->count == 0 || o->iters < 0 || o->world_min < 1) usage(argv[0], stderr, 2);
 }
 
 int main(int argc, char **argv)

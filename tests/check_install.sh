@@ -3,6 +3,7 @@
 #
 # Installs BUILD_DIR into a scratch prefix, then builds and runs the consumer
 # in CONSUMER_SRC_DIR (tests/consumer) against it the ways users will:
+#   0. every built program is installed and runs (--help) with env -i;
 #   1. pkg-config, shared library;
 #   2. pkg-config --static, libeccl.a (proves Libs.private is enough);
 #   3. CMake find_package(eccl VERSION CONFIG REQUIRED) with eccl::eccl and
@@ -44,15 +45,24 @@ for f in "$prefix/include/eccl.h" "$libdir/libeccl.a" "$libdir/libeccl.so" \
          "$libdir/cmake/eccl/ecclTargets.cmake"; do
     [ -e "$f" ] || fail "not installed: ${f#"$prefix"/}"
 done
-# Tools that were built must have been installed too.
-for tool in eccl-master eccl-bench eccl-sim; do
-    if [ -n "$(find "$build" -name "$tool" -type f -perm -u+x -print -quit)" ]; then
-        [ -x "$prefix/bin/$tool" ] || fail "$tool was built but not installed"
-        if env -u LD_LIBRARY_PATH ldd "$prefix/bin/$tool" | grep -q 'libeccl.*not found'; then
-            fail "installed $tool cannot find libeccl.so (RPATH)"
-        fi
-    fi
+# Every program the build made must be installed, and must start from the
+# prefix with a clean environment (no LD_LIBRARY_PATH, no PATH): its run path
+# alone has to find libeccl.so.
+step "installed programs start with a clean environment"
+built=0
+for exe in "$build"/bin/eccl-*; do
+    [ -f "$exe" ] && [ -x "$exe" ] || continue
+    tool=$(basename "$exe")
+    built=$((built + 1))
+    [ -x "$prefix/bin/$tool" ] || fail "$tool was built but not installed"
+    out=$(env -i "$prefix/bin/$tool" --help 2>&1) || {
+        echo "$out" >&2
+        fail "installed $tool --help exited non-zero in a clean environment"
+    }
+    case $out in *usage*) ;; *) echo "$out" >&2; fail "installed $tool --help printed no usage" ;; esac
+    echo "$tool --help: ok"
 done
+[ "$built" -gt 0 ] || fail "no eccl-* programs under $build/bin"
 
 export PKG_CONFIG_PATH=$pcdir${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
 export LD_LIBRARY_PATH=$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}

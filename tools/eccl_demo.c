@@ -217,9 +217,9 @@ int main(int argc, char **argv)
         case 'c': d.count = strtoull(optarg, NULL, 0); break;
         case 'k': d.kill_after = atoi(optarg); break;
         default:
-            fprintf(stderr, "usage: %s [--np N] [--iters N] [--count ELEMENTS] [--kill-after ITER|-1]\n",
-                    argv[0]);
-            return 2;
+            fprintf(ch == 'h' ? stdout : stderr,
+                    "usage: %s [--np N] [--iters N] [--count ELEMENTS] [--kill-after ITER|-1]\n", argv[0]);
+            return ch == 'h' ? 0 : 2;
         }
     }
     if (d.np < 3 || d.np > MAX_WORKERS || d.iters < 1 || d.iters > 1000 ||

@@ -2383,15 +2383,17 @@ static int run_diloco(sim *s, scenario_cfg *cfg, const char *outdir)
 
 /* ---- main ---------------------------------------------------------------- */
 
-static int usage(const char *argv0)
+/* help: asked for (stdout, success) or a bad command line (stderr, 2). */
+static int usage(const char *argv0, int help)
 {
-    fprintf(stderr,
+    fprintf(help ? stdout : stderr,
             "usage: %s run FILE [--seed S] [--out DIR] [--log-level 0-5] [--verbose]\n"
             "  Runs the scenario FILE (format: scenarios/README.md) on the simulator and\n"
             "  writes its results to DIR (default: results/<scenario name>/).\n"
+            "  SimGrid's own --cfg=... and --log=... options are accepted too.\n"
             "  Exit status: 0 all checks passed, 1 a check failed, 2 usage or scenario error.\n",
             argv0);
-    return 2;
+    return help ? 0 : 2;
 }
 
 /* Actor stacks. Core's deepest call chain is under 4 KiB (no control
@@ -2439,9 +2441,11 @@ static void set_actor_stacks(const scenario_cfg *c)
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
+    /* Before SimGrid, which answers --help with its configuration list. */
+    if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) return usage(argv[0], 1);
     /* Takes SimGrid's own --cfg=... and --log=... options out of argv. */
     simgrid_init(&argc, argv);
-    if (argc < 3 || strcmp(argv[1], "run") != 0) return usage(argv[0]);
+    if (argc < 3 || strcmp(argv[1], "run") != 0) return usage(argv[0], 0);
     const char *file = argv[2], *out = NULL;
     int have_seed = 0, verbose = 0, log_level = ECCL_LOG_WARN;
     uint64_t seed = 0;
@@ -2456,12 +2460,12 @@ int main(int argc, char **argv)
         } else if (strcmp(argv[i], "--out") == 0 && i + 1 < argc) {
             out = argv[++i];
         } else if (strcmp(argv[i], "--log-level") == 0 && i + 1 < argc) {
-            if (parse_long(argv[++i], 0, 5, &x)) return usage(argv[0]);
+            if (parse_long(argv[++i], 0, 5, &x)) return usage(argv[0], 0);
             log_level = (int)x;
         } else if (strcmp(argv[i], "--verbose") == 0) {
             verbose = 1;
         } else {
-            return usage(argv[0]);
+            return usage(argv[0], 0);
         }
     }
 

@@ -157,8 +157,9 @@ int main(int argc, char **argv)
         } else if (!strcmp(argv[i], "-r") && i + 1 < argc && !tool_parse_u64(argv[++i], 1, 100, &v)) {
             repeats = v;
         } else {
-            fprintf(stderr, "usage: %s [-n N]... [-r REPEATS]\n", argv[0]);
-            return 2;
+            int help = !strcmp(argv[i], "-h") || !strcmp(argv[i], "--help");
+            fprintf(help ? stdout : stderr, "usage: %s [-n N]... [-r REPEATS]\n", argv[0]);
+            return help ? 0 : 2;
         }
     }
     if (!nsizes) {
