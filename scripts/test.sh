@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # The project's one test command (CI runs it through .ci/run):
 #   1. install missing build dependencies (scripts/deps.sh);
-#   2. configure and build with gcc into build/ and run the whole ctest suite;
-#   3. configure and build with clang into build-clang/, proving the
-#      -Werror build is clean with the second compiler.
+#   2. gcc, default build type (RelWithDebInfo) into build/: build and run the
+#      whole ctest suite;
+#   3. gcc, Release into build-release/: build and run the whole suite again
+#      (-O3 warnings and optimiser-dependent behaviour show up only there);
+#   4. clang, default and Release, into build-clang/ and build-clang-release/:
+#      the -Werror build must be clean with the second compiler too.
 # Exits non-zero on the first failure. ECCL_JOBS overrides the parallelism.
 set -euo pipefail
 
@@ -22,16 +25,23 @@ trap on_exit EXIT
 section "dependencies"
 scripts/deps.sh
 
-section "gcc: configure build/"
-cmake -S . -B build -DCMAKE_C_COMPILER=gcc
-section "gcc: build"
-cmake --build build -j "$jobs"
-section "gcc: ctest"
-ctest --test-dir build --output-on-failure --no-tests=error -j2
+# build DIR COMPILER BUILD_TYPE: configure and build one configuration.
+build() {
+    section "$2 $3: configure $1/"
+    cmake -S . -B "$1" -DCMAKE_C_COMPILER="$2" ${3:+-DCMAKE_BUILD_TYPE=$3}
+    section "$2 $3: build"
+    cmake --build "$1" -j "$jobs"
+}
+run_tests() {
+    section "ctest $1/"
+    ctest --test-dir "$1" --output-on-failure --no-tests=error -j2
+}
 
-section "clang: configure build-clang/"
-cmake -S . -B build-clang -DCMAKE_C_COMPILER=clang
-section "clang: build"
-cmake --build build-clang -j "$jobs"
+build build gcc ""
+run_tests build
+build build-release gcc Release
+run_tests build-release
+build build-clang clang ""
+build build-clang-release clang Release
 
 section "all passed"
