@@ -18,6 +18,7 @@
 
 #include "quant/quant.h"
 #include "util/half.h"
+#include "kat_kernels.h"
 
 #define N(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -647,6 +648,24 @@ static void test_roundtrip_idempotent(void **state)
     }
 }
 
+/* The known-answer table shared with the device kernels' test
+ * (tests/kat_kernels.h). */
+static void test_kernel_kat(void **state)
+{
+    (void)state;
+    for (int d = 0; d < 3; d++)
+        for (int t = 0; t < 2; t++)
+            for (unsigned c = 0; c < KAT_QUANT_CASES; c++) {
+                kat_quant_expect e = kat_quant_cpu(kat_quant_dtypes[d],
+                                                   t ? ECCL_QUANT_AFFINE_U8 : ECCL_QUANT_MINMAX_U8, c);
+                const kat_quant_expect *x = &kat_quant_expect_table[d][t][c];
+                assert_int_equal(e.rc, x->rc);
+                assert_int_equal(e.meta, x->meta);
+                assert_int_equal(e.codes, x->codes);
+                assert_int_equal(e.values, x->values);
+            }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -663,6 +682,7 @@ int main(void)
         cmocka_unit_test(test_meta_malformed),
         cmocka_unit_test(test_invalid_args),
         cmocka_unit_test(test_roundtrip_idempotent),
+        cmocka_unit_test(test_kernel_kat),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

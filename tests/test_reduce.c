@@ -20,6 +20,7 @@
 #include "eccl.h"
 #include "util/half.h"
 #include "util/types.h"
+#include "kat_kernels.h"
 
 #define N(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -1009,6 +1010,24 @@ static void test_parse(void **state)
     assert_int_equal(eccl_op_parse("sum", NULL), -1);
 }
 
+/* The known-answer table shared with the device kernels' test
+ * (tests/kat_kernels.h): the CPU must still produce the frozen results. */
+static void test_kernel_kat(void **state)
+{
+    (void)state;
+    static uint8_t dst[8 * 4099], src[8 * 4099];
+    for (int dt = 0; dt < ECCL_DTYPE_COUNT; dt++)
+        for (int op = 0; op < ECCL_OP_COUNT; op++)
+            for (unsigned c = 0; c < KAT_REDUCE_CASES; c++) {
+                kat_reduce_cpu((eccl_dtype)dt, (eccl_op)op, c, dst, src);
+                uint64_t h = kat_result_hash((eccl_dtype)dt, (eccl_op)op, dst, kat_reduce_cases[c].n);
+                if (h != kat_reduce_expect[dt][op][c])
+                    fail_msg("KAT %s %s case %u: %016llx, table %016llx", eccl_dtype_name((eccl_dtype)dt),
+                             eccl_op_name((eccl_op)op), c, (unsigned long long)h,
+                             (unsigned long long)kat_reduce_expect[dt][op][c]);
+            }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1035,6 +1054,7 @@ int main(void)
         cmocka_unit_test(test_strerror),
         cmocka_unit_test(test_dtype_and_op_names),
         cmocka_unit_test(test_parse),
+        cmocka_unit_test(test_kernel_kat),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "state/hash.h"
+#include "kat_kernels.h"
 
 #define N(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -477,6 +478,26 @@ static void test_set_rejects(void **state)
     assert_int_equal(eccl_hash_set(ECCL_HASH_SIMPLE, empty, 1, &out), ECCL_OK);
 }
 
+/* The known-answer table shared with the device kernels' test
+ * (tests/kat_kernels.h), at two alignments: the hashes are defined on bytes. */
+static void test_kernel_kat(void **state)
+{
+    (void)state;
+    size_t maxn = kat_hash_lengths[KAT_HASH_CASES - 1];
+    uint8_t *buf = malloc(maxn + 8);
+    assert_non_null(buf);
+    for (size_t off = 0; off < 8; off += 3) {
+        kat_bytes(buf + off, maxn, KAT_HASH_SEED);
+        for (unsigned c = 0; c < KAT_HASH_CASES; c++) {
+            assert_int_equal(eccl_hash(ECCL_HASH_SIMPLE, buf + off, kat_hash_lengths[c]),
+                             kat_hash_simple_expect[c]);
+            assert_int_equal(eccl_hash(ECCL_HASH_CRC32C, buf + off, kat_hash_lengths[c]),
+                             kat_hash_crc32c_expect[c]);
+        }
+    }
+    free(buf);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -492,6 +513,7 @@ int main(void)
         cmocka_unit_test(test_set_known_answers),
         cmocka_unit_test(test_set_order_and_sensitivity),
         cmocka_unit_test(test_set_rejects),
+        cmocka_unit_test(test_kernel_kat),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

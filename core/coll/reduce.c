@@ -4,6 +4,7 @@
  * and these loops run over every byte an all-reduce moves. */
 #include "coll/reduce.h"
 
+#include "coll/reduce_elem.h"
 #include "util/half.h"
 
 typedef void (*reduce_fn)(void *restrict dst, const void *restrict src, size_t n);
@@ -34,21 +35,20 @@ typedef void (*scale_fn)(void *x, size_t n, uint32_t divisor);
         }                                                                      \
     }
 
-/* ---- integers -------------------------------------------------------------
+/* The per-element arithmetic lives in coll/reduce_elem.h, shared with the
+ * CUDA plugin's kernels (bit parity from one source); this file keeps the
+ * loops. The helpers are static inline and inline into these loops exactly
+ * as the expressions they replaced.
+ *
+ * ---- integers -------------------------------------------------------------
  * SUM and PROD run in the unsigned type of each width: wrap-around is then
  * defined, and two's complement makes the bits right for the signed dtypes
- * too (reading an intN_t through a uintN_t lvalue is allowed aliasing). The
- * casts to W keep u8/u16 from being promoted to int, where a product could
- * overflow. */
-#define WRAP_WIDTHS(X)                                                         \
-    X(8, uint8_t, uint32_t)                                                    \
-    X(16, uint16_t, uint32_t)                                                  \
-    X(32, uint32_t, uint32_t)                                                  \
-    X(64, uint64_t, uint64_t)
+ * too (reading an intN_t through a uintN_t lvalue is allowed aliasing). */
+#define WRAP_WIDTHS(X) X(8, uint8_t) X(16, uint16_t) X(32, uint32_t) X(64, uint64_t)
 
-#define X(bits, U, W)                                                          \
-    DEFINE_REDUCE(sum_w##bits, U, (U)((W)a + (W)b))                            \
-    DEFINE_REDUCE(prod_w##bits, U, (U)((W)a * (W)b))
+#define X(bits, U)                                                             \
+    DEFINE_REDUCE(sum_w##bits, U, eccl_re_sum_w##bits(a, b))                   \
+    DEFINE_REDUCE(prod_w##bits, U, eccl_re_prod_w##bits(a, b))
 WRAP_WIDTHS(X)
 #undef X
 
@@ -57,43 +57,24 @@ WRAP_WIDTHS(X)
     X(i32, int32_t) X(u32, uint32_t) X(i64, int64_t) X(u64, uint64_t)
 
 #define X(name, T)                                                             \
-    DEFINE_REDUCE(min_##name, T, b < a ? b : a)                                \
-    DEFINE_REDUCE(max_##name, T, b > a ? b : a)
+    DEFINE_REDUCE(min_##name, T, eccl_re_min_##name(a, b))                     \
+    DEFINE_REDUCE(max_##name, T, eccl_re_max_##name(a, b))                     \
+    DEFINE_SCALE(div_##name, T, eccl_re_div_##name(a, divisor))
 INT_TYPES(X)
 #undef X
 
-/* Signed narrow types divide in int64_t: the divisor is a uint32_t, and
- * mixing it with a signed int32_t would convert the dividend to unsigned. */
-DEFINE_SCALE(div_i8, int8_t, (int8_t)((int64_t)a / (int64_t)divisor))
-DEFINE_SCALE(div_u8, uint8_t, (uint8_t)((uint32_t)a / divisor))
-DEFINE_SCALE(div_i16, int16_t, (int16_t)((int64_t)a / (int64_t)divisor))
-DEFINE_SCALE(div_u16, uint16_t, (uint16_t)((uint32_t)a / divisor))
-DEFINE_SCALE(div_i32, int32_t, (int32_t)((int64_t)a / (int64_t)divisor))
-DEFINE_SCALE(div_u32, uint32_t, a / divisor)
-DEFINE_SCALE(div_i64, int64_t, a / (int64_t)divisor)
-DEFINE_SCALE(div_u64, uint64_t, a / (uint64_t)divisor)
-
 /* ---- floats ---------------------------------------------------------------
- * MIN/MAX: b replaces a only when a is a number and b is a NaN or smaller
- * (larger): !(b >= a) is true for b < a and for a NaN b. So a NaN dst wins,
- * then a NaN src, and ties (-0.0 vs +0.0) keep dst. One select, which
- * vectorises to compares and blends. The result is an operand's exact bits:
- * SSE2, NEON and GPUs move floats through registers unchanged (only x87,
- * not a target, would quiet a signalling NaN on the way). */
-#define TAKE_MIN(x, y) ((x) == (x) && !((y) >= (x)))
-#define TAKE_MAX(x, y) ((x) == (x) && !((y) <= (x)))
-
+ * MIN/MAX are one select each (reduce_elem.h), which vectorises to compares
+ * and blends. */
 #define NATIVE_FLOATS(X) X(f32, float) X(f64, double)
 #define X(name, T)                                                             \
-    DEFINE_REDUCE(sum_##name, T, a + b)                                        \
-    DEFINE_REDUCE(prod_##name, T, a * b)                                       \
-    DEFINE_REDUCE(min_##name, T, TAKE_MIN(a, b) ? b : a)                       \
-    DEFINE_REDUCE(max_##name, T, TAKE_MAX(a, b) ? b : a)
+    DEFINE_REDUCE(sum_##name, T, eccl_re_sum_##name(a, b))                     \
+    DEFINE_REDUCE(prod_##name, T, eccl_re_prod_##name(a, b))                   \
+    DEFINE_REDUCE(min_##name, T, eccl_re_min_##name(a, b))                     \
+    DEFINE_REDUCE(max_##name, T, eccl_re_max_##name(a, b))                     \
+    DEFINE_SCALE(div_##name, T, eccl_re_div_##name(a, divisor))
 NATIVE_FLOATS(X)
 #undef X
-
-DEFINE_SCALE(div_f32, float, a / (float)divisor)
-DEFINE_SCALE(div_f64, double, a / (double)divisor)
 
 /* f16 and bf16 SUM/PROD compute in f32 and round once. Widening and
  * narrowing cost far more than the arithmetic, and most of that cost goes to
@@ -105,7 +86,7 @@ DEFINE_SCALE(div_f64, double, a / (double)divisor)
  * faster for f16. */
 #define HALF_BLOCK 256
 
-#define DEFINE_F16_ARITH(name, OP)                                             \
+#define DEFINE_F16_ARITH(name, OP, FULL)                                             \
     static void name(void *restrict dst, const void *restrict src, size_t n)  \
     {                                                                          \
         uint16_t *restrict d = dst;                                            \
@@ -130,8 +111,7 @@ DEFINE_SCALE(div_f64, double, a / (double)divisor)
                     db[i] = eccl_f32_to_f16_normal(r[i]);                      \
             } else {                                                           \
                 for (size_t i = 0; i < m; i++)                                 \
-                    db[i] = eccl_f32_to_f16(eccl_f16_to_f32(db[i]) OP          \
-                                            eccl_f16_to_f32(sb[i]));           \
+                    db[i] = FULL(db[i], sb[i]);                                \
             }                                                                  \
         }                                                                      \
     }
@@ -163,39 +143,20 @@ DEFINE_SCALE(div_f64, double, a / (double)divisor)
         }                                                                      \
     }
 
-DEFINE_F16_ARITH(sum_f16, +)
-DEFINE_F16_ARITH(prod_f16, *)
+DEFINE_F16_ARITH(sum_f16, +, eccl_re_sum_f16)
+DEFINE_F16_ARITH(prod_f16, *, eccl_re_prod_f16)
 DEFINE_BF16_ARITH(sum_bf16, +)
 DEFINE_BF16_ARITH(prod_bf16, *)
 
 /* Runs once per all-reduce, so the plain fused form is enough. */
-DEFINE_SCALE(div_f16, uint16_t,
-             eccl_f32_to_f16(eccl_f16_to_f32(a) / (float)divisor))
-DEFINE_SCALE(div_bf16, uint16_t,
-             eccl_f32_to_bf16(eccl_bf16_to_f32(a) / (float)divisor))
+DEFINE_SCALE(div_f16, uint16_t, eccl_re_div_f16(a, divisor))
+DEFINE_SCALE(div_bf16, uint16_t, eccl_re_div_bf16(a, divisor))
 
-/* MIN/MAX on f16 and bf16 select one operand's original bits, which is what
- * widening, comparing in f32 and narrowing back would give (the round trip is
- * exact), but compare in 16-bit integers: sign-magnitude mapped to a signed
- * value orders like the numbers it encodes, with -0 and +0 both 0. That skips
- * the conversions and vectorises on any SIMD. `inf` is the +infinity pattern;
- * any magnitude above it is a NaN. */
-static inline int16_t half_key(uint16_t h)
-{
-    int16_t mag = (int16_t)(h & 0x7fff);
-    return (int16_t)((h & 0x8000) ? -mag : mag);
-}
-
-#define HALF_IS_NAN(h, inf) ((int16_t)((h) & 0x7fff) > (inf))
-#define HALF_TAKE_MIN(a, b, inf)                                               \
-    ((HALF_IS_NAN(a, inf) == 0) & (HALF_IS_NAN(b, inf) | (half_key(b) < half_key(a))))
-#define HALF_TAKE_MAX(a, b, inf)                                               \
-    ((HALF_IS_NAN(a, inf) == 0) & (HALF_IS_NAN(b, inf) | (half_key(b) > half_key(a))))
-
-DEFINE_REDUCE(min_f16, uint16_t, HALF_TAKE_MIN(a, b, 0x7c00) ? b : a)
-DEFINE_REDUCE(max_f16, uint16_t, HALF_TAKE_MAX(a, b, 0x7c00) ? b : a)
-DEFINE_REDUCE(min_bf16, uint16_t, HALF_TAKE_MIN(a, b, 0x7f80) ? b : a)
-DEFINE_REDUCE(max_bf16, uint16_t, HALF_TAKE_MAX(a, b, 0x7f80) ? b : a)
+/* MIN/MAX on f16 and bf16 compare in 16-bit integers (reduce_elem.h). */
+DEFINE_REDUCE(min_f16, uint16_t, eccl_re_min_f16(a, b))
+DEFINE_REDUCE(max_f16, uint16_t, eccl_re_max_f16(a, b))
+DEFINE_REDUCE(min_bf16, uint16_t, eccl_re_min_bf16(a, b))
+DEFINE_REDUCE(max_bf16, uint16_t, eccl_re_max_bf16(a, b))
 
 /* ---- dispatch ------------------------------------------------------------ */
 

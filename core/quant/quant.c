@@ -10,6 +10,7 @@
 #include <float.h>
 #include <string.h>
 
+#include "quant/quant_elem.h"
 #include "util/half.h"
 
 /* x87's extended-precision intermediates (FLT_EVAL_METHOD 2) would round
@@ -19,59 +20,18 @@
 #error "eccl's quantisation needs binary32 arithmetic evaluated in binary32 (FLT_EVAL_METHOD == 0)"
 #endif
 
-#define EXP_MASK 0x7f800000u
+#define EXP_MASK ECCL_Q_EXP_MASK
 
-static inline int f32_finite(float x)
-{
-    return (eccl_f32_bits(x) & EXP_MASK) != EXP_MASK;
-}
-
-/* ---- the definitions of quant.h, one element at a time --------------------
- * The kernels below inline these, so the quantiser's checks and the loops
- * cannot drift apart. */
-
-static inline float minmax_scale(float mn, float mx)
-{
-    float d = mx - mn;
-    float s = d / 255.0f;
-    if (d > 0.0f && s < FLT_MIN)
-        s = FLT_MIN;
-    return s;
-}
-
-/* s > 0 and mn <= x <= mx, so t is in [0.5, 255.5 + rounding]. Any code
- * that would dequantise to mx becomes 255, the max itself included: then
- * D(255) = mx is in every dequantised chunk, and requantising it cannot
- * move a value from a code below 255 to 255. (Both happen only when s was
- * raised to FLT_MIN or s < ulp(mx); otherwise they change nothing.) */
-static inline uint8_t minmax_code(float x, float mn, float mx, float s)
-{
-    float t = (x - mn) / s + 0.5f;
-    t = t < 255.0f ? t : 255.0f;
-    uint8_t q = (uint8_t)(int32_t)t;
-    return x == mx || mn + (float)q * s >= mx ? 255 : q;
-}
-
-static inline float minmax_value(uint8_t q, float mn, float mx, float s)
-{
-    float v = mn + (float)q * s;
-    v = v < mx ? v : mx;
-    return q == 255 ? mx : v;
-}
-
-/* c = zero_point + 0.5f; s > 0. */
-static inline uint8_t affine_code(float x, float s, float c)
-{
-    float t = x / s + c;
-    t = t > 0.0f ? t : 0.0f;
-    t = t < 255.0f ? t : 255.0f;
-    return (uint8_t)(int32_t)t;
-}
-
-static inline float affine_value(uint8_t q, int32_t zp, float s)
-{
-    return (float)((int32_t)q - zp) * s;
-}
+/* The definitions of quant.h, one element at a time, live in
+ * quant/quant_elem.h, shared with the CUDA plugin's kernels: the loops below
+ * and the checks inline the same helpers, so the quantiser, its checks and
+ * the device cannot drift apart. */
+#define f32_finite eccl_q_finite
+#define minmax_scale eccl_q_minmax_scale
+#define minmax_code eccl_q_minmax_code
+#define minmax_value eccl_q_minmax_value
+#define affine_code eccl_q_affine_code
+#define affine_value eccl_q_affine_value
 
 /* ---- kernels, one set per dtype ---------------------------------------------- */
 
@@ -88,12 +48,8 @@ static inline float affine_value(uint8_t q, int32_t zp, float s)
     {                                                                                          \
         float mn = LOAD(src, 0), mx = mn;                                                      \
         uint32_t bad = 0;                                                                      \
-        for (size_t i = 0; i < n; i++) {                                                       \
-            float x = LOAD(src, i);                                                            \
-            bad |= (uint32_t)((eccl_f32_bits(x) & EXP_MASK) == EXP_MASK);                      \
-            mn = x < mn ? x : mn;                                                              \
-            mx = x > mx ? x : mx;                                                              \
-        }                                                                                      \
+        for (size_t i = 0; i < n; i++)                                                         \
+            eccl_q_scan_step(LOAD(src, i), &mn, &mx, &bad);                                    \
         *mn_out = mn;                                                                          \
         *mx_out = mx;                                                                          \
         return bad != 0;                                                                       \
@@ -315,31 +271,18 @@ static int affine_params(float lo, float hi, unsigned dtype, float *s_out, int32
     return 1;
 }
 
-eccl_result eccl_quant_quantize(eccl_quant_type type, eccl_dtype dtype, const void *src,
-                                size_t count, uint8_t *codes, eccl_quant_meta *meta)
+eccl_result eccl_quant_meta_from_range(eccl_quant_type type, eccl_dtype dtype, size_t count,
+                                       float mn, float mx, uint32_t bad, eccl_quant_meta *meta)
 {
     eccl_quant_meta m;
-    float mn = 0.0f, mx = 0.0f;
 
     if (meta == NULL || !dtype_ok((unsigned)dtype) ||
-        (type != ECCL_QUANT_MINMAX_U8 && type != ECCL_QUANT_AFFINE_U8) ||
-        (count > 0 && (src == NULL || codes == NULL)))
+        (type != ECCL_QUANT_MINMAX_U8 && type != ECCL_QUANT_AFFINE_U8) || bad)
         return ECCL_ERR_INVALID_ARG;
     memset(&m, 0, sizeof m);
     m.type = (uint8_t)type;
     m.dtype = (uint8_t)dtype;
     m.count = count;
-
-    if (count > 0) {
-        int bad;
-        switch (dtype) {
-        case ECCL_F32: bad = scan_f32(src, count, &mn, &mx); break;
-        case ECCL_F16: bad = scan_f16(src, count, &mn, &mx); break;
-        default: bad = scan_bf16(src, count, &mn, &mx); break;
-        }
-        if (bad)
-            return ECCL_ERR_INVALID_ARG;
-    }
     /* -0.0 would make D(0) = -0.0 + 0.0 = +0.0 differ from min's bits. */
     if (mn == 0.0f)
         mn = 0.0f;
@@ -351,11 +294,6 @@ eccl_result eccl_quant_quantize(eccl_quant_type type, eccl_dtype dtype, const vo
             return ECCL_ERR_INVALID_ARG;
         m.min = mn;
         m.max = mx;
-        float s = minmax_scale(mn, mx);
-        if (count > 0 && s == 0.0f)
-            memset(codes, 0, count);
-        else if (count > 0)
-            DISPATCH(dtype, code_minmax, src, count, codes, mn, mx, s);
     } else {
         float s;
         int32_t zp;
@@ -363,10 +301,45 @@ eccl_result eccl_quant_quantize(eccl_quant_type type, eccl_dtype dtype, const vo
             return ECCL_ERR_INVALID_ARG;
         m.scale = s;
         m.zero_point = (uint8_t)zp;
+    }
+    *meta = m;
+    return ECCL_OK;
+}
+
+eccl_result eccl_quant_quantize(eccl_quant_type type, eccl_dtype dtype, const void *src,
+                                size_t count, uint8_t *codes, eccl_quant_meta *meta)
+{
+    eccl_quant_meta m;
+    float mn = 0.0f, mx = 0.0f;
+    int bad = 0;
+    eccl_result r;
+
+    if (meta == NULL || !dtype_ok((unsigned)dtype) ||
+        (type != ECCL_QUANT_MINMAX_U8 && type != ECCL_QUANT_AFFINE_U8) ||
+        (count > 0 && (src == NULL || codes == NULL)))
+        return ECCL_ERR_INVALID_ARG;
+    if (count > 0) {
+        switch (dtype) {
+        case ECCL_F32: bad = scan_f32(src, count, &mn, &mx); break;
+        case ECCL_F16: bad = scan_f16(src, count, &mn, &mx); break;
+        default: bad = scan_bf16(src, count, &mn, &mx); break;
+        }
+    }
+    r = eccl_quant_meta_from_range(type, dtype, count, mn, mx, (uint32_t)bad, &m);
+    if (r != ECCL_OK)
+        return r;
+
+    if (type == ECCL_QUANT_MINMAX_U8) {
+        float s = minmax_scale(m.min, m.max);
         if (count > 0 && s == 0.0f)
             memset(codes, 0, count);
         else if (count > 0)
-            DISPATCH(dtype, code_affine, src, count, codes, s, (float)zp + 0.5f);
+            DISPATCH(dtype, code_minmax, src, count, codes, m.min, m.max, s);
+    } else {
+        if (count > 0 && m.scale == 0.0f)
+            memset(codes, 0, count);
+        else if (count > 0)
+            DISPATCH(dtype, code_affine, src, count, codes, m.scale, (float)m.zero_point + 0.5f);
     }
     *meta = m;
     return ECCL_OK;

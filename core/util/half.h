@@ -24,20 +24,32 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "util/hd.h"
+
 /* memcpy is the type-punning idiom that is defined in C and that compilers
- * turn into a register move. */
-static inline uint32_t eccl_f32_bits(float f)
+ * turn into a register move. In device code the CUDA intrinsics say the
+ * same thing directly (a reinterpretation of the 32 bits, no conversion:
+ * PTX mov.b32), so nothing depends on nvcc optimising a local memcpy away. */
+ECCL_HD uint32_t eccl_f32_bits(float f)
 {
+#ifdef __CUDA_ARCH__
+    return __float_as_uint(f);
+#else
     uint32_t u;
     memcpy(&u, &f, sizeof u);
     return u;
+#endif
 }
 
-static inline float eccl_f32_from_bits(uint32_t u)
+ECCL_HD float eccl_f32_from_bits(uint32_t u)
 {
+#ifdef __CUDA_ARCH__
+    return __uint_as_float(u);
+#else
     float f;
     memcpy(&f, &u, sizeof f);
     return f;
+#endif
 }
 
 /* Branch-free select: all-ones mask if c, else 0; then pick x or y. Writing
@@ -52,13 +64,13 @@ static inline float eccl_f32_from_bits(uint32_t u)
  * the rest and still get the same bits. */
 
 /* Exponent field 1..30: neither zero, subnormal, infinite nor NaN. */
-static inline int eccl_f16_is_normal(uint16_t h)
+ECCL_HD int eccl_f16_is_normal(uint16_t h)
 {
     return (h & 0x7c00u) - 0x0400u < 0x7800u;
 }
 
 /* Exact for normal h: rebias the exponent from 15 to 127. */
-static inline float eccl_f16_normal_to_f32(uint16_t h)
+ECCL_HD float eccl_f16_normal_to_f32(uint16_t h)
 {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
     return eccl_f32_from_bits(sign | ((((uint32_t)h & 0x7fffu) << 13) + (112u << 23)));
@@ -68,7 +80,7 @@ static inline float eccl_f16_normal_to_f32(uint16_t h)
  * rounding alone. 65520 is halfway between the largest f16 (65504, odd
  * mantissa) and 65536; ties to even round it up, to infinity. (Values just
  * under 2^-14 that round up to it are left to the subnormal path.) */
-static inline int eccl_f32_in_f16_normal_range(float f)
+ECCL_HD int eccl_f32_in_f16_normal_range(float f)
 {
     return (eccl_f32_bits(f) & 0x7fffffffu) - 0x38800000u < 0x477ff000u - 0x38800000u;
 }
@@ -79,18 +91,18 @@ static inline int eccl_f32_in_f16_normal_range(float f)
  * the dropped part is above one half, or equal to it with an odd kept part; a
  * carry out of the mantissa correctly bumps the exponent. Works on bits, not a
  * float argument, so that no NaN ever travels through a float register. */
-static inline uint32_t eccl_f16_round_normal_bits(uint32_t a)
+ECCL_HD uint32_t eccl_f16_round_normal_bits(uint32_t a)
 {
     return (a - (112u << 23) + 0x0fffu + ((a >> 13) & 1u)) >> 13;
 }
 
-static inline uint16_t eccl_f32_to_f16_normal(float f)
+ECCL_HD uint16_t eccl_f32_to_f16_normal(float f)
 {
     uint32_t x = eccl_f32_bits(f);
     return (uint16_t)(((x >> 16) & 0x8000u) | eccl_f16_round_normal_bits(x & 0x7fffffffu));
 }
 
-static inline float eccl_f16_to_f32(uint16_t h)
+ECCL_HD float eccl_f16_to_f32(uint16_t h)
 {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
     int32_t mag = h & 0x7fff;
@@ -106,7 +118,7 @@ static inline float eccl_f16_to_f32(uint16_t h)
     return eccl_f32_from_bits(sign | ECCL_HALF_SEL(ECCL_HALF_MASK(mag >= 0x0400), big, sub));
 }
 
-static inline uint16_t eccl_f32_to_f16(float f)
+ECCL_HD uint16_t eccl_f32_to_f16(float f)
 {
     uint32_t x = eccl_f32_bits(f);
     uint32_t sign = (x >> 16) & 0x8000u;
@@ -141,7 +153,7 @@ static inline uint16_t eccl_f32_to_f16(float f)
     return (uint16_t)(sign | mag);
 }
 
-static inline float eccl_bf16_to_f32(uint16_t h)
+ECCL_HD float eccl_bf16_to_f32(uint16_t h)
 {
     return eccl_f32_from_bits((uint32_t)h << 16);
 }
@@ -150,17 +162,17 @@ static inline float eccl_bf16_to_f32(uint16_t h)
  * binary32's exponent, so rounding the 16 dropped bits to nearest even is all
  * there is: subnormals round like normals, and the carry out of the largest
  * finite value lands on infinity. */
-static inline uint16_t eccl_bf16_round_bits(uint32_t x)
+ECCL_HD uint16_t eccl_bf16_round_bits(uint32_t x)
 {
     return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
 }
 
-static inline int eccl_f32_is_nan(float f)
+ECCL_HD int eccl_f32_is_nan(float f)
 {
     return (eccl_f32_bits(f) & 0x7fffffffu) > 0x7f800000u;
 }
 
-static inline uint16_t eccl_f32_to_bf16(float f)
+ECCL_HD uint16_t eccl_f32_to_bf16(float f)
 {
     uint32_t x = eccl_f32_bits(f);
     uint32_t hi = x >> 16;
