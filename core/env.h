@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "eccl.h"
+#include "util/mem_kind.h"
 
 /* Opaque, backend-owned handles. */
 typedef struct eccl_conn eccl_conn;
@@ -154,6 +155,33 @@ typedef struct eccl_dev_ops {
      * a DATA payload read from or written to one goes to the net as a NULL
      * iov base / a NULL recv buffer, never dereferenced. */
     int (*is_phantom)(void *ctx, const void *p);
+
+    /* ---- device tensors (added later; check `size`, or use
+     * eccl_dev_has_devices). NULL in an env whose tensors are all host
+     * memory. Core never reads or writes device memory itself: a collective
+     * on device buffers runs on a pinned host mirror (core/comm/stage.c),
+     * filled with to_host before and copied back with to_device after. ---- */
+    /* What p[0..bytes) is, and on which device. A pointer the host can read
+     * is host memory unless a device runtime is already in use and says
+     * otherwise; one it cannot read loads the device runtime on first use
+     * (ECCL_ERR_UNSUPPORTED when there is none, ECCL_ERR_INVALID_ARG when
+     * the runtime does not know the pointer either). May block (loading). */
+    eccl_result (*mem_kind)(void *ctx, const void *p, size_t bytes, eccl_mem_kind *kind,
+                            int *device);
+    /* Pinned host memory for a mirror of `bytes` (cached: freeing keeps a
+     * few for the next call). Only after mem_kind reported a device. */
+    eccl_result (*host_alloc)(void *ctx, size_t bytes, void **out);
+    void (*host_free)(void *ctx, void *p, size_t bytes);
+    /* host[0..bytes) = dev[0..bytes) on `device`, read after all work the
+     * caller queued on `stream` (a cudaStream_t; NULL: the legacy default
+     * stream) so far. Blocks until the bytes are on the host.
+     * ECCL_ERR_DEVICE: the copy failed (host untouched or partly written). */
+    eccl_result (*to_host)(void *ctx, int device, void *stream, void *host, const void *dev,
+                           size_t bytes);
+    /* dev[0..bytes) = host[0..bytes), then makes `stream` wait for it (work
+     * the caller queues there later sees the bytes). Blocks until written. */
+    eccl_result (*to_device)(void *ctx, int device, void *stream, void *dev, const void *host,
+                             size_t bytes);
 } eccl_dev_ops;
 
 
@@ -223,6 +251,14 @@ static inline int eccl_dev_has_phantom(const eccl_env *env)
     const eccl_dev_ops *d = env->dev;
     return d->size >= offsetof(eccl_dev_ops, is_phantom) + sizeof d->is_phantom &&
            d->is_phantom != NULL;
+}
+
+/* Whether env's dev can hold device tensors at all (an older or host-only
+ * dev table has no mem_kind). */
+static inline int eccl_dev_has_devices(const eccl_env *env)
+{
+    const eccl_dev_ops *d = env->dev;
+    return d->size >= offsetof(eccl_dev_ops, to_device) + sizeof d->to_device && d->mem_kind != NULL;
 }
 
 /* Whether p is phantom memory of env's dev. */

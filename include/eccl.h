@@ -152,7 +152,18 @@ typedef struct eccl_reduce_info {
 typedef struct eccl_request eccl_request;
 
 /* sendbuf == recvbuf means in place. On failure recvbuf holds what it held
- * before the call, bit for bit. info may be NULL. */
+ * before the call, bit for bit. info may be NULL.
+ *
+ * Buffers may be host memory or CUDA device memory (both of one kind: host
+ * or pinned host memory on one side and device or managed memory on the
+ * other is ECCL_ERR_INVALID_ARG). The CUDA part is a plugin loaded on first
+ * use of a device pointer; without a CUDA runtime a device pointer gets
+ * ECCL_ERR_UNSUPPORTED. Device buffers are read after the work queued on
+ * the options' stream (eccl_allreduce_opts.stream; the legacy default
+ * stream otherwise) and the result is in place, for the host and for work
+ * queued on that stream, when the call returns; on failure the device
+ * buffer was never written. A device copy that fails is ECCL_ERR_DEVICE.
+ * docs/devices.md says how device memory flows. */
 eccl_result eccl_allreduce(eccl_comm *comm, const void *sendbuf, void *recvbuf,
                            size_t count, eccl_dtype dtype, eccl_op op,
                            uint64_t tag, eccl_reduce_info *info);
@@ -194,6 +205,10 @@ typedef enum eccl_quant_type {
 typedef struct eccl_allreduce_opts {
     size_t size;           /* sizeof(eccl_allreduce_opts): lets it grow */
     eccl_quant_type quant; /* ECCL_QUANT_NONE */
+    /* Device buffers only: a cudaStream_t. The call reads the buffers after
+     * the work queued there before it, and work queued there after it sees
+     * the result (NCCL's semantics). NULL: the legacy default stream. */
+    void *stream;
 } eccl_allreduce_opts;
 
 /* Fills the defaults above (an all-reduce with these is eccl_allreduce). */
@@ -279,7 +294,9 @@ typedef enum eccl_sync_strategy {
 
 typedef struct eccl_tensor_info {
     const char *key;   /* unique, 1..63 bytes */
-    void *data;        /* host memory, count * eccl_dtype_size(dtype) bytes */
+    void *data;        /* host or device memory, count * eccl_dtype_size(dtype) bytes;
+                        * device tensors are hashed and moved through pinned
+                        * host mirrors and written only after a successful sync */
     size_t count;
     eccl_dtype dtype;
     /* Nonzero: this tensor may differ between peers; it takes no part in

@@ -46,7 +46,8 @@ static void h_div(void *ctx, void *x, size_t n, eccl_dtype t, uint32_t k)
     (void)ctx;
     eccl_reduce_scale_div(x, n, t, k);
 }
-static const eccl_dev_ops h_dev = {sizeof h_dev, h_alloc, h_free, h_copy, h_reduce, h_div, NULL};
+static const eccl_dev_ops h_dev = {.size = sizeof h_dev, .alloc = h_alloc, .free = h_free, .copy = h_copy,
+                                   .reduce = h_reduce, .scale_div = h_div};
 static void h_log(void *ctx, int level, const char *line) { (void)ctx, (void)level, (void)line; }
 static const eccl_log_ops h_logops = {sizeof h_logops, h_log};
 

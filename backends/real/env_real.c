@@ -16,12 +16,14 @@
 #include <unistd.h>
 
 #include "coll/reduce.h"
+#include "dev_cuda.h"
 #include "net_tcp.h"
 
 /* eccl_env comes first so destroy can get back from the public pointer. */
 typedef struct env_real {
     eccl_env env;
     uint64_t t0_ns; /* log timestamps count from here */
+    eccl_real_cuda *cuda; /* device tensors (dev_cuda.h); opens nothing until needed */
 } env_real;
 
 /* pthread names are limited to 16 bytes including the NUL. */
@@ -286,6 +288,40 @@ static void real_scale_div(void *ctx, void *x, size_t count, eccl_dtype dtype,
     eccl_reduce_scale_div(x, count, dtype, divisor);
 }
 
+static eccl_result real_mem_kind(void *ctx, const void *p, size_t bytes, eccl_mem_kind *kind,
+                                 int *device)
+{
+    env_real *r = ctx;
+    if (!r->cuda) { /* no memory for the device state: host memory only */
+        *kind = ECCL_MEM_HOST;
+        *device = -1;
+        return ECCL_OK;
+    }
+    return eccl_real_cuda_mem_kind(r->cuda, p, bytes, kind, device);
+}
+
+static eccl_result real_host_alloc(void *ctx, size_t bytes, void **out)
+{
+    return eccl_real_cuda_host_alloc(((env_real *)ctx)->cuda, bytes, out);
+}
+
+static void real_host_free(void *ctx, void *p, size_t bytes)
+{
+    eccl_real_cuda_host_free(((env_real *)ctx)->cuda, p, bytes);
+}
+
+static eccl_result real_to_host(void *ctx, int device, void *stream, void *host, const void *dev,
+                                size_t bytes)
+{
+    return eccl_real_cuda_to_host(((env_real *)ctx)->cuda, device, stream, host, dev, bytes);
+}
+
+static eccl_result real_to_device(void *ctx, int device, void *stream, void *dev, const void *host,
+                                  size_t bytes)
+{
+    return eccl_real_cuda_to_device(((env_real *)ctx)->cuda, device, stream, dev, host, bytes);
+}
+
 static const eccl_dev_ops real_dev_ops = {
     .size = sizeof(eccl_dev_ops),
     .alloc = real_alloc,
@@ -293,6 +329,11 @@ static const eccl_dev_ops real_dev_ops = {
     .copy = real_copy,
     .reduce = real_reduce,
     .scale_div = real_scale_div,
+    .mem_kind = real_mem_kind,
+    .host_alloc = real_host_alloc,
+    .host_free = real_host_free,
+    .to_host = real_to_host,
+    .to_device = real_to_device,
 };
 
 /* ---- log ----------------------------------------------------------------- */
@@ -474,6 +515,7 @@ eccl_result eccl_env_real_create(const char *name, eccl_env **out)
         free(r);
         return res;
     }
+    r->cuda = eccl_real_cuda_new(&r->env);
     *out = &r->env;
     return ECCL_OK;
 }
@@ -483,5 +525,6 @@ void eccl_env_real_destroy(eccl_env *env)
     if (!env)
         return;
     eccl_net_tcp_destroy(env->net_ctx);
+    eccl_real_cuda_free(((env_real *)env)->cuda);
     free((env_real *)env);
 }

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm/stage.h"
 #include "coll/ring_allreduce.h"
 #include "coll/tree_allreduce.h"
 #include "eccl_core.h"
@@ -80,6 +81,7 @@ struct eccl_request {
     eccl_buf *backup;
     eccl_buf *staging[2];
     eccl_buf *qimg;       /* quantised ring: the two code images */
+    eccl_stage stage;     /* device buffers: the host mirror the op runs on */
     int started;          /* the algorithm owns recvbuf's restore from here */
     eccl_algorithm algo;
     union {
@@ -1954,6 +1956,7 @@ void eccl_comm_destroy(eccl_comm *c)
     ops_fail_all(c, ECCL_ERR_CLOSED);
     for (eccl_request *r = c->ops, *n; r; r = n) {
         n = r->next;
+        eccl_stage_end(&r->stage, ECCL_ERR_CLOSED); /* frees a mirror never waited for */
         free(r);
     }
     if (c->master_open) {
@@ -2032,9 +2035,13 @@ static eccl_result allreduce_submit(eccl_comm *c, const void *sendbuf, void *rec
 
 static int request_done(void *arg) { return ((eccl_request *)arg)->state == OP_DONE; }
 
-static eccl_result request_reap(eccl_request *r, eccl_reduce_info *info)
+/* Frees a finished request; *stage gets its staging, to be ended by the
+ * caller once the engine's mutex is released (the copy to the device may
+ * take a while, and must not hold up other ops' progress). */
+static eccl_result request_reap(eccl_request *r, eccl_reduce_info *info, eccl_stage *stage)
 {
     eccl_result rc = r->result;
+    *stage = r->stage;
     if (info) {
         info->world_size = r->call.nranks;
         info->algorithm = r->algo;
@@ -2055,32 +2062,35 @@ eccl_result eccl_allreduce_async(eccl_comm *c, const void *sendbuf, void *recvbu
 
 /* Mutex held: drives progress until the op is done (it enforces its own
  * deadline), then frees it. */
-static eccl_result request_finish(eccl_comm *c, eccl_request *r, eccl_reduce_info *info)
+static eccl_result request_finish(eccl_comm *c, eccl_request *r, eccl_reduce_info *info,
+                                  eccl_stage *stage)
 {
     eccl_engine_drive(&c->eng, request_done, r, ECCL_NO_DEADLINE);
     if (r->state != OP_DONE) op_finish(c, r, c->phase == PHASE_FAILED ? c->fatal : ECCL_ERR_CLOSED);
-    return request_reap(r, info);
+    return request_reap(r, info, stage);
 }
 
 eccl_result eccl_wait(eccl_request *r, eccl_reduce_info *info)
 {
     if (!r) return ECCL_ERR_INVALID_ARG;
     eccl_comm *c = r->comm;
+    eccl_stage stage;
     eccl_engine_lock(&c->eng);
-    eccl_result rc = request_finish(c, r, info);
+    eccl_result rc = request_finish(c, r, info, &stage);
     eccl_engine_unlock(&c->eng);
-    return rc;
+    return eccl_stage_end(&stage, rc);
 }
 
 eccl_result eccl_test(eccl_request *r, int *done, eccl_reduce_info *info)
 {
     if (!r || !done) return ECCL_ERR_INVALID_ARG;
     eccl_comm *c = r->comm;
+    eccl_stage stage = {0};
     eccl_engine_lock(&c->eng);
     *done = r->state == OP_DONE;
-    eccl_result rc = *done ? request_reap(r, info) : ECCL_OK;
+    eccl_result rc = *done ? request_reap(r, info, &stage) : ECCL_OK;
     eccl_engine_unlock(&c->eng);
-    return rc;
+    return eccl_stage_end(&stage, rc);
 }
 
 eccl_result eccl_allreduce(eccl_comm *c, const void *sendbuf, void *recvbuf, size_t count,
@@ -2096,6 +2106,25 @@ void eccl_allreduce_opts_init(eccl_allreduce_opts *opts)
     memset(opts, 0, sizeof *opts);
     opts->size = sizeof *opts;
     opts->quant = ECCL_QUANT_NONE;
+    opts->stream = NULL;
+}
+
+/* Before the engine's mutex: device buffers are swapped for a host mirror
+ * holding the input (stage.h). The copy may take a while, and must not hold
+ * up other ops' progress. Arguments the submit would refuse are left to it. */
+static eccl_result allreduce_stage(eccl_comm *c, const void **sendbuf, void **recvbuf,
+                                   size_t count, eccl_dtype dtype, const eccl_allreduce_opts *opts,
+                                   eccl_stage *stage)
+{
+    void *stream = NULL;
+    if (opts && opts->size >= offsetof(eccl_allreduce_opts, stream) + sizeof opts->stream)
+        stream = opts->stream;
+    size_t es = eccl_dtype_size(dtype);
+    if (!es || !count || !*sendbuf || !*recvbuf || count > SIZE_MAX / 16 / es) {
+        memset(stage, 0, sizeof *stage);
+        return ECCL_OK;
+    }
+    return eccl_stage_begin(stage, c->env, sendbuf, recvbuf, count * es, stream);
 }
 
 eccl_result eccl_allreduce_ex_async(eccl_comm *c, const void *sendbuf, void *recvbuf,
@@ -2103,9 +2132,14 @@ eccl_result eccl_allreduce_ex_async(eccl_comm *c, const void *sendbuf, void *rec
                                     const eccl_allreduce_opts *opts, eccl_request **req)
 {
     if (!c || !req) return ECCL_ERR_INVALID_ARG;
+    eccl_stage stage;
+    eccl_result rc = allreduce_stage(c, &sendbuf, &recvbuf, count, dtype, opts, &stage);
+    if (rc != ECCL_OK) return rc;
     eccl_engine_lock(&c->eng);
-    eccl_result rc = allreduce_submit(c, sendbuf, recvbuf, count, dtype, op, tag, opts, 1, req);
+    rc = allreduce_submit(c, sendbuf, recvbuf, count, dtype, op, tag, opts, 1, req);
+    if (rc == ECCL_OK) (*req)->stage = stage;
     eccl_engine_unlock(&c->eng);
+    if (rc != ECCL_OK) eccl_stage_end(&stage, rc);
     return rc;
 }
 
@@ -2115,11 +2149,19 @@ eccl_result eccl_allreduce_ex(eccl_comm *c, const void *sendbuf, void *recvbuf, 
 {
     if (!c) return ECCL_ERR_INVALID_ARG;
     eccl_request *r = NULL;
+    eccl_stage stage;
+    eccl_result rc = allreduce_stage(c, &sendbuf, &recvbuf, count, dtype, opts, &stage);
+    if (rc != ECCL_OK) return rc;
     eccl_engine_lock(&c->eng);
-    eccl_result rc = allreduce_submit(c, sendbuf, recvbuf, count, dtype, op, tag, opts, 0, &r);
-    if (rc == ECCL_OK) rc = request_finish(c, r, info);
+    eccl_result sub = allreduce_submit(c, sendbuf, recvbuf, count, dtype, op, tag, opts, 0, &r);
+    if (sub == ECCL_OK) {
+        r->stage = stage; /* handed back by the reap */
+        rc = request_finish(c, r, info, &stage);
+    } else {
+        rc = sub;
+    }
     eccl_engine_unlock(&c->eng);
-    return rc;
+    return eccl_stage_end(&stage, rc);
 }
 
 /* ---- shared state (public) ------------------------------------------------------ */
@@ -2205,13 +2247,10 @@ static eccl_result sync_prepare(const eccl_shared_state *st, eccl_hash_type ht,
     return ECCL_OK;
 }
 
-eccl_result eccl_comm_sync_shared_state(eccl_comm *c, eccl_shared_state *st,
-                                        eccl_sync_strategy strategy, eccl_hash_type ht,
-                                        eccl_sync_info *info)
+static eccl_result sync_shared_state_host(eccl_comm *c, eccl_shared_state *st,
+                                          eccl_sync_strategy strategy, eccl_hash_type ht,
+                                          eccl_sync_info *info)
 {
-    if (!c || !st || (st->count && !st->infos) || (unsigned)strategy > ECCL_SYNC_RECEIVE_ONLY ||
-        (ht != ECCL_HASH_SIMPLE && ht != ECCL_HASH_CRC32C))
-        return ECCL_ERR_INVALID_ARG;
     eccl_wire_sync_key *keys = NULL;
     uint32_t *key_info = NULL, n_keys = 0;
     eccl_result rc = sync_prepare(st, ht, &keys, &key_info, &n_keys);
@@ -2272,6 +2311,52 @@ eccl_result eccl_comm_sync_shared_state(eccl_comm *c, eccl_shared_state *st,
     s->keys = NULL, s->key_info = NULL, s->fetch = NULL, s->src = NULL;
     s->active = 0;
     eccl_engine_unlock(&c->eng);
+    return rc;
+}
+
+/* Tensors on a device take part through pinned host mirrors (stage.h):
+ * hashed, served and fetched there; written back to the device only after
+ * the sync succeeded, so a failed sync leaves every device tensor as it was.
+ * Host tensors are used in place, as ever. */
+eccl_result eccl_comm_sync_shared_state(eccl_comm *c, eccl_shared_state *st,
+                                        eccl_sync_strategy strategy, eccl_hash_type ht,
+                                        eccl_sync_info *info)
+{
+    if (!c || !st || (st->count && !st->infos) || (unsigned)strategy > ECCL_SYNC_RECEIVE_ONLY ||
+        (ht != ECCL_HASH_SIMPLE && ht != ECCL_HASH_CRC32C))
+        return ECCL_ERR_INVALID_ARG;
+    if (!eccl_dev_has_devices(c->env) || st->count == 0)
+        return sync_shared_state_host(c, st, strategy, ht, info);
+    eccl_tensor_info *mirrored = calloc(st->count, sizeof *mirrored);
+    eccl_stage *stages = calloc(st->count, sizeof *stages);
+    if (!mirrored || !stages) {
+        free(mirrored);
+        free(stages);
+        return ECCL_ERR_NO_MEMORY;
+    }
+    eccl_result rc = ECCL_OK;
+    size_t staged = 0;
+    for (; rc == ECCL_OK && staged < st->count; staged++) {
+        eccl_tensor_info *t = &mirrored[staged];
+        *t = st->infos[staged];
+        size_t es = eccl_dtype_size(t->dtype);
+        if (!t->data || !es || t->count > SIZE_MAX / es) continue; /* sync_prepare refuses it */
+        const void *in = t->data;
+        rc = eccl_stage_begin(&stages[staged], c->env, &in, &t->data, t->count * es, NULL);
+    }
+    if (rc == ECCL_OK) {
+        eccl_shared_state shadow = {.revision = st->revision, .count = st->count, .infos = mirrored};
+        rc = sync_shared_state_host(c, &shadow, strategy, ht, info);
+        st->revision = shadow.revision;
+    } else {
+        staged--; /* the one that failed holds nothing */
+    }
+    for (size_t i = 0; i < staged; i++) {
+        eccl_result end = eccl_stage_end(&stages[i], rc);
+        if (rc == ECCL_OK) rc = end;
+    }
+    free(mirrored);
+    free(stages);
     return rc;
 }
 

@@ -1,0 +1,248 @@
+#include "dev_cuda.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <fiu-local.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "../cuda/plugin.h"
+#include "env_real.h"
+
+/* ---- the plugin: loaded once per process ------------------------------------ */
+
+static pthread_once_t plugin_once = PTHREAD_ONCE_INIT;
+static const eccl_cuda_plugin *plugin;
+static char plugin_why[512];
+
+/* The fields this libeccl calls; a plugin built before them is refused. */
+#define PLUGIN_MIN_SIZE (offsetof(eccl_cuda_plugin, last_error) + sizeof(void *))
+
+static void *open_beside_libeccl(void)
+{
+    Dl_info di;
+    if (!dladdr((void *)open_beside_libeccl, &di) || !di.dli_fname) return NULL;
+    const char *slash = strrchr(di.dli_fname, '/');
+    if (!slash) return NULL;
+    char path[PATH_MAX];
+    int n = snprintf(path, sizeof path, "%.*s/%s", (int)(slash - di.dli_fname), di.dli_fname,
+                     ECCL_CUDA_PLUGIN_SONAME);
+    if (n < 0 || (size_t)n >= sizeof path) return NULL;
+    return dlopen(path, RTLD_NOW | RTLD_LOCAL);
+}
+
+static void plugin_load(void)
+{
+    const char *named = getenv("ECCL_CUDA_PLUGIN");
+    void *h;
+    if (fiu_fail("eccl/dev/cuda_load")) {
+        snprintf(plugin_why, sizeof plugin_why, "failpoint eccl/dev/cuda_load");
+        return;
+    }
+    if (named && *named) {
+        h = dlopen(named, RTLD_NOW | RTLD_LOCAL);
+    } else {
+        h = open_beside_libeccl();
+        if (!h) h = dlopen(ECCL_CUDA_PLUGIN_SONAME, RTLD_NOW | RTLD_LOCAL);
+    }
+    if (!h) {
+        const char *e = dlerror();
+        snprintf(plugin_why, sizeof plugin_why, "cannot load %s: %s",
+                 named && *named ? named : ECCL_CUDA_PLUGIN_SONAME, e ? e : "unknown error");
+        return;
+    }
+    const eccl_cuda_plugin *p = dlsym(h, ECCL_CUDA_PLUGIN_SYMBOL);
+    if (!p || p->size < PLUGIN_MIN_SIZE) {
+        snprintf(plugin_why, sizeof plugin_why, "%s: no usable %s table", ECCL_CUDA_PLUGIN_SONAME,
+                 ECCL_CUDA_PLUGIN_SYMBOL);
+        dlclose(h);
+        return;
+    }
+    /* Never unloaded: the CUDA runtime underneath does not support it well,
+     * and other envs of this process may use it any time. */
+    plugin = p;
+}
+
+/* ---- per env --------------------------------------------------------------- */
+
+#define MIRRORS_MAX 16
+
+typedef struct mirror {
+    void *p;
+    size_t cap;
+} mirror;
+
+struct eccl_real_cuda {
+    eccl_env *env;
+    pthread_mutex_t mu;
+    int tried;           /* open attempted (success or not) */
+    eccl_result open_rc; /* its result */
+    void *ctx;           /* the plugin's context, once open */
+    int keep;            /* mirrors kept for reuse */
+    int nfree;
+    mirror free_list[MIRRORS_MAX];
+};
+
+eccl_real_cuda *eccl_real_cuda_new(eccl_env *env)
+{
+    eccl_real_cuda *c = calloc(1, sizeof *c);
+    if (!c) return NULL;
+    c->env = env;
+    pthread_mutex_init(&c->mu, NULL);
+    c->keep = 4;
+    const char *k = getenv("ECCL_CUDA_MIRRORS");
+    if (k && *k) {
+        char *end;
+        long v = strtol(k, &end, 10);
+        if (*end || v < 0 || v > MIRRORS_MAX)
+            eccl_real_log(env, ECCL_LOG_WARN, "ECCL_CUDA_MIRRORS=\"%s\" is not 0..%d; using %d", k,
+                          MIRRORS_MAX, c->keep);
+        else
+            c->keep = (int)v;
+    }
+    return c;
+}
+
+void eccl_real_cuda_free(eccl_real_cuda *c)
+{
+    if (!c) return;
+    for (int i = 0; i < c->nfree; i++) plugin->host_free(c->ctx, c->free_list[i].p);
+    if (c->ctx) plugin->close(c->ctx);
+    pthread_mutex_destroy(&c->mu);
+    free(c);
+}
+
+/* Opens the plugin's context once; later calls return the first answer. */
+static eccl_result cuda_open(eccl_real_cuda *c)
+{
+    pthread_mutex_lock(&c->mu);
+    if (!c->tried) {
+        c->tried = 1;
+        pthread_once(&plugin_once, plugin_load);
+        char why[256] = "";
+        if (!plugin) {
+            c->open_rc = ECCL_ERR_UNSUPPORTED;
+            eccl_real_log(c->env, ECCL_LOG_WARN, "device memory needs the CUDA plugin: %s", plugin_why);
+        } else if ((c->open_rc = plugin->open(&c->ctx, why, sizeof why)) != ECCL_OK) {
+            c->ctx = NULL;
+            eccl_real_log(c->env, ECCL_LOG_WARN, "device memory: %s", why);
+        }
+    }
+    eccl_result rc = c->open_rc;
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+static int cuda_is_open(eccl_real_cuda *c)
+{
+    pthread_mutex_lock(&c->mu);
+    int open = c->ctx != NULL;
+    pthread_mutex_unlock(&c->mu);
+    return open;
+}
+
+/* 1 if the host can read the byte at p, 0 if it cannot (device memory is
+ * mapped inaccessible to the host), -1 if the kernel will not say. One
+ * system call, and no signal: a fault is reported as EFAULT. */
+static int host_readable(const void *p)
+{
+    char b;
+    struct iovec local = {&b, 1}, remote = {(void *)p, 1};
+    if (process_vm_readv(getpid(), &local, 1, &remote, 1, 0) == 1) return 1;
+    return errno == EFAULT ? 0 : -1;
+}
+
+static eccl_result plugin_error(eccl_real_cuda *c, eccl_result rc, const char *what)
+{
+    if (rc != ECCL_OK) eccl_real_log(c->env, ECCL_LOG_WARN, "%s: %s", what, plugin->last_error(c->ctx));
+    return rc;
+}
+
+eccl_result eccl_real_cuda_mem_kind(eccl_real_cuda *c, const void *p, size_t bytes, eccl_mem_kind *kind,
+                                    int *device)
+{
+    *device = -1;
+    if (!cuda_is_open(c)) {
+        /* Readable at both ends: host memory, as far as anything without a
+         * device runtime can tell (and loading one for every host buffer
+         * would cost host-only users a CUDA context). */
+        int first = host_readable(p), last = host_readable((const char *)p + bytes - 1);
+        if (first == 1 && last == 1) {
+            *kind = ECCL_MEM_HOST;
+            return ECCL_OK;
+        }
+        eccl_result rc = cuda_open(c);
+        if (rc != ECCL_OK) {
+            if (first == -1 && last == -1) { /* the probe is unavailable: assume host */
+                *kind = ECCL_MEM_HOST;
+                return ECCL_OK;
+            }
+            return ECCL_ERR_UNSUPPORTED;
+        }
+    }
+    eccl_result rc = plugin->mem_kind(c->ctx, p, kind, device);
+    if (rc != ECCL_OK) return plugin_error(c, rc, "which memory");
+    if (*kind == ECCL_MEM_HOST && host_readable(p) == 0) {
+        eccl_real_log(c->env, ECCL_LOG_WARN, "%p is neither host memory nor known to CUDA", p);
+        return ECCL_ERR_INVALID_ARG;
+    }
+    return ECCL_OK;
+}
+
+eccl_result eccl_real_cuda_host_alloc(eccl_real_cuda *c, size_t bytes, void **out)
+{
+    eccl_result rc = cuda_open(c);
+    if (rc != ECCL_OK) return rc;
+    pthread_mutex_lock(&c->mu);
+    /* The smallest cached mirror that fits, if it is not wastefully big. */
+    int best = -1;
+    for (int i = 0; i < c->nfree; i++)
+        if (c->free_list[i].cap >= bytes && c->free_list[i].cap / 2 <= bytes &&
+            (best < 0 || c->free_list[i].cap < c->free_list[best].cap))
+            best = i;
+    if (best >= 0) {
+        *out = c->free_list[best].p;
+        c->free_list[best] = c->free_list[--c->nfree];
+        pthread_mutex_unlock(&c->mu);
+        return ECCL_OK;
+    }
+    pthread_mutex_unlock(&c->mu);
+    return plugin_error(c, plugin->host_alloc(c->ctx, bytes, out), "pinned mirror");
+}
+
+void eccl_real_cuda_host_free(eccl_real_cuda *c, void *p, size_t bytes)
+{
+    if (!p) return;
+    pthread_mutex_lock(&c->mu);
+    if (c->nfree < c->keep) {
+        c->free_list[c->nfree++] = (mirror){p, bytes};
+        p = NULL;
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (p) plugin->host_free(c->ctx, p);
+}
+
+eccl_result eccl_real_cuda_to_host(eccl_real_cuda *c, int device, void *stream, void *host, const void *dev,
+                                   size_t bytes)
+{
+    eccl_result rc = cuda_open(c);
+    if (rc == ECCL_OK) rc = plugin->wait_user(c->ctx, device, stream);
+    if (rc == ECCL_OK) rc = plugin->copy(c->ctx, device, host, dev, bytes);
+    if (rc == ECCL_OK) rc = plugin->sync(c->ctx, device);
+    return c->ctx ? plugin_error(c, rc, "device to host") : rc;
+}
+
+eccl_result eccl_real_cuda_to_device(eccl_real_cuda *c, int device, void *stream, void *dev,
+                                     const void *host, size_t bytes)
+{
+    eccl_result rc = cuda_open(c);
+    if (rc == ECCL_OK) rc = plugin->copy(c->ctx, device, dev, host, bytes);
+    if (rc == ECCL_OK) rc = plugin->signal_user(c->ctx, device, stream);
+    if (rc == ECCL_OK) rc = plugin->sync(c->ctx, device);
+    return c->ctx ? plugin_error(c, rc, "host to device") : rc;
+}

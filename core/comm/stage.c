@@ -1,0 +1,64 @@
+#include "comm/stage.h"
+
+#include <string.h>
+
+#include "util/log.h"
+
+/* Host and host-registered memory is read by the host path directly;
+ * device and managed memory goes through a mirror (managed memory too,
+ * because the caller's stream may still be writing it). */
+static int kind_on_device(eccl_mem_kind k) { return k == ECCL_MEM_DEVICE || k == ECCL_MEM_MANAGED; }
+
+eccl_result eccl_stage_begin(eccl_stage *st, const eccl_env *env, const void **in, void **out,
+                             size_t bytes, void *stream)
+{
+    memset(st, 0, sizeof *st);
+    st->env = env;
+    if (bytes == 0 || !eccl_dev_has_devices(env)) return ECCL_OK;
+    const eccl_dev_ops *d = env->dev;
+    eccl_mem_kind kin, kout;
+    int din = -1, dout = -1;
+    eccl_result rc = d->mem_kind(env->dev_ctx, *in, bytes, &kin, &din);
+    if (rc == ECCL_OK && *out != *in) rc = d->mem_kind(env->dev_ctx, *out, bytes, &kout, &dout);
+    else kout = kin, dout = din;
+    if (rc != ECCL_OK) return rc;
+    if (kind_on_device(kin) != kind_on_device(kout)) {
+        ECCL_WARN(env, "input and output are of different kinds (%d, %d): one must not be on a device "
+                       "and the other not", (int)kin, (int)kout);
+        return ECCL_ERR_INVALID_ARG;
+    }
+    if (!kind_on_device(kin)) return ECCL_OK;
+    if (din != dout) {
+        ECCL_WARN(env, "input on device %d, output on device %d: one call, one device", din, dout);
+        return ECCL_ERR_INVALID_ARG;
+    }
+    void *mirror;
+    rc = d->host_alloc(env->dev_ctx, bytes, &mirror);
+    if (rc != ECCL_OK) return rc;
+    rc = d->to_host(env->dev_ctx, din, stream, mirror, *in, bytes);
+    if (rc != ECCL_OK) {
+        d->host_free(env->dev_ctx, mirror, bytes);
+        return rc;
+    }
+    st->active = 1;
+    st->device = din;
+    st->stream = stream;
+    st->mirror = mirror;
+    st->bytes = bytes;
+    st->dev_out = *out;
+    *in = mirror;
+    *out = mirror;
+    return ECCL_OK;
+}
+
+eccl_result eccl_stage_end(eccl_stage *st, eccl_result result)
+{
+    if (!st->active) return result;
+    const eccl_dev_ops *d = st->env->dev;
+    if (result == ECCL_OK)
+        result = d->to_device(st->env->dev_ctx, st->device, st->stream, st->dev_out, st->mirror, st->bytes);
+    d->host_free(st->env->dev_ctx, st->mirror, st->bytes);
+    st->active = 0;
+    st->mirror = NULL;
+    return result;
+}

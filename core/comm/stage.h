@@ -1,0 +1,50 @@
+/* Device staging: how a collective on device tensors runs on host memory.
+ *
+ * Core moves bytes with the env's net and reduces with the env's dev ops on
+ * host memory. A call whose buffers are on a device (CUDA device or managed
+ * memory) runs on a pinned host *mirror*: before the call, the input is
+ * copied into the mirror after the work queued on the caller's stream; the
+ * collective runs in place on the mirror; only after it succeeded is the
+ * mirror copied to the device output and the stream made to wait for that.
+ * So the failure promise holds with no backup on the device at all: on any
+ * failure the device output was never written.
+ *
+ * Why a whole mirror and not slices overlapped with the wire: it is the one
+ * shape that keeps every algorithm (ring, tree, exchange, quantised) and
+ * every failure path unchanged, and it costs two copies over the bus per
+ * call. docs/devices.md measures it and says what a pipelined path would
+ * change. */
+#ifndef ECCL_CORE_COMM_STAGE_H
+#define ECCL_CORE_COMM_STAGE_H
+
+#include <stddef.h>
+
+#include "env.h"
+
+typedef struct eccl_stage {
+    const eccl_env *env;
+    int active;     /* the buffers are on a device; the mirror stands in */
+    int device;
+    void *stream;   /* the caller's cudaStream_t (NULL: legacy default) */
+    void *mirror;   /* pinned host memory, `bytes` */
+    size_t bytes;
+    void *dev_out;  /* the device output, written on success */
+} eccl_stage;
+
+/* Looks at one call's input and output (bytes each). Host memory: the stage
+ * stays inactive and *in, *out are left alone. Device memory: allocates the
+ * mirror, copies *in into it and points *in and *out at it (the collective
+ * then runs in place). Errors, with nothing allocated: ECCL_ERR_INVALID_ARG
+ * (host and device memory mixed, two devices, or a pointer the device
+ * runtime does not know), ECCL_ERR_UNSUPPORTED (device memory and no device
+ * runtime), ECCL_ERR_NO_MEMORY, ECCL_ERR_DEVICE (the copy failed). */
+eccl_result eccl_stage_begin(eccl_stage *st, const eccl_env *env, const void **in, void **out,
+                             size_t bytes, void *stream);
+
+/* Ends a stage with the collective's result: on ECCL_OK copies the mirror
+ * to the device output (ECCL_ERR_DEVICE if that copy fails); frees the
+ * mirror either way. Returns the final result. An inactive stage returns
+ * `result` unchanged. */
+eccl_result eccl_stage_end(eccl_stage *st, eccl_result result);
+
+#endif /* ECCL_CORE_COMM_STAGE_H */
