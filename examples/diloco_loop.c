@@ -41,6 +41,46 @@ static int retryable(eccl_result rc)
            rc == ECCL_ERR_BUSY;
 }
 
+/* A tensor the library sees (`lib`) and the host copy the loop computes on
+ * (`host`). They are one buffer, unless the launch gives device memory
+ * (L->device: the simulator's `buffers = cuda`): then the loop moves the
+ * bytes across itself, before and after each call, and the library stages
+ * the device tensor as it would a CUDA one. */
+typedef struct tensor {
+    float *host;
+    void *lib;
+} tensor;
+
+static int on_device(const eccl_launch *L) { return L->device && L->buffer_alloc && !L->phantom; }
+
+static eccl_result tensor_alloc(const eccl_launch *L, tensor *t, size_t count)
+{
+    t->host = malloc(count * sizeof(float));
+    t->lib = t->host;
+    if (!t->host) return ECCL_ERR_NO_MEMORY;
+    if (on_device(L) && L->buffer_alloc(L->ctx, count * sizeof(float), &t->lib) != ECCL_OK) {
+        t->lib = NULL;
+        return ECCL_ERR_NO_MEMORY;
+    }
+    return ECCL_OK;
+}
+
+static void tensor_free(const eccl_launch *L, tensor *t)
+{
+    if (t->lib && t->lib != t->host) L->buffer_free(L->ctx, t->lib);
+    free(t->host);
+}
+
+static eccl_result to_lib(const eccl_launch *L, const tensor *t, size_t count)
+{
+    return t->lib == t->host ? ECCL_OK : L->buffer_write(L->ctx, t->lib, t->host, count * sizeof(float));
+}
+
+static eccl_result from_lib(const eccl_launch *L, const tensor *t, size_t count)
+{
+    return t->lib == t->host ? ECCL_OK : L->buffer_read(L->ctx, t->host, t->lib, count * sizeof(float));
+}
+
 int eccl_diloco_run(const eccl_launch *L, const eccl_diloco_options *opts)
 {
     const eccl_diloco_options o = *opts;
@@ -50,14 +90,15 @@ int eccl_diloco_run(const eccl_launch *L, const eccl_diloco_options *opts)
     if (o.peer_timeout_ms) params.peer_timeout_ms = o.peer_timeout_ms;
     if (o.op_timeout_ms) params.op_timeout_ms = o.op_timeout_ms;
 
-    float *model = malloc(o.count * sizeof(float));
-    float *delta = malloc((o.count + 1) * sizeof(float)); /* + the stop vote */
-    if (!model || !delta || o.count == 0) {
+    tensor model_t = {0}, delta_t = {0};
+    if (o.count == 0 || tensor_alloc(L, &model_t, o.count) != ECCL_OK ||
+        tensor_alloc(L, &delta_t, o.count + 1) != ECCL_OK) { /* + the stop vote */
         eccl_launch_emit(L, 1, "eccl-diloco: cannot allocate the model (%zu elements)", o.count);
-        free(model);
-        free(delta);
+        tensor_free(L, &model_t);
+        tensor_free(L, &delta_t);
         return 1;
     }
+    float *model = model_t.host, *delta = delta_t.host;
     for (size_t i = 0; i < o.count; i++) model[i] = initial_value(i);
 
     eccl_comm *comm = NULL;
@@ -66,8 +107,8 @@ int eccl_diloco_run(const eccl_launch *L, const eccl_diloco_options *opts)
     if (rc != ECCL_OK) {
         eccl_launch_emit(L, 0, "event=error peer=-1 what=connect error=\"%s\"", eccl_strerror(rc));
         eccl_comm_destroy(comm);
-        free(model);
-        free(delta);
+        tensor_free(L, &model_t);
+        tensor_free(L, &delta_t);
         return 1;
     }
     int64_t id = 0;
@@ -75,7 +116,7 @@ int eccl_diloco_run(const eccl_launch *L, const eccl_diloco_options *opts)
     eccl_launch_emit(L, 0, "event=connected peer=%lld pid=%d t_ms=%.1f", (long long)id, L->pid,
          L->now_ms(L->ctx));
 
-    eccl_tensor_info ti = {.key = "model", .data = model, .count = o.count, .dtype = ECCL_F32};
+    eccl_tensor_info ti = {.key = "model", .data = model_t.lib, .count = o.count, .dtype = ECCL_F32};
     eccl_shared_state st = {.revision = 0, .count = 1, .infos = &ti};
     uint64_t rev = 0;   /* the model's revision */
     int have_synced = 0; /* took part in a successful sync: no longer a newcomer */
@@ -122,8 +163,13 @@ int eccl_diloco_run(const eccl_launch *L, const eccl_diloco_options *opts)
         if (!synced) {
             eccl_sync_info si = {0};
             st.revision = rev; /* exactly last + 1 once synced; a newcomer's is its own business */
-            rc = eccl_comm_sync_shared_state(comm, &st, ECCL_SYNC_ENFORCE_POPULAR, ECCL_HASH_SIMPLE,
-                                             &si);
+            rc = to_lib(L, &model_t, o.count);
+            if (rc == ECCL_OK)
+                rc = eccl_comm_sync_shared_state(comm, &st, ECCL_SYNC_ENFORCE_POPULAR, ECCL_HASH_SIMPLE,
+                                                 &si);
+            /* What the sync left in the library's tensor, fetched or not. */
+            eccl_result back = from_lib(L, &model_t, o.count);
+            if (rc == ECCL_OK) rc = back;
             if (rc != ECCL_OK) {
                 if (rc == ECCL_ERR_PEER_LOST || rc == ECCL_ERR_TIMEOUT || rc == ECCL_ERR_BUSY) {
                     eccl_launch_emit(L, 0, "event=retry peer=%lld revision=%llu what=sync error=\"%s\"",
@@ -161,8 +207,12 @@ int eccl_diloco_run(const eccl_launch *L, const eccl_diloco_options *opts)
         eccl_request *req = NULL;
         eccl_reduce_info info = {0};
         const uint64_t tag = (1ull << 62) | rev; /* one attempt per revision */
-        rc = eccl_allreduce_async(comm, delta, delta, o.count + 1, ECCL_F32, ECCL_SUM, tag, &req);
+        rc = to_lib(L, &delta_t, o.count + 1);
+        if (rc == ECCL_OK)
+            rc = eccl_allreduce_async(comm, delta_t.lib, delta_t.lib, o.count + 1, ECCL_F32, ECCL_SUM, tag, &req);
         if (rc == ECCL_OK) rc = eccl_wait(req, &info);
+        eccl_result back = from_lib(L, &delta_t, o.count + 1);
+        if (rc == ECCL_OK) rc = back;
         if (rc == ECCL_ERR_PEER_LOST || rc == ECCL_ERR_TOO_FEW_PEERS || rc == ECCL_ERR_TIMEOUT) {
             int restored = eccl_launch_hash_f32(delta, o.count + 1) == before;
             eccl_launch_emit(L, 0, "event=retry peer=%lld revision=%llu what=allreduce error=\"%s\" restored=%s",
@@ -211,8 +261,8 @@ int eccl_diloco_run(const eccl_launch *L, const eccl_diloco_options *opts)
              info.world_size, L->now_ms(L->ctx));
     }
     eccl_comm_destroy(comm);
-    free(model);
-    free(delta);
+    tensor_free(L, &model_t);
+    tensor_free(L, &delta_t);
     eccl_launch_emit(L, 0, "event=exit peer=%lld revision=%llu status=%d", (long long)id,
          (unsigned long long)rev, status);
     return status;

@@ -13,7 +13,10 @@
  *
  * With phantom buffers from the launch (the simulator's scale runs) the
  * buffers have no values: the loop skips filling and checking them and
- * reports completion and time only; the protocol is the same.
+ * reports completion and time only; the protocol is the same. With device
+ * buffers (launch.device) the values live in host copies the loop moves
+ * to and from the device through the launch; the library gets the device
+ * pointers and stages them itself.
  */
 #include "worker_loop.h"
 
@@ -101,6 +104,22 @@ int eccl_worker_run(const eccl_launch *L, const eccl_worker_options *opts)
         return 1;
     }
     const int phantom = L->buffer_alloc && L->phantom;
+    /* Device buffers: the values live in host copies (hsend, hrecv), moved
+     * to and from the device through the launch. */
+    const int device = L->buffer_alloc && L->device && !phantom;
+    float *hsend = send, *hrecv = recv;
+    if (device) {
+        hsend = malloc(o.count * sizeof(float));
+        hrecv = malloc(o.count * sizeof(float));
+        if (!hsend || !hrecv || !L->buffer_write || !L->buffer_read) {
+            eccl_launch_emit(L, 1, "eccl-worker: cannot set up host copies of the device buffers");
+            free(hsend);
+            free(hrecv);
+            free_buffers(L, send, recv);
+            eccl_comm_destroy(comm);
+            return 1;
+        }
+    }
     int status = 0, iter = 0, agreed = 0, computed = -1, optimized = 0;
     double waiting_since = 0;
     while (iter < o.iters) {
@@ -181,18 +200,30 @@ int eccl_worker_run(const eccl_launch *L, const eccl_worker_options *opts)
         }
 
         for (size_t i = 0; i < o.count && !phantom; i++) {
-            send[i] = contribution(iter, i);
-            recv[i] = (float)iter; /* arbitrary content the call must not lose */
+            hsend[i] = contribution(iter, i);
+            hrecv[i] = (float)iter; /* arbitrary content the call must not lose */
         }
-        uint64_t before = phantom ? 0 : eccl_launch_hash_f32(recv, o.count);
+        if (device && (L->buffer_write(L->ctx, send, hsend, o.count * sizeof(float)) != ECCL_OK ||
+                       L->buffer_write(L->ctx, recv, hrecv, o.count * sizeof(float)) != ECCL_OK)) {
+            eccl_launch_emit(L, 0, "event=error peer=%lld iter=%d what=device_write", (long long)id, iter);
+            status = 1;
+            break;
+        }
+        uint64_t before = phantom ? 0 : eccl_launch_hash_f32(hrecv, o.count);
         eccl_reduce_info info = {0};
         eccl_launch_emit(L, 0, "event=begin peer=%lld iter=%d world=%lld", (long long)id, iter,
              (long long)world);
         double t0 = L->now_ms(L->ctx);
         rc = eccl_allreduce(comm, send, recv, o.count, ECCL_F32, ECCL_SUM, (uint64_t)iter, &info);
         double ms = L->now_ms(L->ctx) - t0;
+        /* What the call left in the device output, read back (untimed). */
+        if (device && L->buffer_read(L->ctx, hrecv, recv, o.count * sizeof(float)) != ECCL_OK) {
+            eccl_launch_emit(L, 0, "event=error peer=%lld iter=%d what=device_read", (long long)id, iter);
+            status = 1;
+            break;
+        }
         if (rc == ECCL_ERR_PEER_LOST || rc == ECCL_ERR_TOO_FEW_PEERS || rc == ECCL_ERR_TIMEOUT) {
-            int restored = phantom || eccl_launch_hash_f32(recv, o.count) == before;
+            int restored = phantom || eccl_launch_hash_f32(hrecv, o.count) == before;
             eccl_launch_emit(L, 0, "event=%s peer=%lld iter=%d world=%lld ms=%.1f restored=%s",
                  rc == ECCL_ERR_PEER_LOST ? "peer_lost"
                  : rc == ECCL_ERR_TIMEOUT  ? "timeout"
@@ -217,15 +248,19 @@ int eccl_worker_run(const eccl_launch *L, const eccl_worker_options *opts)
         }
         size_t wrong = 0;
         for (size_t i = 0; i < o.count; i++)
-            wrong += recv[i] != (float)info.world_size * contribution(iter, i);
+            wrong += hrecv[i] != (float)info.world_size * contribution(iter, i);
         eccl_launch_emit(L, 0, "event=ok peer=%lld iter=%d world=%u ms=%.1f wrong=%zu hash=%016llx",
              (long long)id, iter, info.world_size, ms, wrong,
-             (unsigned long long)eccl_launch_hash_f32(recv, o.count));
+             (unsigned long long)eccl_launch_hash_f32(hrecv, o.count));
         if (wrong) status = 1;
         iter++;
     }
     eccl_comm_destroy(comm);
     free_buffers(L, send, recv);
+    if (device) {
+        free(hsend);
+        free(hrecv);
+    }
     eccl_launch_emit(L, 0, "event=exit peer=%lld status=%d", (long long)id, status);
     return status;
 }

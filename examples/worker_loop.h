@@ -34,6 +34,15 @@ typedef struct eccl_launch {
      * reports completion and time only (values=phantom on event=ok,
      * restored=unchecked on a failed step). */
     int phantom;
+    /* 1: buffer_alloc's buffers are device memory the loop must not touch
+     * (the simulator's `buffers = cuda`, or CUDA): the loop fills and reads
+     * them through buffer_write / buffer_read (device = host bytes, host =
+     * device bytes; both required then), keeping host copies of its own for
+     * the values, and hands the device pointers to the library. With
+     * phantom too, there are no bytes to move and neither is called. */
+    int device;
+    eccl_result (*buffer_write)(void *ctx, void *dev, const void *host, size_t bytes);
+    eccl_result (*buffer_read)(void *ctx, void *host, const void *dev, size_t bytes);
 } eccl_launch;
 
 /* One line through L->print (printf-style, truncated at 511 bytes). */

@@ -113,9 +113,12 @@ typedef struct scenario_cfg {
     int regions, sites_per_region, hosts_per_site;
     double site_latency_s, site_bandwidth_Bps, region_latency_s, region_bandwidth_Bps,
         flow_bandwidth_Bps; /* 0: no per-flow cap */
-    /* the simulated device: buffers = host|phantom, kernel rates (0: free) */
-    int phantom;
+    /* the simulated device: buffers = host|phantom|cuda|cuda_phantom, kernel
+     * rates (0: free); cuda: a simulated GPU per rank, tensors staged
+     * through host mirrors at dev_copy_latency_s + bytes / dev_copy_Bps */
+    int phantom, cuda;
     double reduce_rate_Bps, copy_rate_Bps;
+    double dev_copy_Bps, dev_copy_latency_s;
     int expect_survivors; /* -1: derived from the fault plan */
     int have_seed;
     uint64_t seed;
@@ -507,6 +510,7 @@ enum {
     K_REGIONS, K_SITES_PER_REGION, K_HOSTS_PER_SITE, K_SITE_LAT, K_SITE_BW, K_REGION_LAT,
     K_REGION_BW, K_FLOW_BW,                                         /* wan */
     K_OPTIMIZE_AT, K_EXPECT_SPEEDUP,
+    K_DEV_COPY_RATE, K_DEV_COPY_LAT,                                /* buffers = cuda */
     K_NKEYS
 };
 
@@ -536,6 +540,8 @@ static const key_def key_defs[K_NKEYS] = {
     [K_BUFFERS] = {"buffers", KK_SPECIAL, 0, 0, 0},
     [K_REDUCE_RATE] = {"reduce_rate", KK_BW, CFG_OFF(reduce_rate_Bps), 0, 0},
     [K_COPY_RATE] = {"copy_rate", KK_BW, CFG_OFF(copy_rate_Bps), 0, 0},
+    [K_DEV_COPY_RATE] = {"device_copy_rate", KK_BW, CFG_OFF(dev_copy_Bps), 0, 0},
+    [K_DEV_COPY_LAT] = {"device_copy_latency", KK_TIME, CFG_OFF(dev_copy_latency_s), 0, 0},
     [K_STEP] = {"step", KK_TIME, CFG_OFF(step_s), 0, 0},
     [K_PEER_TIMEOUT] = {"peer_timeout", KK_TIME, CFG_OFF(peer_timeout_s), 0, 0},
     [K_EXPECT_SLOWDOWN] = {"expect_slowdown", KK_RATIO, CFG_OFF(expect_slowdown), 0, 0},
@@ -578,7 +584,8 @@ static const int common_optional[] = {K_EXPECT, K_SEED, K_JITTER, K_STAGGER, K_W
                                       K_PEER_TIMEOUT, K_EXPECT_SLOWDOWN, K_MASTER_MSG_COST,
                                       K_RANKS_PER_HOST, K_LOOPBACK_BW, K_LOOPBACK_LAT,
                                       K_OPTIMIZE_AT, K_EXPECT_SPEEDUP, K_WORKLOAD, K_CHURN,
-                                      K_DURATION, K_MAX_STALL, K_CORRUPT_AT, -1};
+                                      K_DURATION, K_MAX_STALL, K_CORRUPT_AT, K_DEV_COPY_RATE,
+                                      K_DEV_COPY_LAT, -1};
 static const int flat_required[] = {K_HOSTS, -1};
 static const int flat_optional[] = {-1};
 static const int clos_required[] = {K_HOSTS_PER_RACK, K_RACKS_PER_ZONE, K_ZONES_PER_DC, K_DCS, -1};
@@ -785,6 +792,13 @@ static int check_host_plan(const char *file, const scenario_cfg *c)
     return rc;
 }
 
+/* The scenario's `buffers` value. */
+static const char *buffers_name(const scenario_cfg *c)
+{
+    if (c->cuda) return c->phantom ? "cuda_phantom" : "cuda";
+    return c->phantom ? "phantom" : "host";
+}
+
 /* Returns 0, or -1 after printing why. */
 static int parse_scenario(const char *file, scenario_cfg *c)
 {
@@ -796,6 +810,8 @@ static int parse_scenario(const char *file, scenario_cfg *c)
     c->ranks_per_host = 1;
     c->loopback_bandwidth_Bps = LOOPBACK_BW_DEFAULT;
     c->loopback_latency_s = LOOPBACK_LAT_DEFAULT;
+    c->dev_copy_Bps = ECCL_SG_DEV_COPY_BPS;
+    c->dev_copy_latency_s = ECCL_SG_DEV_COPY_LATENCY_S;
     int key_line[K_NKEYS] = {0}; /* 0: not given */
     FILE *f = fopen(file, "r");
     if (!f) return cfg_error(file, 0, "cannot open: %s", strerror(errno));
@@ -889,9 +905,12 @@ static int parse_scenario(const char *file, scenario_cfg *c)
                 rc = cfg_error(file, lineno, "count: \"%s\": want an integer in 1..%ld", val,
                                1L << 26);
         } else if (id == K_BUFFERS) {
-            if (strcmp(val, "host") == 0) c->phantom = 0;
-            else if (strcmp(val, "phantom") == 0) c->phantom = 1;
-            else rc = cfg_error(file, lineno, "buffers: \"%s\": want host or phantom", val);
+            if (strcmp(val, "host") == 0) c->phantom = 0, c->cuda = 0;
+            else if (strcmp(val, "phantom") == 0) c->phantom = 1, c->cuda = 0;
+            else if (strcmp(val, "cuda") == 0) c->phantom = 0, c->cuda = 1;
+            else if (strcmp(val, "cuda_phantom") == 0) c->phantom = 1, c->cuda = 1;
+            else rc = cfg_error(file, lineno, "buffers: \"%s\": want host, phantom, cuda or "
+                                "cuda_phantom", val);
         } else if (id == K_WORKLOAD) {
             if (strcmp(val, "worker") == 0) c->diloco = 0;
             else if (strcmp(val, "diloco") == 0) c->diloco = 1;
@@ -935,6 +954,13 @@ static int parse_scenario(const char *file, scenario_cfg *c)
     if (bad >= 0)
         return cfg_error(file, key_line[bad], "%s: not a key of platform = %s (see "
                          "scenarios/README.md)", key_defs[bad].name, c->platform);
+    if (!c->cuda) {
+        static const int only_cuda[] = {K_DEV_COPY_RATE, K_DEV_COPY_LAT, -1};
+        for (const int *k = only_cuda; *k >= 0; k++)
+            if (key_line[*k])
+                return cfg_error(file, key_line[*k], "%s: a key of buffers = cuda or cuda_phantom",
+                                 key_defs[*k].name);
+    }
     for (const int *k = common_required; *k >= 0; k++)
         if (!key_line[*k] && !(c->diloco && *k == K_ITERS))
             return cfg_error(file, 0, "missing required key \"%s\"", key_defs[*k].name);
@@ -953,7 +979,7 @@ static int parse_scenario(const char *file, scenario_cfg *c)
             return cfg_error(file, 0, "missing required key \"duration\" (workload = diloco)");
         if (c->phantom)
             return cfg_error(file, key_line[K_BUFFERS], "buffers: workload = diloco checks "
-                             "values: host buffers only");
+                             "values: host or cuda buffers only");
         if (!key_line[K_MAX_STALL]) c->max_stall_s = 5.0;
         if (c->have_churn) {
             if (c->churn_max > c->ranks)
@@ -2519,10 +2545,12 @@ int main(int argc, char **argv)
         return 1;
     }
     const eccl_sg_dev_cfg dev = {.phantom = cfg.phantom, .reduce_Bps = cfg.reduce_rate_Bps,
-                                 .copy_Bps = cfg.copy_rate_Bps};
+                                 .copy_Bps = cfg.copy_rate_Bps, .devices = cfg.cuda,
+                                 .dev_copy_Bps = cfg.dev_copy_Bps,
+                                 .dev_copy_latency_s = cfg.dev_copy_latency_s};
     if (eccl_sg_world_set_dev(s->w, &dev) != ECCL_OK ||
         eccl_sg_world_set_master_msg_cost(s->w, cfg.master_msg_cost_s) != ECCL_OK) {
-        fprintf(stderr, "eccl-sim: cannot set up the %s device\n", cfg.phantom ? "phantom" : "host");
+        fprintf(stderr, "eccl-sim: cannot set up the %s device\n", buffers_name(&cfg));
         return 1;
     }
 
@@ -2563,7 +2591,7 @@ int main(int argc, char **argv)
     eccl_sg_printf("eccl-sim", "scenario=%s seed=%llu platform=%s hosts=%d ranks=%d%s iters=%d "
                    "count=%ld buffers=%s faults=%d out=%s", cfg.name,
                    (unsigned long long)cfg.seed, cfg.platform, cfg.hosts, cfg.ranks, rph,
-                   cfg.iters, cfg.count, cfg.phantom ? "phantom" : "host", cfg.nfaults, outdir);
+                   cfg.iters, cfg.count, buffers_name(&cfg), cfg.nfaults, outdir);
 
     int initial = 0; /* ranks that start with the job: the first step waits for them all */
     for (int i = 0; i < cfg.ranks; i++) initial += !s->rk[i].late;
@@ -2726,8 +2754,12 @@ int main(int argc, char **argv)
                 cfg.count, cfg.iters, nkills, killed, survivors, cfg.expect_survivors, noticed,
                 failures, checks, s->nev, sim_time, (unsigned long long)s->ar_n, ar_mean, ar_min,
                 (unsigned long long)s->ar_failed, cfg.nfaults, dropped, joined, fault_t, detect, before_mean, after_mean, slowdown,
-                cfg.phantom ? "phantom" : "host", cfg.phantom ? "unchecked" : "checked",
+                buffers_name(&cfg), cfg.phantom ? "unchecked" : "checked",
                 cfg.reduce_rate_Bps, cfg.copy_rate_Bps, cfg.ranks_per_host, lo_bw, lo_lat);
+        /* Only with devices, so other scenarios' summaries stay as they were. */
+        if (cfg.cuda)
+            fprintf(sf, "device_copy_Bps\t%.17g\ndevice_copy_latency_s\t%.9f\n", cfg.dev_copy_Bps,
+                    cfg.dev_copy_latency_s);
         io_err |= fclose(sf) != 0;
     } else {
         io_err = 1;
@@ -2739,7 +2771,7 @@ int main(int argc, char **argv)
            "expect_survivors=%d iters=%d buffers=%s values=%s checks=%s sim_time_s=%s "
            "allreduce_mean_s=%s detect_s=%s slowdown=%s events=%zu out=%s plot=%s\n",
            cfg.name, (unsigned long long)cfg.seed, cfg.ranks, killed, dropped, joined, survivors,
-           cfg.expect_survivors, cfg.iters, cfg.phantom ? "phantom" : "host",
+           cfg.expect_survivors, cfg.iters, buffers_name(&cfg),
            cfg.phantom ? "unchecked" : "checked", checks, sim_time, ar_mean, detect, slowdown,
            s->nev, outdir, plot);
 

@@ -167,18 +167,19 @@ eccl_result eccl_real_cuda_mem_kind(eccl_real_cuda *c, const void *p, size_t byt
                                     int *device)
 {
     *device = -1;
+    (void)bytes; /* one allocation is one kind: its first byte tells */
     if (!cuda_is_open(c)) {
-        /* Readable at both ends: host memory, as far as anything without a
-         * device runtime can tell (and loading one for every host buffer
-         * would cost host-only users a CUDA context). */
-        int first = host_readable(p), last = host_readable((const char *)p + bytes - 1);
-        if (first == 1 && last == 1) {
+        /* Readable: host memory, as far as anything without a device
+         * runtime can tell (and loading one for every host buffer would
+         * cost host-only users a CUDA context). */
+        int readable = host_readable(p);
+        if (readable == 1) {
             *kind = ECCL_MEM_HOST;
             return ECCL_OK;
         }
         eccl_result rc = cuda_open(c);
         if (rc != ECCL_OK) {
-            if (first == -1 && last == -1) { /* the probe is unavailable: assume host */
+            if (readable == -1) { /* the kernel will not say: assume host, as before devices */
                 *kind = ECCL_MEM_HOST;
                 return ECCL_OK;
             }

@@ -1,7 +1,8 @@
 /* The sim env: SimGrid clock, sg_mutex plus a semaphore-based condition
  * variable (see sg_internal.h), actors as threads, a simulated device
- * (dev_sim: host memory or phantom buffers, with simulated compute time),
- * log lines stamped with simulated time. */
+ * (dev_sim: host memory or phantom buffers, with simulated compute time;
+ * with devices, a simulated GPU per rank whose device memory core stages
+ * through host mirrors), log lines stamped with simulated time. */
 /* mmap flags MAP_ANONYMOUS, MAP_NORESERVE (phantom region). */
 #define _DEFAULT_SOURCE
 #include "env_sg.h"
@@ -29,6 +30,13 @@
 #define PHANTOM_REGION (4ull << 30)
 /* Shortest sleep SimGrid takes as given: its default timing precision. */
 #define DEV_MIN_SLEEP_S 1e-9
+/* Address space reserved for simulated device memory (buffers = cuda):
+ * never reused, so it bounds the device bytes a run allocates in all
+ * (1 TiB: 1,024 ranks x 2 x 256 MiB twice over); reserved smaller down to
+ * 16 GiB where the machine refuses that much. Costs no memory. */
+#define DEVMEM_REGION (1ull << 40)
+#define DEVMEM_REGION_MIN (1ull << 34)
+#define DEVMEM_ALIGN 4096u
 
 uint64_t eccl_sg_now_ns(void)
 {
@@ -269,17 +277,22 @@ static int sg_is_phantom(void *ctx, const void *p)
  * progress actor, as a kernel launch followed by a stream sync: frames
  * already handed to the net keep flowing meanwhile (the receiver actors do
  * not wait for it), the progress actor sends nothing new until it is done. */
-static void dev_cost(sg_env *e, size_t bytes, double Bps)
+static void dev_sleep(sg_env *e, double seconds)
 {
-    if (Bps <= 0 || bytes == 0) return;
     /* SimGrid 3.32 cannot sleep less than its timing precision (1 ns by
      * default; it logs and the sleep is not exact): small kernels add up
      * here until they are worth a sleep, so their total is still charged. */
-    e->dev_debt_s += (double)bytes / Bps;
+    e->dev_debt_s += seconds;
     if (e->dev_debt_s < DEV_MIN_SLEEP_S) return;
     double t = e->dev_debt_s;
     e->dev_debt_s = 0;
     sg_actor_sleep_for(t);
+}
+
+static void dev_cost(sg_env *e, size_t bytes, double Bps)
+{
+    if (Bps <= 0 || bytes == 0) return;
+    dev_sleep(e, (double)bytes / Bps);
 }
 
 static eccl_result sg_alloc(void *ctx, size_t bytes, void **out)
@@ -349,6 +362,223 @@ static const eccl_dev_ops sg_dev_phantom_ops = {
     .is_phantom = sg_is_phantom,
 };
 
+/* ---- simulated CUDA devices (buffers = cuda) ------------------------------
+ * Device memory: addresses in the world's device region (PROT_NONE, never
+ * mapped in), so nothing can read or write it as host memory; the bytes of
+ * an allocation (host bytes only) live in a backing store of its device,
+ * reached only through to_host / to_device (core) and device_read /
+ * device_write (the program). */
+
+typedef struct sg_dev_alloc {
+    size_t off;              /* in the world's device region */
+    size_t bytes;
+    unsigned char *backing;  /* the bytes; NULL with phantom bytes */
+} sg_dev_alloc;
+
+struct eccl_sg_device {
+    eccl_sg_world *w;
+    sg_dev_alloc *allocs;    /* live allocations, in no order */
+    size_t nallocs, cap;
+    eccl_sg_device *next;    /* in w->devices */
+};
+
+static int in_devmem(const eccl_sg_world *w, const void *p)
+{
+    const unsigned char *q = p;
+    return w->devmem_base && q >= w->devmem_base && q < w->devmem_base + w->devmem_size;
+}
+
+/* The allocation of d that holds p[0..bytes), or NULL. */
+static sg_dev_alloc *dev_find(const eccl_sg_device *d, const void *p, size_t bytes)
+{
+    if (!d || !in_devmem(d->w, p)) return NULL;
+    const size_t off = (size_t)((const unsigned char *)p - d->w->devmem_base);
+    for (size_t i = 0; i < d->nallocs; i++) {
+        sg_dev_alloc *a = &d->allocs[i];
+        if (off >= a->off && off - a->off < a->bytes && bytes <= a->bytes - (off - a->off)) return a;
+    }
+    return NULL;
+}
+
+static unsigned char *dev_bytes(const eccl_sg_device *d, const sg_dev_alloc *a, const void *p)
+{
+    return a->backing + ((size_t)((const unsigned char *)p - d->w->devmem_base) - a->off);
+}
+
+eccl_result eccl_sg_device_create(eccl_sg_world *w, eccl_sg_device **out)
+{
+    if (!w || !out || !w->dev.devices || !w->devmem_base) return ECCL_ERR_INVALID_ARG;
+    eccl_sg_device *d = calloc(1, sizeof *d);
+    if (!d) return ECCL_ERR_NO_MEMORY;
+    d->w = w;
+    d->next = w->devices;
+    w->devices = d;
+    *out = d;
+    return ECCL_OK;
+}
+
+eccl_result eccl_sg_device_alloc(eccl_sg_device *d, size_t bytes, void **out)
+{
+    if (!d || !out) return ECCL_ERR_INVALID_ARG;
+    eccl_sg_world *w = d->w;
+    const size_t n = bytes ? (bytes + DEVMEM_ALIGN - 1) / DEVMEM_ALIGN * DEVMEM_ALIGN : DEVMEM_ALIGN;
+    if (n < bytes || n > w->devmem_size - w->devmem_next) return ECCL_ERR_NO_MEMORY;
+    if (d->nallocs == d->cap) {
+        size_t cap = d->cap ? 2 * d->cap : 4;
+        sg_dev_alloc *a = realloc(d->allocs, cap * sizeof *a);
+        if (!a) return ECCL_ERR_NO_MEMORY;
+        d->allocs = a;
+        d->cap = cap;
+    }
+    sg_dev_alloc a = {.off = w->devmem_next, .bytes = bytes ? bytes : 1, .backing = NULL};
+    if (!w->dev.phantom) {
+        /* Zeroed, so a tensor read before written is the same in every run. */
+        a.backing = calloc(1, a.bytes);
+        if (!a.backing) return ECCL_ERR_NO_MEMORY;
+    }
+    w->devmem_next += n;
+    d->allocs[d->nallocs++] = a;
+    *out = w->devmem_base + a.off;
+    return ECCL_OK;
+}
+
+void eccl_sg_device_free(eccl_sg_device *d, void *p)
+{
+    if (!d || !in_devmem(d->w, p)) return;
+    const size_t off = (size_t)((unsigned char *)p - d->w->devmem_base);
+    for (size_t i = 0; i < d->nallocs; i++) {
+        if (d->allocs[i].off != off) continue;
+        free(d->allocs[i].backing);
+        d->allocs[i] = d->allocs[--d->nallocs];
+        return;
+    }
+}
+
+eccl_result eccl_sg_device_write(eccl_sg_device *d, void *dev, const void *host, size_t bytes)
+{
+    const sg_dev_alloc *a = dev_find(d, dev, bytes);
+    if (!a) return ECCL_ERR_INVALID_ARG;
+    if (a->backing && bytes) memcpy(dev_bytes(d, a, dev), host, bytes);
+    return ECCL_OK;
+}
+
+eccl_result eccl_sg_device_read(eccl_sg_device *d, void *host, const void *dev, size_t bytes)
+{
+    const sg_dev_alloc *a = dev_find(d, dev, bytes);
+    if (!a) return ECCL_ERR_INVALID_ARG;
+    if (a->backing && bytes) memcpy(host, dev_bytes(d, a, dev), bytes);
+    return ECCL_OK;
+}
+
+static void devices_free(eccl_sg_world *w)
+{
+    for (eccl_sg_device *d = w->devices, *n; d; d = n) {
+        n = d->next;
+        for (size_t i = 0; i < d->nallocs; i++) free(d->allocs[i].backing);
+        free(d->allocs);
+        free(d);
+    }
+    w->devices = NULL;
+    if (w->devmem_base) munmap(w->devmem_base, w->devmem_size);
+    w->devmem_base = NULL;
+}
+
+/* Device memory is the rank's own device's (device 0); any other pointer
+ * outside the device region is host memory; one inside it that is not an
+ * allocation of this rank's device is a pointer the runtime does not know. */
+static eccl_result sg_mem_kind(void *ctx, const void *p, size_t bytes, eccl_mem_kind *kind, int *device)
+{
+    sg_env *e = ctx;
+    *kind = ECCL_MEM_HOST;
+    *device = -1;
+    if (!in_devmem(e->w, p)) return ECCL_OK;
+    if (!dev_find(e->device, p, bytes)) {
+        eccl_sg_log(e, ECCL_LOG_WARN, "device pointer (%zu bytes) not inside one allocation of this "
+                    "rank's device", bytes);
+        return ECCL_ERR_INVALID_ARG;
+    }
+    *kind = ECCL_MEM_DEVICE;
+    *device = 0;
+    return ECCL_OK;
+}
+
+/* One copy over the bus: latency + bytes / rate, slept by the caller (who
+ * blocks until the bytes are there, as the interface says). */
+static void dev_copy_cost(sg_env *e, size_t bytes)
+{
+    dev_sleep(e, e->w->dev.dev_copy_latency_s + (double)bytes / e->w->dev.dev_copy_Bps);
+}
+
+static eccl_result sg_to_host(void *ctx, int device, void *stream, void *host, const void *dev,
+                              size_t bytes)
+{
+    sg_env *e = ctx;
+    (void)stream; /* one stream: every kernel of the rank is synchronous */
+    const sg_dev_alloc *a = device == 0 ? dev_find(e->device, dev, bytes) : NULL;
+    if (!a) return ECCL_ERR_DEVICE;
+    if (bytes && !eccl_sg_is_phantom(e->w, host)) {
+        if (a->backing) memcpy(host, dev_bytes(e->device, a, dev), bytes);
+        else memset(host, 0, bytes); /* a phantom tensor into a small real mirror */
+    }
+    dev_copy_cost(e, bytes);
+    return ECCL_OK;
+}
+
+static eccl_result sg_to_device(void *ctx, int device, void *stream, void *dev, const void *host,
+                                size_t bytes)
+{
+    sg_env *e = ctx;
+    (void)stream;
+    const sg_dev_alloc *a = device == 0 ? dev_find(e->device, dev, bytes) : NULL;
+    if (!a) return ECCL_ERR_DEVICE;
+    dev_copy_cost(e, bytes);
+    if (bytes && a->backing && !eccl_sg_is_phantom(e->w, host))
+        memcpy(dev_bytes(e->device, a, dev), host, bytes);
+    return ECCL_OK;
+}
+
+/* The mirror: host memory (phantom above ECCL_SG_PHANTOM_MIN with phantom
+ * bytes, as any staging buffer). Pinning is not modelled: the copy rate is
+ * the pinned one, and no mirror is cached. */
+static eccl_result sg_host_alloc(void *ctx, size_t bytes, void **out) { return sg_alloc(ctx, bytes, out); }
+
+static void sg_host_free(void *ctx, void *p, size_t bytes)
+{
+    (void)bytes;
+    sg_free_(ctx, p);
+}
+
+/* A rank with a simulated device: the tables above plus the device ops. */
+static const eccl_dev_ops sg_dev_cuda_host_ops = {
+    .size = sizeof(eccl_dev_ops),
+    .alloc = sg_alloc,
+    .free = sg_free_,
+    .copy = sg_copy,
+    .reduce = sg_reduce,
+    .scale_div = sg_scale_div,
+    .is_phantom = NULL,
+    .mem_kind = sg_mem_kind,
+    .host_alloc = sg_host_alloc,
+    .host_free = sg_host_free,
+    .to_host = sg_to_host,
+    .to_device = sg_to_device,
+};
+
+static const eccl_dev_ops sg_dev_cuda_phantom_ops = {
+    .size = sizeof(eccl_dev_ops),
+    .alloc = sg_alloc,
+    .free = sg_free_,
+    .copy = sg_copy,
+    .reduce = sg_reduce,
+    .scale_div = sg_scale_div,
+    .is_phantom = sg_is_phantom,
+    .mem_kind = sg_mem_kind,
+    .host_alloc = sg_host_alloc,
+    .host_free = sg_host_free,
+    .to_host = sg_to_host,
+    .to_device = sg_to_device,
+};
+
 int eccl_sg_is_phantom(const eccl_sg_world *w, const void *p)
 {
     const unsigned char *q = p;
@@ -371,6 +601,21 @@ eccl_result eccl_sg_world_set_dev(eccl_sg_world *w, const eccl_sg_dev_cfg *cfg)
 {
     if (!w || !cfg || w->envs || cfg->reduce_Bps < 0 || cfg->copy_Bps < 0)
         return ECCL_ERR_INVALID_ARG;
+    if (cfg->devices && (!(cfg->dev_copy_Bps > 0) || !isfinite(cfg->dev_copy_Bps) ||
+                         !(cfg->dev_copy_latency_s >= 0) || !isfinite(cfg->dev_copy_latency_s)))
+        return ECCL_ERR_INVALID_ARG;
+    if (cfg->devices && !w->devmem_base) {
+        /* Address space only (PROT_NONE, nothing mapped in): as much as the
+         * machine lets us reserve, from DEVMEM_REGION down. */
+        for (size_t n = DEVMEM_REGION; n >= DEVMEM_REGION_MIN && !w->devmem_base; n /= 2) {
+            void *p = mmap(NULL, n, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+            if (p == MAP_FAILED) continue;
+            w->devmem_base = p;
+            w->devmem_size = n;
+            w->devmem_next = 0;
+        }
+        if (!w->devmem_base) return ECCL_ERR_NO_MEMORY;
+    }
     if (cfg->phantom && !w->phantom_base) {
         /* PROT_NONE: a stray read or write of phantom bytes faults at once. */
         void *p = mmap(NULL, PHANTOM_REGION, PROT_NONE,
@@ -451,6 +696,7 @@ void eccl_sg_world_destroy(eccl_sg_world *w)
     sg_idmap_free(&w->registry);
     eccl_net_sg_free_outboxes(w);
     if (w->phantom_base) munmap(w->phantom_base, w->phantom_size);
+    devices_free(w);
     /* Hosts and links outlive the world (SimGrid's engine owns them): take
      * our state off them before freeing it. */
     for (sg_host_state *h = w->host_states, *n; h; h = n) {
@@ -466,9 +712,10 @@ void eccl_sg_world_destroy(eccl_sg_world *w)
     free(w);
 }
 
-eccl_result eccl_sg_env_create(eccl_sg_world *w, const char *name, eccl_env **out)
+static eccl_result env_create(eccl_sg_world *w, const char *name, eccl_sg_device *device,
+                              eccl_env **out)
 {
-    if (!w || !out) return ECCL_ERR_INVALID_ARG;
+    if (!w || !out || (device && device->w != w)) return ECCL_ERR_INVALID_ARG;
     sg_env *e = calloc(1, sizeof *e);
     if (!e) return ECCL_ERR_NO_MEMORY;
     e->w = w;
@@ -486,7 +733,9 @@ eccl_result eccl_sg_env_create(eccl_sg_world *w, const char *name, eccl_env **ou
     e->env.clock_ctx = e;
     e->env.sync = &sg_sync_ops;
     e->env.sync_ctx = e;
-    e->env.dev = w->dev.phantom ? &sg_dev_phantom_ops : &sg_dev_host_ops;
+    e->device = device;
+    if (device) e->env.dev = w->dev.phantom ? &sg_dev_cuda_phantom_ops : &sg_dev_cuda_host_ops;
+    else e->env.dev = w->dev.phantom ? &sg_dev_phantom_ops : &sg_dev_host_ops;
     e->env.dev_ctx = e;
     e->env.log = &sg_log_ops;
     e->env.log_ctx = e;
@@ -515,6 +764,11 @@ eccl_result eccl_sg_env_create(eccl_sg_world *w, const char *name, eccl_env **ou
     w->envs = e;
     *out = &e->env;
     return ECCL_OK;
+}
+
+eccl_result eccl_sg_env_create(eccl_sg_world *w, const char *name, eccl_env **out)
+{
+    return env_create(w, name, NULL, out);
 }
 
 void eccl_sg_env_destroy(eccl_env *env)
@@ -549,12 +803,18 @@ eccl_result eccl_sg_master_create(eccl_sg_world *w, const char *listen_addr, ecc
     return eccl_master_create_with_env(env, eccl_sg_env_destroy, listen_addr, out);
 }
 
-eccl_result eccl_sg_comm_create(eccl_sg_world *w, const eccl_comm_params *params, eccl_comm **out)
+eccl_result eccl_sg_comm_create_on(eccl_sg_world *w, eccl_sg_device *d, const eccl_comm_params *params,
+                                   eccl_comm **out)
 {
     eccl_env *env = NULL;
-    eccl_result rc = eccl_sg_env_create(w, "peer", &env);
+    eccl_result rc = env_create(w, "peer", d, &env);
     if (rc != ECCL_OK) return rc;
     return eccl_comm_create_with_env(env, eccl_sg_env_destroy, params, out);
+}
+
+eccl_result eccl_sg_comm_create(eccl_sg_world *w, const eccl_comm_params *params, eccl_comm **out)
+{
+    return eccl_sg_comm_create_on(w, NULL, params, out);
 }
 
 int eccl_sg_host_boot(const_sg_host_t h)

@@ -52,7 +52,21 @@ typedef struct eccl_sg_dev_cfg {
     int phantom;
     double reduce_Bps;
     double copy_Bps;
+    /* Simulated CUDA devices (devices = 1; scenario key `buffers = cuda`):
+     * a rank may own an eccl_sg_device (below) and create its comms on it;
+     * their env's dev table then has the device ops of env.h (mem_kind,
+     * host_alloc, host_free, to_host, to_device), so core stages that
+     * rank's device tensors through host mirrors as it does with CUDA.
+     * A to_host / to_device costs dev_copy_latency_s + bytes /
+     * dev_copy_Bps of simulated time, slept by the calling actor. With
+     * devices, dev_copy_Bps must be > 0 and dev_copy_latency_s >= 0. */
+    int devices;
+    double dev_copy_Bps;
+    double dev_copy_latency_s;
 } eccl_sg_dev_cfg;
+/* Defaults (eccl-sim's): a PCIe 5 x16 link, 10 us per copy, 25 GB/s. */
+#define ECCL_SG_DEV_COPY_LATENCY_S 10e-6
+#define ECCL_SG_DEV_COPY_BPS 25e9
 
 /* Before the first env is created (outside or inside simgrid_run). */
 eccl_result eccl_sg_world_set_dev(eccl_sg_world *w, const eccl_sg_dev_cfg *cfg);
@@ -65,6 +79,35 @@ const eccl_sg_dev_cfg *eccl_sg_world_dev(const eccl_sg_world *w);
 eccl_result eccl_sg_phantom_alloc(eccl_sg_world *w, size_t bytes, void **out);
 /* Whether p lies in the world's phantom region. */
 int eccl_sg_is_phantom(const eccl_sg_world *w, const void *p);
+
+/* ---- simulated devices (devices = 1) ---------------------------------------
+ * One per rank, as one GPU per process. Device memory is an address range
+ * in a region the world reserves with no access rights (PROT_NONE,
+ * MAP_NORESERVE): a device pointer is not host-addressable, so a byte read
+ * or written there by anything but the copies below is a SIGSEGV, as it
+ * would be with real device memory. With host bytes (phantom = 0) each
+ * allocation has a backing store the device keeps apart (the simulated
+ * HBM), which only to_host / to_device (core) and eccl_sg_device_read /
+ * eccl_sg_device_write (the program) copy through; with phantom bytes
+ * there is none, and the copies move nothing (their cost is charged all
+ * the same). The world owns every device (freed with it): a device of a
+ * killed rank outlives its actors harmlessly. */
+typedef struct eccl_sg_device eccl_sg_device;
+
+/* A new device, device number 0 of its rank. ECCL_ERR_INVALID_ARG when the
+ * world has no devices (eccl_sg_world_set_dev with devices = 0). */
+eccl_result eccl_sg_device_create(eccl_sg_world *w, eccl_sg_device **out);
+/* `bytes` of device memory (cudaMalloc); ECCL_ERR_NO_MEMORY when the
+ * world's device region is full (its address space is never reused). */
+eccl_result eccl_sg_device_alloc(eccl_sg_device *d, size_t bytes, void **out);
+void eccl_sg_device_free(eccl_sg_device *d, void *p);
+/* The program's own copies (its kernels filling a tensor, reading a result
+ * back to check it): dev[0..bytes) = host, host = dev[0..bytes). Free of
+ * simulated time: they stand for work outside the collective (a training
+ * step's kernels), which the scenario's `step` models. ECCL_ERR_INVALID_ARG
+ * when the range is not inside one allocation of d. */
+eccl_result eccl_sg_device_write(eccl_sg_device *d, void *dev, const void *host, size_t bytes);
+eccl_result eccl_sg_device_read(eccl_sg_device *d, void *host, const void *dev, size_t bytes);
 
 /* CPU time the master spends on each control message it sends or takes
  * (a syscall, decoding, its bookkeeping), in seconds; 0 (the default) is
@@ -89,6 +132,11 @@ eccl_result eccl_sg_master_create(eccl_sg_world *w, const char *listen_addr,
                                   eccl_master **out);
 eccl_result eccl_sg_comm_create(eccl_sg_world *w, const eccl_comm_params *params,
                                 eccl_comm **out);
+/* The same on the rank's simulated device d: device pointers of d passed to
+ * its collectives are staged through host mirrors (core/comm/stage.h).
+ * d NULL: eccl_sg_comm_create. */
+eccl_result eccl_sg_comm_create_on(eccl_sg_world *w, eccl_sg_device *d,
+                                   const eccl_comm_params *params, eccl_comm **out);
 
 /* Crashes a host: every conn of every env on it is reset (the far end's
  * recv/send return ECCL_ERR_CLOSED at once, as after a TCP RST), its

@@ -81,6 +81,10 @@ struct eccl_sg_world {
     unsigned char *phantom_base; /* reserved, inaccessible region (phantom mode) */
     size_t phantom_size;
     size_t phantom_next;     /* bump offset of the next phantom allocation */
+    unsigned char *devmem_base; /* reserved, inaccessible: device memory (devices) */
+    size_t devmem_size;
+    size_t devmem_next;      /* bump offset of the next device allocation */
+    struct eccl_sg_device *devices; /* every device created, freed with the world */
 };
 
 struct sg_env {
@@ -104,6 +108,7 @@ struct sg_env {
     int dead;               /* its host was killed */
     int rx_done;            /* its receiver took M_STOP and returned */
     double dev_debt_s;      /* device time charged but not slept yet */
+    struct eccl_sg_device *device; /* the rank's simulated device, or NULL */
     double msg_cost_s;      /* CPU time per message sent or taken */
     double msg_debt_s;      /* of messages taken, not slept yet (sg_wait) */
     sg_env *next, *prev;    /* in w->envs */
