@@ -204,11 +204,17 @@ static int kill_body(eccl_comm *c, int index, void *argp)
         }
         if (refill) cluster_fill(buf, ECCL_F32, count, index, tag, CL_PAT_RANDOM);
         uint64_t pre = cluster_fnv1a(buf, bytes);
-        atomic_store(&self->started, (long long)k + 1);
         eccl_reduce_info info;
         memset(&info, 0, sizeof info);
         uint64_t t0 = cluster_now_ns();
-        eccl_result rc = eccl_allreduce_ex(c, buf, buf, count, ECCL_F32, ECCL_SUM, tag, &o, &info);
+        /* `started` only once the op is submitted: the gated kill must find
+         * it in flight (setting up a call can take a while, e.g. staging
+         * device buffers, and an op submitted after the loss is simply run
+         * on the survivors). */
+        eccl_request *req = NULL;
+        eccl_result rc = eccl_allreduce_ex_async(c, buf, buf, count, ECCL_F32, ECCL_SUM, tag, &o, &req);
+        atomic_store(&self->started, (long long)k + 1);
+        if (rc == ECCL_OK) rc = eccl_wait(req, &info);
         uint64_t t1 = cluster_now_ns();
         uint64_t post = cluster_fnv1a(buf, bytes);
         cluster_record(tag, rc, info.world_size, t0, t1, pre, post);

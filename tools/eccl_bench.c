@@ -5,7 +5,12 @@
  * master in-process and N rank processes of its own. Rank 0 prints one row
  * per message size; time is the slowest rank's average, busbw uses the ring
  * all-reduce factor 2(n-1)/n so numbers compare with nccl-tests.
+ *
+ * --device puts the buffers in CUDA device memory. The program links only
+ * libeccl, so it still starts where there is no CUDA: the runtime is loaded
+ * with dlopen, and only for --device.
  */
+#include <dlfcn.h>
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -53,6 +58,7 @@ struct bench_opts {
     int group_set;
     uint64_t timeout_ms;   /* 0: the library's defaults */
     uint64_t inflight;     /* all-reduces in flight per timed iteration */
+    int device;            /* buffers in CUDA device memory */
 };
 
 struct dtype_desc {
@@ -90,6 +96,21 @@ static const char *const op_names[ECCL_OP_COUNT] = {
     [ECCL_MIN] = "min", [ECCL_MAX] = "max",
 };
 
+/* The few CUDA runtime calls --device needs, found with dlsym. cudaError_t
+ * and cudaMemcpyKind are C enums: int on every ABI CUDA runs on. */
+#define CUDA_RUNTIME_SONAME "libcudart.so.13"
+enum { CUDA_SUCCESS = 0, CUDA_MEMCPY_H2D = 1, CUDA_MEMCPY_D2H = 2 };
+
+struct cuda_api {
+    int (*mem_alloc)(void **ptr, size_t bytes);                          /* cudaMalloc */
+    int (*mem_free)(void *ptr);                                          /* cudaFree */
+    int (*copy)(void *dst, const void *src, size_t bytes, int kind);     /* cudaMemcpy */
+    int (*device_count)(int *count);                                     /* cudaGetDeviceCount */
+    int (*set_device)(int device);                                       /* cudaSetDevice */
+    const char *(*error_string)(int err);                                /* cudaGetErrorString */
+    int ndevices;
+};
+
 /* One rank's run: the communicator, buffers and the tag counter. */
 struct bench_run {
     const struct bench_opts *opts;
@@ -103,6 +124,10 @@ struct bench_run {
     void *send;
     void *recv;            /* NULL in place */
     void *more[BENCH_MAX_INFLIGHT]; /* --inflight: the other ops' outputs */
+    /* --device: send, recv and more[] are device memory; the check fills
+     * and reads this host buffer and copies it to and from them. */
+    struct cuda_api cuda;
+    void *scratch;
     double busbw_sum;
     unsigned rows;
     uint64_t wrong_total;
@@ -130,6 +155,64 @@ static int eccl_failed(eccl_result r, const char *fmt, ...)
     va_end(ap);
     fprintf(stderr, ": %s\n", eccl_strerror(r));
     return 1;
+}
+
+__attribute__((format(printf, 3, 4)))
+static int cuda_failed(const struct cuda_api *c, int err, const char *fmt, ...)
+{
+    va_list ap;
+
+    if (err == CUDA_SUCCESS)
+        return 0;
+    fputs("eccl-bench: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, ": %s (CUDA error %d)\n", c->error_string(err), err);
+    return 1;
+}
+
+/* ---- --device: the CUDA runtime, loaded at run time ------------------------- */
+
+/* Loads the runtime and counts the devices. Never unloaded: the runtime does
+ * not support it well. Returns 0, or 1 after saying why. */
+static int cuda_load(struct cuda_api *c)
+{
+    void *lib = dlopen(CUDA_RUNTIME_SONAME, RTLD_NOW);
+    void *sym[6];
+    static const char *const names[6] = {
+        "cudaMalloc", "cudaFree", "cudaMemcpy",
+        "cudaGetDeviceCount", "cudaSetDevice", "cudaGetErrorString",
+    };
+    int err;
+
+    if (lib == NULL) {
+        fprintf(stderr, "eccl-bench: --device: cannot load the CUDA runtime: %s\n", dlerror());
+        return 1;
+    }
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        sym[i] = dlsym(lib, names[i]);
+        if (sym[i] == NULL) {
+            fprintf(stderr, "eccl-bench: --device: %s has no %s\n", CUDA_RUNTIME_SONAME,
+                    names[i]);
+            return 1;
+        }
+    }
+    c->mem_alloc = (int (*)(void **, size_t))sym[0];
+    c->mem_free = (int (*)(void *))sym[1];
+    c->copy = (int (*)(void *, const void *, size_t, int))sym[2];
+    c->device_count = (int (*)(int *))sym[3];
+    c->set_device = (int (*)(int))sym[4];
+    c->error_string = (const char *(*)(int))sym[5];
+    c->ndevices = 0;
+    err = c->device_count(&c->ndevices);
+    if (cuda_failed(c, err, "--device: no usable CUDA device"))
+        return 1;
+    if (c->ndevices <= 0) {
+        fprintf(stderr, "eccl-bench: --device: no CUDA device\n");
+        return 1;
+    }
+    return 0;
 }
 
 /* ---- options ---------------------------------------------------------------- */
@@ -161,6 +244,11 @@ static void usage(FILE *out)
             "                           timed iteration, out of place; the row's time is\n"
             "                           the K calls' and its bandwidth counts K buffers\n"
             "                           (default 1: blocking calls)\n"
+            "      --device             buffers in CUDA device memory (" CUDA_RUNTIME_SONAME "\n"
+            "                           is loaded at start; rank r uses device r mod the\n"
+            "                           device count). Per rank: ranks with host and with\n"
+            "                           device buffers may be mixed (--np passes it to\n"
+            "                           every rank; the header shows rank 0's)\n"
             "  -h, --help               show this help\n");
 }
 
@@ -210,6 +298,7 @@ enum {
     OPT_GROUP,
     OPT_TIMEOUT,
     OPT_INFLIGHT,
+    OPT_DEVICE,
 };
 
 /* Handles one option that takes a number. Returns 0 or the exit status. */
@@ -258,6 +347,7 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
         {"group", required_argument, NULL, OPT_GROUP},
         {"timeout-ms", required_argument, NULL, OPT_TIMEOUT},
         {"inflight", required_argument, NULL, OPT_INFLIGHT},
+        {"device", no_argument, NULL, OPT_DEVICE},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -297,6 +387,9 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
             if (tool_check_hostport(optarg) != 0)
                 return usage_error("--master wants HOST:PORT, got '%s'", optarg);
             o->master = optarg;
+            break;
+        case OPT_DEVICE:
+            o->device = 1;
             break;
         case 'h':
             usage(stdout);
@@ -611,6 +704,32 @@ static int round_of_calls(struct bench_run *run, size_t count, void *out, const 
     return failed;
 }
 
+/* Where the check writes and reads buf's bytes on the host: buf itself, or
+ * with --device the scratch buffer that upload/download move to and from it. */
+static void *host_side(const struct bench_run *run, void *buf)
+{
+    return run->opts->device ? run->scratch : buf;
+}
+
+/* --device: copies the first bytes of the scratch buffer to device buffer
+ * dst; nothing to do for host buffers. */
+static int upload(struct bench_run *run, void *dst, size_t bytes)
+{
+    if (!run->opts->device)
+        return 0;
+    return cuda_failed(&run->cuda, run->cuda.copy(dst, run->scratch, bytes, CUDA_MEMCPY_H2D),
+                       "rank %" PRId64 ": copying %zu bytes to the device", run->rank, bytes);
+}
+
+/* --device: copies bytes of device buffer src into the scratch buffer. */
+static int download(struct bench_run *run, const void *src, size_t bytes)
+{
+    if (!run->opts->device)
+        return 0;
+    return cuda_failed(&run->cuda, run->cuda.copy(run->scratch, src, bytes, CUDA_MEMCPY_D2H),
+                       "rank %" PRId64 ": copying %zu bytes from the device", run->rank, bytes);
+}
+
 /* One all-reduce of the check pattern; adds the mismatches to *wrong. */
 static int checked_call(struct bench_run *run, size_t count, uint64_t *wrong)
 {
@@ -618,19 +737,29 @@ static int checked_call(struct bench_run *run, size_t count, uint64_t *wrong)
     struct pattern p;
     double sent[PATTERN_PERIOD];
     void *out = o->inplace ? run->send : run->recv;
+    size_t bytes = count * run->dt->size;
 
     build_pattern(run, &p);
-    fill_pattern(run->send, o->dtype, run->dt->size, count, p.mine);
+    fill_pattern(host_side(run, run->send), o->dtype, run->dt->size, count, p.mine);
+    if (upload(run, run->send, bytes))
+        return 1;
     /* Garbage in the output, so a call that leaves it untouched shows. */
-    if (!o->inplace)
-        memset(out, 0xa5, count * run->dt->size);
+    if (!o->inplace) {
+        memset(host_side(run, out), 0xa5, bytes);
+        if (upload(run, out, bytes))
+            return 1;
+    }
     if (allreduce(run, run->send, out, count, o->dtype, o->op, "checked all-reduce"))
         return 1;
-    *wrong += check_buffer(out, o->dtype, count, p.expect, p.tol);
+    if (download(run, out, bytes))
+        return 1;
+    *wrong += check_buffer(host_side(run, out), o->dtype, count, p.expect, p.tol);
     if (!o->inplace) {
         for (size_t j = 0; j < PATTERN_PERIOD; j++)
             sent[j] = (double)p.mine[j];
-        *wrong += check_buffer(run->send, o->dtype, count, sent, 0);
+        if (download(run, run->send, bytes))
+            return 1;
+        *wrong += check_buffer(host_side(run, run->send), o->dtype, count, sent, 0);
     }
     return 0;
 }
@@ -648,13 +777,14 @@ static uint64_t now_ns(void)
 /* Timed runs use values the op maps to themselves, so that in place, where
  * each call feeds the next, sums and products neither overflow nor turn
  * into inf/NaN (which would time the FPU's slow paths). */
-static void fill_steady(struct bench_run *run, size_t count)
+static int fill_steady(struct bench_run *run, size_t count)
 {
     int64_t vals[PATTERN_PERIOD];
 
     for (size_t j = 0; j < PATTERN_PERIOD; j++)
         vals[j] = run->opts->op == ECCL_PROD ? 1 : 0;
-    fill_pattern(run->send, run->opts->dtype, run->dt->size, count, vals);
+    fill_pattern(host_side(run, run->send), run->opts->dtype, run->dt->size, count, vals);
+    return upload(run, run->send, count * run->dt->size);
 }
 
 static void print_header(const struct bench_run *run)
@@ -662,9 +792,10 @@ static void print_header(const struct bench_run *run)
     const struct bench_opts *o = run->opts;
 
     printf("# eccl-bench: nranks %" PRId64 " dtype %s op %s inplace %" PRIu64
-           " iters %" PRIu64 " warmup %" PRIu64 " check %" PRIu64 " inflight %" PRIu64 "\n",
+           " iters %" PRIu64 " warmup %" PRIu64 " check %" PRIu64 " inflight %" PRIu64
+           " device %d\n",
            run->nranks, run->dt->name, op_names[o->op], o->inplace, o->iters, o->warmup,
-           o->check, o->inflight);
+           o->check, o->inflight, o->device);
     printf("#       size         count      type   redop     time(us)   algbw(GB/s)"
            "   busbw(GB/s)  #wrong\n");
     fflush(stdout);
@@ -698,14 +829,14 @@ static int run_size(struct bench_run *run, size_t size)
 
     if (count == 0)
         return 0;
-    fill_steady(run, count);
+    if (fill_steady(run, count))
+        return 1;
     for (uint64_t k = 0; k < o->warmup; k++)
         if (round_of_calls(run, count, out, "warm-up all-reduce"))
             return 1;
     if (o->check) {
-        if (checked_call(run, count, &wrong))
+        if (checked_call(run, count, &wrong) || fill_steady(run, count))
             return 1;
-        fill_steady(run, count);
     }
 
     start = now_ns();
@@ -770,7 +901,9 @@ static uint64_t fnv1a(uint64_t h, uint64_t v)
 
 /* Ranks started with different sizes or counts would issue different call
  * sequences and hang on mismatched tags; one all-reduce catches that early.
- * MAX over (h, ~h) returns (h, ~h) exactly when every rank has the same h. */
+ * MAX over (h, ~h) returns (h, ~h) exactly when every rank has the same h.
+ * --device is left out: it changes no call, and eccl reduces host buffers of
+ * one rank with device buffers of another. */
 static int agree_on_options(struct bench_run *run)
 {
     const struct bench_opts *o = run->opts;
@@ -792,6 +925,52 @@ static int agree_on_options(struct bench_run *run)
     return 0;
 }
 
+static int device_alloc(struct bench_run *run, void **buf, size_t bytes)
+{
+    void *p = NULL;
+
+    if (cuda_failed(&run->cuda, run->cuda.mem_alloc(&p, bytes),
+                    "rank %" PRId64 ": allocating %zu bytes of device memory", run->rank, bytes))
+        return 1;
+    *buf = p;
+    return 0;
+}
+
+/* --device: send, recv and more[] on device rank mod count, and the host
+ * scratch buffer the check goes through. */
+static int alloc_device_buffers(struct bench_run *run, size_t bytes)
+{
+    int dev = (int)(run->rank % run->cuda.ndevices);
+
+    if (cuda_failed(&run->cuda, run->cuda.set_device(dev),
+                    "rank %" PRId64 ": selecting device %d", run->rank, dev))
+        return 1;
+    if ((run->scratch = aligned_alloc(BENCH_ALIGN, bytes)) == NULL)
+        return eccl_failed(ECCL_ERR_NO_MEMORY, "allocating a %zu-byte host buffer", bytes);
+    if (device_alloc(run, &run->send, bytes) ||
+        (!run->opts->inplace && device_alloc(run, &run->recv, bytes)))
+        return 1;
+    for (uint64_t k = 1; k < run->opts->inflight; k++)
+        if (device_alloc(run, &run->more[k - 1], bytes))
+            return 1;
+    return 0;
+}
+
+static void free_buffers(struct bench_run *run)
+{
+    void *bufs[2 + BENCH_MAX_INFLIGHT] = {run->send, run->recv};
+
+    memcpy(&bufs[2], run->more, sizeof run->more);
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
+        if (!run->opts->device)
+            free(bufs[i]);
+        else if (bufs[i] != NULL)
+            cuda_failed(&run->cuda, run->cuda.mem_free(bufs[i]),
+                        "rank %" PRId64 ": freeing device memory", run->rank);
+    }
+    free(run->scratch);
+}
+
 static int alloc_buffers(struct bench_run *run)
 {
     size_t bytes = run->opts->maxbytes;
@@ -800,6 +979,8 @@ static int alloc_buffers(struct bench_run *run)
     if (bytes > SIZE_MAX - BENCH_ALIGN)
         bytes = SIZE_MAX - BENCH_ALIGN;
     bytes = (bytes + BENCH_ALIGN - 1) / BENCH_ALIGN * BENCH_ALIGN;
+    if (run->opts->device)
+        return alloc_device_buffers(run, bytes);
     run->send = aligned_alloc(BENCH_ALIGN, bytes);
     if (!run->opts->inplace)
         run->recv = aligned_alloc(BENCH_ALIGN, bytes);
@@ -845,6 +1026,8 @@ static int run_rank(const struct bench_opts *o)
     eccl_comm_params params;
     int status = EXIT_FAILURE;
 
+    if (o->device && cuda_load(&run.cuda))
+        return EXIT_FAILURE;
     eccl_comm_params_init(&params);
     params.master_addr = o->master;
     if (o->group_set)
@@ -871,10 +1054,7 @@ static int run_rank(const struct bench_opts *o)
     if (run_sizes(&run) == 0)
         status = EXIT_SUCCESS;
 out:
-    free(run.send);
-    free(run.recv);
-    for (int k = 0; k < BENCH_MAX_INFLIGHT; k++)
-        free(run.more[k]);
+    free_buffers(&run);
     if (run.comm != NULL)
         eccl_comm_destroy(run.comm);
     return status;
@@ -932,6 +1112,8 @@ static void build_child_argv(const struct bench_opts *o, const char *master,
         add_num(a, "--timeout-ms", o->timeout_ms);
     if (o->inflight != 1)
         add_num(a, "--inflight", o->inflight);
+    if (o->device)
+        a->argv[a->argc++] = (char *)"--device";
     a->argv[a->argc] = NULL;
 }
 
@@ -1016,7 +1198,12 @@ static int launch_local(const struct bench_opts *o)
     struct child_argv child;
     pid_t *pids = NULL;
     int status = EXIT_FAILURE;
+    struct cuda_api cuda;
 
+    /* One clear error here rather than one per rank. The ranks exec a fresh
+     * image, so the runtime this process started does not leak into them. */
+    if (o->device && cuda_load(&cuda))
+        return EXIT_FAILURE;
     if (eccl_failed(eccl_master_create("127.0.0.1:0", &master), "creating the master"))
         return EXIT_FAILURE;
     if (eccl_failed(eccl_master_run(master), "starting the master") ||

@@ -208,7 +208,9 @@ eccl_result eccl_real_cuda_host_alloc(eccl_real_cuda *c, size_t bytes, void **ou
             best = i;
     if (best >= 0) {
         *out = c->free_list[best].p;
-        c->free_list[best] = c->free_list[--c->nfree];
+        memmove(&c->free_list[best], &c->free_list[best + 1],
+                (size_t)(c->nfree - best - 1) * sizeof c->free_list[0]);
+        c->nfree--;
         pthread_mutex_unlock(&c->mu);
         return ECCL_OK;
     }
@@ -216,16 +218,26 @@ eccl_result eccl_real_cuda_host_alloc(eccl_real_cuda *c, size_t bytes, void **ou
     return plugin_error(c, plugin->host_alloc(c->ctx, bytes, out), "pinned mirror");
 }
 
+/* Keeps the `keep` most recently freed mirrors, oldest first: a workload
+ * that moves on to other sizes (a size sweep, a new model) replaces the old
+ * mirrors instead of paying cudaHostAlloc on every call. */
 void eccl_real_cuda_host_free(eccl_real_cuda *c, void *p, size_t bytes)
 {
     if (!p) return;
+    void *evict = NULL;
     pthread_mutex_lock(&c->mu);
-    if (c->nfree < c->keep) {
+    if (c->keep == 0) {
+        evict = p;
+    } else {
+        if (c->nfree == c->keep) {
+            evict = c->free_list[0].p;
+            memmove(&c->free_list[0], &c->free_list[1], (size_t)(c->nfree - 1) * sizeof c->free_list[0]);
+            c->nfree--;
+        }
         c->free_list[c->nfree++] = (mirror){p, bytes};
-        p = NULL;
     }
     pthread_mutex_unlock(&c->mu);
-    if (p) plugin->host_free(c->ctx, p);
+    if (evict) plugin->host_free(c->ctx, evict);
 }
 
 eccl_result eccl_real_cuda_to_host(eccl_real_cuda *c, int device, void *stream, void *host, const void *dev,
