@@ -182,6 +182,31 @@ typedef struct eccl_dev_ops {
      * the caller queues there later sees the bytes). Blocks until written. */
     eccl_result (*to_device)(void *ctx, int device, void *stream, void *dev, const void *host,
                              size_t bytes);
+
+    /* ---- device-resident ring (added later; check eccl_dev_has_dring) ----
+     * A large plain all-reduce on device buffers runs its ring on the
+     * device buffers themselves: partials leave through pinned send slots
+     * (d_copy to host, then d_sync: the slot is sent once its bytes are
+     * there), arrive in pinned staging and are reduced into the device
+     * output by a kernel on the library's stream, and the restore backup is
+     * device memory. All d_* work is queued on the library's stream of
+     * `device`, in call order, and returns at once; d_sync waits for it
+     * and reports a failure of any of it (ECCL_ERR_DEVICE). */
+    /* Device memory on `device` (the restore backup). */
+    eccl_result (*d_alloc)(void *ctx, int device, size_t bytes, void **out);
+    void (*d_free)(void *ctx, void *p);
+    /* dst = src; either side device or pinned host memory. */
+    eccl_result (*d_copy)(void *ctx, int device, void *dst, const void *src, size_t bytes);
+    /* dst (device) = dst op src (device or pinned host): eccl_reduce's bits. */
+    eccl_result (*d_reduce)(void *ctx, int device, void *dst, const void *src, size_t count,
+                            eccl_dtype dtype, eccl_op op);
+    eccl_result (*d_scale_div)(void *ctx, int device, void *x, size_t count, eccl_dtype dtype,
+                               uint32_t divisor);
+    eccl_result (*d_sync)(void *ctx, int device);
+    /* Makes the library's stream wait for the work queued on `stream` so
+     * far (the call's input is read after it), or `stream` wait for the
+     * library's (the caller sees the result): NCCL's ordering. */
+    eccl_result (*d_order)(void *ctx, int device, void *stream, int library_waits);
 } eccl_dev_ops;
 
 
@@ -259,6 +284,14 @@ static inline int eccl_dev_has_devices(const eccl_env *env)
 {
     const eccl_dev_ops *d = env->dev;
     return d->size >= offsetof(eccl_dev_ops, to_device) + sizeof d->to_device && d->mem_kind != NULL;
+}
+
+/* Whether env's dev can run the device-resident ring (eccl_dev_ops.d_*). */
+static inline int eccl_dev_has_dring(const eccl_env *env)
+{
+    const eccl_dev_ops *d = env->dev;
+    return eccl_dev_has_devices(env) &&
+           d->size >= offsetof(eccl_dev_ops, d_order) + sizeof d->d_order && d->d_order != NULL;
 }
 
 /* Whether p is phantom memory of env's dev. */

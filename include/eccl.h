@@ -162,7 +162,8 @@ typedef struct eccl_request eccl_request;
  * the options' stream (eccl_allreduce_opts.stream; the legacy default
  * stream otherwise) and the result is in place, for the host and for work
  * queued on that stream, when the call returns; on failure the device
- * buffer was never written. A device copy that fails is ECCL_ERR_DEVICE.
+ * output holds what it held before, bit for bit, as host buffers do. A
+ * device copy or kernel that fails is ECCL_ERR_DEVICE.
  * docs/devices.md says how device memory flows. */
 eccl_result eccl_allreduce(eccl_comm *comm, const void *sendbuf, void *recvbuf,
                            size_t count, eccl_dtype dtype, eccl_op op,

@@ -283,6 +283,59 @@ static void test_device_faults(void **state)
     cluster_fini(cl);
 }
 
+/* The device-resident ring (a 4 MiB call): peer 1's device fails a copy in
+ * the middle of the ring (its third). Peer 1 returns DEVICE; peer 0 returns
+ * PEER_LOST (the master re-forms the ring when a peer gives up on its own)
+ * or TIMEOUT, with its device buffer restored bit for bit by the device
+ * backup. */
+static int resident_fault_body(eccl_comm *c, int index, void *arg)
+{
+    (void)arg;
+    const size_t n = 1u << 20, bytes = n * 4;
+    int32_t *h = malloc(bytes), *back = malloc(bytes);
+    CL_CHECK(h && back, "malloc");
+    for (size_t i = 0; i < n; i++) h[i] = (int32_t)(i * 3 + (size_t)index);
+    void *d;
+    CUCHK(cudaMalloc(&d, bytes));
+    CUCHK(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice));
+    /* A clean call first: the resident ring works and sums. */
+    CL_OK(eccl_allreduce(c, d, d, n, ECCL_I32, ECCL_SUM, 1, NULL));
+    CL_CHECK(read_back(d, back, bytes) == 0, "read back");
+    for (size_t i = 0; i < n; i++) CL_CHECK(back[i] == (int32_t)(2 * i * 3 + 1), "element %zu", i);
+    memcpy(h, back, bytes);
+    if (index == 1) fiu_enable_external("eccl/mock_cudart/memcpy", 1, (void *)(intptr_t)3, 0, nth_call);
+    eccl_result rc = eccl_allreduce(c, d, d, n, ECCL_I32, ECCL_SUM, 2, NULL);
+    if (index == 1) {
+        fiu_disable("eccl/mock_cudart/memcpy");
+        CL_EXPECT_RC(rc, ECCL_ERR_DEVICE);
+        return 0;
+    }
+    CL_CHECK(rc == ECCL_ERR_PEER_LOST || rc == ECCL_ERR_TIMEOUT, "peer 0: %s", eccl_strerror(rc));
+    CL_CHECK(read_back(d, back, bytes) == 0 && !memcmp(back, h, bytes),
+             "peer 0's device buffer changed by a failed call");
+    free(h);
+    free(back);
+    CUCHK(cudaFree(d));
+    return 0;
+}
+
+static void test_resident_ring_fault(void **state)
+{
+    SKIP_WITHOUT_RUNTIME();
+    if (!getenv("ECCL_TEST_MOCK_CUDA")) {
+        printf("SKIP: the fault injections are the mock's failpoints\n");
+        skip();
+    }
+    cluster *cl = *state;
+    cluster_opts o = {.op_timeout_ms = 3000, .no_linger = 1};
+    setenv("ECCL_DEVICE_RING_MIN_BYTES", "1048576", 1); /* children inherit it */
+    assert_int_equal(cluster_init(cl, &o), 0);
+    assert_int_equal(cluster_spawn_n(cl, 2, resident_fault_body, NULL), 0);
+    assert_int_equal(cluster_wait_all(cl, 60000), 0);
+    unsetenv("ECCL_DEVICE_RING_MIN_BYTES");
+    cluster_fini(cl);
+}
+
 /* ---- the trap --------------------------------------------------------------- */
 
 static int deref_proc(cluster *cl, int index, void *arg)
@@ -319,6 +372,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_kinds, cluster_test_setup, cluster_test_teardown),
         cmocka_unit_test_setup_teardown(test_no_plugin_unsupported, cluster_test_setup, cluster_test_teardown),
         cmocka_unit_test_setup_teardown(test_device_faults, cluster_test_setup, cluster_test_teardown),
+        cmocka_unit_test_setup_teardown(test_resident_ring_fault, cluster_test_setup, cluster_test_teardown),
         cmocka_unit_test_setup_teardown(test_host_dereference_traps, cluster_test_setup, cluster_test_teardown),
     };
     const char *filter = getenv("ECCL_TEST_FILTER");

@@ -259,3 +259,44 @@ eccl_result eccl_real_cuda_to_device(eccl_real_cuda *c, int device, void *stream
     if (rc == ECCL_OK) rc = plugin->sync(c->ctx, device);
     return c->ctx ? plugin_error(c, rc, "host to device") : rc;
 }
+
+/* ---- the device-resident ring's ops (core/env.h, d_*) --------------------------- */
+
+eccl_result eccl_real_cuda_d_alloc(eccl_real_cuda *c, int device, size_t bytes, void **out)
+{
+    return plugin_error(c, plugin->dev_alloc(c->ctx, device, bytes, out), "device backup");
+}
+
+void eccl_real_cuda_d_free(eccl_real_cuda *c, void *p)
+{
+    if (p) plugin->dev_free(c->ctx, p);
+}
+
+eccl_result eccl_real_cuda_d_copy(eccl_real_cuda *c, int device, void *dst, const void *src, size_t bytes)
+{
+    return plugin_error(c, plugin->copy(c->ctx, device, dst, src, bytes), "device copy");
+}
+
+eccl_result eccl_real_cuda_d_reduce(eccl_real_cuda *c, int device, void *dst, const void *src, size_t count,
+                                    eccl_dtype dtype, eccl_op op)
+{
+    return plugin_error(c, plugin->reduce(c->ctx, device, dst, src, count, dtype, op), "device reduce");
+}
+
+eccl_result eccl_real_cuda_d_scale_div(eccl_real_cuda *c, int device, void *x, size_t count, eccl_dtype dtype,
+                                       uint32_t divisor)
+{
+    return plugin_error(c, plugin->scale_div(c->ctx, device, x, count, dtype, divisor), "device divide");
+}
+
+eccl_result eccl_real_cuda_d_sync(eccl_real_cuda *c, int device)
+{
+    return plugin_error(c, plugin->sync(c->ctx, device), "device work");
+}
+
+eccl_result eccl_real_cuda_d_order(eccl_real_cuda *c, int device, void *stream, int library_waits)
+{
+    eccl_result rc = library_waits ? plugin->wait_user(c->ctx, device, stream)
+                                   : plugin->signal_user(c->ctx, device, stream);
+    return plugin_error(c, rc, "stream order");
+}

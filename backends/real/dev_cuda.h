@@ -28,4 +28,16 @@ eccl_result eccl_real_cuda_to_host(eccl_real_cuda *c, int device, void *stream, 
 eccl_result eccl_real_cuda_to_device(eccl_real_cuda *c, int device, void *stream, void *dev,
                                      const void *host, size_t bytes);
 
+/* The device-resident ring's ops (the d_* fields of eccl_dev_ops); only
+ * after mem_kind reported a device, so the plugin is open. */
+eccl_result eccl_real_cuda_d_alloc(eccl_real_cuda *c, int device, size_t bytes, void **out);
+void eccl_real_cuda_d_free(eccl_real_cuda *c, void *p);
+eccl_result eccl_real_cuda_d_copy(eccl_real_cuda *c, int device, void *dst, const void *src, size_t bytes);
+eccl_result eccl_real_cuda_d_reduce(eccl_real_cuda *c, int device, void *dst, const void *src, size_t count,
+                                    eccl_dtype dtype, eccl_op op);
+eccl_result eccl_real_cuda_d_scale_div(eccl_real_cuda *c, int device, void *x, size_t count, eccl_dtype dtype,
+                                       uint32_t divisor);
+eccl_result eccl_real_cuda_d_sync(eccl_real_cuda *c, int device);
+eccl_result eccl_real_cuda_d_order(eccl_real_cuda *c, int device, void *stream, int library_waits);
+
 #endif /* ECCL_BACKENDS_REAL_DEV_CUDA_H */

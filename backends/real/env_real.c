@@ -322,6 +322,42 @@ static eccl_result real_to_device(void *ctx, int device, void *stream, void *dev
     return eccl_real_cuda_to_device(((env_real *)ctx)->cuda, device, stream, dev, host, bytes);
 }
 
+#define CUDA_OF(ctx) (((env_real *)(ctx))->cuda)
+
+static eccl_result real_d_alloc(void *ctx, int device, size_t bytes, void **out)
+{
+    /* The same failpoint as a host backup's: the device-resident ring's
+     * backup is the allocation a call of a new size makes. */
+    fiu_return_on("eccl/dev/alloc", ECCL_ERR_NO_MEMORY);
+    return eccl_real_cuda_d_alloc(CUDA_OF(ctx), device, bytes, out);
+}
+
+static void real_d_free(void *ctx, void *p) { eccl_real_cuda_d_free(CUDA_OF(ctx), p); }
+
+static eccl_result real_d_copy(void *ctx, int device, void *dst, const void *src, size_t bytes)
+{
+    return eccl_real_cuda_d_copy(CUDA_OF(ctx), device, dst, src, bytes);
+}
+
+static eccl_result real_d_reduce(void *ctx, int device, void *dst, const void *src, size_t count,
+                                 eccl_dtype dtype, eccl_op op)
+{
+    return eccl_real_cuda_d_reduce(CUDA_OF(ctx), device, dst, src, count, dtype, op);
+}
+
+static eccl_result real_d_scale_div(void *ctx, int device, void *x, size_t count, eccl_dtype dtype,
+                                    uint32_t divisor)
+{
+    return eccl_real_cuda_d_scale_div(CUDA_OF(ctx), device, x, count, dtype, divisor);
+}
+
+static eccl_result real_d_sync(void *ctx, int device) { return eccl_real_cuda_d_sync(CUDA_OF(ctx), device); }
+
+static eccl_result real_d_order(void *ctx, int device, void *stream, int library_waits)
+{
+    return eccl_real_cuda_d_order(CUDA_OF(ctx), device, stream, library_waits);
+}
+
 static const eccl_dev_ops real_dev_ops = {
     .size = sizeof(eccl_dev_ops),
     .alloc = real_alloc,
@@ -334,6 +370,13 @@ static const eccl_dev_ops real_dev_ops = {
     .host_free = real_host_free,
     .to_host = real_to_host,
     .to_device = real_to_device,
+    .d_alloc = real_d_alloc,
+    .d_free = real_d_free,
+    .d_copy = real_d_copy,
+    .d_reduce = real_d_reduce,
+    .d_scale_div = real_d_scale_div,
+    .d_sync = real_d_sync,
+    .d_order = real_d_order,
 };
 
 /* ---- log ----------------------------------------------------------------- */

@@ -19,6 +19,11 @@ typedef struct eccl_coll_call {
     eccl_dtype dtype;
     eccl_op op;
     eccl_quant_type quant; /* ECCL_QUANT_NONE: exact values (ring only otherwise) */
+    /* Nonzero: sendbuf and recvbuf are memory of CUDA device `device`, and
+     * the call runs the device-resident ring (ring_allreduce.h; plain, ring
+     * only). Zero (the default of any initialiser): host memory. */
+    int on_device;
+    int device;
     uint32_t rank, nranks;
 } eccl_coll_call;
 

@@ -123,6 +123,72 @@ void eccl_ring_allreduce_set_quant(eccl_ring_allreduce *r, uint8_t *img)
     for (int i = 0; i < 2; i++) r->dir[i].qstage = r->dir[i].staging ? r->dir[i].staging + base : NULL;
 }
 
+void eccl_ring_allreduce_set_slots(eccl_ring_allreduce *r, uint8_t *slots)
+{
+    size_t each = eccl_ring_staging_bytes(r->call.count, r->call.dtype);
+    for (int i = 0; i < ECCL_RING_DEV_SLOTS; i++) r->slot[i] = (eccl_ring_slot){slots + (size_t)i * each, 0, 0};
+}
+
+/* ---- device-resident ring ----------------------------------------------------------- */
+
+static int on_device(const eccl_ring_allreduce *r) { return r->call.on_device; }
+
+/* Records the op's first device failure; the op then stops moving bytes
+ * and comm fails it with ECCL_ERR_DEVICE. */
+static eccl_result dev_fail(eccl_ring_allreduce *r, eccl_result rc)
+{
+    if (rc != ECCL_OK && r->dev_error == ECCL_OK) r->dev_error = rc == ECCL_ERR_NO_MEMORY ? rc : ECCL_ERR_DEVICE;
+    return rc;
+}
+
+static eccl_result dcopy(eccl_ring_allreduce *r, void *dst, const void *src, size_t bytes)
+{
+    const eccl_env *e = r->call.env;
+    return dev_fail(r, e->dev->d_copy(e->dev_ctx, r->call.device, dst, src, bytes));
+}
+
+static eccl_result dsync(eccl_ring_allreduce *r)
+{
+    const eccl_env *e = r->call.env;
+    return dev_fail(r, e->dev->d_sync(e->dev_ctx, r->call.device));
+}
+
+/* A send slot whose last frame the socket took and that no copy is filling,
+ * or NULL: all are busy. */
+static eccl_ring_slot *free_slot(eccl_ring_allreduce *r)
+{
+    for (int i = 0; i < ECCL_RING_DEV_SLOTS; i++)
+        if (r->slot[i].inflight == 0 && !r->slot[i].filling) return &r->slot[i];
+    return NULL;
+}
+
+/* A slice landed in staging: reduce it into recvbuf on the device (or copy
+ * it, in the all-gather), in the host path's operand order, and wait, since
+ * the next frame lands in the same staging. */
+static void dev_recv_done(eccl_ring_allreduce *r, eccl_ring_dir *d, const eccl_wire_data *w, size_t n)
+{
+    if (r->dev_error != ECCL_OK) return;
+    const eccl_env *e = r->call.env;
+    int dv = r->call.device;
+    uint8_t *dst = r->call.recvbuf + w->offset;
+    eccl_result rc;
+    if (d->recv_g < r->call.nranks - 1) {
+        if (r->call.sendbuf == r->call.recvbuf) {
+            rc = e->dev->d_reduce(e->dev_ctx, dv, dst, d->staging, n, r->call.dtype, r->call.op);
+        } else {
+            rc = e->dev->d_copy(e->dev_ctx, dv, dst, d->staging, n * r->esize);
+            if (rc == ECCL_OK)
+                rc = e->dev->d_reduce(e->dev_ctx, dv, dst, r->call.sendbuf + w->offset, n, r->call.dtype,
+                                      r->call.op);
+        }
+        if (rc == ECCL_OK && d->recv_g == r->call.nranks - 2 && r->call.op == ECCL_AVG)
+            rc = e->dev->d_scale_div(e->dev_ctx, dv, dst, n, r->call.dtype, r->call.nranks);
+    } else {
+        rc = e->dev->d_copy(e->dev_ctx, dv, dst, d->staging, n * r->esize);
+    }
+    if (dev_fail(r, rc) == ECCL_OK) dsync(r);
+}
+
 size_t eccl_ring_staging_bytes(size_t count, eccl_dtype dtype)
 {
     size_t es = eccl_dtype_size(dtype);
@@ -141,7 +207,7 @@ void eccl_ring_allreduce_init(eccl_ring_allreduce *r, const eccl_coll_call *call
     r->esize = eccl_dtype_size(call->dtype);
     r->slice_elems = ECCL_RING_SLICE_BYTES / r->esize;
     size_t bytes = call->count * r->esize;
-    r->exchange = call->quant == ECCL_QUANT_NONE && call->nranks == 2 &&
+    r->exchange = call->quant == ECCL_QUANT_NONE && call->nranks == 2 && !call->on_device &&
                   bytes <= ECCL_RING_EXCHANGE_MAX_BYTES;
     if (r->exchange) {
         /* One swap: ring bookkeeping stays empty. */
@@ -194,8 +260,56 @@ static eccl_result pump_tokens(eccl_ring_allreduce *r, eccl_chan *link)
     return ECCL_OK;
 }
 
+/* The device-resident pump: every slice that is ready and has a free send
+ * slot is copied from the device into its slot, one wait covers all the
+ * copies, then the frames are queued. While they are on the wire, the next
+ * pump copies the next slices. */
+static eccl_result pump_device(eccl_ring_allreduce *r, eccl_chan *link[2])
+{
+    struct {
+        eccl_ring_slot *sl;
+        uint32_t ring;
+        eccl_wire_data w;
+    } out[ECCL_RING_DEV_SLOTS];
+    int n = 0;
+    eccl_result rc = ECCL_OK;
+    for (uint32_t i = 0; i < r->nrings && r->dev_error == ECCL_OK; i++) {
+        eccl_ring_dir *d = &r->dir[i];
+        size_t queued = link[i]->queued_bytes;
+        eccl_ring_slot *sl;
+        while (send_ready(r, d) && queued < ECCL_RING_MAX_QUEUED && (sl = free_slot(r)) != NULL) {
+            size_t off, len;
+            slice_range(r, d, d->send_g, 0, d->send_k, &off, &len);
+            int rs = d->send_g < r->call.nranks - 1;
+            const uint8_t *src = (d->send_g == 0 ? r->call.sendbuf : r->call.recvbuf) + off * r->esize;
+            eccl_wire_data w = {
+                .tag = r->call.tag, .epoch = r->call.epoch, .ring = (uint8_t)i,
+                .phase = rs ? ECCL_PHASE_REDUCE_SCATTER : ECCL_PHASE_ALL_GATHER,
+                .step = (uint16_t)(rs ? d->send_g : d->send_g - (r->call.nranks - 1)),
+                .offset = off * r->esize, .len = (uint32_t)(len * r->esize)};
+            if (dcopy(r, sl->p, src, w.len) != ECCL_OK) break;
+            sl->filling = 1;
+            out[n].sl = sl;
+            out[n].ring = i;
+            out[n++].w = w;
+            queued += w.len;
+            d->send_k++;
+            cursor_settle(r, d, &d->send_g, &d->send_k, 0);
+        }
+    }
+    if (n && dsync(r) == ECCL_OK) {
+        for (int k = 0; k < n && rc == ECCL_OK; k++) {
+            rc = eccl_chan_send_data(link[out[k].ring], &out[k].w, out[k].sl->p, &out[k].sl->inflight);
+            if (rc == ECCL_OK) r->tx_bytes += out[k].w.len;
+        }
+    }
+    for (int k = 0; k < n; k++) out[k].sl->filling = 0;
+    return rc != ECCL_OK ? rc : pump_tokens(r, link[0]);
+}
+
 eccl_result eccl_ring_allreduce_pump(eccl_ring_allreduce *r, eccl_chan *link[2])
 {
+    if (on_device(r)) return pump_device(r, link);
     if (r->exchange && !r->exchange_sent) {
         eccl_wire_data w = {.tag = r->call.tag, .epoch = r->call.epoch, .phase = ECCL_PHASE_EXCHANGE,
                             .len = (uint32_t)(r->call.count * r->esize)};
@@ -281,9 +395,11 @@ eccl_result eccl_ring_allreduce_recv(eccl_ring_allreduce *r, int ring,
         /* First writes: every reduce-scatter slice, and the all-gather's
          * first step (our own chunk out of place, or in place the chunk we
          * only sent so far); later all-gather steps rewrite saved slices. */
-        if (d->recv_g <= r->call.nranks - 1)
-            r->call.env->dev->copy(r->call.env->dev_ctx, r->backup + w->offset,
-                                   r->call.recvbuf + w->offset, len * r->esize);
+        if (d->recv_g <= r->call.nranks - 1) {
+            if (on_device(r)) dcopy(r, r->backup + w->offset, r->call.recvbuf + w->offset, len * r->esize);
+            else r->call.env->dev->copy(r->call.env->dev_ctx, r->backup + w->offset,
+                                        r->call.recvbuf + w->offset, len * r->esize);
+        }
         d->saved_k++;
         cursor_settle(r, d, &d->saved_g, &d->saved_k, 1);
     }
@@ -295,8 +411,10 @@ eccl_result eccl_ring_allreduce_recv(eccl_ring_allreduce *r, int ring,
     }
     /* In place, the incoming partial cannot overwrite our own contribution,
      * so it lands in staging; out of place it lands in recvbuf and our
-     * contribution comes from sendbuf. */
-    if (rs && r->call.sendbuf == r->call.recvbuf) *dst = d->staging;
+     * contribution comes from sendbuf. On the device everything lands in
+     * (pinned) staging: the net cannot write device memory. */
+    if (on_device(r)) *dst = r->dev_error == ECCL_OK ? d->staging : NULL;
+    else if (rs && r->call.sendbuf == r->call.recvbuf) *dst = d->staging;
     else *dst = r->call.recvbuf + w->offset;
     return ECCL_OK;
 }
@@ -321,6 +439,13 @@ eccl_result eccl_ring_allreduce_recv_done(eccl_ring_allreduce *r, int ring,
     int q = (w->flags & ECCL_WIRE_DATA_QUANT) != 0;
     size_t off, n;
     slice_range(r, d, d->recv_g, 1, d->recv_k, &off, &n);
+    if (on_device(r)) {
+        dev_recv_done(r, d, w, n);
+        d->recv_k++;
+        cursor_settle(r, d, &d->recv_g, &d->recv_k, 1);
+        r->have_full = r->dir[0].recv_g >= steps(r) && r->dir[1].recv_g >= steps(r);
+        return ECCL_OK;
+    }
     uint8_t *dst = r->call.recvbuf + w->offset;
     int in_place = r->call.sendbuf == r->call.recvbuf;
     if (q) {
@@ -390,6 +515,12 @@ int eccl_ring_allreduce_complete(eccl_ring_allreduce *r)
     /* Every frame of ours queued (back-pressure may still hold some) and
      * written: the peers need them whether or not we need theirs. */
     if (r->inflight > 0) return 0;
+    if (on_device(r)) {
+        for (int i = 0; i < ECCL_RING_DEV_SLOTS; i++)
+            if (r->slot[i].inflight) return 0;
+        /* A failed device leaves the op to comm (ECCL_ERR_DEVICE). */
+        if (r->dev_error != ECCL_OK) return 0;
+    }
     if (r->exchange) {
         if (!r->exchange_sent || !r->exchange_recvd) return 0;
         if (!r->have_full) exchange_finish(r);
@@ -422,11 +553,16 @@ void eccl_ring_allreduce_restore(eccl_ring_allreduce *r)
             if (g <= r->call.nranks - 1) {
                 size_t off, len;
                 slice_range(r, d, g, 1, k, &off, &len);
-                dev->copy(r->call.env->dev_ctx, r->call.recvbuf + off * r->esize, r->backup + off * r->esize,
-                          len * r->esize);
+                if (on_device(r))
+                    dcopy(r, r->call.recvbuf + off * r->esize, r->backup + off * r->esize, len * r->esize);
+                else
+                    dev->copy(r->call.env->dev_ctx, r->call.recvbuf + off * r->esize,
+                              r->backup + off * r->esize, len * r->esize);
             }
             k++;
             cursor_settle(r, d, &g, &k, 1);
         }
     }
+    /* The caller may read recvbuf once this returns. */
+    if (on_device(r)) dsync(r);
 }

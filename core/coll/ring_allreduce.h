@@ -40,6 +40,17 @@
  * phase, and is treated exactly like a slice of the plain path: a raw
  * all-gather slice is forwarded from recvbuf, which the image records by a
  * 0 in the slot's first byte (no record has type 0).
+ *
+ * Device-resident (call->on_device; plain, never the exchange): sendbuf
+ * and recvbuf are device memory the host never touches. Each outgoing slice
+ * is copied by the device into one of the op's pinned send slots and sent
+ * from there once the copy is done (the next slice is copied while this
+ * one is on the wire); each incoming slice lands in pinned staging and a
+ * kernel on the library's stream reduces it into recvbuf (or copies it, in
+ * the all-gather), in the host path's operand order; the backup is device
+ * memory, saved slice by slice before the first write as above. All of it
+ * goes through the env's d_* dev ops. A device failure fails the op with
+ * ECCL_ERR_DEVICE (dev_error), never the link.
  */
 #ifndef ECCL_CORE_COLL_RING_ALLREDUCE_H
 #define ECCL_CORE_COLL_RING_ALLREDUCE_H
@@ -56,6 +67,15 @@
 #define ECCL_RING_EXCHANGE_MAX_BYTES (64u << 10)
 /* Stop queueing on a link once this much is waiting for the socket. */
 #define ECCL_RING_MAX_QUEUED (4u << 20)
+/* Device-resident ring: pinned send slots of one slice each, shared by both
+ * rings (slices queued at once, so 8 MiB on the wire). */
+#define ECCL_RING_DEV_SLOTS 8
+
+typedef struct eccl_ring_slot {
+    uint8_t *p;        /* pinned host memory, one slice */
+    uint32_t inflight; /* 1 while its frame waits for the socket */
+    int filling;       /* a device copy into it is under way */
+} eccl_ring_slot;
 
 typedef struct eccl_ring_dir {
     size_t elem_off;      /* this ring's share of the buffer, in elements */
@@ -88,6 +108,9 @@ typedef struct eccl_ring_allreduce {
      * slice, the frame's payload (24-byte record + codes), ring 0's slices
      * then ring 1's, each ring's in chunk and slice order */
     uint8_t *qimg[2];
+    /* device-resident: the send slots, and the first device failure */
+    eccl_ring_slot slot[ECCL_RING_DEV_SLOTS];
+    eccl_result dev_error;
 } eccl_ring_allreduce;
 
 /* Plans `call` (a copy is kept) for call->rank of call->nranks (>= 2).
@@ -98,6 +121,10 @@ typedef struct eccl_ring_allreduce {
  * the socket writes it), so eccl_ring_allreduce_restore can undo the op. */
 void eccl_ring_allreduce_init(eccl_ring_allreduce *r, const eccl_coll_call *call,
                               uint8_t *staging[2], uint8_t *backup);
+/* Device-resident calls: after init, the ECCL_RING_DEV_SLOTS pinned send
+ * slots of eccl_ring_staging_bytes each (staging[] must be pinned too, and
+ * backup device memory). */
+void eccl_ring_allreduce_set_slots(eccl_ring_allreduce *r, uint8_t *slots);
 /* Quantised calls: after init and before the first pump, hands the op
  * `img`, of eccl_ring_quant_bytes(r) bytes, for its two images; staging[i]
  * must then hold eccl_ring_staging_bytes_q() bytes. */

@@ -60,6 +60,9 @@
 #define COMM_PROBE_SLICE (256u << 10)
 #define COMM_PROBE_WINDOW 8u
 #define MS 1000000ull
+/* The device-resident ring's smallest call: past the tree's and the two-peer
+ * exchange's sizes, which stay mirror paths. */
+#define COMM_RESIDENT_MIN (1u << 20)
 
 enum comm_phase {
     PHASE_NEW,         /* created, connect not called */
@@ -82,6 +85,9 @@ struct eccl_request {
     eccl_buf *staging[2];
     eccl_buf *qimg;       /* quantised ring: the two code images */
     eccl_stage stage;     /* device buffers: the host mirror the op runs on */
+    void *pinned;         /* device-resident ring: staging + send slots (pinned) */
+    size_t pinned_bytes;
+    void *dev_backup;     /* device-resident ring: the backup, device memory */
     int started;          /* the algorithm owns recvbuf's restore from here */
     eccl_algorithm algo;
     union {
@@ -186,6 +192,7 @@ typedef struct comm_listener {
 
 struct eccl_comm {
     eccl_env *env;
+    size_t resident_min;        /* device calls this big run the device-resident ring */
     eccl_env_release_fn env_release;
     eccl_engine eng;
     eccl_comm_params params;
@@ -576,6 +583,10 @@ static void op_release_buffers(eccl_comm *c, eccl_request *r)
     eccl_bufpool_put(&c->pool, r->staging[1]);
     eccl_bufpool_put(&c->pool, r->qimg);
     r->backup = r->staging[0] = r->staging[1] = r->qimg = NULL;
+    const eccl_dev_ops *d = c->env->dev;
+    if (r->pinned) d->host_free(c->env->dev_ctx, r->pinned, r->pinned_bytes);
+    if (r->dev_backup) d->d_free(c->env->dev_ctx, r->dev_backup);
+    r->pinned = r->dev_backup = NULL;
 }
 
 static void op_finish(eccl_comm *c, eccl_request *r, eccl_result result)
@@ -691,26 +702,47 @@ static eccl_result op_start(eccl_comm *c, eccl_request *r)
         op_finish(c, r, ECCL_ERR_TOO_FEW_PEERS);
         return ECCL_OK;
     }
-    r->backup = eccl_bufpool_get(&c->pool, bytes);
-    if (!r->backup) goto oom;
-    uint8_t *staging[2] = {NULL, NULL};
+    uint8_t *staging[2] = {NULL, NULL}, *backup;
     size_t sb = eccl_ring_staging_bytes_q(r->call.count, r->call.dtype, r->call.quant);
-    for (int i = 0; i < 2; i++) {
-        r->staging[i] = eccl_bufpool_get(&c->pool, sb);
-        if (!r->staging[i]) goto oom;
-        staging[i] = r->staging[i]->ptr;
+    if (r->call.on_device) {
+        /* Pinned staging (kernels read it) and send slots in one block, the
+         * backup on the device. */
+        const eccl_dev_ops *d = c->env->dev;
+        r->pinned_bytes = (2 + ECCL_RING_DEV_SLOTS) * sb;
+        eccl_result rc = d->host_alloc(c->env->dev_ctx, r->pinned_bytes, &r->pinned);
+        if (rc == ECCL_OK) rc = d->d_alloc(c->env->dev_ctx, r->call.device, bytes, &r->dev_backup);
+        if (rc != ECCL_OK) {
+            r->state = OP_RUNNING; /* nothing was sent: finishing restores nothing */
+            r->algo = ECCL_ALGO_RING;
+            op_finish(c, r, rc == ECCL_ERR_NO_MEMORY ? rc : ECCL_ERR_DEVICE);
+            return ECCL_OK;
+        }
+        staging[0] = r->pinned;
+        staging[1] = (uint8_t *)r->pinned + sb;
+        backup = r->dev_backup;
+    } else {
+        r->backup = eccl_bufpool_get(&c->pool, bytes);
+        if (!r->backup) goto oom;
+        for (int i = 0; i < 2; i++) {
+            r->staging[i] = eccl_bufpool_get(&c->pool, sb);
+            if (!r->staging[i]) goto oom;
+            staging[i] = r->staging[i]->ptr;
+        }
+        backup = r->backup->ptr;
     }
     /* The dispatcher: a small buffer among three or more ranks takes the
      * tree (log depth); the rest take the ring (bandwidth-optimal). */
     /* Quantised calls always take the ring: it alone carries codes. */
-    r->algo = c->world >= 3 && bytes <= ECCL_TREE_MAX_BYTES && r->call.quant == ECCL_QUANT_NONE
+    r->algo = c->world >= 3 && bytes <= ECCL_TREE_MAX_BYTES && r->call.quant == ECCL_QUANT_NONE &&
+                      !r->call.on_device
                   ? ECCL_ALGO_TREE
                   : ECCL_ALGO_RING;
     if (r->algo == ECCL_ALGO_TREE) {
-        eccl_tree_allreduce_init(&r->u.tree, &r->call, staging, r->backup->ptr);
+        eccl_tree_allreduce_init(&r->u.tree, &r->call, staging, backup);
         link_connect_parent(c);
     } else {
-        eccl_ring_allreduce_init(&r->u.ring, &r->call, staging, r->backup->ptr);
+        eccl_ring_allreduce_init(&r->u.ring, &r->call, staging, backup);
+        if (r->call.on_device) eccl_ring_allreduce_set_slots(&r->u.ring, (uint8_t *)r->pinned + 2 * sb);
         if (r->call.quant != ECCL_QUANT_NONE) {
             r->qimg = eccl_bufpool_get(&c->pool, eccl_ring_quant_bytes(&r->u.ring));
             if (!r->qimg) goto oom;
@@ -1637,9 +1669,11 @@ static void flush_and_complete(eccl_comm *c)
          * them now. A queue left non-empty waits for writability. */
         if (!drained || !ops_pump(c)) break;
     }
-    for (eccl_request *r = c->ops; r; r = r->next)
-        if (r->state == OP_RUNNING && op_complete(r))
-            op_finish(c, r, ECCL_OK);
+    for (eccl_request *r = c->ops; r; r = r->next) {
+        if (r->state != OP_RUNNING) continue;
+        if (r->algo == ECCL_ALGO_RING && r->u.ring.dev_error != ECCL_OK) op_finish(c, r, r->u.ring.dev_error);
+        else if (op_complete(r)) op_finish(c, r, ECCL_OK);
+    }
 }
 
 static uint64_t min_deadline(uint64_t a, uint64_t b) { return a < b ? a : b; }
@@ -1800,6 +1834,11 @@ eccl_result eccl_comm_create_with_env(eccl_env *env, eccl_env_release_fn release
     c->params.p2p_pool_size = (uint32_t)eccl_config_uint(env, "ECCL_P2P_POOL", 1, ECCL_WIRE_MAX_POOL,
                                                          c->params.p2p_pool_size);
     c->pool_out = c->params.p2p_pool_size;
+    /* Plain all-reduces on device buffers of at least this many bytes run the
+     * device-resident ring; smaller ones, quantised ones, and all of them by
+     * default, a host mirror (docs/devices.md says why). 0: always the mirror. */
+    c->resident_min = (size_t)eccl_config_uint(env, "ECCL_DEVICE_RING_MIN_BYTES", 0, UINT64_MAX >> 1, 0);
+    if (c->resident_min && c->resident_min < COMM_RESIDENT_MIN) c->resident_min = COMM_RESIDENT_MIN;
     if (c->pool_out > 1 && pool_alloc(c) != ECCL_OK) {
         rc = ECCL_ERR_NO_MEMORY;
         goto fail;
@@ -1980,8 +2019,8 @@ void eccl_comm_destroy(eccl_comm *c)
  * into account; a blocking call that drives progress itself skips that. */
 static eccl_result allreduce_submit(eccl_comm *c, const void *sendbuf, void *recvbuf,
                                     size_t count, eccl_dtype dtype, eccl_op op,
-                                    uint64_t tag, const eccl_allreduce_opts *opts, int kick,
-                                    eccl_request **out)
+                                    uint64_t tag, const eccl_allreduce_opts *opts,
+                                    const eccl_stage *stage, int kick, eccl_request **out)
 {
     if ((unsigned)dtype >= ECCL_DTYPE_COUNT || (unsigned)op >= ECCL_OP_COUNT)
         return ECCL_ERR_INVALID_ARG;
@@ -2012,7 +2051,9 @@ static eccl_result allreduce_submit(eccl_comm *c, const void *sendbuf, void *rec
     if (!r) return ECCL_ERR_NO_MEMORY;
     r->comm = c;
     r->call = (eccl_coll_call){.tag = tag, .sendbuf = sendbuf, .recvbuf = recvbuf,
-                               .count = count, .dtype = dtype, .op = op, .quant = quant};
+                               .count = count, .dtype = dtype, .op = op, .quant = quant,
+                               .on_device = stage->resident, .device = stage->device};
+    r->stage = *stage;
     r->state = OP_QUEUED;
     r->deadline_ns = now_ns(c) + (uint64_t)c->params.op_timeout_ms * MS;
     r->next = c->ops;
@@ -2124,7 +2165,11 @@ static eccl_result allreduce_stage(eccl_comm *c, const void **sendbuf, void **re
         memset(stage, 0, sizeof *stage);
         return ECCL_OK;
     }
-    return eccl_stage_begin(stage, c->env, sendbuf, recvbuf, count * es, stream);
+    eccl_quant_type quant = opts && opts->size >= offsetof(eccl_allreduce_opts, quant) + sizeof opts->quant
+                                ? opts->quant
+                                : ECCL_QUANT_NONE;
+    return eccl_stage_begin_resident(stage, c->env, sendbuf, recvbuf, count * es, stream,
+                                     quant == ECCL_QUANT_NONE ? c->resident_min : 0);
 }
 
 eccl_result eccl_allreduce_ex_async(eccl_comm *c, const void *sendbuf, void *recvbuf,
@@ -2136,8 +2181,7 @@ eccl_result eccl_allreduce_ex_async(eccl_comm *c, const void *sendbuf, void *rec
     eccl_result rc = allreduce_stage(c, &sendbuf, &recvbuf, count, dtype, opts, &stage);
     if (rc != ECCL_OK) return rc;
     eccl_engine_lock(&c->eng);
-    rc = allreduce_submit(c, sendbuf, recvbuf, count, dtype, op, tag, opts, 1, req);
-    if (rc == ECCL_OK) (*req)->stage = stage;
+    rc = allreduce_submit(c, sendbuf, recvbuf, count, dtype, op, tag, opts, &stage, 1, req);
     eccl_engine_unlock(&c->eng);
     if (rc != ECCL_OK) eccl_stage_end(&stage, rc);
     return rc;
@@ -2153,10 +2197,9 @@ eccl_result eccl_allreduce_ex(eccl_comm *c, const void *sendbuf, void *recvbuf, 
     eccl_result rc = allreduce_stage(c, &sendbuf, &recvbuf, count, dtype, opts, &stage);
     if (rc != ECCL_OK) return rc;
     eccl_engine_lock(&c->eng);
-    eccl_result sub = allreduce_submit(c, sendbuf, recvbuf, count, dtype, op, tag, opts, 0, &r);
+    eccl_result sub = allreduce_submit(c, sendbuf, recvbuf, count, dtype, op, tag, opts, &stage, 0, &r);
     if (sub == ECCL_OK) {
-        r->stage = stage; /* handed back by the reap */
-        rc = request_finish(c, r, info, &stage);
+        rc = request_finish(c, r, info, &stage); /* the request hands its stage back */
     } else {
         rc = sub;
     }

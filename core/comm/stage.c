@@ -12,6 +12,12 @@ static int kind_on_device(eccl_mem_kind k) { return k == ECCL_MEM_DEVICE || k ==
 eccl_result eccl_stage_begin(eccl_stage *st, const eccl_env *env, const void **in, void **out,
                              size_t bytes, void *stream)
 {
+    return eccl_stage_begin_resident(st, env, in, out, bytes, stream, 0);
+}
+
+eccl_result eccl_stage_begin_resident(eccl_stage *st, const eccl_env *env, const void **in, void **out,
+                                      size_t bytes, void *stream, size_t resident_min)
+{
     memset(st, 0, sizeof *st);
     st->env = env;
     if (bytes == 0 || !eccl_dev_has_devices(env)) return ECCL_OK;
@@ -31,6 +37,14 @@ eccl_result eccl_stage_begin(eccl_stage *st, const eccl_env *env, const void **i
     if (din != dout) {
         ECCL_WARN(env, "input on device %d, output on device %d: one call, one device", din, dout);
         return ECCL_ERR_INVALID_ARG;
+    }
+    if (resident_min && bytes >= resident_min && eccl_dev_has_dring(env)) {
+        rc = d->d_order(env->dev_ctx, din, stream, 1);
+        if (rc != ECCL_OK) return rc;
+        st->resident = 1;
+        st->device = din;
+        st->stream = stream;
+        return ECCL_OK;
     }
     void *mirror;
     rc = d->host_alloc(env->dev_ctx, bytes, &mirror);
@@ -53,8 +67,14 @@ eccl_result eccl_stage_begin(eccl_stage *st, const eccl_env *env, const void **i
 
 eccl_result eccl_stage_end(eccl_stage *st, eccl_result result)
 {
+    const eccl_dev_ops *d = st->env ? st->env->dev : NULL;
+    if (st->resident) {
+        st->resident = 0;
+        if (result != ECCL_OK) return result;
+        result = d->d_order(st->env->dev_ctx, st->device, st->stream, 0);
+        return result == ECCL_OK ? d->d_sync(st->env->dev_ctx, st->device) : result;
+    }
     if (!st->active) return result;
-    const eccl_dev_ops *d = st->env->dev;
     if (result == ECCL_OK)
         result = d->to_device(st->env->dev_ctx, st->device, st->stream, st->dev_out, st->mirror, st->bytes);
     d->host_free(st->env->dev_ctx, st->mirror, st->bytes);

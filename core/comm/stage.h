@@ -24,6 +24,8 @@
 typedef struct eccl_stage {
     const eccl_env *env;
     int active;     /* the buffers are on a device; the mirror stands in */
+    int resident;   /* ...or the call runs on them itself (the device-resident
+                     * ring): no mirror, only stream ordering */
     int device;
     void *stream;   /* the caller's cudaStream_t (NULL: legacy default) */
     void *mirror;   /* pinned host memory, `bytes` */
@@ -41,9 +43,18 @@ typedef struct eccl_stage {
 eccl_result eccl_stage_begin(eccl_stage *st, const eccl_env *env, const void **in, void **out,
                              size_t bytes, void *stream);
 
+/* As eccl_stage_begin, but a call of at least `resident_min` bytes (0:
+ * none) on device buffers whose env can run the device-resident ring gets
+ * no mirror: st->resident is set, the library's stream is made to wait for
+ * `stream`, and *in, *out stay the device pointers. */
+eccl_result eccl_stage_begin_resident(eccl_stage *st, const eccl_env *env, const void **in, void **out,
+                                      size_t bytes, void *stream, size_t resident_min);
+
 /* Ends a stage with the collective's result: on ECCL_OK copies the mirror
  * to the device output (ECCL_ERR_DEVICE if that copy fails); frees the
- * mirror either way. Returns the final result. An inactive stage returns
+ * mirror either way. A resident stage on ECCL_OK makes the caller's stream
+ * wait for the library's and waits for it (the op restored the output
+ * itself on failure). Returns the final result. An inactive stage returns
  * `result` unchanged. */
 eccl_result eccl_stage_end(eccl_stage *st, eccl_result result);
 
