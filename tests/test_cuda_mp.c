@@ -283,14 +283,20 @@ static void test_device_faults(void **state)
     cluster_fini(cl);
 }
 
-/* The device-resident ring (a 4 MiB call): peer 1's device fails a copy in
- * the middle of the ring (its third). Peer 1 returns DEVICE; peer 0 returns
- * PEER_LOST (the master re-forms the ring when a peer gives up on its own)
- * or TIMEOUT, with its device buffer restored bit for bit by the device
- * backup. */
+/* The device-resident ring (a 4 MiB call): peer 1's device fails in the
+ * middle of the ring: its third copy (a sticky error: the context is
+ * broken for good), or a reduction kernel's launch (not sticky). Peer 1
+ * returns DEVICE; peer 0 returns PEER_LOST (the master re-forms the ring
+ * when a peer gives up on its own) or TIMEOUT, with its device buffer
+ * restored bit for bit by the device backup. After a launch failure both
+ * call again and get the right sum. */
+typedef struct resident_fault {
+    int launch; /* 0: the third copy fails; 1: a kernel launch fails */
+} resident_fault;
+
 static int resident_fault_body(eccl_comm *c, int index, void *arg)
 {
-    (void)arg;
+    const resident_fault *f = arg;
     const size_t n = 1u << 20, bytes = n * 4;
     int32_t *h = malloc(bytes), *back = malloc(bytes);
     CL_CHECK(h && back, "malloc");
@@ -303,38 +309,61 @@ static int resident_fault_body(eccl_comm *c, int index, void *arg)
     CL_CHECK(read_back(d, back, bytes) == 0, "read back");
     for (size_t i = 0; i < n; i++) CL_CHECK(back[i] == (int32_t)(2 * i * 3 + 1), "element %zu", i);
     memcpy(h, back, bytes);
-    if (index == 1) fiu_enable_external("eccl/mock_cudart/memcpy", 1, (void *)(intptr_t)3, 0, nth_call);
+    const char *fp = f->launch ? "eccl/mock_cudart/launch" : "eccl/mock_cudart/memcpy";
+    if (index == 1) {
+        if (f->launch) fiu_enable(fp, 1, NULL, FIU_ONETIME);
+        else fiu_enable_external(fp, 1, (void *)(intptr_t)3, 0, nth_call);
+    }
     eccl_result rc = eccl_allreduce(c, d, d, n, ECCL_I32, ECCL_SUM, 2, NULL);
     if (index == 1) {
-        fiu_disable("eccl/mock_cudart/memcpy");
+        fiu_disable(fp);
         CL_EXPECT_RC(rc, ECCL_ERR_DEVICE);
-        return 0;
+        if (!f->launch) return 0; /* sticky: this peer is done */
+    } else {
+        CL_CHECK(rc == ECCL_ERR_PEER_LOST || rc == ECCL_ERR_TIMEOUT, "peer 0: %s", eccl_strerror(rc));
+        CL_CHECK(read_back(d, back, bytes) == 0 && !memcmp(back, h, bytes),
+                 "peer 0's device buffer changed by a failed call");
+        if (!f->launch) return 0;
     }
-    CL_CHECK(rc == ECCL_ERR_PEER_LOST || rc == ECCL_ERR_TIMEOUT, "peer 0: %s", eccl_strerror(rc));
+    /* A failed launch broke nothing. Peer 1's backup restored what the
+     * failed call had written, so both peers still hold their inputs, and
+     * the retry sums them. */
     CL_CHECK(read_back(d, back, bytes) == 0 && !memcmp(back, h, bytes),
-             "peer 0's device buffer changed by a failed call");
+             "peer %d's device buffer changed by a failed call", index);
+    /* The ring the master re-forms after peer 1 gave up may abort the first
+     * try as well (PEER_LOST, restored): retry as any caller would. */
+    eccl_result retry = ECCL_ERR_PEER_LOST;
+    for (int attempt = 0; attempt < 5 && retry == ECCL_ERR_PEER_LOST; attempt++)
+        retry = eccl_allreduce(c, d, d, n, ECCL_I32, ECCL_SUM, 3, NULL);
+    CL_EXPECT_RC(retry, ECCL_OK);
+    CL_CHECK(read_back(d, back, bytes) == 0, "read back");
+    for (size_t i = 0; i < n; i++)
+        CL_CHECK(back[i] == (int32_t)(4 * i * 3 + 2), "retry: element %zu: %d", i, back[i]);
     free(h);
     free(back);
     CUCHK(cudaFree(d));
     return 0;
 }
 
-static void test_resident_ring_fault(void **state)
+static void run_resident_fault(cluster *cl, int launch)
 {
     SKIP_WITHOUT_RUNTIME();
     if (!getenv("ECCL_TEST_MOCK_CUDA")) {
         printf("SKIP: the fault injections are the mock's failpoints\n");
         skip();
     }
-    cluster *cl = *state;
     cluster_opts o = {.op_timeout_ms = 3000, .no_linger = 1};
+    resident_fault f = {launch};
     setenv("ECCL_DEVICE_RING_MIN_BYTES", "1048576", 1); /* children inherit it */
     assert_int_equal(cluster_init(cl, &o), 0);
-    assert_int_equal(cluster_spawn_n(cl, 2, resident_fault_body, NULL), 0);
+    assert_int_equal(cluster_spawn_n(cl, 2, resident_fault_body, &f), 0);
     assert_int_equal(cluster_wait_all(cl, 60000), 0);
     unsetenv("ECCL_DEVICE_RING_MIN_BYTES");
     cluster_fini(cl);
 }
+
+static void test_resident_ring_copy_fault(void **state) { run_resident_fault(*state, 0); }
+static void test_resident_ring_launch_fault(void **state) { run_resident_fault(*state, 1); }
 
 /* ---- the trap --------------------------------------------------------------- */
 
@@ -372,7 +401,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_kinds, cluster_test_setup, cluster_test_teardown),
         cmocka_unit_test_setup_teardown(test_no_plugin_unsupported, cluster_test_setup, cluster_test_teardown),
         cmocka_unit_test_setup_teardown(test_device_faults, cluster_test_setup, cluster_test_teardown),
-        cmocka_unit_test_setup_teardown(test_resident_ring_fault, cluster_test_setup, cluster_test_teardown),
+        cmocka_unit_test_setup_teardown(test_resident_ring_copy_fault, cluster_test_setup, cluster_test_teardown),
+        cmocka_unit_test_setup_teardown(test_resident_ring_launch_fault, cluster_test_setup,
+                                        cluster_test_teardown),
         cmocka_unit_test_setup_teardown(test_host_dereference_traps, cluster_test_setup, cluster_test_teardown),
     };
     const char *filter = getenv("ECCL_TEST_FILTER");
