@@ -260,6 +260,21 @@ static eccl_result pump_tokens(eccl_ring_allreduce *r, eccl_chan *link)
     return ECCL_OK;
 }
 
+/* The next slice ring i sends: its DATA header, where its values are, and
+ * their count. */
+static const uint8_t *next_send(const eccl_ring_allreduce *r, uint32_t i, eccl_wire_data *w, size_t *len)
+{
+    const eccl_ring_dir *d = &r->dir[i];
+    size_t off;
+    slice_range(r, d, d->send_g, 0, d->send_k, &off, len);
+    int rs = d->send_g < r->call.nranks - 1;
+    *w = (eccl_wire_data){.tag = r->call.tag, .epoch = r->call.epoch, .ring = (uint8_t)i,
+                          .phase = rs ? ECCL_PHASE_REDUCE_SCATTER : ECCL_PHASE_ALL_GATHER,
+                          .step = (uint16_t)(rs ? d->send_g : d->send_g - (r->call.nranks - 1)),
+                          .offset = off * r->esize, .len = (uint32_t)(*len * r->esize)};
+    return (d->send_g == 0 ? r->call.sendbuf : r->call.recvbuf) + off * r->esize;
+}
+
 /* The device-resident pump: every slice that is ready and has a free send
  * slot is copied from the device into its slot, one wait covers all the
  * copies, then the frames are queued. While they are on the wire, the next
@@ -278,15 +293,9 @@ static eccl_result pump_device(eccl_ring_allreduce *r, eccl_chan *link[2])
         size_t queued = link[i]->queued_bytes;
         eccl_ring_slot *sl;
         while (send_ready(r, d) && queued < ECCL_RING_MAX_QUEUED && (sl = free_slot(r)) != NULL) {
-            size_t off, len;
-            slice_range(r, d, d->send_g, 0, d->send_k, &off, &len);
-            int rs = d->send_g < r->call.nranks - 1;
-            const uint8_t *src = (d->send_g == 0 ? r->call.sendbuf : r->call.recvbuf) + off * r->esize;
-            eccl_wire_data w = {
-                .tag = r->call.tag, .epoch = r->call.epoch, .ring = (uint8_t)i,
-                .phase = rs ? ECCL_PHASE_REDUCE_SCATTER : ECCL_PHASE_ALL_GATHER,
-                .step = (uint16_t)(rs ? d->send_g : d->send_g - (r->call.nranks - 1)),
-                .offset = off * r->esize, .len = (uint32_t)(len * r->esize)};
+            size_t len;
+            eccl_wire_data w;
+            const uint8_t *src = next_send(r, i, &w, &len);
             if (dcopy(r, sl->p, src, w.len) != ECCL_OK) break;
             sl->filling = 1;
             out[n].sl = sl;
@@ -321,15 +330,10 @@ eccl_result eccl_ring_allreduce_pump(eccl_ring_allreduce *r, eccl_chan *link[2])
     for (uint32_t i = 0; i < r->nrings; i++) {
         eccl_ring_dir *d = &r->dir[i];
         while (send_ready(r, d) && link[i]->queued_bytes < ECCL_RING_MAX_QUEUED) {
-            size_t off, len;
-            slice_range(r, d, d->send_g, 0, d->send_k, &off, &len);
-            int rs = d->send_g < r->call.nranks - 1;
-            const uint8_t *src = (d->send_g == 0 ? r->call.sendbuf : r->call.recvbuf) + off * r->esize;
-            eccl_wire_data w = {
-                .tag = r->call.tag, .epoch = r->call.epoch, .ring = (uint8_t)i,
-                .phase = rs ? ECCL_PHASE_REDUCE_SCATTER : ECCL_PHASE_ALL_GATHER,
-                .step = (uint16_t)(rs ? d->send_g : d->send_g - (r->call.nranks - 1)),
-                .offset = off * r->esize, .len = (uint32_t)(len * r->esize)};
+            size_t len;
+            eccl_wire_data w;
+            const uint8_t *src = next_send(r, i, &w, &len);
+            int rs = w.phase == ECCL_PHASE_REDUCE_SCATTER;
             if (r->call.quant != ECCL_QUANT_NONE) {
                 uint8_t *slot = qslot(r, !rs, i, d->send_g, 0, d->send_k);
                 if (rs) {
