@@ -1638,6 +1638,25 @@ EXPORT cudaError_t cudaFuncGetAttributes(struct cudaFuncAttributes *attr, const 
     return cudaSuccess;
 }
 
+/* Thrust sizes its grids with this. The mock's answer is an H100's bound
+ * (2048 resident threads per SM, 32 blocks), for a kernel it knows. */
+EXPORT cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *numBlocks, const void *func,
+                                                                         int blockSize, size_t dynamicSMemSize,
+                                                                         unsigned int flags)
+{
+    ENTER();
+    (void)flags;
+    if (!numBlocks || blockSize <= 0 || blockSize > 1024 || dynamicSMemSize > MAX_SHMEM)
+        return rec(cudaErrorInvalidValue);
+    pthread_mutex_lock(&g.reg);
+    struct kfun *f = kfun_by_host(func);
+    pthread_mutex_unlock(&g.reg);
+    if (!f) return rec(cudaErrorInvalidDeviceFunction);
+    int n = 2048 / blockSize;
+    *numBlocks = n < 32 ? n : 32;
+    return cudaSuccess;
+}
+
 /* ------------------------------------------------------- process life */
 
 static void atfork_prepare(void)
