@@ -119,6 +119,7 @@ typedef struct scenario_cfg {
     int phantom, cuda;
     double reduce_rate_Bps, copy_rate_Bps;
     double dev_copy_Bps, dev_copy_latency_s;
+    int device_ring; /* 1: all-reduces of >= 1 MiB run core's device-resident ring */
     int expect_survivors; /* -1: derived from the fault plan */
     int have_seed;
     uint64_t seed;
@@ -510,7 +511,7 @@ enum {
     K_REGIONS, K_SITES_PER_REGION, K_HOSTS_PER_SITE, K_SITE_LAT, K_SITE_BW, K_REGION_LAT,
     K_REGION_BW, K_FLOW_BW,                                         /* wan */
     K_OPTIMIZE_AT, K_EXPECT_SPEEDUP,
-    K_DEV_COPY_RATE, K_DEV_COPY_LAT,                                /* buffers = cuda */
+    K_DEV_COPY_RATE, K_DEV_COPY_LAT, K_DEVICE_RING,                 /* buffers = cuda */
     K_NKEYS
 };
 
@@ -542,6 +543,7 @@ static const key_def key_defs[K_NKEYS] = {
     [K_COPY_RATE] = {"copy_rate", KK_BW, CFG_OFF(copy_rate_Bps), 0, 0},
     [K_DEV_COPY_RATE] = {"device_copy_rate", KK_BW, CFG_OFF(dev_copy_Bps), 0, 0},
     [K_DEV_COPY_LAT] = {"device_copy_latency", KK_TIME, CFG_OFF(dev_copy_latency_s), 0, 0},
+    [K_DEVICE_RING] = {"device_ring", KK_INT, CFG_OFF(device_ring), 0, 1},
     [K_STEP] = {"step", KK_TIME, CFG_OFF(step_s), 0, 0},
     [K_PEER_TIMEOUT] = {"peer_timeout", KK_TIME, CFG_OFF(peer_timeout_s), 0, 0},
     [K_EXPECT_SLOWDOWN] = {"expect_slowdown", KK_RATIO, CFG_OFF(expect_slowdown), 0, 0},
@@ -585,7 +587,7 @@ static const int common_optional[] = {K_EXPECT, K_SEED, K_JITTER, K_STAGGER, K_W
                                       K_RANKS_PER_HOST, K_LOOPBACK_BW, K_LOOPBACK_LAT,
                                       K_OPTIMIZE_AT, K_EXPECT_SPEEDUP, K_WORKLOAD, K_CHURN,
                                       K_DURATION, K_MAX_STALL, K_CORRUPT_AT, K_DEV_COPY_RATE,
-                                      K_DEV_COPY_LAT, -1};
+                                      K_DEV_COPY_LAT, K_DEVICE_RING, -1};
 static const int flat_required[] = {K_HOSTS, -1};
 static const int flat_optional[] = {-1};
 static const int clos_required[] = {K_HOSTS_PER_RACK, K_RACKS_PER_ZONE, K_ZONES_PER_DC, K_DCS, -1};
@@ -955,7 +957,7 @@ static int parse_scenario(const char *file, scenario_cfg *c)
         return cfg_error(file, key_line[bad], "%s: not a key of platform = %s (see "
                          "scenarios/README.md)", key_defs[bad].name, c->platform);
     if (!c->cuda) {
-        static const int only_cuda[] = {K_DEV_COPY_RATE, K_DEV_COPY_LAT, -1};
+        static const int only_cuda[] = {K_DEV_COPY_RATE, K_DEV_COPY_LAT, K_DEVICE_RING, -1};
         for (const int *k = only_cuda; *k >= 0; k++)
             if (key_line[*k])
                 return cfg_error(file, key_line[*k], "%s: a key of buffers = cuda or cuda_phantom",
@@ -2547,7 +2549,8 @@ int main(int argc, char **argv)
     const eccl_sg_dev_cfg dev = {.phantom = cfg.phantom, .reduce_Bps = cfg.reduce_rate_Bps,
                                  .copy_Bps = cfg.copy_rate_Bps, .devices = cfg.cuda,
                                  .dev_copy_Bps = cfg.dev_copy_Bps,
-                                 .dev_copy_latency_s = cfg.dev_copy_latency_s};
+                                 .dev_copy_latency_s = cfg.dev_copy_latency_s,
+                                 .resident_min = cfg.device_ring ? (size_t)1 << 20 : 0};
     if (eccl_sg_world_set_dev(s->w, &dev) != ECCL_OK ||
         eccl_sg_world_set_master_msg_cost(s->w, cfg.master_msg_cost_s) != ECCL_OK) {
         fprintf(stderr, "eccl-sim: cannot set up the %s device\n", buffers_name(&cfg));

@@ -537,6 +537,106 @@ static eccl_result sg_to_device(void *ctx, int device, void *stream, void *dev, 
     return ECCL_OK;
 }
 
+/* ---- the device-resident ring's ops (env.h d_*) ----
+ * A simulated device runs one call at a time, finished when it returns, so
+ * d_sync and d_order have nothing to wait for. */
+
+/* Where p[0..bytes) is: *bytes_at gets its bytes (NULL: phantom), *on_dev
+ * whether they are device memory. ECCL_ERR_DEVICE for a device pointer
+ * outside this rank's allocations (an illegal address on a GPU). */
+static eccl_result dev_ptr(sg_env *e, const void *p, size_t bytes, unsigned char **bytes_at, int *on_dev)
+{
+    *on_dev = in_devmem(e->w, p);
+    if (*on_dev) {
+        const sg_dev_alloc *a = dev_find(e->device, p, bytes);
+        if (!a) return ECCL_ERR_DEVICE;
+        *bytes_at = a->backing ? dev_bytes(e->device, a, p) : NULL;
+    } else {
+        *bytes_at = eccl_sg_is_phantom(e->w, p) ? NULL : (unsigned char *)p;
+    }
+    return ECCL_OK;
+}
+
+static eccl_result sg_d_alloc(void *ctx, int device, size_t bytes, void **out)
+{
+    sg_env *e = ctx;
+    return device == 0 ? eccl_sg_device_alloc(e->device, bytes, out) : ECCL_ERR_INVALID_ARG;
+}
+
+static void sg_d_free(void *ctx, void *p) { eccl_sg_device_free(((sg_env *)ctx)->device, p); }
+
+static eccl_result sg_d_copy(void *ctx, int device, void *dst, const void *src, size_t bytes)
+{
+    sg_env *e = ctx;
+    unsigned char *d, *s;
+    int d_dev, s_dev;
+    if (device != 0 || dev_ptr(e, dst, bytes, &d, &d_dev) != ECCL_OK ||
+        dev_ptr(e, src, bytes, &s, &s_dev) != ECCL_OK)
+        return ECCL_ERR_DEVICE;
+    if (bytes && d) {
+        if (s) memmove(d, s, bytes);
+        else memset(d, 0, bytes); /* phantom bytes into a real buffer read as zeros */
+    }
+    /* Over the bus unless both sides are on the device. */
+    if (d_dev && s_dev) dev_cost(e, bytes, e->w->dev.copy_Bps);
+    else dev_copy_cost(e, bytes);
+    return ECCL_OK;
+}
+
+static eccl_result sg_d_reduce(void *ctx, int device, void *dst, const void *src, size_t count,
+                               eccl_dtype dtype, eccl_op op)
+{
+    sg_env *e = ctx;
+    size_t bytes = count * eccl_dtype_size(dtype);
+    unsigned char *d, *s;
+    int d_dev, s_dev;
+    if (device != 0 || dev_ptr(e, dst, bytes, &d, &d_dev) != ECCL_OK || !d_dev ||
+        dev_ptr(e, src, bytes, &s, &s_dev) != ECCL_OK)
+        return ECCL_ERR_DEVICE;
+    if (d && s) eccl_reduce(d, s, count, dtype, op);
+    if (!s_dev) dev_copy_cost(e, bytes); /* the kernel reads pinned memory over the bus */
+    dev_cost(e, bytes, e->w->dev.reduce_Bps);
+    return ECCL_OK;
+}
+
+static eccl_result sg_d_scale_div(void *ctx, int device, void *x, size_t count, eccl_dtype dtype,
+                                  uint32_t divisor)
+{
+    sg_env *e = ctx;
+    size_t bytes = count * eccl_dtype_size(dtype);
+    unsigned char *p;
+    int on_dev;
+    if (device != 0 || dev_ptr(e, x, bytes, &p, &on_dev) != ECCL_OK || !on_dev) return ECCL_ERR_DEVICE;
+    if (p) eccl_reduce_scale_div(p, count, dtype, divisor);
+    dev_cost(e, bytes, e->w->dev.reduce_Bps);
+    return ECCL_OK;
+}
+
+static eccl_result sg_d_sync(void *ctx, int device)
+{
+    (void)ctx;
+    return device == 0 ? ECCL_OK : ECCL_ERR_DEVICE;
+}
+
+static eccl_result sg_d_order(void *ctx, int device, void *stream, int library_waits)
+{
+    (void)stream, (void)library_waits;
+    return sg_d_sync(ctx, device);
+}
+
+/* The one setting a simulated rank has: from its scenario, never from the
+ * host process's environment (the same scenario must run the same way
+ * anywhere). */
+static int sg_config_get(void *ctx, const char *name, char *buf, size_t len)
+{
+    const sg_env *e = ctx;
+    if (!e->w->dev.resident_min || strcmp(name, "ECCL_DEVICE_RING_MIN_BYTES") != 0) return 0;
+    int n = snprintf(buf, len, "%zu", e->w->dev.resident_min);
+    return n > 0 && (size_t)n < len;
+}
+
+static const eccl_config_ops sg_config_ops = {.size = sizeof(eccl_config_ops), .get = sg_config_get};
+
 /* The mirror: host memory (phantom above ECCL_SG_PHANTOM_MIN with phantom
  * bytes, as any staging buffer). Pinning is not modelled: the copy rate is
  * the pinned one, and no mirror is cached. */
@@ -562,6 +662,13 @@ static const eccl_dev_ops sg_dev_cuda_host_ops = {
     .host_free = sg_host_free,
     .to_host = sg_to_host,
     .to_device = sg_to_device,
+    .d_alloc = sg_d_alloc,
+    .d_free = sg_d_free,
+    .d_copy = sg_d_copy,
+    .d_reduce = sg_d_reduce,
+    .d_scale_div = sg_d_scale_div,
+    .d_sync = sg_d_sync,
+    .d_order = sg_d_order,
 };
 
 static const eccl_dev_ops sg_dev_cuda_phantom_ops = {
@@ -577,6 +684,13 @@ static const eccl_dev_ops sg_dev_cuda_phantom_ops = {
     .host_free = sg_host_free,
     .to_host = sg_to_host,
     .to_device = sg_to_device,
+    .d_alloc = sg_d_alloc,
+    .d_free = sg_d_free,
+    .d_copy = sg_d_copy,
+    .d_reduce = sg_d_reduce,
+    .d_scale_div = sg_d_scale_div,
+    .d_sync = sg_d_sync,
+    .d_order = sg_d_order,
 };
 
 int eccl_sg_is_phantom(const eccl_sg_world *w, const void *p)
@@ -739,12 +853,13 @@ static eccl_result env_create(eccl_sg_world *w, const char *name, eccl_sg_device
     e->env.dev_ctx = e;
     e->env.log = &sg_log_ops;
     e->env.log_ctx = e;
-    /* No config table: every setting of a simulated rank comes from its
-     * scenario (through eccl_comm_params), never from the environment of
-     * the process that happens to host all the ranks -- the same scenario
-     * and seed must give the same run anywhere. */
-    e->env.config = NULL;
-    e->env.config_ctx = NULL;
+    /* Settings of a simulated rank come from its scenario (through
+     * eccl_comm_params, and for a device rank sg_config_ops, which reads the
+     * world's), never from the environment of the process that happens to
+     * host all the ranks: the same scenario and seed give the same run
+     * anywhere. */
+    e->env.config = device ? &sg_config_ops : NULL;
+    e->env.config_ctx = e;
     e->mu = sg_mutex_init();
     eccl_result rc = eccl_net_sg_start(e);
     if (rc != ECCL_OK) {

@@ -63,6 +63,12 @@ typedef struct eccl_sg_dev_cfg {
     int devices;
     double dev_copy_Bps;
     double dev_copy_latency_s;
+    /* Nonzero (scenario key `device_ring = 1`): the ranks' envs answer the
+     * setting ECCL_DEVICE_RING_MIN_BYTES with it, so plain all-reduces that
+     * large run core's device-resident ring (the d_* dev ops: device
+     * copies cost a bus copy, kernels reduce_Bps, host-side waits nothing:
+     * every simulated device call is done when it returns). */
+    size_t resident_min;
 } eccl_sg_dev_cfg;
 /* Defaults (eccl-sim's): a PCIe 5 x16 link, 10 us per copy, 25 GB/s. */
 #define ECCL_SG_DEV_COPY_LATENCY_S 10e-6
