@@ -15,6 +15,7 @@ packages=(
     clang           # the second compiler every change must build with
     python3         # tests/check_seam.sh
     libsimgrid-dev  # backends/sim: the core on SimGrid 3.32
+    libibverbs-dev  # rdma-core's verbs.h and libibverbs: what mocks/ibverbs stands in for
     gnuplot-nox     # eccl-sim renders plot.png (skipped with a note without it)
 )
 
