@@ -340,27 +340,6 @@ static void sg_scale_div(void *ctx, void *x, size_t count, eccl_dtype dtype, uin
     dev_cost(e, count * eccl_dtype_size(dtype), e->w->dev.reduce_Bps);
 }
 
-/* Host buffers: no is_phantom, so core and the net behave exactly as on
- * the real backend. */
-static const eccl_dev_ops sg_dev_host_ops = {
-    .size = sizeof(eccl_dev_ops),
-    .alloc = sg_alloc,
-    .free = sg_free_,
-    .copy = sg_copy,
-    .reduce = sg_reduce,
-    .scale_div = sg_scale_div,
-    .is_phantom = NULL,
-};
-
-static const eccl_dev_ops sg_dev_phantom_ops = {
-    .size = sizeof(eccl_dev_ops),
-    .alloc = sg_alloc,
-    .free = sg_free_,
-    .copy = sg_copy,
-    .reduce = sg_reduce,
-    .scale_div = sg_scale_div,
-    .is_phantom = sg_is_phantom,
-};
 
 /* ---- simulated CUDA devices (buffers = cuda) ------------------------------
  * Device memory: addresses in the world's device region (PROT_NONE, never
@@ -491,7 +470,7 @@ static eccl_result sg_mem_kind(void *ctx, const void *p, size_t bytes, eccl_mem_
     sg_env *e = ctx;
     *kind = ECCL_MEM_HOST;
     *device = -1;
-    if (!in_devmem(e->w, p)) return ECCL_OK;
+    if (!e->device || !in_devmem(e->w, p)) return ECCL_OK;
     if (!dev_find(e->device, p, bytes)) {
         eccl_sg_log(e, ECCL_LOG_WARN, "device pointer (%zu bytes) not inside one allocation of this "
                     "rank's device", bytes);
@@ -648,50 +627,21 @@ static void sg_host_free(void *ctx, void *p, size_t bytes)
     sg_free_(ctx, p);
 }
 
-/* A rank with a simulated device: the tables above plus the device ops. */
-static const eccl_dev_ops sg_dev_cuda_host_ops = {
-    .size = sizeof(eccl_dev_ops),
-    .alloc = sg_alloc,
-    .free = sg_free_,
-    .copy = sg_copy,
-    .reduce = sg_reduce,
-    .scale_div = sg_scale_div,
-    .is_phantom = NULL,
-    .mem_kind = sg_mem_kind,
-    .host_alloc = sg_host_alloc,
-    .host_free = sg_host_free,
-    .to_host = sg_to_host,
-    .to_device = sg_to_device,
-    .d_alloc = sg_d_alloc,
-    .d_free = sg_d_free,
-    .d_copy = sg_d_copy,
-    .d_reduce = sg_d_reduce,
-    .d_scale_div = sg_d_scale_div,
-    .d_sync = sg_d_sync,
-    .d_order = sg_d_order,
-};
-
-static const eccl_dev_ops sg_dev_cuda_phantom_ops = {
-    .size = sizeof(eccl_dev_ops),
-    .alloc = sg_alloc,
-    .free = sg_free_,
-    .copy = sg_copy,
-    .reduce = sg_reduce,
-    .scale_div = sg_scale_div,
-    .is_phantom = sg_is_phantom,
-    .mem_kind = sg_mem_kind,
-    .host_alloc = sg_host_alloc,
-    .host_free = sg_host_free,
-    .to_host = sg_to_host,
-    .to_device = sg_to_device,
-    .d_alloc = sg_d_alloc,
-    .d_free = sg_d_free,
-    .d_copy = sg_d_copy,
-    .d_reduce = sg_d_reduce,
-    .d_scale_div = sg_d_scale_div,
-    .d_sync = sg_d_sync,
-    .d_order = sg_d_order,
-};
+/* One table per kind of bytes. Host buffers: no is_phantom, so core and the
+ * net behave exactly as on the real backend. The device ops answer "host
+ * memory" for every buffer of a rank without a simulated device (and of
+ * the master), so such ranks never stage anything. */
+#define SG_DEV_OPS(phantom_fn)                                                                    \
+    {                                                                                             \
+        .size = sizeof(eccl_dev_ops), .alloc = sg_alloc, .free = sg_free_, .copy = sg_copy,       \
+        .reduce = sg_reduce, .scale_div = sg_scale_div, .is_phantom = phantom_fn,                 \
+        .mem_kind = sg_mem_kind, .host_alloc = sg_host_alloc, .host_free = sg_host_free,          \
+        .to_host = sg_to_host, .to_device = sg_to_device, .d_alloc = sg_d_alloc,                  \
+        .d_free = sg_d_free, .d_copy = sg_d_copy, .d_reduce = sg_d_reduce,                        \
+        .d_scale_div = sg_d_scale_div, .d_sync = sg_d_sync, .d_order = sg_d_order,                \
+    }
+static const eccl_dev_ops sg_dev_host_ops = SG_DEV_OPS(NULL);
+static const eccl_dev_ops sg_dev_phantom_ops = SG_DEV_OPS(sg_is_phantom);
 
 int eccl_sg_is_phantom(const eccl_sg_world *w, const void *p)
 {
@@ -848,8 +798,7 @@ static eccl_result env_create(eccl_sg_world *w, const char *name, eccl_sg_device
     e->env.sync = &sg_sync_ops;
     e->env.sync_ctx = e;
     e->device = device;
-    if (device) e->env.dev = w->dev.phantom ? &sg_dev_cuda_phantom_ops : &sg_dev_cuda_host_ops;
-    else e->env.dev = w->dev.phantom ? &sg_dev_phantom_ops : &sg_dev_host_ops;
+    e->env.dev = w->dev.phantom ? &sg_dev_phantom_ops : &sg_dev_host_ops;
     e->env.dev_ctx = e;
     e->env.log = &sg_log_ops;
     e->env.log_ctx = e;
