@@ -157,13 +157,13 @@ static void p_dev_free(void *ctx, void *p)
 }
 
 /* The user's stream -> ours (before), ours -> the user's (after). */
-static eccl_result order(cuda_ctx *c, int device, void *user_stream, int ours_waits)
+static eccl_result order(cuda_ctx *c, int device, void *user_stream, int library_waits)
 {
     cudaStream_t s;
     eccl_result rc = stream_of(c, device, &s);
     if (rc != ECCL_OK) return rc;
     cudaStream_t u = (cudaStream_t)user_stream;
-    if (ours_waits) {
+    if (library_waits) {
         CU(c, cudaEventRecord(c->event[device], u));
         CU(c, cudaStreamWaitEvent(s, c->event[device], 0));
     } else {
@@ -173,20 +173,11 @@ static eccl_result order(cuda_ctx *c, int device, void *user_stream, int ours_wa
     return ECCL_OK;
 }
 
-static eccl_result p_wait_user(void *ctx, int device, void *user_stream)
+static eccl_result p_order(void *ctx, int device, void *user_stream, int library_waits)
 {
     cuda_ctx *c = (cuda_ctx *)ctx;
     pthread_mutex_lock(&c->mu);
-    eccl_result rc = order(c, device, user_stream, 1);
-    pthread_mutex_unlock(&c->mu);
-    return rc;
-}
-
-static eccl_result p_signal_user(void *ctx, int device, void *user_stream)
-{
-    cuda_ctx *c = (cuda_ctx *)ctx;
-    pthread_mutex_lock(&c->mu);
-    eccl_result rc = order(c, device, user_stream, 0);
+    eccl_result rc = order(c, device, user_stream, library_waits);
     pthread_mutex_unlock(&c->mu);
     return rc;
 }
@@ -288,8 +279,7 @@ extern "C" __attribute__((visibility("default"))) const eccl_cuda_plugin eccl_cu
     p_host_free,
     p_dev_alloc,
     p_dev_free,
-    p_wait_user,
-    p_signal_user,
+    p_order,
     p_sync,
     p_copy,
     p_reduce,

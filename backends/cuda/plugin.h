@@ -56,13 +56,12 @@ typedef struct eccl_cuda_plugin {
     void (*dev_free)(void *ctx, void *p);
 
     /* Stream ordering (NCCL's semantics). `user_stream` is a cudaStream_t
-     * (NULL: the legacy default stream). */
-    /* Makes the context's stream wait for everything queued on user_stream
-     * so far: the collective reads its input only after the caller's work. */
-    eccl_result (*wait_user)(void *ctx, int device, void *user_stream);
-    /* Makes user_stream wait for everything queued on the context's stream
-     * so far: work the caller queues later sees the collective's result. */
-    eccl_result (*signal_user)(void *ctx, int device, void *user_stream);
+     * (NULL: the legacy default stream). library_waits: the context's
+     * stream waits for everything queued on user_stream so far (the
+     * collective reads its input only after the caller's work); else
+     * user_stream waits for everything queued on the context's stream so
+     * far (work the caller queues later sees the result). */
+    eccl_result (*order)(void *ctx, int device, void *user_stream, int library_waits);
     /* Blocks until the context's stream on `device` is idle; reports a
      * failed copy or kernel (ECCL_ERR_DEVICE). */
     eccl_result (*sync)(void *ctx, int device);

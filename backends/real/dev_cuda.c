@@ -244,7 +244,7 @@ eccl_result eccl_real_cuda_to_host(eccl_real_cuda *c, int device, void *stream, 
                                    size_t bytes)
 {
     eccl_result rc = cuda_open(c);
-    if (rc == ECCL_OK) rc = plugin->wait_user(c->ctx, device, stream);
+    if (rc == ECCL_OK) rc = plugin->order(c->ctx, device, stream, 1);
     if (rc == ECCL_OK) rc = plugin->copy(c->ctx, device, host, dev, bytes);
     if (rc == ECCL_OK) rc = plugin->sync(c->ctx, device);
     return c->ctx ? plugin_error(c, rc, "device to host") : rc;
@@ -255,7 +255,7 @@ eccl_result eccl_real_cuda_to_device(eccl_real_cuda *c, int device, void *stream
 {
     eccl_result rc = cuda_open(c);
     if (rc == ECCL_OK) rc = plugin->copy(c->ctx, device, dev, host, bytes);
-    if (rc == ECCL_OK) rc = plugin->signal_user(c->ctx, device, stream);
+    if (rc == ECCL_OK) rc = plugin->order(c->ctx, device, stream, 0);
     if (rc == ECCL_OK) rc = plugin->sync(c->ctx, device);
     return c->ctx ? plugin_error(c, rc, "host to device") : rc;
 }
@@ -296,7 +296,5 @@ eccl_result eccl_real_cuda_d_sync(eccl_real_cuda *c, int device)
 
 eccl_result eccl_real_cuda_d_order(eccl_real_cuda *c, int device, void *stream, int library_waits)
 {
-    eccl_result rc = library_waits ? plugin->wait_user(c->ctx, device, stream)
-                                   : plugin->signal_user(c->ctx, device, stream);
-    return plugin_error(c, rc, "stream order");
+    return plugin_error(c, plugin->order(c->ctx, device, stream, library_waits), "stream order");
 }
