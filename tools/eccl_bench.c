@@ -142,33 +142,39 @@ struct pattern {
 
 /* ---- errors ----------------------------------------------------------------- */
 
+/* "eccl-bench: <what>: <why>" on stderr; returns 1. */
+__attribute__((format(printf, 2, 0)))
+static int report_failed(const char *why, const char *fmt, va_list ap)
+{
+    fputs("eccl-bench: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, ": %s\n", why);
+    return 1;
+}
+
 __attribute__((format(printf, 2, 3)))
 static int eccl_failed(eccl_result r, const char *fmt, ...)
 {
-    va_list ap;
-
     if (r == ECCL_OK)
         return 0;
-    fputs("eccl-bench: ", stderr);
+    va_list ap;
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    report_failed(eccl_strerror(r), fmt, ap);
     va_end(ap);
-    fprintf(stderr, ": %s\n", eccl_strerror(r));
     return 1;
 }
 
 __attribute__((format(printf, 3, 4)))
 static int cuda_failed(const struct cuda_api *c, int err, const char *fmt, ...)
 {
-    va_list ap;
-
     if (err == CUDA_SUCCESS)
         return 0;
-    fputs("eccl-bench: ", stderr);
+    char why[160];
+    snprintf(why, sizeof why, "%s (CUDA error %d)", c->error_string(err), err);
+    va_list ap;
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    report_failed(why, fmt, ap);
     va_end(ap);
-    fprintf(stderr, ": %s (CUDA error %d)\n", c->error_string(err), err);
     return 1;
 }
 

@@ -2015,6 +2015,11 @@ void eccl_comm_destroy(eccl_comm *c)
 
 /* ---- all-reduce ---------------------------------------------------------- */
 
+/* Whether the caller's options struct holds `field` (it may predate it):
+ * fields past its end keep their defaults. */
+#define OPTS_HAS(o, field) \
+    ((o) != NULL && (o)->size >= offsetof(eccl_allreduce_opts, field) + sizeof(o)->field)
+
 /* Mutex held. `kick`: wake the background poller so it takes the new op
  * into account; a blocking call that drives progress itself skips that. */
 static eccl_result allreduce_submit(eccl_comm *c, const void *sendbuf, void *recvbuf,
@@ -2024,13 +2029,8 @@ static eccl_result allreduce_submit(eccl_comm *c, const void *sendbuf, void *rec
 {
     if ((unsigned)dtype >= ECCL_DTYPE_COUNT || (unsigned)op >= ECCL_OP_COUNT)
         return ECCL_ERR_INVALID_ARG;
-    eccl_quant_type quant = ECCL_QUANT_NONE;
-    if (opts) {
-        /* Fields past what the caller's struct holds keep their defaults. */
-        if (opts->size < offsetof(eccl_allreduce_opts, quant) + sizeof opts->quant)
-            return ECCL_ERR_INVALID_ARG;
-        quant = opts->quant;
-    }
+    if (opts && !OPTS_HAS(opts, quant)) return ECCL_ERR_INVALID_ARG;
+    eccl_quant_type quant = OPTS_HAS(opts, quant) ? opts->quant : ECCL_QUANT_NONE;
     if (quant != ECCL_QUANT_NONE) {
         if (quant != ECCL_QUANT_MINMAX_U8 && quant != ECCL_QUANT_AFFINE_U8) return ECCL_ERR_INVALID_ARG;
         if (op != ECCL_SUM && op != ECCL_AVG) return ECCL_ERR_INVALID_ARG;
@@ -2157,17 +2157,13 @@ static eccl_result allreduce_stage(eccl_comm *c, const void **sendbuf, void **re
                                    size_t count, eccl_dtype dtype, const eccl_allreduce_opts *opts,
                                    eccl_stage *stage)
 {
-    void *stream = NULL;
-    if (opts && opts->size >= offsetof(eccl_allreduce_opts, stream) + sizeof opts->stream)
-        stream = opts->stream;
+    void *stream = OPTS_HAS(opts, stream) ? opts->stream : NULL;
     size_t es = eccl_dtype_size(dtype);
     if (!es || !count || !*sendbuf || !*recvbuf || count > SIZE_MAX / 16 / es) {
         memset(stage, 0, sizeof *stage);
         return ECCL_OK;
     }
-    eccl_quant_type quant = opts && opts->size >= offsetof(eccl_allreduce_opts, quant) + sizeof opts->quant
-                                ? opts->quant
-                                : ECCL_QUANT_NONE;
+    eccl_quant_type quant = OPTS_HAS(opts, quant) ? opts->quant : ECCL_QUANT_NONE;
     return eccl_stage_begin_resident(stage, c->env, sendbuf, recvbuf, count * es, stream,
                                      quant == ECCL_QUANT_NONE ? c->resident_min : 0);
 }
