@@ -599,6 +599,48 @@ static void pair_open(struct ep *a, struct ep *b, int cqe, uint8_t rnr_retry) {
   assert_int_equal(ep_connect(b, &ia, rnr_retry, 1), 0);
 }
 
+/* A payload far larger than a Unix socket buffer: the socket takes only its
+ * head at post time and the NIC's service thread must write the rest. The
+ * warm-up write first connects the QP and lets that thread go back to sleep
+ * in poll(), so the big post finds it asleep, with nothing after it that
+ * could wake it by chance: it completes only if the post itself does. */
+#define HUGE_WRITE (64u << 20)
+
+static void test_huge_write_completes_alone(void **state) {
+  alarm(60);
+  struct ep a, b;
+  struct info ia, ib;
+  assert_int_equal(ep_open(&a, HUGE_WRITE, RW, 16, 16), 0);
+  assert_int_equal(ep_open(&b, HUGE_WRITE, RW, 16, 16), 0);
+  ep_info(&a, &ia);
+  ep_info(&b, &ib);
+  assert_int_equal(ep_connect(&a, &ib, 7, 1), 0);
+  assert_int_equal(ep_connect(&b, &ia, 7, 1), 0);
+  for (uint32_t i = 0; i < HUGE_WRITE; i++)
+    a.buf[i] = (uint8_t)(i * 13 + (i >> 16));
+  struct ibv_wc wc;
+  assert_int_equal(post_write(&a, IBV_WR_RDMA_WRITE, 1, a.buf, 8, ib.addr, ib.rkey, 0), 0);
+  assert_int_equal(wait_wc(a.scq, &wc, 5000), 1);
+  assert_int_equal(wc.status, IBV_WC_SUCCESS);
+  usleep(50 * 1000); /* both service threads back in poll() */
+  assert_int_equal(post_recv(&b, 21, NULL, 0), 0);
+  assert_int_equal(post_write(&a, IBV_WR_RDMA_WRITE_WITH_IMM, 2, a.buf, HUGE_WRITE, ib.addr, ib.rkey,
+                              htonl(0xB16)), 0);
+  /* Generous: this checks that it completes at all, not how fast. */
+  assert_int_equal(wait_wc(a.scq, &wc, 20000), 1);
+  assert_int_equal(wc.wr_id, 2);
+  assert_int_equal(wc.status, IBV_WC_SUCCESS);
+  assert_int_equal(wait_wc(b.rcq, &wc, 5000), 1);
+  assert_int_equal(wc.status, IBV_WC_SUCCESS);
+  assert_int_equal(wc.wr_id, 21);
+  assert_int_equal(wc.byte_len, HUGE_WRITE);
+  assert_int_equal(wc.imm_data, htonl(0xB16));
+  assert_memory_equal(b.buf, a.buf, HUGE_WRITE);
+  ep_close(&a);
+  ep_close(&b);
+  alarm(0);
+}
+
 static void test_library_and_device(void **state) {
   alarm(20);
   Dl_info dl;
@@ -937,6 +979,7 @@ int main(void) {
       cmocka_unit_test(test_flush_and_local_errors),
       cmocka_unit_test(test_cq_overflow),
       cmocka_unit_test(test_comp_channel),
+      cmocka_unit_test(test_huge_write_completes_alone),
       cmocka_unit_test(test_write_with_imm),
       cmocka_unit_test(test_ordering),
       cmocka_unit_test(test_send_recv),

@@ -1475,6 +1475,10 @@ static int post_send_op(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_se
     if (conn_send(q->out, m))
       out_gone(n, q->out); /* fails it and what is behind it */
   }
+  /* What the socket did not take waits for the service thread, which may
+   * be asleep in a poll() that does not watch this socket for POLLOUT. */
+  if (q->out && q->out->out)
+    wake(n);
   if (rc && bad)
     *bad = wr;
   drain_local(n, q);
