@@ -23,6 +23,7 @@
 /* Opaque, backend-owned handles. */
 typedef struct eccl_conn eccl_conn;
 typedef struct eccl_listener eccl_listener;
+typedef struct eccl_bulk eccl_bulk; /* an isend/irecv in flight */
 
 /* base NULL: `len` bytes of phantom payload (see eccl_dev_ops.is_phantom):
  * only an env whose dev has phantom memory ever passes one. */
@@ -34,9 +35,10 @@ typedef struct eccl_iov {
 /* Longest "HOST:PORT" string, including the terminating NUL. */
 #define ECCL_ADDR_MAX 64
 
-/* ---- net: non-blocking byte streams ----------------------------------------
+/* ---- net: non-blocking byte streams, plus bulk payloads --------------------
  * A conn is a reliable, ordered, full-duplex byte stream (TCP, or a mailbox
- * pair in the simulator). Readiness is reported through `wait`: every conn and
+ * pair in the simulator), and on an RDMA net also a pair of queue pairs'
+ * worth of one-sided writes (the bulk ops at the end). Readiness is reported through `wait`: every conn and
  * listener carries a `user` pointer that `wait` hands back when it is ready. */
 typedef struct eccl_net_ops {
     size_t size;
@@ -92,6 +94,54 @@ typedef struct eccl_net_ops {
      * thread blocked in `wait` (one readiness event may wake only one of
      * several waiting threads, as with epoll). */
     void (*wake)(void *ctx);
+
+    /* ---- bulk: payloads outside the stream (added later; check with
+     * eccl_net_has_bulk; NULL in a stream-only net) --------------------------
+     * NCCL's net plugin shape (isend/irecv/test), for transports that move
+     * bytes with one-sided writes into registered memory (RDMA). Core still
+     * frames everything on the stream: a DATA frame's header always travels
+     * there, and on a conn with bulk its payload may instead be an isend
+     * that the receiver, once the header told it where the bytes belong,
+     * matches with an irecv into their destination. The k-th isend on one
+     * end of a conn is the k-th irecv on the other, whatever their sizes
+     * (core sends both the same length). A stream-only net (TCP, the
+     * simulator's mailboxes) implements the same contract with bulk_min 0:
+     * its payloads follow their headers in the stream, which already lands
+     * them in place without a copy (recv straight into the destination);
+     * an isend/irecv layer on top would only add a round trip.
+     *
+     * Registration (NCCL's regMr/deregMr) is the net's business, not
+     * core's: core does not know how long a user's buffer lives, and a
+     * registration that outlives its memory writes to pages the allocator
+     * gave back. The net registers what a transfer needs and may cache it
+     * (net_ibv: ECCL_IB_REG_CACHE, docs/transports.md). */
+    /* The smallest payload this conn moves as bulk; 0 = none (everything
+     * in the stream, e.g. a conn to a peer without RDMA). Never blocks. */
+    size_t (*bulk_min)(void *ctx, eccl_conn *c);
+    /* Starts sending buf[0..len) as the conn's next bulk message and
+     * returns at once; buf stays untouched-by-core until `test` says done.
+     * *req is the net's; it lives until `test` reports done (or an error),
+     * or until the conn is closed, which frees it. */
+    eccl_result (*isend)(void *ctx, eccl_conn *c, const void *buf, size_t len, eccl_bulk **req);
+    /* Names buf[0..len) as where the peer's next bulk message lands. The
+     * net may write there until `test` reports done, and never after
+     * `close` returned: closing the conn fences every write still in
+     * flight (core closes links before a failed call returns, which is
+     * how a one-sided write can never land in a restored buffer). */
+    eccl_result (*irecv)(void *ctx, eccl_conn *c, void *buf, size_t len, eccl_bulk **req);
+    /* Takes the conn's completion events and advances its transfers.
+     * `wait` reports the conn's user pointer whenever a transfer of it may
+     * have progressed, whatever set_interest says; progress consumes that
+     * readiness, so the caller tests every request of the conn after it
+     * (a completion taken here and tested nowhere would wait for a wake-up
+     * that never comes). Errors: ECCL_ERR_CLOSED (the peer or the path to
+     * it is lost: a failed completion, a queue pair in error, a port down,
+     * the stream closed while a bulk receive waits). */
+    eccl_result (*progress)(void *ctx, eccl_conn *c);
+    /* *done = 1 once req has finished (req is then freed); reads what the
+     * last progress found and consumes no readiness. An error is the
+     * conn's (as progress); req then stays the conn's until close. */
+    eccl_result (*test)(void *ctx, eccl_bulk *req, int *done);
 } eccl_net_ops;
 
 /* ---- clock --------------------------------------------------------------- */
@@ -292,6 +342,13 @@ static inline int eccl_dev_has_dring(const eccl_env *env)
     const eccl_dev_ops *d = env->dev;
     return eccl_dev_has_devices(env) &&
            d->size >= offsetof(eccl_dev_ops, d_order) + sizeof d->d_order && d->d_order != NULL;
+}
+
+/* Whether env's net can move payloads as bulk (eccl_net_ops.isend...). */
+static inline int eccl_net_has_bulk(const eccl_env *env)
+{
+    const eccl_net_ops *n = env->net;
+    return n->size >= offsetof(eccl_net_ops, test) + sizeof n->test && n->test != NULL;
 }
 
 /* Whether p is phantom memory of env's dev. */

@@ -18,7 +18,9 @@ static void chan_fail(eccl_chan *ch, eccl_result rc)
 static void chan_update_interest(eccl_chan *ch)
 {
     if (ch->closed || !ch->conn) return;
-    int rd = !ch->paused && !ch->held;
+    /* A bulk payload on its way needs no stream bytes: its completion is
+     * reported through `wait` whatever the interest. */
+    int rd = !ch->paused && !ch->held && !ch->bulk_rx;
     int wr = ch->out_head != NULL;
     if (rd == ch->cur_read && wr == ch->cur_write) return;
     ch->cur_read = rd;
@@ -59,8 +61,22 @@ static void frame_release(eccl_chan *ch, eccl_frame *f)
 
 void eccl_chan_close(eccl_chan *ch)
 {
+    /* Closing the conn frees its bulk requests and fences their writes. */
     if (ch->conn) ch->env->net->close(ch->env->net_ctx, ch->conn);
     ch->conn = NULL;
+    for (eccl_chan_bulk *b = ch->bulk_tx, *n; b; b = n) {
+        n = b->next;
+        if (b->inflight) (*b->inflight)--;
+        free(b);
+    }
+    for (eccl_chan_bulk *b = ch->bulk_free, *n; b; b = n) {
+        n = b->next;
+        free(b);
+    }
+    ch->bulk_tx = ch->bulk_free = NULL;
+    ch->bulk_rx = NULL;
+    free(ch->bulk_scratch);
+    ch->bulk_scratch = NULL;
     ch->closed = 1;
     chan_fail(ch, ECCL_ERR_CLOSED);
     for (eccl_frame *f = ch->out_head, *n; f; f = n) {
@@ -131,20 +147,111 @@ eccl_result eccl_chan_send_msg(eccl_chan *ch, const eccl_msg *m)
     return ECCL_OK;
 }
 
+/* The smallest payload this channel's conn moves as bulk; 0 = none. */
+static size_t chan_bulk_min(const eccl_chan *ch)
+{
+    if (!ch->conn || !eccl_net_has_bulk(ch->env)) return 0;
+    return ch->env->net->bulk_min(ch->env->net_ctx, ch->conn);
+}
+
+/* Starts payload[0..len) as the conn's next bulk message; `inflight` is
+ * held until it is done. */
+static eccl_result chan_bulk_send(eccl_chan *ch, const void *payload, size_t len,
+                                  uint32_t *inflight)
+{
+    eccl_chan_bulk *b = ch->bulk_free;
+    if (b) ch->bulk_free = b->next;
+    else if (!(b = malloc(sizeof *b))) return ECCL_ERR_NO_MEMORY;
+    eccl_result rc = ch->env->net->isend(ch->env->net_ctx, ch->conn, payload, len, &b->req);
+    if (rc != ECCL_OK) {
+        b->next = ch->bulk_free;
+        ch->bulk_free = b;
+        return rc;
+    }
+    b->next = NULL;
+    b->inflight = inflight;
+    if (inflight) (*inflight)++;
+    eccl_chan_bulk **tail = &ch->bulk_tx;
+    while (*tail) tail = &(*tail)->next;
+    *tail = b;
+    return ECCL_OK;
+}
+
+/* Reaps finished bulk sends and notes a landed bulk receive: one net
+ * progress, then every request tested. Only eccl_chan_read calls it: the
+ * progress consumes the net's readiness, and a landed receive needs the read
+ * that follows to be delivered. */
+static void chan_bulk_progress(eccl_chan *ch)
+{
+    /* Progress even with nothing outstanding: late completions (the ack of
+     * a clear-to-send) still make the conn ready, and must be taken. */
+    if (ch->error != ECCL_OK || !ch->conn || !eccl_net_has_bulk(ch->env)) return;
+    const eccl_net_ops *net = ch->env->net;
+    eccl_result prc = net->progress(ch->env->net_ctx, ch->conn);
+    if (prc != ECCL_OK) {
+        chan_fail(ch, prc);
+        return;
+    }
+    for (eccl_chan_bulk **p = &ch->bulk_tx; *p;) {
+        eccl_chan_bulk *b = *p;
+        int done = 0;
+        eccl_result rc = net->test(ch->env->net_ctx, b->req, &done);
+        if (rc != ECCL_OK) {
+            chan_fail(ch, rc);
+            return;
+        }
+        if (!done) {
+            p = &b->next;
+            continue;
+        }
+        if (b->inflight) (*b->inflight)--;
+        *p = b->next;
+        b->next = ch->bulk_free;
+        ch->bulk_free = b;
+    }
+    if (ch->bulk_rx) {
+        int done = 0;
+        eccl_result rc = net->test(ch->env->net_ctx, ch->bulk_rx, &done);
+        if (rc != ECCL_OK) {
+            chan_fail(ch, rc);
+            return;
+        }
+        if (done) {
+            ch->bulk_rx = NULL;
+            ch->bulk_rx_done = 1;
+            chan_update_interest(ch);
+        }
+    }
+}
+
 eccl_result eccl_chan_send_data(eccl_chan *ch, const eccl_wire_data *d,
                                 const void *payload, uint32_t *inflight)
 {
     if (ch->error != ECCL_OK) return ch->error;
     eccl_frame *f = frame_get(ch);
     if (!f) return ECCL_ERR_NO_MEMORY;
-    eccl_wire_header_encode(ECCL_MSG_DATA, ECCL_WIRE_DATA_HEADER_SIZE + d->len,
-                            f->inline_head);
-    eccl_wire_data_encode(d, f->inline_head + ECCL_WIRE_HEADER_SIZE);
-    f->head_len = ECCL_WIRE_HEADER_SIZE + ECCL_WIRE_DATA_HEADER_SIZE;
-    f->payload = payload;
-    f->payload_len = d->len;
     /* Decided once per frame: the net is told by a NULL base (see env.h). */
     f->phantom = d->len > 0 && ch->phantom_net && eccl_dev_is_phantom(ch->env, payload);
+    size_t bulk_min = f->phantom ? 0 : chan_bulk_min(ch);
+    eccl_wire_data w = *d;
+    if (bulk_min && d->len >= bulk_min) {
+        eccl_result rc = chan_bulk_send(ch, payload, d->len, inflight);
+        if (rc != ECCL_OK) {
+            frame_release(ch, f);
+            chan_fail(ch, rc);
+            return rc;
+        }
+        w.flags |= ECCL_WIRE_DATA_BULK;
+        payload = NULL;
+        inflight = NULL;
+    }
+    uint32_t inline_len = payload ? d->len : 0;
+    eccl_wire_header_encode(ECCL_MSG_DATA, ECCL_WIRE_DATA_HEADER_SIZE + inline_len,
+                            f->inline_head);
+    eccl_wire_data_encode(&w, f->inline_head + ECCL_WIRE_HEADER_SIZE);
+    f->head_len = ECCL_WIRE_HEADER_SIZE + ECCL_WIRE_DATA_HEADER_SIZE;
+    f->payload = payload;
+    f->payload_len = inline_len;
     f->inflight = inflight;
     if (inflight) (*inflight)++;
     frame_enqueue(ch, f);
@@ -273,6 +380,10 @@ static void chan_reset_frame(eccl_chan *ch)
     ch->in_got = 0;
     ch->in_dst = NULL;
     ch->in_skip = 0;
+    ch->in_bulk = 0;
+    ch->bulk_rx_done = 0;
+    free(ch->bulk_scratch);
+    ch->bulk_scratch = NULL;
     free(ch->in_payload);
     ch->in_payload = NULL;
 }
@@ -310,6 +421,15 @@ static int chan_parse(eccl_chan *ch, const eccl_chan_handler *h, void *owner,
             rc = eccl_wire_data_decode(ch->in_head + ECCL_WIRE_HEADER_SIZE,
                                        ch->hdr.length, &ch->data);
             if (rc != ECCL_OK) goto fail;
+            if (ch->data.flags & ECCL_WIRE_DATA_BULK) {
+                /* Only a conn that moves bulk may say so. */
+                if (chan_bulk_min(ch) == 0) {
+                    rc = ECCL_ERR_PROTOCOL;
+                    goto fail;
+                }
+                ch->data.flags &= ~ECCL_WIRE_DATA_BULK;
+                ch->in_bulk = ch->data.len > 0;
+            }
             ch->held = 1; /* destination not decided yet */
         }
         if (ch->held) {
@@ -320,12 +440,28 @@ static int chan_parse(eccl_chan *ch, const eccl_chan_handler *h, void *owner,
                 return -1;
             }
             if (rc != ECCL_OK) goto fail;
+            if (ch->in_bulk) {
+                /* The sender writes the bytes whatever we do with them:
+                 * a dropped payload needs somewhere to land. */
+                if (!dst && !(dst = ch->bulk_scratch = malloc(ch->data.len))) {
+                    rc = ECCL_ERR_NO_MEMORY;
+                    goto fail;
+                }
+                rc = ch->env->net->irecv(ch->env->net_ctx, ch->conn, dst, ch->data.len,
+                                         &ch->bulk_rx);
+                if (rc != ECCL_OK) goto fail;
+            }
             ch->held = 0;
             ch->in_dst = dst;
             /* A phantom destination has no bytes to write: never hand it
              * to recv or memcpy. */
             ch->in_skip = ch->phantom_net && (!dst || eccl_dev_is_phantom(ch->env, dst));
             chan_update_interest(ch);
+        }
+        if (ch->in_bulk) {
+            if (!ch->bulk_rx_done) return -1; /* chan_bulk_progress says when */
+            ch->in_got = ch->data.len;
+            *budget = *budget > ch->data.len ? *budget - ch->data.len : 0;
         }
         while (ch->in_got < ch->data.len) {
             size_t want = ch->data.len - ch->in_got;
@@ -379,6 +515,7 @@ eccl_result eccl_chan_read(eccl_chan *ch, const eccl_chan_handler *h,
 {
     ch->more = 0;
     ch->dry = 0;
+    chan_bulk_progress(ch);
     while (ch->error == ECCL_OK && !ch->closed && !ch->paused) {
         if (budget == 0) {
             ch->more = 1;

@@ -28,6 +28,14 @@ typedef struct eccl_frame {
     uint8_t inline_head[ECCL_WIRE_HEADER_SIZE + ECCL_WIRE_DATA_HEADER_SIZE];
 } eccl_frame;
 
+/* A DATA payload on its way as bulk (eccl_net_ops.isend): its inflight
+ * counter is held until the net reports the transfer done. */
+typedef struct eccl_chan_bulk {
+    struct eccl_chan_bulk *next;
+    eccl_bulk *req;
+    uint32_t *inflight;
+} eccl_chan_bulk;
+
 typedef struct eccl_chan eccl_chan;
 
 typedef struct eccl_chan_handler {
@@ -76,6 +84,12 @@ struct eccl_chan {
     uint32_t rbuf_cap, rbuf_pos, rbuf_len;
     uint32_t rbuf_max;     /* rbuf doubles up to this when a read fills it */
     uint64_t last_rx_ns;
+    /* bulk payloads (a conn whose net moves them out of the stream) */
+    eccl_chan_bulk *bulk_tx, *bulk_free; /* isends in flight, oldest first */
+    eccl_bulk *bulk_rx;    /* the irecv of the DATA frame being received */
+    uint8_t *bulk_scratch; /* its destination when the owner dropped it */
+    int in_bulk;           /* the frame being received came as bulk */
+    int bulk_rx_done;      /* ...and has landed */
 };
 
 /* Wraps an open conn; the conn's user pointer must be `ch`. `rbuf_cap` is
@@ -97,7 +111,8 @@ eccl_result eccl_chan_send_data(eccl_chan *ch, const eccl_wire_data *d,
                                 const void *payload, uint32_t *inflight);
 /* Writes what the socket takes now. */
 eccl_result eccl_chan_flush(eccl_chan *ch);
-/* Reads and dispatches frames until the socket is dry, `budget` bytes were
+/* Advances bulk transfers, then reads and dispatches frames until the
+ * socket is dry, `budget` bytes were
  * read (then `more` is set: call again soon, `wait` will not report bytes
  * already read ahead), or a frame is held. Returns the channel's error, if
  * any; ECCL_OK otherwise. */

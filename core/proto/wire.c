@@ -775,11 +775,13 @@ eccl_result eccl_wire_data_decode(const uint8_t *in, uint32_t frame_length,
     /* Widened so 32 + len cannot wrap; the MAX_DATA bound is repeated in case
      * frame_length did not come from a validated header. */
     int quant = (out->flags & ECCL_WIRE_DATA_QUANT) != 0;
+    uint64_t inline_len = (out->flags & ECCL_WIRE_DATA_BULK) ? 0 : out->len;
     if ((out->flags & ~ECCL_WIRE_DATA_FLAGS_KNOWN) != 0 || out->ring > 1 ||
         (quant && ((out->phase != ECCL_PHASE_REDUCE_SCATTER && out->phase != ECCL_PHASE_ALL_GATHER) ||
                    out->len < ECCL_QUANT_META_BYTES)) ||
         out->phase > ECCL_PHASE_LAST || frame_length > ECCL_WIRE_MAX_DATA ||
-        (uint64_t)ECCL_WIRE_DATA_HEADER_SIZE + out->len != frame_length)
+        out->len > ECCL_WIRE_MAX_DATA ||
+        (uint64_t)ECCL_WIRE_DATA_HEADER_SIZE + inline_len != frame_length)
         return ECCL_ERR_PROTOCOL;
     return ECCL_OK;
 }

@@ -198,7 +198,12 @@ typedef struct eccl_wire_data {
  * `offset` still names the slice's position in the value buffer. Only
  * reduce-scatter and all-gather frames may carry it. */
 #define ECCL_WIRE_DATA_QUANT 1u
-#define ECCL_WIRE_DATA_FLAGS_KNOWN ECCL_WIRE_DATA_QUANT
+/* The payload does not follow in the stream: it travels as the conn's next
+ * bulk message (eccl_net_ops.isend), so the frame is the 32-byte header
+ * alone while `len` still says how many payload bytes there are. Set and
+ * consumed by the channel (core/proto/chan.c); collectives never see it. */
+#define ECCL_WIRE_DATA_BULK 2u
+#define ECCL_WIRE_DATA_FLAGS_KNOWN (ECCL_WIRE_DATA_QUANT | ECCL_WIRE_DATA_BULK)
 
 enum eccl_data_phase {
     ECCL_PHASE_REDUCE_SCATTER = 0,
