@@ -145,8 +145,16 @@ enum fault {
     F_MASTER_RECV,  /* persistent eccl/net/recv: master link and ring links fail */
     F_MASTER_SEND,  /* persistent eccl/net/send: ring links, then the heartbeat, fail */
     F_LINK_RECV,    /* one eccl/net/recv on a ring link: the op stalls to its timeout */
-    F_ALLOC         /* one eccl/dev/alloc: the backup of a larger call */
+    F_ALLOC,        /* one eccl/dev/alloc: the backup of a larger call */
+    /* ECCL_NET=ibv only: one RDMA fault in the victim's NIC or transport */
+    F_IBV_COMPLETION, /* a write completes with an error (mock) */
+    F_IBV_QP_ERROR,   /* a queue pair goes to ERROR mid-transfer (mock) */
+    F_IBV_PORT_DOWN,  /* the port goes down: every queue pair errors (mock) */
+    F_IBV_REG,        /* registering a buffer fails (net_ibv) */
+    F_IBV_POST        /* posting a write fails (net_ibv) */
 };
+
+static int ibv_fault(enum fault f) { return f >= F_IBV_COMPLETION; }
 
 typedef struct fault_arg {
     enum fault f;
@@ -167,6 +175,11 @@ static const char *fault_fp(enum fault f)
     case F_MASTER_RECV: return "eccl/net/recv";
     case F_MASTER_SEND: return "eccl/net/send";
     case F_LINK_RECV: return "eccl/net/recv";
+    case F_IBV_COMPLETION: return "eccl/mock_ibv/completion_error";
+    case F_IBV_QP_ERROR: return "eccl/mock_ibv/qp_error";
+    case F_IBV_PORT_DOWN: return "eccl/mock_ibv/port_down";
+    case F_IBV_REG: return "eccl/net_ibv/reg_mr";
+    case F_IBV_POST: return "eccl/net_ibv/post";
     default: return "eccl/dev/alloc";
     }
 }
@@ -296,7 +309,9 @@ static int fault_body(eccl_comm *c, int index, void *argp)
         cluster_fill(b.send[j], ECCL_F32, a->count, index, tag, CL_PAT_SMALL);
         cluster_fill(b.recv[j], ECCL_F32, a->count, index, 999 + tag, CL_PAT_SMALL); /* stale */
     }
-    if (victim) CL_CHECK(fp_arm(fault_fp(a->f), a->f == F_LINK_RECV || a->f == F_ALLOC) == 0, "fiu");
+    if (victim)
+        CL_CHECK(fp_arm(fault_fp(a->f), a->f == F_LINK_RECV || a->f == F_ALLOC || ibv_fault(a->f)) == 0,
+                 "fiu");
     atomic_store(&self->started, WARM + 1);
 
     eccl_result rc[MAX_OPS];
@@ -559,6 +574,51 @@ static void test_ring_link_recv_once(void **state)
     print_attempts(cl, n, TAG_FAULT);
     cluster_fini(cl);
 }
+
+/* One RDMA fault in one peer, in the middle of a call whose slices travel
+ * as RDMA writes (ECCL_NET=ibv; skipped otherwise): the link it hits breaks
+ * on both ends (the victim closes it, its peer sees the queue pairs or the
+ * stream go), the ops on it stall until the master re-forms the ring or
+ * op_timeout, and every peer's first attempt fails with PEER_LOST or TIMEOUT
+ * with its buffer restored bit for bit; no write lands after that (the
+ * hashes would differ). The retry succeeds on the same N peers with
+ * identical bits everywhere. */
+static void run_ibv_fault(cluster *cl, enum fault f)
+{
+    const char *net = getenv("ECCL_NET");
+    if (!net || strcmp(net, "ibv") != 0) {
+        printf("    skipped: RDMA faults run with ECCL_NET=ibv (ctest: test_failpoints_mp_ibv)\n");
+        skip();
+    }
+    fault_plan p;
+    memset(&p, 0, sizeof p);
+    p.a = (fault_arg){.f = f, .n = 3, .victim = 1, .ops = 1, .warm_count = 1u << 20,
+                      .count = 1u << 20};
+    p.o = (cluster_opts){.peer_timeout_ms = 600000, .op_timeout_ms = 2500};
+    p.victim_first = 0;
+    p.others_delay = 100;
+    run_fault(cl, &p);
+    const int n = p.a.n, v = p.a.victim;
+    const char *what = fault_fp(f);
+    printf("    %s fired %lld times; outcomes of tag %d (op_timeout %u ms):\n", what, fired(cl, v),
+           TAG_FAULT, p.o.op_timeout_ms);
+    print_attempts(cl, n, TAG_FAULT);
+    FCHECK(fired(cl, v) == 1);
+    for (int i = 0; i < n; i++) {
+        const cluster_event *e = first_event(&cl->sh->slot[i], TAG_FAULT, 0);
+        FCHECK(e != NULL);
+        FCHECK(e->result == ECCL_ERR_PEER_LOST || e->result == ECCL_ERR_TIMEOUT);
+        FCHECK(e->pre_hash == e->post_hash);
+    }
+    check_all_settled(cl, n, TAG_FAULT, what);
+    cluster_fini(cl);
+}
+
+static void test_ibv_completion_error(void **state) { run_ibv_fault(*state, F_IBV_COMPLETION); }
+static void test_ibv_qp_error(void **state) { run_ibv_fault(*state, F_IBV_QP_ERROR); }
+static void test_ibv_port_down(void **state) { run_ibv_fault(*state, F_IBV_PORT_DOWN); }
+static void test_ibv_reg_fails(void **state) { run_ibv_fault(*state, F_IBV_REG); }
+static void test_ibv_post_fails(void **state) { run_ibv_fault(*state, F_IBV_POST); }
 
 /* The backup allocation of one peer's call fails (its first call of a new,
  * larger size): NO_MEMORY at once, buffer untouched. It tells the master,
@@ -937,6 +997,11 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_master_link_send_fails, cluster_test_setup, cluster_test_teardown),
         cmocka_unit_test_setup_teardown(test_ring_link_recv_once, cluster_test_setup, cluster_test_teardown),
         cmocka_unit_test_setup_teardown(test_alloc_fails, cluster_test_setup, cluster_test_teardown),
+        cmocka_unit_test_setup_teardown(test_ibv_completion_error, cluster_test_setup, cluster_test_teardown),
+        cmocka_unit_test_setup_teardown(test_ibv_qp_error, cluster_test_setup, cluster_test_teardown),
+        cmocka_unit_test_setup_teardown(test_ibv_port_down, cluster_test_setup, cluster_test_teardown),
+        cmocka_unit_test_setup_teardown(test_ibv_reg_fails, cluster_test_setup, cluster_test_teardown),
+        cmocka_unit_test_setup_teardown(test_ibv_post_fails, cluster_test_setup, cluster_test_teardown),
         cmocka_unit_test_setup_teardown(test_short_peer_timeout_idle, cluster_test_setup, cluster_test_teardown),
     };
     const char *filter = getenv("ECCL_TEST_FILTER");

@@ -53,7 +53,7 @@ static void sleep_ms(unsigned ms)
 static eccl_env *mk_env(const char *name)
 {
     eccl_env *env = NULL;
-    assert_int_equal(eccl_env_real_create(name, &env), ECCL_OK);
+    assert_int_equal(eccl_env_real_create(name, 0, &env), ECCL_OK);
     assert_non_null(env);
     return env;
 }

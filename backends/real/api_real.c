@@ -6,7 +6,7 @@
 eccl_result eccl_master_create(const char *listen_addr, eccl_master **out)
 {
     eccl_env *env = NULL;
-    eccl_result rc = eccl_env_real_create("master", &env);
+    eccl_result rc = eccl_env_real_create("master", 0, &env);
     if (rc != ECCL_OK) return rc;
     return eccl_master_create_with_env(env, eccl_env_real_destroy, listen_addr, out);
 }
@@ -14,7 +14,7 @@ eccl_result eccl_master_create(const char *listen_addr, eccl_master **out)
 eccl_result eccl_comm_create(const eccl_comm_params *params, eccl_comm **out)
 {
     eccl_env *env = NULL;
-    eccl_result rc = eccl_env_real_create("peer", &env);
+    eccl_result rc = eccl_env_real_create("peer", 1, &env);
     if (rc != ECCL_OK) return rc;
     return eccl_comm_create_with_env(env, eccl_env_real_destroy, params, out);
 }

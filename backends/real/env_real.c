@@ -17,6 +17,7 @@
 
 #include "coll/reduce.h"
 #include "dev_cuda.h"
+#include "net_ibv.h"
 #include "net_tcp.h"
 
 /* eccl_env comes first so destroy can get back from the public pointer. */
@@ -24,6 +25,7 @@ typedef struct env_real {
     eccl_env env;
     uint64_t t0_ns; /* log timestamps count from here */
     eccl_real_cuda *cuda; /* device tensors (dev_cuda.h); opens nothing until needed */
+    int ibv;              /* env.net is net_ibv (else net_tcp) */
 } env_real;
 
 /* pthread names are limited to 16 bytes including the NUL. */
@@ -512,7 +514,40 @@ static uint64_t spin_ns_from_env(eccl_env *env)
     return v;
 }
 
-eccl_result eccl_env_real_create(const char *name, eccl_env **out)
+/* The net of a communicator: ECCL_NET=tcp|ibv, unset or "auto" = ibv when
+ * this machine has an RDMA device with an active port, else tcp. */
+static eccl_result net_create(env_real *r)
+{
+    const char *want = getenv("ECCL_NET");
+    int is_auto = !want || !*want || strcmp(want, "auto") == 0;
+    if (!is_auto && strcmp(want, "tcp") != 0 && strcmp(want, "ibv") != 0) {
+        eccl_real_log(&r->env, ECCL_LOG_ERROR, "ECCL_NET=\"%s\" is not tcp, ibv or auto", want);
+        return ECCL_ERR_INVALID_ARG;
+    }
+    if (is_auto || strcmp(want, "ibv") == 0) {
+        char why[160] = "built without <infiniband/verbs.h>";
+#ifdef ECCL_HAVE_IBV
+        eccl_result rc = eccl_net_ibv_create(&r->env, &r->env.net_ctx, why);
+#else
+        eccl_result rc = ECCL_ERR_UNSUPPORTED;
+#endif
+        if (rc == ECCL_OK) {
+            r->env.net = &eccl_net_ibv_ops;
+            r->ibv = 1;
+            return ECCL_OK;
+        }
+        if (!is_auto || rc != ECCL_ERR_UNSUPPORTED) {
+            eccl_real_log(&r->env, ECCL_LOG_ERROR, "ECCL_NET=ibv: %s",
+                          rc == ECCL_ERR_UNSUPPORTED ? why : eccl_strerror(rc));
+            return rc;
+        }
+        eccl_real_log(&r->env, ECCL_LOG_INFO, "no RDMA (%s): using TCP", why);
+    }
+    r->env.net = &eccl_net_tcp_ops;
+    return eccl_net_tcp_create(&r->env, &r->env.net_ctx);
+}
+
+eccl_result eccl_env_real_create(const char *name, int data_links, eccl_env **out)
 {
     env_real *r;
     const char *lvl;
@@ -540,7 +575,6 @@ eccl_result eccl_env_real_create(const char *name, eccl_env **out)
     r->env.dev_ctx = r;
     r->env.log = &real_log_ops;
     r->env.log_ctx = r;
-    r->env.net = &eccl_net_tcp_ops;
     r->env.config = &real_config_ops;
     r->env.config_ctx = r;
 
@@ -553,7 +587,12 @@ eccl_result eccl_env_real_create(const char *name, eccl_env **out)
 
     r->env.spin_ns = spin_ns_from_env(&r->env);
 
-    res = eccl_net_tcp_create(&r->env, &r->env.net_ctx);
+    if (data_links) {
+        res = net_create(r);
+    } else {
+        r->env.net = &eccl_net_tcp_ops;
+        res = eccl_net_tcp_create(&r->env, &r->env.net_ctx);
+    }
     if (res != ECCL_OK) {
         free(r);
         return res;
@@ -567,7 +606,12 @@ void eccl_env_real_destroy(eccl_env *env)
 {
     if (!env)
         return;
-    eccl_net_tcp_destroy(env->net_ctx);
+#ifdef ECCL_HAVE_IBV
+    if (((env_real *)env)->ibv)
+        eccl_net_ibv_destroy(env->net_ctx);
+    else
+#endif
+        eccl_net_tcp_destroy(env->net_ctx);
     eccl_real_cuda_free(((env_real *)env)->cuda);
     free((env_real *)env);
 }

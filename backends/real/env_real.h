@@ -15,8 +15,11 @@
  * (none/error/warn/info/debug/trace or 0-5; default warn), the socket buffer
  * size from ECCL_SOCKET_BUF (bytes; default 4 MiB, 0 = kernel autotuning),
  * env->spin_ns from ECCL_SPIN_NS (default 50000).
- * Free with eccl_env_real_destroy. */
-eccl_result eccl_env_real_create(const char *name, eccl_env **out);
+ * `data_links`: the env of a communicator, whose peer links may be RDMA
+ * (ECCL_NET, see net_create); 0: TCP only (the master's control path).
+ * ECCL_NET=ibv where RDMA cannot run fails with ECCL_ERR_UNSUPPORTED and a
+ * log line saying why. Free with eccl_env_real_destroy. */
+eccl_result eccl_env_real_create(const char *name, int data_links, eccl_env **out);
 
 /* Frees the env and its epoll instance. Every conn, listener, mutex, cond
  * and thread made through it must be closed, destroyed or joined first.

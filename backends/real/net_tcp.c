@@ -76,6 +76,7 @@ struct eccl_conn {
     int fd;
     int state;
     int want_read, want_write; /* the core's set_interest */
+    int want_hangup;           /* report a closing peer even while not reading */
     int registered;            /* in the epoll set (not while interest is 0) */
     uint32_t events;           /* as registered with epoll now */
     void *user;
@@ -113,6 +114,10 @@ static eccl_result resolve(tcp_ctx *t, const char *addr, int passive,
     char *end;
     int rc;
 
+    /* A peer with RDMA listens as "ibv:HOST:PORT" and takes plain TCP too
+     * (net_ibv.h): a process without RDMA connects to HOST:PORT. */
+    if (addr && strncmp(addr, "ibv:", 4) == 0)
+        addr += 4;
     if (!addr || !(colon = strrchr(addr, ':')))
         goto bad;
     hlen = (size_t)(colon - addr);
@@ -185,6 +190,8 @@ static uint32_t conn_events(const eccl_conn *c)
      * reading paused it must not be reported over and over. */
     if (c->want_read)
         ev |= EPOLLIN | EPOLLRDHUP;
+    else if (c->want_hangup)
+        ev |= EPOLLRDHUP;
     /* While connecting, writability is how the kernel says the handshake
      * finished (or failed), so it is watched whatever the caller asked. */
     if (c->state == CONN_CONNECTING || c->want_write)
@@ -771,4 +778,44 @@ void eccl_net_tcp_destroy(void *ctx)
 int eccl_net_tcp_conn_fd(const eccl_conn *c)
 {
     return c ? c->fd : -1;
+}
+
+void eccl_net_tcp_conn_addr(const eccl_conn *c, char *addr)
+{
+    snprintf(addr, ECCL_ADDR_MAX, "%s", c->addr);
+}
+
+void eccl_net_tcp_watch_hangup(void *ctx, eccl_conn *c, int on)
+{
+    c->want_hangup = on != 0;
+    conn_update_events(ctx, c);
+}
+
+int eccl_net_tcp_hung_up(const eccl_conn *c)
+{
+    struct pollfd p = {.fd = c->fd, .events = POLLRDHUP};
+
+    return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
+
+eccl_result eccl_net_tcp_watch_fd(void *ctx, int fd, void *user)
+{
+    tcp_ctx *t = ctx;
+    struct epoll_event ev;
+
+    memset(&ev, 0, sizeof(ev));
+    ev.events = EPOLLIN;
+    ev.data.ptr = user;
+    if (epoll_ctl(t->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
+        LOG(t, ECCL_LOG_WARN, "epoll_ctl ADD fd %d: %s", fd, strerror(errno));
+        return ECCL_ERR_SYSTEM;
+    }
+    return ECCL_OK;
+}
+
+void eccl_net_tcp_unwatch_fd(void *ctx, int fd)
+{
+    tcp_ctx *t = ctx;
+
+    epoll_ctl(t->epfd, EPOLL_CTL_DEL, fd, NULL);
 }

@@ -15,4 +15,16 @@ void eccl_net_tcp_destroy(void *ctx);
 /* The conn's socket, for tests and debugging; never close it. */
 int eccl_net_tcp_conn_fd(const eccl_conn *c);
 
+/* For a net layered on this one (net_ibv), which shares its epoll set. */
+/* The peer's "HOST:PORT" (ECCL_ADDR_MAX bytes), for log lines. */
+void eccl_net_tcp_conn_addr(const eccl_conn *c, char *addr);
+/* While not reading, still report the peer closing the stream (on: 1). */
+void eccl_net_tcp_watch_hangup(void *ctx, eccl_conn *c, int on);
+/* 1 once the peer closed or reset the stream (reads nothing). */
+int eccl_net_tcp_hung_up(const eccl_conn *c);
+/* `wait` reports `user` whenever fd is readable (level-triggered), until
+ * unwatched; the caller owns fd. */
+eccl_result eccl_net_tcp_watch_fd(void *ctx, int fd, void *user);
+void eccl_net_tcp_unwatch_fd(void *ctx, int fd);
+
 #endif /* ECCL_BACKENDS_REAL_NET_TCP_H */
