@@ -495,21 +495,21 @@ static const eccl_config_ops real_config_ops = {
  * a fraction of a millisecond. */
 #define DEFAULT_SPIN_NS 50000u
 
-static uint64_t spin_ns_from_env(eccl_env *env)
+unsigned long long eccl_real_setting(eccl_env *env, const char *name, unsigned long long def,
+                                     unsigned long long lo, unsigned long long hi)
 {
-    const char *s = getenv("ECCL_SPIN_NS");
+    const char *s = getenv(name);
     unsigned long long v;
     char *end;
 
     if (!s || !*s)
-        return DEFAULT_SPIN_NS;
+        return def;
     errno = 0;
     v = strtoull(s, &end, 10);
-    if (errno != 0 || *end != '\0' || *s < '0' || *s > '9') {
-        eccl_real_log(env, ECCL_LOG_WARN,
-                      "ECCL_SPIN_NS=\"%s\" is not a number of ns; using %u", s,
-                      DEFAULT_SPIN_NS);
-        return DEFAULT_SPIN_NS;
+    if (errno != 0 || *end != '\0' || *s < '0' || *s > '9' || v < lo || v > hi) {
+        eccl_real_log(env, ECCL_LOG_WARN, "%s=\"%s\" is not a number in [%llu, %llu]; using %llu",
+                      name, s, lo, hi, def);
+        return def;
     }
     return v;
 }
@@ -585,7 +585,7 @@ eccl_result eccl_env_real_create(const char *name, int data_links, eccl_env **ou
                       " or 0-5; using warn",
                       lvl);
 
-    r->env.spin_ns = spin_ns_from_env(&r->env);
+    r->env.spin_ns = eccl_real_setting(&r->env, "ECCL_SPIN_NS", DEFAULT_SPIN_NS, 0, UINT64_MAX);
 
     if (data_links) {
         res = net_create(r);

@@ -948,23 +948,6 @@ const eccl_net_ops eccl_net_ibv_ops = {
 
 /* ---- context ------------------------------------------------------------------ */
 
-/* An unsigned setting in [lo, hi], or `def` (with a warning if malformed). */
-static unsigned long setting(eccl_env *env, const char *name, unsigned long def, unsigned long lo,
-                             unsigned long hi)
-{
-    const char *s = getenv(name);
-    if (!s || !*s) return def;
-    char *end;
-    errno = 0;
-    unsigned long v = strtoul(s, &end, 10);
-    if (errno || *end || *s < '0' || *s > '9' || v < lo || v > hi) {
-        eccl_real_log(env, ECCL_LOG_WARN, "%s=\"%s\" is not a number in [%lu, %lu]; using %lu",
-                      name, s, lo, hi, def);
-        return def;
-    }
-    return v;
-}
-
 /* Opens the device ECCL_IB_HCA names ("NAME" or "NAME:1"), or the first
  * whose port 1 is active. */
 static int device_open(ibv_ctx *n, char *why)
@@ -1019,11 +1002,11 @@ eccl_result eccl_net_ibv_create(eccl_env *env, void **out, char *why)
     if (!n) return ECCL_ERR_NO_MEMORY;
     n->env = env;
     snprintf(why, 160, "out of memory");
-    n->nqps = (int)setting(env, "ECCL_IB_QPS", DEFAULT_QPS, 1, QPS_MAX);
-    n->min_bytes = setting(env, "ECCL_IB_MIN_BYTES", DEFAULT_MIN_BYTES, 1, 1ul << 30);
-    n->chunk_bytes = setting(env, "ECCL_IB_CHUNK_BYTES", DEFAULT_CHUNK_BYTES, 4096, 1ul << 30);
-    n->cache_max = (int)setting(env, "ECCL_IB_REG_CACHE", 0, 0, 4096);
-    n->gid_index = (int)setting(env, "ECCL_IB_GID_INDEX", 0, 0, 255);
+    n->nqps = (int)eccl_real_setting(env, "ECCL_IB_QPS", DEFAULT_QPS, 1, QPS_MAX);
+    n->min_bytes = (size_t)eccl_real_setting(env, "ECCL_IB_MIN_BYTES", DEFAULT_MIN_BYTES, 1, 1ul << 30);
+    n->chunk_bytes = (size_t)eccl_real_setting(env, "ECCL_IB_CHUNK_BYTES", DEFAULT_CHUNK_BYTES, 4096, 1ul << 30);
+    n->cache_max = (int)eccl_real_setting(env, "ECCL_IB_REG_CACHE", 0, 0, 4096);
+    n->gid_index = (int)eccl_real_setting(env, "ECCL_IB_GID_INDEX", 0, 0, 255);
     if (verbs_load(&n->v, why) != 0 || device_open(n, why) != 0) goto unsupported;
     if (n->v.query_gid(n->dev, n->port, n->gid_index, &n->gid) != 0) {
         snprintf(why, 160, "%s: no GID at ECCL_IB_GID_INDEX=%d", n->name, n->gid_index);

@@ -703,25 +703,6 @@ const eccl_net_ops eccl_net_tcp_ops = {
 
 /* ---- context ------------------------------------------------------------- */
 
-static int socket_buf_from_env(eccl_env *env)
-{
-    const char *s = getenv("ECCL_SOCKET_BUF");
-    unsigned long long v;
-    char *end;
-
-    if (!s || !*s)
-        return DEFAULT_SOCKET_BUF;
-    errno = 0;
-    v = strtoull(s, &end, 10);
-    if (errno != 0 || *end != '\0' || *s < '0' || *s > '9') {
-        eccl_real_log(env, ECCL_LOG_WARN,
-                      "ECCL_SOCKET_BUF=\"%s\" is not a byte count; using %d", s,
-                      DEFAULT_SOCKET_BUF);
-        return DEFAULT_SOCKET_BUF;
-    }
-    return v > INT_MAX ? INT_MAX : (int)v;
-}
-
 eccl_result eccl_net_tcp_create(eccl_env *env, void **out)
 {
     tcp_ctx *t = calloc(1, sizeof(*t));
@@ -731,7 +712,7 @@ eccl_result eccl_net_tcp_create(eccl_env *env, void **out)
         return ECCL_ERR_NO_MEMORY;
     t->env = env;
     t->evfd = -1;
-    t->sockbuf = socket_buf_from_env(env);
+    t->sockbuf = (int)eccl_real_setting(env, "ECCL_SOCKET_BUF", DEFAULT_SOCKET_BUF, 0, INT_MAX);
     const char *cc = getenv("ECCL_TCP_CONGESTION");
     snprintf(t->congestion, sizeof t->congestion, "%s", cc ? cc : DEFAULT_CONGESTION);
     atomic_init(&t->no_pwait2, 0);
