@@ -120,6 +120,11 @@ typedef struct scenario_cfg {
     double reduce_rate_Bps, copy_rate_Bps;
     double dev_copy_Bps, dev_copy_latency_s;
     int device_ring; /* 1: all-reduces of >= 1 MiB run core's device-resident ring */
+    /* transport = tcp|ibv: the ranks' peer links (env_sg.h, eccl_sg_net_cfg);
+     * ib_*: their ECCL_IB_* settings (0: the protocol's default) */
+    int ibv;
+    int ib_qps;
+    long ib_min_bytes, ib_chunk_bytes;
     int expect_survivors; /* -1: derived from the fault plan */
     int have_seed;
     uint64_t seed;
@@ -512,6 +517,7 @@ enum {
     K_REGION_BW, K_FLOW_BW,                                         /* wan */
     K_OPTIMIZE_AT, K_EXPECT_SPEEDUP,
     K_DEV_COPY_RATE, K_DEV_COPY_LAT, K_DEVICE_RING,                 /* buffers = cuda */
+    K_TRANSPORT, K_IB_QPS, K_IB_MIN_BYTES, K_IB_CHUNK_BYTES,
     K_NKEYS
 };
 
@@ -544,6 +550,10 @@ static const key_def key_defs[K_NKEYS] = {
     [K_DEV_COPY_RATE] = {"device_copy_rate", KK_BW, CFG_OFF(dev_copy_Bps), 0, 0},
     [K_DEV_COPY_LAT] = {"device_copy_latency", KK_TIME, CFG_OFF(dev_copy_latency_s), 0, 0},
     [K_DEVICE_RING] = {"device_ring", KK_INT, CFG_OFF(device_ring), 0, 1},
+    [K_TRANSPORT] = {"transport", KK_SPECIAL, 0, 0, 0},
+    [K_IB_QPS] = {"ib_qps", KK_INT, CFG_OFF(ib_qps), 1, 16},
+    [K_IB_MIN_BYTES] = {"ib_min_bytes", KK_SPECIAL, 0, 0, 0},
+    [K_IB_CHUNK_BYTES] = {"ib_chunk_bytes", KK_SPECIAL, 0, 0, 0},
     [K_STEP] = {"step", KK_TIME, CFG_OFF(step_s), 0, 0},
     [K_PEER_TIMEOUT] = {"peer_timeout", KK_TIME, CFG_OFF(peer_timeout_s), 0, 0},
     [K_EXPECT_SLOWDOWN] = {"expect_slowdown", KK_RATIO, CFG_OFF(expect_slowdown), 0, 0},
@@ -587,7 +597,8 @@ static const int common_optional[] = {K_EXPECT, K_SEED, K_JITTER, K_STAGGER, K_W
                                       K_RANKS_PER_HOST, K_LOOPBACK_BW, K_LOOPBACK_LAT,
                                       K_OPTIMIZE_AT, K_EXPECT_SPEEDUP, K_WORKLOAD, K_CHURN,
                                       K_DURATION, K_MAX_STALL, K_CORRUPT_AT, K_DEV_COPY_RATE,
-                                      K_DEV_COPY_LAT, K_DEVICE_RING, -1};
+                                      K_DEV_COPY_LAT, K_DEVICE_RING, K_TRANSPORT, K_IB_QPS,
+                                      K_IB_MIN_BYTES, K_IB_CHUNK_BYTES, -1};
 static const int flat_required[] = {K_HOSTS, -1};
 static const int flat_optional[] = {-1};
 static const int clos_required[] = {K_HOSTS_PER_RACK, K_RACKS_PER_ZONE, K_ZONES_PER_DC, K_DCS, -1};
@@ -913,6 +924,17 @@ static int parse_scenario(const char *file, scenario_cfg *c)
             else if (strcmp(val, "cuda_phantom") == 0) c->phantom = 1, c->cuda = 1;
             else rc = cfg_error(file, lineno, "buffers: \"%s\": want host, phantom, cuda or "
                                 "cuda_phantom", val);
+        } else if (id == K_TRANSPORT) {
+            if (strcmp(val, "tcp") == 0) c->ibv = 0;
+            else if (strcmp(val, "ibv") == 0) c->ibv = 1;
+            else rc = cfg_error(file, lineno, "transport: \"%s\": want tcp or ibv", val);
+        } else if (id == K_IB_MIN_BYTES || id == K_IB_CHUNK_BYTES) {
+            /* net_ibv's ranges (docs/transports.md) */
+            long lo = id == K_IB_MIN_BYTES ? 1 : 4096;
+            long *dst = id == K_IB_MIN_BYTES ? &c->ib_min_bytes : &c->ib_chunk_bytes;
+            if (parse_long(val, lo, 1L << 30, dst))
+                rc = cfg_error(file, lineno, "%s: \"%s\": want an integer in %ld..%ld",
+                               key_defs[id].name, val, lo, 1L << 30);
         } else if (id == K_WORKLOAD) {
             if (strcmp(val, "worker") == 0) c->diloco = 0;
             else if (strcmp(val, "diloco") == 0) c->diloco = 1;
@@ -962,6 +984,12 @@ static int parse_scenario(const char *file, scenario_cfg *c)
             if (key_line[*k])
                 return cfg_error(file, key_line[*k], "%s: a key of buffers = cuda or cuda_phantom",
                                  key_defs[*k].name);
+    }
+    if (!c->ibv) {
+        static const int only_ibv[] = {K_IB_QPS, K_IB_MIN_BYTES, K_IB_CHUNK_BYTES, -1};
+        for (const int *k = only_ibv; *k >= 0; k++)
+            if (key_line[*k])
+                return cfg_error(file, key_line[*k], "%s: a key of transport = ibv", key_defs[*k].name);
     }
     for (const int *k = common_required; *k >= 0; k++)
         if (!key_line[*k] && !(c->diloco && *k == K_ITERS))
@@ -2306,6 +2334,16 @@ static int dl_write_plot(const scenario_cfg *c, const char *dir)
 
 /* Runs the diloco workload on the loaded platform and judges it; returns
  * the exit status. */
+/* transport = ibv: which transport and how many RDMA writes landed (a
+ * run whose payloads all stayed in the streams shows 0). Only then, so
+ * other scenarios' summaries stay as they were. */
+static void write_transport(FILE *sf, const sim *s, const scenario_cfg *cfg)
+{
+    if (!cfg->ibv) return;
+    fprintf(sf, "transport\tibv\nrdma_writes\t%llu\n",
+            (unsigned long long)eccl_sg_world_rdma_writes(s->w));
+}
+
 static int run_diloco(sim *s, scenario_cfg *cfg, const char *outdir)
 {
     if (churn_check_init(&s->chk, 1u << 16, 0) != 0) return 1;
@@ -2390,6 +2428,7 @@ static int run_diloco(sim *s, scenario_cfg *cfg, const char *outdir)
                 (unsigned long long)k->errors, bad_ranks, stall, s->dl_kills, s->dl_spawns,
                 (unsigned long long)k->joins, (unsigned long long)k->retries,
                 failures ? "fail" : "pass", why ? why : "-", s->nev, sim_time);
+        write_transport(sf, s, cfg);
         io_err |= fclose(sf) != 0;
     } else {
         io_err = 1;
@@ -2551,6 +2590,15 @@ int main(int argc, char **argv)
                                  .dev_copy_Bps = cfg.dev_copy_Bps,
                                  .dev_copy_latency_s = cfg.dev_copy_latency_s,
                                  .resident_min = cfg.device_ring ? (size_t)1 << 20 : 0};
+    const eccl_sg_net_cfg net = {.ibv = cfg.ibv,
+                                 .qps = (unsigned)cfg.ib_qps,
+                                 .min_bytes = (size_t)cfg.ib_min_bytes,
+                                 .chunk_bytes = (size_t)cfg.ib_chunk_bytes};
+    if (eccl_sg_world_set_net(s->w, &net) != ECCL_OK) {
+        fprintf(stderr, "eccl-sim: transport = ibv: this eccl-sim was built without "
+                        "<infiniband/verbs.h>\n");
+        return 2;
+    }
     if (eccl_sg_world_set_dev(s->w, &dev) != ECCL_OK ||
         eccl_sg_world_set_master_msg_cost(s->w, cfg.master_msg_cost_s) != ECCL_OK) {
         fprintf(stderr, "eccl-sim: cannot set up the %s device\n", buffers_name(&cfg));
@@ -2763,6 +2811,7 @@ int main(int argc, char **argv)
         if (cfg.cuda)
             fprintf(sf, "device_copy_Bps\t%.17g\ndevice_copy_latency_s\t%.9f\n", cfg.dev_copy_Bps,
                     cfg.dev_copy_latency_s);
+        write_transport(sf, s, &cfg);
         io_err |= fclose(sf) != 0;
     } else {
         io_err = 1;

@@ -19,6 +19,9 @@
 #include "dev_cuda.h"
 #include "net_ibv.h"
 #include "net_tcp.h"
+#ifdef ECCL_HAVE_IBV
+#include "net/ibv.h"
+#endif
 
 /* eccl_env comes first so destroy can get back from the public pointer. */
 typedef struct env_real {
@@ -532,7 +535,7 @@ static eccl_result net_create(env_real *r)
         eccl_result rc = ECCL_ERR_UNSUPPORTED;
 #endif
         if (rc == ECCL_OK) {
-            r->env.net = &eccl_net_ibv_ops;
+            r->env.net = &eccl_ibv_net_ops;
             r->ibv = 1;
             return ECCL_OK;
         }

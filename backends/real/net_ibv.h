@@ -1,4 +1,5 @@
-/* RDMA over libibverbs, layered on net_tcp (internal to the real backend).
+/* RDMA over libibverbs, layered on net_tcp (internal to the real backend):
+ * core's net_ibv protocol (core/net/ibv.h) over the dlopen()ed libibverbs.
  *
  * Streams (core's frames) stay TCP; a DATA payload of at least
  * ECCL_IB_MIN_BYTES travels as bulk: the receiver names its destination in a
@@ -11,23 +12,18 @@
 
 #include "env.h"
 
-extern const eccl_net_ops eccl_net_ibv_ops;
-
 /* Opens the RDMA device that ECCL_IB_HCA names (default: the first with an
  * active port) over a new net_tcp context for `env`. ECCL_ERR_UNSUPPORTED,
  * with *why saying what is missing (no libibverbs, no device, port down),
  * when RDMA cannot run here; `why` has room for 160 bytes. */
 eccl_result eccl_net_ibv_create(eccl_env *env, void **out, char *why);
-/* Every conn and listener must be closed first. NULL is fine. */
+/* *out is then a context of core's eccl_ibv_net_ops (core/net/ibv.h). */
+/* Every conn and listener must be closed first; closes the device.
+ * NULL is fine. */
 void eccl_net_ibv_destroy(void *ctx);
 
 /* The verbs net_ibv calls, NULL-terminated: what a libibverbs must export
  * for it (the mock's coverage test reads this list). */
 extern const char *const eccl_net_ibv_symbols[];
-
-/* A listener's address that says "this peer speaks RDMA": the prefix before
- * HOST:PORT. Such a listener takes plain TCP connections too, and net_tcp
- * connects to it as to HOST:PORT, so peers with and without RDMA mix. */
-#define ECCL_IBV_ADDR_PREFIX "ibv:"
 
 #endif /* ECCL_BACKENDS_REAL_NET_IBV_H */

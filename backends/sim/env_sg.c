@@ -609,8 +609,15 @@ static eccl_result sg_d_order(void *ctx, int device, void *stream, int library_w
 static int sg_config_get(void *ctx, const char *name, char *buf, size_t len)
 {
     const sg_env *e = ctx;
-    if (!e->w->dev.resident_min || strcmp(name, "ECCL_DEVICE_RING_MIN_BYTES") != 0) return 0;
-    int n = snprintf(buf, len, "%zu", e->w->dev.resident_min);
+    const eccl_sg_net_cfg *net = &e->w->net;
+    size_t v = 0;
+    if (e->device && strcmp(name, "ECCL_DEVICE_RING_MIN_BYTES") == 0) v = e->w->dev.resident_min;
+    else if (!net->ibv) v = 0;
+    else if (strcmp(name, "ECCL_IB_QPS") == 0) v = net->qps;
+    else if (strcmp(name, "ECCL_IB_MIN_BYTES") == 0) v = net->min_bytes;
+    else if (strcmp(name, "ECCL_IB_CHUNK_BYTES") == 0) v = net->chunk_bytes;
+    if (!v) return 0;
+    int n = snprintf(buf, len, "%zu", v);
     return n > 0 && (size_t)n < len;
 }
 
@@ -750,6 +757,9 @@ void eccl_sg_world_destroy(eccl_sg_world *w)
      * destroyed): their actors are gone, so free without simcalls. */
     for (sg_env *e = w->envs, *n; e; e = n) {
         n = e->next;
+#ifdef ECCL_SG_HAVE_IBV
+        eccl_verbs_sg_free_dead(e);
+#endif
         eccl_net_sg_free_dead(e);
         free(e->cand);
         free(e);
@@ -776,8 +786,10 @@ void eccl_sg_world_destroy(eccl_sg_world *w)
     free(w);
 }
 
+/* data_links: a comm's env, whose peer links take the world's transport
+ * (the master's control path is always net_sg's streams). */
 static eccl_result env_create(eccl_sg_world *w, const char *name, eccl_sg_device *device,
-                              eccl_env **out)
+                              int data_links, eccl_env **out)
 {
     if (!w || !out || (device && device->w != w)) return ECCL_ERR_INVALID_ARG;
     sg_env *e = calloc(1, sizeof *e);
@@ -807,7 +819,8 @@ static eccl_result env_create(eccl_sg_world *w, const char *name, eccl_sg_device
      * world's), never from the environment of the process that happens to
      * host all the ranks: the same scenario and seed give the same run
      * anywhere. */
-    e->env.config = device ? &sg_config_ops : NULL;
+    const int ibv = data_links && w->net.ibv;
+    e->env.config = device || ibv ? &sg_config_ops : NULL;
     e->env.config_ctx = e;
     e->mu = sg_mutex_init();
     eccl_result rc = eccl_net_sg_start(e);
@@ -826,19 +839,33 @@ static eccl_result env_create(eccl_sg_world *w, const char *name, eccl_sg_device
     e->prev = NULL;
     if (w->envs) w->envs->prev = e;
     w->envs = e;
+    if (ibv) {
+#ifdef ECCL_SG_HAVE_IBV
+        rc = eccl_verbs_sg_attach(e);
+#else
+        rc = ECCL_ERR_UNSUPPORTED;
+#endif
+        if (rc != ECCL_OK) {
+            eccl_sg_env_destroy(&e->env);
+            return rc;
+        }
+    }
     *out = &e->env;
     return ECCL_OK;
 }
 
 eccl_result eccl_sg_env_create(eccl_sg_world *w, const char *name, eccl_env **out)
 {
-    return env_create(w, name, NULL, out);
+    return env_create(w, name, NULL, 0, out);
 }
 
 void eccl_sg_env_destroy(eccl_env *env)
 {
     if (!env) return;
     sg_env *e = (sg_env *)env;
+#ifdef ECCL_SG_HAVE_IBV
+    eccl_verbs_sg_detach(e);
+#endif
     eccl_net_sg_stop(e);
     /* The owner's last messages (FINs, M_STOP) reach the wire before it
      * goes on, and perhaps ends. */
@@ -850,6 +877,18 @@ void eccl_sg_env_destroy(eccl_env *env)
     free(e->cand);
     free(e);
 }
+
+eccl_result eccl_sg_world_set_net(eccl_sg_world *w, const eccl_sg_net_cfg *cfg)
+{
+    if (!w || !cfg) return ECCL_ERR_INVALID_ARG;
+#ifndef ECCL_SG_HAVE_IBV
+    if (cfg->ibv) return ECCL_ERR_UNSUPPORTED;
+#endif
+    w->net = *cfg;
+    return ECCL_OK;
+}
+
+uint64_t eccl_sg_world_rdma_writes(const eccl_sg_world *w) { return w->rdma_writes; }
 
 eccl_result eccl_sg_world_set_master_msg_cost(eccl_sg_world *w, double seconds)
 {
@@ -871,7 +910,7 @@ eccl_result eccl_sg_comm_create_on(eccl_sg_world *w, eccl_sg_device *d, const ec
                                    eccl_comm **out)
 {
     eccl_env *env = NULL;
-    eccl_result rc = env_create(w, "peer", d, &env);
+    eccl_result rc = env_create(w, "peer", d, 1, &env);
     if (rc != ECCL_OK) return rc;
     return eccl_comm_create_with_env(env, eccl_sg_env_destroy, params, out);
 }
@@ -908,6 +947,9 @@ static int host_down(eccl_sg_world *w, sg_host_t h, int reset)
         if (reset) eccl_net_sg_crash(e);
     }
     st->boot++;
+#ifdef ECCL_SG_HAVE_IBV
+    eccl_verbs_sg_peers_dead(w);
+#endif
     return 0;
 }
 
@@ -975,6 +1017,9 @@ void eccl_sg_world_kill_process(eccl_sg_world *w, aid_t pid)
         sg_env *e = sg_idmap_get(&w->env_ids, envs[i]);
         if (e) eccl_net_sg_crash(e);
     }
+#ifdef ECCL_SG_HAVE_IBV
+    eccl_verbs_sg_peers_dead(w);
+#endif
     const aid_t self = sg_actor_self_get_pid();
     for (size_t i = 0; i < k; i++) {
         sg_actor_t a = in[i] == self ? NULL : sg_actor_by_pid(in[i]);

@@ -115,6 +115,30 @@ void eccl_sg_device_free(eccl_sg_device *d, void *p);
 eccl_result eccl_sg_device_write(eccl_sg_device *d, void *dev, const void *host, size_t bytes);
 eccl_result eccl_sg_device_read(eccl_sg_device *d, void *host, const void *dev, size_t bytes);
 
+/* The transport of comms' peer links (the master's control path is always
+ * the stream net, as in the real backend). Scenario key `transport`.
+ *
+ * ibv = 0 (default): net_sg's streams carry everything.
+ * ibv = 1: core's net_ibv protocol (core/net/ibv.c), the very code the real
+ * backend runs over libibverbs, over net_sg's streams and a simulated RDMA
+ * NIC per env (backends/sim/verbs_sg.c): payloads of at least min_bytes are
+ * RDMA writes into registered memory, moved between the ranks' hosts as
+ * SimGrid communications. qps / min_bytes / chunk_bytes answer the
+ * settings ECCL_IB_QPS / ECCL_IB_MIN_BYTES / ECCL_IB_CHUNK_BYTES of those
+ * envs (0: the protocol's default); no setting comes from the process's
+ * environment. Needs <infiniband/verbs.h> at build time
+ * (ECCL_ERR_UNSUPPORTED without). */
+typedef struct eccl_sg_net_cfg {
+    int ibv;
+    unsigned qps;
+    size_t min_bytes;
+    size_t chunk_bytes;
+} eccl_sg_net_cfg;
+/* Before the first comm is created. */
+eccl_result eccl_sg_world_set_net(eccl_sg_world *w, const eccl_sg_net_cfg *cfg);
+/* RDMA writes applied at their targets so far (transport ibv). */
+uint64_t eccl_sg_world_rdma_writes(const eccl_sg_world *w);
+
 /* CPU time the master spends on each control message it sends or takes
  * (a syscall, decoding, its bookkeeping), in seconds; 0 (the default) is
  * free. Applies to masters created from now on. The master's thread

@@ -51,7 +51,8 @@
  * ever hold a control frame or two (a simulated 100k-rank job has 500k). */
 #define RX_MIN_CAP 256
 
-enum { M_SYN, M_SYNACK, M_RST, M_DATA, M_FIN, M_STOP };
+/* M_FABRIC: between simulated NICs (verbs_sg.c), not of any conn. */
+enum { M_SYN, M_SYNACK, M_RST, M_DATA, M_FIN, M_STOP, M_FABRIC };
 enum { C_CONNECTING, C_UP, C_FAILED };
 
 /* One stretch of a DATA message: `len` real bytes (the next ones of
@@ -77,6 +78,7 @@ typedef struct sg_msg {
     uint64_t put_seq;   /* its place in that actor's outbox */
     size_t len;         /* stream bytes, phantom ones included (the wire cost) */
     int nseg;           /* DATA: segments in seg; 0 = data holds all len bytes */
+    size_t fabric_len; /* FABRIC: bytes of data (len is the wire cost) */
     sg_seg *seg;        /* points into this allocation, after data */
     unsigned char data[];
 } sg_msg;
@@ -95,6 +97,7 @@ struct eccl_conn {
     int state;
     int want_read, want_write;
     int edge;       /* handshake finished (up or failed): report once */
+    int watch_hangup; /* report eof/reset even with read interest off */
     int eof;        /* FIN arrived: queued bytes, then CLOSED */
     int reset;      /* the peer crashed: CLOSED at once */
     uint64_t peer_id, peer_env;
@@ -343,6 +346,7 @@ static sg_msg *msg_new(sg_env *e, int type, uint64_t dst, uint64_t src, size_t l
     sg_msg *m = malloc(sizeof *m + len);
     if (!m) return NULL;
     m->nseg = 0;
+    m->fabric_len = 0;
     m->seg = NULL;
     m->type = type;
     m->dst = dst;
@@ -712,6 +716,10 @@ static int deliver(sg_env *e, sg_msg *m)
         on_syn(e, m);
         return 0;
     }
+    if (m->type == M_FABRIC) {
+        if (e->fabric_rx) e->fabric_rx(e, m->data, m->fabric_len);
+        return 0;
+    }
     eccl_conn *c = conn_by_id(e, m->dst);
     if (!c) {
         /* Closed before the server's answer came: tell the server side, as
@@ -949,6 +957,9 @@ static eccl_result sg_connect(void *ctx, const char *addr, void *user, eccl_conn
 {
     sg_env *e = ctx;
     if (!addr || !out) return ECCL_ERR_INVALID_ARG;
+    /* A listener that speaks RDMA advertises "ibv:HOST:PORT" and takes
+     * plain streams too (core/net/ibv.h), as net_tcp connects to it. */
+    if (strncmp(addr, "ibv:", 4) == 0) addr += 4;
     eccl_conn *c = conn_new(e, user, addr);
     if (!c) return ECCL_ERR_NO_MEMORY;
     eccl_listener *l = registry_find(e->w, addr);
@@ -1095,6 +1106,64 @@ static void sg_close(void *ctx, eccl_conn *c)
     conn_free(c);
 }
 
+/* ---- what net_ibv's protocol needs beyond the ops ------------------------ */
+
+void eccl_net_sg_conn_addr(const eccl_conn *c, char *addr)
+{
+    snprintf(addr, ECCL_ADDR_MAX, "%s", c->addr);
+}
+
+void eccl_net_sg_watch_hangup(eccl_conn *c, int on)
+{
+    c->watch_hangup = on != 0;
+    cand_add(c);
+}
+
+int eccl_net_sg_hung_up(const eccl_conn *c) { return c->reset || c->eof; }
+
+void eccl_net_sg_watch(sg_env *e, sg_event_source *src)
+{
+    /* At the end: wait reports sources in the order they were watched. */
+    src->next = NULL;
+    src->prev = NULL;
+    sg_event_source **pp = &e->sources;
+    while (*pp) {
+        src->prev = *pp;
+        pp = &(*pp)->next;
+    }
+    /* No wake-up: a channel is watched when it is made, before it can
+     * hold an event. */
+    *pp = src;
+}
+
+void eccl_net_sg_unwatch(sg_env *e, sg_event_source *src)
+{
+    if (src->prev) src->prev->next = src->next;
+    else if (e->sources == src) e->sources = src->next;
+    if (src->next) src->next->prev = src->prev;
+    src->next = src->prev = NULL;
+}
+
+int eccl_net_sg_fabric_reachable(const sg_env *from, uint64_t to_env)
+{
+    const sg_env *to = env_by_id(from->w, to_env);
+    return to && !to->dead && !to->rx_done && fate(from, to->host, to->boot) == FATE_SEND;
+}
+
+int eccl_net_sg_fabric_post(sg_env *from, uint64_t to_env, const void *data, size_t len,
+                            size_t wire_bytes)
+{
+    if (!eccl_net_sg_fabric_reachable(from, to_env)) return -1;
+    sg_env *to = env_by_id(from->w, to_env);
+    sg_msg *m = msg_new(from, M_FABRIC, 0, 0, len);
+    if (!m) return -1;
+    memcpy(m->data, data, len);
+    m->fabric_len = len;
+    m->len = wire_bytes; /* what the wire charges; data holds only len bytes */
+    post(from->w, to->mbox, m);
+    return 0;
+}
+
 /* ---- wait / wake --------------------------------------------------------- */
 
 static int add_ready(void **ready, int n, int max, void *user)
@@ -1127,6 +1196,7 @@ static int collect(sg_env *e, void **ready, int max)
         if (!c->backlog_of) {
             int bad = c->reset || c->state == C_FAILED;
             r = c->want_read && (bad || c->rx_len > 0 || c->hole_bytes > 0 || c->eof);
+            r |= c->watch_hangup && (c->reset || c->eof);
             w = c->want_write && c->state != C_CONNECTING;
             if (c->edge && (c->want_read || c->want_write)) {
                 c->edge = 0;
@@ -1151,6 +1221,8 @@ static int collect(sg_env *e, void **ready, int max)
     e->ncand = keep;
     for (eccl_listener *l = e->listeners; l && n < max; l = l->next)
         if (l->bl_head) n = add_ready(ready, n, max, l->user);
+    for (sg_event_source *s = e->sources; s && n < max; s = s->next)
+        if (s->pending > 0) n = add_ready(ready, n, max, s->user);
     return n;
 }
 

@@ -60,6 +60,18 @@ typedef struct sg_link_state {
     struct sg_link_state *next; /* in world->link_states */
 } sg_link_state;
 
+/* Something other than a conn that `wait` reports: a simulated NIC's
+ * completion channel (verbs_sg.c), reported with `user` while it holds
+ * `pending` events nobody took yet. Owned by its watcher; linked into the
+ * env's list from eccl_net_sg_watch to eccl_net_sg_unwatch. */
+typedef struct sg_event_source {
+    void *user;
+    int pending;
+    struct sg_event_source *next, *prev;
+} sg_event_source;
+
+struct sg_nic;
+
 struct eccl_sg_world {
     int log_level;
     int links_off;           /* links now off: routes are only checked when > 0 */
@@ -85,6 +97,8 @@ struct eccl_sg_world {
     size_t devmem_size;
     size_t devmem_next;      /* bump offset of the next device allocation */
     struct eccl_sg_device *devices; /* every device created, freed with the world */
+    eccl_sg_net_cfg net;     /* the transport of comms' envs from now on */
+    uint64_t rdma_writes;    /* RDMA writes applied at their target (verbs_sg.c) */
 };
 
 struct sg_env {
@@ -111,6 +125,11 @@ struct sg_env {
     struct eccl_sg_device *device; /* the rank's simulated device, or NULL */
     double msg_cost_s;      /* CPU time per message sent or taken */
     double msg_debt_s;      /* of messages taken, not slept yet (sg_wait) */
+    sg_event_source *sources; /* completion channels wait watches */
+    struct sg_nic *nic;     /* the env's simulated RDMA NIC (transport ibv) */
+    /* Takes a fabric message (eccl_net_sg_fabric_post) in the receiver
+     * actor; NULL: such messages are dropped. */
+    void (*fabric_rx)(sg_env *e, const void *data, size_t len);
     sg_env *next, *prev;    /* in w->envs */
 };
 
@@ -137,6 +156,43 @@ void eccl_net_sg_release_held(eccl_sg_world *w);
 int eccl_sg_host_boot(const_sg_host_t h);
 /* 1 when no link of the route a -> b is off. */
 int eccl_net_sg_route_up(const eccl_sg_world *w, const_sg_host_t a, const_sg_host_t b);
+
+/* A message between simulated NICs: data[0..len) is copied and travels
+ * from `from`'s host to env `to_env`'s, charged wire_bytes on the network
+ * (the payload a write moves, phantom or not), and is handed to the
+ * target's fabric_rx by its receiver actor. 0 when it went on the wire; -1
+ * when it never can (the target env is gone, dead or stopping, its host
+ * rebooted, or a link of the route is off: RC's retries run out on all of
+ * those) or out of memory. */
+int eccl_net_sg_fabric_post(sg_env *from, uint64_t to_env, const void *data, size_t len,
+                            size_t wire_bytes);
+/* Whether a fabric message from `from` to env to_env would go on the wire
+ * now (no simcall). */
+int eccl_net_sg_fabric_reachable(const sg_env *from, uint64_t to_env);
+/* Readiness for a source (see sg_event_source). */
+void eccl_net_sg_watch(sg_env *e, sg_event_source *src);
+void eccl_net_sg_unwatch(sg_env *e, sg_event_source *src);
+/* What net_ibv's protocol needs from a stream conn beyond eccl_net_ops. */
+void eccl_net_sg_conn_addr(const eccl_conn *c, char *addr);
+void eccl_net_sg_watch_hangup(eccl_conn *c, int on);
+int eccl_net_sg_hung_up(const eccl_conn *c);
+
+/* verbs_sg.c (transport ibv) */
+/* Gives a comm's env a simulated NIC and makes its net core's net_ibv
+ * protocol over net_sg and that NIC. */
+eccl_result eccl_verbs_sg_attach(sg_env *e);
+/* Undoes attach: every conn and listener is closed. */
+void eccl_verbs_sg_detach(sg_env *e);
+/* Frees the NIC of a killed env (no simcall). */
+void eccl_verbs_sg_free_dead(sg_env *e);
+/* The env's NIC as the protocol sees it (verbs table, device, GID), for
+ * tests of the verbs rules; NULL without a NIC. */
+const struct eccl_ibv_device *eccl_verbs_sg_device(const sg_env *e);
+/* Call after envs died (killed, or their host off): the writes that live
+ * NICs still wait on for a dead or gone env complete with
+ * IBV_WC_RETRY_EXC_ERR, as RC's retries would run out. Makes simcalls
+ * (wake-ups) once every state change is done. */
+void eccl_verbs_sg_peers_dead(eccl_sg_world *w);
 
 void eccl_sg_log(const sg_env *e, int level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
