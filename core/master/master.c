@@ -65,6 +65,7 @@ typedef struct mgroup mgroup;
 typedef struct mpeer {
     eccl_chan ch; /* first: ready pointers are channels */
     struct mpeer *next;
+    struct mpeer **pprev; /* what points at us in m->peers: O(1) unlink */
     uint64_t id;
     enum mpeer_state state;
     mgroup *group;
@@ -1019,12 +1020,10 @@ static void drop_peer(eccl_master *m, mpeer *p, eccl_result why)
         if (eccl_chan_send_msg(&p->ch, &k) == ECCL_OK) eccl_chan_flush(&p->ch);
     }
     ECCL_INFO(m->env, "peer %llu dropped: %s", (unsigned long long)p->id, eccl_strerror(why));
-    for (mpeer **q = &m->peers; *q; q = &(*q)->next) {
-        if (*q == p) {
-            *q = p->next;
-            break;
-        }
-    }
+    /* In O(1): a 10k-rank job's shutdown dropped its peers one by one with
+     * a scan each, 5 % of the simulator's time (perf). */
+    *p->pprev = p->next;
+    if (p->next) p->next->pprev = p->pprev;
     eccl_chan_close(&p->ch);
     free(p->report);
     p->report = NULL;
@@ -1186,6 +1185,8 @@ static void accept_peers(eccl_master *m)
         p->timeout_ns = MASTER_DEFAULT_TIMEOUT_MS * MS;
         p->heartbeat_at = now_ns(m) + p->timeout_ns / 4;
         p->next = m->peers;
+        if (p->next) p->next->pprev = &p->next;
+        p->pprev = &m->peers;
         m->peers = p;
         m->n_state[MP_CONNECTED]++;
         schedule_scan(m, p);
