@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "coll/reduce.h"
+#include "util/config.h"
 #include "dev_cuda.h"
 #include "net_ibv.h"
 #include "net_tcp.h"
@@ -28,7 +29,6 @@ typedef struct env_real {
     eccl_env env;
     uint64_t t0_ns; /* log timestamps count from here */
     eccl_real_cuda *cuda; /* device tensors (dev_cuda.h); opens nothing until needed */
-    int ibv;              /* env.net is net_ibv (else net_tcp) */
 } env_real;
 
 /* pthread names are limited to 16 bytes including the NUL. */
@@ -498,25 +498,6 @@ static const eccl_config_ops real_config_ops = {
  * a fraction of a millisecond. */
 #define DEFAULT_SPIN_NS 50000u
 
-unsigned long long eccl_real_setting(eccl_env *env, const char *name, unsigned long long def,
-                                     unsigned long long lo, unsigned long long hi)
-{
-    const char *s = getenv(name);
-    unsigned long long v;
-    char *end;
-
-    if (!s || !*s)
-        return def;
-    errno = 0;
-    v = strtoull(s, &end, 10);
-    if (errno != 0 || *end != '\0' || *s < '0' || *s > '9' || v < lo || v > hi) {
-        eccl_real_log(env, ECCL_LOG_WARN, "%s=\"%s\" is not a number in [%llu, %llu]; using %llu",
-                      name, s, lo, hi, def);
-        return def;
-    }
-    return v;
-}
-
 /* The net of a communicator: ECCL_NET=tcp|ibv, unset or "auto" = ibv when
  * this machine has an RDMA device with an active port, else tcp. */
 static eccl_result net_create(env_real *r)
@@ -536,7 +517,6 @@ static eccl_result net_create(env_real *r)
 #endif
         if (rc == ECCL_OK) {
             r->env.net = &eccl_ibv_net_ops;
-            r->ibv = 1;
             return ECCL_OK;
         }
         if (!is_auto || rc != ECCL_ERR_UNSUPPORTED) {
@@ -588,7 +568,7 @@ eccl_result eccl_env_real_create(const char *name, int data_links, eccl_env **ou
                       " or 0-5; using warn",
                       lvl);
 
-    r->env.spin_ns = eccl_real_setting(&r->env, "ECCL_SPIN_NS", DEFAULT_SPIN_NS, 0, UINT64_MAX);
+    r->env.spin_ns = eccl_config_uint(&r->env, "ECCL_SPIN_NS", 0, UINT64_MAX, DEFAULT_SPIN_NS);
 
     if (data_links) {
         res = net_create(r);
@@ -610,7 +590,7 @@ void eccl_env_real_destroy(eccl_env *env)
     if (!env)
         return;
 #ifdef ECCL_HAVE_IBV
-    if (((env_real *)env)->ibv)
+    if (env->net == &eccl_ibv_net_ops)
         eccl_net_ibv_destroy(env->net_ctx);
     else
 #endif

@@ -30,12 +30,6 @@ void eccl_env_real_destroy(eccl_env *env);
  * the clock ops, cond_wait deadlines and net wait deadlines. */
 uint64_t eccl_real_now_ns(void);
 
-/* The number environment variable `name` holds, if it lies in [lo, hi];
- * `def` when it is unset, and (with a warning) when it is not a decimal
- * number in range. */
-unsigned long long eccl_real_setting(eccl_env *env, const char *name, unsigned long long def,
-                                     unsigned long long lo, unsigned long long hi);
-
 /* Formats and emits a log line through env->log if `level` passes
  * env->log_level. For backend code; core has its own logging macros. */
 void eccl_real_log(eccl_env *env, int level, const char *fmt, ...)

@@ -22,6 +22,7 @@
 #include "env_real.h"
 #include "net/ibv.h"
 #include "net_tcp.h"
+#include "util/config.h"
 
 /* ---- libibverbs, loaded at run time -------------------------------------- */
 
@@ -229,7 +230,7 @@ eccl_result eccl_net_ibv_create(eccl_env *env, void **out, char *why)
     if (!n) return ECCL_ERR_NO_MEMORY;
     n->env = env;
     snprintf(why, 160, "out of memory");
-    int gid_index = (int)eccl_real_setting(env, "ECCL_IB_GID_INDEX", 0, 0, 255);
+    int gid_index = (int)eccl_config_uint(env, "ECCL_IB_GID_INDEX", 0, 255, 0);
     union ibv_gid gid;
     eccl_result rc;
     if (verbs_load(&n->v, why) != 0 || device_open(n, why) != 0) goto unsupported;

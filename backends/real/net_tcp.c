@@ -31,6 +31,7 @@
 #include <fiu-local.h>
 
 #include "env_real.h"
+#include "util/config.h"
 
 #if defined(__GLIBC__) && defined(__GLIBC_PREREQ)
 #if __GLIBC_PREREQ(2, 35)
@@ -712,7 +713,7 @@ eccl_result eccl_net_tcp_create(eccl_env *env, void **out)
         return ECCL_ERR_NO_MEMORY;
     t->env = env;
     t->evfd = -1;
-    t->sockbuf = (int)eccl_real_setting(env, "ECCL_SOCKET_BUF", DEFAULT_SOCKET_BUF, 0, INT_MAX);
+    t->sockbuf = (int)eccl_config_uint(env, "ECCL_SOCKET_BUF", 0, INT_MAX, DEFAULT_SOCKET_BUF);
     const char *cc = getenv("ECCL_TCP_CONGESTION");
     snprintf(t->congestion, sizeof t->congestion, "%s", cc ? cc : DEFAULT_CONGESTION);
     atomic_init(&t->no_pwait2, 0);
