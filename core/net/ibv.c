@@ -93,13 +93,7 @@ typedef struct ibv_ctx {
     eccl_env *env;
     eccl_ibv_port p; /* the stream net and the readiness hooks */
     eccl_verbs v;
-    struct ibv_context *dev;
-    struct ibv_pd *pd;
-    union ibv_gid gid;
-    uint16_t lid;
-    uint8_t port;
-    int gid_index;
-    enum ibv_mtu mtu;
+    eccl_ibv_device d; /* d.name points at `name` */
     int nqps;
     size_t min_bytes, chunk_bytes;
     int cache_max; /* registrations kept after use; 0 = none */
@@ -177,6 +171,7 @@ struct eccl_conn {
     eccl_bulk *rx[FIFO_SLOTS];
     uint32_t rx_seq;  /* seq of the next irecv */
     uint32_t rx_free; /* oldest seq whose slot is not yet free */
+    eccl_bulk *spare; /* finished requests, reused: no allocation per transfer */
 };
 
 struct eccl_listener {
@@ -219,7 +214,7 @@ static reg *reg_get(ibv_ctx *n, const void *buf, size_t len, int access)
     if (failpoint(n, "eccl/net_ibv/reg_mr")) return NULL;
     reg *r = calloc(1, sizeof *r);
     if (!r) return NULL;
-    r->mr = n->v.reg_mr(n->pd, (void *)buf, len, access);
+    r->mr = n->v.reg_mr(n->d.pd, (void *)buf, len, access);
     if (!r->mr) {
         LOG(n, ECCL_LOG_WARN, "ibv_reg_mr of %zu bytes: %s", len, strerror(errno));
         free(r);
@@ -269,16 +264,16 @@ static eccl_result conn_verbs_create(eccl_conn *c, int nqps)
     const eccl_verbs *v = &n->v;
     c->nqps = nqps;
     if (failpoint(n, "eccl/net_ibv/create_qp")) return ECCL_ERR_SYSTEM;
-    if (!(c->chan = v->create_comp_channel(n->dev))) goto fail;
+    if (!(c->chan = v->create_comp_channel(n->d.dev))) goto fail;
     int cqe = nqps * (SQ_DEPTH + RQ_DEPTH) + 2 * FIFO_SLOTS;
-    if (!(c->cq = v->create_cq(n->dev, cqe, c, c->chan, 0))) goto fail;
+    if (!(c->cq = v->create_cq(n->d.dev, cqe, c, c->chan, 0))) goto fail;
     if (v->req_notify_cq(c->cq, 0)) goto fail;
     c->fifo = calloc(FIFO_SLOTS, sizeof(cts));
     c->cts_out = calloc(FIFO_SLOTS, sizeof(cts));
     if (!c->fifo || !c->cts_out) goto fail;
-    c->fifo_mr = v->reg_mr(n->pd, c->fifo, FIFO_SLOTS * sizeof(cts),
+    c->fifo_mr = v->reg_mr(n->d.pd, c->fifo, FIFO_SLOTS * sizeof(cts),
                            IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-    c->cts_mr = v->reg_mr(n->pd, c->cts_out, FIFO_SLOTS * sizeof(cts), 0);
+    c->cts_mr = v->reg_mr(n->d.pd, c->cts_out, FIFO_SLOTS * sizeof(cts), 0);
     if (!c->fifo_mr || !c->cts_mr) goto fail;
     for (int i = 0; i < nqps; i++) {
         struct ibv_qp_init_attr ia = {
@@ -288,10 +283,10 @@ static eccl_result conn_verbs_create(eccl_conn *c, int nqps)
                     .max_recv_sge = 1},
             .qp_type = IBV_QPT_RC,
         };
-        if (!(c->qp[i] = v->create_qp(n->pd, &ia))) goto fail;
+        if (!(c->qp[i] = v->create_qp(n->d.pd, &ia))) goto fail;
         struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT,
                                 .pkey_index = 0,
-                                .port_num = n->port,
+                                .port_num = n->d.port,
                                 .qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE};
         if (v->modify_qp(c->qp[i], &a,
                          IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
@@ -330,12 +325,12 @@ static void hello_build(eccl_conn *c)
     memcpy(c->out.magic, HELLO_MAGIC, 4);
     c->out.version = HELLO_VERSION;
     c->out.nqps = (uint8_t)c->nqps;
-    c->out.lid = n->lid;
-    memcpy(c->out.gid, n->gid.raw, 16);
+    c->out.lid = n->d.lid;
+    memcpy(c->out.gid, n->d.gid.raw, 16);
     for (int i = 0; i < c->nqps; i++) c->out.qpn[i] = c->qp[i]->qp_num;
     c->out.fifo_addr = (uint64_t)(uintptr_t)c->fifo;
     c->out.fifo_rkey = c->fifo_mr->rkey;
-    c->out.mtu = (uint32_t)n->mtu;
+    c->out.mtu = (uint32_t)n->d.mtu;
     c->out_built = 1;
 }
 
@@ -343,7 +338,7 @@ static void hello_build(eccl_conn *c)
 static eccl_result conn_verbs_connect(eccl_conn *c)
 {
     ibv_ctx *n = c->n;
-    enum ibv_mtu mtu = c->in.mtu < (uint32_t)n->mtu ? (enum ibv_mtu)c->in.mtu : n->mtu;
+    enum ibv_mtu mtu = c->in.mtu < (uint32_t)n->d.mtu ? (enum ibv_mtu)c->in.mtu : n->d.mtu;
     for (int i = 0; i < c->nqps; i++) {
         struct ibv_qp_attr a = {
             .qp_state = IBV_QPS_RTR,
@@ -354,8 +349,8 @@ static eccl_result conn_verbs_connect(eccl_conn *c)
             .min_rnr_timer = 12,
             .ah_attr = {.is_global = 1,
                         .dlid = c->in.lid,
-                        .port_num = n->port,
-                        .grh = {.sgid_index = (uint8_t)n->gid_index, .hop_limit = 1}},
+                        .port_num = n->d.port,
+                        .grh = {.sgid_index = (uint8_t)n->d.gid_index, .hop_limit = 1}},
         };
         memcpy(a.ah_attr.grh.dgid.raw, c->in.gid, 16);
         if (n->v.modify_qp(c->qp[i], &a,
@@ -748,7 +743,8 @@ static void ibv_set_interest(void *ctx, eccl_conn *c, int read, int write)
 static void bulk_free(ibv_ctx *n, eccl_bulk *b)
 {
     reg_put(n, b->r);
-    free(b);
+    b->next = b->c->spare;
+    b->c->spare = b;
 }
 
 static void ibv_close(void *ctx, eccl_conn *c)
@@ -763,6 +759,11 @@ static void ibv_close(void *ctx, eccl_conn *c)
     }
     for (int i = 0; i < FIFO_SLOTS; i++)
         if (c->rx[i]) bulk_free(n, c->rx[i]);
+    while (c->spare) {
+        eccl_bulk *b = c->spare;
+        c->spare = b->next;
+        free(b);
+    }
     if (c->s) n->p.stream->close(n->p.stream_ctx, c->s);
     free(c);
 }
@@ -791,18 +792,19 @@ static eccl_result bulk_new(eccl_conn *c, const void *buf, size_t len, int is_se
 {
     if (c->err != ECCL_OK) return c->err;
     if (c->mode != MODE_READY || len == 0 || len > UINT32_MAX) return ECCL_ERR_INVALID_ARG;
-    eccl_bulk *b = calloc(1, sizeof *b);
-    if (!b) return ECCL_ERR_NO_MEMORY;
     int access = is_send ? 0 : IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
-    if (!(b->r = reg_get(c->n, buf, len, access))) {
-        free(b);
+    reg *r = reg_get(c->n, buf, len, access);
+    if (!r) {
         conn_break(c, "%s", "cannot register a buffer");
         return ECCL_ERR_NO_MEMORY;
     }
-    b->c = c;
-    b->is_send = is_send;
-    b->buf = (uint8_t *)buf;
-    b->len = len;
+    eccl_bulk *b = c->spare;
+    if (b) c->spare = b->next;
+    else if (!(b = malloc(sizeof *b))) {
+        reg_put(c->n, r);
+        return ECCL_ERR_NO_MEMORY;
+    }
+    *b = (eccl_bulk){.c = c, .is_send = is_send, .buf = (uint8_t *)buf, .len = len, .r = r};
     *out = b;
     return ECCL_OK;
 }
@@ -932,21 +934,16 @@ eccl_result eccl_ibv_create(eccl_env *env, const eccl_ibv_port *port, const eccl
     n->env = env;
     n->p = *port;
     n->v = *dev->verbs;
-    n->dev = dev->dev;
-    n->pd = dev->pd;
-    n->port = dev->port;
-    n->lid = dev->lid;
-    n->gid = dev->gid;
-    n->gid_index = dev->gid_index;
-    n->mtu = dev->mtu;
+    n->d = *dev;
     snprintf(n->name, sizeof n->name, "%s", dev->name ? dev->name : "?");
+    n->d.name = n->name;
     n->nqps = (int)eccl_config_uint(env, "ECCL_IB_QPS", 1, QPS_MAX, DEFAULT_QPS);
     n->min_bytes = (size_t)eccl_config_uint(env, "ECCL_IB_MIN_BYTES", 1, 1ul << 30, DEFAULT_MIN_BYTES);
     n->chunk_bytes =
         (size_t)eccl_config_uint(env, "ECCL_IB_CHUNK_BYTES", 4096, 1ul << 30, DEFAULT_CHUNK_BYTES);
     n->cache_max = (int)eccl_config_uint(env, "ECCL_IB_REG_CACHE", 0, 4096, 0);
-    ECCL_INFO(env, "rdma: %s port %d, GID index %d, %d queue pairs per link", n->name, n->port,
-              n->gid_index, n->nqps);
+    ECCL_INFO(env, "rdma: %s port %d, GID index %d, %d queue pairs per link", n->name, n->d.port,
+              n->d.gid_index, n->nqps);
     *out = n;
     return ECCL_OK;
 }
