@@ -147,6 +147,19 @@ eccl_result eccl_chan_send_msg(eccl_chan *ch, const eccl_msg *m)
     return ECCL_OK;
 }
 
+eccl_result eccl_chan_send_frame(eccl_chan *ch, uint8_t *frame, uint32_t len)
+{
+    eccl_frame *f = ch->error == ECCL_OK ? frame_get(ch) : NULL;
+    if (!f) {
+        free(frame);
+        return ch->error != ECCL_OK ? ch->error : ECCL_ERR_NO_MEMORY;
+    }
+    f->head = frame;
+    f->head_len = len;
+    frame_enqueue(ch, f);
+    return ECCL_OK;
+}
+
 /* The smallest payload this channel's conn moves as bulk; 0 = none. */
 static size_t chan_bulk_min(const eccl_chan *ch)
 {

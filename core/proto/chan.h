@@ -104,6 +104,10 @@ void eccl_chan_close(eccl_chan *ch);
 
 /* Queues a control message. */
 eccl_result eccl_chan_send_msg(eccl_chan *ch, const eccl_msg *m);
+/* Queues a whole encoded control frame; the channel owns `frame` (malloc'd)
+ * from the call on, whatever it returns. A relay forwards frames this way
+ * without decoding them. */
+eccl_result eccl_chan_send_frame(eccl_chan *ch, uint8_t *frame, uint32_t len);
 /* Queues a DATA frame with a borrowed payload of d->len bytes. If
  * `inflight` is set, *inflight counts the frame until the socket has taken
  * all of it (or the channel dropped it): only then may the payload change. */

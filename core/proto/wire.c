@@ -4,6 +4,7 @@
  * end instead of after every field. */
 #include "proto/wire.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 /* ---- bounded writer ------------------------------------------------------ */
@@ -153,6 +154,8 @@ static uint32_t max_length(uint16_t type)
     case ECCL_MSG_OPT_BW: return 36;
     case ECCL_MSG_OPT_PROBE: return 16u + PEER_REF_MAX;
     case ECCL_MSG_OPT_DONE: return 15u + 8u + 16u;
+    case ECCL_MSG_RELAY_HELLO: return 4;
+    case ECCL_MSG_BATCH: return ECCL_WIRE_MAX_BATCH;
     default: return 0;
     }
 }
@@ -452,6 +455,23 @@ static void put_payload(wbuf *w, const eccl_msg *m)
         put_u64(w, m->u.opt_done.old_bps);
         put_u64(w, m->u.opt_done.new_bps);
         break;
+    case ECCL_MSG_RELAY_HELLO:
+        put_u32(w, m->u.relay_hello.timeout_ms);
+        break;
+    case ECCL_MSG_BATCH: {
+        /* Re-encoding a decoded batch (tests, forwarding): entries as they are. */
+        uint32_t pos = 0, h, n = 0, fl;
+        const uint8_t *f;
+        while (eccl_wire_batch_next(&m->u.batch, &pos, &h, &f, &fl)) n++;
+        if (n != m->u.batch.n || pos != m->u.batch.len || w->cap - w->pos < 4u + pos) {
+            w->bad = 1;
+            break;
+        }
+        put_u32(w, n);
+        if (pos) memcpy(w->p + w->pos, m->u.batch.packed, pos);
+        w->pos += pos;
+        break;
+    }
     default: /* DATA and unknown types have no control layout */
         w->bad = 1;
         break;
@@ -664,10 +684,142 @@ static void get_payload(rbuf *r, uint16_t type, eccl_msg *m)
         if (m->u.opt_done.changed > 1 || m->u.opt_done.exact > 1 || m->u.opt_done.moonshot > 1)
             r->bad = 1;
         break;
+    case ECCL_MSG_RELAY_HELLO:
+        m->u.relay_hello.timeout_ms = get_u32(r);
+        break;
+    case ECCL_MSG_BATCH: {
+        m->u.batch.n = get_u32(r);
+        if (r->bad) break;
+        m->u.batch.packed = r->p + r->pos;
+        m->u.batch.len = (uint32_t)(r->len - r->pos);
+        /* Every entry is checked now, so delivery can trust the bounds. */
+        uint32_t pos = 0, h, fl, n = 0;
+        const uint8_t *f;
+        while (eccl_wire_batch_next(&m->u.batch, &pos, &h, &f, &fl)) n++;
+        if (n != m->u.batch.n || pos != m->u.batch.len) r->bad = 1;
+        r->pos = r->len;
+        break;
+    }
     default:
         r->bad = 1;
         break;
     }
+}
+
+/* ---- batches ------------------------------------------------------------------- */
+
+#define BATCH_ENTRY_HEAD 8u
+
+static uint32_t le32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* A frame a batch may carry: a valid control header whose length is the
+ * rest of the frame, and not a relay's own frame. */
+static int batch_frame_ok(const uint8_t *f, uint32_t len)
+{
+    eccl_wire_header h;
+    return len >= ECCL_WIRE_HEADER_SIZE && eccl_wire_header_decode(f, &h) == ECCL_OK &&
+           h.type != ECCL_MSG_DATA && h.type != ECCL_MSG_BATCH &&
+           h.type != ECCL_MSG_RELAY_HELLO && h.length == len - ECCL_WIRE_HEADER_SIZE;
+}
+
+int eccl_wire_batch_next(const eccl_msg_batch *b, uint32_t *pos, uint32_t *handle,
+                         const uint8_t **frame, uint32_t *frame_len)
+{
+    if (*pos >= b->len || b->len - *pos < BATCH_ENTRY_HEAD) return 0;
+    const uint8_t *e = b->packed + *pos;
+    uint32_t len = le32(e + 4);
+    if (len > b->len - *pos - BATCH_ENTRY_HEAD) return 0;
+    if (len && !batch_frame_ok(e + BATCH_ENTRY_HEAD, len)) return 0;
+    *handle = le32(e);
+    *frame = len ? e + BATCH_ENTRY_HEAD : NULL;
+    *frame_len = len;
+    *pos += BATCH_ENTRY_HEAD + len;
+    return 1;
+}
+
+/* Room for `need` more payload bytes, within the batch bound. */
+static eccl_result batch_reserve(eccl_wire_batch *b, size_t need)
+{
+    size_t payload = b->len ? b->len - ECCL_WIRE_HEADER_SIZE : 4u;
+    if (payload + need > ECCL_WIRE_MAX_BATCH) return ECCL_ERR_AGAIN;
+    size_t want = ECCL_WIRE_HEADER_SIZE + payload + need;
+    if (want > b->cap) {
+        size_t cap = b->cap ? b->cap : 1024;
+        while (cap < want) cap *= 2;
+        uint8_t *p = realloc(b->buf, cap);
+        if (!p) return ECCL_ERR_NO_MEMORY;
+        b->buf = p;
+        b->cap = cap;
+    }
+    if (!b->len) b->len = ECCL_WIRE_HEADER_SIZE + 4u; /* header and count, filled at take */
+    return ECCL_OK;
+}
+
+static void batch_entry_head(eccl_wire_batch *b, uint32_t handle, uint32_t len)
+{
+    wbuf w = {b->buf + b->len, BATCH_ENTRY_HEAD, 0, 0};
+    put_u32(&w, handle);
+    put_u32(&w, len);
+    b->len += BATCH_ENTRY_HEAD;
+    b->n++;
+}
+
+eccl_result eccl_wire_batch_add_frame(eccl_wire_batch *b, uint32_t handle,
+                                      const uint8_t *frame, uint32_t frame_len)
+{
+    if (frame_len && !batch_frame_ok(frame, frame_len)) return ECCL_ERR_INVALID_ARG;
+    eccl_result rc = batch_reserve(b, BATCH_ENTRY_HEAD + (size_t)frame_len);
+    if (rc != ECCL_OK) return rc;
+    batch_entry_head(b, handle, frame_len);
+    if (frame_len) memcpy(b->buf + b->len, frame, frame_len);
+    b->len += frame_len;
+    return ECCL_OK;
+}
+
+eccl_result eccl_wire_batch_add(eccl_wire_batch *b, uint32_t handle, const eccl_msg *m)
+{
+    if (!m) return eccl_wire_batch_add_frame(b, handle, NULL, 0);
+    if (m->type == ECCL_MSG_DATA || m->type == ECCL_MSG_BATCH || m->type == ECCL_MSG_RELAY_HELLO)
+        return ECCL_ERR_INVALID_ARG;
+    size_t max = ECCL_WIRE_HEADER_SIZE + max_length(m->type);
+    eccl_result rc = batch_reserve(b, BATCH_ENTRY_HEAD + max);
+    if (rc == ECCL_ERR_AGAIN && b->n == 0) return ECCL_ERR_INVALID_ARG;
+    if (rc == ECCL_ERR_AGAIN) {
+        /* The bound may still fit the message as encoded: encode aside. */
+        uint8_t *tmp = malloc(max);
+        if (!tmp) return ECCL_ERR_NO_MEMORY;
+        size_t n = eccl_wire_encode(m, tmp, max);
+        rc = n ? eccl_wire_batch_add_frame(b, handle, tmp, (uint32_t)n) : ECCL_ERR_INVALID_ARG;
+        free(tmp);
+        return rc;
+    }
+    if (rc != ECCL_OK) return rc;
+    size_t n = eccl_wire_encode(m, b->buf + b->len + BATCH_ENTRY_HEAD, max);
+    if (!n) return ECCL_ERR_INVALID_ARG;
+    batch_entry_head(b, handle, (uint32_t)n);
+    b->len += n;
+    return ECCL_OK;
+}
+
+uint8_t *eccl_wire_batch_take(eccl_wire_batch *b, uint32_t *frame_len)
+{
+    if (!b->n) return NULL;
+    uint8_t *f = b->buf;
+    eccl_wire_header_encode(ECCL_MSG_BATCH, (uint32_t)(b->len - ECCL_WIRE_HEADER_SIZE), f);
+    wbuf w = {f + ECCL_WIRE_HEADER_SIZE, 4, 0, 0};
+    put_u32(&w, b->n);
+    *frame_len = (uint32_t)b->len;
+    *b = (eccl_wire_batch){0};
+    return f;
+}
+
+void eccl_wire_batch_free(eccl_wire_batch *b)
+{
+    free(b->buf);
+    *b = (eccl_wire_batch){0};
 }
 
 /* ---- shared-state lists ---------------------------------------------------------- */

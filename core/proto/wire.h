@@ -63,8 +63,14 @@ enum eccl_msg_type {
     /* peer -> peer */
     ECCL_MSG_P2P_HELLO = 64,   /* first frame on a p2p connection */
     ECCL_MSG_DATA = 65,        /* collective payload: data header + bytes */
-    ECCL_MSG_SYNC_FETCH = 66   /* on a SYNC link: send me this key */
+    ECCL_MSG_SYNC_FETCH = 66,  /* on a SYNC link: send me this key */
+    /* relay <-> its parent coordinator (docs/protocol.md, "Relays") */
+    ECCL_MSG_RELAY_HELLO = 80, /* relay -> parent, first frame: I speak for others */
+    ECCL_MSG_BATCH = 81        /* either way: frames of the peers behind a relay */
 };
+
+/* Largest BATCH payload: a relay flushes before it would pass this. */
+#define ECCL_WIRE_MAX_BATCH (1u << 20)
 
 typedef struct eccl_wire_header {
     uint32_t magic;
@@ -326,6 +332,30 @@ typedef struct eccl_msg_opt_done { /* OPT_DONE */
     uint64_t new_bps;
 } eccl_msg_opt_done;
 
+typedef struct eccl_msg_relay_hello { /* RELAY_HELLO */
+    uint32_t timeout_ms;  /* silence after which the parent drops the relay */
+} eccl_msg_relay_hello;
+
+/* BATCH: `n` entries, each a u32 handle (the relay's name for one peer
+ * behind it), a u32 length and that many bytes of one whole control frame
+ * (any type but DATA, RELAY_HELLO and BATCH). A length of 0 is no frame: the
+ * peer is gone (upward) or is to be disconnected (downward). Decoding checks
+ * every entry's bounds and frame header; the frames' payloads are decoded
+ * when delivered. Decoded, `packed` borrows the frame. */
+typedef struct eccl_msg_batch {
+    uint32_t n;
+    uint32_t len;          /* bytes at `packed` */
+    const uint8_t *packed;
+} eccl_msg_batch;
+
+/* A batch being built: one frame in `buf` (owned), header written by
+ * eccl_wire_batch_take. */
+typedef struct eccl_wire_batch {
+    uint8_t *buf;
+    size_t len, cap;
+    uint32_t n;
+} eccl_wire_batch;
+
 /* Every decoded control message. */
 typedef struct eccl_msg {
     uint16_t type;
@@ -347,6 +377,8 @@ typedef struct eccl_msg {
         eccl_msg_opt_probe opt_probe;
         eccl_msg_opt_bw opt_bw;
         eccl_msg_opt_done opt_done;
+        eccl_msg_relay_hello relay_hello;
+        eccl_msg_batch batch;
     } u;
 } eccl_msg;
 
@@ -379,6 +411,22 @@ int eccl_wire_sync_req_next(const eccl_msg_sync_req *m, uint32_t *pos, uint32_t 
 /* Fetch i (< n_fetch) and source i (< n_src) of a SYNC_PLAN. */
 eccl_wire_sync_fetch eccl_wire_sync_plan_fetch(const eccl_msg_sync_plan *m, uint32_t i);
 void eccl_wire_sync_plan_src(const eccl_msg_sync_plan *m, uint32_t i, eccl_wire_peer_ref *out);
+
+/* Reads the next entry of a decoded BATCH; *pos starts at 0. Returns 0
+ * past the end. *frame_len 0: a "gone" entry (*frame NULL). */
+int eccl_wire_batch_next(const eccl_msg_batch *b, uint32_t *pos, uint32_t *handle,
+                         const uint8_t **frame, uint32_t *frame_len);
+/* Appends to `b` an entry for `handle`: message m encoded (m NULL: a gone
+ * entry), or an already encoded frame. ECCL_ERR_AGAIN: it would pass
+ * ECCL_WIRE_MAX_BATCH (take the batch, then add again); ECCL_ERR_INVALID_ARG:
+ * m does not encode; ECCL_ERR_NO_MEMORY. */
+eccl_result eccl_wire_batch_add(eccl_wire_batch *b, uint32_t handle, const eccl_msg *m);
+eccl_result eccl_wire_batch_add_frame(eccl_wire_batch *b, uint32_t handle,
+                                      const uint8_t *frame, uint32_t frame_len);
+/* Finishes the batch: returns its whole frame (the caller frees it) and
+ * its size, and leaves `b` empty. NULL when it holds no entry. */
+uint8_t *eccl_wire_batch_take(eccl_wire_batch *b, uint32_t *frame_len);
+void eccl_wire_batch_free(eccl_wire_batch *b);
 
 void eccl_wire_data_encode(const eccl_wire_data *d, uint8_t *out);
 /* Parses the 32-byte data header; frame_length is the frame's header length.
