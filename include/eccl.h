@@ -80,12 +80,36 @@ eccl_result eccl_master_run(eccl_master *master);
 eccl_result eccl_master_stop(eccl_master *master);
 void eccl_master_destroy(eccl_master *master);
 
+/* ---- relay --------------------------------------------------------------- */
+
+/* A node of the coordinator's tree: peers (or other relays) connect to it
+ * as to the master, and it speaks for all of them to its parent (the master
+ * or another relay) over one connection, batching what they say and fanning
+ * out what is decided (docs/protocol.md, "Relays"). It decides nothing; if
+ * it dies, the peers behind it lose their master and come back through
+ * another coordinator. ECCL_RELAY_TIMEOUT_MS (default 5000) is the silence
+ * after which it and its parent give up on each other. */
+typedef struct eccl_relay eccl_relay;
+
+/* Binds listen_addr ("HOST:PORT", port 0 = any) and returns; the parent is
+ * reached once eccl_relay_run starts, and again (with jittered back-off)
+ * whenever the link to it breaks. Until then peers are refused. */
+eccl_result eccl_relay_create(const char *listen_addr, const char *parent_addr,
+                              eccl_relay **out);
+eccl_result eccl_relay_address(const eccl_relay *relay, char *buf, size_t len);
+eccl_result eccl_relay_run(eccl_relay *relay);
+eccl_result eccl_relay_stop(eccl_relay *relay);
+void eccl_relay_destroy(eccl_relay *relay);
+
 /* ---- communicator -------------------------------------------------------- */
 
 typedef struct eccl_comm eccl_comm;
 
 typedef struct eccl_comm_params {
-    const char *master_addr;     /* "HOST:PORT" of the master; required */
+    const char *master_addr;     /* "HOST:PORT" of the master or of a relay;
+                                    required. "A,B,..." (up to 4): tried in
+                                    turn while connecting, so a peer whose
+                                    relay is down comes in through the next */
     const char *p2p_host;        /* address peers reach us on; "127.0.0.1" */
     uint32_t peer_group;         /* collectives run within a group; 0 */
     /* Ring connections per neighbour, 1..64; 1. Concurrent all-reduces

@@ -1,4 +1,5 @@
-/* eccl-master: runs one eccl master (coordinator) until SIGINT or SIGTERM.
+/* eccl-master: runs one eccl master (coordinator), or with --relay one
+ * relay of the coordinator's tree, until SIGINT or SIGTERM.
  *
  * The bound address is printed on stdout so that a launcher can start the
  * master on port 0 and read back the port it got. */
@@ -17,11 +18,14 @@ enum { EXIT_USAGE = 2 };
 static void usage(FILE *out)
 {
     fprintf(out,
-            "usage: eccl-master --listen HOST:PORT [--quiet]\n"
+            "usage: eccl-master --listen HOST:PORT [--relay PARENT] [--quiet]\n"
             "\n"
             "Runs an eccl master until SIGINT or SIGTERM.\n"
             "\n"
             "  -l, --listen HOST:PORT  address to bind; PORT 0 picks a free port\n"
+            "  -r, --relay PARENT      run a relay instead: peers connect to it as to\n"
+            "                          the master, it speaks for them to PARENT (the\n"
+            "                          master or another relay, HOST:PORT)\n"
             "  -q, --quiet             print nothing but errors (not even the\n"
             "                          'eccl-master listening on' line)\n"
             "  -h, --help              show this help\n");
@@ -42,6 +46,7 @@ static int usage_error(const char *fmt, ...)
 
 struct master_opts {
     const char *listen;
+    const char *relay;
     int quiet;
 };
 
@@ -50,6 +55,7 @@ static int parse_args(int argc, char **argv, struct master_opts *opts)
 {
     static const struct option longopts[] = {
         {"listen", required_argument, NULL, 'l'},
+        {"relay", required_argument, NULL, 'r'},
         {"quiet", no_argument, NULL, 'q'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -57,10 +63,13 @@ static int parse_args(int argc, char **argv, struct master_opts *opts)
     int c;
 
     opterr = 0;
-    while ((c = getopt_long(argc, argv, ":l:qh", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":l:r:qh", longopts, NULL)) != -1) {
         switch (c) {
         case 'l':
             opts->listen = optarg;
+            break;
+        case 'r':
+            opts->relay = optarg;
             break;
         case 'q':
             opts->quiet = 1;
@@ -82,6 +91,8 @@ static int parse_args(int argc, char **argv, struct master_opts *opts)
         return usage_error("--listen HOST:PORT is required");
     if (tool_check_hostport(opts->listen) != 0)
         return usage_error("--listen wants HOST:PORT, got '%s'", opts->listen);
+    if (opts->relay && tool_check_hostport(opts->relay) != 0)
+        return usage_error("--relay wants HOST:PORT, got '%s'", opts->relay);
     return -1;
 }
 
@@ -95,6 +106,7 @@ int main(int argc, char **argv)
 {
     struct master_opts opts = {0};
     eccl_master *master = NULL;
+    eccl_relay *relay = NULL;
     char addr[256];
     sigset_t stop_signals;
     eccl_result r;
@@ -117,30 +129,37 @@ int main(int argc, char **argv)
     /* A peer that vanishes mid-write must cost a connection, not the master. */
     signal(SIGPIPE, SIG_IGN);
 
-    r = eccl_master_create(opts.listen, &master);
-    if (r != ECCL_OK)
-        return fail("creating the master", r);
-    r = eccl_master_run(master);
-    if (r != ECCL_OK) {
-        status = fail("starting the master", r);
-        goto out;
+    if (opts.relay) {
+        r = eccl_relay_create(opts.listen, opts.relay, &relay);
+        if (r != ECCL_OK)
+            return fail("creating the relay", r);
+        r = eccl_relay_run(relay);
+        if (r == ECCL_OK)
+            r = eccl_relay_address(relay, addr, sizeof addr);
+    } else {
+        r = eccl_master_create(opts.listen, &master);
+        if (r != ECCL_OK)
+            return fail("creating the master", r);
+        r = eccl_master_run(master);
+        if (r == ECCL_OK)
+            r = eccl_master_address(master, addr, sizeof addr);
     }
-    r = eccl_master_address(master, addr, sizeof addr);
     if (r != ECCL_OK) {
-        status = fail("reading the bound address", r);
+        status = fail("starting", r);
         goto out;
     }
     if (!opts.quiet) {
-        printf("eccl-master listening on %s\n", addr);
+        printf("eccl-master %slistening on %s\n", relay ? "relay " : "", addr);
         fflush(stdout);
     }
 
     if (sigwait(&stop_signals, &sig) != 0)
         fputs("eccl-master: sigwait failed; stopping\n", stderr);
 
-    r = eccl_master_stop(master);
-    status = r == ECCL_OK ? EXIT_SUCCESS : fail("stopping the master", r);
+    r = relay ? eccl_relay_stop(relay) : eccl_master_stop(master);
+    status = r == ECCL_OK ? EXIT_SUCCESS : fail("stopping", r);
 out:
+    eccl_relay_destroy(relay);
     eccl_master_destroy(master);
     return status;
 }

@@ -34,7 +34,9 @@
 #define MASTER_DEFAULT_TIMEOUT_MS 5000u
 #define MS 1000000ull
 
-enum mpeer_state { MP_CONNECTED, MP_REGISTERED, MP_ACCEPTED };
+/* MP_RELAY: a relay (core/master/relay.c) that speaks for the peers behind
+ * it; it is no peer itself. */
+enum mpeer_state { MP_CONNECTED, MP_REGISTERED, MP_ACCEPTED, MP_RELAY, MP_STATES };
 
 /* A peer's part in its group's shared-state round (state/sync.h). */
 enum msync_state {
@@ -93,6 +95,15 @@ typedef struct mpeer {
     int opt_probing;            /* owes the OPT_BW of the current round */
     uint32_t opt_seq;
     eccl_msg_opt_req opt_req;
+    /* A peer behind a relay has no channel of its own: its frames come and
+     * go in the relay's batches, and its liveness is the relay's to watch. */
+    struct mpeer *via;          /* that relay, or NULL */
+    uint32_t handle;            /* the relay's name for it */
+    /* a relay (MP_RELAY) */
+    struct mpeer **kids;        /* handle -> peer behind it; NULL once gone */
+    uint32_t n_kids, cap_kids;
+    eccl_wire_batch out;        /* frames for them, sent at the end of the step */
+    struct mpeer *next_relay;
 } mpeer;
 
 struct mgroup {
@@ -147,7 +158,8 @@ struct eccl_master {
     int running;
     /* Counters, so that no message costs a scan of every peer (a master
      * of 100k peers gets O(N) messages per decision). */
-    uint32_t n_state[3];    /* peers per mpeer_state */
+    uint32_t n_state[MP_STATES]; /* peers per mpeer_state */
+    mpeer *relays;          /* MP_RELAY children */
     uint32_t n_asked;       /* accepted peers in the current pending round */
     uint32_t n_voted;       /* accepted peers that voted for admission */
     uint32_t n_admitting;   /* registered peers the current admission takes */
@@ -192,9 +204,30 @@ static void schedule_scan(eccl_master *m, const mpeer *p)
     if (t < m->scan_at) m->scan_at = t;
 }
 
+static void relay_flush(mpeer *r);
+
+/* A peer behind a relay gets its message in the relay's next batch (a full
+ * batch goes at once). A failed add loses the message as a broken socket
+ * would; the relay's own failure is what the master then sees. */
 static void send_to(mpeer *p, const eccl_msg *msg)
 {
-    if (eccl_chan_send_msg(&p->ch, msg) == ECCL_OK) eccl_chan_flush(&p->ch);
+    if (!p->via) {
+        if (eccl_chan_send_msg(&p->ch, msg) == ECCL_OK) eccl_chan_flush(&p->ch);
+        return;
+    }
+    eccl_result rc = eccl_wire_batch_add(&p->via->out, p->handle, msg);
+    if (rc == ECCL_ERR_AGAIN) {
+        relay_flush(p->via);
+        rc = eccl_wire_batch_add(&p->via->out, p->handle, msg);
+    }
+    if (rc != ECCL_OK) eccl_wire_batch_free(&p->via->out);
+}
+
+static void relay_flush(mpeer *r)
+{
+    uint32_t len;
+    uint8_t *f = eccl_wire_batch_take(&r->out, &len);
+    if (f && eccl_chan_send_frame(&r->ch, f, len) == ECCL_OK) eccl_chan_flush(&r->ch);
 }
 
 /* ---- groups ------------------------------------------------------------------ */
@@ -451,6 +484,7 @@ static void maybe_admit(eccl_master *m)
 /* ---- shared state (state/sync.h) --------------------------------------------- */
 
 static void drop_peer(eccl_master *m, mpeer *p, eccl_result why);
+static void relay_gone(eccl_master *m, mpeer *r);
 
 static void sync_reset(mpeer *p)
 {
@@ -1017,14 +1051,26 @@ static void drop_peer(eccl_master *m, mpeer *p, eccl_result why)
     if (why == ECCL_ERR_PROTOCOL || why == ECCL_ERR_KICKED) {
         eccl_msg k = {.type = ECCL_MSG_KICK};
         k.u.kick.reason = (uint32_t)why;
-        if (eccl_chan_send_msg(&p->ch, &k) == ECCL_OK) eccl_chan_flush(&p->ch);
+        send_to(p, &k);
     }
-    ECCL_INFO(m->env, "peer %llu dropped: %s", (unsigned long long)p->id, eccl_strerror(why));
+    ECCL_INFO(m->env, "%s %llu dropped: %s", p->state == MP_RELAY ? "relay" : "peer",
+              (unsigned long long)p->id, eccl_strerror(why));
     /* In O(1): a 10k-rank job's shutdown dropped its peers one by one with
      * a scan each, 5 % of the simulator's time (perf). */
     *p->pprev = p->next;
     if (p->next) p->next->pprev = p->pprev;
-    eccl_chan_close(&p->ch);
+    if (p->via) {
+        /* The relay disconnects it (a gone entry downward). */
+        p->via->kids[p->handle] = NULL;
+        if (!p->via->ch.closed) {
+            eccl_wire_batch_add(&p->via->out, p->handle, NULL);
+            relay_flush(p->via);
+        }
+        p->ch.closed = 1;
+    } else {
+        eccl_chan_close(&p->ch);
+    }
+    if (p->state == MP_RELAY) relay_gone(m, p);
     free(p->report);
     p->report = NULL;
     int opt_was = p->opt_asked;
@@ -1077,11 +1123,99 @@ static eccl_result on_register(eccl_master *m, mpeer *p, const eccl_msg_register
     return ECCL_OK;
 }
 
+/* ---- relays (docs/protocol.md, "Relays") ---------------------------------- */
+
+static eccl_result peer_on_msg(void *owner, eccl_chan *ch, const eccl_msg *msg);
+
+static eccl_result on_relay_hello(eccl_master *m, mpeer *r, const eccl_msg_relay_hello *h)
+{
+    if (r->state != MP_CONNECTED) return ECCL_ERR_PROTOCOL;
+    set_state(m, r, MP_RELAY);
+    r->id = ++m->next_id; /* for log lines: ids are never reused */
+    if (h->timeout_ms) r->timeout_ns = (uint64_t)h->timeout_ms * MS;
+    r->heartbeat_at = now_ns(m) + r->timeout_ns / 4;
+    schedule_scan(m, r);
+    r->next_relay = m->relays;
+    m->relays = r;
+    ECCL_INFO(m->env, "relay %llu attached", (unsigned long long)r->id);
+    return ECCL_OK;
+}
+
+/* The peer a relay's first frame for a new handle introduces. Handles are
+ * handed out in the order of those first frames, so a new one is always
+ * the next number: a relay cannot make us allocate at will. */
+static mpeer *relay_kid_new(eccl_master *m, mpeer *r, uint32_t h)
+{
+    if (h != r->n_kids) return NULL;
+    if (r->n_kids == r->cap_kids) {
+        uint32_t cap = r->cap_kids ? 2 * r->cap_kids : 64;
+        mpeer **k = realloc(r->kids, cap * sizeof *k);
+        if (!k) return NULL;
+        r->kids = k;
+        r->cap_kids = cap;
+    }
+    mpeer *p = calloc(1, sizeof *p);
+    if (!p) return NULL;
+    p->via = r;
+    p->handle = h;
+    p->timeout_ns = MASTER_DEFAULT_TIMEOUT_MS * MS;
+    p->next = m->peers;
+    if (p->next) p->next->pprev = &p->next;
+    p->pprev = &m->peers;
+    m->peers = p;
+    m->n_state[MP_CONNECTED]++;
+    r->kids[r->n_kids++] = p;
+    return p;
+}
+
+static eccl_result on_batch(eccl_master *m, mpeer *r, const eccl_msg_batch *b)
+{
+    uint32_t pos = 0, h, len;
+    const uint8_t *f;
+    while (!r->ch.closed && eccl_wire_batch_next(b, &pos, &h, &f, &len)) {
+        mpeer *p = h < r->n_kids ? r->kids[h] : NULL;
+        if (!len) { /* the relay lost it */
+            if (p) drop_peer(m, p, ECCL_ERR_CLOSED);
+            continue;
+        }
+        if (!p && h < r->n_kids) continue; /* dropped here; the relay will hear */
+        if (!p && !(p = relay_kid_new(m, r, h))) return ECCL_ERR_PROTOCOL;
+        eccl_wire_header hdr;
+        eccl_msg msg;
+        eccl_result rc = eccl_wire_header_decode(f, &hdr);
+        if (rc == ECCL_OK) rc = eccl_wire_decode(hdr.type, f + ECCL_WIRE_HEADER_SIZE, hdr.length, &msg);
+        if (rc == ECCL_OK) rc = peer_on_msg(m, &p->ch, &msg);
+        if (rc != ECCL_OK) drop_peer(m, p, rc == ECCL_ERR_PROTOCOL ? ECCL_ERR_PROTOCOL : ECCL_ERR_CLOSED);
+    }
+    return ECCL_OK;
+}
+
+/* A relay is gone: so are the peers behind it, from here. They hear it as
+ * a lost master and come back through another coordinator, as newcomers
+ * (docs/protocol.md): deciding on their behalf would be deciding on a view
+ * nobody can confirm. */
+static void relay_gone(eccl_master *m, mpeer *r)
+{
+    for (mpeer **q = &m->relays; *q; q = &(*q)->next_relay)
+        if (*q == r) {
+            *q = r->next_relay;
+            break;
+        }
+    for (uint32_t h = 0; h < r->n_kids; h++)
+        if (r->kids[h]) drop_peer(m, r->kids[h], ECCL_ERR_CLOSED);
+    eccl_wire_batch_free(&r->out);
+}
+
 static eccl_result peer_on_msg(void *owner, eccl_chan *ch, const eccl_msg *msg)
 {
     eccl_master *m = owner;
     mpeer *p = (mpeer *)ch;
     if (msg->type == ECCL_MSG_REGISTER) return on_register(m, p, &msg->u.reg);
+    if (msg->type == ECCL_MSG_RELAY_HELLO) return p->via ? ECCL_ERR_PROTOCOL : on_relay_hello(m, p, &msg->u.relay_hello);
+    if (p->state == MP_RELAY) {
+        if (msg->type == ECCL_MSG_BATCH) return on_batch(m, p, &msg->u.batch);
+        return msg->type == ECCL_MSG_HEARTBEAT ? ECCL_OK : ECCL_ERR_PROTOCOL;
+    }
     if (p->state == MP_CONNECTED) return ECCL_ERR_PROTOCOL; /* must register first */
     mgroup *g = p->group;
     switch (msg->type) {
@@ -1205,6 +1339,8 @@ static void service_peer(eccl_master *m, mpeer *p)
     }
 }
 
+static void scan_peers(eccl_master *m, uint64_t now);
+
 static uint64_t master_step(void *owner, void **ready, int n, int *again)
 {
     eccl_master *m = owner;
@@ -1217,10 +1353,18 @@ static uint64_t master_step(void *owner, void **ready, int n, int *again)
     /* Outbound queues that the socket did not take wait for writability,
      * so only deadlines need the scan of every peer, and only when due. */
     uint64_t now = now_ns(m);
-    if (now < m->scan_at) return m->scan_at;
+    if (now >= m->scan_at) scan_peers(m, now);
+    /* What this step decided for peers behind relays: one frame per relay. */
+    for (mpeer *r = m->relays; r; r = r->next_relay) relay_flush(r);
+    return m->scan_at;
+}
+
+static void scan_peers(eccl_master *m, uint64_t now)
+{
     m->scan_at = ECCL_NO_DEADLINE;
     for (mpeer *p = m->peers, *nx; p; p = nx) {
         nx = p->next;
+        if (p->via) continue; /* its relay watches it */
         if (now - p->ch.last_rx_ns > p->timeout_ns) {
             drop_peer(m, p, ECCL_ERR_TIMEOUT);
             continue;
@@ -1232,7 +1376,6 @@ static uint64_t master_step(void *owner, void **ready, int n, int *again)
         }
         schedule_scan(m, p);
     }
-    return m->scan_at;
 }
 
 static void master_reap(void *owner)
@@ -1240,6 +1383,7 @@ static void master_reap(void *owner)
     eccl_master *m = owner;
     for (mpeer *p = m->graveyard, *n; p; p = n) {
         n = p->next;
+        free(p->kids);
         free(p);
     }
     m->graveyard = NULL;
@@ -1308,12 +1452,15 @@ eccl_result eccl_master_stop(eccl_master *m)
     m->running = 0;
     for (mpeer *p = m->peers, *n; p; p = n) {
         n = p->next;
-        eccl_chan_close(&p->ch);
+        if (!p->via) eccl_chan_close(&p->ch);
         free(p->report);
         free(p->sync_keys);
+        free(p->kids);
+        eccl_wire_batch_free(&p->out);
         free(p);
     }
     m->peers = NULL;
+    m->relays = NULL;
     if (m->listener.l) m->env->net->close_listener(m->env->net_ctx, m->listener.l);
     m->listener.l = NULL;
     master_reap(m);

@@ -1,0 +1,541 @@
+/* A relay: one node of the coordinator's tree (docs/protocol.md, "Relays").
+ *
+ * Peers connect to a relay exactly as to the master; the relay speaks for
+ * them to its parent (the master, or another relay) over one connection,
+ * in BATCH frames: everything its children said during one step goes up
+ * as one frame, everything the parent decided for them comes down as one.
+ * It keeps its children alive itself (heartbeats both ways, silence and
+ * hang-ups turned into "gone" entries), so the parent only watches its own
+ * children: the master's message and timer load per decision is its
+ * fan-out, not the job's size. The relay decides nothing: it holds no
+ * membership, so its death loses no decision. The parent drops the peers
+ * behind a dead relay and they come back through another coordinator.
+ */
+#include "eccl_core.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "proto/chan.h"
+#include "proto/wire.h"
+#include "sched/engine.h"
+#include "state/hash.h"
+#include "util/config.h"
+#include "util/log.h"
+
+#define RELAY_RBUF 512u
+#define RELAY_BATCH_RBUF (ECCL_WIRE_HEADER_SIZE + ECCL_WIRE_MAX_BATCH)
+#define RELAY_DEFAULT_TIMEOUT_MS 5000u
+#define MS 1000000ull
+#define RELAY_RETRY_NS (50 * MS)      /* first reconnect to the parent */
+#define RELAY_RETRY_MAX_NS (1000 * MS)
+#define NO_HANDLE UINT32_MAX
+
+typedef struct rkid rkid;
+
+/* Where one of our handles leads: a child, or a peer behind a child relay. */
+typedef struct rroute {
+    rkid *kid; /* NULL once gone */
+    uint32_t sub; /* the child relay's handle, NO_HANDLE for the child itself */
+} rroute;
+
+struct rkid {
+    eccl_chan ch; /* first: ready pointers are channels */
+    rkid *next, **pprev;
+    uint32_t handle;        /* ours for it, NO_HANDLE until its first frame */
+    uint64_t timeout_ns;
+    uint64_t heartbeat_at;
+    int is_relay;
+    uint32_t *map;          /* a child relay's handle -> ours */
+    uint32_t n_map, cap_map;
+    eccl_wire_batch out;    /* a child relay's frames, sent at the end of the step */
+};
+
+struct eccl_relay {
+    eccl_env *env;
+    eccl_env_release_fn env_release;
+    eccl_engine eng;
+    struct {
+        int kind;
+        eccl_listener *l;
+    } listener;
+    char addr[ECCL_ADDR_MAX];
+    char parent_addr[ECCL_ADDR_MAX];
+    eccl_chan up; /* first of its own struct: ready pointer */
+    int up_open;
+    uint64_t up_retry_at, up_backoff, retries;
+    uint64_t up_heartbeat_at;
+    uint64_t timeout_ns;
+    rkid *kids, *graveyard;
+    rroute *route;
+    uint32_t n_route, cap_route;
+    eccl_wire_batch out; /* for the parent */
+    uint64_t scan_at;
+    int running;
+};
+
+static uint64_t now_ns(const eccl_relay *r) { return eccl_engine_now(&r->eng); }
+
+/* ---- upward ---------------------------------------------------------------- */
+
+static void up_flush(eccl_relay *r)
+{
+    uint32_t len;
+    uint8_t *f = eccl_wire_batch_take(&r->out, &len);
+    if (f && r->up_open && eccl_chan_send_frame(&r->up, f, len) == ECCL_OK)
+        eccl_chan_flush(&r->up);
+    else if (f && !r->up_open)
+        free(f);
+}
+
+static void up_add(eccl_relay *r, uint32_t handle, const eccl_msg *m)
+{
+    if (eccl_wire_batch_add(&r->out, handle, m) == ECCL_ERR_AGAIN) {
+        up_flush(r);
+        eccl_wire_batch_add(&r->out, handle, m);
+    }
+}
+
+static void up_add_frame(eccl_relay *r, uint32_t handle, const uint8_t *f, uint32_t len)
+{
+    if (eccl_wire_batch_add_frame(&r->out, handle, f, len) == ECCL_ERR_AGAIN) {
+        up_flush(r);
+        eccl_wire_batch_add_frame(&r->out, handle, f, len);
+    }
+}
+
+/* A new handle of ours, leading to kid (sub: its relay's handle). */
+static uint32_t route_new(eccl_relay *r, rkid *kid, uint32_t sub)
+{
+    if (r->n_route == r->cap_route) {
+        uint32_t cap = r->cap_route ? 2 * r->cap_route : 64;
+        rroute *n = realloc(r->route, cap * sizeof *n);
+        if (!n) return NO_HANDLE;
+        r->route = n;
+        r->cap_route = cap;
+    }
+    r->route[r->n_route] = (rroute){kid, sub};
+    return r->n_route++;
+}
+
+/* ---- children -------------------------------------------------------------- */
+
+static void kid_send(rkid *k, const eccl_msg *m)
+{
+    if (eccl_chan_send_msg(&k->ch, m) == ECCL_OK) eccl_chan_flush(&k->ch);
+}
+
+static void kid_batch_flush(rkid *k)
+{
+    uint32_t len;
+    uint8_t *f = eccl_wire_batch_take(&k->out, &len);
+    if (f && eccl_chan_send_frame(&k->ch, f, len) == ECCL_OK) eccl_chan_flush(&k->ch);
+}
+
+/* Drops a child; `tell` says the parent has not decided it itself, so it
+ * hears of the loss (a gone entry per handle). */
+static void kid_drop(eccl_relay *r, rkid *k, int tell)
+{
+    if (k->ch.closed) return;
+    if (k->is_relay) {
+        for (uint32_t i = 0; i < k->n_map; i++) {
+            uint32_t h = k->map[i];
+            if (h == NO_HANDLE || r->route[h].kid != k) continue;
+            r->route[h].kid = NULL;
+            if (tell) up_add(r, h, NULL);
+        }
+    } else if (k->handle != NO_HANDLE) {
+        r->route[k->handle].kid = NULL;
+        if (tell) up_add(r, k->handle, NULL);
+    }
+    *k->pprev = k->next;
+    if (k->next) k->next->pprev = k->pprev;
+    eccl_chan_close(&k->ch);
+    eccl_wire_batch_free(&k->out);
+    k->next = r->graveyard;
+    r->graveyard = k;
+}
+
+/* A child relay's entry: its handle `h` becomes one of ours. */
+static eccl_result kid_relay_entry(eccl_relay *r, rkid *k, uint32_t h, const uint8_t *f,
+                                   uint32_t len)
+{
+    if (h > k->n_map) return ECCL_ERR_PROTOCOL; /* handles come in order */
+    if (h == k->n_map) {
+        if (!len) return ECCL_OK; /* gone before it said anything */
+        if (k->n_map == k->cap_map) {
+            uint32_t cap = k->cap_map ? 2 * k->cap_map : 64;
+            uint32_t *n = realloc(k->map, cap * sizeof *n);
+            if (!n) return ECCL_ERR_NO_MEMORY;
+            k->map = n;
+            k->cap_map = cap;
+        }
+        uint32_t ours = route_new(r, k, h);
+        if (ours == NO_HANDLE) return ECCL_ERR_NO_MEMORY;
+        k->map[k->n_map++] = ours;
+    }
+    uint32_t ours = k->map[h];
+    if (ours == NO_HANDLE || r->route[ours].kid != k) return ECCL_OK; /* dropped above */
+    if (!len) {
+        r->route[ours].kid = NULL;
+        k->map[h] = NO_HANDLE;
+    }
+    up_add_frame(r, ours, f, len);
+    return ECCL_OK;
+}
+
+static eccl_result kid_on_msg(void *owner, eccl_chan *ch, const eccl_msg *m)
+{
+    eccl_relay *r = owner;
+    rkid *k = (rkid *)ch;
+    if (m->type == ECCL_MSG_HEARTBEAT) return ECCL_OK; /* ours to answer, not the parent's */
+    if (m->type == ECCL_MSG_RELAY_HELLO) {
+        if (k->is_relay || k->handle != NO_HANDLE) return ECCL_ERR_PROTOCOL;
+        k->is_relay = 1;
+        if (m->u.relay_hello.timeout_ms) k->timeout_ns = (uint64_t)m->u.relay_hello.timeout_ms * MS;
+        return ECCL_OK;
+    }
+    if (k->is_relay) {
+        if (m->type != ECCL_MSG_BATCH) return ECCL_ERR_PROTOCOL;
+        uint32_t pos = 0, h, len;
+        const uint8_t *f;
+        while (eccl_wire_batch_next(&m->u.batch, &pos, &h, &f, &len)) {
+            eccl_result rc = kid_relay_entry(r, k, h, f, len);
+            if (rc != ECCL_OK) return rc;
+        }
+        return ECCL_OK;
+    }
+    if (m->type == ECCL_MSG_BATCH) return ECCL_ERR_PROTOCOL;
+    if (m->type == ECCL_MSG_REGISTER && m->u.reg.peer_timeout_ms)
+        k->timeout_ns = (uint64_t)m->u.reg.peer_timeout_ms * MS; /* we watch it now */
+    if (k->handle == NO_HANDLE && (k->handle = route_new(r, k, NO_HANDLE)) == NO_HANDLE)
+        return ECCL_ERR_NO_MEMORY;
+    up_add(r, k->handle, m);
+    return ECCL_OK;
+}
+
+static eccl_result no_data(void *owner, eccl_chan *ch, const eccl_wire_data *d, void **dst)
+{
+    (void)owner, (void)ch, (void)d, (void)dst;
+    return ECCL_ERR_PROTOCOL;
+}
+
+static eccl_result no_data_done(void *owner, eccl_chan *ch, const eccl_wire_data *d)
+{
+    (void)owner, (void)ch, (void)d;
+    return ECCL_ERR_PROTOCOL;
+}
+
+static const eccl_chan_handler kid_handler = {kid_on_msg, no_data, no_data_done};
+
+static void accept_kids(eccl_relay *r)
+{
+    for (;;) {
+        rkid *k = calloc(1, sizeof *k);
+        if (!k) return;
+        eccl_conn *conn = NULL;
+        eccl_result rc = r->env->net->accept(r->env->net_ctx, r->listener.l, k, &conn);
+        /* A child relay's batches are big frames: room for one. */
+        if (rc == ECCL_OK) rc = eccl_chan_init(&k->ch, r->env, conn, RELAY_BATCH_RBUF);
+        if (rc != ECCL_OK) {
+            if (conn) eccl_chan_close(&k->ch);
+            free(k);
+            if (rc != ECCL_ERR_AGAIN) ECCL_WARN(r->env, "accept failed: %s", eccl_strerror(rc));
+            return;
+        }
+        k->handle = NO_HANDLE;
+        k->timeout_ns = r->timeout_ns;
+        k->heartbeat_at = now_ns(r) + k->timeout_ns / 4;
+        if (!r->up_open) { /* nobody to speak to: it must find another way in */
+            eccl_chan_close(&k->ch);
+            free(k);
+            continue;
+        }
+        k->next = r->kids;
+        if (k->next) k->next->pprev = &k->next;
+        k->pprev = &r->kids;
+        r->kids = k;
+        if (r->scan_at > k->heartbeat_at) r->scan_at = k->heartbeat_at;
+    }
+}
+
+static void kid_service(eccl_relay *r, rkid *k)
+{
+    if (k->ch.closed) return;
+    eccl_result rc = eccl_chan_read(&k->ch, &kid_handler, r, SIZE_MAX);
+    if (rc == ECCL_OK) rc = eccl_chan_flush(&k->ch);
+    if (rc != ECCL_OK) {
+        if (rc == ECCL_ERR_PROTOCOL) {
+            /* The parent decides what a violation costs: it gets the
+             * violating peer gone, as for a hang-up. */
+            ECCL_WARN(r->env, "a child broke the protocol: dropped");
+        }
+        kid_drop(r, k, 1);
+    }
+}
+
+/* ---- the parent ------------------------------------------------------------- */
+
+static void up_close(eccl_relay *r, eccl_result why);
+
+static eccl_result up_on_msg(void *owner, eccl_chan *ch, const eccl_msg *m)
+{
+    eccl_relay *r = owner;
+    (void)ch;
+    if (m->type == ECCL_MSG_HEARTBEAT) return ECCL_OK;
+    if (m->type != ECCL_MSG_BATCH) return ECCL_ERR_PROTOCOL;
+    uint32_t pos = 0, h, len;
+    const uint8_t *f;
+    while (eccl_wire_batch_next(&m->u.batch, &pos, &h, &f, &len)) {
+        if (h >= r->n_route) return ECCL_ERR_PROTOCOL;
+        rroute *rt = &r->route[h];
+        rkid *k = rt->kid;
+        if (!k) continue; /* gone here: the parent hears it from us */
+        if (rt->sub != NO_HANDLE) {
+            if (eccl_wire_batch_add_frame(&k->out, rt->sub, f, len) == ECCL_ERR_AGAIN) {
+                kid_batch_flush(k);
+                eccl_wire_batch_add_frame(&k->out, rt->sub, f, len);
+            }
+            if (!len) {
+                rt->kid = NULL;
+                k->map[rt->sub] = NO_HANDLE;
+            }
+            continue;
+        }
+        if (!len) { /* the parent dropped it: it knows */
+            kid_drop(r, k, 0);
+            continue;
+        }
+        uint8_t *copy = malloc(len);
+        if (!copy) return ECCL_ERR_NO_MEMORY;
+        memcpy(copy, f, len);
+        if (eccl_chan_send_frame(&k->ch, copy, len) == ECCL_OK) eccl_chan_flush(&k->ch);
+    }
+    return ECCL_OK;
+}
+
+static const eccl_chan_handler up_handler = {up_on_msg, no_data, no_data_done};
+
+/* Connects to the parent and says what we are. Peers can attach only while
+ * this link is up. */
+static eccl_result up_open(eccl_relay *r)
+{
+    eccl_conn *conn = NULL;
+    eccl_result rc = eccl_chan_init(&r->up, r->env, NULL, RELAY_BATCH_RBUF);
+    if (rc != ECCL_OK) return rc;
+    rc = r->env->net->connect(r->env->net_ctx, r->parent_addr, &r->up, &conn);
+    if (rc != ECCL_OK) {
+        eccl_chan_close(&r->up);
+        return rc;
+    }
+    r->up.conn = conn;
+    r->up_open = 1;
+    r->n_route = 0; /* a new relay to the parent: handles start over */
+    eccl_msg h = {.type = ECCL_MSG_RELAY_HELLO};
+    h.u.relay_hello.timeout_ms = (uint32_t)(r->timeout_ns / MS);
+    r->up_heartbeat_at = now_ns(r) + r->timeout_ns / 4;
+    rc = eccl_chan_send_msg(&r->up, &h);
+    return rc == ECCL_OK ? eccl_chan_flush(&r->up) : rc;
+}
+
+static void up_retry_schedule(eccl_relay *r)
+{
+    if (r->up_backoff < RELAY_RETRY_NS) r->up_backoff = RELAY_RETRY_NS;
+    /* Jittered down by up to half, deterministically (core has no random
+     * source): relays cut off together must not all knock together. */
+    uint64_t salt[2] = {eccl_hash(ECCL_HASH_SIMPLE, r->addr, strlen(r->addr)), r->retries++};
+    uint64_t jitter = eccl_hash(ECCL_HASH_SIMPLE, salt, sizeof salt) % (r->up_backoff / 2);
+    r->up_retry_at = now_ns(r) + r->up_backoff - jitter;
+    r->up_backoff = r->up_backoff * 2 > RELAY_RETRY_MAX_NS ? RELAY_RETRY_MAX_NS : r->up_backoff * 2;
+}
+
+/* The parent is gone: so is every path our children had to the decisions.
+ * They hear it as a lost master, at once, instead of waiting out a
+ * timeout; we knock on the parent's door again. */
+static void up_close(eccl_relay *r, eccl_result why)
+{
+    if (!r->up_open) return;
+    ECCL_WARN(r->env, "relay lost its parent %s: %s", r->parent_addr, eccl_strerror(why));
+    eccl_chan_close(&r->up);
+    r->up_open = 0;
+    eccl_wire_batch_free(&r->out);
+    while (r->kids) kid_drop(r, r->kids, 0);
+    up_retry_schedule(r);
+}
+
+static void up_service(eccl_relay *r)
+{
+    if (!r->up_open) return;
+    eccl_result rc = eccl_chan_read(&r->up, &up_handler, r, SIZE_MAX);
+    if (rc == ECCL_OK) rc = eccl_chan_flush(&r->up);
+    if (rc != ECCL_OK) up_close(r, rc);
+}
+
+/* ---- the engine -------------------------------------------------------------- */
+
+static void scan(eccl_relay *r, uint64_t now)
+{
+    r->scan_at = ECCL_NO_DEADLINE;
+    eccl_msg hb = {.type = ECCL_MSG_HEARTBEAT};
+    for (rkid *k = r->kids, *n; k; k = n) {
+        n = k->next;
+        if (now - k->ch.last_rx_ns > k->timeout_ns) {
+            kid_drop(r, k, 1);
+            continue;
+        }
+        /* Heartbeats go in batches, as the master's (see heartbeat_slack). */
+        if (now + k->timeout_ns / 16 >= k->heartbeat_at) {
+            kid_send(k, &hb);
+            k->heartbeat_at = now + k->timeout_ns / 4;
+        }
+        uint64_t t = k->ch.last_rx_ns + k->timeout_ns + 1;
+        if (k->heartbeat_at < t) t = k->heartbeat_at;
+        if (t < r->scan_at) r->scan_at = t;
+    }
+}
+
+static uint64_t relay_step(void *owner, void **ready, int n, int *again)
+{
+    eccl_relay *r = owner;
+    *again = 0;
+    for (int i = 0; i < n; i++) {
+        if (*(int *)ready[i] == ECCL_HANDLE_LISTENER) accept_kids(r);
+        else if (ready[i] == &r->up) up_service(r);
+        else kid_service(r, ready[i]);
+    }
+    uint64_t now = now_ns(r);
+    if (r->up_open && now - r->up.last_rx_ns > r->timeout_ns) up_close(r, ECCL_ERR_TIMEOUT);
+    if (!r->up_open && r->up_retry_at && now >= r->up_retry_at) {
+        r->up_retry_at = 0;
+        eccl_result rc = up_open(r);
+        if (rc != ECCL_OK) {
+            if (r->up_open) {
+                eccl_chan_close(&r->up);
+                r->up_open = 0;
+            }
+            up_retry_schedule(r);
+        }
+    }
+    if (r->up_open && now >= r->up_heartbeat_at) {
+        eccl_msg hb = {.type = ECCL_MSG_HEARTBEAT};
+        if (eccl_chan_send_msg(&r->up, &hb) == ECCL_OK) eccl_chan_flush(&r->up);
+        r->up_heartbeat_at = now + r->timeout_ns / 4;
+    }
+    if (now >= r->scan_at) scan(r, now);
+    /* What this step heard or was told: one frame each way. */
+    up_flush(r);
+    for (rkid *k = r->kids; k; k = k->next)
+        if (k->is_relay) kid_batch_flush(k);
+    uint64_t next = r->scan_at;
+    if (r->up_open) {
+        uint64_t t = r->up.last_rx_ns + r->timeout_ns + 1;
+        if (t < next) next = t;
+        if (r->up_heartbeat_at < next) next = r->up_heartbeat_at;
+    } else if (r->up_retry_at && r->up_retry_at < next) {
+        next = r->up_retry_at;
+    }
+    return next;
+}
+
+static void relay_reap(void *owner)
+{
+    eccl_relay *r = owner;
+    for (rkid *k = r->graveyard, *n; k; k = n) {
+        n = k->next;
+        free(k->map);
+        free(k);
+    }
+    r->graveyard = NULL;
+}
+
+static const eccl_engine_ops relay_engine_ops = {relay_step, relay_reap};
+
+/* ---- public API ----------------------------------------------------------------- */
+
+eccl_result eccl_relay_create_with_env(eccl_env *env, eccl_env_release_fn release,
+                                       const char *listen_addr, const char *parent_addr,
+                                       eccl_relay **out)
+{
+    if (!listen_addr || !parent_addr || !out || strlen(listen_addr) >= ECCL_ADDR_MAX ||
+        strlen(parent_addr) >= ECCL_ADDR_MAX) {
+        release(env);
+        return ECCL_ERR_INVALID_ARG;
+    }
+    eccl_relay *r = calloc(1, sizeof *r);
+    if (!r) {
+        release(env);
+        return ECCL_ERR_NO_MEMORY;
+    }
+    r->env = env;
+    r->env_release = release;
+    r->listener.kind = ECCL_HANDLE_LISTENER;
+    r->scan_at = ECCL_NO_DEADLINE;
+    snprintf(r->parent_addr, sizeof r->parent_addr, "%s", parent_addr);
+    snprintf(env->name, sizeof env->name, "relay");
+    r->timeout_ns = eccl_config_uint(env, "ECCL_RELAY_TIMEOUT_MS", 10, 3600000,
+                                     RELAY_DEFAULT_TIMEOUT_MS) * MS;
+    eccl_result rc = eccl_engine_init(&r->eng, env, &relay_engine_ops, r);
+    if (rc != ECCL_OK) goto fail;
+    rc = env->net->listen(env->net_ctx, listen_addr, &r->listener, &r->listener.l, r->addr);
+    if (rc != ECCL_OK) {
+        ECCL_ERROR(env, "relay cannot listen on %s: %s", listen_addr, eccl_strerror(rc));
+        eccl_engine_fini(&r->eng);
+        goto fail;
+    }
+    *out = r;
+    return ECCL_OK;
+fail:
+    free(r);
+    release(env);
+    return rc;
+}
+
+eccl_result eccl_relay_address(const eccl_relay *r, char *buf, size_t len)
+{
+    if (!r || !buf || len == 0 || strlen(r->addr) >= len) return ECCL_ERR_INVALID_ARG;
+    memcpy(buf, r->addr, strlen(r->addr) + 1);
+    return ECCL_OK;
+}
+
+eccl_result eccl_relay_run(eccl_relay *r)
+{
+    if (!r) return ECCL_ERR_INVALID_ARG;
+    if (r->running) return ECCL_ERR_BUSY;
+    /* Before any child can knock: a child that finds no parent is turned
+     * away. A parent not up yet is retried with back-off. */
+    if (!r->up_open && !r->up_retry_at && up_open(r) != ECCL_OK) {
+        if (r->up_open) eccl_chan_close(&r->up);
+        r->up_open = 0;
+        up_retry_schedule(r);
+    }
+    eccl_result rc = eccl_engine_start(&r->eng, "eccl-relay");
+    if (rc == ECCL_OK) r->running = 1;
+    return rc;
+}
+
+eccl_result eccl_relay_stop(eccl_relay *r)
+{
+    if (!r) return ECCL_ERR_INVALID_ARG;
+    if (r->running) eccl_engine_stop(&r->eng);
+    r->running = 0;
+    while (r->kids) kid_drop(r, r->kids, 0);
+    if (r->up_open) eccl_chan_close(&r->up);
+    r->up_open = 0;
+    r->up_retry_at = 0;
+    if (r->listener.l) r->env->net->close_listener(r->env->net_ctx, r->listener.l);
+    r->listener.l = NULL;
+    relay_reap(r);
+    return ECCL_OK;
+}
+
+void eccl_relay_destroy(eccl_relay *r)
+{
+    if (!r) return;
+    eccl_relay_stop(r);
+    eccl_wire_batch_free(&r->out);
+    free(r->route);
+    eccl_engine_fini(&r->eng);
+    r->env_release(r->env);
+    free(r);
+}
