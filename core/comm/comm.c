@@ -28,6 +28,7 @@
 #include "util/log.h"
 
 #define COMM_RBUF_MASTER 4096u
+#define COMM_MASTER_ADDRS 4u /* master_addr "A,B,...": a relay, then fallbacks */
 #define COMM_RBUF_P2P (64u << 10)
 #define COMM_READ_BUDGET (8u << 20)
 /* Connect attempts back off exponentially: a refusal usually means a full
@@ -196,7 +197,10 @@ struct eccl_comm {
     eccl_env_release_fn env_release;
     eccl_engine eng;
     eccl_comm_params params;
-    char master_addr[ECCL_ADDR_MAX];
+    char master_addr[COMM_MASTER_ADDRS * ECCL_ADDR_MAX]; /* as given: "A,B,..." */
+    char master_addrs[COMM_MASTER_ADDRS][ECCL_ADDR_MAX];
+    uint32_t n_master_addrs;
+    uint32_t master_turn;       /* which one the next connect attempt tries */
     char p2p_host[ECCL_ADDR_MAX];
 
     enum comm_phase phase;
@@ -484,7 +488,8 @@ static eccl_result master_open(eccl_comm *c)
     eccl_conn *conn = NULL;
     eccl_result rc = eccl_chan_init(&c->master, c->env, NULL, COMM_RBUF_MASTER);
     if (rc != ECCL_OK) return rc;
-    rc = c->env->net->connect(c->env->net_ctx, c->master_addr, &c->master, &conn);
+    const char *addr = c->master_addrs[c->master_turn++ % c->n_master_addrs];
+    rc = c->env->net->connect(c->env->net_ctx, addr, &c->master, &conn);
     if (rc != ECCL_OK) {
         eccl_chan_close(&c->master);
         return rc;
@@ -1799,12 +1804,27 @@ void eccl_comm_params_init(eccl_comm_params *p)
     p->peer_timeout_ms = 5000;
 }
 
+/* "A,B,...": 1..COMM_MASTER_ADDRS non-empty addresses. */
+static eccl_result parse_master_addrs(eccl_comm *c)
+{
+    const char *a = c->master_addr;
+    for (;;) {
+        size_t len = strcspn(a, ",");
+        if (len == 0 || len >= ECCL_ADDR_MAX || c->n_master_addrs == COMM_MASTER_ADDRS)
+            return ECCL_ERR_INVALID_ARG;
+        memcpy(c->master_addrs[c->n_master_addrs], a, len);
+        c->master_addrs[c->n_master_addrs++][len] = '\0';
+        if (!a[len]) return ECCL_OK;
+        a += len + 1;
+    }
+}
+
 eccl_result eccl_comm_create_with_env(eccl_env *env, eccl_env_release_fn release,
                                       const eccl_comm_params *params, eccl_comm **out)
 {
     eccl_result rc;
     if (!params || !out || !params->master_addr ||
-        strlen(params->master_addr) >= ECCL_ADDR_MAX ||
+        strlen(params->master_addr) >= sizeof ((eccl_comm *)0)->master_addr ||
         (params->p2p_host && strlen(params->p2p_host) + 7 >= ECCL_ADDR_MAX)) {
         release(env);
         return ECCL_ERR_INVALID_ARG;
@@ -1818,6 +1838,11 @@ eccl_result eccl_comm_create_with_env(eccl_env *env, eccl_env_release_fn release
     c->env_release = release;
     c->params = *params;
     snprintf(c->master_addr, sizeof c->master_addr, "%s", params->master_addr);
+    if (parse_master_addrs(c) != ECCL_OK) {
+        free(c);
+        release(env);
+        return ECCL_ERR_INVALID_ARG;
+    }
     snprintf(c->p2p_host, sizeof c->p2p_host, "%s",
              params->p2p_host ? params->p2p_host : "127.0.0.1");
     c->params.master_addr = c->master_addr;
