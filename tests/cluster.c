@@ -216,7 +216,7 @@ static void peer_main(cluster *cl, int index, uint32_t world, cluster_body body,
 
     atomic_store(&s->phase, CL_PHASE_CREATING);
     eccl_comm_params_init(&p);
-    p.master_addr = cl->sh->master_addr;
+    p.master_addr = s->master_of[0] ? s->master_of : cl->sh->master_addr;
     p.peer_timeout_ms = cl->opts.peer_timeout_ms;
     p.op_timeout_ms = cl->opts.op_timeout_ms;
     p.connect_timeout_ms = cl->opts.connect_timeout_ms;
@@ -376,6 +376,36 @@ int cluster_fork(cluster *cl, int index, cluster_proc fn, void *arg)
     cl->status[index] = -1;
     watch_add(pid);
     return 0;
+}
+
+static int relay_proc(cluster *cl, int index, void *arg)
+{
+    (void)arg;
+    cluster_slot *s = &cl->sh->slot[index];
+    eccl_relay *r = NULL;
+    eccl_result rc = eccl_relay_create("127.0.0.1:0", cl->sh->master_addr, &r);
+    char addr[sizeof s->addr];
+    if (rc == ECCL_OK) rc = eccl_relay_address(r, addr, sizeof addr);
+    if (rc == ECCL_OK) rc = eccl_relay_run(r);
+    if (rc != ECCL_OK) {
+        cluster_fail("relay: %s", eccl_strerror(rc));
+        eccl_relay_destroy(r);
+        return 1;
+    }
+    /* The first byte last: the test reads the address once it is set. */
+    memcpy(s->addr + 1, addr + 1, sizeof addr - 1);
+    __atomic_store_n(&s->addr[0], addr[0], __ATOMIC_RELEASE);
+    for (;;) pause(); /* until the test kills it (or cluster_fini does) */
+}
+
+int cluster_fork_relay(cluster *cl, int index)
+{
+    if (cluster_fork(cl, index, relay_proc, NULL) != 0) return -1;
+    for (int i = 0; i < 5000 && !__atomic_load_n(&cl->sh->slot[index].addr[0], __ATOMIC_ACQUIRE); i++) {
+        if (!cluster_alive(cl, index)) return -1;
+        cluster_sleep_ms(1);
+    }
+    return cl->sh->slot[index].addr[0] ? 0 : -1;
 }
 
 static int reap(cluster *cl, int index, int block)

@@ -79,6 +79,8 @@ typedef struct cluster_slot {
     cluster_event ev[CLUSTER_MAX_EVENTS];
     atomic_llong val[16]; /* body-defined */
     char msg[CLUSTER_MSG];
+    char addr[64];        /* a relay's address (cluster_fork_relay) */
+    char master_of[256];  /* set: this peer's master_addr ("A,B,...") */
 } cluster_slot;
 
 typedef struct cluster_shared {
@@ -144,6 +146,9 @@ int cluster_spawn(cluster *cl, int index, uint32_t world, cluster_body body, voi
 /* Peers 0..n-1, all admitting until world == n. */
 int cluster_spawn_n(cluster *cl, int n, cluster_body body, void *arg);
 int cluster_fork(cluster *cl, int index, cluster_proc fn, void *arg);
+/* Forks a relay of the master into slot `index` (which holds no peer) and
+ * waits until it listens; its address is then in slot[index].addr. */
+int cluster_fork_relay(cluster *cl, int index);
 /* Waits for one child; SIGKILLs it at the deadline. 0 iff it exited 0. */
 int cluster_wait(cluster *cl, int index, uint64_t timeout_ms);
 /* Waits for every spawned child not reaped yet; returns how many failed
