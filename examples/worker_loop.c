@@ -77,6 +77,36 @@ static eccl_result agree_on_step(eccl_comm *comm, int *iter)
     return rc;
 }
 
+/* A communicator that has connected (registered; admitted or pending). */
+static eccl_result join(const eccl_launch *L, const eccl_comm_params *params, eccl_comm **comm,
+                        int64_t *id)
+{
+    eccl_result rc = L->comm_create(L->ctx, params, comm);
+    if (rc == ECCL_OK) rc = eccl_comm_connect(*comm);
+    if (rc != ECCL_OK) {
+        eccl_launch_emit(L, 1, "eccl-worker: connect: %s", eccl_strerror(rc));
+        eccl_comm_destroy(*comm);
+        *comm = NULL;
+        return rc;
+    }
+    eccl_comm_get_attr(*comm, ECCL_ATTR_PEER_ID, id);
+    eccl_launch_emit(L, 0, "event=connected peer=%lld pid=%d", (long long)*id, L->pid);
+    return ECCL_OK;
+}
+
+/* The master (or our relay) is gone: join again as a newcomer, if allowed.
+ * The buffers are the caller's and stay. */
+static int rejoin(const eccl_launch *L, eccl_worker_options *o, const eccl_comm_params *params,
+                  eccl_comm **comm, int64_t *id, int iter)
+{
+    if (o->rejoins <= 0) return 0;
+    o->rejoins--;
+    eccl_launch_emit(L, 0, "event=master_lost peer=%lld iter=%d", (long long)*id, iter);
+    eccl_comm_destroy(*comm);
+    o->start_world = 0; /* the job runs: wait for nobody */
+    return join(L, params, comm, id) == ECCL_OK;
+}
+
 int eccl_worker_run(const eccl_launch *L, const eccl_worker_options *opts)
 {
     eccl_worker_options o = *opts;
@@ -86,16 +116,9 @@ int eccl_worker_run(const eccl_launch *L, const eccl_worker_options *opts)
     params.peer_group = o.group;
     if (o.peer_timeout_ms) params.peer_timeout_ms = o.peer_timeout_ms;
     eccl_comm *comm = NULL;
-    eccl_result rc = L->comm_create(L->ctx, &params, &comm);
-    if (rc == ECCL_OK) rc = eccl_comm_connect(comm);
-    if (rc != ECCL_OK) {
-        eccl_launch_emit(L, 1, "eccl-worker: connect: %s", eccl_strerror(rc));
-        eccl_comm_destroy(comm);
-        return 1;
-    }
     int64_t id = 0;
-    eccl_comm_get_attr(comm, ECCL_ATTR_PEER_ID, &id);
-    eccl_launch_emit(L, 0, "event=connected peer=%lld pid=%d", (long long)id, L->pid);
+    eccl_result rc = join(L, &params, &comm, &id);
+    if (rc != ECCL_OK) return 1;
 
     float *send = NULL, *recv = NULL;
     if (!alloc_buffers(L, o.count * sizeof(float), &send, &recv)) {
@@ -144,6 +167,10 @@ int eccl_worker_run(const eccl_launch *L, const eccl_worker_options *opts)
             rc = agree_on_step(comm, &iter);
             agreed = rc == ECCL_OK;
             if (rc == ECCL_ERR_PEER_LOST) continue;
+        }
+        if (rc == ECCL_ERR_MASTER_LOST && rejoin(L, &o, &params, &comm, &id, iter)) {
+            agreed = 0;
+            continue;
         }
         if (rc != ECCL_OK) {
             eccl_launch_emit(L, 0, "event=error peer=%lld iter=%d what=membership error=\"%s\"", (long long)id,
@@ -233,6 +260,10 @@ int eccl_worker_run(const eccl_launch *L, const eccl_worker_options *opts)
             if (!restored) status = 1;
             if (rc == ECCL_ERR_TOO_FEW_PEERS) L->sleep_ms(L->ctx, 10);
             continue; /* retry this iteration with whoever is left */
+        }
+        if (rc == ECCL_ERR_MASTER_LOST && rejoin(L, &o, &params, &comm, &id, iter)) {
+            agreed = 0;
+            continue;
         }
         if (rc != ECCL_OK) {
             eccl_launch_emit(L, 0, "event=error peer=%lld iter=%d error=\"%s\"", (long long)id, iter,

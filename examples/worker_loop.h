@@ -69,6 +69,11 @@ typedef struct eccl_worker_options {
     uint32_t peer_timeout_ms; /* the communicator's peer_timeout_ms; 0: default */
     int optimize_at;  /* before this iteration every peer calls
                          eccl_comm_optimize_topology (once); 0: never */
+    int rejoins;      /* times a lost master (ECCL_ERR_MASTER_LOST: the master
+                         or the relay in front of it died) is answered by a new
+                         communicator that joins as a newcomer, through the
+                         next address of `master` ("RELAY,MASTER"); 0: it ends
+                         the loop with status 1 */
 } eccl_worker_options;
 
 /* Connects, runs o->iters checked all-reduces, retrying on the survivors

@@ -56,6 +56,8 @@
 #define LOOPBACK_BW_DEFAULT 5e9   /* 5 GB/s: one TCP stream over lo, copy-bound */
 #define LOOPBACK_LAT_DEFAULT 5e-6 /* 5 us one way: half a TCP_RR round trip over lo */
 #define MAX_LINE 1024
+#define MAX_RELAY_KILLS 16
+#define RELAY_PORT 5100
 
 /* ---- scenario ------------------------------------------------------------ */
 
@@ -136,6 +138,15 @@ typedef struct scenario_cfg {
     double expect_speedup;         /* 0: no check */
     int nfaults;
     fault_spec *faults;
+    /* relays = K: ranks in K contiguous shares, each reaching the master
+     * through a relay on the host of its share's first rank */
+    int relays;
+    int n_relay_kills;
+    struct {
+        int relay;     /* 1..relays */
+        uint64_t at_ns;
+        int line;
+    } relay_kills[MAX_RELAY_KILLS];
     /* workload = diloco (examples/diloco_loop.c) under seeded churn */
     int diloco;
     double duration_s;   /* the workers vote to stop once past it */
@@ -188,6 +199,7 @@ typedef struct rank_state {
     int exit_status; /* from its event=exit line; -1 before */
     int oks, first_ok_iter, last_ok_iter, last_ok_world, min_ok_world, max_ok_world,
         failed_ops;
+    int rejoins;               /* master_lost lines: its relay died, it came back */
     int phantom_oks;           /* event=ok lines that said values=phantom */
     int hashed_oks;            /* event=ok lines with a result hash */
     uint64_t begin_ns, op_ns; /* last event=begin; last begin-to-ok time */
@@ -214,6 +226,12 @@ struct sim {
     const scenario_cfg *cfg;
     eccl_sg_world *w;
     const char *master_addr;
+    /* relays: relay k serves ranks [k * relay_share + 1, (k + 1) * relay_share] */
+    int relay_share;
+    char (*relay_addr)[ECCL_ADDR_MAX];
+    aid_t *relay_pid;
+    struct relay_arg *relay_args;
+    int relays_live;   /* relay actors not ended */
     int verbose;
     int done;    /* ranks whose last worker ended; the master stops at cfg->ranks */
     int running; /* workers alive now */
@@ -518,6 +536,7 @@ enum {
     K_OPTIMIZE_AT, K_EXPECT_SPEEDUP,
     K_DEV_COPY_RATE, K_DEV_COPY_LAT, K_DEVICE_RING,                 /* buffers = cuda */
     K_TRANSPORT, K_IB_QPS, K_IB_MIN_BYTES, K_IB_CHUNK_BYTES,
+    K_RELAYS,
     K_NKEYS
 };
 
@@ -554,6 +573,7 @@ static const key_def key_defs[K_NKEYS] = {
     [K_IB_QPS] = {"ib_qps", KK_INT, CFG_OFF(ib_qps), 1, 16},
     [K_IB_MIN_BYTES] = {"ib_min_bytes", KK_SPECIAL, 0, 0, 0},
     [K_IB_CHUNK_BYTES] = {"ib_chunk_bytes", KK_SPECIAL, 0, 0, 0},
+    [K_RELAYS] = {"relays", KK_INT, CFG_OFF(relays), 0, MAX_RANKS},
     [K_STEP] = {"step", KK_TIME, CFG_OFF(step_s), 0, 0},
     [K_PEER_TIMEOUT] = {"peer_timeout", KK_TIME, CFG_OFF(peer_timeout_s), 0, 0},
     [K_EXPECT_SLOWDOWN] = {"expect_slowdown", KK_RATIO, CFG_OFF(expect_slowdown), 0, 0},
@@ -598,7 +618,7 @@ static const int common_optional[] = {K_EXPECT, K_SEED, K_JITTER, K_STAGGER, K_W
                                       K_OPTIMIZE_AT, K_EXPECT_SPEEDUP, K_WORKLOAD, K_CHURN,
                                       K_DURATION, K_MAX_STALL, K_CORRUPT_AT, K_DEV_COPY_RATE,
                                       K_DEV_COPY_LAT, K_DEVICE_RING, K_TRANSPORT, K_IB_QPS,
-                                      K_IB_MIN_BYTES, K_IB_CHUNK_BYTES, -1};
+                                      K_IB_MIN_BYTES, K_IB_CHUNK_BYTES, K_RELAYS, -1};
 static const int flat_required[] = {K_HOSTS, -1};
 static const int flat_optional[] = {-1};
 static const int clos_required[] = {K_HOSTS_PER_RACK, K_RACKS_PER_ZONE, K_ZONES_PER_DC, K_DCS, -1};
@@ -850,6 +870,25 @@ static int parse_scenario(const char *file, scenario_cfg *c)
         if (!*val) {
             rc = cfg_error(file, lineno, "%s: empty value", key);
             break;
+        }
+        if (strcmp(key, "kill_relay") == 0) {
+            /* kill_relay = K @ TIME: repeatable, checked against `relays` below */
+            char buf[MAX_LINE], *lhs, *when, *rest;
+            long k;
+            uint64_t at;
+            if (c->n_relay_kills == MAX_RELAY_KILLS) {
+                rc = cfg_error(file, lineno, "kill_relay: at most %d", MAX_RELAY_KILLS);
+                break;
+            }
+            if (split_at(val, buf, sizeof buf, &lhs, &when) || parse_long(lhs, 1, MAX_RANKS, &k) ||
+                parse_time_prefix(when, &at, &rest) || *rest) {
+                rc = cfg_error(file, lineno, "kill_relay: \"%s\": want K @ TIME", val);
+                break;
+            }
+            c->relay_kills[c->n_relay_kills].relay = (int)k;
+            c->relay_kills[c->n_relay_kills].at_ns = at;
+            c->relay_kills[c->n_relay_kills++].line = lineno;
+            continue;
         }
         int fk = -1;
         static const char *const fault_keys[] = {"kill", "host_off", "host_on", "join",
@@ -1104,6 +1143,15 @@ static int parse_scenario(const char *file, scenario_cfg *c)
     if (c->optimize_at && slow)
         return cfg_error(file, key_line[K_OPTIMIZE_AT], "optimize_at: not with slow_link (both "
                          "split the all-reduces into before and after)");
+    if (c->relays > c->ranks)
+        return cfg_error(file, key_line[K_RELAYS], "relays = %d: more than the %d ranks", c->relays,
+                         c->ranks);
+    if (c->relays && c->diloco)
+        return cfg_error(file, key_line[K_RELAYS], "relays: a key of workload = worker");
+    for (int i = 0; i < c->n_relay_kills; i++)
+        if (c->relay_kills[i].relay > c->relays)
+            return cfg_error(file, c->relay_kills[i].line, "kill_relay: relay %d of %d",
+                             c->relay_kills[i].relay, c->relays);
     if (key_line[K_EXPECT_SPEEDUP] && !c->optimize_at)
         return cfg_error(file, key_line[K_EXPECT_SPEEDUP], "expect_speedup: no optimize_at");
     if (c->expect_survivors > c->ranks)
@@ -1508,6 +1556,40 @@ static void start_killer(rank_state *v, uint64_t at_ns)
 }
 
 static void rank_main(int argc, char **argv);
+static void relay_main(int argc, char **argv);
+static void relay_faults_main(int argc, char **argv);
+
+/* A relay actor's data. */
+typedef struct relay_arg {
+    sim *s;
+    int k;
+} relay_arg;
+
+
+
+/* relays = K: relay k on the host of the first rank of its share, which
+ * its ranks reach first (the master next). -1: out of memory. */
+static int start_relays(sim *s)
+{
+    const scenario_cfg *c = s->cfg;
+    if (!c->relays) return 0;
+    s->relay_share = (c->ranks + c->relays - 1) / c->relays;
+    s->relay_addr = calloc((size_t)c->relays, sizeof *s->relay_addr);
+    s->relay_pid = calloc((size_t)c->relays, sizeof *s->relay_pid);
+    relay_arg *args = s->relay_args = calloc((size_t)c->relays, sizeof *args);
+    if (!s->relay_addr || !s->relay_pid || !args) return -1;
+    for (int k = 0; k < c->relays; k++) {
+        const rank_state *first = &s->rk[k * s->relay_share < c->ranks ? k * s->relay_share : c->ranks - 1];
+        snprintf(s->relay_addr[k], sizeof s->relay_addr[k], "%s:%d", first->host, RELAY_PORT);
+        args[k] = (relay_arg){s, k};
+        char name[32];
+        snprintf(name, sizeof name, "relay-%d", k + 1);
+        s->relay_pid[k] = start_actor(name, first->host, relay_main, &args[k]);
+        s->relays_live++;
+    }
+    if (c->n_relay_kills) start_actor("relay-faults", "node-0", relay_faults_main, s);
+    return 0;
+}
 
 /* A new worker on the rank's host, as a new process would start: fresh
  * communicator, admitted by the running peers' vote. */
@@ -1525,6 +1607,7 @@ static void start_worker(rank_state *r, uint64_t at_ns, int start_world)
     r->first_ok_iter = r->last_ok_iter = -1;
     r->last_ok_world = r->min_ok_world = r->max_ok_world = -1;
     r->failed_ops = 0;
+    r->rejoins = 0;
     r->begin_ns = r->op_ns = 0;
     r->pid = start_actor(r->name, r->host, rank_main, r);
 }
@@ -1685,8 +1768,9 @@ static void sim_print(void *ctx, int to_stderr, const char *line)
             progress(s);
         }
     } else if (strcmp(event, "peer_lost") == 0 || strcmp(event, "timeout") == 0 ||
-               strcmp(event, "too_few_peers") == 0) {
+               strcmp(event, "too_few_peers") == 0 || strcmp(event, "master_lost") == 0) {
         r->failed_ops++;
+        r->rejoins += event[0] == 'm';
         s->ar_failed++;
         if (after_fault) s->detect_ns = now;
     } else if (strcmp(event, "exit") == 0) {
@@ -1716,9 +1800,63 @@ static void master_main(int argc, char **argv)
     }
     /* Until every rank is done (diloco: until the churn is over and no
      * worker lives). */
-    while (s->cfg->diloco ? !(s->dl_live == 0 && s->churn_done) : s->done < s->cfg->ranks)
+    while (s->cfg->diloco ? !(s->dl_live == 0 && s->churn_done)
+                          : s->done < s->cfg->ranks || s->relays_live > 0)
         sg_actor_sleep_for(0.001);
     eccl_master_destroy(m);
+}
+
+/* However a relay actor ends (its run is over, kill_relay, its host's
+ * kill): the master goes on until none is left, so no relay outlives it. */
+static void relay_exited(int failed, void *data)
+{
+    (void)failed;
+    ((sim *)data)->relays_live--;
+}
+
+static void relay_main(int argc, char **argv)
+{
+    (void)argc;
+    (void)argv;
+    relay_arg *a = sg_actor_self_get_data();
+    sim *s = a->s;
+    sg_actor_on_exit(relay_exited, s);
+    eccl_relay *relay = NULL;
+    eccl_result rc = eccl_sg_relay_create(s->w, s->relay_addr[a->k], s->master_addr, &relay);
+    if (rc == ECCL_OK) rc = eccl_relay_run(relay);
+    if (rc != ECCL_OK) {
+        eccl_sg_printf("relay", "FAIL relay %d start: %s", a->k + 1, eccl_strerror(rc));
+        eccl_relay_destroy(relay);
+        s->oom = 1;
+        return;
+    }
+    /* Until every rank is done: coarse, one timer per relay. */
+    while (s->done < s->cfg->ranks) sg_actor_sleep_for(0.01);
+    eccl_relay_destroy(relay);
+}
+
+/* Fires the kill_relay lines in time order (file order at one instant). */
+static void relay_faults_main(int argc, char **argv)
+{
+    (void)argc;
+    (void)argv;
+    sim *s = sg_actor_self_get_data();
+    const scenario_cfg *c = s->cfg;
+    int done[MAX_RELAY_KILLS] = {0};
+    for (int n = 0; n < c->n_relay_kills; n++) {
+        int next = -1;
+        for (int i = 0; i < c->n_relay_kills; i++)
+            if (!done[i] && (next < 0 || c->relay_kills[i].at_ns < c->relay_kills[next].at_ns))
+                next = i;
+        done[next] = 1;
+        sg_actor_sleep_until((double)c->relay_kills[next].at_ns / 1e9);
+        int k = c->relay_kills[next].relay - 1;
+        eccl_sg_printf("eccl-sim", "kill_relay relay=%d at=%s: its ranks rejoin through the master",
+                       k + 1, s->relay_addr[k]);
+        add_event(s, 0, "kill_relay", -1, -1, NULL, NULL);
+        if (s->fault_ns == UINT64_MAX) s->fault_ns = eccl_sg_now_ns();
+        eccl_sg_world_kill_process(s->w, s->relay_pid[k]);
+    }
 }
 
 static void rank_main(int argc, char **argv)
@@ -1736,8 +1874,16 @@ static void rank_main(int argc, char **argv)
     eccl_worker_sg_init(&sim_launch, s->w, sim_print, r);
     const eccl_launch launch = sim_launch.launch;
     /* eccl-worker --master node-0:5000 --count C --iters I --start-world N */
+    /* Behind a relay: it first, the master next (a dead relay's ranks
+     * rejoin through the master). */
+    char master[2 * ECCL_ADDR_MAX + 1];
+    snprintf(master, sizeof master, "%s", s->master_addr);
+    if (s->cfg->relays)
+        snprintf(master, sizeof master, "%s,%s", s->relay_addr[(r->idx - 1) / s->relay_share],
+                 s->master_addr);
     const eccl_worker_options o = {
-        .master = s->master_addr,
+        .master = master,
+        .rejoins = s->cfg->relays ? 1 : 0,
         .count = (size_t)s->cfg->count,
         .iters = s->cfg->iters,
         .world_min = s->cfg->world_min,
@@ -2123,6 +2269,9 @@ static void sim_free(sim *s, scenario_cfg *cfg)
     free(s->flinks);
     free(s->order);
     free(s->ev);
+    free(s->relay_addr);
+    free(s->relay_pid);
+    free(s->relay_args);
     free(s);
     free(cfg->faults);
     fflush(stdout);
@@ -2648,6 +2797,10 @@ int main(int argc, char **argv)
     for (int i = 0; i < cfg.ranks; i++) initial += !s->rk[i].late;
     start_actor("master", "node-0", master_main, s);
     if (s->norder > 0) start_actor("faults", "node-0", plan_main, s);
+    if (start_relays(s) != 0) {
+        fprintf(stderr, "eccl-sim: out of memory for %d relays\n", cfg.relays);
+        return 2;
+    }
     for (int i = 0; i < cfg.ranks; i++)
         start_worker(&s->rk[i], s->rk[i].arrive_ns, s->rk[i].late ? 0 : initial);
     simgrid_run();
@@ -2659,6 +2812,7 @@ int main(int argc, char **argv)
     for (int i = 0; i < cfg.nfaults; i++)
         victims |= cfg.faults[i].kind == F_KILL || cfg.faults[i].kind == F_HOST_OFF;
     for (int i = 0; i < cfg.ranks; i++) victims |= s->rk[i].role == ROLE_DROPPED;
+    victims |= cfg.n_relay_kills > 0; /* their ranks drop out of the view, then rejoin */
     FILE *rf = open_out(outdir, "ranks.tsv");
     if (rf)
         fputs("rank\thost\trole\tworkers\tkilled\treturned\tstatus\toks\tfirst_ok_iter\t"
@@ -2684,8 +2838,10 @@ int main(int argc, char **argv)
             dropped += ok;
             break;
         case ROLE_SURVIVOR: {
-            ok = finished && r->oks == cfg.iters && !r->killed && !r->kill_missed &&
-                 values_ok(&cfg, r);
+            /* One that rejoined (its relay died) misses the steps the job
+             * took while it was away, and only those. */
+            ok = finished && (r->oks == cfg.iters || (r->rejoins && r->oks >= 1)) &&
+                 !r->killed && !r->kill_missed && values_ok(&cfg, r);
             /* Saw the failure: an all-reduce failed under it, or its world shrank. */
             int saw = r->failed_ops > 0 || (r->min_ok_world >= 0 && r->min_ok_world < r->max_ok_world) ||
                       (r->last_ok_world >= 0 && r->last_ok_world < cfg.ranks);

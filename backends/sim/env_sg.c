@@ -906,6 +906,17 @@ eccl_result eccl_sg_master_create(eccl_sg_world *w, const char *listen_addr, ecc
     return eccl_master_create_with_env(env, eccl_sg_env_destroy, listen_addr, out);
 }
 
+eccl_result eccl_sg_relay_create(eccl_sg_world *w, const char *listen_addr, const char *parent_addr,
+                                 eccl_relay **out)
+{
+    eccl_env *env = NULL;
+    eccl_result rc = eccl_sg_env_create(w, "relay", &env);
+    if (rc != ECCL_OK) return rc;
+    /* A coordinator process like the master: the same CPU time per message. */
+    ((sg_env *)env)->msg_cost_s = w->master_msg_cost_s;
+    return eccl_relay_create_with_env(env, eccl_sg_env_destroy, listen_addr, parent_addr, out);
+}
+
 eccl_result eccl_sg_comm_create_on(eccl_sg_world *w, eccl_sg_device *d, const eccl_comm_params *params,
                                    eccl_comm **out)
 {

@@ -160,6 +160,10 @@ void eccl_sg_env_destroy(eccl_env *env);
  * the real backend). */
 eccl_result eccl_sg_master_create(eccl_sg_world *w, const char *listen_addr,
                                   eccl_master **out);
+/* A relay of the coordinator's tree on the calling actor's host, charged
+ * the master's CPU time per message (eccl_sg_world_set_master_msg_cost). */
+eccl_result eccl_sg_relay_create(eccl_sg_world *w, const char *listen_addr, const char *parent_addr,
+                                 eccl_relay **out);
 eccl_result eccl_sg_comm_create(eccl_sg_world *w, const eccl_comm_params *params,
                                 eccl_comm **out);
 /* The same on the rank's simulated device d: device pointers of d passed to

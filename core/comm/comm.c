@@ -294,10 +294,13 @@ static uint64_t retry_at(eccl_comm *c, uint64_t *backoff)
     return at;
 }
 
-/* The master is retried until connect_timeout, and not a moment later. */
+/* The master is retried until connect_timeout, and not a moment later.
+ * The next address of the list is tried at once: only a whole round of
+ * refusals earns a back-off (a dead relay must not delay its peers' way in
+ * through the master by a back-off period). */
 static void master_retry_schedule(eccl_comm *c)
 {
-    uint64_t at = retry_at(c, &c->master_backoff);
+    uint64_t at = c->master_turn % c->n_master_addrs ? now_ns(c) : retry_at(c, &c->master_backoff);
     c->master_retry_at = at < c->master_deadline ? at : c->master_deadline;
 }
 
