@@ -897,12 +897,33 @@ eccl_result eccl_sg_world_set_master_msg_cost(eccl_sg_world *w, double seconds)
     return ECCL_OK;
 }
 
+eccl_result eccl_sg_env_create_master(eccl_sg_world *w, const char *name, eccl_env **out)
+{
+    eccl_result rc = eccl_sg_env_create(w, name, out);
+    if (rc == ECCL_OK) ((sg_env *)*out)->msg_cost_s = w->master_msg_cost_s;
+    return rc;
+}
+
+void eccl_sg_listener_set_interest(eccl_env *env, eccl_listener *l, int on)
+{
+    (void)env;
+    if (l) eccl_net_sg_listener_quiet(l, !on);
+}
+
+int eccl_sg_route_cost(const char *from, const char *to, size_t bytes, double *latency_s,
+                       double *wire_s)
+{
+    sg_host_t a = sg_host_by_name(from), b = sg_host_by_name(to);
+    if (!a || !b || !latency_s || !wire_s) return -1;
+    eccl_net_sg_route_cost(a, b, bytes, latency_s, wire_s);
+    return 0;
+}
+
 eccl_result eccl_sg_master_create(eccl_sg_world *w, const char *listen_addr, eccl_master **out)
 {
     eccl_env *env = NULL;
-    eccl_result rc = eccl_sg_env_create(w, "master", &env);
+    eccl_result rc = eccl_sg_env_create_master(w, "master", &env);
     if (rc != ECCL_OK) return rc;
-    ((sg_env *)env)->msg_cost_s = w->master_msg_cost_s;
     return eccl_master_create_with_env(env, eccl_sg_env_destroy, listen_addr, out);
 }
 

@@ -154,7 +154,30 @@ eccl_result eccl_sg_world_set_master_msg_cost(eccl_sg_world *w, double seconds);
 /* An env on the calling actor's host. Free with eccl_sg_env_destroy (the
  * release function core objects call). */
 eccl_result eccl_sg_env_create(eccl_sg_world *w, const char *name, eccl_env **out);
+/* The same, charged as a master's env is (eccl_sg_world_set_master_msg_cost):
+ * for a program that stands in for eccl's master, such as the NCCL 2.x
+ * root of eccl-sim's baseline, so that both pay the same CPU time per
+ * message. */
+eccl_result eccl_sg_env_create_master(eccl_sg_world *w, const char *name, eccl_env **out);
 void eccl_sg_env_destroy(eccl_env *env);
+
+/* Whether env's `wait` reports listener l while connections wait in its
+ * backlog (on, the default) or not at all (off). Core never turns it off:
+ * its progress engine services every listener. A program that blocks on one
+ * socket at a time, as NCCL's bootstrap does with blocking system calls,
+ * turns off what it is not blocked on, or a listener with a backlog would
+ * make every wait return at once. Call from the env's owner. */
+void eccl_sg_listener_set_interest(eccl_env *env, eccl_listener *l, int on);
+
+/* What one message of `bytes` stream bytes costs from host `from` to host
+ * `to` over net_sg when nothing else shares the route, as the CM02 model
+ * eccl-sim loads charges it: *latency_s, the route's latency, and *wire_s,
+ * the time its bytes and net_sg's per-message header take on the route's
+ * narrowest link (it arrives latency + wire after it is sent). -1 when a
+ * host is unknown, else 0. Callable outside simgrid_run once the platform
+ * is sealed. */
+int eccl_sg_route_cost(const char *from, const char *to, size_t bytes, double *latency_s,
+                       double *wire_s);
 
 /* The public objects, built around a fresh sim env (as api_real.c does for
  * the real backend). */

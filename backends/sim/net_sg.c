@@ -128,6 +128,7 @@ struct eccl_listener {
     int bl_len;
     eccl_listener *next;     /* in env->listeners */
     eccl_listener *reg_next; /* next bound listener with the same registry key */
+    int quiet;               /* wait does not report it (eccl_sg_listener_set_interest) */
     char addr[ECCL_ADDR_MAX];
 };
 
@@ -951,6 +952,23 @@ static void sg_close_listener(void *ctx, eccl_listener *l)
     free(l);
 }
 
+void eccl_net_sg_listener_quiet(eccl_listener *l, int quiet)
+{
+    l->quiet = quiet != 0;
+    /* Heard again with connections already waiting: the owner may be
+     * asleep in wait, which only rechecks on a wake-up. */
+    if (!l->quiet && l->bl_head) eccl_sg_cv_broadcast(&l->env->cv);
+}
+
+void eccl_net_sg_route_cost(const_sg_host_t from, const_sg_host_t to, size_t bytes,
+                            double *latency_s, double *wire_s)
+{
+    /* CM02 (the model eccl-sim loads) charges a message latency + size /
+     * bandwidth, with the size net_sg puts on the wire (see post_as). */
+    *latency_s = sg_host_get_route_latency(from, to);
+    *wire_s = (double)(bytes + MSG_OVERHEAD) / sg_host_get_route_bandwidth(from, to);
+}
+
 /* ---- conns --------------------------------------------------------------- */
 
 static eccl_result sg_connect(void *ctx, const char *addr, void *user, eccl_conn **out)
@@ -1220,7 +1238,7 @@ static int collect(sg_env *e, void **ready, int max)
     }
     e->ncand = keep;
     for (eccl_listener *l = e->listeners; l && n < max; l = l->next)
-        if (l->bl_head) n = add_ready(ready, n, max, l->user);
+        if (l->bl_head && !l->quiet) n = add_ready(ready, n, max, l->user);
     for (sg_event_source *s = e->sources; s && n < max; s = s->next)
         if (s->pending > 0) n = add_ready(ready, n, max, s->user);
     return n;

@@ -150,6 +150,14 @@ void eccl_net_sg_drain_self(eccl_sg_world *w);
 /* Frees the outboxes of actors that never drained (killed with their
  * host, or daemons stopped by the end of the simulation). No simcall. */
 void eccl_net_sg_free_outboxes(eccl_sg_world *w);
+/* Whether wait reports listener l while connections wait in its backlog
+ * (quiet = 0, the default) or never (1). */
+void eccl_net_sg_listener_quiet(eccl_listener *l, int quiet);
+/* What a message of `bytes` stream bytes costs from host `from` to host
+ * `to` when nothing else shares the route: the route's latency, and the
+ * time its bytes (and net_sg's header) take on the narrowest link. */
+void eccl_net_sg_route_cost(const_sg_host_t from, const_sg_host_t to, size_t bytes,
+                            double *latency_s, double *wire_s);
 /* Posts what conns hold back for a path that was down and is up again. */
 void eccl_net_sg_release_held(eccl_sg_world *w);
 /* The boot of a host (0 until it first goes off). */
