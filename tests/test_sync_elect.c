@@ -61,6 +61,32 @@ static void test_majority_and_spread(void **state)
     eccl_sync_election_free(&e);
 }
 
+/* Joiners holding the initial state outnumber the group: the group's state
+ * wins anyway, and the joiners fetch it (they once outvoted it, and a
+ * 1,000-rank churn run went back a revision). */
+static void test_newcomers_never_outvote_members(void **state)
+{
+    (void)state;
+    eccl_sync_voter v[5] = {voter(1, A, EP), voter(2, A, EP), voter(3, B, EP), voter(4, B, EP),
+                            voter(5, B, EP)};
+    v[0].newcomer = v[1].newcomer = 0;
+    v[0].revision = v[1].revision = 11;
+    v[2].revision = v[3].revision = v[4].revision = 0;
+    eccl_sync_election e;
+    assert_int_equal(eccl_sync_elect(v, 5, 1, 10, &e), ECCL_OK);
+    assert_true(v[0].elected && v[1].elected);
+    assert_int_equal(e.revision, 11);
+    assert_int_equal(e.n_fetch, 3);
+    for (uint32_t i = 0; i < e.n_fetch; i++) assert_true(e.fetch[i].peer >= 2);
+    eccl_sync_election_free(&e);
+    /* Members that cannot vote (receive only) leave the vote to the
+     * newcomers: somebody must decide. */
+    v[0].strategy = v[1].strategy = RO;
+    assert_int_equal(eccl_sync_elect(v, 5, 1, 10, &e), ECCL_OK);
+    assert_true(v[2].elected && v[3].elected && v[4].elected);
+    eccl_sync_election_free(&e);
+}
+
 static void test_tie_lowest_id(void **state)
 {
     (void)state;
@@ -159,6 +185,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_majority_and_spread),
+        cmocka_unit_test(test_newcomers_never_outvote_members),
         cmocka_unit_test(test_tie_lowest_id),
         cmocka_unit_test(test_revision_rule),
         cmocka_unit_test(test_strategies),

@@ -34,6 +34,15 @@ static int votes(const eccl_sync_voter *p)
     return p->result == ECCL_OK && p->strategy != ECCL_SYNC_RECEIVE_ONLY;
 }
 
+/* A newcomer's vote counts only when no member that took part in the last
+ * good round votes: a wave of joiners holding the initial state must not
+ * outvote the group and set its training back (a 1,000-rank churn run lost
+ * revisions that way). */
+static int counts(const eccl_sync_voter *p, int members_vote)
+{
+    return votes(p) && (!members_vote || !p->newcomer);
+}
+
 void eccl_sync_election_free(eccl_sync_election *e)
 {
     free(e->fetch);
@@ -65,6 +74,8 @@ eccl_result eccl_sync_elect(eccl_sync_voter *v, uint32_t n, int have_last, uint6
         if (!v[i].newcomer && have_last && v[i].revision != last + 1)
             v[i].result = ECCL_ERR_INVALID_ARG;
     }
+    int members_vote = 0;
+    for (uint32_t i = 0; i < n; i++) members_vote |= votes(&v[i]) && !v[i].newcomer;
     /* 2., 3. classes (named by their first member) and votes. Classes are
      * few (usually one or two), so comparing with each class's first
      * member costs O(n * classes * keys). */
@@ -78,7 +89,7 @@ eccl_result eccl_sync_elect(eccl_sync_voter *v, uint32_t n, int have_last, uint6
                 break;
             }
         }
-        if (votes(&v[i])) {
+        if (counts(&v[i], members_vote)) {
             count[cls[i]]++;
             if (v[i].id < minid[cls[i]]) minid[cls[i]] = v[i].id;
         }

@@ -28,7 +28,9 @@
  *     newcomer whose content equals the group's is up to date whatever
  *     number it carries.
  *  3. Vote: every ENFORCE_POPULAR and SEND_ONLY peer votes for its class;
- *     RECEIVE_ONLY peers do not. The class with the most votes wins; a tie
+ *     RECEIVE_ONLY peers do not, and neither do newcomers while any member
+ *     of the last good round votes (joiners holding the initial state must
+ *     not outvote the group and set it back). The class with the most votes wins; a tie
  *     goes to the class holding the lowest voting peer id (deterministic,
  *     and favours the oldest peers, whose ids are lowest). No vote at all:
  *     everyone gets ECCL_ERR_INVALID_ARG.
