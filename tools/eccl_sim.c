@@ -1214,8 +1214,14 @@ static int parse_scenario(const char *file, scenario_cfg *c)
     if (c->relays > c->ranks)
         return cfg_error(file, key_line[K_RELAYS], "relays = %d: more than the %d ranks", c->relays,
                          c->ranks);
-    if (c->relays && (c->diloco || c->nccl2))
-        return cfg_error(file, key_line[K_RELAYS], "relays: a key of workload = worker");
+    if (c->relays && c->nccl2)
+        return cfg_error(file, key_line[K_RELAYS], "relays: not a key of workload = nccl2_bootstrap");
+    if (c->relays && c->diloco && c->hosts - 1 - rank_host(c, c->ranks) < c->relays)
+        return cfg_error(file, key_line[K_RELAYS],
+                         "relays = %d with workload = diloco: needs as many hosts beyond the ranks' "
+                         "(the churn crashes ranks' hosts)", c->relays);
+    if (c->n_relay_kills && c->diloco)
+        return cfg_error(file, c->relay_kills[0].line, "kill_relay: workload = diloco makes its own faults");
     for (int i = 0; i < c->n_relay_kills; i++)
         if (c->relay_kills[i].relay > c->relays)
             return cfg_error(file, c->relay_kills[i].line, "kill_relay: relay %d of %d",
@@ -1646,13 +1652,23 @@ static int start_relays(sim *s)
     s->relay_pid = calloc((size_t)c->relays, sizeof *s->relay_pid);
     relay_arg *args = s->relay_args = calloc((size_t)c->relays, sizeof *args);
     if (!s->relay_addr || !s->relay_pid || !args) return -1;
+    /* Spare hosts, if the platform has enough, keep relays out of the
+     * ranks' fate (the diloco churn crashes ranks' hosts at random). */
+    const int spare0 = 1 + rank_host(c, c->ranks);
+    const int spare = c->hosts - spare0 >= c->relays;
     for (int k = 0; k < c->relays; k++) {
-        const rank_state *first = &s->rk[k * s->relay_share < c->ranks ? k * s->relay_share : c->ranks - 1];
-        snprintf(s->relay_addr[k], sizeof s->relay_addr[k], "%s:%d", first->host, RELAY_PORT);
+        char host[24];
+        if (spare) {
+            snprintf(host, sizeof host, "node-%d", spare0 + k);
+        } else {
+            const rank_state *first = &s->rk[k * s->relay_share < c->ranks ? k * s->relay_share : c->ranks - 1];
+            snprintf(host, sizeof host, "%s", first->host);
+        }
+        snprintf(s->relay_addr[k], sizeof s->relay_addr[k], "%s:%d", host, RELAY_PORT);
         args[k] = (relay_arg){s, k};
         char name[32];
         snprintf(name, sizeof name, "relay-%d", k + 1);
-        s->relay_pid[k] = start_actor(name, first->host, relay_main, &args[k]);
+        s->relay_pid[k] = start_actor(name, host, relay_main, &args[k]);
         s->relays_live++;
     }
     if (c->n_relay_kills) start_actor("relay-faults", "node-0", relay_faults_main, s);
@@ -1855,6 +1871,13 @@ static void sim_print(void *ctx, int to_stderr, const char *line)
 
 /* ---- actors -------------------------------------------------------------- */
 
+/* Until every rank is done (diloco: until the churn is over and no worker
+ * lives): the coordinators serve until then. */
+static int job_running(const sim *s)
+{
+    return s->cfg->diloco ? !(s->dl_live == 0 && s->churn_done) : s->done < s->cfg->ranks;
+}
+
 static void master_main(int argc, char **argv)
 {
     (void)argc;
@@ -1871,9 +1894,7 @@ static void master_main(int argc, char **argv)
     }
     /* Until every rank is done (diloco: until the churn is over and no
      * worker lives). */
-    while (s->cfg->diloco ? !(s->dl_live == 0 && s->churn_done)
-                          : s->done < s->cfg->ranks || s->relays_live > 0)
-        sg_actor_sleep_for(0.001);
+    while (job_running(s) || s->relays_live > 0) sg_actor_sleep_for(0.001);
     eccl_master_destroy(m);
 }
 
@@ -1902,7 +1923,7 @@ static void relay_main(int argc, char **argv)
         return;
     }
     /* Until every rank is done: coarse, one timer per relay. */
-    while (s->done < s->cfg->ranks) sg_actor_sleep_for(0.01);
+    while (job_running(s)) sg_actor_sleep_for(0.01);
     eccl_relay_destroy(relay);
 }
 
@@ -1930,6 +1951,16 @@ static void relay_faults_main(int argc, char **argv)
     }
 }
 
+/* A rank's master_addr: behind a relay, it first and the master next (a
+ * dead relay's ranks rejoin through the master). */
+static void rank_master(const sim *s, const rank_state *r, char *buf, size_t len)
+{
+    if (s->cfg->relays)
+        snprintf(buf, len, "%s,%s", s->relay_addr[(r->idx - 1) / s->relay_share], s->master_addr);
+    else
+        snprintf(buf, len, "%s", s->master_addr);
+}
+
 static void rank_main(int argc, char **argv)
 {
     (void)argc;
@@ -1945,13 +1976,8 @@ static void rank_main(int argc, char **argv)
     eccl_worker_sg_init(&sim_launch, s->w, sim_print, r);
     const eccl_launch launch = sim_launch.launch;
     /* eccl-worker --master node-0:5000 --count C --iters I --start-world N */
-    /* Behind a relay: it first, the master next (a dead relay's ranks
-     * rejoin through the master). */
     char master[2 * ECCL_ADDR_MAX + 1];
-    snprintf(master, sizeof master, "%s", s->master_addr);
-    if (s->cfg->relays)
-        snprintf(master, sizeof master, "%s,%s", s->relay_addr[(r->idx - 1) / s->relay_share],
-                 s->master_addr);
+    rank_master(s, r, master, sizeof master);
     const eccl_worker_options o = {
         .master = master,
         .rejoins = s->cfg->relays ? 1 : 0,
@@ -2514,7 +2540,9 @@ static void dl_rank_main(int argc, char **argv)
     eccl_worker_sg_init(&sim_launch, s->w, dl_print, r);
     eccl_diloco_options o;
     eccl_diloco_options_init(&o);
-    o.master = s->master_addr;
+    char master[2 * ECCL_ADDR_MAX + 1];
+    rank_master(s, r, master, sizeof master);
+    o.master = master;
     o.count = (size_t)c->count;
     o.step_ms = (int)llround(c->step_s * 1e3);
     o.peer_timeout_ms = (uint32_t)llround(c->peer_timeout_s * 1e3);
@@ -2592,6 +2620,10 @@ static int run_diloco(sim *s, scenario_cfg *cfg, const char *outdir)
                    cfg->count, cfg->duration_s, churn, outdir);
     s->churn_done = !cfg->have_churn;
     start_actor("master", "node-0", master_main, s);
+    if (start_relays(s) != 0) {
+        fprintf(stderr, "eccl-sim: out of memory for %d relays\n", cfg->relays);
+        return 2;
+    }
     if (cfg->have_churn) start_actor("churn", "node-0", churn_main, s);
     for (int i = 0; i < cfg->ranks; i++) dl_start_worker(s, &s->rk[i], s->rk[i].arrive_ns);
     simgrid_run();
