@@ -118,6 +118,12 @@ int eccl_worker_run(const eccl_launch *L, const eccl_worker_options *opts)
     eccl_comm *comm = NULL;
     int64_t id = 0;
     eccl_result rc = join(L, &params, &comm, &id);
+    /* Our relay may die while we register: come in through the next one. */
+    while (rc == ECCL_ERR_MASTER_LOST && o.rejoins > 0) {
+        o.rejoins--;
+        eccl_launch_emit(L, 0, "event=master_lost peer=%lld iter=0", (long long)id);
+        rc = join(L, &params, &comm, &id);
+    }
     if (rc != ECCL_OK) return 1;
 
     float *send = NULL, *recv = NULL;
