@@ -140,6 +140,171 @@ static void test_relay_killed_mid_job(void **state)
     cluster_fini(&cl);
 }
 
+/* ---- a relay dies mid-vote, mid-admission, mid-view-change ------------------ */
+
+/* The test freezes a relay (SIGSTOP: it holds its peers' frames, as a relay
+ * stuck in a long pause does), lets a decision start that needs them, then
+ * kills it. The master must decide nothing while those frames are held
+ * (the others' calls return only after the kill), then decide without the
+ * relay's peers, who hear their master is lost. */
+enum { CTL_FROZEN = 1, CTL_KILL_NS = 2, CTL_NEWCOMER = 3 };
+enum { V_RETURNED_NS = 1, V_WORLD = 2 };
+
+/* Everyone contributes index + 1: the sum says who took part. */
+static int sum_check(eccl_comm *c, int index, uint64_t tag, float want, uint32_t world)
+{
+    float x[256], y[256];
+    for (int i = 0; i < 256; i++) x[i] = (float)(index + 1);
+    eccl_reduce_info info = {0};
+    CL_OK(eccl_allreduce(c, x, y, 256, ECCL_F32, ECCL_SUM, tag, &info));
+    CL_CHECK(info.world_size == world && y[0] == want && y[255] == want,
+             "tag %llu: world %u sum %g, want world %u sum %g", (unsigned long long)tag,
+             info.world_size, (double)y[0], world, (double)want);
+    cluster_push_hash(cluster_fnv1a(y, sizeof y));
+    return 0;
+}
+
+/* Peers 0, 1 behind relay A, 2, 3 behind B, then newcomer 4 straight to the
+ * master. With B frozen, 2 and 3 ask peers_pending into the void: the
+ * round cannot close, so 0 and 1 wait; once B dies, 0, 1 admit 4. */
+static int vote_body(eccl_comm *c, int index, void *arg)
+{
+    (void)arg;
+    cluster_slot *self = cluster_self();
+    if (index == 4) return sum_check(c, index, 900, 1 + 2 + 5, 3);
+    if (sum_check(c, index, 800, 1 + 2 + 3 + 4, 4)) return 1;
+    atomic_store(&self->finished, 1);
+    if (cluster_wait_ctl(CTL_NEWCOMER, 1, 30000)) return 1;
+    for (;;) {
+        uint32_t pending = 0;
+        eccl_result rc = eccl_comm_peers_pending(c, &pending);
+        atomic_store(&self->val[V_RETURNED_NS], (long long)cluster_now_ns());
+        if (index >= 2) {
+            CL_CHECK(rc == ECCL_ERR_MASTER_LOST, "behind the dead relay: %s", eccl_strerror(rc));
+            atomic_store(&self->val[V_LOST], 1);
+            return 0;
+        }
+        CL_OK(rc);
+        if (pending) {
+            CL_OK(eccl_comm_update_topology(c));
+            break;
+        }
+        usleep(2000);
+    }
+    int64_t w = 0;
+    CL_OK(eccl_comm_get_attr(c, ECCL_ATTR_WORLD_SIZE, &w));
+    atomic_store(&self->val[V_WORLD], w);
+    return sum_check(c, index, 900, 1 + 2 + 5, 3);
+}
+
+static int first_round_done(cluster *cl, void *arg)
+{
+    int n = *(int *)arg;
+    for (int i = 0; i < n; i++)
+        if (atomic_load(&cl->sh->slot[i].finished) < 1) return 0;
+    return 1;
+}
+
+static void test_relay_killed_mid_vote(void **state)
+{
+    (void)state;
+    cluster cl;
+    cluster_opts o = {.no_linger = 1};
+    assert_int_equal(cluster_init(&cl, &o), 0);
+    assert_int_equal(cluster_fork_relay(&cl, RELAY_A), 0);
+    assert_int_equal(cluster_fork_relay(&cl, RELAY_B), 0);
+    for (int i = 0; i < 4; i++) route_peer(&cl, i, cl.sh->slot[i < 2 ? RELAY_A : RELAY_B].addr, 1);
+    for (int i = 0; i < 4; i++) assert_int_equal(cluster_spawn(&cl, i, 4, vote_body, NULL), 0);
+    int n = 4;
+    int rc = cluster_wait_for(&cl, first_round_done, &n, 60000);
+    if (rc == 0) {
+        kill(cl.pid[RELAY_B], SIGSTOP);
+        /* A newcomer registers, the members start the vote: 2 and 3 ask
+         * into the frozen relay, so no round can close. */
+        rc = cluster_spawn(&cl, 4, 3, vote_body, NULL);
+        atomic_store(&cl.sh->ctl[CTL_NEWCOMER], 1);
+        cluster_sleep_ms(300);
+        atomic_store(&cl.sh->ctl[CTL_KILL_NS], (long long)cluster_now_ns());
+        cluster_kill(&cl, RELAY_B);
+    }
+    if (rc == 0) rc = wait_peers(&cl, 5, 60000);
+    for (int i = 0; i < 5; i++) cluster_dump_slot(&cl, i);
+    assert_int_equal(rc, 0);
+    long long killed_at = atomic_load(&cl.sh->ctl[CTL_KILL_NS]);
+    for (int i = 0; i < 2; i++) {
+        /* No answer while the relay held two members' questions. */
+        assert_true(atomic_load(&cl.sh->slot[i].val[V_RETURNED_NS]) > killed_at);
+        assert_int_equal(atomic_load(&cl.sh->slot[i].val[V_WORLD]), 3);
+    }
+    for (int i = 2; i < 4; i++) assert_int_equal(atomic_load(&cl.sh->slot[i].val[V_LOST]), 1);
+    cluster_fini(&cl);
+}
+
+/* Six peers, 0-2 behind A, 3-5 behind B; B frozen, then peer 2 killed
+ * mid-all-reduce: the view change needs 3-5's reports, which B holds.
+ * Nobody's all-reduce may end before B dies; then 0 and 1 go on alone. */
+static int view_body(eccl_comm *c, int index, void *arg)
+{
+    (void)arg;
+    cluster_slot *self = cluster_self();
+    if (sum_check(c, index, 700, 21, 6)) return 1;
+    atomic_store(&self->finished, 1);
+    if (cluster_wait_ctl(CTL_FROZEN, 1, 30000)) return 1;
+    float x[4096], y[4096];
+    for (int i = 0; i < 4096; i++) x[i] = 1.0f;
+    eccl_result rc = ECCL_OK;
+    eccl_reduce_info info = {.world_size = 6};
+    uint64_t tag = 1000;
+    /* Until the view change shows: the op in flight fails (PEER_LOST), or,
+     * if none was running when it froze, the next one runs at world 2. */
+    for (; rc == ECCL_OK && info.world_size == 6; tag++)
+        rc = eccl_allreduce(c, x, y, 4096, ECCL_F32, ECCL_SUM, tag, &info);
+    atomic_store(&self->val[V_RETURNED_NS], (long long)cluster_now_ns());
+    if (index >= 3) {
+        /* Its ring may break first (PEER_LOST), its master is lost anyway. */
+        for (int k = 0; rc == ECCL_ERR_PEER_LOST && k < 100; k++, tag++)
+            rc = eccl_allreduce(c, x, y, 4096, ECCL_F32, ECCL_SUM, tag, NULL);
+        CL_CHECK(rc == ECCL_ERR_MASTER_LOST, "behind the dead relay: %s", eccl_strerror(rc));
+        atomic_store(&self->val[V_LOST], 1);
+        return 0;
+    }
+    CL_CHECK(rc == ECCL_ERR_PEER_LOST || (rc == ECCL_OK && info.world_size == 2),
+             "survivor: %s at world %u", eccl_strerror(rc), info.world_size);
+    return sum_check(c, index, 2000, 1 + 2, 2);
+}
+
+static void test_relay_killed_mid_view_change(void **state)
+{
+    (void)state;
+    cluster cl;
+    cluster_opts o = {.no_linger = 1};
+    assert_int_equal(cluster_init(&cl, &o), 0);
+    assert_int_equal(cluster_fork_relay(&cl, RELAY_A), 0);
+    assert_int_equal(cluster_fork_relay(&cl, RELAY_B), 0);
+    for (int i = 0; i < 6; i++) route_peer(&cl, i, cl.sh->slot[i < 3 ? RELAY_A : RELAY_B].addr, 1);
+    for (int i = 0; i < 6; i++) assert_int_equal(cluster_spawn(&cl, i, 6, view_body, NULL), 0);
+    int n = 6;
+    int rc = cluster_wait_for(&cl, first_round_done, &n, 60000);
+    if (rc == 0) {
+        kill(cl.pid[RELAY_B], SIGSTOP);
+        atomic_store(&cl.sh->ctl[CTL_FROZEN], 1);
+        cluster_sleep_ms(100); /* all-reduces under way */
+        cluster_kill(&cl, 2);
+        cluster_sleep_ms(300); /* the view change waits on B's peers */
+        atomic_store(&cl.sh->ctl[CTL_KILL_NS], (long long)cluster_now_ns());
+        cluster_kill(&cl, RELAY_B);
+        for (int i = 0; i < 6 && rc == 0; i++)
+            if (i != 2) rc = cluster_wait(&cl, i, 60000);
+    }
+    for (int i = 0; i < 6; i++) cluster_dump_slot(&cl, i);
+    assert_int_equal(rc, 0);
+    long long killed_at = atomic_load(&cl.sh->ctl[CTL_KILL_NS]);
+    for (int i = 0; i < 2; i++)
+        assert_true(atomic_load(&cl.sh->slot[i].val[V_RETURNED_NS]) > killed_at);
+    for (int i = 3; i < 6; i++) assert_int_equal(atomic_load(&cl.sh->slot[i].val[V_LOST]), 1);
+    cluster_fini(&cl);
+}
+
 /* ---- the fallback address ----------------------------------------------------- */
 
 static int two_body(eccl_comm *c, int index, void *arg)
@@ -174,6 +339,10 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_relay_job, cluster_test_setup, cluster_test_teardown),
         cmocka_unit_test_setup_teardown(test_relay_killed_mid_job, cluster_test_setup,
+                                        cluster_test_teardown),
+        cmocka_unit_test_setup_teardown(test_relay_killed_mid_vote, cluster_test_setup,
+                                        cluster_test_teardown),
+        cmocka_unit_test_setup_teardown(test_relay_killed_mid_view_change, cluster_test_setup,
                                         cluster_test_teardown),
         cmocka_unit_test_setup_teardown(test_fallback_address, cluster_test_setup,
                                         cluster_test_teardown),
