@@ -9,9 +9,11 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "cluster.h"
@@ -24,6 +26,15 @@ static void route_peer(cluster *cl, int index, const char *first, int fallback)
     snprintf(list, sizeof list, "%s%s%s", first, fallback ? "," : "",
              fallback ? cl->sh->master_addr : "");
     memcpy(cl->sh->slot[index].master_of, list, sizeof list);
+}
+
+/* SIGSTOP, and back once it has taken effect (kill only queues it). */
+static void freeze(cluster *cl, int index)
+{
+    int st;
+    kill(cl->pid[index], SIGSTOP);
+    while (waitpid(cl->pid[index], &st, WUNTRACED) < 0 && errno == EINTR) {
+    }
 }
 
 /* Peers 0..n-1 (relays never exit by themselves). */
@@ -43,6 +54,28 @@ static int same_hashes(cluster *cl, int n)
             return 0;
     }
     return cl->sh->slot[0].n_hash > 0;
+}
+
+/* n peers behind two relays (the first half behind A), each with the master
+ * as its fallback, spawned into one job of n; returns once every one has
+ * set `finished` (its first round done), 0 on success. */
+static int first_round_done(cluster *cl, void *arg)
+{
+    int n = *(int *)arg;
+    for (int i = 0; i < n; i++)
+        if (atomic_load(&cl->sh->slot[i].finished) < 1) return 0;
+    return 1;
+}
+
+static int two_relay_job(cluster *cl, int n, cluster_body body)
+{
+    cluster_opts o = {.no_linger = 1}; /* relays never finish: nobody to wait for */
+    assert_int_equal(cluster_init(cl, &o), 0);
+    assert_int_equal(cluster_fork_relay(cl, RELAY_A), 0);
+    assert_int_equal(cluster_fork_relay(cl, RELAY_B), 0);
+    for (int i = 0; i < n; i++) route_peer(cl, i, cl->sh->slot[i < n / 2 ? RELAY_A : RELAY_B].addr, 1);
+    for (int i = 0; i < n; i++) assert_int_equal(cluster_spawn(cl, i, (uint32_t)n, body, NULL), 0);
+    return cluster_wait_for(cl, first_round_done, &n, 60000);
 }
 
 /* ---- one job across two relays and the master ------------------------------ */
@@ -108,25 +141,11 @@ static int kill_body(eccl_comm *c, int index, void *arg)
     return cluster_after_join(c, index, 2, 3, 1);
 }
 
-static int all_finished_first(cluster *cl, void *arg)
-{
-    (void)arg;
-    for (int i = 0; i < 4; i++)
-        if (atomic_load(&cl->sh->slot[i].finished) < 1) return 0;
-    return 1;
-}
-
 static void test_relay_killed_mid_job(void **state)
 {
     (void)state;
     cluster cl;
-    cluster_opts o = {.peer_timeout_ms = 2000, .no_linger = 1};
-    assert_int_equal(cluster_init(&cl, &o), 0);
-    assert_int_equal(cluster_fork_relay(&cl, RELAY_A), 0);
-    assert_int_equal(cluster_fork_relay(&cl, RELAY_B), 0);
-    for (int i = 0; i < 4; i++) route_peer(&cl, i, cl.sh->slot[i < 2 ? RELAY_A : RELAY_B].addr, 1);
-    for (int i = 0; i < 4; i++) assert_int_equal(cluster_spawn(&cl, i, 4, kill_body, NULL), 0);
-    int rc = cluster_wait_for(&cl, all_finished_first, NULL, 60000);
+    int rc = two_relay_job(&cl, 4, kill_body);
     if (rc == 0) {
         cluster_kill(&cl, RELAY_B);
         atomic_store(&cl.sh->ctl[CTL_KILLED], 1);
@@ -197,28 +216,13 @@ static int vote_body(eccl_comm *c, int index, void *arg)
     return sum_check(c, index, 900, 1 + 2 + 5, 3);
 }
 
-static int first_round_done(cluster *cl, void *arg)
-{
-    int n = *(int *)arg;
-    for (int i = 0; i < n; i++)
-        if (atomic_load(&cl->sh->slot[i].finished) < 1) return 0;
-    return 1;
-}
-
 static void test_relay_killed_mid_vote(void **state)
 {
     (void)state;
     cluster cl;
-    cluster_opts o = {.no_linger = 1};
-    assert_int_equal(cluster_init(&cl, &o), 0);
-    assert_int_equal(cluster_fork_relay(&cl, RELAY_A), 0);
-    assert_int_equal(cluster_fork_relay(&cl, RELAY_B), 0);
-    for (int i = 0; i < 4; i++) route_peer(&cl, i, cl.sh->slot[i < 2 ? RELAY_A : RELAY_B].addr, 1);
-    for (int i = 0; i < 4; i++) assert_int_equal(cluster_spawn(&cl, i, 4, vote_body, NULL), 0);
-    int n = 4;
-    int rc = cluster_wait_for(&cl, first_round_done, &n, 60000);
+    int rc = two_relay_job(&cl, 4, vote_body);
     if (rc == 0) {
-        kill(cl.pid[RELAY_B], SIGSTOP);
+        freeze(&cl, RELAY_B);
         /* A newcomer registers, the members start the vote: 2 and 3 ask
          * into the frozen relay, so no round can close. */
         rc = cluster_spawn(&cl, 4, 3, vote_body, NULL);
@@ -277,16 +281,9 @@ static void test_relay_killed_mid_view_change(void **state)
 {
     (void)state;
     cluster cl;
-    cluster_opts o = {.no_linger = 1};
-    assert_int_equal(cluster_init(&cl, &o), 0);
-    assert_int_equal(cluster_fork_relay(&cl, RELAY_A), 0);
-    assert_int_equal(cluster_fork_relay(&cl, RELAY_B), 0);
-    for (int i = 0; i < 6; i++) route_peer(&cl, i, cl.sh->slot[i < 3 ? RELAY_A : RELAY_B].addr, 1);
-    for (int i = 0; i < 6; i++) assert_int_equal(cluster_spawn(&cl, i, 6, view_body, NULL), 0);
-    int n = 6;
-    int rc = cluster_wait_for(&cl, first_round_done, &n, 60000);
+    int rc = two_relay_job(&cl, 6, view_body);
     if (rc == 0) {
-        kill(cl.pid[RELAY_B], SIGSTOP);
+        freeze(&cl, RELAY_B);
         atomic_store(&cl.sh->ctl[CTL_FROZEN], 1);
         cluster_sleep_ms(100); /* all-reduces under way */
         cluster_kill(&cl, 2);

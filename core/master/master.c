@@ -1288,30 +1288,16 @@ static eccl_result peer_on_msg(void *owner, eccl_chan *ch, const eccl_msg *msg)
     }
 }
 
-static eccl_result peer_on_data(void *owner, eccl_chan *ch, const eccl_wire_data *d, void **dst)
-{
-    (void)owner, (void)ch, (void)d, (void)dst;
-    return ECCL_ERR_PROTOCOL;
-}
-
-static eccl_result peer_on_data_done(void *owner, eccl_chan *ch, const eccl_wire_data *d)
-{
-    (void)owner, (void)ch, (void)d;
-    return ECCL_ERR_PROTOCOL;
-}
-
-static const eccl_chan_handler peer_handler = {peer_on_msg, peer_on_data, peer_on_data_done};
+static const eccl_chan_handler peer_handler = {peer_on_msg, eccl_chan_refuse_data,
+                                                eccl_chan_refuse_data_done};
 
 static void accept_peers(eccl_master *m)
 {
     for (;;) {
         mpeer *p = calloc(1, sizeof *p);
         if (!p) return;
-        eccl_conn *conn = NULL;
-        eccl_result rc = m->env->net->accept(m->env->net_ctx, m->listener.l, p, &conn);
-        if (rc == ECCL_OK) rc = eccl_chan_init(&p->ch, m->env, conn, MASTER_RBUF);
+        eccl_result rc = eccl_chan_accept(&p->ch, m->env, m->listener.l, p, MASTER_RBUF);
         if (rc != ECCL_OK) {
-            if (conn) eccl_chan_close(&p->ch);
             free(p);
             if (rc != ECCL_ERR_AGAIN) ECCL_WARN(m->env, "accept failed: %s", eccl_strerror(rc));
             return;

@@ -215,31 +215,17 @@ static eccl_result kid_on_msg(void *owner, eccl_chan *ch, const eccl_msg *m)
     return ECCL_OK;
 }
 
-static eccl_result no_data(void *owner, eccl_chan *ch, const eccl_wire_data *d, void **dst)
-{
-    (void)owner, (void)ch, (void)d, (void)dst;
-    return ECCL_ERR_PROTOCOL;
-}
-
-static eccl_result no_data_done(void *owner, eccl_chan *ch, const eccl_wire_data *d)
-{
-    (void)owner, (void)ch, (void)d;
-    return ECCL_ERR_PROTOCOL;
-}
-
-static const eccl_chan_handler kid_handler = {kid_on_msg, no_data, no_data_done};
+static const eccl_chan_handler kid_handler = {kid_on_msg, eccl_chan_refuse_data,
+                                               eccl_chan_refuse_data_done};
 
 static void accept_kids(eccl_relay *r)
 {
     for (;;) {
         rkid *k = calloc(1, sizeof *k);
         if (!k) return;
-        eccl_conn *conn = NULL;
-        eccl_result rc = r->env->net->accept(r->env->net_ctx, r->listener.l, k, &conn);
         /* A child relay's batches are big frames: room for one. */
-        if (rc == ECCL_OK) rc = eccl_chan_init(&k->ch, r->env, conn, RELAY_BATCH_RBUF);
+        eccl_result rc = eccl_chan_accept(&k->ch, r->env, r->listener.l, k, RELAY_BATCH_RBUF);
         if (rc != ECCL_OK) {
-            if (conn) eccl_chan_close(&k->ch);
             free(k);
             if (rc != ECCL_ERR_AGAIN) ECCL_WARN(r->env, "accept failed: %s", eccl_strerror(rc));
             return;
@@ -315,7 +301,8 @@ static eccl_result up_on_msg(void *owner, eccl_chan *ch, const eccl_msg *m)
     return ECCL_OK;
 }
 
-static const eccl_chan_handler up_handler = {up_on_msg, no_data, no_data_done};
+static const eccl_chan_handler up_handler = {up_on_msg, eccl_chan_refuse_data,
+                                              eccl_chan_refuse_data_done};
 
 /* Connects to the parent and says what we are. Peers can attach only while
  * this link is up. */

@@ -124,6 +124,29 @@ static void frame_enqueue(eccl_chan *ch, eccl_frame *f)
     ch->queued_bytes += f->head_len + f->payload_len;
 }
 
+eccl_result eccl_chan_accept(eccl_chan *ch, const eccl_env *env, eccl_listener *l, void *user,
+                             uint32_t rbuf_cap)
+{
+    eccl_conn *conn = NULL;
+    eccl_result rc = env->net->accept(env->net_ctx, l, user, &conn);
+    if (rc != ECCL_OK) return rc;
+    rc = eccl_chan_init(ch, env, conn, rbuf_cap);
+    if (rc != ECCL_OK) eccl_chan_close(ch);
+    return rc;
+}
+
+eccl_result eccl_chan_refuse_data(void *owner, eccl_chan *ch, const eccl_wire_data *d, void **dst)
+{
+    (void)owner, (void)ch, (void)d, (void)dst;
+    return ECCL_ERR_PROTOCOL;
+}
+
+eccl_result eccl_chan_refuse_data_done(void *owner, eccl_chan *ch, const eccl_wire_data *d)
+{
+    (void)owner, (void)ch, (void)d;
+    return ECCL_ERR_PROTOCOL;
+}
+
 eccl_result eccl_chan_send_msg(eccl_chan *ch, const eccl_msg *m)
 {
     if (ch->error != ECCL_OK) return ch->error;

@@ -102,6 +102,16 @@ eccl_result eccl_chan_init(eccl_chan *ch, const eccl_env *env, eccl_conn *conn,
  * struct itself stays valid (owners free it once no poller can see it). */
 void eccl_chan_close(eccl_chan *ch);
 
+/* Accepts a connection from `l` into `ch` (eccl_chan_init with rbuf_cap);
+ * `user` is what the net's wait reports for it, usually ch. On failure
+ * nothing is left open; ECCL_ERR_AGAIN: none waiting. */
+eccl_result eccl_chan_accept(eccl_chan *ch, const eccl_env *env, eccl_listener *l, void *user,
+                             uint32_t rbuf_cap);
+/* on_data / on_data_done of a channel that carries control frames only (the
+ * master's, a relay's): a DATA frame is a protocol error. */
+eccl_result eccl_chan_refuse_data(void *owner, eccl_chan *ch, const eccl_wire_data *d, void **dst);
+eccl_result eccl_chan_refuse_data_done(void *owner, eccl_chan *ch, const eccl_wire_data *d);
+
 /* Queues a control message. */
 eccl_result eccl_chan_send_msg(eccl_chan *ch, const eccl_msg *m);
 /* Queues a whole encoded control frame; the channel owns `frame` (malloc'd)
