@@ -149,6 +149,12 @@ typedef struct eccl_clock_ops {
     size_t size;
     /* Monotonic nanoseconds (simulated time in the simulator). */
     uint64_t (*now_ns)(void *ctx);
+    /* Optional (NULL, or absent from an older, smaller table): the caller
+     * just did `units` messages' worth of bookkeeping that no system call
+     * paid for (a coordinator decoding and handling the entries of a
+     * relay's batch). Never blocks. A simulated clock charges it as CPU
+     * time; a real one has already spent it and ignores it. */
+    void (*work)(void *ctx, uint64_t units);
 } eccl_clock_ops;
 
 /* ---- sync: mutexes, condition variables, threads ---------------------------
@@ -345,6 +351,13 @@ static inline int eccl_dev_has_dring(const eccl_env *env)
 }
 
 /* Whether env's net can move payloads as bulk (eccl_net_ops.isend...). */
+static inline void eccl_clock_work(const eccl_env *env, uint64_t units)
+{
+    const eccl_clock_ops *c = env->clock;
+    if (c->size >= offsetof(eccl_clock_ops, work) + sizeof c->work && c->work)
+        c->work(env->clock_ctx, units);
+}
+
 static inline int eccl_net_has_bulk(const eccl_env *env)
 {
     const eccl_net_ops *n = env->net;

@@ -62,7 +62,7 @@ static uint64_t fake_now(void *ctx)
     return 0;
 }
 
-static const eccl_clock_ops fake_clock = {sizeof(eccl_clock_ops), fake_now};
+static const eccl_clock_ops fake_clock = {sizeof(eccl_clock_ops), fake_now, NULL};
 static const eccl_dev_ops fake_dev = {.size = sizeof(eccl_dev_ops)};
 
 /* ---- the handler --------------------------------------------------------- */

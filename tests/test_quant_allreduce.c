@@ -27,7 +27,7 @@
 /* ---- a host env: enough for channels and the ring ------------------------- */
 
 static uint64_t h_now(void *ctx) { (void)ctx; return 0; }
-static const eccl_clock_ops h_clock = {sizeof h_clock, h_now};
+static const eccl_clock_ops h_clock = {sizeof h_clock, h_now, NULL};
 static eccl_result h_alloc(void *ctx, size_t bytes, void **out)
 {
     (void)ctx;

@@ -124,6 +124,7 @@ struct sg_env {
     double dev_debt_s;      /* device time charged but not slept yet */
     struct eccl_sg_device *device; /* the rank's simulated device, or NULL */
     double msg_cost_s;      /* CPU time per message sent or taken */
+    double work_cost_s;     /* CPU time per unit of clock work (a batch entry) */
     double msg_debt_s;      /* of messages taken, not slept yet (sg_wait) */
     sg_event_source *sources; /* completion channels wait watches */
     struct sg_nic *nic;     /* the env's simulated RDMA NIC (transport ibv) */

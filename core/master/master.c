@@ -215,6 +215,7 @@ static void send_to(mpeer *p, const eccl_msg *msg)
         if (eccl_chan_send_msg(&p->ch, msg) == ECCL_OK) eccl_chan_flush(&p->ch);
         return;
     }
+    eccl_clock_work(p->via->ch.env, 1);
     eccl_result rc = eccl_wire_batch_add(&p->via->out, p->handle, msg);
     if (rc == ECCL_ERR_AGAIN) {
         relay_flush(p->via);
@@ -1173,6 +1174,7 @@ static eccl_result on_batch(eccl_master *m, mpeer *r, const eccl_msg_batch *b)
     uint32_t pos = 0, h, len;
     const uint8_t *f;
     while (!r->ch.closed && eccl_wire_batch_next(b, &pos, &h, &f, &len)) {
+        eccl_clock_work(m->env, 1);
         mpeer *p = h < r->n_kids ? r->kids[h] : NULL;
         if (!len) { /* the relay lost it */
             if (p) drop_peer(m, p, ECCL_ERR_CLOSED);

@@ -161,6 +161,7 @@ static void kid_drop(eccl_relay *r, rkid *k, int tell)
 static eccl_result kid_relay_entry(eccl_relay *r, rkid *k, uint32_t h, const uint8_t *f,
                                    uint32_t len)
 {
+    eccl_clock_work(r->env, 1);
     if (h > k->n_map) return ECCL_ERR_PROTOCOL; /* handles come in order */
     if (h == k->n_map) {
         if (!len) return ECCL_OK; /* gone before it said anything */
@@ -279,6 +280,7 @@ static eccl_result up_on_msg(void *owner, eccl_chan *ch, const eccl_msg *m)
         rkid *k = rt->kid;
         if (!k) continue; /* gone here: the parent hears it from us */
         if (rt->sub != NO_HANDLE) {
+            eccl_clock_work(r->env, 1);
             if (eccl_wire_batch_add_frame(&k->out, rt->sub, f, len) == ECCL_ERR_AGAIN) {
                 kid_batch_flush(k);
                 eccl_wire_batch_add_frame(&k->out, rt->sub, f, len);
