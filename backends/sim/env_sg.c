@@ -1,5 +1,5 @@
-/* The sim env: SimGrid clock, sg_mutex plus a semaphore-based condition
- * variable (see sg_internal.h), actors as threads, a simulated device
+/* The sim env: SimGrid clock, a mutex in plain memory and a semaphore-based
+ * condition variable (see sg_internal.h), actors as threads, a simulated device
  * (dev_sim: host memory or phantom buffers, with simulated compute time;
  * with devices, a simulated GPU per rank whose device memory core stages
  * through host mirrors), log lines stamped with simulated time. */
@@ -37,6 +37,9 @@
 #define DEVMEM_REGION (1ull << 40)
 #define DEVMEM_REGION_MIN (1ull << 34)
 #define DEVMEM_ALIGN 4096u
+/* Mailbox lanes of a master's env (sg_env.lanes): a 100k-rank burst leaves
+ * a few hundred messages a lane. */
+#define MASTER_LANES 256u
 
 uint64_t eccl_sg_now_ns(void)
 {
@@ -94,29 +97,74 @@ struct eccl_thread {
     void *arg;
 };
 
+struct sg_lock_waiter {
+    sg_sem_t sem;
+    aid_t pid;
+    sg_lock_waiter *next;
+};
+
+void eccl_sg_lock(sg_lock *m)
+{
+    if (!m->held) {
+        m->held = 1; /* no simcall: nobody else runs until we make one */
+        return;
+    }
+    /* On the heap, not the stack: if this actor is killed while it waits,
+     * unlock finds the node (and frees it) instead of a dead frame. */
+    sg_lock_waiter *w = malloc(sizeof *w);
+    if (!w) abort(); /* a lost lock would hang the rank silently */
+    w->sem = sg_sem_init(0);
+    w->pid = sg_actor_self_get_pid();
+    w->next = NULL;
+    if (m->tail) m->tail->next = w;
+    else m->head = w;
+    m->tail = w;
+    sg_sem_acquire(w->sem);
+    /* unlock handed the mutex to us (held stayed 1) and unlinked w. */
+    sg_sem_destroy(w->sem);
+    free(w);
+}
+
+void eccl_sg_unlock(sg_lock *m)
+{
+    while (m->head) {
+        sg_lock_waiter *w = m->head;
+        m->head = w->next;
+        if (!m->head) m->tail = NULL;
+        if (sg_actor_by_pid(w->pid)) {
+            sg_sem_release(w->sem); /* ownership passes: held stays 1 */
+            return;
+        }
+        /* Killed while it waited (its whole process is going). */
+        sg_sem_destroy(w->sem);
+        free(w);
+    }
+    m->held = 0;
+}
+
 static eccl_result sg_mutex_create_(void *ctx, eccl_mutex **out)
 {
     (void)ctx;
-    *out = (eccl_mutex *)sg_mutex_init();
+    *out = calloc(1, sizeof(sg_lock));
     return *out ? ECCL_OK : ECCL_ERR_NO_MEMORY;
 }
 
 static void sg_mutex_destroy_(void *ctx, eccl_mutex *m)
 {
     (void)ctx;
-    if (m) sg_mutex_destroy((sg_mutex_t)m);
+    free(m);
 }
 
 static void sg_lock_(void *ctx, eccl_mutex *m)
 {
     (void)ctx;
-    sg_mutex_lock((sg_mutex_t)m);
+    eccl_sg_lock((sg_lock *)m);
 }
 
 static void sg_unlock_(void *ctx, eccl_mutex *m)
 {
     (void)ctx;
-    sg_mutex_unlock((sg_mutex_t)m);
+    eccl_sg_unlock((sg_lock *)m);
 }
 
 struct sg_waiter {
@@ -125,13 +173,13 @@ struct sg_waiter {
     sg_waiter *next;
 };
 
-int eccl_sg_cv_wait(sg_cv *cv, sg_mutex_t m, double timeout_s)
+int eccl_sg_cv_wait(sg_cv *cv, sg_lock *m, double timeout_s)
 {
     sg_waiter w = {.sem = sg_sem_init(0), .queued = 1, .next = NULL};
     sg_waiter **pp = &cv->head;
     while (*pp) pp = &(*pp)->next;
     *pp = &w; /* FIFO: deterministic wake order */
-    sg_mutex_unlock(m);
+    if (m) eccl_sg_unlock(m);
     int timed_out = 0;
     if (timeout_s < 0)
         sg_sem_acquire(w.sem);
@@ -152,7 +200,7 @@ int eccl_sg_cv_wait(sg_cv *cv, sg_mutex_t m, double timeout_s)
         }
     }
     sg_sem_destroy(w.sem);
-    sg_mutex_lock(m);
+    if (m) eccl_sg_lock(m);
     return timed_out;
 }
 
@@ -189,12 +237,12 @@ static eccl_result sg_cond_wait_(void *ctx, eccl_cond *c, eccl_mutex *m, uint64_
 {
     (void)ctx;
     if (deadline_ns == 0) {
-        eccl_sg_cv_wait((sg_cv *)c, (sg_mutex_t)m, -1);
+        eccl_sg_cv_wait((sg_cv *)c, (sg_lock *)m, -1);
         return ECCL_OK;
     }
     uint64_t now = eccl_sg_now_ns();
     if (now >= deadline_ns) return ECCL_ERR_TIMEOUT;
-    eccl_sg_cv_wait((sg_cv *)c, (sg_mutex_t)m, (double)(deadline_ns - now) / 1e9);
+    eccl_sg_cv_wait((sg_cv *)c, (sg_lock *)m, (double)(deadline_ns - now) / 1e9);
     return eccl_sg_now_ns() >= deadline_ns ? ECCL_ERR_TIMEOUT : ECCL_OK;
 }
 
@@ -612,7 +660,7 @@ static eccl_result sg_d_order(void *ctx, int device, void *stream, int library_w
     return sg_d_sync(ctx, device);
 }
 
-/* The one setting a simulated rank has: from its scenario, never from the
+/* The settings of a simulated process: from its scenario, never from the
  * host process's environment (the same scenario must run the same way
  * anywhere). */
 static int sg_config_get(void *ctx, const char *name, char *buf, size_t len)
@@ -620,8 +668,12 @@ static int sg_config_get(void *ctx, const char *name, char *buf, size_t len)
     const sg_env *e = ctx;
     const eccl_sg_net_cfg *net = &e->w->net;
     size_t v = 0;
-    if (e->device && strcmp(name, "ECCL_DEVICE_RING_MIN_BYTES") == 0) v = e->w->dev.resident_min;
-    else if (!net->ibv) v = 0;
+    /* The progress engine's parked thread skips its looks at the clock
+     * while a call drives (core/sched/engine.h): same behaviour, and
+     * a simulated rank no longer wakes every 10 ms of simulated time. */
+    if (strcmp(name, "ECCL_ENGINE_PARK_UNTIL_IDLE") == 0) v = 1;
+    else if (e->device && strcmp(name, "ECCL_DEVICE_RING_MIN_BYTES") == 0) v = e->w->dev.resident_min;
+    else if (!e->ibv) v = 0;
     else if (strcmp(name, "ECCL_IB_QPS") == 0) v = net->qps;
     else if (strcmp(name, "ECCL_IB_MIN_BYTES") == 0) v = net->min_bytes;
     else if (strcmp(name, "ECCL_IB_CHUNK_BYTES") == 0) v = net->chunk_bytes;
@@ -771,6 +823,7 @@ void eccl_sg_world_destroy(eccl_sg_world *w)
 #endif
         eccl_net_sg_free_dead(e);
         free(e->cand);
+        free(e->lanes);
         free(e);
     }
     sg_idmap_free(&w->env_ids);
@@ -798,7 +851,7 @@ void eccl_sg_world_destroy(eccl_sg_world *w)
 /* data_links: a comm's env, whose peer links take the world's transport
  * (the master's control path is always net_sg's streams). */
 static eccl_result env_create(eccl_sg_world *w, const char *name, eccl_sg_device *device,
-                              int data_links, eccl_env **out)
+                              int data_links, unsigned nlanes, eccl_env **out)
 {
     if (!w || !out || (device && device->w != w)) return ECCL_ERR_INVALID_ARG;
     sg_env *e = calloc(1, sizeof *e);
@@ -829,18 +882,18 @@ static eccl_result env_create(eccl_sg_world *w, const char *name, eccl_sg_device
      * host all the ranks: the same scenario and seed give the same run
      * anywhere. */
     const int ibv = data_links && w->net.ibv;
-    e->env.config = device || ibv ? &sg_config_ops : NULL;
+    e->ibv = ibv;
+    e->env.config = &sg_config_ops;
     e->env.config_ctx = e;
-    e->mu = sg_mutex_init();
-    eccl_result rc = eccl_net_sg_start(e);
+    eccl_result rc = eccl_net_sg_start(e, nlanes);
     if (rc != ECCL_OK) {
-        sg_mutex_destroy(e->mu);
+        free(e->lanes);
         free(e);
         return rc;
     }
     if (sg_idmap_put(&w->env_ids, e->id, e)) {
         eccl_net_sg_stop(e);
-        sg_mutex_destroy(e->mu);
+        free(e->lanes);
         free(e);
         return ECCL_ERR_NO_MEMORY;
     }
@@ -865,7 +918,7 @@ static eccl_result env_create(eccl_sg_world *w, const char *name, eccl_sg_device
 
 eccl_result eccl_sg_env_create(eccl_sg_world *w, const char *name, eccl_env **out)
 {
-    return env_create(w, name, NULL, 0, out);
+    return env_create(w, name, NULL, 0, 1, out);
 }
 
 void eccl_sg_env_destroy(eccl_env *env)
@@ -882,8 +935,8 @@ void eccl_sg_env_destroy(eccl_env *env)
     env_unlink(e);
     /* Conns or listeners left open by the owner: free them quietly. */
     eccl_net_sg_free_dead(e);
-    sg_mutex_destroy(e->mu);
     free(e->cand);
+    free(e->lanes);
     free(e);
 }
 
@@ -908,7 +961,8 @@ eccl_result eccl_sg_world_set_master_msg_cost(eccl_sg_world *w, double seconds)
 
 eccl_result eccl_sg_env_create_master(eccl_sg_world *w, const char *name, eccl_env **out)
 {
-    eccl_result rc = eccl_sg_env_create(w, name, out);
+    /* Every rank's control messages land here: lanes (sg_env.lanes). */
+    eccl_result rc = env_create(w, name, NULL, 0, MASTER_LANES, out);
     if (rc == ECCL_OK) {
         sg_env *e = (sg_env *)*out;
         e->msg_cost_s = w->master_msg_cost_s;
@@ -956,7 +1010,7 @@ eccl_result eccl_sg_comm_create_on(eccl_sg_world *w, eccl_sg_device *d, const ec
                                    eccl_comm **out)
 {
     eccl_env *env = NULL;
-    eccl_result rc = env_create(w, "peer", d, 1, &env);
+    eccl_result rc = env_create(w, "peer", d, 1, 1, &env);
     if (rc != ECCL_OK) return rc;
     return eccl_comm_create_with_env(env, eccl_sg_env_destroy, params, out);
 }

@@ -302,17 +302,48 @@ void eccl_net_sg_free_outboxes(eccl_sg_world *w)
 
 static void msg_free(void *p) { free(p); }
 
+/* The mailbox of put number i to env e (sg_env.lanes). */
+static sg_mailbox_t env_lane(const sg_env *e, uint64_t i)
+{
+    return i >= e->lanes_from ? e->lanes[i % e->nlanes] : e->mbox;
+}
+
+/* Whether a message for mailbox `to` may still go, and if so the env it is
+ * for. An env whose receiver is gone (destroyed, or stopping past its
+ * M_STOP) never takes another message: SimGrid would keep the put in the
+ * mailbox forever (the permanent receiver went with the actor). A sender
+ * whose env died (its host went off, or its process was killed) sends
+ * nothing more: the kill happened at the killer's instant, even if this
+ * actor runs after it in the same round (SimGrid would drop such a put
+ * anyway, a simcall of an actor being killed is never handled, but only
+ * after a lane counted it, and the receiver would wait for it forever).
+ * Dropping either changes nothing anyone can observe. */
+static sg_env *post_target(eccl_sg_world *w, sg_mailbox_t to, const sg_msg *m)
+{
+    sg_env *d = sg_idmap_get(&w->mbox_env, (uint64_t)(uintptr_t)to);
+    if (!d || d->rx_done) return NULL;
+    const sg_env *src = sg_idmap_get(&w->env_ids, m->src_env);
+    return src && src->dead ? NULL : d;
+}
+
+/* The mailbox this put goes to (sg_env.lanes). Call with no simcall
+ * between it and the put: puts are numbered in the order they are made. */
+static sg_mailbox_t post_lane(sg_env *d)
+{
+    if (d->nlanes > 1 && !d->rx_ready) {
+        d->rx_early++; /* waits in mbox unstarted */
+        return d->mbox;
+    }
+    return env_lane(d, d->rx_posted++);
+}
+
 /* `detached`: for puts made by an actor that is not the sender's (fault
  * injection releasing held messages), which would cancel them when it
  * ends and never collects them. */
 static void post_as(eccl_sg_world *w, sg_mailbox_t to, sg_msg *m, int detached)
 {
-    /* An env whose receiver is gone (destroyed, or stopping past its
-     * M_STOP) never takes another message: SimGrid would keep the put in
-     * the mailbox forever (the permanent receiver went with the actor).
-     * Dropping it changes nothing anyone can observe. */
-    const sg_env *d = sg_idmap_get(&w->mbox_env, (uint64_t)(uintptr_t)to);
-    if (!d || d->rx_done) {
+    sg_env *d = post_target(w, to, m);
+    if (!d) {
         free(m);
         return;
     }
@@ -321,6 +352,12 @@ static void post_as(eccl_sg_world *w, sg_mailbox_t to, sg_msg *m, int detached)
     sg_outbox *ob = detached ? NULL : outbox_self(w, pid);
     if (ob && outbox_reserve(ob) == 0) {
         outbox_collect(ob);
+        /* The collect's waits are simcalls: look again. */
+        d = post_target(w, to, m);
+        if (!d) {
+            free(m);
+            return;
+        }
         m->src_pid = pid;
         m->put_seq = ob->next_seq++;
         /* The slot first: the put is a simcall, and the receiver may take
@@ -328,7 +365,7 @@ static void post_as(eccl_sg_world *w, sg_mailbox_t to, sg_msg *m, int detached)
          * actor moves its outbox's slots, so the index holds. */
         size_t at = ob->start + ob->n++;
         ob->s[at] = (sg_outbox_slot){NULL, m, m->put_seq, 0};
-        ob->s[at].c = sg_mailbox_put_async(to, m, size);
+        ob->s[at].c = sg_mailbox_put_async(post_lane(d), m, size);
         return;
     }
     /* Detached (or out of memory for the outbox). put_init, not put_async:
@@ -336,7 +373,7 @@ static void post_as(eccl_sg_world *w, sg_mailbox_t to, sg_msg *m, int detached)
      * then starts it); if the transfer fails, SimGrid frees the payload
      * with msg_free. */
     m->src_pid = -1;
-    sg_comm_t c = sg_mailbox_put_init(to, m, size);
+    sg_comm_t c = sg_mailbox_put_init(post_lane(d), m, size);
     sg_comm_detach(c, msg_free);
 }
 
@@ -783,14 +820,36 @@ static void receiver_main(int argc, char **argv)
      * (like TCP into a socket buffer), concurrent flows share bandwidth,
      * and, above all, SimGrid 3.32 aborts (CommImpl::start, "Assertion
      * from_->is_on() failed") when a get matches a detached put still
-     * queued from a host that has been turned off since. */
+     * queued from a host that has been turned off since. rx_ready before
+     * the simcall (sg_env.lanes): the puts of this round are handled in the
+     * order their actors ran, so those made after this line start at once
+     * and those made before it wait in mbox unstarted. */
+    e->rx_ready = 1;
     sg_mailbox_set_receiver(sg_mailbox_get_name(e->mbox));
+    for (unsigned i = 1; i < e->nlanes; i++) {
+        char name[48];
+        snprintf(name, sizeof name, "eccl-env-%llu.%u", (unsigned long long)e->id, i);
+        e->lanes[i] = sg_mailbox_by_name(name);
+        sg_mailbox_set_receiver(name);
+    }
+    /* No simcall from here to the first get: no put falls in between. */
+    if (e->nlanes > 1) e->lanes_from = e->rx_posted;
     /* After M_STOP (rx_done) the loop only empties the mailbox: what came
      * behind it was taken in at once (a permanent receiver's puts end when
-     * they arrive) and nobody will get it. */
-    while (!e->rx_done || sg_mailbox_listen(sg_mailbox_get_name(e->mbox))) {
+     * they arrive) and nobody will get it; from rx_done on, nothing more is
+     * put (post_as), so rx_posted is all there will be. */
+    while (!e->rx_done || e->rx_taken < e->rx_posted || e->rx_early > 0) {
         void *p = NULL;
-        sg_comm_t comm = sg_mailbox_get_async(e->mbox, &p);
+        /* As SimGrid would pick in one mailbox: the oldest started put,
+         * else an unstarted one (early), else the next put to come. */
+        sg_mailbox_t lane;
+        if (e->rx_taken >= e->rx_posted && e->rx_early > 0) {
+            e->rx_early--;
+            lane = e->mbox;
+        } else {
+            lane = env_lane(e, e->rx_taken++);
+        }
+        sg_comm_t comm = sg_mailbox_get_async(lane, &p);
         /* sg_comm_wait turns SimGrid's exceptions (a sender's host went
          * down mid-transfer) into an error code; sg_mailbox_get would
          * throw them through this C frame. */
@@ -816,11 +875,25 @@ static void receiver_main(int argc, char **argv)
     eccl_net_sg_drain_self(e->w);
 }
 
-eccl_result eccl_net_sg_start(sg_env *e)
+eccl_result eccl_net_sg_start(sg_env *e, unsigned nlanes)
 {
     char name[48];
     snprintf(name, sizeof name, "eccl-env-%llu", (unsigned long long)e->id);
     e->mbox = sg_mailbox_by_name(name);
+    e->nlanes = 1;
+    e->lanes_from = UINT64_MAX;
+    if (nlanes > 1) {
+        /* SimGrid never frees a mailbox: lanes only where a fan-in needs
+         * them (a master's env), never per rank. */
+        e->lanes = calloc(nlanes, sizeof *e->lanes);
+        if (!e->lanes) return ECCL_ERR_NO_MEMORY;
+        /* The other lanes are made by the receiver (receiver_main): a
+         * mailbox's creation is a simcall, and 255 of them here would hold
+         * the master back from listening at time 0 while the ranks try to
+         * connect (then all refused, they came back 50 ms later). */
+        e->lanes[0] = e->mbox;
+        e->nlanes = nlanes;
+    }
     if (sg_idmap_put(&e->w->mbox_env, (uint64_t)(uintptr_t)e->mbox, e)) return ECCL_ERR_NO_MEMORY;
     snprintf(name, sizeof name, "eccl-rx-%llu", (unsigned long long)e->id);
     e->receiver = sg_actor_init(name, e->host);
@@ -1193,10 +1266,33 @@ static int add_ready(void **ready, int n, int max, void *user)
     return n + 1;
 }
 
-static int cand_cmp(const void *a, const void *b)
+/* cand[0..n) by conn id, in place. Not qsort: glibc's sorts through a
+ * malloc'd buffer past 1 KiB, and a master's env sorts thousands of
+ * candidates on every wait under a burst. Candidates mostly come in id
+ * order already (a check, then done); otherwise a heapsort. */
+static void cand_sift(eccl_conn **a, size_t i, size_t n)
 {
-    uint64_t x = (*(eccl_conn *const *)a)->id, y = (*(eccl_conn *const *)b)->id;
-    return x < y ? -1 : x > y;
+    eccl_conn *x = a[i];
+    for (size_t c; (c = 2 * i + 1) < n; i = c) {
+        if (c + 1 < n && a[c + 1]->id > a[c]->id) c++;
+        if (a[c]->id <= x->id) break;
+        a[i] = a[c];
+    }
+    a[i] = x;
+}
+
+static void cand_sort(eccl_conn **a, size_t n)
+{
+    size_t i = 1;
+    while (i < n && a[i - 1]->id < a[i]->id) i++;
+    if (i >= n) return;
+    for (i = n / 2; i-- > 0;) cand_sift(a, i, n);
+    for (size_t m = n; m-- > 1;) {
+        eccl_conn *t = a[0];
+        a[0] = a[m];
+        a[m] = t;
+        cand_sift(a, 0, m);
+    }
 }
 
 /* Reports ready conns in creation order, as a walk of every conn would. */
@@ -1204,7 +1300,7 @@ static int collect(sg_env *e, void **ready, int max)
 {
     int n = 0;
     if (e->ncand > 1) {
-        qsort(e->cand, e->ncand, sizeof *e->cand, cand_cmp);
+        cand_sort(e->cand, e->ncand);
         for (size_t i = 0; i < e->ncand; i++) e->cand[i]->cand_idx = i;
     }
     size_t keep = 0, i = 0;
@@ -1258,21 +1354,48 @@ static int sg_wait(void *ctx, uint64_t deadline_ns, void **ready, int max)
         e->msg_debt_s = 0;
         sg_actor_sleep_for(t);
     }
-    sg_mutex_lock(e->mu);
     uint64_t gen = e->wake_gen;
+    int slept = 0;
     for (;;) {
+        /* Woken (see below): one round for the receiver before we look. */
+        if (slept) sg_actor_yield();
         n = collect(e, ready, max);
         if (n > 0 || e->wake_pending || e->wake_gen != gen || deadline_ns == 0) break;
         if (deadline_ns == UINT64_MAX) {
-            eccl_sg_cv_wait(&e->cv, e->mu, -1);
+            eccl_sg_cv_wait(&e->cv, NULL, -1);
+            slept = 1;
             continue;
         }
         uint64_t now = now_ns();
         if (now >= deadline_ns) break;
-        eccl_sg_cv_wait(&e->cv, e->mu, (double)(deadline_ns - now) / 1e9);
+        eccl_sg_cv_wait(&e->cv, NULL, (double)(deadline_ns - now) / 1e9);
+        slept = 1;
     }
     e->wake_pending = 0;
-    sg_mutex_unlock(e->mu);
+    /* No mutex (see sg_cv): nothing here is a simcall but the sleep and
+     * these yields. A woken caller yields three times in all, where the
+     * mutexes' simcalls used to be (the env's lock before looking, its
+     * unlock and the engine's lock after): each lets the other actors of
+     * this instant run first, above all the receiver, which hands over one
+     * message per two simcalls of its own, so they decide how many of the
+     * messages that land at one instant a woken rank finds in its step.
+     * That is a scheduling artefact, but the results rest on it: with no
+     * yield, phantom8's all-reduce went from 21.4 to 31.9 ms (a rank saw a
+     * 4 MiB frame split at SEND_MAX without its 192-byte tail, and the
+     * reductions stopped overlapping the network); with "yield until the
+     * receiver is idle", 27.2 ms, and scale10k's all-reduces doubled (its
+     * master served the ranks in another order). With the three, the CI
+     * scenarios simulate as before but for ordering ties and a few means
+     * within 2% (slowlink4, topo_wan), for a quarter of the simcalls the
+     * mutexes cost. A poll that finds nothing (deadline 0
+     * or past) yields once: a loop of polls must not starve this instant's
+     * other actors. */
+    if (slept) {
+        sg_actor_yield();
+        sg_actor_yield();
+    } else if (n == 0) {
+        sg_actor_yield();
+    }
     eccl_sg_log(e, ECCL_LOG_TRACE, "wait(%llu) -> %d", (unsigned long long)deadline_ns, n);
     return n;
 }

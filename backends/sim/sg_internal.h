@@ -4,9 +4,8 @@
  * time and control changes hands only inside a simcall (mutex, cond, comm,
  * sleep, actor ops). Net state (conn queues, flags, the registry) is only
  * read and written in stretches of code without a simcall in the middle, so
- * it needs no lock; the one sg_mutex per env exists because a condition
- * wait needs one. A waiter checks readiness and queues itself on the cv with
- * no simcall in between, so a notification cannot fall into that gap.
+ * it needs no lock. A waiter checks readiness and queues itself on the cv
+ * with no simcall in between, so a notification cannot fall into that gap.
  */
 #ifndef ECCL_BACKENDS_SIM_SG_INTERNAL_H
 #define ECCL_BACKENDS_SIM_SG_INTERNAL_H
@@ -35,9 +34,27 @@ typedef struct sg_waiter sg_waiter;
 typedef struct sg_cv {
     sg_waiter *head;
 } sg_cv;
-/* `m` held on entry and exit. timeout_s < 0: no timeout. Returns 1 if it
- * timed out. */
-int eccl_sg_cv_wait(sg_cv *cv, sg_mutex_t m, double timeout_s);
+
+/* A mutex in plain memory. sg_mutex_lock and sg_mutex_unlock are simcalls,
+ * each a round trip through SimGrid's maestro (two context switches and a
+ * scheduling round) even when nobody else wants the mutex, and core takes
+ * its engine's mutex several times per message: mutexes were half of all
+ * simcalls of a scale run. Since actors only lose control inside simcalls,
+ * a flag suffices while there is no contention; a locker that finds the
+ * mutex held queues itself and sleeps on a semaphore, and unlock hands the
+ * mutex straight to the first in line (FIFO, as SimGrid's own mutex does).
+ * Only actors of one process (a comm's or a master's) share one. */
+typedef struct sg_lock_waiter sg_lock_waiter;
+typedef struct sg_lock {
+    int held;
+    sg_lock_waiter *head, *tail;
+} sg_lock;
+void eccl_sg_lock(sg_lock *m);
+void eccl_sg_unlock(sg_lock *m);
+
+/* `m` (NULL: none) held on entry and exit. timeout_s < 0: no timeout.
+ * Returns 1 if it timed out. */
+int eccl_sg_cv_wait(sg_cv *cv, sg_lock *m, double timeout_s);
 /* Wakes every waiter; the mutex need not be held. */
 void eccl_sg_cv_broadcast(sg_cv *cv);
 
@@ -107,10 +124,34 @@ struct sg_env {
     uint64_t id;
     sg_host_t host;
     int boot;               /* the host's boot when the env was made */
-    sg_mailbox_t mbox;      /* every frame for a conn of this env lands here */
+    sg_mailbox_t mbox;      /* its address: every frame for a conn of this
+                               env is put here, or in lanes[] (below) */
+    /* Lanes (a master's env): SimGrid 3.32 keeps a mailbox's puts in a
+     * circular buffer and takes each get's match out of its front by
+     * shifting every later entry down (two refcount updates each), so a
+     * mailbox with K messages in flight costs O(K) a get. A master takes
+     * N ranks' messages at once (13% of a 32k run, in those shifts). Put
+     * number i goes to lane i % nlanes and the receiver takes number
+     * rx_taken from lane rx_taken % nlanes: the same messages, in the same
+     * order (a lane keeps its puts in put order), from queues nlanes times
+     * shorter. lanes[0] is mbox; lanes is NULL with one lane. A lane takes
+     * puts only once the receiver is its permanent receiver (a put before
+     * that would wait unstarted for a get): until the receiver has set up
+     * every lane, all puts go to mbox, and put number lanes_from is the
+     * first spread over the lanes. A put made before the receiver is even
+     * mbox's permanent receiver (at time 0) waits in mbox unstarted, and
+     * SimGrid gives a get such a put only when no started one is there:
+     * the receiver does the same (rx_early). */
+    sg_mailbox_t *lanes;
+    unsigned nlanes;
+    uint64_t lanes_from;    /* UINT64_MAX until the lanes are set up */
+    int rx_ready;           /* the receiver is mbox's permanent receiver */
+    uint64_t rx_early;      /* lanes: puts made before that, not taken yet */
+    uint64_t rx_posted;     /* other puts made to this env so far */
+    uint64_t rx_taken;      /* of those, taken by the receiver */
     sg_actor_t receiver;    /* moves mbox messages into conns */
-    sg_mutex_t mu;          /* only for cv */
-    sg_cv cv;               /* wait sleeps here */
+    sg_cv cv;               /* wait sleeps here (no mutex: a waiter checks
+                               and queues itself with no simcall between) */
     eccl_conn *conns;       /* creation order (= id order) */
     eccl_conn *conns_tail;
     eccl_conn **cand;       /* conns that may be ready: wait looks at these
@@ -128,6 +169,7 @@ struct sg_env {
     double msg_debt_s;      /* of messages taken, not slept yet (sg_wait) */
     sg_event_source *sources; /* completion channels wait watches */
     struct sg_nic *nic;     /* the env's simulated RDMA NIC (transport ibv) */
+    int ibv;                /* a comm's env in a transport ibv world */
     /* Takes a fabric message (eccl_net_sg_fabric_post) in the receiver
      * actor; NULL: such messages are dropped. */
     void (*fabric_rx)(sg_env *e, const void *data, size_t len);
@@ -136,8 +178,9 @@ struct sg_env {
 
 /* net_sg.c */
 extern const eccl_net_ops eccl_net_sg_ops;
-/* Creates the mailbox and starts the receiver actor on e->host. */
-eccl_result eccl_net_sg_start(sg_env *e);
+/* Creates the mailbox (nlanes of them: see sg_env.lanes) and starts the
+ * receiver actor on e->host. */
+eccl_result eccl_net_sg_start(sg_env *e, unsigned nlanes);
 /* Stops and joins the receiver. Every conn and listener must be closed. */
 void eccl_net_sg_stop(sg_env *e);
 /* Frees what a killed env still holds (no simcall). */

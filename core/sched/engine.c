@@ -2,6 +2,8 @@
 
 #include <string.h>
 
+#include "util/config.h"
+
 #define ENGINE_MAX_READY 64
 /* After a blocking call returns, the background thread stays parked this
  * long: an application calling collectives back to back then never wakes
@@ -21,6 +23,7 @@ eccl_result eccl_engine_init(eccl_engine *e, const eccl_env *env,
     e->ops = ops;
     e->owner = owner;
     e->next_deadline = ECCL_NO_DEADLINE;
+    e->park_until_idle = eccl_config_uint(env, "ECCL_ENGINE_PARK_UNTIL_IDLE", 0, 1, 0) != 0;
     eccl_result rc = env->sync->mutex_create(env->sync_ctx, &e->mu);
     if (rc != ECCL_OK) return rc;
     rc = env->sync->cond_create(env->sync_ctx, &e->cv);
@@ -67,12 +70,38 @@ static int engine_poll(eccl_engine *e, uint64_t deadline, int bg)
     return n;
 }
 
+/* park_until_idle: what `cond_wait(now + ENGINE_PARK_NS)` in a loop does
+ * while callers drive, with the same outcome. That loop looks at `base` +
+ * k x ENGINE_PARK_NS and parks again as long as a caller drives; a kick or
+ * a stop ends it at once. Here the thread sleeps until the last caller
+ * leaves (drive wakes it, see bg_idle), then until the first of those looks
+ * after that moment, where the loop above takes over as before. Mutex held. */
+static void park_while_driven(eccl_engine *e, uint64_t base)
+{
+    const uint64_t kicks = e->bg_kicks;
+    e->bg_parked = 1;
+    e->bg_idle = 1;
+    while (e->waiters > 0 && e->bg_kicks == kicks)
+        e->env->sync->cond_wait(e->env->sync_ctx, e->cv, e->mu, 0);
+    e->bg_idle = 0;
+    if (e->bg_kicks == kicks) {
+        uint64_t now = eccl_engine_now(e);
+        uint64_t look = base + ((now - base) / ENGINE_PARK_NS + 1) * ENGINE_PARK_NS;
+        e->env->sync->cond_wait(e->env->sync_ctx, e->cv, e->mu, look);
+    }
+    e->bg_parked = 0;
+}
+
 static void engine_thread(void *arg)
 {
     eccl_engine *e = arg;
     eccl_engine_lock(e);
     while (!e->stop) {
         uint64_t now = eccl_engine_now(e);
+        if (e->waiters > 0 && e->park_until_idle) {
+            park_while_driven(e, now);
+            continue;
+        }
         if (e->waiters > 0 || now < e->linger_until) {
             /* A caller drives progress (and the timers), or just did. */
             uint64_t until = e->waiters > 0 ? now + ENGINE_PARK_NS : e->linger_until;
@@ -95,6 +124,7 @@ void eccl_engine_stop(eccl_engine *e)
 {
     eccl_engine_lock(e);
     e->stop = 1;
+    e->bg_kicks++;
     e->env->sync->cond_broadcast(e->env->sync_ctx, e->cv);
     eccl_engine_unlock(e);
     e->env->net->wake(e->env->net_ctx);
@@ -106,6 +136,7 @@ void eccl_engine_kick(eccl_engine *e)
 {
     e->next_deadline = 0;
     e->linger_until = 0;
+    e->bg_kicks++;
     if (e->bg_parked) e->env->sync->cond_broadcast(e->env->sync_ctx, e->cv);
     if (e->bg_polling || e->pollers > 0) e->env->net->wake(e->env->net_ctx);
 }
@@ -140,6 +171,9 @@ eccl_result eccl_engine_drive(eccl_engine *e, int (*done)(void *), void *arg,
             e->env->sync->yield(e->env->sync_ctx);
     }
     /* Polling goes back to the background thread once it stops lingering. */
-    if (--e->waiters == 0) e->linger_until = eccl_engine_now(e) + ENGINE_LINGER_NS;
+    if (--e->waiters == 0) {
+        e->linger_until = eccl_engine_now(e) + ENGINE_LINGER_NS;
+        if (e->bg_idle) e->env->sync->cond_broadcast(e->env->sync_ctx, e->cv);
+    }
     return rc;
 }
