@@ -49,6 +49,9 @@
  * of such a tag fails once with ECCL_ERR_PEER_LOST, as it did everywhere
  * else, so every peer sees the same outcome and retries together. */
 #define COMM_ABORTED_TAGS 1024u
+/* Both rings start this small and double when full: a 100k-rank simulated
+ * job holds 100k comms, and 24 KiB of history each was 2.4 GB. */
+#define COMM_RING_START 16u
 #define COMM_EARLY_LIMIT (1u << 20)
 /* A holder streams a tensor in DATA frames of this size. */
 #define COMM_SYNC_SLICE (4u << 20)
@@ -258,17 +261,16 @@ struct eccl_comm {
 
     eccl_request *ops;
     uint32_t n_ops;
-    /* Both ring buffers live outside the struct, malloc'd rather than
-     * zeroed: only the slots in use are ever read, so a comm that finishes
-     * few ops touches one page of each, not 24 KiB (a simulated 100k-rank
-     * run holds 100k comms). */
+    /* Both ring buffers grow from COMM_RING_START entries as they fill
+     * (ring_grow): a comm that finishes few ops holds a few hundred bytes,
+     * not 24 KiB (a simulated 100k-rank run holds 100k comms). */
     struct comm_recent {
         uint64_t tag;
         int ok;
-    } *recent;                             /* [COMM_RECENT] ring buffer */
-    uint32_t n_recent, recent_head;
-    uint64_t *aborted_tags;                /* [COMM_ABORTED_TAGS] ring buffer */
-    uint32_t n_aborted_tags, aborted_head;
+    } *recent;                             /* ring of cap_recent, up to COMM_RECENT */
+    uint32_t n_recent, recent_head, cap_recent;
+    uint64_t *aborted_tags;                /* ring of cap_aborted, up to COMM_ABORTED_TAGS */
+    uint32_t n_aborted_tags, aborted_head, cap_aborted;
     eccl_bufpool pool;
 };
 
@@ -276,6 +278,26 @@ static const eccl_chan_handler master_handler;
 static const eccl_chan_handler link_handler;
 
 static uint64_t now_ns(const eccl_comm *c) { return eccl_engine_now(&c->eng); }
+
+/* A full ring of `n` entries of `elem` bytes (the next write at *head) in
+ * twice the room, at most `max` entries, oldest first: the next write goes
+ * to n. Out of memory or at `max`, it stays as it is, and the caller
+ * overwrites its oldest entry. */
+static void ring_grow(void **buf, uint32_t *cap, uint32_t *head, uint32_t n, size_t elem,
+                      uint32_t max)
+{
+    if (*cap >= max) return;
+    uint32_t ncap = *cap * 2 < max ? *cap * 2 : max;
+    uint8_t *nb = malloc((size_t)ncap * elem);
+    if (!nb) return;
+    for (uint32_t i = 0; i < n; i++)
+        memcpy(nb + i * elem, (const uint8_t *)*buf + (size_t)((*head + *cap - n + i) % *cap) * elem,
+               elem);
+    free(*buf);
+    *buf = nb;
+    *cap = ncap;
+    *head = n;
+}
 
 /* When to try again: now plus the current delay, which then doubles. The
  * delay is jittered down by up to half, by a hash of this peer's own
@@ -618,10 +640,14 @@ static void op_finish(eccl_comm *c, eccl_request *r, eccl_result result)
         if (c->master_open) master_send(c, &m);
     }
     if (r->state != OP_QUEUED) {
+        /* Full and unable to grow: the oldest goes, as at COMM_RECENT. */
+        if (c->n_recent == c->cap_recent)
+            ring_grow((void **)&c->recent, &c->cap_recent, &c->recent_head, c->n_recent,
+                      sizeof *c->recent, COMM_RECENT);
         c->recent[c->recent_head].tag = r->call.tag;
         c->recent[c->recent_head].ok = result == ECCL_OK;
-        c->recent_head = (c->recent_head + 1) % COMM_RECENT;
-        if (c->n_recent < COMM_RECENT) c->n_recent++;
+        c->recent_head = (c->recent_head + 1) % c->cap_recent;
+        if (c->n_recent < c->cap_recent) c->n_recent++;
     }
     op_release_buffers(c, r);
     r->state = OP_DONE;
@@ -951,7 +977,7 @@ static eccl_result on_view_query(eccl_comm *c, uint32_t epoch)
     size_t cap = 0;
     for (eccl_request *r = c->ops; r; r = r->next) cap += r->state == OP_RUNNING;
     for (uint32_t i = 0; i < c->n_recent; i++)
-        cap += c->recent[(c->recent_head + COMM_RECENT - 1 - i) % COMM_RECENT].ok;
+        cap += c->recent[(c->recent_head + c->cap_recent - 1 - i) % c->cap_recent].ok;
     if (cap > ECCL_WIRE_MAX_OPS) cap = ECCL_WIRE_MAX_OPS;
     eccl_wire_op_flag *ops = cap ? malloc(cap * sizeof *ops) : NULL;
     if (cap && !ops) return ECCL_ERR_NO_MEMORY;
@@ -963,7 +989,7 @@ static eccl_result on_view_query(eccl_comm *c, uint32_t epoch)
     }
     /* Ops we completed count as held: we returned success for them. */
     for (uint32_t i = 0; i < c->n_recent; i++) {
-        uint32_t k = (c->recent_head + COMM_RECENT - 1 - i) % COMM_RECENT;
+        uint32_t k = (c->recent_head + c->cap_recent - 1 - i) % c->cap_recent;
         if (c->recent[k].ok) report_add(ops, (uint32_t)cap, &n_ops, c->recent[k].tag, 1);
     }
     eccl_msg m = {.type = ECCL_MSG_VIEW_REPORT};
@@ -979,7 +1005,7 @@ static eccl_result on_view_query(eccl_comm *c, uint32_t epoch)
 static int aborted_find(const eccl_comm *c, uint64_t tag)
 {
     for (uint32_t i = 0; i < c->n_aborted_tags; i++) {
-        uint32_t k = (c->aborted_head + COMM_ABORTED_TAGS - 1 - i) % COMM_ABORTED_TAGS;
+        uint32_t k = (c->aborted_head + c->cap_aborted - 1 - i) % c->cap_aborted;
         if (c->aborted_tags[k] == tag) return (int)k;
     }
     return -1;
@@ -991,7 +1017,7 @@ static int aborted_take(eccl_comm *c, uint64_t tag)
     int k = aborted_find(c, tag);
     if (k < 0) return 0;
     /* Fill the hole with the oldest record and forget the oldest slot. */
-    uint32_t oldest = (c->aborted_head + COMM_ABORTED_TAGS - c->n_aborted_tags) % COMM_ABORTED_TAGS;
+    uint32_t oldest = (c->aborted_head + c->cap_aborted - c->n_aborted_tags) % c->cap_aborted;
     c->aborted_tags[k] = c->aborted_tags[oldest];
     c->n_aborted_tags--;
     return 1;
@@ -1000,16 +1026,19 @@ static int aborted_take(eccl_comm *c, uint64_t tag)
 static void aborted_add(eccl_comm *c, uint64_t tag)
 {
     if (aborted_find(c, tag) >= 0) return;
+    if (c->n_aborted_tags == c->cap_aborted)
+        ring_grow((void **)&c->aborted_tags, &c->cap_aborted, &c->aborted_head,
+                  c->n_aborted_tags, sizeof *c->aborted_tags, COMM_ABORTED_TAGS);
     c->aborted_tags[c->aborted_head] = tag;
-    c->aborted_head = (c->aborted_head + 1) % COMM_ABORTED_TAGS;
-    if (c->n_aborted_tags < COMM_ABORTED_TAGS) c->n_aborted_tags++;
+    c->aborted_head = (c->aborted_head + 1) % c->cap_aborted;
+    if (c->n_aborted_tags < c->cap_aborted) c->n_aborted_tags++;
 }
 
 /* Whether we finished `tag` in this epoch (either way). */
 static int recently_finished(const eccl_comm *c, uint64_t tag)
 {
     for (uint32_t i = 0; i < c->n_recent; i++)
-        if (c->recent[(c->recent_head + COMM_RECENT - 1 - i) % COMM_RECENT].tag == tag) return 1;
+        if (c->recent[(c->recent_head + c->cap_recent - 1 - i) % c->cap_recent].tag == tag) return 1;
     return 0;
 }
 
@@ -1871,8 +1900,9 @@ eccl_result eccl_comm_create_with_env(eccl_env *env, eccl_env_release_fn release
         rc = ECCL_ERR_NO_MEMORY;
         goto fail;
     }
-    c->recent = malloc(COMM_RECENT * sizeof *c->recent);
-    c->aborted_tags = malloc(COMM_ABORTED_TAGS * sizeof *c->aborted_tags);
+    c->cap_recent = c->cap_aborted = COMM_RING_START;
+    c->recent = malloc(c->cap_recent * sizeof *c->recent);
+    c->aborted_tags = malloc(c->cap_aborted * sizeof *c->aborted_tags);
     if (!c->recent || !c->aborted_tags) {
         rc = ECCL_ERR_NO_MEMORY;
         goto fail;
