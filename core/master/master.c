@@ -200,6 +200,7 @@ static uint64_t peer_deadline(const mpeer *p)
 
 static void schedule_scan(eccl_master *m, const mpeer *p)
 {
+    if (p->via) return; /* its relay watches it */
     uint64_t t = peer_deadline(p);
     if (t < m->scan_at) m->scan_at = t;
 }
