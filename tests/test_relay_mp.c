@@ -302,6 +302,58 @@ static void test_relay_killed_mid_view_change(void **state)
     cluster_fini(&cl);
 }
 
+/* ---- the master dies ------------------------------------------------------------ */
+
+enum { CTL_MASTER_DEAD = 4 };
+enum { V_LOST_NS = 3 };
+
+/* Every peer, behind a relay or not, must hear its master is lost; those
+ * behind relays at once, because their relay closes them when its own
+ * parent goes, not after their 30 s peer timeout. */
+static int orphan_body(eccl_comm *c, int index, void *arg)
+{
+    (void)arg;
+    cluster_slot *self = cluster_self();
+    if (sum_check(c, index, 600, 1 + 2 + 3 + 4, 4)) return 1;
+    atomic_store(&self->finished, 1);
+    if (cluster_wait_ctl(CTL_MASTER_DEAD, 1, 30000)) return 1;
+    eccl_result rc = ECCL_OK;
+    uint32_t pending = 0;
+    for (int k = 0; rc == ECCL_OK && k < 100000; k++) {
+        rc = eccl_comm_peers_pending(c, &pending);
+        if (rc == ECCL_OK) usleep(1000);
+    }
+    atomic_store(&self->val[V_LOST_NS], (long long)cluster_now_ns());
+    CL_CHECK(rc == ECCL_ERR_MASTER_LOST, "master gone: %s", eccl_strerror(rc));
+    return 0;
+}
+
+static void test_master_lost_behind_relays(void **state)
+{
+    (void)state;
+    cluster cl;
+    cluster_opts o = {.no_linger = 1, .peer_timeout_ms = 30000, .child_alarm_s = 120};
+    assert_int_equal(cluster_init(&cl, &o), 0);
+    assert_int_equal(cluster_fork_relay(&cl, RELAY_A), 0);
+    assert_int_equal(cluster_fork_relay(&cl, RELAY_B), 0);
+    for (int i = 0; i < 4; i++) route_peer(&cl, i, cl.sh->slot[i < 2 ? RELAY_A : RELAY_B].addr, 0);
+    for (int i = 0; i < 4; i++) assert_int_equal(cluster_spawn(&cl, i, 4, orphan_body, NULL), 0);
+    int n = 4;
+    int rc = cluster_wait_for(&cl, first_round_done, &n, 60000);
+    long long killed_at = (long long)cluster_now_ns();
+    if (rc == 0) {
+        cluster_master_signal(&cl, SIGKILL);
+        atomic_store(&cl.sh->ctl[CTL_MASTER_DEAD], 1);
+        rc = wait_peers(&cl, 4, 60000);
+    }
+    for (int i = 0; i < 4; i++) cluster_dump_slot(&cl, i);
+    assert_int_equal(rc, 0);
+    /* Well inside the 30 s peer timeout: told, not timed out. */
+    for (int i = 0; i < 4; i++)
+        assert_true(atomic_load(&cl.sh->slot[i].val[V_LOST_NS]) - killed_at < 20 * (long long)CL_SEC);
+    cluster_fini(&cl);
+}
+
 /* ---- the fallback address ----------------------------------------------------- */
 
 static int two_body(eccl_comm *c, int index, void *arg)
@@ -340,6 +392,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_relay_killed_mid_vote, cluster_test_setup,
                                         cluster_test_teardown),
         cmocka_unit_test_setup_teardown(test_relay_killed_mid_view_change, cluster_test_setup,
+                                        cluster_test_teardown),
+        cmocka_unit_test_setup_teardown(test_master_lost_behind_relays, cluster_test_setup,
                                         cluster_test_teardown),
         cmocka_unit_test_setup_teardown(test_fallback_address, cluster_test_setup,
                                         cluster_test_teardown),
