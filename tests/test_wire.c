@@ -1465,6 +1465,15 @@ static void test_batch_roundtrip(void **state)
     free(f);
 }
 
+/* The owner's send, as eccl_wire_batch_put calls it: counts, and empties
+ * the batch as taking it would. */
+static eccl_wire_batch *g_put_batch;
+static void count_send(void *to)
+{
+    (*(uint32_t *)to)++;
+    eccl_wire_batch_free(g_put_batch);
+}
+
 /* A batch never passes its bound: a full one says so, and takes the entry
  * once it has been sent. */
 static void test_batch_bound(void **state)
@@ -1486,6 +1495,18 @@ static void test_batch_bound(void **state)
     assert_int_equal(m.u.batch.n, added);
     free(f);
     assert_int_equal(eccl_wire_batch_add(&b, added, &reg), ECCL_OK);
+    eccl_wire_batch_free(&b);
+
+    /* put: the owner is asked to send exactly when the batch is full, and
+     * the entry then starts the next batch. */
+    uint32_t sends = 0, n = 0;
+    g_put_batch = &b;
+    while (sends == 0) {
+        assert_int_equal(eccl_wire_batch_put(&b, count_send, &sends, n, &reg, NULL, 0), ECCL_OK);
+        n++;
+    }
+    assert_int_equal(n, added + 1);
+    assert_int_equal(b.n, 1);
     eccl_wire_batch_free(&b);
 }
 

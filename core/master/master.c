@@ -103,6 +103,7 @@ typedef struct mpeer {
     struct mpeer **kids;        /* handle -> peer behind it; NULL once gone */
     uint32_t n_kids, cap_kids;
     eccl_wire_batch out;        /* frames for them, sent at the end of the step */
+    eccl_result out_err;        /* a frame `out` could not take: drop the relay */
     struct mpeer *next_relay;
 } mpeer;
 
@@ -206,23 +207,24 @@ static void schedule_scan(eccl_master *m, const mpeer *p)
 }
 
 static void relay_flush(mpeer *r);
+static void relay_flush_cb(void *r) { relay_flush(r); }
 
-/* A peer behind a relay gets its message in the relay's next batch (a full
- * batch goes at once). A failed add loses the message as a broken socket
- * would; the relay's own failure is what the master then sees. */
+/* An entry for the peer behind a relay (msg NULL: a gone entry, the relay
+ * disconnects it), in the relay's next batch; a full batch goes at once.
+ * An entry the batch cannot take drops the relay at the end of the step,
+ * and its peers with it: they would wait for the entry forever. */
+static void relay_put(mpeer *p, const eccl_msg *msg)
+{
+    eccl_clock_work(p->via->ch.env, 1);
+    eccl_result rc =
+        eccl_wire_batch_put(&p->via->out, relay_flush_cb, p->via, p->handle, msg, NULL, 0);
+    if (rc != ECCL_OK && p->via->out_err == ECCL_OK) p->via->out_err = rc;
+}
+
 static void send_to(mpeer *p, const eccl_msg *msg)
 {
-    if (!p->via) {
-        if (eccl_chan_send_msg(&p->ch, msg) == ECCL_OK) eccl_chan_flush(&p->ch);
-        return;
-    }
-    eccl_clock_work(p->via->ch.env, 1);
-    eccl_result rc = eccl_wire_batch_add(&p->via->out, p->handle, msg);
-    if (rc == ECCL_ERR_AGAIN) {
-        relay_flush(p->via);
-        rc = eccl_wire_batch_add(&p->via->out, p->handle, msg);
-    }
-    if (rc != ECCL_OK) eccl_wire_batch_free(&p->via->out);
+    if (p->via) relay_put(p, msg);
+    else if (eccl_chan_send_msg(&p->ch, msg) == ECCL_OK) eccl_chan_flush(&p->ch);
 }
 
 static void relay_flush(mpeer *r)
@@ -1065,7 +1067,7 @@ static void drop_peer(eccl_master *m, mpeer *p, eccl_result why)
         /* The relay disconnects it (a gone entry downward). */
         p->via->kids[p->handle] = NULL;
         if (!p->via->ch.closed) {
-            eccl_wire_batch_add(&p->via->out, p->handle, NULL);
+            relay_put(p, NULL);
             relay_flush(p->via);
         }
         p->ch.closed = 1;
@@ -1344,7 +1346,11 @@ static uint64_t master_step(void *owner, void **ready, int n, int *again)
     uint64_t now = now_ns(m);
     if (now >= m->scan_at) scan_peers(m, now);
     /* What this step decided for peers behind relays: one frame per relay. */
-    for (mpeer *r = m->relays; r; r = r->next_relay) relay_flush(r);
+    for (mpeer *r = m->relays, *nx; r; r = nx) {
+        nx = r->next_relay;
+        if (r->out_err != ECCL_OK) drop_peer(m, r, r->out_err);
+        else relay_flush(r);
+    }
     return m->scan_at;
 }
 

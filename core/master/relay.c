@@ -50,6 +50,7 @@ struct rkid {
     uint32_t *map;          /* a child relay's handle -> ours */
     uint32_t n_map, cap_map;
     eccl_wire_batch out;    /* a child relay's frames, sent at the end of the step */
+    eccl_result out_err;    /* an entry `out` could not take: drop the child */
 };
 
 struct eccl_relay {
@@ -71,6 +72,7 @@ struct eccl_relay {
     rroute *route;
     uint32_t n_route, cap_route;
     eccl_wire_batch out; /* for the parent */
+    eccl_result up_err;  /* an entry `out` could not take: break the link */
     uint64_t scan_at;
     int running;
 };
@@ -89,20 +91,14 @@ static void up_flush(eccl_relay *r)
         free(f);
 }
 
-static void up_add(eccl_relay *r, uint32_t handle, const eccl_msg *m)
-{
-    if (eccl_wire_batch_add(&r->out, handle, m) == ECCL_ERR_AGAIN) {
-        up_flush(r);
-        eccl_wire_batch_add(&r->out, handle, m);
-    }
-}
+static void up_flush_cb(void *r) { up_flush(r); }
 
-static void up_add_frame(eccl_relay *r, uint32_t handle, const uint8_t *f, uint32_t len)
+/* For the parent. An entry that cannot be queued breaks the link (at the
+ * end of the step): the parent would wait for it forever. */
+static void up_put(eccl_relay *r, uint32_t h, const eccl_msg *m, const uint8_t *f, uint32_t len)
 {
-    if (eccl_wire_batch_add_frame(&r->out, handle, f, len) == ECCL_ERR_AGAIN) {
-        up_flush(r);
-        eccl_wire_batch_add_frame(&r->out, handle, f, len);
-    }
+    eccl_result rc = eccl_wire_batch_put(&r->out, up_flush_cb, r, h, m, f, len);
+    if (rc != ECCL_OK && r->up_err == ECCL_OK) r->up_err = rc;
 }
 
 /* A new handle of ours, leading to kid (sub: its relay's handle). */
@@ -133,6 +129,8 @@ static void kid_batch_flush(rkid *k)
     if (f && eccl_chan_send_frame(&k->ch, f, len) == ECCL_OK) eccl_chan_flush(&k->ch);
 }
 
+static void kid_batch_flush_cb(void *k) { kid_batch_flush(k); }
+
 /* Drops a child; `tell` says the parent has not decided it itself, so it
  * hears of the loss (a gone entry per handle). */
 static void kid_drop(eccl_relay *r, rkid *k, int tell)
@@ -143,11 +141,11 @@ static void kid_drop(eccl_relay *r, rkid *k, int tell)
             uint32_t h = k->map[i];
             if (h == NO_HANDLE || r->route[h].kid != k) continue;
             r->route[h].kid = NULL;
-            if (tell) up_add(r, h, NULL);
+            if (tell) up_put(r, h, NULL, NULL, 0);
         }
     } else if (k->handle != NO_HANDLE) {
         r->route[k->handle].kid = NULL;
-        if (tell) up_add(r, k->handle, NULL);
+        if (tell) up_put(r, k->handle, NULL, NULL, 0);
     }
     *k->pprev = k->next;
     if (k->next) k->next->pprev = k->pprev;
@@ -182,7 +180,7 @@ static eccl_result kid_relay_entry(eccl_relay *r, rkid *k, uint32_t h, const uin
         r->route[ours].kid = NULL;
         k->map[h] = NO_HANDLE;
     }
-    up_add_frame(r, ours, f, len);
+    up_put(r, ours, NULL, f, len);
     return ECCL_OK;
 }
 
@@ -212,7 +210,7 @@ static eccl_result kid_on_msg(void *owner, eccl_chan *ch, const eccl_msg *m)
         k->timeout_ns = (uint64_t)m->u.reg.peer_timeout_ms * MS; /* we watch it now */
     if (k->handle == NO_HANDLE && (k->handle = route_new(r, k, NO_HANDLE)) == NO_HANDLE)
         return ECCL_ERR_NO_MEMORY;
-    up_add(r, k->handle, m);
+    up_put(r, k->handle, m, NULL, 0);
     return ECCL_OK;
 }
 
@@ -281,10 +279,8 @@ static eccl_result up_on_msg(void *owner, eccl_chan *ch, const eccl_msg *m)
         if (!k) continue; /* gone here: the parent hears it from us */
         if (rt->sub != NO_HANDLE) {
             eccl_clock_work(r->env, 1);
-            if (eccl_wire_batch_add_frame(&k->out, rt->sub, f, len) == ECCL_ERR_AGAIN) {
-                kid_batch_flush(k);
-                eccl_wire_batch_add_frame(&k->out, rt->sub, f, len);
-            }
+            eccl_result rc = eccl_wire_batch_put(&k->out, kid_batch_flush_cb, k, rt->sub, NULL, f, len);
+            if (rc != ECCL_OK && k->out_err == ECCL_OK) k->out_err = rc;
             if (!len) {
                 rt->kid = NULL;
                 k->map[rt->sub] = NO_HANDLE;
@@ -320,6 +316,7 @@ static eccl_result up_open(eccl_relay *r)
     }
     r->up.conn = conn;
     r->up_open = 1;
+    r->up_err = ECCL_OK;
     r->n_route = 0; /* a new relay to the parent: handles start over */
     eccl_msg h = {.type = ECCL_MSG_RELAY_HELLO};
     h.u.relay_hello.timeout_ms = (uint32_t)(r->timeout_ns / MS);
@@ -413,9 +410,13 @@ static uint64_t relay_step(void *owner, void **ready, int n, int *again)
     }
     if (now >= r->scan_at) scan(r, now);
     /* What this step heard or was told: one frame each way. */
-    up_flush(r);
-    for (rkid *k = r->kids; k; k = k->next)
-        if (k->is_relay) kid_batch_flush(k);
+    for (rkid *k = r->kids, *nx; k; k = nx) {
+        nx = k->next;
+        if (k->out_err != ECCL_OK) kid_drop(r, k, 1);
+        else if (k->is_relay) kid_batch_flush(k);
+    }
+    if (r->up_err != ECCL_OK) up_close(r, r->up_err);
+    else up_flush(r);
     uint64_t next = r->scan_at;
     if (r->up_open) {
         uint64_t t = r->up.last_rx_ns + r->timeout_ns + 1;

@@ -804,6 +804,19 @@ eccl_result eccl_wire_batch_add(eccl_wire_batch *b, uint32_t handle, const eccl_
     return ECCL_OK;
 }
 
+eccl_result eccl_wire_batch_put(eccl_wire_batch *b, void (*send)(void *to), void *to,
+                                uint32_t handle, const eccl_msg *m, const uint8_t *frame,
+                                uint32_t frame_len)
+{
+    for (int sent = 0;; sent = 1) {
+        eccl_result rc = m ? eccl_wire_batch_add(b, handle, m)
+                           : eccl_wire_batch_add_frame(b, handle, frame, frame_len);
+        if (rc != ECCL_ERR_AGAIN) return rc;
+        if (sent) return ECCL_ERR_INVALID_ARG; /* does not fit even alone */
+        send(to);
+    }
+}
+
 uint8_t *eccl_wire_batch_take(eccl_wire_batch *b, uint32_t *frame_len)
 {
     if (!b->n) return NULL;

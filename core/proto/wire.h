@@ -423,6 +423,12 @@ int eccl_wire_batch_next(const eccl_msg_batch *b, uint32_t *pos, uint32_t *handl
 eccl_result eccl_wire_batch_add(eccl_wire_batch *b, uint32_t handle, const eccl_msg *m);
 eccl_result eccl_wire_batch_add_frame(eccl_wire_batch *b, uint32_t handle,
                                       const uint8_t *frame, uint32_t frame_len);
+/* Adds an entry (m encoded; m NULL: frame f as it is; both NULL: gone),
+ * calling send(to) first when the batch is full, so that its owner takes
+ * and sends it. Errors as eccl_wire_batch_add, never ECCL_ERR_AGAIN. */
+eccl_result eccl_wire_batch_put(eccl_wire_batch *b, void (*send)(void *to), void *to,
+                                uint32_t handle, const eccl_msg *m, const uint8_t *frame,
+                                uint32_t frame_len);
 /* Finishes the batch: returns its whole frame (the caller frees it) and
  * its size, and leaves `b` empty. NULL when it holds no entry. */
 uint8_t *eccl_wire_batch_take(eccl_wire_batch *b, uint32_t *frame_len);
