@@ -804,7 +804,7 @@ eccl_result eccl_wire_batch_add(eccl_wire_batch *b, uint32_t handle, const eccl_
     return ECCL_OK;
 }
 
-eccl_result eccl_wire_batch_put(eccl_wire_batch *b, void (*send)(void *to), void *to,
+eccl_result eccl_wire_batch_put(eccl_wire_batch *b, void (*flush)(void *to), void *to,
                                 uint32_t handle, const eccl_msg *m, const uint8_t *frame,
                                 uint32_t frame_len)
 {
@@ -813,7 +813,7 @@ eccl_result eccl_wire_batch_put(eccl_wire_batch *b, void (*send)(void *to), void
                            : eccl_wire_batch_add_frame(b, handle, frame, frame_len);
         if (rc != ECCL_ERR_AGAIN) return rc;
         if (sent) return ECCL_ERR_INVALID_ARG; /* does not fit even alone */
-        send(to);
+        flush(to);
     }
 }
 

@@ -424,9 +424,9 @@ eccl_result eccl_wire_batch_add(eccl_wire_batch *b, uint32_t handle, const eccl_
 eccl_result eccl_wire_batch_add_frame(eccl_wire_batch *b, uint32_t handle,
                                       const uint8_t *frame, uint32_t frame_len);
 /* Adds an entry (m encoded; m NULL: frame f as it is; both NULL: gone),
- * calling send(to) first when the batch is full, so that its owner takes
+ * calling flush(to) first when the batch is full, so that its owner takes
  * and sends it. Errors as eccl_wire_batch_add, never ECCL_ERR_AGAIN. */
-eccl_result eccl_wire_batch_put(eccl_wire_batch *b, void (*send)(void *to), void *to,
+eccl_result eccl_wire_batch_put(eccl_wire_batch *b, void (*flush)(void *to), void *to,
                                 uint32_t handle, const eccl_msg *m, const uint8_t *frame,
                                 uint32_t frame_len);
 /* Finishes the batch: returns its whole frame (the caller frees it) and
