@@ -51,6 +51,8 @@ struct rkid {
     uint32_t n_map, cap_map;
     eccl_wire_batch out;    /* a child relay's frames, sent at the end of the step */
     eccl_result out_err;    /* an entry `out` could not take: drop the child */
+    rkid *dirty_next;       /* on the relay's dirty list: `out` or `out_err` to act on */
+    int dirty;
 };
 
 struct eccl_relay {
@@ -73,6 +75,7 @@ struct eccl_relay {
     uint32_t n_route, cap_route;
     eccl_wire_batch out; /* for the parent */
     eccl_result up_err;  /* an entry `out` could not take: break the link */
+    rkid *dirty;         /* child relays with something for the end of the step */
     uint64_t scan_at;
     int running;
 };
@@ -130,6 +133,14 @@ static void kid_batch_flush(rkid *k)
 }
 
 static void kid_batch_flush_cb(void *k) { kid_batch_flush(k); }
+
+static void kid_mark_dirty(eccl_relay *r, rkid *k)
+{
+    if (k->dirty) return;
+    k->dirty = 1;
+    k->dirty_next = r->dirty;
+    r->dirty = k;
+}
 
 /* Drops a child; `tell` says the parent has not decided it itself, so it
  * hears of the loss (a gone entry per handle). */
@@ -281,6 +292,7 @@ static eccl_result up_on_msg(void *owner, eccl_chan *ch, const eccl_msg *m)
             eccl_clock_work(r->env, 1);
             eccl_result rc = eccl_wire_batch_put(&k->out, kid_batch_flush_cb, k, rt->sub, NULL, f, len);
             if (rc != ECCL_OK && k->out_err == ECCL_OK) k->out_err = rc;
+            kid_mark_dirty(r, k);
             if (!len) {
                 rt->kid = NULL;
                 k->map[rt->sub] = NO_HANDLE;
@@ -409,11 +421,16 @@ static uint64_t relay_step(void *owner, void **ready, int n, int *again)
         r->up_heartbeat_at = now + r->timeout_ns / 4;
     }
     if (now >= r->scan_at) scan(r, now);
-    /* What this step heard or was told: one frame each way. */
-    for (rkid *k = r->kids, *nx; k; k = nx) {
-        nx = k->next;
+    /* What this step heard or was told: one frame each way. Only the
+     * children told something are visited: a step per arriving frame over
+     * all ~sqrt(N) children was 3% of a 96K-rank simulation. Dropped ones
+     * wait in the graveyard until reap, after the step. */
+    while (r->dirty) {
+        rkid *k = r->dirty;
+        r->dirty = k->dirty_next;
+        k->dirty = 0;
         if (k->out_err != ECCL_OK) kid_drop(r, k, 1);
-        else if (k->is_relay) kid_batch_flush(k);
+        else if (!k->ch.closed) kid_batch_flush(k);
     }
     if (r->up_err != ECCL_OK) up_close(r, r->up_err);
     else up_flush(r);
