@@ -111,6 +111,8 @@ typedef struct cluster_opts {
     /* If set, every peer child sets ECCL_P2P_POOL to it before creating
      * its communicator. */
     const char *pool_env;
+    /* If set, every peer child sets ECCL_PROGRESS_THREAD=0. */
+    int no_progress_thread;
 } cluster_opts;
 
 typedef struct cluster {

@@ -535,6 +535,60 @@ static void run_reuse(cluster *cl, int n)
 static void test_tag_reuse_n2(void **state) { run_reuse(*state, 2); }
 static void test_tag_reuse_n3(void **state) { run_reuse(*state, 3); }
 
+/* ---- ECCL_PROGRESS_THREAD=0: progress inside calls only ------------------------- */
+
+static long own_threads(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long n = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "Threads: %ld", &n) == 1) break;
+    if (f) fclose(f);
+    return n;
+}
+
+static int threads_body(eccl_comm *c, int index, void *argp)
+{
+    atomic_store(&cluster_self()->val[1], own_threads());
+    if (reuse_body(c, index, argp)) return 1;
+    /* An async op completed by nothing but eccl_test polls. */
+    int n = *(int *)argp;
+    int32_t send[64], buf[64];
+    cluster_fill(send, ECCL_I32, 64, index, 99, CL_PAT_SMALL);
+    eccl_request *req = NULL;
+    eccl_result rc = eccl_allreduce_async(c, send, buf, 64, ECCL_I32, ECCL_SUM, 8, &req);
+    CL_CHECK(rc == ECCL_OK, "async: %s", eccl_strerror(rc));
+    int done = 0;
+    uint64_t t0 = cluster_now_ns();
+    while (!done && rc == ECCL_OK && cluster_now_ns() - t0 < 20000000000ull) {
+        rc = eccl_test(req, &done, NULL);
+        if (!done) usleep(100);
+    }
+    CL_CHECK(rc == ECCL_OK && done, "eccl_test: %s, done %d after %.0f ms", eccl_strerror(rc), done,
+             (double)(cluster_now_ns() - t0) / 1e6);
+    return check_result((uint8_t *)buf, ECCL_I32, ECCL_SUM, CL_PAT_SMALL, 64, n, 99, "async by test");
+}
+
+/* With the thread off a peer is one thread, and back-to-back calls (the
+ * workload it is for) still complete and check, on every peer; with the
+ * default it is two. */
+static void run_progress_thread(cluster *cl, int off, long want_threads)
+{
+    int n = 3;
+    cluster_opts o = {.op_timeout_ms = 5000, .no_progress_thread = off};
+    assert_int_equal(cluster_init(cl, &o), 0);
+    assert_int_equal(cluster_spawn_n(cl, n, threads_body, &n), 0);
+    assert_int_equal(cluster_wait_all(cl, 60000), 0);
+    for (int i = 0; i < n; i++) assert_int_equal(atomic_load(&cl->sh->slot[i].val[1]), want_threads);
+    printf("    ECCL_PROGRESS_THREAD=%d: %ld thread(s) per peer, %d checked all-reduces and one async by eccl_test each\n", !off,
+           want_threads, REUSE_ROUNDS);
+    cluster_fini(cl);
+}
+
+static void test_progress_thread_off(void **state) { run_progress_thread(*state, 1, 1); }
+static void test_progress_thread_on(void **state) { run_progress_thread(*state, 0, 2); }
+
 /* ---- invalid arguments ------------------------------------------------------------ */
 
 static int invalid_body(eccl_comm *c, int index, void *argp)
@@ -698,6 +752,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_tags_async_n3, cluster_test_setup, cluster_test_teardown),
         cmocka_unit_test_setup_teardown(test_tag_reuse_n2, cluster_test_setup, cluster_test_teardown),
         cmocka_unit_test_setup_teardown(test_tag_reuse_n3, cluster_test_setup, cluster_test_teardown),
+        cmocka_unit_test_setup_teardown(test_progress_thread_off, cluster_test_setup, cluster_test_teardown),
+        cmocka_unit_test_setup_teardown(test_progress_thread_on, cluster_test_setup, cluster_test_teardown),
         cmocka_unit_test_setup_teardown(test_invalid_args, cluster_test_setup, cluster_test_teardown),
         cmocka_unit_test_setup_teardown(test_single_peer, cluster_test_setup, cluster_test_teardown),
     };

@@ -142,6 +142,7 @@ typedef struct scenario_cfg {
     /* relays = K: ranks in K contiguous shares, each reaching the master
      * through a relay on the host of its share's first rank */
     int relays;
+    int progress_thread; /* ranks' ECCL_PROGRESS_THREAD (1, the default, or 0) */
     int n_relay_kills;
     struct {
         int relay;     /* 1..relays */
@@ -548,7 +549,7 @@ enum {
     K_OPTIMIZE_AT, K_EXPECT_SPEEDUP,
     K_DEV_COPY_RATE, K_DEV_COPY_LAT, K_DEVICE_RING,                 /* buffers = cuda */
     K_TRANSPORT, K_IB_QPS, K_IB_MIN_BYTES, K_IB_CHUNK_BYTES,
-    K_RELAYS,
+    K_RELAYS, K_PROGRESS_THREAD,
     K_NCCL2_STAGGER, K_NCCL2_TIMEOUT, K_NCCL2_ALLGATHER, K_NCCL2_CORRUPT, /* nccl2_bootstrap */
     K_NKEYS
 };
@@ -587,6 +588,7 @@ static const key_def key_defs[K_NKEYS] = {
     [K_IB_MIN_BYTES] = {"ib_min_bytes", KK_SPECIAL, 0, 0, 0},
     [K_IB_CHUNK_BYTES] = {"ib_chunk_bytes", KK_SPECIAL, 0, 0, 0},
     [K_RELAYS] = {"relays", KK_INT, CFG_OFF(relays), 0, MAX_RANKS},
+    [K_PROGRESS_THREAD] = {"progress_thread", KK_INT, CFG_OFF(progress_thread), 0, 1},
     [K_STEP] = {"step", KK_TIME, CFG_OFF(step_s), 0, 0},
     [K_PEER_TIMEOUT] = {"peer_timeout", KK_TIME, CFG_OFF(peer_timeout_s), 0, 0},
     [K_EXPECT_SLOWDOWN] = {"expect_slowdown", KK_RATIO, CFG_OFF(expect_slowdown), 0, 0},
@@ -636,7 +638,8 @@ static const int common_optional[] = {K_EXPECT, K_SEED, K_JITTER, K_STAGGER, K_W
                                       K_DURATION, K_MAX_STALL, K_CORRUPT_AT, K_DEV_COPY_RATE,
                                       K_DEV_COPY_LAT, K_DEVICE_RING, K_TRANSPORT, K_IB_QPS,
                                       K_IB_MIN_BYTES, K_IB_CHUNK_BYTES, K_NCCL2_STAGGER,
-                                      K_NCCL2_TIMEOUT, K_NCCL2_ALLGATHER, K_NCCL2_CORRUPT, K_RELAYS, -1};
+                                      K_NCCL2_TIMEOUT, K_NCCL2_ALLGATHER, K_NCCL2_CORRUPT, K_RELAYS,
+                                      K_PROGRESS_THREAD, -1};
 static const int flat_required[] = {K_HOSTS, -1};
 static const int flat_optional[] = {-1};
 static const int clos_required[] = {K_HOSTS_PER_RACK, K_RACKS_PER_ZONE, K_ZONES_PER_DC, K_DCS, -1};
@@ -859,6 +862,7 @@ static int parse_scenario(const char *file, scenario_cfg *c)
     c->expect_survivors = -1;
     c->oversubscription = 1;
     c->ranks_per_host = 1;
+    c->progress_thread = 1;
     c->loopback_bandwidth_Bps = LOOPBACK_BW_DEFAULT;
     c->loopback_latency_s = LOOPBACK_LAT_DEFAULT;
     c->dev_copy_Bps = ECCL_SG_DEV_COPY_BPS;
@@ -3173,9 +3177,9 @@ static void set_actor_stacks(const scenario_cfg *c)
         if (fscanf(f, "%ld", &limit) != 1) limit = 0;
         fclose(f);
     }
-    /* Every worker life is 3 actors (a host_on restarts its host's ranks);
-     * the master 2; killers and the plan 1. */
-    long actors = 3L * (c->ranks + (long)c->nfaults * c->ranks_per_host) + 2 + c->nfaults + 1;
+    /* Every worker life is 3 actors, 2 without a progress thread (a host_on
+     * restarts its host's ranks); the master 2; killers and the plan 1. */
+    long actors = (2L + c->progress_thread) * (c->ranks + (long)c->nfaults * c->ranks_per_host) + 2 + c->nfaults + 1;
     if (limit > 0 && 2 * actors + MAP_MARGIN > limit) {
         sg_cfg_set_int("contexts/guard-size", 0);
         /* Without a guard, SimGrid callocs each stack. glibc raises its mmap
@@ -3293,6 +3297,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "eccl-sim: cannot set up the %s device\n", buffers_name(&cfg));
         return 1;
     }
+    eccl_sg_world_set_progress_thread(s->w, cfg.progress_thread);
 
     if (cfg.diloco) {
         int status = run_diloco(s, &cfg, outdir);

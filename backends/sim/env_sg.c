@@ -672,6 +672,8 @@ static int sg_config_get(void *ctx, const char *name, char *buf, size_t len)
      * while a call drives (core/sched/engine.h): same behaviour, and
      * a simulated rank no longer wakes every 10 ms of simulated time. */
     if (strcmp(name, "ECCL_ENGINE_PARK_UNTIL_IDLE") == 0) v = 1;
+    else if (strcmp(name, "ECCL_PROGRESS_THREAD") == 0 && e->w->no_progress_thread)
+        return snprintf(buf, len, "0") == 1;
     else if (e->device && strcmp(name, "ECCL_DEVICE_RING_MIN_BYTES") == 0) v = e->w->dev.resident_min;
     else if (!e->ibv) v = 0;
     else if (strcmp(name, "ECCL_IB_QPS") == 0) v = net->qps;
@@ -958,6 +960,8 @@ eccl_result eccl_sg_world_set_master_msg_cost(eccl_sg_world *w, double seconds)
     w->master_msg_cost_s = seconds;
     return ECCL_OK;
 }
+
+void eccl_sg_world_set_progress_thread(eccl_sg_world *w, int on) { w->no_progress_thread = !on; }
 
 eccl_result eccl_sg_env_create_master(eccl_sg_world *w, const char *name, eccl_env **out)
 {

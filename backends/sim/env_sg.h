@@ -151,6 +151,12 @@ uint64_t eccl_sg_world_rdma_writes(const eccl_sg_world *w);
  * the device, which the platform and dev_sim model. */
 eccl_result eccl_sg_world_set_master_msg_cost(eccl_sg_world *w, double seconds);
 
+/* Whether communicators made in this world run a progress thread (setting
+ * ECCL_PROGRESS_THREAD, default on). Off, a rank is one actor fewer (a
+ * quarter less memory at scale) and progresses only inside its calls, as
+ * a workload that calls back to back needs. */
+void eccl_sg_world_set_progress_thread(eccl_sg_world *w, int on);
+
 /* An env on the calling actor's host. Free with eccl_sg_env_destroy (the
  * release function core objects call). */
 eccl_result eccl_sg_env_create(eccl_sg_world *w, const char *name, eccl_env **out);

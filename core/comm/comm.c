@@ -197,6 +197,7 @@ typedef struct comm_listener {
 struct eccl_comm {
     eccl_env *env;
     size_t resident_min;        /* device calls this big run the device-resident ring */
+    int progress_thread;        /* ECCL_PROGRESS_THREAD: progress between calls too */
     eccl_env_release_fn env_release;
     eccl_engine eng;
     eccl_comm_params params;
@@ -1896,6 +1897,12 @@ eccl_result eccl_comm_create_with_env(eccl_env *env, eccl_env_release_fn release
      * default, a host mirror (docs/devices.md says why). 0: always the mirror. */
     c->resident_min = (size_t)eccl_config_uint(env, "ECCL_DEVICE_RING_MIN_BYTES", 0, UINT64_MAX >> 1, 0);
     if (c->resident_min && c->resident_min < COMM_RESIDENT_MIN) c->resident_min = COMM_RESIDENT_MIN;
+    /* Off, the communicator progresses only inside its calls (as MPI
+     * without an async progress thread): one thread less per rank, for
+     * applications that call back to back. Between calls nobody answers
+     * heartbeats or serves async ops, so a gap longer than the peer
+     * timeout costs this peer its membership. */
+    c->progress_thread = eccl_config_uint(env, "ECCL_PROGRESS_THREAD", 0, 1, 1) != 0;
     if (c->pool_out > 1 && pool_alloc(c) != ECCL_OK) {
         rc = ECCL_ERR_NO_MEMORY;
         goto fail;
@@ -1944,7 +1951,7 @@ eccl_result eccl_comm_connect(eccl_comm *c)
             if (rc != ECCL_ERR_CONNECT) goto fail;
             master_retry_schedule(c);
         }
-        ECCL_CHECK(c->env, eccl_engine_start(&c->eng, "eccl-comm"));
+        if (c->progress_thread) ECCL_CHECK(c->env, eccl_engine_start(&c->eng, "eccl-comm"));
     }
     rc = eccl_engine_drive(&c->eng, connect_done, c,
                            now_ns(c) + (uint64_t)c->params.op_timeout_ms * MS);
@@ -2186,6 +2193,8 @@ eccl_result eccl_test(eccl_request *r, int *done, eccl_reduce_info *info)
     eccl_comm *c = r->comm;
     eccl_stage stage = {0};
     eccl_engine_lock(&c->eng);
+    /* Nobody else moves the op forward: this test does, one look a call. */
+    if (!c->progress_thread && r->state != OP_DONE) eccl_engine_poll_once(&c->eng);
     *done = r->state == OP_DONE;
     eccl_result rc = *done ? request_reap(r, info, &stage) : ECCL_OK;
     eccl_engine_unlock(&c->eng);

@@ -141,6 +141,13 @@ void eccl_engine_kick(eccl_engine *e)
     if (e->bg_polling || e->pollers > 0) e->env->net->wake(e->env->net_ctx);
 }
 
+void eccl_engine_poll_once(eccl_engine *e)
+{
+    if (e->waiters++ == 0 && e->bg_polling) e->env->net->wake(e->env->net_ctx);
+    engine_poll(e, 0, 0);
+    if (--e->waiters == 0 && e->bg_idle) e->env->sync->cond_broadcast(e->env->sync_ctx, e->cv);
+}
+
 eccl_result eccl_engine_drive(eccl_engine *e, int (*done)(void *), void *arg,
                               uint64_t deadline_ns)
 {

@@ -67,6 +67,9 @@ void eccl_engine_unlock(eccl_engine *e);
  * passes deadline_ns (ECCL_ERR_TIMEOUT) or the engine stops (ECCL_ERR_CLOSED). */
 eccl_result eccl_engine_drive(eccl_engine *e, int (*done)(void *), void *arg,
                               uint64_t deadline_ns);
+/* Mutex held: one look at the net without waiting, and the step it
+ * triggers: what a test call does where no background thread progresses. */
+void eccl_engine_poll_once(eccl_engine *e);
 /* Mutex held: new work without a driving caller (an async op, a message to
  * send) or an earlier timer: make the background thread poll now. */
 void eccl_engine_kick(eccl_engine *e);
