@@ -953,6 +953,7 @@ eccl_result eccl_sg_world_set_net(eccl_sg_world *w, const eccl_sg_net_cfg *cfg)
 }
 
 uint64_t eccl_sg_world_rdma_writes(const eccl_sg_world *w) { return w->rdma_writes; }
+uint64_t eccl_sg_world_messages(const eccl_sg_world *w) { return w->messages; }
 
 eccl_result eccl_sg_world_set_master_msg_cost(eccl_sg_world *w, double seconds)
 {

@@ -138,6 +138,9 @@ typedef struct eccl_sg_net_cfg {
 eccl_result eccl_sg_world_set_net(eccl_sg_world *w, const eccl_sg_net_cfg *cfg);
 /* RDMA writes applied at their targets so far (transport ibv). */
 uint64_t eccl_sg_world_rdma_writes(const eccl_sg_world *w);
+/* Messages the net put on the wire so far (frames, handshakes, resets):
+ * what a simulation's wall time is mostly made of. */
+uint64_t eccl_sg_world_messages(const eccl_sg_world *w);
 
 /* CPU time the master spends on each control message it sends or takes
  * (a syscall, decoding, its bookkeeping), in seconds; 0 (the default) is

@@ -348,6 +348,7 @@ static void post_as(eccl_sg_world *w, sg_mailbox_t to, sg_msg *m, int detached)
         return;
     }
     long size = (long)(m->len + MSG_OVERHEAD);
+    w->messages++;
     long pid = sg_actor_self_get_pid();
     sg_outbox *ob = detached ? NULL : outbox_self(w, pid);
     if (ob && outbox_reserve(ob) == 0) {

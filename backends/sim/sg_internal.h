@@ -117,6 +117,7 @@ struct eccl_sg_world {
     struct eccl_sg_device *devices; /* every device created, freed with the world */
     eccl_sg_net_cfg net;     /* the transport of comms' envs from now on */
     uint64_t rdma_writes;    /* RDMA writes applied at their target (verbs_sg.c) */
+    uint64_t messages;       /* net_sg messages put on the wire (post_as) */
 };
 
 struct sg_env {
