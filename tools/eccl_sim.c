@@ -143,6 +143,7 @@ typedef struct scenario_cfg {
      * through a relay on the host of its share's first rank */
     int relays;
     int progress_thread; /* ranks' ECCL_PROGRESS_THREAD (1, the default, or 0) */
+    int latency_net;     /* net_model = latency (eccl_sg_world_set_net_model) */
     int n_relay_kills;
     struct {
         int relay;     /* 1..relays */
@@ -549,7 +550,7 @@ enum {
     K_OPTIMIZE_AT, K_EXPECT_SPEEDUP,
     K_DEV_COPY_RATE, K_DEV_COPY_LAT, K_DEVICE_RING,                 /* buffers = cuda */
     K_TRANSPORT, K_IB_QPS, K_IB_MIN_BYTES, K_IB_CHUNK_BYTES,
-    K_RELAYS, K_PROGRESS_THREAD,
+    K_RELAYS, K_PROGRESS_THREAD, K_NET_MODEL,
     K_NCCL2_STAGGER, K_NCCL2_TIMEOUT, K_NCCL2_ALLGATHER, K_NCCL2_CORRUPT, /* nccl2_bootstrap */
     K_NKEYS
 };
@@ -589,6 +590,7 @@ static const key_def key_defs[K_NKEYS] = {
     [K_IB_CHUNK_BYTES] = {"ib_chunk_bytes", KK_SPECIAL, 0, 0, 0},
     [K_RELAYS] = {"relays", KK_INT, CFG_OFF(relays), 0, MAX_RANKS},
     [K_PROGRESS_THREAD] = {"progress_thread", KK_INT, CFG_OFF(progress_thread), 0, 1},
+    [K_NET_MODEL] = {"net_model", KK_SPECIAL, 0, 0, 0},
     [K_STEP] = {"step", KK_TIME, CFG_OFF(step_s), 0, 0},
     [K_PEER_TIMEOUT] = {"peer_timeout", KK_TIME, CFG_OFF(peer_timeout_s), 0, 0},
     [K_EXPECT_SLOWDOWN] = {"expect_slowdown", KK_RATIO, CFG_OFF(expect_slowdown), 0, 0},
@@ -639,7 +641,7 @@ static const int common_optional[] = {K_EXPECT, K_SEED, K_JITTER, K_STAGGER, K_W
                                       K_DEV_COPY_LAT, K_DEVICE_RING, K_TRANSPORT, K_IB_QPS,
                                       K_IB_MIN_BYTES, K_IB_CHUNK_BYTES, K_NCCL2_STAGGER,
                                       K_NCCL2_TIMEOUT, K_NCCL2_ALLGATHER, K_NCCL2_CORRUPT, K_RELAYS,
-                                      K_PROGRESS_THREAD, -1};
+                                      K_PROGRESS_THREAD, K_NET_MODEL, -1};
 static const int flat_required[] = {K_HOSTS, -1};
 static const int flat_optional[] = {-1};
 static const int clos_required[] = {K_HOSTS_PER_RACK, K_RACKS_PER_ZONE, K_ZONES_PER_DC, K_DCS, -1};
@@ -985,6 +987,10 @@ static int parse_scenario(const char *file, scenario_cfg *c)
             else if (strcmp(val, "cuda_phantom") == 0) c->phantom = 1, c->cuda = 1;
             else rc = cfg_error(file, lineno, "buffers: \"%s\": want host, phantom, cuda or "
                                 "cuda_phantom", val);
+        } else if (id == K_NET_MODEL) {
+            if (strcmp(val, "flow") == 0) c->latency_net = 0;
+            else if (strcmp(val, "latency") == 0) c->latency_net = 1;
+            else rc = cfg_error(file, lineno, "net_model: \"%s\": want flow or latency", val);
         } else if (id == K_TRANSPORT) {
             if (strcmp(val, "tcp") == 0) c->ibv = 0;
             else if (strcmp(val, "ibv") == 0) c->ibv = 1;
@@ -1215,6 +1221,13 @@ static int parse_scenario(const char *file, scenario_cfg *c)
     if (c->optimize_at && slow)
         return cfg_error(file, key_line[K_OPTIMIZE_AT], "optimize_at: not with slow_link (both "
                          "split the all-reduces into before and after)");
+    if (c->latency_net && c->ibv)
+        return cfg_error(file, key_line[K_NET_MODEL], "net_model = latency: not with transport = ibv "
+                         "(RDMA's bulk writes need flows that share links)");
+    for (int i = 0; c->latency_net && i < c->nfaults; i++)
+        if (c->faults[i].kind == F_SLOW || c->faults[i].kind == F_LINK_OFF)
+            return cfg_error(file, c->faults[i].line, "net_model = latency: links are not simulated, "
+                             "so no slow_link or link_off");
     if (c->relays > c->ranks)
         return cfg_error(file, key_line[K_RELAYS], "relays = %d: more than the %d ranks", c->relays,
                          c->ranks);
@@ -3177,9 +3190,10 @@ static void set_actor_stacks(const scenario_cfg *c)
         if (fscanf(f, "%ld", &limit) != 1) limit = 0;
         fclose(f);
     }
-    /* Every worker life is 3 actors, 2 without a progress thread (a host_on
-     * restarts its host's ranks); the master 2; killers and the plan 1. */
-    long actors = (2L + c->progress_thread) * (c->ranks + (long)c->nfaults * c->ranks_per_host) + 2 + c->nfaults + 1;
+    /* Every worker life is 3 actors, less its progress thread and its
+     * receiver when it has none (a host_on restarts its host's ranks); the
+     * master 2; killers and the plan 1. */
+    long actors = (1L + c->progress_thread + !c->latency_net) * (c->ranks + (long)c->nfaults * c->ranks_per_host) + 2 + c->nfaults + 1;
     if (limit > 0 && 2 * actors + MAP_MARGIN > limit) {
         sg_cfg_set_int("contexts/guard-size", 0);
         /* Without a guard, SimGrid callocs each stack. glibc raises its mmap
@@ -3298,6 +3312,11 @@ int main(int argc, char **argv)
         return 1;
     }
     eccl_sg_world_set_progress_thread(s->w, cfg.progress_thread);
+    if (eccl_sg_world_set_net_model(s->w, cfg.latency_net ? ECCL_SG_NET_LATENCY : ECCL_SG_NET_FLOW) !=
+        ECCL_OK) {
+        fprintf(stderr, "eccl-sim: cannot set the net model\n");
+        return 1;
+    }
 
     if (cfg.diloco) {
         int status = run_diloco(s, &cfg, outdir);

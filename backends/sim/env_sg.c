@@ -833,6 +833,7 @@ void eccl_sg_world_destroy(eccl_sg_world *w)
     sg_idmap_free(&w->mbox_env);
     sg_idmap_free(&w->registry);
     eccl_net_sg_free_outboxes(w);
+    eccl_net_sg_free_routes(w);
     if (w->phantom_base) munmap(w->phantom_base, w->phantom_size);
     devices_free(w);
     /* Hosts and links outlive the world (SimGrid's engine owns them): take
@@ -861,6 +862,7 @@ static eccl_result env_create(eccl_sg_world *w, const char *name, eccl_sg_device
     e->w = w;
     e->id = ++w->next_id;
     e->host = sg_host_self();
+    e->owner = sg_actor_self_get_pid();
     e->boot = eccl_sg_host_boot(e->host);
     snprintf(e->env.name, sizeof e->env.name, "%s", name ? name : "");
     e->env.log_level = w->log_level;
@@ -963,6 +965,14 @@ eccl_result eccl_sg_world_set_master_msg_cost(eccl_sg_world *w, double seconds)
 }
 
 void eccl_sg_world_set_progress_thread(eccl_sg_world *w, int on) { w->no_progress_thread = !on; }
+
+eccl_result eccl_sg_world_set_net_model(eccl_sg_world *w, eccl_sg_net_model model)
+{
+    if (!w || (model != ECCL_SG_NET_FLOW && model != ECCL_SG_NET_LATENCY)) return ECCL_ERR_INVALID_ARG;
+    if (w->envs) return ECCL_ERR_BUSY; /* envs made under the other model live on */
+    w->latency_net = model == ECCL_SG_NET_LATENCY;
+    return ECCL_OK;
+}
 
 eccl_result eccl_sg_env_create_master(eccl_sg_world *w, const char *name, eccl_env **out)
 {
@@ -1103,13 +1113,16 @@ void eccl_sg_world_kill_process(eccl_sg_world *w, aid_t pid)
         }
     }
     xbt_dynar_free(&all);
-    /* Its envs (those whose receiver it owns) go dead and take nothing
+    /* Its envs (those whose receiver, or maker, it owns) go dead and take nothing
      * more (rx_done: the net posts nothing to an env whose receiver is
      * gone), all before the first simcall; then their conns are reset,
      * then the actors are killed. */
     for (sg_env *e = w->envs; e; e = e->next) {
-        if (e->dead || e->host != h || !e->receiver) continue;
-        const aid_t rp = sg_actor_get_pid(e->receiver);
+        if (e->dead || e->host != h || e->rx_done) continue;
+        /* Its receiver's process, or (a rank under the latency net has
+         * none) its maker's; a stopped env is nobody's. */
+        if (!e->receiver && !w->latency_net) continue;
+        const aid_t rp = e->receiver ? sg_actor_get_pid(e->receiver) : e->owner;
         for (size_t j = 0; j < k; j++) {
             if (in[j] != rp) continue;
             e->dead = 1;

@@ -160,6 +160,20 @@ eccl_result eccl_sg_world_set_master_msg_cost(eccl_sg_world *w, double seconds);
  * a workload that calls back to back needs. */
 void eccl_sg_world_set_progress_thread(eccl_sg_world *w, int on);
 
+/* How messages between envs are timed:
+ * - FLOW (the default): each is a SimGrid comm on its route, sharing
+ *   bandwidth with every other flow there (CM02's max-min), taken by a
+ *   receiver actor per env (3 actors a rank with the progress thread).
+ * - LATENCY: each arrives after its route's latency + size / bandwidth, as
+ *   a flow alone on its route would, straight into its destination's queue:
+ *   no SimGrid comm and no receiver actor. For control-plane runs at scale
+ *   (the bootstrap of scenarios/scale), where frames are small and the
+ *   cost of a comm, not the network, bounds what can be simulated. Bulk
+ *   transfers need FLOW: here they never contend.
+ * Set before the first env (ECCL_ERR_BUSY after). */
+typedef enum eccl_sg_net_model { ECCL_SG_NET_FLOW, ECCL_SG_NET_LATENCY } eccl_sg_net_model;
+eccl_result eccl_sg_world_set_net_model(eccl_sg_world *w, eccl_sg_net_model model);
+
 /* An env on the calling actor's host. Free with eccl_sg_env_destroy (the
  * release function core objects call). */
 eccl_result eccl_sg_env_create(eccl_sg_world *w, const char *name, eccl_env **out);

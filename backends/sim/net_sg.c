@@ -337,6 +337,159 @@ static sg_mailbox_t post_lane(sg_env *d)
     return env_lane(d, d->rx_posted++);
 }
 
+/* ---- the latency net (eccl_sg_world_set_net_model) ----------------------- */
+/* A message is due at its route's latency + (size + MSG_OVERHEAD) / the
+ * route's bandwidth after it is sent (what CM02 gives a flow alone on its
+ * route, see eccl_net_sg_route_cost), and lands in its destination env's
+ * arrivals; that env's next wait takes it. No SimGrid comm, no flow
+ * sharing, no receiver actor: a bootstrap's control frames are latency
+ * bound, and each comm costs SimGrid a dozen simcalls, an LMM variable and
+ * a receiver's wake-up. */
+
+typedef struct sg_arrival {
+    double t;
+    uint64_t seq;
+    sg_msg *m;
+} sg_arrival;
+
+struct sg_route_memo {
+    const_sg_host_t a, b;
+    double lat, bw;
+};
+
+#define ROUTE_MEMO_SLOTS (1u << 16) /* direct-mapped: a route's cost is pure */
+/* A timed wait may end a rounding error short of a due time. */
+#define ARRIVAL_SLACK_S 1e-12
+
+static void route_of(eccl_sg_world *w, const_sg_host_t a, const_sg_host_t b, double *lat, double *bw)
+{
+    if (!w->route_memo) {
+        w->route_memo = calloc(ROUTE_MEMO_SLOTS, sizeof *w->route_memo);
+        w->route_memo_cap = w->route_memo ? ROUTE_MEMO_SLOTS : 0;
+    }
+    struct sg_route_memo *r = NULL;
+    if (w->route_memo_cap) {
+        uint64_t h = ((uint64_t)(uintptr_t)a * 0x9E3779B97F4A7C15ull) ^ (uint64_t)(uintptr_t)b;
+        h *= 0xBF58476D1CE4E5B9ull;
+        r = &w->route_memo[(h >> 40) & (w->route_memo_cap - 1)];
+        if (r->a == a && r->b == b) {
+            *lat = r->lat;
+            *bw = r->bw;
+            return;
+        }
+    }
+    *lat = sg_host_get_route_latency(a, b);
+    *bw = sg_host_get_route_bandwidth(a, b);
+    if (r) *r = (struct sg_route_memo){a, b, *lat, *bw};
+}
+
+static int arrival_before(const sg_arrival *x, const sg_arrival *y)
+{
+    return x->t < y->t || (x->t == y->t && x->seq < y->seq);
+}
+
+static void arrival_push(eccl_sg_world *w, sg_env *d, sg_msg *m)
+{
+    if (d->dead) {
+        free(m);
+        return;
+    }
+    if (d->narr == d->cap_arr) {
+        size_t cap = d->cap_arr ? 2 * d->cap_arr : 8;
+        sg_arrival *a = realloc(d->arr, cap * sizeof *a);
+        if (!a) { /* lost, as a full socket buffer would drop it */
+            free(m);
+            return;
+        }
+        d->arr = a;
+        d->cap_arr = cap;
+    }
+    double lat, bw;
+    route_of(w, m->src_host, d->host, &lat, &bw);
+    sg_arrival x = {simgrid_get_clock() + lat + (double)(m->len + MSG_OVERHEAD) / bw,
+                    w->arrival_seq++, m};
+    size_t i = d->narr++;
+    while (i > 0 && arrival_before(&x, &d->arr[(i - 1) / 2])) {
+        d->arr[i] = d->arr[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    d->arr[i] = x;
+    /* Due before whatever its waiter sleeps towards: wake it to sleep less. */
+    if (i == 0) eccl_sg_cv_broadcast(&d->cv);
+}
+
+static sg_msg *arrival_pop(sg_env *e)
+{
+    sg_msg *m = e->arr[0].m;
+    sg_arrival last = e->arr[--e->narr];
+    size_t i = 0;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= e->narr) break;
+        if (c + 1 < e->narr && arrival_before(&e->arr[c + 1], &e->arr[c])) c++;
+        if (!arrival_before(&e->arr[c], &last)) break;
+        e->arr[i] = e->arr[c];
+        i = c;
+    }
+    if (e->narr > 0) e->arr[i] = last;
+    return m;
+}
+
+static void arrivals_free(sg_env *e)
+{
+    for (size_t i = 0; i < e->narr; i++) free(e->arr[i].m);
+    free(e->arr);
+    e->arr = NULL;
+    e->narr = e->cap_arr = 0;
+}
+
+static void deliver_taken(sg_env *e, sg_msg *m);
+
+/* Takes what is due, as the receiver actor would have when it arrived.
+ * A sender that died meanwhile loses it: SimGrid fails the comm of an
+ * actor that is killed or whose host goes off. */
+static void arrivals_take(sg_env *e)
+{
+    double now = simgrid_get_clock();
+    int any = 0;
+    while (e->narr > 0 && e->arr[0].t <= now + ARRIVAL_SLACK_S) {
+        sg_msg *m = arrival_pop(e);
+        const sg_env *src = sg_idmap_get(&e->w->env_ids, m->src_env);
+        if ((src && src->dead) || !sg_host_is_on(m->src_host) ||
+            eccl_sg_host_boot(m->src_host) != m->src_boot) {
+            free(m);
+            continue;
+        }
+        deliver_taken(e, m);
+        any = 1;
+    }
+    /* Another waiter of this env (a progress thread beside a caller) may
+     * be waiting for what came. */
+    if (any) eccl_sg_cv_broadcast(&e->cv);
+}
+
+/* Latency net: what is due reaches the env whatever its owner calls, as
+ * the receiver actor would have delivered it meanwhile. */
+static void latency_catch_up(sg_env *e)
+{
+    if (e->w->latency_net && e->narr > 0) arrivals_take(e);
+}
+
+/* Seconds until the next arrival is due, or -1 without one. */
+static double arrival_in(const sg_env *e)
+{
+    if (e->narr == 0) return -1;
+    double d = e->arr[0].t - simgrid_get_clock();
+    return d > 0 ? d : 0;
+}
+
+void eccl_net_sg_free_routes(eccl_sg_world *w)
+{
+    free(w->route_memo);
+    w->route_memo = NULL;
+    w->route_memo_cap = 0;
+}
+
 /* `detached`: for puts made by an actor that is not the sender's (fault
  * injection releasing held messages), which would cancel them when it
  * ends and never collects them. */
@@ -347,8 +500,13 @@ static void post_as(eccl_sg_world *w, sg_mailbox_t to, sg_msg *m, int detached)
         free(m);
         return;
     }
-    long size = (long)(m->len + MSG_OVERHEAD);
     w->messages++;
+    if (w->latency_net) {
+        m->src_pid = -1;
+        arrival_push(w, d, m);
+        return;
+    }
+    long size = (long)(m->len + MSG_OVERHEAD);
     long pid = sg_actor_self_get_pid();
     sg_outbox *ob = detached ? NULL : outbox_self(w, pid);
     if (ob && outbox_reserve(ob) == 0) {
@@ -808,6 +966,14 @@ static int deliver(sg_env *e, sg_msg *m)
     return 0;
 }
 
+/* A message taken off the wire (receiver actor or latency net): its CPU
+ * cost, then its effect. */
+static void deliver_taken(sg_env *e, sg_msg *m)
+{
+    if (m->type == M_DATA) e->msg_debt_s += e->msg_cost_s;
+    if (!deliver(e, m)) free(m);
+}
+
 static void receiver_main(int argc, char **argv)
 {
     (void)argc;
@@ -869,11 +1035,36 @@ static void receiver_main(int argc, char **argv)
          * leave the rest queued in SimGrid's mailbox, whose every get
          * shifts the whole queue (quadratic: 18% of a 10,000-rank run).
          * Handshakes and FINs are the kernel's work: free. */
-        if (m->type == M_DATA) e->msg_debt_s += e->msg_cost_s;
-        if (!deliver(e, m)) free(m);
+        deliver_taken(e, m);
         eccl_sg_cv_broadcast(&e->cv);
     }
     eccl_net_sg_drain_self(e->w);
+}
+
+/* Latency net: takes the env's arrivals when they are due, whatever its
+ * owner does, until the env stops. */
+static void latency_receiver_main(int argc, char **argv)
+{
+    (void)argc;
+    (void)argv;
+    sg_env *e = sg_actor_self_get_data();
+    sg_actor_daemonize(sg_actor_self());
+    while (!e->rx_done) {
+        latency_catch_up(e);
+        eccl_sg_cv_wait(&e->cv, NULL, arrival_in(e));
+    }
+}
+
+static eccl_result receiver_start(sg_env *e, void (*main_fn)(int, char **))
+{
+    char name[48];
+    snprintf(name, sizeof name, "eccl-rx-%llu", (unsigned long long)e->id);
+    e->receiver = sg_actor_init(name, e->host);
+    if (!e->receiver) return ECCL_ERR_SYSTEM;
+    sg_actor_set_data(e->receiver, e);
+    sg_actor_ref(e->receiver);
+    sg_actor_start(e->receiver, main_fn, 0, NULL);
+    return ECCL_OK;
 }
 
 eccl_result eccl_net_sg_start(sg_env *e, unsigned nlanes)
@@ -883,6 +1074,15 @@ eccl_result eccl_net_sg_start(sg_env *e, unsigned nlanes)
     e->mbox = sg_mailbox_by_name(name);
     e->nlanes = 1;
     e->lanes_from = UINT64_MAX;
+    if (e->w->latency_net) {
+        /* The mailbox is only the env's address (replies, mbox_env). */
+        e->rx_ready = 1;
+        if (sg_idmap_put(&e->w->mbox_env, (uint64_t)(uintptr_t)e->mbox, e)) return ECCL_ERR_NO_MEMORY;
+        /* A coordinator (lanes: the master, a relay) answers handshakes while
+         * it is busy, as a kernel does: it keeps a receiver actor. A rank
+         * takes its arrivals in its own calls. */
+        return nlanes > 1 ? receiver_start(e, latency_receiver_main) : ECCL_OK;
+    }
     if (nlanes > 1) {
         /* SimGrid never frees a mailbox: lanes only where a fan-in needs
          * them (a master's env), never per rank. */
@@ -896,17 +1096,23 @@ eccl_result eccl_net_sg_start(sg_env *e, unsigned nlanes)
         e->nlanes = nlanes;
     }
     if (sg_idmap_put(&e->w->mbox_env, (uint64_t)(uintptr_t)e->mbox, e)) return ECCL_ERR_NO_MEMORY;
-    snprintf(name, sizeof name, "eccl-rx-%llu", (unsigned long long)e->id);
-    e->receiver = sg_actor_init(name, e->host);
-    if (!e->receiver) return ECCL_ERR_SYSTEM;
-    sg_actor_set_data(e->receiver, e);
-    sg_actor_ref(e->receiver);
-    sg_actor_start(e->receiver, receiver_main, 0, NULL);
-    return ECCL_OK;
+    return receiver_start(e, receiver_main);
 }
 
 void eccl_net_sg_stop(sg_env *e)
 {
+    if (e->w->latency_net && !e->rx_done) {
+        e->rx_done = 1; /* post_target: nothing more for us */
+        if (e->receiver) {
+            eccl_sg_cv_broadcast(&e->cv);
+            sg_actor_join(e->receiver, -1);
+            sg_actor_unref(e->receiver);
+            e->receiver = NULL;
+        }
+        sg_idmap_del(&e->w->mbox_env, (uint64_t)(uintptr_t)e->mbox);
+        arrivals_free(e);
+        return;
+    }
     if (!e->receiver) return;
     /* FIFO behind anything already queued for us. */
     sg_msg *m = msg_new(e, M_STOP, 0, 0, 0);
@@ -931,6 +1137,7 @@ void eccl_net_sg_free_dead(sg_env *e)
         free(l);
     }
     e->listeners = NULL;
+    arrivals_free(e);
     if (e->receiver) sg_actor_unref(e->receiver);
     e->receiver = NULL;
 }
@@ -995,6 +1202,7 @@ static eccl_result sg_accept(void *ctx, eccl_listener *l, void *user, eccl_conn 
 {
     sg_env *e = ctx;
     if (!l || !out) return ECCL_ERR_INVALID_ARG;
+    latency_catch_up(e);
     if (!l->bl_head) return ECCL_ERR_AGAIN;
     /* The accept call; the backlog is looked at after it. */
     charge_msg(e);
@@ -1081,6 +1289,7 @@ static eccl_result sg_send(void *ctx, eccl_conn *c, const eccl_iov *iov, int n, 
     if (!c || !sent || (n > 0 && !iov)) return ECCL_ERR_INVALID_ARG;
     /* First: what the far end did meanwhile is seen after it. */
     if (n > 0) charge_msg(e);
+    latency_catch_up(e);
     if (c->reset) return ECCL_ERR_CLOSED;
     if (c->state == C_FAILED) return ECCL_ERR_CONNECT;
     if (c->state != C_UP) return ECCL_OK;
@@ -1134,9 +1343,9 @@ static eccl_result sg_send(void *ctx, eccl_conn *c, const eccl_iov *iov, int n, 
 
 static eccl_result sg_recv(void *ctx, eccl_conn *c, void *buf, size_t len, size_t *got)
 {
-    (void)ctx;
     if (got) *got = 0;
     if (!c || !got) return ECCL_ERR_INVALID_ARG;
+    latency_catch_up(ctx);
     if (c->reset) return ECCL_ERR_CLOSED;
     if (c->state == C_FAILED) return ECCL_ERR_CONNECT;
     if (c->state != C_UP || len == 0) return ECCL_OK;
@@ -1360,16 +1569,20 @@ static int sg_wait(void *ctx, uint64_t deadline_ns, void **ready, int max)
     for (;;) {
         /* Woken (see below): one round for the receiver before we look. */
         if (slept) sg_actor_yield();
+        latency_catch_up(e);
         n = collect(e, ready, max);
         if (n > 0 || e->wake_pending || e->wake_gen != gen || deadline_ns == 0) break;
+        /* Latency net: sleep no later than the next arrival. */
+        double due = arrival_in(e);
         if (deadline_ns == UINT64_MAX) {
-            eccl_sg_cv_wait(&e->cv, NULL, -1);
+            eccl_sg_cv_wait(&e->cv, NULL, due);
             slept = 1;
             continue;
         }
         uint64_t now = now_ns();
         if (now >= deadline_ns) break;
-        eccl_sg_cv_wait(&e->cv, NULL, (double)(deadline_ns - now) / 1e9);
+        double left = (double)(deadline_ns - now) / 1e9;
+        eccl_sg_cv_wait(&e->cv, NULL, due >= 0 && due < left ? due : left);
         slept = 1;
     }
     e->wake_pending = 0;

@@ -118,6 +118,14 @@ struct eccl_sg_world {
     eccl_sg_net_cfg net;     /* the transport of comms' envs from now on */
     uint64_t rdma_writes;    /* RDMA writes applied at their target (verbs_sg.c) */
     uint64_t messages;       /* net_sg messages put on the wire (post_as) */
+    /* net model "latency" (eccl_sg_world_set_net_model): a message arrives
+     * after its route's latency + size / bandwidth, with no flow sharing,
+     * straight into the destination env's arrivals (no SimGrid comm, no
+     * receiver actor). */
+    int latency_net;
+    uint64_t arrival_seq;    /* ties between equal arrival times: send order */
+    struct sg_route_memo *route_memo; /* latency net: (host, host) -> cost */
+    size_t route_memo_cap;
 };
 
 struct sg_env {
@@ -126,6 +134,7 @@ struct sg_env {
     uint64_t id;
     sg_host_t host;
     int boot;               /* the host's boot when the env was made */
+    aid_t owner;            /* the actor that made it */
     sg_mailbox_t mbox;      /* its address: every frame for a conn of this
                                env is put here, or in lanes[] (below) */
     /* Lanes (a master's env): SimGrid 3.32 keeps a mailbox's puts in a
@@ -175,6 +184,10 @@ struct sg_env {
     /* Takes a fabric message (eccl_net_sg_fabric_post) in the receiver
      * actor; NULL: such messages are dropped. */
     void (*fabric_rx)(sg_env *e, const void *data, size_t len);
+    /* Latency net: messages on their way here, a min-heap by (time, seq);
+     * wait takes those whose time has come. */
+    struct sg_arrival *arr;
+    size_t narr, cap_arr;
     sg_env *next, *prev;    /* in w->envs */
 };
 
@@ -196,6 +209,8 @@ void eccl_net_sg_drain_self(eccl_sg_world *w);
 /* Frees the outboxes of actors that never drained (killed with their
  * host, or daemons stopped by the end of the simulation). No simcall. */
 void eccl_net_sg_free_outboxes(eccl_sg_world *w);
+/* Frees the latency net's memo of route costs. */
+void eccl_net_sg_free_routes(eccl_sg_world *w);
 /* Whether wait reports listener l while connections wait in its backlog
  * (quiet = 0, the default) or never (1). */
 void eccl_net_sg_listener_quiet(eccl_listener *l, int quiet);

@@ -16,7 +16,12 @@
  *     narrowest link; more where SimGrid's ACK flow, crosstraffic, shares a
  *     link that carries both directions, as a Clos uplink does).
  *
- * Usage: sim_loopback PLATFORM.xml HOST OTHER BW_Bps LAT_s
+ * With a sixth argument `latency`, the same under the latency net model
+ * (eccl_sg_world_set_net_model): every check above holds, and the send to
+ * OTHER costs exactly its route's latency + bytes / narrowest link (there
+ * is no flow, so no ACK cross-traffic either).
+ *
+ * Usage: sim_loopback PLATFORM.xml HOST OTHER BW_Bps LAT_s [latency]
  * Exit status: 0 when every check passed.
  */
 #include <math.h>
@@ -177,8 +182,9 @@ static double delta_s(const pair *p, int i) { return (double)(p->got_ns[i] - p->
 int main(int argc, char **argv)
 {
     simgrid_init(&argc, argv);
-    if (argc != 6) {
-        fprintf(stderr, "usage: %s PLATFORM.xml HOST OTHER BW_Bps LAT_s\n", argv[0]);
+    int latency = argc == 7 && strcmp(argv[6], "latency") == 0;
+    if (argc != 6 && !latency) {
+        fprintf(stderr, "usage: %s PLATFORM.xml HOST OTHER BW_Bps LAT_s [latency]\n", argv[0]);
         return 2;
     }
     const char *host = argv[2], *other = argv[3];
@@ -212,6 +218,7 @@ int main(int argc, char **argv)
           other, on, olo);
 
     if (eccl_sg_world_create(ECCL_LOG_WARN, &t.w) != ECCL_OK) return 1;
+    if (latency && eccl_sg_world_set_net_model(t.w, ECCL_SG_NET_LATENCY) != ECCL_OK) return 1;
     pair pairs[NPAIRS] = {
         {&t, "one", host, host, 0.010, {S1, S2}, 2, "", {0, 0}, {0, 0}},
         {&t, "both-a", host, host, 0.100, {S2, 0}, 1, "", {0, 0}, {0, 0}},
@@ -258,6 +265,9 @@ int main(int argc, char **argv)
                    "/ %.6g B/s = %.9f s)", host, other, S2, dother, on, olat, obw, want);
     CHECK(&t, dother >= want - 2e-9, "%s -> %s: %.9f s, its route says at least %.9f s", host,
           other, dother, want);
+    CHECK(&t, !latency || dother <= want + HEADER_MAX / obw + 2e-9,
+          "latency net: %s -> %s: %.9f s, its route says %.9f s (+ at most %d header bytes)", host,
+          other, dother, want, HEADER_MAX);
     for (int i = 0; i < NPAIRS; i++)
         for (int j = 0; j < pairs[i].nsizes; j++)
             CHECK(&t, pairs[i].got_ns[j] > 0, "%s: size %d never arrived", pairs[i].name, j);
