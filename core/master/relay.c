@@ -27,6 +27,9 @@
 #define RELAY_RBUF 512u
 #define RELAY_BATCH_RBUF (ECCL_WIRE_HEADER_SIZE + ECCL_WIRE_MAX_BATCH)
 #define RELAY_DEFAULT_TIMEOUT_MS 5000u
+#ifndef RELAY_COALESCE_US
+#define RELAY_COALESCE_US 20u
+#endif
 #define MS 1000000ull
 #define RELAY_RETRY_NS (50 * MS)      /* first reconnect to the parent */
 #define RELAY_RETRY_MAX_NS (1000 * MS)
@@ -76,6 +79,8 @@ struct eccl_relay {
     eccl_wire_batch out; /* for the parent */
     eccl_result up_err;  /* an entry `out` could not take: break the link */
     rkid *dirty;         /* child relays with something for the end of the step */
+    uint64_t coalesce_ns; /* ECCL_RELAY_COALESCE_US: hold the parent's batch this long */
+    uint64_t up_since;    /* when the parent's batch got its first entry (0: empty) */
     uint64_t scan_at;
     int running;
 };
@@ -432,9 +437,22 @@ static uint64_t relay_step(void *owner, void **ready, int n, int *again)
         if (k->out_err != ECCL_OK) kid_drop(r, k, 1);
         else if (!k->ch.closed) kid_batch_flush(k);
     }
-    if (r->up_err != ECCL_OK) up_close(r, r->up_err);
-    else up_flush(r);
     uint64_t next = r->scan_at;
+    if (r->up_err != ECCL_OK) {
+        up_close(r, r->up_err);
+    } else if (r->out.n > 0) {
+        /* Entries heard at nearly the same time travel up as one frame:
+         * the parent pays per frame. */
+        if (!r->up_since) r->up_since = now;
+        if (now - r->up_since >= r->coalesce_ns) {
+            up_flush(r);
+            r->up_since = 0;
+        } else if (r->up_since + r->coalesce_ns < next) {
+            next = r->up_since + r->coalesce_ns;
+        }
+    } else {
+        r->up_since = 0;
+    }
     if (r->up_open) {
         uint64_t t = r->up.last_rx_ns + r->timeout_ns + 1;
         if (t < next) next = t;
@@ -480,6 +498,7 @@ eccl_result eccl_relay_create_with_env(eccl_env *env, eccl_env_release_fn releas
     r->scan_at = ECCL_NO_DEADLINE;
     snprintf(r->parent_addr, sizeof r->parent_addr, "%s", parent_addr);
     snprintf(env->name, sizeof env->name, "relay");
+    r->coalesce_ns = eccl_config_uint(env, "ECCL_RELAY_COALESCE_US", 0, 1000, RELAY_COALESCE_US) * 1000;
     r->timeout_ns = eccl_config_uint(env, "ECCL_RELAY_TIMEOUT_MS", 10, 3600000,
                                      RELAY_DEFAULT_TIMEOUT_MS) * MS;
     eccl_result rc = eccl_engine_init(&r->eng, env, &relay_engine_ops, r);
