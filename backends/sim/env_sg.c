@@ -1113,18 +1113,16 @@ void eccl_sg_world_kill_process(eccl_sg_world *w, aid_t pid)
         }
     }
     xbt_dynar_free(&all);
-    /* Its envs (those whose receiver, or maker, it owns) go dead and take nothing
+    /* Its envs (those whose maker it owns) go dead and take nothing
      * more (rx_done: the net posts nothing to an env whose receiver is
      * gone), all before the first simcall; then their conns are reset,
      * then the actors are killed. */
     for (sg_env *e = w->envs; e; e = e->next) {
+        /* Its maker's process (its receiver, if it has one, is the maker's
+         * child); a stopped env is nobody's. */
         if (e->dead || e->host != h || e->rx_done) continue;
-        /* Its receiver's process, or (a rank under the latency net has
-         * none) its maker's; a stopped env is nobody's. */
-        if (!e->receiver && !w->latency_net) continue;
-        const aid_t rp = e->receiver ? sg_actor_get_pid(e->receiver) : e->owner;
         for (size_t j = 0; j < k; j++) {
-            if (in[j] != rp) continue;
+            if (in[j] != e->owner) continue;
             e->dead = 1;
             e->rx_done = 1;
             envs[ne++] = e->id;

@@ -363,15 +363,12 @@ struct sg_route_memo {
 
 static void route_of(eccl_sg_world *w, const_sg_host_t a, const_sg_host_t b, double *lat, double *bw)
 {
-    if (!w->route_memo) {
-        w->route_memo = calloc(ROUTE_MEMO_SLOTS, sizeof *w->route_memo);
-        w->route_memo_cap = w->route_memo ? ROUTE_MEMO_SLOTS : 0;
-    }
+    if (!w->route_memo) w->route_memo = calloc(ROUTE_MEMO_SLOTS, sizeof *w->route_memo);
     struct sg_route_memo *r = NULL;
-    if (w->route_memo_cap) {
+    if (w->route_memo) { /* without it (out of memory) every cost is computed */
         uint64_t h = ((uint64_t)(uintptr_t)a * 0x9E3779B97F4A7C15ull) ^ (uint64_t)(uintptr_t)b;
         h *= 0xBF58476D1CE4E5B9ull;
-        r = &w->route_memo[(h >> 40) & (w->route_memo_cap - 1)];
+        r = &w->route_memo[(h >> 40) & (ROUTE_MEMO_SLOTS - 1)];
         if (r->a == a && r->b == b) {
             *lat = r->lat;
             *bw = r->bw;
@@ -487,7 +484,6 @@ void eccl_net_sg_free_routes(eccl_sg_world *w)
 {
     free(w->route_memo);
     w->route_memo = NULL;
-    w->route_memo_cap = 0;
 }
 
 /* `detached`: for puts made by an actor that is not the sender's (fault
@@ -1076,7 +1072,6 @@ eccl_result eccl_net_sg_start(sg_env *e, unsigned nlanes)
     e->lanes_from = UINT64_MAX;
     if (e->w->latency_net) {
         /* The mailbox is only the env's address (replies, mbox_env). */
-        e->rx_ready = 1;
         if (sg_idmap_put(&e->w->mbox_env, (uint64_t)(uintptr_t)e->mbox, e)) return ECCL_ERR_NO_MEMORY;
         /* A coordinator (lanes: the master, a relay) answers handshakes while
          * it is busy, as a kernel does: it keeps a receiver actor. A rank

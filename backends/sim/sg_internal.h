@@ -125,7 +125,6 @@ struct eccl_sg_world {
     int latency_net;
     uint64_t arrival_seq;    /* ties between equal arrival times: send order */
     struct sg_route_memo *route_memo; /* latency net: (host, host) -> cost */
-    size_t route_memo_cap;
 };
 
 struct sg_env {
