@@ -11,7 +11,6 @@
  * with dlopen, and only for --device.
  */
 #include <dlfcn.h>
-#include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <signal.h>
@@ -21,7 +20,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/types.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -865,35 +863,15 @@ static int run_size(struct bench_run *run, size_t size)
 
 /* ---- one rank ----------------------------------------------------------------- */
 
-/* PCCL-style admission: every accepted peer must vote on each topology
- * update, so every rank runs this same loop until the world is complete. */
+/* PCCL-style admission (tool_admit_world): every rank runs the same loop
+ * until the world is complete. */
 static int admit_peers(struct bench_run *run, uint64_t timeout_ms)
 {
-    uint64_t deadline = now_ns() + timeout_ms * 1000000u;
-    const struct timespec pause = {0, 1000000};
-    int64_t world = 0;
-    uint32_t pending;
+    int64_t accepted = 0;
+    eccl_result rc = tool_admit_world(run->comm, (int64_t)run->opts->world, timeout_ms, &accepted);
 
-    for (;;) {
-        if (eccl_failed(eccl_comm_get_attr(run->comm, ECCL_ATTR_WORLD_SIZE, &world),
-                        "reading the world size"))
-            return 1;
-        if (world >= (int64_t)run->opts->world)
-            return 0;
-        if (now_ns() >= deadline)
-            return eccl_failed(ECCL_ERR_TIMEOUT, "waiting for %" PRIu64 " peers (%" PRId64
-                               " accepted after %" PRIu64 " ms)",
-                               run->opts->world, world, timeout_ms);
-        if (eccl_failed(eccl_comm_peers_pending(run->comm, &pending), "polling pending peers"))
-            return 1;
-        if (pending > 0) {
-            if (eccl_failed(eccl_comm_update_topology(run->comm), "admitting %" PRIu32 " peers",
-                            pending))
-                return 1;
-        } else {
-            nanosleep(&pause, NULL);
-        }
-    }
+    return eccl_failed(rc, "waiting for %" PRIu64 " peers (%" PRId64 " accepted, limit %" PRIu64
+                       " ms)", run->opts->world, accepted, timeout_ms);
 }
 
 static uint64_t fnv1a(uint64_t h, uint64_t v)
@@ -1123,80 +1101,6 @@ static void build_child_argv(const struct bench_opts *o, const char *master,
     a->argv[a->argc] = NULL;
 }
 
-static void kill_children(const pid_t *pids, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        if (pids[i] > 0)
-            kill(pids[i], SIGTERM);
-}
-
-/* Reaps all children. After the first failure the others are stopped: they
- * would only wait for the lost rank until their timeouts. */
-static int wait_children(pid_t *pids, size_t n)
-{
-    int failed = 0, status;
-
-    for (size_t left = n; left > 0;) {
-        pid_t pid = waitpid(-1, &status, 0);
-        size_t i;
-
-        if (pid < 0) {
-            if (errno == EINTR)
-                continue;
-            perror("eccl-bench: waitpid");
-            return 1;
-        }
-        for (i = 0; i < n && pids[i] != pid; i++)
-            ;
-        if (i == n)
-            continue;
-        pids[i] = 0;
-        left--;
-        if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
-            continue;
-        if (!failed) {
-            if (WIFSIGNALED(status))
-                fprintf(stderr, "eccl-bench: rank process %zu (pid %d) killed by signal %d\n",
-                        i, (int)pid, WTERMSIG(status));
-            else
-                fprintf(stderr, "eccl-bench: rank process %zu (pid %d) exited with status %d\n",
-                        i, (int)pid, WEXITSTATUS(status));
-            kill_children(pids, n);
-        }
-        failed = 1;
-    }
-    return failed;
-}
-
-static int spawn_children(const struct child_argv *a, pid_t *pids, size_t n)
-{
-    static const char exec_failed[] = "eccl-bench: cannot exec /proc/self/exe\n";
-
-    /* Buffered output would otherwise be written once per child as well. */
-    fflush(stdout);
-    fflush(stderr);
-    for (size_t i = 0; i < n; i++) {
-        pid_t pid = fork();
-
-        if (pid < 0) {
-            perror("eccl-bench: fork");
-            kill_children(pids, i);
-            wait_children(pids, i);
-            return 1;
-        }
-        if (pid == 0) {
-            /* exec at once: the master's threads did not survive the fork,
-             * and only async-signal-safe calls are allowed until exec. */
-            execv("/proc/self/exe", a->argv);
-            if (write(STDERR_FILENO, exec_failed, sizeof exec_failed - 1) < 0)
-                _exit(127);
-            _exit(127);
-        }
-        pids[i] = pid;
-    }
-    return 0;
-}
-
 static int launch_local(const struct bench_opts *o)
 {
     eccl_master *master = NULL;
@@ -1221,7 +1125,8 @@ static int launch_local(const struct bench_opts *o)
         goto out;
     }
     build_child_argv(o, addr, &child);
-    if (spawn_children(&child, pids, o->np) == 0 && wait_children(pids, o->np) == 0)
+    if (tool_spawn("eccl-bench", "/proc/self/exe", child.argv, 0, pids, o->np) == 0 &&
+        tool_reap("eccl-bench", pids, o->np, 0, NULL) == 0)
         status = EXIT_SUCCESS;
 out:
     free(pids);
