@@ -18,6 +18,7 @@
 
 #include "comm/stage.h"
 #include "coll/ring_allreduce.h"
+#include "coll/ring_pass.h"
 #include "coll/tree_allreduce.h"
 #include "eccl_core.h"
 #include "proto/chan.h"
@@ -93,20 +94,22 @@ struct eccl_request {
     size_t pinned_bytes;
     void *dev_backup;     /* device-resident ring: the backup, device memory */
     int started;          /* the algorithm owns recvbuf's restore from here */
-    eccl_algorithm algo;
+    /* The world and rank the caller saw: a layout-bound call (all but
+     * all-reduce) that starts in another fails rather than run on a layout
+     * nobody meant. */
+    uint32_t called_world, called_rank;
+    uint8_t barrier_buf[2]; /* a barrier's one-byte all-reduce: in, out */
+    const eccl_coll_algo *alg; /* NULL until the op starts */
     union {
         eccl_ring_allreduce ring;
         eccl_tree_allreduce tree;
+        eccl_ring_pass pass;
     } u;
 };
 
-/* What a link is to us in the current epoch: where its frames belong. */
-enum link_role {
-    ROLE_NONE = -1,   /* not (yet) part of the current epoch */
-    ROLE_RING0 = 0,   /* from prev: ring 0 and the done tokens */
-    ROLE_RING1 = 1,   /* from next: ring 1 */
-    ROLE_TREE = 2     /* ROLE_TREE + eccl_tree_role: parent, child 0, child 1 */
-};
+/* What a link is to us in the current epoch (enum eccl_coll_role), or
+ * ROLE_NONE: not (yet) part of the current epoch. */
+#define ROLE_NONE (-1)
 
 typedef struct early_frame {
     struct early_frame *next;
@@ -531,50 +534,20 @@ static eccl_result master_open(eccl_comm *c)
 
 /* ---- ops ------------------------------------------------------------------- */
 
-/* The op's algorithm, behind one face. */
-static int op_have_full(const eccl_request *r)
-{
-    return r->algo == ECCL_ALGO_TREE ? r->u.tree.have_full : r->u.ring.have_full;
-}
-
-static void op_restore(eccl_request *r)
-{
-    if (r->algo == ECCL_ALGO_TREE) eccl_tree_allreduce_restore(&r->u.tree);
-    else eccl_ring_allreduce_restore(&r->u.ring);
-}
-
-static int op_complete(eccl_request *r)
-{
-    return r->algo == ECCL_ALGO_TREE ? eccl_tree_allreduce_complete(&r->u.tree)
-                                     : eccl_ring_allreduce_complete(&r->u.ring);
-}
-
-/* Whether more frames of this op will come over a link in `role`. */
-static int op_expects(const eccl_request *r, int role)
-{
-    if (r->algo == ECCL_ALGO_TREE)
-        return role >= ROLE_TREE && eccl_tree_allreduce_expects(&r->u.tree, role - ROLE_TREE);
-    return (role == ROLE_RING0 || role == ROLE_RING1) &&
-           eccl_ring_allreduce_expects(&r->u.ring, role);
-}
+/* The op's algorithm, behind one face (coll/algo.h). */
+static int op_have_full(const eccl_request *r) { return r->alg->have_full(&r->u); }
+static void op_restore(eccl_request *r) { r->alg->restore(&r->u); }
+static int op_complete(eccl_request *r) { return r->alg->complete(&r->u); }
+static int op_expects(const eccl_request *r, int role) { return r->alg->expects(&r->u, role); }
 
 static eccl_result op_recv(eccl_request *r, int role, const eccl_wire_data *d, void **dst)
 {
-    if (r->algo == ECCL_ALGO_TREE)
-        return role >= ROLE_TREE ? eccl_tree_allreduce_recv(&r->u.tree, role - ROLE_TREE, d, dst)
-                                 : ECCL_ERR_PROTOCOL;
-    if (role != ROLE_RING0 && role != ROLE_RING1) return ECCL_ERR_PROTOCOL;
-    /* Done tokens travel on ring 0; data only on the link of its ring. */
-    if (d->phase == ECCL_PHASE_DONE) return eccl_ring_allreduce_recv(&r->u.ring, 0, d, dst);
-    if (d->ring != role) return ECCL_ERR_PROTOCOL;
-    return eccl_ring_allreduce_recv(&r->u.ring, role, d, dst);
+    return r->alg->recv(&r->u, role, d, dst);
 }
 
 static eccl_result op_recv_done(eccl_request *r, int role, const eccl_wire_data *d)
 {
-    if (r->algo == ECCL_ALGO_TREE)
-        return eccl_tree_allreduce_recv_done(&r->u.tree, role - ROLE_TREE, d);
-    return eccl_ring_allreduce_recv_done(&r->u.ring, d->phase == ECCL_PHASE_DONE ? 0 : role, d);
+    return r->alg->recv_done(&r->u, role, d);
 }
 
 /* Which connection of a pool of `size` carries the op with `tag`: the same
@@ -588,15 +561,15 @@ static uint32_t pool_index(uint64_t tag, uint32_t size)
 /* The link an op's frames take in `role` (NULL while it is not open). */
 static p2p_link *op_link(const eccl_comm *c, const eccl_request *r, int role)
 {
-    if (role == ROLE_RING1) {
+    if (role == ECCL_ROLE_NEXT) {
         uint32_t k = pool_index(r->call.tag, c->pool_out);
         return k ? c->pslot[k].next : c->link_next;
     }
-    if (role == ROLE_RING0) {
+    if (role == ECCL_ROLE_PREV) {
         uint32_t k = pool_index(r->call.tag, c->pool_in);
         return k ? c->pslot[k].prev : c->link_prev;
     }
-    return role >= ROLE_TREE && role < ROLE_TREE + 3 ? c->link_tree[role - ROLE_TREE] : NULL;
+    return role >= ECCL_ROLE_PARENT && role < ECCL_ROLE_COUNT ? c->link_tree[role - ECCL_ROLE_PARENT] : NULL;
 }
 
 /* Whether more frames of this op will come over `l`, a link in `role`:
@@ -604,7 +577,7 @@ static p2p_link *op_link(const eccl_comm *c, const eccl_request *r, int role)
 static int op_expects_on(const eccl_comm *c, const eccl_request *r, const p2p_link *l, int role)
 {
     if (!op_expects(r, role)) return 0;
-    return role >= ROLE_TREE || op_link(c, r, role) == l;
+    return role >= ECCL_ROLE_PARENT || op_link(c, r, role) == l;
 }
 
 static void op_release_buffers(eccl_comm *c, eccl_request *r)
@@ -618,6 +591,13 @@ static void op_release_buffers(eccl_comm *c, eccl_request *r)
     if (r->pinned) d->host_free(c->env->dev_ctx, r->pinned, r->pinned_bytes);
     if (r->dev_backup) d->d_free(c->env->dev_ctx, r->dev_backup);
     r->pinned = r->dev_backup = NULL;
+}
+
+static const char *coll_name(eccl_coll_kind k)
+{
+    static const char *const names[ECCL_COLL_KIND_COUNT] = {"all-reduce", "all-gather", "reduce-scatter",
+                                                           "broadcast", "reduce"};
+    return (unsigned)k < ECCL_COLL_KIND_COUNT ? names[k] : "collective";
 }
 
 static void op_finish(eccl_comm *c, eccl_request *r, eccl_result result)
@@ -654,9 +634,9 @@ static void op_finish(eccl_comm *c, eccl_request *r, eccl_result result)
     r->state = OP_DONE;
     r->result = result;
     if (result == ECCL_OK)
-        ECCL_TRACE(c->env, "all-reduce tag %llu done", (unsigned long long)r->call.tag);
+        ECCL_TRACE(c->env, "%s tag %llu done", coll_name(r->call.kind), (unsigned long long)r->call.tag);
     else
-        ECCL_INFO(c->env, "all-reduce tag %llu failed: %s", (unsigned long long)r->call.tag,
+        ECCL_INFO(c->env, "%s tag %llu failed: %s", coll_name(r->call.kind), (unsigned long long)r->call.tag,
                   eccl_strerror(result));
 }
 
@@ -719,24 +699,20 @@ static p2p_link *role_link_at(const eccl_comm *c, uint32_t i)
 static int op_links(const eccl_comm *c, const eccl_request *r, p2p_link *out[5])
 {
     int n = 0;
-    p2p_link *all[5] = {op_link(c, r, ROLE_RING0), op_link(c, r, ROLE_RING1), c->link_tree[0],
+    p2p_link *all[5] = {op_link(c, r, ECCL_ROLE_PREV), op_link(c, r, ECCL_ROLE_NEXT), c->link_tree[0],
                         c->link_tree[1], c->link_tree[2]};
     for (int i = 0; i < 5; i++)
         if (all[i]) out[n++] = all[i];
     return n;
 }
 
-static eccl_result op_start(eccl_comm *c, eccl_request *r)
+/* All-reduce's buffers and algorithm. The dispatcher: a small buffer among
+ * three or more ranks takes the tree (log depth); the rest take the ring
+ * (bandwidth-optimal). Quantised calls always take the ring: it alone
+ * carries codes. */
+static eccl_result allreduce_setup(eccl_comm *c, eccl_request *r)
 {
     size_t bytes = r->call.count * eccl_dtype_size(r->call.dtype);
-    r->call.env = c->env;
-    r->call.epoch = c->epoch; /* a failure notice names it, even of an op that never ran */
-    r->call.rank = c->rank;
-    r->call.nranks = c->world;
-    if (c->world < 2) {
-        op_finish(c, r, ECCL_ERR_TOO_FEW_PEERS);
-        return ECCL_OK;
-    }
     uint8_t *staging[2] = {NULL, NULL}, *backup;
     size_t sb = eccl_ring_staging_bytes_q(r->call.count, r->call.dtype, r->call.quant);
     if (r->call.on_device) {
@@ -746,54 +722,78 @@ static eccl_result op_start(eccl_comm *c, eccl_request *r)
         r->pinned_bytes = (2 + ECCL_RING_DEV_SLOTS) * sb;
         eccl_result rc = d->host_alloc(c->env->dev_ctx, r->pinned_bytes, &r->pinned);
         if (rc == ECCL_OK) rc = d->d_alloc(c->env->dev_ctx, r->call.device, bytes, &r->dev_backup);
-        if (rc != ECCL_OK) {
-            r->state = OP_RUNNING; /* nothing was sent: finishing restores nothing */
-            r->algo = ECCL_ALGO_RING;
-            op_finish(c, r, rc == ECCL_ERR_NO_MEMORY ? rc : ECCL_ERR_DEVICE);
-            return ECCL_OK;
-        }
+        if (rc != ECCL_OK) return rc == ECCL_ERR_NO_MEMORY ? rc : ECCL_ERR_DEVICE;
         staging[0] = r->pinned;
         staging[1] = (uint8_t *)r->pinned + sb;
         backup = r->dev_backup;
     } else {
         r->backup = eccl_bufpool_get(&c->pool, bytes);
-        if (!r->backup) goto oom;
+        if (!r->backup) return ECCL_ERR_NO_MEMORY;
         for (int i = 0; i < 2; i++) {
             r->staging[i] = eccl_bufpool_get(&c->pool, sb);
-            if (!r->staging[i]) goto oom;
+            if (!r->staging[i]) return ECCL_ERR_NO_MEMORY;
             staging[i] = r->staging[i]->ptr;
         }
         backup = r->backup->ptr;
     }
-    /* The dispatcher: a small buffer among three or more ranks takes the
-     * tree (log depth); the rest take the ring (bandwidth-optimal). */
-    /* Quantised calls always take the ring: it alone carries codes. */
-    r->algo = c->world >= 3 && bytes <= ECCL_TREE_MAX_BYTES && r->call.quant == ECCL_QUANT_NONE &&
-                      !r->call.on_device
-                  ? ECCL_ALGO_TREE
-                  : ECCL_ALGO_RING;
-    if (r->algo == ECCL_ALGO_TREE) {
+    if (c->world >= 3 && bytes <= ECCL_TREE_MAX_BYTES && r->call.quant == ECCL_QUANT_NONE &&
+        !r->call.on_device) {
         eccl_tree_allreduce_init(&r->u.tree, &r->call, staging, backup);
-        link_connect_parent(c);
-    } else {
-        eccl_ring_allreduce_init(&r->u.ring, &r->call, staging, backup);
-        if (r->call.on_device) eccl_ring_allreduce_set_slots(&r->u.ring, (uint8_t *)r->pinned + 2 * sb);
-        if (r->call.quant != ECCL_QUANT_NONE) {
-            r->qimg = eccl_bufpool_get(&c->pool, eccl_ring_quant_bytes(&r->u.ring));
-            if (!r->qimg) goto oom;
-            eccl_ring_allreduce_set_quant(&r->u.ring, r->qimg->ptr);
-        }
+        r->alg = &eccl_tree_allreduce_algo;
+        return ECCL_OK;
     }
+    eccl_ring_allreduce_init(&r->u.ring, &r->call, staging, backup);
+    r->alg = &eccl_ring_allreduce_algo;
+    if (r->call.on_device) eccl_ring_allreduce_set_slots(&r->u.ring, (uint8_t *)r->pinned + 2 * sb);
+    if (r->call.quant != ECCL_QUANT_NONE) {
+        r->qimg = eccl_bufpool_get(&c->pool, eccl_ring_quant_bytes(&r->u.ring));
+        if (!r->qimg) return ECCL_ERR_NO_MEMORY;
+        eccl_ring_allreduce_set_quant(&r->u.ring, r->qimg->ptr);
+    }
+    return ECCL_OK;
+}
+
+/* The ring pass's (coll/ring_pass.h): partials and the backup. */
+static eccl_result pass_setup(eccl_comm *c, eccl_request *r)
+{
+    size_t sb = eccl_ring_pass_scratch_bytes(&r->call), ob = eccl_ring_pass_output_bytes(&r->call);
+    if (sb && !(r->staging[0] = eccl_bufpool_get(&c->pool, sb))) return ECCL_ERR_NO_MEMORY;
+    if (ob && !(r->backup = eccl_bufpool_get(&c->pool, ob))) return ECCL_ERR_NO_MEMORY;
+    eccl_ring_pass_init(&r->u.pass, &r->call, sb ? r->staging[0]->ptr : NULL, ob ? r->backup->ptr : NULL);
+    int chain = r->call.kind == ECCL_COLL_BROADCAST || r->call.kind == ECCL_COLL_REDUCE;
+    r->alg = chain ? &eccl_chain_pass_algo : &eccl_ring_pass_algo;
+    return ECCL_OK;
+}
+
+static eccl_result op_start(eccl_comm *c, eccl_request *r)
+{
+    r->call.env = c->env;
+    r->call.epoch = c->epoch; /* a failure notice names it, even of an op that never ran */
+    r->call.rank = c->rank;
+    r->call.nranks = c->world;
+    if (c->world < 2) {
+        op_finish(c, r, ECCL_ERR_TOO_FEW_PEERS);
+        return ECCL_OK;
+    }
+    if (r->call.kind != ECCL_COLL_ALLREDUCE && (c->world != r->called_world || c->rank != r->called_rank)) {
+        /* Membership changed since the call: its layout is not this
+         * world's. It fails as if a loss had aborted it, having sent
+         * nothing; the caller's next call runs on the new world. */
+        op_finish(c, r, ECCL_ERR_PEER_LOST);
+        return ECCL_OK;
+    }
+    eccl_result rc = r->call.kind == ECCL_COLL_ALLREDUCE ? allreduce_setup(c, r) : pass_setup(c, r);
+    if (rc != ECCL_OK) {
+        r->state = OP_RUNNING; /* nothing was sent: finishing restores nothing */
+        op_finish(c, r, rc);
+        return ECCL_OK;
+    }
+    if (r->alg->roles & ECCL_ROLES_TREE) link_connect_parent(c);
     r->started = 1;
     r->state = OP_RUNNING;
     p2p_link *links[5];
     for (int i = 0, n = op_links(c, r, links); i < n; i++)
         if (replay_early(c, r, links[i]) != ECCL_OK) link_close(c, links[i]);
-    return ECCL_OK;
-oom:
-    r->state = OP_RUNNING; /* nothing was sent: finishing restores nothing */
-    r->algo = ECCL_ALGO_RING;
-    op_finish(c, r, ECCL_ERR_NO_MEMORY);
     return ECCL_OK;
 }
 
@@ -1500,13 +1500,13 @@ static eccl_result link_on_msg(void *owner, eccl_chan *ch, const eccl_msg *m)
 
 static int link_role(const eccl_comm *c, const p2p_link *l)
 {
-    if (l == c->link_prev) return ROLE_RING0; /* ring 0 flows from prev */
-    if (l == c->link_next) return ROLE_RING1; /* ring 1 from next */
+    if (l == c->link_prev) return ECCL_ROLE_PREV; /* ring 0 flows from prev */
+    if (l == c->link_next) return ECCL_ROLE_NEXT; /* ring 1 from next */
     for (int i = 0; i < 3; i++)
-        if (l == c->link_tree[i]) return ROLE_TREE + i;
+        if (l == c->link_tree[i]) return ECCL_ROLE_PARENT + i;
     if (c->pslot && l->pool) {
-        if (l == c->pslot[l->pool].prev) return ROLE_RING0;
-        if (l == c->pslot[l->pool].next) return ROLE_RING1;
+        if (l == c->pslot[l->pool].prev) return ECCL_ROLE_PREV;
+        if (l == c->pslot[l->pool].next) return ECCL_ROLE_NEXT;
     }
     return ROLE_NONE;
 }
@@ -1649,23 +1649,27 @@ static size_t links_queued(const eccl_comm *c)
 static size_t ops_pump(eccl_comm *c)
 {
     if (!c->ring_ready || c->frozen || c->world < 2) return 0;
-    eccl_chan *tree[3];
-    for (int i = 0; i < 3; i++) tree[i] = c->link_tree[i] ? &c->link_tree[i]->ch : NULL;
     size_t before = links_queued(c);
     for (eccl_request *r = c->ops; r; r = r->next) {
         if (r->state != OP_RUNNING) continue;
-        if (r->algo == ECCL_ALGO_TREE) {
-            eccl_tree_allreduce_pump(&r->u.tree, tree);
-            continue;
+        p2p_link *l[ECCL_ROLE_COUNT] = {NULL};
+        if (r->alg->roles & ECCL_ROLES_RING) {
+            /* The op's connection of each pool; one not open yet (prev
+             * opens its side when it runs the op) holds the op's frames
+             * back if the algorithm needs it. */
+            uint32_t k = pool_index(r->call.tag, c->pool_out);
+            l[ECCL_ROLE_NEXT] = k ? pool_link_next(c, k) : c->link_next;
+            l[ECCL_ROLE_PREV] = op_link(c, r, ECCL_ROLE_PREV);
         }
-        /* The op's connection of each pool; one not open yet (prev opens
-         * its side when it runs the op) holds the op's frames back. */
-        uint32_t k = pool_index(r->call.tag, c->pool_out);
-        p2p_link *next = k ? pool_link_next(c, k) : c->link_next;
-        p2p_link *prev = op_link(c, r, ROLE_RING0);
-        if (!next || !prev) continue;
-        eccl_chan *ring[2] = {&next->ch, &prev->ch};
-        eccl_ring_allreduce_pump(&r->u.ring, ring);
+        if (r->alg->roles & ECCL_ROLES_TREE)
+            for (int i = 0; i < 3; i++) l[ECCL_ROLE_PARENT + i] = c->link_tree[i];
+        eccl_chan *ch[ECCL_ROLE_COUNT];
+        int ready = 1;
+        for (int i = 0; i < ECCL_ROLE_COUNT; i++) {
+            ch[i] = l[i] ? &l[i]->ch : NULL;
+            if (!l[i] && (r->alg->pump_needs & ECCL_ROLE_BIT(i))) ready = 0;
+        }
+        if (ready) r->alg->pump(&r->u, ch);
     }
     return links_queued(c) - before;
 }
@@ -1709,7 +1713,8 @@ static void flush_and_complete(eccl_comm *c)
     }
     for (eccl_request *r = c->ops; r; r = r->next) {
         if (r->state != OP_RUNNING) continue;
-        if (r->algo == ECCL_ALGO_RING && r->u.ring.dev_error != ECCL_OK) op_finish(c, r, r->u.ring.dev_error);
+        eccl_result err = r->alg->error(&r->u);
+        if (err != ECCL_OK) op_finish(c, r, err);
         else if (op_complete(r)) op_finish(c, r, ECCL_OK);
     }
 }
@@ -2078,6 +2083,56 @@ void eccl_comm_destroy(eccl_comm *c)
     free(c);
 }
 
+/* ---- collectives: submitting a call ------------------------------------------- */
+
+/* Mutex held. Queues `call` (arguments already checked), made when the
+ * world was `world` and we were `rank` (the layout the caller meant), and
+ * starts it if it can. `barrier`: the call is a barrier's one-byte
+ * all-reduce on the request's own bytes. `kick`: wake the background
+ * poller so it takes the new op into account; a blocking call that drives
+ * progress itself skips that. */
+static eccl_result coll_submit(eccl_comm *c, const eccl_coll_call *call, uint32_t world,
+                               uint32_t rank, const eccl_stage *stage, int barrier, int kick,
+                               eccl_request **out)
+{
+    eccl_result rc = comm_usable(c);
+    if (rc != ECCL_OK) return rc;
+    if (c->sync.active) return ECCL_ERR_BUSY; /* shared-state sync of this group */
+    if (op_find(c, call->tag)) return ECCL_ERR_BUSY;
+    if (c->n_ops >= ECCL_WIRE_MAX_OPS) return ECCL_ERR_BUSY;
+    eccl_request *r = calloc(1, sizeof *r);
+    if (!r) return ECCL_ERR_NO_MEMORY;
+    r->comm = c;
+    r->call = *call;
+    r->call.on_device = stage->resident;
+    r->call.device = stage->device;
+    if (barrier) {
+        r->call.sendbuf = &r->barrier_buf[0];
+        r->call.recvbuf = &r->barrier_buf[1];
+    }
+    r->called_world = world;
+    r->called_rank = rank;
+    r->stage = *stage;
+    r->state = OP_QUEUED;
+    r->deadline_ns = now_ns(c) + (uint64_t)c->params.op_timeout_ms * MS;
+    r->next = c->ops;
+    c->ops = r;
+    c->n_ops++;
+    if (aborted_take(c, call->tag)) {
+        r->call.nranks = c->world;
+        op_finish(c, r, ECCL_ERR_PEER_LOST);
+    } else if (call->count == 0) {
+        r->call.nranks = c->world;
+        op_finish(c, r, c->world < 2 ? ECCL_ERR_TOO_FEW_PEERS : ECCL_OK);
+    } else {
+        ops_advance(c);
+        flush_and_complete(c);
+    }
+    if (kick) eccl_engine_kick(&c->eng);
+    *out = r;
+    return ECCL_OK;
+}
+
 /* ---- all-reduce ---------------------------------------------------------- */
 
 /* Whether the caller's options struct holds `field` (it may predate it):
@@ -2107,39 +2162,14 @@ static eccl_result allreduce_submit(eccl_comm *c, const void *sendbuf, void *rec
     }
     if (count && (!sendbuf || !recvbuf)) return ECCL_ERR_INVALID_ARG;
     if (count > SIZE_MAX / 16 / eccl_dtype_size(dtype)) return ECCL_ERR_INVALID_ARG;
-    eccl_result rc = comm_usable(c);
-    if (rc != ECCL_OK) return rc;
-    if (c->sync.active) return ECCL_ERR_BUSY; /* shared-state sync of this group */
-    if (op_find(c, tag)) return ECCL_ERR_BUSY;
-    if (c->n_ops >= ECCL_WIRE_MAX_OPS) return ECCL_ERR_BUSY;
-    eccl_request *r = calloc(1, sizeof *r);
-    if (!r) return ECCL_ERR_NO_MEMORY;
-    r->comm = c;
-    r->call = (eccl_coll_call){.tag = tag, .sendbuf = sendbuf, .recvbuf = recvbuf,
-                               .count = count, .dtype = dtype, .op = op, .quant = quant,
-                               .on_device = stage->resident, .device = stage->device};
-    r->stage = *stage;
-    r->state = OP_QUEUED;
-    r->deadline_ns = now_ns(c) + (uint64_t)c->params.op_timeout_ms * MS;
-    r->next = c->ops;
-    c->ops = r;
-    c->n_ops++;
-    if (aborted_take(c, tag)) {
-        r->call.nranks = c->world;
-        op_finish(c, r, ECCL_ERR_PEER_LOST);
-    } else if (count == 0) {
-        r->call.nranks = c->world;
-        op_finish(c, r, c->world < 2 ? ECCL_ERR_TOO_FEW_PEERS : ECCL_OK);
-    } else {
-        ops_advance(c);
-        flush_and_complete(c);
-    }
-    if (kick) eccl_engine_kick(&c->eng);
-    *out = r;
-    return ECCL_OK;
+    eccl_coll_call call = {.kind = ECCL_COLL_ALLREDUCE, .tag = tag, .sendbuf = sendbuf,
+                           .recvbuf = recvbuf, .count = count, .dtype = dtype, .op = op,
+                           .quant = quant};
+    return coll_submit(c, &call, c->world, c->rank, stage, 0, kick, out);
 }
 
 static int request_done(void *arg) { return ((eccl_request *)arg)->state == OP_DONE; }
+
 
 /* Frees a finished request; *stage gets its staging, to be ended by the
  * caller once the engine's mutex is released (the copy to the device may
@@ -2149,10 +2179,12 @@ static eccl_result request_reap(eccl_request *r, eccl_reduce_info *info, eccl_st
     eccl_result rc = r->result;
     *stage = r->stage;
     if (info) {
+        memset(info, 0, sizeof *info);
         info->world_size = r->call.nranks;
-        info->algorithm = r->algo;
-        info->tx_bytes = r->algo == ECCL_ALGO_TREE ? r->u.tree.tx_bytes : r->u.ring.tx_bytes;
-        info->rx_bytes = r->algo == ECCL_ALGO_TREE ? r->u.tree.rx_bytes : r->u.ring.rx_bytes;
+        if (r->alg) {
+            info->algorithm = r->alg->id;
+            r->alg->bytes(&r->u, &info->tx_bytes, &info->rx_bytes);
+        }
     }
     op_unlink(r->comm, r);
     free(r);
@@ -2268,6 +2300,178 @@ eccl_result eccl_allreduce_ex(eccl_comm *c, const void *sendbuf, void *recvbuf, 
     }
     eccl_engine_unlock(&c->eng);
     return eccl_stage_end(&stage, rc);
+}
+
+/* ---- all-gather, reduce-scatter, broadcast, reduce, barrier ------------------- */
+
+/* Checks a layout-bound call against the world it is made in. */
+static eccl_result coll_check(const eccl_coll_call *call, uint32_t world, uint32_t rank)
+{
+    int reducing = call->kind == ECCL_COLL_REDUCE_SCATTER || call->kind == ECCL_COLL_REDUCE;
+    if ((unsigned)call->dtype >= ECCL_DTYPE_COUNT || (reducing && (unsigned)call->op >= ECCL_OP_COUNT))
+        return ECCL_ERR_INVALID_ARG;
+    int rooted = call->kind == ECCL_COLL_BROADCAST || call->kind == ECCL_COLL_REDUCE;
+    if (rooted && call->root >= world) return ECCL_ERR_INVALID_ARG;
+    /* Blocks of world * count elements must stay far from overflow. */
+    if (call->count > SIZE_MAX / 16 / eccl_dtype_size(call->dtype) / (world ? world : 1))
+        return ECCL_ERR_INVALID_ARG;
+    if (!call->count) return ECCL_OK;
+    int root = rank == call->root;
+    int need_in = call->kind != ECCL_COLL_BROADCAST || root;
+    int need_out = call->kind != ECCL_COLL_REDUCE || root;
+    return (need_in && !call->sendbuf) || (need_out && !call->recvbuf) ? ECCL_ERR_INVALID_ARG : ECCL_OK;
+}
+
+/* Where input and output sit in a device call's host mirror: the layouts
+ * of eccl.h, so the call runs on the mirror as if in place. */
+static eccl_stage_layout coll_layout(const eccl_coll_call *call, uint32_t world, uint32_t rank)
+{
+    size_t b = call->count * eccl_dtype_size(call->dtype);
+    int root = rank == call->root;
+    switch (call->kind) {
+    case ECCL_COLL_ALLGATHER: return (eccl_stage_layout){b, rank * b, world * b, 0, world * b};
+    case ECCL_COLL_REDUCE_SCATTER: return (eccl_stage_layout){world * b, 0, b, rank * b, world * b};
+    case ECCL_COLL_BROADCAST: return (eccl_stage_layout){root ? b : 0, 0, b, 0, b};
+    default: return (eccl_stage_layout){b, 0, root ? b : 0, 0, b};
+    }
+}
+
+/* One layout-bound call, blocking (req NULL: info gets what it did) or
+ * not (*req gets the request). */
+static eccl_result coll_call(eccl_comm *c, eccl_coll_call call, eccl_reduce_info *info,
+                             eccl_request **req)
+{
+    if (!c) return ECCL_ERR_INVALID_ARG;
+    eccl_engine_lock(&c->eng);
+    eccl_result rc = comm_usable(c);
+    uint32_t world = c->world, rank = c->rank;
+    eccl_engine_unlock(&c->eng);
+    if (rc == ECCL_OK) rc = coll_check(&call, world, rank);
+    if (rc != ECCL_OK) return rc;
+    eccl_stage stage;
+    eccl_stage_layout lay = coll_layout(&call, world, rank);
+    const void *in = call.sendbuf;
+    void *out = call.recvbuf;
+    rc = call.count ? eccl_stage_begin_layout(&stage, c->env, &in, &out, &lay, NULL) : ECCL_OK;
+    if (!call.count) memset(&stage, 0, sizeof stage);
+    if (rc != ECCL_OK) return rc;
+    call.sendbuf = in;
+    call.recvbuf = out;
+    eccl_request *r = NULL;
+    eccl_engine_lock(&c->eng);
+    rc = coll_submit(c, &call, world, rank, &stage, 0, req != NULL, &r);
+    if (rc == ECCL_OK && !req) rc = request_finish(c, r, info, &stage);
+    eccl_engine_unlock(&c->eng);
+    if (!req) return eccl_stage_end(&stage, rc);
+    if (rc != ECCL_OK) return eccl_stage_end(&stage, rc);
+    *req = r;
+    return ECCL_OK;
+}
+
+static eccl_coll_call gather_call(const void *sendbuf, void *recvbuf, size_t count, eccl_dtype dtype,
+                                  uint64_t tag)
+{
+    return (eccl_coll_call){.kind = ECCL_COLL_ALLGATHER, .tag = tag, .sendbuf = sendbuf,
+                            .recvbuf = recvbuf, .count = count, .dtype = dtype};
+}
+
+eccl_result eccl_allgather(eccl_comm *c, const void *sendbuf, void *recvbuf, size_t sendcount,
+                           eccl_dtype dtype, uint64_t tag, eccl_reduce_info *info)
+{
+    return coll_call(c, gather_call(sendbuf, recvbuf, sendcount, dtype, tag), info, NULL);
+}
+
+eccl_result eccl_allgather_async(eccl_comm *c, const void *sendbuf, void *recvbuf, size_t sendcount,
+                                 eccl_dtype dtype, uint64_t tag, eccl_request **req)
+{
+    if (!req) return ECCL_ERR_INVALID_ARG;
+    return coll_call(c, gather_call(sendbuf, recvbuf, sendcount, dtype, tag), NULL, req);
+}
+
+static eccl_coll_call reducing_call(eccl_coll_kind kind, const void *sendbuf, void *recvbuf,
+                                    size_t count, eccl_dtype dtype, eccl_op op, uint32_t root,
+                                    uint64_t tag)
+{
+    return (eccl_coll_call){.kind = kind, .tag = tag, .sendbuf = sendbuf, .recvbuf = recvbuf,
+                            .count = count, .dtype = dtype, .op = op, .root = root};
+}
+
+eccl_result eccl_reduce_scatter(eccl_comm *c, const void *sendbuf, void *recvbuf, size_t recvcount,
+                                eccl_dtype dtype, eccl_op op, uint64_t tag, eccl_reduce_info *info)
+{
+    return coll_call(c, reducing_call(ECCL_COLL_REDUCE_SCATTER, sendbuf, recvbuf, recvcount, dtype, op, 0, tag),
+                     info, NULL);
+}
+
+eccl_result eccl_reduce_scatter_async(eccl_comm *c, const void *sendbuf, void *recvbuf,
+                                      size_t recvcount, eccl_dtype dtype, eccl_op op, uint64_t tag,
+                                      eccl_request **req)
+{
+    if (!req) return ECCL_ERR_INVALID_ARG;
+    return coll_call(c, reducing_call(ECCL_COLL_REDUCE_SCATTER, sendbuf, recvbuf, recvcount, dtype, op, 0, tag),
+                     NULL, req);
+}
+
+eccl_result eccl_broadcast(eccl_comm *c, const void *sendbuf, void *recvbuf, size_t count,
+                           eccl_dtype dtype, uint32_t root, uint64_t tag, eccl_reduce_info *info)
+{
+    return coll_call(c, reducing_call(ECCL_COLL_BROADCAST, sendbuf, recvbuf, count, dtype, ECCL_SUM, root, tag),
+                     info, NULL);
+}
+
+eccl_result eccl_broadcast_async(eccl_comm *c, const void *sendbuf, void *recvbuf, size_t count,
+                                 eccl_dtype dtype, uint32_t root, uint64_t tag, eccl_request **req)
+{
+    if (!req) return ECCL_ERR_INVALID_ARG;
+    return coll_call(c, reducing_call(ECCL_COLL_BROADCAST, sendbuf, recvbuf, count, dtype, ECCL_SUM, root, tag),
+                     NULL, req);
+}
+
+eccl_result eccl_reduce(eccl_comm *c, const void *sendbuf, void *recvbuf, size_t count, eccl_dtype dtype,
+                        eccl_op op, uint32_t root, uint64_t tag, eccl_reduce_info *info)
+{
+    return coll_call(c, reducing_call(ECCL_COLL_REDUCE, sendbuf, recvbuf, count, dtype, op, root, tag), info,
+                     NULL);
+}
+
+eccl_result eccl_reduce_async(eccl_comm *c, const void *sendbuf, void *recvbuf, size_t count,
+                              eccl_dtype dtype, eccl_op op, uint32_t root, uint64_t tag,
+                              eccl_request **req)
+{
+    if (!req) return ECCL_ERR_INVALID_ARG;
+    return coll_call(c, reducing_call(ECCL_COLL_REDUCE, sendbuf, recvbuf, count, dtype, op, root, tag), NULL,
+                     req);
+}
+
+/* A one-byte MAX all-reduce on the request's own bytes: it returns only
+ * once every peer has entered, with all-reduce's fault contract. */
+static eccl_result barrier_submit(eccl_comm *c, uint64_t tag, int kick, eccl_request **out)
+{
+    eccl_coll_call call = {.kind = ECCL_COLL_ALLREDUCE, .tag = tag, .count = 1, .dtype = ECCL_U8,
+                           .op = ECCL_MAX};
+    eccl_stage stage = {0};
+    return coll_submit(c, &call, c->world, c->rank, &stage, 1, kick, out);
+}
+
+eccl_result eccl_barrier(eccl_comm *c, uint64_t tag)
+{
+    if (!c) return ECCL_ERR_INVALID_ARG;
+    eccl_request *r;
+    eccl_stage stage;
+    eccl_engine_lock(&c->eng);
+    eccl_result rc = barrier_submit(c, tag, 0, &r);
+    if (rc == ECCL_OK) rc = request_finish(c, r, NULL, &stage);
+    eccl_engine_unlock(&c->eng);
+    return rc;
+}
+
+eccl_result eccl_barrier_async(eccl_comm *c, uint64_t tag, eccl_request **req)
+{
+    if (!c || !req) return ECCL_ERR_INVALID_ARG;
+    eccl_engine_lock(&c->eng);
+    eccl_result rc = barrier_submit(c, tag, 1, req);
+    eccl_engine_unlock(&c->eng);
+    return rc;
 }
 
 /* ---- shared state (public) ------------------------------------------------------ */
