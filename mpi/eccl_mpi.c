@@ -1,0 +1,1126 @@
+/* libeccl_mpi: the MPI subset of mpi/include/mpi.h on top of eccl.
+ *
+ * One eccl communicator is MPI_COMM_WORLD. MPI_Init joins the master that
+ * eccl-run started (ECCL_MPI_MASTER) and votes peers in until the world
+ * holds ECCL_MPI_SIZE of them; the MPI rank is then the eccl ring rank,
+ * which stays put because nobody joins or leaves afterwards (a loss is
+ * fatal, below). Without eccl-run's environment the process is a world of
+ * one, as MPI's singleton init.
+ *
+ * Tags: every eccl collective carries a tag that must be the same on every
+ * rank for the same call. MPI ranks call a communicator's collectives in
+ * the same order, so a per-communicator counter, bumped once per eccl call
+ * by every rank alike, is that tag. This holds only if every rank makes
+ * the same eccl calls for one MPI call: each decision below that skips or
+ * adds an eccl call depends on arguments MPI requires to agree across
+ * ranks (counts, roots), or on data every rank has just gathered.
+ *
+ * Errors are fatal, as under MPI's default handler MPI_ERRORS_ARE_FATAL:
+ * a bad argument, a call eccl cannot do, or an eccl failure (a lost peer
+ * included: eccl would restore the buffers and go on with the survivors,
+ * but MPI ranks would then be renumbered under the program's feet) prints
+ * one line on stderr and ends the process with the MPI error class as its
+ * exit status. eccl-run then stops the other ranks. No call returns
+ * anything but MPI_SUCCESS.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "eccl.h"
+#include "tool_util.h"
+
+/* The library is built with hidden visibility; only MPI's names leave it
+ * (tool_util's helpers, compiled in, stay private). */
+#pragma GCC visibility push(default)
+#include "mpi.h"
+#pragma GCC visibility pop
+
+/* ---- state ------------------------------------------------------------------ */
+
+/* What the process knows of MPI_COMM_WORLD. The shim serves one thread at a
+ * time (MPI_THREAD_SERIALIZED at most), so plain globals do. */
+static struct {
+    int initialized;
+    int finalized;
+    int rank;
+    int size;
+    eccl_comm *comm;   /* NULL in a world of one: nothing to talk to */
+    int64_t epoch;     /* eccl's ring generation once everyone was in */
+    uint64_t next_tag; /* the world's collective call counter */
+} world;
+
+/* A communicator as a collective sees it. MPI_COMM_SELF is a world of one
+ * and never reaches eccl, so it needs no tag counter. */
+struct comm_view {
+    int rank;
+    int size;
+    eccl_comm *ecomm;
+    uint64_t *next_tag;
+};
+
+/* ---- errors ----------------------------------------------------------------- */
+
+static const struct {
+    int code;
+    const char *name;
+    const char *text;
+} error_classes[] = {
+    {MPI_SUCCESS, "MPI_SUCCESS", "no error"},
+    {MPI_ERR_BUFFER, "MPI_ERR_BUFFER", "invalid buffer pointer"},
+    {MPI_ERR_COUNT, "MPI_ERR_COUNT", "invalid count argument"},
+    {MPI_ERR_TYPE, "MPI_ERR_TYPE", "invalid datatype"},
+    {MPI_ERR_TAG, "MPI_ERR_TAG", "invalid tag"},
+    {MPI_ERR_COMM, "MPI_ERR_COMM", "invalid communicator"},
+    {MPI_ERR_RANK, "MPI_ERR_RANK", "invalid rank"},
+    {MPI_ERR_ROOT, "MPI_ERR_ROOT", "invalid root"},
+    {MPI_ERR_OP, "MPI_ERR_OP", "invalid or unsupported reduction operation"},
+    {MPI_ERR_ARG, "MPI_ERR_ARG", "invalid argument"},
+    {MPI_ERR_REQUEST, "MPI_ERR_REQUEST", "invalid request"},
+    {MPI_ERR_TRUNCATE, "MPI_ERR_TRUNCATE", "message sizes do not match"},
+    {MPI_ERR_UNSUPPORTED_OPERATION, "MPI_ERR_UNSUPPORTED_OPERATION",
+     "operation not supported by eccl"},
+    {MPI_ERR_NO_MEM, "MPI_ERR_NO_MEM", "out of memory"},
+    {MPI_ERR_OTHER, "MPI_ERR_OTHER", "eccl failed (see the message before)"},
+    {MPI_ERR_INTERN, "MPI_ERR_INTERN", "internal error"},
+    {MPI_ERR_UNKNOWN, "MPI_ERR_UNKNOWN", "unknown error"},
+};
+
+static const char *error_name(int code)
+{
+    for (size_t i = 0; i < sizeof error_classes / sizeof error_classes[0]; i++)
+        if (error_classes[i].code == code)
+            return error_classes[i].name;
+    return "MPI_ERR_UNKNOWN";
+}
+
+/* One line on stderr in one write: ranks share the launcher's stderr, and
+ * a line written piecemeal would interleave with another rank's. */
+__attribute__((format(printf, 1, 0)))
+static void say(const char *fmt, va_list ap)
+{
+    char line[1024];
+    int len = vsnprintf(line, sizeof line - 1, fmt, ap);
+
+    if (len < 0)
+        return;
+    if ((size_t)len > sizeof line - 2)
+        len = (int)sizeof line - 2;
+    line[len++] = '\n';
+    fflush(stderr);
+    if (write(STDERR_FILENO, line, (size_t)len) < 0)
+        return; /* nowhere left to say it */
+}
+
+__attribute__((format(printf, 1, 2)))
+static void sayf(const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    say(fmt, ap);
+    va_end(ap);
+}
+
+/* "eccl_mpi: <what> (rank R of N, <MPI error class>)" and the end of the
+ * process: exit status = the error class, never 0. stdout is flushed so
+ * the program's output up to the failure is not lost, but no atexit
+ * handler runs: eccl's threads are still going. */
+__attribute__((noreturn, format(printf, 2, 3)))
+static void fatal(int mpi_error, const char *fmt, ...)
+{
+    char what[768];
+    va_list ap;
+
+    fflush(stdout);
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    if (world.initialized && !world.finalized)
+        sayf("eccl_mpi: %s (rank %d of %d, %s)", what, world.rank, world.size,
+             error_name(mpi_error));
+    else
+        sayf("eccl_mpi: %s (%s)", what, error_name(mpi_error));
+    _exit(mpi_error);
+}
+
+__attribute__((noreturn))
+static void unsupported(const char *call)
+{
+    fatal(MPI_ERR_UNSUPPORTED_OPERATION, "%s is not supported by eccl yet", call);
+}
+
+static int mpi_error_of(eccl_result rc)
+{
+    switch (rc) {
+    case ECCL_ERR_INVALID_ARG: return MPI_ERR_ARG;
+    case ECCL_ERR_NO_MEMORY: return MPI_ERR_NO_MEM;
+    case ECCL_ERR_UNSUPPORTED: return MPI_ERR_UNSUPPORTED_OPERATION;
+    default: return MPI_ERR_OTHER;
+    }
+}
+
+static void check_eccl(const char *call, const char *what, eccl_result rc)
+{
+    if (rc != ECCL_OK)
+        fatal(mpi_error_of(rc), "%s: %s failed: %s", call, what, eccl_strerror(rc));
+}
+
+/* After an eccl collective on the world. A failure is fatal; so is a
+ * success on a ring that changed since MPI_Init: eccl drops a lost rank
+ * and runs the next call on the survivors, renumbered, which MPI cannot
+ * express (the data of such a call is already wrong for MPI). */
+static void check_coll(const char *call, const char *what, eccl_result rc)
+{
+    int64_t epoch = -1;
+
+    check_eccl(call, what, rc);
+    check_eccl(call, "reading the ring epoch",
+               eccl_comm_get_attr(world.comm, ECCL_ATTR_EPOCH, &epoch));
+    if (epoch != world.epoch)
+        fatal(MPI_ERR_OTHER, "%s: a rank left the world (eccl ring epoch %lld, %lld at "
+              "MPI_Init); MPI cannot go on with fewer ranks", call, (long long)epoch,
+              (long long)world.epoch);
+}
+
+static void require_initialized(const char *call)
+{
+    if (!world.initialized)
+        fatal(MPI_ERR_OTHER, "%s called before MPI_Init", call);
+    if (world.finalized)
+        fatal(MPI_ERR_OTHER, "%s called after MPI_Finalize", call);
+}
+
+/* ---- handles ------------------------------------------------------------------ */
+
+/* eccl's element type of a C type of this size and signedness. */
+#define SIGNED_DTYPE(t)                                                                  \
+    (sizeof(t) == 1 ? ECCL_I8 : sizeof(t) == 2 ? ECCL_I16 : sizeof(t) == 4 ? ECCL_I32 \
+                                                                           : ECCL_I64)
+#define UNSIGNED_DTYPE(t)                                                                \
+    (sizeof(t) == 1 ? ECCL_U8 : sizeof(t) == 2 ? ECCL_U16 : sizeof(t) == 4 ? ECCL_U32 \
+                                                                           : ECCL_U64)
+
+_Static_assert(sizeof(float) == 4 && sizeof(double) == 8, "MPI_FLOAT/MPI_DOUBLE map to f32/f64");
+_Static_assert(sizeof(long long) == 8, "MPI_LONG_LONG maps to a 64-bit eccl type");
+
+struct mpi_type {
+    const char *name;
+    size_t size;
+    int reducible;    /* MPI defines arithmetic on it */
+    eccl_dtype dtype; /* when reducible */
+};
+
+/* Indexed by handle - MPI_CHAR. MPI_CHAR is not one of MPI's reducible
+ * types, but programs reduce it anyway and other MPIs let them: it reduces
+ * as the platform's char. MPI_BYTE is raw memory, never arithmetic. */
+static const struct mpi_type mpi_types[] = {
+    {"MPI_CHAR", 1, 1, (char)-1 < 0 ? ECCL_I8 : ECCL_U8},
+    {"MPI_SIGNED_CHAR", 1, 1, ECCL_I8},
+    {"MPI_UNSIGNED_CHAR", 1, 1, ECCL_U8},
+    {"MPI_BYTE", 1, 0, ECCL_U8},
+    {"MPI_SHORT", sizeof(short), 1, SIGNED_DTYPE(short)},
+    {"MPI_UNSIGNED_SHORT", sizeof(unsigned short), 1, UNSIGNED_DTYPE(unsigned short)},
+    {"MPI_INT", sizeof(int), 1, SIGNED_DTYPE(int)},
+    {"MPI_UNSIGNED", sizeof(unsigned), 1, UNSIGNED_DTYPE(unsigned)},
+    {"MPI_LONG", sizeof(long), 1, SIGNED_DTYPE(long)},
+    {"MPI_UNSIGNED_LONG", sizeof(unsigned long), 1, UNSIGNED_DTYPE(unsigned long)},
+    {"MPI_LONG_LONG", sizeof(long long), 1, SIGNED_DTYPE(long long)},
+    {"MPI_UNSIGNED_LONG_LONG", sizeof(unsigned long long), 1, UNSIGNED_DTYPE(unsigned long long)},
+    {"MPI_FLOAT", sizeof(float), 1, ECCL_F32},
+    {"MPI_DOUBLE", sizeof(double), 1, ECCL_F64},
+    {"MPI_INT8_T", 1, 1, ECCL_I8},
+    {"MPI_INT16_T", 2, 1, ECCL_I16},
+    {"MPI_INT32_T", 4, 1, ECCL_I32},
+    {"MPI_INT64_T", 8, 1, ECCL_I64},
+    {"MPI_UINT8_T", 1, 1, ECCL_U8},
+    {"MPI_UINT16_T", 2, 1, ECCL_U16},
+    {"MPI_UINT32_T", 4, 1, ECCL_U32},
+    {"MPI_UINT64_T", 8, 1, ECCL_U64},
+};
+
+static const struct mpi_type *type_of(const char *call, MPI_Datatype datatype)
+{
+    unsigned index = (unsigned)datatype - (unsigned)MPI_CHAR;
+
+    if (index >= sizeof mpi_types / sizeof mpi_types[0])
+        fatal(MPI_ERR_TYPE, "%s: invalid datatype handle 0x%x", call, (unsigned)datatype);
+    return &mpi_types[index];
+}
+
+static const struct {
+    const char *name;
+    int supported;
+    eccl_op op;
+} mpi_ops[] = {
+    {"MPI_SUM", 1, ECCL_SUM},   {"MPI_PROD", 1, ECCL_PROD}, {"MPI_MIN", 1, ECCL_MIN},
+    {"MPI_MAX", 1, ECCL_MAX},   {"MPI_LAND", 0, ECCL_SUM},  {"MPI_BAND", 0, ECCL_SUM},
+    {"MPI_LOR", 0, ECCL_SUM},   {"MPI_BOR", 0, ECCL_SUM},   {"MPI_LXOR", 0, ECCL_SUM},
+    {"MPI_BXOR", 0, ECCL_SUM},  {"MPI_MAXLOC", 0, ECCL_SUM}, {"MPI_MINLOC", 0, ECCL_SUM},
+};
+
+/* The eccl reduction of (op, type), or a fatal error for a pair eccl
+ * cannot compute. */
+static eccl_op reduction_of(const char *call, MPI_Op op, const struct mpi_type *type)
+{
+    unsigned index = (unsigned)op - (unsigned)MPI_SUM;
+
+    if (index >= sizeof mpi_ops / sizeof mpi_ops[0])
+        fatal(MPI_ERR_OP, "%s: invalid op handle 0x%x", call, (unsigned)op);
+    if (!mpi_ops[index].supported)
+        fatal(MPI_ERR_OP, "%s: %s is not supported by eccl yet (only MPI_SUM, MPI_PROD, "
+              "MPI_MIN and MPI_MAX)", call, mpi_ops[index].name);
+    if (!type->reducible)
+        fatal(MPI_ERR_OP, "%s: %s on %s: MPI defines no arithmetic on %s", call,
+              mpi_ops[index].name, type->name, type->name);
+    return mpi_ops[index].op;
+}
+
+static struct comm_view view_of(const char *call, MPI_Comm comm)
+{
+    struct comm_view v = {0, 1, NULL, NULL};
+
+    require_initialized(call);
+    if (comm == MPI_COMM_WORLD) {
+        v.rank = world.rank;
+        v.size = world.size;
+        v.ecomm = world.comm;
+        v.next_tag = &world.next_tag;
+    } else if (comm != MPI_COMM_SELF) {
+        fatal(MPI_ERR_COMM, "%s: invalid communicator 0x%x (this subset has MPI_COMM_WORLD "
+              "and MPI_COMM_SELF)", call, (unsigned)comm);
+    }
+    return v;
+}
+
+static uint64_t take_tag(const struct comm_view *v)
+{
+    return (*v->next_tag)++;
+}
+
+/* ---- argument checks and sizes ------------------------------------------------ */
+
+static size_t count_of(const char *call, const char *what, int count)
+{
+    if (count < 0)
+        fatal(MPI_ERR_COUNT, "%s: negative %s %d", call, what, count);
+    return (size_t)count;
+}
+
+static size_t mul_size(const char *call, size_t a, size_t b)
+{
+    if (b != 0 && a > SIZE_MAX / b)
+        fatal(MPI_ERR_COUNT, "%s: buffer size overflows (%zu x %zu)", call, a, b);
+    return a * b;
+}
+
+/* count elements of `type`, in bytes. */
+static size_t bytes_of(const char *call, const char *what, int count, const struct mpi_type *type)
+{
+    return mul_size(call, count_of(call, what, count), type->size);
+}
+
+static void check_buffer(const char *call, const char *what, const void *buf, size_t bytes)
+{
+    if (bytes != 0 && buf == NULL)
+        fatal(MPI_ERR_BUFFER, "%s: %s is NULL", call, what);
+}
+
+static void check_root(const char *call, int root, const struct comm_view *v)
+{
+    if (root < 0 || root >= v->size)
+        fatal(MPI_ERR_ROOT, "%s: root %d is not a rank of a communicator of %d", call, root,
+              v->size);
+}
+
+static void *scratch_alloc(const char *call, size_t bytes)
+{
+    void *p = malloc(bytes != 0 ? bytes : 1);
+
+    if (p == NULL)
+        fatal(MPI_ERR_NO_MEM, "%s: cannot allocate %zu bytes of scratch", call, bytes);
+    return p;
+}
+
+/* Address of element `displ` (may be negative, as MPI allows) of `base`. */
+static char *at(void *base, int displ, size_t esize)
+{
+    return (char *)base + (ptrdiff_t)displ * (ptrdiff_t)esize;
+}
+
+/* ---- environment ---------------------------------------------------------------- */
+
+/* ECCL_MPI_* as eccl-run sets them; a malformed value is fatal rather than
+ * a silent singleton. */
+static uint64_t env_number(const char *name, const char *text, uint64_t min, uint64_t max)
+{
+    uint64_t value;
+
+    if (tool_parse_u64(text, min, max, &value) != 0)
+        fatal(MPI_ERR_ARG, "MPI_Init: %s=\"%s\" is not a number in %llu..%llu", name, text,
+              (unsigned long long)min, (unsigned long long)max);
+    return value;
+}
+
+static void join_world(const char *master, int size, uint32_t timeout_ms)
+{
+    eccl_comm_params params;
+    int64_t accepted = 0, rank = -1;
+    eccl_result rc;
+
+    eccl_comm_params_init(&params);
+    params.master_addr = master;
+    /* MPI has no collective timeout: one rank may compute for a long time
+     * before it joins a call. The job's own limit (eccl-run --timeout)
+     * bounds every wait instead; a dead peer is still noticed within
+     * peer_timeout_ms by eccl's heartbeats. */
+    params.op_timeout_ms = timeout_ms;
+    check_eccl("MPI_Init", "eccl_comm_create", eccl_comm_create(&params, &world.comm));
+    rc = eccl_comm_connect(world.comm);
+    if (rc != ECCL_OK)
+        fatal(mpi_error_of(rc), "MPI_Init: cannot join the eccl master at %s: %s", master,
+              eccl_strerror(rc));
+    rc = tool_admit_world(world.comm, size, timeout_ms, &accepted);
+    if (rc != ECCL_OK)
+        fatal(mpi_error_of(rc), "MPI_Init: waiting for %d ranks (%lld joined): %s", size,
+              (long long)accepted, eccl_strerror(rc));
+    if (accepted != size)
+        fatal(MPI_ERR_OTHER, "MPI_Init: %lld ranks joined, %d expected", (long long)accepted,
+              size);
+    check_eccl("MPI_Init", "reading the rank", eccl_comm_get_attr(world.comm, ECCL_ATTR_RANK, &rank));
+    check_eccl("MPI_Init", "reading the ring epoch",
+               eccl_comm_get_attr(world.comm, ECCL_ATTR_EPOCH, &world.epoch));
+    world.rank = (int)rank;
+}
+
+/* A rank of a multi-rank world that exits with status 0 without
+ * MPI_Finalize is an erroneous program, and to its peers a lost rank: say
+ * so, and make the status say failure. A non-zero status already does. */
+static void exit_without_finalize(int status, void *unused)
+{
+    if (status != 0 || world.comm == NULL || world.finalized)
+        return;
+    fatal(MPI_ERR_OTHER, "the process exited without calling MPI_Finalize");
+}
+
+static void init_world(const char *call)
+{
+    const char *master = getenv("ECCL_MPI_MASTER");
+    const char *size_text = getenv("ECCL_MPI_SIZE");
+    const char *timeout_text = getenv("ECCL_MPI_TIMEOUT_MS");
+    uint32_t timeout_ms;
+    eccl_comm_params defaults;
+
+    if (world.finalized)
+        fatal(MPI_ERR_OTHER, "%s called after MPI_Finalize", call);
+    if (world.initialized)
+        fatal(MPI_ERR_OTHER, "%s called twice", call);
+    world.rank = 0;
+    world.size = 1;
+    world.next_tag = 1;
+    if ((master == NULL) != (size_text == NULL))
+        fatal(MPI_ERR_ARG, "%s: ECCL_MPI_MASTER and ECCL_MPI_SIZE go together (eccl-run sets "
+              "both)", call);
+    if (master != NULL)
+        world.size = (int)env_number("ECCL_MPI_SIZE", size_text, 1, INT_MAX);
+    eccl_comm_params_init(&defaults);
+    timeout_ms = timeout_text != NULL
+                     ? (uint32_t)env_number("ECCL_MPI_TIMEOUT_MS", timeout_text, 1, UINT32_MAX)
+                     : defaults.op_timeout_ms;
+    /* A world of one has nobody to talk to: its collectives are copies. */
+    if (world.size > 1) {
+        join_world(master, world.size, timeout_ms);
+        if (on_exit(exit_without_finalize, NULL) != 0)
+            fatal(MPI_ERR_INTERN, "%s: on_exit failed", call);
+    }
+    world.initialized = 1;
+}
+
+int MPI_Init(int *argc, char ***argv)
+{
+    init_world("MPI_Init");
+    return MPI_SUCCESS;
+}
+
+int MPI_Init_thread(int *argc, char ***argv, int required, int *provided)
+{
+    if (required < MPI_THREAD_SINGLE || required > MPI_THREAD_MULTIPLE)
+        fatal(MPI_ERR_ARG, "MPI_Init_thread: invalid thread level %d", required);
+    if (provided == NULL)
+        fatal(MPI_ERR_ARG, "MPI_Init_thread: provided is NULL");
+    init_world("MPI_Init_thread");
+    /* eccl itself is thread-safe, but the world's tag counter is not: MPI
+     * calls from several threads must be serialized by the program. MPI
+     * lets a library provide less than required; the program checks. */
+    *provided = required < MPI_THREAD_SERIALIZED ? required : MPI_THREAD_SERIALIZED;
+    return MPI_SUCCESS;
+}
+
+int MPI_Initialized(int *flag)
+{
+    if (flag == NULL)
+        fatal(MPI_ERR_ARG, "MPI_Initialized: flag is NULL");
+    *flag = world.initialized;
+    return MPI_SUCCESS;
+}
+
+int MPI_Finalized(int *flag)
+{
+    if (flag == NULL)
+        fatal(MPI_ERR_ARG, "MPI_Finalized: flag is NULL");
+    *flag = world.finalized;
+    return MPI_SUCCESS;
+}
+
+int MPI_Finalize(void)
+{
+    require_initialized("MPI_Finalize");
+    if (world.comm != NULL) {
+        /* Every rank has finished its collectives before any leaves (one
+         * that left early would be a lost peer to one still finishing),
+         * and nobody was lost before: this last call's own world size
+         * says so. The ring epoch cannot: ranks leave as soon as it
+         * completes. */
+        int one = 1, ranks = 0;
+        eccl_reduce_info info;
+
+        check_eccl("MPI_Finalize", "eccl_allreduce",
+                   eccl_allreduce(world.comm, &one, &ranks, 1, ECCL_I32, ECCL_SUM,
+                                  world.next_tag++, &info));
+        if (ranks != world.size || info.world_size != (uint32_t)world.size)
+            fatal(MPI_ERR_OTHER, "MPI_Finalize: only %d of %d ranks got here: the others were "
+                  "lost", ranks, world.size);
+        eccl_comm_destroy(world.comm);
+        world.comm = NULL;
+    }
+    world.finalized = 1;
+    return MPI_SUCCESS;
+}
+
+int MPI_Abort(MPI_Comm comm, int errorcode)
+{
+    /* The status must say failure even for errorcode 0; the launcher stops
+     * the other ranks when this one exits. */
+    int status = errorcode & 0xff;
+
+    fflush(stdout);
+    sayf("eccl_mpi: MPI_Abort(errorcode %d) on rank %d of %d", errorcode, world.rank, world.size);
+    _exit(status != 0 ? status : 1);
+}
+
+int MPI_Get_version(int *version, int *subversion)
+{
+    if (version == NULL || subversion == NULL)
+        fatal(MPI_ERR_ARG, "MPI_Get_version: NULL argument");
+    *version = MPI_VERSION;
+    *subversion = MPI_SUBVERSION;
+    return MPI_SUCCESS;
+}
+
+int MPI_Get_processor_name(char *name, int *resultlen)
+{
+    if (name == NULL || resultlen == NULL)
+        fatal(MPI_ERR_ARG, "MPI_Get_processor_name: NULL argument");
+    if (gethostname(name, MPI_MAX_PROCESSOR_NAME) != 0)
+        fatal(MPI_ERR_OTHER, "MPI_Get_processor_name: gethostname: %s", strerror(errno));
+    /* gethostname need not terminate a truncated name. */
+    name[MPI_MAX_PROCESSOR_NAME - 1] = '\0';
+    *resultlen = (int)strlen(name);
+    return MPI_SUCCESS;
+}
+
+int MPI_Error_string(int errorcode, char *string, int *resultlen)
+{
+    if (string == NULL || resultlen == NULL)
+        fatal(MPI_ERR_ARG, "MPI_Error_string: NULL argument");
+    for (size_t i = 0; i < sizeof error_classes / sizeof error_classes[0]; i++)
+        if (error_classes[i].code == errorcode) {
+            *resultlen = snprintf(string, MPI_MAX_ERROR_STRING, "%s: %s", error_classes[i].name,
+                                  error_classes[i].text);
+            return MPI_SUCCESS;
+        }
+    fatal(MPI_ERR_ARG, "MPI_Error_string: %d is not an error code", errorcode);
+}
+
+double MPI_Wtime(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+double MPI_Wtick(void)
+{
+    struct timespec res;
+
+    if (clock_getres(CLOCK_MONOTONIC, &res) != 0)
+        return 1e-9;
+    return (double)res.tv_sec + (double)res.tv_nsec * 1e-9;
+}
+
+int MPI_Comm_rank(MPI_Comm comm, int *rank)
+{
+    struct comm_view v = view_of("MPI_Comm_rank", comm);
+
+    if (rank == NULL)
+        fatal(MPI_ERR_ARG, "MPI_Comm_rank: rank is NULL");
+    *rank = v.rank;
+    return MPI_SUCCESS;
+}
+
+int MPI_Comm_size(MPI_Comm comm, int *size)
+{
+    struct comm_view v = view_of("MPI_Comm_size", comm);
+
+    if (size == NULL)
+        fatal(MPI_ERR_ARG, "MPI_Comm_size: size is NULL");
+    *size = v.size;
+    return MPI_SUCCESS;
+}
+
+int MPI_Type_size(MPI_Datatype datatype, int *size)
+{
+    const struct mpi_type *type = type_of("MPI_Type_size", datatype);
+
+    if (size == NULL)
+        fatal(MPI_ERR_ARG, "MPI_Type_size: size is NULL");
+    *size = (int)type->size;
+    return MPI_SUCCESS;
+}
+
+int MPI_Get_count(const MPI_Status *status, MPI_Datatype datatype, int *count)
+{
+    const struct mpi_type *type = type_of("MPI_Get_count", datatype);
+
+    if (status == NULL || count == NULL)
+        fatal(MPI_ERR_ARG, "MPI_Get_count: NULL argument");
+    if (status->eccl_mpi_bytes < 0 || status->eccl_mpi_bytes % (long long)type->size != 0 ||
+        status->eccl_mpi_bytes / (long long)type->size > INT_MAX)
+        *count = MPI_UNDEFINED;
+    else
+        *count = (int)(status->eccl_mpi_bytes / (long long)type->size);
+    return MPI_SUCCESS;
+}
+
+/* ---- collectives ------------------------------------------------------------------
+ *
+ * Calls that only move data (broadcast, gathers, all-to-all) go to eccl as
+ * bytes (ECCL_U8): MPI lets the send and receive types differ as long as
+ * the byte counts agree. Reductions go with the element type. A count of 0
+ * skips eccl on every rank alike (MPI requires the counts to agree). */
+
+int MPI_Barrier(MPI_Comm comm)
+{
+    struct comm_view v = view_of("MPI_Barrier", comm);
+
+    if (v.ecomm != NULL)
+        check_coll("MPI_Barrier", "eccl_barrier", eccl_barrier(v.ecomm, take_tag(&v)));
+    return MPI_SUCCESS;
+}
+
+int MPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm)
+{
+    static const char call[] = "MPI_Bcast";
+    struct comm_view v = view_of(call, comm);
+    size_t bytes = bytes_of(call, "count", count, type_of(call, datatype));
+
+    check_root(call, root, &v);
+    check_buffer(call, "buffer", buffer, bytes);
+    if (v.ecomm == NULL || bytes == 0)
+        return MPI_SUCCESS;
+    check_coll(call, "eccl_broadcast",
+               eccl_broadcast(v.ecomm, buffer, buffer, bytes, ECCL_U8, (uint32_t)root,
+                              take_tag(&v), NULL));
+    return MPI_SUCCESS;
+}
+
+int MPI_Reduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
+               int root, MPI_Comm comm)
+{
+    static const char call[] = "MPI_Reduce";
+    struct comm_view v = view_of(call, comm);
+    const struct mpi_type *type = type_of(call, datatype);
+    eccl_op eop = reduction_of(call, op, type);
+    size_t n = count_of(call, "count", count), bytes = mul_size(call, n, type->size);
+    int is_root = v.rank == root;
+
+    check_root(call, root, &v);
+    if (sendbuf == MPI_IN_PLACE) {
+        if (!is_root)
+            fatal(MPI_ERR_BUFFER, "%s: MPI_IN_PLACE is for the root only", call);
+        sendbuf = recvbuf;
+    }
+    check_buffer(call, "sendbuf", sendbuf, bytes);
+    if (is_root)
+        check_buffer(call, "recvbuf", recvbuf, bytes);
+    if (v.ecomm == NULL) {
+        if (sendbuf != recvbuf && bytes != 0)
+            memcpy(recvbuf, sendbuf, bytes);
+        return MPI_SUCCESS;
+    }
+    if (n == 0)
+        return MPI_SUCCESS;
+    /* recvbuf is significant at the root only: the others may pass
+     * anything, so eccl gets NULL there. */
+    check_coll(call, "eccl_reduce",
+               eccl_reduce(v.ecomm, sendbuf, is_root ? recvbuf : NULL, n, type->dtype, eop,
+                           (uint32_t)root, take_tag(&v), NULL));
+    return MPI_SUCCESS;
+}
+
+int MPI_Allreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype,
+                  MPI_Op op, MPI_Comm comm)
+{
+    static const char call[] = "MPI_Allreduce";
+    struct comm_view v = view_of(call, comm);
+    const struct mpi_type *type = type_of(call, datatype);
+    eccl_op eop = reduction_of(call, op, type);
+    size_t n = count_of(call, "count", count), bytes = mul_size(call, n, type->size);
+
+    if (sendbuf == MPI_IN_PLACE)
+        sendbuf = recvbuf;
+    check_buffer(call, "sendbuf", sendbuf, bytes);
+    check_buffer(call, "recvbuf", recvbuf, bytes);
+    if (v.ecomm == NULL) {
+        if (sendbuf != recvbuf && bytes != 0)
+            memcpy(recvbuf, sendbuf, bytes);
+        return MPI_SUCCESS;
+    }
+    if (n == 0)
+        return MPI_SUCCESS;
+    check_coll(call, "eccl_allreduce",
+               eccl_allreduce(v.ecomm, sendbuf, recvbuf, n, type->dtype, eop, take_tag(&v), NULL));
+    return MPI_SUCCESS;
+}
+
+/* The bytes a rank contributes must be the bytes every rank expects from
+ * it (MPI's type-signature rule, checked here as sizes). */
+static void check_match(const char *call, size_t send_bytes, size_t recv_bytes)
+{
+    if (send_bytes != recv_bytes)
+        fatal(MPI_ERR_TRUNCATE, "%s: this rank sends %zu bytes where %zu are expected", call,
+              send_bytes, recv_bytes);
+}
+
+int MPI_Allgather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
+                  int recvcount, MPI_Datatype recvtype, MPI_Comm comm)
+{
+    static const char call[] = "MPI_Allgather";
+    struct comm_view v = view_of(call, comm);
+    size_t block = bytes_of(call, "recvcount", recvcount, type_of(call, recvtype));
+
+    check_buffer(call, "recvbuf", recvbuf, mul_size(call, block, (size_t)v.size));
+    if (sendbuf != MPI_IN_PLACE) {
+        check_match(call, bytes_of(call, "sendcount", sendcount, type_of(call, sendtype)), block);
+        check_buffer(call, "sendbuf", sendbuf, block);
+    }
+    if (v.ecomm == NULL) {
+        if (sendbuf != MPI_IN_PLACE && block != 0)
+            memcpy(recvbuf, sendbuf, block);
+        return MPI_SUCCESS;
+    }
+    if (block == 0)
+        return MPI_SUCCESS;
+    /* In place, this rank's block already sits at its slot of recvbuf:
+     * eccl's in-place form. */
+    if (sendbuf == MPI_IN_PLACE)
+        sendbuf = (char *)recvbuf + (size_t)v.rank * block;
+    check_coll(call, "eccl_allgather",
+               eccl_allgather(v.ecomm, sendbuf, recvbuf, block, ECCL_U8, take_tag(&v), NULL));
+    return MPI_SUCCESS;
+}
+
+int MPI_Allgatherv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
+                   const int recvcounts[], const int displs[], MPI_Datatype recvtype,
+                   MPI_Comm comm)
+{
+    static const char call[] = "MPI_Allgatherv";
+    struct comm_view v = view_of(call, comm);
+    const struct mpi_type *rtype = type_of(call, recvtype);
+    size_t maxb = 0, mine_bytes;
+    const char *mine;
+    int regular = 1;
+    char *scratch;
+
+    if (recvcounts == NULL || displs == NULL)
+        fatal(MPI_ERR_ARG, "%s: recvcounts or displs is NULL", call);
+    for (int r = 0; r < v.size; r++) {
+        size_t b = bytes_of(call, "recvcounts[]", recvcounts[r], rtype);
+
+        check_buffer(call, "recvbuf", recvbuf, b);
+        maxb = b > maxb ? b : maxb;
+        /* Equal blocks back to back: the layout of a plain all-gather. */
+        regular &= recvcounts[r] == recvcounts[0] &&
+                   (long long)displs[r] == (long long)r * recvcounts[0];
+    }
+    mine_bytes = (size_t)recvcounts[v.rank] * rtype->size;
+    if (sendbuf == MPI_IN_PLACE) {
+        mine = at(recvbuf, displs[v.rank], rtype->size);
+    } else {
+        check_match(call, bytes_of(call, "sendcount", sendcount, type_of(call, sendtype)),
+                    mine_bytes);
+        check_buffer(call, "sendbuf", sendbuf, mine_bytes);
+        mine = sendbuf;
+    }
+    if (v.ecomm == NULL) {
+        if (sendbuf != MPI_IN_PLACE && mine_bytes != 0)
+            memcpy(at(recvbuf, displs[0], rtype->size), mine, mine_bytes);
+        return MPI_SUCCESS;
+    }
+    if (maxb == 0)
+        return MPI_SUCCESS;
+    if (regular) {
+        check_coll(call, "eccl_allgather",
+                   eccl_allgather(v.ecomm, mine, recvbuf, maxb, ECCL_U8, take_tag(&v), NULL));
+        return MPI_SUCCESS;
+    }
+    /* Uneven blocks: every rank sends the largest block's size (its own
+     * block padded), and each block is unpacked to its displacement. */
+    scratch = scratch_alloc(call, mul_size(call, maxb, (size_t)v.size));
+    memcpy(scratch + (size_t)v.rank * maxb, mine, mine_bytes);
+    memset(scratch + (size_t)v.rank * maxb + mine_bytes, 0, maxb - mine_bytes);
+    check_coll(call, "eccl_allgather",
+               eccl_allgather(v.ecomm, scratch + (size_t)v.rank * maxb, scratch, maxb, ECCL_U8,
+                              take_tag(&v), NULL));
+    for (int r = 0; r < v.size; r++)
+        if (r != v.rank || sendbuf != MPI_IN_PLACE)
+            memcpy(at(recvbuf, displs[r], rtype->size), scratch + (size_t)r * maxb,
+                   (size_t)recvcounts[r] * rtype->size);
+    free(scratch);
+    return MPI_SUCCESS;
+}
+
+/* eccl_reduce_scatter of `input` (size blocks of n elements) into block
+ * rank of it, in place; the result is then at input + rank * n. */
+static void reduce_scatter_in_place(const char *call, const struct comm_view *v, void *input,
+                                    size_t n, const struct mpi_type *type, eccl_op eop)
+{
+    char *block = (char *)input + (size_t)v->rank * n * type->size;
+
+    check_coll(call, "eccl_reduce_scatter",
+               eccl_reduce_scatter(v->ecomm, input, block, n, type->dtype, eop, take_tag(v), NULL));
+}
+
+/* Reduce-scatter in blocks of n elements (MPI_Reduce_scatter_block, and
+ * MPI_Reduce_scatter with equal counts). */
+static void reduce_scatter_block(const char *call, const struct comm_view *v, const void *sendbuf,
+                                 void *recvbuf, size_t n, const struct mpi_type *type, eccl_op eop)
+{
+    size_t block = mul_size(call, n, type->size);
+
+    check_buffer(call, "recvbuf", recvbuf, block);
+    if (sendbuf != MPI_IN_PLACE)
+        check_buffer(call, "sendbuf", sendbuf, mul_size(call, block, (size_t)v->size));
+    if (v->ecomm == NULL) {
+        if (sendbuf != MPI_IN_PLACE && block != 0)
+            memcpy(recvbuf, sendbuf, block);
+        return;
+    }
+    if (n == 0)
+        return;
+    if (sendbuf != MPI_IN_PLACE) {
+        check_coll(call, "eccl_reduce_scatter",
+                   eccl_reduce_scatter(v->ecomm, sendbuf, recvbuf, n, type->dtype, eop,
+                                       take_tag(v), NULL));
+        return;
+    }
+    /* MPI in place: the input fills recvbuf and the result goes to its
+     * front; eccl's in-place result lands at this rank's block. */
+    reduce_scatter_in_place(call, v, recvbuf, n, type, eop);
+    if (v->rank != 0)
+        memmove(recvbuf, (char *)recvbuf + (size_t)v->rank * block, block);
+}
+
+int MPI_Reduce_scatter_block(const void *sendbuf, void *recvbuf, int recvcount,
+                             MPI_Datatype datatype, MPI_Op op, MPI_Comm comm)
+{
+    static const char call[] = "MPI_Reduce_scatter_block";
+    struct comm_view v = view_of(call, comm);
+    const struct mpi_type *type = type_of(call, datatype);
+    eccl_op eop = reduction_of(call, op, type);
+
+    reduce_scatter_block(call, &v, sendbuf, recvbuf, count_of(call, "recvcount", recvcount), type,
+                         eop);
+    return MPI_SUCCESS;
+}
+
+int MPI_Reduce_scatter(const void *sendbuf, void *recvbuf, const int recvcounts[],
+                       MPI_Datatype datatype, MPI_Op op, MPI_Comm comm)
+{
+    static const char call[] = "MPI_Reduce_scatter";
+    struct comm_view v = view_of(call, comm);
+    const struct mpi_type *type = type_of(call, datatype);
+    eccl_op eop = reduction_of(call, op, type);
+    const char *input = sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf;
+    size_t maxn = 0, total = 0, offset = 0, esize = type->size;
+    int even = 1;
+    char *scratch;
+
+    if (recvcounts == NULL)
+        fatal(MPI_ERR_ARG, "%s: recvcounts is NULL", call);
+    for (int r = 0; r < v.size; r++) {
+        size_t n = count_of(call, "recvcounts[]", recvcounts[r]);
+
+        maxn = n > maxn ? n : maxn;
+        total += n;
+        even &= recvcounts[r] == recvcounts[0];
+    }
+    /* Always so in a world of one, which therefore never reaches eccl
+     * below. */
+    if (even) {
+        reduce_scatter_block(call, &v, sendbuf, recvbuf, maxn, type, eop);
+        return MPI_SUCCESS;
+    }
+    check_buffer(call, sendbuf == MPI_IN_PLACE ? "recvbuf" : "sendbuf", input,
+                 mul_size(call, total, esize));
+    check_buffer(call, "recvbuf", recvbuf, mul_size(call, (size_t)recvcounts[v.rank], esize));
+    /* Uneven blocks: each padded with zeros to the largest, so that eccl's
+     * equal-block reduce-scatter applies; the padding is reduced along and
+     * thrown away. */
+    scratch = scratch_alloc(call, mul_size(call, mul_size(call, maxn, (size_t)v.size), esize));
+    for (int r = 0; r < v.size; r++) {
+        size_t n = (size_t)recvcounts[r];
+
+        memcpy(scratch + (size_t)r * maxn * esize, input + offset * esize, n * esize);
+        memset(scratch + ((size_t)r * maxn + n) * esize, 0, (maxn - n) * esize);
+        offset += n;
+    }
+    reduce_scatter_in_place(call, &v, scratch, maxn, type, eop);
+    memcpy(recvbuf, scratch + (size_t)v.rank * maxn * esize, (size_t)recvcounts[v.rank] * esize);
+    free(scratch);
+    return MPI_SUCCESS;
+}
+
+/* All-to-all, until eccl has its own: every rank all-gathers every rank's
+ * whole send buffer and keeps the blocks addressed to it. Correct, but each
+ * rank receives N times what it needs (N-1 times the traffic of a real
+ * all-to-all): a stopgap, as mpi/README.md says. */
+int MPI_Alltoall(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
+                 int recvcount, MPI_Datatype recvtype, MPI_Comm comm)
+{
+    static const char call[] = "MPI_Alltoall";
+    struct comm_view v = view_of(call, comm);
+    size_t block = bytes_of(call, "recvcount", recvcount, type_of(call, recvtype));
+    size_t row = mul_size(call, block, (size_t)v.size);
+    const void *input = sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf;
+    char *all;
+
+    check_buffer(call, "recvbuf", recvbuf, row);
+    if (sendbuf != MPI_IN_PLACE) {
+        check_match(call, bytes_of(call, "sendcount", sendcount, type_of(call, sendtype)), block);
+        check_buffer(call, "sendbuf", sendbuf, row);
+    }
+    if (v.ecomm == NULL) {
+        if (sendbuf != MPI_IN_PLACE && block != 0)
+            memcpy(recvbuf, sendbuf, block);
+        return MPI_SUCCESS;
+    }
+    if (block == 0)
+        return MPI_SUCCESS;
+    all = scratch_alloc(call, mul_size(call, row, (size_t)v.size));
+    check_coll(call, "eccl_allgather",
+               eccl_allgather(v.ecomm, input, all, row, ECCL_U8, take_tag(&v), NULL));
+    for (int r = 0; r < v.size; r++)
+        memcpy((char *)recvbuf + (size_t)r * block, all + (size_t)r * row + (size_t)v.rank * block,
+               block);
+    free(all);
+    return MPI_SUCCESS;
+}
+
+/* As MPI_Alltoall, with one more all-gather in front: a rank does not know
+ * how much the others send to third ranks, so the send counts are gathered
+ * first (they give each packed send buffer's layout and the size to pad
+ * every one of them to). */
+int MPI_Alltoallv(const void *sendbuf, const int sendcounts[], const int sdispls[],
+                  MPI_Datatype sendtype, void *recvbuf, const int recvcounts[],
+                  const int rdispls[], MPI_Datatype recvtype, MPI_Comm comm)
+{
+    static const char call[] = "MPI_Alltoallv";
+    struct comm_view v = view_of(call, comm);
+    const struct mpi_type *rtype = type_of(call, recvtype), *stype;
+    size_t size = (size_t)v.size, packed_bytes = 0, maxb = 0;
+    uint64_t *counts;
+    char *packed, *all;
+
+    if (recvcounts == NULL || rdispls == NULL)
+        fatal(MPI_ERR_ARG, "%s: recvcounts or rdispls is NULL", call);
+    if (sendbuf == MPI_IN_PLACE) {
+        /* MPI: the data to send is in recvbuf, laid out as received. */
+        sendbuf = recvbuf;
+        sendcounts = recvcounts;
+        sdispls = rdispls;
+        stype = rtype;
+    } else {
+        if (sendcounts == NULL || sdispls == NULL)
+            fatal(MPI_ERR_ARG, "%s: sendcounts or sdispls is NULL", call);
+        stype = type_of(call, sendtype);
+    }
+    for (size_t r = 0; r < size; r++) {
+        check_buffer(call, "sendbuf", sendbuf, bytes_of(call, "sendcounts[]", sendcounts[r], stype));
+        check_buffer(call, "recvbuf", recvbuf, bytes_of(call, "recvcounts[]", recvcounts[r], rtype));
+    }
+    if (v.ecomm == NULL) {
+        size_t b = (size_t)sendcounts[0] * stype->size;
+
+        check_match(call, b, (size_t)recvcounts[0] * rtype->size);
+        if (b != 0 && sendbuf != recvbuf)
+            memcpy(at(recvbuf, rdispls[0], rtype->size), at((void *)sendbuf, sdispls[0], stype->size),
+                   b);
+        return MPI_SUCCESS;
+    }
+    /* counts[r * size + d]: bytes rank r sends to rank d. */
+    counts = scratch_alloc(call, mul_size(call, mul_size(call, size, size), sizeof *counts));
+    for (size_t d = 0; d < size; d++)
+        counts[(size_t)v.rank * size + d] = (uint64_t)sendcounts[d] * stype->size;
+    check_coll(call, "eccl_allgather (counts)",
+               eccl_allgather(v.ecomm, counts + (size_t)v.rank * size, counts,
+                              size * sizeof *counts, ECCL_U8, take_tag(&v), NULL));
+    for (size_t r = 0; r < size; r++) {
+        uint64_t total = 0;
+
+        for (size_t d = 0; d < size; d++)
+            total += counts[r * size + d];
+        if (total > SIZE_MAX)
+            fatal(MPI_ERR_COUNT, "%s: rank %zu sends %llu bytes", call, r,
+                  (unsigned long long)total);
+        maxb = (size_t)total > maxb ? (size_t)total : maxb;
+        if (counts[r * size + (size_t)v.rank] != (uint64_t)recvcounts[r] * rtype->size)
+            fatal(MPI_ERR_TRUNCATE, "%s: rank %zu sends %llu bytes to this rank, which expects "
+                  "%zu", call, r, (unsigned long long)counts[r * size + (size_t)v.rank],
+                  (size_t)recvcounts[r] * rtype->size);
+    }
+    if (maxb == 0) {
+        free(counts);
+        return MPI_SUCCESS;
+    }
+    /* Each rank's blocks back to back in destination order, padded to the
+     * largest rank's total. Packing first also makes in place safe. */
+    packed = scratch_alloc(call, maxb);
+    for (size_t d = 0; d < size; d++) {
+        size_t b = (size_t)counts[(size_t)v.rank * size + d];
+
+        memcpy(packed + packed_bytes, at((void *)sendbuf, sdispls[d], stype->size), b);
+        packed_bytes += b;
+    }
+    memset(packed + packed_bytes, 0, maxb - packed_bytes);
+    all = scratch_alloc(call, mul_size(call, maxb, size));
+    check_coll(call, "eccl_allgather",
+               eccl_allgather(v.ecomm, packed, all, maxb, ECCL_U8, take_tag(&v), NULL));
+    for (size_t r = 0; r < size; r++) {
+        size_t offset = 0;
+
+        for (size_t d = 0; d < (size_t)v.rank; d++)
+            offset += (size_t)counts[r * size + d];
+        memcpy(at(recvbuf, rdispls[r], rtype->size), all + r * maxb + offset,
+               (size_t)counts[r * size + (size_t)v.rank]);
+    }
+    free(all);
+    free(packed);
+    free(counts);
+    return MPI_SUCCESS;
+}
+
+/* ---- requests --------------------------------------------------------------------- */
+
+static void empty_status(MPI_Status *status)
+{
+    if (status == MPI_STATUS_IGNORE)
+        return;
+    status->MPI_SOURCE = MPI_ANY_SOURCE;
+    status->MPI_TAG = MPI_ANY_TAG;
+    status->MPI_ERROR = MPI_SUCCESS;
+    status->eccl_mpi_bytes = 0;
+}
+
+int MPI_Wait(MPI_Request *request, MPI_Status *status)
+{
+    if (request == NULL)
+        fatal(MPI_ERR_REQUEST, "MPI_Wait: request is NULL");
+    if (*request != MPI_REQUEST_NULL)
+        fatal(MPI_ERR_REQUEST, "MPI_Wait: no call of this subset makes request 0x%x",
+              (unsigned)*request);
+    empty_status(status);
+    return MPI_SUCCESS;
+}
+
+int MPI_Waitall(int count, MPI_Request requests[], MPI_Status statuses[])
+{
+    size_t n = count_of("MPI_Waitall", "count", count);
+
+    if (n != 0 && requests == NULL)
+        fatal(MPI_ERR_REQUEST, "MPI_Waitall: requests is NULL");
+    for (size_t i = 0; i < n; i++) {
+        if (requests[i] != MPI_REQUEST_NULL)
+            fatal(MPI_ERR_REQUEST, "MPI_Waitall: no call of this subset makes request 0x%x",
+                  (unsigned)requests[i]);
+        if (statuses != MPI_STATUSES_IGNORE)
+            empty_status(&statuses[i]);
+    }
+    return MPI_SUCCESS;
+}
+
+/* ---- fail loudly --------------------------------------------------------------------- */
+
+int MPI_Send(const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm)
+{
+    unsupported("MPI_Send");
+}
+
+int MPI_Recv(void *buf, int count, MPI_Datatype datatype, int source, int tag, MPI_Comm comm,
+             MPI_Status *status)
+{
+    unsupported("MPI_Recv");
+}
+
+int MPI_Isend(const void *buf, int count, MPI_Datatype datatype, int dest, int tag,
+              MPI_Comm comm, MPI_Request *request)
+{
+    unsupported("MPI_Isend");
+}
+
+int MPI_Irecv(void *buf, int count, MPI_Datatype datatype, int source, int tag, MPI_Comm comm,
+              MPI_Request *request)
+{
+    unsupported("MPI_Irecv");
+}
+
+int MPI_Sendrecv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, int dest,
+                 int sendtag, void *recvbuf, int recvcount, MPI_Datatype recvtype, int source,
+                 int recvtag, MPI_Comm comm, MPI_Status *status)
+{
+    unsupported("MPI_Sendrecv");
+}
+
+int MPI_Gather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
+               int recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm)
+{
+    unsupported("MPI_Gather");
+}
+
+int MPI_Scatter(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
+                int recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm)
+{
+    unsupported("MPI_Scatter");
+}
+
+int MPI_Comm_dup(MPI_Comm comm, MPI_Comm *newcomm)
+{
+    unsupported("MPI_Comm_dup");
+}
+
+int MPI_Comm_split(MPI_Comm comm, int color, int key, MPI_Comm *newcomm)
+{
+    unsupported("MPI_Comm_split");
+}
+
+int MPI_Comm_free(MPI_Comm *comm)
+{
+    unsupported("MPI_Comm_free");
+}

@@ -1,0 +1,211 @@
+/* mpi.h of libeccl_mpi: the subset of MPI that eccl can run.
+ *
+ * Ordinary MPI programs that stay within this subset compile against this
+ * header unmodified and run on eccl under `eccl-run -np N prog` (see
+ * mpi/README.md). Everything here is MPI's own C binding; nothing in it
+ * names eccl.
+ *
+ * Handles are plain ints, as in MPICH, with a distinct range per kind so
+ * that a datatype passed where an op belongs is caught instead of being
+ * read as some other op. Every error is fatal (MPI_ERRORS_ARE_FATAL, MPI's
+ * default): the library prints what went wrong on stderr and ends the
+ * process with a non-zero status, so a call either does what MPI says or
+ * the job fails. The calls declared under "fail loudly" exist so that
+ * programs which mention them still compile; calling one ends the job.
+ */
+#ifndef ECCL_MPI_H
+#define ECCL_MPI_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* MPI_Reduce_scatter_block (MPI 2.2) and MPI_IN_PLACE everywhere are the
+ * newest features used; programs testing for MPI 3 get what they ask for
+ * in the calls below or a compile error, never a silent fallback. */
+#define MPI_VERSION 3
+#define MPI_SUBVERSION 1
+
+typedef int MPI_Comm;
+typedef int MPI_Datatype;
+typedef int MPI_Op;
+typedef int MPI_Request;
+typedef ptrdiff_t MPI_Aint;
+
+typedef struct MPI_Status {
+    int MPI_SOURCE;
+    int MPI_TAG;
+    int MPI_ERROR;
+    /* Not MPI's: bytes received, read by MPI_Get_count. */
+    long long eccl_mpi_bytes;
+} MPI_Status;
+
+/* ---- constants ------------------------------------------------------------ */
+
+#define MPI_SUCCESS 0
+#define MPI_ERR_BUFFER 1
+#define MPI_ERR_COUNT 2
+#define MPI_ERR_TYPE 3
+#define MPI_ERR_TAG 4
+#define MPI_ERR_COMM 5
+#define MPI_ERR_RANK 6
+#define MPI_ERR_ROOT 7
+#define MPI_ERR_OP 8
+#define MPI_ERR_ARG 9
+#define MPI_ERR_REQUEST 10
+#define MPI_ERR_TRUNCATE 11
+#define MPI_ERR_UNSUPPORTED_OPERATION 12
+#define MPI_ERR_NO_MEM 13
+#define MPI_ERR_OTHER 14
+#define MPI_ERR_INTERN 15
+#define MPI_ERR_UNKNOWN 16
+#define MPI_ERR_LASTCODE 16
+
+#define MPI_ANY_SOURCE (-1)
+#define MPI_ANY_TAG (-1)
+#define MPI_PROC_NULL (-2)
+#define MPI_ROOT (-3)
+#define MPI_UNDEFINED (-32766)
+
+#define MPI_MAX_PROCESSOR_NAME 256
+#define MPI_MAX_ERROR_STRING 256
+
+#define MPI_THREAD_SINGLE 0
+#define MPI_THREAD_FUNNELED 1
+#define MPI_THREAD_SERIALIZED 2
+#define MPI_THREAD_MULTIPLE 3
+
+#define MPI_IN_PLACE ((void *)-1)
+#define MPI_STATUS_IGNORE ((MPI_Status *)0)
+#define MPI_STATUSES_IGNORE ((MPI_Status *)0)
+
+#define MPI_COMM_NULL ((MPI_Comm)0)
+#define MPI_COMM_WORLD ((MPI_Comm)0x44000001)
+#define MPI_COMM_SELF ((MPI_Comm)0x44000002)
+
+#define MPI_REQUEST_NULL ((MPI_Request)0)
+
+#define MPI_DATATYPE_NULL ((MPI_Datatype)0)
+#define MPI_CHAR ((MPI_Datatype)0x4c000001)
+#define MPI_SIGNED_CHAR ((MPI_Datatype)0x4c000002)
+#define MPI_UNSIGNED_CHAR ((MPI_Datatype)0x4c000003)
+#define MPI_BYTE ((MPI_Datatype)0x4c000004)
+#define MPI_SHORT ((MPI_Datatype)0x4c000005)
+#define MPI_UNSIGNED_SHORT ((MPI_Datatype)0x4c000006)
+#define MPI_INT ((MPI_Datatype)0x4c000007)
+#define MPI_UNSIGNED ((MPI_Datatype)0x4c000008)
+#define MPI_LONG ((MPI_Datatype)0x4c000009)
+#define MPI_UNSIGNED_LONG ((MPI_Datatype)0x4c00000a)
+#define MPI_LONG_LONG ((MPI_Datatype)0x4c00000b)
+#define MPI_LONG_LONG_INT MPI_LONG_LONG
+#define MPI_UNSIGNED_LONG_LONG ((MPI_Datatype)0x4c00000c)
+#define MPI_FLOAT ((MPI_Datatype)0x4c00000d)
+#define MPI_DOUBLE ((MPI_Datatype)0x4c00000e)
+#define MPI_INT8_T ((MPI_Datatype)0x4c00000f)
+#define MPI_INT16_T ((MPI_Datatype)0x4c000010)
+#define MPI_INT32_T ((MPI_Datatype)0x4c000011)
+#define MPI_INT64_T ((MPI_Datatype)0x4c000012)
+#define MPI_UINT8_T ((MPI_Datatype)0x4c000013)
+#define MPI_UINT16_T ((MPI_Datatype)0x4c000014)
+#define MPI_UINT32_T ((MPI_Datatype)0x4c000015)
+#define MPI_UINT64_T ((MPI_Datatype)0x4c000016)
+
+#define MPI_OP_NULL ((MPI_Op)0)
+#define MPI_SUM ((MPI_Op)0x58000001)
+#define MPI_PROD ((MPI_Op)0x58000002)
+#define MPI_MIN ((MPI_Op)0x58000003)
+#define MPI_MAX ((MPI_Op)0x58000004)
+/* Defined so that programs naming them compile; eccl has no such
+ * reduction, and a collective given one fails loudly. */
+#define MPI_LAND ((MPI_Op)0x58000005)
+#define MPI_BAND ((MPI_Op)0x58000006)
+#define MPI_LOR ((MPI_Op)0x58000007)
+#define MPI_BOR ((MPI_Op)0x58000008)
+#define MPI_LXOR ((MPI_Op)0x58000009)
+#define MPI_BXOR ((MPI_Op)0x5800000a)
+#define MPI_MAXLOC ((MPI_Op)0x5800000b)
+#define MPI_MINLOC ((MPI_Op)0x5800000c)
+
+/* ---- environment ---------------------------------------------------------- */
+
+int MPI_Init(int *argc, char ***argv);
+int MPI_Init_thread(int *argc, char ***argv, int required, int *provided);
+int MPI_Initialized(int *flag);
+int MPI_Finalized(int *flag);
+int MPI_Finalize(void);
+int MPI_Abort(MPI_Comm comm, int errorcode);
+int MPI_Get_version(int *version, int *subversion);
+int MPI_Get_processor_name(char *name, int *resultlen);
+int MPI_Error_string(int errorcode, char *string, int *resultlen);
+double MPI_Wtime(void);
+double MPI_Wtick(void);
+
+int MPI_Comm_rank(MPI_Comm comm, int *rank);
+int MPI_Comm_size(MPI_Comm comm, int *size);
+int MPI_Type_size(MPI_Datatype datatype, int *size);
+int MPI_Get_count(const MPI_Status *status, MPI_Datatype datatype, int *count);
+
+/* ---- collectives ------------------------------------------------------------ */
+
+int MPI_Barrier(MPI_Comm comm);
+int MPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm);
+int MPI_Reduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype,
+               MPI_Op op, int root, MPI_Comm comm);
+int MPI_Allreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype,
+                  MPI_Op op, MPI_Comm comm);
+int MPI_Allgather(const void *sendbuf, int sendcount, MPI_Datatype sendtype,
+                  void *recvbuf, int recvcount, MPI_Datatype recvtype, MPI_Comm comm);
+int MPI_Allgatherv(const void *sendbuf, int sendcount, MPI_Datatype sendtype,
+                   void *recvbuf, const int recvcounts[], const int displs[],
+                   MPI_Datatype recvtype, MPI_Comm comm);
+int MPI_Reduce_scatter(const void *sendbuf, void *recvbuf, const int recvcounts[],
+                       MPI_Datatype datatype, MPI_Op op, MPI_Comm comm);
+int MPI_Reduce_scatter_block(const void *sendbuf, void *recvbuf, int recvcount,
+                             MPI_Datatype datatype, MPI_Op op, MPI_Comm comm);
+int MPI_Alltoall(const void *sendbuf, int sendcount, MPI_Datatype sendtype,
+                 void *recvbuf, int recvcount, MPI_Datatype recvtype, MPI_Comm comm);
+int MPI_Alltoallv(const void *sendbuf, const int sendcounts[], const int sdispls[],
+                  MPI_Datatype sendtype, void *recvbuf, const int recvcounts[],
+                  const int rdispls[], MPI_Datatype recvtype, MPI_Comm comm);
+
+/* ---- requests --------------------------------------------------------------- */
+
+/* No call of this subset creates a request, so the only request these
+ * accept is MPI_REQUEST_NULL (done at once, empty status); anything else
+ * is an error. */
+int MPI_Wait(MPI_Request *request, MPI_Status *status);
+int MPI_Waitall(int count, MPI_Request requests[], MPI_Status statuses[]);
+
+/* ---- fail loudly -------------------------------------------------------------
+ *
+ * eccl has no point-to-point messages, and the communicator calls below
+ * need communicators other than MPI_COMM_WORLD and MPI_COMM_SELF. Each of
+ * these prints "eccl_mpi: <call> is not supported by eccl yet" and ends the
+ * process with a non-zero status; it never returns. */
+
+int MPI_Send(const void *buf, int count, MPI_Datatype datatype, int dest, int tag,
+             MPI_Comm comm);
+int MPI_Recv(void *buf, int count, MPI_Datatype datatype, int source, int tag,
+             MPI_Comm comm, MPI_Status *status);
+int MPI_Isend(const void *buf, int count, MPI_Datatype datatype, int dest, int tag,
+              MPI_Comm comm, MPI_Request *request);
+int MPI_Irecv(void *buf, int count, MPI_Datatype datatype, int source, int tag,
+              MPI_Comm comm, MPI_Request *request);
+int MPI_Sendrecv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, int dest,
+                 int sendtag, void *recvbuf, int recvcount, MPI_Datatype recvtype,
+                 int source, int recvtag, MPI_Comm comm, MPI_Status *status);
+int MPI_Gather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
+               int recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm);
+int MPI_Scatter(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
+                int recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm);
+int MPI_Comm_dup(MPI_Comm comm, MPI_Comm *newcomm);
+int MPI_Comm_split(MPI_Comm comm, int color, int key, MPI_Comm *newcomm);
+int MPI_Comm_free(MPI_Comm *comm);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ECCL_MPI_H */
