@@ -1,0 +1,103 @@
+/* mpi_faults: MPI programs that must make their job fail, one per mode;
+ * tests/mpi/expect_fail.sh runs each under eccl-run and checks the exit
+ * status and the message. An ordinary MPI program (mpi.h only).
+ *
+ *   send        rank 0 calls MPI_Send (eccl has no point-to-point): it
+ *               must end the job loudly
+ *   badop       MPI_Allreduce with MPI_BAND, an op eccl does not have
+ *   abort       rank 1 calls MPI_Abort(MPI_COMM_WORLD, 3)
+ *   kill        the last rank dies of SIGKILL
+ *               (in these three the other ranks wait outside any MPI call,
+ *               so that the one failure is the job's only one: eccl-run's
+ *               status is its status)
+ *   vanish      the last rank leaves with status 0 (_exit: not even
+ *               MPI_Finalize's exit check) while the others loop in
+ *               MPI_Allreduce: they must fail, not go on with fewer ranks
+ *   nofinalize  every rank returns 0 from main without MPI_Finalize
+ *   hang        every rank sleeps: only eccl-run --timeout ends the job
+ *
+ * A rank that fails on purpose first lets a second pass, so that the others
+ * are well past the barrier that follows MPI_Init: otherwise they could
+ * notice the loss at its end and fail there instead.
+ *
+ * The waits are bounded (30 s): a mode whose failure never comes ends
+ * with status 0, which the test reports as the bug it is. */
+#include <mpi.h>
+
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static void sleep_for_a_while(void)
+{
+    const struct timespec pause = {30, 0};
+
+    nanosleep(&pause, NULL);
+}
+
+static void let_others_settle(void)
+{
+    const struct timespec pause = {1, 0};
+
+    nanosleep(&pause, NULL);
+}
+
+static void allreduce_for_a_while(void)
+{
+    double start = MPI_Wtime();
+    int one = 1, sum = 0;
+
+    while (MPI_Wtime() - start < 30.0)
+        MPI_Allreduce(&one, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+}
+
+int main(int argc, char **argv)
+{
+    const char *mode = argc > 1 ? argv[1] : "";
+    int rank, size, value = 1;
+
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    MPI_Barrier(MPI_COMM_WORLD);
+
+    if (strcmp(mode, "send") == 0) {
+        if (rank == 0) {
+            let_others_settle();
+            MPI_Send(&value, 1, MPI_INT, 1, 0, MPI_COMM_WORLD);
+        }
+        sleep_for_a_while();
+    } else if (strcmp(mode, "badop") == 0) {
+        MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_INT, MPI_BAND, MPI_COMM_WORLD);
+    } else if (strcmp(mode, "abort") == 0) {
+        if (rank == 1) {
+            let_others_settle();
+            MPI_Abort(MPI_COMM_WORLD, 3);
+        }
+        sleep_for_a_while();
+    } else if (strcmp(mode, "kill") == 0) {
+        if (rank == size - 1) {
+            let_others_settle();
+            raise(SIGKILL);
+        }
+        sleep_for_a_while();
+    } else if (strcmp(mode, "vanish") == 0) {
+        if (rank == size - 1) {
+            let_others_settle();
+            _exit(0);
+        }
+        allreduce_for_a_while();
+    } else if (strcmp(mode, "nofinalize") == 0) {
+        return 0;
+    } else if (strcmp(mode, "hang") == 0) {
+        const struct timespec hour = {3600, 0};
+        nanosleep(&hour, NULL);
+    } else {
+        fprintf(stderr, "usage: mpi_faults send|badop|abort|kill|vanish|nofinalize|hang\n");
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    MPI_Finalize();
+    return 0;
+}
