@@ -170,18 +170,21 @@ int main(int argc, char **argv)
     eccl_master *master = NULL;
     char addr[256];
     pid_t *pids = NULL;
-    int status = parse_args(argc, argv, &opts);
+    int status;
 
-    if (status >= 0)
-        return status;
-    status = EXIT_FAILURE;
-    /* SIGPIPE keeps its default: the library never raises it on its sockets
+    /* First thing: a shell starts background jobs with SIGINT ignored, so
+     * until the handler is in, an interrupt would be lost. SIGPIPE keeps
+     * its default: the library never raises it on its sockets
      * (MSG_NOSIGNAL), and an ignored disposition would be inherited by the
      * programs through exec. */
     if (install_stop_handlers() != 0) {
         perror("eccl-run: sigaction");
         return EXIT_FAILURE;
     }
+    status = parse_args(argc, argv, &opts);
+    if (status >= 0)
+        return status;
+    status = EXIT_FAILURE;
     pids = calloc(opts.np, sizeof *pids);
     if (pids == NULL) {
         perror("eccl-run: calloc");
