@@ -135,14 +135,14 @@ eccl_result eccl_comm_create(const eccl_comm_params *params, eccl_comm **out);
 eccl_result eccl_comm_connect(eccl_comm *comm);
 /* Accepted peers vote to admit every pending peer; returns once the new ring
  * is wired. Blocks until every accepted peer has called it. ECCL_ERR_BUSY at
- * once if an all-reduce is in flight on this communicator (issued and not
+ * once if a collective is in flight on this communicator (issued and not
  * yet waited for) or a shared-state sync runs: never under a collective. */
 eccl_result eccl_comm_update_topology(eccl_comm *comm);
 /* Number of peers registered with the master and waiting to be admitted.
  * A vote of all accepted peers: it returns once every accepted peer has
  * called it, with the same answer on every peer, so that either all of them
  * go on to eccl_comm_update_topology or none does. It may be called with
- * all-reduces in flight: they keep moving while it waits. */
+ * collectives in flight: they keep moving while it waits. */
 eccl_result eccl_comm_peers_pending(eccl_comm *comm, uint32_t *pending);
 
 typedef enum eccl_attr {
@@ -155,6 +155,10 @@ typedef enum eccl_attr {
                                   peer open right now (pools open lazily) */
 } eccl_attr;
 
+/* RANK, WORLD_SIZE and EPOCH are those of the ring the next call runs on:
+ * asked while a membership change is under way (e.g. right after a call
+ * failed with ECCL_ERR_PEER_LOST), they wait for the new ring, at most
+ * op_timeout_ms. */
 eccl_result eccl_comm_get_attr(eccl_comm *comm, eccl_attr attr, int64_t *value);
 void eccl_comm_destroy(eccl_comm *comm);
 
