@@ -335,6 +335,27 @@ eccl_result eccl_reduce_scatter_async(eccl_comm *comm, const void *sendbuf, void
                                       size_t recvcount, eccl_dtype dtype, eccl_op op,
                                       uint64_t tag, eccl_request **req);
 
+/* The v layouts (MPI's Allgatherv, Reduce_scatter): block r has
+ * recvcounts[r] elements (world entries, the same on every rank). The
+ * all-gather's block r lands at element displs[r] of recvbuf, and rank r
+ * sends recvcounts[r] elements (in place: sendbuf == recvbuf + displs[rank]
+ * elements); blocks must not overlap. The reduce-scatter's sendbuf holds
+ * the blocks back to back, and recvbuf gets recvcounts[rank] elements (in
+ * place: recvbuf == sendbuf + the counts of the ranks before us). The
+ * arrays are read during the call only. */
+eccl_result eccl_allgatherv(eccl_comm *comm, const void *sendbuf, void *recvbuf,
+                            const size_t *recvcounts, const size_t *displs, eccl_dtype dtype,
+                            uint64_t tag, eccl_reduce_info *info);
+eccl_result eccl_allgatherv_async(eccl_comm *comm, const void *sendbuf, void *recvbuf,
+                                  const size_t *recvcounts, const size_t *displs,
+                                  eccl_dtype dtype, uint64_t tag, eccl_request **req);
+eccl_result eccl_reduce_scatterv(eccl_comm *comm, const void *sendbuf, void *recvbuf,
+                                 const size_t *recvcounts, eccl_dtype dtype, eccl_op op,
+                                 uint64_t tag, eccl_reduce_info *info);
+eccl_result eccl_reduce_scatterv_async(eccl_comm *comm, const void *sendbuf, void *recvbuf,
+                                       const size_t *recvcounts, eccl_dtype dtype, eccl_op op,
+                                       uint64_t tag, eccl_request **req);
+
 /* root's sendbuf (count elements) lands in every rank's recvbuf, root's
  * included. sendbuf is read on the root only (NULL elsewhere is fine); in
  * place: sendbuf == recvbuf. */

@@ -106,6 +106,7 @@ static eccl_result request_reap(eccl_request *r, eccl_reduce_info *info, eccl_st
         }
     }
     comm_op_unlink(r->comm, r);
+    free(r->varr);
     free(r);
     return rc;
 }
@@ -231,8 +232,9 @@ static eccl_result coll_check(const eccl_coll_call *call, uint32_t world, uint32
         return ECCL_ERR_INVALID_ARG;
     int rooted = call->kind == ECCL_COLL_BROADCAST || call->kind == ECCL_COLL_REDUCE;
     if (rooted && call->root >= world) return ECCL_ERR_INVALID_ARG;
-    /* Blocks of world * count elements must stay far from overflow. */
-    if (call->count > SIZE_MAX / 16 / eccl_dtype_size(call->dtype) / (world ? world : 1))
+    /* Blocks of world * count elements must stay far from overflow (the v
+     * layouts were checked as they were read). */
+    if (!call->vcounts && call->count > SIZE_MAX / 16 / eccl_dtype_size(call->dtype) / (world ? world : 1))
         return ECCL_ERR_INVALID_ARG;
     if (!call->count) return ECCL_OK;
     int root = rank == call->root;
@@ -245,8 +247,16 @@ static eccl_result coll_check(const eccl_coll_call *call, uint32_t world, uint32
  * of eccl.h, so the call runs on the mirror as if in place. */
 static eccl_stage_layout coll_layout(const eccl_coll_call *call, uint32_t world, uint32_t rank)
 {
-    size_t b = call->count * eccl_dtype_size(call->dtype);
+    size_t es = eccl_dtype_size(call->dtype), b = call->count * es;
     int root = rank == call->root;
+    if (call->vcounts) {
+        size_t mine = call->vcounts[rank] * es, at = call->vdispls[rank] * es, extent = 0;
+        for (uint32_t i = 0; i < world; i++)
+            if ((call->vdispls[i] + call->vcounts[i]) * es > extent)
+                extent = (call->vdispls[i] + call->vcounts[i]) * es;
+        return call->kind == ECCL_COLL_ALLGATHER ? (eccl_stage_layout){mine, at, extent, 0, extent}
+                                                 : (eccl_stage_layout){extent, 0, mine, at, extent};
+    }
     switch (call->kind) {
     case ECCL_COLL_ALLGATHER: return (eccl_stage_layout){b, rank * b, world * b, 0, world * b};
     case ECCL_COLL_REDUCE_SCATTER: return (eccl_stage_layout){world * b, 0, b, rank * b, world * b};
@@ -255,10 +265,40 @@ static eccl_stage_layout coll_layout(const eccl_coll_call *call, uint32_t world,
     }
 }
 
+/* A v layout, copied for the request (the caller's arrays may go once the
+ * call returns): counts, then displacements (the all-gather's as given,
+ * the reduce-scatter's the running sum). NULL *out: not a v call. */
+static eccl_result v_layout(eccl_coll_call *call, const size_t *counts, const size_t *displs, uint32_t world,
+                            size_t **out)
+{
+    *out = NULL;
+    if (!counts) return ECCL_OK;
+    int ag = call->kind == ECCL_COLL_ALLGATHER;
+    if ((ag && !displs) || !world || (unsigned)call->dtype >= ECCL_DTYPE_COUNT) return ECCL_ERR_INVALID_ARG;
+    size_t lim = SIZE_MAX / 16 / eccl_dtype_size(call->dtype), total = 0;
+    size_t *a = malloc(2 * (size_t)world * sizeof *a);
+    if (!a) return ECCL_ERR_NO_MEMORY;
+    for (uint32_t i = 0; i < world; i++) {
+        size_t d = ag ? displs[i] : total;
+        if (counts[i] > lim || d > lim - counts[i] || total > lim - counts[i]) {
+            free(a);
+            return ECCL_ERR_INVALID_ARG;
+        }
+        a[i] = counts[i];
+        a[world + i] = d;
+        total += counts[i];
+    }
+    call->vcounts = a;
+    call->vdispls = a + world;
+    call->count = total;
+    *out = a;
+    return ECCL_OK;
+}
+
 /* One layout-bound call, blocking (req NULL: info gets what it did) or
- * not (*req gets the request). */
-static eccl_result coll_call(eccl_comm *c, eccl_coll_call call, eccl_reduce_info *info,
-                             eccl_request **req)
+ * not (*req gets the request); counts and displs: a v layout, or NULL. */
+static eccl_result coll_call(eccl_comm *c, eccl_coll_call call, const size_t *counts, const size_t *displs,
+                             eccl_reduce_info *info, eccl_request **req)
 {
     if (!c) return ECCL_ERR_INVALID_ARG;
     eccl_engine_lock(&c->eng);
@@ -266,20 +306,30 @@ static eccl_result coll_call(eccl_comm *c, eccl_coll_call call, eccl_reduce_info
     if (rc == ECCL_OK) comm_wait_view(c); /* the layout is the next ring's */
     uint32_t world = c->world, rank = c->rank;
     eccl_engine_unlock(&c->eng);
+    size_t *varr = NULL;
+    if (rc == ECCL_OK) rc = v_layout(&call, counts, displs, world, &varr);
     if (rc == ECCL_OK) rc = coll_check(&call, world, rank);
-    if (rc != ECCL_OK) return rc;
+    if (rc != ECCL_OK) {
+        free(varr);
+        return rc;
+    }
     eccl_stage stage;
     eccl_stage_layout lay = coll_layout(&call, world, rank);
     const void *in = call.sendbuf;
     void *out = call.recvbuf;
     rc = call.count ? eccl_stage_begin_layout(&stage, c->env, &in, &out, &lay, NULL) : ECCL_OK;
     if (!call.count) memset(&stage, 0, sizeof stage);
-    if (rc != ECCL_OK) return rc;
+    if (rc != ECCL_OK) {
+        free(varr);
+        return rc;
+    }
     call.sendbuf = in;
     call.recvbuf = out;
     eccl_request *r = NULL;
     eccl_engine_lock(&c->eng);
     rc = coll_submit(c, &call, world, rank, &stage, 0, req != NULL, &r);
+    if (rc == ECCL_OK) r->varr = varr; /* the request's now: freed with it */
+    else free(varr);
     if (rc == ECCL_OK && !req) rc = request_finish(c, r, info, &stage);
     eccl_engine_unlock(&c->eng);
     if (!req) return eccl_stage_end(&stage, rc);
@@ -298,14 +348,16 @@ static eccl_coll_call gather_call(const void *sendbuf, void *recvbuf, size_t cou
 eccl_result eccl_allgather(eccl_comm *c, const void *sendbuf, void *recvbuf, size_t sendcount,
                            eccl_dtype dtype, uint64_t tag, eccl_reduce_info *info)
 {
-    return coll_call(c, gather_call(sendbuf, recvbuf, sendcount, dtype, tag), info, NULL);
+    eccl_coll_call call = gather_call(sendbuf, recvbuf, sendcount, dtype, tag);
+    return coll_call(c, call, NULL, NULL, info, NULL);
 }
 
 eccl_result eccl_allgather_async(eccl_comm *c, const void *sendbuf, void *recvbuf, size_t sendcount,
                                  eccl_dtype dtype, uint64_t tag, eccl_request **req)
 {
     if (!req) return ECCL_ERR_INVALID_ARG;
-    return coll_call(c, gather_call(sendbuf, recvbuf, sendcount, dtype, tag), NULL, req);
+    eccl_coll_call call = gather_call(sendbuf, recvbuf, sendcount, dtype, tag);
+    return coll_call(c, call, NULL, NULL, NULL, req);
 }
 
 static eccl_coll_call reducing_call(eccl_coll_kind kind, const void *sendbuf, void *recvbuf,
@@ -319,8 +371,9 @@ static eccl_coll_call reducing_call(eccl_coll_kind kind, const void *sendbuf, vo
 eccl_result eccl_reduce_scatter(eccl_comm *c, const void *sendbuf, void *recvbuf, size_t recvcount,
                                 eccl_dtype dtype, eccl_op op, uint64_t tag, eccl_reduce_info *info)
 {
-    return coll_call(c, reducing_call(ECCL_COLL_REDUCE_SCATTER, sendbuf, recvbuf, recvcount, dtype, op, 0, tag),
-                     info, NULL);
+    eccl_coll_call call =
+        reducing_call(ECCL_COLL_REDUCE_SCATTER, sendbuf, recvbuf, recvcount, dtype, op, 0, tag);
+    return coll_call(c, call, NULL, NULL, info, NULL);
 }
 
 eccl_result eccl_reduce_scatter_async(eccl_comm *c, const void *sendbuf, void *recvbuf,
@@ -328,30 +381,33 @@ eccl_result eccl_reduce_scatter_async(eccl_comm *c, const void *sendbuf, void *r
                                       eccl_request **req)
 {
     if (!req) return ECCL_ERR_INVALID_ARG;
-    return coll_call(c, reducing_call(ECCL_COLL_REDUCE_SCATTER, sendbuf, recvbuf, recvcount, dtype, op, 0, tag),
-                     NULL, req);
+    eccl_coll_call call =
+        reducing_call(ECCL_COLL_REDUCE_SCATTER, sendbuf, recvbuf, recvcount, dtype, op, 0, tag);
+    return coll_call(c, call, NULL, NULL, NULL, req);
 }
 
 eccl_result eccl_broadcast(eccl_comm *c, const void *sendbuf, void *recvbuf, size_t count,
                            eccl_dtype dtype, uint32_t root, uint64_t tag, eccl_reduce_info *info)
 {
-    return coll_call(c, reducing_call(ECCL_COLL_BROADCAST, sendbuf, recvbuf, count, dtype, ECCL_SUM, root, tag),
-                     info, NULL);
+    eccl_coll_call call =
+        reducing_call(ECCL_COLL_BROADCAST, sendbuf, recvbuf, count, dtype, ECCL_SUM, root, tag);
+    return coll_call(c, call, NULL, NULL, info, NULL);
 }
 
 eccl_result eccl_broadcast_async(eccl_comm *c, const void *sendbuf, void *recvbuf, size_t count,
                                  eccl_dtype dtype, uint32_t root, uint64_t tag, eccl_request **req)
 {
     if (!req) return ECCL_ERR_INVALID_ARG;
-    return coll_call(c, reducing_call(ECCL_COLL_BROADCAST, sendbuf, recvbuf, count, dtype, ECCL_SUM, root, tag),
-                     NULL, req);
+    eccl_coll_call call =
+        reducing_call(ECCL_COLL_BROADCAST, sendbuf, recvbuf, count, dtype, ECCL_SUM, root, tag);
+    return coll_call(c, call, NULL, NULL, NULL, req);
 }
 
 eccl_result eccl_reduce(eccl_comm *c, const void *sendbuf, void *recvbuf, size_t count, eccl_dtype dtype,
                         eccl_op op, uint32_t root, uint64_t tag, eccl_reduce_info *info)
 {
-    return coll_call(c, reducing_call(ECCL_COLL_REDUCE, sendbuf, recvbuf, count, dtype, op, root, tag), info,
-                     NULL);
+    eccl_coll_call call = reducing_call(ECCL_COLL_REDUCE, sendbuf, recvbuf, count, dtype, op, root, tag);
+    return coll_call(c, call, NULL, NULL, info, NULL);
 }
 
 eccl_result eccl_reduce_async(eccl_comm *c, const void *sendbuf, void *recvbuf, size_t count,
@@ -359,8 +415,41 @@ eccl_result eccl_reduce_async(eccl_comm *c, const void *sendbuf, void *recvbuf, 
                               eccl_request **req)
 {
     if (!req) return ECCL_ERR_INVALID_ARG;
-    return coll_call(c, reducing_call(ECCL_COLL_REDUCE, sendbuf, recvbuf, count, dtype, op, root, tag), NULL,
-                     req);
+    eccl_coll_call call = reducing_call(ECCL_COLL_REDUCE, sendbuf, recvbuf, count, dtype, op, root, tag);
+    return coll_call(c, call, NULL, NULL, NULL, req);
+}
+
+eccl_result eccl_allgatherv(eccl_comm *c, const void *sendbuf, void *recvbuf, const size_t *recvcounts,
+                            const size_t *displs, eccl_dtype dtype, uint64_t tag, eccl_reduce_info *info)
+{
+    if (!recvcounts) return ECCL_ERR_INVALID_ARG;
+    eccl_coll_call call = gather_call(sendbuf, recvbuf, 0, dtype, tag);
+    return coll_call(c, call, recvcounts, displs, info, NULL);
+}
+
+eccl_result eccl_allgatherv_async(eccl_comm *c, const void *sendbuf, void *recvbuf, const size_t *recvcounts,
+                                  const size_t *displs, eccl_dtype dtype, uint64_t tag, eccl_request **req)
+{
+    if (!req || !recvcounts) return ECCL_ERR_INVALID_ARG;
+    eccl_coll_call call = gather_call(sendbuf, recvbuf, 0, dtype, tag);
+    return coll_call(c, call, recvcounts, displs, NULL, req);
+}
+
+eccl_result eccl_reduce_scatterv(eccl_comm *c, const void *sendbuf, void *recvbuf, const size_t *recvcounts,
+                                 eccl_dtype dtype, eccl_op op, uint64_t tag, eccl_reduce_info *info)
+{
+    if (!recvcounts) return ECCL_ERR_INVALID_ARG;
+    eccl_coll_call call = reducing_call(ECCL_COLL_REDUCE_SCATTER, sendbuf, recvbuf, 0, dtype, op, 0, tag);
+    return coll_call(c, call, recvcounts, NULL, info, NULL);
+}
+
+eccl_result eccl_reduce_scatterv_async(eccl_comm *c, const void *sendbuf, void *recvbuf,
+                                       const size_t *recvcounts, eccl_dtype dtype, eccl_op op, uint64_t tag,
+                                       eccl_request **req)
+{
+    if (!req || !recvcounts) return ECCL_ERR_INVALID_ARG;
+    eccl_coll_call call = reducing_call(ECCL_COLL_REDUCE_SCATTER, sendbuf, recvbuf, 0, dtype, op, 0, tag);
+    return coll_call(c, call, recvcounts, NULL, NULL, req);
 }
 
 /* A one-byte MAX all-reduce on the request's own bytes: it returns only

@@ -94,6 +94,7 @@ struct eccl_request {
      * nobody meant. */
     uint32_t called_world, called_rank;
     uint8_t barrier_buf[2]; /* a barrier's one-byte all-reduce: in, out */
+    size_t *varr;           /* the v layouts' counts and displacements (call.vcounts) */
     const eccl_coll_algo *alg; /* NULL until the op starts */
     union {
         eccl_ring_allreduce ring;
