@@ -135,14 +135,14 @@ eccl_result eccl_comm_create(const eccl_comm_params *params, eccl_comm **out);
 eccl_result eccl_comm_connect(eccl_comm *comm);
 /* Accepted peers vote to admit every pending peer; returns once the new ring
  * is wired. Blocks until every accepted peer has called it. ECCL_ERR_BUSY at
- * once if an all-reduce is in flight on this communicator (issued and not
+ * once if a collective is in flight on this communicator (issued and not
  * yet waited for) or a shared-state sync runs: never under a collective. */
 eccl_result eccl_comm_update_topology(eccl_comm *comm);
 /* Number of peers registered with the master and waiting to be admitted.
  * A vote of all accepted peers: it returns once every accepted peer has
  * called it, with the same answer on every peer, so that either all of them
  * go on to eccl_comm_update_topology or none does. It may be called with
- * all-reduces in flight: they keep moving while it waits. */
+ * collectives in flight: they keep moving while it waits. */
 eccl_result eccl_comm_peers_pending(eccl_comm *comm, uint32_t *pending);
 
 typedef enum eccl_attr {
@@ -155,6 +155,10 @@ typedef enum eccl_attr {
                                   peer open right now (pools open lazily) */
 } eccl_attr;
 
+/* RANK, WORLD_SIZE and EPOCH are those of the ring the next call runs on:
+ * asked while a membership change is under way (e.g. right after a call
+ * failed with ECCL_ERR_PEER_LOST), they wait for the new ring, at most
+ * op_timeout_ms. */
 eccl_result eccl_comm_get_attr(eccl_comm *comm, eccl_attr attr, int64_t *value);
 void eccl_comm_destroy(eccl_comm *comm);
 
@@ -330,6 +334,27 @@ eccl_result eccl_reduce_scatter(eccl_comm *comm, const void *sendbuf, void *recv
 eccl_result eccl_reduce_scatter_async(eccl_comm *comm, const void *sendbuf, void *recvbuf,
                                       size_t recvcount, eccl_dtype dtype, eccl_op op,
                                       uint64_t tag, eccl_request **req);
+
+/* The v layouts (MPI's Allgatherv, Reduce_scatter): block r has
+ * recvcounts[r] elements (world entries, the same on every rank). The
+ * all-gather's block r lands at element displs[r] of recvbuf, and rank r
+ * sends recvcounts[r] elements (in place: sendbuf == recvbuf + displs[rank]
+ * elements); blocks must not overlap. The reduce-scatter's sendbuf holds
+ * the blocks back to back, and recvbuf gets recvcounts[rank] elements (in
+ * place: recvbuf == sendbuf + the counts of the ranks before us). The
+ * arrays are read during the call only. */
+eccl_result eccl_allgatherv(eccl_comm *comm, const void *sendbuf, void *recvbuf,
+                            const size_t *recvcounts, const size_t *displs, eccl_dtype dtype,
+                            uint64_t tag, eccl_reduce_info *info);
+eccl_result eccl_allgatherv_async(eccl_comm *comm, const void *sendbuf, void *recvbuf,
+                                  const size_t *recvcounts, const size_t *displs,
+                                  eccl_dtype dtype, uint64_t tag, eccl_request **req);
+eccl_result eccl_reduce_scatterv(eccl_comm *comm, const void *sendbuf, void *recvbuf,
+                                 const size_t *recvcounts, eccl_dtype dtype, eccl_op op,
+                                 uint64_t tag, eccl_reduce_info *info);
+eccl_result eccl_reduce_scatterv_async(eccl_comm *comm, const void *sendbuf, void *recvbuf,
+                                       const size_t *recvcounts, eccl_dtype dtype, eccl_op op,
+                                       uint64_t tag, eccl_request **req);
 
 /* root's sendbuf (count elements) lands in every rank's recvbuf, root's
  * included. sendbuf is read on the root only (NULL elsewhere is fine); in

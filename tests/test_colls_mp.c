@@ -296,6 +296,105 @@ static void test_matrix_n4_large(void **state)
     run_matrix(*state, &m);
 }
 
+/* ---- the v layouts: blocks of different sizes, empty ones, gaps -------------- */
+
+/* Rank r's block in layout `v`: some empty, one spanning several slices. */
+static size_t v_count(int v, uint32_t r)
+{
+    static const size_t counts[3][6] = {{3, 0, 1000, 7, 0, 1},
+                                        {600007, 1, 0, 300000, 5, 2},
+                                        {0, 0, 17, 0, 0, 0}};
+    return counts[v][r % 6];
+}
+
+static int v_body(eccl_comm *c, int index, void *argp)
+{
+    (void)index, (void)argp;
+    int64_t rank64, n64;
+    CL_OK(eccl_comm_get_attr(c, ECCL_ATTR_RANK, &rank64));
+    CL_OK(eccl_comm_get_attr(c, ECCL_ATTR_WORLD_SIZE, &n64));
+    uint32_t rank = (uint32_t)rank64, n = (uint32_t)n64;
+    uint64_t tag = 500;
+    for (int v = 0; v < 3; v++) {
+        size_t counts[CLUSTER_MAX_PEERS], displs[CLUSTER_MAX_PEERS], total = 0, extent = 0, before = 0;
+        for (uint32_t r = 0; r < n; r++) {
+            counts[r] = v_count(v, r);
+            displs[r] = extent + 11 * r; /* gaps between blocks, which nobody may write */
+            extent = displs[r] + counts[r];
+            total += counts[r];
+            if (r < rank) before += counts[r];
+        }
+        const eccl_dtype types[2] = {ECCL_F32, ECCL_I16};
+        for (int ti = 0; ti < 2; ti++) {
+            eccl_dtype t = types[ti];
+            size_t es = eccl_dtype_size(t);
+            for (int in_place = 0; in_place < 2; in_place++, tag++) {
+                uint8_t *send = malloc(total * es + 64), *recv = malloc(extent * es + 64), *want = malloc(extent * es + 64);
+                CL_CHECK(send && recv && want, "oom");
+                /* all-gatherv: every block where displs says, the gaps untouched */
+                memset(recv, 0x5a, extent * es);
+                memcpy(want, recv, extent * es);
+                for (uint32_t r = 0; r < n; r++) cluster_fill(want + displs[r] * es, t, counts[r], (int)r, tag, CL_PAT_SMALL);
+                const void *in = send;
+                if (in_place) {
+                    cluster_fill(recv + displs[rank] * es, t, counts[rank], (int)rank, tag, CL_PAT_SMALL);
+                    in = recv + displs[rank] * es;
+                } else {
+                    cluster_fill(send, t, counts[rank], (int)rank, tag, CL_PAT_SMALL);
+                }
+                eccl_reduce_info info;
+                eccl_result rc = eccl_allgatherv(c, in, recv, counts, displs, t, tag, &info);
+                CL_CHECK(rc == ECCL_OK, "allgatherv layout %d: %s", v, eccl_strerror(rc));
+                size_t first = 0, bad = cluster_mismatches(recv, want, t, extent, &first);
+                CL_CHECK(bad == 0, "allgatherv layout %d %s %s: %zu wrong, first [%zu]", v, eccl_dtype_name(t),
+                         in_place ? "in place" : "out of place", bad, first);
+                cluster_push_hash(cluster_fnv1a(recv, extent * es));
+                /* reduce-scatterv: block `rank` of the sum of every rank's blocks */
+                uint8_t *sum = malloc(total * es + 64);
+                int idx[CLUSTER_MAX_PEERS];
+                for (uint32_t r = 0; r < n; r++) idx[r] = (int)r;
+                CL_CHECK(sum && cluster_expected(sum, t, total, ECCL_SUM, idx, (int)n, tag, CL_PAT_SMALL) == 0, "expect");
+                cluster_fill(send, t, total, (int)rank, tag, CL_PAT_SMALL);
+                memset(recv, 0x5a, counts[rank] * es + 8);
+                void *out = in_place ? send + before * es : recv;
+                rc = eccl_reduce_scatterv(c, send, out, counts, t, ECCL_SUM, tag + 1000, &info);
+                CL_CHECK(rc == ECCL_OK, "reduce_scatterv layout %d: %s", v, eccl_strerror(rc));
+                bad = cluster_mismatches(out, sum + before * es, t, counts[rank], &first);
+                CL_CHECK(bad == 0, "reduce_scatterv layout %d %s: %zu wrong, first [%zu]", v, eccl_dtype_name(t), bad,
+                         first);
+                if (!in_place)
+                    CL_CHECK(((uint8_t *)recv)[counts[rank] * es] == 0x5a, "reduce_scatterv wrote past its block");
+                free(sum);
+                free(send);
+                free(recv);
+                free(want);
+            }
+        }
+    }
+    /* A v call needs its counts (and the all-gather its displacements). */
+    float x = 0, y[CLUSTER_MAX_PEERS] = {0};
+    size_t ones[CLUSTER_MAX_PEERS];
+    for (uint32_t r = 0; r < n; r++) ones[r] = 1;
+    CL_EXPECT_RC(eccl_allgatherv(c, &x, y, NULL, ones, ECCL_F32, 1, NULL), ECCL_ERR_INVALID_ARG);
+    CL_EXPECT_RC(eccl_allgatherv(c, &x, y, ones, NULL, ECCL_F32, 1, NULL), ECCL_ERR_INVALID_ARG);
+    CL_EXPECT_RC(eccl_reduce_scatterv(c, y, &x, NULL, ECCL_F32, ECCL_SUM, 1, NULL), ECCL_ERR_INVALID_ARG);
+    ones[0] = SIZE_MAX / 2;
+    CL_EXPECT_RC(eccl_reduce_scatterv(c, y, &x, ones, ECCL_F32, ECCL_SUM, 1, NULL), ECCL_ERR_INVALID_ARG);
+    return 0;
+}
+
+static void run_v(cluster *cl, int n)
+{
+    assert_int_equal(cluster_init(cl, NULL), 0);
+    assert_int_equal(cluster_spawn_n(cl, n, v_body, NULL), 0);
+    assert_int_equal(cluster_wait_all(cl, 120000), 0);
+    assert_parity(cl, n);
+    cluster_fini(cl);
+}
+
+static void test_v_n3(void **state) { run_v(*state, 3); }
+static void test_v_n5(void **state) { run_v(*state, 5); }
+
 /* ---- count 0, and the argument checks ------------------------------------ */
 
 static int args_body(eccl_comm *c, int index, void *argp)
@@ -591,6 +690,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_matrix_n3, cluster_test_setup, cluster_test_teardown),
         cmocka_unit_test_setup_teardown(test_matrix_n5_one_element, cluster_test_setup, cluster_test_teardown),
         cmocka_unit_test_setup_teardown(test_matrix_n4_large, cluster_test_setup, cluster_test_teardown),
+        cmocka_unit_test_setup_teardown(test_v_n3, cluster_test_setup, cluster_test_teardown),
+        cmocka_unit_test_setup_teardown(test_v_n5, cluster_test_setup, cluster_test_teardown),
         cmocka_unit_test_setup_teardown(test_args_n3, cluster_test_setup, cluster_test_teardown),
         cmocka_unit_test_setup_teardown(test_barrier_n4, cluster_test_setup, cluster_test_teardown),
         cmocka_unit_test_setup_teardown(test_orders_n4, cluster_test_setup, cluster_test_teardown),

@@ -27,7 +27,12 @@ typedef struct eccl_coll_call {
     uint32_t epoch;
     const uint8_t *sendbuf;
     uint8_t *recvbuf;
-    size_t count;
+    size_t count;         /* all-gather(v), reduce-scatter(v): see vcounts */
+    /* The v layouts (all-gatherv, reduce-scatterv; NULL otherwise): block b
+     * has vcounts[b] elements at element vdispls[b] of the blocks (the
+     * all-gather's output, the reduce-scatter's input, where they are the
+     * blocks' running sum). count is then the sum of vcounts. */
+    const size_t *vcounts, *vdispls;
     eccl_dtype dtype;
     eccl_op op;
     eccl_quant_type quant; /* ECCL_QUANT_NONE: exact values (ring only otherwise) */

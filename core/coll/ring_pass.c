@@ -31,19 +31,44 @@ static uint8_t phase_of(eccl_coll_kind k)
     }
 }
 
+/* Block b's bytes, and where it starts in the blocks (bytes). */
+static size_t blk_bytes(const eccl_coll_call *c, uint32_t b)
+{
+    return (c->vcounts ? c->vcounts[b] : c->count) * eccl_dtype_size(c->dtype);
+}
+
+static size_t blk_at(const eccl_coll_call *c, uint32_t b)
+{
+    size_t es = eccl_dtype_size(c->dtype);
+    return c->vcounts ? c->vdispls[b] * es : (size_t)b * c->count * es;
+}
+
+/* Bytes from the first block's start to the end of the last one. */
+static size_t blocks_extent(const eccl_coll_call *c)
+{
+    size_t end = 0;
+    if (!c->vcounts) return (size_t)c->nranks * blk_bytes(c, 0);
+    for (uint32_t b = 0; b < c->nranks; b++) {
+        size_t e = blk_at(c, b) + blk_bytes(c, b);
+        if (e > end) end = e;
+    }
+    return end;
+}
+
 size_t eccl_ring_pass_scratch_bytes(const eccl_coll_call *c)
 {
-    size_t b = c->count * eccl_dtype_size(c->dtype);
-    if (c->kind == ECCL_COLL_REDUCE_SCATTER) return b * c->nranks;
-    return c->kind == ECCL_COLL_REDUCE ? b : 0;
+    if (c->kind == ECCL_COLL_REDUCE_SCATTER) return blocks_extent(c);
+    return c->kind == ECCL_COLL_REDUCE ? blk_bytes(c, 0) : 0;
 }
 
 size_t eccl_ring_pass_output_bytes(const eccl_coll_call *c)
 {
-    size_t b = c->count * eccl_dtype_size(c->dtype);
-    if (c->kind == ECCL_COLL_ALLGATHER) return b * c->nranks;
-    return c->kind == ECCL_COLL_REDUCE && c->rank != c->root ? 0 : b;
+    if (c->kind == ECCL_COLL_ALLGATHER) return blocks_extent(c);
+    if (c->kind == ECCL_COLL_REDUCE_SCATTER) return blk_bytes(c, c->rank);
+    return c->kind == ECCL_COLL_REDUCE && c->rank != c->root ? 0 : blk_bytes(c, 0);
 }
+
+static void settle(const eccl_ring_pass *p, uint32_t *i, int recv);
 
 void eccl_ring_pass_init(eccl_ring_pass *p, const eccl_coll_call *call, uint8_t *scratch,
                          uint8_t *backup)
@@ -53,11 +78,15 @@ void eccl_ring_pass_init(eccl_ring_pass *p, const eccl_coll_call *call, uint8_t 
     p->scratch = scratch;
     p->backup = backup;
     p->esize = eccl_dtype_size(call->dtype);
-    p->block = call->count * p->esize;
+    uint32_t n = call->nranks;
+    /* Every step has the slots of the largest block; a smaller block's
+     * extra slots are empty and skipped (v layouts: blocks differ). */
+    p->block = 0;
+    for (uint32_t b = 0; b < (call->vcounts ? n : 1); b++)
+        if (blk_bytes(call, b) > p->block) p->block = blk_bytes(call, b);
     size_t cap = ECCL_RING_PASS_SLICE_BYTES / p->esize * p->esize;
     p->slice = p->block < cap ? p->block : cap;
     p->nslices = p->slice ? (uint32_t)((p->block + p->slice - 1) / p->slice) : 0;
-    uint32_t n = call->nranks;
     p->sends = p->recvs = 1;
     if (is_chain(call)) {
         p->nsteps = 1;
@@ -71,6 +100,8 @@ void eccl_ring_pass_init(eccl_ring_pass *p, const eccl_coll_call *call, uint8_t 
     /* Nothing of ours to copy in: in place, or a kind without a copy. */
     p->own_done = !(call->kind == ECCL_COLL_ALLGATHER ||
                     (call->kind == ECCL_COLL_BROADCAST && p->dist == 0));
+    settle(p, &p->send_i, 0);
+    settle(p, &p->recv_i, 1);
 }
 
 static uint32_t total(const eccl_ring_pass *p) { return p->nsteps * p->nslices; }
@@ -85,13 +116,21 @@ static uint32_t step_block(const eccl_ring_pass *p, uint32_t g, int recv)
     }
 }
 
-/* Byte offset, within the blocks, of slice i's values, and its length. */
+/* Byte offset, within the blocks, of slice i's values, and its length (0:
+ * a slot past the end of a smaller block). */
 static size_t slice_at(const eccl_ring_pass *p, uint32_t i, int recv, size_t *len)
 {
-    uint32_t g = i / p->nslices, k = i % p->nslices;
-    size_t start = (size_t)k * p->slice;
-    *len = p->block - start < p->slice ? p->block - start : p->slice;
-    return (size_t)step_block(p, g, recv) * p->block + start;
+    uint32_t g = i / p->nslices, k = i % p->nslices, b = step_block(p, g, recv);
+    size_t start = (size_t)k * p->slice, bytes = blk_bytes(&p->call, b);
+    *len = start >= bytes ? 0 : bytes - start < p->slice ? bytes - start : p->slice;
+    return blk_at(&p->call, b) + start;
+}
+
+/* Moves cursor *i past empty slots. */
+static void settle(const eccl_ring_pass *p, uint32_t *i, int recv)
+{
+    size_t len = 0;
+    while (*i < total(p) && (slice_at(p, *i, recv, &len), len == 0)) (*i)++;
 }
 
 /* Whether received slice i is written into recvbuf (when it arrives for
@@ -109,7 +148,7 @@ static int writes_output(const eccl_ring_pass *p, uint32_t i)
  * write one block, whichever block it is in the sendbuf. */
 static size_t output_at(const eccl_ring_pass *p, size_t off)
 {
-    return reduces(p) ? off % (p->block ? p->block : 1) : off;
+    return p->call.kind == ECCL_COLL_REDUCE_SCATTER ? off - blk_at(&p->call, p->call.rank) : off;
 }
 
 static void copy(const eccl_ring_pass *p, void *dst, const void *src, size_t n)
@@ -126,13 +165,22 @@ static int full(const eccl_ring_pass *p)
 }
 
 /* Our own contribution into recvbuf, before anything is sent from there. */
+/* Where our own block sits in recvbuf (the all-gather's; the root's
+ * buffer for the broadcast), and its bytes. */
+static size_t own_at(const eccl_ring_pass *p, size_t *bytes)
+{
+    int ag = p->call.kind == ECCL_COLL_ALLGATHER;
+    *bytes = blk_bytes(&p->call, ag ? p->call.rank : 0);
+    return ag ? blk_at(&p->call, p->call.rank) : 0;
+}
+
 static void own_copy(eccl_ring_pass *p)
 {
-    size_t at = p->call.kind == ECCL_COLL_ALLGATHER ? (size_t)p->call.rank * p->block : 0;
+    size_t bytes, at = own_at(p, &bytes);
     if (p->call.recvbuf + at != p->call.sendbuf) {
-        copy(p, p->backup + at, p->call.recvbuf + at, p->block);
+        copy(p, p->backup + at, p->call.recvbuf + at, bytes);
         p->own_saved = 1;
-        copy(p, p->call.recvbuf + at, p->call.sendbuf, p->block);
+        copy(p, p->call.recvbuf + at, p->call.sendbuf, bytes);
     }
     p->own_done = 1;
 }
@@ -187,6 +235,7 @@ static eccl_result pass_pump(void *op, eccl_chan *link[ECCL_ROLE_COUNT])
         if (rc != ECCL_OK) return rc;
         p->tx_bytes += len;
         p->send_i++;
+        settle(p, &p->send_i, 0);
     }
     return pump_tokens(p, next);
 }
@@ -251,6 +300,7 @@ static eccl_result pass_recv_done(void *op, int role, const eccl_wire_data *w)
         }
     }
     p->recv_i++;
+    settle(p, &p->recv_i, 1);
     return ECCL_OK;
 }
 
@@ -275,13 +325,12 @@ static void pass_restore(void *op)
 {
     eccl_ring_pass *p = op;
     if (p->own_saved) {
-        size_t at = p->call.kind == ECCL_COLL_ALLGATHER ? (size_t)p->call.rank * p->block : 0;
-        copy(p, p->call.recvbuf + at, p->backup + at, p->block);
+        size_t bytes, at = own_at(p, &bytes);
+        copy(p, p->call.recvbuf + at, p->backup + at, bytes);
     }
     for (uint32_t i = 0; i < p->saved_i; i++) {
-        if (!writes_output(p, i)) continue;
-        size_t len, at = output_at(p, slice_at(p, i, 1, &len));
-        copy(p, p->call.recvbuf + at, p->backup + at, len);
+        size_t len, at = slice_at(p, i, 1, &len);
+        if (len && writes_output(p, i)) copy(p, p->call.recvbuf + output_at(p, at), p->backup + output_at(p, at), len);
     }
 }
 

@@ -51,7 +51,7 @@
 typedef struct eccl_ring_pass {
     eccl_coll_call call;
     size_t esize;
-    size_t block;          /* bytes per block */
+    size_t block;          /* bytes of the largest block */
     size_t slice;          /* bytes per slice (a multiple of esize) */
     uint32_t nslices;      /* per block; 0 for an empty block */
     uint32_t nsteps;
