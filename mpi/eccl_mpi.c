@@ -744,21 +744,20 @@ int MPI_Allgatherv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, vo
     static const char call[] = "MPI_Allgatherv";
     struct comm_view v = view_of(call, comm);
     const struct mpi_type *rtype = type_of(call, recvtype);
-    size_t maxb = 0, mine_bytes;
-    const char *mine;
-    int regular = 1;
-    char *scratch;
+    size_t size = (size_t)v.size, total = 0, mine_bytes, *counts, *offsets;
+    const void *mine;
+    char *base;
+    int lowest;
 
     if (recvcounts == NULL || displs == NULL)
         fatal(MPI_ERR_ARG, "%s: recvcounts or displs is NULL", call);
-    for (int r = 0; r < v.size; r++) {
+    lowest = displs[0];
+    for (size_t r = 0; r < size; r++) {
         size_t b = bytes_of(call, "recvcounts[]", recvcounts[r], rtype);
 
         check_buffer(call, "recvbuf", recvbuf, b);
-        maxb = b > maxb ? b : maxb;
-        /* Equal blocks back to back: the layout of a plain all-gather. */
-        regular &= recvcounts[r] == recvcounts[0] &&
-                   (long long)displs[r] == (long long)r * recvcounts[0];
+        total += b;
+        lowest = displs[r] < lowest ? displs[r] : lowest;
     }
     mine_bytes = (size_t)recvcounts[v.rank] * rtype->size;
     if (sendbuf == MPI_IN_PLACE) {
@@ -774,42 +773,24 @@ int MPI_Allgatherv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, vo
             memcpy(at(recvbuf, displs[0], rtype->size), mine, mine_bytes);
         return MPI_SUCCESS;
     }
-    if (maxb == 0)
+    if (total == 0)
         return MPI_SUCCESS;
-    if (regular) {
-        check_coll(call, "eccl_allgather",
-                   eccl_allgather(v.ecomm, mine, recvbuf, maxb, ECCL_U8, take_tag(&v), NULL));
-        return MPI_SUCCESS;
+    /* eccl_allgatherv in bytes. Its displacements are unsigned and MPI's
+     * may be negative, so they are taken from the lowest block on. */
+    base = at(recvbuf, lowest, rtype->size);
+    counts = scratch_alloc(call, mul_size(call, 2 * size, sizeof *counts));
+    offsets = counts + size;
+    for (size_t r = 0; r < size; r++) {
+        counts[r] = (size_t)recvcounts[r] * rtype->size;
+        offsets[r] = (size_t)((long long)displs[r] - lowest) * rtype->size;
     }
-    /* Uneven blocks: every rank sends the largest block's size (its own
-     * block padded), and each block is unpacked to its displacement. */
-    scratch = scratch_alloc(call, mul_size(call, maxb, (size_t)v.size));
-    memcpy(scratch + (size_t)v.rank * maxb, mine, mine_bytes);
-    memset(scratch + (size_t)v.rank * maxb + mine_bytes, 0, maxb - mine_bytes);
-    check_coll(call, "eccl_allgather",
-               eccl_allgather(v.ecomm, scratch + (size_t)v.rank * maxb, scratch, maxb, ECCL_U8,
-                              take_tag(&v), NULL));
-    for (int r = 0; r < v.size; r++)
-        if (r != v.rank || sendbuf != MPI_IN_PLACE)
-            memcpy(at(recvbuf, displs[r], rtype->size), scratch + (size_t)r * maxb,
-                   (size_t)recvcounts[r] * rtype->size);
-    free(scratch);
+    check_coll(call, "eccl_allgatherv",
+               eccl_allgatherv(v.ecomm, mine, base, counts, offsets, ECCL_U8, take_tag(&v), NULL));
+    free(counts);
     return MPI_SUCCESS;
 }
 
-/* eccl_reduce_scatter of `input` (size blocks of n elements) into block
- * rank of it, in place; the result is then at input + rank * n. */
-static void reduce_scatter_in_place(const char *call, const struct comm_view *v, void *input,
-                                    size_t n, const struct mpi_type *type, eccl_op eop)
-{
-    char *block = (char *)input + (size_t)v->rank * n * type->size;
-
-    check_coll(call, "eccl_reduce_scatter",
-               eccl_reduce_scatter(v->ecomm, input, block, n, type->dtype, eop, take_tag(v), NULL));
-}
-
-/* Reduce-scatter in blocks of n elements (MPI_Reduce_scatter_block, and
- * MPI_Reduce_scatter with equal counts). */
+/* Reduce-scatter in blocks of n elements. */
 static void reduce_scatter_block(const char *call, const struct comm_view *v, const void *sendbuf,
                                  void *recvbuf, size_t n, const struct mpi_type *type, eccl_op eop)
 {
@@ -833,7 +814,9 @@ static void reduce_scatter_block(const char *call, const struct comm_view *v, co
     }
     /* MPI in place: the input fills recvbuf and the result goes to its
      * front; eccl's in-place result lands at this rank's block. */
-    reduce_scatter_in_place(call, v, recvbuf, n, type, eop);
+    check_coll(call, "eccl_reduce_scatter",
+               eccl_reduce_scatter(v->ecomm, recvbuf, (char *)recvbuf + (size_t)v->rank * block, n,
+                                   type->dtype, eop, take_tag(v), NULL));
     if (v->rank != 0)
         memmove(recvbuf, (char *)recvbuf + (size_t)v->rank * block, block);
 }
@@ -858,43 +841,37 @@ int MPI_Reduce_scatter(const void *sendbuf, void *recvbuf, const int recvcounts[
     struct comm_view v = view_of(call, comm);
     const struct mpi_type *type = type_of(call, datatype);
     eccl_op eop = reduction_of(call, op, type);
-    const char *input = sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf;
-    size_t maxn = 0, total = 0, offset = 0, esize = type->size;
-    int even = 1;
-    char *scratch;
+    size_t size = (size_t)v.size, total = 0, before = 0, esize = type->size, mine, *counts;
+    char *result;
 
     if (recvcounts == NULL)
         fatal(MPI_ERR_ARG, "%s: recvcounts is NULL", call);
-    for (int r = 0; r < v.size; r++) {
-        size_t n = count_of(call, "recvcounts[]", recvcounts[r]);
-
-        maxn = n > maxn ? n : maxn;
-        total += n;
-        even &= recvcounts[r] == recvcounts[0];
+    counts = scratch_alloc(call, mul_size(call, size, sizeof *counts));
+    for (size_t r = 0; r < size; r++) {
+        counts[r] = count_of(call, "recvcounts[]", recvcounts[r]);
+        before += r < (size_t)v.rank ? counts[r] : 0;
+        total += counts[r];
     }
-    /* Always so in a world of one, which therefore never reaches eccl
-     * below. */
-    if (even) {
-        reduce_scatter_block(call, &v, sendbuf, recvbuf, maxn, type, eop);
+    mine = mul_size(call, counts[v.rank], esize);
+    check_buffer(call, "recvbuf", recvbuf,
+                 sendbuf == MPI_IN_PLACE ? mul_size(call, total, esize) : mine);
+    if (sendbuf != MPI_IN_PLACE)
+        check_buffer(call, "sendbuf", sendbuf, mul_size(call, total, esize));
+    if (v.ecomm == NULL || total == 0) {
+        if (v.ecomm == NULL && sendbuf != MPI_IN_PLACE && mine != 0)
+            memcpy(recvbuf, sendbuf, mine);
+        free(counts);
         return MPI_SUCCESS;
     }
-    check_buffer(call, sendbuf == MPI_IN_PLACE ? "recvbuf" : "sendbuf", input,
-                 mul_size(call, total, esize));
-    check_buffer(call, "recvbuf", recvbuf, mul_size(call, (size_t)recvcounts[v.rank], esize));
-    /* Uneven blocks: each padded with zeros to the largest, so that eccl's
-     * equal-block reduce-scatter applies; the padding is reduced along and
-     * thrown away. */
-    scratch = scratch_alloc(call, mul_size(call, mul_size(call, maxn, (size_t)v.size), esize));
-    for (int r = 0; r < v.size; r++) {
-        size_t n = (size_t)recvcounts[r];
-
-        memcpy(scratch + (size_t)r * maxn * esize, input + offset * esize, n * esize);
-        memset(scratch + ((size_t)r * maxn + n) * esize, 0, (maxn - n) * esize);
-        offset += n;
-    }
-    reduce_scatter_in_place(call, &v, scratch, maxn, type, eop);
-    memcpy(recvbuf, scratch + (size_t)v.rank * maxn * esize, (size_t)recvcounts[v.rank] * esize);
-    free(scratch);
+    /* MPI in place: the blocks fill recvbuf and the result goes to its
+     * front; eccl's in-place result lands where this rank's block was. */
+    result = sendbuf == MPI_IN_PLACE ? (char *)recvbuf + before * esize : recvbuf;
+    check_coll(call, "eccl_reduce_scatterv",
+               eccl_reduce_scatterv(v.ecomm, sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf, result,
+                                    counts, type->dtype, eop, take_tag(&v), NULL));
+    if (result != recvbuf)
+        memmove(recvbuf, result, mine);
+    free(counts);
     return MPI_SUCCESS;
 }
 

@@ -411,25 +411,29 @@ static void test_allgatherv(void)
     int *displs = xmalloc((size_t)size * sizeof *displs);
     char what[160];
 
-    for (int shape = 0; shape < 3; shape++)
+    for (int shape = 0; shape < 4; shape++)
         for (int in_place = 0; in_place < 2; in_place++) {
-            size_t end = 0;
-            unsigned char *send, *recv;
+            int lo = 0, end = 0;
+            unsigned char *send, *alloc, *recv;
 
             /* Uneven with gaps and an empty block; large, uneven, in
-             * reverse order; and the regular layout of an all-gather. */
+             * reverse order; the regular layout of an all-gather; and
+             * blocks before recvbuf (negative displacements, which MPI
+             * allows). */
             for (int r = 0; r < size; r++) {
-                int rr = shape == 1 ? size - 1 - r : r;
-                rcounts[r] = shape == 0 ? r * 3 : shape == 1 ? 70000 + r : 11;
+                int rr = size - 1 - r;
+                rcounts[r] = shape == 0 ? r * 3 : shape == 1 ? 70000 + r : shape == 2 ? 11 : 5;
                 displs[r] = shape == 0 ? r * 3 * (r + 1) / 2 + 2 * r + 1
-                          : shape == 1 ? rr * 70010 : r * 11;
+                          : shape == 1 ? rr * 70010 : shape == 2 ? r * 11 : -6 * (r + 1);
             }
-            for (int r = 0; r < size; r++)
-                if ((size_t)displs[r] + (size_t)rcounts[r] > end)
-                    end = (size_t)displs[r] + (size_t)rcounts[r];
+            for (int r = 0; r < size; r++) {
+                lo = displs[r] < lo ? displs[r] : lo;
+                end = displs[r] + rcounts[r] > end ? displs[r] + rcounts[r] : end;
+            }
             send = xmalloc((size_t)rcounts[rank]);
-            recv = xmalloc(end + 1);
-            memset(recv, GUARD, end + 1);
+            alloc = xmalloc((size_t)(end - lo) + 1);
+            recv = alloc - lo;
+            memset(alloc, GUARD, (size_t)(end - lo) + 1);
             snprintf(what, sizeof what, "MPI_Allgatherv shape %d%s", shape,
                      in_place ? " in place" : "");
             for (size_t i = 0; i < (size_t)rcounts[rank]; i++)
@@ -439,17 +443,17 @@ static void test_allgatherv(void)
             for (int r = 0; r < size; r++)
                 check_bytes(what, recv + displs[r], r, 0, (size_t)rcounts[r]);
             /* Bytes no block covers keep what they held. */
-            for (size_t i = 0; i <= end; i++) {
+            for (int i = lo; i <= end; i++) {
                 int covered = 0;
                 for (int r = 0; r < size; r++)
-                    covered |= i >= (size_t)displs[r] && i < (size_t)displs[r] + (size_t)rcounts[r];
+                    covered |= i >= displs[r] && i < displs[r] + rcounts[r];
                 if (!covered && recv[i] != GUARD) {
-                    failf(what, (long long)i, recv[i], GUARD);
+                    failf(what, i, recv[i], GUARD);
                     break;
                 }
             }
             free(send);
-            free(recv);
+            free(alloc);
         }
     free(rcounts);
     free(displs);
