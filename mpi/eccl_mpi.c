@@ -913,8 +913,8 @@ int MPI_Alltoall(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void
 
 /* As MPI_Alltoall, with one more all-gather in front: a rank does not know
  * how much the others send to third ranks, so the send counts are gathered
- * first (they give each packed send buffer's layout and the size to pad
- * every one of them to). */
+ * first; they give each rank's share of the all-gather and where its
+ * blocks lie in it. */
 int MPI_Alltoallv(const void *sendbuf, const int sendcounts[], const int sdispls[],
                   MPI_Datatype sendtype, void *recvbuf, const int recvcounts[],
                   const int rdispls[], MPI_Datatype recvtype, MPI_Comm comm)
@@ -922,9 +922,9 @@ int MPI_Alltoallv(const void *sendbuf, const int sendcounts[], const int sdispls
     static const char call[] = "MPI_Alltoallv";
     struct comm_view v = view_of(call, comm);
     const struct mpi_type *rtype = type_of(call, recvtype), *stype;
-    size_t size = (size_t)v.size, packed_bytes = 0, maxb = 0;
+    size_t size = (size_t)v.size, me = (size_t)v.rank, grand = 0, *totals, *starts;
     uint64_t *counts;
-    char *packed, *all;
+    char *all, *p;
 
     if (recvcounts == NULL || rdispls == NULL)
         fatal(MPI_ERR_ARG, "%s: recvcounts or rdispls is NULL", call);
@@ -955,51 +955,57 @@ int MPI_Alltoallv(const void *sendbuf, const int sendcounts[], const int sdispls
     /* counts[r * size + d]: bytes rank r sends to rank d. */
     counts = scratch_alloc(call, mul_size(call, mul_size(call, size, size), sizeof *counts));
     for (size_t d = 0; d < size; d++)
-        counts[(size_t)v.rank * size + d] = (uint64_t)sendcounts[d] * stype->size;
+        counts[me * size + d] = (uint64_t)sendcounts[d] * stype->size;
     check_coll(call, "eccl_allgather (counts)",
-               eccl_allgather(v.ecomm, counts + (size_t)v.rank * size, counts,
-                              size * sizeof *counts, ECCL_U8, take_tag(&v), NULL));
+               eccl_allgather(v.ecomm, counts + me * size, counts, size * sizeof *counts, ECCL_U8,
+                              take_tag(&v), NULL));
+    /* totals[r] bytes from rank r, at starts[r] of the gathered buffer. */
+    totals = scratch_alloc(call, mul_size(call, 2 * size, sizeof *totals));
+    starts = totals + size;
     for (size_t r = 0; r < size; r++) {
         uint64_t total = 0;
 
         for (size_t d = 0; d < size; d++)
             total += counts[r * size + d];
-        if (total > SIZE_MAX)
-            fatal(MPI_ERR_COUNT, "%s: rank %zu sends %llu bytes", call, r,
-                  (unsigned long long)total);
-        maxb = (size_t)total > maxb ? (size_t)total : maxb;
-        if (counts[r * size + (size_t)v.rank] != (uint64_t)recvcounts[r] * rtype->size)
+        if (total > SIZE_MAX - grand)
+            fatal(MPI_ERR_COUNT, "%s: more than SIZE_MAX bytes in all", call);
+        if (counts[r * size + me] != (uint64_t)recvcounts[r] * rtype->size)
             fatal(MPI_ERR_TRUNCATE, "%s: rank %zu sends %llu bytes to this rank, which expects "
-                  "%zu", call, r, (unsigned long long)counts[r * size + (size_t)v.rank],
+                  "%zu", call, r, (unsigned long long)counts[r * size + me],
                   (size_t)recvcounts[r] * rtype->size);
+        totals[r] = (size_t)total;
+        starts[r] = grand;
+        grand += (size_t)total;
     }
-    if (maxb == 0) {
+    if (grand == 0) {
+        free(totals);
         free(counts);
         return MPI_SUCCESS;
     }
-    /* Each rank's blocks back to back in destination order, padded to the
-     * largest rank's total. Packing first also makes in place safe. */
-    packed = scratch_alloc(call, maxb);
+    /* This rank's blocks, in destination order, go straight to its place in
+     * the gathered buffer (eccl's in-place all-gather); packing before the
+     * call also makes MPI's in place safe. */
+    all = scratch_alloc(call, grand);
+    p = all + starts[me];
     for (size_t d = 0; d < size; d++) {
-        size_t b = (size_t)counts[(size_t)v.rank * size + d];
+        size_t b = (size_t)counts[me * size + d];
 
-        memcpy(packed + packed_bytes, at((void *)sendbuf, sdispls[d], stype->size), b);
-        packed_bytes += b;
+        memcpy(p, at((void *)sendbuf, sdispls[d], stype->size), b);
+        p += b;
     }
-    memset(packed + packed_bytes, 0, maxb - packed_bytes);
-    all = scratch_alloc(call, mul_size(call, maxb, size));
-    check_coll(call, "eccl_allgather",
-               eccl_allgather(v.ecomm, packed, all, maxb, ECCL_U8, take_tag(&v), NULL));
+    check_coll(call, "eccl_allgatherv",
+               eccl_allgatherv(v.ecomm, all + starts[me], all, totals, starts, ECCL_U8,
+                               take_tag(&v), NULL));
     for (size_t r = 0; r < size; r++) {
         size_t offset = 0;
 
-        for (size_t d = 0; d < (size_t)v.rank; d++)
+        for (size_t d = 0; d < me; d++)
             offset += (size_t)counts[r * size + d];
-        memcpy(at(recvbuf, rdispls[r], rtype->size), all + r * maxb + offset,
-               (size_t)counts[r * size + (size_t)v.rank]);
+        memcpy(at(recvbuf, rdispls[r], rtype->size), all + starts[r] + offset,
+               (size_t)counts[r * size + me]);
     }
     free(all);
-    free(packed);
+    free(totals);
     free(counts);
     return MPI_SUCCESS;
 }
