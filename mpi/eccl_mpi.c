@@ -790,37 +790,6 @@ int MPI_Allgatherv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, vo
     return MPI_SUCCESS;
 }
 
-/* Reduce-scatter in blocks of n elements. */
-static void reduce_scatter_block(const char *call, const struct comm_view *v, const void *sendbuf,
-                                 void *recvbuf, size_t n, const struct mpi_type *type, eccl_op eop)
-{
-    size_t block = mul_size(call, n, type->size);
-
-    check_buffer(call, "recvbuf", recvbuf, block);
-    if (sendbuf != MPI_IN_PLACE)
-        check_buffer(call, "sendbuf", sendbuf, mul_size(call, block, (size_t)v->size));
-    if (v->ecomm == NULL) {
-        if (sendbuf != MPI_IN_PLACE && block != 0)
-            memcpy(recvbuf, sendbuf, block);
-        return;
-    }
-    if (n == 0)
-        return;
-    if (sendbuf != MPI_IN_PLACE) {
-        check_coll(call, "eccl_reduce_scatter",
-                   eccl_reduce_scatter(v->ecomm, sendbuf, recvbuf, n, type->dtype, eop,
-                                       take_tag(v), NULL));
-        return;
-    }
-    /* MPI in place: the input fills recvbuf and the result goes to its
-     * front; eccl's in-place result lands at this rank's block. */
-    check_coll(call, "eccl_reduce_scatter",
-               eccl_reduce_scatter(v->ecomm, recvbuf, (char *)recvbuf + (size_t)v->rank * block, n,
-                                   type->dtype, eop, take_tag(v), NULL));
-    if (v->rank != 0)
-        memmove(recvbuf, (char *)recvbuf + (size_t)v->rank * block, block);
-}
-
 int MPI_Reduce_scatter_block(const void *sendbuf, void *recvbuf, int recvcount,
                              MPI_Datatype datatype, MPI_Op op, MPI_Comm comm)
 {
@@ -828,9 +797,27 @@ int MPI_Reduce_scatter_block(const void *sendbuf, void *recvbuf, int recvcount,
     struct comm_view v = view_of(call, comm);
     const struct mpi_type *type = type_of(call, datatype);
     eccl_op eop = reduction_of(call, op, type);
+    size_t n = count_of(call, "recvcount", recvcount), block = mul_size(call, n, type->size);
+    char *result;
 
-    reduce_scatter_block(call, &v, sendbuf, recvbuf, count_of(call, "recvcount", recvcount), type,
-                         eop);
+    check_buffer(call, "recvbuf", recvbuf, block);
+    if (sendbuf != MPI_IN_PLACE)
+        check_buffer(call, "sendbuf", sendbuf, mul_size(call, block, (size_t)v.size));
+    if (v.ecomm == NULL) {
+        if (sendbuf != MPI_IN_PLACE && block != 0)
+            memcpy(recvbuf, sendbuf, block);
+        return MPI_SUCCESS;
+    }
+    if (n == 0)
+        return MPI_SUCCESS;
+    /* MPI in place: the blocks fill recvbuf and the result goes to its
+     * front; eccl's in-place result lands where this rank's block was. */
+    result = sendbuf == MPI_IN_PLACE ? (char *)recvbuf + (size_t)v.rank * block : recvbuf;
+    check_coll(call, "eccl_reduce_scatter",
+               eccl_reduce_scatter(v.ecomm, sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf, result, n,
+                                   type->dtype, eop, take_tag(&v), NULL));
+    if (result != recvbuf)
+        memmove(recvbuf, result, block);
     return MPI_SUCCESS;
 }
 
