@@ -4,10 +4,11 @@
  *
  *   send        rank 0 calls MPI_Send (eccl has no point-to-point): it
  *               must end the job loudly
- *   badop       MPI_Allreduce with MPI_BAND, an op eccl does not have
+ *   badop       rank 0 calls MPI_Allreduce with MPI_BAND, an op eccl
+ *               does not have
  *   abort       rank 1 calls MPI_Abort(MPI_COMM_WORLD, 3)
  *   kill        the last rank dies of SIGKILL
- *               (in these three the other ranks wait outside any MPI call,
+ *               (in these four the other ranks wait outside any MPI call,
  *               so that the one failure is the job's only one: eccl-run's
  *               status is its status)
  *   vanish      the last rank leaves with status 0 (_exit: not even
@@ -70,7 +71,11 @@ int main(int argc, char **argv)
         }
         sleep_for_a_while();
     } else if (strcmp(mode, "badop") == 0) {
-        MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_INT, MPI_BAND, MPI_COMM_WORLD);
+        if (rank == 0) {
+            let_others_settle();
+            MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_INT, MPI_BAND, MPI_COMM_WORLD);
+        }
+        sleep_for_a_while();
     } else if (strcmp(mode, "abort") == 0) {
         if (rank == 1) {
             let_others_settle();
