@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "coll/ring_allreduce.h"
+#include "quant/quant.h"
 
 static uint32_t mod_n(const eccl_ring_pass *p, int64_t x)
 {
@@ -105,6 +106,18 @@ void eccl_ring_pass_init(eccl_ring_pass *p, const eccl_coll_call *call, uint8_t 
 }
 
 static uint32_t total(const eccl_ring_pass *p) { return p->nsteps * p->nslices; }
+
+/* One slot per slice we send: a record and a code per value. */
+static size_t qslot_bytes(const eccl_ring_pass *p) { return ECCL_QUANT_META_BYTES + p->slice / p->esize; }
+
+size_t eccl_ring_pass_quant_bytes(const eccl_ring_pass *p) { return (size_t)total(p) * qslot_bytes(p); }
+size_t eccl_ring_pass_qstage_bytes(const eccl_ring_pass *p) { return qslot_bytes(p); }
+
+void eccl_ring_pass_set_quant(eccl_ring_pass *p, uint8_t *img, uint8_t *stage)
+{
+    p->qimg = img;
+    p->qstage = stage;
+}
 
 /* Block sent (recv 0) or received (recv 1) at step g. */
 static uint32_t step_block(const eccl_ring_pass *p, uint32_t g, int recv)
@@ -231,9 +244,23 @@ static eccl_result pass_pump(void *op, eccl_chan *link[ECCL_ROLE_COUNT])
                             .phase = phase_of(p->call.kind),
                             .step = (uint16_t)(p->send_i / p->nslices), .offset = off,
                             .len = (uint32_t)len};
-        eccl_result rc = eccl_chan_send_data(next, &w, send_src(p, off), &p->inflight);
+        const uint8_t *src = send_src(p, off);
+        if (p->call.quant != ECCL_QUANT_NONE) {
+            /* Our partial, quantised as it leaves; raw if the quantiser
+             * refuses it. The slot stays ours until the frame is written. */
+            uint8_t *slot = p->qimg + (size_t)p->send_i * qslot_bytes(p);
+            eccl_quant_meta m;
+            if (eccl_quant_quantize(p->call.quant, p->call.dtype, src, len / p->esize,
+                                    slot + ECCL_QUANT_META_BYTES, &m) == ECCL_OK &&
+                eccl_wire_qdata_encode(&m, slot) == ECCL_OK) {
+                src = slot;
+                w.flags = ECCL_WIRE_DATA_QUANT;
+                w.len = (uint32_t)(ECCL_QUANT_META_BYTES + len / p->esize);
+            }
+        }
+        eccl_result rc = eccl_chan_send_data(next, &w, src, &p->inflight);
         if (rc != ECCL_OK) return rc;
-        p->tx_bytes += len;
+        p->tx_bytes += w.len;
         p->send_i++;
         settle(p, &p->send_i, 0);
     }
@@ -263,10 +290,15 @@ static eccl_result pass_recv(void *op, int role, const eccl_wire_data *w, void *
     }
     if (!p->recvs || p->recv_i >= total(p)) return ECCL_ERR_PROTOCOL;
     size_t len, off = slice_at(p, p->recv_i, 1, &len);
-    if (w->phase != phase_of(p->call.kind) || w->flags != 0 ||
-        w->step != (uint16_t)(p->recv_i / p->nslices) || w->offset != off || w->len != len)
+    /* A quantised call takes quantised or raw slices; a plain one only raw. */
+    int q = w->flags == ECCL_WIRE_DATA_QUANT && p->call.quant != ECCL_QUANT_NONE;
+    if (w->phase != phase_of(p->call.kind) || (w->flags != 0 && !q) ||
+        w->step != (uint16_t)(p->recv_i / p->nslices) || w->offset != off ||
+        w->len != (q ? ECCL_QUANT_META_BYTES + len / p->esize : len))
         return ECCL_ERR_PROTOCOL;
-    if (reduces(p)) {
+    if (q) {
+        *dst = p->qstage; /* dequantised in recv_done */
+    } else if (reduces(p)) {
         *dst = p->scratch + off;
     } else {
         save_slice(p, p->recv_i, off, len); /* before the first byte lands */
@@ -287,13 +319,25 @@ static eccl_result pass_recv_done(void *op, int role, const eccl_wire_data *w)
     if (reduces(p)) {
         const eccl_dev_ops *dev = p->call.env->dev;
         void *ctx = p->call.env->dev_ctx;
-        size_t off = w->offset, n = w->len / p->esize;
+        size_t off = w->offset, len, n;
+        slice_at(p, p->recv_i, 1, &len);
+        n = len / p->esize;
+        if (w->flags & ECCL_WIRE_DATA_QUANT) {
+            /* Checked against the call before any value is written: a peer
+             * with other options is a protocol error. */
+            eccl_quant_meta m;
+            const uint8_t *codes;
+            if (eccl_wire_qdata_decode(p->qstage, w->len, &m, &codes) != ECCL_OK ||
+                m.type != (uint8_t)p->call.quant || m.dtype != (uint8_t)p->call.dtype || m.count != n ||
+                eccl_quant_dequantize(&m, codes, n, p->scratch + off) != ECCL_OK)
+                return ECCL_ERR_PROTOCOL;
+        }
         /* The partial from upstream op our own data: the ring's order. */
         dev->reduce(ctx, p->scratch + off, p->call.sendbuf + off, n, p->call.dtype, p->call.op);
         if (writes_output(p, p->recv_i)) {
             uint8_t *out = p->call.recvbuf + output_at(p, off);
-            save_slice(p, p->recv_i, off, w->len);
-            copy(p, out, p->scratch + off, w->len);
+            save_slice(p, p->recv_i, off, len);
+            copy(p, out, p->scratch + off, len);
             if (p->call.op == ECCL_AVG) dev->scale_div(ctx, out, n, p->call.dtype, p->call.nranks);
         } else {
             p->saved_i = p->recv_i + 1;

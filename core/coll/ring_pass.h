@@ -32,6 +32,13 @@
  * survivor has its output" never contradicts a rank that returned. A rank
  * with no output (a reduce off the root) has it once its part is sent.
  *
+ * Quantised reduce-scatter (call->quant; the all-reduce's codes,
+ * coll/ring_allreduce.h): every partial leaves as a quantised DATA frame
+ * (24-byte record + one code per value), quantised by its sender, and the
+ * receiver dequantises it before adding its own data; a slice the
+ * quantiser refuses (NaN, infinity) travels raw. Nothing is replicated, so
+ * no owner re-quantises: each value carries one rounding per hop.
+ *
  * Failure: every byte of recvbuf is backed up right before it is first
  * written, so restore puts back exactly what the op changed; sendbuf is
  * never written (in place, the only block of it that is recvbuf is written
@@ -62,6 +69,8 @@ typedef struct eccl_ring_pass {
     int own_saved;         /* the output range of our own copy was backed up */
     int own_done;          /* our own copy into recvbuf was made */
     uint8_t *scratch;      /* reduce kinds: partials land here */
+    uint8_t *qimg;         /* quantised: each sent slice's record and codes, slot by slot */
+    uint8_t *qstage;       /* quantised: the frame being received */
     uint8_t *backup;       /* recvbuf as it was, range by range */
     uint32_t inflight;     /* our frames the socket has not taken yet */
     uint32_t done_sent, done_recv;
@@ -73,6 +82,12 @@ typedef struct eccl_ring_pass {
 size_t eccl_ring_pass_scratch_bytes(const eccl_coll_call *call);
 /* Bytes of recvbuf this rank writes, which backup must hold (0: none). */
 size_t eccl_ring_pass_output_bytes(const eccl_coll_call *call);
+
+/* Quantised calls: bytes of the codes image and of the receive stage,
+ * handed over with eccl_ring_pass_set_quant after init. */
+size_t eccl_ring_pass_quant_bytes(const eccl_ring_pass *p);
+size_t eccl_ring_pass_qstage_bytes(const eccl_ring_pass *p);
+void eccl_ring_pass_set_quant(eccl_ring_pass *p, uint8_t *img, uint8_t *stage);
 
 /* Plans `call` (a copy is kept) for call->rank of call->nranks (>= 2). */
 void eccl_ring_pass_init(eccl_ring_pass *p, const eccl_coll_call *call, uint8_t *scratch,
