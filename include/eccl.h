@@ -166,11 +166,11 @@ void eccl_comm_destroy(eccl_comm *comm);
 
 /* How a collective ran (the library picks per call). */
 typedef enum eccl_algorithm {
-    ECCL_ALGO_RING = 0, /* all-reduce: two counter-rotating rings (two ranks:
-                           one swap); all-gather, reduce-scatter: one ring */
+    ECCL_ALGO_RING = 0, /* two counter-rotating rings (small calls: one ring;
+                           an all-reduce of two ranks: one swap) */
     ECCL_ALGO_TREE = 1, /* binary tree, log depth: small buffers, 3+ ranks */
-    ECCL_ALGO_CHAIN = 2 /* broadcast, reduce: a pipelined chain along the ring
-                           from (or to) the root */
+    ECCL_ALGO_CHAIN = 2 /* broadcast, reduce: pipelined chains along the ring
+                           from (or to) the root, both ways round */
 } eccl_algorithm;
 
 /* What one collective call did (any collective, not only all-reduce). */
