@@ -315,12 +315,12 @@ typedef struct sim {
     int tokens_seen;
 } sim;
 
-static size_t round_up(size_t x) { return x + GUARD * 2; }
+static size_t with_guards(size_t x) { return x + GUARD * 2; }
 
 /* One region: `len` bytes the call sees, guards on both sides. */
 static uint8_t *region(size_t len, uint8_t **reg, size_t *reg_len, uint8_t guard)
 {
-    *reg_len = round_up(len);
+    *reg_len = with_guards(len);
     *reg = malloc(*reg_len);
     assert_non_null(*reg);
     memset(*reg, guard, *reg_len);
