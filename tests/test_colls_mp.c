@@ -512,10 +512,14 @@ static int args_body(eccl_comm *c, int index, void *argp)
     CL_OK(eccl_allgather(c, buf, out, 0, ECCL_F32, 4, &info));
     CL_CHECK(info.world_size == 3 && info.tx_bytes == 0, "count 0: world %u tx %llu", info.world_size,
              (unsigned long long)info.tx_bytes);
-    /* A tag in flight is refused, whatever the collective. */
+    /* A tag in flight is refused, whatever the collective. Rank 0 calls
+     * late, so nobody else's call can have finished by then. */
+    if (rank == 0) cluster_sleep_ms(300);
     CL_OK(eccl_allgather_async(c, buf, out, 64, ECCL_F32, 5, &req));
-    CL_EXPECT_RC(eccl_broadcast(c, buf, out, 4, ECCL_F32, 0, 5, NULL), ECCL_ERR_BUSY);
-    CL_EXPECT_RC(eccl_barrier(c, 5), ECCL_ERR_BUSY);
+    if (rank != 0) {
+        CL_EXPECT_RC(eccl_broadcast(c, buf, out, 4, ECCL_F32, 0, 5, NULL), ECCL_ERR_BUSY);
+        CL_EXPECT_RC(eccl_barrier(c, 5), ECCL_ERR_BUSY);
+    }
     CL_OK(eccl_wait(req, NULL));
     CL_OK(eccl_barrier(c, 6));
     return 0;

@@ -804,16 +804,14 @@ static int dfault_body(eccl_comm *c, int index, void *argp)
     atomic_store(&sh->slot[index].val[DV_ENTERED], 1);
     eccl_result rc = dcall_issue(c, &a, m.in, m.out);
     CL_CHECK((int)rank != f->victim_rank, "the victim survived its failpoint");
-    if (rc == ECCL_OK) {
-        /* Entered only after the view change (a loaded machine): the call
-         * ran on the survivors from the start. The parent checks that
-         * someone saw the loss. */
-        CL_CHECK(n == (uint32_t)f->n - 1, "%s succeeded at world %u with a peer killed", dkind_names[f->kind], n);
-    } else {
+    if (rc != ECCL_OK) {
         CL_CHECK(rc == ECCL_ERR_PEER_LOST, "%s on device buffers with a peer killed mid-call: %s, want PEER_LOST",
                  dkind_names[f->kind], eccl_strerror(rc));
         atomic_store(&sh->slot[index].val[DV_LOST], 1);
     }
+    /* ECCL_OK: the loss came after every survivor had its output (the
+     * master committed the call), which dcall_check verifies for the world
+     * the call ran in; the parent checks that someone saw the loss. */
     if (dcall_check(&a, &m, rc)) return 1;
     dmem_free(&m);
     if (rc == ECCL_OK) return 0;
@@ -878,7 +876,9 @@ static void test_colls_device_kill_reduce_scatter(void **state)
 
 static void test_colls_device_kill_broadcast(void **state)
 {
-    dfault_arg f = {D_BROADCAST, 3, 2000000, 1, 0}; /* root 0 -> 1 (dies) -> 2 */
+    /* 16 MB: each chain's half is more than a link queues at once, so the
+     * victim cannot pass all of ring 0's half on before it dies. */
+    dfault_arg f = {D_BROADCAST, 3, 4000000, 1, 0}; /* root 0 -> 1 (dies) -> 2, and 0 -> 2 -> 1 */
     run_dfault(*state, &f);
 }
 
