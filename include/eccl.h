@@ -166,11 +166,11 @@ void eccl_comm_destroy(eccl_comm *comm);
 
 /* How a collective ran (the library picks per call). */
 typedef enum eccl_algorithm {
-    ECCL_ALGO_RING = 0, /* all-reduce: two counter-rotating rings (two ranks:
-                           one swap); all-gather, reduce-scatter: one ring */
+    ECCL_ALGO_RING = 0, /* two counter-rotating rings (small calls: one ring;
+                           an all-reduce of two ranks: one swap) */
     ECCL_ALGO_TREE = 1, /* binary tree, log depth: small buffers, 3+ ranks */
-    ECCL_ALGO_CHAIN = 2 /* broadcast, reduce: a pipelined chain along the ring
-                           from (or to) the root */
+    ECCL_ALGO_CHAIN = 2 /* broadcast, reduce: pipelined chains along the ring
+                           from (or to) the root, both ways round */
 } eccl_algorithm;
 
 /* What one collective call did (any collective, not only all-reduce). */
@@ -334,6 +334,19 @@ eccl_result eccl_reduce_scatter(eccl_comm *comm, const void *sendbuf, void *recv
 eccl_result eccl_reduce_scatter_async(eccl_comm *comm, const void *sendbuf, void *recvbuf,
                                       size_t recvcount, eccl_dtype dtype, eccl_op op,
                                       uint64_t tag, eccl_request **req);
+/* With all-reduce's options (opts NULL: the defaults): opts->stream orders a
+ * device call, and opts->quant sends every partial as 8-bit codes, as the
+ * quantised all-reduce's reduce-scatter does (same types, ops and limits;
+ * each value carries one rounding per hop, at most about half a code step
+ * of its slice's range each; nothing is replicated, so there is no final
+ * rounding). */
+eccl_result eccl_reduce_scatter_ex(eccl_comm *comm, const void *sendbuf, void *recvbuf,
+                                   size_t recvcount, eccl_dtype dtype, eccl_op op, uint64_t tag,
+                                   const eccl_allreduce_opts *opts, eccl_reduce_info *info);
+eccl_result eccl_reduce_scatter_ex_async(eccl_comm *comm, const void *sendbuf, void *recvbuf,
+                                         size_t recvcount, eccl_dtype dtype, eccl_op op,
+                                         uint64_t tag, const eccl_allreduce_opts *opts,
+                                         eccl_request **req);
 
 /* The v layouts (MPI's Allgatherv, Reduce_scatter): block r has
  * recvcounts[r] elements (world entries, the same on every rank). The

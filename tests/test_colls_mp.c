@@ -395,6 +395,93 @@ static void run_v(cluster *cl, int n)
 static void test_v_n3(void **state) { run_v(*state, 3); }
 static void test_v_n5(void **state) { run_v(*state, 5); }
 
+/* ---- quantised reduce-scatter -------------------------------------------------- */
+
+#define Q_COUNT 300000 /* elements per block: several 1 MiB slices of f32 */
+
+static int quant_body(eccl_comm *c, int index, void *argp)
+{
+    (void)index, (void)argp;
+    int64_t rank64, n64;
+    CL_OK(eccl_comm_get_attr(c, ECCL_ATTR_RANK, &rank64));
+    CL_OK(eccl_comm_get_attr(c, ECCL_ATTR_WORLD_SIZE, &n64));
+    uint32_t rank = (uint32_t)rank64, n = (uint32_t)n64;
+    size_t total = (size_t)n * Q_COUNT;
+    float *send = malloc(total * sizeof *send), *recv = malloc(Q_COUNT * sizeof *recv), *other = malloc(total * 4);
+    double *exact = calloc(Q_COUNT, sizeof *exact);
+    CL_CHECK(send && recv && other && exact, "oom");
+    const eccl_op ops[2] = {ECCL_SUM, ECCL_AVG};
+    for (int oi = 0; oi < 2; oi++) {
+        uint64_t tag = 700 + (uint64_t)oi;
+        memset(exact, 0, Q_COUNT * sizeof *exact);
+        for (uint32_t r = 0; r < n; r++) {
+            cluster_fill(other, ECCL_F32, total, (int)r, tag, CL_PAT_RANDOM);
+            /* One value of rank 0's block 1 is NaN: its slice travels raw. */
+            if (r == 0) other[Q_COUNT + 5] = __builtin_nanf("");
+            for (size_t i = 0; i < Q_COUNT; i++) exact[i] += other[(size_t)rank * Q_COUNT + i];
+            if (r == rank) memcpy(send, other, total * sizeof *send);
+        }
+        eccl_allreduce_opts o;
+        eccl_allreduce_opts_init(&o);
+        o.quant = ECCL_QUANT_MINMAX_U8;
+        eccl_reduce_info info;
+        eccl_result rc = eccl_reduce_scatter_ex(c, send, recv, Q_COUNT, ECCL_F32, ops[oi], tag, &o, &info);
+        CL_CHECK(rc == ECCL_OK, "quantised reduce-scatter %s: %s", eccl_op_name(ops[oi]), eccl_strerror(rc));
+        /* About a quarter of the plain path's bytes (codes plus records);
+         * rank 0 adds its NaN to block 1 and sends that slice (at most
+         * 1 MiB) raw instead. */
+        uint64_t plain = (uint64_t)(n - 1) * Q_COUNT * sizeof(float);
+        uint64_t raw = rank == 0 ? 1u << 20 : 0;
+        CL_CHECK(info.tx_bytes < plain * 3 / 10 + raw && info.tx_bytes > plain / 5,
+                 "%s: tx %llu bytes, plain %llu", eccl_op_name(ops[oi]), (unsigned long long)info.tx_bytes,
+                 (unsigned long long)plain);
+        /* Each hop rounds the partial by at most half a code step of its
+         * slice's range: |partial of k values| < 4k, so 8k / 510 per hop. */
+        double bound = 0, worst = 0;
+        for (uint32_t k = 1; k < n; k++) bound += 8.0 * k / 510.0;
+        bound += 1e-4 * n;
+        for (size_t i = 0; i < Q_COUNT; i++) {
+            double want = ops[oi] == ECCL_AVG ? exact[i] / n : exact[i];
+            double b = ops[oi] == ECCL_AVG ? bound / n : bound;
+            if (rank == 1 && i == 5) {
+                CL_CHECK(recv[i] != recv[i], "the NaN did not propagate: %g", (double)recv[i]);
+                continue;
+            }
+            double err = recv[i] > want ? recv[i] - want : want - recv[i];
+            if (err > worst) worst = err;
+            CL_CHECK(err <= b, "%s [%zu] = %.7g, want %.7g (error %.3g > bound %.3g)", eccl_op_name(ops[oi]), i,
+                     (double)recv[i], want, err, b);
+        }
+        CL_CHECK(worst > 0, "no rounding at all: were the partials quantised?");
+    }
+    /* What quantisation cannot take. */
+    eccl_allreduce_opts o;
+    eccl_allreduce_opts_init(&o);
+    o.quant = ECCL_QUANT_AFFINE_U8;
+    CL_EXPECT_RC(eccl_reduce_scatter_ex(c, send, recv, 4, ECCL_I32, ECCL_SUM, 9, &o, NULL), ECCL_ERR_INVALID_ARG);
+    CL_EXPECT_RC(eccl_reduce_scatter_ex(c, send, recv, 4, ECCL_F64, ECCL_SUM, 9, &o, NULL), ECCL_ERR_UNSUPPORTED);
+    CL_EXPECT_RC(eccl_reduce_scatter_ex(c, send, recv, 4, ECCL_F32, ECCL_MAX, 9, &o, NULL), ECCL_ERR_INVALID_ARG);
+    /* AFFINE, asynchronous, on bf16: runs too. */
+    eccl_request *req;
+    cluster_fill(send, ECCL_BF16, total, (int)rank, 10, CL_PAT_SMALL);
+    CL_OK(eccl_reduce_scatter_ex_async(c, send, recv, Q_COUNT, ECCL_BF16, ECCL_SUM, 10, &o, &req));
+    CL_OK(eccl_wait(req, NULL));
+    free(send);
+    free(recv);
+    free(other);
+    free(exact);
+    return 0;
+}
+
+static void test_quant_reduce_scatter_n4(void **state)
+{
+    cluster *cl = *state;
+    assert_int_equal(cluster_init(cl, NULL), 0);
+    assert_int_equal(cluster_spawn_n(cl, 4, quant_body, NULL), 0);
+    assert_int_equal(cluster_wait_all(cl, 120000), 0);
+    cluster_fini(cl);
+}
+
 /* ---- count 0, and the argument checks ------------------------------------ */
 
 static int args_body(eccl_comm *c, int index, void *argp)
@@ -425,10 +512,14 @@ static int args_body(eccl_comm *c, int index, void *argp)
     CL_OK(eccl_allgather(c, buf, out, 0, ECCL_F32, 4, &info));
     CL_CHECK(info.world_size == 3 && info.tx_bytes == 0, "count 0: world %u tx %llu", info.world_size,
              (unsigned long long)info.tx_bytes);
-    /* A tag in flight is refused, whatever the collective. */
+    /* A tag in flight is refused, whatever the collective. Rank 0 calls
+     * late, so nobody else's call can have finished by then. */
+    if (rank == 0) cluster_sleep_ms(300);
     CL_OK(eccl_allgather_async(c, buf, out, 64, ECCL_F32, 5, &req));
-    CL_EXPECT_RC(eccl_broadcast(c, buf, out, 4, ECCL_F32, 0, 5, NULL), ECCL_ERR_BUSY);
-    CL_EXPECT_RC(eccl_barrier(c, 5), ECCL_ERR_BUSY);
+    if (rank != 0) {
+        CL_EXPECT_RC(eccl_broadcast(c, buf, out, 4, ECCL_F32, 0, 5, NULL), ECCL_ERR_BUSY);
+        CL_EXPECT_RC(eccl_barrier(c, 5), ECCL_ERR_BUSY);
+    }
     CL_OK(eccl_wait(req, NULL));
     CL_OK(eccl_barrier(c, 6));
     return 0;
@@ -692,6 +783,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_matrix_n4_large, cluster_test_setup, cluster_test_teardown),
         cmocka_unit_test_setup_teardown(test_v_n3, cluster_test_setup, cluster_test_teardown),
         cmocka_unit_test_setup_teardown(test_v_n5, cluster_test_setup, cluster_test_teardown),
+        cmocka_unit_test_setup_teardown(test_quant_reduce_scatter_n4, cluster_test_setup, cluster_test_teardown),
         cmocka_unit_test_setup_teardown(test_args_n3, cluster_test_setup, cluster_test_teardown),
         cmocka_unit_test_setup_teardown(test_barrier_n4, cluster_test_setup, cluster_test_teardown),
         cmocka_unit_test_setup_teardown(test_orders_n4, cluster_test_setup, cluster_test_teardown),

@@ -1,5 +1,12 @@
 /* All-gather, reduce-scatter, broadcast and reduce as one pipelined pass
- * along ring 0 (from prev, to next): a resumable state machine.
+ * around the ring: a resumable state machine.
+ *
+ * Two directions: from ECCL_RING_TWO_RINGS_MIN_BYTES of blocks on, each
+ * block is split in halves and the first half travels ring 0 (prev to
+ * next), the second ring 1 (next to prev), each exactly as below with
+ * positions numbered along its own direction, so both directions of every
+ * link carry data at once (the broadcast's two chains leave the root both
+ * ways; the reduce's meet at the root). Smaller calls use ring 0 alone.
  *
  * The work is cut into blocks of B = count elements (one per rank for the
  * all-gather and the reduce-scatter, one in all for the chains), each
@@ -32,6 +39,13 @@
  * survivor has its output" never contradicts a rank that returned. A rank
  * with no output (a reduce off the root) has it once its part is sent.
  *
+ * Quantised reduce-scatter (call->quant; the all-reduce's codes,
+ * coll/ring_allreduce.h): every partial leaves as a quantised DATA frame
+ * (24-byte record + one code per value), quantised by its sender, and the
+ * receiver dequantises it before adding its own data; a slice the
+ * quantiser refuses (NaN, infinity) travels raw. Nothing is replicated, so
+ * no owner re-quantises: each value carries one rounding per hop.
+ *
  * Failure: every byte of recvbuf is backed up right before it is first
  * written, so restore puts back exactly what the op changed; sendbuf is
  * never written (in place, the only block of it that is recvbuf is written
@@ -48,20 +62,29 @@
 /* Slices this big: enough to amortise a frame, small enough to pipeline. */
 #define ECCL_RING_PASS_SLICE_BYTES (1u << 20)
 
+/* One direction's progress. */
+typedef struct eccl_ring_pass_dir {
+    uint32_t pos;          /* my position along this ring's send direction */
+    uint32_t dist;         /* chains: this rank's distance from the chain's start */
+    int sends, recvs;      /* chains: the last rank sends nothing, the first receives nothing */
+    uint32_t nslices;      /* slots per step: the largest block's share; 0: none */
+    uint32_t send_i, recv_i; /* next slot to send / receive: step * nslices + slice */
+    uint32_t saved_i;      /* received slots whose output range was backed up */
+} eccl_ring_pass_dir;
+
 typedef struct eccl_ring_pass {
     eccl_coll_call call;
     size_t esize;
     size_t block;          /* bytes of the largest block */
     size_t slice;          /* bytes per slice (a multiple of esize) */
-    uint32_t nslices;      /* per block; 0 for an empty block */
     uint32_t nsteps;
-    uint32_t dist;         /* chains: this rank's distance from the chain's start */
-    int sends, recvs;      /* chains: the last rank sends nothing, the first receives nothing */
-    uint32_t send_i, recv_i; /* next slice to send / receive: step * nslices + slice */
-    uint32_t saved_i;      /* received slices whose output range was backed up */
+    uint32_t nrings;       /* 1, or 2: each block's halves go both ways */
+    eccl_ring_pass_dir dir[2];
     int own_saved;         /* the output range of our own copy was backed up */
     int own_done;          /* our own copy into recvbuf was made */
     uint8_t *scratch;      /* reduce kinds: partials land here */
+    uint8_t *qimg;         /* quantised: each sent slice's record and codes, slot by slot */
+    uint8_t *qstage[2];    /* quantised: the frame being received, per direction */
     uint8_t *backup;       /* recvbuf as it was, range by range */
     uint32_t inflight;     /* our frames the socket has not taken yet */
     uint32_t done_sent, done_recv;
@@ -73,6 +96,12 @@ typedef struct eccl_ring_pass {
 size_t eccl_ring_pass_scratch_bytes(const eccl_coll_call *call);
 /* Bytes of recvbuf this rank writes, which backup must hold (0: none). */
 size_t eccl_ring_pass_output_bytes(const eccl_coll_call *call);
+
+/* Quantised calls: bytes of the codes image and of the receive stage (both
+ * directions'), handed over with eccl_ring_pass_set_quant after init. */
+size_t eccl_ring_pass_quant_bytes(const eccl_ring_pass *p);
+size_t eccl_ring_pass_qstage_bytes(const eccl_ring_pass *p);
+void eccl_ring_pass_set_quant(eccl_ring_pass *p, uint8_t *img, uint8_t *stage);
 
 /* Plans `call` (a copy is kept) for call->rank of call->nranks (>= 2). */
 void eccl_ring_pass_init(eccl_ring_pass *p, const eccl_coll_call *call, uint8_t *scratch,

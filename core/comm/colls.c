@@ -59,6 +59,22 @@ static eccl_result coll_submit(eccl_comm *c, const eccl_coll_call *call, uint32_
 #define OPTS_HAS(o, field) \
     ((o) != NULL && (o)->size >= offsetof(eccl_allreduce_opts, field) + sizeof(o)->field)
 
+/* The quantisation an options struct asks for, if the call can take it. */
+static eccl_result quant_check(const eccl_comm *c, const eccl_allreduce_opts *opts, eccl_dtype dtype, eccl_op op,
+                               eccl_quant_type *quant)
+{
+    if (opts && !OPTS_HAS(opts, quant)) return ECCL_ERR_INVALID_ARG;
+    *quant = OPTS_HAS(opts, quant) ? opts->quant : ECCL_QUANT_NONE;
+    if (*quant == ECCL_QUANT_NONE) return ECCL_OK;
+    if (*quant != ECCL_QUANT_MINMAX_U8 && *quant != ECCL_QUANT_AFFINE_U8) return ECCL_ERR_INVALID_ARG;
+    if (op != ECCL_SUM && op != ECCL_AVG) return ECCL_ERR_INVALID_ARG;
+    if (dtype == ECCL_F64) return ECCL_ERR_UNSUPPORTED;
+    if (dtype != ECCL_F32 && dtype != ECCL_F16 && dtype != ECCL_BF16) return ECCL_ERR_INVALID_ARG;
+    /* The quantiser reads and writes tensor bytes itself: phantom memory
+     * has none (its staging would be phantom too). */
+    return eccl_dev_has_phantom(c->env) ? ECCL_ERR_UNSUPPORTED : ECCL_OK;
+}
+
 /* Mutex held. `kick`: wake the background poller so it takes the new op
  * into account; a blocking call that drives progress itself skips that. */
 static eccl_result allreduce_submit(eccl_comm *c, const void *sendbuf, void *recvbuf,
@@ -68,17 +84,9 @@ static eccl_result allreduce_submit(eccl_comm *c, const void *sendbuf, void *rec
 {
     if ((unsigned)dtype >= ECCL_DTYPE_COUNT || (unsigned)op >= ECCL_OP_COUNT)
         return ECCL_ERR_INVALID_ARG;
-    if (opts && !OPTS_HAS(opts, quant)) return ECCL_ERR_INVALID_ARG;
-    eccl_quant_type quant = OPTS_HAS(opts, quant) ? opts->quant : ECCL_QUANT_NONE;
-    if (quant != ECCL_QUANT_NONE) {
-        if (quant != ECCL_QUANT_MINMAX_U8 && quant != ECCL_QUANT_AFFINE_U8) return ECCL_ERR_INVALID_ARG;
-        if (op != ECCL_SUM && op != ECCL_AVG) return ECCL_ERR_INVALID_ARG;
-        if (dtype == ECCL_F64) return ECCL_ERR_UNSUPPORTED;
-        if (dtype != ECCL_F32 && dtype != ECCL_F16 && dtype != ECCL_BF16) return ECCL_ERR_INVALID_ARG;
-        /* The quantiser reads and writes tensor bytes itself: phantom
-         * memory has none (its staging would be phantom too). */
-        if (eccl_dev_has_phantom(c->env)) return ECCL_ERR_UNSUPPORTED;
-    }
+    eccl_quant_type quant;
+    eccl_result rc = quant_check(c, opts, dtype, op, &quant);
+    if (rc != ECCL_OK) return rc;
     if (count && (!sendbuf || !recvbuf)) return ECCL_ERR_INVALID_ARG;
     if (count > SIZE_MAX / 16 / eccl_dtype_size(dtype)) return ECCL_ERR_INVALID_ARG;
     eccl_coll_call call = {.kind = ECCL_COLL_ALLREDUCE, .tag = tag, .sendbuf = sendbuf,
@@ -298,7 +306,7 @@ static eccl_result v_layout(eccl_coll_call *call, const size_t *counts, const si
 /* One layout-bound call, blocking (req NULL: info gets what it did) or
  * not (*req gets the request); counts and displs: a v layout, or NULL. */
 static eccl_result coll_call(eccl_comm *c, eccl_coll_call call, const size_t *counts, const size_t *displs,
-                             eccl_reduce_info *info, eccl_request **req)
+                             void *stream, eccl_reduce_info *info, eccl_request **req)
 {
     if (!c) return ECCL_ERR_INVALID_ARG;
     eccl_engine_lock(&c->eng);
@@ -317,7 +325,7 @@ static eccl_result coll_call(eccl_comm *c, eccl_coll_call call, const size_t *co
     eccl_stage_layout lay = coll_layout(&call, world, rank);
     const void *in = call.sendbuf;
     void *out = call.recvbuf;
-    rc = call.count ? eccl_stage_begin_layout(&stage, c->env, &in, &out, &lay, NULL) : ECCL_OK;
+    rc = call.count ? eccl_stage_begin_layout(&stage, c->env, &in, &out, &lay, stream) : ECCL_OK;
     if (!call.count) memset(&stage, 0, sizeof stage);
     if (rc != ECCL_OK) {
         free(varr);
@@ -349,7 +357,7 @@ eccl_result eccl_allgather(eccl_comm *c, const void *sendbuf, void *recvbuf, siz
                            eccl_dtype dtype, uint64_t tag, eccl_reduce_info *info)
 {
     eccl_coll_call call = gather_call(sendbuf, recvbuf, sendcount, dtype, tag);
-    return coll_call(c, call, NULL, NULL, info, NULL);
+    return coll_call(c, call, NULL, NULL, NULL, info, NULL);
 }
 
 eccl_result eccl_allgather_async(eccl_comm *c, const void *sendbuf, void *recvbuf, size_t sendcount,
@@ -357,7 +365,7 @@ eccl_result eccl_allgather_async(eccl_comm *c, const void *sendbuf, void *recvbu
 {
     if (!req) return ECCL_ERR_INVALID_ARG;
     eccl_coll_call call = gather_call(sendbuf, recvbuf, sendcount, dtype, tag);
-    return coll_call(c, call, NULL, NULL, NULL, req);
+    return coll_call(c, call, NULL, NULL, NULL, NULL, req);
 }
 
 static eccl_coll_call reducing_call(eccl_coll_kind kind, const void *sendbuf, void *recvbuf,
@@ -373,7 +381,32 @@ eccl_result eccl_reduce_scatter(eccl_comm *c, const void *sendbuf, void *recvbuf
 {
     eccl_coll_call call =
         reducing_call(ECCL_COLL_REDUCE_SCATTER, sendbuf, recvbuf, recvcount, dtype, op, 0, tag);
-    return coll_call(c, call, NULL, NULL, info, NULL);
+    return coll_call(c, call, NULL, NULL, NULL, info, NULL);
+}
+
+/* Quantised or with a stream (opts NULL: eccl_reduce_scatter). */
+eccl_result eccl_reduce_scatter_ex(eccl_comm *c, const void *sendbuf, void *recvbuf, size_t recvcount,
+                                   eccl_dtype dtype, eccl_op op, uint64_t tag, const eccl_allreduce_opts *opts,
+                                   eccl_reduce_info *info)
+{
+    eccl_coll_call call =
+        reducing_call(ECCL_COLL_REDUCE_SCATTER, sendbuf, recvbuf, recvcount, dtype, op, 0, tag);
+    if (!c || (unsigned)dtype >= ECCL_DTYPE_COUNT) return ECCL_ERR_INVALID_ARG;
+    eccl_result rc = quant_check(c, opts, dtype, op, &call.quant);
+    if (rc != ECCL_OK) return rc;
+    return coll_call(c, call, NULL, NULL, OPTS_HAS(opts, stream) ? opts->stream : NULL, info, NULL);
+}
+
+eccl_result eccl_reduce_scatter_ex_async(eccl_comm *c, const void *sendbuf, void *recvbuf, size_t recvcount,
+                                         eccl_dtype dtype, eccl_op op, uint64_t tag,
+                                         const eccl_allreduce_opts *opts, eccl_request **req)
+{
+    eccl_coll_call call =
+        reducing_call(ECCL_COLL_REDUCE_SCATTER, sendbuf, recvbuf, recvcount, dtype, op, 0, tag);
+    if (!c || !req || (unsigned)dtype >= ECCL_DTYPE_COUNT) return ECCL_ERR_INVALID_ARG;
+    eccl_result rc = quant_check(c, opts, dtype, op, &call.quant);
+    if (rc != ECCL_OK) return rc;
+    return coll_call(c, call, NULL, NULL, OPTS_HAS(opts, stream) ? opts->stream : NULL, NULL, req);
 }
 
 eccl_result eccl_reduce_scatter_async(eccl_comm *c, const void *sendbuf, void *recvbuf,
@@ -383,7 +416,7 @@ eccl_result eccl_reduce_scatter_async(eccl_comm *c, const void *sendbuf, void *r
     if (!req) return ECCL_ERR_INVALID_ARG;
     eccl_coll_call call =
         reducing_call(ECCL_COLL_REDUCE_SCATTER, sendbuf, recvbuf, recvcount, dtype, op, 0, tag);
-    return coll_call(c, call, NULL, NULL, NULL, req);
+    return coll_call(c, call, NULL, NULL, NULL, NULL, req);
 }
 
 eccl_result eccl_broadcast(eccl_comm *c, const void *sendbuf, void *recvbuf, size_t count,
@@ -391,7 +424,7 @@ eccl_result eccl_broadcast(eccl_comm *c, const void *sendbuf, void *recvbuf, siz
 {
     eccl_coll_call call =
         reducing_call(ECCL_COLL_BROADCAST, sendbuf, recvbuf, count, dtype, ECCL_SUM, root, tag);
-    return coll_call(c, call, NULL, NULL, info, NULL);
+    return coll_call(c, call, NULL, NULL, NULL, info, NULL);
 }
 
 eccl_result eccl_broadcast_async(eccl_comm *c, const void *sendbuf, void *recvbuf, size_t count,
@@ -400,14 +433,14 @@ eccl_result eccl_broadcast_async(eccl_comm *c, const void *sendbuf, void *recvbu
     if (!req) return ECCL_ERR_INVALID_ARG;
     eccl_coll_call call =
         reducing_call(ECCL_COLL_BROADCAST, sendbuf, recvbuf, count, dtype, ECCL_SUM, root, tag);
-    return coll_call(c, call, NULL, NULL, NULL, req);
+    return coll_call(c, call, NULL, NULL, NULL, NULL, req);
 }
 
 eccl_result eccl_reduce(eccl_comm *c, const void *sendbuf, void *recvbuf, size_t count, eccl_dtype dtype,
                         eccl_op op, uint32_t root, uint64_t tag, eccl_reduce_info *info)
 {
     eccl_coll_call call = reducing_call(ECCL_COLL_REDUCE, sendbuf, recvbuf, count, dtype, op, root, tag);
-    return coll_call(c, call, NULL, NULL, info, NULL);
+    return coll_call(c, call, NULL, NULL, NULL, info, NULL);
 }
 
 eccl_result eccl_reduce_async(eccl_comm *c, const void *sendbuf, void *recvbuf, size_t count,
@@ -416,7 +449,7 @@ eccl_result eccl_reduce_async(eccl_comm *c, const void *sendbuf, void *recvbuf, 
 {
     if (!req) return ECCL_ERR_INVALID_ARG;
     eccl_coll_call call = reducing_call(ECCL_COLL_REDUCE, sendbuf, recvbuf, count, dtype, op, root, tag);
-    return coll_call(c, call, NULL, NULL, NULL, req);
+    return coll_call(c, call, NULL, NULL, NULL, NULL, req);
 }
 
 eccl_result eccl_allgatherv(eccl_comm *c, const void *sendbuf, void *recvbuf, const size_t *recvcounts,
@@ -424,7 +457,7 @@ eccl_result eccl_allgatherv(eccl_comm *c, const void *sendbuf, void *recvbuf, co
 {
     if (!recvcounts) return ECCL_ERR_INVALID_ARG;
     eccl_coll_call call = gather_call(sendbuf, recvbuf, 0, dtype, tag);
-    return coll_call(c, call, recvcounts, displs, info, NULL);
+    return coll_call(c, call, recvcounts, displs, NULL, info, NULL);
 }
 
 eccl_result eccl_allgatherv_async(eccl_comm *c, const void *sendbuf, void *recvbuf, const size_t *recvcounts,
@@ -432,7 +465,7 @@ eccl_result eccl_allgatherv_async(eccl_comm *c, const void *sendbuf, void *recvb
 {
     if (!req || !recvcounts) return ECCL_ERR_INVALID_ARG;
     eccl_coll_call call = gather_call(sendbuf, recvbuf, 0, dtype, tag);
-    return coll_call(c, call, recvcounts, displs, NULL, req);
+    return coll_call(c, call, recvcounts, displs, NULL, NULL, req);
 }
 
 eccl_result eccl_reduce_scatterv(eccl_comm *c, const void *sendbuf, void *recvbuf, const size_t *recvcounts,
@@ -440,7 +473,7 @@ eccl_result eccl_reduce_scatterv(eccl_comm *c, const void *sendbuf, void *recvbu
 {
     if (!recvcounts) return ECCL_ERR_INVALID_ARG;
     eccl_coll_call call = reducing_call(ECCL_COLL_REDUCE_SCATTER, sendbuf, recvbuf, 0, dtype, op, 0, tag);
-    return coll_call(c, call, recvcounts, NULL, info, NULL);
+    return coll_call(c, call, recvcounts, NULL, NULL, info, NULL);
 }
 
 eccl_result eccl_reduce_scatterv_async(eccl_comm *c, const void *sendbuf, void *recvbuf,
@@ -449,7 +482,7 @@ eccl_result eccl_reduce_scatterv_async(eccl_comm *c, const void *sendbuf, void *
 {
     if (!req || !recvcounts) return ECCL_ERR_INVALID_ARG;
     eccl_coll_call call = reducing_call(ECCL_COLL_REDUCE_SCATTER, sendbuf, recvbuf, 0, dtype, op, 0, tag);
-    return coll_call(c, call, recvcounts, NULL, NULL, req);
+    return coll_call(c, call, recvcounts, NULL, NULL, NULL, req);
 }
 
 /* A one-byte MAX all-reduce on the request's own bytes: it returns only

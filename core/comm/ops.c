@@ -231,6 +231,12 @@ static eccl_result pass_setup(eccl_comm *c, eccl_request *r)
     if (sb && !(r->staging[0] = eccl_bufpool_get(&c->pool, sb))) return ECCL_ERR_NO_MEMORY;
     if (ob && !(r->backup = eccl_bufpool_get(&c->pool, ob))) return ECCL_ERR_NO_MEMORY;
     eccl_ring_pass_init(&r->u.pass, &r->call, sb ? r->staging[0]->ptr : NULL, ob ? r->backup->ptr : NULL);
+    if (r->call.quant != ECCL_QUANT_NONE) {
+        r->qimg = eccl_bufpool_get(&c->pool, eccl_ring_pass_quant_bytes(&r->u.pass));
+        r->staging[1] = eccl_bufpool_get(&c->pool, eccl_ring_pass_qstage_bytes(&r->u.pass));
+        if (!r->qimg || !r->staging[1]) return ECCL_ERR_NO_MEMORY;
+        eccl_ring_pass_set_quant(&r->u.pass, r->qimg->ptr, r->staging[1]->ptr);
+    }
     int chain = r->call.kind == ECCL_COLL_BROADCAST || r->call.kind == ECCL_COLL_REDUCE;
     r->alg = chain ? &eccl_chain_pass_algo : &eccl_ring_pass_algo;
     return ECCL_OK;

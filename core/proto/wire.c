@@ -942,7 +942,8 @@ eccl_result eccl_wire_data_decode(const uint8_t *in, uint32_t frame_length,
     int quant = (out->flags & ECCL_WIRE_DATA_QUANT) != 0;
     uint64_t inline_len = (out->flags & ECCL_WIRE_DATA_BULK) ? 0 : out->len;
     if ((out->flags & ~ECCL_WIRE_DATA_FLAGS_KNOWN) != 0 || out->ring > 1 ||
-        (quant && ((out->phase != ECCL_PHASE_REDUCE_SCATTER && out->phase != ECCL_PHASE_ALL_GATHER) ||
+        (quant && ((out->phase != ECCL_PHASE_REDUCE_SCATTER && out->phase != ECCL_PHASE_ALL_GATHER &&
+                    out->phase != ECCL_PHASE_SCATTER) ||
                    out->len < ECCL_QUANT_META_BYTES)) ||
         out->phase > ECCL_PHASE_LAST || frame_length > ECCL_WIRE_MAX_DATA ||
         out->len > ECCL_WIRE_MAX_DATA ||

@@ -202,7 +202,8 @@ typedef struct eccl_wire_data {
  * eccl_quant_meta record (core/quant/quant.h: its fixed little-endian
  * encoding) followed by meta.count uint8 codes, so len = 24 + count, while
  * `offset` still names the slice's position in the value buffer. Only
- * reduce-scatter and all-gather frames may carry it. */
+ * reduce-scatter and all-gather frames may carry it (the all-reduce's
+ * phases, and the ring pass's SCATTER). */
 #define ECCL_WIRE_DATA_QUANT 1u
 /* The payload does not follow in the stream: it travels as the conn's next
  * bulk message (eccl_net_ops.isend), so the frame is the 32-byte header
