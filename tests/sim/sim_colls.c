@@ -13,8 +13,9 @@
  * survivors must fail with ECCL_ERR_PEER_LOST with the output buffer bit
  * for bit as before the call, re-read their rank and world (which waits out
  * the view change) and get the exact world-3 result on retry. node-4 comes
- * back as a new process and is admitted; the same crash hits it halfway
- * through a reduce-scatter (4 MiB per rank in), with the same checks.
+ * back as a new process and is admitted; the same crash hits it 3/4 of the
+ * way through a reduce-scatter (4 MiB per rank in, 1 MiB out), when some
+ * survivors have written output that must be put back; same checks.
  *
  * Replicated outputs (all-gather, broadcast, all-gatherv, the retried
  * all-gather) are hashed on every rank, and main checks the hashes agree.
@@ -359,13 +360,13 @@ static void killer1_main(int argc, char **argv)
     sim_start_actor("rank4b", "node-4", rank_main, &s->again);
 }
 
-/* node-4's side of a crashed call: the killer strikes halfway through, as
- * long as the good call `good_tag` took. */
-static void victim_call(rk *k, const coll *cl, uint64_t tag, uint64_t good_tag,
+/* node-4's side of a crashed call: the killer strikes `quarters` / 4 of the
+ * way through, by how long the good call `good_tag` took. */
+static void victim_call(rk *k, const coll *cl, uint64_t tag, uint64_t good_tag, int quarters,
                         xbt_main_func_t killer)
 {
     cl->prepare(k, tag);
-    k->s->kill_at_ns = eccl_sg_now_ns() + k->s->victim_ns[good_tag] / 2;
+    k->s->kill_at_ns = eccl_sg_now_ns() + k->s->victim_ns[good_tag] * (uint64_t)quarters / 4;
     sim_start_actor("killer", "node-0", killer, k->s);
     eccl_result rc = cl->run(k, tag, NULL);
     /* Only reached if the crash came too late: wait for it. */
@@ -476,7 +477,7 @@ static void script(rk *k, int victim)
     checked(k, &ALLGATHERV, T_AGV);
     barrier(k, T_BAR);
     if (victim) {
-        victim_call(k, &ALLGATHER, T_KAG, T_AG, killer1_main);
+        victim_call(k, &ALLGATHER, T_KAG, T_AG, 2, killer1_main);
         return;
     }
     survivor_call(k, &ALLGATHER, T_KAG);
@@ -488,11 +489,15 @@ static void script(rk *k, int victim)
     s->finished++;
 }
 
-/* node-4's second process: admitted into the running job, then crashed. */
+/* node-4's second process: admitted into the running job, then crashed.
+ * A reduce-scatter writes its output only in the last of its world - 1
+ * steps, so halfway there would be nothing to restore: the crash comes 3/4
+ * of the way, when two survivors hold some or all of their output but
+ * not everyone's done token (at 19/20 the call would commit at world 4). */
 static void newcomer_script(rk *k)
 {
     k->s->victim_ns[T_RS2] = checked(k, &REDUCE_SCATTER, T_RS2);
-    victim_call(k, &REDUCE_SCATTER, T_KRS, T_RS2, killer2_main);
+    victim_call(k, &REDUCE_SCATTER, T_KRS, T_RS2, 3, killer2_main);
 }
 
 static void rank_main(int argc, char **argv)
