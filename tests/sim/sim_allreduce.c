@@ -15,13 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <simgrid/actor.h>
-#include <simgrid/engine.h>
-#include <simgrid/host.h>
-#include <xbt/config.h>
-
-#include "eccl.h"
-#include "env_sg.h"
+#include "sim_common.h"
 
 #define NRANKS 4
 #define COUNT (256u * 1024u) /* f32 elements: 1 MiB per rank */
@@ -30,10 +24,7 @@
 #define GOOD_TAGS 3
 
 typedef struct scenario {
-    eccl_sg_world *w;
-    const char *master_addr;
-    int done;      /* ranks finished or killed; the master stops at NRANKS */
-    int failures;
+    sim_base b;    /* first; done: ranks finished or killed, stop at NRANKS */
     uint64_t op_ns;/* how long the victim's last good all-reduce took */
     uint64_t kill_at_ns;
 } scenario;
@@ -43,13 +34,7 @@ typedef struct rank_arg {
     int idx; /* 1..NRANKS, also the host node-idx */
 } rank_arg;
 
-#define CHECK(s, who, cond, ...)                        \
-    do {                                                \
-        if (!(cond)) {                                  \
-            eccl_sg_printf(who, "FAIL " __VA_ARGS__);   \
-            (s)->failures++;                            \
-        }                                               \
-    } while (0)
+#define CHECK(s, who, cond, ...) SIM_CHECK(&(s)->b, who, cond, __VA_ARGS__)
 
 /* Small integers: every order of float additions gives the exact sum, so the
  * expected result is known bit for bit whatever the ring order. */
@@ -75,16 +60,6 @@ static uint32_t check_sum(const float *buf, const int *alive, int n, uint64_t ta
     return bad;
 }
 
-static uint64_t fnv1a(const void *p, size_t n)
-{
-    const unsigned char *b = p;
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
-    return h;
-}
-
-static double ms(uint64_t ns) { return (double)ns / 1e6; }
-
 /* ---- actors -------------------------------------------------------------- */
 
 static void killer_main(int argc, char **argv)
@@ -94,49 +69,8 @@ static void killer_main(int argc, char **argv)
     scenario *s = sg_actor_self_get_data();
     sg_actor_sleep_until((double)s->kill_at_ns / 1e9);
     eccl_sg_printf("killer", "crashing node-%d (host off) mid all-reduce", VICTIM);
-    eccl_sg_world_kill_host(s->w, "node-4");
-    s->done++;
-}
-
-static void start_actor(const char *name, const char *host, xbt_main_func_t fn, void *data)
-{
-    sg_actor_t a = sg_actor_init(name, sg_host_by_name(host));
-    sg_actor_set_data(a, data);
-    sg_actor_start(a, fn, 0, NULL);
-}
-
-static void master_main(int argc, char **argv)
-{
-    (void)argc;
-    (void)argv;
-    scenario *s = sg_actor_self_get_data();
-    eccl_master *m = NULL;
-    eccl_result rc = eccl_sg_master_create(s->w, s->master_addr, &m);
-    if (rc == ECCL_OK) rc = eccl_master_run(m);
-    CHECK(s, "master", rc == ECCL_OK, "master start: %s", eccl_strerror(rc));
-    if (rc != ECCL_OK) return;
-    eccl_sg_printf("master", "serving on %s", s->master_addr);
-    while (s->done < NRANKS) sg_actor_sleep_for(0.001);
-    eccl_master_destroy(m);
-    eccl_sg_printf("master", "stopped");
-}
-
-static eccl_result admit(eccl_comm *c, int64_t world)
-{
-    for (;;) {
-        int64_t w = 0;
-        eccl_result rc = eccl_comm_get_attr(c, ECCL_ATTR_WORLD_SIZE, &w);
-        if (rc != ECCL_OK || w >= world) return rc;
-        uint32_t pending = 0;
-        rc = eccl_comm_peers_pending(c, &pending);
-        if (rc != ECCL_OK) return rc;
-        if (pending > 0) {
-            rc = eccl_comm_update_topology(c);
-            if (rc != ECCL_OK) return rc;
-        } else {
-            sg_actor_sleep_for(0.001);
-        }
-    }
+    eccl_sg_world_kill_host(s->b.w, "node-4");
+    s->b.done++;
 }
 
 static void rank_main(int argc, char **argv)
@@ -152,17 +86,17 @@ static void rank_main(int argc, char **argv)
     sg_actor_sleep_for(0.001 * a->idx);
     eccl_comm_params p;
     eccl_comm_params_init(&p);
-    p.master_addr = s->master_addr;
+    p.master_addr = s->b.master_addr;
     p.p2p_host = sg_host_self_get_name();
     eccl_comm *c = NULL;
-    eccl_result rc = eccl_sg_comm_create(s->w, &p, &c);
+    eccl_result rc = eccl_sg_comm_create(s->b.w, &p, &c);
     if (rc == ECCL_OK) rc = eccl_comm_connect(c);
     CHECK(s, who, rc == ECCL_OK, "connect: %s", eccl_strerror(rc));
     if (rc != ECCL_OK) goto out;
     int64_t id = 0, rank = 0, world = 0;
     eccl_comm_get_attr(c, ECCL_ATTR_PEER_ID, &id);
     eccl_sg_printf(who, "connected as peer %lld", (long long)id);
-    rc = admit(c, NRANKS);
+    rc = sim_admit(c, NRANKS);
     CHECK(s, who, rc == ECCL_OK, "admission: %s", eccl_strerror(rc));
     if (rc != ECCL_OK) goto out;
     eccl_comm_get_attr(c, ECCL_ATTR_RANK, &rank);
@@ -184,9 +118,9 @@ static void rank_main(int argc, char **argv)
               "tag %llu: %s, world %u, %u wrong elements", (unsigned long long)tag,
               eccl_strerror(rc), info.world_size, bad);
         eccl_sg_printf(who, "tag %llu: %s world %u in %.3f ms tx %llu rx %llu hash %016llx",
-                       (unsigned long long)tag, eccl_strerror(rc), info.world_size, ms(dt),
+                       (unsigned long long)tag, eccl_strerror(rc), info.world_size, sim_ms(dt),
                        (unsigned long long)info.tx_bytes, (unsigned long long)info.rx_bytes,
-                       (unsigned long long)fnv1a(buf, COUNT * sizeof *buf));
+                       (unsigned long long)sim_fnv1a(buf, COUNT * sizeof *buf));
         if (a->idx == VICTIM) s->op_ns = dt;
     }
 
@@ -195,12 +129,12 @@ static void rank_main(int argc, char **argv)
     memcpy(before, buf, COUNT * sizeof *buf);
     if (a->idx == VICTIM) {
         s->kill_at_ns = eccl_sg_now_ns() + s->op_ns / 2;
-        start_actor("killer", "node-0", killer_main, s);
+        sim_start_actor("killer", "node-0", killer_main, s);
         rc = eccl_allreduce(c, buf, buf, COUNT, ECCL_F32, ECCL_SUM, tag, NULL);
         /* Only reached if the crash came too late. */
         CHECK(s, who, 0, "victim finished tag %llu (%s) before the crash",
               (unsigned long long)tag, eccl_strerror(rc));
-        s->done++; /* the killer still counts the host */
+        s->b.done++; /* the killer still counts the host */
         goto out_bufs;
     }
     for (int attempt = 1;; attempt++) {
@@ -213,7 +147,7 @@ static void rank_main(int argc, char **argv)
             CHECK(s, who, same, "tag %llu: PEER_LOST but the buffer changed",
                   (unsigned long long)tag);
             eccl_sg_printf(who, "tag %llu attempt %d: %s after %.3f ms, buffer %s",
-                           (unsigned long long)tag, attempt, eccl_strerror(rc), ms(dt),
+                           (unsigned long long)tag, attempt, eccl_strerror(rc), sim_ms(dt),
                            same ? "restored" : "CHANGED");
             CHECK(s, who, attempt < 3, "tag %llu: %d failed attempts", (unsigned long long)tag,
                   attempt);
@@ -228,11 +162,11 @@ static void rank_main(int argc, char **argv)
               (unsigned long long)tag);
         eccl_sg_printf(who, "tag %llu attempt %d: %s world %u in %.3f ms hash %016llx",
                        (unsigned long long)tag, attempt, eccl_strerror(rc), info.world_size,
-                       ms(dt), (unsigned long long)fnv1a(buf, COUNT * sizeof *buf));
+                       sim_ms(dt), (unsigned long long)sim_fnv1a(buf, COUNT * sizeof *buf));
         break;
     }
     eccl_sg_printf(who, "done");
-    s->done++;
+    s->b.done++;
 out_bufs:
     free(buf);
     free(before);
@@ -240,39 +174,29 @@ out_bufs:
     return;
 out:
     eccl_comm_destroy(c);
-    s->done++;
+    s->b.done++;
 }
 
 int main(int argc, char **argv)
 {
-    setvbuf(stdout, NULL, _IOLBF, 0);
-    simgrid_init(&argc, argv);
-    if (argc < 2) {
-        fprintf(stderr, "usage: %s PLATFORM.xml [LOG_LEVEL 0-5]\n", argv[0]);
-        return 2;
-    }
-    /* CM02 has no latency or bandwidth correction factors: a message costs
-     * exactly what the platform file says (latency + size / bandwidth). */
-    sg_cfg_set_string("network/model", "CM02");
-    simgrid_load_platform(argv[1]);
-
-    scenario s = {.master_addr = "node-0:5000"};
+    if (sim_setup(&argc, argv) != 0) return 2;
+    scenario s = {.b = {.master_addr = "node-0:5000", .stop_at = NRANKS}};
     int level = argc > 2 ? atoi(argv[2]) : ECCL_LOG_WARN;
-    if (eccl_sg_world_create(level, &s.w) != ECCL_OK) return 1;
+    if (eccl_sg_world_create(level, &s.b.w) != ECCL_OK) return 1;
     rank_arg args[NRANKS];
-    start_actor("master", "node-0", master_main, &s);
+    sim_start_actor("master", "node-0", sim_master_main, &s);
     for (int i = 0; i < NRANKS; i++) {
         char name[16], host[16];
         args[i].s = &s;
         args[i].idx = i + 1;
         snprintf(name, sizeof name, "rank%d", i + 1);
         snprintf(host, sizeof host, "node-%d", i + 1);
-        start_actor(name, host, rank_main, &args[i]);
+        sim_start_actor(name, host, rank_main, &args[i]);
     }
     simgrid_run();
-    eccl_sg_printf("main", "simulation over: %d ranks done, %d failed checks", s.done,
-                   s.failures);
-    eccl_sg_world_destroy(s.w);
+    eccl_sg_printf("main", "simulation over: %d ranks done, %d failed checks", s.b.done,
+                   s.b.failures);
+    eccl_sg_world_destroy(s.b.w);
     fflush(stdout);
-    return s.failures == 0 && s.done == NRANKS ? 0 : 1;
+    return s.b.failures == 0 && s.b.done == NRANKS ? 0 : 1;
 }
