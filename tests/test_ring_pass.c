@@ -1831,6 +1831,33 @@ static void test_queue_cap(void **state)
         }
 }
 
+/* Sizes either side of ECCL_RING_TWO_RINGS_MIN_BYTES moved (the largest
+ * block's bytes times N for the all-gather and reduce-scatter, the block's
+ * for the chains): an element below takes ring 0 alone, the threshold and
+ * an element above both rings, with even and odd halves; every kind, world
+ * and a mix of dtypes, in order and at random, PREV links late. */
+static void test_two_rings(void **state)
+{
+    (void)state;
+    static const eccl_dtype ts[] = {ECCL_U8, ECCL_F32, ECCL_BF16, ECCL_I64, ECCL_F64};
+    static const int wn[] = {2, 3, 4, 5, 8};
+    uint64_t seed = 1200;
+    for (size_t ki = 0; ki < NK; ki++)
+        for (int wi = 0; wi < 5; wi++) {
+            int n = wn[wi];
+            eccl_dtype t = ts[(ki + (size_t)wi) % 5];
+            eccl_op op = is_float(t) ? (wi % 2 ? ECCL_AVG : ECCL_SUM) : (wi % 2 ? ECCL_SUM : ECCL_MIN);
+            size_t hi = two_rings_count(kinds[ki], n, t);
+            for (int dc = -1; dc <= 1; dc++) {
+                pcase c = mk(kinds[ki], n, t, op, hi + (size_t)(ptrdiff_t)dc, (wi + dc + 1) % 2,
+                             (uint32_t)((2 * wi + 1) % n), seed++);
+                assert_int_equal(rings_of(&c), dc < 0 ? 1 : 2);
+                run_case(&c, 0, 0);
+                run_case(&c, seed * 0x9E3779B97F4A7C15ull, LATE);
+            }
+        }
+}
+
 int main(int argc, char **argv)
 {
     /* A pattern (e.g. "test_malformed") runs those tests alone. */
@@ -1850,6 +1877,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_malformed),
         cmocka_unit_test(test_completion),
         cmocka_unit_test(test_queue_cap),
+        cmocka_unit_test(test_two_rings),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     case_data_free();
