@@ -1858,6 +1858,68 @@ static void test_two_rings(void **state)
         }
 }
 
+/* Pumps everyone and delivers whatever is queued, until nothing moves. */
+static void drain(sim *s)
+{
+    for (int moved = 1; moved;) {
+        moved = 0;
+        for (int i = 0; i < s->n; i++) pump(s, i);
+        for (int i = 0; i < s->n; i++)
+            for (int side = 0; side < 2; side++)
+                while (s->link[i][side].out_head) {
+                    assert_int_equal(deliver(s, i, side), ECCL_OK);
+                    moved = 1;
+                }
+    }
+}
+
+/* comm hands pump a NULL PREV link until that link exists: ring 1's frames
+ * wait, nothing else does. With no PREV link at all, ring 0 runs to its end
+ * while no rank is full (but a broadcast's root: its own copy) and none
+ * completes; then, the links opening one by one, a rank whose link is still
+ * missing has sent nothing on ring 1, so its neighbour down ring 1 is not
+ * full; once all are open the call ends as any other. */
+static void test_late_prev(void **state)
+{
+    (void)state;
+    static const int wn[] = {2, 3, 5};
+    for (size_t ki = 0; ki < NK; ki++)
+        for (int wi = 0; wi < 3; wi++) {
+            int n = wn[wi];
+            pcase c = mk(kinds[ki], n, ECCL_F32, ECCL_SUM, two_rings_count(kinds[ki], n, ECCL_F32) + 1, 0,
+                         (uint32_t)(1 % n), 1300 + ki);
+            sim *s = malloc(sizeof *s);
+            assert_non_null(s);
+            sim_init(s, &c, 0, 1);
+            s->late = 2; /* they open here alone */
+            assert_int_equal(s->rings, 2);
+            drain(s);
+            for (int r = 0; r < n; r++) {
+                assert_int_equal(s->data_rx[r][0], recvs_of(s, r, 0));
+                assert_int_equal(s->data_q[r][1], 0);
+                assert_int_equal(s->data_rx[r][1], 0);
+                assert_int_equal(is_full(s, r), c.kind == ECCL_COLL_BROADCAST && (uint32_t)r == c.root);
+                assert_false(s->done[r]);
+                assert_int_equal(s->alg->expects(&s->p[r], ECCL_ROLE_NEXT), recvs_of(s, r, 1) > 0);
+            }
+            for (int k = 0; k < n; k++) {
+                s->prev_open[n == 2 ? 1 - k : (k * 2 + 1) % n] = 1; /* every rank, shuffled (n odd) */
+                drain(s);
+                for (int r = 0; r < n; r++)
+                    if (!s->prev_open[r] && sends_of(s, r, 1)) {
+                        assert_int_equal(s->data_q[r][1], 0);
+                        assert_int_equal(s->data_rx[mod(r - 1, n)][1], 0);
+                        assert_false(is_full(s, mod(r - 1, n)));
+                        assert_false(s->done[r]);
+                    }
+            }
+            assert_int_equal(sim_run(s), ECCL_OK);
+            check_results(s);
+            sim_fini(s);
+            free(s);
+        }
+}
+
 int main(int argc, char **argv)
 {
     /* A pattern (e.g. "test_malformed") runs those tests alone. */
@@ -1878,6 +1940,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_completion),
         cmocka_unit_test(test_queue_cap),
         cmocka_unit_test(test_two_rings),
+        cmocka_unit_test(test_late_prev),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     case_data_free();
