@@ -263,6 +263,23 @@ static pcase mk(eccl_coll_kind kind, int n, eccl_dtype t, eccl_op op, size_t cou
     return c;
 }
 
+/* A v layout: counts, and the all-gather's displacements (NULL: back to
+ * back, as the reduce-scatter's always are). */
+static pcase mkv(eccl_coll_kind kind, int n, eccl_dtype t, eccl_op op, const size_t *vc, const size_t *vd,
+                 int in_place, uint64_t seed)
+{
+    pcase c = mk(kind, n, t, op, 0, in_place, 0, seed);
+    c.v = 1;
+    size_t at = 0;
+    for (int b = 0; b < n; b++) {
+        c.vc[b] = vc[b];
+        c.vd[b] = vd ? vd[b] : at;
+        at += vc[b];
+        c.count += vc[b];
+    }
+    return c;
+}
+
 static int is_chain_kind(eccl_coll_kind k) { return k == ECCL_COLL_BROADCAST || k == ECCL_COLL_REDUCE; }
 static int reduce_kind(eccl_coll_kind k) { return k == ECCL_COLL_REDUCE_SCATTER || k == ECCL_COLL_REDUCE; }
 static int mod(int x, int n) { return ((x % n) + n) % n; }
@@ -1920,6 +1937,74 @@ static void test_late_prev(void **state)
         }
 }
 
+/* The v layouts: blocks of any size, empty ones included, where the
+ * all-gatherv's displacements put them (out of order, with gaps nobody
+ * may write); the reduce-scatterv's back to back. */
+#define BIGV (SLICE / 4 * 2 + 3)
+static const struct vlayout {
+    int n;
+    eccl_dtype t;
+    size_t vc[MAXN], vd[MAXN];
+} vlayouts[] = {
+    /* one ring: gaps, an empty block sitting in one */
+    {4, ECCL_I32, {3, 0, 7, 1}, {0, 5, 10, 20}},
+    /* two rings: a block of two slices each way, an empty one, one of 5
+     * elements (3 and 2) */
+    {3, ECCL_F32, {BIGV, 0, 5}, {0, BIGV + 10, BIGV + 20}},
+    /* one block in five, displacements out of order */
+    {5, ECCL_U16, {0, 0, 9, 0, 0}, {40, 3, 17, 0, 26}},
+    /* nothing at all */
+    {3, ECCL_U8, {0, 0, 0}, {0, 0, 0}},
+    /* two rings by the largest block alone (64 KiB times 4, though the
+     * blocks hold 64 KiB + 1 in all); a 1-element block goes ring 0 alone */
+    {4, ECCL_U8, {65536, 0, 0, 1}, {10, 65550, 65560, 0}},
+    /* ... a byte less: one ring */
+    {4, ECCL_U8, {65535, 0, 0, 1}, {10, 65550, 65560, 0}},
+    /* two ranks, two rings, the blocks in reverse order */
+    {2, ECCL_F64, {1, 40000}, {40001, 0}},
+    /* eight ranks, two rings, small blocks whose ring-1 halves are 0 to 3
+     * elements, 3-element gaps */
+    {8, ECCL_F32, {1, 2, 3, 4, 5, 6, 7, 8192}, {0, 4, 9, 15, 22, 30, 39, 49}},
+};
+#define NV (sizeof vlayouts / sizeof *vlayouts)
+
+static pcase vcase(size_t li, eccl_coll_kind kind, int in_place, uint64_t seed)
+{
+    const struct vlayout *l = &vlayouts[li];
+    eccl_op op = !is_float(l->t) ? (seed % 2 ? ECCL_SUM : ECCL_MIN) : seed % 2 ? ECCL_AVG : ECCL_SUM;
+    return mkv(kind, l->n, l->t, op, l->vc, kind == ECCL_COLL_ALLGATHER ? l->vd : NULL, in_place, seed);
+}
+
+static void test_v_layouts(void **state)
+{
+    (void)state;
+    static const int want_rings[NV] = {1, 2, 1, 1, 2, 1, 2, 2};
+    uint64_t seed = 1400;
+    for (size_t li = 0; li < NV; li++)
+        for (int k = 0; k < 2; k++)
+            for (int ip = 0; ip < 2; ip++) {
+                pcase c = vcase(li, k ? ECCL_COLL_REDUCE_SCATTER : ECCL_COLL_ALLGATHER, ip, seed++);
+                assert_int_equal(rings_of(&c), want_rings[li]);
+                run_case(&c, 0, 0);
+                run_case(&c, seed * 0x2545F4914F6CDD1Dull, 0);
+                run_case(&c, seed * 7919, LATE);
+            }
+    /* Restore at every stop (every third for the two-slice layout), and
+     * malformed frames, on both kinds. */
+    for (int k = 0; k < 2; k++) {
+        eccl_coll_kind kind = k ? ECCL_COLL_REDUCE_SCATTER : ECCL_COLL_ALLGATHER;
+        static const size_t every[] = {0, 2, 4, 6, 7};
+        for (size_t i = 0; i < sizeof every / sizeof *every; i++) {
+            pcase c = vcase(every[i], kind, (int)i % 2, 1450 + i);
+            restore_case(&c, 31 + i, 0, every[i] == 7 ? 4 : 1, 0);
+            run_case(&c, 0, FUZZ);
+            run_case(&c, 63 + i, FUZZ);
+        }
+        pcase c = vcase(1, kind, k, 1460);
+        restore_case(&c, 5, (size_t)k, 3, LATE);
+    }
+}
+
 int main(int argc, char **argv)
 {
     /* A pattern (e.g. "test_malformed") runs those tests alone. */
@@ -1941,6 +2026,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_queue_cap),
         cmocka_unit_test(test_two_rings),
         cmocka_unit_test(test_late_prev),
+        cmocka_unit_test(test_v_layouts),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     case_data_free();
