@@ -1118,10 +1118,10 @@ static void fuzz_frame(sim *s, int to, int d, const eccl_wire_data *good, const 
             BAD(w.flags = ECCL_WIRE_DATA_QUANT); /* a plain call never takes codes */
             BAD((w.flags = ECCL_WIRE_DATA_QUANT, w.len = (uint32_t)(QMETA + ne)));
         } else if (QMETA + ne != ne * es) {
-            /* Codes with a raw slice's length, a raw slice with the codes'. */
+            /* Codes with a raw slice's length, a raw slice with the codes'
+             * (either way round: raw with its own length is fine). */
             BAD(w.flags ^= ECCL_WIRE_DATA_QUANT);
-            BAD((w.flags ^= ECCL_WIRE_DATA_QUANT,
-                 w.len = (uint32_t)(w.flags & ECCL_WIRE_DATA_QUANT ? QMETA + ne : ne * es)));
+            BAD(w.len = (uint32_t)(w.flags & ECCL_WIRE_DATA_QUANT ? ne * es : QMETA + ne));
         }
         /* The frame after it, first: FIFO broken. */
         if (second) {
@@ -2005,6 +2005,137 @@ static void test_v_layouts(void **state)
     }
 }
 
+static pcase qcase(int n, eccl_op op, size_t count, int in_place, uint64_t seed)
+{
+    pcase c = mk(ECCL_COLL_REDUCE_SCATTER, n, ECCL_F32, op, count, in_place, 0, seed);
+    c.quant = ECCL_QUANT_MINMAX_U8;
+    return c;
+}
+
+/* Quantised reduce-scatter (MINMAX codes on f32): every partial leaves its
+ * sender as a record and codes (raw where the quantiser refuses the slice),
+ * and the receiver dequantises before adding its own: the frames' bytes and
+ * the results are the model's, bit for bit, each value within the per-hop
+ * bound of the exact sum, codes landing in each direction's own stage. */
+static void test_quant(void **state)
+{
+    (void)state;
+    static const int wn[] = {2, 3, 5};
+    uint64_t seed = 1500;
+    for (int wi = 0; wi < 3; wi++)
+        for (int a = 0; a < 2; a++)
+            for (int two = 0; two < 2; two++) {
+                int n = wn[wi];
+                size_t count = two ? two_rings_count(ECCL_COLL_REDUCE_SCATTER, n, ECCL_F32) + 1 : 37;
+                pcase c = qcase(n, a ? ECCL_AVG : ECCL_SUM, count, (wi + two) % 2, seed++);
+                assert_int_equal(rings_of(&c), two ? 2 : 1);
+                run_case(&c, 0, 0);
+                run_case(&c, seed * 0x9E3779B97F4A7C15ull, 0);
+                run_case(&c, seed * 7919, LATE);
+                assert_int_equal(last_raw_seen, 0);
+            }
+    /* Shares of two slices each way. */
+    pcase m = qcase(2, ECCL_SUM, SLICE / 4 * 2 + 6, 0, seed++);
+    run_case(&m, 0, 0);
+    run_case(&m, 99, 0);
+    /* A v layout, quantised: an empty block, one of two slices each way. */
+    const struct vlayout *l = &vlayouts[1];
+    pcase v = mkv(ECCL_COLL_REDUCE_SCATTER, l->n, ECCL_F32, ECCL_AVG, l->vc, NULL, 1, seed++);
+    v.quant = ECCL_QUANT_MINMAX_U8;
+    run_case(&v, 0, 0);
+    run_case(&v, 5, LATE);
+    /* Restore at every stop, malformed frames (codes with a raw slice's
+     * length and back, codes to a plain call's ranks: test_malformed). */
+    pcase r = qcase(3, ECCL_AVG, two_rings_count(ECCL_COLL_REDUCE_SCATTER, 3, ECCL_F32), 1, seed++);
+    restore_case(&r, 77, 0, 1, 0);
+    restore_case(&r, 0, 0, 1, LATE);
+    run_case(&r, 0, FUZZ);
+    run_case(&r, 31, FUZZ);
+    r.n = 2;
+    r.count = 5;
+    restore_case(&r, 0, 0, 1, 0);
+    run_case(&r, 0, FUZZ);
+}
+
+/* A NaN in a slice: the quantiser refuses it, so the slice travels raw
+ * from the rank that holds the NaN on (the hops before it quantise), the
+ * owner's element is NaN, the rest within the bound; in ring 0's half of
+ * the block or ring 1's, one ring or two. */
+static void test_quant_nan(void **state)
+{
+    (void)state;
+    for (int two = 0; two < 2; two++)
+        for (int d = 0; d < 1 + two; d++)
+            for (int hop = 0; hop < 5; hop++) {
+                int n = 5;
+                size_t count = two ? two_rings_count(ECCL_COLL_REDUCE_SCATTER, n, ECCL_F32) + 1 : 23;
+                pcase c = qcase(n, hop % 2 ? ECCL_AVG : ECCL_SUM, count, hop % 2, 1600 + (uint64_t)hop);
+                /* block 2's chain on ring d runs from its position + 1 round to 2 */
+                int blk = 2;
+                c.nan = 1;
+                c.nan_rank = (uint32_t)rank_at(&c, d, pos_of(&c, d, blk) + 1 + hop);
+                c.nan_elem = pe(&c, d, blk) + pn(&c, d, blk) / 2;
+                run_case(&c, 0, hop == 2 ? FUZZ : 0);
+                /* sent raw from the hop holding the NaN to the last: none if that is the owner */
+                assert_int_equal(last_raw_seen, (uint32_t)(n - 1 - hop));
+                run_case(&c, 1234 + (uint64_t)hop, hop % 2 ? LATE : 0);
+                assert_int_equal(last_raw_seen, (uint32_t)(n - 1 - hop));
+            }
+}
+
+/* Codes from a peer with other options (a record of another type or
+ * dtype, or one that does not decode) are refused by recv_done with
+ * ECCL_ERR_PROTOCOL before any value is written: recvbuf as it was, and
+ * restore still exact. Two ranks: the first frame is the last step's, the
+ * one that writes the output. */
+static void test_quant_bad_record(void **state)
+{
+    (void)state;
+    for (int d = 0; d < 2; d++)
+        for (int v = 0; v < 3; v++) {
+            pcase c = qcase(2, ECCL_SUM, two_rings_count(ECCL_COLL_REDUCE_SCATTER, 2, ECCL_F32), 0, 1700);
+            sim *s = malloc(sizeof *s);
+            assert_non_null(s);
+            sim_init(s, &c, 0, 0);
+            pump(s, 0);
+            pump(s, 1);
+            eccl_chan *ch = &s->link[1][d]; /* to rank 0, ring d */
+            eccl_wire_data w;
+            decode_frame(ch->out_head, &w);
+            assert_int_equal(w.flags, ECCL_WIRE_DATA_QUANT);
+            uint8_t *bad = s->lbuf[1][d];
+            memcpy(bad, ch->out_head->payload, w.len);
+            eccl_quant_meta m;
+            const uint8_t *codes;
+            assert_int_equal(eccl_wire_qdata_decode(bad, w.len, &m, &codes), ECCL_OK);
+            eccl_quant_meta x;
+            memset(&x, 0, sizeof x);
+            x.count = m.count;
+            if (v == 0) { /* AFFINE's all-zero record: valid, not ours */
+                x.type = ECCL_QUANT_AFFINE_U8;
+                x.dtype = ECCL_F32;
+            } else { /* f16 codes */
+                x.type = ECCL_QUANT_MINMAX_U8;
+                x.dtype = ECCL_F16;
+                x.min = -1.0f;
+                x.max = 1.0f;
+            }
+            assert_int_equal(eccl_wire_qdata_encode(&x, bad), ECCL_OK);
+            if (v == 2) memcpy(bad + 8, (float[]){2.0f}, 4); /* min above max: no record */
+            pop_frame(ch);
+            s->q_seen[1][d]--;
+            void *dst = NULL;
+            assert_int_equal(s->alg->recv(&s->p[0], role_of(d), &w, &dst), ECCL_OK);
+            assert_non_null(dst);
+            memcpy(dst, bad, w.len);
+            assert_int_equal(s->alg->recv_done(&s->p[0], role_of(d), &w), ECCL_ERR_PROTOCOL);
+            assert_memory_equal(s->recv_reg[0], s->orig_recv[0], s->recv_len[0]);
+            restore_all(s);
+            sim_fini(s);
+            free(s);
+        }
+}
+
 int main(int argc, char **argv)
 {
     /* A pattern (e.g. "test_malformed") runs those tests alone. */
@@ -2027,6 +2158,9 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_two_rings),
         cmocka_unit_test(test_late_prev),
         cmocka_unit_test(test_v_layouts),
+        cmocka_unit_test(test_quant),
+        cmocka_unit_test(test_quant_nan),
+        cmocka_unit_test(test_quant_bad_record),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     case_data_free();
