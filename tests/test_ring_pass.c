@@ -374,8 +374,9 @@ static const char *kind_name(eccl_coll_kind k)
     return names[k];
 }
 
+static double absd(double x) { return x < 0 ? -x : x; }
 /* Bound of one ulp of x in f32 (normal or not). */
-static double ulp_bound(double x) { return (x < 0 ? -x : x) * 0x1p-23 + 0x1p-149; }
+static double ulp_bound(double x) { return absd(x) * 0x1p-23 + 0x1p-149; }
 
 /* The partial the hops-th rank of a chain on ring d holds over elements
  * [e0, e0 + ne): ranks rank_at(d, first), rank_at(d, first + 1), ... each
@@ -393,7 +394,7 @@ static void chain_partial(const pcase *c, const uint8_t *const *in, int d, int f
         eccl_quant_meta m;
         if (c->quant != ECCL_QUANT_NONE && eccl_quant_quantize(c->quant, c->t, out, ne, codes, &m) == ECCL_OK) {
             assert_int_equal(eccl_quant_dequantize(&m, codes, ne, out), ECCL_OK);
-            double big = fabs((double)m.min) > fabs((double)m.max) ? fabs((double)m.min) : fabs((double)m.max);
+            double big = absd(m.min) > absd(m.max) ? absd(m.min) : absd(m.max);
             if (bound) *bound += (double)eccl_quant_meta_scale(&m) * (0.5 + 0x1p-12) + ulp_bound(big);
         }
         eccl_reduce_into(out, in[rank_at(c, d, first + h)] + off, ne, c->t, c->op);
@@ -555,7 +556,7 @@ static size_t quant_miss(const pcase *c, int r, const uint8_t *out)
     for (size_t e = 0; e < out_len(c, r) / 4; e++) {
         float f;
         memcpy(&f, out + e * 4, 4);
-        if (isnan(cd.exact[r][e]) ? !isnan(f) : !(fabs((double)f - cd.exact[r][e]) <= cd.bound[r][e])) return e;
+        if (isnan(cd.exact[r][e]) ? !isnan(f) : !(absd((double)f - cd.exact[r][e]) <= cd.bound[r][e])) return e;
     }
     return SIZE_MAX;
 }
