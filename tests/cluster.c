@@ -536,6 +536,23 @@ void cluster_kill(cluster *cl, int index)
     atomic_store(&cl->sh->slot[index].phase, CL_PHASE_KILLED);
 }
 
+int cluster_wait_self_killed(cluster *cl, int n, int64_t rank, uint64_t timeout_ms)
+{
+    int victim = -1;
+    uint64_t deadline = cluster_now_ns() + timeout_ms * CL_MS;
+    while (victim < 0 && cluster_now_ns() < deadline) {
+        for (int i = 0; i < n; i++)
+            if (cl->sh->slot[i].rank == rank && atomic_load(&cl->sh->slot[i].phase) >= CL_PHASE_RUNNING)
+                victim = i;
+        cluster_sleep_ms(1);
+    }
+    if (victim < 0) return -1;
+    cluster_wait(cl, victim, timeout_ms);
+    if (!WIFSIGNALED(cl->status[victim]) || WTERMSIG(cl->status[victim]) != SIGKILL) return -1;
+    cl->status[victim] = -4; /* killed on purpose */
+    return victim;
+}
+
 void cluster_master_signal(cluster *cl, int sig)
 {
     if (!cl->master_pid) return;

@@ -158,6 +158,11 @@ int cluster_wait(cluster *cl, int index, uint64_t timeout_ms);
 int cluster_wait_all(cluster *cl, uint64_t timeout_ms);
 /* SIGKILL + reap. */
 void cluster_kill(cluster *cl, int index);
+/* A peer that kills itself (a failpoint's SIGKILL) mid-test: waits until
+ * the peer with ring rank `rank` among the first n is running, then until
+ * it died, and marks it killed on purpose. Its index, or -1 if it did not
+ * appear, or did not die of SIGKILL, within timeout_ms each. */
+int cluster_wait_self_killed(cluster *cl, int n, int64_t rank, uint64_t timeout_ms);
 /* 1 while the child has not exited. */
 int cluster_alive(cluster *cl, int index);
 int cluster_master_alive(cluster *cl);

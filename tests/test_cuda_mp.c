@@ -836,18 +836,7 @@ static void run_dfault(cluster *cl, const dfault_arg *f)
     assert_int_equal(cluster_init(cl, NULL), 0);
     assert_int_equal(cluster_spawn_n(cl, f->n, dfault_body, (void *)f), 0);
     /* The victim dies of its own SIGKILL; everyone else passes. */
-    int victim = -1;
-    uint64_t deadline = cluster_now_ns() + 60000 * CL_MS;
-    while (victim < 0 && cluster_now_ns() < deadline) {
-        for (int i = 0; i < f->n; i++)
-            if (cl->sh->slot[i].rank == f->victim_rank && atomic_load(&cl->sh->slot[i].phase) >= CL_PHASE_RUNNING)
-                victim = i;
-        cluster_sleep_ms(1);
-    }
-    assert_true(victim >= 0);
-    cluster_wait(cl, victim, 60000);
-    assert_true(WIFSIGNALED(cl->status[victim]) && WTERMSIG(cl->status[victim]) == SIGKILL);
-    cl->status[victim] = -4; /* killed on purpose */
+    assert_true(cluster_wait_self_killed(cl, f->n, f->victim_rank, 60000) >= 0);
     assert_int_equal(cluster_wait_all(cl, 60000), 0);
     int lost = 0;
     for (int i = 0; i < f->n; i++) lost += (int)atomic_load(&cl->sh->slot[i].val[DV_LOST]);

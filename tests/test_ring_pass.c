@@ -81,30 +81,7 @@
 
 /* ---- a host env: enough for channels and the pass ------------------------- */
 
-static uint64_t h_now(void *ctx) { (void)ctx; return 0; }
-static const eccl_clock_ops h_clock = {sizeof h_clock, h_now, NULL};
-static eccl_result h_alloc(void *ctx, size_t bytes, void **out)
-{
-    (void)ctx;
-    *out = malloc(bytes ? bytes : 1);
-    return *out ? ECCL_OK : ECCL_ERR_NO_MEMORY;
-}
-static void h_free(void *ctx, void *p) { (void)ctx; free(p); }
-static void h_copy(void *ctx, void *d, const void *s, size_t n) { (void)ctx; if (n) memmove(d, s, n); }
-static void h_reduce(void *ctx, void *d, const void *s, size_t n, eccl_dtype t, eccl_op op)
-{
-    (void)ctx;
-    eccl_reduce_into(d, s, n, t, op);
-}
-static void h_div(void *ctx, void *x, size_t n, eccl_dtype t, uint32_t k)
-{
-    (void)ctx;
-    eccl_reduce_scale_div(x, n, t, k);
-}
-static const eccl_dev_ops h_dev = {.size = sizeof h_dev, .alloc = h_alloc, .free = h_free, .copy = h_copy,
-                                   .reduce = h_reduce, .scale_div = h_div};
-static void h_log(void *ctx, int level, const char *line) { (void)ctx, (void)level, (void)line; }
-static const eccl_log_ops h_logops = {sizeof h_logops, h_log};
+#include "host_env.h"
 
 /* ---- data ------------------------------------------------------------------ */
 
@@ -788,9 +765,7 @@ static void sim_init(sim *s, const pcase *c, uint64_t sched_seed, int late)
     s->c = *c;
     s->n = c->n;
     s->rings = rings_of(c);
-    s->env.clock = &h_clock;
-    s->env.dev = &h_dev;
-    s->env.log = &h_logops;
+    s->env = host_env();
     s->alg = is_chain_kind(c->kind) ? &eccl_chain_pass_algo : &eccl_ring_pass_algo;
     s->rng = sched_seed;
     s->late = late;
