@@ -10,6 +10,7 @@
 #             reduce_scatter,broadcast,reduce,alltoall,barrier)
 #   -b, -e    smallest and largest size, K/M/G allowed (default 8 and 256M;
 #             factor 2 between sizes)
+#   -s        only (re)write OUTDIR/summary.md from OUTDIR/raw (needs -o)
 # Environment:
 #   PEERS_TIMEOUT  seconds per (library, collective, N) run (default 900)
 #   PEERS_ARGS     extra options for both peer programs, e.g. "-t 1" (the
@@ -25,18 +26,21 @@
 #                        raw/*.err their stderr, status.txt one line per run
 #                        (rc 124: timed out; lines printed before it are kept)
 #   meta.txt             date, machine, package versions, load averages
-#   summary.md           per collective and N: size, mpi and gloo time, best
-#                        peer, its time and busbw (and eccl's, when measured)
+#   summary.md           an overview (smallest size, 64 MiB, 256 MiB), the best
+#                        peer per collective with N side by side, and per
+#                        collective and N: size, mpi and gloo time, best peer,
+#                        its time and busbw (and eccl's, when measured)
 # The peers' line formats are described in tools/peers/README.md.
 set -uo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
+cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
 repo=$(pwd)
 
-out= colls=allreduce,allgather,reduce_scatter,broadcast,reduce,alltoall,barrier
-minb=8 maxb=256M
-while getopts "o:c:b:e:h" opt; do
+out="" colls=allreduce,allgather,reduce_scatter,broadcast,reduce,alltoall,barrier
+minb=8 maxb=256M summary_only=0
+while getopts "o:c:b:e:sh" opt; do
     case $opt in
     o) out=$OPTARG ;;
+    s) summary_only=1 ;;
     c) colls=$OPTARG ;;
     b) minb=$OPTARG ;;
     e) maxb=$OPTARG ;;
@@ -47,11 +51,14 @@ shift $((OPTIND - 1))
 ns=("$@")
 [ ${#ns[@]} -eq 0 ] && ns=(2 4 8)
 IFS=, read -r -a coll_list <<<"$colls"
+if [ "$summary_only" = 1 ] && [ ! -d "$out/raw" ]; then
+    echo "bench_colls_vs_peers: -s needs -o DIR of an earlier run" >&2
+    exit 2
+fi
 [ -n "$out" ] || out=$(mktemp -d /tmp/eccl-colls-XXXXXX)
 mkdir -p "$out/raw"
 out=$(cd "$out" && pwd)
 bin=${PEERS_BUILD:-$out/bin}
-mkdir -p "$bin"
 limit=${PEERS_TIMEOUT:-900}
 read -r -a peer_args <<<"${PEERS_ARGS:-}"
 read -r -a eccl_args <<<"${ECCL_BENCH_ARGS:-}"
@@ -65,12 +72,17 @@ need() {
     DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -q "$1" >/dev/null 2>&1 ||
         { echo "bench_colls_vs_peers: cannot install $1 (apt-get install $1)" >&2; exit 1; }
 }
-need openmpi-bin; need libopenmpi-dev; need libgloo-dev
 
-mpicc -O2 -Wall -Wextra "$repo/tools/peers/mpi_colls.c" -o "$bin/mpi_colls" ||
-    { echo "bench_colls_vs_peers: mpi_colls does not build" >&2; exit 1; }
-g++ -O2 -std=c++17 -Wall -Wextra "$repo/tools/peers/gloo_colls.cc" -o "$bin/gloo_colls" -lgloo -lpthread ||
-    { echo "bench_colls_vs_peers: gloo_colls does not build" >&2; exit 1; }
+build() {
+    need openmpi-bin
+    need libopenmpi-dev
+    need libgloo-dev
+    mkdir -p "$bin"
+    mpicc -O2 -Wall -Wextra "$repo/tools/peers/mpi_colls.c" -o "$bin/mpi_colls" ||
+        { echo "bench_colls_vs_peers: mpi_colls does not build" >&2; exit 1; }
+    g++ -O2 -std=c++17 -Wall -Wextra "$repo/tools/peers/gloo_colls.cc" -o "$bin/gloo_colls" -lgloo -lpthread ||
+        { echo "bench_colls_vs_peers: gloo_colls does not build" >&2; exit 1; }
+}
 
 # ---- eccl rows ---------------------------------------------------------------
 # >>> ECCL JOIN POINT. eccl's rows come from ECCL_BENCH, run as
@@ -83,10 +95,12 @@ g++ -O2 -std=c++17 -Wall -Wextra "$repo/tools/peers/gloo_colls.cc" -o "$bin/gloo
 # Both are normalised to (b) in raw/eccl-COLL-N.txt and joined on bytes,
 # so eccl-bench must use the same size convention as the peers (allgather:
 # the output buffer; reduce_scatter and alltoall: the whole send buffer).
-eccl=${ECCL_BENCH:-}
-if [ -z "$eccl" ] && [ -x build/bin/eccl-bench ] && build/bin/eccl-bench --help 2>&1 | grep -q -- '--coll'; then
-    eccl=build/bin/eccl-bench
-fi
+find_eccl() {
+    eccl=${ECCL_BENCH:-}
+    if [ -z "$eccl" ] && [ -x build/bin/eccl-bench ] && build/bin/eccl-bench --help 2>&1 | grep -q -- '--coll'; then
+        eccl=build/bin/eccl-bench
+    fi
+}
 
 run_eccl() { # COLL N
     local c=$1 n=$2 f="$out/raw/eccl-$1-$2"
@@ -107,93 +121,171 @@ run_eccl() { # COLL N
 
 # ---- runs --------------------------------------------------------------------
 loadavg() { cut -d' ' -f1-3 /proc/loadavg; }
-{
-    echo "command: scripts/bench_colls_vs_peers.sh -o $out -c $colls -b $minb -e $maxb ${ns[*]}"
-    echo "PEERS_ARGS=${PEERS_ARGS:-} PEERS_TIMEOUT=$limit ECCL_BENCH=${eccl:-(none)} ECCL_BENCH_ARGS=${ECCL_BENCH_ARGS:-}"
-    echo "date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
-    echo "host: $(uname -srm), $(nproc) cores, $(awk '/MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo)," \
-        "$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)"
-    echo "packages: $(dpkg-query -W -f='${Package} ${Version}; ' openmpi-bin libgloo-dev)"
-    echo "git: $(git rev-parse --short HEAD 2>/dev/null) $(git log -1 --format=%s 2>/dev/null | cut -c1-60)"
-    echo "load before: $(loadavg)"
-} >"$out/meta.txt"
-: >"$out/status.txt"
 
-mpirun_lo=(mpirun --allow-run-as-root --oversubscribe --mca pml ob1 --mca btl tcp,self
-    --mca btl_tcp_if_include lo)
-for n in "${ns[@]}"; do
-    for c in "${coll_list[@]}"; do
-        echo "== N=$n $c (load $(loadavg))" >&2
-        f="$out/raw/mpi-$c-$n"
-        timeout -k 10 "$limit" "${mpirun_lo[@]}" -np "$n" "$bin/mpi_colls" "${peer_args[@]}" "$c" "$minb" "$maxb" \
-            >"$f.txt" 2>"$f.err"
-        echo "mpi $c $n rc=$? load=$(loadavg)" >>"$out/status.txt"
+run_mpi() { # COLL N
+    local f="$out/raw/mpi-$1-$2"
+    timeout -k 10 "$limit" mpirun --allow-run-as-root --oversubscribe -np "$2" --mca pml ob1 \
+        --mca btl tcp,self --mca btl_tcp_if_include lo \
+        "$bin/mpi_colls" "${peer_args[@]}" "$1" "$minb" "$maxb" >"$f.txt" 2>"$f.err"
+    echo "mpi $1 $2 rc=$? load=$(loadavg)" >>"$out/status.txt"
+}
 
-        f="$out/raw/gloo-$c-$n"
-        st=$(mktemp -d "$out/store-XXXXXX")
-        for r in $(seq 1 $((n - 1))); do
-            timeout -k 10 "$limit" "$bin/gloo_colls" "${peer_args[@]}" "$r" "$n" "$st" "$c" "$minb" "$maxb" \
-                >/dev/null 2>>"$f.err" &
-        done
-        timeout -k 10 "$limit" "$bin/gloo_colls" "${peer_args[@]}" 0 "$n" "$st" "$c" "$minb" "$maxb" \
-            >"$f.txt" 2>>"$f.err"
-        rc=$?
-        wait
-        rm -rf "$st"
-        echo "gloo $c $n rc=$rc load=$(loadavg)" >>"$out/status.txt"
-
-        [ -n "$eccl" ] && run_eccl "$c" "$n"
+run_gloo() { # COLL N: ranks 1..N-1 in the background, rank 0 prints
+    local f="$out/raw/gloo-$1-$2" st r rc
+    st=$(mktemp -d "$out/store-XXXXXX")
+    : >"$f.err"
+    for r in $(seq 1 $(($2 - 1))); do
+        timeout -k 10 "$limit" "$bin/gloo_colls" "${peer_args[@]}" "$r" "$2" "$st" "$1" "$minb" "$maxb" \
+            >/dev/null 2>>"$f.err" &
     done
-done
-echo "load after: $(loadavg)" >>"$out/meta.txt"
+    timeout -k 10 "$limit" "$bin/gloo_colls" "${peer_args[@]}" 0 "$2" "$st" "$1" "$minb" "$maxb" \
+        >"$f.txt" 2>>"$f.err"
+    rc=$?
+    wait
+    rm -rf "$st"
+    echo "gloo $1 $2 rc=$rc load=$(loadavg)" >>"$out/status.txt"
+}
+
+run_all() {
+    {
+        echo "command: scripts/bench_colls_vs_peers.sh -o $out -c $colls -b $minb -e $maxb ${ns[*]}"
+        echo "PEERS_ARGS=${PEERS_ARGS:-} PEERS_TIMEOUT=$limit ECCL_BENCH=${eccl:-(none)} ECCL_BENCH_ARGS=${ECCL_BENCH_ARGS:-}"
+        echo "date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
+        echo "host: $(uname -srm), $(nproc) cores, $(awk '/MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo)," \
+            "$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)"
+        echo "packages: $(dpkg-query -W -f='${Package} ${Version}; ' openmpi-bin libgloo-dev)"
+        echo "git: $(git rev-parse --short HEAD 2>/dev/null) $(git log -1 --format=%s 2>/dev/null | cut -c1-60)"
+        echo "load before: $(loadavg)"
+    } >"$out/meta.txt"
+    : >"$out/status.txt"
+    local n c
+    for n in "${ns[@]}"; do
+        for c in "${coll_list[@]}"; do
+            echo "== N=$n $c (load $(loadavg))" >&2
+            run_mpi "$c" "$n"
+            run_gloo "$c" "$n"
+            [ -n "$eccl" ] && run_eccl "$c" "$n"
+        done
+    done
+    echo "date after: $(date -u '+%Y-%m-%d %H:%M:%S UTC')" >>"$out/meta.txt"
+    echo "load after: $(loadavg)" >>"$out/meta.txt"
+}
 
 # ---- summary -----------------------------------------------------------------
-# One table per collective and N. time_us is the max over ranks of the mean
-# per-call time; best = the faster of mpi and gloo at that size.
-cat "$out"/raw/*.txt 2>/dev/null | awk -v colls="$colls" -v nlist="${ns[*]}" '
-    function kv(line, key,   m) { return match(line, " " key "=[^ ]*") ? substr(line, RSTART + length(key) + 2, RLENGTH - length(key) - 2) : "" }
-    {
+# time_us is the max over ranks of the mean per-call time; best = the faster of
+# mpi and gloo at that size. A time marked "!" failed its correctness check.
+summarize() {
+    cat "$out"/raw/*.txt "$out"/raw/*.err 2>/dev/null | awk -v colls="$colls" -v nlist="${ns[*]}" '
+    function kv(line, key) { return match(line, " " key "=[^ ]*") ? substr(line, RSTART + length(key) + 2, RLENGTH - length(key) - 2) : "" }
+    function cell(v) { return v == "" ? "-" : v }
+    function mark(lib, k) { return ((lib, k) in bad) ? "!" : "" }
+    function best_of(k) {
+        tm = t["mpi", k]; tg = t["gloo", k]
+        if (tm != "" && (tg == "" || tm + 0 <= tg + 0)) return "mpi"
+        return tg != "" ? "gloo" : ""
+    }
+    function sorted_sizes(key, out_arr,   m, p, q, x) {
+        m = split(sizes[key], out_arr, " ")
+        for (p = 1; p <= m; p++) for (q = p + 1; q <= m; q++) if (out_arr[q] + 0 < out_arr[p] + 0) { x = out_arr[p]; out_arr[p] = out_arr[q]; out_arr[q] = x }
+        return m
+    }
+    /CHECK FAILED/ {
+        lib = ($1 ~ /^mpi/) ? "mpi" : (($1 ~ /^gloo/) ? "gloo" : "eccl")
+        bad[lib, kv($0, "coll") SUBSEP kv($0, "n") SUBSEP kv($0, "bytes")] = 1; nbad++; next
+    }
+    $2 ~ /^coll=/ {
         lib = $1; c = kv($0, "coll"); n = kv($0, "n"); b = kv($0, "bytes")
         k = c SUBSEP n SUBSEP b
         t[lib, k] = kv($0, "time_us"); bw[lib, k] = kv($0, "busbw_GBs")
-        if (!((c, n, b) in seen)) { seen[c, n, b] = 1; sizes[c, n] = sizes[c, n] " " b }
+        if (!((c, n, b) in seen)) { seen[c, n, b] = 1; sizes[c, n] = sizes[c, n] " " b; allsz[c] = allsz[c] " " b }
         if (lib == "eccl") have_eccl = 1
     }
-    function cell(v) { return v == "" ? "-" : v }
     END {
         nc = split(colls, cl, ","); nn = split(nlist, nl, " ")
+
+        print "## Overview: best peer per collective and N\n"
+        print "Smallest size measured (8 B; allgather, reduce_scatter and alltoall: 4N B), 64 MiB and 256 MiB;"
+        print "`time` in µs, `busbw` in GB/s, the faster library in brackets.\n"
+        print "| collective | N | smallest: bytes | time | 64 MiB: time | busbw | 256 MiB: time | busbw |"
+        print "|:---|---:|---:|---:|---:|---:|---:|---:|"
+        for (i = 1; i <= nc; i++) for (j = 1; j <= nn; j++) {
+            c = cl[i]; n = nl[j]
+            m = sorted_sizes(c SUBSEP n, sz)
+            if (m == 0) continue
+            line = sprintf("| %s | %s | %s |", c, n, sz[1])
+            k = c SUBSEP n SUBSEP sz[1]; b0 = best_of(k)
+            line = line sprintf(" %s |", b0 == "" ? "-" : t[b0, k] mark(b0, k) " (" b0 ")")
+            for (q = 0; q < 2; q++) {
+                k = c SUBSEP n SUBSEP (q ? 268435456 : 67108864); b0 = best_of(k)
+                line = line (b0 == "" ? " - | - |" : sprintf(" %s%s | %s (%s) |", t[b0, k], mark(b0, k), bw[b0, k], b0))
+            }
+            print line
+        }
+        print ""
+
+        print "## Best peer per collective, N side by side\n"
+        print "`time` in µs (max over ranks of the mean per call), `busbw` in GB/s, `lib` the faster library.\n"
+        for (i = 1; i <= nc; i++) {
+            c = cl[i]
+            printf "### %s\n\n| bytes |", c
+            for (j = 1; j <= nn; j++) printf " N=%s time | busbw | lib |", nl[j]
+            printf "\n|---:|"
+            for (j = 1; j <= nn; j++) printf "---:|---:|:---|"
+            print ""
+            sizes["all", c] = allsz[c]
+            m = sorted_sizes("all" SUBSEP c, sz)
+            for (p = 1; p <= m; p++) {
+                if (p > 1 && sz[p] == sz[p - 1]) continue
+                line = "| " sz[p] " |"
+                for (j = 1; j <= nn; j++) {
+                    k = c SUBSEP nl[j] SUBSEP sz[p]; b0 = best_of(k)
+                    line = line (b0 == "" ? " - | - | - |" : sprintf(" %s%s | %s | %s |", t[b0, k], mark(b0, k), bw[b0, k], b0))
+                }
+                print line
+            }
+            print ""
+        }
+
+        print "## Per collective and N: both peers\n"
         for (i = 1; i <= nc; i++) for (j = 1; j <= nn; j++) {
             c = cl[i]; n = nl[j]
             printf "### %s, N=%s\n\n", c, n
             printf "| bytes | mpi time_us | gloo time_us | best peer | best time_us | best busbw_GBs |%s\n",
                    have_eccl ? " eccl time_us | eccl busbw_GBs | eccl / best time |" : ""
             printf "|---:|---:|---:|:---|---:|---:|%s\n", have_eccl ? "---:|---:|---:|" : ""
-            m = split(sizes[c, n], sz, " ")
+            m = sorted_sizes(c SUBSEP n, sz)
             if (m == 0) { print "| (no rows) | | | | | |\n"; continue }
-            # sizes in ascending order
-            for (p = 1; p <= m; p++) for (q = p + 1; q <= m; q++) if (sz[q] + 0 < sz[p] + 0) { x = sz[p]; sz[p] = sz[q]; sz[q] = x }
             for (p = 1; p <= m; p++) {
-                k = c SUBSEP n SUBSEP sz[p]
-                tm = t["mpi", k]; tg = t["gloo", k]; best = ""
-                if (tm != "" && (tg == "" || tm + 0 <= tg + 0)) best = "mpi"
-                else if (tg != "") best = "gloo"
-                line = sprintf("| %s | %s | %s | %s | %s | %s |", sz[p], cell(tm), cell(tg), cell(best),
-                               best == "" ? "-" : t[best, k], best == "" ? "-" : bw[best, k])
+                k = c SUBSEP n SUBSEP sz[p]; b0 = best_of(k)
+                line = sprintf("| %s | %s%s | %s%s | %s | %s | %s |", sz[p], cell(t["mpi", k]), mark("mpi", k),
+                               cell(t["gloo", k]), mark("gloo", k), cell(b0),
+                               b0 == "" ? "-" : t[b0, k] mark(b0, k), b0 == "" ? "-" : bw[b0, k])
                 if (have_eccl) {
                     te = t["eccl", k]
-                    ratio = (te != "" && best != "" && t[best, k] > 0) ? sprintf("%.2f", te / t[best, k]) : "-"
-                    line = line sprintf(" %s | %s | %s |", cell(te), cell(bw["eccl", k]), ratio)
+                    ratio = (te != "" && b0 != "" && t[b0, k] > 0) ? sprintf("%.2f", te / t[b0, k]) : "-"
+                    line = line sprintf(" %s%s | %s | %s |", cell(te), mark("eccl", k), cell(bw["eccl", k]), ratio)
                 }
                 print line
             }
             print ""
         }
+        if (nbad) print "`!`: that call returned wrong results in the correctness check (see raw/*.err).\n"
     }' >"$out/summary.md"
+}
 
+# ---- main --------------------------------------------------------------------
+if [ "$summary_only" = 0 ]; then
+    build
+    find_eccl
+    run_all
+fi
+summarize
 if grep -q "CHECK FAILED" "$out"/raw/*.err 2>/dev/null; then
     echo "bench_colls_vs_peers: correctness check failures:" >&2
     grep -h "CHECK FAILED" "$out"/raw/*.err >&2
 fi
-grep -v "rc=0" "$out/status.txt" >&2 && echo "bench_colls_vs_peers: some runs failed or timed out (see $out/status.txt)" >&2
+if grep -v "rc=0" "$out/status.txt" >&2; then
+    echo "bench_colls_vs_peers: some runs failed or timed out (see $out/status.txt)" >&2
+fi
 echo "bench_colls_vs_peers: raw lines in $out/raw, summary in $out/summary.md" >&2
 cat "$out/summary.md"
