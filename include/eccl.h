@@ -135,14 +135,14 @@ eccl_result eccl_comm_create(const eccl_comm_params *params, eccl_comm **out);
 eccl_result eccl_comm_connect(eccl_comm *comm);
 /* Accepted peers vote to admit every pending peer; returns once the new ring
  * is wired. Blocks until every accepted peer has called it. ECCL_ERR_BUSY at
- * once if an all-reduce is in flight on this communicator (issued and not
+ * once if a collective is in flight on this communicator (issued and not
  * yet waited for) or a shared-state sync runs: never under a collective. */
 eccl_result eccl_comm_update_topology(eccl_comm *comm);
 /* Number of peers registered with the master and waiting to be admitted.
  * A vote of all accepted peers: it returns once every accepted peer has
  * called it, with the same answer on every peer, so that either all of them
  * go on to eccl_comm_update_topology or none does. It may be called with
- * all-reduces in flight: they keep moving while it waits. */
+ * collectives in flight: they keep moving while it waits. */
 eccl_result eccl_comm_peers_pending(eccl_comm *comm, uint32_t *pending);
 
 typedef enum eccl_attr {
@@ -155,17 +155,25 @@ typedef enum eccl_attr {
                                   peer open right now (pools open lazily) */
 } eccl_attr;
 
+/* RANK, WORLD_SIZE and EPOCH are those of the ring the next call runs on:
+ * asked while a membership change is under way (e.g. right after a call
+ * failed with ECCL_ERR_PEER_LOST), they wait for the new ring, at most
+ * op_timeout_ms. */
 eccl_result eccl_comm_get_attr(eccl_comm *comm, eccl_attr attr, int64_t *value);
 void eccl_comm_destroy(eccl_comm *comm);
 
 /* ---- all-reduce ---------------------------------------------------------- */
 
-/* How an all-reduce ran (the library picks per call). */
+/* How a collective ran (the library picks per call). */
 typedef enum eccl_algorithm {
-    ECCL_ALGO_RING = 0, /* two counter-rotating rings; two ranks: one swap */
-    ECCL_ALGO_TREE = 1  /* binary tree, log depth: small buffers, 3+ ranks */
+    ECCL_ALGO_RING = 0, /* all-reduce: two counter-rotating rings (two ranks:
+                           one swap); all-gather, reduce-scatter: one ring */
+    ECCL_ALGO_TREE = 1, /* binary tree, log depth: small buffers, 3+ ranks */
+    ECCL_ALGO_CHAIN = 2 /* broadcast, reduce: a pipelined chain along the ring
+                           from (or to) the root */
 } eccl_algorithm;
 
+/* What one collective call did (any collective, not only all-reduce). */
 typedef struct eccl_reduce_info {
     uint32_t world_size;  /* peers that took part */
     uint32_t algorithm;   /* an eccl_algorithm */
@@ -284,6 +292,95 @@ eccl_result eccl_wait(eccl_request *req, eccl_reduce_info *info);
 /* Sets *done. When done, returns the operation's result and frees req;
  * otherwise returns ECCL_OK and req stays valid. */
 eccl_result eccl_test(eccl_request *req, int *done, eccl_reduce_info *info);
+
+/* ---- all-gather, reduce-scatter, broadcast, reduce, barrier ----------------
+ *
+ * Every collective keeps all-reduce's contract: when a peer is lost mid-call,
+ * the call fails with ECCL_ERR_PEER_LOST on every survivor and every output
+ * buffer holds what it held before, bit for bit; calling again runs on the
+ * survivors; outputs that are replicated (all-gather, broadcast) are
+ * bit-identical on every peer; calls issued in different orders on
+ * different peers (told apart by their tags, one tag space for all
+ * collectives) never deadlock. Blocking calls return once the result is in
+ * place; the _async forms return a request for eccl_wait / eccl_test.
+ * Buffers may be host or CUDA device memory, as for eccl_allreduce (device
+ * buffers run on a pinned host mirror; docs/devices.md).
+ *
+ * Layouts follow NCCL. They depend on the world (ECCL_ATTR_WORLD_SIZE) and
+ * this peer's rank (ECCL_ATTR_RANK) when the call is made: a call made
+ * before a membership change that starts after it fails with
+ * ECCL_ERR_PEER_LOST without touching any buffer, so that no call ever runs
+ * on a layout its caller did not mean. Roots are ranks of that world
+ * (root >= world: ECCL_ERR_INVALID_ARG). Every peer must pass the same
+ * count, dtype, op and root for the same call (a peer whose frames do not
+ * match breaks the op like any malformed frame). */
+
+/* recvbuf (world * sendcount elements) gets rank r's sendbuf as block r, on
+ * every rank. In place: sendbuf == recvbuf + rank * sendcount elements. */
+eccl_result eccl_allgather(eccl_comm *comm, const void *sendbuf, void *recvbuf,
+                           size_t sendcount, eccl_dtype dtype, uint64_t tag,
+                           eccl_reduce_info *info);
+eccl_result eccl_allgather_async(eccl_comm *comm, const void *sendbuf, void *recvbuf,
+                                 size_t sendcount, eccl_dtype dtype, uint64_t tag,
+                                 eccl_request **req);
+
+/* sendbuf holds world * recvcount elements; recvbuf (recvcount elements)
+ * gets block `rank` of the reduction of every rank's sendbuf. In place:
+ * recvbuf == sendbuf + rank * recvcount elements (sendbuf is not written
+ * then either, except for that block). */
+eccl_result eccl_reduce_scatter(eccl_comm *comm, const void *sendbuf, void *recvbuf,
+                                size_t recvcount, eccl_dtype dtype, eccl_op op,
+                                uint64_t tag, eccl_reduce_info *info);
+eccl_result eccl_reduce_scatter_async(eccl_comm *comm, const void *sendbuf, void *recvbuf,
+                                      size_t recvcount, eccl_dtype dtype, eccl_op op,
+                                      uint64_t tag, eccl_request **req);
+
+/* The v layouts (MPI's Allgatherv, Reduce_scatter): block r has
+ * recvcounts[r] elements (world entries, the same on every rank). The
+ * all-gather's block r lands at element displs[r] of recvbuf, and rank r
+ * sends recvcounts[r] elements (in place: sendbuf == recvbuf + displs[rank]
+ * elements); blocks must not overlap. The reduce-scatter's sendbuf holds
+ * the blocks back to back, and recvbuf gets recvcounts[rank] elements (in
+ * place: recvbuf == sendbuf + the counts of the ranks before us). The
+ * arrays are read during the call only. */
+eccl_result eccl_allgatherv(eccl_comm *comm, const void *sendbuf, void *recvbuf,
+                            const size_t *recvcounts, const size_t *displs, eccl_dtype dtype,
+                            uint64_t tag, eccl_reduce_info *info);
+eccl_result eccl_allgatherv_async(eccl_comm *comm, const void *sendbuf, void *recvbuf,
+                                  const size_t *recvcounts, const size_t *displs,
+                                  eccl_dtype dtype, uint64_t tag, eccl_request **req);
+eccl_result eccl_reduce_scatterv(eccl_comm *comm, const void *sendbuf, void *recvbuf,
+                                 const size_t *recvcounts, eccl_dtype dtype, eccl_op op,
+                                 uint64_t tag, eccl_reduce_info *info);
+eccl_result eccl_reduce_scatterv_async(eccl_comm *comm, const void *sendbuf, void *recvbuf,
+                                       const size_t *recvcounts, eccl_dtype dtype, eccl_op op,
+                                       uint64_t tag, eccl_request **req);
+
+/* root's sendbuf (count elements) lands in every rank's recvbuf, root's
+ * included. sendbuf is read on the root only (NULL elsewhere is fine); in
+ * place: sendbuf == recvbuf. */
+eccl_result eccl_broadcast(eccl_comm *comm, const void *sendbuf, void *recvbuf,
+                           size_t count, eccl_dtype dtype, uint32_t root, uint64_t tag,
+                           eccl_reduce_info *info);
+eccl_result eccl_broadcast_async(eccl_comm *comm, const void *sendbuf, void *recvbuf,
+                                 size_t count, eccl_dtype dtype, uint32_t root,
+                                 uint64_t tag, eccl_request **req);
+
+/* The reduction of every rank's sendbuf lands in root's recvbuf alone
+ * (recvbuf is not touched elsewhere, and may be NULL there). In place on the
+ * root: sendbuf == recvbuf. If the root is lost after every other rank has
+ * sent its part, the survivors' calls succeed: no output of theirs is lost. */
+eccl_result eccl_reduce(eccl_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
+                        eccl_dtype dtype, eccl_op op, uint32_t root, uint64_t tag,
+                        eccl_reduce_info *info);
+eccl_result eccl_reduce_async(eccl_comm *comm, const void *sendbuf, void *recvbuf,
+                              size_t count, eccl_dtype dtype, eccl_op op, uint32_t root,
+                              uint64_t tag, eccl_request **req);
+
+/* Returns once every peer of the group has entered the barrier with this
+ * tag (a one-byte all-reduce under the hood, with its fault contract). */
+eccl_result eccl_barrier(eccl_comm *comm, uint64_t tag);
+eccl_result eccl_barrier_async(eccl_comm *comm, uint64_t tag, eccl_request **req);
 
 /* ---- shared state ------------------------------------------------------- */
 

@@ -233,7 +233,7 @@ static inline uint64_t kat_result_hash(eccl_dtype dt, eccl_op op, const void *bu
 
 /* ---- reduce cases ------------------------------------------------------------------------
  * For each dtype, op (ECCL_SUM..ECCL_MAX in eccl_op order) and case: dst and
- * src from kat_fill, then eccl_reduce(dst, src); for ECCL_AVG additionally
+ * src from kat_fill, then eccl_reduce_into(dst, src); for ECCL_AVG additionally
  * eccl_reduce_scale_div(dst, KAT_AVG_DIVISOR). */
 typedef struct kat_reduce_case {
     size_t n;
@@ -255,7 +255,7 @@ static inline void kat_reduce_cpu(eccl_dtype dt, eccl_op op, unsigned c, void *d
     const kat_reduce_case *k = &kat_reduce_cases[c];
     kat_fill(dt, dst, k->n, kat_seed_dst(dt, c), k->specials);
     kat_fill(dt, src, k->n, kat_seed_src(dt, c), k->specials);
-    eccl_reduce(dst, src, k->n, dt, op);
+    eccl_reduce_into(dst, src, k->n, dt, op);
     if (op == ECCL_AVG)
         eccl_reduce_scale_div(dst, k->n, dt, KAT_AVG_DIVISOR);
 }

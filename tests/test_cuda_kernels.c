@@ -126,7 +126,7 @@ static void test_reduce_large(void **state)
             kat_fill((eccl_dtype)dt, src, n, 4242 + dt, op & 1);
             h2d(d_dst, dst, n * esz);
             h2d(d_src, src, n * esz);
-            eccl_reduce(dst, src, n, (eccl_dtype)dt, (eccl_op)op);
+            eccl_reduce_into(dst, src, n, (eccl_dtype)dt, (eccl_op)op);
             assert_int_equal(eccl_cuda_reduce(d_dst, d_src, n, (eccl_dtype)dt, (eccl_op)op, stream), ECCL_OK);
             if (op == ECCL_AVG) {
                 eccl_reduce_scale_div(dst, n, (eccl_dtype)dt, 7);

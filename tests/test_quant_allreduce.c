@@ -39,7 +39,7 @@ static void h_copy(void *ctx, void *d, const void *s, size_t n) { (void)ctx; if 
 static void h_reduce(void *ctx, void *d, const void *s, size_t n, eccl_dtype t, eccl_op op)
 {
     (void)ctx;
-    eccl_reduce(d, s, n, t, op);
+    eccl_reduce_into(d, s, n, t, op);
 }
 static void h_div(void *ctx, void *x, size_t n, eccl_dtype t, uint32_t k)
 {

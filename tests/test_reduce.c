@@ -63,11 +63,11 @@ static void check_reduce(eccl_dtype dt, eccl_op op, const void *a, const void *b
     size_t bytes = n * es;
     assert_true(bytes <= sizeof buf);
     memcpy(buf, a, bytes);
-    eccl_reduce(buf, b, n, dt, op);
+    eccl_reduce_into(buf, b, n, dt, op);
     expect_elems(eccl_op_name(op), dt, es, buf, want, n, line);
     if (op == ECCL_SUM) {
         memcpy(buf, a, bytes);
-        eccl_reduce(buf, b, n, dt, ECCL_AVG);
+        eccl_reduce_into(buf, b, n, dt, ECCL_AVG);
         expect_elems("avg (reduce step)", dt, es, buf, want, n, line);
     }
 }
@@ -442,7 +442,7 @@ static void check_special(const float_fmt *f, eccl_op op, const uint64_t *a,
         put_bits(d, i, es, a[i]);
         put_bits(s, i, es, b[i]);
     }
-    eccl_reduce(d, s, n, f->dt, op);
+    eccl_reduce_into(d, s, n, f->dt, op);
     for (size_t i = 0; i < n; i++) {
         uint64_t got = elem_bits(d + i * es, es);
         if (want[i].kind == ANY_NAN) {
@@ -517,7 +517,7 @@ static void test_edges(void **state)
             memset(d, 0x5a, sizeof d);
             memset(s, 0x11, sizeof s);
             memcpy(keep, d, sizeof d);
-            eccl_reduce(d, s, 0, (eccl_dtype)dt, (eccl_op)op);
+            eccl_reduce_into(d, s, 0, (eccl_dtype)dt, (eccl_op)op);
             assert_memory_equal(d, keep, sizeof d);
         }
         unsigned char x[16], keep[16];
@@ -536,10 +536,10 @@ static void test_edges(void **state)
     unsigned char d[8] = {1, 2, 3, 4, 5, 6, 7, 8}, s[8] = {9, 9, 9, 9, 9, 9, 9, 9};
     unsigned char keep[8];
     memcpy(keep, d, sizeof d);
-    eccl_reduce(d, s, 8, ECCL_DTYPE_COUNT, ECCL_SUM);
-    eccl_reduce(d, s, 8, (eccl_dtype)-1, ECCL_SUM);
-    eccl_reduce(d, s, 8, ECCL_U8, ECCL_OP_COUNT);
-    eccl_reduce(d, s, 8, ECCL_U8, (eccl_op)-1);
+    eccl_reduce_into(d, s, 8, ECCL_DTYPE_COUNT, ECCL_SUM);
+    eccl_reduce_into(d, s, 8, (eccl_dtype)-1, ECCL_SUM);
+    eccl_reduce_into(d, s, 8, ECCL_U8, ECCL_OP_COUNT);
+    eccl_reduce_into(d, s, 8, ECCL_U8, (eccl_op)-1);
     eccl_reduce_scale_div(d, 8, ECCL_DTYPE_COUNT, 2);
     assert_memory_equal(d, keep, sizeof d);
 
@@ -550,7 +550,7 @@ static void test_edges(void **state)
             fd[i] = (float)i;
             fs[i] = 100.0f;
         }
-        eccl_reduce(fd, fs, n, ECCL_F32, ECCL_SUM);
+        eccl_reduce_into(fd, fs, n, ECCL_F32, ECCL_SUM);
         for (size_t i = 0; i < 10; i++)
             assert_true(fd[i] == (i < n ? (float)i + 100.0f : (float)i));
     }
@@ -688,7 +688,7 @@ static void test_long_vs_reference(void **state)
                 memcpy(ref, dp, LONG_N * es);
                 for (size_t i = 0; i < LONG_N; i++)
                     ref_one((eccl_dtype)dt, (eccl_op)op, ref + i * es, sp + i * es);
-                eccl_reduce(dp, sp, LONG_N, (eccl_dtype)dt, (eccl_op)op);
+                eccl_reduce_into(dp, sp, LONG_N, (eccl_dtype)dt, (eccl_op)op);
                 for (size_t i = 0; i < LONG_N; i++) {
                     const unsigned char *g = dp + i * es, *w = ref + i * es;
                     if (memcmp(g, w, es) == 0)
@@ -722,15 +722,15 @@ static void test_determinism(void **state)
             fill((eccl_dtype)dt, a, LONG_N, 300, &rng);
             fill((eccl_dtype)dt, b, LONG_N, 300, &rng);
             memcpy(r1, a, bytes);
-            eccl_reduce(r1, b, LONG_N, (eccl_dtype)dt, (eccl_op)op);
+            eccl_reduce_into(r1, b, LONG_N, (eccl_dtype)dt, (eccl_op)op);
             memcpy(r2, a, bytes);
-            eccl_reduce(r2, b, LONG_N, (eccl_dtype)dt, (eccl_op)op);
+            eccl_reduce_into(r2, b, LONG_N, (eccl_dtype)dt, (eccl_op)op);
             assert_memory_equal(r1, r2, bytes);
             /* shifted by one element: a different split into vector body and
              * scalar tail must not change a bit */
             memcpy(r2 + es, a, bytes);
             memmove(b + es, b, bytes);
-            eccl_reduce(r2 + es, b + es, LONG_N, (eccl_dtype)dt, (eccl_op)op);
+            eccl_reduce_into(r2 + es, b + es, LONG_N, (eccl_dtype)dt, (eccl_op)op);
             assert_memory_equal(r1, r2 + es, bytes);
             eccl_reduce_scale_div(r1, LONG_N, (eccl_dtype)dt, 7);
             eccl_reduce_scale_div(r2 + es, LONG_N, (eccl_dtype)dt, 7);

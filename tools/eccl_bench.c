@@ -1,10 +1,14 @@
-/* eccl-bench: all-reduce latency and bandwidth, in the style of nccl-tests'
- * all_reduce_perf.
+/* eccl-bench: collective latency and bandwidth, in the style of nccl-tests'
+ * all_reduce_perf, all_gather_perf, reduce_scatter_perf, broadcast_perf and
+ * reduce_perf (--coll picks; all-reduce by default).
  *
  * Either joins a running master (--master) as one rank, or (--np N) starts a
  * master in-process and N rank processes of its own. Rank 0 prints one row
- * per message size; time is the slowest rank's average, busbw uses the ring
- * all-reduce factor 2(n-1)/n so numbers compare with nccl-tests.
+ * per message size; time is the slowest rank's average, and size and busbw
+ * follow nccl-tests so numbers compare: size is the all-gather's output and
+ * the reduce-scatter's input (world * count elements), the whole buffer
+ * otherwise; busbw is algbw times 2(n-1)/n for all-reduce, (n-1)/n for
+ * all-gather and reduce-scatter, 1 for broadcast and reduce (root 0).
  *
  * --device puts the buffers in CUDA device memory. The program links only
  * libeccl, so it still starts where there is no CUDA: the runtime is loaded
@@ -39,8 +43,14 @@ enum { EXIT_USAGE = 2 };
  * contribution and every expected value repeats with period lcm(13, 3). */
 #define PATTERN_PERIOD 39
 
+enum bench_coll { COLL_ALLREDUCE, COLL_ALLGATHER, COLL_REDUCE_SCATTER, COLL_BROADCAST, COLL_REDUCE, COLL_COUNT };
+
+static const char *const coll_names[COLL_COUNT] = {"allreduce", "allgather", "reduce_scatter", "broadcast",
+                                                   "reduce"};
+
 struct bench_opts {
     const char *argv0;
+    enum bench_coll coll;
     size_t minbytes;
     size_t maxbytes;
     uint64_t stepfactor;
@@ -238,7 +248,9 @@ static void usage(FILE *out)
             "                           or int8..uint64 int half bfloat16 float double\n"
             "                           (default float)\n"
             "  -o, --op NAME            sum avg prod min max (default sum)\n"
-            "  -I, --inplace 0|1        in-place all-reduce (default 0)\n"
+            "  -I, --inplace 0|1        in-place calls (default 0)\n"
+            "      --coll NAME          allreduce allgather reduce_scatter broadcast reduce\n"
+            "                           (default allreduce)\n"
             "      --np N               start a master and N local rank processes\n"
             "      --master HOST:PORT   join this master as one rank\n"
             "      --world N            with --master: peers to admit before measuring\n"
@@ -305,6 +317,7 @@ enum {
     OPT_TIMEOUT,
     OPT_INFLIGHT,
     OPT_DEVICE,
+    OPT_COLL,
 };
 
 /* Handles one option that takes a number. Returns 0 or the exit status. */
@@ -354,6 +367,7 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
         {"timeout-ms", required_argument, NULL, OPT_TIMEOUT},
         {"inflight", required_argument, NULL, OPT_INFLIGHT},
         {"device", no_argument, NULL, OPT_DEVICE},
+        {"coll", required_argument, NULL, OPT_COLL},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -397,6 +411,15 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
         case OPT_DEVICE:
             o->device = 1;
             break;
+        case OPT_COLL: {
+            int k = 0;
+            while (k < COLL_COUNT && strcmp(optarg, coll_names[k]) != 0) k++;
+            if (k == COLL_COUNT)
+                return usage_error("unknown collective '%s' (allreduce allgather reduce_scatter "
+                                   "broadcast reduce)", optarg);
+            o->coll = (enum bench_coll)k;
+            break;
+        }
         case 'h':
             usage(stdout);
             return EXIT_SUCCESS;
@@ -658,15 +681,16 @@ static void build_pattern(const struct bench_run *run, struct pattern *p)
                  pow2(floor_log2(amplitude(d, run->nranks)) - d->mant_bits);
 }
 
-/* Counts elements of buf that differ from want by more than tol. */
+/* Counts elements i of buf that differ from want[(first + i) % period] by
+ * more than tol (first: where buf starts in the pattern). */
 static uint64_t check_buffer(const void *buf, eccl_dtype t, size_t count,
-                             const double want[PATTERN_PERIOD], double tol)
+                             const double want[PATTERN_PERIOD], double tol, size_t first)
 {
     uint64_t wrong = 0;
 
     for (size_t i = 0; i < count; i++) {
         double got = load_elem(buf, t, i);
-        double w = want[i % PATTERN_PERIOD];
+        double w = want[(first + i) % PATTERN_PERIOD];
         double diff = got > w ? got - w : w - got;
 
         /* Negated so that NaN counts as wrong. */
@@ -686,20 +710,74 @@ static int allreduce(struct bench_run *run, const void *send, void *recv, size_t
                        what, count, dtypes[t].name, op_names[op], tag);
 }
 
-/* One timed (or warm-up) iteration: one blocking all-reduce, or
- * --inflight async ones, each into its own output, then waits for all. */
+/* Elements of one call's count argument for a row of `count` elements:
+ * the all-gather's and reduce-scatter's are per rank. */
+static size_t call_count(const struct bench_run *run, size_t count)
+{
+    enum bench_coll k = run->opts->coll;
+    return k == COLL_ALLGATHER || k == COLL_REDUCE_SCATTER ? count / (size_t)run->nranks : count;
+}
+
+/* A call's input and output for output buffer `base` (the row's recv, or
+ * one of --inflight's): in place, everything lives in send, laid out as
+ * eccl.h says (the all-gather's own block, the reduce-scatter's). */
+static void call_bufs(const struct bench_run *run, size_t ccount, void *base, const void **in, void **out)
+{
+    size_t block = ccount * run->dt->size * (size_t)run->rank;
+    uint8_t *send = run->send;
+    *in = send;
+    *out = run->opts->inplace ? send : base;
+    if (!run->opts->inplace) return;
+    if (run->opts->coll == COLL_ALLGATHER) *in = send + block;
+    if (run->opts->coll == COLL_REDUCE_SCATTER) *out = send + block;
+}
+
+/* Issues the benchmarked collective: blocking when req is NULL. */
+static eccl_result issue(struct bench_run *run, const void *in, void *out, size_t ccount, uint64_t tag,
+                         eccl_request **req)
+{
+    const struct bench_opts *o = run->opts;
+    eccl_comm *c = run->comm;
+    switch (o->coll) {
+    case COLL_ALLGATHER:
+        return req ? eccl_allgather_async(c, in, out, ccount, o->dtype, tag, req)
+                   : eccl_allgather(c, in, out, ccount, o->dtype, tag, NULL);
+    case COLL_REDUCE_SCATTER:
+        return req ? eccl_reduce_scatter_async(c, in, out, ccount, o->dtype, o->op, tag, req)
+                   : eccl_reduce_scatter(c, in, out, ccount, o->dtype, o->op, tag, NULL);
+    case COLL_BROADCAST:
+        return req ? eccl_broadcast_async(c, in, out, ccount, o->dtype, 0, tag, req)
+                   : eccl_broadcast(c, in, out, ccount, o->dtype, 0, tag, NULL);
+    case COLL_REDUCE:
+        return req ? eccl_reduce_async(c, in, out, ccount, o->dtype, o->op, 0, tag, req)
+                   : eccl_reduce(c, in, out, ccount, o->dtype, o->op, 0, tag, NULL);
+    default:
+        return req ? eccl_allreduce_async(c, in, out, ccount, o->dtype, o->op, tag, req)
+                   : eccl_allreduce(c, in, out, ccount, o->dtype, o->op, tag, NULL);
+    }
+}
+
+/* One timed (or warm-up) iteration: one blocking call, or --inflight async
+ * ones, each into its own output, then waits for all. */
 static int round_of_calls(struct bench_run *run, size_t count, void *out, const char *what)
 {
     const struct bench_opts *o = run->opts;
-    if (o->inflight == 1) return allreduce(run, run->send, out, count, o->dtype, o->op, what);
+    size_t ccount = call_count(run, count);
+    const void *in;
+    void *dst;
+    if (o->inflight == 1) {
+        uint64_t tag = run->next_tag++;
+        call_bufs(run, ccount, out, &in, &dst);
+        return eccl_failed(issue(run, in, dst, ccount, tag, NULL), "rank %" PRId64 ": %s (%s, tag %" PRIu64 ")",
+                           run->rank, what, coll_names[o->coll], tag);
+    }
     eccl_request *r[BENCH_MAX_INFLIGHT];
     int failed = 0;
     uint64_t k = 0;
     for (; k < o->inflight; k++) {
         uint64_t tag = run->next_tag++;
-        void *dst = k == 0 ? out : run->more[k - 1];
-        eccl_result rc = eccl_allreduce_async(run->comm, run->send, dst, count, o->dtype, o->op,
-                                              tag, &r[k]);
+        call_bufs(run, ccount, k == 0 ? out : run->more[k - 1], &in, &dst);
+        eccl_result rc = issue(run, in, dst, ccount, tag, &r[k]);
         if (eccl_failed(rc, "rank %" PRId64 ": %s (async, tag %" PRIu64 ")", run->rank, what, tag)) {
             failed = 1;
             break;
@@ -736,36 +814,72 @@ static int download(struct bench_run *run, const void *src, size_t bytes)
                        "rank %" PRId64 ": copying %zu bytes from the device", run->rank, bytes);
 }
 
-/* One all-reduce of the check pattern; adds the mismatches to *wrong. */
+/* The check values every element i of rank r's contribution repeats. */
+static void rank_values(const struct bench_run *run, int64_t r, double out[PATTERN_PERIOD])
+{
+    for (size_t j = 0; j < PATTERN_PERIOD; j++)
+        out[j] = (double)contribution(run->dt, run->opts->op, run->nranks, r, j);
+}
+
+/* One call of the check pattern; adds the mismatches to *wrong. Every rank
+ * contributes its own values (the all-gather's blocks, the broadcast root's
+ * buffer), so a block in the wrong place or from the wrong rank shows. */
 static int checked_call(struct bench_run *run, size_t count, uint64_t *wrong)
 {
     const struct bench_opts *o = run->opts;
+    enum bench_coll k = o->coll;
+    size_t es = run->dt->size, ccount = call_count(run, count), n = (size_t)run->nranks;
+    size_t in_elems = k == COLL_REDUCE_SCATTER ? n * ccount : ccount;
+    size_t out_elems = k == COLL_ALLGATHER ? n * ccount : ccount;
+    int has_in = k != COLL_BROADCAST || run->rank == 0, has_out = k != COLL_REDUCE || run->rank == 0;
     struct pattern p;
-    double sent[PATTERN_PERIOD];
-    void *out = o->inplace ? run->send : run->recv;
-    size_t bytes = count * run->dt->size;
+    double want[PATTERN_PERIOD];
+    const void *in;
+    void *out;
 
     build_pattern(run, &p);
-    fill_pattern(host_side(run, run->send), o->dtype, run->dt->size, count, p.mine);
-    if (upload(run, run->send, bytes))
-        return 1;
-    /* Garbage in the output, so a call that leaves it untouched shows. */
-    if (!o->inplace) {
-        memset(host_side(run, out), 0xa5, bytes);
-        if (upload(run, out, bytes))
+    call_bufs(run, ccount, run->recv, &in, &out);
+    if (has_in) {
+        fill_pattern(host_side(run, (void *)in), o->dtype, es, in_elems, p.mine);
+        if (upload(run, (void *)in, in_elems * es))
             return 1;
     }
-    if (allreduce(run, run->send, out, count, o->dtype, o->op, "checked all-reduce"))
-        return 1;
-    if (download(run, out, bytes))
-        return 1;
-    *wrong += check_buffer(host_side(run, out), o->dtype, count, p.expect, p.tol);
+    /* Garbage in the output, so a call that leaves it untouched shows. */
     if (!o->inplace) {
-        for (size_t j = 0; j < PATTERN_PERIOD; j++)
-            sent[j] = (double)p.mine[j];
-        if (download(run, run->send, bytes))
+        memset(host_side(run, out), 0xa5, out_elems * es);
+        if (upload(run, out, out_elems * es))
             return 1;
-        *wrong += check_buffer(host_side(run, run->send), o->dtype, count, sent, 0);
+    }
+    uint64_t tag = run->next_tag++;
+    if (eccl_failed(issue(run, in, out, ccount, tag, NULL), "rank %" PRId64 ": checked %s (tag %" PRIu64 ")",
+                    run->rank, coll_names[k], tag))
+        return 1;
+    if (has_out && download(run, out, out_elems * es))
+        return 1;
+    switch (k) {
+    case COLL_ALLGATHER:
+        for (size_t r = 0; r < n; r++) {
+            rank_values(run, (int64_t)r, want);
+            *wrong += check_buffer((uint8_t *)host_side(run, out) + r * ccount * es, o->dtype, ccount, want, 0, 0);
+        }
+        break;
+    case COLL_BROADCAST:
+        rank_values(run, 0, want);
+        *wrong += check_buffer(host_side(run, out), o->dtype, ccount, want, 0, 0);
+        break;
+    case COLL_REDUCE_SCATTER: /* block `rank` of the reduction */
+        *wrong += check_buffer(host_side(run, out), o->dtype, ccount, p.expect, p.tol, (size_t)run->rank * ccount);
+        break;
+    default:
+        if (has_out)
+            *wrong += check_buffer(host_side(run, out), o->dtype, ccount, p.expect, p.tol, 0);
+        break;
+    }
+    if (!o->inplace && has_in) {
+        rank_values(run, run->rank, want);
+        if (download(run, in, in_elems * es))
+            return 1;
+        *wrong += check_buffer(host_side(run, (void *)in), o->dtype, in_elems, want, 0, 0);
     }
     return 0;
 }
@@ -799,20 +913,34 @@ static void print_header(const struct bench_run *run)
 
     printf("# eccl-bench: nranks %" PRId64 " dtype %s op %s inplace %" PRIu64
            " iters %" PRIu64 " warmup %" PRIu64 " check %" PRIu64 " inflight %" PRIu64
-           " device %d\n",
+           " device %d coll %s\n",
            run->nranks, run->dt->name, op_names[o->op], o->inplace, o->iters, o->warmup,
-           o->check, o->inflight, o->device);
+           o->check, o->inflight, o->device, coll_names[o->coll]);
     printf("#       size         count      type   redop     time(us)   algbw(GB/s)"
            "   busbw(GB/s)  #wrong\n");
     fflush(stdout);
+}
+
+/* nccl-tests' bus bandwidth factors: what each rank's links carry per byte
+ * of size, so the numbers compare across collectives and world sizes. */
+static double busbw_factor(const struct bench_run *run)
+{
+    double n = (double)run->nranks;
+    switch (run->opts->coll) {
+    case COLL_ALLREDUCE: return 2.0 * (n - 1) / n;
+    case COLL_ALLGATHER:
+    case COLL_REDUCE_SCATTER: return (n - 1) / n;
+    default: return 1.0;
+    }
 }
 
 static void print_row(struct bench_run *run, size_t count, double time_us, uint64_t wrong)
 {
     size_t bytes = count * run->dt->size;
     double algbw = (double)bytes * (double)run->opts->inflight / time_us / 1e3;
-    double busbw = algbw * 2.0 * (double)(run->nranks - 1) / (double)run->nranks;
+    double busbw = algbw * busbw_factor(run);
     char wrong_text[24] = "N/A";
+    int reduces = run->opts->coll != COLL_ALLGATHER && run->opts->coll != COLL_BROADCAST;
 
     run->busbw_sum += busbw;
     run->rows++;
@@ -821,14 +949,17 @@ static void print_row(struct bench_run *run, size_t count, double time_us, uint6
     if (run->opts->check)
         snprintf(wrong_text, sizeof wrong_text, "%" PRIu64, wrong);
     printf("%12zu  %12zu  %8s  %6s  %11.2f  %12.2f  %12.2f  %6s\n", bytes, count,
-           run->dt->name, op_names[run->opts->op], time_us, algbw, busbw, wrong_text);
+           run->dt->name, reduces ? op_names[run->opts->op] : "none", time_us, algbw, busbw, wrong_text);
     fflush(stdout);
 }
 
 static int run_size(struct bench_run *run, size_t size)
 {
     const struct bench_opts *o = run->opts;
+    /* The all-gather's and reduce-scatter's size is world blocks. */
     size_t count = size / run->dt->size;
+    if (o->coll == COLL_ALLGATHER || o->coll == COLL_REDUCE_SCATTER)
+        count = count / (size_t)run->nranks * (size_t)run->nranks;
     void *out = o->inplace ? run->send : run->recv;
     uint64_t wrong = 0, wrong_all = 0, start;
     double time_us, time_max;
@@ -838,7 +969,7 @@ static int run_size(struct bench_run *run, size_t size)
     if (fill_steady(run, count))
         return 1;
     for (uint64_t k = 0; k < o->warmup; k++)
-        if (round_of_calls(run, count, out, "warm-up all-reduce"))
+        if (round_of_calls(run, count, out, "warm-up call"))
             return 1;
     if (o->check) {
         if (checked_call(run, count, &wrong) || fill_steady(run, count))
@@ -847,7 +978,7 @@ static int run_size(struct bench_run *run, size_t size)
 
     start = now_ns();
     for (uint64_t k = 0; k < o->iters; k++)
-        if (round_of_calls(run, count, out, "timed all-reduce"))
+        if (round_of_calls(run, count, out, "timed call"))
             return 1;
     time_us = (double)(now_ns() - start) / 1e3 / (double)o->iters;
 
@@ -914,7 +1045,7 @@ static int agree_on_options(struct bench_run *run)
 {
     const struct bench_opts *o = run->opts;
     uint64_t v[] = {o->minbytes, o->maxbytes, o->stepfactor, o->iters, o->warmup,
-                    o->check, o->inplace, (uint64_t)o->dtype, (uint64_t)o->op};
+                    o->check, o->inplace, (uint64_t)o->dtype, (uint64_t)o->op, (uint64_t)o->coll};
     uint64_t h = UINT64_C(0xcbf29ce484222325), mine[2], all[2];
 
     for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
@@ -1110,6 +1241,7 @@ static void build_child_argv(const struct bench_opts *o, const char *master,
     add_num(a, "-I", o->inplace);
     add_arg(a, "-d", dtypes[o->dtype].alias);
     add_arg(a, "-o", op_names[o->op]);
+    add_arg(a, "--coll", coll_names[o->coll]);
     add_arg(a, "--master", master);
     add_num(a, "--world", o->np);
     if (o->group_set)

@@ -283,7 +283,7 @@ static void real_reduce(void *ctx, void *dst, const void *src, size_t count,
                         eccl_dtype dtype, eccl_op op)
 {
     (void)ctx;
-    eccl_reduce(dst, src, count, dtype, op);
+    eccl_reduce_into(dst, src, count, dtype, op);
 }
 
 static void real_scale_div(void *ctx, void *x, size_t count, eccl_dtype dtype,

@@ -386,7 +386,7 @@ static void sg_reduce(void *ctx, void *dst, const void *src, size_t count, eccl_
 {
     sg_env *e = ctx;
     if (!eccl_sg_is_phantom(e->w, dst) && !eccl_sg_is_phantom(e->w, src))
-        eccl_reduce(dst, src, count, dtype, op);
+        eccl_reduce_into(dst, src, count, dtype, op);
     dev_cost(e, count * eccl_dtype_size(dtype), e->w->dev.reduce_Bps);
 }
 
@@ -629,7 +629,7 @@ static eccl_result sg_d_reduce(void *ctx, int device, void *dst, const void *src
     if (device != 0 || dev_ptr(e, dst, bytes, &d, &d_dev) != ECCL_OK || !d_dev ||
         dev_ptr(e, src, bytes, &s, &s_dev) != ECCL_OK)
         return ECCL_ERR_DEVICE;
-    if (d && s) eccl_reduce(d, s, count, dtype, op);
+    if (d && s) eccl_reduce_into(d, s, count, dtype, op);
     if (!s_dev) dev_copy_cost(e, bytes); /* the kernel reads pinned memory over the bus */
     dev_cost(e, bytes, e->w->dev.reduce_Bps);
     return ECCL_OK;

@@ -1,4 +1,4 @@
-/* One all-reduce call as every algorithm sees it: what the caller asked
+/* One collective call as every algorithm sees it: what the caller asked
  * for, and the epoch and position it runs in. The request keeps one and
  * hands a copy to the algorithm it picks (comm.c, op_start). */
 #ifndef ECCL_CORE_COLL_CALL_H
@@ -9,13 +9,30 @@
 
 #include "env.h"
 
+/* Which collective. */
+typedef enum eccl_coll_kind {
+    ECCL_COLL_ALLREDUCE = 0,
+    ECCL_COLL_ALLGATHER,      /* count: elements each rank contributes */
+    ECCL_COLL_REDUCE_SCATTER, /* count: elements each rank receives */
+    ECCL_COLL_BROADCAST,      /* count: the buffer; root's sendbuf to all */
+    ECCL_COLL_REDUCE,         /* count: the buffer; the result at root only */
+    ECCL_COLL_KIND_COUNT
+} eccl_coll_kind;
+
 typedef struct eccl_coll_call {
     const eccl_env *env;
+    eccl_coll_kind kind;
+    uint32_t root;        /* broadcast and reduce */
     uint64_t tag;
     uint32_t epoch;
     const uint8_t *sendbuf;
     uint8_t *recvbuf;
-    size_t count;
+    size_t count;         /* all-gather(v), reduce-scatter(v): see vcounts */
+    /* The v layouts (all-gatherv, reduce-scatterv; NULL otherwise): block b
+     * has vcounts[b] elements at element vdispls[b] of the blocks (the
+     * all-gather's output, the reduce-scatter's input, where they are the
+     * blocks' running sum). count is then the sum of vcounts. */
+    const size_t *vcounts, *vdispls;
     eccl_dtype dtype;
     eccl_op op;
     eccl_quant_type quant; /* ECCL_QUANT_NONE: exact values (ring only otherwise) */

@@ -193,7 +193,7 @@ static const reduce_fn reduce_table[ECCL_OP_COUNT][ECCL_DTYPE_COUNT] = {
 
 static const scale_fn scale_table[ECCL_DTYPE_COUNT] = PER_TYPE_ROW(div);
 
-void eccl_reduce(void *restrict dst, const void *restrict src, size_t count,
+void eccl_reduce_into(void *restrict dst, const void *restrict src, size_t count,
                  eccl_dtype dtype, eccl_op op)
 {
     if ((unsigned)dtype >= ECCL_DTYPE_COUNT || (unsigned)op >= ECCL_OP_COUNT)

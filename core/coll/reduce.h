@@ -36,7 +36,7 @@
  * (the loops are vectorised on that promise) and must be aligned to the
  * element size. An invalid dtype or op does nothing: callers validate at the
  * API boundary. */
-void eccl_reduce(void *restrict dst, const void *restrict src, size_t count,
+void eccl_reduce_into(void *restrict dst, const void *restrict src, size_t count,
                  eccl_dtype dtype, eccl_op op);
 
 /* AVG's final step, x[i] = x[i] / divisor. f32 and f64 divide in their own

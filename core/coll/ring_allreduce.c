@@ -570,3 +570,60 @@ void eccl_ring_allreduce_restore(eccl_ring_allreduce *r)
     /* The caller may read recvbuf once this returns. */
     if (on_device(r)) dsync(r);
 }
+
+/* ---- behind coll/algo.h ------------------------------------------------------ */
+
+/* Ring i's frames arrive over the link in role i: ring 0 from prev, ring 1
+ * from next; link[0] of the state machine sends ring 0 (to next). */
+static eccl_result algo_pump(void *op, eccl_chan *link[ECCL_ROLE_COUNT])
+{
+    eccl_chan *ring[2] = {link[ECCL_ROLE_NEXT], link[ECCL_ROLE_PREV]};
+    return eccl_ring_allreduce_pump(op, ring);
+}
+
+static eccl_result algo_recv(void *op, int role, const eccl_wire_data *d, void **dst)
+{
+    if (role != ECCL_ROLE_PREV && role != ECCL_ROLE_NEXT) return ECCL_ERR_PROTOCOL;
+    /* Done tokens travel on ring 0; data only on the link of its ring. */
+    if (d->phase == ECCL_PHASE_DONE) return eccl_ring_allreduce_recv(op, 0, d, dst);
+    if (d->ring != role) return ECCL_ERR_PROTOCOL;
+    return eccl_ring_allreduce_recv(op, role, d, dst);
+}
+
+static eccl_result algo_recv_done(void *op, int role, const eccl_wire_data *d)
+{
+    return eccl_ring_allreduce_recv_done(op, d->phase == ECCL_PHASE_DONE ? 0 : role, d);
+}
+
+static int algo_complete(void *op) { return eccl_ring_allreduce_complete(op); }
+
+static int algo_expects(const void *op, int role)
+{
+    return (role == ECCL_ROLE_PREV || role == ECCL_ROLE_NEXT) && eccl_ring_allreduce_expects(op, role);
+}
+
+static int algo_have_full(const void *op) { return ((const eccl_ring_allreduce *)op)->have_full; }
+static void algo_restore(void *op) { eccl_ring_allreduce_restore(op); }
+static eccl_result algo_error(const void *op) { return ((const eccl_ring_allreduce *)op)->dev_error; }
+
+static void algo_bytes(const void *op, uint64_t *tx, uint64_t *rx)
+{
+    const eccl_ring_allreduce *r = op;
+    *tx = r->tx_bytes;
+    *rx = r->rx_bytes;
+}
+
+const eccl_coll_algo eccl_ring_allreduce_algo = {
+    .id = ECCL_ALGO_RING,
+    .roles = ECCL_ROLES_RING,
+    .pump_needs = ECCL_ROLES_RING,
+    .pump = algo_pump,
+    .recv = algo_recv,
+    .recv_done = algo_recv_done,
+    .complete = algo_complete,
+    .expects = algo_expects,
+    .have_full = algo_have_full,
+    .restore = algo_restore,
+    .error = algo_error,
+    .bytes = algo_bytes,
+};

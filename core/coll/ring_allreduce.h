@@ -55,6 +55,7 @@
 #ifndef ECCL_CORE_COLL_RING_ALLREDUCE_H
 #define ECCL_CORE_COLL_RING_ALLREDUCE_H
 
+#include "coll/algo.h"
 #include "coll/call.h"
 #include "env.h"
 #include "proto/chan.h"
@@ -153,5 +154,8 @@ int eccl_ring_allreduce_complete(eccl_ring_allreduce *r);
  * frames before the next call's, so once this is 0 a frame with the same
  * tag belongs to the caller's next call with that tag. */
 int eccl_ring_allreduce_expects(const eccl_ring_allreduce *r, int ring);
+
+/* The state machine behind coll/algo.h. */
+extern const eccl_coll_algo eccl_ring_allreduce_algo;
 
 #endif

@@ -165,3 +165,61 @@ void eccl_tree_allreduce_restore(eccl_tree_allreduce *t)
 {
     if (t->saved) t->call.env->dev->copy(t->call.env->dev_ctx, t->call.recvbuf, t->backup, t->bytes);
 }
+
+/* ---- behind coll/algo.h ------------------------------------------------------ */
+
+static enum eccl_tree_role tree_role(int role) { return (enum eccl_tree_role)(role - ECCL_ROLE_PARENT); }
+
+static eccl_result algo_pump(void *op, eccl_chan *link[ECCL_ROLE_COUNT])
+{
+    return eccl_tree_allreduce_pump(op, link + ECCL_ROLE_PARENT);
+}
+
+static eccl_result algo_recv(void *op, int role, const eccl_wire_data *d, void **dst)
+{
+    return role >= ECCL_ROLE_PARENT ? eccl_tree_allreduce_recv(op, tree_role(role), d, dst)
+                                    : ECCL_ERR_PROTOCOL;
+}
+
+static eccl_result algo_recv_done(void *op, int role, const eccl_wire_data *d)
+{
+    return eccl_tree_allreduce_recv_done(op, tree_role(role), d);
+}
+
+static int algo_complete(void *op) { return eccl_tree_allreduce_complete(op); }
+
+static int algo_expects(const void *op, int role)
+{
+    return role >= ECCL_ROLE_PARENT && eccl_tree_allreduce_expects(op, tree_role(role));
+}
+
+static int algo_have_full(const void *op) { return ((const eccl_tree_allreduce *)op)->have_full; }
+static void algo_restore(void *op) { eccl_tree_allreduce_restore(op); }
+
+static eccl_result algo_error(const void *op)
+{
+    (void)op;
+    return ECCL_OK;
+}
+
+static void algo_bytes(const void *op, uint64_t *tx, uint64_t *rx)
+{
+    const eccl_tree_allreduce *t = op;
+    *tx = t->tx_bytes;
+    *rx = t->rx_bytes;
+}
+
+const eccl_coll_algo eccl_tree_allreduce_algo = {
+    .id = ECCL_ALGO_TREE,
+    .roles = ECCL_ROLES_TREE,
+    .pump_needs = 0, /* a link not up yet holds its frames back */
+    .pump = algo_pump,
+    .recv = algo_recv,
+    .recv_done = algo_recv_done,
+    .complete = algo_complete,
+    .expects = algo_expects,
+    .have_full = algo_have_full,
+    .restore = algo_restore,
+    .error = algo_error,
+    .bytes = algo_bytes,
+};

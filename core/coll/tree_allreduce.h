@@ -26,6 +26,7 @@
 #ifndef ECCL_CORE_COLL_TREE_ALLREDUCE_H
 #define ECCL_CORE_COLL_TREE_ALLREDUCE_H
 
+#include "coll/algo.h"
 #include "coll/call.h"
 #include "env.h"
 #include "proto/chan.h"
@@ -78,5 +79,8 @@ int eccl_tree_allreduce_complete(const eccl_tree_allreduce *t);
 int eccl_tree_allreduce_expects(const eccl_tree_allreduce *t, enum eccl_tree_role role);
 /* Puts recvbuf back as it was before the op. */
 void eccl_tree_allreduce_restore(eccl_tree_allreduce *t);
+
+/* The state machine behind coll/algo.h. */
+extern const eccl_coll_algo eccl_tree_allreduce_algo;
 
 #endif

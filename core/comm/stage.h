@@ -31,6 +31,7 @@ typedef struct eccl_stage {
     void *mirror;   /* pinned host memory, `bytes` */
     size_t bytes;
     void *dev_out;  /* the device output, written on success */
+    size_t out_at, out_bytes; /* ... from this range of the mirror */
 } eccl_stage;
 
 /* Looks at one call's input and output (bytes each). Host memory: the stage
@@ -49,6 +50,21 @@ eccl_result eccl_stage_begin(eccl_stage *st, const eccl_env *env, const void **i
  * `stream`, and *in, *out stay the device pointers. */
 eccl_result eccl_stage_begin_resident(eccl_stage *st, const eccl_env *env, const void **in, void **out,
                                       size_t bytes, void *stream, size_t resident_min);
+
+/* Where a call's input and output sit in its mirror, when they are not one
+ * buffer of one size (all-gather, reduce-scatter, and the rooted calls,
+ * whose input or output may be absent: NULL, or 0 bytes). */
+typedef struct eccl_stage_layout {
+    size_t in_bytes, in_at;   /* the input goes to mirror + in_at */
+    size_t out_bytes, out_at; /* the output comes from mirror + out_at */
+    size_t mirror_bytes;
+} eccl_stage_layout;
+
+/* eccl_stage_begin for a layout: on device memory *in becomes mirror +
+ * in_at and *out mirror + out_at (either stays NULL if it was), and the
+ * collective runs on the mirror as if in place. */
+eccl_result eccl_stage_begin_layout(eccl_stage *st, const eccl_env *env, const void **in, void **out,
+                                    const eccl_stage_layout *lay, void *stream);
 
 /* Ends a stage with the collective's result: on ECCL_OK copies the mirror
  * to the device output (ECCL_ERR_DEVICE if that copy fails); frees the

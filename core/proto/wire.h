@@ -228,7 +228,14 @@ enum eccl_data_phase {
      * step 1 marks the sender's last frame, answered by an empty frame back;
      * tag = the optimize call, epoch = its probe round */
     ECCL_PHASE_PROBE = 9,
-    ECCL_PHASE_LAST = ECCL_PHASE_PROBE
+    /* the ring pass (coll/ring_pass.h): a slice of the collective's
+     * blocks; each collective has its own phase, so peers that called
+     * different collectives with one tag break the op rather than mix */
+    ECCL_PHASE_GATHER = 10,       /* all-gather */
+    ECCL_PHASE_SCATTER = 11,      /* reduce-scatter: a partial */
+    ECCL_PHASE_BCAST = 12,        /* broadcast chain */
+    ECCL_PHASE_CHAIN_REDUCE = 13, /* reduce chain: a partial */
+    ECCL_PHASE_LAST = ECCL_PHASE_CHAIN_REDUCE
 };
 
 /* ---- shared state (state/sync.h has the protocol) ----

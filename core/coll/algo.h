@@ -1,0 +1,65 @@
+/* An algorithm behind one face: what core/comm needs to run any collective.
+ *
+ * An algorithm is a resumable state machine over links named by role. It
+ * never touches a socket or the master: comm hands it the links of the
+ * current epoch, feeds it the DATA frames that arrive for its tag, asks it
+ * whether it is complete, and, when a view change aborts the op, tells it
+ * to put the caller's output back as it was. Every algorithm keeps the
+ * same promises (core/comm relies on them for the fault contract):
+ *
+ *   - recvbuf is backed up before any byte of it is first written, and
+ *     restore() puts back every byte written so far;
+ *   - have_full() says whether this rank's own output is final (or, for a
+ *     rank with no output, its own part is sent): the master commits an op
+ *     after a loss iff every survivor says so;
+ *   - complete() is 1 only once every rank is known to have its output
+ *     (the completion round: done tokens or the tree's COMMIT) and every
+ *     frame of ours has left, so a rank that returned success is never
+ *     contradicted by the master, and the caller may reuse its buffers;
+ *   - expects(role) says whether more frames of this call will come over
+ *     the link in that role: once 0, a frame with the same tag belongs to
+ *     the caller's next call of the tag (OCCL's order freedom rests on it).
+ */
+#ifndef ECCL_CORE_COLL_ALGO_H
+#define ECCL_CORE_COLL_ALGO_H
+
+#include "eccl_core.h"
+#include "proto/chan.h"
+
+/* The links of one epoch by what they are to this rank. A socket carries
+ * both directions: the link to `next` sends ring 0 and receives ring 1. */
+enum eccl_coll_role {
+    ECCL_ROLE_PREV = 0,   /* ring: receives ring 0, sends ring 1 */
+    ECCL_ROLE_NEXT = 1,   /* ring: sends ring 0, receives ring 1 */
+    ECCL_ROLE_PARENT = 2, /* the binary tree of coll/tree_allreduce.h */
+    ECCL_ROLE_CHILD0 = 3,
+    ECCL_ROLE_CHILD1 = 4,
+    ECCL_ROLE_COUNT = 5
+};
+
+#define ECCL_ROLE_BIT(role) (1u << (role))
+#define ECCL_ROLES_RING (ECCL_ROLE_BIT(ECCL_ROLE_PREV) | ECCL_ROLE_BIT(ECCL_ROLE_NEXT))
+#define ECCL_ROLES_TREE                                                                  \
+    (ECCL_ROLE_BIT(ECCL_ROLE_PARENT) | ECCL_ROLE_BIT(ECCL_ROLE_CHILD0) |                \
+     ECCL_ROLE_BIT(ECCL_ROLE_CHILD1))
+
+typedef struct eccl_coll_algo {
+    eccl_algorithm id;   /* reported in eccl_reduce_info.algorithm */
+    /* Roles whose links the op runs over (tree links open lazily, when an
+     * op of this algorithm first runs), and those that must be open before
+     * pump may be called at all (others may be NULL in pump's array). */
+    uint32_t roles, pump_needs;
+    eccl_result (*pump)(void *op, eccl_chan *link[ECCL_ROLE_COUNT]);
+    eccl_result (*recv)(void *op, int role, const eccl_wire_data *d, void **dst);
+    eccl_result (*recv_done)(void *op, int role, const eccl_wire_data *d);
+    int (*complete)(void *op);
+    int (*expects)(const void *op, int role);
+    int (*have_full)(const void *op);
+    void (*restore)(void *op);
+    /* A failure of the op's own making (a device copy), ECCL_OK if none:
+     * comm fails the op with it, never the link. */
+    eccl_result (*error)(const void *op);
+    void (*bytes)(const void *op, uint64_t *tx, uint64_t *rx);
+} eccl_coll_algo;
+
+#endif /* ECCL_CORE_COLL_ALGO_H */

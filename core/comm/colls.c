@@ -1,0 +1,484 @@
+/* The collectives' public API: arguments, device staging, submission,
+ * blocking and async completion. */
+#include "comm/comm_internal.h"
+
+/* ---- collectives: submitting a call ------------------------------------------- */
+
+/* Mutex held. Queues `call` (arguments already checked), made when the
+ * world was `world` and we were `rank` (the layout the caller meant), and
+ * starts it if it can. `barrier`: the call is a barrier's one-byte
+ * all-reduce on the request's own bytes. `kick`: wake the background
+ * poller so it takes the new op into account; a blocking call that drives
+ * progress itself skips that. */
+static eccl_result coll_submit(eccl_comm *c, const eccl_coll_call *call, uint32_t world,
+                               uint32_t rank, const eccl_stage *stage, int barrier, int kick,
+                               eccl_request **out)
+{
+    eccl_result rc = comm_usable(c);
+    if (rc != ECCL_OK) return rc;
+    if (c->sync.active) return ECCL_ERR_BUSY; /* shared-state sync of this group */
+    if (comm_op_find(c, call->tag)) return ECCL_ERR_BUSY;
+    if (c->n_ops >= ECCL_WIRE_MAX_OPS) return ECCL_ERR_BUSY;
+    eccl_request *r = calloc(1, sizeof *r);
+    if (!r) return ECCL_ERR_NO_MEMORY;
+    r->comm = c;
+    r->call = *call;
+    r->call.on_device = stage->resident;
+    r->call.device = stage->device;
+    if (barrier) {
+        r->call.sendbuf = &r->barrier_buf[0];
+        r->call.recvbuf = &r->barrier_buf[1];
+    }
+    r->called_world = world;
+    r->called_rank = rank;
+    r->stage = *stage;
+    r->state = OP_QUEUED;
+    r->deadline_ns = now_ns(c) + (uint64_t)c->params.op_timeout_ms * MS;
+    r->next = c->ops;
+    c->ops = r;
+    c->n_ops++;
+    if (comm_aborted_take(c, call->tag)) {
+        r->call.nranks = c->world;
+        comm_op_finish(c, r, ECCL_ERR_PEER_LOST);
+    } else if (call->count == 0) {
+        r->call.nranks = c->world;
+        comm_op_finish(c, r, c->world < 2 ? ECCL_ERR_TOO_FEW_PEERS : ECCL_OK);
+    } else {
+        comm_ops_advance(c);
+        comm_flush_and_complete(c);
+    }
+    if (kick) eccl_engine_kick(&c->eng);
+    *out = r;
+    return ECCL_OK;
+}
+
+/* ---- all-reduce ---------------------------------------------------------- */
+
+/* Whether the caller's options struct holds `field` (it may predate it):
+ * fields past its end keep their defaults. */
+#define OPTS_HAS(o, field) \
+    ((o) != NULL && (o)->size >= offsetof(eccl_allreduce_opts, field) + sizeof(o)->field)
+
+/* Mutex held. `kick`: wake the background poller so it takes the new op
+ * into account; a blocking call that drives progress itself skips that. */
+static eccl_result allreduce_submit(eccl_comm *c, const void *sendbuf, void *recvbuf,
+                                    size_t count, eccl_dtype dtype, eccl_op op,
+                                    uint64_t tag, const eccl_allreduce_opts *opts,
+                                    const eccl_stage *stage, int kick, eccl_request **out)
+{
+    if ((unsigned)dtype >= ECCL_DTYPE_COUNT || (unsigned)op >= ECCL_OP_COUNT)
+        return ECCL_ERR_INVALID_ARG;
+    if (opts && !OPTS_HAS(opts, quant)) return ECCL_ERR_INVALID_ARG;
+    eccl_quant_type quant = OPTS_HAS(opts, quant) ? opts->quant : ECCL_QUANT_NONE;
+    if (quant != ECCL_QUANT_NONE) {
+        if (quant != ECCL_QUANT_MINMAX_U8 && quant != ECCL_QUANT_AFFINE_U8) return ECCL_ERR_INVALID_ARG;
+        if (op != ECCL_SUM && op != ECCL_AVG) return ECCL_ERR_INVALID_ARG;
+        if (dtype == ECCL_F64) return ECCL_ERR_UNSUPPORTED;
+        if (dtype != ECCL_F32 && dtype != ECCL_F16 && dtype != ECCL_BF16) return ECCL_ERR_INVALID_ARG;
+        /* The quantiser reads and writes tensor bytes itself: phantom
+         * memory has none (its staging would be phantom too). */
+        if (eccl_dev_has_phantom(c->env)) return ECCL_ERR_UNSUPPORTED;
+    }
+    if (count && (!sendbuf || !recvbuf)) return ECCL_ERR_INVALID_ARG;
+    if (count > SIZE_MAX / 16 / eccl_dtype_size(dtype)) return ECCL_ERR_INVALID_ARG;
+    eccl_coll_call call = {.kind = ECCL_COLL_ALLREDUCE, .tag = tag, .sendbuf = sendbuf,
+                           .recvbuf = recvbuf, .count = count, .dtype = dtype, .op = op,
+                           .quant = quant};
+    return coll_submit(c, &call, c->world, c->rank, stage, 0, kick, out);
+}
+
+static int request_done(void *arg) { return ((eccl_request *)arg)->state == OP_DONE; }
+
+
+/* Frees a finished request; *stage gets its staging, to be ended by the
+ * caller once the engine's mutex is released (the copy to the device may
+ * take a while, and must not hold up other ops' progress). */
+static eccl_result request_reap(eccl_request *r, eccl_reduce_info *info, eccl_stage *stage)
+{
+    eccl_result rc = r->result;
+    *stage = r->stage;
+    if (info) {
+        memset(info, 0, sizeof *info);
+        info->world_size = r->call.nranks;
+        if (r->alg) {
+            info->algorithm = r->alg->id;
+            r->alg->bytes(&r->u, &info->tx_bytes, &info->rx_bytes);
+        }
+    }
+    comm_op_unlink(r->comm, r);
+    free(r->varr);
+    free(r);
+    return rc;
+}
+
+eccl_result eccl_allreduce_async(eccl_comm *c, const void *sendbuf, void *recvbuf,
+                                 size_t count, eccl_dtype dtype, eccl_op op,
+                                 uint64_t tag, eccl_request **req)
+{
+    return eccl_allreduce_ex_async(c, sendbuf, recvbuf, count, dtype, op, tag, NULL, req);
+}
+
+/* Mutex held: drives progress until the op is done (it enforces its own
+ * deadline), then frees it. */
+static eccl_result request_finish(eccl_comm *c, eccl_request *r, eccl_reduce_info *info,
+                                  eccl_stage *stage)
+{
+    eccl_engine_drive(&c->eng, request_done, r, ECCL_NO_DEADLINE);
+    if (r->state != OP_DONE) comm_op_finish(c, r, c->phase == PHASE_FAILED ? c->fatal : ECCL_ERR_CLOSED);
+    return request_reap(r, info, stage);
+}
+
+eccl_result eccl_wait(eccl_request *r, eccl_reduce_info *info)
+{
+    if (!r) return ECCL_ERR_INVALID_ARG;
+    eccl_comm *c = r->comm;
+    eccl_stage stage;
+    eccl_engine_lock(&c->eng);
+    eccl_result rc = request_finish(c, r, info, &stage);
+    eccl_engine_unlock(&c->eng);
+    return eccl_stage_end(&stage, rc);
+}
+
+eccl_result eccl_test(eccl_request *r, int *done, eccl_reduce_info *info)
+{
+    if (!r || !done) return ECCL_ERR_INVALID_ARG;
+    eccl_comm *c = r->comm;
+    eccl_stage stage = {0};
+    eccl_engine_lock(&c->eng);
+    /* Nobody else moves the op forward: this test does, one look a call. */
+    if (!c->progress_thread && r->state != OP_DONE) eccl_engine_poll_once(&c->eng);
+    *done = r->state == OP_DONE;
+    eccl_result rc = *done ? request_reap(r, info, &stage) : ECCL_OK;
+    eccl_engine_unlock(&c->eng);
+    return eccl_stage_end(&stage, rc);
+}
+
+eccl_result eccl_allreduce(eccl_comm *c, const void *sendbuf, void *recvbuf, size_t count,
+                           eccl_dtype dtype, eccl_op op, uint64_t tag,
+                           eccl_reduce_info *info)
+{
+    return eccl_allreduce_ex(c, sendbuf, recvbuf, count, dtype, op, tag, NULL, info);
+}
+
+void eccl_allreduce_opts_init(eccl_allreduce_opts *opts)
+{
+    if (!opts) return;
+    memset(opts, 0, sizeof *opts);
+    opts->size = sizeof *opts;
+    opts->quant = ECCL_QUANT_NONE;
+    opts->stream = NULL;
+}
+
+/* Before the engine's mutex: device buffers are swapped for a host mirror
+ * holding the input (stage.h). The copy may take a while, and must not hold
+ * up other ops' progress. Arguments the submit would refuse are left to it. */
+static eccl_result allreduce_stage(eccl_comm *c, const void **sendbuf, void **recvbuf,
+                                   size_t count, eccl_dtype dtype, const eccl_allreduce_opts *opts,
+                                   eccl_stage *stage)
+{
+    void *stream = OPTS_HAS(opts, stream) ? opts->stream : NULL;
+    size_t es = eccl_dtype_size(dtype);
+    if (!es || !count || !*sendbuf || !*recvbuf || count > SIZE_MAX / 16 / es) {
+        memset(stage, 0, sizeof *stage);
+        return ECCL_OK;
+    }
+    eccl_quant_type quant = OPTS_HAS(opts, quant) ? opts->quant : ECCL_QUANT_NONE;
+    return eccl_stage_begin_resident(stage, c->env, sendbuf, recvbuf, count * es, stream,
+                                     quant == ECCL_QUANT_NONE ? c->resident_min : 0);
+}
+
+eccl_result eccl_allreduce_ex_async(eccl_comm *c, const void *sendbuf, void *recvbuf,
+                                    size_t count, eccl_dtype dtype, eccl_op op, uint64_t tag,
+                                    const eccl_allreduce_opts *opts, eccl_request **req)
+{
+    if (!c || !req) return ECCL_ERR_INVALID_ARG;
+    eccl_stage stage;
+    eccl_result rc = allreduce_stage(c, &sendbuf, &recvbuf, count, dtype, opts, &stage);
+    if (rc != ECCL_OK) return rc;
+    eccl_engine_lock(&c->eng);
+    rc = allreduce_submit(c, sendbuf, recvbuf, count, dtype, op, tag, opts, &stage, 1, req);
+    eccl_engine_unlock(&c->eng);
+    if (rc != ECCL_OK) eccl_stage_end(&stage, rc);
+    return rc;
+}
+
+eccl_result eccl_allreduce_ex(eccl_comm *c, const void *sendbuf, void *recvbuf, size_t count,
+                              eccl_dtype dtype, eccl_op op, uint64_t tag,
+                              const eccl_allreduce_opts *opts, eccl_reduce_info *info)
+{
+    if (!c) return ECCL_ERR_INVALID_ARG;
+    eccl_request *r = NULL;
+    eccl_stage stage;
+    eccl_result rc = allreduce_stage(c, &sendbuf, &recvbuf, count, dtype, opts, &stage);
+    if (rc != ECCL_OK) return rc;
+    eccl_engine_lock(&c->eng);
+    eccl_result sub = allreduce_submit(c, sendbuf, recvbuf, count, dtype, op, tag, opts, &stage, 0, &r);
+    if (sub == ECCL_OK) {
+        rc = request_finish(c, r, info, &stage); /* the request hands its stage back */
+    } else {
+        rc = sub;
+    }
+    eccl_engine_unlock(&c->eng);
+    return eccl_stage_end(&stage, rc);
+}
+
+/* ---- all-gather, reduce-scatter, broadcast, reduce, barrier ------------------- */
+
+/* Checks a layout-bound call against the world it is made in. */
+static eccl_result coll_check(const eccl_coll_call *call, uint32_t world, uint32_t rank)
+{
+    int reducing = call->kind == ECCL_COLL_REDUCE_SCATTER || call->kind == ECCL_COLL_REDUCE;
+    if ((unsigned)call->dtype >= ECCL_DTYPE_COUNT || (reducing && (unsigned)call->op >= ECCL_OP_COUNT))
+        return ECCL_ERR_INVALID_ARG;
+    int rooted = call->kind == ECCL_COLL_BROADCAST || call->kind == ECCL_COLL_REDUCE;
+    if (rooted && call->root >= world) return ECCL_ERR_INVALID_ARG;
+    /* Blocks of world * count elements must stay far from overflow (the v
+     * layouts were checked as they were read). */
+    if (!call->vcounts && call->count > SIZE_MAX / 16 / eccl_dtype_size(call->dtype) / (world ? world : 1))
+        return ECCL_ERR_INVALID_ARG;
+    if (!call->count) return ECCL_OK;
+    int root = rank == call->root;
+    int need_in = call->kind != ECCL_COLL_BROADCAST || root;
+    int need_out = call->kind != ECCL_COLL_REDUCE || root;
+    return (need_in && !call->sendbuf) || (need_out && !call->recvbuf) ? ECCL_ERR_INVALID_ARG : ECCL_OK;
+}
+
+/* Where input and output sit in a device call's host mirror: the layouts
+ * of eccl.h, so the call runs on the mirror as if in place. */
+static eccl_stage_layout coll_layout(const eccl_coll_call *call, uint32_t world, uint32_t rank)
+{
+    size_t es = eccl_dtype_size(call->dtype), b = call->count * es;
+    int root = rank == call->root;
+    if (call->vcounts) {
+        size_t mine = call->vcounts[rank] * es, at = call->vdispls[rank] * es, extent = 0;
+        for (uint32_t i = 0; i < world; i++)
+            if ((call->vdispls[i] + call->vcounts[i]) * es > extent)
+                extent = (call->vdispls[i] + call->vcounts[i]) * es;
+        return call->kind == ECCL_COLL_ALLGATHER ? (eccl_stage_layout){mine, at, extent, 0, extent}
+                                                 : (eccl_stage_layout){extent, 0, mine, at, extent};
+    }
+    switch (call->kind) {
+    case ECCL_COLL_ALLGATHER: return (eccl_stage_layout){b, rank * b, world * b, 0, world * b};
+    case ECCL_COLL_REDUCE_SCATTER: return (eccl_stage_layout){world * b, 0, b, rank * b, world * b};
+    case ECCL_COLL_BROADCAST: return (eccl_stage_layout){root ? b : 0, 0, b, 0, b};
+    default: return (eccl_stage_layout){b, 0, root ? b : 0, 0, b};
+    }
+}
+
+/* A v layout, copied for the request (the caller's arrays may go once the
+ * call returns): counts, then displacements (the all-gather's as given,
+ * the reduce-scatter's the running sum). NULL *out: not a v call. */
+static eccl_result v_layout(eccl_coll_call *call, const size_t *counts, const size_t *displs, uint32_t world,
+                            size_t **out)
+{
+    *out = NULL;
+    if (!counts) return ECCL_OK;
+    int ag = call->kind == ECCL_COLL_ALLGATHER;
+    if ((ag && !displs) || !world || (unsigned)call->dtype >= ECCL_DTYPE_COUNT) return ECCL_ERR_INVALID_ARG;
+    size_t lim = SIZE_MAX / 16 / eccl_dtype_size(call->dtype), total = 0;
+    size_t *a = malloc(2 * (size_t)world * sizeof *a);
+    if (!a) return ECCL_ERR_NO_MEMORY;
+    for (uint32_t i = 0; i < world; i++) {
+        size_t d = ag ? displs[i] : total;
+        if (counts[i] > lim || d > lim - counts[i] || total > lim - counts[i]) {
+            free(a);
+            return ECCL_ERR_INVALID_ARG;
+        }
+        a[i] = counts[i];
+        a[world + i] = d;
+        total += counts[i];
+    }
+    call->vcounts = a;
+    call->vdispls = a + world;
+    call->count = total;
+    *out = a;
+    return ECCL_OK;
+}
+
+/* One layout-bound call, blocking (req NULL: info gets what it did) or
+ * not (*req gets the request); counts and displs: a v layout, or NULL. */
+static eccl_result coll_call(eccl_comm *c, eccl_coll_call call, const size_t *counts, const size_t *displs,
+                             eccl_reduce_info *info, eccl_request **req)
+{
+    if (!c) return ECCL_ERR_INVALID_ARG;
+    eccl_engine_lock(&c->eng);
+    eccl_result rc = comm_usable(c);
+    if (rc == ECCL_OK) comm_wait_view(c); /* the layout is the next ring's */
+    uint32_t world = c->world, rank = c->rank;
+    eccl_engine_unlock(&c->eng);
+    size_t *varr = NULL;
+    if (rc == ECCL_OK) rc = v_layout(&call, counts, displs, world, &varr);
+    if (rc == ECCL_OK) rc = coll_check(&call, world, rank);
+    if (rc != ECCL_OK) {
+        free(varr);
+        return rc;
+    }
+    eccl_stage stage;
+    eccl_stage_layout lay = coll_layout(&call, world, rank);
+    const void *in = call.sendbuf;
+    void *out = call.recvbuf;
+    rc = call.count ? eccl_stage_begin_layout(&stage, c->env, &in, &out, &lay, NULL) : ECCL_OK;
+    if (!call.count) memset(&stage, 0, sizeof stage);
+    if (rc != ECCL_OK) {
+        free(varr);
+        return rc;
+    }
+    call.sendbuf = in;
+    call.recvbuf = out;
+    eccl_request *r = NULL;
+    eccl_engine_lock(&c->eng);
+    rc = coll_submit(c, &call, world, rank, &stage, 0, req != NULL, &r);
+    if (rc == ECCL_OK) r->varr = varr; /* the request's now: freed with it */
+    else free(varr);
+    if (rc == ECCL_OK && !req) rc = request_finish(c, r, info, &stage);
+    eccl_engine_unlock(&c->eng);
+    if (!req) return eccl_stage_end(&stage, rc);
+    if (rc != ECCL_OK) return eccl_stage_end(&stage, rc);
+    *req = r;
+    return ECCL_OK;
+}
+
+static eccl_coll_call gather_call(const void *sendbuf, void *recvbuf, size_t count, eccl_dtype dtype,
+                                  uint64_t tag)
+{
+    return (eccl_coll_call){.kind = ECCL_COLL_ALLGATHER, .tag = tag, .sendbuf = sendbuf,
+                            .recvbuf = recvbuf, .count = count, .dtype = dtype};
+}
+
+eccl_result eccl_allgather(eccl_comm *c, const void *sendbuf, void *recvbuf, size_t sendcount,
+                           eccl_dtype dtype, uint64_t tag, eccl_reduce_info *info)
+{
+    eccl_coll_call call = gather_call(sendbuf, recvbuf, sendcount, dtype, tag);
+    return coll_call(c, call, NULL, NULL, info, NULL);
+}
+
+eccl_result eccl_allgather_async(eccl_comm *c, const void *sendbuf, void *recvbuf, size_t sendcount,
+                                 eccl_dtype dtype, uint64_t tag, eccl_request **req)
+{
+    if (!req) return ECCL_ERR_INVALID_ARG;
+    eccl_coll_call call = gather_call(sendbuf, recvbuf, sendcount, dtype, tag);
+    return coll_call(c, call, NULL, NULL, NULL, req);
+}
+
+static eccl_coll_call reducing_call(eccl_coll_kind kind, const void *sendbuf, void *recvbuf,
+                                    size_t count, eccl_dtype dtype, eccl_op op, uint32_t root,
+                                    uint64_t tag)
+{
+    return (eccl_coll_call){.kind = kind, .tag = tag, .sendbuf = sendbuf, .recvbuf = recvbuf,
+                            .count = count, .dtype = dtype, .op = op, .root = root};
+}
+
+eccl_result eccl_reduce_scatter(eccl_comm *c, const void *sendbuf, void *recvbuf, size_t recvcount,
+                                eccl_dtype dtype, eccl_op op, uint64_t tag, eccl_reduce_info *info)
+{
+    eccl_coll_call call =
+        reducing_call(ECCL_COLL_REDUCE_SCATTER, sendbuf, recvbuf, recvcount, dtype, op, 0, tag);
+    return coll_call(c, call, NULL, NULL, info, NULL);
+}
+
+eccl_result eccl_reduce_scatter_async(eccl_comm *c, const void *sendbuf, void *recvbuf,
+                                      size_t recvcount, eccl_dtype dtype, eccl_op op, uint64_t tag,
+                                      eccl_request **req)
+{
+    if (!req) return ECCL_ERR_INVALID_ARG;
+    eccl_coll_call call =
+        reducing_call(ECCL_COLL_REDUCE_SCATTER, sendbuf, recvbuf, recvcount, dtype, op, 0, tag);
+    return coll_call(c, call, NULL, NULL, NULL, req);
+}
+
+eccl_result eccl_broadcast(eccl_comm *c, const void *sendbuf, void *recvbuf, size_t count,
+                           eccl_dtype dtype, uint32_t root, uint64_t tag, eccl_reduce_info *info)
+{
+    eccl_coll_call call =
+        reducing_call(ECCL_COLL_BROADCAST, sendbuf, recvbuf, count, dtype, ECCL_SUM, root, tag);
+    return coll_call(c, call, NULL, NULL, info, NULL);
+}
+
+eccl_result eccl_broadcast_async(eccl_comm *c, const void *sendbuf, void *recvbuf, size_t count,
+                                 eccl_dtype dtype, uint32_t root, uint64_t tag, eccl_request **req)
+{
+    if (!req) return ECCL_ERR_INVALID_ARG;
+    eccl_coll_call call =
+        reducing_call(ECCL_COLL_BROADCAST, sendbuf, recvbuf, count, dtype, ECCL_SUM, root, tag);
+    return coll_call(c, call, NULL, NULL, NULL, req);
+}
+
+eccl_result eccl_reduce(eccl_comm *c, const void *sendbuf, void *recvbuf, size_t count, eccl_dtype dtype,
+                        eccl_op op, uint32_t root, uint64_t tag, eccl_reduce_info *info)
+{
+    eccl_coll_call call = reducing_call(ECCL_COLL_REDUCE, sendbuf, recvbuf, count, dtype, op, root, tag);
+    return coll_call(c, call, NULL, NULL, info, NULL);
+}
+
+eccl_result eccl_reduce_async(eccl_comm *c, const void *sendbuf, void *recvbuf, size_t count,
+                              eccl_dtype dtype, eccl_op op, uint32_t root, uint64_t tag,
+                              eccl_request **req)
+{
+    if (!req) return ECCL_ERR_INVALID_ARG;
+    eccl_coll_call call = reducing_call(ECCL_COLL_REDUCE, sendbuf, recvbuf, count, dtype, op, root, tag);
+    return coll_call(c, call, NULL, NULL, NULL, req);
+}
+
+eccl_result eccl_allgatherv(eccl_comm *c, const void *sendbuf, void *recvbuf, const size_t *recvcounts,
+                            const size_t *displs, eccl_dtype dtype, uint64_t tag, eccl_reduce_info *info)
+{
+    if (!recvcounts) return ECCL_ERR_INVALID_ARG;
+    eccl_coll_call call = gather_call(sendbuf, recvbuf, 0, dtype, tag);
+    return coll_call(c, call, recvcounts, displs, info, NULL);
+}
+
+eccl_result eccl_allgatherv_async(eccl_comm *c, const void *sendbuf, void *recvbuf, const size_t *recvcounts,
+                                  const size_t *displs, eccl_dtype dtype, uint64_t tag, eccl_request **req)
+{
+    if (!req || !recvcounts) return ECCL_ERR_INVALID_ARG;
+    eccl_coll_call call = gather_call(sendbuf, recvbuf, 0, dtype, tag);
+    return coll_call(c, call, recvcounts, displs, NULL, req);
+}
+
+eccl_result eccl_reduce_scatterv(eccl_comm *c, const void *sendbuf, void *recvbuf, const size_t *recvcounts,
+                                 eccl_dtype dtype, eccl_op op, uint64_t tag, eccl_reduce_info *info)
+{
+    if (!recvcounts) return ECCL_ERR_INVALID_ARG;
+    eccl_coll_call call = reducing_call(ECCL_COLL_REDUCE_SCATTER, sendbuf, recvbuf, 0, dtype, op, 0, tag);
+    return coll_call(c, call, recvcounts, NULL, info, NULL);
+}
+
+eccl_result eccl_reduce_scatterv_async(eccl_comm *c, const void *sendbuf, void *recvbuf,
+                                       const size_t *recvcounts, eccl_dtype dtype, eccl_op op, uint64_t tag,
+                                       eccl_request **req)
+{
+    if (!req || !recvcounts) return ECCL_ERR_INVALID_ARG;
+    eccl_coll_call call = reducing_call(ECCL_COLL_REDUCE_SCATTER, sendbuf, recvbuf, 0, dtype, op, 0, tag);
+    return coll_call(c, call, recvcounts, NULL, NULL, req);
+}
+
+/* A one-byte MAX all-reduce on the request's own bytes: it returns only
+ * once every peer has entered, with all-reduce's fault contract. */
+static eccl_result barrier_submit(eccl_comm *c, uint64_t tag, int kick, eccl_request **out)
+{
+    eccl_coll_call call = {.kind = ECCL_COLL_ALLREDUCE, .tag = tag, .count = 1, .dtype = ECCL_U8,
+                           .op = ECCL_MAX};
+    eccl_stage stage = {0};
+    return coll_submit(c, &call, c->world, c->rank, &stage, 1, kick, out);
+}
+
+eccl_result eccl_barrier(eccl_comm *c, uint64_t tag)
+{
+    if (!c) return ECCL_ERR_INVALID_ARG;
+    eccl_request *r;
+    eccl_stage stage;
+    eccl_engine_lock(&c->eng);
+    eccl_result rc = barrier_submit(c, tag, 0, &r);
+    if (rc == ECCL_OK) rc = request_finish(c, r, NULL, &stage);
+    eccl_engine_unlock(&c->eng);
+    return rc;
+}
+
+eccl_result eccl_barrier_async(eccl_comm *c, uint64_t tag, eccl_request **req)
+{
+    if (!c || !req) return ECCL_ERR_INVALID_ARG;
+    eccl_engine_lock(&c->eng);
+    eccl_result rc = barrier_submit(c, tag, 1, req);
+    eccl_engine_unlock(&c->eng);
+    return rc;
+}

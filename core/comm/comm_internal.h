@@ -1,0 +1,349 @@
+/* The communicator's insides, shared by the files of core/comm: comm.c
+ * (the engine, the master link, create/connect/destroy), links.c (p2p
+ * links and the frames they carry), ops.c (an op's life and its fault
+ * contract, behind coll/algo.h), view.c (ring epochs and the view change),
+ * colls.c (the collectives' public API), shared_state.c and topo_opt.c.
+ * One mutex (the engine's) guards all of it. Not a public header. */
+#ifndef ECCL_CORE_COMM_COMM_INTERNAL_H
+#define ECCL_CORE_COMM_COMM_INTERNAL_H
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/stage.h"
+#include "coll/ring_allreduce.h"
+#include "coll/ring_pass.h"
+#include "coll/tree_allreduce.h"
+#include "eccl_core.h"
+#include "proto/chan.h"
+#include "sched/engine.h"
+#include "state/hash.h"
+#include "util/bufpool.h"
+#include "util/config.h"
+#include "util/log.h"
+
+#define COMM_RBUF_MASTER 4096u
+#define COMM_MASTER_ADDRS 4u /* master_addr "A,B,...": a relay, then fallbacks */
+#define COMM_RBUF_P2P (64u << 10)
+#define COMM_READ_BUDGET (8u << 20)
+/* Connect attempts back off exponentially: a refusal usually means a full
+ * accept backlog, which hammering makes worse. */
+#define COMM_RETRY_NS 50000000ull      /* first retry after 50 ms */
+#define COMM_RETRY_MAX_NS 1000000000ull /* then doubling, up to 1 s */
+/* A neighbour may start a collective before we call it. Its small frames are
+ * kept aside (saves toggling the socket off and on); bigger ones, or more
+ * than COMM_EARLY_LIMIT bytes, stay in the kernel, held by TCP back-pressure. */
+#define COMM_EARLY_MAX (64u << 10)
+/* Tags this peer finished in the current epoch. Successes go into view
+ * reports (a peer that returned success must count as holding the result);
+ * local failures must not be marked aborted-but-not-called when the master
+ * aborts them. Peers are never more than the in-flight window apart, so the
+ * last few suffice. */
+#define COMM_RECENT 1024u
+/* Tags the master aborted that this peer had not called yet: its next call
+ * of such a tag fails once with ECCL_ERR_PEER_LOST, as it did everywhere
+ * else, so every peer sees the same outcome and retries together. */
+#define COMM_ABORTED_TAGS 1024u
+/* Both rings start this small and double when full: a 100k-rank simulated
+ * job holds 100k comms, and 24 KiB of history each was 2.4 GB. */
+#define COMM_RING_START 16u
+#define COMM_EARLY_LIMIT (1u << 20)
+/* A holder streams a tensor in DATA frames of this size. */
+#define COMM_SYNC_SLICE (4u << 20)
+/* A bandwidth probe sends frames of this size and keeps at most
+ * COMM_PROBE_WINDOW of them unanswered per connection: the receiver answers
+ * each, so the probe is clocked by the link itself (the simulator's
+ * sockets take any number of bytes at once; a real one would hide the
+ * first few MB in its buffers). 2 MiB in flight per connection fills
+ * 400 MB/s at 5 ms RTT; more connections fill more. */
+#define COMM_PROBE_SLICE (256u << 10)
+#define COMM_PROBE_WINDOW 8u
+#define MS 1000000ull
+/* The device-resident ring's smallest call: past the tree's and the two-peer
+ * exchange's sizes, which stay mirror paths. */
+#define COMM_RESIDENT_MIN (1u << 20)
+
+enum comm_phase {
+    PHASE_NEW,         /* created, connect not called */
+    PHASE_REGISTERING, /* connecting to / registering with the master */
+    PHASE_PENDING,     /* registered, waiting for the accepted peers' vote */
+    PHASE_ACCEPTED,
+    PHASE_FAILED       /* master lost or kicked: comm->fatal says which */
+};
+
+enum op_state { OP_QUEUED, OP_RUNNING, OP_FROZEN, OP_DONE };
+
+struct eccl_request {
+    struct eccl_request *next;
+    eccl_comm *comm;
+    eccl_coll_call call;  /* epoch, rank and world filled in at the start */
+    enum op_state state;
+    eccl_result result;
+    uint64_t deadline_ns;
+    eccl_buf *backup;
+    eccl_buf *staging[2];
+    eccl_buf *qimg;       /* quantised ring: the two code images */
+    eccl_stage stage;     /* device buffers: the host mirror the op runs on */
+    void *pinned;         /* device-resident ring: staging + send slots (pinned) */
+    size_t pinned_bytes;
+    void *dev_backup;     /* device-resident ring: the backup, device memory */
+    int started;          /* the algorithm owns recvbuf's restore from here */
+    /* The world and rank the caller saw: a layout-bound call (all but
+     * all-reduce) that starts in another fails rather than run on a layout
+     * nobody meant. */
+    uint32_t called_world, called_rank;
+    uint8_t barrier_buf[2]; /* a barrier's one-byte all-reduce: in, out */
+    size_t *varr;           /* the v layouts' counts and displacements (call.vcounts) */
+    const eccl_coll_algo *alg; /* NULL until the op starts */
+    union {
+        eccl_ring_allreduce ring;
+        eccl_tree_allreduce tree;
+        eccl_ring_pass pass;
+    } u;
+};
+
+/* What a link is to us in the current epoch (enum eccl_coll_role), or
+ * ROLE_NONE: not (yet) part of the current epoch. */
+#define ROLE_NONE (-1)
+
+typedef struct early_frame {
+    struct early_frame *next;
+    eccl_wire_data d;
+    eccl_buf *buf; /* NULL for an empty frame */
+} early_frame;
+
+typedef struct p2p_link {
+    eccl_chan ch; /* first: ready pointers are channels */
+    struct p2p_link *next;
+    uint64_t peer_id;
+    uint32_t epoch;
+    uint32_t purpose;             /* enum eccl_link_purpose */
+    uint32_t pool, pool_size;     /* ring links: connection `pool` of a pool this big */
+    int outgoing;                 /* we opened it (else accepted) */
+    int hello_seen;
+    early_frame *early, **early_tail; /* frames for ops not called yet */
+    size_t early_bytes;
+    early_frame *receiving;           /* the early frame being read */
+    /* Shared-state and probe links (purposes SYNC, PROBE) live in
+     * comm->side_links, outside every ring epoch: view changes neither
+     * pause nor close them. */
+    int sync_fetcher;                 /* we opened it to fetch from src */
+    uint32_t sync_src;                /* index into comm->sync.src */
+    int probe_sender;                 /* we opened it to probe the target */
+    uint32_t probe_unacked;           /* our probe frames not answered yet */
+} p2p_link;
+
+/* The shared-state call in progress (state/sync.h has the protocol). */
+enum sync_phase {
+    SY_ASKED,    /* SYNC_REQ sent; waiting for the plan */
+    SY_FETCHING, /* fetching the keys the plan names */
+    SY_REPORTED, /* our part is reported; serving until SYNC_DONE */
+    SY_DONE      /* the call's outcome is in sync.result */
+};
+
+typedef struct sync_fetch {
+    uint32_t info;  /* index into state->infos */
+    uint32_t src;   /* index into sync.src */
+    uint64_t hash;  /* the elected hash */
+    uint64_t bytes, got;
+} sync_fetch;
+
+typedef struct comm_sync {
+    int active;
+    enum sync_phase phase;
+    uint32_t seq, round;
+    eccl_shared_state *state;
+    eccl_hash_type htype;
+    eccl_wire_sync_key *keys;   /* what we voted, sorted by key */
+    uint32_t *key_info;         /* keys[i] is state->infos[key_info[i]] */
+    uint32_t n_keys;
+    sync_fetch *fetch;
+    uint32_t n_fetch, n_done;
+    eccl_wire_peer_ref *src;
+    uint32_t n_src;
+    eccl_result result;
+    uint64_t revision;
+    uint64_t tx, rx;
+    uint32_t keys_served;
+} comm_sync;
+
+/* The optimize_topology call in progress, and our probe of its current
+ * round (the protocol is in docs/protocol.md). */
+typedef struct comm_opt {
+    int active;
+    int done;                 /* OPT_DONE arrived: `fin` holds it */
+    uint32_t seq;
+    eccl_msg_opt_done fin;
+    int probing;
+    uint32_t round, conns;
+    uint64_t target;
+    uint64_t stop_ns;         /* send no new frame from here */
+    uint64_t give_up_ns;      /* answers still missing: the probe failed */
+    uint64_t start_ns, last_ack_ns;
+    uint64_t acked;           /* bytes answered */
+    int broken;               /* a probe link failed */
+    uint8_t *filler;          /* COMM_PROBE_SLICE bytes every frame sends */
+    uint32_t probes, failed;
+    uint64_t tx;
+} comm_opt;
+
+typedef struct comm_listener {
+    int kind; /* ECCL_HANDLE_LISTENER */
+    eccl_listener *l;
+} comm_listener;
+
+struct eccl_comm {
+    eccl_env *env;
+    size_t resident_min;        /* device calls this big run the device-resident ring */
+    int progress_thread;        /* ECCL_PROGRESS_THREAD: progress between calls too */
+    eccl_env_release_fn env_release;
+    eccl_engine eng;
+    eccl_comm_params params;
+    char master_addr[COMM_MASTER_ADDRS * ECCL_ADDR_MAX]; /* as given: "A,B,..." */
+    char master_addrs[COMM_MASTER_ADDRS][ECCL_ADDR_MAX];
+    uint32_t n_master_addrs;
+    uint32_t master_turn;       /* which one the next connect attempt tries */
+    char p2p_host[ECCL_ADDR_MAX];
+
+    enum comm_phase phase;
+    eccl_result fatal;
+    eccl_chan master;
+    int master_open;
+    uint64_t master_deadline;   /* give up reaching the master */
+    uint64_t master_retry_at;   /* next connect attempt, 0 = none */
+    uint64_t master_backoff;    /* delay before the attempt after that */
+    uint64_t retries;           /* connect retries so far: salts the jitter */
+    uint64_t heartbeat_at;
+    uint64_t peer_id;
+
+    comm_listener listener;
+    char p2p_addr[ECCL_ADDR_MAX];
+
+    /* ring of the current epoch */
+    uint32_t epoch, world, rank;
+    eccl_wire_peer_ref next_ref, prev_ref;
+    p2p_link *link_next, *link_prev;
+    uint64_t next_retry_at;     /* reconnect to next after a refusal */
+    uint64_t next_backoff;
+    int ring_ready;
+    int frozen;                 /* between VIEW_QUERY and RING */
+    /* tree of the current epoch: link_tree[eccl_tree_role] */
+    eccl_wire_peer_ref parent_ref;
+    uint64_t child_id[2];
+    p2p_link *link_tree[3];
+    uint64_t parent_retry_at;   /* reconnect to the parent after a refusal */
+    uint64_t parent_backoff;
+    /* The pool of ring connections per neighbour (p2p_pool_size): an op
+     * runs over connection tag % size of each pool, so every peer maps it
+     * alike without a word. Connection 0 is link_next / link_prev, opened
+     * with the ring; the others open when an op mapped to them first runs
+     * (pslot[k], k >= 1). Our pool to `next` is pool_out (ours); prev's
+     * to us is pool_in, which its hello on connection 0 announces (0 until
+     * then). pslot stays NULL while both are 1: a pool of one is exactly
+     * the single ring link it always was. */
+    uint32_t pool_out, pool_in;
+    struct pool_slot {
+        p2p_link *next, *prev;
+        uint64_t retry_at, backoff; /* reopening next after a failure */
+    } *pslot;                       /* [ECCL_WIRE_MAX_POOL] */
+    int pool_adopted;               /* a pool link got its role outside its own read */
+
+    p2p_link *links;            /* every open link */
+    p2p_link *side_links;       /* shared-state and probe links, apart from the rings */
+    p2p_link *graveyard;        /* closed, freed by reap */
+    comm_sync sync;
+    comm_opt opt;
+
+    uint64_t topo_done_seen;
+    uint64_t pending_replies;
+    uint32_t pending_value;
+
+    eccl_request *ops;
+    uint32_t n_ops;
+    /* Both ring buffers grow from COMM_RING_START entries as they fill
+     * (ring_grow): a comm that finishes few ops holds a few hundred bytes,
+     * not 24 KiB (a simulated 100k-rank run holds 100k comms). */
+    struct comm_recent {
+        uint64_t tag;
+        int ok;
+    } *recent;                             /* ring of cap_recent, up to COMM_RECENT */
+    uint32_t n_recent, recent_head, cap_recent;
+    uint64_t *aborted_tags;                /* ring of cap_aborted, up to COMM_ABORTED_TAGS */
+    uint32_t n_aborted_tags, aborted_head, cap_aborted;
+    eccl_bufpool pool;
+};
+
+static inline uint64_t now_ns(const eccl_comm *c) { return eccl_engine_now(&c->eng); }
+static inline int link_is_sync(const p2p_link *l) { return l->purpose == ECCL_LINK_SYNC; }
+static inline int link_is_probe(const p2p_link *l) { return l->purpose == ECCL_LINK_PROBE; }
+static inline int op_have_full(const eccl_request *r) { return r->alg->have_full(&r->u); }
+
+extern const eccl_chan_handler comm_link_handler;
+
+/* comm.c: the engine, the master link, the public basics */
+eccl_result comm_usable(const eccl_comm *c);
+/* Mutex held: waits out a view change in progress (bounded by
+ * op_timeout_ms), so world and rank are those of the next ring. */
+void comm_wait_view(eccl_comm *c);
+void comm_link_service(eccl_comm *c, p2p_link *l);
+eccl_result comm_master_send(eccl_comm *c, const eccl_msg *m);
+uint64_t comm_retry_at(eccl_comm *c, uint64_t *backoff);
+void comm_ring_grow(void **buf, uint32_t *cap, uint32_t *head, uint32_t n, size_t elem, uint32_t max);
+
+/* links.c: p2p links and the frames they carry */
+void comm_early_free(eccl_comm *c, early_frame *e);
+void comm_link_close(eccl_comm *c, p2p_link *l);
+p2p_link *comm_link_connect_in(eccl_comm *c, p2p_link **list, const eccl_wire_peer_ref *ref,
+                               uint32_t purpose, uint32_t epoch, uint32_t pool, uint32_t pool_size,
+                               eccl_result *rc);
+eccl_result comm_link_connect_next(eccl_comm *c);
+void comm_link_connect_parent(eccl_comm *c);
+p2p_link *comm_link_new(eccl_comm *c);
+int comm_link_role(const eccl_comm *c, const p2p_link *l);
+void comm_links_close_upto(eccl_comm *c, uint32_t epoch);
+p2p_link *comm_pool_link_next(eccl_comm *c, uint32_t k);
+
+/* ops.c: an op from start to finish, behind coll/algo.h */
+void comm_fail(eccl_comm *c, eccl_result why);
+void comm_flush_and_complete(eccl_comm *c);
+int comm_op_expects_on(const eccl_comm *c, const eccl_request *r, const p2p_link *l, int role);
+eccl_request *comm_op_find(eccl_comm *c, uint64_t tag);
+void comm_op_finish(eccl_comm *c, eccl_request *r, eccl_result result);
+eccl_result comm_op_recv(eccl_request *r, int role, const eccl_wire_data *d, void **dst);
+eccl_result comm_op_recv_done(eccl_request *r, int role, const eccl_wire_data *d);
+void comm_op_unlink(eccl_comm *c, eccl_request *r);
+void comm_ops_advance(eccl_comm *c);
+void comm_ops_fail_all(eccl_comm *c, eccl_result why);
+size_t comm_ops_pump(eccl_comm *c);
+eccl_result comm_replay_early(eccl_comm *c, eccl_request *r, p2p_link *l);
+p2p_link *comm_role_link_at(const eccl_comm *c, uint32_t i);
+uint32_t comm_role_links_n(const eccl_comm *c);
+
+/* view.c: ring epochs and the view change */
+int comm_aborted_take(eccl_comm *c, uint64_t tag);
+void comm_check_ring_ready(eccl_comm *c);
+eccl_result comm_link_adopt(eccl_comm *c, p2p_link *l);
+eccl_result comm_on_ring(eccl_comm *c, const eccl_msg_ring *m);
+eccl_result comm_on_view_decide(eccl_comm *c, const eccl_msg_view *v);
+eccl_result comm_on_view_query(eccl_comm *c, uint32_t epoch);
+eccl_result comm_pool_alloc(eccl_comm *c);
+
+/* shared_state.c: eccl_comm_sync_shared_state */
+void comm_side_links_close(eccl_comm *c, uint32_t purpose);
+void comm_sync_finish(eccl_comm *c, eccl_result result, uint64_t revision);
+void comm_sync_link_lost(eccl_comm *c, p2p_link *l);
+eccl_result comm_sync_on_data(eccl_comm *c, p2p_link *l, const eccl_wire_data *d, void **dst);
+eccl_result comm_sync_on_data_done(eccl_comm *c, p2p_link *l, const eccl_wire_data *d);
+eccl_result comm_sync_on_done(eccl_comm *c, const eccl_msg_sync_result *r);
+eccl_result comm_sync_on_fetch(eccl_comm *c, p2p_link *l, const eccl_msg_sync_fetch *f);
+eccl_result comm_sync_on_plan(eccl_comm *c, const eccl_msg_sync_plan *p);
+
+/* topo_opt.c: eccl_comm_optimize_topology */
+eccl_result comm_opt_on_done(eccl_comm *c, const eccl_msg_opt_done *d);
+eccl_result comm_opt_on_probe(eccl_comm *c, const eccl_msg_opt_probe *p);
+eccl_result comm_probe_on_data(eccl_comm *c, p2p_link *l, const eccl_wire_data *d, void **dst);
+eccl_result comm_probe_on_data_done(eccl_comm *c, p2p_link *l, const eccl_wire_data *d);
+void comm_probe_pump(eccl_comm *c);
+
+#endif /* ECCL_CORE_COMM_COMM_INTERNAL_H */

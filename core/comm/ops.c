@@ -1,0 +1,389 @@
+/* An op from start to finish: buffers and algorithm (the dispatcher),
+ * early frames, pumping, completion, and the failure promise: a failed op
+ * puts its output back (the algorithms restore, coll/algo.h). */
+#include "comm/comm_internal.h"
+
+/* ---- ops ------------------------------------------------------------------- */
+
+/* The op's algorithm, behind one face (coll/algo.h). */
+static void op_restore(eccl_request *r) { r->alg->restore(&r->u); }
+static int op_complete(eccl_request *r) { return r->alg->complete(&r->u); }
+static int op_expects(const eccl_request *r, int role) { return r->alg->expects(&r->u, role); }
+
+eccl_result comm_op_recv(eccl_request *r, int role, const eccl_wire_data *d, void **dst)
+{
+    return r->alg->recv(&r->u, role, d, dst);
+}
+
+eccl_result comm_op_recv_done(eccl_request *r, int role, const eccl_wire_data *d)
+{
+    return r->alg->recv_done(&r->u, role, d);
+}
+
+/* Which connection of a pool of `size` carries the op with `tag`: the same
+ * on every peer (the tag is), and the same for every call of the tag, so a
+ * connection still carries one call's frames before the next call's. */
+static uint32_t pool_index(uint64_t tag, uint32_t size)
+{
+    return size > 1 ? (uint32_t)(tag % size) : 0;
+}
+
+/* The link an op's frames take in `role` (NULL while it is not open). */
+static p2p_link *op_link(const eccl_comm *c, const eccl_request *r, int role)
+{
+    if (role == ECCL_ROLE_NEXT) {
+        uint32_t k = pool_index(r->call.tag, c->pool_out);
+        return k ? c->pslot[k].next : c->link_next;
+    }
+    if (role == ECCL_ROLE_PREV) {
+        uint32_t k = pool_index(r->call.tag, c->pool_in);
+        return k ? c->pslot[k].prev : c->link_prev;
+    }
+    return role >= ECCL_ROLE_PARENT && role < ECCL_ROLE_COUNT ? c->link_tree[role - ECCL_ROLE_PARENT] : NULL;
+}
+
+/* Whether more frames of this op will come over `l`, a link in `role`:
+ * ring frames only over the op's own connection of each pool. */
+int comm_op_expects_on(const eccl_comm *c, const eccl_request *r, const p2p_link *l, int role)
+{
+    if (!op_expects(r, role)) return 0;
+    return role >= ECCL_ROLE_PARENT || op_link(c, r, role) == l;
+}
+
+static void op_release_buffers(eccl_comm *c, eccl_request *r)
+{
+    eccl_bufpool_put(&c->pool, r->backup);
+    eccl_bufpool_put(&c->pool, r->staging[0]);
+    eccl_bufpool_put(&c->pool, r->staging[1]);
+    eccl_bufpool_put(&c->pool, r->qimg);
+    r->backup = r->staging[0] = r->staging[1] = r->qimg = NULL;
+    const eccl_dev_ops *d = c->env->dev;
+    if (r->pinned) d->host_free(c->env->dev_ctx, r->pinned, r->pinned_bytes);
+    if (r->dev_backup) d->d_free(c->env->dev_ctx, r->dev_backup);
+    r->pinned = r->dev_backup = NULL;
+}
+
+static const char *coll_name(eccl_coll_kind k)
+{
+    static const char *const names[ECCL_COLL_KIND_COUNT] = {"all-reduce", "all-gather", "reduce-scatter",
+                                                           "broadcast", "reduce"};
+    return (unsigned)k < ECCL_COLL_KIND_COUNT ? names[k] : "collective";
+}
+
+void comm_op_finish(eccl_comm *c, eccl_request *r, eccl_result result)
+{
+    if (r->state == OP_DONE) return;
+    /* The promise: on failure recvbuf holds what it held before. */
+    if (result != ECCL_OK && r->started) op_restore(r);
+    if (r->state != OP_QUEUED && result != ECCL_OK && result != ECCL_ERR_PEER_LOST &&
+        result != ECCL_ERR_TOO_FEW_PEERS) {
+        /* We gave up on our own (timeout, no memory): the others are stuck
+         * in this op, so ask the master to re-form the ring, which settles
+         * it everywhere. Successes and losses need no word (the master
+         * decided the latter). */
+        eccl_msg m = {.type = ECCL_MSG_COLL_DONE};
+        m.u.coll.tag = r->call.tag;
+        m.u.coll.epoch = r->call.epoch;
+        m.u.coll.count = r->call.count;
+        m.u.coll.dtype = (uint8_t)r->call.dtype;
+        m.u.coll.op = (uint8_t)r->call.op;
+        m.u.coll.result = (uint32_t)result;
+        if (c->master_open) comm_master_send(c, &m);
+    }
+    if (r->state != OP_QUEUED) {
+        /* Full and unable to grow: the oldest goes, as at COMM_RECENT. */
+        if (c->n_recent == c->cap_recent)
+            comm_ring_grow((void **)&c->recent, &c->cap_recent, &c->recent_head, c->n_recent,
+                           sizeof *c->recent, COMM_RECENT);
+        c->recent[c->recent_head].tag = r->call.tag;
+        c->recent[c->recent_head].ok = result == ECCL_OK;
+        c->recent_head = (c->recent_head + 1) % c->cap_recent;
+        if (c->n_recent < c->cap_recent) c->n_recent++;
+    }
+    op_release_buffers(c, r);
+    r->state = OP_DONE;
+    r->result = result;
+    if (result == ECCL_OK)
+        ECCL_TRACE(c->env, "%s tag %llu done", coll_name(r->call.kind), (unsigned long long)r->call.tag);
+    else
+        ECCL_INFO(c->env, "%s tag %llu failed: %s", coll_name(r->call.kind), (unsigned long long)r->call.tag,
+                  eccl_strerror(result));
+}
+
+
+/* Feeds an op the frames a peer sent over `l` before we called it, in order.
+ * An error means the peer broke the protocol: the caller drops the link. */
+eccl_result comm_replay_early(eccl_comm *c, eccl_request *r, p2p_link *l)
+{
+    if (!l) return ECCL_OK;
+    int role = comm_link_role(c, l);
+    for (early_frame **p = &l->early; *p;) {
+        early_frame *e = *p;
+        if (e->d.tag != r->call.tag) {
+            p = &e->next;
+            continue;
+        }
+        *p = e->next;
+        if (l->early_tail == &e->next) l->early_tail = p;
+        l->early_bytes -= e->d.len;
+        void *dst = NULL;
+        eccl_result rc = comm_op_recv(r, role, &e->d, &dst);
+        if (rc == ECCL_OK) {
+            if (dst && e->buf) c->env->dev->copy(c->env->dev_ctx, dst, e->buf->ptr, e->d.len);
+            rc = comm_op_recv_done(r, role, &e->d);
+        }
+        comm_early_free(c, e);
+        if (rc != ECCL_OK) {
+            ECCL_WARN(c->env, "bad frame from peer %llu: %s", (unsigned long long)l->peer_id,
+                      eccl_strerror(rc));
+            return rc;
+        }
+    }
+    return ECCL_OK;
+}
+
+/* Every link that carries ops' frames in this epoch, one per index below
+ * comm_role_links_n (NULL: none there): prev, next, the tree's three, then the
+ * pools' other connections. Looked up afresh at each index, so a caller
+ * may close links as it goes. */
+uint32_t comm_role_links_n(const eccl_comm *c)
+{
+    uint32_t extra = c->pslot ? 2 * (ECCL_WIRE_MAX_POOL - 1) : 0;
+    return 5 + extra;
+}
+
+p2p_link *comm_role_link_at(const eccl_comm *c, uint32_t i)
+{
+    switch (i) {
+    case 0: return c->link_prev;
+    case 1: return c->link_next;
+    case 2: case 3: case 4: return c->link_tree[i - 2];
+    default: break;
+    }
+    i -= 5;
+    return i % 2 ? c->pslot[1 + i / 2].next : c->pslot[1 + i / 2].prev;
+}
+
+/* An op's own links, in the order comm_role_link_at gives them. */
+static int op_links(const eccl_comm *c, const eccl_request *r, p2p_link *out[ECCL_ROLE_COUNT])
+{
+    int n = 0;
+    for (int role = 0; role < ECCL_ROLE_COUNT; role++) {
+        /* Only the links of the op's own algorithm: frames of this tag on
+         * another link belong to a later call of it. */
+        p2p_link *l = r->alg->roles & ECCL_ROLE_BIT(role) ? op_link(c, r, role) : NULL;
+        if (l) out[n++] = l;
+    }
+    return n;
+}
+
+/* All-reduce's buffers and algorithm. The dispatcher: a small buffer among
+ * three or more ranks takes the tree (log depth); the rest take the ring
+ * (bandwidth-optimal). Quantised calls always take the ring: it alone
+ * carries codes. */
+static eccl_result allreduce_setup(eccl_comm *c, eccl_request *r)
+{
+    size_t bytes = r->call.count * eccl_dtype_size(r->call.dtype);
+    uint8_t *staging[2] = {NULL, NULL}, *backup;
+    size_t sb = eccl_ring_staging_bytes_q(r->call.count, r->call.dtype, r->call.quant);
+    if (r->call.on_device) {
+        /* Pinned staging (kernels read it) and send slots in one block, the
+         * backup on the device. */
+        const eccl_dev_ops *d = c->env->dev;
+        r->pinned_bytes = (2 + ECCL_RING_DEV_SLOTS) * sb;
+        eccl_result rc = d->host_alloc(c->env->dev_ctx, r->pinned_bytes, &r->pinned);
+        if (rc == ECCL_OK) rc = d->d_alloc(c->env->dev_ctx, r->call.device, bytes, &r->dev_backup);
+        if (rc != ECCL_OK) return rc == ECCL_ERR_NO_MEMORY ? rc : ECCL_ERR_DEVICE;
+        staging[0] = r->pinned;
+        staging[1] = (uint8_t *)r->pinned + sb;
+        backup = r->dev_backup;
+    } else {
+        r->backup = eccl_bufpool_get(&c->pool, bytes);
+        if (!r->backup) return ECCL_ERR_NO_MEMORY;
+        for (int i = 0; i < 2; i++) {
+            r->staging[i] = eccl_bufpool_get(&c->pool, sb);
+            if (!r->staging[i]) return ECCL_ERR_NO_MEMORY;
+            staging[i] = r->staging[i]->ptr;
+        }
+        backup = r->backup->ptr;
+    }
+    if (c->world >= 3 && bytes <= ECCL_TREE_MAX_BYTES && r->call.quant == ECCL_QUANT_NONE &&
+        !r->call.on_device) {
+        eccl_tree_allreduce_init(&r->u.tree, &r->call, staging, backup);
+        r->alg = &eccl_tree_allreduce_algo;
+        return ECCL_OK;
+    }
+    eccl_ring_allreduce_init(&r->u.ring, &r->call, staging, backup);
+    r->alg = &eccl_ring_allreduce_algo;
+    if (r->call.on_device) eccl_ring_allreduce_set_slots(&r->u.ring, (uint8_t *)r->pinned + 2 * sb);
+    if (r->call.quant != ECCL_QUANT_NONE) {
+        r->qimg = eccl_bufpool_get(&c->pool, eccl_ring_quant_bytes(&r->u.ring));
+        if (!r->qimg) return ECCL_ERR_NO_MEMORY;
+        eccl_ring_allreduce_set_quant(&r->u.ring, r->qimg->ptr);
+    }
+    return ECCL_OK;
+}
+
+/* The ring pass's (coll/ring_pass.h): partials and the backup. */
+static eccl_result pass_setup(eccl_comm *c, eccl_request *r)
+{
+    size_t sb = eccl_ring_pass_scratch_bytes(&r->call), ob = eccl_ring_pass_output_bytes(&r->call);
+    if (sb && !(r->staging[0] = eccl_bufpool_get(&c->pool, sb))) return ECCL_ERR_NO_MEMORY;
+    if (ob && !(r->backup = eccl_bufpool_get(&c->pool, ob))) return ECCL_ERR_NO_MEMORY;
+    eccl_ring_pass_init(&r->u.pass, &r->call, sb ? r->staging[0]->ptr : NULL, ob ? r->backup->ptr : NULL);
+    int chain = r->call.kind == ECCL_COLL_BROADCAST || r->call.kind == ECCL_COLL_REDUCE;
+    r->alg = chain ? &eccl_chain_pass_algo : &eccl_ring_pass_algo;
+    return ECCL_OK;
+}
+
+static eccl_result op_start(eccl_comm *c, eccl_request *r)
+{
+    r->call.env = c->env;
+    r->call.epoch = c->epoch; /* a failure notice names it, even of an op that never ran */
+    r->call.rank = c->rank;
+    r->call.nranks = c->world;
+    if (c->world < 2) {
+        comm_op_finish(c, r, ECCL_ERR_TOO_FEW_PEERS);
+        return ECCL_OK;
+    }
+    if (r->call.kind != ECCL_COLL_ALLREDUCE && (c->world != r->called_world || c->rank != r->called_rank)) {
+        /* Membership changed since the call: its layout is not this
+         * world's. It fails as if a loss had aborted it, having sent
+         * nothing; the caller's next call runs on the new world. */
+        comm_op_finish(c, r, ECCL_ERR_PEER_LOST);
+        return ECCL_OK;
+    }
+    eccl_result rc = r->call.kind == ECCL_COLL_ALLREDUCE ? allreduce_setup(c, r) : pass_setup(c, r);
+    if (rc != ECCL_OK) {
+        r->state = OP_RUNNING; /* nothing was sent: finishing restores nothing */
+        comm_op_finish(c, r, rc);
+        return ECCL_OK;
+    }
+    if (r->alg->roles & ECCL_ROLES_TREE) comm_link_connect_parent(c);
+    r->started = 1;
+    r->state = OP_RUNNING;
+    p2p_link *links[ECCL_ROLE_COUNT];
+    for (int i = 0, n = op_links(c, r, links); i < n; i++)
+        if (comm_replay_early(c, r, links[i]) != ECCL_OK) comm_link_close(c, links[i]);
+    return ECCL_OK;
+}
+
+eccl_request *comm_op_find(eccl_comm *c, uint64_t tag)
+{
+    for (eccl_request *r = c->ops; r; r = r->next)
+        if (r->call.tag == tag && r->state != OP_DONE) return r;
+    return NULL;
+}
+
+void comm_op_unlink(eccl_comm *c, eccl_request *r)
+{
+    for (eccl_request **p = &c->ops; *p; p = &(*p)->next) {
+        if (*p == r) {
+            *p = r->next;
+            c->n_ops--;
+            return;
+        }
+    }
+}
+
+/* Fails every unfinished op, e.g. when the master is gone. */
+void comm_ops_fail_all(eccl_comm *c, eccl_result why)
+{
+    comm_links_close_upto(c, UINT32_MAX); /* no frame may still point at a buffer */
+    for (eccl_request *r = c->ops; r; r = r->next) comm_op_finish(c, r, why);
+}
+
+
+void comm_fail(eccl_comm *c, eccl_result why)
+{
+    if (c->phase == PHASE_FAILED) return;
+    ECCL_WARN(c->env, "communicator failed: %s", eccl_strerror(why));
+    c->phase = PHASE_FAILED;
+    c->fatal = why;
+    comm_ops_fail_all(c, why);
+    comm_sync_finish(c, why, 0);
+    comm_side_links_close(c, ECCL_LINK_SYNC);
+    if (c->master_open) eccl_chan_close(&c->master);
+    c->master_open = 0;
+}
+
+static size_t links_queued(const eccl_comm *c)
+{
+    size_t n = 0;
+    for (const p2p_link *l = c->links; l; l = l->next) n += l->ch.queued_bytes;
+    return n;
+}
+
+/* Queues the frames of running ops that are ready; returns how many bytes. */
+size_t comm_ops_pump(eccl_comm *c)
+{
+    if (!c->ring_ready || c->frozen || c->world < 2) return 0;
+    size_t before = links_queued(c);
+    for (eccl_request *r = c->ops; r; r = r->next) {
+        if (r->state != OP_RUNNING) continue;
+        p2p_link *l[ECCL_ROLE_COUNT] = {NULL};
+        if (r->alg->roles & ECCL_ROLES_RING) {
+            /* The op's connection of each pool; one not open yet (prev
+             * opens its side when it runs the op) holds the op's frames
+             * back if the algorithm needs it. */
+            uint32_t k = pool_index(r->call.tag, c->pool_out);
+            l[ECCL_ROLE_NEXT] = k ? comm_pool_link_next(c, k) : c->link_next;
+            l[ECCL_ROLE_PREV] = op_link(c, r, ECCL_ROLE_PREV);
+        }
+        if (r->alg->roles & ECCL_ROLES_TREE)
+            for (int i = 0; i < 3; i++) l[ECCL_ROLE_PARENT + i] = c->link_tree[i];
+        eccl_chan *ch[ECCL_ROLE_COUNT];
+        int ready = 1;
+        for (int i = 0; i < ECCL_ROLE_COUNT; i++) {
+            ch[i] = l[i] ? &l[i]->ch : NULL;
+            if (!l[i] && (r->alg->pump_needs & ECCL_ROLE_BIT(i))) ready = 0;
+        }
+        if (ready) r->alg->pump(&r->u, ch);
+    }
+    return links_queued(c) - before;
+}
+
+void comm_ops_advance(eccl_comm *c)
+{
+    if (!c->ring_ready || c->frozen) return;
+    int started = 0;
+    for (eccl_request *r = c->ops; r; r = r->next) {
+        if (r->state == OP_QUEUED) {
+            op_start(c, r);
+            started = 1;
+        }
+    }
+    comm_ops_pump(c);
+    if (started || c->pool_adopted) {
+        /* Frames held for a tag we had not called yet, or on a pool link
+         * that had no role yet, may now be placed. */
+        c->pool_adopted = 0;
+        for (uint32_t i = 0; i < comm_role_links_n(c); i++) {
+            p2p_link *l = comm_role_link_at(c, i);
+            if (l && l->ch.held) comm_link_service(c, l);
+        }
+    }
+}
+
+/* Writes what the sockets take, then finishes the ops that are complete: an
+ * op completes only once its own frames are written. */
+void comm_flush_and_complete(eccl_comm *c)
+{
+    for (;;) {
+        int drained = 1;
+        for (p2p_link *l = c->links; l; l = l->next) {
+            if (l->ch.out_head && l->ch.error == ECCL_OK) eccl_chan_flush(&l->ch);
+            if (l->ch.out_head && l->ch.error == ECCL_OK) drained = 0;
+        }
+        /* A queue the socket emptied leaves nothing to wake us for, though
+         * the queue cap may have held back slices that are ready: queue
+         * them now. A queue left non-empty waits for writability. */
+        if (!drained || !comm_ops_pump(c)) break;
+    }
+    for (eccl_request *r = c->ops; r; r = r->next) {
+        if (r->state != OP_RUNNING) continue;
+        eccl_result err = r->alg->error(&r->u);
+        if (err != ECCL_OK) comm_op_finish(c, r, err);
+        else if (op_complete(r)) comm_op_finish(c, r, ECCL_OK);
+    }
+}

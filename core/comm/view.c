@@ -1,0 +1,236 @@
+/* Ring epochs and the view change (docs/protocol.md): RING wires an
+ * epoch, VIEW_QUERY freezes and reports, VIEW_DECIDE commits or aborts. */
+#include "comm/comm_internal.h"
+
+/* ---- ring epochs and the view-change protocol ------------------------------ */
+
+void comm_check_ring_ready(eccl_comm *c)
+{
+    if (c->ring_ready || c->frozen || c->phase == PHASE_FAILED) return;
+    if (c->world > 1 && !(c->link_next && c->link_prev)) return;
+    c->ring_ready = 1;
+    c->next_backoff = 0;
+    ECCL_DEBUG(c->env, "ring epoch %u ready: rank %u of %u", c->epoch, c->rank, c->world);
+    eccl_msg m = {.type = ECCL_MSG_RING_READY};
+    m.u.epoch.epoch = c->epoch;
+    comm_master_send(c, &m);
+}
+
+eccl_result comm_pool_alloc(eccl_comm *c)
+{
+    if (!c->pslot) c->pslot = calloc(ECCL_WIRE_MAX_POOL, sizeof *c->pslot);
+    return c->pslot ? ECCL_OK : ECCL_ERR_NO_MEMORY;
+}
+
+/* Connection k >= 1 of prev's pool: adopted once connection 0 told us the
+ * pool's size (the hellos of one pool may arrive in any order); until then
+ * it waits like a link of a later epoch. */
+static eccl_result pool_adopt_prev(eccl_comm *c, p2p_link *l)
+{
+    if (!c->link_prev) return ECCL_OK;
+    if (l->pool_size != c->pool_in) return ECCL_ERR_PROTOCOL; /* one pool per neighbour */
+    if (!c->pslot[l->pool].prev) {
+        c->pslot[l->pool].prev = l;
+        c->pool_adopted = 1;
+    }
+    return ECCL_OK;
+}
+
+/* An accepted link said hello: adopt it as `prev` or as a tree child if it
+ * belongs to the current epoch, keep it if it is from an epoch we have not
+ * reached yet. Returns ECCL_ERR_CLOSED for a link of a past epoch: the
+ * caller drops it. */
+eccl_result comm_link_adopt(eccl_comm *c, p2p_link *l)
+{
+    if (l->epoch < c->epoch) return ECCL_ERR_CLOSED;
+    if (l->epoch != c->epoch || c->frozen || c->world < 2) return ECCL_OK;
+    if (l->purpose == ECCL_LINK_RING && l->pool > 0) /* never prev's connection 0 */
+        return l->outgoing || l->peer_id != c->prev_ref.peer_id ? ECCL_OK : pool_adopt_prev(c, l);
+    if (l->purpose == ECCL_LINK_RING && l->peer_id == c->prev_ref.peer_id && !c->link_prev) {
+        if (l->pool_size > 1 && comm_pool_alloc(c) != ECCL_OK) return ECCL_ERR_NO_MEMORY;
+        c->link_prev = l;
+        c->pool_in = l->pool_size;
+        if (l->pool_size > 1) {
+            /* Its pool's other connections that said hello first. */
+            for (p2p_link *o = c->links, *n; o; o = n) {
+                n = o->next;
+                /* Not ours to next (with two peers, next is prev). */
+                if (o != l && o->hello_seen && !o->outgoing && o->purpose == ECCL_LINK_RING &&
+                    o->pool > 0 &&
+                    o->epoch == c->epoch && o->peer_id == l->peer_id &&
+                    pool_adopt_prev(c, o) != ECCL_OK)
+                    comm_link_close(c, o);
+            }
+        }
+        comm_check_ring_ready(c);
+    }
+    for (int k = 0; k < 2; k++) {
+        p2p_link **slot = &c->link_tree[ECCL_TREE_CHILD0 + k];
+        if (l->purpose == ECCL_LINK_TREE && c->child_id[k] && l->peer_id == c->child_id[k] &&
+            !*slot)
+            *slot = l;
+    }
+    return ECCL_OK;
+}
+
+eccl_result comm_on_ring(eccl_comm *c, const eccl_msg_ring *m)
+{
+    if (m->peer_group != c->params.peer_group || (c->world && m->epoch <= c->epoch))
+        return ECCL_ERR_PROTOCOL;
+    comm_links_close_upto(c, m->epoch - 1);
+    c->epoch = m->epoch;
+    c->world = m->world_size;
+    c->rank = m->rank;
+    c->next_ref = m->next;
+    c->prev_ref = m->prev;
+    c->parent_ref = m->tree_parent;
+    c->child_id[0] = m->tree_child[0];
+    c->child_id[1] = m->tree_child[1];
+    c->frozen = 0;
+    c->ring_ready = 0;
+    c->next_retry_at = 0;
+    c->parent_retry_at = 0;
+    c->parent_backoff = 0;
+    c->pool_in = 0; /* the new prev's hello tells */
+    for (uint32_t k = 0; c->pslot && k < ECCL_WIRE_MAX_POOL; k++)
+        c->pslot[k].retry_at = c->pslot[k].backoff = 0;
+    c->n_recent = c->recent_head = 0;
+    if (c->phase == PHASE_REGISTERING) c->phase = PHASE_PENDING;
+    ECCL_INFO(c->env, "ring epoch %u: rank %u of %u", c->epoch, c->rank, c->world);
+    if (c->world > 1) {
+        eccl_result rc = comm_link_connect_next(c);
+        if (rc != ECCL_OK && rc != ECCL_ERR_CONNECT) return rc;
+        for (p2p_link *l = c->links, *n; l; l = n) {
+            n = l->next;
+            if (l != c->link_next && l->hello_seen && comm_link_adopt(c, l) != ECCL_OK)
+                comm_link_close(c, l);
+        }
+    }
+    comm_check_ring_ready(c);
+    return ECCL_OK;
+}
+
+
+static void report_add(eccl_wire_op_flag *ops, uint32_t cap, uint32_t *n, uint64_t tag,
+                       int have)
+{
+    if (*n < cap) ops[(*n)++] = (eccl_wire_op_flag){tag, (uint8_t)have};
+}
+
+eccl_result comm_on_view_query(eccl_comm *c, uint32_t epoch)
+{
+    /* What already arrived counts: a peer that finished and left may have
+     * delivered our last bytes just before the master noticed it leave. */
+    for (uint32_t i = 0; i < comm_role_links_n(c); i++) {
+        p2p_link *l = comm_role_link_at(c, i);
+        if (l) comm_link_service(c, l);
+    }
+    comm_flush_and_complete(c);
+    c->frozen = 1;
+    c->ring_ready = 0;
+    /* Freezing makes the report final: no byte moves until the decision. */
+    /* A link that has not said hello yet belongs to no frozen op (it may be
+     * a shared-state fetcher, which must go on): its frames wait anyway
+     * until it has a role. */
+    for (p2p_link *l = c->links; l; l = l->next)
+        if (l->hello_seen) eccl_chan_pause(&l->ch, 1);
+    /* The entries go into an array sized to this report (usually a
+     * handful), not a worst-case one: view changes are rare, and a
+     * per-comm 64 KiB array would cost 6 GiB across 100k simulated ranks. */
+    size_t cap = 0;
+    for (eccl_request *r = c->ops; r; r = r->next) cap += r->state == OP_RUNNING;
+    for (uint32_t i = 0; i < c->n_recent; i++)
+        cap += c->recent[(c->recent_head + c->cap_recent - 1 - i) % c->cap_recent].ok;
+    if (cap > ECCL_WIRE_MAX_OPS) cap = ECCL_WIRE_MAX_OPS;
+    eccl_wire_op_flag *ops = cap ? malloc(cap * sizeof *ops) : NULL;
+    if (cap && !ops) return ECCL_ERR_NO_MEMORY;
+    uint32_t n_ops = 0;
+    for (eccl_request *r = c->ops; r; r = r->next) {
+        if (r->state != OP_RUNNING) continue;
+        r->state = OP_FROZEN;
+        report_add(ops, (uint32_t)cap, &n_ops, r->call.tag, op_have_full(r));
+    }
+    /* Ops we completed count as held: we returned success for them. */
+    for (uint32_t i = 0; i < c->n_recent; i++) {
+        uint32_t k = (c->recent_head + c->cap_recent - 1 - i) % c->cap_recent;
+        if (c->recent[k].ok) report_add(ops, (uint32_t)cap, &n_ops, c->recent[k].tag, 1);
+    }
+    eccl_msg m = {.type = ECCL_MSG_VIEW_REPORT};
+    m.u.view.epoch = epoch;
+    m.u.view.n_ops = n_ops;
+    m.u.view.ops = ops;
+    eccl_result rc = comm_master_send(c, &m);
+    free(ops);
+    return rc;
+}
+
+/* Index of `tag` in the abort records, or -1. */
+static int aborted_find(const eccl_comm *c, uint64_t tag)
+{
+    for (uint32_t i = 0; i < c->n_aborted_tags; i++) {
+        uint32_t k = (c->aborted_head + c->cap_aborted - 1 - i) % c->cap_aborted;
+        if (c->aborted_tags[k] == tag) return (int)k;
+    }
+    return -1;
+}
+
+/* Consumes the abort record of `tag`, if any. */
+int comm_aborted_take(eccl_comm *c, uint64_t tag)
+{
+    int k = aborted_find(c, tag);
+    if (k < 0) return 0;
+    /* Fill the hole with the oldest record and forget the oldest slot. */
+    uint32_t oldest = (c->aborted_head + c->cap_aborted - c->n_aborted_tags) % c->cap_aborted;
+    c->aborted_tags[k] = c->aborted_tags[oldest];
+    c->n_aborted_tags--;
+    return 1;
+}
+
+static void aborted_add(eccl_comm *c, uint64_t tag)
+{
+    if (aborted_find(c, tag) >= 0) return;
+    if (c->n_aborted_tags == c->cap_aborted)
+        comm_ring_grow((void **)&c->aborted_tags, &c->cap_aborted, &c->aborted_head,
+                       c->n_aborted_tags, sizeof *c->aborted_tags, COMM_ABORTED_TAGS);
+    c->aborted_tags[c->aborted_head] = tag;
+    c->aborted_head = (c->aborted_head + 1) % c->cap_aborted;
+    if (c->n_aborted_tags < c->cap_aborted) c->n_aborted_tags++;
+}
+
+/* Whether we finished `tag` in this epoch (either way). */
+static int recently_finished(const eccl_comm *c, uint64_t tag)
+{
+    for (uint32_t i = 0; i < c->n_recent; i++)
+        if (c->recent[(c->recent_head + c->cap_recent - 1 - i) % c->cap_recent].tag == tag) return 1;
+    return 0;
+}
+
+eccl_result comm_on_view_decide(eccl_comm *c, const eccl_msg_view *v)
+{
+    /* Queued frames may point into buffers an abort is about to restore. */
+    comm_links_close_upto(c, v->epoch);
+    /* A tag aborted elsewhere that we had not started fails here too: a
+     * queued call of it now, or else our next call of it. */
+    for (uint32_t i = 0; i < v->n_ops; i++) {
+        eccl_wire_op_flag e = eccl_wire_view_op(v, i);
+        if (e.flag) continue;
+        eccl_request *r = comm_op_find(c, e.tag);
+        if (!r) {
+            /* Not if we already failed it ourselves (timeout, no memory). */
+            if (!recently_finished(c, e.tag)) aborted_add(c, e.tag);
+        } else if (r->state == OP_QUEUED) {
+            r->call.nranks = c->world;
+            comm_op_finish(c, r, ECCL_ERR_PEER_LOST);
+        }
+    }
+    for (eccl_request *r = c->ops; r; r = r->next) {
+        if (r->state != OP_FROZEN) continue;
+        int commit = 0;
+        for (uint32_t i = 0; i < v->n_ops; i++) {
+            eccl_wire_op_flag e = eccl_wire_view_op(v, i);
+            if (e.tag == r->call.tag) commit = e.flag;
+        }
+        comm_op_finish(c, r, commit && op_have_full(r) ? ECCL_OK : ECCL_ERR_PEER_LOST);
+    }
+    return ECCL_OK;
+}

@@ -1,0 +1,704 @@
+/* All-gather, reduce-scatter, broadcast, reduce and barrier across real
+ * processes on loopback (tests/cluster.h): every element of every result
+ * checked against an independent expectation, replicated outputs compared
+ * bit for bit across peers, the fault contract (a peer killed mid-call:
+ * every survivor fails with every output restored, the retry runs on the
+ * survivors), OCCL's order freedom, and the argument checks.
+ *
+ * Data is filled by ring rank (ECCL_ATTR_RANK), not by spawn index: block r
+ * of an all-gather is rank r's. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <fiu-control.h>
+#include <fiu.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cluster.h"
+
+enum kind { K_ALLGATHER, K_REDUCE_SCATTER, K_BROADCAST, K_REDUCE, K_ALLREDUCE, K_COUNT };
+static const char *const kind_names[K_COUNT] = {"all-gather", "reduce-scatter", "broadcast", "reduce",
+                                                "all-reduce"};
+
+static int reducing(int k) { return k == K_REDUCE_SCATTER || k == K_REDUCE || k == K_ALLREDUCE; }
+
+/* One call's buffers: sized for the largest layout (world * count). */
+typedef struct call_bufs {
+    uint8_t *send, *recv, *want, *scratch;
+    size_t cap;
+} call_bufs;
+
+static int bufs_alloc(call_bufs *b, size_t bytes)
+{
+    b->cap = bytes + 64;
+    b->send = malloc(b->cap);
+    b->recv = malloc(b->cap);
+    b->want = malloc(b->cap);
+    b->scratch = malloc(b->cap);
+    return b->send && b->recv && b->want && b->scratch ? 0 : -1;
+}
+
+static void bufs_free(call_bufs *b)
+{
+    free(b->send);
+    free(b->recv);
+    free(b->want);
+    free(b->scratch);
+}
+
+typedef struct coll_args {
+    int kind;
+    eccl_dtype t;
+    eccl_op op;
+    enum cluster_pattern pat;
+    size_t count; /* per block: sendcount, recvcount, or the buffer */
+    int in_place;
+    uint32_t root;
+    uint64_t tag;
+} coll_args;
+
+/* The call's input and output pointers for `rank` of `n`, with the input
+ * filled; *out_bytes gets the bytes of output this rank has (0: none). */
+static void prepare(const coll_args *a, call_bufs *b, uint32_t rank, uint32_t n, const void **in,
+                    void **out, size_t *out_bytes)
+{
+    size_t bsz = a->count * eccl_dtype_size(a->t);
+    *in = b->send;
+    *out = b->recv;
+    memset(b->recv, 0xa5, b->cap);
+    switch (a->kind) {
+    case K_ALLGATHER:
+        *out_bytes = n * bsz;
+        if (a->in_place) {
+            cluster_fill(b->recv + rank * bsz, a->t, a->count, (int)rank, a->tag, a->pat);
+            *in = b->recv + rank * bsz;
+        } else {
+            cluster_fill(b->send, a->t, a->count, (int)rank, a->tag, a->pat);
+        }
+        break;
+    case K_REDUCE_SCATTER:
+        *out_bytes = bsz;
+        cluster_fill(b->send, a->t, n * a->count, (int)rank, a->tag, a->pat);
+        if (a->in_place) *out = b->send + rank * bsz;
+        break;
+    case K_BROADCAST:
+        *out_bytes = bsz;
+        if (rank == a->root) cluster_fill(b->send, a->t, a->count, (int)rank, a->tag, a->pat);
+        else *in = NULL;
+        if (rank == a->root && a->in_place) *out = b->send;
+        break;
+    case K_REDUCE:
+        *out_bytes = rank == a->root ? bsz : 0;
+        cluster_fill(b->send, a->t, a->count, (int)rank, a->tag, a->pat);
+        if (rank != a->root) *out = NULL;
+        else if (a->in_place) *out = b->send;
+        break;
+    default:
+        *out_bytes = bsz;
+        cluster_fill(b->send, a->t, a->count, (int)rank, a->tag, a->pat);
+        if (a->in_place) *out = b->send;
+        break;
+    }
+}
+
+static eccl_result issue(eccl_comm *c, const coll_args *a, const void *in, void *out,
+                         eccl_reduce_info *info, eccl_request **req)
+{
+    switch (a->kind) {
+    case K_ALLGATHER:
+        return req ? eccl_allgather_async(c, in, out, a->count, a->t, a->tag, req)
+                   : eccl_allgather(c, in, out, a->count, a->t, a->tag, info);
+    case K_REDUCE_SCATTER:
+        return req ? eccl_reduce_scatter_async(c, in, out, a->count, a->t, a->op, a->tag, req)
+                   : eccl_reduce_scatter(c, in, out, a->count, a->t, a->op, a->tag, info);
+    case K_BROADCAST:
+        return req ? eccl_broadcast_async(c, in, out, a->count, a->t, a->root, a->tag, req)
+                   : eccl_broadcast(c, in, out, a->count, a->t, a->root, a->tag, info);
+    case K_REDUCE:
+        return req ? eccl_reduce_async(c, in, out, a->count, a->t, a->op, a->root, a->tag, req)
+                   : eccl_reduce(c, in, out, a->count, a->t, a->op, a->root, a->tag, info);
+    default:
+        return req ? eccl_allreduce_async(c, in, out, a->count, a->t, a->op, a->tag, req)
+                   : eccl_allreduce(c, in, out, a->count, a->t, a->op, a->tag, info);
+    }
+}
+
+/* The expected output of `rank` of `n` into b->want; 0, or -1 when the
+ * pattern has no exact expectation (random floats: parity only). */
+static int expect(const coll_args *a, call_bufs *b, uint32_t rank, uint32_t n)
+{
+    size_t bsz = a->count * eccl_dtype_size(a->t);
+    int idx[CLUSTER_MAX_PEERS];
+    for (uint32_t i = 0; i < n; i++) idx[i] = (int)i;
+    switch (a->kind) {
+    case K_ALLGATHER:
+        for (uint32_t i = 0; i < n; i++) cluster_fill(b->want + i * bsz, a->t, a->count, (int)i, a->tag, a->pat);
+        return 0;
+    case K_BROADCAST:
+        cluster_fill(b->want, a->t, a->count, (int)a->root, a->tag, a->pat);
+        return 0;
+    case K_REDUCE_SCATTER:
+        if (cluster_expected(b->scratch, a->t, n * a->count, a->op, idx, (int)n, a->tag, a->pat) != 0) return -1;
+        memcpy(b->want, b->scratch + rank * bsz, bsz);
+        return 0;
+    default:
+        return cluster_expected(b->want, a->t, a->count, a->op, idx, (int)n, a->tag, a->pat);
+    }
+}
+
+/* Runs one call and checks all of it: result, info, every element of the
+ * output, the input untouched (apart from an in-place output block).
+ * Pushes the hash of replicated outputs for the parity check. */
+static int one_call(eccl_comm *c, const coll_args *a, call_bufs *b)
+{
+    int64_t rank64, n64;
+    CL_OK(eccl_comm_get_attr(c, ECCL_ATTR_RANK, &rank64));
+    CL_OK(eccl_comm_get_attr(c, ECCL_ATTR_WORLD_SIZE, &n64));
+    uint32_t rank = (uint32_t)rank64, n = (uint32_t)n64;
+    const void *in;
+    void *out;
+    size_t out_bytes, bsz = a->count * eccl_dtype_size(a->t);
+    prepare(a, b, rank, n, &in, &out, &out_bytes);
+    uint64_t send_hash = cluster_fnv1a(b->send, b->cap);
+    eccl_reduce_info info;
+    memset(&info, 0xff, sizeof info);
+    eccl_result rc = issue(c, a, in, out, &info, NULL);
+    CL_CHECK(rc == ECCL_OK, "%s %s %s %zu x %s root %u tag %llu: %s", kind_names[a->kind],
+             a->in_place ? "in-place" : "out-of-place", eccl_op_name(a->op), a->count,
+             eccl_dtype_name(a->t), a->root, (unsigned long long)a->tag, eccl_strerror(rc));
+    CL_CHECK(info.world_size == n, "info.world_size %u, want %u", info.world_size, n);
+    uint32_t algo = a->kind == K_BROADCAST || a->kind == K_REDUCE ? ECCL_ALGO_CHAIN : ECCL_ALGO_RING;
+    CL_CHECK(a->kind == K_ALLREDUCE || info.algorithm == algo, "%s ran algorithm %u", kind_names[a->kind],
+             info.algorithm);
+    if (a->count == 0)
+        CL_CHECK(info.tx_bytes == 0 && info.rx_bytes == 0, "count 0 moved bytes");
+    /* Out of place the input is never written; in place only the output
+     * block of it is (reduce-scatter), or it is the output. */
+    if (!a->in_place)
+        CL_CHECK(cluster_fnv1a(b->send, b->cap) == send_hash, "%s changed sendbuf", kind_names[a->kind]);
+    if (a->in_place && a->kind == K_REDUCE_SCATTER) {
+        memcpy(b->scratch, b->send, b->cap);
+        cluster_fill(b->scratch, a->t, n * a->count, (int)rank, a->tag, a->pat);
+        memcpy(b->scratch + rank * bsz, b->send + rank * bsz, bsz);
+        CL_CHECK(memcmp(b->scratch, b->send, n * bsz) == 0, "in-place reduce-scatter wrote other blocks");
+    }
+    if (!out) return 0; /* a reduce off the root: it has no output */
+    if (a->kind == K_REDUCE && rank != a->root) return 0;
+    if (expect(a, b, rank, n) == 0) {
+        size_t first = 0, bad = cluster_mismatches(out, b->want, a->t, out_bytes / eccl_dtype_size(a->t), &first);
+        CL_CHECK(bad == 0, "%s %s %s %zu x %s rank %u of %u root %u: %zu wrong elements, first [%zu] = %.9g, want %.9g",
+                 kind_names[a->kind], a->in_place ? "in-place" : "out-of-place", eccl_op_name(a->op), a->count,
+                 eccl_dtype_name(a->t), rank, n, a->root, bad, first, cluster_load(out, a->t, first),
+                 cluster_load(b->want, a->t, first));
+    }
+    if (a->kind == K_ALLGATHER || a->kind == K_BROADCAST || a->kind == K_ALLREDUCE)
+        cluster_push_hash(cluster_fnv1a(out, out_bytes));
+    return 0;
+}
+
+/* ---- the matrix: every kind, dtype, op, mode and several roots ------------- */
+
+typedef struct matrix_arg {
+    int n;
+    size_t count;
+    unsigned dtypes; /* bit per eccl_dtype */
+    int random;      /* also random data: full-range integers, real floats (parity only) */
+} matrix_arg;
+
+static int matrix_body(eccl_comm *c, int index, void *argp)
+{
+    (void)index;
+    const matrix_arg *m = argp;
+    call_bufs b;
+    CL_CHECK(bufs_alloc(&b, (size_t)m->n * m->count * 8) == 0, "out of memory");
+    uint64_t tag = 1;
+    for (int k = 0; k < K_ALLREDUCE; k++) {
+        for (int t = 0; t < ECCL_DTYPE_COUNT; t++) {
+            if (!(m->dtypes & (1u << t))) continue;
+            int nops = reducing(k) ? ECCL_OP_COUNT : 1;
+            for (int op = 0; op < nops; op++) {
+                enum cluster_pattern pats[2] = {op == ECCL_PROD ? CL_PAT_PROD : CL_PAT_SMALL, CL_PAT_RANDOM};
+                for (int p = 0; p < (m->random ? 2 : 1); p++) {
+                    for (int in_place = 0; in_place < 2; in_place++) {
+                        coll_args a = {k, (eccl_dtype)t, (eccl_op)op, pats[p], m->count, in_place,
+                                       (uint32_t)(tag % (uint64_t)m->n), tag};
+                        tag++;
+                        if (one_call(c, &a, &b)) return 1;
+                    }
+                }
+            }
+        }
+    }
+    bufs_free(&b);
+    return 0;
+}
+
+static void assert_parity(cluster *cl, int n)
+{
+    int nh = cl->sh->slot[0].n_hash;
+    assert_true(nh > 0);
+    for (int p = 1; p < n; p++) {
+        assert_int_equal(cl->sh->slot[p].n_hash, nh);
+        for (int k = 0; k < nh; k++)
+            if (cl->sh->slot[p].hash[k] != cl->sh->slot[0].hash[k]) {
+                fprintf(stderr, "parity: result %d differs between peer 0 and peer %d\n", k, p);
+                fail();
+            }
+    }
+}
+
+static void run_matrix(cluster *cl, const matrix_arg *m)
+{
+    uint64_t t0 = cluster_now_ns();
+    assert_int_equal(cluster_init(cl, NULL), 0);
+    assert_int_equal(cluster_spawn_n(cl, m->n, matrix_body, (void *)m), 0);
+    assert_int_equal(cluster_wait_all(cl, 120000), 0);
+    assert_parity(cl, m->n);
+    printf("    N=%d, %zu elements per block: %d replicated results agree, %.2f s\n", m->n, m->count,
+           cl->sh->slot[0].n_hash, (double)(cluster_now_ns() - t0) / 1e9);
+    cluster_fini(cl);
+}
+
+#define ALL_DTYPES ((1u << ECCL_DTYPE_COUNT) - 1)
+#define DT(t) (1u << (t))
+
+static void test_matrix_n2(void **state)
+{
+    matrix_arg m = {2, 517, ALL_DTYPES, 1};
+    run_matrix(*state, &m);
+}
+
+static void test_matrix_n3(void **state)
+{
+    matrix_arg m = {3, 1031, ALL_DTYPES, 1};
+    run_matrix(*state, &m);
+}
+
+static void test_matrix_n5_one_element(void **state)
+{
+    matrix_arg m = {5, 1, DT(ECCL_I8) | DT(ECCL_F16) | DT(ECCL_F64), 0};
+    run_matrix(*state, &m);
+}
+
+/* Several slices per block, block sizes that do not divide a slice. */
+static void test_matrix_n4_large(void **state)
+{
+    matrix_arg m = {4, 600007, DT(ECCL_F32) | DT(ECCL_BF16), 0};
+    run_matrix(*state, &m);
+}
+
+/* ---- the v layouts: blocks of different sizes, empty ones, gaps -------------- */
+
+/* Rank r's block in layout `v`: some empty, one spanning several slices. */
+static size_t v_count(int v, uint32_t r)
+{
+    static const size_t counts[3][6] = {{3, 0, 1000, 7, 0, 1},
+                                        {600007, 1, 0, 300000, 5, 2},
+                                        {0, 0, 17, 0, 0, 0}};
+    return counts[v][r % 6];
+}
+
+static int v_body(eccl_comm *c, int index, void *argp)
+{
+    (void)index, (void)argp;
+    int64_t rank64, n64;
+    CL_OK(eccl_comm_get_attr(c, ECCL_ATTR_RANK, &rank64));
+    CL_OK(eccl_comm_get_attr(c, ECCL_ATTR_WORLD_SIZE, &n64));
+    uint32_t rank = (uint32_t)rank64, n = (uint32_t)n64;
+    uint64_t tag = 500;
+    for (int v = 0; v < 3; v++) {
+        size_t counts[CLUSTER_MAX_PEERS], displs[CLUSTER_MAX_PEERS], total = 0, extent = 0, before = 0;
+        for (uint32_t r = 0; r < n; r++) {
+            counts[r] = v_count(v, r);
+            displs[r] = extent + 11 * r; /* gaps between blocks, which nobody may write */
+            extent = displs[r] + counts[r];
+            total += counts[r];
+            if (r < rank) before += counts[r];
+        }
+        const eccl_dtype types[2] = {ECCL_F32, ECCL_I16};
+        for (int ti = 0; ti < 2; ti++) {
+            eccl_dtype t = types[ti];
+            size_t es = eccl_dtype_size(t);
+            for (int in_place = 0; in_place < 2; in_place++, tag++) {
+                uint8_t *send = malloc(total * es + 64), *recv = malloc(extent * es + 64), *want = malloc(extent * es + 64);
+                CL_CHECK(send && recv && want, "oom");
+                /* all-gatherv: every block where displs says, the gaps untouched */
+                memset(recv, 0x5a, extent * es);
+                memcpy(want, recv, extent * es);
+                for (uint32_t r = 0; r < n; r++) cluster_fill(want + displs[r] * es, t, counts[r], (int)r, tag, CL_PAT_SMALL);
+                const void *in = send;
+                if (in_place) {
+                    cluster_fill(recv + displs[rank] * es, t, counts[rank], (int)rank, tag, CL_PAT_SMALL);
+                    in = recv + displs[rank] * es;
+                } else {
+                    cluster_fill(send, t, counts[rank], (int)rank, tag, CL_PAT_SMALL);
+                }
+                eccl_reduce_info info;
+                eccl_result rc = eccl_allgatherv(c, in, recv, counts, displs, t, tag, &info);
+                CL_CHECK(rc == ECCL_OK, "allgatherv layout %d: %s", v, eccl_strerror(rc));
+                size_t first = 0, bad = cluster_mismatches(recv, want, t, extent, &first);
+                CL_CHECK(bad == 0, "allgatherv layout %d %s %s: %zu wrong, first [%zu]", v, eccl_dtype_name(t),
+                         in_place ? "in place" : "out of place", bad, first);
+                cluster_push_hash(cluster_fnv1a(recv, extent * es));
+                /* reduce-scatterv: block `rank` of the sum of every rank's blocks */
+                uint8_t *sum = malloc(total * es + 64);
+                int idx[CLUSTER_MAX_PEERS];
+                for (uint32_t r = 0; r < n; r++) idx[r] = (int)r;
+                CL_CHECK(sum && cluster_expected(sum, t, total, ECCL_SUM, idx, (int)n, tag, CL_PAT_SMALL) == 0, "expect");
+                cluster_fill(send, t, total, (int)rank, tag, CL_PAT_SMALL);
+                memset(recv, 0x5a, counts[rank] * es + 8);
+                void *out = in_place ? send + before * es : recv;
+                rc = eccl_reduce_scatterv(c, send, out, counts, t, ECCL_SUM, tag + 1000, &info);
+                CL_CHECK(rc == ECCL_OK, "reduce_scatterv layout %d: %s", v, eccl_strerror(rc));
+                bad = cluster_mismatches(out, sum + before * es, t, counts[rank], &first);
+                CL_CHECK(bad == 0, "reduce_scatterv layout %d %s: %zu wrong, first [%zu]", v, eccl_dtype_name(t), bad,
+                         first);
+                if (!in_place)
+                    CL_CHECK(((uint8_t *)recv)[counts[rank] * es] == 0x5a, "reduce_scatterv wrote past its block");
+                free(sum);
+                free(send);
+                free(recv);
+                free(want);
+            }
+        }
+    }
+    /* A v call needs its counts (and the all-gather its displacements). */
+    float x = 0, y[CLUSTER_MAX_PEERS] = {0};
+    size_t ones[CLUSTER_MAX_PEERS];
+    for (uint32_t r = 0; r < n; r++) ones[r] = 1;
+    CL_EXPECT_RC(eccl_allgatherv(c, &x, y, NULL, ones, ECCL_F32, 1, NULL), ECCL_ERR_INVALID_ARG);
+    CL_EXPECT_RC(eccl_allgatherv(c, &x, y, ones, NULL, ECCL_F32, 1, NULL), ECCL_ERR_INVALID_ARG);
+    CL_EXPECT_RC(eccl_reduce_scatterv(c, y, &x, NULL, ECCL_F32, ECCL_SUM, 1, NULL), ECCL_ERR_INVALID_ARG);
+    ones[0] = SIZE_MAX / 2;
+    CL_EXPECT_RC(eccl_reduce_scatterv(c, y, &x, ones, ECCL_F32, ECCL_SUM, 1, NULL), ECCL_ERR_INVALID_ARG);
+    return 0;
+}
+
+static void run_v(cluster *cl, int n)
+{
+    assert_int_equal(cluster_init(cl, NULL), 0);
+    assert_int_equal(cluster_spawn_n(cl, n, v_body, NULL), 0);
+    assert_int_equal(cluster_wait_all(cl, 120000), 0);
+    assert_parity(cl, n);
+    cluster_fini(cl);
+}
+
+static void test_v_n3(void **state) { run_v(*state, 3); }
+static void test_v_n5(void **state) { run_v(*state, 5); }
+
+/* ---- count 0, and the argument checks ------------------------------------ */
+
+static int args_body(eccl_comm *c, int index, void *argp)
+{
+    (void)index, (void)argp;
+    float buf[64] = {0}, out[64 * 4] = {0};
+    eccl_request *req = NULL;
+    int64_t rank;
+    CL_OK(eccl_comm_get_attr(c, ECCL_ATTR_RANK, &rank));
+    /* Roots outside the world, NULL buffers where the call needs them. */
+    CL_EXPECT_RC(eccl_broadcast(c, buf, out, 4, ECCL_F32, 3, 1, NULL), ECCL_ERR_INVALID_ARG);
+    CL_EXPECT_RC(eccl_reduce(c, buf, out, 4, ECCL_F32, ECCL_SUM, 7, 1, NULL), ECCL_ERR_INVALID_ARG);
+    CL_EXPECT_RC(eccl_allgather(c, NULL, out, 4, ECCL_F32, 1, NULL), ECCL_ERR_INVALID_ARG);
+    CL_EXPECT_RC(eccl_reduce_scatter(c, buf, NULL, 4, ECCL_F32, ECCL_SUM, 1, NULL), ECCL_ERR_INVALID_ARG);
+    CL_EXPECT_RC(eccl_reduce_scatter(c, buf, out, 4, ECCL_F32, ECCL_OP_COUNT, 1, NULL), ECCL_ERR_INVALID_ARG);
+    CL_EXPECT_RC(eccl_allgather(c, buf, out, 4, ECCL_DTYPE_COUNT, 1, NULL), ECCL_ERR_INVALID_ARG);
+    CL_EXPECT_RC(eccl_allgather(c, buf, out, SIZE_MAX / 4, ECCL_F32, 1, NULL), ECCL_ERR_INVALID_ARG);
+    CL_EXPECT_RC(eccl_allgather_async(c, buf, out, 4, ECCL_F32, 1, NULL), ECCL_ERR_INVALID_ARG);
+    CL_EXPECT_RC(eccl_barrier_async(c, 1, NULL), ECCL_ERR_INVALID_ARG);
+    CL_EXPECT_RC(eccl_allgather(NULL, buf, out, 4, ECCL_F32, 1, NULL), ECCL_ERR_INVALID_ARG);
+    /* The root's NULL is wrong; elsewhere a NULL the call does not read is fine. */
+    CL_EXPECT_RC(eccl_broadcast(c, rank == 0 ? NULL : buf, out, 4, ECCL_F32, 0, 2, NULL),
+                 rank == 0 ? ECCL_ERR_INVALID_ARG : ECCL_OK);
+    if (rank == 0) CL_OK(eccl_broadcast(c, buf, out, 4, ECCL_F32, 0, 2, NULL)); /* the others wait for it */
+    CL_OK(eccl_reduce(c, buf, rank == 1 ? out : NULL, 4, ECCL_F32, ECCL_SUM, 1, 3, NULL));
+    /* Count 0: done at once, nothing moved. */
+    eccl_reduce_info info;
+    CL_OK(eccl_allgather(c, buf, out, 0, ECCL_F32, 4, &info));
+    CL_CHECK(info.world_size == 3 && info.tx_bytes == 0, "count 0: world %u tx %llu", info.world_size,
+             (unsigned long long)info.tx_bytes);
+    /* A tag in flight is refused, whatever the collective. */
+    CL_OK(eccl_allgather_async(c, buf, out, 64, ECCL_F32, 5, &req));
+    CL_EXPECT_RC(eccl_broadcast(c, buf, out, 4, ECCL_F32, 0, 5, NULL), ECCL_ERR_BUSY);
+    CL_EXPECT_RC(eccl_barrier(c, 5), ECCL_ERR_BUSY);
+    CL_OK(eccl_wait(req, NULL));
+    CL_OK(eccl_barrier(c, 6));
+    return 0;
+}
+
+static void test_args_n3(void **state)
+{
+    cluster *cl = *state;
+    assert_int_equal(cluster_init(cl, NULL), 0);
+    assert_int_equal(cluster_spawn_n(cl, 3, args_body, NULL), 0);
+    assert_int_equal(cluster_wait_all(cl, 60000), 0);
+    cluster_fini(cl);
+}
+
+/* ---- barrier: nobody leaves before the last one enters ---------------------- */
+
+#define V_ENTER 0
+#define V_LEAVE 1
+
+static int barrier_body(eccl_comm *c, int index, void *argp)
+{
+    const int n = *(const int *)argp;
+    cluster_shared *sh = cluster_shm();
+    for (uint64_t round = 0; round < 3; round++) {
+        /* A different peer is late in each round. */
+        if ((uint64_t)index == round % (uint64_t)n) cluster_sleep_ms(150);
+        atomic_store(&sh->slot[index].val[V_ENTER], (long long)cluster_now_ns());
+        CL_OK(eccl_barrier(c, 100 + round));
+        uint64_t left = cluster_now_ns();
+        for (int i = 0; i < n; i++) {
+            long long entered = atomic_load(&sh->slot[i].val[V_ENTER]);
+            CL_CHECK(entered != 0 && (uint64_t)entered <= left,
+                     "round %llu: left the barrier before peer %d entered", (unsigned long long)round, i);
+        }
+        /* Nobody may enter the next round's barrier before all read this one's entries. */
+        CL_OK(eccl_barrier(c, 200 + round));
+    }
+    return 0;
+}
+
+static void test_barrier_n4(void **state)
+{
+    cluster *cl = *state;
+    int n = 4;
+    assert_int_equal(cluster_init(cl, NULL), 0);
+    assert_int_equal(cluster_spawn_n(cl, n, barrier_body, &n), 0);
+    assert_int_equal(cluster_wait_all(cl, 60000), 0);
+    cluster_fini(cl);
+}
+
+/* ---- OCCL: async calls issued in different orders never deadlock ------------- */
+
+#define ORDER_OPS 6
+
+static int order_body(eccl_comm *c, int index, void *argp)
+{
+    (void)argp;
+    int64_t rank64, n64;
+    CL_OK(eccl_comm_get_attr(c, ECCL_ATTR_RANK, &rank64));
+    CL_OK(eccl_comm_get_attr(c, ECCL_ATTR_WORLD_SIZE, &n64));
+    coll_args a[ORDER_OPS];
+    call_bufs b[ORDER_OPS];
+    /* Big enough that frames of calls not issued yet wait in the sockets. */
+    size_t counts[ORDER_OPS] = {300000, 200001, 500000, 7, 400000, 0};
+    for (int j = 0; j < ORDER_OPS; j++) {
+        a[j] = (coll_args){j % K_COUNT, ECCL_F32, ECCL_SUM, CL_PAT_SMALL, counts[j], j % 2, (uint32_t)(j % n64),
+                           (uint64_t)(1000 + j)};
+        CL_CHECK(bufs_alloc(&b[j], (size_t)n64 * counts[j] * 4) == 0, "oom");
+    }
+    for (int round = 0; round < 3; round++) {
+        eccl_request *req[ORDER_OPS] = {NULL};
+        int order[ORDER_OPS];
+        for (int j = 0; j < ORDER_OPS; j++) order[j] = (j + index * (round + 1)) % ORDER_OPS;
+        if (index % 2) /* and reversed on every other peer */
+            for (int j = 0; j < ORDER_OPS / 2; j++) {
+                int t = order[j];
+                order[j] = order[ORDER_OPS - 1 - j];
+                order[ORDER_OPS - 1 - j] = t;
+            }
+        const void *in[ORDER_OPS];
+        void *out[ORDER_OPS];
+        size_t ob;
+        for (int j = 0; j < ORDER_OPS; j++) {
+            int o = order[j];
+            a[o].tag = 1000 + (uint64_t)round * 100 + (uint64_t)o;
+            if (o == ORDER_OPS - 1) {
+                CL_OK(eccl_barrier_async(c, a[o].tag, &req[o]));
+                continue;
+            }
+            prepare(&a[o], &b[o], (uint32_t)rank64, (uint32_t)n64, &in[o], &out[o], &ob);
+            CL_OK(issue(c, &a[o], in[o], out[o], NULL, &req[o]));
+        }
+        for (int j = ORDER_OPS - 1; j >= 0; j--) {
+            int o = order[j];
+            CL_CHECK(eccl_wait(req[o], NULL) == ECCL_OK, "round %d: op %d (%s) failed", round, o,
+                     o == ORDER_OPS - 1 ? "barrier" : kind_names[a[o].kind]);
+            if (o == ORDER_OPS - 1 || !out[o] || (a[o].kind == K_REDUCE && (uint32_t)rank64 != a[o].root)) continue;
+            size_t bsz = a[o].count * 4, first = 0;
+            size_t n_out = a[o].kind == K_ALLGATHER ? (size_t)n64 * a[o].count : a[o].count;
+            CL_CHECK(expect(&a[o], &b[o], (uint32_t)rank64, (uint32_t)n64) == 0, "no expectation");
+            size_t bad = cluster_mismatches(out[o], b[o].want, ECCL_F32, n_out, &first);
+            CL_CHECK(bad == 0, "round %d: %s: %zu wrong elements (first %zu)", round, kind_names[a[o].kind], bad,
+                     first);
+            (void)bsz;
+        }
+    }
+    for (int j = 0; j < ORDER_OPS; j++) bufs_free(&b[j]);
+    return 0;
+}
+
+static void test_orders_n4(void **state)
+{
+    cluster *cl = *state;
+    assert_int_equal(cluster_init(cl, NULL), 0);
+    assert_int_equal(cluster_spawn_n(cl, 4, order_body, NULL), 0);
+    assert_int_equal(cluster_wait_all(cl, 120000), 0);
+    cluster_fini(cl);
+}
+
+/* ---- the fault contract: a peer killed mid-call ---------------------------------
+ *
+ * The victim arms a failpoint on its transport's send path whose callback
+ * kills the process on the K-th send of the faulted call: it dies with
+ * some of its slices out, so the survivors' outputs are partly written
+ * when the loss is noticed. Every survivor must fail with PEER_LOST and its
+ * output exactly as before (hash), then retry on the survivors and get the
+ * right result for the world of N-1. */
+
+#define KILL_AFTER_SENDS 2 /* of the several MB each victim sends */
+#define TAG_FAULT 77
+#define V_ENTERED 2
+#define V_LOST 3
+
+static atomic_int g_sends;
+
+static int die_on_kth(const char *name, int *failnum, void **failinfo, unsigned int *flags)
+{
+    (void)name, (void)failnum, (void)failinfo, (void)flags;
+    if (atomic_fetch_add(&g_sends, 1) + 1 >= KILL_AFTER_SENDS) raise(SIGKILL);
+    return 0; /* the send itself goes through */
+}
+
+typedef struct fault_arg {
+    int kind, n;
+    size_t count;
+    int victim_rank;
+    uint32_t root; /* a survivor's rank in both worlds */
+} fault_arg;
+
+static int fault_body(eccl_comm *c, int index, void *argp)
+{
+    const fault_arg *f = argp;
+    int64_t rank;
+    CL_OK(eccl_comm_get_attr(c, ECCL_ATTR_RANK, &rank));
+    call_bufs b;
+    CL_CHECK(bufs_alloc(&b, (size_t)f->n * f->count * 4) == 0, "oom");
+    coll_args a = {f->kind, ECCL_F32, ECCL_SUM, CL_PAT_SMALL, f->count, 0, f->root, 10};
+    CL_CHECK(one_call(c, &a, &b) == 0, "warm-up"); /* the full world works */
+    a.tag = TAG_FAULT;
+    cluster_shared *sh = cluster_shm();
+    if (rank == f->victim_rank) {
+        /* The survivors enter first, so the loss finds them inside the call. */
+        for (int i = 0; i < f->n; i++)
+            if (i != index)
+                while (!atomic_load(&sh->slot[i].val[V_ENTERED])) cluster_sleep_ms(1);
+        cluster_sleep_ms(30);
+        CL_CHECK(fiu_init(0) == 0, "fiu_init");
+        CL_CHECK(fiu_enable_external("eccl/net/send", 1, NULL, 0, die_on_kth) == 0, "fiu");
+        CL_CHECK(fiu_enable_external("eccl/net_ibv/post", 1, NULL, 0, die_on_kth) == 0, "fiu");
+    }
+    const void *in;
+    void *out;
+    size_t ob;
+    prepare(&a, &b, (uint32_t)rank, (uint32_t)f->n, &in, &out, &ob);
+    /* Survivors' outputs hold stale bytes the failure must leave as they are. */
+    if (out && out != in) memset(out, 0x3c, ob);
+    uint64_t pre = out ? cluster_fnv1a(out, ob) : 0;
+    atomic_store(&sh->slot[index].val[V_ENTERED], 1);
+    eccl_result rc = issue(c, &a, in, out, NULL, NULL);
+    CL_CHECK(rank != f->victim_rank, "the victim survived its failpoint");
+    if (rc == ECCL_OK) {
+        /* Entered only after the view change (a loaded machine): the call
+         * ran on the survivors from the start. The parent checks that
+         * someone saw the loss. */
+        int64_t w;
+        CL_OK(eccl_comm_get_attr(c, ECCL_ATTR_WORLD_SIZE, &w));
+        CL_CHECK(w == f->n - 1, "%s succeeded at world %lld with a peer killed", kind_names[f->kind], (long long)w);
+        bufs_free(&b);
+        return 0;
+    }
+    CL_CHECK(rc == ECCL_ERR_PEER_LOST, "%s with a peer killed mid-call: %s, want PEER_LOST", kind_names[f->kind],
+             eccl_strerror(rc));
+    CL_CHECK(!out || cluster_fnv1a(out, ob) == pre, "%s failed but its output changed", kind_names[f->kind]);
+    atomic_store(&sh->slot[index].val[V_LOST], 1);
+    int64_t world;
+    CL_OK(eccl_comm_get_attr(c, ECCL_ATTR_WORLD_SIZE, &world));
+    CL_CHECK(world == f->n - 1, "world %lld after the loss", (long long)world);
+    a.tag = TAG_FAULT; /* the same call again */
+    CL_CHECK(one_call(c, &a, &b) == 0, "the retry");
+    bufs_free(&b);
+    return 0;
+}
+
+static void run_fault(cluster *cl, const fault_arg *f)
+{
+    cluster_opts o = {0};
+    o.no_linger = 0;
+    assert_int_equal(cluster_init(cl, &o), 0);
+    assert_int_equal(cluster_spawn_n(cl, f->n, fault_body, (void *)f), 0);
+    /* The victim dies of its own SIGKILL; everyone else passes. */
+    int victim = -1;
+    uint64_t deadline = cluster_now_ns() + 60000 * CL_MS;
+    while (victim < 0 && cluster_now_ns() < deadline) {
+        for (int i = 0; i < f->n; i++)
+            if (cl->sh->slot[i].rank == f->victim_rank && atomic_load(&cl->sh->slot[i].phase) >= CL_PHASE_RUNNING)
+                victim = i;
+        cluster_sleep_ms(1);
+    }
+    assert_true(victim >= 0);
+    cluster_wait(cl, victim, 60000);
+    assert_true(WIFSIGNALED(cl->status[victim]) && WTERMSIG(cl->status[victim]) == SIGKILL);
+    cl->status[victim] = -4; /* killed on purpose */
+    assert_int_equal(cluster_wait_all(cl, 60000), 0);
+    int lost = 0;
+    for (int i = 0; i < f->n; i++) lost += (int)atomic_load(&cl->sh->slot[i].val[V_LOST]);
+    assert_true(lost >= 1); /* the restore path ran */
+    cluster_fini(cl);
+}
+
+/* 8 MB blocks: the victim dies a frame or two into the call. */
+static void test_kill_allgather(void **state)
+{
+    fault_arg f = {K_ALLGATHER, 4, 2000000, 2, 0};
+    run_fault(*state, &f);
+}
+
+static void test_kill_reduce_scatter(void **state)
+{
+    fault_arg f = {K_REDUCE_SCATTER, 4, 2000000, 1, 0};
+    run_fault(*state, &f);
+}
+
+static void test_kill_broadcast(void **state)
+{
+    fault_arg f = {K_BROADCAST, 4, 4000000, 1, 0}; /* root 0 -> 1 (dies) -> 2 -> 3 */
+    run_fault(*state, &f);
+}
+
+static void test_kill_reduce(void **state)
+{
+    fault_arg f = {K_REDUCE, 4, 4000000, 3, 1}; /* chain 2, 3 (dies), 0 -> root 1 */
+    run_fault(*state, &f);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_matrix_n2, cluster_test_setup, cluster_test_teardown),
+        cmocka_unit_test_setup_teardown(test_matrix_n3, cluster_test_setup, cluster_test_teardown),
+        cmocka_unit_test_setup_teardown(test_matrix_n5_one_element, cluster_test_setup, cluster_test_teardown),
+        cmocka_unit_test_setup_teardown(test_matrix_n4_large, cluster_test_setup, cluster_test_teardown),
+        cmocka_unit_test_setup_teardown(test_v_n3, cluster_test_setup, cluster_test_teardown),
+        cmocka_unit_test_setup_teardown(test_v_n5, cluster_test_setup, cluster_test_teardown),
+        cmocka_unit_test_setup_teardown(test_args_n3, cluster_test_setup, cluster_test_teardown),
+        cmocka_unit_test_setup_teardown(test_barrier_n4, cluster_test_setup, cluster_test_teardown),
+        cmocka_unit_test_setup_teardown(test_orders_n4, cluster_test_setup, cluster_test_teardown),
+        cmocka_unit_test_setup_teardown(test_kill_allgather, cluster_test_setup, cluster_test_teardown),
+        cmocka_unit_test_setup_teardown(test_kill_reduce_scatter, cluster_test_setup, cluster_test_teardown),
+        cmocka_unit_test_setup_teardown(test_kill_broadcast, cluster_test_setup, cluster_test_teardown),
+        cmocka_unit_test_setup_teardown(test_kill_reduce, cluster_test_setup, cluster_test_teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
