@@ -17,9 +17,11 @@
 #                  per-size time budget) or "-n 50 -w 5" (fixed counts)
 #   PEERS_BUILD    where the peer programs are built (default OUTDIR/bin)
 #   ECCL_BENCH     eccl's own rows: a command taking eccl-bench's options
-#                  (see "eccl rows" below); default build/bin/eccl-bench when
-#                  its --help lists --coll, else no eccl rows
-#   ECCL_BENCH_ARGS  extra options for it (e.g. "-n 50 -w 5")
+#                  (see "ECCL JOIN POINT" below); default build/bin/eccl-bench,
+#                  built with cmake; "none": peers only
+#   ECCL_BENCH_ARGS  extra options for it (e.g. "-n 50 -w 5"; eccl-bench's
+#                  defaults are 20 timed and 5 warm-up calls per size)
+#   ECCL_BENCH_COLLS the collectives it has (default: read from its --help)
 #
 # Writes, under OUTDIR:
 #   raw/LIB-COLL-N.txt   the programs' own lines (LIB = mpi, gloo, eccl),
@@ -85,37 +87,63 @@ build() {
 }
 
 # ---- eccl rows ---------------------------------------------------------------
-# >>> ECCL JOIN POINT. eccl's rows come from ECCL_BENCH, run as
+# >>> ECCL JOIN POINT. eccl's rows come from ECCL_BENCH (default: build/bin/eccl-bench, built here with cmake as
+# scripts/bench_vs_peers.sh does; ECCL_BENCH=none: no eccl rows), run for each collective it knows as
 #       $ECCL_BENCH --np N --coll COLL -b MIN -e MAX -f 2 $ECCL_BENCH_ARGS
-# and may print either
-#   (a) eccl-bench's nccl-tests-style table: a "#  size ... time(us) ...
-#       busbw(GB/s) ..." header line, then rows whose first field is the size
-#       in bytes (columns are found by the header's names), or
+# The collectives it knows are ECCL_BENCH_COLLS if set, else the names on the "--coll" line of its --help.
+# It may print either
+#   (a) eccl-bench's nccl-tests-style table: a "#  size ... time(us) ... busbw(GB/s) ..." header line, then rows
+#       whose first field is the size in bytes (columns are found by the header's names), or
 #   (b) lines "eccl coll=COLL n=N bytes=B time_us=T busbw_GBs=X".
-# Both are normalised to (b) in raw/eccl-COLL-N.txt and joined on bytes,
-# so eccl-bench must use the same size convention as the peers (allgather:
-# the output buffer; reduce_scatter and alltoall: the whole send buffer).
+# Both are normalised to (b) in raw/eccl-COLL-N.txt and joined on bytes, so it must use the peers' size convention
+# (allgather: the output buffer; reduce_scatter and alltoall: the whole send buffer), as eccl-bench does.
+eccl="" eccl_colls=""
 find_eccl() {
     eccl=${ECCL_BENCH:-}
-    if [ -z "$eccl" ] && [ -x build/bin/eccl-bench ] && build/bin/eccl-bench --help 2>&1 | grep -q -- '--coll'; then
+    if [ "$eccl" = none ]; then
+        eccl=""
+        return
+    fi
+    if [ -z "$eccl" ]; then
+        if ! { cmake -S . -B build -DCMAKE_C_COMPILER=gcc >/dev/null &&
+            cmake --build build -j2 --target eccl-bench >/dev/null; }; then
+            echo "bench_colls_vs_peers: eccl-bench does not build; no eccl rows" >&2
+            return
+        fi
         eccl=build/bin/eccl-bench
+    fi
+    # shellcheck disable=SC2086 # ECCL_BENCH is a command line
+    eccl_colls=${ECCL_BENCH_COLLS:-$($eccl --help 2>&1 | grep -A1 -e '--coll' |
+        grep -o -w -E 'allreduce|allgather|reduce_scatter|broadcast|reduce|alltoall|barrier' | sort -u | tr '\n' ' ')}
+    if [ -z "$eccl_colls" ]; then
+        echo "bench_colls_vs_peers: $eccl --help lists no --coll; no eccl rows" >&2
+        eccl=""
     fi
 }
 
 run_eccl() { # COLL N
-    local c=$1 n=$2 f="$out/raw/eccl-$1-$2"
+    local c=$1 n=$2 f="$out/raw/eccl-$1-$2" rc
+    case " $eccl_colls " in
+    *" $c "*) ;;
+    *) echo "eccl $c $n skipped (not among: $eccl_colls)" >>"$out/status.txt"; return ;;
+    esac
     # shellcheck disable=SC2086 # ECCL_BENCH is a command line
     timeout -k 10 "$limit" $eccl --np "$n" --coll "$c" -b "$minb" -e "$maxb" -f 2 "${eccl_args[@]}" \
         >"$f.out" 2>"$f.err"
-    local rc=$?
+    rc=$?
     awk -v c="$c" -v n="$n" '
         /^eccl coll=/ { print; next }
         /busbw/ && !bw { o = ($1 == "#") ? 1 : 0
-                         for (i = 1; i <= NF; i++) { if ($i ~ /^time/) t = i - o; if ($i ~ /^busbw/) bw = i - o }
+                         for (i = 1; i <= NF; i++) { if ($i ~ /^time/) t = i - o; if ($i ~ /^busbw/) bw = i - o;
+                                                     if ($i ~ /wrong/) w = i - o }
                          next }
-        bw && $1 ~ /^[0-9]+$/ { printf "eccl coll=%s n=%s bytes=%s time_us=%s busbw_GBs=%s\n", c, n, $1, $(t), $(bw) }
-    ' "$f.out" >"$f.txt"
-    echo "eccl $c $n rc=$rc" >>"$out/status.txt"
+        bw && $1 ~ /^[0-9]+$/ {
+            printf "eccl coll=%s n=%s bytes=%s time_us=%s busbw_GBs=%s\n", c, n, $1, $(t), $(bw)
+            if (w && $(w) ~ /^[0-9]+$/ && $(w) > 0)
+                printf "eccl CHECK FAILED coll=%s n=%s bytes=%s wrong=%s\n", c, n, $1, $(w) > "/dev/stderr"
+        }
+    ' "$f.out" >"$f.txt" 2>>"$f.err"
+    echo "eccl $c $n rc=$rc load=$(loadavg)" >>"$out/status.txt"
 }
 # <<< ECCL JOIN POINT
 
@@ -284,7 +312,7 @@ if grep -q "CHECK FAILED" "$out"/raw/*.err 2>/dev/null; then
     echo "bench_colls_vs_peers: correctness check failures:" >&2
     grep -h "CHECK FAILED" "$out"/raw/*.err >&2
 fi
-if grep -v "rc=0" "$out/status.txt" >&2; then
+if grep -v -e "rc=0" -e skipped "$out/status.txt" >&2; then
     echo "bench_colls_vs_peers: some runs failed or timed out (see $out/status.txt)" >&2
 fi
 echo "bench_colls_vs_peers: raw lines in $out/raw, summary in $out/summary.md" >&2
