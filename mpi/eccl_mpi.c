@@ -65,6 +65,17 @@ struct comm_view {
     uint64_t *next_tag;
 };
 
+/* A world of one (no eccl communicator): every collective is the local copy
+ * it degenerates to, in place or not. 1 when the call is done. */
+static int alone(const struct comm_view *v, void *dst, const void *src, size_t bytes)
+{
+    if (v->ecomm != NULL)
+        return 0;
+    if (src != dst && src != MPI_IN_PLACE && bytes != 0)
+        memcpy(dst, src, bytes);
+    return 1;
+}
+
 /* ---- errors ----------------------------------------------------------------- */
 
 static const struct {
@@ -660,11 +671,8 @@ int MPI_Reduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datat
     check_buffer(call, "sendbuf", sendbuf, bytes);
     if (is_root)
         check_buffer(call, "recvbuf", recvbuf, bytes);
-    if (v.ecomm == NULL) {
-        if (sendbuf != recvbuf && bytes != 0)
-            memcpy(recvbuf, sendbuf, bytes);
+    if (alone(&v, recvbuf, sendbuf, bytes))
         return MPI_SUCCESS;
-    }
     if (n == 0)
         return MPI_SUCCESS;
     /* recvbuf is significant at the root only: the others may pass
@@ -688,11 +696,8 @@ int MPI_Allreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype da
         sendbuf = recvbuf;
     check_buffer(call, "sendbuf", sendbuf, bytes);
     check_buffer(call, "recvbuf", recvbuf, bytes);
-    if (v.ecomm == NULL) {
-        if (sendbuf != recvbuf && bytes != 0)
-            memcpy(recvbuf, sendbuf, bytes);
+    if (alone(&v, recvbuf, sendbuf, bytes))
         return MPI_SUCCESS;
-    }
     if (n == 0)
         return MPI_SUCCESS;
     check_coll(call, "eccl_allreduce",
@@ -721,11 +726,8 @@ int MPI_Allgather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, voi
         check_match(call, bytes_of(call, "sendcount", sendcount, type_of(call, sendtype)), block);
         check_buffer(call, "sendbuf", sendbuf, block);
     }
-    if (v.ecomm == NULL) {
-        if (sendbuf != MPI_IN_PLACE && block != 0)
-            memcpy(recvbuf, sendbuf, block);
+    if (alone(&v, recvbuf, sendbuf, block))
         return MPI_SUCCESS;
-    }
     if (block == 0)
         return MPI_SUCCESS;
     /* In place, this rank's block already sits at its slot of recvbuf:
@@ -803,11 +805,8 @@ int MPI_Reduce_scatter_block(const void *sendbuf, void *recvbuf, int recvcount,
     check_buffer(call, "recvbuf", recvbuf, block);
     if (sendbuf != MPI_IN_PLACE)
         check_buffer(call, "sendbuf", sendbuf, mul_size(call, block, (size_t)v.size));
-    if (v.ecomm == NULL) {
-        if (sendbuf != MPI_IN_PLACE && block != 0)
-            memcpy(recvbuf, sendbuf, block);
+    if (alone(&v, recvbuf, sendbuf, block))
         return MPI_SUCCESS;
-    }
     if (n == 0)
         return MPI_SUCCESS;
     /* MPI in place: the blocks fill recvbuf and the result goes to its
@@ -881,11 +880,8 @@ int MPI_Alltoall(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void
         check_match(call, bytes_of(call, "sendcount", sendcount, type_of(call, sendtype)), block);
         check_buffer(call, "sendbuf", sendbuf, row);
     }
-    if (v.ecomm == NULL) {
-        if (sendbuf != MPI_IN_PLACE && block != 0)
-            memcpy(recvbuf, sendbuf, block);
+    if (alone(&v, recvbuf, sendbuf, block))
         return MPI_SUCCESS;
-    }
     if (block == 0)
         return MPI_SUCCESS;
     all = scratch_alloc(call, mul_size(call, row, (size_t)v.size));
