@@ -1,6 +1,6 @@
 /* A host env for tests that drive core's state machines in one process:
  * channels and collectives on plain host memory, a clock that stands still,
- * no log. No sockets: the tests move frames themselves. */
+ * no log. No sockets: the tests move frames themselves (pop_frame). */
 #ifndef ECCL_TESTS_HOST_ENV_H
 #define ECCL_TESTS_HOST_ENV_H
 
@@ -9,6 +9,7 @@
 
 #include "coll/reduce.h"
 #include "env.h"
+#include "proto/chan.h"
 
 static uint64_t h_now(void *ctx) { (void)ctx; return 0; }
 static const eccl_clock_ops h_clock = {sizeof h_clock, h_now, NULL};
@@ -43,6 +44,19 @@ static inline eccl_env host_env(void)
     e.dev = &h_dev;
     e.log = &h_logops;
     return e;
+}
+
+/* Takes the head frame off a channel as if the socket had written it. */
+static inline void pop_frame(eccl_chan *ch)
+{
+    eccl_frame *f = ch->out_head;
+    ch->out_head = f->next;
+    if (!ch->out_head) ch->out_tail = NULL;
+    ch->queued_bytes -= f->head_len + f->payload_len;
+    if (f->inflight) (*f->inflight)--;
+    f->inflight = NULL;
+    f->next = ch->free_frames;
+    ch->free_frames = f;
 }
 
 #endif /* ECCL_TESTS_HOST_ENV_H */

@@ -92,19 +92,6 @@ static void sim_fini(ring_sim *s)
     free(s->scratch);
 }
 
-/* Takes the head frame off a channel as if the socket had written it. */
-static void pop_frame(eccl_chan *ch)
-{
-    eccl_frame *f = ch->out_head;
-    ch->out_head = f->next;
-    if (!ch->out_head) ch->out_tail = NULL;
-    ch->queued_bytes -= f->head_len + f->payload_len;
-    if (f->inflight) (*f->inflight)--;
-    f->inflight = NULL;
-    f->next = ch->free_frames;
-    ch->free_frames = f;
-}
-
 /* Delivers one frame from rank i's link k; the result of recv/recv_done. */
 static eccl_result deliver(ring_sim *s, int i, int k)
 {

@@ -835,19 +835,6 @@ static void decode_frame(const eccl_frame *f, eccl_wire_data *w)
     assert_int_equal(f->payload_len, w->len);
 }
 
-/* Takes the head frame off a channel as if the socket had written it. */
-static void pop_frame(eccl_chan *ch)
-{
-    eccl_frame *f = ch->out_head;
-    ch->out_head = f->next;
-    if (!ch->out_head) ch->out_tail = NULL;
-    ch->queued_bytes -= f->head_len + f->payload_len;
-    if (f->inflight) (*f->inflight)--;
-    f->inflight = NULL;
-    f->next = ch->free_frames;
-    ch->free_frames = f;
-}
-
 static int is_full(sim *s, int r) { return s->alg->have_full(&s->p[r]); }
 static int role_of(int d) { return d ? ECCL_ROLE_NEXT : ECCL_ROLE_PREV; }
 static const char *side_name(int side) { return side ? "prev" : "next"; }
