@@ -955,10 +955,10 @@ static void observe(sim *s)
 static void pump(sim *s, int i)
 {
     if (s->done[i]) return; /* comm retires an op once complete */
-    eccl_chan *l[ECCL_ROLE_COUNT] = {0};
-    l[ECCL_ROLE_NEXT] = &s->link[i][0];
-    l[ECCL_ROLE_PREV] = s->prev_open[i] ? &s->link[i][1] : NULL;
-    assert_int_equal(s->alg->pump(&s->p[i], l), ECCL_OK);
+    eccl_coll_links l = {{0}, NULL, NULL};
+    l.role[ECCL_ROLE_NEXT] = &s->link[i][0];
+    l.role[ECCL_ROLE_PREV] = s->prev_open[i] ? &s->link[i][1] : NULL;
+    assert_int_equal(s->alg->pump(&s->p[i], &l), ECCL_OK);
     inspect_queued(s, i);
     observe(s);
     if (!s->prev_open[i] && s->late != 2 && (!s->rng || rng_next(&s->rng) % 8 == 0)) s->prev_open[i] = 1;

@@ -37,19 +37,42 @@ enum eccl_coll_role {
     ECCL_ROLE_COUNT = 5
 };
 
+/* Role ECCL_ROLE_PEER + r is the link to rank r of the epoch: algorithms
+ * that talk to any rank (all-to-all, recursive doubling, binomial trees)
+ * run over these. They open lazily, keyed by rank: the lower rank connects
+ * once it has asked the master for the address (the address book,
+ * core/comm/peers.c), the higher one accepts. */
+#define ECCL_ROLE_PEER 8
+#define ECCL_ROLE_IS_PEER(role) ((role) >= ECCL_ROLE_PEER)
+#define ECCL_ROLE_PEER_RANK(role) ((uint32_t)((role) - ECCL_ROLE_PEER))
+
 #define ECCL_ROLE_BIT(role) (1u << (role))
+/* In `roles`: the op runs over peer links (any rank). */
+#define ECCL_ROLES_PEERS (1u << 31)
 #define ECCL_ROLES_RING (ECCL_ROLE_BIT(ECCL_ROLE_PREV) | ECCL_ROLE_BIT(ECCL_ROLE_NEXT))
 #define ECCL_ROLES_TREE                                                                  \
     (ECCL_ROLE_BIT(ECCL_ROLE_PARENT) | ECCL_ROLE_BIT(ECCL_ROLE_CHILD0) |                \
      ECCL_ROLE_BIT(ECCL_ROLE_CHILD1))
 
+/* What pump sends over: the fixed roles' links (NULL: not open), and the
+ * peer links by rank. peer(ctx, r) returns the link to rank r, or NULL
+ * while it is not open yet: asking starts opening it, and pump is called
+ * again once anything changes, so an algorithm simply sends to whichever
+ * of its partners are reachable and keeps the rest for later. */
+typedef struct eccl_coll_links {
+    eccl_chan *role[ECCL_ROLE_COUNT];
+    eccl_chan *(*peer)(void *ctx, uint32_t rank);
+    void *ctx;
+} eccl_coll_links;
+
 typedef struct eccl_coll_algo {
     eccl_algorithm id;   /* reported in eccl_reduce_info.algorithm */
     /* Roles whose links the op runs over (tree links open lazily, when an
      * op of this algorithm first runs), and those that must be open before
-     * pump may be called at all (others may be NULL in pump's array). */
+     * pump may be called at all (others may be NULL in pump's array).
+     * ECCL_ROLES_PEERS in `roles`: peer links, never needed up front. */
     uint32_t roles, pump_needs;
-    eccl_result (*pump)(void *op, eccl_chan *link[ECCL_ROLE_COUNT]);
+    eccl_result (*pump)(void *op, const eccl_coll_links *links);
     eccl_result (*recv)(void *op, int role, const eccl_wire_data *d, void **dst);
     eccl_result (*recv_done)(void *op, int role, const eccl_wire_data *d);
     int (*complete)(void *op);

@@ -575,9 +575,9 @@ void eccl_ring_allreduce_restore(eccl_ring_allreduce *r)
 
 /* Ring i's frames arrive over the link in role i: ring 0 from prev, ring 1
  * from next; link[0] of the state machine sends ring 0 (to next). */
-static eccl_result algo_pump(void *op, eccl_chan *link[ECCL_ROLE_COUNT])
+static eccl_result algo_pump(void *op, const eccl_coll_links *links)
 {
-    eccl_chan *ring[2] = {link[ECCL_ROLE_NEXT], link[ECCL_ROLE_PREV]};
+    eccl_chan *ring[2] = {links->role[ECCL_ROLE_NEXT], links->role[ECCL_ROLE_PREV]};
     return eccl_ring_allreduce_pump(op, ring);
 }
 

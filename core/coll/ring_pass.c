@@ -317,14 +317,15 @@ static eccl_result pump_dir(eccl_ring_pass *p, int d, eccl_chan *link)
     return ECCL_OK;
 }
 
-static eccl_result pass_pump(void *op, eccl_chan *link[ECCL_ROLE_COUNT])
+static eccl_result pass_pump(void *op, const eccl_coll_links *links)
 {
     eccl_ring_pass *p = op;
     if (!p->own_done) own_copy(p);
-    eccl_result rc = pump_dir(p, 0, link[ECCL_ROLE_NEXT]);
+    eccl_chan *next = links->role[ECCL_ROLE_NEXT], *prev = links->role[ECCL_ROLE_PREV];
+    eccl_result rc = pump_dir(p, 0, next);
     /* Ring 1 goes to prev, whose link may open a moment later: its frames wait. */
-    if (rc == ECCL_OK && p->nrings == 2 && link[ECCL_ROLE_PREV]) rc = pump_dir(p, 1, link[ECCL_ROLE_PREV]);
-    return rc != ECCL_OK ? rc : pump_tokens(p, link[ECCL_ROLE_NEXT]);
+    if (rc == ECCL_OK && p->nrings == 2 && prev) rc = pump_dir(p, 1, prev);
+    return rc != ECCL_OK ? rc : pump_tokens(p, next);
 }
 
 /* Backs up the output range of received slot i of ring d if it writes one. */

@@ -170,9 +170,11 @@ void eccl_tree_allreduce_restore(eccl_tree_allreduce *t)
 
 static enum eccl_tree_role tree_role(int role) { return (enum eccl_tree_role)(role - ECCL_ROLE_PARENT); }
 
-static eccl_result algo_pump(void *op, eccl_chan *link[ECCL_ROLE_COUNT])
+static eccl_result algo_pump(void *op, const eccl_coll_links *links)
 {
-    return eccl_tree_allreduce_pump(op, link + ECCL_ROLE_PARENT);
+    eccl_chan *tree[3] = {links->role[ECCL_ROLE_PARENT], links->role[ECCL_ROLE_CHILD0],
+                          links->role[ECCL_ROLE_CHILD1]};
+    return eccl_tree_allreduce_pump(op, tree);
 }
 
 static eccl_result algo_recv(void *op, int role, const eccl_wire_data *d, void **dst)

@@ -134,6 +134,8 @@ static eccl_result master_on_msg(void *owner, eccl_chan *ch, const eccl_msg *m)
         return comm_opt_on_probe(c, &m->u.opt_probe);
     case ECCL_MSG_OPT_DONE:
         return comm_opt_on_done(c, &m->u.opt_done);
+    case ECCL_MSG_PEER_REPLY:
+        return comm_on_peer_reply(c, &m->u.peer_reply);
     default:
         return ECCL_ERR_PROTOCOL;
     }
@@ -267,6 +269,8 @@ static uint64_t timers(eccl_comm *c)
         if (now >= ps->retry_at) ps->retry_at = 0; /* comm_ops_pump reopens it when needed */
         else next = min_deadline(next, ps->retry_at);
     }
+    uint64_t peers_at = comm_peers_timers(c, now);
+    if (peers_at) next = min_deadline(next, peers_at);
     if (c->parent_retry_at && !c->frozen && !c->link_tree[ECCL_TREE_PARENT]) {
         if (now >= c->parent_retry_at) {
             c->parent_retry_at = 0;
@@ -435,6 +439,7 @@ fail:
     free(c->recent);
     free(c->aborted_tags);
     free(c->pslot);
+    comm_peers_free(c);
     free(c);
     release(env);
     return rc;
@@ -602,5 +607,6 @@ void eccl_comm_destroy(eccl_comm *c)
     free(c->recent);
     free(c->aborted_tags);
     free(c->pslot);
+    comm_peers_free(c);
     free(c);
 }

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "comm/stage.h"
+#include "coll/algo.h"
 #include "coll/ring_allreduce.h"
 #include "coll/ring_pass.h"
 #include "coll/tree_allreduce.h"
@@ -132,7 +133,17 @@ typedef struct p2p_link {
     uint32_t sync_src;                /* index into comm->sync.src */
     int probe_sender;                 /* we opened it to probe the target */
     uint32_t probe_unacked;           /* our probe frames not answered yet */
+    uint32_t peer_rank;               /* purpose PEER: the rank at the other end */
 } p2p_link;
+
+/* The address book's entry for one rank of the epoch (peers.c). */
+typedef struct comm_peer {
+    uint32_t rank;            /* UINT32_MAX: a free slot */
+    uint8_t asked, known;     /* PEER_QUERY sent; PEER_REPLY came */
+    eccl_wire_peer_ref ref;
+    p2p_link *link;           /* open (ours or accepted), or NULL */
+    uint64_t retry_at, backoff; /* reconnecting after a failure */
+} comm_peer;
 
 /* The shared-state call in progress (state/sync.h has the protocol). */
 enum sync_phase {
@@ -249,6 +260,14 @@ struct eccl_comm {
     } *pslot;                       /* [ECCL_WIRE_MAX_POOL] */
     int pool_adopted;               /* a pool link got its role outside its own read */
 
+    /* The address book and peer links of the epoch (peers.c): open
+     * addressing by rank, entries only for ranks our ops talked to. */
+    comm_peer *peers;
+    uint32_t cap_peers, n_peers;
+    uint32_t *ask;              /* ranks to ask the master for at the end of the pump */
+    uint32_t n_ask, cap_ask;
+    uint64_t peers_retry_at;    /* earliest entry's retry_at, 0 = none */
+
     p2p_link *links;            /* every open link */
     p2p_link *side_links;       /* shared-state and probe links, apart from the rings */
     p2p_link *graveyard;        /* closed, freed by reap */
@@ -328,6 +347,21 @@ eccl_result comm_on_ring(eccl_comm *c, const eccl_msg_ring *m);
 eccl_result comm_on_view_decide(eccl_comm *c, const eccl_msg_view *v);
 eccl_result comm_on_view_query(eccl_comm *c, uint32_t epoch);
 eccl_result comm_pool_alloc(eccl_comm *c);
+
+/* peers.c: the address book and peer links */
+p2p_link *comm_peer_link(eccl_comm *c, uint32_t rank);
+p2p_link *comm_peer_open(const eccl_comm *c, uint32_t rank);
+void comm_peer_links(eccl_comm *c, eccl_coll_links *links);
+eccl_result comm_peer_adopt(eccl_comm *c, p2p_link *l);
+void comm_peer_link_lost(eccl_comm *c, p2p_link *l);
+int comm_peer_role(const eccl_comm *c, const p2p_link *l);
+uint32_t comm_peer_slots(const eccl_comm *c);
+p2p_link *comm_peer_slot_link(const eccl_comm *c, uint32_t i);
+eccl_result comm_on_peer_reply(eccl_comm *c, const eccl_msg_peer_reply *m);
+void comm_peers_flush_asks(eccl_comm *c);
+void comm_peers_free(eccl_comm *c);
+void comm_peers_reset(eccl_comm *c);
+uint64_t comm_peers_timers(eccl_comm *c, uint64_t now);
 
 /* shared_state.c: eccl_comm_sync_shared_state */
 void comm_side_links_close(eccl_comm *c, uint32_t purpose);

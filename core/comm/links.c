@@ -56,6 +56,7 @@ void comm_link_close(eccl_comm *c, p2p_link *l)
     }
     for (int i = 0; i < 3; i++)
         if (c->link_tree[i] == l) c->link_tree[i] = NULL;
+    if (l->purpose == ECCL_LINK_PEER && l->hello_seen) comm_peer_link_lost(c, l);
     if (c->pslot && l->pool) {
         if (c->pslot[l->pool].next == l) c->pslot[l->pool].next = NULL;
         if (c->pslot[l->pool].prev == l) c->pslot[l->pool].prev = NULL;
@@ -119,6 +120,7 @@ p2p_link *comm_link_connect_in(eccl_comm *c, p2p_link **list, const eccl_wire_pe
     m.u.hello.peer_group = c->params.peer_group;
     m.u.hello.epoch = epoch;
     m.u.hello.purpose = purpose;
+    m.u.hello.rank = purpose == ECCL_LINK_PEER ? c->rank : 0;
     if (pool_size > 1) { /* a pool of one says nothing: the hello it always sent */
         m.u.hello.pool = pool;
         m.u.hello.pool_size = pool_size;
@@ -189,6 +191,7 @@ static eccl_result link_on_msg(void *owner, eccl_chan *ch, const eccl_msg *m)
     l->purpose = m->u.hello.purpose;
     l->pool = m->u.hello.pool;
     l->pool_size = m->u.hello.pool_size;
+    l->peer_rank = m->u.hello.rank;
     if (l->purpose == ECCL_LINK_PROBE && !c->opt.active) return ECCL_ERR_PROTOCOL;
     if (l->purpose == ECCL_LINK_SYNC || l->purpose == ECCL_LINK_PROBE) {
         /* A fetcher or a prober: off the ring's list, so view changes
@@ -211,7 +214,7 @@ int comm_link_role(const eccl_comm *c, const p2p_link *l)
         if (l == c->pslot[l->pool].prev) return ECCL_ROLE_PREV;
         if (l == c->pslot[l->pool].next) return ECCL_ROLE_NEXT;
     }
-    return ROLE_NONE;
+    return comm_peer_role(c, l);
 }
 
 static eccl_result link_on_data(void *owner, eccl_chan *ch, const eccl_wire_data *d,

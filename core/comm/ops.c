@@ -39,6 +39,7 @@ static p2p_link *op_link(const eccl_comm *c, const eccl_request *r, int role)
         uint32_t k = pool_index(r->call.tag, c->pool_in);
         return k ? c->pslot[k].prev : c->link_prev;
     }
+    if (ECCL_ROLE_IS_PEER(role)) return comm_peer_open(c, ECCL_ROLE_PEER_RANK(role));
     return role >= ECCL_ROLE_PARENT && role < ECCL_ROLE_COUNT ? c->link_tree[role - ECCL_ROLE_PARENT] : NULL;
 }
 
@@ -143,13 +144,13 @@ eccl_result comm_replay_early(eccl_comm *c, eccl_request *r, p2p_link *l)
 }
 
 /* Every link that carries ops' frames in this epoch, one per index below
- * comm_role_links_n (NULL: none there): prev, next, the tree's three, then the
- * pools' other connections. Looked up afresh at each index, so a caller
- * may close links as it goes. */
+ * comm_role_links_n (NULL: none there): prev, next, the tree's three, the
+ * pools' other connections, then the peer links. Looked up afresh at each
+ * index, so a caller may close links as it goes. */
 uint32_t comm_role_links_n(const eccl_comm *c)
 {
     uint32_t extra = c->pslot ? 2 * (ECCL_WIRE_MAX_POOL - 1) : 0;
-    return 5 + extra;
+    return 5 + extra + comm_peer_slots(c);
 }
 
 p2p_link *comm_role_link_at(const eccl_comm *c, uint32_t i)
@@ -161,6 +162,8 @@ p2p_link *comm_role_link_at(const eccl_comm *c, uint32_t i)
     default: break;
     }
     i -= 5;
+    uint32_t pooled = c->pslot ? 2 * (ECCL_WIRE_MAX_POOL - 1) : 0;
+    if (i >= pooled) return comm_peer_slot_link(c, i - pooled);
     return i % 2 ? c->pslot[1 + i / 2].next : c->pslot[1 + i / 2].prev;
 }
 
@@ -271,6 +274,10 @@ static eccl_result op_start(eccl_comm *c, eccl_request *r)
     p2p_link *links[ECCL_ROLE_COUNT];
     for (int i = 0, n = op_links(c, r, links); i < n; i++)
         if (comm_replay_early(c, r, links[i]) != ECCL_OK) comm_link_close(c, links[i]);
+    for (uint32_t i = 0; (r->alg->roles & ECCL_ROLES_PEERS) && i < comm_peer_slots(c); i++) {
+        p2p_link *l = comm_peer_slot_link(c, i);
+        if (l && comm_replay_early(c, r, l) != ECCL_OK) comm_link_close(c, l);
+    }
     return ECCL_OK;
 }
 
@@ -338,14 +345,16 @@ size_t comm_ops_pump(eccl_comm *c)
         }
         if (r->alg->roles & ECCL_ROLES_TREE)
             for (int i = 0; i < 3; i++) l[ECCL_ROLE_PARENT + i] = c->link_tree[i];
-        eccl_chan *ch[ECCL_ROLE_COUNT];
+        eccl_coll_links links = {{NULL}, NULL, NULL};
+        if (r->alg->roles & ECCL_ROLES_PEERS) comm_peer_links(c, &links);
         int ready = 1;
         for (int i = 0; i < ECCL_ROLE_COUNT; i++) {
-            ch[i] = l[i] ? &l[i]->ch : NULL;
+            links.role[i] = l[i] ? &l[i]->ch : NULL;
             if (!l[i] && (r->alg->pump_needs & ECCL_ROLE_BIT(i))) ready = 0;
         }
-        if (ready) r->alg->pump(&r->u, ch);
+        if (ready) r->alg->pump(&r->u, &links);
     }
+    comm_peers_flush_asks(c); /* the ranks the ops wanted and nobody knew */
     return links_queued(c) - before;
 }
 

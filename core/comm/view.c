@@ -44,6 +44,7 @@ eccl_result comm_link_adopt(eccl_comm *c, p2p_link *l)
 {
     if (l->epoch < c->epoch) return ECCL_ERR_CLOSED;
     if (l->epoch != c->epoch || c->frozen || c->world < 2) return ECCL_OK;
+    if (l->purpose == ECCL_LINK_PEER) return l->outgoing ? ECCL_OK : comm_peer_adopt(c, l);
     if (l->purpose == ECCL_LINK_RING && l->pool > 0) /* never prev's connection 0 */
         return l->outgoing || l->peer_id != c->prev_ref.peer_id ? ECCL_OK : pool_adopt_prev(c, l);
     if (l->purpose == ECCL_LINK_RING && l->peer_id == c->prev_ref.peer_id && !c->link_prev) {
@@ -78,6 +79,7 @@ eccl_result comm_on_ring(eccl_comm *c, const eccl_msg_ring *m)
     if (m->peer_group != c->params.peer_group || (c->world && m->epoch <= c->epoch))
         return ECCL_ERR_PROTOCOL;
     comm_links_close_upto(c, m->epoch - 1);
+    comm_peers_reset(c); /* a new epoch's ranks: a new address book */
     c->epoch = m->epoch;
     c->world = m->world_size;
     c->rank = m->rank;

@@ -1211,6 +1211,38 @@ static void relay_gone(eccl_master *m, mpeer *r)
     eccl_wire_batch_free(&r->out);
 }
 
+/* The address book: who the asked ranks of the peer's epoch are. A query
+ * for another epoch is stale (a view change overtook it: RING starts a new
+ * book) and gets no answer; a rank out of the world is a broken peer. */
+static eccl_result on_peer_query(mpeer *p, const eccl_msg_peer_query *q)
+{
+    mgroup *g = p->group;
+    if (p->state != MP_ACCEPTED) return ECCL_ERR_PROTOCOL;
+    if (q->epoch != g->epoch || g->querying) return ECCL_OK;
+    if (!q->n) return ECCL_OK;
+    /* 19 KiB at most: off the stack (simulated actors' stacks are lean). */
+    eccl_wire_peer_entry *e = malloc(q->n * sizeof *e);
+    if (!e) return ECCL_ERR_NO_MEMORY;
+    for (uint32_t i = 0; i < q->n; i++) {
+        uint32_t rank = eccl_wire_peer_query_rank(q, i);
+        if (rank >= g->n) {
+            free(e);
+            return ECCL_ERR_PROTOCOL;
+        }
+        const mpeer *t = g->members[rank];
+        e[i].rank = rank;
+        e[i].ref.peer_id = t->id;
+        memcpy(e[i].ref.addr, t->p2p_addr, sizeof e[i].ref.addr);
+    }
+    eccl_msg msg = {.type = ECCL_MSG_PEER_REPLY};
+    msg.u.peer_reply.epoch = q->epoch;
+    msg.u.peer_reply.n = q->n;
+    msg.u.peer_reply.entries = e;
+    send_to(p, &msg);
+    free(e);
+    return ECCL_OK;
+}
+
 static eccl_result peer_on_msg(void *owner, eccl_chan *ch, const eccl_msg *msg)
 {
     eccl_master *m = owner;
@@ -1288,6 +1320,8 @@ static eccl_result peer_on_msg(void *owner, eccl_chan *ch, const eccl_msg *msg)
     case ECCL_MSG_SYNC_REPORT:
         if (p->state != MP_ACCEPTED) return ECCL_ERR_PROTOCOL;
         return on_sync_report(m, p, &msg->u.sync_result);
+    case ECCL_MSG_PEER_QUERY:
+        return on_peer_query(p, &msg->u.peer_query);
     default:
         return ECCL_ERR_PROTOCOL; /* a master-to-peer or p2p message */
     }

@@ -126,6 +126,9 @@ static void get_str(rbuf *r, char *dst)
     (4u + 4u + 4u + 8u + 4u + 4u + ECCL_WIRE_MAX_SYNC_KEYS * SYNC_FETCH_SIZE + \
      ECCL_WIRE_MAX_SYNC_SRCS * PEER_REF_MAX)
 
+#define PEER_QUERY_MAX (8u + ECCL_WIRE_MAX_PEER_REFS * 4u)
+#define PEER_REPLY_MAX (8u + ECCL_WIRE_MAX_PEER_REFS * (4u + PEER_REF_MAX))
+
 static uint32_t max_length(uint16_t type)
 {
     switch (type) {
@@ -143,7 +146,7 @@ static uint32_t max_length(uint16_t type)
     case ECCL_MSG_PENDING_REPLY: return 4;
     case ECCL_MSG_RING: return 16u + 3u * PEER_REF_MAX + 16u;
     case ECCL_MSG_KICK: return 4;
-    case ECCL_MSG_P2P_HELLO: return 28; /* 20 without a pool */
+    case ECCL_MSG_P2P_HELLO: return 28; /* 20 without a pool, 24 for PEER */
     case ECCL_MSG_DATA: return ECCL_WIRE_MAX_DATA;
     case ECCL_MSG_SYNC_REQ: return SYNC_REQ_MAX;
     case ECCL_MSG_SYNC_PLAN: return SYNC_PLAN_MAX;
@@ -156,6 +159,8 @@ static uint32_t max_length(uint16_t type)
     case ECCL_MSG_OPT_DONE: return 15u + 8u + 16u;
     case ECCL_MSG_RELAY_HELLO: return 4;
     case ECCL_MSG_BATCH: return ECCL_WIRE_MAX_BATCH;
+    case ECCL_MSG_PEER_QUERY: return PEER_QUERY_MAX;
+    case ECCL_MSG_PEER_REPLY: return PEER_REPLY_MAX;
     default: return 0;
     }
 }
@@ -168,6 +173,7 @@ _Static_assert(16u + 3u * PEER_REF_MAX + 16u <= ECCL_WIRE_MAX_CONTROL,
                "RING payload exceeds the control bound");
 _Static_assert(SYNC_REQ_MAX <= ECCL_WIRE_MAX_CONTROL, "SYNC_REQ exceeds the control bound");
 _Static_assert(SYNC_PLAN_MAX <= ECCL_WIRE_MAX_CONTROL, "SYNC_PLAN exceeds the control bound");
+_Static_assert(PEER_REPLY_MAX <= ECCL_WIRE_MAX_CONTROL, "PEER_REPLY exceeds the control bound");
 _Static_assert(ECCL_WIRE_MAX_ADDR <= UINT16_MAX, "address length is a u16");
 /* Decoded messages live on the stacks of core's threads, which the
  * simulator runs as one actor (one stack) per rank: no inline lists. */
@@ -353,6 +359,7 @@ static void put_payload(wbuf *w, const eccl_msg *m)
         } else if (m->u.hello.pool != 0) {
             w->bad = 1;
         }
+        if (m->u.hello.purpose == ECCL_LINK_PEER) put_u32(w, m->u.hello.rank);
         break;
     case ECCL_MSG_SYNC_REQ: {
         const eccl_msg_sync_req *q = &m->u.sync_req;
@@ -458,6 +465,37 @@ static void put_payload(wbuf *w, const eccl_msg *m)
     case ECCL_MSG_RELAY_HELLO:
         put_u32(w, m->u.relay_hello.timeout_ms);
         break;
+    case ECCL_MSG_PEER_QUERY: {
+        const eccl_msg_peer_query *q = &m->u.peer_query;
+        if (q->n > ECCL_WIRE_MAX_PEER_REFS || (q->n > 0 && !q->ranks == !q->packed)) {
+            w->bad = 1;
+            break;
+        }
+        put_u32(w, q->epoch);
+        put_u32(w, q->n);
+        for (uint32_t i = 0; i < q->n; i++) {
+            uint32_t rank = eccl_wire_peer_query_rank(q, i);
+            if (i > 0 && rank <= eccl_wire_peer_query_rank(q, i - 1)) w->bad = 1;
+            put_u32(w, rank);
+        }
+        break;
+    }
+    case ECCL_MSG_PEER_REPLY: {
+        const eccl_msg_peer_reply *p = &m->u.peer_reply;
+        if (p->n > ECCL_WIRE_MAX_PEER_REFS || (p->n > 0 && !p->entries == !p->packed)) {
+            w->bad = 1;
+            break;
+        }
+        put_u32(w, p->epoch);
+        put_u32(w, p->n);
+        uint32_t pos = 0, i = 0;
+        eccl_wire_peer_entry e;
+        while (!w->bad && eccl_wire_peer_reply_next(p, &pos, &i, &e)) {
+            put_u32(w, e.rank);
+            put_peer_ref(w, &e.ref);
+        }
+        break;
+    }
     case ECCL_MSG_BATCH: {
         /* Re-encoding a decoded batch (tests, forwarding): entries as they are. */
         uint32_t pos = 0, h, n = 0, fl;
@@ -577,6 +615,7 @@ static void get_payload(rbuf *r, uint16_t type, eccl_msg *m)
             if (!hello_pool_ok(&m->u.hello)) r->bad = 1;
         }
         if (m->u.hello.purpose > ECCL_LINK_LAST) r->bad = 1;
+        m->u.hello.rank = m->u.hello.purpose == ECCL_LINK_PEER ? get_u32(r) : 0;
         break;
     case ECCL_MSG_SYNC_REQ: {
         eccl_msg_sync_req *q = &m->u.sync_req;
@@ -687,6 +726,42 @@ static void get_payload(rbuf *r, uint16_t type, eccl_msg *m)
     case ECCL_MSG_RELAY_HELLO:
         m->u.relay_hello.timeout_ms = get_u32(r);
         break;
+    case ECCL_MSG_PEER_QUERY: {
+        eccl_msg_peer_query *q = &m->u.peer_query;
+        q->epoch = get_u32(r);
+        q->n = get_u32(r);
+        q->ranks = NULL;
+        if (r->bad || q->n > ECCL_WIRE_MAX_PEER_REFS || (size_t)q->n * 4u != r->len - r->pos) {
+            r->bad = 1;
+            break;
+        }
+        q->packed = r->p + r->pos;
+        for (uint32_t i = 0, prev = 0; i < q->n; i++) {
+            uint32_t rank = get_u32(r);
+            if (i > 0 && rank <= prev) r->bad = 1;
+            prev = rank;
+        }
+        break;
+    }
+    case ECCL_MSG_PEER_REPLY: {
+        eccl_msg_peer_reply *p = &m->u.peer_reply;
+        p->epoch = get_u32(r);
+        p->n = get_u32(r);
+        p->entries = NULL;
+        if (r->bad || p->n > ECCL_WIRE_MAX_PEER_REFS) {
+            r->bad = 1;
+            break;
+        }
+        size_t start = r->pos;
+        for (uint32_t i = 0; i < p->n && !r->bad; i++) {
+            eccl_wire_peer_entry e;
+            e.rank = get_u32(r);
+            get_peer_ref(r, &e.ref);
+        }
+        p->packed = r->p + start;
+        p->packed_len = (uint32_t)(r->pos - start);
+        break;
+    }
     case ECCL_MSG_BATCH: {
         m->u.batch.n = get_u32(r);
         if (r->bad) break;
@@ -851,6 +926,30 @@ int eccl_wire_sync_req_next(const eccl_msg_sync_req *m, uint32_t *pos, uint32_t 
     out->bytes = get_u64(&r);
     out->hash = get_u64(&r);
     out->dtype = get_u8(&r);
+    *pos = (uint32_t)r.pos;
+    (*i)++;
+    return !r.bad;
+}
+
+uint32_t eccl_wire_peer_query_rank(const eccl_msg_peer_query *m, uint32_t i)
+{
+    if (!m->packed) return m->ranks[i];
+    rbuf r = {m->packed + (size_t)i * 4u, 4, 0, 0};
+    return get_u32(&r);
+}
+
+int eccl_wire_peer_reply_next(const eccl_msg_peer_reply *m, uint32_t *pos, uint32_t *i,
+                              eccl_wire_peer_entry *out)
+{
+    if (*i >= m->n) return 0;
+    if (!m->packed) {
+        *out = m->entries[(*i)++];
+        return 1;
+    }
+    /* A decoded list was validated whole: this walk cannot fail. */
+    rbuf r = {m->packed, m->packed_len, *pos, 0};
+    out->rank = get_u32(&r);
+    get_peer_ref(&r, &out->ref);
     *pos = (uint32_t)r.pos;
     (*i)++;
     return !r.bad;

@@ -48,6 +48,7 @@ enum eccl_msg_type {
     ECCL_MSG_SYNC_REPORT = 10, /* my part of sync call `seq` ended: `result` */
     ECCL_MSG_OPT_REQ = 11,     /* optimize_topology: measure, solve, rewire */
     ECCL_MSG_OPT_BW = 12,      /* what my probe of this round measured */
+    ECCL_MSG_PEER_QUERY = 13,  /* the address book: who are these ranks? */
     /* master -> peer */
     ECCL_MSG_WELCOME = 32,     /* your peer id; accepted at once or pending */
     ECCL_MSG_PENDING_REPLY = 33,
@@ -60,6 +61,7 @@ enum eccl_msg_type {
     ECCL_MSG_SYNC_DONE = 40,   /* the sync round closed: `result` */
     ECCL_MSG_OPT_PROBE = 41,   /* optimize round: measure your link to `target` */
     ECCL_MSG_OPT_DONE = 42,    /* optimize call `seq` ended: `result`, new ring */
+    ECCL_MSG_PEER_REPLY = 43,  /* the address book: these ranks are these peers */
     /* peer -> peer */
     ECCL_MSG_P2P_HELLO = 64,   /* first frame on a p2p connection */
     ECCL_MSG_DATA = 65,        /* collective payload: data header + bytes */
@@ -158,7 +160,8 @@ enum eccl_link_purpose {
     ECCL_LINK_TREE = 1, /* to the tree parent */
     ECCL_LINK_SYNC = 2, /* a shared-state fetcher to a holder */
     ECCL_LINK_PROBE = 3, /* a bandwidth probe (optimize_topology) */
-    ECCL_LINK_LAST = ECCL_LINK_PROBE
+    ECCL_LINK_PEER = 4,  /* to any rank of the epoch, keyed by rank (coll/algo.h) */
+    ECCL_LINK_LAST = ECCL_LINK_PEER
 };
 
 /* Most ring connections per neighbour (eccl_comm_params.p2p_pool_size). */
@@ -182,6 +185,9 @@ typedef struct eccl_msg_p2p_hello {
      * RING. `purpose` never holds the flag in a message. */
     uint32_t pool;
     uint32_t pool_size;
+    /* Purpose PEER only, and always there (24 bytes in all): the sender's
+     * rank in `epoch`, so the acceptor knows the link without asking. */
+    uint32_t rank;
 } eccl_msg_p2p_hello;
 
 /* A DATA frame's payload starts with this 32-byte header; `len` bytes of
@@ -340,6 +346,35 @@ typedef struct eccl_msg_opt_done { /* OPT_DONE */
     uint64_t new_bps;
 } eccl_msg_opt_done;
 
+/* ---- the address book (docs/protocol.md, "Peer links") ----
+ * A rank learns the address of another rank of its epoch only when an
+ * algorithm first needs a link to it: PEER_QUERY names up to
+ * ECCL_WIRE_MAX_PEER_REFS ranks, PEER_REPLY answers them (relays pass both
+ * in their batches like any control frame). Lists are borrowed, as in a
+ * view: `ranks` / `entries` to encode, `packed` once decoded. Ranks in a
+ * query are strictly increasing, so a repeat cannot inflate a reply. */
+#define ECCL_WIRE_MAX_PEER_REFS 256u
+
+typedef struct eccl_wire_peer_entry {
+    uint32_t rank;
+    eccl_wire_peer_ref ref;
+} eccl_wire_peer_entry;
+
+typedef struct eccl_msg_peer_query { /* PEER_QUERY */
+    uint32_t epoch;
+    uint32_t n;
+    const uint32_t *ranks;   /* encode */
+    const uint8_t *packed;   /* decoded: n u32 */
+} eccl_msg_peer_query;
+
+typedef struct eccl_msg_peer_reply { /* PEER_REPLY */
+    uint32_t epoch;
+    uint32_t n;
+    const eccl_wire_peer_entry *entries; /* encode */
+    const uint8_t *packed;               /* decoded */
+    uint32_t packed_len;
+} eccl_msg_peer_reply;
+
 typedef struct eccl_msg_relay_hello { /* RELAY_HELLO */
     uint32_t timeout_ms;  /* silence after which the parent drops the relay */
 } eccl_msg_relay_hello;
@@ -387,6 +422,8 @@ typedef struct eccl_msg {
         eccl_msg_opt_done opt_done;
         eccl_msg_relay_hello relay_hello;
         eccl_msg_batch batch;
+        eccl_msg_peer_query peer_query;
+        eccl_msg_peer_reply peer_reply;
     } u;
 } eccl_msg;
 
@@ -419,6 +456,13 @@ int eccl_wire_sync_req_next(const eccl_msg_sync_req *m, uint32_t *pos, uint32_t 
 /* Fetch i (< n_fetch) and source i (< n_src) of a SYNC_PLAN. */
 eccl_wire_sync_fetch eccl_wire_sync_plan_fetch(const eccl_msg_sync_plan *m, uint32_t i);
 void eccl_wire_sync_plan_src(const eccl_msg_sync_plan *m, uint32_t i, eccl_wire_peer_ref *out);
+
+/* Rank i (< n) of a PEER_QUERY, encoded or decoded. */
+uint32_t eccl_wire_peer_query_rank(const eccl_msg_peer_query *m, uint32_t i);
+/* Reads the next entry of a PEER_REPLY (encoded or decoded); *pos and *i
+ * start at 0. Returns 0 past the end. */
+int eccl_wire_peer_reply_next(const eccl_msg_peer_reply *m, uint32_t *pos, uint32_t *i,
+                              eccl_wire_peer_entry *out);
 
 /* Reads the next entry of a decoded BATCH; *pos starts at 0. Returns 0
  * past the end. *frame_len 0: a "gone" entry (*frame NULL). */
