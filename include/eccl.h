@@ -169,8 +169,13 @@ typedef enum eccl_algorithm {
     ECCL_ALGO_RING = 0, /* two counter-rotating rings (small calls: one ring;
                            an all-reduce of two ranks: one swap) */
     ECCL_ALGO_TREE = 1, /* binary tree, log depth: small buffers, 3+ ranks */
-    ECCL_ALGO_CHAIN = 2 /* broadcast, reduce: pipelined chains along the ring
-                           from (or to) the root, both ways round */
+    ECCL_ALGO_CHAIN = 2, /* broadcast, reduce: pipelined chains along the ring
+                            from (or to) the root, both ways round */
+    ECCL_ALGO_RECURSIVE = 3, /* recursive doubling / halving-doubling over
+                                peer links; any N (the extra ranks fold in) */
+    ECCL_ALGO_BINOMIAL = 4,  /* broadcast, reduce: binomial tree over peer links */
+    ECCL_ALGO_PAIRWISE = 5,  /* all-to-all: every pair exchanges directly */
+    ECCL_ALGO_COUNT
 } eccl_algorithm;
 
 /* What one collective call did (any collective, not only all-reduce). */

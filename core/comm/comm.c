@@ -430,6 +430,7 @@ eccl_result eccl_comm_create_with_env(eccl_env *env, eccl_env_release_fn release
         rc = ECCL_ERR_NO_MEMORY;
         goto fail;
     }
+    if ((rc = eccl_dispatch_init(&c->dispatch, env)) != ECCL_OK) goto fail;
     c->listener.kind = ECCL_HANDLE_LISTENER;
     eccl_bufpool_init(&c->pool, env);
     ECCL_CHECK(env, eccl_engine_init(&c->eng, env, &comm_engine_ops, c));
@@ -440,6 +441,7 @@ fail:
     free(c->aborted_tags);
     free(c->pslot);
     comm_peers_free(c);
+    eccl_dispatch_free(&c->dispatch);
     free(c);
     release(env);
     return rc;
@@ -608,5 +610,6 @@ void eccl_comm_destroy(eccl_comm *c)
     free(c->aborted_tags);
     free(c->pslot);
     comm_peers_free(c);
+    eccl_dispatch_free(&c->dispatch);
     free(c);
 }

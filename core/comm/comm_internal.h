@@ -13,6 +13,7 @@
 
 #include "comm/stage.h"
 #include "coll/algo.h"
+#include "coll/dispatch.h"
 #include "coll/ring_allreduce.h"
 #include "coll/ring_pass.h"
 #include "coll/tree_allreduce.h"
@@ -208,6 +209,7 @@ struct eccl_comm {
     eccl_env *env;
     size_t resident_min;        /* device calls this big run the device-resident ring */
     int progress_thread;        /* ECCL_PROGRESS_THREAD: progress between calls too */
+    eccl_dispatch dispatch;     /* which algorithm runs a call (coll/dispatch.h) */
     eccl_env_release_fn env_release;
     eccl_engine eng;
     eccl_comm_params params;

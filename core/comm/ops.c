@@ -180,10 +180,9 @@ static int op_links(const eccl_comm *c, const eccl_request *r, p2p_link *out[ECC
     return n;
 }
 
-/* All-reduce's buffers and algorithm. The dispatcher: a small buffer among
- * three or more ranks takes the tree (log depth); the rest take the ring
- * (bandwidth-optimal). Quantised calls always take the ring: it alone
- * carries codes. */
+/* All-reduce's buffers and algorithm, as the dispatcher picks it among
+ * those that can run the call (coll/dispatch.h). Quantised calls always
+ * take the ring: it alone carries codes. */
 static eccl_result allreduce_setup(eccl_comm *c, eccl_request *r)
 {
     size_t bytes = r->call.count * eccl_dtype_size(r->call.dtype);
@@ -210,8 +209,13 @@ static eccl_result allreduce_setup(eccl_comm *c, eccl_request *r)
         }
         backup = r->backup->ptr;
     }
+    /* The ring runs everything; the tree only small host buffers, exact,
+     * among three or more. */
+    uint32_t can = ECCL_DISPATCH_BIT(ECCL_ALGO_RING);
     if (c->world >= 3 && bytes <= ECCL_TREE_MAX_BYTES && r->call.quant == ECCL_QUANT_NONE &&
-        !r->call.on_device) {
+        !r->call.on_device)
+        can |= ECCL_DISPATCH_BIT(ECCL_ALGO_TREE);
+    if (eccl_dispatch_pick(&c->dispatch, ECCL_COLL_ALLREDUCE, c->world, bytes, can) == ECCL_ALGO_TREE) {
         eccl_tree_allreduce_init(&r->u.tree, &r->call, staging, backup);
         r->alg = &eccl_tree_allreduce_algo;
         return ECCL_OK;

@@ -1,0 +1,178 @@
+#include "coll/dispatch.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/log.h"
+
+/* Measured on loopback (tools/peers/RESULTS.md): the tree wins all-reduces
+ * up to 64 KiB from three ranks on; the rest is each collective's first
+ * candidate (the ring, the chain). */
+static const char ECCL_DISPATCH_DEFAULT[] = "allreduce 3-4294967295 65536 tree\n";
+
+static const char *const algo_names[ECCL_ALGO_COUNT] = {"ring", "tree", "chain", "recursive",
+                                                         "binomial", "pairwise"};
+static const char *const coll_names[ECCL_COLL_KIND_COUNT] = {"allreduce", "allgather", "reduce_scatter",
+                                                             "broadcast", "reduce"};
+
+const char *eccl_dispatch_algo_name(eccl_algorithm a)
+{
+    return (unsigned)a < ECCL_ALGO_COUNT ? algo_names[a] : NULL;
+}
+
+const char *eccl_dispatch_coll_name(eccl_coll_kind k)
+{
+    return (unsigned)k < ECCL_COLL_KIND_COUNT ? coll_names[k] : NULL;
+}
+
+static int name_index(const char *const *names, int n, const char *s, size_t len)
+{
+    for (int i = 0; i < n; i++)
+        if (strlen(names[i]) == len && memcmp(names[i], s, len) == 0) return i;
+    return -1;
+}
+
+int eccl_dispatch_algo_parse(const char *s, size_t len)
+{
+    return name_index(algo_names, ECCL_ALGO_COUNT, s, len);
+}
+
+int eccl_dispatch_coll_parse(const char *s, size_t len)
+{
+    return name_index(coll_names, ECCL_COLL_KIND_COUNT, s, len);
+}
+
+/* The next whitespace-separated word of [*p, end): its start and length. */
+static size_t word(const char **p, const char *end, const char **w)
+{
+    while (*p < end && (**p == ' ' || **p == '\t')) (*p)++;
+    *w = *p;
+    while (*p < end && **p != ' ' && **p != '\t') (*p)++;
+    return (size_t)(*p - *w);
+}
+
+/* A decimal number filling the word exactly, at most `max`. */
+static int number(const char *w, size_t len, uint64_t max, uint64_t *out)
+{
+    uint64_t n = 0;
+    if (!len) return 0;
+    for (size_t i = 0; i < len; i++) {
+        unsigned d = (unsigned)(w[i] - '0');
+        if (d > 9 || n > (max - d) / 10) return 0;
+        n = n * 10 + d;
+    }
+    *out = n;
+    return 1;
+}
+
+/* One rule line (comment and blanks stripped); 0 if malformed. */
+static int parse_rule(const char *p, const char *end, eccl_dispatch_rule *r)
+{
+    const char *w, *dash;
+    size_t len = word(&p, end, &w);
+    int kind = eccl_dispatch_coll_parse(w, len);
+    if (kind < 0) return 0;
+    len = word(&p, end, &w);
+    dash = memchr(w, '-', len);
+    uint64_t nmin, nmax, bytes;
+    if (!dash || !number(w, (size_t)(dash - w), UINT32_MAX, &nmin) ||
+        !number(dash + 1, len - (size_t)(dash + 1 - w), UINT32_MAX, &nmax) || nmin > nmax)
+        return 0;
+    len = word(&p, end, &w);
+    if (!number(w, len, UINT64_MAX, &bytes)) return 0;
+    len = word(&p, end, &w);
+    int algo = eccl_dispatch_algo_parse(w, len);
+    if (algo < 0 || word(&p, end, &w) != 0) return 0;
+    *r = (eccl_dispatch_rule){(uint8_t)kind, (uint8_t)algo, (uint32_t)nmin, (uint32_t)nmax, bytes};
+    return 1;
+}
+
+uint32_t eccl_dispatch_add_rules(eccl_dispatch *d, const eccl_env *env, const char *text)
+{
+    uint32_t skipped = 0, line = 0;
+    for (const char *p = text; *p;) {
+        const char *nl = strchr(p, '\n'), *end = nl ? nl : p + strlen(p), *hash = memchr(p, '#', (size_t)(end - p));
+        const char *stop = hash ? hash : end, *w;
+        line++;
+        const char *q = p;
+        if (word(&q, stop, &w) != 0) {
+            eccl_dispatch_rule r;
+            if (!parse_rule(p, stop, &r)) {
+                ECCL_WARN(env, "ECCL_TUNE line %u \"%.*s\" is not \"<collective> <nmin>-<nmax> <max bytes> "
+                               "<algorithm>\": skipped", line, (int)(end - p), p);
+                skipped++;
+            } else if (d->n_rules == ECCL_DISPATCH_MAX_RULES) {
+                ECCL_WARN(env, "ECCL_TUNE line %u: more than %u rules; skipped", line, ECCL_DISPATCH_MAX_RULES);
+                skipped++;
+            } else {
+                d->rules[d->n_rules++] = r;
+            }
+        }
+        p = nl ? nl + 1 : end;
+    }
+    return skipped;
+}
+
+/* ECCL_ALGO: "coll=algo,coll=algo" or "all=algo". */
+static void parse_forced(eccl_dispatch *d, const eccl_env *env, const char *s)
+{
+    while (*s) {
+        const char *comma = strchr(s, ','), *end = comma ? comma : s + strlen(s);
+        const char *eq = memchr(s, '=', (size_t)(end - s));
+        int algo = eq ? eccl_dispatch_algo_parse(eq + 1, (size_t)(end - eq - 1)) : -1;
+        int all = eq && (size_t)(eq - s) == 3 && memcmp(s, "all", 3) == 0;
+        int kind = eq && !all ? eccl_dispatch_coll_parse(s, (size_t)(eq - s)) : -1;
+        if (algo < 0 || (!all && kind < 0)) {
+            ECCL_WARN(env, "ECCL_ALGO entry \"%.*s\" is not <collective|all>=<algorithm>: ignored",
+                      (int)(end - s), s);
+        } else {
+            for (int k = 0; k < ECCL_COLL_KIND_COUNT; k++)
+                if (all || k == kind) d->forced[k] = (uint8_t)algo;
+        }
+        s = comma ? comma + 1 : end;
+    }
+}
+
+eccl_result eccl_dispatch_init(eccl_dispatch *d, const eccl_env *env)
+{
+    memset(d, 0, sizeof *d);
+    memset(d->forced, ECCL_ALGO_NONE, sizeof d->forced);
+    d->rules = malloc(ECCL_DISPATCH_MAX_RULES * sizeof *d->rules);
+    char *text = malloc(ECCL_DISPATCH_TEXT_MAX);
+    if (!d->rules || !text) {
+        free(text);
+        eccl_dispatch_free(d);
+        return ECCL_ERR_NO_MEMORY;
+    }
+    if (eccl_config_get(env, "ECCL_ALGO", text, ECCL_DISPATCH_TEXT_MAX)) parse_forced(d, env, text);
+    if (eccl_config_get(env, "ECCL_TUNE", text, ECCL_DISPATCH_TEXT_MAX)) eccl_dispatch_add_rules(d, env, text);
+    free(text);
+    eccl_dispatch_add_rules(d, env, ECCL_DISPATCH_DEFAULT);
+    /* Down to what is used: a simulated 96K-rank run holds 96K comms. */
+    eccl_dispatch_rule *fit = realloc(d->rules, d->n_rules * sizeof *d->rules);
+    if (fit) d->rules = fit;
+    return ECCL_OK;
+}
+
+void eccl_dispatch_free(eccl_dispatch *d)
+{
+    free(d->rules);
+    d->rules = NULL;
+    d->n_rules = 0;
+}
+
+eccl_algorithm eccl_dispatch_pick(const eccl_dispatch *d, eccl_coll_kind kind, uint32_t nranks,
+                                  uint64_t bytes, uint32_t candidates)
+{
+    uint8_t f = d->forced[kind];
+    if (f != ECCL_ALGO_NONE && (candidates & ECCL_DISPATCH_BIT(f))) return (eccl_algorithm)f;
+    for (uint32_t i = 0; i < d->n_rules; i++) {
+        const eccl_dispatch_rule *r = &d->rules[i];
+        if (r->kind == kind && nranks >= r->nmin && nranks <= r->nmax && bytes <= r->max_bytes &&
+            (candidates & ECCL_DISPATCH_BIT(r->algo)))
+            return (eccl_algorithm)r->algo;
+    }
+    for (int a = 0; a < ECCL_ALGO_COUNT; a++)
+        if (candidates & ECCL_DISPATCH_BIT(a)) return (eccl_algorithm)a;
+    return ECCL_ALGO_RING;
+}
