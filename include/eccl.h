@@ -395,6 +395,32 @@ eccl_result eccl_reduce_async(eccl_comm *comm, const void *sendbuf, void *recvbu
                               size_t count, eccl_dtype dtype, eccl_op op, uint32_t root,
                               uint64_t tag, eccl_request **req);
 
+/* All-to-all: sendbuf holds world blocks of count elements, block j for
+ * rank j; recvbuf (world * count elements) gets rank i's block for us as
+ * block i. In place: sendbuf == recvbuf (every block is sent before any
+ * is overwritten). */
+eccl_result eccl_alltoall(eccl_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
+                          eccl_dtype dtype, uint64_t tag, eccl_reduce_info *info);
+eccl_result eccl_alltoall_async(eccl_comm *comm, const void *sendbuf, void *recvbuf,
+                                size_t count, eccl_dtype dtype, uint64_t tag,
+                                eccl_request **req);
+/* The v layout (MPI's Alltoallv, in elements): send block j has
+ * sendcounts[j] elements at element sdispls[j] of sendbuf, receive block i
+ * recvcounts[i] at rdispls[i] of recvbuf (world entries each). Rank i's
+ * sendcounts[j] must equal rank j's recvcounts[i]: a peer whose block does
+ * not match breaks the call like any malformed frame. Receive blocks must
+ * not overlap. In place: sendbuf == recvbuf with sendcounts, sdispls NULL
+ * (the receive layout is the send layout, as MPI_IN_PLACE). The arrays are
+ * read during the call only. */
+eccl_result eccl_alltoallv(eccl_comm *comm, const void *sendbuf, const size_t *sendcounts,
+                           const size_t *sdispls, void *recvbuf, const size_t *recvcounts,
+                           const size_t *rdispls, eccl_dtype dtype, uint64_t tag,
+                           eccl_reduce_info *info);
+eccl_result eccl_alltoallv_async(eccl_comm *comm, const void *sendbuf, const size_t *sendcounts,
+                                 const size_t *sdispls, void *recvbuf, const size_t *recvcounts,
+                                 const size_t *rdispls, eccl_dtype dtype, uint64_t tag,
+                                 eccl_request **req);
+
 /* Returns once every peer of the group has entered the barrier with this
  * tag (a one-byte all-reduce under the hood, with its fault contract). */
 eccl_result eccl_barrier(eccl_comm *comm, uint64_t tag);

@@ -41,10 +41,24 @@ enum { EXIT_USAGE = 2 };
  * contribution and every expected value repeats with period lcm(13, 3). */
 #define PATTERN_PERIOD 39
 
-enum bench_coll { COLL_ALLREDUCE, COLL_ALLGATHER, COLL_REDUCE_SCATTER, COLL_BROADCAST, COLL_REDUCE, COLL_COUNT };
+enum bench_coll {
+    COLL_ALLREDUCE,
+    COLL_ALLGATHER,
+    COLL_REDUCE_SCATTER,
+    COLL_BROADCAST,
+    COLL_REDUCE,
+    COLL_ALLTOALL,
+    COLL_COUNT
+};
 
 static const char *const coll_names[COLL_COUNT] = {"allreduce", "allgather", "reduce_scatter", "broadcast",
-                                                   "reduce"};
+                                                   "reduce",    "alltoall"};
+
+/* Collectives whose size is world blocks of a per-rank count. */
+static int blocked(enum bench_coll k)
+{
+    return k == COLL_ALLGATHER || k == COLL_REDUCE_SCATTER || k == COLL_ALLTOALL;
+}
 
 struct bench_opts {
     const char *argv0;
@@ -247,7 +261,7 @@ static void usage(FILE *out)
             "                           (default float)\n"
             "  -o, --op NAME            sum avg prod min max (default sum)\n"
             "  -I, --inplace 0|1        in-place calls (default 0)\n"
-            "      --coll NAME          allreduce allgather reduce_scatter broadcast reduce\n"
+            "      --coll NAME          allreduce allgather reduce_scatter broadcast reduce alltoall\n"
             "                           (default allreduce)\n"
             "      --np N               start a master and N local rank processes\n"
             "      --master HOST:PORT   join this master as one rank\n"
@@ -414,7 +428,7 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
             while (k < COLL_COUNT && strcmp(optarg, coll_names[k]) != 0) k++;
             if (k == COLL_COUNT)
                 return usage_error("unknown collective '%s' (allreduce allgather reduce_scatter "
-                                   "broadcast reduce)", optarg);
+                                   "broadcast reduce alltoall)", optarg);
             o->coll = (enum bench_coll)k;
             break;
         }
@@ -712,8 +726,7 @@ static int allreduce(struct bench_run *run, const void *send, void *recv, size_t
  * the all-gather's and reduce-scatter's are per rank. */
 static size_t call_count(const struct bench_run *run, size_t count)
 {
-    enum bench_coll k = run->opts->coll;
-    return k == COLL_ALLGATHER || k == COLL_REDUCE_SCATTER ? count / (size_t)run->nranks : count;
+    return blocked(run->opts->coll) ? count / (size_t)run->nranks : count;
 }
 
 /* A call's input and output for output buffer `base` (the row's recv, or
@@ -749,6 +762,9 @@ static eccl_result issue(struct bench_run *run, const void *in, void *out, size_
     case COLL_REDUCE:
         return req ? eccl_reduce_async(c, in, out, ccount, o->dtype, o->op, 0, tag, req)
                    : eccl_reduce(c, in, out, ccount, o->dtype, o->op, 0, tag, NULL);
+    case COLL_ALLTOALL:
+        return req ? eccl_alltoall_async(c, in, out, ccount, o->dtype, tag, req)
+                   : eccl_alltoall(c, in, out, ccount, o->dtype, tag, NULL);
     default:
         return req ? eccl_allreduce_async(c, in, out, ccount, o->dtype, o->op, tag, req)
                    : eccl_allreduce(c, in, out, ccount, o->dtype, o->op, tag, NULL);
@@ -827,8 +843,8 @@ static int checked_call(struct bench_run *run, size_t count, uint64_t *wrong)
     const struct bench_opts *o = run->opts;
     enum bench_coll k = o->coll;
     size_t es = run->dt->size, ccount = call_count(run, count), n = (size_t)run->nranks;
-    size_t in_elems = k == COLL_REDUCE_SCATTER ? n * ccount : ccount;
-    size_t out_elems = k == COLL_ALLGATHER ? n * ccount : ccount;
+    size_t in_elems = k == COLL_REDUCE_SCATTER || k == COLL_ALLTOALL ? n * ccount : ccount;
+    size_t out_elems = k == COLL_ALLGATHER || k == COLL_ALLTOALL ? n * ccount : ccount;
     int has_in = k != COLL_BROADCAST || run->rank == 0, has_out = k != COLL_REDUCE || run->rank == 0;
     struct pattern p;
     double want[PATTERN_PERIOD];
@@ -838,7 +854,16 @@ static int checked_call(struct bench_run *run, size_t count, uint64_t *wrong)
     build_pattern(run, &p);
     call_bufs(run, ccount, run->recv, &in, &out);
     if (has_in) {
-        fill_pattern(host_side(run, (void *)in), o->dtype, es, in_elems, p.mine);
+        /* All-to-all: block j (for rank j) from values of its own, so a
+         * block sent to the wrong rank shows. */
+        for (size_t j = 0; k == COLL_ALLTOALL && j < n; j++) {
+            int64_t vals[PATTERN_PERIOD];
+            for (size_t e = 0; e < PATTERN_PERIOD; e++)
+                vals[e] = contribution(run->dt, o->op, run->nranks, run->rank * (int64_t)n + (int64_t)j, e);
+            fill_pattern((uint8_t *)host_side(run, (void *)in) + j * ccount * es, o->dtype, es, ccount, vals);
+        }
+        if (k != COLL_ALLTOALL)
+            fill_pattern(host_side(run, (void *)in), o->dtype, es, in_elems, p.mine);
         if (upload(run, (void *)in, in_elems * es))
             return 1;
     }
@@ -865,6 +890,12 @@ static int checked_call(struct bench_run *run, size_t count, uint64_t *wrong)
         rank_values(run, 0, want);
         *wrong += check_buffer(host_side(run, out), o->dtype, ccount, want, 0, 0);
         break;
+    case COLL_ALLTOALL: /* block i: rank i's block for us */
+        for (size_t r = 0; r < n; r++) {
+            rank_values(run, (int64_t)r * (int64_t)n + run->rank, want);
+            *wrong += check_buffer((uint8_t *)host_side(run, out) + r * ccount * es, o->dtype, ccount, want, 0, 0);
+        }
+        break;
     case COLL_REDUCE_SCATTER: /* block `rank` of the reduction */
         *wrong += check_buffer(host_side(run, out), o->dtype, ccount, p.expect, p.tol, (size_t)run->rank * ccount);
         break;
@@ -874,10 +905,17 @@ static int checked_call(struct bench_run *run, size_t count, uint64_t *wrong)
         break;
     }
     if (!o->inplace && has_in) {
-        rank_values(run, run->rank, want);
         if (download(run, in, in_elems * es))
             return 1;
-        *wrong += check_buffer(host_side(run, (void *)in), o->dtype, in_elems, want, 0, 0);
+        for (size_t j = 0; k == COLL_ALLTOALL && j < n; j++) {
+            rank_values(run, run->rank * (int64_t)n + (int64_t)j, want);
+            *wrong += check_buffer((uint8_t *)host_side(run, (void *)in) + j * ccount * es, o->dtype, ccount,
+                                   want, 0, 0);
+        }
+        if (k != COLL_ALLTOALL) {
+            rank_values(run, run->rank, want);
+            *wrong += check_buffer(host_side(run, (void *)in), o->dtype, in_elems, want, 0, 0);
+        }
     }
     return 0;
 }
@@ -927,7 +965,8 @@ static double busbw_factor(const struct bench_run *run)
     switch (run->opts->coll) {
     case COLL_ALLREDUCE: return 2.0 * (n - 1) / n;
     case COLL_ALLGATHER:
-    case COLL_REDUCE_SCATTER: return (n - 1) / n;
+    case COLL_REDUCE_SCATTER:
+    case COLL_ALLTOALL: return (n - 1) / n;
     default: return 1.0;
     }
 }
@@ -938,7 +977,8 @@ static void print_row(struct bench_run *run, size_t count, double time_us, uint6
     double algbw = (double)bytes * (double)run->opts->inflight / time_us / 1e3;
     double busbw = algbw * busbw_factor(run);
     char wrong_text[24] = "N/A";
-    int reduces = run->opts->coll != COLL_ALLGATHER && run->opts->coll != COLL_BROADCAST;
+    int reduces = run->opts->coll != COLL_ALLGATHER && run->opts->coll != COLL_BROADCAST &&
+                  run->opts->coll != COLL_ALLTOALL;
 
     run->busbw_sum += busbw;
     run->rows++;
@@ -956,7 +996,7 @@ static int run_size(struct bench_run *run, size_t size)
     const struct bench_opts *o = run->opts;
     /* The all-gather's and reduce-scatter's size is world blocks. */
     size_t count = size / run->dt->size;
-    if (o->coll == COLL_ALLGATHER || o->coll == COLL_REDUCE_SCATTER)
+    if (blocked(o->coll))
         count = count / (size_t)run->nranks * (size_t)run->nranks;
     void *out = o->inplace ? run->send : run->recv;
     uint64_t wrong = 0, wrong_all = 0, start;

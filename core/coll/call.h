@@ -16,6 +16,7 @@ typedef enum eccl_coll_kind {
     ECCL_COLL_REDUCE_SCATTER, /* count: elements each rank receives */
     ECCL_COLL_BROADCAST,      /* count: the buffer; root's sendbuf to all */
     ECCL_COLL_REDUCE,         /* count: the buffer; the result at root only */
+    ECCL_COLL_ALLTOALL,       /* count: elements of each block (see svcounts) */
     ECCL_COLL_KIND_COUNT
 } eccl_coll_kind;
 
@@ -33,6 +34,11 @@ typedef struct eccl_coll_call {
      * all-gather's output, the reduce-scatter's input, where they are the
      * blocks' running sum). count is then the sum of vcounts. */
     const size_t *vcounts, *vdispls;
+    /* All-to-allv: vcounts / vdispls lay out the receive blocks (block i
+     * from rank i), svcounts / svdispls the send blocks (block j to rank
+     * j); count is then the receive blocks' total. NULL: uniform blocks of
+     * count elements. */
+    const size_t *svcounts, *svdispls;
     eccl_dtype dtype;
     eccl_op op;
     eccl_quant_type quant; /* ECCL_QUANT_NONE: exact values (ring only otherwise) */

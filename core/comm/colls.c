@@ -40,7 +40,9 @@ static eccl_result coll_submit(eccl_comm *c, const eccl_coll_call *call, uint32_
     if (comm_aborted_take(c, call->tag)) {
         r->call.nranks = c->world;
         comm_op_finish(c, r, ECCL_ERR_PEER_LOST);
-    } else if (call->count == 0) {
+    } else if (call->count == 0 && !call->svcounts) {
+        /* (An all-to-allv with nothing for us still owes its peers the
+         * done tokens they wait for.) */
         r->call.nranks = c->world;
         comm_op_finish(c, r, c->world < 2 ? ECCL_ERR_TOO_FEW_PEERS : ECCL_OK);
     } else {
@@ -257,6 +259,15 @@ static eccl_stage_layout coll_layout(const eccl_coll_call *call, uint32_t world,
 {
     size_t es = eccl_dtype_size(call->dtype), b = call->count * es;
     int root = rank == call->root;
+    if (call->kind == ECCL_COLL_ALLTOALL) {
+        /* The mirror runs it in place: the send blocks are copied aside
+         * before anything lands (coll/alltoall.h). */
+        eccl_coll_call c = *call;
+        c.rank = rank;
+        c.nranks = world;
+        size_t se = eccl_a2a_send_extent(&c), re = eccl_a2a_recv_extent(&c);
+        return (eccl_stage_layout){se, 0, re, 0, se > re ? se : re};
+    }
     if (call->vcounts) {
         size_t mine = call->vcounts[rank] * es, at = call->vdispls[rank] * es, extent = 0;
         for (uint32_t i = 0; i < world; i++)
@@ -303,10 +314,82 @@ static eccl_result v_layout(eccl_coll_call *call, const size_t *counts, const si
     return ECCL_OK;
 }
 
+static int block_cmp(const void *a, const void *b)
+{
+    const size_t *x = a, *y = b;
+    return x[0] < y[0] ? -1 : x[0] > y[0];
+}
+
+/* Whether the non-empty blocks (counts, displs) of `world` overlap. */
+static eccl_result blocks_disjoint(const size_t *counts, const size_t *displs, uint32_t world)
+{
+    size_t *b = malloc(2 * (size_t)world * sizeof *b), n = 0;
+    if (!b) return ECCL_ERR_NO_MEMORY;
+    for (uint32_t i = 0; i < world; i++) {
+        if (!counts[i]) continue;
+        b[2 * n] = displs[i];
+        b[2 * n + 1] = counts[i];
+        n++;
+    }
+    qsort(b, n, 2 * sizeof *b, block_cmp);
+    eccl_result rc = ECCL_OK;
+    for (size_t k = 1; k < n && rc == ECCL_OK; k++)
+        if (b[2 * (k - 1)] + b[2 * (k - 1) + 1] > b[2 * k]) rc = ECCL_ERR_INVALID_ARG;
+    free(b);
+    return rc;
+}
+
+/* All-to-allv's layouts, copied for the request: receive counts and
+ * displacements, then the send ones (the receive ones again in place). */
+static eccl_result a2a_layout(eccl_coll_call *call, const size_t *scounts, const size_t *sdispls,
+                              const size_t *rcounts, const size_t *rdispls, uint32_t world, size_t **out)
+{
+    *out = NULL;
+    if (!rcounts || !rdispls || !scounts != !sdispls || (!scounts && call->sendbuf != call->recvbuf) ||
+        !world || (unsigned)call->dtype >= ECCL_DTYPE_COUNT)
+        return ECCL_ERR_INVALID_ARG;
+    if (!scounts) {
+        scounts = rcounts;
+        sdispls = rdispls;
+    }
+    size_t lim = SIZE_MAX / 16 / eccl_dtype_size(call->dtype), total = 0;
+    size_t *a = malloc(4 * (size_t)world * sizeof *a);
+    if (!a) return ECCL_ERR_NO_MEMORY;
+    for (uint32_t i = 0; i < world; i++) {
+        if (rcounts[i] > lim || rdispls[i] > lim - rcounts[i] || scounts[i] > lim ||
+            sdispls[i] > lim - scounts[i] || total > lim - rcounts[i]) {
+            free(a);
+            return ECCL_ERR_INVALID_ARG;
+        }
+        a[i] = rcounts[i];
+        a[world + i] = rdispls[i];
+        a[2 * world + i] = scounts[i];
+        a[3 * world + i] = sdispls[i];
+        total += rcounts[i];
+    }
+    eccl_result rc = blocks_disjoint(rcounts, rdispls, world);
+    if (rc != ECCL_OK) {
+        free(a);
+        return rc;
+    }
+    call->vcounts = a;
+    call->vdispls = a + world;
+    call->svcounts = a + 2 * world;
+    call->svdispls = a + 3 * world;
+    call->count = total;
+    *out = a;
+    return ECCL_OK;
+}
+
 /* One layout-bound call, blocking (req NULL: info gets what it did) or
  * not (*req gets the request); counts and displs: a v layout, or NULL. */
-static eccl_result coll_call(eccl_comm *c, eccl_coll_call call, const size_t *counts, const size_t *displs,
-                             void *stream, eccl_reduce_info *info, eccl_request **req)
+/* All-to-allv's send layout (counts, displs above are its receive one). */
+typedef struct a2a_send {
+    const size_t *scounts, *sdispls;
+} a2a_send;
+
+static eccl_result coll_call_a2a(eccl_comm *c, eccl_coll_call call, const size_t *counts, const size_t *displs,
+                                 const a2a_send *a2a, void *stream, eccl_reduce_info *info, eccl_request **req)
 {
     if (!c) return ECCL_ERR_INVALID_ARG;
     eccl_engine_lock(&c->eng);
@@ -315,7 +398,10 @@ static eccl_result coll_call(eccl_comm *c, eccl_coll_call call, const size_t *co
     uint32_t world = c->world, rank = c->rank;
     eccl_engine_unlock(&c->eng);
     size_t *varr = NULL;
-    if (rc == ECCL_OK) rc = v_layout(&call, counts, displs, world, &varr);
+    if (rc == ECCL_OK && call.kind == ECCL_COLL_ALLTOALL && a2a)
+        rc = a2a_layout(&call, a2a->scounts, a2a->sdispls, counts, displs, world, &varr);
+    else if (rc == ECCL_OK)
+        rc = v_layout(&call, counts, displs, world, &varr);
     if (rc == ECCL_OK) rc = coll_check(&call, world, rank);
     if (rc != ECCL_OK) {
         free(varr);
@@ -344,6 +430,12 @@ static eccl_result coll_call(eccl_comm *c, eccl_coll_call call, const size_t *co
     if (rc != ECCL_OK) return eccl_stage_end(&stage, rc);
     *req = r;
     return ECCL_OK;
+}
+
+static eccl_result coll_call(eccl_comm *c, eccl_coll_call call, const size_t *counts, const size_t *displs,
+                             void *stream, eccl_reduce_info *info, eccl_request **req)
+{
+    return coll_call_a2a(c, call, counts, displs, NULL, stream, info, req);
 }
 
 static eccl_coll_call gather_call(const void *sendbuf, void *recvbuf, size_t count, eccl_dtype dtype,
@@ -483,6 +575,44 @@ eccl_result eccl_reduce_scatterv_async(eccl_comm *c, const void *sendbuf, void *
     if (!req || !recvcounts) return ECCL_ERR_INVALID_ARG;
     eccl_coll_call call = reducing_call(ECCL_COLL_REDUCE_SCATTER, sendbuf, recvbuf, 0, dtype, op, 0, tag);
     return coll_call(c, call, recvcounts, NULL, NULL, NULL, req);
+}
+
+static eccl_coll_call a2a_call(const void *sendbuf, void *recvbuf, size_t count, eccl_dtype dtype, uint64_t tag)
+{
+    return (eccl_coll_call){.kind = ECCL_COLL_ALLTOALL, .tag = tag, .sendbuf = sendbuf, .recvbuf = recvbuf,
+                            .count = count, .dtype = dtype};
+}
+
+eccl_result eccl_alltoall(eccl_comm *c, const void *sendbuf, void *recvbuf, size_t count, eccl_dtype dtype,
+                          uint64_t tag, eccl_reduce_info *info)
+{
+    return coll_call(c, a2a_call(sendbuf, recvbuf, count, dtype, tag), NULL, NULL, NULL, info, NULL);
+}
+
+eccl_result eccl_alltoall_async(eccl_comm *c, const void *sendbuf, void *recvbuf, size_t count,
+                                eccl_dtype dtype, uint64_t tag, eccl_request **req)
+{
+    if (!req) return ECCL_ERR_INVALID_ARG;
+    return coll_call(c, a2a_call(sendbuf, recvbuf, count, dtype, tag), NULL, NULL, NULL, NULL, req);
+}
+
+eccl_result eccl_alltoallv(eccl_comm *c, const void *sendbuf, const size_t *sendcounts, const size_t *sdispls,
+                           void *recvbuf, const size_t *recvcounts, const size_t *rdispls, eccl_dtype dtype,
+                           uint64_t tag, eccl_reduce_info *info)
+{
+    a2a_send s = {sendcounts, sdispls};
+    return coll_call_a2a(c, a2a_call(sendbuf, recvbuf, 0, dtype, tag), recvcounts, rdispls, &s, NULL, info,
+                         NULL);
+}
+
+eccl_result eccl_alltoallv_async(eccl_comm *c, const void *sendbuf, const size_t *sendcounts,
+                                 const size_t *sdispls, void *recvbuf, const size_t *recvcounts,
+                                 const size_t *rdispls, eccl_dtype dtype, uint64_t tag, eccl_request **req)
+{
+    if (!req) return ECCL_ERR_INVALID_ARG;
+    a2a_send s = {sendcounts, sdispls};
+    return coll_call_a2a(c, a2a_call(sendbuf, recvbuf, 0, dtype, tag), recvcounts, rdispls, &s, NULL, NULL,
+                         req);
 }
 
 /* A one-byte MAX all-reduce on the request's own bytes: it returns only

@@ -13,6 +13,7 @@
 
 #include "comm/stage.h"
 #include "coll/algo.h"
+#include "coll/alltoall.h"
 #include "coll/dispatch.h"
 #include "coll/ring_allreduce.h"
 #include "coll/ring_pass.h"
@@ -97,11 +98,13 @@ struct eccl_request {
     uint32_t called_world, called_rank;
     uint8_t barrier_buf[2]; /* a barrier's one-byte all-reduce: in, out */
     size_t *varr;           /* the v layouts' counts and displacements (call.vcounts) */
+    void *amem;             /* the algorithm's own bookkeeping (all-to-all: per peer) */
     const eccl_coll_algo *alg; /* NULL until the op starts */
     union {
         eccl_ring_allreduce ring;
         eccl_tree_allreduce tree;
         eccl_ring_pass pass;
+        eccl_a2a a2a;
     } u;
 };
 

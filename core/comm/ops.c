@@ -62,12 +62,14 @@ static void op_release_buffers(eccl_comm *c, eccl_request *r)
     if (r->pinned) d->host_free(c->env->dev_ctx, r->pinned, r->pinned_bytes);
     if (r->dev_backup) d->d_free(c->env->dev_ctx, r->dev_backup);
     r->pinned = r->dev_backup = NULL;
+    free(r->amem);
+    r->amem = NULL;
 }
 
 static const char *coll_name(eccl_coll_kind k)
 {
     static const char *const names[ECCL_COLL_KIND_COUNT] = {"all-reduce", "all-gather", "reduce-scatter",
-                                                           "broadcast", "reduce"};
+                                                           "broadcast", "reduce", "all-to-all"};
     return (unsigned)k < ECCL_COLL_KIND_COUNT ? names[k] : "collective";
 }
 
@@ -249,6 +251,22 @@ static eccl_result pass_setup(eccl_comm *c, eccl_request *r)
     return ECCL_OK;
 }
 
+/* All-to-all's (coll/alltoall.h): per-peer progress, the backup, and a
+ * copy of the send blocks when the buffers overlap. */
+static eccl_result alltoall_setup(eccl_comm *c, eccl_request *r)
+{
+    size_t re = eccl_a2a_recv_extent(&r->call), se = eccl_a2a_send_extent(&r->call);
+    int overlaps = eccl_a2a_overlaps(&r->call);
+    r->amem = calloc(c->world, sizeof(eccl_a2a_peer));
+    if (!r->amem) return ECCL_ERR_NO_MEMORY;
+    if (re && !(r->backup = eccl_bufpool_get(&c->pool, re))) return ECCL_ERR_NO_MEMORY;
+    if (overlaps && !(r->staging[0] = eccl_bufpool_get(&c->pool, se))) return ECCL_ERR_NO_MEMORY;
+    eccl_a2a_init(&r->u.a2a, &r->call, r->amem, re ? r->backup->ptr : NULL,
+                       overlaps ? r->staging[0]->ptr : NULL);
+    r->alg = &eccl_a2a_algo;
+    return ECCL_OK;
+}
+
 static eccl_result op_start(eccl_comm *c, eccl_request *r)
 {
     r->call.env = c->env;
@@ -266,7 +284,9 @@ static eccl_result op_start(eccl_comm *c, eccl_request *r)
         comm_op_finish(c, r, ECCL_ERR_PEER_LOST);
         return ECCL_OK;
     }
-    eccl_result rc = r->call.kind == ECCL_COLL_ALLREDUCE ? allreduce_setup(c, r) : pass_setup(c, r);
+    eccl_result rc = r->call.kind == ECCL_COLL_ALLREDUCE  ? allreduce_setup(c, r)
+                     : r->call.kind == ECCL_COLL_ALLTOALL ? alltoall_setup(c, r)
+                                                          : pass_setup(c, r);
     if (rc != ECCL_OK) {
         r->state = OP_RUNNING; /* nothing was sent: finishing restores nothing */
         comm_op_finish(c, r, rc);

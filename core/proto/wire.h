@@ -242,7 +242,10 @@ enum eccl_data_phase {
     ECCL_PHASE_SCATTER = 11,      /* reduce-scatter: a partial */
     ECCL_PHASE_BCAST = 12,        /* broadcast chain */
     ECCL_PHASE_CHAIN_REDUCE = 13, /* reduce chain: a partial */
-    ECCL_PHASE_LAST = ECCL_PHASE_CHAIN_REDUCE
+    /* all-to-all (coll/alltoall.h), on peer links: step 0 a slice of the
+     * sender's block for us (offset: within it), step 1 its done token */
+    ECCL_PHASE_A2A = 14,
+    ECCL_PHASE_LAST = ECCL_PHASE_A2A
 };
 
 /* ---- shared state (state/sync.h has the protocol) ----
