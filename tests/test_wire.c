@@ -24,11 +24,13 @@ static const uint16_t control_types[] = {
     ECCL_MSG_P2P_HELLO,    ECCL_MSG_SYNC_REQ,    ECCL_MSG_SYNC_REPORT,
     ECCL_MSG_SYNC_PLAN,    ECCL_MSG_SYNC_DONE,   ECCL_MSG_SYNC_FETCH,
     ECCL_MSG_OPT_REQ,      ECCL_MSG_OPT_BW,      ECCL_MSG_OPT_PROBE,
-    ECCL_MSG_OPT_DONE,
+    ECCL_MSG_OPT_DONE,     ECCL_MSG_PEER_QUERY,  ECCL_MSG_PEER_REPLY,
 };
 #define N_CONTROL (sizeof(control_types) / sizeof(control_types[0]))
 
-static const uint16_t unknown_types[] = {0, 13, 31, 43, 63, 67, 0x100, 0xFFFF};
+/* Unused numbers: 0, a hole (6), the next free number of each range, and
+ * the far ends. A new type takes its number out of this list. */
+static const uint16_t unknown_types[] = {0, 6, 14, 31, 44, 63, 67, 82, 0x100, 0xFFFF};
 #define N_UNKNOWN (sizeof(unknown_types) / sizeof(unknown_types[0]))
 
 /* ---- helpers ------------------------------------------------------------- */
@@ -57,6 +59,11 @@ static eccl_wire_op_flag view_store[ECCL_WIRE_MAX_OPS];
 static eccl_wire_sync_key key_store[ECCL_WIRE_MAX_SYNC_KEYS];
 static eccl_wire_sync_fetch fetch_store[ECCL_WIRE_MAX_SYNC_KEYS];
 static eccl_wire_peer_ref src_store[ECCL_WIRE_MAX_SYNC_SRCS];
+/* ... and the address book's lists: one past the bound, so that an encoder
+ * which forgot the bound would read valid entries and produce a frame the
+ * test can see, instead of reading past the array. */
+static uint32_t rank_store[ECCL_WIRE_MAX_PEER_REFS + 1];
+static eccl_wire_peer_entry entry_store[ECCL_WIRE_MAX_PEER_REFS + 1];
 
 static eccl_msg *new_msg(uint16_t type)
 {
@@ -165,6 +172,7 @@ static void assert_msg_equal(const eccl_msg *a, const eccl_msg *b)
         assert_int_equal(a->u.hello.purpose, b->u.hello.purpose);
         assert_int_equal(a->u.hello.pool, b->u.hello.pool);
         assert_int_equal(a->u.hello.pool_size, b->u.hello.pool_size);
+        assert_int_equal(a->u.hello.rank, b->u.hello.rank);
         break;
     case ECCL_MSG_SYNC_REQ: {
         const eccl_msg_sync_req *x = &a->u.sync_req, *y = &b->u.sync_req;
@@ -247,6 +255,31 @@ static void assert_msg_equal(const eccl_msg *a, const eccl_msg *b)
         assert_int_equal(x->unmeasured, y->unmeasured);
         assert_int_equal(x->old_bps, y->old_bps);
         assert_int_equal(x->new_bps, y->new_bps);
+        break;
+    }
+    case ECCL_MSG_PEER_QUERY: {
+        const eccl_msg_peer_query *x = &a->u.peer_query, *y = &b->u.peer_query;
+        assert_int_equal(x->epoch, y->epoch);
+        assert_int_equal(x->n, y->n);
+        for (uint32_t i = 0; i < x->n; i++)
+            assert_int_equal(eccl_wire_peer_query_rank(x, i), eccl_wire_peer_query_rank(y, i));
+        break;
+    }
+    case ECCL_MSG_PEER_REPLY: {
+        const eccl_msg_peer_reply *x = &a->u.peer_reply, *y = &b->u.peer_reply;
+        assert_int_equal(x->epoch, y->epoch);
+        assert_int_equal(x->n, y->n);
+        uint32_t px = 0, py = 0, ix = 0, iy = 0;
+        eccl_wire_peer_entry ex, ey;
+        while (eccl_wire_peer_reply_next(x, &px, &ix, &ex)) {
+            assert_true(eccl_wire_peer_reply_next(y, &py, &iy, &ey));
+            assert_int_equal(ex.rank, ey.rank);
+            assert_int_equal(ex.ref.peer_id, ey.ref.peer_id);
+            assert_string_equal(ex.ref.addr, ey.ref.addr);
+        }
+        /* Both walks end together, after all n entries. */
+        assert_false(eccl_wire_peer_reply_next(y, &py, &iy, &ey));
+        assert_int_equal(ix, x->n);
         break;
     }
     default:
@@ -389,6 +422,24 @@ static void fill_extreme(eccl_msg *m, uint16_t type, int is_max)
     case ECCL_MSG_OPT_DONE:
         m->u.opt_done = (eccl_msg_opt_done){v32, v32, v32, is_max, is_max, is_max, v32, v32, v64, v64};
         break;
+    case ECCL_MSG_PEER_QUERY:
+        /* The largest ranks there are, still strictly increasing. */
+        m->u.peer_query.epoch = v32;
+        m->u.peer_query.n = is_max ? ECCL_WIRE_MAX_PEER_REFS : 0;
+        m->u.peer_query.ranks = rank_store;
+        for (uint32_t i = 0; i < m->u.peer_query.n; i++)
+            rank_store[i] = UINT32_MAX - (ECCL_WIRE_MAX_PEER_REFS - 1) + i;
+        break;
+    case ECCL_MSG_PEER_REPLY:
+        m->u.peer_reply.epoch = v32;
+        m->u.peer_reply.n = is_max ? ECCL_WIRE_MAX_PEER_REFS : 0;
+        m->u.peer_reply.entries = entry_store;
+        for (uint32_t i = 0; i < m->u.peer_reply.n; i++) {
+            entry_store[i].rank = UINT32_MAX - i;
+            entry_store[i].ref.peer_id = UINT64_MAX - i;
+            fill_str(entry_store[i].ref.addr, slen, 'r');
+        }
+        break;
     default:
         break;
     }
@@ -466,6 +517,8 @@ static void fill_random(rng *r, eccl_msg *m)
             m->u.hello.pool_size = 2 + below(r, ECCL_WIRE_MAX_POOL - 1);
             m->u.hello.pool = below(r, m->u.hello.pool_size);
         }
+        /* Only a PEER link names its rank; the others decode it as 0. */
+        m->u.hello.rank = m->u.hello.purpose == ECCL_LINK_PEER ? (uint32_t)next(r) : 0;
         break;
     case ECCL_MSG_SYNC_REQ:
         m->u.sync_req.seq = (uint32_t)next(r);
@@ -529,6 +582,29 @@ static void fill_random(rng *r, eccl_msg *m)
                                             (uint8_t)below(r, 2), (uint8_t)below(r, 2),
                                             (uint8_t)below(r, 2), (uint32_t)next(r),
                                             (uint32_t)next(r), next(r), next(r)};
+        break;
+    case ECCL_MSG_PEER_QUERY: {
+        /* Sorted and unique: every step is at least 1, and a start below
+         * `step` plus 256 steps below it stay under 257 * step, so no rank
+         * wraps. Half the steps are short, for runs of neighbours. */
+        const uint32_t step = UINT32_MAX / (ECCL_WIRE_MAX_PEER_REFS + 1);
+        m->u.peer_query.epoch = (uint32_t)next(r);
+        m->u.peer_query.n = below(r, 16) == 0 ? below(r, ECCL_WIRE_MAX_PEER_REFS + 1) : below(r, 8);
+        uint32_t rank = below(r, step);
+        for (uint32_t i = 0; i < m->u.peer_query.n; i++) {
+            rank_store[i] = rank;
+            rank += 1 + (below(r, 2) ? below(r, 4) : below(r, step - 1));
+        }
+        break;
+    }
+    case ECCL_MSG_PEER_REPLY:
+        m->u.peer_reply.epoch = (uint32_t)next(r);
+        m->u.peer_reply.n = below(r, 16) == 0 ? below(r, ECCL_WIRE_MAX_PEER_REFS + 1) : below(r, 8);
+        for (uint32_t i = 0; i < m->u.peer_reply.n; i++) {
+            entry_store[i].rank = (uint32_t)next(r);
+            entry_store[i].ref.peer_id = next(r);
+            rand_str(r, entry_store[i].ref.addr);
+        }
         break;
     default:
         break;
@@ -611,6 +687,8 @@ static void test_max_length(void **state)
         {ECCL_MSG_OPT_BW, 36},
         {ECCL_MSG_OPT_PROBE, 16 + 8 + 2 + ECCL_WIRE_MAX_ADDR},
         {ECCL_MSG_OPT_DONE, 39},
+        {ECCL_MSG_PEER_QUERY, 8 + ECCL_WIRE_MAX_PEER_REFS * 4},
+        {ECCL_MSG_PEER_REPLY, 8 + ECCL_WIRE_MAX_PEER_REFS * (4 + 8 + 2 + ECCL_WIRE_MAX_ADDR)},
     };
     for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
         assert_int_equal(eccl_wire_max_length(want[i].type), want[i].max);
@@ -666,6 +744,48 @@ static void test_golden_bytes(void **state)
     assert_int_equal(frame[6], ECCL_MSG_COLL_DONE);
     assert_int_equal(frame[8], sizeof(coll));
     assert_memory_equal(frame + 16, coll, sizeof(coll));
+
+    /* The address book. A query: u32 epoch, u32 n, n u32 ranks. */
+    const uint32_t ranks[] = {0, 0x0100, 0xA0B0C0D0u};
+    memset(m, 0, sizeof *m);
+    m->type = ECCL_MSG_PEER_QUERY;
+    m->u.peer_query = (eccl_msg_peer_query){.epoch = 0x01020304u, .n = 3, .ranks = ranks};
+    static const uint8_t query[] = {
+        'E', 'C', 'C', 'L', 1, 0, 13, 0, 20, 0, 0, 0, 0, 0, 0, 0,
+        4, 3, 2, 1, 3, 0, 0, 0,
+        0, 0, 0, 0, 0, 1, 0, 0, 0xD0, 0xC0, 0xB0, 0xA0,
+    };
+    assert_int_equal(eccl_wire_encode(m, frame, sizeof(frame)), sizeof(query));
+    assert_memory_equal(frame, query, sizeof(query));
+
+    /* A reply: u32 epoch, u32 n, then per entry u32 rank and a peer ref
+     * (u64 id, u16 address length, the address without NUL). */
+    const eccl_wire_peer_entry entries[] = {{2, {0x1122334455667788ull, "h:1"}}, {0x0105, {9, ""}}};
+    memset(m, 0, sizeof *m);
+    m->type = ECCL_MSG_PEER_REPLY;
+    m->u.peer_reply = (eccl_msg_peer_reply){.epoch = 7, .n = 2, .entries = entries};
+    static const uint8_t reply[] = {
+        'E', 'C', 'C', 'L', 1, 0, 43, 0, 39, 0, 0, 0, 0, 0, 0, 0,
+        7, 0, 0, 0, 2, 0, 0, 0,
+        2, 0, 0, 0, 0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11, 3, 0, 'h', ':', '1',
+        5, 1, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    };
+    assert_int_equal(eccl_wire_encode(m, frame, sizeof(frame)), sizeof(reply));
+    assert_memory_equal(frame, reply, sizeof(reply));
+
+    /* A PEER link's hello: the 20-byte hello, then the sender's rank. */
+    memset(m, 0, sizeof *m);
+    m->type = ECCL_MSG_P2P_HELLO;
+    m->u.hello = (eccl_msg_p2p_hello){.peer_id = 0x0102030405060708ull, .peer_group = 0x11121314u,
+                                      .epoch = 0x21222324u, .purpose = ECCL_LINK_PEER,
+                                      .pool_size = 1, .rank = 0x31323334u};
+    static const uint8_t hello[] = {
+        'E', 'C', 'C', 'L', 1, 0, 64, 0, 24, 0, 0, 0, 0, 0, 0, 0,
+        8, 7, 6, 5, 4, 3, 2, 1, 0x14, 0x13, 0x12, 0x11, 0x24, 0x23, 0x22, 0x21,
+        ECCL_LINK_PEER, 0, 0, 0, 0x34, 0x33, 0x32, 0x31,
+    };
+    assert_int_equal(eccl_wire_encode(m, frame, sizeof(frame)), sizeof(hello));
+    assert_memory_equal(frame, hello, sizeof(hello));
     free(m);
 }
 
@@ -786,6 +906,12 @@ static void test_encode_rejects(void **state)
     assert_int_equal(eccl_wire_encode(m, frame, FRAME_CAP), 0);
     m->u.hello.pool_size = 1;
     m->u.hello.purpose = ECCL_LINK_RING | ECCL_WIRE_HELLO_POOL;
+    assert_int_equal(eccl_wire_encode(m, frame, FRAME_CAP), 0);
+    /* A PEER link carries its rank (24 bytes), and has no pool either. */
+    m->u.hello.purpose = ECCL_LINK_PEER;
+    m->u.hello.rank = 5;
+    assert_int_equal(eccl_wire_encode(m, frame, FRAME_CAP), 16 + 24);
+    m->u.hello.pool_size = 2;
     assert_int_equal(eccl_wire_encode(m, frame, FRAME_CAP), 0);
 
     fill_extreme(m, ECCL_MSG_COLL_DONE, 0);
@@ -1057,6 +1183,31 @@ static void test_decode_rejects(void **state)
     le(buf + 24, ECCL_WIRE_MAX_POOL, 4);
     assert_int_equal(decode_tail(&a, ECCL_MSG_P2P_HELLO, buf, 28, m), ECCL_OK);
 
+    /* A PEER link names the sender's rank after the purpose word: exactly
+     * 24 bytes. Without it the acceptor could not key the link. */
+    le(buf + 16, ECCL_LINK_PEER, 4);
+    le(buf + 20, 0xCAFE, 4);
+    assert_int_equal(decode_tail(&a, ECCL_MSG_P2P_HELLO, buf, 24, m), ECCL_OK);
+    assert_int_equal(m->u.hello.purpose, ECCL_LINK_PEER);
+    assert_int_equal(m->u.hello.rank, 0xCAFE);
+    assert_int_equal(m->u.hello.pool_size, 1);
+    assert_int_equal(decode_tail(&a, ECCL_MSG_P2P_HELLO, buf, 20, m), ECCL_ERR_PROTOCOL);
+    assert_int_equal(decode_tail(&a, ECCL_MSG_P2P_HELLO, buf, 22, m), ECCL_ERR_PROTOCOL);
+    assert_int_equal(decode_tail(&a, ECCL_MSG_P2P_HELLO, buf, 28, m), ECCL_ERR_PROTOCOL);
+    /* ... with no pool: pools are for ring links only ... */
+    le(buf + 16, ECCL_LINK_PEER | ECCL_WIRE_HELLO_POOL, 4);
+    le(buf + 20, 0, 4);
+    le(buf + 24, 2, 4);
+    assert_int_equal(decode_tail(&a, ECCL_MSG_P2P_HELLO, buf, 28, m), ECCL_ERR_PROTOCOL);
+    /* ... and the other purposes have no rank: a word after theirs is extra,
+     * and their decoded rank is 0 whatever the message held before. */
+    le(buf + 16, ECCL_LINK_TREE, 4);
+    le(buf + 20, 0xCAFE, 4);
+    assert_int_equal(decode_tail(&a, ECCL_MSG_P2P_HELLO, buf, 24, m), ECCL_ERR_PROTOCOL);
+    memset(m, 0xA5, sizeof *m);
+    assert_int_equal(decode_tail(&a, ECCL_MSG_P2P_HELLO, buf, 20, m), ECCL_OK);
+    assert_int_equal(m->u.hello.rank, 0);
+
     /* OPT_DONE: the three flags are booleans. */
     memset(buf, 0, 39);
     assert_int_equal(decode_tail(&a, ECCL_MSG_OPT_DONE, buf, 39, m), ECCL_OK);
@@ -1219,6 +1370,277 @@ static void test_view_entries(void **state)
     free(a.base);
     free(bigframe);
     free(big);
+}
+
+/* The address book's lists are borrowed like a view's: encoded from the
+ * caller's arrays, read in place once decoded, and re-encoded from there. */
+static void test_peer_book_entries(void **state)
+{
+    (void)state;
+    enum { query_len = 8 + 5 * 4 };
+    const uint32_t ranks[] = {0, 1, 7, 0x10000, UINT32_MAX};
+    eccl_msg m = {.type = ECCL_MSG_PEER_QUERY};
+    m.u.peer_query = (eccl_msg_peer_query){.epoch = 3, .n = 5, .ranks = ranks};
+    uint8_t frame[ECCL_WIRE_HEADER_SIZE + 256], again[sizeof frame];
+    assert_int_equal(eccl_wire_encode(&m, frame, sizeof frame), ECCL_WIRE_HEADER_SIZE + query_len);
+
+    /* Decode from an exact-size heap block (ASan sees any overread). */
+    uint8_t *payload = malloc(query_len);
+    assert_non_null(payload);
+    memcpy(payload, frame + ECCL_WIRE_HEADER_SIZE, query_len);
+    eccl_msg d;
+    memset(&d, 0xA5, sizeof d);
+    assert_int_equal(eccl_wire_decode(ECCL_MSG_PEER_QUERY, payload, query_len, &d), ECCL_OK);
+    assert_int_equal(d.u.peer_query.epoch, 3);
+    assert_int_equal(d.u.peer_query.n, 5);
+    assert_null(d.u.peer_query.ranks);
+    assert_ptr_equal(d.u.peer_query.packed, payload + 8);
+    for (uint32_t i = 0; i < 5; i++)
+        assert_int_equal(eccl_wire_peer_query_rank(&d.u.peer_query, i), ranks[i]);
+    assert_int_equal(eccl_wire_encode(&d, again, sizeof again), ECCL_WIRE_HEADER_SIZE + query_len);
+    assert_memory_equal(again, frame, ECCL_WIRE_HEADER_SIZE + query_len);
+    /* Borrowed, not copied: rank 4 is read from the payload itself. */
+    payload[8 + 4 * 4] = 0xFE;
+    assert_int_equal(eccl_wire_peer_query_rank(&d.u.peer_query, 4), UINT32_MAX - 1);
+    /* A failed decode leaves no pointer into the payload behind. */
+    le(payload + 8 + 4 * 4, 1, 4); /* rank 4 below rank 3 */
+    assert_int_equal(eccl_wire_decode(ECCL_MSG_PEER_QUERY, payload, query_len, &d),
+                     ECCL_ERR_PROTOCOL);
+    assert_null(d.u.peer_query.packed);
+    assert_null(d.u.peer_query.ranks);
+    assert_int_equal(d.u.peer_query.n, 0);
+    free(payload);
+
+    /* A reply, with the shortest and the longest address. */
+    eccl_wire_peer_entry entries[3] = {{5, {50, "10.0.0.5:7000"}}, {1, {10, ""}},
+                                       {UINT32_MAX, {UINT64_MAX, ""}}};
+    fill_str(entries[2].ref.addr, ECCL_WIRE_MAX_ADDR, 'z');
+    enum { reply_len = 8 + 3 * (4 + 8 + 2) + 13 + ECCL_WIRE_MAX_ADDR };
+    m = (eccl_msg){.type = ECCL_MSG_PEER_REPLY};
+    m.u.peer_reply = (eccl_msg_peer_reply){.epoch = 4, .n = 3, .entries = entries};
+    assert_int_equal(eccl_wire_encode(&m, frame, sizeof frame), ECCL_WIRE_HEADER_SIZE + reply_len);
+    payload = malloc(reply_len);
+    assert_non_null(payload);
+    memcpy(payload, frame + ECCL_WIRE_HEADER_SIZE, reply_len);
+    memset(&d, 0xA5, sizeof d);
+    assert_int_equal(eccl_wire_decode(ECCL_MSG_PEER_REPLY, payload, reply_len, &d), ECCL_OK);
+    assert_int_equal(d.u.peer_reply.epoch, 4);
+    assert_int_equal(d.u.peer_reply.n, 3);
+    assert_null(d.u.peer_reply.entries);
+    assert_ptr_equal(d.u.peer_reply.packed, payload + 8);
+    assert_int_equal(d.u.peer_reply.packed_len, reply_len - 8);
+    uint32_t pos = 0, i = 0;
+    eccl_wire_peer_entry e;
+    for (uint32_t k = 0; k < 3; k++) {
+        assert_true(eccl_wire_peer_reply_next(&d.u.peer_reply, &pos, &i, &e));
+        assert_int_equal(i, k + 1);
+        assert_int_equal(e.rank, entries[k].rank);
+        assert_int_equal(e.ref.peer_id, entries[k].ref.peer_id);
+        assert_string_equal(e.ref.addr, entries[k].ref.addr);
+    }
+    assert_false(eccl_wire_peer_reply_next(&d.u.peer_reply, &pos, &i, &e));
+    assert_int_equal(pos, reply_len - 8);
+    assert_int_equal(eccl_wire_encode(&d, again, sizeof again), ECCL_WIRE_HEADER_SIZE + reply_len);
+    assert_memory_equal(again, frame, ECCL_WIRE_HEADER_SIZE + reply_len);
+    /* Borrowed: the first address's first byte, read from the payload. */
+    payload[8 + 4 + 8 + 2] = '9';
+    pos = i = 0;
+    assert_true(eccl_wire_peer_reply_next(&d.u.peer_reply, &pos, &i, &e));
+    assert_string_equal(e.ref.addr, "90.0.0.5:7000");
+    /* A failed decode leaves no pointer behind. */
+    assert_int_equal(eccl_wire_decode(ECCL_MSG_PEER_REPLY, payload, reply_len - 1, &d),
+                     ECCL_ERR_PROTOCOL);
+    assert_null(d.u.peer_reply.packed);
+    assert_null(d.u.peer_reply.entries);
+    assert_int_equal(d.u.peer_reply.n, 0);
+    assert_int_equal(d.u.peer_reply.packed_len, 0);
+    free(payload);
+}
+
+/* A PEER_QUERY payload (epoch 1) that says `n` ranks and holds the first
+ * `present` of `ranks`; returns its length. */
+static size_t query_payload(uint8_t *buf, uint32_t n, const uint32_t *ranks, uint32_t present)
+{
+    size_t len = le(buf, 1, 4) + le(buf + 4, n, 4);
+    for (uint32_t i = 0; i < present; i++)
+        len += le(buf + len, ranks[i], 4);
+    return len;
+}
+
+/* One PEER_REPLY entry with an address of `len` bytes copied as they are
+ * (NULs included); returns its length. */
+static size_t reply_entry(uint8_t *p, uint32_t rank, uint64_t peer_id, const char *addr,
+                          uint16_t len)
+{
+    size_t n = le(p, rank, 4) + le(p + 4, peer_id, 8) + le(p + 12, len, 2);
+    memcpy(p + n, addr, len);
+    return n + len;
+}
+
+/* The address book: what the decoder must refuse beyond the cut and padded
+ * payloads check_message tries, and what the encoder refuses to write. */
+static void test_peer_book_rejects(void **state)
+{
+    (void)state;
+    uint8_t *buf = calloc(1, FRAME_CAP), *frame = malloc(FRAME_CAP);
+    eccl_msg *m = new_msg(0), *d = new_msg(0);
+    arena a = arena_new(FRAME_CAP);
+    assert_non_null(buf);
+    assert_non_null(frame);
+    size_t n;
+
+    /* PEER_QUERY ranks are strictly increasing: a repeat would make the
+     * master answer (and a peer connect) twice for one rank. */
+    const uint32_t sorted[3] = {0, 5, UINT32_MAX};
+    n = query_payload(buf, 3, sorted, 3);
+    assert_int_equal(decode_tail(&a, ECCL_MSG_PEER_QUERY, buf, (uint32_t)n, d), ECCL_OK);
+    const uint32_t bad_order[][3] = {
+        {5, 1, 9},          /* the first pair descends */
+        {1, 9, 5},          /* the last pair descends */
+        {1, 5, 5},          /* a repeat */
+        {0, 0, 1},          /* a repeat of the lowest rank */
+        {UINT32_MAX, 0, 1}, /* the largest rank first */
+    };
+    for (size_t i = 0; i < sizeof bad_order / sizeof bad_order[0]; i++) {
+        n = query_payload(buf, 3, bad_order[i], 3);
+        assert_int_equal(decode_tail(&a, ECCL_MSG_PEER_QUERY, buf, (uint32_t)n, d),
+                         ECCL_ERR_PROTOCOL);
+    }
+
+    /* n must match the ranks present: fewer, more, a stray byte. */
+    static uint32_t seq[ECCL_WIRE_MAX_PEER_REFS + 1];
+    for (uint32_t i = 0; i <= ECCL_WIRE_MAX_PEER_REFS; i++)
+        seq[i] = i;
+    const struct {
+        uint32_t n, present, extra;
+    } query_bad[] = {
+        {3, 2, 0}, {3, 2, 2}, {2, 3, 0}, {3, 3, 1}, {0, 1, 0}, {0, 0, 3},
+        /* over the bound: without the ranks, with them (the frame's bound
+         * says no too), and a count that would wrap a 32-bit size */
+        {ECCL_WIRE_MAX_PEER_REFS + 1, ECCL_WIRE_MAX_PEER_REFS, 0},
+        {ECCL_WIRE_MAX_PEER_REFS + 1, ECCL_WIRE_MAX_PEER_REFS + 1, 0},
+        {UINT32_MAX, 1, 0}, {0x40000001u, 1, 0},
+    };
+    for (size_t i = 0; i < sizeof query_bad / sizeof query_bad[0]; i++) {
+        n = query_payload(buf, query_bad[i].n, seq, query_bad[i].present);
+        memset(buf + n, 0, query_bad[i].extra);
+        n += query_bad[i].extra;
+        assert_int_equal(decode_tail(&a, ECCL_MSG_PEER_QUERY, buf, (uint32_t)n, d),
+                         ECCL_ERR_PROTOCOL);
+    }
+    n = query_payload(buf, ECCL_WIRE_MAX_PEER_REFS, seq, ECCL_WIRE_MAX_PEER_REFS);
+    assert_int_equal(decode_tail(&a, ECCL_MSG_PEER_QUERY, buf, (uint32_t)n, d), ECCL_OK);
+    assert_int_equal(d->u.peer_query.n, ECCL_WIRE_MAX_PEER_REFS);
+
+    /* PEER_REPLY: two entries, "a:1" and "b:2". */
+    n = le(buf, 1, 4) + le(buf + 4, 2, 4);
+    n += reply_entry(buf + n, 3, 30, "a:1", 3);
+    const size_t second = n;
+    n += reply_entry(buf + n, 4, 40, "b:2", 3);
+    assert_int_equal(decode_tail(&a, ECCL_MSG_PEER_REPLY, buf, (uint32_t)n, d), ECCL_OK);
+    /* n must match the entries present: more than there are, fewer (the
+     * second entry is then trailing bytes), a count over the bound. */
+    const uint32_t reply_bad_n[] = {3, 1, 0, ECCL_WIRE_MAX_PEER_REFS + 1, UINT32_MAX};
+    for (size_t i = 0; i < sizeof reply_bad_n / sizeof reply_bad_n[0]; i++) {
+        le(buf + 4, reply_bad_n[i], 4);
+        assert_int_equal(decode_tail(&a, ECCL_MSG_PEER_REPLY, buf, (uint32_t)n, d),
+                         ECCL_ERR_PROTOCOL);
+    }
+    le(buf + 4, 2, 4);
+    buf[n] = 0;
+    assert_int_equal(decode_tail(&a, ECCL_MSG_PEER_REPLY, buf, (uint32_t)(n + 1), d),
+                     ECCL_ERR_PROTOCOL);
+    assert_int_equal(decode_tail(&a, ECCL_MSG_PEER_REPLY, buf, (uint32_t)(n - 1), d),
+                     ECCL_ERR_PROTOCOL);
+    /* The second address: with a NUL inside (it would not survive as a C
+     * string), one byte over the bound (all bytes present), a length past
+     * the payload's end; the bound itself is fine. */
+    char addr[ECCL_WIRE_MAX_ADDR + 1];
+    memset(addr, 'b', sizeof addr);
+    n = second + reply_entry(buf + second, 4, 40, "b\0" "2", 3);
+    assert_int_equal(decode_tail(&a, ECCL_MSG_PEER_REPLY, buf, (uint32_t)n, d), ECCL_ERR_PROTOCOL);
+    n = second + reply_entry(buf + second, 4, 40, addr, ECCL_WIRE_MAX_ADDR + 1);
+    assert_true(n <= eccl_wire_max_length(ECCL_MSG_PEER_REPLY));
+    assert_int_equal(decode_tail(&a, ECCL_MSG_PEER_REPLY, buf, (uint32_t)n, d), ECCL_ERR_PROTOCOL);
+    le(buf + second + 12, 0xFFFF, 2);
+    assert_int_equal(decode_tail(&a, ECCL_MSG_PEER_REPLY, buf, (uint32_t)n, d), ECCL_ERR_PROTOCOL);
+    n = second + reply_entry(buf + second, 4, 40, addr, ECCL_WIRE_MAX_ADDR);
+    assert_int_equal(decode_tail(&a, ECCL_MSG_PEER_REPLY, buf, (uint32_t)n, d), ECCL_OK);
+    uint32_t pos = 0, i = 0;
+    eccl_wire_peer_entry e;
+    assert_true(eccl_wire_peer_reply_next(&d->u.peer_reply, &pos, &i, &e));
+    assert_true(eccl_wire_peer_reply_next(&d->u.peer_reply, &pos, &i, &e));
+    assert_int_equal(strlen(e.ref.addr), ECCL_WIRE_MAX_ADDR);
+    /* A count over the bound with every entry there: short entries keep
+     * the frame inside the type's bound, so only the count can refuse it. */
+    for (uint32_t count = ECCL_WIRE_MAX_PEER_REFS; count <= ECCL_WIRE_MAX_PEER_REFS + 1; count++) {
+        n = le(buf, 1, 4) + le(buf + 4, count, 4);
+        for (uint32_t k = 0; k < count; k++)
+            n += reply_entry(buf + n, k, k, "", 0);
+        assert_true(n <= eccl_wire_max_length(ECCL_MSG_PEER_REPLY));
+        assert_int_equal(decode_tail(&a, ECCL_MSG_PEER_REPLY, buf, (uint32_t)n, d),
+                         count <= ECCL_WIRE_MAX_PEER_REFS ? ECCL_OK : ECCL_ERR_PROTOCOL);
+    }
+
+    /* The encoder refuses what the decoder would. The second list sources
+     * for "both" are valid packed lists (ranks 1, 2; two entries of rank 0,
+     * id 0, no address), so that only the one-source rule can refuse them. */
+    static const uint8_t packed_ranks[8] = {1, 0, 0, 0, 2, 0, 0, 0};
+    static const uint8_t packed_entries[2 * (4 + 8 + 2)];
+    m->type = ECCL_MSG_PEER_QUERY;
+    m->u.peer_query = (eccl_msg_peer_query){.epoch = 1, .n = 2, .ranks = sorted};
+    assert_int_equal(eccl_wire_encode(m, frame, FRAME_CAP), ECCL_WIRE_HEADER_SIZE + 8 + 2 * 4);
+    const uint32_t descending[2] = {5, 3}, repeated[2] = {3, 3};
+    m->u.peer_query.ranks = descending;
+    assert_int_equal(eccl_wire_encode(m, frame, FRAME_CAP), 0);
+    m->u.peer_query.ranks = repeated;
+    assert_int_equal(eccl_wire_encode(m, frame, FRAME_CAP), 0);
+    m->u.peer_query.ranks = seq; /* sorted, with one rank past the bound */
+    m->u.peer_query.n = ECCL_WIRE_MAX_PEER_REFS + 1;
+    assert_int_equal(eccl_wire_encode(m, frame, FRAME_CAP), 0);
+    m->u.peer_query.n = ECCL_WIRE_MAX_PEER_REFS;
+    assert_int_equal(eccl_wire_encode(m, frame, FRAME_CAP),
+                     ECCL_WIRE_HEADER_SIZE + eccl_wire_max_length(ECCL_MSG_PEER_QUERY));
+    /* Ranks need exactly one source: neither, or both, is refused... */
+    m->u.peer_query.n = 2;
+    m->u.peer_query.packed = packed_ranks;
+    assert_int_equal(eccl_wire_encode(m, frame, FRAME_CAP), 0);
+    m->u.peer_query.ranks = NULL;
+    m->u.peer_query.packed = NULL;
+    assert_int_equal(eccl_wire_encode(m, frame, FRAME_CAP), 0);
+    /* ... and an empty list needs neither. */
+    m->u.peer_query.n = 0;
+    assert_int_equal(eccl_wire_encode(m, frame, FRAME_CAP), ECCL_WIRE_HEADER_SIZE + 8);
+
+    memset(m, 0, sizeof *m);
+    m->type = ECCL_MSG_PEER_REPLY;
+    for (uint32_t k = 0; k <= ECCL_WIRE_MAX_PEER_REFS; k++)
+        entry_store[k] = (eccl_wire_peer_entry){k, {k, "h:1"}};
+    m->u.peer_reply = (eccl_msg_peer_reply){.epoch = 1, .n = ECCL_WIRE_MAX_PEER_REFS + 1,
+                                            .entries = entry_store};
+    assert_int_equal(eccl_wire_encode(m, frame, FRAME_CAP), 0);
+    m->u.peer_reply.n = ECCL_WIRE_MAX_PEER_REFS;
+    assert_int_equal(eccl_wire_encode(m, frame, FRAME_CAP),
+                     ECCL_WIRE_HEADER_SIZE + 8 + ECCL_WIRE_MAX_PEER_REFS * (4 + 8 + 2 + 3));
+    /* An address filling its whole array has no NUL: one byte over. */
+    memset(entry_store[ECCL_WIRE_MAX_PEER_REFS - 1].ref.addr, 'x', ECCL_ADDR_MAX);
+    assert_int_equal(eccl_wire_encode(m, frame, FRAME_CAP), 0);
+    m->u.peer_reply.n = 2;
+    m->u.peer_reply.packed = packed_entries;
+    m->u.peer_reply.packed_len = sizeof packed_entries;
+    assert_int_equal(eccl_wire_encode(m, frame, FRAME_CAP), 0);
+    m->u.peer_reply.entries = NULL;
+    m->u.peer_reply.packed = NULL;
+    m->u.peer_reply.packed_len = 0;
+    assert_int_equal(eccl_wire_encode(m, frame, FRAME_CAP), 0);
+    m->u.peer_reply.n = 0;
+    assert_int_equal(eccl_wire_encode(m, frame, FRAME_CAP), ECCL_WIRE_HEADER_SIZE + 8);
+
+    free(a.base);
+    free(m);
+    free(d);
+    free(frame);
+    free(buf);
 }
 
 static void test_data_header(void **state)
@@ -1524,6 +1946,8 @@ int main(void)
         cmocka_unit_test(test_decode_rejects),
         cmocka_unit_test(test_sync_rejects),
         cmocka_unit_test(test_view_entries),
+        cmocka_unit_test(test_peer_book_entries),
+        cmocka_unit_test(test_peer_book_rejects),
         cmocka_unit_test(test_data_header),
         cmocka_unit_test(test_random_robustness),
     };
