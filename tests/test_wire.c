@@ -1635,6 +1635,18 @@ static void test_peer_book_rejects(void **state)
     assert_int_equal(eccl_wire_encode(m, frame, FRAME_CAP), 0);
     m->u.peer_reply.n = 0;
     assert_int_equal(eccl_wire_encode(m, frame, FRAME_CAP), ECCL_WIRE_HEADER_SIZE + 8);
+    /* A packed list shorter than n: refused, never a frame that lies. */
+    m->u.peer_reply.n = 3;
+    m->u.peer_reply.packed = packed_entries;
+    m->u.peer_reply.packed_len = sizeof packed_entries;
+    assert_int_equal(eccl_wire_encode(m, frame, FRAME_CAP), 0);
+    /* Only a PEER hello carries a rank: elsewhere it would be dropped. */
+    memset(m, 0, sizeof *m);
+    m->type = ECCL_MSG_P2P_HELLO;
+    m->u.hello = (eccl_msg_p2p_hello){.peer_id = 1, .purpose = ECCL_LINK_TREE, .pool_size = 1, .rank = 3};
+    assert_int_equal(eccl_wire_encode(m, frame, FRAME_CAP), 0);
+    m->u.hello.rank = 0;
+    assert_int_equal(eccl_wire_encode(m, frame, FRAME_CAP), ECCL_WIRE_HEADER_SIZE + 20);
 
     free(a.base);
     free(m);

@@ -360,6 +360,7 @@ static void put_payload(wbuf *w, const eccl_msg *m)
             w->bad = 1;
         }
         if (m->u.hello.purpose == ECCL_LINK_PEER) put_u32(w, m->u.hello.rank);
+        else if (m->u.hello.rank != 0) w->bad = 1; /* only a PEER hello carries one */
         break;
     case ECCL_MSG_SYNC_REQ: {
         const eccl_msg_sync_req *q = &m->u.sync_req;
@@ -494,6 +495,7 @@ static void put_payload(wbuf *w, const eccl_msg *m)
             put_u32(w, e.rank);
             put_peer_ref(w, &e.ref);
         }
+        if (i != p->n) w->bad = 1; /* a packed list shorter than it says */
         break;
     }
     case ECCL_MSG_BATCH: {
@@ -950,9 +952,10 @@ int eccl_wire_peer_reply_next(const eccl_msg_peer_reply *m, uint32_t *pos, uint3
     rbuf r = {m->packed, m->packed_len, *pos, 0};
     out->rank = get_u32(&r);
     get_peer_ref(&r, &out->ref);
+    if (r.bad) return 0; /* past a list shorter than it says: *i tells */
     *pos = (uint32_t)r.pos;
     (*i)++;
-    return !r.bad;
+    return 1;
 }
 
 eccl_wire_sync_fetch eccl_wire_sync_plan_fetch(const eccl_msg_sync_plan *m, uint32_t i)
