@@ -175,6 +175,7 @@ typedef enum eccl_algorithm {
                                 peer links; any N (the extra ranks fold in) */
     ECCL_ALGO_BINOMIAL = 4,  /* broadcast, reduce: binomial tree over peer links */
     ECCL_ALGO_PAIRWISE = 5,  /* all-to-all: every pair exchanges directly */
+    ECCL_ALGO_DIRECT = 6,    /* send / receive: the peer link between the two */
     ECCL_ALGO_COUNT
 } eccl_algorithm;
 
@@ -420,6 +421,32 @@ eccl_result eccl_alltoallv_async(eccl_comm *comm, const void *sendbuf, const siz
                                  const size_t *sdispls, void *recvbuf, const size_t *recvcounts,
                                  const size_t *rdispls, eccl_dtype dtype, uint64_t tag,
                                  eccl_request **req);
+
+/* ---- send and receive ---------------------------------------------------------
+ *
+ * count elements from this rank's buf into rank `peer`'s (a rank of the
+ * world the call is made in; not our own: ECCL_ERR_INVALID_ARG). A send
+ * pairs with the receive of the same tag, count and dtype on `peer` naming
+ * us; a receive of another size breaks the pair like a malformed frame.
+ * Tags: a send and a receive of one tag, or one tag between other pairs,
+ * never meet, so a pair may exchange both ways with one tag (async); tags
+ * with the top bit set are reserved (ECCL_ERR_INVALID_ARG, here and for
+ * every collective).
+ *
+ * The fault contract holds for the pair: if either side is lost, or the
+ * membership changes while the transfer is under way, both calls fail with
+ * ECCL_ERR_PEER_LOST (the receive buffer as it was, bit for bit), unless
+ * the receiver already held every byte and the sender knew it, in which
+ * case both succeed; never one of each. A send returns once the receiver
+ * holds the data (it acknowledges), a receive once the sender knows. */
+eccl_result eccl_send(eccl_comm *comm, const void *buf, size_t count, eccl_dtype dtype, uint32_t peer,
+                      uint64_t tag, eccl_reduce_info *info);
+eccl_result eccl_send_async(eccl_comm *comm, const void *buf, size_t count, eccl_dtype dtype,
+                            uint32_t peer, uint64_t tag, eccl_request **req);
+eccl_result eccl_recv(eccl_comm *comm, void *buf, size_t count, eccl_dtype dtype, uint32_t peer,
+                      uint64_t tag, eccl_reduce_info *info);
+eccl_result eccl_recv_async(eccl_comm *comm, void *buf, size_t count, eccl_dtype dtype, uint32_t peer,
+                            uint64_t tag, eccl_request **req);
 
 /* Returns once every peer of the group has entered the barrier with this
  * tag (a one-byte all-reduce under the hood, with its fault contract). */

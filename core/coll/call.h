@@ -17,6 +17,8 @@ typedef enum eccl_coll_kind {
     ECCL_COLL_BROADCAST,      /* count: the buffer; root's sendbuf to all */
     ECCL_COLL_REDUCE,         /* count: the buffer; the result at root only */
     ECCL_COLL_ALLTOALL,       /* count: elements of each block (see svcounts) */
+    ECCL_COLL_SEND,           /* count: the buffer; root: the receiving rank */
+    ECCL_COLL_RECV,           /* count: the buffer; root: the sending rank */
     ECCL_COLL_KIND_COUNT
 } eccl_coll_kind;
 

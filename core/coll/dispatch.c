@@ -11,9 +11,9 @@
 static const char ECCL_DISPATCH_DEFAULT[] = "allreduce 3-4294967295 65536 tree\n";
 
 static const char *const algo_names[ECCL_ALGO_COUNT] = {"ring", "tree", "chain", "recursive",
-                                                         "binomial", "pairwise"};
+                                                         "binomial", "pairwise", "direct"};
 static const char *const coll_names[ECCL_COLL_KIND_COUNT] = {"allreduce", "allgather", "reduce_scatter",
-                                                             "broadcast", "reduce", "alltoall"};
+                                                             "broadcast", "reduce", "alltoall", "send", "recv"};
 
 const char *eccl_dispatch_algo_name(eccl_algorithm a)
 {

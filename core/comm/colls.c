@@ -16,6 +16,8 @@ static eccl_result coll_submit(eccl_comm *c, const eccl_coll_call *call, uint32_
 {
     eccl_result rc = comm_usable(c);
     if (rc != ECCL_OK) return rc;
+    int p2p = call->kind == ECCL_COLL_SEND || call->kind == ECCL_COLL_RECV;
+    if ((call->tag & ECCL_P2P_TAG_BIT) && !p2p) return ECCL_ERR_INVALID_ARG; /* reserved (coll/p2p.h) */
     if (c->sync.active) return ECCL_ERR_BUSY; /* shared-state sync of this group */
     if (comm_op_find(c, call->tag)) return ECCL_ERR_BUSY;
     if (c->n_ops >= ECCL_WIRE_MAX_OPS) return ECCL_ERR_BUSY;
@@ -240,16 +242,18 @@ static eccl_result coll_check(const eccl_coll_call *call, uint32_t world, uint32
     int reducing = call->kind == ECCL_COLL_REDUCE_SCATTER || call->kind == ECCL_COLL_REDUCE;
     if ((unsigned)call->dtype >= ECCL_DTYPE_COUNT || (reducing && (unsigned)call->op >= ECCL_OP_COUNT))
         return ECCL_ERR_INVALID_ARG;
-    int rooted = call->kind == ECCL_COLL_BROADCAST || call->kind == ECCL_COLL_REDUCE;
+    int p2p = call->kind == ECCL_COLL_SEND || call->kind == ECCL_COLL_RECV;
+    int rooted = call->kind == ECCL_COLL_BROADCAST || call->kind == ECCL_COLL_REDUCE || p2p;
     if (rooted && call->root >= world) return ECCL_ERR_INVALID_ARG;
+    if (p2p && call->root == rank) return ECCL_ERR_INVALID_ARG; /* no send to oneself */
     /* Blocks of world * count elements must stay far from overflow (the v
      * layouts were checked as they were read). */
     if (!call->vcounts && call->count > SIZE_MAX / 16 / eccl_dtype_size(call->dtype) / (world ? world : 1))
         return ECCL_ERR_INVALID_ARG;
     if (!call->count) return ECCL_OK;
     int root = rank == call->root;
-    int need_in = call->kind != ECCL_COLL_BROADCAST || root;
-    int need_out = call->kind != ECCL_COLL_REDUCE || root;
+    int need_in = call->kind == ECCL_COLL_SEND || (call->kind != ECCL_COLL_BROADCAST && call->kind != ECCL_COLL_RECV) || root;
+    int need_out = call->kind == ECCL_COLL_RECV || (call->kind != ECCL_COLL_REDUCE && call->kind != ECCL_COLL_SEND) || root;
     return (need_in && !call->sendbuf) || (need_out && !call->recvbuf) ? ECCL_ERR_INVALID_ARG : ECCL_OK;
 }
 
@@ -277,6 +281,8 @@ static eccl_stage_layout coll_layout(const eccl_coll_call *call, uint32_t world,
                                                  : (eccl_stage_layout){extent, 0, mine, at, extent};
     }
     switch (call->kind) {
+    case ECCL_COLL_SEND: return (eccl_stage_layout){b, 0, 0, 0, b};
+    case ECCL_COLL_RECV: return (eccl_stage_layout){0, 0, b, 0, b};
     case ECCL_COLL_ALLGATHER: return (eccl_stage_layout){b, rank * b, world * b, 0, world * b};
     case ECCL_COLL_REDUCE_SCATTER: return (eccl_stage_layout){world * b, 0, b, rank * b, world * b};
     case ECCL_COLL_BROADCAST: return (eccl_stage_layout){root ? b : 0, 0, b, 0, b};
@@ -395,8 +401,14 @@ static eccl_result coll_call_a2a(eccl_comm *c, eccl_coll_call call, const size_t
     eccl_engine_lock(&c->eng);
     eccl_result rc = comm_usable(c);
     if (rc == ECCL_OK) comm_wait_view(c); /* the layout is the next ring's */
-    uint32_t world = c->world, rank = c->rank;
+    uint32_t world = c->world, rank = c->rank, epoch = c->epoch;
     eccl_engine_unlock(&c->eng);
+    if (call.kind == ECCL_COLL_SEND || call.kind == ECCL_COLL_RECV) {
+        /* The pair's own tag in this epoch (coll/p2p.h). */
+        if (call.tag & ECCL_P2P_TAG_BIT) return ECCL_ERR_INVALID_ARG;
+        int send = call.kind == ECCL_COLL_SEND;
+        call.tag = eccl_p2p_tag(call.tag, send ? rank : call.root, send ? call.root : rank, epoch);
+    }
     size_t *varr = NULL;
     if (rc == ECCL_OK && call.kind == ECCL_COLL_ALLTOALL && a2a)
         rc = a2a_layout(&call, a2a->scounts, a2a->sdispls, counts, displs, world, &varr);
@@ -613,6 +625,41 @@ eccl_result eccl_alltoallv_async(eccl_comm *c, const void *sendbuf, const size_t
     a2a_send s = {sendcounts, sdispls};
     return coll_call_a2a(c, a2a_call(sendbuf, recvbuf, 0, dtype, tag), recvcounts, rdispls, &s, NULL, NULL,
                          req);
+}
+
+/* ---- send and receive ------------------------------------------------------------ */
+
+static eccl_coll_call p2p_call(eccl_coll_kind kind, const void *sendbuf, void *recvbuf, size_t count,
+                               eccl_dtype dtype, uint32_t peer, uint64_t tag)
+{
+    return (eccl_coll_call){.kind = kind, .tag = tag, .sendbuf = sendbuf, .recvbuf = recvbuf, .count = count,
+                            .dtype = dtype, .root = peer};
+}
+
+eccl_result eccl_send(eccl_comm *c, const void *buf, size_t count, eccl_dtype dtype, uint32_t peer, uint64_t tag,
+                      eccl_reduce_info *info)
+{
+    return coll_call(c, p2p_call(ECCL_COLL_SEND, buf, NULL, count, dtype, peer, tag), NULL, NULL, NULL, info, NULL);
+}
+
+eccl_result eccl_send_async(eccl_comm *c, const void *buf, size_t count, eccl_dtype dtype, uint32_t peer,
+                            uint64_t tag, eccl_request **req)
+{
+    if (!req) return ECCL_ERR_INVALID_ARG;
+    return coll_call(c, p2p_call(ECCL_COLL_SEND, buf, NULL, count, dtype, peer, tag), NULL, NULL, NULL, NULL, req);
+}
+
+eccl_result eccl_recv(eccl_comm *c, void *buf, size_t count, eccl_dtype dtype, uint32_t peer, uint64_t tag,
+                      eccl_reduce_info *info)
+{
+    return coll_call(c, p2p_call(ECCL_COLL_RECV, NULL, buf, count, dtype, peer, tag), NULL, NULL, NULL, info, NULL);
+}
+
+eccl_result eccl_recv_async(eccl_comm *c, void *buf, size_t count, eccl_dtype dtype, uint32_t peer, uint64_t tag,
+                            eccl_request **req)
+{
+    if (!req) return ECCL_ERR_INVALID_ARG;
+    return coll_call(c, p2p_call(ECCL_COLL_RECV, NULL, buf, count, dtype, peer, tag), NULL, NULL, NULL, NULL, req);
 }
 
 /* A one-byte MAX all-reduce on the request's own bytes: it returns only

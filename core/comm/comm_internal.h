@@ -14,6 +14,7 @@
 #include "comm/stage.h"
 #include "coll/algo.h"
 #include "coll/alltoall.h"
+#include "coll/p2p.h"
 #include "coll/dispatch.h"
 #include "coll/ring_allreduce.h"
 #include "coll/ring_pass.h"
@@ -105,6 +106,7 @@ struct eccl_request {
         eccl_tree_allreduce tree;
         eccl_ring_pass pass;
         eccl_a2a a2a;
+        eccl_p2p p2p;
     } u;
 };
 

@@ -69,7 +69,7 @@ static void op_release_buffers(eccl_comm *c, eccl_request *r)
 static const char *coll_name(eccl_coll_kind k)
 {
     static const char *const names[ECCL_COLL_KIND_COUNT] = {"all-reduce", "all-gather", "reduce-scatter",
-                                                           "broadcast", "reduce", "all-to-all"};
+                                                           "broadcast", "reduce", "all-to-all", "send", "receive"};
     return (unsigned)k < ECCL_COLL_KIND_COUNT ? names[k] : "collective";
 }
 
@@ -267,6 +267,17 @@ static eccl_result alltoall_setup(eccl_comm *c, eccl_request *r)
     return ECCL_OK;
 }
 
+/* Send and receive's (coll/p2p.h): the receiver's backup. */
+static eccl_result p2p_setup(eccl_comm *c, eccl_request *r)
+{
+    size_t bytes = r->call.count * eccl_dtype_size(r->call.dtype);
+    if (r->call.kind == ECCL_COLL_RECV && !(r->backup = eccl_bufpool_get(&c->pool, bytes)))
+        return ECCL_ERR_NO_MEMORY;
+    eccl_p2p_init(&r->u.p2p, &r->call, r->backup ? r->backup->ptr : NULL);
+    r->alg = &eccl_p2p_algo;
+    return ECCL_OK;
+}
+
 static eccl_result op_start(eccl_comm *c, eccl_request *r)
 {
     r->call.env = c->env;
@@ -286,6 +297,7 @@ static eccl_result op_start(eccl_comm *c, eccl_request *r)
     }
     eccl_result rc = r->call.kind == ECCL_COLL_ALLREDUCE  ? allreduce_setup(c, r)
                      : r->call.kind == ECCL_COLL_ALLTOALL ? alltoall_setup(c, r)
+                     : r->call.kind == ECCL_COLL_SEND || r->call.kind == ECCL_COLL_RECV ? p2p_setup(c, r)
                                                           : pass_setup(c, r);
     if (rc != ECCL_OK) {
         r->state = OP_RUNNING; /* nothing was sent: finishing restores nothing */

@@ -6,7 +6,8 @@
  *
  *   VIEW_QUERY(e) -> every member freezes its epoch-e ops and reports, per
  *                    tag, whether it holds the full result
- *   VIEW_DECIDE   -> commit a tag iff every surviving member holds it, else
+ *   VIEW_DECIDE   -> commit a tag iff every surviving member holds it (a
+ *                    point-to-point tag: every surviving party), else
  *                    abort it (members restore their buffers)
  *   RING(e+1)     -> new neighbours; members report RING_READY when wired
  *
@@ -20,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "coll/p2p.h"
 #include "coll/tree_allreduce.h"
 #include "eccl_core.h"
 #include "proto/chan.h"
@@ -338,11 +340,16 @@ static void finish_view(eccl_master *m, mgroup *g)
                 uint32_t holders = 0;
                 uint64_t tag = all[a].tag;
                 for (b = a; b < total && all[b].tag == tag; b++) holders += all[b].flag;
+                /* A point-to-point tag (coll/p2p.h) has two parties, and
+                 * only they report it: every one of them that is left
+                 * must hold it. */
+                uint32_t need = tag & ECCL_P2P_TAG_BIT ? (uint32_t)(b - a) : g->n;
                 all[n_ops].tag = tag;
-                all[n_ops].flag = holders == g->n;
+                all[n_ops].flag = holders == need;
                 n_ops++;
-                ECCL_INFO(m->env, "group %u epoch %u: %s collective tag %llu", g->id, g->epoch,
-                          holders == g->n ? "commit" : "abort", (unsigned long long)tag);
+                ECCL_INFO(m->env, "group %u epoch %u: %s %s tag %llu", g->id, g->epoch,
+                          holders == need ? "commit" : "abort",
+                          tag & ECCL_P2P_TAG_BIT ? "point-to-point" : "collective", (unsigned long long)tag);
             }
             eccl_msg d = {.type = ECCL_MSG_VIEW_DECIDE};
             d.u.view.epoch = g->epoch;

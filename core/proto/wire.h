@@ -245,7 +245,10 @@ enum eccl_data_phase {
     /* all-to-all (coll/alltoall.h), on peer links: step 0 a slice of the
      * sender's block for us (offset: within it), step 1 its done token */
     ECCL_PHASE_A2A = 14,
-    ECCL_PHASE_LAST = ECCL_PHASE_A2A
+    /* send / receive (coll/p2p.h), on peer links: step 0 a slice, 1 the
+     * last slice, 2 the receiver's ACK, 3 the sender's FIN */
+    ECCL_PHASE_P2P = 15,
+    ECCL_PHASE_LAST = ECCL_PHASE_P2P
 };
 
 /* ---- shared state (state/sync.h has the protocol) ----
