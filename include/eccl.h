@@ -179,6 +179,10 @@ typedef enum eccl_algorithm {
     ECCL_ALGO_COUNT
 } eccl_algorithm;
 
+/* "ring", "tree", "chain", "recursive", "binomial", "pairwise", "direct"
+ * (the names ECCL_ALGO and ECCL_TUNE use); "?" for anything else. */
+const char *eccl_algorithm_name(uint32_t algorithm);
+
 /* What one collective call did (any collective, not only all-reduce). */
 typedef struct eccl_reduce_info {
     uint32_t world_size;  /* peers that took part */

@@ -153,6 +153,7 @@ struct bench_run {
     double busbw_sum;
     unsigned rows;
     uint64_t wrong_total;
+    uint32_t algo;         /* the algorithm the row's last call ran (eccl_reduce_info) */
 };
 
 /* Check values of this rank and the reduction every rank must end with. */
@@ -749,26 +750,35 @@ static eccl_result issue(struct bench_run *run, const void *in, void *out, size_
 {
     const struct bench_opts *o = run->opts;
     eccl_comm *c = run->comm;
+    eccl_reduce_info info_store, *info = req ? NULL : &info_store;
+    eccl_result rc;
     switch (o->coll) {
     case COLL_ALLGATHER:
-        return req ? eccl_allgather_async(c, in, out, ccount, o->dtype, tag, req)
-                   : eccl_allgather(c, in, out, ccount, o->dtype, tag, NULL);
+        rc = req ? eccl_allgather_async(c, in, out, ccount, o->dtype, tag, req)
+                   : eccl_allgather(c, in, out, ccount, o->dtype, tag, info);
+        break;
     case COLL_REDUCE_SCATTER:
-        return req ? eccl_reduce_scatter_async(c, in, out, ccount, o->dtype, o->op, tag, req)
-                   : eccl_reduce_scatter(c, in, out, ccount, o->dtype, o->op, tag, NULL);
+        rc = req ? eccl_reduce_scatter_async(c, in, out, ccount, o->dtype, o->op, tag, req)
+                   : eccl_reduce_scatter(c, in, out, ccount, o->dtype, o->op, tag, info);
+        break;
     case COLL_BROADCAST:
-        return req ? eccl_broadcast_async(c, in, out, ccount, o->dtype, 0, tag, req)
-                   : eccl_broadcast(c, in, out, ccount, o->dtype, 0, tag, NULL);
+        rc = req ? eccl_broadcast_async(c, in, out, ccount, o->dtype, 0, tag, req)
+                   : eccl_broadcast(c, in, out, ccount, o->dtype, 0, tag, info);
+        break;
     case COLL_REDUCE:
-        return req ? eccl_reduce_async(c, in, out, ccount, o->dtype, o->op, 0, tag, req)
-                   : eccl_reduce(c, in, out, ccount, o->dtype, o->op, 0, tag, NULL);
+        rc = req ? eccl_reduce_async(c, in, out, ccount, o->dtype, o->op, 0, tag, req)
+                   : eccl_reduce(c, in, out, ccount, o->dtype, o->op, 0, tag, info);
+        break;
     case COLL_ALLTOALL:
-        return req ? eccl_alltoall_async(c, in, out, ccount, o->dtype, tag, req)
-                   : eccl_alltoall(c, in, out, ccount, o->dtype, tag, NULL);
+        rc = req ? eccl_alltoall_async(c, in, out, ccount, o->dtype, tag, req)
+                   : eccl_alltoall(c, in, out, ccount, o->dtype, tag, info);
+        break;
     default:
-        return req ? eccl_allreduce_async(c, in, out, ccount, o->dtype, o->op, tag, req)
-                   : eccl_allreduce(c, in, out, ccount, o->dtype, o->op, tag, NULL);
+        rc = req ? eccl_allreduce_async(c, in, out, ccount, o->dtype, o->op, tag, req)
+                   : eccl_allreduce(c, in, out, ccount, o->dtype, o->op, tag, info);
     }
+    if (rc == ECCL_OK && info) run->algo = info->algorithm;
+    return rc;
 }
 
 /* One timed (or warm-up) iteration: one blocking call, or --inflight async
@@ -797,8 +807,12 @@ static int round_of_calls(struct bench_run *run, size_t count, void *out, const 
             break;
         }
     }
-    for (uint64_t j = 0; j < k; j++)
-        failed |= eccl_failed(eccl_wait(r[j], NULL), "rank %" PRId64 ": %s (wait)", run->rank, what);
+    for (uint64_t j = 0; j < k; j++) {
+        eccl_reduce_info info;
+        eccl_result rc = eccl_wait(r[j], &info);
+        failed |= eccl_failed(rc, "rank %" PRId64 ": %s (wait)", run->rank, what);
+        if (rc == ECCL_OK) run->algo = info.algorithm;
+    }
     return failed;
 }
 
@@ -953,7 +967,7 @@ static void print_header(const struct bench_run *run)
            run->nranks, run->dt->name, op_names[o->op], o->inplace, o->iters, o->warmup,
            o->check, o->inflight, o->device, coll_names[o->coll]);
     printf("#       size         count      type   redop     time(us)   algbw(GB/s)"
-           "   busbw(GB/s)  #wrong\n");
+           "   busbw(GB/s)  #wrong  algo\n");
     fflush(stdout);
 }
 
@@ -986,8 +1000,9 @@ static void print_row(struct bench_run *run, size_t count, double time_us, uint6
         return;
     if (run->opts->check)
         snprintf(wrong_text, sizeof wrong_text, "%" PRIu64, wrong);
-    printf("%12zu  %12zu  %8s  %6s  %11.2f  %12.2f  %12.2f  %6s\n", bytes, count,
-           run->dt->name, reduces ? op_names[run->opts->op] : "none", time_us, algbw, busbw, wrong_text);
+    printf("%12zu  %12zu  %8s  %6s  %11.2f  %12.2f  %12.2f  %6s  %s\n", bytes, count,
+           run->dt->name, reduces ? op_names[run->opts->op] : "none", time_us, algbw, busbw, wrong_text,
+           eccl_algorithm_name(run->algo));
     fflush(stdout);
 }
 

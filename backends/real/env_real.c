@@ -475,10 +475,30 @@ static int parse_log_level(const char *s)
 
 /* ---- config: environment variables -------------------------------------- */
 
+/* ECCL_TUNE, the dispatcher's rules (core/coll/dispatch.h), may also come
+ * from the file ECCL_TUNE_FILE names (what eccl-tune writes): read whole,
+ * or not at all (the dispatcher warns when the file gave nothing). */
+static int read_tune_file(char *buf, size_t len)
+{
+    const char *path = getenv("ECCL_TUNE_FILE");
+    FILE *f = path && *path ? fopen(path, "r") : NULL;
+    if (!f)
+        return 0;
+    size_t n = fread(buf, 1, len, f);
+    int whole = n < len && !ferror(f);
+    fclose(f);
+    if (!whole)
+        return 0;
+    buf[n] = '\0';
+    return 1;
+}
+
 static int real_config_get(void *ctx, const char *name, char *buf, size_t len)
 {
     (void)ctx;
     const char *v = getenv(name);
+    if (!v && strcmp(name, "ECCL_TUNE") == 0)
+        return read_tune_file(buf, len);
     if (!v || strlen(v) >= len)
         return 0;
     memcpy(buf, v, strlen(v) + 1);

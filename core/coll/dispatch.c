@@ -20,6 +20,11 @@ const char *eccl_dispatch_algo_name(eccl_algorithm a)
     return (unsigned)a < ECCL_ALGO_COUNT ? algo_names[a] : NULL;
 }
 
+const char *eccl_algorithm_name(uint32_t algorithm)
+{
+    return algorithm < ECCL_ALGO_COUNT ? algo_names[algorithm] : "?";
+}
+
 const char *eccl_dispatch_coll_name(eccl_coll_kind k)
 {
     return (unsigned)k < ECCL_COLL_KIND_COUNT ? coll_names[k] : NULL;
@@ -87,6 +92,19 @@ static int parse_rule(const char *p, const char *end, eccl_dispatch_rule *r)
     return 1;
 }
 
+/* Room for one more rule (the table grows as it fills: most comms hold
+ * the one built-in rule, and a simulated 96K-rank run holds 96K comms). */
+static int rules_room(eccl_dispatch *d)
+{
+    if (d->n_rules < d->cap_rules) return 1;
+    uint32_t cap = d->cap_rules ? 2 * d->cap_rules : 2;
+    eccl_dispatch_rule *r = realloc(d->rules, cap * sizeof *r);
+    if (!r) return 0;
+    d->rules = r;
+    d->cap_rules = cap;
+    return 1;
+}
+
 uint32_t eccl_dispatch_add_rules(eccl_dispatch *d, const eccl_env *env, const char *text)
 {
     uint32_t skipped = 0, line = 0;
@@ -101,8 +119,9 @@ uint32_t eccl_dispatch_add_rules(eccl_dispatch *d, const eccl_env *env, const ch
                 ECCL_WARN(env, "ECCL_TUNE line %u \"%.*s\" is not \"<collective> <nmin>-<nmax> <max bytes> "
                                "<algorithm>\": skipped", line, (int)(end - p), p);
                 skipped++;
-            } else if (d->n_rules == ECCL_DISPATCH_MAX_RULES) {
-                ECCL_WARN(env, "ECCL_TUNE line %u: more than %u rules; skipped", line, ECCL_DISPATCH_MAX_RULES);
+            } else if (d->n_rules == ECCL_DISPATCH_MAX_RULES || !rules_room(d)) {
+                ECCL_WARN(env, "ECCL_TUNE line %u: more than %u rules, or no memory; skipped", line,
+                          ECCL_DISPATCH_MAX_RULES);
                 skipped++;
             } else {
                 d->rules[d->n_rules++] = r;
@@ -137,28 +156,25 @@ eccl_result eccl_dispatch_init(eccl_dispatch *d, const eccl_env *env)
 {
     memset(d, 0, sizeof *d);
     memset(d->forced, ECCL_ALGO_NONE, sizeof d->forced);
-    d->rules = malloc(ECCL_DISPATCH_MAX_RULES * sizeof *d->rules);
     char *text = malloc(ECCL_DISPATCH_TEXT_MAX);
-    if (!d->rules || !text) {
-        free(text);
-        eccl_dispatch_free(d);
-        return ECCL_ERR_NO_MEMORY;
-    }
+    if (!text) return ECCL_ERR_NO_MEMORY;
     if (eccl_config_get(env, "ECCL_ALGO", text, ECCL_DISPATCH_TEXT_MAX)) parse_forced(d, env, text);
-    if (eccl_config_get(env, "ECCL_TUNE", text, ECCL_DISPATCH_TEXT_MAX)) eccl_dispatch_add_rules(d, env, text);
+    if (eccl_config_get(env, "ECCL_TUNE", text, ECCL_DISPATCH_TEXT_MAX)) {
+        eccl_dispatch_add_rules(d, env, text);
+    } else if (eccl_config_get(env, "ECCL_TUNE_FILE", text, ECCL_DISPATCH_TEXT_MAX) && text[0]) {
+        ECCL_WARN(env, "ECCL_TUNE_FILE=%s gave no rules (unreadable, or over %u bytes): the built-in table applies",
+                  text, ECCL_DISPATCH_TEXT_MAX);
+    }
     free(text);
     eccl_dispatch_add_rules(d, env, ECCL_DISPATCH_DEFAULT);
-    /* Down to what is used: a simulated 96K-rank run holds 96K comms. */
-    eccl_dispatch_rule *fit = realloc(d->rules, d->n_rules * sizeof *d->rules);
-    if (fit) d->rules = fit;
-    return ECCL_OK;
+    return d->n_rules ? ECCL_OK : ECCL_ERR_NO_MEMORY;
 }
 
 void eccl_dispatch_free(eccl_dispatch *d)
 {
     free(d->rules);
     d->rules = NULL;
-    d->n_rules = 0;
+    d->n_rules = d->cap_rules = 0;
 }
 
 eccl_algorithm eccl_dispatch_pick(const eccl_dispatch *d, eccl_coll_kind kind, uint32_t nranks,

@@ -9,7 +9,9 @@
  *      sweeps and users who know better. A forced algorithm that cannot run
  *      the call is passed over, never half-run.
  *   2. ECCL_TUNE, a table of rules (eccl-tune writes one from measured
- *      sweeps), one per line, the first that matches wins:
+ *      sweeps; the real backend reads it from the file ECCL_TUNE_FILE
+ *      names when ECCL_TUNE itself is not set), one per line, the first
+ *      that matches wins:
  *          <collective> <nmin>-<nmax> <max bytes> <algorithm>
  *      e.g. "allreduce 3-64 65536 tree"; '#' starts a comment.
  *   3. The built-in table below (ECCL_DISPATCH_DEFAULT), measured on
@@ -43,7 +45,7 @@ typedef struct eccl_dispatch_rule {
 
 typedef struct eccl_dispatch {
     uint8_t forced[ECCL_COLL_KIND_COUNT]; /* ECCL_ALGO_NONE: pick */
-    uint32_t n_rules;                     /* tuned rules, then the built-in ones */
+    uint32_t n_rules, cap_rules;          /* tuned rules, then the built-in ones */
     eccl_dispatch_rule *rules;
 } eccl_dispatch;
 

@@ -1,0 +1,186 @@
+/* The dispatcher (core/coll/dispatch.h): the rule language, what ECCL_ALGO
+ * forces, the order of precedence, and that no malformed line takes effect
+ * (each is skipped, and said so). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "coll/dispatch.h"
+#include "host_env.h"
+
+/* Settings and warnings of one test's env. */
+static const char *g_algo, *g_tune, *g_tune_file;
+static int g_warnings;
+
+static int cfg_get(void *ctx, const char *name, char *buf, size_t len)
+{
+    (void)ctx;
+    const char *v = strcmp(name, "ECCL_ALGO") == 0   ? g_algo
+                    : strcmp(name, "ECCL_TUNE") == 0 ? g_tune
+                    : strcmp(name, "ECCL_TUNE_FILE") == 0 ? g_tune_file
+                                                          : NULL;
+    if (!v || strlen(v) >= len) return 0;
+    memcpy(buf, v, strlen(v) + 1);
+    return 1;
+}
+static const eccl_config_ops cfg = {sizeof cfg, cfg_get};
+
+static void count_log(void *ctx, int level, const char *line)
+{
+    (void)ctx, (void)line;
+    g_warnings += level <= ECCL_LOG_WARN;
+}
+static const eccl_log_ops counting_log = {sizeof counting_log, count_log};
+
+static eccl_env env_with(const char *algo, const char *tune)
+{
+    eccl_env e = host_env();
+    e.config = &cfg;
+    e.log = &counting_log;
+    e.log_level = ECCL_LOG_WARN;
+    g_algo = algo;
+    g_tune = tune;
+    g_tune_file = NULL;
+    g_warnings = 0;
+    return e;
+}
+
+#define ALL 0x7fu /* every algorithm a candidate */
+#define BIT(a) ECCL_DISPATCH_BIT(a)
+
+static void test_builtin_default(void **state)
+{
+    (void)state;
+    eccl_env e = env_with(NULL, NULL);
+    eccl_dispatch d;
+    assert_int_equal(eccl_dispatch_init(&d, &e), ECCL_OK);
+    /* The tree for small all-reduces from three ranks on, if it can run. */
+    uint32_t ring_tree = BIT(ECCL_ALGO_RING) | BIT(ECCL_ALGO_TREE);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 4, 64, ring_tree), ECCL_ALGO_TREE);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 4, 1 << 20, ring_tree), ECCL_ALGO_RING);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 4, 64, BIT(ECCL_ALGO_RING)), ECCL_ALGO_RING);
+    /* No rule: the first candidate. */
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_BROADCAST, 4, 64, BIT(ECCL_ALGO_CHAIN) | BIT(ECCL_ALGO_BINOMIAL)),
+                     ECCL_ALGO_CHAIN);
+    assert_int_equal(g_warnings, 0);
+    eccl_dispatch_free(&d);
+}
+
+static void test_rules_first_match_wins(void **state)
+{
+    (void)state;
+    eccl_env e = env_with(NULL, "# measured on a laptop\n"
+                                "allreduce 2-2 1048576 ring   # the exchange\n"
+                                "\n"
+                                "allreduce 3-8 4096 recursive\n"
+                                "allreduce 3-8 65536 tree\n"
+                                "broadcast 1-4294967295 18446744073709551615 binomial");
+    eccl_dispatch d;
+    assert_int_equal(eccl_dispatch_init(&d, &e), ECCL_OK);
+    assert_int_equal(g_warnings, 0);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 3, 4096, ALL), ECCL_ALGO_RECURSIVE);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 8, 4097, ALL), ECCL_ALGO_TREE);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 9, 64, ALL), ECCL_ALGO_TREE); /* built-in */
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 2, 64, ALL), ECCL_ALGO_RING);
+    /* A rule whose algorithm cannot run the call is passed over. */
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 3, 64, BIT(ECCL_ALGO_RING) | BIT(ECCL_ALGO_TREE)),
+                     ECCL_ALGO_TREE);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_BROADCAST, 100000, UINT64_MAX, ALL), ECCL_ALGO_BINOMIAL);
+    eccl_dispatch_free(&d);
+}
+
+static void test_malformed_lines_skipped(void **state)
+{
+    (void)state;
+    static const char *bad[] = {
+        "allreduce 3-8 4096",              /* no algorithm */
+        "allreduce 3-8 4096 tree extra",   /* a word too many */
+        "allreduce 8-3 4096 tree",         /* empty range */
+        "allreduce 3 4096 tree",           /* no range */
+        "allreduce 3-8 4k tree",           /* not a number */
+        "allreduce 3-8 -1 tree",
+        "allreduce 3-4294967296 1 tree",   /* over u32 */
+        "allreduce 3-8 18446744073709551616 tree", /* over u64 */
+        "allreduce 3-8 4096 trees",        /* unknown algorithm */
+        "allreduces 3-8 4096 tree",        /* unknown collective */
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        eccl_env e = env_with(NULL, bad[i]);
+        eccl_dispatch d;
+        assert_int_equal(eccl_dispatch_init(&d, &e), ECCL_OK);
+        assert_int_equal(g_warnings, 1);
+        assert_int_equal(d.n_rules, 1); /* the built-in one alone */
+        eccl_dispatch_free(&d);
+    }
+    /* Good lines around a bad one still count. */
+    eccl_dispatch d;
+    eccl_env e = env_with(NULL, NULL);
+    assert_int_equal(eccl_dispatch_init(&d, &e), ECCL_OK);
+    assert_int_equal(eccl_dispatch_add_rules(&d, &e, "reduce 2-8 64 binomial\nreduce 2-8 x chain\nreduce 2-8 128 chain\n"), 1);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_REDUCE, 4, 100, ALL), ECCL_ALGO_CHAIN);
+    eccl_dispatch_free(&d);
+}
+
+static void test_forced(void **state)
+{
+    (void)state;
+    eccl_env e = env_with("allreduce=ring,broadcast=binomial", "allreduce 2-64 1000000000 tree");
+    eccl_dispatch d;
+    assert_int_equal(eccl_dispatch_init(&d, &e), ECCL_OK);
+    assert_int_equal(g_warnings, 0);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 4, 64, ALL), ECCL_ALGO_RING);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_BROADCAST, 4, 64, ALL), ECCL_ALGO_BINOMIAL);
+    /* Forced but unable to run the call: the rules decide. */
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_BROADCAST, 4, 64, BIT(ECCL_ALGO_CHAIN)), ECCL_ALGO_CHAIN);
+    eccl_dispatch_free(&d);
+
+    e = env_with("all=pairwise,reduce=chain,bogus=ring,allgather=nope,novalue", NULL);
+    assert_int_equal(eccl_dispatch_init(&d, &e), ECCL_OK);
+    assert_int_equal(g_warnings, 3);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLTOALL, 4, 64, ALL), ECCL_ALGO_PAIRWISE);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_REDUCE, 4, 64, ALL), ECCL_ALGO_CHAIN);
+    eccl_dispatch_free(&d);
+}
+
+static void test_tune_file_warning(void **state)
+{
+    (void)state;
+    eccl_env e = env_with(NULL, NULL);
+    g_tune_file = "/nonexistent/tune.txt"; /* the backend could not read it: no ECCL_TUNE */
+    eccl_dispatch d;
+    assert_int_equal(eccl_dispatch_init(&d, &e), ECCL_OK);
+    assert_int_equal(g_warnings, 1);
+    eccl_dispatch_free(&d);
+}
+
+static void test_names(void **state)
+{
+    (void)state;
+    for (int a = 0; a < ECCL_ALGO_COUNT; a++) {
+        const char *n = eccl_dispatch_algo_name((eccl_algorithm)a);
+        assert_non_null(n);
+        assert_int_equal(eccl_dispatch_algo_parse(n, strlen(n)), a);
+        assert_string_equal(eccl_algorithm_name((uint32_t)a), n);
+    }
+    for (int k = 0; k < ECCL_COLL_KIND_COUNT; k++) {
+        const char *n = eccl_dispatch_coll_name((eccl_coll_kind)k);
+        assert_int_equal(eccl_dispatch_coll_parse(n, strlen(n)), k);
+    }
+    assert_string_equal(eccl_algorithm_name(ECCL_ALGO_COUNT), "?");
+    assert_int_equal(eccl_dispatch_algo_parse("rin", 3), -1);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_builtin_default), cmocka_unit_test(test_rules_first_match_wins),
+        cmocka_unit_test(test_malformed_lines_skipped), cmocka_unit_test(test_forced),
+        cmocka_unit_test(test_tune_file_warning), cmocka_unit_test(test_names),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
