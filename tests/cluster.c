@@ -662,6 +662,28 @@ unsigned cluster_listen_port(cluster *cl, int index)
     return port;
 }
 
+int cluster_run(cluster *cl, const cluster_opts *opts, int n, cluster_body body, void *arg,
+                uint64_t timeout_ms)
+{
+    int rc = cluster_init(cl, opts) == 0 && cluster_spawn_n(cl, n, body, arg) == 0 &&
+                     cluster_wait_all(cl, timeout_ms) == 0
+                 ? 0
+                 : -1;
+    cluster_fini(cl);
+    return rc;
+}
+
+int cluster_rank_world(eccl_comm *c, uint32_t *rank, uint32_t *world)
+{
+    int64_t r, w;
+    if (eccl_comm_get_attr(c, ECCL_ATTR_RANK, &r) != ECCL_OK ||
+        eccl_comm_get_attr(c, ECCL_ATTR_WORLD_SIZE, &w) != ECCL_OK)
+        return -1;
+    *rank = (uint32_t)r;
+    *world = (uint32_t)w;
+    return 0;
+}
+
 void cluster_fini(cluster *cl)
 {
     if (!cl->sh) return;

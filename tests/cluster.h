@@ -180,6 +180,11 @@ unsigned cluster_listen_port(cluster *cl, int index);
 /* Kills whatever is left, master included, and unmaps; idempotent, safe on
  * a zeroed struct. */
 void cluster_fini(cluster *cl);
+/* The common test: init (opts may be NULL), n peers running `body`, every
+ * one passing within timeout_ms, fini. 0 on success, -1 otherwise (the
+ * failures printed). */
+int cluster_run(cluster *cl, const cluster_opts *opts, int n, cluster_body body, void *arg,
+                uint64_t timeout_ms);
 void cluster_dump_slot(const cluster *cl, int index);
 
 /* ---- child side -------------------------------------------------------- */
@@ -190,6 +195,9 @@ void cluster_dump_slot(const cluster *cl, int index);
 int cluster_self_index(void);
 cluster_slot *cluster_self(void);
 cluster_shared *cluster_shm(void);
+/* This peer's ring rank and world size (ECCL_ATTR_RANK, _WORLD_SIZE): 0,
+ * or -1 if either could not be read. */
+int cluster_rank_world(eccl_comm *c, uint32_t *rank, uint32_t *world);
 /* Records the first failure message of this child (also to stderr). */
 void cluster_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* t0/t1: cluster_now_ns() right before and right after the call. */

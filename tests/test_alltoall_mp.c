@@ -26,17 +26,6 @@
 
 static int block_id(uint32_t from, uint32_t to) { return (int)(from * CLUSTER_MAX_PEERS + to); }
 
-static int rank_world(eccl_comm *c, uint32_t *rank, uint32_t *n)
-{
-    int64_t r, w;
-    if (eccl_comm_get_attr(c, ECCL_ATTR_RANK, &r) != ECCL_OK ||
-        eccl_comm_get_attr(c, ECCL_ATTR_WORLD_SIZE, &w) != ECCL_OK)
-        return -1;
-    *rank = (uint32_t)r;
-    *n = (uint32_t)w;
-    return 0;
-}
-
 /* One v layout: counts[i][j] elements from rank i to rank j, every
  * receive block i at rdispls[i] with a gap of `gap` elements before it,
  * send blocks back to back. */
@@ -83,7 +72,7 @@ static int check_recv(const uint8_t *recv, const layout *l, eccl_dtype t, uint32
 static int uniform_call(eccl_comm *c, eccl_dtype t, size_t count, int in_place, uint64_t tag)
 {
     uint32_t rank, n;
-    CL_CHECK(rank_world(c, &rank, &n) == 0, "attrs");
+    CL_CHECK(cluster_rank_world(c, &rank, &n) == 0, "attrs");
     size_t es = eccl_dtype_size(t), bytes = (size_t)n * count * es;
     uint8_t *send = malloc(bytes + 1), *recv = malloc(bytes + 1);
     CL_CHECK(send && recv, "oom");
@@ -129,10 +118,7 @@ static int matrix_body(eccl_comm *c, int index, void *arg)
 
 static void run_matrix(cluster *cl, int n, size_t big)
 {
-    assert_int_equal(cluster_init(cl, NULL), 0);
-    assert_int_equal(cluster_spawn_n(cl, n, matrix_body, &big), 0);
-    assert_int_equal(cluster_wait_all(cl, 120000), 0);
-    cluster_fini(cl);
+    assert_int_equal(cluster_run(cl, NULL, n, matrix_body, &big, 120000), 0);
 }
 
 static void test_matrix_n2(void **state) { run_matrix(*state, 2, 0); }
@@ -144,7 +130,7 @@ static void test_matrix_n4_large(void **state) { run_matrix(*state, 4, 600007); 
 static int v_call(eccl_comm *c, layout *l, eccl_dtype t, int in_place, uint64_t tag)
 {
     uint32_t rank, n;
-    CL_CHECK(rank_world(c, &rank, &n) == 0 && n == l->n, "attrs");
+    CL_CHECK(cluster_rank_world(c, &rank, &n) == 0 && n == l->n, "attrs");
     layout_for(l, rank, in_place ? 0 : 3);
     size_t es = eccl_dtype_size(t);
     uint8_t *send = malloc(l->sext * es + 1), *recv = malloc(l->rext * es + 1);
@@ -173,7 +159,7 @@ static int v_body(eccl_comm *c, int index, void *arg)
 {
     (void)index, (void)arg;
     uint32_t rank, n;
-    CL_CHECK(rank_world(c, &rank, &n) == 0, "attrs");
+    CL_CHECK(cluster_rank_world(c, &rank, &n) == 0, "attrs");
     layout l = {.n = n};
     for (uint64_t round = 0; round < 3; round++) {
         /* Uneven, with empty blocks, and rank 1 sending and receiving
@@ -193,10 +179,7 @@ static int v_body(eccl_comm *c, int index, void *arg)
 static void test_v_n5(void **state)
 {
     cluster *cl = *state;
-    assert_int_equal(cluster_init(cl, NULL), 0);
-    assert_int_equal(cluster_spawn_n(cl, 5, v_body, NULL), 0);
-    assert_int_equal(cluster_wait_all(cl, 120000), 0);
-    cluster_fini(cl);
+    assert_int_equal(cluster_run(cl, NULL, 5, v_body, NULL, 120000), 0);
 }
 
 /* ---- arguments ---------------------------------------------------------------------- */
@@ -205,7 +188,7 @@ static int args_body(eccl_comm *c, int index, void *arg)
 {
     (void)index, (void)arg;
     uint32_t rank, n;
-    CL_CHECK(rank_world(c, &rank, &n) == 0, "attrs");
+    CL_CHECK(cluster_rank_world(c, &rank, &n) == 0, "attrs");
     float send[8] = {0}, recv[8] = {0};
     size_t ones[CLUSTER_MAX_PEERS], displs[CLUSTER_MAX_PEERS], same[CLUSTER_MAX_PEERS];
     for (uint32_t i = 0; i < n; i++) ones[i] = 1, displs[i] = i, same[i] = 0;
@@ -228,10 +211,7 @@ static int args_body(eccl_comm *c, int index, void *arg)
 static void test_args_n3(void **state)
 {
     cluster *cl = *state;
-    assert_int_equal(cluster_init(cl, NULL), 0);
-    assert_int_equal(cluster_spawn_n(cl, 3, args_body, NULL), 0);
-    assert_int_equal(cluster_wait_all(cl, 60000), 0);
-    cluster_fini(cl);
+    assert_int_equal(cluster_run(cl, NULL, 3, args_body, NULL, 60000), 0);
 }
 
 /* ---- OCCL: async all-to-alls and all-gathers issued in different orders -------- */
@@ -242,7 +222,7 @@ static int order_body(eccl_comm *c, int index, void *arg)
 {
     (void)index, (void)arg;
     uint32_t rank, n;
-    CL_CHECK(rank_world(c, &rank, &n) == 0, "attrs");
+    CL_CHECK(cluster_rank_world(c, &rank, &n) == 0, "attrs");
     size_t count = 20000, bytes = (size_t)n * count * 4;
     uint8_t *send[ORDER_OPS], *recv[ORDER_OPS];
     eccl_request *req[ORDER_OPS];
@@ -284,10 +264,7 @@ static int order_body(eccl_comm *c, int index, void *arg)
 static void test_orders_n4(void **state)
 {
     cluster *cl = *state;
-    assert_int_equal(cluster_init(cl, NULL), 0);
-    assert_int_equal(cluster_spawn_n(cl, 4, order_body, NULL), 0);
-    assert_int_equal(cluster_wait_all(cl, 120000), 0);
-    cluster_fini(cl);
+    assert_int_equal(cluster_run(cl, NULL, 4, order_body, NULL, 120000), 0);
 }
 
 /* ---- the fault contract: a peer killed mid-call ---------------------------------
@@ -315,7 +292,7 @@ static int fault_body(eccl_comm *c, int index, void *arg)
 {
     int victim = *(int *)arg;
     uint32_t rank, n;
-    CL_CHECK(rank_world(c, &rank, &n) == 0, "attrs");
+    CL_CHECK(cluster_rank_world(c, &rank, &n) == 0, "attrs");
     if (uniform_call(c, ECCL_F32, 1000, 0, 10)) return 1; /* the full world works */
     cluster_shared *sh = cluster_shm();
     if ((int)rank == victim) {
@@ -344,14 +321,14 @@ static int fault_body(eccl_comm *c, int index, void *arg)
     if (rc == ECCL_OK) {
         /* Only when the view change came before this rank's call: its
          * layout then failed as PEER_LOST, or it ran at world n-1. */
-        CL_CHECK(rank_world(c, &rank, &n) == 0 && n == FAULT_N - 1, "succeeded at world %u with a peer killed", n);
+        CL_CHECK(cluster_rank_world(c, &rank, &n) == 0 && n == FAULT_N - 1, "succeeded at world %u with a peer killed", n);
         return 0;
     }
     CL_CHECK(rc == ECCL_ERR_PEER_LOST, "alltoall with a peer killed mid-call: %s, want PEER_LOST",
              eccl_strerror(rc));
     CL_CHECK(post == pre, "alltoall failed but its output changed");
     atomic_store(&sh->slot[index].val[V_LOST], 1);
-    CL_CHECK(rank_world(c, &rank, &n) == 0 && n == FAULT_N - 1, "world %u after the loss", n);
+    CL_CHECK(cluster_rank_world(c, &rank, &n) == 0 && n == FAULT_N - 1, "world %u after the loss", n);
     return uniform_call(c, ECCL_F32, FAULT_COUNT / 4, 0, TAG_FAULT); /* the retry, at world n-1 */
 }
 

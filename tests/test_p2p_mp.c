@@ -20,23 +20,12 @@
 
 #include "cluster.h"
 
-static int rank_world(eccl_comm *c, uint32_t *rank, uint32_t *n)
-{
-    int64_t r, w;
-    if (eccl_comm_get_attr(c, ECCL_ATTR_RANK, &r) != ECCL_OK ||
-        eccl_comm_get_attr(c, ECCL_ATTR_WORLD_SIZE, &w) != ECCL_OK)
-        return -1;
-    *rank = (uint32_t)r;
-    *n = (uint32_t)w;
-    return 0;
-}
-
 /* Every rank sends to rank+`shift` and receives from rank-`shift`, both
  * async with the same tag; the received buffer must be the sender's fill. */
 static int ring_step(eccl_comm *c, eccl_dtype t, size_t count, uint32_t shift, uint64_t tag)
 {
     uint32_t rank, n;
-    CL_CHECK(rank_world(c, &rank, &n) == 0, "attrs");
+    CL_CHECK(cluster_rank_world(c, &rank, &n) == 0, "attrs");
     uint32_t to = (rank + shift) % n, from = (rank + n - shift % n) % n;
     size_t es = eccl_dtype_size(t), bytes = count * es;
     uint8_t *send = malloc(bytes + 1), *recv = malloc(bytes + 1), *want = malloc(bytes + 1);
@@ -68,7 +57,7 @@ static int ring_body(eccl_comm *c, int index, void *arg)
 {
     (void)index, (void)arg;
     uint32_t rank, n;
-    CL_CHECK(rank_world(c, &rank, &n) == 0, "attrs");
+    CL_CHECK(cluster_rank_world(c, &rank, &n) == 0, "attrs");
     const eccl_dtype types[] = {ECCL_U8, ECCL_F16, ECCL_F32, ECCL_I64};
     const size_t counts[] = {1, 1000, 3000001};
     uint64_t tag = 1;
@@ -93,10 +82,7 @@ static int ring_body(eccl_comm *c, int index, void *arg)
 
 static void run_ring(cluster *cl, int n)
 {
-    assert_int_equal(cluster_init(cl, NULL), 0);
-    assert_int_equal(cluster_spawn_n(cl, n, ring_body, NULL), 0);
-    assert_int_equal(cluster_wait_all(cl, 120000), 0);
-    cluster_fini(cl);
+    assert_int_equal(cluster_run(cl, NULL, n, ring_body, NULL, 120000), 0);
 }
 
 static void test_ring_n2(void **state) { run_ring(*state, 2); }
@@ -106,7 +92,7 @@ static int args_body(eccl_comm *c, int index, void *arg)
 {
     (void)index, (void)arg;
     uint32_t rank, n;
-    CL_CHECK(rank_world(c, &rank, &n) == 0, "attrs");
+    CL_CHECK(cluster_rank_world(c, &rank, &n) == 0, "attrs");
     float x[4] = {0};
     CL_EXPECT_RC(eccl_send(c, x, 1, ECCL_F32, rank, 1, NULL), ECCL_ERR_INVALID_ARG);
     CL_EXPECT_RC(eccl_recv(c, x, 1, ECCL_F32, n, 1, NULL), ECCL_ERR_INVALID_ARG);
@@ -125,10 +111,7 @@ static int args_body(eccl_comm *c, int index, void *arg)
 static void test_args_n3(void **state)
 {
     cluster *cl = *state;
-    assert_int_equal(cluster_init(cl, NULL), 0);
-    assert_int_equal(cluster_spawn_n(cl, 3, args_body, NULL), 0);
-    assert_int_equal(cluster_wait_all(cl, 60000), 0);
-    cluster_fini(cl);
+    assert_int_equal(cluster_run(cl, NULL, 3, args_body, NULL, 60000), 0);
 }
 
 /* ---- the fault contract --------------------------------------------------------
@@ -159,7 +142,7 @@ static int fault_body(eccl_comm *c, int index, void *arg)
 {
     int victim = *(int *)arg;
     uint32_t rank, n;
-    CL_CHECK(rank_world(c, &rank, &n) == 0, "attrs");
+    CL_CHECK(cluster_rank_world(c, &rank, &n) == 0, "attrs");
     cluster_shared *sh = cluster_shm();
     size_t bytes = (size_t)FAULT_COUNT * 4;
     uint8_t *buf = malloc(bytes);
@@ -204,8 +187,8 @@ static int fault_body(eccl_comm *c, int index, void *arg)
     if (rc != ECCL_OK && rank == 2) CL_CHECK(cluster_fnv1a(buf, bytes) == pre, "the receive failed but its buffer changed");
     /* A pair that was through before the loss returns before the master
      * noticed it: wait for the new world. */
-    for (int ms = 0; rank_world(c, &rank, &n) == 0 && n == FAULT_N && ms < 20000; ms += 10) cluster_sleep_ms(10);
-    CL_CHECK(rank_world(c, &rank, &n) == 0 && n == FAULT_N - 1, "world %u after the loss", n);
+    for (int ms = 0; cluster_rank_world(c, &rank, &n) == 0 && n == FAULT_N && ms < 20000; ms += 10) cluster_sleep_ms(10);
+    CL_CHECK(cluster_rank_world(c, &rank, &n) == 0 && n == FAULT_N - 1, "world %u after the loss", n);
     /* The retry on the new world, and the same user tag for a collective. */
     if (ring_step(c, ECCL_F32, 100000, 1, TAG_FAULT)) return 1;
     float one = 1;

@@ -1543,7 +1543,7 @@ static void test_algo_table(void **state)
         assert_int_equal(a[i]->roles, ECCL_ROLES_RING);
         assert_int_equal(a[i]->pump_needs, ECCL_ROLE_BIT(ECCL_ROLE_NEXT));
         assert_true(a[i]->pump && a[i]->recv && a[i]->recv_done && a[i]->complete && a[i]->expects &&
-                    a[i]->have_full && a[i]->restore && a[i]->error && a[i]->bytes);
+                    a[i]->have_full && a[i]->restore && a[i]->bytes);
     }
 }
 

@@ -80,7 +80,7 @@ typedef struct eccl_coll_algo {
     int (*have_full)(const void *op);
     void (*restore)(void *op);
     /* A failure of the op's own making (a device copy), ECCL_OK if none:
-     * comm fails the op with it, never the link. */
+     * comm fails the op with it, never the link. NULL: it makes none. */
     eccl_result (*error)(const void *op);
     void (*bytes)(const void *op, uint64_t *tx, uint64_t *rx);
 } eccl_coll_algo;

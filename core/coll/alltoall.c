@@ -178,12 +178,6 @@ static void restore(void *op)
         copy(a, c->recvbuf + blk_at(c, j, 1), a->backup + blk_at(c, j, 1), blk_bytes(c, j, 1));
 }
 
-static eccl_result error(const void *op)
-{
-    (void)op;
-    return ECCL_OK;
-}
-
 static void bytes(const void *op, uint64_t *tx, uint64_t *rx)
 {
     const eccl_a2a *a = op;
@@ -202,6 +196,5 @@ const eccl_coll_algo eccl_a2a_algo = {
     .expects = expects,
     .have_full = algo_have_full,
     .restore = restore,
-    .error = error,
     .bytes = bytes,
 };

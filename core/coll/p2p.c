@@ -129,12 +129,6 @@ static void restore(void *op)
     if (!sender(p)) p->call.env->dev->copy(p->call.env->dev_ctx, p->call.recvbuf, p->backup, p->bytes);
 }
 
-static eccl_result error(const void *op)
-{
-    (void)op;
-    return ECCL_OK;
-}
-
 static void bytes(const void *op, uint64_t *tx, uint64_t *rx)
 {
     const eccl_p2p *p = op;
@@ -153,6 +147,5 @@ const eccl_coll_algo eccl_p2p_algo = {
     .expects = expects,
     .have_full = have_full,
     .restore = restore,
-    .error = error,
     .bytes = bytes,
 };

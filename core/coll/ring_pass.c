@@ -455,12 +455,6 @@ static void pass_restore(void *op)
     }
 }
 
-static eccl_result pass_error(const void *op)
-{
-    (void)op;
-    return ECCL_OK;
-}
-
 static void pass_bytes(const void *op, uint64_t *tx, uint64_t *rx)
 {
     const eccl_ring_pass *p = op;
@@ -476,7 +470,7 @@ static void pass_bytes(const void *op, uint64_t *tx, uint64_t *rx)
         .pump_needs = ECCL_ROLE_BIT(ECCL_ROLE_NEXT), .pump = pass_pump,                \
         .recv = pass_recv, .recv_done = pass_recv_done, .complete = pass_complete,     \
         .expects = pass_expects, .have_full = pass_have_full, .restore = pass_restore, \
-        .error = pass_error, .bytes = pass_bytes,                                      \
+        .bytes = pass_bytes,                                      \
     }
 const eccl_coll_algo eccl_ring_pass_algo = PASS_ALGO(ECCL_ALGO_RING);
 const eccl_coll_algo eccl_chain_pass_algo = PASS_ALGO(ECCL_ALGO_CHAIN);

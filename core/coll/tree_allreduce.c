@@ -198,12 +198,6 @@ static int algo_expects(const void *op, int role)
 static int algo_have_full(const void *op) { return ((const eccl_tree_allreduce *)op)->have_full; }
 static void algo_restore(void *op) { eccl_tree_allreduce_restore(op); }
 
-static eccl_result algo_error(const void *op)
-{
-    (void)op;
-    return ECCL_OK;
-}
-
 static void algo_bytes(const void *op, uint64_t *tx, uint64_t *rx)
 {
     const eccl_tree_allreduce *t = op;
@@ -222,6 +216,5 @@ const eccl_coll_algo eccl_tree_allreduce_algo = {
     .expects = algo_expects,
     .have_full = algo_have_full,
     .restore = algo_restore,
-    .error = algo_error,
     .bytes = algo_bytes,
 };

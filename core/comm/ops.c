@@ -433,7 +433,7 @@ void comm_flush_and_complete(eccl_comm *c)
     }
     for (eccl_request *r = c->ops; r; r = r->next) {
         if (r->state != OP_RUNNING) continue;
-        eccl_result err = r->alg->error(&r->u);
+        eccl_result err = r->alg->error ? r->alg->error(&r->u) : ECCL_OK;
         if (err != ECCL_OK) comm_op_finish(c, r, err);
         else if (op_complete(r)) comm_op_finish(c, r, ECCL_OK);
     }
