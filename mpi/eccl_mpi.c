@@ -861,10 +861,8 @@ int MPI_Reduce_scatter(const void *sendbuf, void *recvbuf, const int recvcounts[
     return MPI_SUCCESS;
 }
 
-/* All-to-all, until eccl has its own: every rank all-gathers every rank's
- * whole send buffer and keeps the blocks addressed to it. Correct, but each
- * rank receives N times what it needs (N-1 times the traffic of a real
- * all-to-all): a stopgap, as mpi/README.md says. */
+/* All-to-all on eccl's own (pairwise exchange over peer links), in bytes.
+ * In place, recvbuf holds the blocks to send, as eccl's in-place form. */
 int MPI_Alltoall(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
                  int recvcount, MPI_Datatype recvtype, MPI_Comm comm)
 {
@@ -872,8 +870,6 @@ int MPI_Alltoall(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void
     struct comm_view v = view_of(call, comm);
     size_t block = bytes_of(call, "recvcount", recvcount, type_of(call, recvtype));
     size_t row = mul_size(call, block, (size_t)v.size);
-    const void *input = sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf;
-    char *all;
 
     check_buffer(call, "recvbuf", recvbuf, row);
     if (sendbuf != MPI_IN_PLACE) {
@@ -882,113 +878,95 @@ int MPI_Alltoall(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void
     }
     if (alone(&v, recvbuf, sendbuf, block))
         return MPI_SUCCESS;
+    /* MPI requires every rank's block to be the same size: 0 on one is 0
+     * on all, and they all skip eccl alike. */
     if (block == 0)
         return MPI_SUCCESS;
-    all = scratch_alloc(call, mul_size(call, row, (size_t)v.size));
-    check_coll(call, "eccl_allgather",
-               eccl_allgather(v.ecomm, input, all, row, ECCL_U8, take_tag(&v), NULL));
-    for (int r = 0; r < v.size; r++)
-        memcpy((char *)recvbuf + (size_t)r * block, all + (size_t)r * row + (size_t)v.rank * block,
-               block);
-    free(all);
+    check_coll(call, "eccl_alltoall",
+               eccl_alltoall(v.ecomm, sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf, recvbuf, block,
+                             ECCL_U8, take_tag(&v), NULL));
     return MPI_SUCCESS;
 }
 
-/* As MPI_Alltoall, with one more all-gather in front: a rank does not know
- * how much the others send to third ranks, so the send counts are gathered
- * first; they give each rank's share of the all-gather and where its
- * blocks lie in it. */
+/* One side of an all-to-allv layout in bytes, for eccl: displacements
+ * taken from the lowest non-empty block (MPI's may be negative, eccl's may
+ * not), which is returned; empty blocks are left at 0. */
+static char *bytes_layout(const char *call, const char *name, void *buf, const char *what,
+                          const int counts[], const int displs[], const struct mpi_type *type,
+                          size_t size, size_t *bcounts, size_t *bdispls)
+{
+    int lowest = INT_MAX;
+
+    for (size_t r = 0; r < size; r++) {
+        bcounts[r] = bytes_of(call, what, counts[r], type);
+        check_buffer(call, name, buf, bcounts[r]);
+        if (bcounts[r] != 0 && displs[r] < lowest)
+            lowest = displs[r];
+    }
+    if (lowest == INT_MAX)
+        lowest = 0;
+    for (size_t r = 0; r < size; r++)
+        bdispls[r] = bcounts[r] == 0 ? 0
+                                     : mul_size(call, (size_t)((long long)displs[r] - lowest),
+                                                type->size);
+    return buf == NULL ? NULL : at(buf, lowest, type->size);
+}
+
+/* eccl_alltoallv in bytes. MPI requires rank i's send block for rank j
+ * to be as large as rank j's receive block from rank i, so no counts
+ * travel: eccl checks each block as it comes (a mismatch breaks the call).
+ * This rank's own block, the one pair a rank can check alone, is checked
+ * here. In place (MPI_IN_PLACE: the data to send is in recvbuf, laid out
+ * as received) is eccl's in-place form. */
 int MPI_Alltoallv(const void *sendbuf, const int sendcounts[], const int sdispls[],
                   MPI_Datatype sendtype, void *recvbuf, const int recvcounts[],
                   const int rdispls[], MPI_Datatype recvtype, MPI_Comm comm)
 {
     static const char call[] = "MPI_Alltoallv";
     struct comm_view v = view_of(call, comm);
-    const struct mpi_type *rtype = type_of(call, recvtype), *stype;
-    size_t size = (size_t)v.size, me = (size_t)v.rank, grand = 0, *totals, *starts;
-    uint64_t *counts;
-    char *all, *p;
+    const struct mpi_type *rtype = type_of(call, recvtype), *stype = NULL;
+    size_t size = (size_t)v.size, me = (size_t)v.rank, *counts;
+    int in_place = sendbuf == MPI_IN_PLACE;
+    /* Stand-ins for NULL buffers with nothing in them: eccl wants a
+     * pointer, and two distinct ones (equal ones would read as in place). */
+    static char no_send, no_recv;
+    const void *sbase = NULL;
+    char *rbase;
 
     if (recvcounts == NULL || rdispls == NULL)
         fatal(MPI_ERR_ARG, "%s: recvcounts or rdispls is NULL", call);
-    if (sendbuf == MPI_IN_PLACE) {
-        /* MPI: the data to send is in recvbuf, laid out as received. */
-        sendbuf = recvbuf;
-        sendcounts = recvcounts;
-        sdispls = rdispls;
-        stype = rtype;
-    } else {
+    if (!in_place) {
         if (sendcounts == NULL || sdispls == NULL)
             fatal(MPI_ERR_ARG, "%s: sendcounts or sdispls is NULL", call);
         stype = type_of(call, sendtype);
+        check_match(call, bytes_of(call, "sendcounts[]", sendcounts[me], stype),
+                    bytes_of(call, "recvcounts[]", recvcounts[me], rtype));
     }
-    for (size_t r = 0; r < size; r++) {
-        check_buffer(call, "sendbuf", sendbuf, bytes_of(call, "sendcounts[]", sendcounts[r], stype));
-        check_buffer(call, "recvbuf", recvbuf, bytes_of(call, "recvcounts[]", recvcounts[r], rtype));
-    }
+    counts = scratch_alloc(call, mul_size(call, 4 * size, sizeof *counts));
+    rbase = bytes_layout(call, "recvbuf", recvbuf, "recvcounts[]", recvcounts, rdispls, rtype,
+                         size, counts, counts + size);
+    if (!in_place)
+        sbase = bytes_layout(call, "sendbuf", (void *)sendbuf, "sendcounts[]", sendcounts, sdispls,
+                             stype, size, counts + 2 * size, counts + 3 * size);
     if (v.ecomm == NULL) {
-        size_t b = (size_t)sendcounts[0] * stype->size;
-
-        check_match(call, b, (size_t)recvcounts[0] * rtype->size);
-        if (b != 0 && sendbuf != recvbuf)
+        if (!in_place && counts[0] != 0)
             memcpy(at(recvbuf, rdispls[0], rtype->size), at((void *)sendbuf, sdispls[0], stype->size),
-                   b);
-        return MPI_SUCCESS;
-    }
-    /* counts[r * size + d]: bytes rank r sends to rank d. */
-    counts = scratch_alloc(call, mul_size(call, mul_size(call, size, size), sizeof *counts));
-    for (size_t d = 0; d < size; d++)
-        counts[me * size + d] = (uint64_t)sendcounts[d] * stype->size;
-    check_coll(call, "eccl_allgather (counts)",
-               eccl_allgather(v.ecomm, counts + me * size, counts, size * sizeof *counts, ECCL_U8,
-                              take_tag(&v), NULL));
-    /* totals[r] bytes from rank r, at starts[r] of the gathered buffer. */
-    totals = scratch_alloc(call, mul_size(call, 2 * size, sizeof *totals));
-    starts = totals + size;
-    for (size_t r = 0; r < size; r++) {
-        uint64_t total = 0;
-
-        for (size_t d = 0; d < size; d++)
-            total += counts[r * size + d];
-        if (total > SIZE_MAX - grand)
-            fatal(MPI_ERR_COUNT, "%s: more than SIZE_MAX bytes in all", call);
-        if (counts[r * size + me] != (uint64_t)recvcounts[r] * rtype->size)
-            fatal(MPI_ERR_TRUNCATE, "%s: rank %zu sends %llu bytes to this rank, which expects "
-                  "%zu", call, r, (unsigned long long)counts[r * size + me],
-                  (size_t)recvcounts[r] * rtype->size);
-        totals[r] = (size_t)total;
-        starts[r] = grand;
-        grand += (size_t)total;
-    }
-    if (grand == 0) {
-        free(totals);
+                   counts[0]);
         free(counts);
         return MPI_SUCCESS;
     }
-    /* This rank's blocks, in destination order, go straight to its place in
-     * the gathered buffer (eccl's in-place all-gather); packing before the
-     * call also makes MPI's in place safe. */
-    all = scratch_alloc(call, grand);
-    p = all + starts[me];
-    for (size_t d = 0; d < size; d++) {
-        size_t b = (size_t)counts[me * size + d];
-
-        memcpy(p, at((void *)sendbuf, sdispls[d], stype->size), b);
-        p += b;
-    }
-    check_coll(call, "eccl_allgatherv",
-               eccl_allgatherv(v.ecomm, all + starts[me], all, totals, starts, ECCL_U8,
-                               take_tag(&v), NULL));
-    for (size_t r = 0; r < size; r++) {
-        size_t offset = 0;
-
-        for (size_t d = 0; d < me; d++)
-            offset += (size_t)counts[r * size + d];
-        memcpy(at(recvbuf, rdispls[r], rtype->size), all + starts[r] + offset,
-               (size_t)counts[r * size + me]);
-    }
-    free(all);
-    free(totals);
+    /* Every rank calls eccl, even with nothing to send or receive: the
+     * others' blocks are theirs to know, not ours. */
+    if (in_place)
+        check_coll(call, "eccl_alltoallv",
+                   eccl_alltoallv(v.ecomm, rbase != NULL ? rbase : &no_recv, NULL, NULL,
+                                  rbase != NULL ? rbase : &no_recv, counts, counts + size, ECCL_U8,
+                                  take_tag(&v), NULL));
+    else
+        check_coll(call, "eccl_alltoallv",
+                   eccl_alltoallv(v.ecomm, sbase != NULL ? sbase : &no_send, counts + 2 * size,
+                                  counts + 3 * size, rbase != NULL ? rbase : &no_recv, counts,
+                                  counts + size, ECCL_U8, take_tag(&v), NULL));
     free(counts);
     return MPI_SUCCESS;
 }
