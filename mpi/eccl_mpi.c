@@ -14,6 +14,10 @@
  * the same eccl calls for one MPI call: each decision below that skips or
  * adds an eccl call depends on arguments MPI requires to agree across
  * ranks (counts, roots), or on data every rank has just gathered.
+ * Point-to-point messages take no part in that counter: they run under
+ * eccl's send/receive tags, which eccl keeps apart from the collectives'
+ * (a fixed-size header, then the payload; "point-to-point: the engine"
+ * below says how MPI's matching maps onto eccl's).
  *
  * Errors are fatal, as under MPI's default handler MPI_ERRORS_ARE_FATAL:
  * a bad argument, a call eccl cannot do, or an eccl failure (a lost peer
