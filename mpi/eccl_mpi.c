@@ -14,6 +14,10 @@
  * the same eccl calls for one MPI call: each decision below that skips or
  * adds an eccl call depends on arguments MPI requires to agree across
  * ranks (counts, roots), or on data every rank has just gathered.
+ * Point-to-point messages take no part in that counter: they run under
+ * eccl's send/receive tags, which eccl keeps apart from the collectives'
+ * (a fixed-size header, then the payload; "point-to-point: the engine"
+ * below says how MPI's matching maps onto eccl's).
  *
  * Errors are fatal, as under MPI's default handler MPI_ERRORS_ARE_FATAL:
  * a bad argument, a call eccl cannot do, or an eccl failure (a lost peer
@@ -25,6 +29,7 @@
  */
 #include <errno.h>
 #include <limits.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -365,6 +370,539 @@ static char *at(void *base, int displ, size_t esize)
     return (char *)base + (ptrdiff_t)displ * (ptrdiff_t)esize;
 }
 
+/* ---- point-to-point: the engine ------------------------------------------------------
+ *
+ * A message to another rank is one or two eccl send/receive pairs:
+ *
+ *   the header  always P2P_HEADER_BYTES: the message's size in bytes, its
+ *               MPI tag and sequence number (checks), and its first
+ *               P2P_INLINE bytes
+ *   the payload the rest, only if the message is longer than P2P_INLINE
+ *
+ * eccl pairs a send with the receive of the same tag and exact size; an MPI
+ * receive's count is only an upper bound. The header has one size for all
+ * messages, so the receiver can always post it, learns the true size from
+ * it (a message larger than the receive buffer is MPI_ERR_TRUNCATE), and
+ * then posts the payload's receive of that exact size.
+ *
+ * The payload is sent only once the header's send is done, which is once
+ * the receiver holds the header, i.e. once its MPI receive was posted and
+ * matched: the payload's receive follows at once. Sent earlier, a payload
+ * would reach a receiver that has not called for it: eccl parks such
+ * frames only up to 64 KiB each and 1 MiB per link and leaves the rest in
+ * the socket, where they would hold up every later frame of the link,
+ * the header's own FIN among them (a deadlock). Headers are small and
+ * parked, so a receiver may post its receives in any order, as long as no
+ * more than about 3000 headers from one rank wait for their receives at
+ * once (the 1 MiB).
+ *
+ * eccl tags (bit 63 is eccl's): bit 62 payload, bits 31..61 the MPI tag,
+ * bits 0..30 the message's sequence number among the messages of its
+ * (peer, MPI tag, direction), counted alike by sender and receiver. eccl
+ * folds the two ranks (and which one sends) into the tag it runs the pair
+ * under, so tags need not name the peer, and a send and a receive of one
+ * MPI tag between the same two ranks never meet. The k-th send of (rank,
+ * tag) pairs with the k-th receive posted for it: MPI's non-overtaking
+ * order. Sequence numbers wrap at 2^31, far beyond the messages that can
+ * be in flight at once.
+ *
+ * Eager sends: a message that fits in the header (P2P_INLINE bytes or
+ * fewer) is copied there, so MPI_Send returns at once and an MPI_Isend's
+ * request is complete at once, as under other MPIs' eager protocol (a
+ * program that sends before it receives on both sides works for such
+ * messages); the eccl send goes on detached until the receiver takes it.
+ * A larger MPI_Send returns once the receiver holds every byte (eccl's
+ * send is synchronous).
+ *
+ * Progress: eccl's own thread moves every posted op, but the step after a
+ * header (posting the payload) is the shim's. Waits therefore block in
+ * eccl only when no other request will need such a step; otherwise they
+ * poll every request. Collectives do the same while such requests exist,
+ * so a request whose partner is posted completes even while this rank
+ * waits in another call (MPI's progress rule).
+ *
+ * Messages to this rank itself never reach eccl (it refuses them): the
+ * data is copied into a queue at once and taken by the matching receive
+ * (or a receive posted earlier takes it directly). A receive from itself
+ * that nothing can satisfy while it waits is a certain deadlock: fatal. */
+
+#define P2P_HEADER_BYTES 256
+#define P2P_TAG_PAYLOAD (1ull << 62)
+#define P2P_SEQ_MASK 0x7fffffffu
+/* eccl runs at most ECCL_WIRE_MAX_OPS (4096) ops per communicator at once;
+ * past this many of the shim's, a new one first waits for older ones. */
+#define P2P_MAX_OPS 4000
+/* MPI_Request handles: a distinct range, as the other handle kinds. */
+#define REQUEST_HANDLE_BASE 0x6c000000
+#define REQUEST_HANDLE_MAX 0x00ffffff
+
+struct p2p_header {
+    uint64_t bytes; /* the message's size */
+    uint32_t tag;   /* its MPI tag and sequence number: checks */
+    uint32_t seq;
+    unsigned char data[P2P_HEADER_BYTES - 16];
+};
+_Static_assert(sizeof(struct p2p_header) == P2P_HEADER_BYTES, "the header has no padding");
+#define P2P_INLINE sizeof(((struct p2p_header *)0)->data)
+
+enum { REQ_SEND, REQ_RECV };
+enum { STEP_HEADER, STEP_PAYLOAD, STEP_DONE };
+
+struct request {
+    int kind;       /* REQ_SEND or REQ_RECV */
+    int step;
+    int self;       /* to or from this rank itself: never on eccl */
+    int handle;     /* index in the handle table while the program holds it, or -1 */
+    int detached;   /* nobody waits for it any more: freed once done */
+    MPI_Comm comm;
+    int peer;       /* MPI rank, or MPI_PROC_NULL */
+    int tag;
+    uint32_t seq;
+    char *buf;
+    size_t bytes;   /* send: the message; receive: the buffer's room */
+    size_t got;     /* receive: the message's size */
+    eccl_request *op; /* the eccl op in flight */
+    struct request *prev, *next; /* on p2p.active while op is, or on p2p.self_waiting */
+    struct p2p_header hdr;
+};
+
+/* A message sent to this rank itself, not received yet. */
+struct self_msg {
+    struct self_msg *next;
+    MPI_Comm comm;
+    int tag;
+    size_t bytes;
+    unsigned char data[];
+};
+
+/* Sequence numbers of one (peer, MPI tag). */
+struct seq_entry {
+    uint64_t key; /* peer << 32 | tag; the table's empty slots are key 0 with used 0 */
+    uint32_t sent, received;
+    int used;
+};
+
+static struct {
+    struct request *active; /* requests with an eccl op in flight */
+    int active_ops;
+    struct request *self_waiting; /* receives from this rank, in posting order */
+    struct self_msg *self_queue, **self_tail;
+    struct request **handles;  /* the program's requests */
+    int *free_handles;
+    int n_handles, n_free, cap_handles;
+    struct seq_entry *seqs;
+    size_t n_seqs, cap_seqs;
+    long long sent, received; /* messages, for MPI_Finalize's check */
+} p2p;
+
+static struct seq_entry *seq_of(int peer, int tag)
+{
+    uint64_t key = (uint64_t)(uint32_t)peer << 32 | (uint32_t)tag;
+    size_t i;
+
+    if (2 * (p2p.n_seqs + 1) > p2p.cap_seqs) {
+        size_t cap = p2p.cap_seqs != 0 ? 2 * p2p.cap_seqs : 64;
+        struct seq_entry *old = p2p.seqs, *fresh = calloc(cap, sizeof *fresh);
+
+        if (fresh == NULL)
+            fatal(MPI_ERR_NO_MEM, "point-to-point: cannot grow the sequence table to %zu", cap);
+        for (size_t j = 0; j < p2p.cap_seqs; j++) {
+            if (!old[j].used)
+                continue;
+            for (i = (size_t)(old[j].key * 0x9e3779b97f4a7c15ull >> 20) & (cap - 1);
+                 fresh[i].used; i = (i + 1) & (cap - 1))
+                ;
+            fresh[i] = old[j];
+        }
+        free(old);
+        p2p.seqs = fresh;
+        p2p.cap_seqs = cap;
+    }
+    for (i = (size_t)(key * 0x9e3779b97f4a7c15ull >> 20) & (p2p.cap_seqs - 1);
+         p2p.seqs[i].used && p2p.seqs[i].key != key; i = (i + 1) & (p2p.cap_seqs - 1))
+        ;
+    if (!p2p.seqs[i].used) {
+        p2p.seqs[i].used = 1;
+        p2p.seqs[i].key = key;
+        p2p.n_seqs++;
+    }
+    return &p2p.seqs[i];
+}
+
+static uint64_t p2p_tag(const struct request *r, int payload)
+{
+    return (payload ? P2P_TAG_PAYLOAD : 0) | (uint64_t)(uint32_t)r->tag << 31 |
+           (r->seq & P2P_SEQ_MASK);
+}
+
+static void unlink_request(struct request **list, struct request *r)
+{
+    if (r->prev != NULL)
+        r->prev->next = r->next;
+    else
+        *list = r->next;
+    if (r->next != NULL)
+        r->next->prev = r->prev;
+    r->prev = r->next = NULL;
+}
+
+static void push_request(struct request **list, struct request *r)
+{
+    r->prev = NULL;
+    r->next = *list;
+    if (*list != NULL)
+        (*list)->prev = r;
+    *list = r;
+}
+
+/* At the end: the self receives wait in posting order. */
+static void append_request(struct request **list, struct request *r)
+{
+    struct request **p = list, *last = NULL;
+
+    while (*p != NULL) {
+        last = *p;
+        p = &(*p)->next;
+    }
+    r->prev = last;
+    r->next = NULL;
+    *p = r;
+}
+
+/* A send whose buffer the program may reuse: done, or eager (copied into
+ * its header). A receive: done. */
+static int user_done(const struct request *r)
+{
+    return r->step == STEP_DONE || (r->kind == REQ_SEND && r->bytes <= P2P_INLINE);
+}
+
+static void finish_request(struct request *r)
+{
+    r->step = STEP_DONE;
+    if (r->detached)
+        free(r);
+}
+
+/* Whoever waited for r is done with it: freed now, or once its op ends. */
+static void let_go(struct request *r)
+{
+    if (r->step == STEP_DONE)
+        free(r);
+    else
+        r->detached = 1;
+}
+
+static int progress_all(void);
+
+static void poll_pause(unsigned *round);
+
+/* Posts r's next eccl op (to or from another rank). A new message's first
+ * op (`fresh`) waits while the shim has P2P_MAX_OPS in flight; a payload
+ * takes its header's place. */
+static void post_step(const char *call, struct request *r, int fresh)
+{
+    eccl_result rc;
+    unsigned round = 0;
+
+    while (fresh && p2p.active_ops >= P2P_MAX_OPS)
+        if (progress_all() == 0)
+            poll_pause(&round);
+    if (r->step == STEP_HEADER)
+        rc = r->kind == REQ_SEND
+                 ? eccl_send_async(world.comm, &r->hdr, sizeof r->hdr, ECCL_U8, (uint32_t)r->peer,
+                                   p2p_tag(r, 0), &r->op)
+                 : eccl_recv_async(world.comm, &r->hdr, sizeof r->hdr, ECCL_U8, (uint32_t)r->peer,
+                                   p2p_tag(r, 0), &r->op);
+    else
+        rc = r->kind == REQ_SEND
+                 ? eccl_send_async(world.comm, r->buf + P2P_INLINE, r->bytes - P2P_INLINE, ECCL_U8,
+                                   (uint32_t)r->peer, p2p_tag(r, 1), &r->op)
+                 : eccl_recv_async(world.comm, r->buf + P2P_INLINE, r->got - P2P_INLINE, ECCL_U8,
+                                   (uint32_t)r->peer, p2p_tag(r, 1), &r->op);
+    check_eccl(call, r->kind == REQ_SEND ? "eccl_send_async" : "eccl_recv_async", rc);
+    push_request(&p2p.active, r);
+    p2p.active_ops++;
+}
+
+/* r's eccl op ended with rc: on to the next step. */
+static void step_done(struct request *r, eccl_result rc)
+{
+    char call[96];
+
+    snprintf(call, sizeof call, "%s rank %d (tag %d)",
+             r->kind == REQ_SEND ? "a send to" : "a receive from", r->peer, r->tag);
+    r->op = NULL;
+    unlink_request(&p2p.active, r);
+    p2p.active_ops--;
+    check_coll(call, r->kind == REQ_SEND ? "eccl_send" : "eccl_recv", rc);
+    if (r->kind == REQ_RECV && r->step == STEP_HEADER) {
+        if (r->hdr.tag != (uint32_t)r->tag || r->hdr.seq != (r->seq & P2P_SEQ_MASK))
+            fatal(MPI_ERR_INTERN, "%s: the header says tag %u message %u, message %u expected",
+                  call, r->hdr.tag, r->hdr.seq, r->seq & P2P_SEQ_MASK);
+        if (r->hdr.bytes > r->bytes)
+            fatal(MPI_ERR_TRUNCATE, "%s: the message has %llu bytes, more than the receive "
+                  "buffer's %zu", call, (unsigned long long)r->hdr.bytes, r->bytes);
+        r->got = (size_t)r->hdr.bytes;
+        if (r->got != 0)
+            memcpy(r->buf, r->hdr.data, r->got < P2P_INLINE ? r->got : P2P_INLINE);
+    }
+    if (r->step == STEP_HEADER && (r->kind == REQ_SEND ? r->bytes : r->got) > P2P_INLINE) {
+        r->step = STEP_PAYLOAD;
+        post_step(call, r, 0);
+        return;
+    }
+    finish_request(r);
+}
+
+/* One look at every op in flight; the number that ended. */
+static int progress_all(void)
+{
+    int ended = 0;
+
+    for (struct request *r = p2p.active, *next; r != NULL; r = next) {
+        int done = 0;
+        eccl_result rc;
+
+        next = r->next;
+        rc = eccl_test(r->op, &done, NULL);
+        if (rc != ECCL_OK || done) {
+            /* step_done may post r again (at the list's head) or free
+             * it; next is still on the list either way. */
+            step_done(r, rc);
+            ended++;
+        }
+    }
+    return ended;
+}
+
+/* Whether some request other than `except` will need this rank to post its
+ * next step (the payload after the header): then no wait may block in
+ * eccl. A receive's size is unknown until its header comes; one whose
+ * buffer holds no more than the header carries cannot have a payload. */
+static int p2p_needs_progress(const struct request *except)
+{
+    for (const struct request *r = p2p.active; r != NULL; r = r->next)
+        if (r != except && r->step == STEP_HEADER && r->bytes > P2P_INLINE)
+            return 1;
+    return 0;
+}
+
+/* A poll loop's pause: yield first, then sleep a little. */
+static void poll_pause(unsigned *round)
+{
+    struct timespec pause = {0, *round < 1000 ? 10000 : 100000};
+
+    if (*round < 100)
+        sched_yield();
+    else
+        nanosleep(&pause, NULL);
+    (*round)++;
+}
+
+/* Waits for eccl request `op` (a collective's) while the point-to-point
+ * requests move on. */
+static eccl_result wait_progressing(eccl_request *op, eccl_reduce_info *info)
+{
+    unsigned round = 0;
+
+    for (;;) {
+        int done = 0;
+        eccl_result rc;
+
+        if (!p2p_needs_progress(NULL))
+            return eccl_wait(op, info);
+        rc = eccl_test(op, &done, info);
+        if (rc != ECCL_OK || done)
+            return rc;
+        if (progress_all() != 0)
+            round = 0;
+        else
+            poll_pause(&round);
+    }
+}
+
+/* Runs collective `fn` of eccl: as it is, unless a point-to-point request
+ * may need this rank's help meanwhile (p2p_needs_progress); then as
+ * fn##_async, waited for while those requests move on. The arguments are
+ * fn's but the last (info). */
+#define RUN_COLL(call, fn, ...)                                                           \
+    do {                                                                                  \
+        if (p2p_needs_progress(NULL)) {                                                   \
+            eccl_request *coll_op_ = NULL;                                                \
+            check_eccl(call, #fn "_async", fn##_async(__VA_ARGS__, &coll_op_));           \
+            check_coll(call, #fn, wait_progressing(coll_op_, NULL));                      \
+        } else {                                                                          \
+            check_coll(call, #fn, fn(__VA_ARGS__, NULL));                                 \
+        }                                                                                 \
+    } while (0)
+
+/* Until r is done (for a send: until its buffer may be reused). */
+static void wait_request(const char *call, struct request *r)
+{
+    unsigned round = 0;
+
+    while (!user_done(r)) {
+        if (r->self)
+            fatal(MPI_ERR_OTHER, "%s: a receive from this rank itself (tag %d) has no matching "
+                  "send, and none can come while this rank waits (a deadlock)", call, r->tag);
+        if (progress_all() != 0) {
+            round = 0;
+            continue;
+        }
+        if (!p2p_needs_progress(r)) {
+            eccl_request *op = r->op;
+
+            step_done(r, eccl_wait(op, NULL));
+            continue;
+        }
+        poll_pause(&round);
+    }
+}
+
+/* ---- requests ------------------------------------------------------------------------ */
+
+static struct request *new_request(const char *call, int kind, MPI_Comm comm, int peer, int tag,
+                                   void *buf, size_t bytes)
+{
+    struct request *r = calloc(1, sizeof *r);
+
+    if (r == NULL)
+        fatal(MPI_ERR_NO_MEM, "%s: cannot allocate a request", call);
+    r->kind = kind;
+    r->step = STEP_HEADER;
+    r->handle = -1;
+    r->comm = comm;
+    r->peer = peer;
+    r->tag = tag;
+    r->buf = buf;
+    r->bytes = bytes;
+    return r;
+}
+
+/* A handle for r, which the program now holds. */
+static MPI_Request handle_of(const char *call, struct request *r)
+{
+    int index;
+
+    if (p2p.n_free > 0) {
+        index = p2p.free_handles[--p2p.n_free];
+    } else {
+        if (p2p.n_handles == p2p.cap_handles) {
+            int cap = p2p.cap_handles != 0 ? 2 * p2p.cap_handles : 64;
+            struct request **h = realloc(p2p.handles, (size_t)cap * sizeof *h);
+            int *f = h != NULL ? realloc(p2p.free_handles, (size_t)cap * sizeof *f) : NULL;
+
+            if (h != NULL)
+                p2p.handles = h;
+            if (f == NULL || cap > REQUEST_HANDLE_MAX)
+                fatal(MPI_ERR_NO_MEM, "%s: cannot hold %d requests", call, cap);
+            p2p.free_handles = f;
+            p2p.cap_handles = cap;
+        }
+        index = p2p.n_handles++;
+    }
+    p2p.handles[index] = r;
+    r->handle = index;
+    return (MPI_Request)(REQUEST_HANDLE_BASE + index);
+}
+
+static struct request *request_of(const char *call, MPI_Request handle)
+{
+    unsigned index = (unsigned)handle - (unsigned)REQUEST_HANDLE_BASE;
+
+    if (index >= (unsigned)p2p.n_handles || p2p.handles[index] == NULL)
+        fatal(MPI_ERR_REQUEST, "%s: invalid request 0x%x (not made by MPI_Isend or MPI_Irecv, "
+              "or already completed)", call, (unsigned)handle);
+    return p2p.handles[index];
+}
+
+/* The program lets go of r's handle (and of r). */
+static void drop_handle(struct request *r)
+{
+    p2p.handles[r->handle] = NULL;
+    p2p.free_handles[p2p.n_free++] = r->handle;
+    r->handle = -1;
+    let_go(r);
+}
+
+static void empty_status(MPI_Status *status)
+{
+    if (status == MPI_STATUS_IGNORE)
+        return;
+    status->MPI_SOURCE = MPI_ANY_SOURCE;
+    status->MPI_TAG = MPI_ANY_TAG;
+    status->MPI_ERROR = MPI_SUCCESS;
+    status->eccl_mpi_bytes = 0;
+}
+
+static void fill_status(const struct request *r, MPI_Status *status)
+{
+    if (status == MPI_STATUS_IGNORE)
+        return;
+    empty_status(status);
+    if (r->kind != REQ_RECV)
+        return;
+    status->MPI_SOURCE = r->peer;
+    status->MPI_TAG = r->peer == MPI_PROC_NULL ? MPI_ANY_TAG : r->tag;
+    status->eccl_mpi_bytes = (long long)r->got;
+}
+
+/* ---- messages to oneself ----------------------------------------------------------------- */
+
+static void self_deliver(const char *call, struct request *r, const void *data, size_t bytes)
+{
+    if (bytes > r->bytes)
+        fatal(MPI_ERR_TRUNCATE, "%s: a message of %zu bytes from this rank itself (tag %d) is "
+              "more than the receive buffer's %zu", call, bytes, r->tag, r->bytes);
+    if (bytes != 0)
+        memcpy(r->buf, data, bytes);
+    r->got = bytes;
+    finish_request(r);
+}
+
+/* A send to this rank itself: to the first receive waiting for it, or
+ * queued. Either way done at once. */
+static void self_send(const char *call, MPI_Comm comm, int tag, const void *buf, size_t bytes)
+{
+    struct self_msg *m;
+
+    for (struct request *r = p2p.self_waiting; r != NULL; r = r->next)
+        if (r->comm == comm && r->tag == tag) {
+            unlink_request(&p2p.self_waiting, r);
+            self_deliver(call, r, buf, bytes);
+            return;
+        }
+    if (bytes > SIZE_MAX - sizeof *m || (m = malloc(sizeof *m + bytes)) == NULL)
+        fatal(MPI_ERR_NO_MEM, "%s: cannot hold a message of %zu bytes to this rank itself", call,
+              bytes);
+    m->next = NULL;
+    m->comm = comm;
+    m->tag = tag;
+    m->bytes = bytes;
+    if (bytes != 0)
+        memcpy(m->data, buf, bytes);
+    if (p2p.self_tail == NULL)
+        p2p.self_tail = &p2p.self_queue;
+    *p2p.self_tail = m;
+    p2p.self_tail = &m->next;
+}
+
+/* A receive from this rank itself: the first queued message of its tag, or
+ * it waits for a later send. */
+static void self_recv(const char *call, struct request *r)
+{
+    for (struct self_msg **p = &p2p.self_queue, *m; (m = *p) != NULL; p = &m->next)
+        if (m->comm == r->comm && m->tag == r->tag) {
+            *p = m->next;
+            if (p2p.self_tail == &m->next)
+                p2p.self_tail = p;
+            self_deliver(call, r, m->data, m->bytes);
+            free(m);
+            return;
+        }
+    append_request(&p2p.self_waiting, r);
+}
+
 /* ---- environment ---------------------------------------------------------------- */
 
 /* ECCL_MPI_* as eccl-run sets them; a malformed value is fatal rather than
@@ -491,22 +1029,51 @@ int MPI_Finalized(int *flag)
 
 int MPI_Finalize(void)
 {
+    /* Messages sent and receives posted, this rank's, then the world's. */
+    long long mine[3] = {1, 0, 0}, all[3] = {0, 0, 0};
+    int pending = 0;
+
     require_initialized("MPI_Finalize");
+    /* MPI: every request is completed before MPI_Finalize. One that is not
+     * could never be, and its peer would wait for it until the timeout. */
+    for (int i = 0; i < p2p.n_handles; i++)
+        pending += p2p.handles[i] != NULL && !user_done(p2p.handles[i]);
+    if (pending != 0)
+        fatal(MPI_ERR_REQUEST, "MPI_Finalize: %d request(s) of MPI_Isend or MPI_Irecv were "
+              "never completed by MPI_Wait, MPI_Waitall or MPI_Test", pending);
+    mine[1] = p2p.sent;
+    mine[2] = p2p.received;
     if (world.comm != NULL) {
         /* Every rank has finished its collectives before any leaves (one
          * that left early would be a lost peer to one still finishing),
          * and nobody was lost before: this last call's own world size
          * says so. The ring epoch cannot: ranks leave as soon as it
-         * completes. */
-        int one = 1, ranks = 0;
+         * completes. No request needs this rank's help now (the eager
+         * sends still in flight need none), so the call may block. */
         eccl_reduce_info info;
 
         check_eccl("MPI_Finalize", "eccl_allreduce",
-                   eccl_allreduce(world.comm, &one, &ranks, 1, ECCL_I32, ECCL_SUM,
+                   eccl_allreduce(world.comm, mine, all, 3, ECCL_I64, ECCL_SUM,
                                   world.next_tag++, &info));
-        if (ranks != world.size || info.world_size != (uint32_t)world.size)
-            fatal(MPI_ERR_OTHER, "MPI_Finalize: only %d of %d ranks got here: the others were "
-                  "lost", ranks, world.size);
+        if (all[0] != world.size || info.world_size != (uint32_t)world.size)
+            fatal(MPI_ERR_OTHER, "MPI_Finalize: only %lld of %d ranks got here: the others were "
+                  "lost", all[0], world.size);
+    } else {
+        memcpy(all, mine, sizeof all);
+    }
+    /* Every receive posted is done (above, on every rank), each with its
+     * own send: any send more is one nobody received, and an eager one of
+     * them would keep its sender here until the timeout. */
+    if (all[1] != all[2])
+        fatal(MPI_ERR_OTHER, "MPI_Finalize: %lld message(s) sent were never received (MPI "
+              "requires every send to be matched before MPI_Finalize)", all[1] - all[2]);
+    /* The eager sends still in flight: their receivers hold them. */
+    while (p2p.active != NULL) {
+        struct request *r = p2p.active;
+
+        step_done(r, eccl_wait(r->op, NULL));
+    }
+    if (world.comm != NULL) {
         eccl_comm_destroy(world.comm);
         world.comm = NULL;
     }
@@ -631,8 +1198,18 @@ int MPI_Barrier(MPI_Comm comm)
 {
     struct comm_view v = view_of("MPI_Barrier", comm);
 
-    if (v.ecomm != NULL)
+    eccl_request *op = NULL;
+
+    if (v.ecomm == NULL)
+        return MPI_SUCCESS;
+    /* RUN_COLL's two ways by hand: eccl_barrier has no info argument. */
+    if (p2p_needs_progress(NULL)) {
+        check_eccl("MPI_Barrier", "eccl_barrier_async",
+                   eccl_barrier_async(v.ecomm, take_tag(&v), &op));
+        check_coll("MPI_Barrier", "eccl_barrier", wait_progressing(op, NULL));
+    } else {
         check_coll("MPI_Barrier", "eccl_barrier", eccl_barrier(v.ecomm, take_tag(&v)));
+    }
     return MPI_SUCCESS;
 }
 
@@ -646,9 +1223,8 @@ int MPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm
     check_buffer(call, "buffer", buffer, bytes);
     if (v.ecomm == NULL || bytes == 0)
         return MPI_SUCCESS;
-    check_coll(call, "eccl_broadcast",
-               eccl_broadcast(v.ecomm, buffer, buffer, bytes, ECCL_U8, (uint32_t)root,
-                              take_tag(&v), NULL));
+    RUN_COLL(call, eccl_broadcast, v.ecomm, buffer, buffer, bytes, ECCL_U8, (uint32_t)root,
+             take_tag(&v));
     return MPI_SUCCESS;
 }
 
@@ -677,9 +1253,8 @@ int MPI_Reduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datat
         return MPI_SUCCESS;
     /* recvbuf is significant at the root only: the others may pass
      * anything, so eccl gets NULL there. */
-    check_coll(call, "eccl_reduce",
-               eccl_reduce(v.ecomm, sendbuf, is_root ? recvbuf : NULL, n, type->dtype, eop,
-                           (uint32_t)root, take_tag(&v), NULL));
+    RUN_COLL(call, eccl_reduce, v.ecomm, sendbuf, is_root ? recvbuf : NULL, n, type->dtype, eop,
+             (uint32_t)root, take_tag(&v));
     return MPI_SUCCESS;
 }
 
@@ -700,8 +1275,7 @@ int MPI_Allreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype da
         return MPI_SUCCESS;
     if (n == 0)
         return MPI_SUCCESS;
-    check_coll(call, "eccl_allreduce",
-               eccl_allreduce(v.ecomm, sendbuf, recvbuf, n, type->dtype, eop, take_tag(&v), NULL));
+    RUN_COLL(call, eccl_allreduce, v.ecomm, sendbuf, recvbuf, n, type->dtype, eop, take_tag(&v));
     return MPI_SUCCESS;
 }
 
@@ -734,8 +1308,7 @@ int MPI_Allgather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, voi
      * eccl's in-place form. */
     if (sendbuf == MPI_IN_PLACE)
         sendbuf = (char *)recvbuf + (size_t)v.rank * block;
-    check_coll(call, "eccl_allgather",
-               eccl_allgather(v.ecomm, sendbuf, recvbuf, block, ECCL_U8, take_tag(&v), NULL));
+    RUN_COLL(call, eccl_allgather, v.ecomm, sendbuf, recvbuf, block, ECCL_U8, take_tag(&v));
     return MPI_SUCCESS;
 }
 
@@ -786,8 +1359,7 @@ int MPI_Allgatherv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, vo
         counts[r] = (size_t)recvcounts[r] * rtype->size;
         offsets[r] = (size_t)((long long)displs[r] - lowest) * rtype->size;
     }
-    check_coll(call, "eccl_allgatherv",
-               eccl_allgatherv(v.ecomm, mine, base, counts, offsets, ECCL_U8, take_tag(&v), NULL));
+    RUN_COLL(call, eccl_allgatherv, v.ecomm, mine, base, counts, offsets, ECCL_U8, take_tag(&v));
     free(counts);
     return MPI_SUCCESS;
 }
@@ -812,9 +1384,8 @@ int MPI_Reduce_scatter_block(const void *sendbuf, void *recvbuf, int recvcount,
     /* MPI in place: the blocks fill recvbuf and the result goes to its
      * front; eccl's in-place result lands where this rank's block was. */
     result = sendbuf == MPI_IN_PLACE ? (char *)recvbuf + (size_t)v.rank * block : recvbuf;
-    check_coll(call, "eccl_reduce_scatter",
-               eccl_reduce_scatter(v.ecomm, sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf, result, n,
-                                   type->dtype, eop, take_tag(&v), NULL));
+    RUN_COLL(call, eccl_reduce_scatter, v.ecomm, sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf,
+             result, n, type->dtype, eop, take_tag(&v));
     if (result != recvbuf)
         memmove(recvbuf, result, block);
     return MPI_SUCCESS;
@@ -852,19 +1423,16 @@ int MPI_Reduce_scatter(const void *sendbuf, void *recvbuf, const int recvcounts[
     /* MPI in place: the blocks fill recvbuf and the result goes to its
      * front; eccl's in-place result lands where this rank's block was. */
     result = sendbuf == MPI_IN_PLACE ? (char *)recvbuf + before * esize : recvbuf;
-    check_coll(call, "eccl_reduce_scatterv",
-               eccl_reduce_scatterv(v.ecomm, sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf, result,
-                                    counts, type->dtype, eop, take_tag(&v), NULL));
+    RUN_COLL(call, eccl_reduce_scatterv, v.ecomm, sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf,
+             result, counts, type->dtype, eop, take_tag(&v));
     if (result != recvbuf)
         memmove(recvbuf, result, mine);
     free(counts);
     return MPI_SUCCESS;
 }
 
-/* All-to-all, until eccl has its own: every rank all-gathers every rank's
- * whole send buffer and keeps the blocks addressed to it. Correct, but each
- * rank receives N times what it needs (N-1 times the traffic of a real
- * all-to-all): a stopgap, as mpi/README.md says. */
+/* All-to-all on eccl's own (pairwise exchange over peer links), in bytes.
+ * In place, recvbuf holds the blocks to send, as eccl's in-place form. */
 int MPI_Alltoall(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
                  int recvcount, MPI_Datatype recvtype, MPI_Comm comm)
 {
@@ -872,8 +1440,6 @@ int MPI_Alltoall(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void
     struct comm_view v = view_of(call, comm);
     size_t block = bytes_of(call, "recvcount", recvcount, type_of(call, recvtype));
     size_t row = mul_size(call, block, (size_t)v.size);
-    const void *input = sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf;
-    char *all;
 
     check_buffer(call, "recvbuf", recvbuf, row);
     if (sendbuf != MPI_IN_PLACE) {
@@ -882,137 +1448,255 @@ int MPI_Alltoall(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void
     }
     if (alone(&v, recvbuf, sendbuf, block))
         return MPI_SUCCESS;
+    /* MPI requires every rank's block to be the same size: 0 on one is 0
+     * on all, and they all skip eccl alike. */
     if (block == 0)
         return MPI_SUCCESS;
-    all = scratch_alloc(call, mul_size(call, row, (size_t)v.size));
-    check_coll(call, "eccl_allgather",
-               eccl_allgather(v.ecomm, input, all, row, ECCL_U8, take_tag(&v), NULL));
-    for (int r = 0; r < v.size; r++)
-        memcpy((char *)recvbuf + (size_t)r * block, all + (size_t)r * row + (size_t)v.rank * block,
-               block);
-    free(all);
+    RUN_COLL(call, eccl_alltoall, v.ecomm, sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf, recvbuf,
+             block, ECCL_U8, take_tag(&v));
     return MPI_SUCCESS;
 }
 
-/* As MPI_Alltoall, with one more all-gather in front: a rank does not know
- * how much the others send to third ranks, so the send counts are gathered
- * first; they give each rank's share of the all-gather and where its
- * blocks lie in it. */
+/* One side of an all-to-allv layout in bytes, for eccl: displacements
+ * taken from the lowest non-empty block (MPI's may be negative, eccl's may
+ * not), which is returned; empty blocks are left at 0. */
+static char *bytes_layout(const char *call, const char *name, void *buf, const char *what,
+                          const int counts[], const int displs[], const struct mpi_type *type,
+                          size_t size, size_t *bcounts, size_t *bdispls)
+{
+    int lowest = INT_MAX;
+
+    for (size_t r = 0; r < size; r++) {
+        bcounts[r] = bytes_of(call, what, counts[r], type);
+        check_buffer(call, name, buf, bcounts[r]);
+        if (bcounts[r] != 0 && displs[r] < lowest)
+            lowest = displs[r];
+    }
+    if (lowest == INT_MAX)
+        lowest = 0;
+    for (size_t r = 0; r < size; r++)
+        bdispls[r] = bcounts[r] == 0 ? 0
+                                     : mul_size(call, (size_t)((long long)displs[r] - lowest),
+                                                type->size);
+    return buf == NULL ? NULL : at(buf, lowest, type->size);
+}
+
+/* eccl_alltoallv in bytes. MPI requires rank i's send block for rank j
+ * to be as large as rank j's receive block from rank i, so no counts
+ * travel: eccl checks each block as it comes (a mismatch breaks the call).
+ * This rank's own block, the one pair a rank can check alone, is checked
+ * here. In place (MPI_IN_PLACE: the data to send is in recvbuf, laid out
+ * as received) is eccl's in-place form. */
 int MPI_Alltoallv(const void *sendbuf, const int sendcounts[], const int sdispls[],
                   MPI_Datatype sendtype, void *recvbuf, const int recvcounts[],
                   const int rdispls[], MPI_Datatype recvtype, MPI_Comm comm)
 {
     static const char call[] = "MPI_Alltoallv";
     struct comm_view v = view_of(call, comm);
-    const struct mpi_type *rtype = type_of(call, recvtype), *stype;
-    size_t size = (size_t)v.size, me = (size_t)v.rank, grand = 0, *totals, *starts;
-    uint64_t *counts;
-    char *all, *p;
+    const struct mpi_type *rtype = type_of(call, recvtype), *stype = NULL;
+    size_t size = (size_t)v.size, me = (size_t)v.rank, *counts;
+    int in_place = sendbuf == MPI_IN_PLACE;
+    /* Stand-ins for NULL buffers with nothing in them: eccl wants a
+     * pointer, and two distinct ones (equal ones would read as in place). */
+    static char no_send, no_recv;
+    const void *sbase = NULL;
+    char *rbase;
 
     if (recvcounts == NULL || rdispls == NULL)
         fatal(MPI_ERR_ARG, "%s: recvcounts or rdispls is NULL", call);
-    if (sendbuf == MPI_IN_PLACE) {
-        /* MPI: the data to send is in recvbuf, laid out as received. */
-        sendbuf = recvbuf;
-        sendcounts = recvcounts;
-        sdispls = rdispls;
-        stype = rtype;
-    } else {
+    if (!in_place) {
         if (sendcounts == NULL || sdispls == NULL)
             fatal(MPI_ERR_ARG, "%s: sendcounts or sdispls is NULL", call);
         stype = type_of(call, sendtype);
+        check_match(call, bytes_of(call, "sendcounts[]", sendcounts[me], stype),
+                    bytes_of(call, "recvcounts[]", recvcounts[me], rtype));
     }
-    for (size_t r = 0; r < size; r++) {
-        check_buffer(call, "sendbuf", sendbuf, bytes_of(call, "sendcounts[]", sendcounts[r], stype));
-        check_buffer(call, "recvbuf", recvbuf, bytes_of(call, "recvcounts[]", recvcounts[r], rtype));
-    }
+    counts = scratch_alloc(call, mul_size(call, 4 * size, sizeof *counts));
+    rbase = bytes_layout(call, "recvbuf", recvbuf, "recvcounts[]", recvcounts, rdispls, rtype,
+                         size, counts, counts + size);
+    if (!in_place)
+        sbase = bytes_layout(call, "sendbuf", (void *)sendbuf, "sendcounts[]", sendcounts, sdispls,
+                             stype, size, counts + 2 * size, counts + 3 * size);
     if (v.ecomm == NULL) {
-        size_t b = (size_t)sendcounts[0] * stype->size;
-
-        check_match(call, b, (size_t)recvcounts[0] * rtype->size);
-        if (b != 0 && sendbuf != recvbuf)
-            memcpy(at(recvbuf, rdispls[0], rtype->size), at((void *)sendbuf, sdispls[0], stype->size),
-                   b);
-        return MPI_SUCCESS;
-    }
-    /* counts[r * size + d]: bytes rank r sends to rank d. */
-    counts = scratch_alloc(call, mul_size(call, mul_size(call, size, size), sizeof *counts));
-    for (size_t d = 0; d < size; d++)
-        counts[me * size + d] = (uint64_t)sendcounts[d] * stype->size;
-    check_coll(call, "eccl_allgather (counts)",
-               eccl_allgather(v.ecomm, counts + me * size, counts, size * sizeof *counts, ECCL_U8,
-                              take_tag(&v), NULL));
-    /* totals[r] bytes from rank r, at starts[r] of the gathered buffer. */
-    totals = scratch_alloc(call, mul_size(call, 2 * size, sizeof *totals));
-    starts = totals + size;
-    for (size_t r = 0; r < size; r++) {
-        uint64_t total = 0;
-
-        for (size_t d = 0; d < size; d++)
-            total += counts[r * size + d];
-        if (total > SIZE_MAX - grand)
-            fatal(MPI_ERR_COUNT, "%s: more than SIZE_MAX bytes in all", call);
-        if (counts[r * size + me] != (uint64_t)recvcounts[r] * rtype->size)
-            fatal(MPI_ERR_TRUNCATE, "%s: rank %zu sends %llu bytes to this rank, which expects "
-                  "%zu", call, r, (unsigned long long)counts[r * size + me],
-                  (size_t)recvcounts[r] * rtype->size);
-        totals[r] = (size_t)total;
-        starts[r] = grand;
-        grand += (size_t)total;
-    }
-    if (grand == 0) {
-        free(totals);
+        if (!in_place && counts[0] != 0)
+            memcpy(at(recvbuf, rdispls[0], rtype->size),
+                   at((void *)sendbuf, sdispls[0], stype->size), counts[0]);
         free(counts);
         return MPI_SUCCESS;
     }
-    /* This rank's blocks, in destination order, go straight to its place in
-     * the gathered buffer (eccl's in-place all-gather); packing before the
-     * call also makes MPI's in place safe. */
-    all = scratch_alloc(call, grand);
-    p = all + starts[me];
-    for (size_t d = 0; d < size; d++) {
-        size_t b = (size_t)counts[me * size + d];
-
-        memcpy(p, at((void *)sendbuf, sdispls[d], stype->size), b);
-        p += b;
-    }
-    check_coll(call, "eccl_allgatherv",
-               eccl_allgatherv(v.ecomm, all + starts[me], all, totals, starts, ECCL_U8,
-                               take_tag(&v), NULL));
-    for (size_t r = 0; r < size; r++) {
-        size_t offset = 0;
-
-        for (size_t d = 0; d < me; d++)
-            offset += (size_t)counts[r * size + d];
-        memcpy(at(recvbuf, rdispls[r], rtype->size), all + starts[r] + offset,
-               (size_t)counts[r * size + me]);
-    }
-    free(all);
-    free(totals);
+    /* Every rank calls eccl, even with nothing to send or receive: the
+     * others' blocks are theirs to know, not ours. */
+    if (in_place)
+        RUN_COLL(call, eccl_alltoallv, v.ecomm, rbase != NULL ? rbase : &no_recv, NULL, NULL,
+                 rbase != NULL ? rbase : &no_recv, counts, counts + size, ECCL_U8, take_tag(&v));
+    else
+        RUN_COLL(call, eccl_alltoallv, v.ecomm, sbase != NULL ? sbase : &no_send, counts + 2 * size,
+                 counts + 3 * size, rbase != NULL ? rbase : &no_recv, counts, counts + size,
+                 ECCL_U8, take_tag(&v));
     free(counts);
     return MPI_SUCCESS;
 }
 
-/* ---- requests --------------------------------------------------------------------- */
+/* ---- point-to-point ------------------------------------------------------------------ */
 
-static void empty_status(MPI_Status *status)
+static void check_tag(const char *call, int tag, int receive)
 {
-    if (status == MPI_STATUS_IGNORE)
+    if (receive && tag == MPI_ANY_TAG)
+        fatal(MPI_ERR_UNSUPPORTED_OPERATION, "%s: MPI_ANY_TAG is not supported by eccl (a "
+              "receive must name its tag: eccl pairs a send with the receive of its tag)", call);
+    if (tag < 0)
+        fatal(MPI_ERR_TAG, "%s: invalid tag %d", call, tag);
+}
+
+static void check_peer(const char *call, const struct comm_view *v, int peer, int receive)
+{
+    if (receive && peer == MPI_ANY_SOURCE)
+        fatal(MPI_ERR_UNSUPPORTED_OPERATION, "%s: MPI_ANY_SOURCE is not supported by eccl (a "
+              "receive must name its source: eccl pairs a send with the receive naming its "
+              "sender)", call);
+    if (peer != MPI_PROC_NULL && (peer < 0 || peer >= v->size))
+        fatal(MPI_ERR_RANK, "%s: rank %d is not a rank of a communicator of %d", call, peer,
+              v->size);
+}
+
+/* A send under way (or done: eager, to oneself, to MPI_PROC_NULL). */
+static struct request *start_send(const char *call, const void *buf, int count,
+                                  MPI_Datatype datatype, int dest, int tag, MPI_Comm comm)
+{
+    struct comm_view v = view_of(call, comm);
+    size_t bytes = bytes_of(call, "count", count, type_of(call, datatype));
+    struct request *r;
+
+    check_peer(call, &v, dest, 0);
+    check_tag(call, tag, 0);
+    check_buffer(call, "buf", buf, bytes);
+    r = new_request(call, REQ_SEND, comm, dest, tag, (void *)buf, bytes);
+    if (dest == MPI_PROC_NULL) {
+        r->step = STEP_DONE;
+        return r;
+    }
+    p2p.sent++;
+    if (dest == v.rank) {
+        r->self = 1;
+        self_send(call, comm, tag, buf, bytes);
+        r->step = STEP_DONE;
+        return r;
+    }
+    r->seq = seq_of(dest, tag)->sent++;
+    r->hdr.bytes = bytes;
+    r->hdr.tag = (uint32_t)tag;
+    r->hdr.seq = r->seq & P2P_SEQ_MASK;
+    if (bytes != 0)
+        memcpy(r->hdr.data, buf, bytes < P2P_INLINE ? bytes : P2P_INLINE);
+    post_step(call, r, 1);
+    return r;
+}
+
+/* A receive under way (or done: from oneself, from MPI_PROC_NULL). */
+static struct request *start_recv(const char *call, void *buf, int count, MPI_Datatype datatype,
+                                  int source, int tag, MPI_Comm comm)
+{
+    struct comm_view v = view_of(call, comm);
+    size_t bytes = bytes_of(call, "count", count, type_of(call, datatype));
+    struct request *r;
+
+    check_peer(call, &v, source, 1);
+    check_tag(call, tag, 1);
+    check_buffer(call, "buf", buf, bytes);
+    r = new_request(call, REQ_RECV, comm, source, tag, buf, bytes);
+    if (source == MPI_PROC_NULL) {
+        r->step = STEP_DONE;
+        return r;
+    }
+    p2p.received++;
+    if (source == v.rank) {
+        r->self = 1;
+        self_recv(call, r);
+        return r;
+    }
+    r->seq = seq_of(source, tag)->received++;
+    post_step(call, r, 1);
+    return r;
+}
+
+int MPI_Send(const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm)
+{
+    struct request *r = start_send("MPI_Send", buf, count, datatype, dest, tag, comm);
+
+    wait_request("MPI_Send", r);
+    let_go(r);
+    return MPI_SUCCESS;
+}
+
+int MPI_Recv(void *buf, int count, MPI_Datatype datatype, int source, int tag, MPI_Comm comm,
+             MPI_Status *status)
+{
+    struct request *r = start_recv("MPI_Recv", buf, count, datatype, source, tag, comm);
+
+    wait_request("MPI_Recv", r);
+    fill_status(r, status);
+    let_go(r);
+    return MPI_SUCCESS;
+}
+
+int MPI_Isend(const void *buf, int count, MPI_Datatype datatype, int dest, int tag,
+              MPI_Comm comm, MPI_Request *request)
+{
+    if (request == NULL)
+        fatal(MPI_ERR_ARG, "MPI_Isend: request is NULL");
+    *request = handle_of("MPI_Isend",
+                         start_send("MPI_Isend", buf, count, datatype, dest, tag, comm));
+    return MPI_SUCCESS;
+}
+
+int MPI_Irecv(void *buf, int count, MPI_Datatype datatype, int source, int tag, MPI_Comm comm,
+              MPI_Request *request)
+{
+    if (request == NULL)
+        fatal(MPI_ERR_ARG, "MPI_Irecv: request is NULL");
+    *request = handle_of("MPI_Irecv",
+                         start_recv("MPI_Irecv", buf, count, datatype, source, tag, comm));
+    return MPI_SUCCESS;
+}
+
+/* The receive is posted first, so a send to oneself finds it. */
+int MPI_Sendrecv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, int dest,
+                 int sendtag, void *recvbuf, int recvcount, MPI_Datatype recvtype, int source,
+                 int recvtag, MPI_Comm comm, MPI_Status *status)
+{
+    static const char call[] = "MPI_Sendrecv";
+    struct request *rr = start_recv(call, recvbuf, recvcount, recvtype, source, recvtag, comm);
+    struct request *sr = start_send(call, sendbuf, sendcount, sendtype, dest, sendtag, comm);
+
+    wait_request(call, sr);
+    wait_request(call, rr);
+    fill_status(rr, status);
+    let_go(sr);
+    let_go(rr);
+    return MPI_SUCCESS;
+}
+
+static void wait_handle(const char *call, MPI_Request *request, MPI_Status *status)
+{
+    struct request *r;
+
+    if (*request == MPI_REQUEST_NULL) {
+        empty_status(status);
         return;
-    status->MPI_SOURCE = MPI_ANY_SOURCE;
-    status->MPI_TAG = MPI_ANY_TAG;
-    status->MPI_ERROR = MPI_SUCCESS;
-    status->eccl_mpi_bytes = 0;
+    }
+    r = request_of(call, *request);
+    wait_request(call, r);
+    fill_status(r, status);
+    drop_handle(r);
+    *request = MPI_REQUEST_NULL;
 }
 
 int MPI_Wait(MPI_Request *request, MPI_Status *status)
 {
+    require_initialized("MPI_Wait");
     if (request == NULL)
         fatal(MPI_ERR_REQUEST, "MPI_Wait: request is NULL");
-    if (*request != MPI_REQUEST_NULL)
-        fatal(MPI_ERR_REQUEST, "MPI_Wait: no call of this subset makes request 0x%x",
-              (unsigned)*request);
-    empty_status(status);
+    wait_handle("MPI_Wait", request, status);
     return MPI_SUCCESS;
 }
 
@@ -1020,49 +1704,39 @@ int MPI_Waitall(int count, MPI_Request requests[], MPI_Status statuses[])
 {
     size_t n = count_of("MPI_Waitall", "count", count);
 
+    require_initialized("MPI_Waitall");
     if (n != 0 && requests == NULL)
         fatal(MPI_ERR_REQUEST, "MPI_Waitall: requests is NULL");
-    for (size_t i = 0; i < n; i++) {
-        if (requests[i] != MPI_REQUEST_NULL)
-            fatal(MPI_ERR_REQUEST, "MPI_Waitall: no call of this subset makes request 0x%x",
-                  (unsigned)requests[i]);
-        if (statuses != MPI_STATUSES_IGNORE)
-            empty_status(&statuses[i]);
+    for (size_t i = 0; i < n; i++)
+        wait_handle("MPI_Waitall", &requests[i],
+                    statuses == MPI_STATUSES_IGNORE ? MPI_STATUS_IGNORE : &statuses[i]);
+    return MPI_SUCCESS;
+}
+
+int MPI_Test(MPI_Request *request, int *flag, MPI_Status *status)
+{
+    struct request *r;
+
+    require_initialized("MPI_Test");
+    if (request == NULL || flag == NULL)
+        fatal(MPI_ERR_ARG, "MPI_Test: request or flag is NULL");
+    if (*request == MPI_REQUEST_NULL) {
+        *flag = 1;
+        empty_status(status);
+        return MPI_SUCCESS;
+    }
+    r = request_of("MPI_Test", *request);
+    progress_all();
+    *flag = user_done(r);
+    if (*flag) {
+        fill_status(r, status);
+        drop_handle(r);
+        *request = MPI_REQUEST_NULL;
     }
     return MPI_SUCCESS;
 }
 
 /* ---- fail loudly --------------------------------------------------------------------- */
-
-int MPI_Send(const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm)
-{
-    unsupported("MPI_Send");
-}
-
-int MPI_Recv(void *buf, int count, MPI_Datatype datatype, int source, int tag, MPI_Comm comm,
-             MPI_Status *status)
-{
-    unsupported("MPI_Recv");
-}
-
-int MPI_Isend(const void *buf, int count, MPI_Datatype datatype, int dest, int tag,
-              MPI_Comm comm, MPI_Request *request)
-{
-    unsupported("MPI_Isend");
-}
-
-int MPI_Irecv(void *buf, int count, MPI_Datatype datatype, int source, int tag, MPI_Comm comm,
-              MPI_Request *request)
-{
-    unsupported("MPI_Irecv");
-}
-
-int MPI_Sendrecv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, int dest,
-                 int sendtag, void *recvbuf, int recvcount, MPI_Datatype recvtype, int source,
-                 int recvtag, MPI_Comm comm, MPI_Status *status)
-{
-    unsupported("MPI_Sendrecv");
-}
 
 int MPI_Gather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
                int recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm)

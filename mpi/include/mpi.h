@@ -170,32 +170,44 @@ int MPI_Alltoallv(const void *sendbuf, const int sendcounts[], const int sdispls
                   MPI_Datatype sendtype, void *recvbuf, const int recvcounts[],
                   const int rdispls[], MPI_Datatype recvtype, MPI_Comm comm);
 
-/* ---- requests --------------------------------------------------------------- */
-
-/* No call of this subset creates a request, so the only request these
- * accept is MPI_REQUEST_NULL (done at once, empty status); anything else
- * is an error. */
-int MPI_Wait(MPI_Request *request, MPI_Status *status);
-int MPI_Waitall(int count, MPI_Request requests[], MPI_Status statuses[]);
-
-/* ---- fail loudly -------------------------------------------------------------
+/* ---- point-to-point ----------------------------------------------------------
  *
- * eccl has no point-to-point messages, and the communicator calls below
- * need communicators other than MPI_COMM_WORLD and MPI_COMM_SELF. Each of
- * these prints "eccl_mpi: <call> is not supported by eccl yet" and ends the
- * process with a non-zero status; it never returns. */
+ * Between ranks of MPI_COMM_WORLD (and to oneself, in either communicator).
+ * A receive names its source and its tag: MPI_ANY_SOURCE and MPI_ANY_TAG
+ * fail loudly (eccl pairs a send only with the receive naming its sender
+ * and tag). Messages of one (source, tag) arrive in the order sent; a
+ * receive's count is an upper bound (MPI_Get_count tells the size), and a
+ * larger message is MPI_ERR_TRUNCATE. MPI_PROC_NULL is the usual no-op.
+ * Small messages (up to 240 bytes) are eager: MPI_Send returns at once;
+ * a larger MPI_Send returns once the receiver holds the data. */
 
 int MPI_Send(const void *buf, int count, MPI_Datatype datatype, int dest, int tag,
              MPI_Comm comm);
 int MPI_Recv(void *buf, int count, MPI_Datatype datatype, int source, int tag,
              MPI_Comm comm, MPI_Status *status);
+int MPI_Sendrecv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, int dest,
+                 int sendtag, void *recvbuf, int recvcount, MPI_Datatype recvtype,
+                 int source, int recvtag, MPI_Comm comm, MPI_Status *status);
 int MPI_Isend(const void *buf, int count, MPI_Datatype datatype, int dest, int tag,
               MPI_Comm comm, MPI_Request *request);
 int MPI_Irecv(void *buf, int count, MPI_Datatype datatype, int source, int tag,
               MPI_Comm comm, MPI_Request *request);
-int MPI_Sendrecv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, int dest,
-                 int sendtag, void *recvbuf, int recvcount, MPI_Datatype recvtype,
-                 int source, int recvtag, MPI_Comm comm, MPI_Status *status);
+
+/* ---- requests --------------------------------------------------------------- */
+
+/* Requests of MPI_Isend and MPI_Irecv, and MPI_REQUEST_NULL (done at once,
+ * empty status). A request still pending at MPI_Finalize is an error. */
+int MPI_Wait(MPI_Request *request, MPI_Status *status);
+int MPI_Waitall(int count, MPI_Request requests[], MPI_Status statuses[]);
+int MPI_Test(MPI_Request *request, int *flag, MPI_Status *status);
+
+/* ---- fail loudly -------------------------------------------------------------
+ *
+ * The rooted gathers are not in eccl yet, and the communicator calls below
+ * need communicators other than MPI_COMM_WORLD and MPI_COMM_SELF. Each of
+ * these prints "eccl_mpi: <call> is not supported by eccl yet" and ends the
+ * process with a non-zero status; it never returns. */
+
 int MPI_Gather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
                int recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm);
 int MPI_Scatter(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,

@@ -63,6 +63,7 @@ static int header_use(int *argc, char ***argv)
         MPI_Recv(&y, 1, MPI_DOUBLE, MPI_ANY_SOURCE, MPI_ANY_TAG, comm, &status);
         MPI_Isend(&x, 1, MPI_DOUBLE, 0, 0, comm, &req);
         MPI_Irecv(&y, 1, MPI_DOUBLE, 0, 0, comm, &req);
+        MPI_Test(&req, &flag, &status);
         MPI_Sendrecv(&x, 1, MPI_DOUBLE, 0, 0, &y, 1, MPI_DOUBLE, 0, 0, comm, &status);
         MPI_Gather(&x, 1, MPI_DOUBLE, &y, 1, MPI_DOUBLE, 0, comm);
         MPI_Scatter(&x, 1, MPI_DOUBLE, &y, 1, MPI_DOUBLE, 0, comm);

@@ -498,55 +498,68 @@ static void test_alltoallv(void)
     int *rcounts = xmalloc(n * sizeof(int)), *rdispls = xmalloc(n * sizeof(int));
     char what[160];
 
+    /* shift: the displacements are counted from the end of the buffers,
+     * all negative (MPI allows it; eccl's may not be). */
     for (int shape = 0; shape < 3; shape++)
-        for (int in_place = 0; in_place < 2; in_place++) {
-            int send_end = 0, recv_end = 0;
-            short *send, *recv;
+        for (int in_place = 0; in_place < 2; in_place++)
+            for (int shift = 0; shift < 2; shift++) {
+                int send_end = 0, recv_end = 0;
+                short *send, *recv, *sbase, *rbase;
 
-            /* In place, MPI takes the data from recvbuf laid out by
-             * rcounts/rdispls: only a symmetric exchange can be (shape 1
-             * is not). */
-            if (in_place && shape == 1)
-                continue;
-            /* Blocks in reverse order with a gap of 2 before each. */
-            for (int d = size - 1; d >= 0; d--) {
-                scounts[d] = v_count(shape, rank, d);
-                sdispls[d] = send_end + 2;
-                send_end = sdispls[d] + scounts[d];
-                rcounts[d] = v_count(shape, d, rank);
-                rdispls[d] = recv_end + 2;
-                recv_end = rdispls[d] + rcounts[d];
-            }
-            send = xmalloc((size_t)send_end * sizeof *send);
-            recv = xmalloc((size_t)recv_end * sizeof *recv);
-            for (int i = 0; i < recv_end; i++)
-                recv[i] = -1;
-            snprintf(what, sizeof what, "MPI_Alltoallv shape %d%s", shape,
-                     in_place ? " in place" : "");
-            for (int d = 0; d < size; d++)
-                for (int i = 0; i < scounts[d]; i++)
-                    (in_place ? recv + rdispls[d] : send + sdispls[d])[i] =
-                        (short)(rank * 1000 + d * 100 + i % 97);
-            if (in_place)
-                MPI_Alltoallv(MPI_IN_PLACE, NULL, NULL, MPI_DATATYPE_NULL, recv, rcounts, rdispls,
-                              MPI_SHORT, MPI_COMM_WORLD);
-            else
-                MPI_Alltoallv(send, scounts, sdispls, MPI_SHORT, recv, rcounts, rdispls, MPI_SHORT,
-                              MPI_COMM_WORLD);
-            for (int r = 0; r < size; r++)
-                for (int i = 0; i < rcounts[r]; i++) {
-                    short want = (short)(r * 1000 + rank * 100 + i % 97);
-                    if (recv[rdispls[r] + i] != want) {
-                        failf(what, rdispls[r] + i, recv[rdispls[r] + i], want);
-                        break;
-                    }
+                /* In place, MPI takes the data from recvbuf laid out by
+                 * rcounts/rdispls: only a symmetric exchange can be (shape
+                 * 1 is not). */
+                if (in_place && shape == 1)
+                    continue;
+                /* Blocks in reverse order with a gap of 2 before each. */
+                for (int d = size - 1; d >= 0; d--) {
+                    scounts[d] = v_count(shape, rank, d);
+                    sdispls[d] = send_end + 2;
+                    send_end = sdispls[d] + scounts[d];
+                    rcounts[d] = v_count(shape, d, rank);
+                    rdispls[d] = recv_end + 2;
+                    recv_end = rdispls[d] + rcounts[d];
                 }
-            for (int r = 0; r < size; r++)
-                if (recv[rdispls[r] - 1] != -1 || recv[rdispls[r] - 2] != -1)
-                    check(0, "MPI_Alltoallv wrote into a gap between blocks");
-            free(send);
-            free(recv);
-        }
+                send = xmalloc((size_t)send_end * sizeof *send);
+                recv = xmalloc((size_t)recv_end * sizeof *recv);
+                sbase = send;
+                rbase = recv;
+                if (shift) {
+                    for (int d = 0; d < size; d++) {
+                        sdispls[d] -= send_end;
+                        rdispls[d] -= recv_end;
+                    }
+                    sbase = send + send_end;
+                    rbase = recv + recv_end;
+                }
+                for (int i = 0; i < recv_end; i++)
+                    recv[i] = -1;
+                snprintf(what, sizeof what, "MPI_Alltoallv shape %d%s%s", shape,
+                         in_place ? " in place" : "", shift ? " negative displs" : "");
+                for (int d = 0; d < size; d++)
+                    for (int i = 0; i < scounts[d]; i++)
+                        (in_place ? rbase + rdispls[d] : sbase + sdispls[d])[i] =
+                            (short)(rank * 1000 + d * 100 + i % 97);
+                if (in_place)
+                    MPI_Alltoallv(MPI_IN_PLACE, NULL, NULL, MPI_DATATYPE_NULL, rbase, rcounts,
+                                  rdispls, MPI_SHORT, MPI_COMM_WORLD);
+                else
+                    MPI_Alltoallv(sbase, scounts, sdispls, MPI_SHORT, rbase, rcounts, rdispls,
+                                  MPI_SHORT, MPI_COMM_WORLD);
+                for (int r = 0; r < size; r++)
+                    for (int i = 0; i < rcounts[r]; i++) {
+                        short want = (short)(r * 1000 + rank * 100 + i % 97);
+                        if (rbase[rdispls[r] + i] != want) {
+                            failf(what, rdispls[r] + i, rbase[rdispls[r] + i], want);
+                            break;
+                        }
+                    }
+                for (int r = 0; r < size; r++)
+                    if (rbase[rdispls[r] - 1] != -1 || rbase[rdispls[r] - 2] != -1)
+                        check(0, "MPI_Alltoallv wrote into a gap between blocks");
+                free(send);
+                free(recv);
+            }
     free(scounts);
     free(sdispls);
     free(rcounts);

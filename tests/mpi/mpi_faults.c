@@ -2,15 +2,24 @@
  * tests/mpi/expect_fail.sh runs each under eccl-run and checks the exit
  * status and the message. An ordinary MPI program (mpi.h only).
  *
- *   send        rank 0 calls MPI_Send (eccl has no point-to-point): it
- *               must end the job loudly
+ *   gather      rank 0 calls MPI_Gather (not in eccl yet): it must end
+ *               the job loudly
+ *   anysource   rank 1 receives from MPI_ANY_SOURCE, which eccl cannot
+ *               match: loudly, never silently
+ *   anytag      rank 1 posts a receive of MPI_ANY_TAG, likewise
+ *   truncate    rank 0 sends 200 bytes (eager: its MPI_Send returns), rank
+ *               1 receives them into 40: MPI_ERR_TRUNCATE
+ *   selfwait    rank 1 waits for a message from itself that it never sent
+ *               (a certain deadlock)
  *   badop       rank 0 calls MPI_Allreduce with MPI_BAND, an op eccl
  *               does not have
  *   abort       rank 1 calls MPI_Abort(MPI_COMM_WORLD, 3)
  *   kill        the last rank dies of SIGKILL
- *               (in these four the other ranks wait outside any MPI call,
+ *               (in these modes the other ranks wait outside any MPI call,
  *               so that the one failure is the job's only one: eccl-run's
  *               status is its status)
+ *   unreceived  rank 0 sends rank 1 a message it never receives; both
+ *               reach MPI_Finalize, which must say so
  *   vanish      the last rank leaves with status 0 (_exit: not even
  *               MPI_Finalize's exit check) while the others loop in
  *               MPI_Allreduce: they must fail, not go on with fewer ranks
@@ -57,19 +66,50 @@ static void allreduce_for_a_while(void)
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "";
-    int rank, size, value = 1;
+    int rank, size, value = 1, buf[64] = {0};
 
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     MPI_Barrier(MPI_COMM_WORLD);
 
-    if (strcmp(mode, "send") == 0) {
+    if (strcmp(mode, "gather") == 0) {
         if (rank == 0) {
             let_others_settle();
-            MPI_Send(&value, 1, MPI_INT, 1, 0, MPI_COMM_WORLD);
+            MPI_Gather(&value, 1, MPI_INT, buf, 1, MPI_INT, 0, MPI_COMM_WORLD);
         }
         sleep_for_a_while();
+    } else if (strcmp(mode, "anysource") == 0) {
+        if (rank == 1) {
+            let_others_settle();
+            MPI_Recv(&value, 1, MPI_INT, MPI_ANY_SOURCE, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        }
+        sleep_for_a_while();
+    } else if (strcmp(mode, "anytag") == 0) {
+        if (rank == 1) {
+            MPI_Request req;
+
+            let_others_settle();
+            MPI_Irecv(&value, 1, MPI_INT, 0, MPI_ANY_TAG, MPI_COMM_WORLD, &req);
+        }
+        sleep_for_a_while();
+    } else if (strcmp(mode, "truncate") == 0) {
+        if (rank == 0)
+            MPI_Send(buf, 50, MPI_INT, 1, 4, MPI_COMM_WORLD);
+        else if (rank == 1) {
+            let_others_settle();
+            MPI_Recv(buf, 10, MPI_INT, 0, 4, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        }
+        sleep_for_a_while();
+    } else if (strcmp(mode, "selfwait") == 0) {
+        if (rank == 1) {
+            let_others_settle();
+            MPI_Recv(&value, 1, MPI_INT, 1, 5, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        }
+        sleep_for_a_while();
+    } else if (strcmp(mode, "unreceived") == 0) {
+        if (rank == 0)
+            MPI_Send(&value, 1, MPI_INT, 1, 6, MPI_COMM_WORLD);
     } else if (strcmp(mode, "badop") == 0) {
         if (rank == 0) {
             let_others_settle();
@@ -100,7 +140,8 @@ int main(int argc, char **argv)
         const struct timespec hour = {3600, 0};
         nanosleep(&hour, NULL);
     } else {
-        fprintf(stderr, "usage: mpi_faults send|badop|abort|kill|vanish|nofinalize|hang\n");
+        fprintf(stderr, "usage: mpi_faults gather|anysource|anytag|truncate|selfwait|badop|abort|"
+                        "kill|vanish|unreceived|nofinalize|hang\n");
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
     MPI_Finalize();
