@@ -441,8 +441,8 @@ eccl_result eccl_alltoallv_async(eccl_comm *comm, const void *sendbuf, const siz
  * membership changes while the transfer is under way, both calls fail with
  * ECCL_ERR_PEER_LOST (the receive buffer as it was, bit for bit), unless
  * the receiver already held every byte and the sender knew it, in which
- * case both succeed; never one of each. A send returns once the receiver
- * holds the data (it acknowledges), a receive once the sender knows. */
+ * case both succeed; never one of each. A receive returns once it holds
+ * the data, a send once the receiver acknowledged it. */
 eccl_result eccl_send(eccl_comm *comm, const void *buf, size_t count, eccl_dtype dtype, uint32_t peer,
                       uint64_t tag, eccl_reduce_info *info);
 eccl_result eccl_send_async(eccl_comm *comm, const void *buf, size_t count, eccl_dtype dtype,

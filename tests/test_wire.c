@@ -929,6 +929,11 @@ static void test_encode_rejects(void **state)
     m->u.view.n_ops = ECCL_WIRE_MAX_OPS;
     view_store[ECCL_WIRE_MAX_OPS - 1].flag = 2;
     assert_int_equal(eccl_wire_encode(m, frame, FRAME_CAP), 0);
+    m->type = ECCL_MSG_VIEW_REPORT; /* a receiving party's report may say so */
+    assert_int_not_equal(eccl_wire_encode(m, frame, FRAME_CAP), 0);
+    view_store[ECCL_WIRE_MAX_OPS - 1].flag = 4;
+    assert_int_equal(eccl_wire_encode(m, frame, FRAME_CAP), 0);
+    m->type = ECCL_MSG_VIEW_DECIDE;
     view_store[ECCL_WIRE_MAX_OPS - 1].flag = 1;
     assert_int_not_equal(eccl_wire_encode(m, frame, FRAME_CAP), 0);
     /* Entries need exactly one source: neither, or both, is refused. */
@@ -1262,6 +1267,15 @@ static void test_decode_rejects(void **state)
     buf[8 + 2 * 9 + 8] = 1;
     assert_int_equal(decode_tail(&a, ECCL_MSG_VIEW_DECIDE, buf, 8 + 3 * 9, m), ECCL_OK);
     assert_int_equal(eccl_wire_view_op(&m->u.view, 2).flag, 1);
+    /* A report's flag may also name the receiving party of a point-to-point
+     * tag (bit 1), a decision's never. */
+    buf[8 + 2 * 9 + 8] = ECCL_VIEW_HELD | ECCL_VIEW_RECEIVER;
+    assert_int_equal(decode_tail(&a, ECCL_MSG_VIEW_REPORT, buf, 8 + 3 * 9, m), ECCL_OK);
+    assert_int_equal(eccl_wire_view_op(&m->u.view, 2).flag, 3);
+    assert_int_equal(decode_tail(&a, ECCL_MSG_VIEW_DECIDE, buf, 8 + 3 * 9, m), ECCL_ERR_PROTOCOL);
+    buf[8 + 2 * 9 + 8] = 4;
+    assert_int_equal(decode_tail(&a, ECCL_MSG_VIEW_REPORT, buf, 8 + 3 * 9, m), ECCL_ERR_PROTOCOL);
+    buf[8 + 2 * 9 + 8] = 1;
     /* A failed decode leaves no pointer into the payload behind. */
     buf[8 + 0 * 9 + 8] = 0xFF;
     assert_int_equal(decode_tail(&a, ECCL_MSG_VIEW_DECIDE, buf, 8 + 3 * 9, m), ECCL_ERR_PROTOCOL);

@@ -5,7 +5,7 @@
 #include "coll/ring_allreduce.h" /* ECCL_RING_MAX_QUEUED */
 
 /* A frame's step. */
-enum { P2P_DATA = 0, P2P_LAST = 1, P2P_ACK = 2, P2P_FIN = 3 };
+enum { P2P_DATA = 0, P2P_LAST = 1, P2P_ACK = 2 };
 
 static uint64_t mix(uint64_t x)
 {
@@ -63,11 +63,6 @@ static eccl_result pump(void *op, const eccl_coll_links *links)
         p->done += len;
         p->tx_bytes += len;
     }
-    if (p->ack && !p->fin_sent) {
-        eccl_result rc = send_token(p, link, P2P_FIN);
-        if (rc != ECCL_OK) return rc;
-        p->fin_sent = 1;
-    }
     return ECCL_OK;
 }
 
@@ -80,7 +75,6 @@ static eccl_result recv(void *op, int role, const eccl_wire_data *w, void **dst)
     *dst = NULL;
     if (sender(p)) /* only ACK comes back, once, after every byte left */
         return w->step == P2P_ACK && w->len == 0 && !p->ack && p->done == p->bytes ? ECCL_OK : ECCL_ERR_PROTOCOL;
-    if (w->step == P2P_FIN) return w->len == 0 && p->ack_sent && !p->fin ? ECCL_OK : ECCL_ERR_PROTOCOL;
     /* Slices in order; the last one must end exactly at our count (a
      * sender of another size is a malformed peer). */
     int last = w->step == P2P_LAST;
@@ -95,9 +89,9 @@ static eccl_result recv_done(void *op, int role, const eccl_wire_data *w)
 {
     eccl_p2p *p = op;
     (void)role;
-    if (w->step == P2P_ACK) p->ack = 1;
-    else if (w->step == P2P_FIN) p->fin = 1;
-    else {
+    if (w->step == P2P_ACK) {
+        p->ack = 1;
+    } else {
         p->done += w->len;
         p->rx_bytes += w->len;
     }
@@ -114,13 +108,13 @@ static int complete(void *op)
 {
     const eccl_p2p *p = op;
     if (p->inflight) return 0;
-    return sender(p) ? p->fin_sent : p->fin;
+    return sender(p) ? p->ack : p->ack_sent;
 }
 
 static int expects(const void *op, int role)
 {
     const eccl_p2p *p = op;
-    return role == ECCL_ROLE_PEER + (int)p->call.root && !(sender(p) ? p->ack : p->fin);
+    return role == ECCL_ROLE_PEER + (int)p->call.root && (sender(p) ? !p->ack : p->done < p->bytes);
 }
 
 static void restore(void *op)

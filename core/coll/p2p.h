@@ -2,17 +2,18 @@
  * between them (coll/algo.h, ECCL_ROLE_PEER), with the collectives' fault
  * contract.
  *
- * Three messages, so that no party returns what the other might not:
+ * Two messages:
  *   DATA  the sender's buffer in 1 MiB slices (the last one marked)
  *   ACK   the receiver holds every byte
- *   FIN   the sender knows it
- * The sender "holds its output" once ACK came, the receiver once every
- * byte came; the sender returns once FIN is written, the receiver once FIN
- * came. When a view change freezes the pair, the master commits the op iff
- * every participant that reported it holds it (core/master: point-to-point
- * tags), which can never contradict a party that already returned: a
- * receiver that returned had FIN, so the sender had ACK; a sender that
- * returned had ACK, so the receiver had every byte.
+ * The receiver returns once it holds every byte (and its ACK is written),
+ * the sender once ACK came. The transfer is done exactly when the receiver
+ * holds every byte, and the view change decides on that: a frozen receive
+ * reports itself as the receiving party (ECCL_VIEW_RECEIVER), and the
+ * master commits the tag iff the receiver holds it, or, when no receiver
+ * is left to say, iff the sender saw its ACK (core/master). A committed
+ * send succeeds without its ACK. So a party that returned is never
+ * contradicted: a receiver that returned holds; a sender that returned
+ * had ACK, so its receiver held.
  *
  * Tags: a point-to-point op runs under the tag eccl_p2p_tag derives from
  * the caller's tag, the two ranks and the epoch the call was made in (the
@@ -46,8 +47,8 @@ typedef struct eccl_p2p {
     size_t bytes;
     uint8_t *backup;      /* the receive buffer as it was */
     uint64_t done;        /* bytes sent / received */
-    int ack, fin;         /* sent (receiver: ack; sender: fin) or received */
-    int ack_sent, fin_sent;
+    int ack;              /* the sender: ACK came */
+    int ack_sent;         /* the receiver: ACK queued */
     uint32_t inflight;
     uint64_t tx_bytes, rx_bytes;
 } eccl_p2p;

@@ -292,7 +292,8 @@ struct eccl_comm {
      * not 24 KiB (a simulated 100k-rank run holds 100k comms). */
     struct comm_recent {
         uint64_t tag;
-        int ok;
+        uint8_t ok;
+        uint8_t receiver; /* the receiving party of a point-to-point tag */
     } *recent;                             /* ring of cap_recent, up to COMM_RECENT */
     uint32_t n_recent, recent_head, cap_recent;
     uint64_t *aborted_tags;                /* ring of cap_aborted, up to COMM_ABORTED_TAGS */

@@ -100,6 +100,7 @@ void comm_op_finish(eccl_comm *c, eccl_request *r, eccl_result result)
                            sizeof *c->recent, COMM_RECENT);
         c->recent[c->recent_head].tag = r->call.tag;
         c->recent[c->recent_head].ok = result == ECCL_OK;
+        c->recent[c->recent_head].receiver = r->call.kind == ECCL_COLL_RECV;
         c->recent_head = (c->recent_head + 1) % c->cap_recent;
         if (c->n_recent < c->cap_recent) c->n_recent++;
     }

@@ -114,9 +114,10 @@ eccl_result comm_on_ring(eccl_comm *c, const eccl_msg_ring *m)
 
 
 static void report_add(eccl_wire_op_flag *ops, uint32_t cap, uint32_t *n, uint64_t tag,
-                       int have)
+                       int have, int receiver)
 {
-    if (*n < cap) ops[(*n)++] = (eccl_wire_op_flag){tag, (uint8_t)have};
+    uint8_t flag = (uint8_t)((have ? ECCL_VIEW_HELD : 0) | (receiver ? ECCL_VIEW_RECEIVER : 0));
+    if (*n < cap) ops[(*n)++] = (eccl_wire_op_flag){tag, flag};
 }
 
 eccl_result comm_on_view_query(eccl_comm *c, uint32_t epoch)
@@ -150,12 +151,12 @@ eccl_result comm_on_view_query(eccl_comm *c, uint32_t epoch)
     for (eccl_request *r = c->ops; r; r = r->next) {
         if (r->state != OP_RUNNING) continue;
         r->state = OP_FROZEN;
-        report_add(ops, (uint32_t)cap, &n_ops, r->call.tag, op_have_full(r));
+        report_add(ops, (uint32_t)cap, &n_ops, r->call.tag, op_have_full(r), r->call.kind == ECCL_COLL_RECV);
     }
     /* Ops we completed count as held: we returned success for them. */
     for (uint32_t i = 0; i < c->n_recent; i++) {
         uint32_t k = (c->recent_head + c->cap_recent - 1 - i) % c->cap_recent;
-        if (c->recent[k].ok) report_add(ops, (uint32_t)cap, &n_ops, c->recent[k].tag, 1);
+        if (c->recent[k].ok) report_add(ops, (uint32_t)cap, &n_ops, c->recent[k].tag, 1, c->recent[k].receiver);
     }
     eccl_msg m = {.type = ECCL_MSG_VIEW_REPORT};
     m.u.view.epoch = epoch;
@@ -232,7 +233,10 @@ eccl_result comm_on_view_decide(eccl_comm *c, const eccl_msg_view *v)
             eccl_wire_op_flag e = eccl_wire_view_op(v, i);
             if (e.tag == r->call.tag) commit = e.flag;
         }
-        comm_op_finish(c, r, commit && op_have_full(r) ? ECCL_OK : ECCL_ERR_PEER_LOST);
+        /* A point-to-point sender committed without its ACK: its receiver
+         * holds every byte (core/coll/p2p.h), which is all a send owes. */
+        int done = op_have_full(r) || r->call.kind == ECCL_COLL_SEND;
+        comm_op_finish(c, r, commit && done ? ECCL_OK : ECCL_ERR_PEER_LOST);
     }
     return ECCL_OK;
 }

@@ -338,17 +338,23 @@ static void finish_view(eccl_master *m, mgroup *g)
             uint32_t n_ops = 0;
             for (size_t a = 0, b; a < total && n_ops < ECCL_WIRE_MAX_OPS; a = b) {
                 uint32_t holders = 0;
+                int receiver = -1; /* a point-to-point tag's receiving party: held or not */
                 uint64_t tag = all[a].tag;
-                for (b = a; b < total && all[b].tag == tag; b++) holders += all[b].flag;
+                for (b = a; b < total && all[b].tag == tag; b++) {
+                    holders += (all[b].flag & ECCL_VIEW_HELD) != 0;
+                    if (all[b].flag & ECCL_VIEW_RECEIVER) receiver = (all[b].flag & ECCL_VIEW_HELD) != 0;
+                }
                 /* A point-to-point tag (coll/p2p.h) has two parties, and
-                 * only they report it: every one of them that is left
-                 * must hold it. */
+                 * only they report it: it is done iff its receiver holds
+                 * every byte; with no receiver left, iff the sender saw
+                 * its ACK. */
                 uint32_t need = tag & ECCL_P2P_TAG_BIT ? (uint32_t)(b - a) : g->n;
+                int commit = tag & ECCL_P2P_TAG_BIT && receiver >= 0 ? receiver : holders == need;
                 all[n_ops].tag = tag;
-                all[n_ops].flag = holders == need;
+                all[n_ops].flag = (uint8_t)commit;
                 n_ops++;
                 ECCL_INFO(m->env, "group %u epoch %u: %s %s tag %llu", g->id, g->epoch,
-                          holders == need ? "commit" : "abort",
+                          commit ? "commit" : "abort",
                           tag & ECCL_P2P_TAG_BIT ? "point-to-point" : "collective", (unsigned long long)tag);
             }
             eccl_msg d = {.type = ECCL_MSG_VIEW_DECIDE};

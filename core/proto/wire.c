@@ -206,6 +206,13 @@ static int hello_pool_ok(const eccl_msg_p2p_hello *m)
            m->purpose == ECCL_LINK_RING;
 }
 
+/* A report's flag holds ECCL_VIEW_HELD | ECCL_VIEW_RECEIVER; a decision's
+ * is 0 or 1. */
+static uint8_t view_flag_max(uint16_t type)
+{
+    return type == ECCL_MSG_VIEW_REPORT ? (uint8_t)(ECCL_VIEW_HELD | ECCL_VIEW_RECEIVER) : 1;
+}
+
 static int coll_ok(const eccl_msg_coll *m)
 {
     return m->dtype < ECCL_DTYPE_COUNT && m->op < ECCL_OP_COUNT;
@@ -337,7 +344,7 @@ static void put_payload(wbuf *w, const eccl_msg *m)
         put_u32(w, m->u.view.n_ops);
         for (uint32_t i = 0; i < m->u.view.n_ops && !w->bad; i++) {
             eccl_wire_op_flag e = eccl_wire_view_op(&m->u.view, i);
-            if (e.flag > 1)
+            if (e.flag > view_flag_max(m->type))
                 w->bad = 1;
             put_u64(w, e.tag);
             put_u8(w, e.flag);
@@ -593,7 +600,7 @@ static void get_payload(rbuf *r, uint16_t type, eccl_msg *m)
          * by eccl_wire_view_op (no 4096-entry copy on anyone's stack). */
         m->u.view.packed = r->p + r->pos;
         for (uint32_t i = 0; i < m->u.view.n_ops; i++) {
-            if (m->u.view.packed[(size_t)i * OP_FLAG_SIZE + 8] > 1) {
+            if (m->u.view.packed[(size_t)i * OP_FLAG_SIZE + 8] > view_flag_max(type)) {
                 r->bad = 1;
                 break;
             }

@@ -131,9 +131,12 @@ typedef struct eccl_msg_coll {  /* COLL_DONE */
 
 typedef struct eccl_wire_op_flag {
     uint64_t tag;
-    uint8_t flag; /* VIEW_REPORT: 1 = I hold the full result;
+    uint8_t flag; /* VIEW_REPORT: ECCL_VIEW_HELD = I hold the full result,
+                     | ECCL_VIEW_RECEIVER = I receive this point-to-point tag;
                      VIEW_DECIDE: 1 = commit, 0 = abort */
 } eccl_wire_op_flag;
+#define ECCL_VIEW_HELD 1u
+#define ECCL_VIEW_RECEIVER 2u
 
 /* VIEW_REPORT, VIEW_DECIDE. The entry list is never held inline (up to
  * ECCL_WIRE_MAX_OPS entries would make every eccl_msg 64 KiB, and core keeps
@@ -246,7 +249,7 @@ enum eccl_data_phase {
      * sender's block for us (offset: within it), step 1 its done token */
     ECCL_PHASE_A2A = 14,
     /* send / receive (coll/p2p.h), on peer links: step 0 a slice, 1 the
-     * last slice, 2 the receiver's ACK, 3 the sender's FIN */
+     * last slice, 2 the receiver's ACK */
     ECCL_PHASE_P2P = 15,
     ECCL_PHASE_LAST = ECCL_PHASE_P2P
 };
