@@ -242,7 +242,14 @@ enum eccl_data_phase {
     ECCL_PHASE_SCATTER = 11,      /* reduce-scatter: a partial */
     ECCL_PHASE_BCAST = 12,        /* broadcast chain */
     ECCL_PHASE_CHAIN_REDUCE = 13, /* reduce chain: a partial */
-    ECCL_PHASE_LAST = ECCL_PHASE_CHAIN_REDUCE
+    /* the binomial tree over peer links (coll/binomial.h): slices down
+     * (broadcast) or partials up (reduce); its tokens are empty and carry
+     * the collective in `step` */
+    ECCL_PHASE_BINO_BCAST = 14,   /* broadcast: a slice, to a child */
+    ECCL_PHASE_BINO_REDUCE = 15,  /* reduce: a subtree's partial, to the parent */
+    ECCL_PHASE_BINO_DONE = 16,    /* broadcast: my subtree holds it; len 0 */
+    ECCL_PHASE_BINO_COMMIT = 17,  /* every rank holds its output; len 0 */
+    ECCL_PHASE_LAST = ECCL_PHASE_BINO_COMMIT
 };
 
 /* ---- shared state (state/sync.h has the protocol) ----
