@@ -60,6 +60,7 @@
 #include <cmocka.h>
 
 #include "coll/binomial.h"
+#include "coll/dispatch.h"
 #include "coll/reduce.h"
 #include "proto/chan.h"
 #include "proto/wire.h"
@@ -1218,12 +1219,68 @@ static void test_restore(void **state)
     }
 }
 
+/* The dispatcher's built-in ranges for broadcast and reduce (every line
+ * of ECCL_DISPATCH_DEFAULT parses: a malformed one would be skipped with
+ * only a warning), and ECCL_ALGO forcing the tree where it may run. */
+static const char *forced_algo;
+static int cfg_get(void *ctx, const char *name, char *buf, size_t len)
+{
+    (void)ctx;
+    if (!forced_algo || strcmp(name, "ECCL_ALGO") != 0) return 0;
+    return (size_t)snprintf(buf, len, "%s", forced_algo) < len;
+}
+static const eccl_config_ops cfg_ops = {sizeof cfg_ops, cfg_get};
+
+static void test_dispatch(void **state)
+{
+    (void)state;
+    eccl_env env = host_env();
+    env.config = &cfg_ops;
+    eccl_dispatch d;
+    const uint32_t both = ECCL_DISPATCH_BIT(ECCL_ALGO_CHAIN) | ECCL_DISPATCH_BIT(ECCL_ALGO_BINOMIAL);
+    forced_algo = NULL;
+    assert_int_equal(eccl_dispatch_init(&d, &env), ECCL_OK);
+    assert_int_equal(d.n_rules, 7);
+    static const struct {
+        eccl_coll_kind k;
+        uint32_t n;
+        uint64_t bytes;
+        eccl_algorithm want;
+    } picks[] = {
+        {ECCL_COLL_BROADCAST, 2, 8, ECCL_ALGO_CHAIN},          {ECCL_COLL_BROADCAST, 2, 131072, ECCL_ALGO_CHAIN},
+        {ECCL_COLL_BROADCAST, 2, 131073, ECCL_ALGO_BINOMIAL},  {ECCL_COLL_BROADCAST, 2, 524288, ECCL_ALGO_BINOMIAL},
+        {ECCL_COLL_BROADCAST, 2, 524289, ECCL_ALGO_CHAIN},     {ECCL_COLL_BROADCAST, 3, 131072, ECCL_ALGO_CHAIN},
+        {ECCL_COLL_BROADCAST, 3, 131073, ECCL_ALGO_BINOMIAL},  {ECCL_COLL_BROADCAST, 8, 4194304, ECCL_ALGO_BINOMIAL},
+        {ECCL_COLL_BROADCAST, 8, 4194305, ECCL_ALGO_CHAIN},    {ECCL_COLL_BROADCAST, 100000, 1 << 20, ECCL_ALGO_BINOMIAL},
+        {ECCL_COLL_REDUCE, 2, 262144, ECCL_ALGO_CHAIN},        {ECCL_COLL_REDUCE, 3, 131072, ECCL_ALGO_CHAIN},
+        {ECCL_COLL_REDUCE, 3, 131073, ECCL_ALGO_BINOMIAL},     {ECCL_COLL_REDUCE, 8, 2097152, ECCL_ALGO_BINOMIAL},
+        {ECCL_COLL_REDUCE, 8, 2097153, ECCL_ALGO_CHAIN},       {ECCL_COLL_REDUCE, 9, 8, ECCL_ALGO_CHAIN},
+    };
+    for (size_t i = 0; i < sizeof picks / sizeof *picks; i++)
+        if (eccl_dispatch_pick(&d, picks[i].k, picks[i].n, picks[i].bytes, both) != picks[i].want)
+            fail_msg("pick %zu: kind %d N=%u %llu bytes: not %s", i, picks[i].k, picks[i].n,
+                     (unsigned long long)picks[i].bytes, eccl_dispatch_algo_name(picks[i].want));
+    /* Where the tree cannot run, the chain. */
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_BROADCAST, 8, 1 << 20, ECCL_DISPATCH_BIT(ECCL_ALGO_CHAIN)),
+                     ECCL_ALGO_CHAIN);
+    eccl_dispatch_free(&d);
+    forced_algo = "broadcast=binomial,reduce=chain";
+    assert_int_equal(eccl_dispatch_init(&d, &env), ECCL_OK);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_BROADCAST, 8, 8, both), ECCL_ALGO_BINOMIAL);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_REDUCE, 8, 1 << 20, both), ECCL_ALGO_CHAIN);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_BROADCAST, 8, 8, ECCL_DISPATCH_BIT(ECCL_ALGO_CHAIN)),
+                     ECCL_ALGO_CHAIN);
+    eccl_dispatch_free(&d);
+    forced_algo = NULL;
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tree),
         cmocka_unit_test(test_reference),
         cmocka_unit_test(test_algo_table),
+        cmocka_unit_test(test_dispatch),
         cmocka_unit_test(test_every_root),
         cmocka_unit_test(test_dtypes_ops),
         cmocka_unit_test(test_slices),
