@@ -7,9 +7,10 @@
  * including) v's lowest set bit (every power of two below N for the
  * root), those below N. Child v + 2^j heads the subtree of relative ranks
  * [v + 2^j, v + 2^(j+1)), so the depth is floor(log2 N) hops (the root has
- * ceil(log2 N) children): the chain's N-1 hops become log N. Every link is a peer link (ECCL_ROLE_PEER + rank),
- * asked for at every pump: it opens lazily, through the master's address
- * book, and frames for a link that is not open yet simply wait.
+ * ceil(log2 N) children): the chain's N-1 hops become log N. Every link
+ * is a peer link (ECCL_ROLE_PEER + rank), asked for at every pump: it opens
+ * lazily, through the master's address book, and frames for a link that is
+ * not open yet simply wait.
  *
  * The buffer is cut into slices of at most ECCL_BINOMIAL_SLICE_BYTES, and
  * every link carries its slices in order, DATA(phase, step 0, offset = k *
