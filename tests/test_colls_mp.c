@@ -6,7 +6,16 @@
  * survivors), OCCL's order freedom, and the argument checks.
  *
  * Data is filled by ring rank (ECCL_ATTR_RANK), not by spawn index: block r
- * of an all-gather is rank r's. */
+ * of an all-gather is rank r's.
+ *
+ * Broadcast and reduce run the chain or the binomial tree over peer links,
+ * as the dispatcher picks (coll/dispatch.h). The tests of either set
+ * ECCL_ALGO in the parent before the ranks are forked (they inherit it)
+ * and check info.algorithm; the others accept what the dispatcher's table
+ * picks. The binomial ones: exact results at N = 3, 5, 6 with roots all
+ * round, async calls in different orders, and a peer killed where it heads
+ * a subtree (so some survivor cannot have its output): PEER_LOST with
+ * every output as before, exact on the survivors. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -30,6 +39,31 @@ static const char *const kind_names[K_COUNT] = {"all-gather", "reduce-scatter", 
                                                 "all-reduce"};
 
 static int reducing(int k) { return k == K_REDUCE_SCATTER || k == K_REDUCE || k == K_ALLREDUCE; }
+
+/* The algorithm broadcast and reduce must report: what the test forced
+ * through ECCL_ALGO, or -1 (not forced: the chain or the binomial tree,
+ * as the dispatcher's table picks). Set in the parent before the ranks
+ * fork (algo_setup), so every rank sees the test's value. */
+static int g_rooted_algo = -1;
+
+static int algo_setup(void **state, const char *algo, int id)
+{
+    char spec[64];
+    snprintf(spec, sizeof spec, "broadcast=%s,reduce=%s", algo, algo);
+    setenv("ECCL_ALGO", spec, 1);
+    g_rooted_algo = id;
+    return cluster_test_setup(state);
+}
+
+static int algo_teardown(void **state)
+{
+    unsetenv("ECCL_ALGO");
+    g_rooted_algo = -1;
+    return cluster_test_teardown(state);
+}
+
+static int binomial_setup(void **state) { return algo_setup(state, "binomial", ECCL_ALGO_BINOMIAL); }
+static int chain_setup(void **state) { return algo_setup(state, "chain", ECCL_ALGO_CHAIN); }
 
 /* One call's buffers: sized for the largest layout (world * count). */
 typedef struct call_bufs {
@@ -176,9 +210,13 @@ static int one_call(eccl_comm *c, const coll_args *a, call_bufs *b)
              a->in_place ? "in-place" : "out-of-place", eccl_op_name(a->op), a->count,
              eccl_dtype_name(a->t), a->root, (unsigned long long)a->tag, eccl_strerror(rc));
     CL_CHECK(info.world_size == n, "info.world_size %u, want %u", info.world_size, n);
-    uint32_t algo = a->kind == K_BROADCAST || a->kind == K_REDUCE ? ECCL_ALGO_CHAIN : ECCL_ALGO_RING;
-    CL_CHECK(a->kind == K_ALLREDUCE || info.algorithm == algo, "%s ran algorithm %u", kind_names[a->kind],
-             info.algorithm);
+    if (a->kind == K_BROADCAST || a->kind == K_REDUCE)
+        CL_CHECK(g_rooted_algo < 0 ? info.algorithm == ECCL_ALGO_CHAIN || info.algorithm == ECCL_ALGO_BINOMIAL
+                                   : info.algorithm == (uint32_t)g_rooted_algo,
+                 "%s ran algorithm %u, want %d", kind_names[a->kind], info.algorithm, g_rooted_algo);
+    else
+        CL_CHECK(a->kind == K_ALLREDUCE || info.algorithm == ECCL_ALGO_RING, "%s ran algorithm %u",
+                 kind_names[a->kind], info.algorithm);
     if (a->count == 0)
         CL_CHECK(info.tx_bytes == 0 && info.rx_bytes == 0, "count 0 moved bytes");
     /* Out of place the input is never written; in place only the output
@@ -212,6 +250,7 @@ typedef struct matrix_arg {
     size_t count;
     unsigned dtypes; /* bit per eccl_dtype */
     int random;      /* also random data: full-range integers, real floats (parity only) */
+    unsigned kinds;  /* bit per kind below K_ALLREDUCE; 0: all of them */
 } matrix_arg;
 
 static int matrix_body(eccl_comm *c, int index, void *argp)
@@ -222,6 +261,7 @@ static int matrix_body(eccl_comm *c, int index, void *argp)
     CL_CHECK(bufs_alloc(&b, (size_t)m->n * m->count * 8) == 0, "out of memory");
     uint64_t tag = 1;
     for (int k = 0; k < K_ALLREDUCE; k++) {
+        if (m->kinds && !(m->kinds & (1u << k))) continue;
         for (int t = 0; t < ECCL_DTYPE_COUNT; t++) {
             if (!(m->dtypes & (1u << t))) continue;
             int nops = reducing(k) ? ECCL_OP_COUNT : 1;
@@ -273,26 +313,57 @@ static void run_matrix(cluster *cl, const matrix_arg *m)
 
 static void test_matrix_n2(void **state)
 {
-    matrix_arg m = {2, 517, ALL_DTYPES, 1};
+    matrix_arg m = {2, 517, ALL_DTYPES, 1, 0};
     run_matrix(*state, &m);
 }
 
 static void test_matrix_n3(void **state)
 {
-    matrix_arg m = {3, 1031, ALL_DTYPES, 1};
+    matrix_arg m = {3, 1031, ALL_DTYPES, 1, 0};
     run_matrix(*state, &m);
 }
 
 static void test_matrix_n5_one_element(void **state)
 {
-    matrix_arg m = {5, 1, DT(ECCL_I8) | DT(ECCL_F16) | DT(ECCL_F64), 0};
+    matrix_arg m = {5, 1, DT(ECCL_I8) | DT(ECCL_F16) | DT(ECCL_F64), 0, 0};
     run_matrix(*state, &m);
 }
 
 /* Several slices per block, block sizes that do not divide a slice. */
 static void test_matrix_n4_large(void **state)
 {
-    matrix_arg m = {4, 600007, DT(ECCL_F32) | DT(ECCL_BF16), 0};
+    matrix_arg m = {4, 600007, DT(ECCL_F32) | DT(ECCL_BF16), 0, 0};
+    run_matrix(*state, &m);
+}
+
+/* ---- broadcast and reduce on the binomial tree --------------------------------
+ * Roots go round with the tags (root = tag mod N), so every rank of every
+ * world roots some call of every dtype. */
+
+#define ROOTED ((1u << K_BROADCAST) | (1u << K_REDUCE))
+
+static void test_binomial_matrix_n3(void **state)
+{
+    matrix_arg m = {3, 1031, ALL_DTYPES, 1, ROOTED};
+    run_matrix(*state, &m);
+}
+
+/* Several slices per call (f32: 2.3 MiB, three slices; bf16: two). */
+static void test_binomial_matrix_n5_slices(void **state)
+{
+    matrix_arg m = {5, 600007, DT(ECCL_F32) | DT(ECCL_BF16), 0, ROOTED};
+    run_matrix(*state, &m);
+}
+
+static void test_binomial_matrix_n6(void **state)
+{
+    matrix_arg m = {6, 77, DT(ECCL_I8) | DT(ECCL_U32) | DT(ECCL_F16) | DT(ECCL_F64), 1, ROOTED};
+    run_matrix(*state, &m);
+}
+
+static void test_binomial_matrix_n6_one_element(void **state)
+{
+    matrix_arg m = {6, 1, DT(ECCL_U8) | DT(ECCL_F32), 0, ROOTED};
     run_matrix(*state, &m);
 }
 
@@ -574,9 +645,11 @@ static void test_barrier_n4(void **state)
 
 #define ORDER_OPS 6
 
+/* argp: NULL, every kind once; else broadcasts and reduces alone, of
+ * several sizes and roots (the binomial tree's trees differ per root). */
 static int order_body(eccl_comm *c, int index, void *argp)
 {
-    (void)argp;
+    int rooted = argp != NULL;
     int64_t rank64, n64;
     CL_OK(eccl_comm_get_attr(c, ECCL_ATTR_RANK, &rank64));
     CL_OK(eccl_comm_get_attr(c, ECCL_ATTR_WORLD_SIZE, &n64));
@@ -584,9 +657,11 @@ static int order_body(eccl_comm *c, int index, void *argp)
     call_bufs b[ORDER_OPS];
     /* Big enough that frames of calls not issued yet wait in the sockets. */
     size_t counts[ORDER_OPS] = {300000, 200001, 500000, 7, 400000, 0};
+    if (rooted) counts[0] = 1, counts[1] = 700001, counts[2] = 13, counts[3] = 300000, counts[4] = 2;
     for (int j = 0; j < ORDER_OPS; j++) {
-        a[j] = (coll_args){j % K_COUNT, ECCL_F32, ECCL_SUM, CL_PAT_SMALL, counts[j], j % 2, (uint32_t)(j % n64),
-                           (uint64_t)(1000 + j)};
+        int kind = rooted ? (j % 2 ? K_REDUCE : K_BROADCAST) : j % K_COUNT;
+        uint32_t root = (uint32_t)((rooted ? j * 3 + 1 : j) % n64);
+        a[j] = (coll_args){kind, ECCL_F32, ECCL_SUM, CL_PAT_SMALL, counts[j], j % 2, root, (uint64_t)(1000 + j)};
         CL_CHECK(bufs_alloc(&b[j], (size_t)n64 * counts[j] * 4) == 0, "oom");
     }
     for (int round = 0; round < 3; round++) {
@@ -635,6 +710,18 @@ static void test_orders_n4(void **state)
     cluster *cl = *state;
     assert_int_equal(cluster_init(cl, NULL), 0);
     assert_int_equal(cluster_spawn_n(cl, 4, order_body, NULL), 0);
+    assert_int_equal(cluster_wait_all(cl, 120000), 0);
+    cluster_fini(cl);
+}
+
+/* The binomial tree's peer links open while calls of different trees wait
+ * for each other. */
+static void test_binomial_orders_n5(void **state)
+{
+    cluster *cl = *state;
+    static int rooted = 1;
+    assert_int_equal(cluster_init(cl, NULL), 0);
+    assert_int_equal(cluster_spawn_n(cl, 5, order_body, &rooted), 0);
     assert_int_equal(cluster_wait_all(cl, 120000), 0);
     cluster_fini(cl);
 }
@@ -763,6 +850,23 @@ static void test_kill_reduce(void **state)
     run_fault(*state, &f);
 }
 
+/* Binomial trees rooted at 1 of 6: relative ranks 0..5 are ranks 1..5, 0;
+ * rank 5 (relative 4) forwards to rank 0 (relative 5), so rank 0 cannot
+ * have its output once rank 5 dies two frames in. */
+static void test_binomial_kill_broadcast(void **state)
+{
+    fault_arg f = {K_BROADCAST, 6, 4000000, 5, 1};
+    run_fault(*state, &f);
+}
+
+/* Rooted at 0 of 5: rank 2 folds rank 3's partial into its own and sends
+ * it up, so the root cannot have its result once rank 2 dies. */
+static void test_binomial_kill_reduce(void **state)
+{
+    fault_arg f = {K_REDUCE, 5, 4000000, 2, 0};
+    run_fault(*state, &f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -778,8 +882,18 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_orders_n4, cluster_test_setup, cluster_test_teardown),
         cmocka_unit_test_setup_teardown(test_kill_allgather, cluster_test_setup, cluster_test_teardown),
         cmocka_unit_test_setup_teardown(test_kill_reduce_scatter, cluster_test_setup, cluster_test_teardown),
-        cmocka_unit_test_setup_teardown(test_kill_broadcast, cluster_test_setup, cluster_test_teardown),
-        cmocka_unit_test_setup_teardown(test_kill_reduce, cluster_test_setup, cluster_test_teardown),
+        cmocka_unit_test_setup_teardown(test_kill_broadcast, chain_setup, algo_teardown),
+        cmocka_unit_test_setup_teardown(test_kill_reduce, chain_setup, algo_teardown),
+        cmocka_unit_test_setup_teardown(test_binomial_matrix_n3, binomial_setup, algo_teardown),
+        cmocka_unit_test_setup_teardown(test_binomial_matrix_n5_slices, binomial_setup, algo_teardown),
+        cmocka_unit_test_setup_teardown(test_binomial_matrix_n6, binomial_setup, algo_teardown),
+        cmocka_unit_test_setup_teardown(test_binomial_matrix_n6_one_element, binomial_setup, algo_teardown),
+        cmocka_unit_test_setup_teardown(test_binomial_orders_n5, binomial_setup, algo_teardown),
+        cmocka_unit_test_setup_teardown(test_binomial_kill_broadcast, binomial_setup, algo_teardown),
+        cmocka_unit_test_setup_teardown(test_binomial_kill_reduce, binomial_setup, algo_teardown),
     };
+    /* ECCL_TEST_FILTER=test_binomial_*: a subset, as test_allreduce_mp. */
+    const char *filter = getenv("ECCL_TEST_FILTER");
+    if (filter && *filter) cmocka_set_test_filter(filter);
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

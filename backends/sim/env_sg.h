@@ -160,6 +160,12 @@ eccl_result eccl_sg_world_set_master_msg_cost(eccl_sg_world *w, double seconds);
  * a workload that calls back to back needs. */
 void eccl_sg_world_set_progress_thread(eccl_sg_world *w, int on);
 
+/* Setting ECCL_ALGO of communicators made in this world from now on
+ * (coll/dispatch.h: "broadcast=binomial,reduce=chain"; NULL or "": not
+ * set, the dispatcher picks). ECCL_ERR_INVALID_ARG if it is 256 bytes or
+ * longer. */
+eccl_result eccl_sg_world_set_algo(eccl_sg_world *w, const char *spec);
+
 /* How messages between envs are timed:
  * - FLOW (the default): each is a SimGrid comm on its route, sharing
  *   bandwidth with every other flow there (CM02's max-min), taken by a

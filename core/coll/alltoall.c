@@ -79,7 +79,7 @@ void eccl_a2a_init(eccl_a2a *a, const eccl_coll_call *call, eccl_a2a_peer *peer,
 
 static int have_full(const eccl_a2a *a) { return a->started && a->n_full == a->call.nranks - 1; }
 
-static eccl_result pump(void *op, const eccl_coll_links *links)
+static eccl_result a2a_pump(void *op, const eccl_coll_links *links)
 {
     eccl_a2a *a = op;
     const eccl_coll_call *c = &a->call;
@@ -111,7 +111,7 @@ static eccl_result pump(void *op, const eccl_coll_links *links)
     return ECCL_OK;
 }
 
-static eccl_result recv(void *op, int role, const eccl_wire_data *w, void **dst)
+static eccl_result a2a_recv(void *op, int role, const eccl_wire_data *w, void **dst)
 {
     eccl_a2a *a = op;
     const eccl_coll_call *c = &a->call;
@@ -134,7 +134,7 @@ static eccl_result recv(void *op, int role, const eccl_wire_data *w, void **dst)
     return ECCL_OK;
 }
 
-static eccl_result recv_done(void *op, int role, const eccl_wire_data *w)
+static eccl_result a2a_recv_done(void *op, int role, const eccl_wire_data *w)
 {
     eccl_a2a *a = op;
     eccl_a2a_peer *p = &a->peer[ECCL_ROLE_PEER_RANK(role)];
@@ -149,7 +149,7 @@ static eccl_result recv_done(void *op, int role, const eccl_wire_data *w)
     return ECCL_OK;
 }
 
-static int complete(void *op)
+static int a2a_complete(void *op)
 {
     const eccl_a2a *a = op;
     uint32_t n = a->call.nranks;
@@ -159,7 +159,7 @@ static int complete(void *op)
     return 1;
 }
 
-static int expects(const void *op, int role)
+static int a2a_expects(const void *op, int role)
 {
     const eccl_a2a *a = op;
     if (!ECCL_ROLE_IS_PEER(role)) return 0;
@@ -167,9 +167,9 @@ static int expects(const void *op, int role)
     return j < a->call.nranks && j != a->call.rank && !a->peer[j].done_recv;
 }
 
-static int algo_have_full(const void *op) { return have_full(op); }
+static int a2a_have_full_algo(const void *op) { return have_full(op); }
 
-static void restore(void *op)
+static void a2a_restore(void *op)
 {
     eccl_a2a *a = op;
     const eccl_coll_call *c = &a->call;
@@ -178,7 +178,7 @@ static void restore(void *op)
         copy(a, c->recvbuf + blk_at(c, j, 1), a->backup + blk_at(c, j, 1), blk_bytes(c, j, 1));
 }
 
-static void bytes(const void *op, uint64_t *tx, uint64_t *rx)
+static void a2a_bytes(const void *op, uint64_t *tx, uint64_t *rx)
 {
     const eccl_a2a *a = op;
     *tx = a->tx_bytes;
@@ -189,12 +189,12 @@ const eccl_coll_algo eccl_a2a_algo = {
     .id = ECCL_ALGO_PAIRWISE,
     .roles = ECCL_ROLES_PEERS,
     .pump_needs = 0,
-    .pump = pump,
-    .recv = recv,
-    .recv_done = recv_done,
-    .complete = complete,
-    .expects = expects,
-    .have_full = algo_have_full,
-    .restore = restore,
-    .bytes = bytes,
+    .pump = a2a_pump,
+    .recv = a2a_recv,
+    .recv_done = a2a_recv_done,
+    .complete = a2a_complete,
+    .expects = a2a_expects,
+    .have_full = a2a_have_full_algo,
+    .restore = a2a_restore,
+    .bytes = a2a_bytes,
 };

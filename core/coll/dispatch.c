@@ -7,8 +7,40 @@
 
 /* Measured on loopback (tools/peers/RESULTS.md): the tree wins all-reduces
  * up to 64 KiB from three ranks on; the rest is each collective's first
- * candidate (the ring, the chain). */
-static const char ECCL_DISPATCH_DEFAULT[] = "allreduce 3-4294967295 65536 tree\n";
+ * candidate (the ring, the chain).
+ *
+ * Broadcast and reduce: the binomial tree (coll/binomial.h) against the
+ * chain, Release eccl-bench on the 2-core loopback box (-n 20 -w 3,
+ * interleaved runs under other agents' load, medians of 21 runs at 8 B..16 MiB
+ * x8 and of 4-6 at 32 KiB..8 MiB x2; binomial / chain time):
+ *   broadcast N=2: 256 KiB 0.65-0.81, 512 KiB 0.85, 1 MiB 1.06, 4 MiB 1.61
+ *             N=3: 128 KiB 0.91, 256 KiB-2 MiB 0.71-0.85, 4 MiB 0.96
+ *             N=4: <= 128 KiB 1.15-1.29, 256 KiB-4 MiB 0.74-0.97, 16 MiB 0.98
+ *             N=6: 128 KiB 1.19, 256 KiB-4 MiB 0.62-0.97
+ *             N=8: <= 128 KiB 0.98-1.28 (one sweep of three 0.74-0.89),
+ *                  256 KiB-4 MiB 0.47-0.97, 16 MiB 0.88
+ *   reduce    N=2: 256 KiB 0.72-0.82 between 1.11 (64 KiB) and 1.33 (512 KiB)
+ *             N=3: 64 KiB-2 MiB 0.59-0.93, 8 MiB 1.10
+ *             N=4: <= 128 KiB 0.91-1.17, 256 KiB-2 MiB 0.60-0.95, 4 MiB 1.07
+ *             N=6: 64 KiB-2 MiB 0.63-0.91, 4 MiB 0.96, 8 MiB 1.40
+ *             N=8: <= 128 KiB 0.79-1.16, 256 KiB-2 MiB 0.60-0.93, 4 MiB 1.20,
+ *                  16 MiB 1.12
+ * From 256 KiB the chain splits each call over both ring directions and
+ * loses most there; small calls are within the box's noise (8 ranks on 2
+ * cores: a hop waits for a core, and ranks that spin while they wait take
+ * it, more of them in a tree; with ECCL_SPIN_NS=0 the tree's small
+ * broadcast at N=8 was 0.67-0.79), large ones move the same bytes either
+ * way and the reduce's tree folds more. So: the tree for (128 KiB, 4 MiB]
+ * broadcasts and (128 KiB, 2 MiB] reduces from three ranks on, for
+ * (128 KiB, 512 KiB] broadcasts of two; like the all-reduce rule, past the
+ * largest N measured (8) the tree's lead in depth only grows. */
+static const char ECCL_DISPATCH_DEFAULT[] = "allreduce 3-4294967295 65536 tree\n"
+                                            "broadcast 2-2 131072 chain\n"
+                                            "broadcast 2-2 524288 binomial\n"
+                                            "broadcast 3-4294967295 131072 chain\n"
+                                            "broadcast 3-4294967295 4194304 binomial\n"
+                                            "reduce 3-4294967295 131072 chain\n"
+                                            "reduce 3-4294967295 2097152 binomial\n";
 
 static const char *const algo_names[ECCL_ALGO_COUNT] = {"ring", "tree", "chain", "recursive",
                                                          "binomial", "pairwise", "direct"};

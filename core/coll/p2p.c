@@ -40,7 +40,7 @@ static eccl_result send_token(eccl_p2p *p, eccl_chan *link, uint16_t step)
     return eccl_chan_send_data(link, &t, NULL, &p->inflight);
 }
 
-static eccl_result pump(void *op, const eccl_coll_links *links)
+static eccl_result p2p_pump(void *op, const eccl_coll_links *links)
 {
     eccl_p2p *p = op;
     eccl_chan *link = links->peer(links->ctx, p->call.root);
@@ -66,7 +66,7 @@ static eccl_result pump(void *op, const eccl_coll_links *links)
     return ECCL_OK;
 }
 
-static eccl_result recv(void *op, int role, const eccl_wire_data *w, void **dst)
+static eccl_result p2p_recv(void *op, int role, const eccl_wire_data *w, void **dst)
 {
     eccl_p2p *p = op;
     if (role != ECCL_ROLE_PEER + (int)p->call.root || w->phase != ECCL_PHASE_P2P || w->ring != 0 ||
@@ -85,7 +85,7 @@ static eccl_result recv(void *op, int role, const eccl_wire_data *w, void **dst)
     return ECCL_OK;
 }
 
-static eccl_result recv_done(void *op, int role, const eccl_wire_data *w)
+static eccl_result p2p_recv_done(void *op, int role, const eccl_wire_data *w)
 {
     eccl_p2p *p = op;
     (void)role;
@@ -98,32 +98,32 @@ static eccl_result recv_done(void *op, int role, const eccl_wire_data *w)
     return ECCL_OK;
 }
 
-static int have_full(const void *op)
+static int p2p_have_full(const void *op)
 {
     const eccl_p2p *p = op;
     return sender(p) ? p->ack : p->done == p->bytes;
 }
 
-static int complete(void *op)
+static int p2p_complete(void *op)
 {
     const eccl_p2p *p = op;
     if (p->inflight) return 0;
     return sender(p) ? p->ack : p->ack_sent;
 }
 
-static int expects(const void *op, int role)
+static int p2p_expects(const void *op, int role)
 {
     const eccl_p2p *p = op;
     return role == ECCL_ROLE_PEER + (int)p->call.root && (sender(p) ? !p->ack : p->done < p->bytes);
 }
 
-static void restore(void *op)
+static void p2p_restore(void *op)
 {
     eccl_p2p *p = op;
     if (!sender(p)) p->call.env->dev->copy(p->call.env->dev_ctx, p->call.recvbuf, p->backup, p->bytes);
 }
 
-static void bytes(const void *op, uint64_t *tx, uint64_t *rx)
+static void p2p_bytes(const void *op, uint64_t *tx, uint64_t *rx)
 {
     const eccl_p2p *p = op;
     *tx = p->tx_bytes;
@@ -134,12 +134,12 @@ const eccl_coll_algo eccl_p2p_algo = {
     .id = ECCL_ALGO_DIRECT,
     .roles = ECCL_ROLES_PEERS,
     .pump_needs = 0,
-    .pump = pump,
-    .recv = recv,
-    .recv_done = recv_done,
-    .complete = complete,
-    .expects = expects,
-    .have_full = have_full,
-    .restore = restore,
-    .bytes = bytes,
+    .pump = p2p_pump,
+    .recv = p2p_recv,
+    .recv_done = p2p_recv_done,
+    .complete = p2p_complete,
+    .expects = p2p_expects,
+    .have_full = p2p_have_full,
+    .restore = p2p_restore,
+    .bytes = p2p_bytes,
 };

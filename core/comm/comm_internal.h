@@ -15,6 +15,7 @@
 #include "coll/algo.h"
 #include "coll/alltoall.h"
 #include "coll/p2p.h"
+#include "coll/binomial.h"
 #include "coll/dispatch.h"
 #include "coll/ring_allreduce.h"
 #include "coll/ring_pass.h"
@@ -107,6 +108,7 @@ struct eccl_request {
         eccl_ring_pass pass;
         eccl_a2a a2a;
         eccl_p2p p2p;
+        eccl_binomial bino;
     } u;
 };
 

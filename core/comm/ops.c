@@ -234,9 +234,31 @@ static eccl_result allreduce_setup(eccl_comm *c, eccl_request *r)
     return ECCL_OK;
 }
 
-/* The ring pass's (coll/ring_pass.h): partials and the backup. */
+/* The binomial tree's (coll/binomial.h): the reduce's child regions and
+ * the backup. */
+static eccl_result binomial_setup(eccl_comm *c, eccl_request *r)
+{
+    size_t sb = eccl_binomial_scratch_bytes(&r->call), ob = eccl_binomial_output_bytes(&r->call);
+    if (sb && !(r->staging[0] = eccl_bufpool_get(&c->pool, sb))) return ECCL_ERR_NO_MEMORY;
+    if (ob && !(r->backup = eccl_bufpool_get(&c->pool, ob))) return ECCL_ERR_NO_MEMORY;
+    eccl_binomial_init(&r->u.bino, &r->call, sb ? r->staging[0]->ptr : NULL, ob ? r->backup->ptr : NULL);
+    r->alg = &eccl_binomial_algo;
+    return ECCL_OK;
+}
+
+/* The ring pass's (coll/ring_pass.h): partials and the backup. Broadcast
+ * and reduce may take the binomial tree instead, as the dispatcher picks:
+ * both run on host memory (a device call's host mirror, comm/stage.h,
+ * included: it is host memory laid out as the call's own buffers). */
 static eccl_result pass_setup(eccl_comm *c, eccl_request *r)
 {
+    int rooted = r->call.kind == ECCL_COLL_BROADCAST || r->call.kind == ECCL_COLL_REDUCE;
+    if (rooted && r->call.quant == ECCL_QUANT_NONE && !r->call.on_device) {
+        uint32_t can = ECCL_DISPATCH_BIT(ECCL_ALGO_CHAIN) | ECCL_DISPATCH_BIT(ECCL_ALGO_BINOMIAL);
+        uint64_t bytes = (uint64_t)r->call.count * eccl_dtype_size(r->call.dtype);
+        if (eccl_dispatch_pick(&c->dispatch, r->call.kind, c->world, bytes, can) == ECCL_ALGO_BINOMIAL)
+            return binomial_setup(c, r);
+    }
     size_t sb = eccl_ring_pass_scratch_bytes(&r->call), ob = eccl_ring_pass_output_bytes(&r->call);
     if (sb && !(r->staging[0] = eccl_bufpool_get(&c->pool, sb))) return ECCL_ERR_NO_MEMORY;
     if (ob && !(r->backup = eccl_bufpool_get(&c->pool, ob))) return ECCL_ERR_NO_MEMORY;

@@ -251,7 +251,14 @@ enum eccl_data_phase {
     /* send / receive (coll/p2p.h), on peer links: step 0 a slice, 1 the
      * last slice, 2 the receiver's ACK */
     ECCL_PHASE_P2P = 15,
-    ECCL_PHASE_LAST = ECCL_PHASE_P2P
+    /* the binomial tree over peer links (coll/binomial.h): slices down
+     * (broadcast) or partials up (reduce); its tokens are empty and carry
+     * the collective in `step` */
+    ECCL_PHASE_BINO_BCAST = 16,   /* broadcast: a slice, to a child */
+    ECCL_PHASE_BINO_REDUCE = 17,  /* reduce: a subtree's partial, to the parent */
+    ECCL_PHASE_BINO_DONE = 18,    /* broadcast: my subtree holds it; len 0 */
+    ECCL_PHASE_BINO_COMMIT = 19,  /* every rank holds its output; len 0 */
+    ECCL_PHASE_LAST = ECCL_PHASE_BINO_COMMIT
 };
 
 /* ---- shared state (state/sync.h has the protocol) ----

@@ -21,7 +21,17 @@
  * all-gather) are hashed on every rank, and main checks the hashes agree.
  * Every line carries the simulated time, so two runs print the same bytes.
  *
- * Usage: sim_colls PLATFORM.xml [LOG_LEVEL 0-5] [SimGrid --cfg=...]
+ * Broadcast and reduce run the chain (ECCL_ALGO=broadcast=chain,
+ * reduce=chain, a setting of the simulated world), or with ALGO
+ * "binomial" the binomial tree over peer links, and then the crashes hit
+ * them instead: node-4 (rank 3)
+ * heads rank 0's subtree in trees rooted at rank 1, so it is crashed
+ * halfway through a broadcast from rank 1 (rank 0 cannot get all of it),
+ * comes back, and is crashed halfway through a reduce to rank 1 (the root
+ * cannot get rank 3's partial): every survivor fails with its output as
+ * before and gets the exact world-3 result on retry.
+ *
+ * Usage: sim_colls PLATFORM.xml [LOG_LEVEL 0-5] [ALGO chain|binomial] [SimGrid --cfg=...]
  * Exit status: 0 when every check passed.
  */
 #include <stdint.h>
@@ -55,6 +65,7 @@ enum {
     T_KAG,     /* all-gather, node-4 crashed halfway */
     T_RS2,     /* reduce-scatter after node-4 rejoined (timed there) */
     T_KRS,     /* reduce-scatter, node-4 crashed halfway */
+    T_BC1,     /* binomial: broadcast from rank 1 (timed on node-4) */
     NTAGS
 };
 
@@ -81,11 +92,13 @@ struct scenario {
     int kills;
     uint64_t victim_ns[NTAGS]; /* how long node-4's good calls took */
     uint64_t kill_at_ns;
+    const char *kill_what; /* the collective the crash hits */
     uint64_t hash[NTAGS][NRANKS + 1]; /* output hash by tag and node */
     int hashed[NTAGS][NRANKS + 1];
     uint64_t bar_enter_ns[NRANKS + 1];
     rank_arg again; /* node-4's second process */
     float *sentinel; /* REGION elements: sentinel(i) at i */
+    int bino;        /* broadcast and reduce run the binomial tree */
 };
 
 #define CHECK(s, who, cond, ...) SIM_CHECK(&(s)->b, who, cond, __VA_ARGS__)
@@ -205,24 +218,30 @@ static size_t rs_check(const rk *k, uint64_t tag)
 static size_t rs_out(const rk *k) { return RS_COUNT; }
 
 /* broadcast: root's send in everyone's recv (send NULL off the root) */
-static void bc_prepare(rk *k, uint64_t tag)
+static void bc_prepare_from(rk *k, uint64_t tag, uint32_t root)
 {
-    for (size_t j = 0; j < BC_COUNT; j++)
-        k->send[j] = k->rank == (int64_t)BC_ROOT ? value(BC_ROOT, j, tag) : 0;
+    for (size_t j = 0; j < BC_COUNT; j++) k->send[j] = k->rank == (int64_t)root ? value(root, j, tag) : 0;
     fill_sentinel(k);
 }
-static eccl_result bc_run(rk *k, uint64_t tag, eccl_reduce_info *info)
+static eccl_result bc_run_from(rk *k, uint64_t tag, eccl_reduce_info *info, uint32_t root)
 {
-    const float *send = k->rank == (int64_t)BC_ROOT ? k->send : NULL;
-    return eccl_broadcast(k->c, send, k->recv, BC_COUNT, ECCL_F32, BC_ROOT, tag, info);
+    const float *send = k->rank == (int64_t)root ? k->send : NULL;
+    return eccl_broadcast(k->c, send, k->recv, BC_COUNT, ECCL_F32, root, tag, info);
 }
-static size_t bc_check(const rk *k, uint64_t tag)
+static size_t bc_check_from(const rk *k, uint64_t tag, uint32_t root)
 {
     size_t bad = 0;
-    for (size_t j = 0; j < BC_COUNT; j++) bad += !same(k->recv[j], value(BC_ROOT, j, tag));
+    for (size_t j = 0; j < BC_COUNT; j++) bad += !same(k->recv[j], value(root, j, tag));
     return bad + untouched_bad(k, BC_COUNT, REGION);
 }
+static void bc_prepare(rk *k, uint64_t tag) { bc_prepare_from(k, tag, BC_ROOT); }
+static eccl_result bc_run(rk *k, uint64_t tag, eccl_reduce_info *info) { return bc_run_from(k, tag, info, BC_ROOT); }
+static size_t bc_check(const rk *k, uint64_t tag) { return bc_check_from(k, tag, BC_ROOT); }
 static size_t bc_out(const rk *k) { return BC_COUNT; }
+/* ... from rank RD_ROOT (1), where rank 3 heads rank 0's binomial subtree */
+static void bc1_prepare(rk *k, uint64_t tag) { bc_prepare_from(k, tag, RD_ROOT); }
+static eccl_result bc1_run(rk *k, uint64_t tag, eccl_reduce_info *info) { return bc_run_from(k, tag, info, RD_ROOT); }
+static size_t bc1_check(const rk *k, uint64_t tag) { return bc_check_from(k, tag, RD_ROOT); }
 
 /* reduce: the sum in the root's recv; every other recv untouched */
 static void rd_prepare(rk *k, uint64_t tag)
@@ -272,15 +291,18 @@ static const coll REDUCE_SCATTER = {"reduce_scatter", ECCL_ALGO_RING, RS_COUNT,
 static const coll BROADCAST = {"broadcast", ECCL_ALGO_CHAIN, 0,
                                bc_prepare, bc_run, bc_check, bc_out};
 static const coll REDUCE = {"reduce", ECCL_ALGO_CHAIN, 0, rd_prepare, rd_run, rd_check, bc_out};
+static const coll BROADCAST1 = {"broadcast", ECCL_ALGO_CHAIN, 0, bc1_prepare, bc1_run, bc1_check, bc_out};
 static const coll ALLGATHERV = {"allgatherv", ECCL_ALGO_RING, 0,
                                 agv_prepare, agv_run, agv_check, agv_out};
 
-/* What the call reports: the world it was laid out on, the algorithm, and
- * for a one-ring collective world - 1 blocks sent and received. */
+/* What the call reports: the world it was laid out on, the algorithm (the
+ * rooted ones' chain is the binomial tree in binomial runs), and for a
+ * one-ring collective world - 1 blocks sent and received. */
 static int info_ok(const rk *k, const coll *cl, const eccl_reduce_info *info)
 {
     uint64_t wire = (uint64_t)(k->world - 1) * cl->block * sizeof(float);
-    return info->world_size == k->world && info->algorithm == cl->algo &&
+    uint32_t algo = cl->algo == ECCL_ALGO_CHAIN && k->s->bino ? ECCL_ALGO_BINOMIAL : cl->algo;
+    return info->world_size == k->world && info->algorithm == algo &&
            (cl->block == 0 || (info->tx_bytes == wire && info->rx_bytes == wire));
 }
 
@@ -289,6 +311,7 @@ static const char *algo_name(uint32_t a)
     return a == ECCL_ALGO_RING    ? "ring"
            : a == ECCL_ALGO_TREE  ? "tree"
            : a == ECCL_ALGO_CHAIN ? "chain"
+           : a == ECCL_ALGO_BINOMIAL ? "binomial"
                                   : "?";
 }
 
@@ -334,7 +357,7 @@ static void killer2_main(int argc, char **argv)
     (void)argv;
     scenario *s = sg_actor_self_get_data();
     sg_actor_sleep_until((double)s->kill_at_ns / 1e9);
-    eccl_sg_printf("killer", "crashing node-%d (host off) mid reduce-scatter", VICTIM);
+    eccl_sg_printf("killer", "crashing node-%d (host off) mid %s", VICTIM, s->kill_what);
     eccl_sg_world_kill_host(s->b.w, "node-4");
     s->kills++;
     s->b.done++;
@@ -349,7 +372,7 @@ static void killer1_main(int argc, char **argv)
     (void)argv;
     scenario *s = sg_actor_self_get_data();
     sg_actor_sleep_until((double)s->kill_at_ns / 1e9);
-    eccl_sg_printf("killer", "crashing node-%d (host off) mid all-gather", VICTIM);
+    eccl_sg_printf("killer", "crashing node-%d (host off) mid %s", VICTIM, s->kill_what);
     eccl_sg_world_kill_host(s->b.w, "node-4");
     s->kills++;
     s->b.done++;
@@ -367,6 +390,7 @@ static void victim_call(rk *k, const coll *cl, uint64_t tag, uint64_t good_tag, 
 {
     cl->prepare(k, tag);
     k->s->kill_at_ns = eccl_sg_now_ns() + k->s->victim_ns[good_tag] * (uint64_t)quarters / 4;
+    k->s->kill_what = cl->name;
     sim_start_actor("killer", "node-0", killer, k->s);
     eccl_result rc = cl->run(k, tag, NULL);
     /* Only reached if the crash came too late: wait for it. */
@@ -476,16 +500,25 @@ static void script(rk *k, int victim)
     checked(k, &REDUCE, T_RD);
     checked(k, &ALLGATHERV, T_AGV);
     barrier(k, T_BAR);
+    /* Binomial: the first crash hits a broadcast from rank 1, timed by the
+     * good one before it. */
+    const coll *kill1 = s->bino ? &BROADCAST1 : &ALLGATHER;
+    uint64_t good1 = s->bino ? T_BC1 : T_AG;
+    if (s->bino) {
+        dt = checked(k, &BROADCAST1, T_BC1);
+        if (victim) s->victim_ns[T_BC1] = dt;
+    }
     if (victim) {
-        victim_call(k, &ALLGATHER, T_KAG, T_AG, 2, killer1_main);
+        victim_call(k, kill1, T_KAG, good1, 2, killer1_main);
         return;
     }
-    survivor_call(k, &ALLGATHER, T_KAG);
+    survivor_call(k, kill1, T_KAG);
     eccl_result rc = sim_admit(k->c, NRANKS);
     CHECK(s, k->who, rc == ECCL_OK, "readmission: %s", eccl_strerror(rc));
     if (rc != ECCL_OK || layout(k) != ECCL_OK) return;
-    checked(k, &REDUCE_SCATTER, T_RS2);
-    survivor_call(k, &REDUCE_SCATTER, T_KRS);
+    const coll *kill2 = s->bino ? &REDUCE : &REDUCE_SCATTER;
+    checked(k, kill2, T_RS2);
+    survivor_call(k, kill2, T_KRS);
     s->finished++;
 }
 
@@ -496,8 +529,11 @@ static void script(rk *k, int victim)
  * not everyone's done token (at 19/20 the call would commit at world 4). */
 static void newcomer_script(rk *k)
 {
-    k->s->victim_ns[T_RS2] = checked(k, &REDUCE_SCATTER, T_RS2);
-    victim_call(k, &REDUCE_SCATTER, T_KRS, T_RS2, 3, killer2_main);
+    /* Binomial: a reduce to rank 1, crashed halfway (the root's result
+     * needs the victim's partial: every survivor must fail). */
+    const coll *kill2 = k->s->bino ? &REDUCE : &REDUCE_SCATTER;
+    k->s->victim_ns[T_RS2] = checked(k, kill2, T_RS2);
+    victim_call(k, kill2, T_KRS, T_RS2, k->s->bino ? 2 : 3, killer2_main);
 }
 
 static void rank_main(int argc, char **argv)
@@ -565,10 +601,19 @@ int main(int argc, char **argv)
     /* Done: 3 survivors + 2 crashes of node-4. */
     scenario s = {.b = {.master_addr = "node-0:5000", .stop_at = NRANKS + 1}};
     int level = argc > 2 ? atoi(argv[2]) : ECCL_LOG_WARN;
+    if (argc > 3 && strcmp(argv[3], "binomial") != 0 && strcmp(argv[3], "chain") != 0) {
+        fprintf(stderr, "sim_colls: ALGO is chain or binomial, not \"%s\"\n", argv[3]);
+        return 2;
+    }
+    s.bino = argc > 3 && strcmp(argv[3], "binomial") == 0;
     s.sentinel = malloc(REGION * sizeof(float));
     if (!s.sentinel) abort();
     for (size_t i = 0; i < REGION; i++) s.sentinel[i] = sentinel(i);
     if (eccl_sg_world_create(level, &s.b.w) != ECCL_OK) return 1;
+    /* Forced either way: the dispatcher's table would pick by size. */
+    if (eccl_sg_world_set_algo(s.b.w, s.bino ? "broadcast=binomial,reduce=binomial" : "broadcast=chain,reduce=chain") !=
+        ECCL_OK)
+        return 1;
     rank_arg args[NRANKS];
     sim_start_actor("master", "node-0", sim_master_main, &s);
     sim_start_actor("watchdog", "node-0", watchdog_main, &s);
@@ -583,7 +628,8 @@ int main(int argc, char **argv)
     compare(&s, T_AG, ALLGATHER.name, NRANKS);
     compare(&s, T_BC, BROADCAST.name, NRANKS);
     compare(&s, T_AGV, ALLGATHERV.name, NRANKS);
-    compare(&s, T_KAG, ALLGATHER.name, NRANKS - 1);
+    if (s.bino) compare(&s, T_BC1, BROADCAST1.name, NRANKS);
+    compare(&s, T_KAG, s.bino ? BROADCAST1.name : ALLGATHER.name, NRANKS - 1);
     CHECK(&s, "main", s.finished == NRANKS - 1 && s.kills == 2,
           "%d survivors finished, %d crashes (want %d, 2)", s.finished, s.kills, NRANKS - 1);
     eccl_sg_printf("main", "simulation over: %d survivors finished, %d crashes, %d failed checks",
