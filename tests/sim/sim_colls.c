@@ -6,7 +6,9 @@
  * output buffer outside the result checked untouched: an all-gather, a
  * reduce-scatter, a broadcast and a reduce from non-zero roots, an
  * all-gatherv with uneven blocks (one empty, one of several slices, gaps
- * between them), and a barrier whose ranks enter at different times.
+ * between them), a barrier whose ranks enter at different times, an
+ * all-to-all (every block from its own sender for its own receiver) and a
+ * ring of sends and receives over peer links.
  *
  * Then node-4 is crashed (host off) halfway through an all-gather of 3 MiB
  * per rank, timed from the good all-gather of that size before it. The
@@ -49,6 +51,8 @@
 #define BC_COUNT 300001u          /* broadcast, reduce: two slices */
 #define BC_ROOT 2u
 #define RD_ROOT 1u
+#define A2A_COUNT 100003u /* all-to-all: per block */
+#define P2P_COUNT 300001u /* send/receive: two slices */
 /* Every output lives in a buffer this large; all of it is checked. */
 #define REGION ((size_t)NRANKS * AG_COUNT)
 #define SEND_MAX ((size_t)NRANKS * RS_COUNT) /* the largest input */
@@ -66,6 +70,8 @@ enum {
     T_RS2,     /* reduce-scatter after node-4 rejoined (timed there) */
     T_KRS,     /* reduce-scatter, node-4 crashed halfway */
     T_BC1,     /* binomial: broadcast from rank 1 (timed on node-4) */
+    T_A2A,     /* all-to-all, world 4 */
+    T_P2P,     /* every rank sends to the next and receives from the previous */
     NTAGS
 };
 
@@ -74,6 +80,9 @@ enum {
 static const size_t agv_counts[NRANKS] = {70001, 0, 262149, 4567};
 static const size_t agv_displs[NRANKS] = {5, 70013, 70017, 332177};
 #define AGV_END 336761u /* past the last block, with a gap */
+_Static_assert(SEND_MAX >= (size_t)NRANKS * A2A_COUNT && SEND_MAX >= P2P_COUNT &&
+                   REGION >= (size_t)NRANKS * A2A_COUNT,
+               "all-to-all and send/receive fit");
 _Static_assert(SEND_MAX >= AG_COUNT && SEND_MAX >= BC_COUNT && SEND_MAX >= 262149u &&
                    AGV_END <= REGION && BC_COUNT <= REGION,
                "every input fits in send, every output in recv");
@@ -284,6 +293,56 @@ static size_t agv_check(const rk *k, uint64_t tag)
 }
 static size_t agv_out(const rk *k) { return AGV_END; }
 
+/* all-to-all: rank r's block for rank d holds value(r * NRANKS + d) */
+static void a2a_prepare(rk *k, uint64_t tag)
+{
+    for (int64_t d = 0; d < k->world; d++)
+        for (size_t j = 0; j < A2A_COUNT; j++)
+            k->send[(size_t)d * A2A_COUNT + j] = value(k->rank * NRANKS + d, j, tag);
+    fill_sentinel(k);
+}
+static eccl_result a2a_run(rk *k, uint64_t tag, eccl_reduce_info *info)
+{
+    return eccl_alltoall(k->c, k->send, k->recv, A2A_COUNT, ECCL_F32, tag, info);
+}
+static size_t a2a_check(const rk *k, uint64_t tag)
+{
+    size_t bad = 0;
+    for (int64_t s = 0; s < k->world; s++)
+        for (size_t j = 0; j < A2A_COUNT; j++)
+            bad += !same(k->recv[(size_t)s * A2A_COUNT + j], value(s * NRANKS + k->rank, j, tag));
+    return bad + untouched_bad(k, (size_t)k->world * A2A_COUNT, REGION);
+}
+static size_t a2a_out(const rk *k) { return (size_t)k->world * A2A_COUNT; }
+
+/* send/receive: to the next rank, from the previous one, both at once */
+static void p2p_prepare(rk *k, uint64_t tag)
+{
+    for (size_t j = 0; j < P2P_COUNT; j++) k->send[j] = value(k->rank, j, tag);
+    fill_sentinel(k);
+}
+static eccl_result p2p_run(rk *k, uint64_t tag, eccl_reduce_info *info)
+{
+    uint32_t n = (uint32_t)k->world, me = (uint32_t)k->rank;
+    eccl_request *s, *r;
+    eccl_result rc = eccl_send_async(k->c, k->send, P2P_COUNT, ECCL_F32, (me + 1) % n, tag, &s);
+    if (rc != ECCL_OK) return rc;
+    rc = eccl_recv_async(k->c, k->recv, P2P_COUNT, ECCL_F32, (me + n - 1) % n, tag, &r);
+    eccl_result rs = eccl_wait(s, NULL);
+    if (rc == ECCL_OK) rc = eccl_wait(r, info);
+    return rc != ECCL_OK ? rc : rs;
+}
+static size_t p2p_check(const rk *k, uint64_t tag)
+{
+    size_t bad = 0;
+    for (size_t j = 0; j < P2P_COUNT; j++) bad += !same(k->recv[j], value((k->rank + k->world - 1) % k->world, j, tag));
+    return bad + untouched_bad(k, P2P_COUNT, REGION);
+}
+static size_t p2p_out(const rk *k) { return P2P_COUNT; }
+
+static const coll ALLTOALL = {"alltoall", ECCL_ALGO_PAIRWISE, A2A_COUNT, a2a_prepare, a2a_run, a2a_check, a2a_out};
+static const coll SENDRECV = {"sendrecv", ECCL_ALGO_DIRECT, 0, p2p_prepare, p2p_run, p2p_check, p2p_out};
+
 static const coll ALLGATHER = {"allgather", ECCL_ALGO_RING, AG_COUNT,
                                ag_prepare, ag_run, ag_check, ag_out};
 static const coll REDUCE_SCATTER = {"reduce_scatter", ECCL_ALGO_RING, RS_COUNT,
@@ -312,6 +371,8 @@ static const char *algo_name(uint32_t a)
            : a == ECCL_ALGO_TREE  ? "tree"
            : a == ECCL_ALGO_CHAIN ? "chain"
            : a == ECCL_ALGO_BINOMIAL ? "binomial"
+           : a == ECCL_ALGO_PAIRWISE ? "pairwise"
+           : a == ECCL_ALGO_DIRECT ? "direct"
                                   : "?";
 }
 
@@ -500,6 +561,8 @@ static void script(rk *k, int victim)
     checked(k, &REDUCE, T_RD);
     checked(k, &ALLGATHERV, T_AGV);
     barrier(k, T_BAR);
+    checked(k, &ALLTOALL, T_A2A);
+    checked(k, &SENDRECV, T_P2P);
     /* Binomial: the first crash hits a broadcast from rank 1, timed by the
      * good one before it. */
     const coll *kill1 = s->bino ? &BROADCAST1 : &ALLGATHER;
