@@ -383,8 +383,12 @@ static void test_resident_ring_launch_fault(void **state) { run_resident_fault(*
  * buffers refused before anything is sent; and a failed call (no mirror, a
  * peer killed mid-call) writes no device byte. */
 
-enum { D_ALLGATHER, D_REDUCE_SCATTER, D_BROADCAST, D_REDUCE, D_KINDS };
-static const char *const dkind_names[D_KINDS] = {"all-gather", "reduce-scatter", "broadcast", "reduce"};
+enum { D_ALLGATHER, D_REDUCE_SCATTER, D_BROADCAST, D_REDUCE, D_ALLTOALL, D_SENDRECV, D_KINDS };
+static const char *const dkind_names[D_KINDS] = {"all-gather", "reduce-scatter", "broadcast", "reduce",
+                                                 "all-to-all", "send/receive"};
+
+/* All-to-all: rank r's block for rank d is contribution r * PEERS + d. */
+static int a2a_block(uint32_t from, uint32_t to) { return (int)(from * CLUSTER_MAX_PEERS + to); }
 
 /* What a rank passes off the root for the buffer the call does not use
  * there (the broadcast's sendbuf, the reduce's recvbuf). */
@@ -502,6 +506,29 @@ static int dcall_prepare(const dcall *a, uint32_t rank, uint32_t n, dmem *m)
             m->host_bytes = b;
         }
         break;
+    case D_ALLTOALL:
+        for (uint32_t d = 0; d < n; d++)
+            cluster_fill(img + d * b, a->t, a->count, a2a_block(rank, d), a->tag, CL_PAT_SMALL);
+        rc |= dmem_put(m, 0, img, n * b);
+        m->in = m->dev[0];
+        m->out_bytes = n * b;
+        if (a->in_place) {
+            m->out = m->dev[0];
+        } else {
+            memset(img, 0x3c, n * b);
+            rc |= dmem_put(m, 1, img, n * b);
+            m->out = m->dev[1];
+        }
+        break;
+    case D_SENDRECV: /* to rank + 1, from rank - 1 */
+        cluster_fill(img, a->t, a->count, (int)rank, a->tag, CL_PAT_SMALL);
+        rc |= dmem_put(m, 0, img, b);
+        m->in = m->dev[0];
+        memset(img, 0x3c, b);
+        rc |= dmem_put(m, 1, img, b);
+        m->out = m->dev[1];
+        m->out_bytes = b;
+        break;
     default: /* reduce */
         cluster_fill(img, a->t, a->count, (int)rank, a->tag, CL_PAT_SMALL);
         rc |= dmem_put(m, 0, img, b);
@@ -541,6 +568,18 @@ static eccl_result dcall_issue(eccl_comm *c, const dcall *a, const void *in, voi
 {
     eccl_request *r = NULL, **req = a->async ? &r : NULL;
     eccl_result rc;
+    if (a->kind == D_SENDRECV) {
+        int64_t rank, n;
+        if (eccl_comm_get_attr(c, ECCL_ATTR_RANK, &rank) != ECCL_OK ||
+            eccl_comm_get_attr(c, ECCL_ATTR_WORLD_SIZE, &n) != ECCL_OK)
+            return ECCL_ERR_INVALID_ARG;
+        eccl_request *s;
+        rc = eccl_send_async(c, in, a->count, a->t, (uint32_t)((rank + 1) % n), a->tag, &s);
+        if (rc != ECCL_OK) return rc;
+        eccl_result rr = eccl_recv(c, out, a->count, a->t, (uint32_t)((rank + n - 1) % n), a->tag, NULL);
+        rc = eccl_wait(s, NULL);
+        return rr != ECCL_OK ? rr : rc;
+    }
     switch (a->kind) {
     case D_ALLGATHER:
         rc = req ? eccl_allgather_async(c, in, out, a->count, a->t, a->tag, req)
@@ -553,6 +592,10 @@ static eccl_result dcall_issue(eccl_comm *c, const dcall *a, const void *in, voi
     case D_BROADCAST:
         rc = req ? eccl_broadcast_async(c, in, out, a->count, a->t, a->root, a->tag, req)
                  : eccl_broadcast(c, in, out, a->count, a->t, a->root, a->tag, NULL);
+        break;
+    case D_ALLTOALL:
+        rc = req ? eccl_alltoall_async(c, in, out, a->count, a->t, a->tag, req)
+                 : eccl_alltoall(c, in, out, a->count, a->t, a->tag, NULL);
         break;
     default:
         rc = req ? eccl_reduce_async(c, in, out, a->count, a->t, a->op, a->root, a->tag, req)
@@ -580,6 +623,13 @@ static int dcall_check(const dcall *a, const dmem *m, eccl_result rc)
             for (uint32_t i = 0; i < m->n; i++) cluster_fill(want + i * b, a->t, a->count, (int)i, a->tag, CL_PAT_SMALL);
             break;
         case D_BROADCAST: cluster_fill(want, a->t, a->count, (int)a->root, a->tag, CL_PAT_SMALL); break;
+        case D_ALLTOALL:
+            for (uint32_t i = 0; i < m->n; i++)
+                cluster_fill(want + i * b, a->t, a->count, a2a_block(i, m->rank), a->tag, CL_PAT_SMALL);
+            break;
+        case D_SENDRECV:
+            cluster_fill(want, a->t, a->count, (int)((m->rank + m->n - 1) % m->n), a->tag, CL_PAT_SMALL);
+            break;
         case D_REDUCE_SCATTER: {
             uint8_t *all = malloc(m->n * b + 1);
             CL_CHECK(all != NULL, "malloc");
@@ -709,7 +759,7 @@ static int dcolls_body(eccl_comm *c, int index, void *argp)
     uint64_t tag = 100;
     if (getenv("ECCL_TEST_MOCK_CUDA")) {
         for (int k = 0; k < D_KINDS; k++) {
-            dcall a = {k, ECCL_I32, ECCL_SUM, g->count, k % 2, 0, tag++, k >= 2, OFF_NULL};
+            dcall a = {k, ECCL_I32, ECCL_SUM, g->count, k % 2 && k != D_SENDRECV, 0, tag++, k >= 2, OFF_NULL};
             dmem m;
             if (dcall_prepare(&a, rank, n, &m)) return 1;
             fiu_enable("eccl/mock_cudart/malloc", 1, NULL, 0);
@@ -726,7 +776,7 @@ static int dcolls_body(eccl_comm *c, int index, void *argp)
     } types[] = {{ECCL_I32, ECCL_SUM}, {ECCL_F32, ECCL_AVG}, {ECCL_BF16, ECCL_MAX}};
     for (int k = 0; k < D_KINDS; k++)
         for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++)
-            for (int in_place = 0; in_place < 2; in_place++) {
+            for (int in_place = 0; in_place < (k == D_SENDRECV ? 1 : 2); in_place++) {
                 int rooted = k == D_BROADCAST || k == D_REDUCE;
                 for (int off = 0; off < (rooted ? 3 : 1); off++) {
                     dcall a = {k, types[ti].t, types[ti].op, g->count, in_place, (uint32_t)(tag % n), tag,
@@ -737,7 +787,7 @@ static int dcolls_body(eccl_comm *c, int index, void *argp)
             }
     /* Blocks of more than one slice (1 MiB), not a multiple of it. */
     for (int k = 0; k < D_KINDS; k++) {
-        dcall a = {k, ECCL_F32, ECCL_SUM, g->large, k % 2, (uint32_t)k % n, tag++, 0, OFF_NULL};
+        dcall a = {k, ECCL_F32, ECCL_SUM, g->large, k % 2 && k != D_SENDRECV, (uint32_t)k % n, tag++, 0, OFF_NULL};
         if (one_dcall(c, &a)) return 1;
     }
     return 0;
