@@ -242,7 +242,16 @@ enum eccl_data_phase {
     ECCL_PHASE_SCATTER = 11,      /* reduce-scatter: a partial */
     ECCL_PHASE_BCAST = 12,        /* broadcast chain */
     ECCL_PHASE_CHAIN_REDUCE = 13, /* reduce chain: a partial */
-    ECCL_PHASE_LAST = ECCL_PHASE_CHAIN_REDUCE
+    /* the recursive all-reduce (coll/rec_allreduce.h): step = the step's
+     * number (FOLD 0, the core's steps from 1, RESULT last), offset = the
+     * slice's byte offset in the buffer */
+    ECCL_PHASE_REC_FOLD = 14,   /* an extra rank's input, to its core rank */
+    ECCL_PHASE_REC_DOUBLE = 15, /* recursive doubling: a whole partial */
+    ECCL_PHASE_REC_HALVE = 16,  /* recursive halving: a half's partial */
+    ECCL_PHASE_REC_GATHER = 17, /* doubling back: reduced blocks */
+    ECCL_PHASE_REC_RESULT = 18, /* the result, to an extra rank */
+    ECCL_PHASE_REC_DONE = 19,   /* barrier token of round `step`; len 0 */
+    ECCL_PHASE_LAST = ECCL_PHASE_REC_DONE
 };
 
 /* ---- shared state (state/sync.h has the protocol) ----
