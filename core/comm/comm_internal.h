@@ -14,6 +14,7 @@
 #include "comm/stage.h"
 #include "coll/algo.h"
 #include "coll/dispatch.h"
+#include "coll/rec_allreduce.h"
 #include "coll/ring_allreduce.h"
 #include "coll/ring_pass.h"
 #include "coll/tree_allreduce.h"
@@ -102,6 +103,7 @@ struct eccl_request {
         eccl_ring_allreduce ring;
         eccl_tree_allreduce tree;
         eccl_ring_pass pass;
+        eccl_rec_allreduce rec;
     } u;
 };
 
