@@ -229,10 +229,13 @@ static void case_data(const rcase *c, cdata *d)
         assert_true(d->in[r] && d->old[r]);
         fill_input(d->in[r], c->t, c->op, c->count, c->seed * 131 + (uint64_t)r);
         fill_bytes(d->old[r], bytes, c->seed * 7 + (uint64_t)r);
-        if (c->nan && c->count && r % 2 == 0) {
-            /* NaNs with distinct payloads: MIN/MAX keep the first operand's. */
-            uint32_t bits = 0x7fc00000u | (uint32_t)(r + 1);
-            memcpy(d->in[r], &bits, 4);
+        /* NaNs with distinct payloads (MIN/MAX keep the first operand's)
+         * in every other element of every other rank, both parities, so
+         * that every block, whoever reduces it, meets some. */
+        for (size_t e = 0; c->nan && e < c->count; e++) {
+            if ((r + (int)e) % 2) continue;
+            uint32_t bits = 0x7fc00000u | (uint32_t)(r + 1) | (uint32_t)(e % 4096) << 8;
+            memcpy(d->in[r] + e * 4, &bits, 4);
         }
     }
     d->want = malloc(bytes + 1);
@@ -1132,7 +1135,7 @@ static void test_nan_order(void **state)
     for (int n = 2; n <= MAXN; n++)
         for (int op = ECCL_MIN; op <= ECCL_MAX; op++)
             for (int h = 0; h < 2; h++) {
-                rcase c = mk(n, ECCL_F32, (eccl_op)op, 9, h, h, 12, 40 + (uint64_t)n);
+                rcase c = mk(n, ECCL_F32, (eccl_op)op, 29, h, h, 12, 40 + (uint64_t)n);
                 c.nan = 1;
                 run_case(&c, (uint64_t)n * 31 + (uint64_t)h, 0);
             }
