@@ -674,6 +674,8 @@ static int sg_config_get(void *ctx, const char *name, char *buf, size_t len)
     if (strcmp(name, "ECCL_ENGINE_PARK_UNTIL_IDLE") == 0) v = 1;
     else if (strcmp(name, "ECCL_PROGRESS_THREAD") == 0 && e->w->no_progress_thread)
         return snprintf(buf, len, "0") == 1;
+    else if (strcmp(name, "ECCL_ALGO") == 0 && e->w->algo[0])
+        return (size_t)snprintf(buf, len, "%s", e->w->algo) < len;
     else if (e->device && strcmp(name, "ECCL_DEVICE_RING_MIN_BYTES") == 0) v = e->w->dev.resident_min;
     else if (!e->ibv) v = 0;
     else if (strcmp(name, "ECCL_IB_QPS") == 0) v = net->qps;
@@ -965,6 +967,14 @@ eccl_result eccl_sg_world_set_master_msg_cost(eccl_sg_world *w, double seconds)
 }
 
 void eccl_sg_world_set_progress_thread(eccl_sg_world *w, int on) { w->no_progress_thread = !on; }
+
+eccl_result eccl_sg_world_set_algo(eccl_sg_world *w, const char *spec)
+{
+    size_t n = spec ? strlen(spec) : 0;
+    if (!w || n >= sizeof w->algo) return ECCL_ERR_INVALID_ARG;
+    memcpy(w->algo, spec ? spec : "", n + 1);
+    return ECCL_OK;
+}
 
 eccl_result eccl_sg_world_set_net_model(eccl_sg_world *w, eccl_sg_net_model model)
 {

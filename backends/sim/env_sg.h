@@ -160,6 +160,11 @@ eccl_result eccl_sg_world_set_master_msg_cost(eccl_sg_world *w, double seconds);
  * a workload that calls back to back needs. */
 void eccl_sg_world_set_progress_thread(eccl_sg_world *w, int on);
 
+/* The dispatcher's forced algorithms (setting ECCL_ALGO, coll/dispatch.h,
+ * e.g. "allreduce=recursive") of communicators made in this world from now
+ * on; NULL or "" unsets it. ECCL_ERR_INVALID_ARG: longer than 255 bytes. */
+eccl_result eccl_sg_world_set_algo(eccl_sg_world *w, const char *spec);
+
 /* How messages between envs are timed:
  * - FLOW (the default): each is a SimGrid comm on its route, sharing
  *   bandwidth with every other flow there (CM02's max-min), taken by a

@@ -108,6 +108,7 @@ struct eccl_sg_world {
     eccl_sg_dev_cfg dev;     /* dev_sim of every env from now on */
     double master_msg_cost_s;/* msg_cost_s of masters from now on */
     int no_progress_thread;  /* ranks' ECCL_PROGRESS_THREAD = 0 */
+    char algo[256];          /* ranks' ECCL_ALGO ("": unset) */
     unsigned char *phantom_base; /* reserved, inaccessible region (phantom mode) */
     size_t phantom_size;
     size_t phantom_next;     /* bump offset of the next phantom allocation */
