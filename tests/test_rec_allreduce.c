@@ -1089,13 +1089,33 @@ static void test_schedule(void **state)
                 st.rx_n == 3);
     eccl_rec_allreduce_step(&a, 5, &st);
     assert_true(st.kind == ECCL_REC_RESULT_SEND && st.peer == 5);
-    /* The mode: from 64 KiB and p elements on. */
-    call.count = ECCL_REC_HALVING_MIN_BYTES;
+    /* The mode: halving once it saves ECCL_REC_HALVING_MIN_SAVED bytes a
+     * rank, (log2 p - 2 + 2/p) x the buffer: at p = 4 from twice that
+     * size, at p = 8 from 4/5 of it (rounded up), never at p = 2, never
+     * with fewer than p elements. */
+    uint64_t m = ECCL_REC_HALVING_MIN_SAVED;
+    call.count = 2 * m; /* u8, N = 6: p = 4 */
     assert_true(eccl_rec_allreduce_halving(&call));
     call.count--;
     assert_false(eccl_rec_allreduce_halving(&call));
     call.dtype = ECCL_F64;
-    call.count = ECCL_REC_HALVING_MIN_BYTES / 8;
+    call.count = 2 * m / 8;
+    assert_true(eccl_rec_allreduce_halving(&call));
+    call.count--;
+    assert_false(eccl_rec_allreduce_halving(&call));
+    call.dtype = ECCL_U8;
+    call.nranks = 9; /* p = 8 */
+    call.count = (4 * m + 4) / 5;
+    assert_true(eccl_rec_allreduce_halving(&call));
+    call.count--;
+    assert_false(eccl_rec_allreduce_halving(&call));
+    call.nranks = 3; /* p = 2 */
+    call.count = 1000 * m;
+    assert_false(eccl_rec_allreduce_halving(&call));
+    call.nranks = 1u << 20; /* p elements at least */
+    call.count = (1u << 20) - 1;
+    assert_false(eccl_rec_allreduce_halving(&call));
+    call.count++;
     assert_true(eccl_rec_allreduce_halving(&call));
     /* The algorithm table. */
     const eccl_coll_algo *al = &eccl_rec_allreduce_algo;
@@ -1193,14 +1213,17 @@ static void test_malformed(void **state)
 static void test_default_slices(void **state)
 {
     (void)state;
-    size_t th = ECCL_REC_HALVING_MIN_BYTES / 4;
+    size_t th = 2 * (size_t)ECCL_REC_HALVING_MIN_SAVED / 4; /* f32 at p = 4 */
     rcase c = mk(5, ECCL_F32, ECCL_SUM, th - 1, 0, 0, 0, 70);
     run_case(&c, 0, 0);
     c = mk(5, ECCL_F32, ECCL_SUM, th, 1, 1, 0, 71);
     run_case(&c, 77, 0);
-    /* 2.5 MiB: three slices a whole-buffer step, halves of 1.25 MiB. */
-    c = mk(3, ECCL_U8, ECCL_MAX, 5 * ECCL_RING_PASS_SLICE_BYTES / 2, 1, 1, 0, 72);
+    /* 2.5 MiB: three slices a whole-buffer step, halves of 1.25 MiB; three
+     * ranks double whatever the size. */
+    c = mk(6, ECCL_U8, ECCL_MAX, 5 * ECCL_RING_PASS_SLICE_BYTES / 2, 1, 1, 0, 72);
     run_case(&c, 5, 0);
+    c = mk(3, ECCL_U8, ECCL_MIN, 5 * ECCL_RING_PASS_SLICE_BYTES / 2, 0, 0, 0, 75);
+    run_case(&c, 0, 0);
     c = mk(6, ECCL_U16, ECCL_SUM, 5 * ECCL_RING_PASS_SLICE_BYTES / 4 + 3, 0, 1, 0, 73);
     run_case(&c, 0, LATE);
     c = mk(3, ECCL_F64, ECCL_PROD, 3 * ECCL_RING_PASS_SLICE_BYTES / 8 + 1, 0, 0, ECCL_RING_PASS_SLICE_BYTES, 74);

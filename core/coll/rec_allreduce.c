@@ -38,8 +38,11 @@ static void level_range(size_t count, uint32_t v, uint32_t j, size_t *lo, size_t
 
 int eccl_rec_allreduce_halving(const eccl_coll_call *c)
 {
-    size_t bytes = c->count * eccl_dtype_size(c->dtype);
-    return bytes >= ECCL_REC_HALVING_MIN_BYTES && c->count >= floor_pow2(c->nranks);
+    uint32_t p = floor_pow2(c->nranks), L = ceil_log2(p);
+    double bytes = (double)c->count * (double)eccl_dtype_size(c->dtype);
+    /* Bytes a rank sends less: log2 p buffers against 2 (p-1)/p of one. */
+    double saved = bytes * ((double)L - 2.0 + 2.0 / (double)p);
+    return p >= 4 && c->count >= p && saved >= (double)ECCL_REC_HALVING_MIN_SAVED;
 }
 
 void eccl_rec_allreduce_step(const eccl_rec_allreduce *a, uint32_t s, eccl_rec_step *st)

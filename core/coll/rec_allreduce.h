@@ -13,8 +13,8 @@
  *           (its input) op (p+i's), in that order
  *   DOUBLE  doubling, k = 0..L-1: partners swap their whole partials and
  *           both compute (the lower rank's partial) op (the higher's)
- *   HALVE   halving, k = 0..L-1: the range a rank holds (the whole buffer
- *           at k = 0) is cut in two at its middle element; the lower rank
+ *   HALVE   halving, k = 0..L-1: the range [lo, hi) a rank holds (the
+ *           whole buffer at k = 0) is cut at element lo + (hi - lo) / 2; the lower rank
  *           of the pair keeps the lower half, sends its partial of the
  *           other half and combines (lower's) op (higher's) over the half
  *           it keeps; after L steps rank v holds its block, fully reduced
@@ -22,8 +22,8 @@
  *           which land straight in recvbuf, unchanged
  *   RESULT  i sends the result to p+i
  *
- * Small buffers take FOLD, DOUBLE, RESULT; from ECCL_REC_HALVING_MIN_BYTES
- * (and at least p elements) FOLD, HALVE, GATHER, RESULT. Every frame is at
+ * Small buffers take FOLD, DOUBLE, RESULT; large ones (eccl_rec_allreduce_
+ * halving: ECCL_REC_HALVING_MIN_SAVED) FOLD, HALVE, GATHER, RESULT. Every frame is at
  * most ECCL_RING_PASS_SLICE_BYTES: a step's range travels in slices, and a
  * received slice is combined as soon as the step before is complete. An
  * empty range still travels as one empty frame, so every step has frames.
@@ -77,9 +77,16 @@
 #include "env.h"
 #include "proto/chan.h"
 
-/* Buffers from this size (with at least p elements) halve and double; the
- * rest take plain recursive doubling. */
-#define ECCL_REC_HALVING_MIN_BYTES (64u << 10)
+/* Halving sends each rank 2 (p-1)/p of the buffer where doubling sends
+ * log2 p whole ones, for log2 p more steps: a call halves and doubles once
+ * that saves at least this many bytes per rank (and has p elements or
+ * more), never at p = 2 (it saves nothing there). On loopback the modes
+ * cross between 512 KiB and 1 MiB at p = 4 and between 128 and 256 KiB
+ * at p = 8 (docs/performance.md). (A build may define it otherwise: sweeps
+ * of either mode alone.) */
+#ifndef ECCL_REC_HALVING_MIN_SAVED
+#define ECCL_REC_HALVING_MIN_SAVED (256u << 10)
+#endif
 #define ECCL_REC_MAX_LEVELS 32
 #define ECCL_REC_MAX_STEPS (2 * ECCL_REC_MAX_LEVELS + 2)
 
