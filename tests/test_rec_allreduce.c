@@ -1089,29 +1089,26 @@ static void test_schedule(void **state)
                 st.rx_n == 3);
     eccl_rec_allreduce_step(&a, 5, &st);
     assert_true(st.kind == ECCL_REC_RESULT_SEND && st.peer == 5);
-    /* The mode: halving once it saves ECCL_REC_HALVING_MIN_SAVED bytes a
-     * rank, (log2 p - 2 + 2/p) x the buffer: at p = 4 from twice that
-     * size, at p = 8 from 4/5 of it (rounded up), never at p = 2, never
-     * with fewer than p elements. */
+    /* The mode: halving once it saves ECCL_REC_HALVING_MIN_SAVED bytes
+     * sent and reduced per rank, B (2 log2 p - 3 + 3/p): from
+     * ceil(p m / (2 p log2 p - 3 p + 3)) bytes, and p elements. */
+    static const struct {
+        uint32_t n, p, l;
+    } w[] = {{2, 2, 1}, {3, 2, 1}, {6, 4, 2}, {9, 8, 3}, {100, 64, 6}};
     uint64_t m = ECCL_REC_HALVING_MIN_SAVED;
-    call.count = 2 * m; /* u8, N = 6: p = 4 */
-    assert_true(eccl_rec_allreduce_halving(&call));
-    call.count--;
-    assert_false(eccl_rec_allreduce_halving(&call));
-    call.dtype = ECCL_F64;
-    call.count = 2 * m / 8;
-    assert_true(eccl_rec_allreduce_halving(&call));
-    call.count--;
-    assert_false(eccl_rec_allreduce_halving(&call));
+    for (size_t i = 0; i < sizeof w / sizeof *w; i++) {
+        uint64_t f = 2ull * w[i].p * w[i].l - 3ull * w[i].p + 3, from = (w[i].p * m + f - 1) / f;
+        call.nranks = w[i].n;
+        for (int t = 0; t < 2; t++) {
+            call.dtype = t ? ECCL_F64 : ECCL_U8;
+            size_t es = t ? 8 : 1;
+            call.count = (from + es - 1) / es;
+            assert_true(eccl_rec_allreduce_halving(&call));
+            call.count--;
+            assert_false(eccl_rec_allreduce_halving(&call));
+        }
+    }
     call.dtype = ECCL_U8;
-    call.nranks = 9; /* p = 8 */
-    call.count = (4 * m + 4) / 5;
-    assert_true(eccl_rec_allreduce_halving(&call));
-    call.count--;
-    assert_false(eccl_rec_allreduce_halving(&call));
-    call.nranks = 3; /* p = 2 */
-    call.count = 1000 * m;
-    assert_false(eccl_rec_allreduce_halving(&call));
     call.nranks = 1u << 20; /* p elements at least */
     call.count = (1u << 20) - 1;
     assert_false(eccl_rec_allreduce_halving(&call));
@@ -1213,17 +1210,19 @@ static void test_malformed(void **state)
 static void test_default_slices(void **state)
 {
     (void)state;
-    size_t th = 2 * (size_t)ECCL_REC_HALVING_MIN_SAVED / 4; /* f32 at p = 4 */
+    size_t th = (4 * (size_t)ECCL_REC_HALVING_MIN_SAVED / 7 + 3) / 4; /* f32 at p = 4: ceil(4m/7) bytes */
     rcase c = mk(5, ECCL_F32, ECCL_SUM, th - 1, 0, 0, 0, 70);
     run_case(&c, 0, 0);
     c = mk(5, ECCL_F32, ECCL_SUM, th, 1, 1, 0, 71);
     run_case(&c, 77, 0);
     /* 2.5 MiB: three slices a whole-buffer step, halves of 1.25 MiB; three
-     * ranks double whatever the size. */
+     * ranks halve from 1.5 MiB. */
     c = mk(6, ECCL_U8, ECCL_MAX, 5 * ECCL_RING_PASS_SLICE_BYTES / 2, 1, 1, 0, 72);
     run_case(&c, 5, 0);
-    c = mk(3, ECCL_U8, ECCL_MIN, 5 * ECCL_RING_PASS_SLICE_BYTES / 2, 0, 0, 0, 75);
+    c = mk(3, ECCL_U8, ECCL_MIN, 5 * ECCL_RING_PASS_SLICE_BYTES / 2, 0, 1, 0, 75);
     run_case(&c, 0, 0);
+    c = mk(3, ECCL_U8, ECCL_MIN, 3 * ECCL_RING_PASS_SLICE_BYTES / 2 - 1, 1, 0, 0, 76);
+    run_case(&c, 3, 0);
     c = mk(6, ECCL_U16, ECCL_SUM, 5 * ECCL_RING_PASS_SLICE_BYTES / 4 + 3, 0, 1, 0, 73);
     run_case(&c, 0, LATE);
     c = mk(3, ECCL_F64, ECCL_PROD, 3 * ECCL_RING_PASS_SLICE_BYTES / 8 + 1, 0, 0, ECCL_RING_PASS_SLICE_BYTES, 74);

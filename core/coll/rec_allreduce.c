@@ -40,9 +40,10 @@ int eccl_rec_allreduce_halving(const eccl_coll_call *c)
 {
     uint32_t p = floor_pow2(c->nranks), L = ceil_log2(p);
     double bytes = (double)c->count * (double)eccl_dtype_size(c->dtype);
-    /* Bytes a rank sends less: log2 p buffers against 2 (p-1)/p of one. */
-    double saved = bytes * ((double)L - 2.0 + 2.0 / (double)p);
-    return p >= 4 && c->count >= p && saved >= (double)ECCL_REC_HALVING_MIN_SAVED;
+    /* Bytes a rank sends and reduces less: 2 log2 p buffers against
+     * 3 (p-1)/p of one (exact in doubles for any real size: 3/p is). */
+    double saved = bytes * (2.0 * L - 3.0 + 3.0 / (double)p);
+    return c->count >= p && saved >= (double)ECCL_REC_HALVING_MIN_SAVED;
 }
 
 void eccl_rec_allreduce_step(const eccl_rec_allreduce *a, uint32_t s, eccl_rec_step *st)
@@ -164,9 +165,11 @@ static uint32_t tok_src(const eccl_rec_allreduce *a, uint32_t k)
 }
 
 /* ---- scratch ---------------------------------------------------------------------
- * Doubling: level k's received partial at k*B, its combined partial at
- * (L+k)*B, then (a folder) the extra's input, then (a folder, or in place)
- * our input, copied: B = the buffer's bytes. Halving: level k's received
+ * Doubling: level k's received partial at k*B (the higher rank of the pair
+ * combines into it: it becomes our partial), the lower rank's combined
+ * partial of level k < L-1 at (L+k)*B (level L-1 combines into recvbuf),
+ * then (a folder) the extra's input, then (a folder, or in place) our
+ * input, copied: B = the buffer's bytes. Halving: level k's received
  * partial (the half we keep) after those of the levels before, then (a
  * folder) the extra's input. An extra rank needs none. */
 
@@ -187,25 +190,30 @@ size_t eccl_rec_allreduce_scratch_bytes(const eccl_coll_call *c, int halving)
     int folder = c->rank < c->nranks - p, in_place = c->sendbuf == c->recvbuf;
     if (c->rank >= p) return 0;
     if (halving) return halve_rx_at(c, L) + (folder ? bytes : 0);
-    return (2 * (size_t)L + (size_t)folder + (size_t)(folder || in_place)) * bytes;
+    return (2 * (size_t)L - 1 + (size_t)folder + (size_t)(folder || in_place)) * bytes;
 }
 
 static uint8_t *fold_region(const eccl_rec_allreduce *a)
 {
-    return a->scratch + (a->halving ? halve_rx_at(&a->call, a->levels) : 2 * (size_t)a->levels * a->bytes);
+    return a->scratch + (a->halving ? halve_rx_at(&a->call, a->levels) : (2 * (size_t)a->levels - 1) * a->bytes);
 }
 
 /* Doubling: our input (step 0's partial). */
 static const uint8_t *dbl_input(const eccl_rec_allreduce *a)
 {
     if (!a->folder && a->call.sendbuf != a->call.recvbuf) return a->call.sendbuf;
-    return a->scratch + (2 * (size_t)a->levels + (size_t)a->folder) * a->bytes;
+    return a->scratch + (2 * (size_t)a->levels - 1 + (size_t)a->folder) * a->bytes;
 }
 
-/* Doubling: our partial before level k (what level k sends). */
+static uint8_t *dbl_rx(const eccl_rec_allreduce *a, uint32_t k) { return a->scratch + (size_t)k * a->bytes; }
+
+/* Doubling: our partial before level k (what level k sends): where level
+ * k-1 combined it (the higher rank into what it received). */
 static const uint8_t *dbl_partial(const eccl_rec_allreduce *a, uint32_t k)
 {
-    return k == 0 ? dbl_input(a) : a->scratch + ((size_t)a->levels + k - 1) * a->bytes;
+    if (k == 0) return dbl_input(a);
+    if (a->call.rank >> (k - 1) & 1u) return dbl_rx(a, k - 1);
+    return a->scratch + ((size_t)a->levels + k - 1) * a->bytes;
 }
 
 /* Halving: where our partial of level k's range is. */
@@ -304,11 +312,23 @@ static void combine(eccl_rec_allreduce *a, const eccl_rec_step *st, uint32_t j)
         break;
     }
     case ECCL_REC_DOUBLE: {
-        const uint8_t *rx = a->scratch + (size_t)st->level * a->bytes + off;
+        /* Lower op higher, into a fresh place: what we sent may still be
+         * on the wire. The last level writes recvbuf (nothing is sent from
+         * it), the others the higher rank's received partial or the lower
+         * rank's own region. */
+        uint8_t *rx = dbl_rx(a, st->level) + off;
         const uint8_t *mine = dbl_partial(a, st->level) + off;
-        uint8_t *acc = a->scratch + ((size_t)a->levels + st->level) * a->bytes + off;
-        copy(a, acc, st->lower ? mine : rx, len);
-        reduce(a, acc, st->lower ? rx : mine, len);
+        if (st->level == a->levels - 1) {
+            save(a, off, len);
+            copy(a, out, st->lower ? mine : rx, len);
+            reduce(a, out, st->lower ? rx : mine, len);
+        } else if (st->lower) {
+            uint8_t *acc = a->scratch + ((size_t)a->levels + st->level) * a->bytes + off;
+            copy(a, acc, mine, len);
+            reduce(a, acc, rx, len);
+        } else {
+            reduce(a, rx, mine, len);
+        }
         break;
     }
     case ECCL_REC_HALVE: {
@@ -337,8 +357,6 @@ static void step_done(eccl_rec_allreduce *a, const eccl_rec_step *st)
     int avg = a->call.op == ECCL_AVG;
     uint32_t L = a->levels;
     if (st->kind == ECCL_REC_DOUBLE && st->level == L - 1) {
-        save(a, 0, a->bytes);
-        copy(a, a->call.recvbuf, a->scratch + (2 * (size_t)L - 1) * a->bytes, a->bytes);
         if (avg && a->call.count) dev->scale_div(ctx, a->call.recvbuf, a->call.count, a->call.dtype, a->call.nranks);
         a->have_full = 1;
     } else if (st->kind == ECCL_REC_HALVE && st->level == L - 1 && avg) {
@@ -469,7 +487,7 @@ static eccl_result rec_recv(void *op, int role, const eccl_wire_data *d, void **
         if (!len) return ECCL_OK;
         switch (st.kind) {
         case ECCL_REC_FOLD_RECV: *dst = fold_region(a) + off; break;
-        case ECCL_REC_DOUBLE: *dst = a->scratch + (size_t)st.level * a->bytes + off; break;
+        case ECCL_REC_DOUBLE: *dst = dbl_rx(a, st.level) + off; break;
         case ECCL_REC_HALVE:
             *dst = a->scratch + halve_rx_at(&a->call, st.level) + (off - st.rx_at * a->esize);
             break;

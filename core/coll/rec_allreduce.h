@@ -53,11 +53,13 @@
  * soon as r owes nothing more. A partner can run ahead (its later steps do
  * not wait for ours), so every step's received data lands in its own
  * scratch region, and sent data is never written again while it may be on
- * the wire: DOUBLE writes each step's partial to a fresh region, HALVE
- * never writes a range it sent before GATHER brings it back (which the
- * partner sends only after it received ours), and in place the doubling
- * input is copied to scratch first (the final copy into recvbuf would
- * otherwise race the first step's send).
+ * the wire: DOUBLE writes each level's partial to a fresh place (the
+ * higher rank into the partial it received, the lower into a region of
+ * its own, the last level into recvbuf), HALVE never writes a range it
+ * sent before GATHER brings it back (which the partner sends only after
+ * it received ours), and in place the doubling input is copied to scratch
+ * first (the last level's write into recvbuf would otherwise race the
+ * first level's send).
  *
  * Links: pump asks links->peer for every rank it still sends to or hears
  * from, so a lower rank that only receives from a higher one (a FOLD, a
@@ -77,15 +79,16 @@
 #include "env.h"
 #include "proto/chan.h"
 
-/* Halving sends each rank 2 (p-1)/p of the buffer where doubling sends
- * log2 p whole ones, for log2 p more steps: a call halves and doubles once
- * that saves at least this many bytes per rank (and has p elements or
- * more), never at p = 2 (it saves nothing there). On loopback the modes
- * cross between 512 KiB and 1 MiB at p = 4 and between 128 and 256 KiB
- * at p = 8 (docs/performance.md). (A build may define it otherwise: sweeps
- * of either mode alone.) */
+/* Per rank, doubling sends and reduces log2 p whole buffers; halving sends
+ * 2 (p-1)/p of one and reduces (p-1)/p, for log2 p more steps. A call
+ * halves and doubles once that saves at least this many bytes sent plus
+ * reduced per rank, B (2 log2 p - 3 + 3/p) for a buffer of B bytes (from
+ * 1.5 MiB at p = 2, 439 KiB at p = 4, 228 KiB at p = 8), and has p
+ * elements or more. Measured on loopback, where the crossover moves with
+ * the machine's load (docs/performance.md). (A build may define it
+ * otherwise: sweeps of either mode alone.) */
 #ifndef ECCL_REC_HALVING_MIN_SAVED
-#define ECCL_REC_HALVING_MIN_SAVED (256u << 10)
+#define ECCL_REC_HALVING_MIN_SAVED (768u << 10)
 #endif
 #define ECCL_REC_MAX_LEVELS 32
 #define ECCL_REC_MAX_STEPS (2 * ECCL_REC_MAX_LEVELS + 2)
