@@ -52,10 +52,12 @@ static int one_allreduce(eccl_comm *c, int index, int n, eccl_dtype t, eccl_op o
     CL_CHECK(rc == ECCL_OK, "%s %s %zu x %s tag %llu: %s", mode_name(in_place), eccl_op_name(op),
              count, eccl_dtype_name(t), (unsigned long long)tag, eccl_strerror(rc));
     CL_CHECK(info.world_size == (uint32_t)n, "info.world_size %u, want %d", info.world_size, n);
-    /* The dispatcher: small buffers among 3+ ranks take the tree. */
-    uint32_t algo = g_forced_algo != UINT32_MAX       ? g_forced_algo
-                    : n >= 3 && bytes <= 65536 ? ECCL_ALGO_TREE
-                                               : ECCL_ALGO_RING;
+    /* The dispatcher (coll/dispatch.c): up to 64 KiB, recursive doubling
+     * among three or four ranks, the tree among more; the ring otherwise. */
+    uint32_t algo = g_forced_algo != UINT32_MAX   ? g_forced_algo
+                    : bytes > 65536 || n < 3 ? ECCL_ALGO_RING
+                    : n <= 4                 ? ECCL_ALGO_RECURSIVE
+                                             : ECCL_ALGO_TREE;
     CL_CHECK(count == 0 || info.algorithm == algo, "%zu bytes at N=%d ran algorithm %u, want %u",
              bytes, n, info.algorithm, algo);
     if (count > 0) {

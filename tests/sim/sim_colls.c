@@ -289,6 +289,7 @@ static const char *algo_name(uint32_t a)
     return a == ECCL_ALGO_RING    ? "ring"
            : a == ECCL_ALGO_TREE  ? "tree"
            : a == ECCL_ALGO_CHAIN ? "chain"
+           : a == ECCL_ALGO_RECURSIVE ? "recursive"
                                   : "?";
 }
 
