@@ -111,6 +111,10 @@ typedef struct cluster_opts {
     /* If set, every peer child sets ECCL_P2P_POOL to it before creating
      * its communicator. */
     const char *pool_env;
+    /* If set, every peer child sets ECCL_ALGO to it (the dispatcher's
+     * forced algorithms, e.g. "allreduce=recursive") before creating its
+     * communicator. */
+    const char *algo_env;
     /* If set, every peer child sets ECCL_PROGRESS_THREAD=0. */
     int no_progress_thread;
 } cluster_opts;

@@ -8,10 +8,15 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include <fiu-control.h>
+#include <fiu.h>
 
 #include "cluster.h"
 
@@ -21,6 +26,11 @@
 #define MODE_IN 2
 
 static const char *mode_name(int in_place) { return in_place ? "in-place" : "out-of-place"; }
+
+/* The algorithm every all-reduce must report when ECCL_ALGO forces one
+ * (UINT32_MAX: the dispatcher's own choice). Set by the parent before it
+ * spawns the peers, which inherit it. */
+static uint32_t g_forced_algo = UINT32_MAX;
 
 /* Runs one all-reduce of the contributions of peers 0..n-1 and checks it
  * completely: result code, info, every element, sendbuf untouched when out
@@ -42,8 +52,12 @@ static int one_allreduce(eccl_comm *c, int index, int n, eccl_dtype t, eccl_op o
     CL_CHECK(rc == ECCL_OK, "%s %s %zu x %s tag %llu: %s", mode_name(in_place), eccl_op_name(op),
              count, eccl_dtype_name(t), (unsigned long long)tag, eccl_strerror(rc));
     CL_CHECK(info.world_size == (uint32_t)n, "info.world_size %u, want %d", info.world_size, n);
-    /* The dispatcher: small buffers among 3+ ranks take the tree. */
-    uint32_t algo = n >= 3 && bytes <= 65536 ? ECCL_ALGO_TREE : ECCL_ALGO_RING;
+    /* The dispatcher (coll/dispatch.c): up to 64 KiB, recursive doubling
+     * among three or four ranks, the tree among more; the ring otherwise. */
+    uint32_t algo = g_forced_algo != UINT32_MAX   ? g_forced_algo
+                    : bytes > 65536 || n < 3 ? ECCL_ALGO_RING
+                    : n <= 4                 ? ECCL_ALGO_RECURSIVE
+                                             : ECCL_ALGO_TREE;
     CL_CHECK(count == 0 || info.algorithm == algo, "%zu bytes at N=%d ran algorithm %u, want %u",
              bytes, n, info.algorithm, algo);
     if (count > 0) {
@@ -78,6 +92,8 @@ typedef struct matrix_arg {
     size_t count;
     int int_random; /* also full-range random integers (wrap-around) */
     int float_random; /* random reals: parity (and exact MIN/MAX) only */
+    const char *algo_env; /* ECCL_ALGO of every peer (NULL: unset) */
+    uint32_t algo;        /* ... and the algorithm it forces */
 } matrix_arg;
 
 static int matrix_body(eccl_comm *c, int index, void *argp)
@@ -135,9 +151,12 @@ static void assert_parity(cluster *cl, int n)
 static void run_matrix(cluster *cl, const matrix_arg *a)
 {
     uint64_t t0 = cluster_now_ns();
-    assert_int_equal(cluster_init(cl, NULL), 0);
+    cluster_opts o = {.algo_env = a->algo_env};
+    g_forced_algo = a->algo_env ? a->algo : UINT32_MAX;
+    assert_int_equal(cluster_init(cl, &o), 0);
     assert_int_equal(cluster_spawn_n(cl, a->n, matrix_body, (void *)a), 0);
     assert_int_equal(cluster_wait_all(cl, 90000), 0);
+    g_forced_algo = UINT32_MAX;
     for (int p = 0; p < a->n; p++) assert_int_equal(cl->sh->slot[p].world, a->n);
     assert_parity(cl, a->n);
     printf("    N=%d: %d all-reduces of %zu elements per peer, %.2f s\n", a->n,
@@ -743,6 +762,272 @@ static void test_single_peer(void **state)
     cluster_fini(cl);
 }
 
+/* ---- the recursive all-reduce (ECCL_ALGO=allreduce=recursive) -------------------
+ *
+ * Worlds that are not powers of two (3, 5, 6: extra ranks fold in and get
+ * the result back), every dtype and op exact, doubling (small) and halving
+ * (large, several 1 MiB slices) sizes; async calls issued and waited for in
+ * a different order on every peer, tags reused back to back; and a peer
+ * killed mid-call: the survivors agree (all fail with PEER_LOST and their
+ * buffers exactly as before, or all succeed), then the retry on the
+ * survivors is exact. */
+
+#define REC_ENV "allreduce=recursive"
+
+static void test_rec_matrix_n3(void **state)
+{
+    matrix_arg a = {.n = 3, .dtypes = ALL_DTYPES, .modes = MODE_IN | MODE_OUT, .count = 1031,
+                    .int_random = 1, .algo_env = REC_ENV, .algo = ECCL_ALGO_RECURSIVE};
+    run_matrix(*state, &a);
+}
+
+static void test_rec_matrix_n5(void **state)
+{
+    matrix_arg a = {.n = 5, .dtypes = ALL_DTYPES, .modes = MODE_IN | MODE_OUT, .count = 77,
+                    .int_random = 1, .algo_env = REC_ENV, .algo = ECCL_ALGO_RECURSIVE};
+    run_matrix(*state, &a);
+}
+
+/* Halving: 2.4 MB of f32 (folds of three 1 MiB slices), odd counts. */
+static void test_rec_matrix_n6_large(void **state)
+{
+    matrix_arg a = {.n = 6,
+                    .dtypes = DT(ECCL_I8) | DT(ECCL_U16) | DT(ECCL_I32) | DT(ECCL_U64) | DT(ECCL_BF16) |
+                              DT(ECCL_F32) | DT(ECCL_F64),
+                    .modes = MODE_IN,
+                    .count = 600001,
+                    .int_random = 1,
+                    .algo_env = REC_ENV,
+                    .algo = ECCL_ALGO_RECURSIVE};
+    run_matrix(*state, &a);
+}
+
+static void test_rec_random_floats_n5(void **state)
+{
+    matrix_arg a = {.n = 5, .dtypes = DT(ECCL_F16) | DT(ECCL_BF16) | DT(ECCL_F32) | DT(ECCL_F64),
+                    .modes = MODE_OUT, .count = 40000, .float_random = 1, .algo_env = REC_ENV,
+                    .algo = ECCL_ALGO_RECURSIVE};
+    run_matrix(*state, &a);
+}
+
+/* OCCL's order freedom: six all-reduces of both modes in flight, issued in
+ * another order on every peer and waited for in yet another, three rounds
+ * with the same tags. */
+#define REC_ASYNC_K 6
+static int rec_async_body(eccl_comm *c, int index, void *argp)
+{
+    int n = *(int *)argp;
+    static const struct {
+        eccl_dtype t;
+        eccl_op op;
+        size_t count;
+    } sh[REC_ASYNC_K] = {{ECCL_F32, ECCL_SUM, 300001}, {ECCL_I64, ECCL_MAX, 777},  {ECCL_BF16, ECCL_AVG, 50001},
+                         {ECCL_U8, ECCL_MIN, 3},       {ECCL_F64, ECCL_SUM, 20000}, {ECCL_I32, ECCL_SUM, 1}};
+    uint8_t *buf[REC_ASYNC_K];
+    for (int i = 0; i < REC_ASYNC_K; i++) {
+        buf[i] = malloc(sh[i].count * 8);
+        CL_CHECK(buf[i], "oom");
+    }
+    for (int round = 0; round < 3; round++) {
+        eccl_request *req[REC_ASYNC_K] = {NULL};
+        int step = index % 2 ? 5 : 1; /* coprime with 6: a permutation */
+        for (int i = 0; i < REC_ASYNC_K; i++)
+            cluster_fill(buf[i], sh[i].t, sh[i].count, index, 500 + 10 * round + i, CL_PAT_SMALL);
+        for (int j = 0; j < REC_ASYNC_K; j++) {
+            int i = (index + round + step * j) % REC_ASYNC_K;
+            CL_OK(eccl_allreduce_async(c, buf[i], buf[i], sh[i].count, sh[i].t, sh[i].op, 500 + i, &req[i]));
+        }
+        for (int j = 0; j < REC_ASYNC_K; j++) {
+            int i = (2 * index + 7 * REC_ASYNC_K - step * j - round) % REC_ASYNC_K;
+            eccl_reduce_info info;
+            CL_OK(eccl_wait(req[i], &info));
+            CL_CHECK(info.algorithm == ECCL_ALGO_RECURSIVE && info.world_size == (uint32_t)n,
+                     "tag %d: algorithm %u world %u", 500 + i, info.algorithm, info.world_size);
+            if (check_result(buf[i], sh[i].t, sh[i].op, CL_PAT_SMALL, sh[i].count, n, 500 + 10 * round + i,
+                             "recursive async"))
+                return 1;
+        }
+        /* In tag order: every peer pushes the same sequence. */
+        for (int i = 0; i < REC_ASYNC_K; i++)
+            cluster_push_hash(cluster_fnv1a(buf[i], sh[i].count * eccl_dtype_size(sh[i].t)));
+    }
+    for (int i = 0; i < REC_ASYNC_K; i++) free(buf[i]);
+    return 0;
+}
+
+static void run_rec_async(cluster *cl, int n)
+{
+    cluster_opts o = {.algo_env = REC_ENV};
+    assert_int_equal(cluster_init(cl, &o), 0);
+    assert_int_equal(cluster_spawn_n(cl, n, rec_async_body, &n), 0);
+    assert_int_equal(cluster_wait_all(cl, 120000), 0);
+    assert_parity(cl, n);
+    cluster_fini(cl);
+}
+
+static void test_rec_async_n5(void **state) { run_rec_async(*state, 5); }
+static void test_rec_async_n6(void **state) { run_rec_async(*state, 6); }
+
+/* The same tag back to back: a fast peer's next call races the slow
+ * one's barrier tokens. */
+static void test_rec_tag_reuse_n5(void **state)
+{
+    cluster *cl = *state;
+    int n = 5;
+    cluster_opts o = {.op_timeout_ms = 5000, .algo_env = REC_ENV};
+    assert_int_equal(cluster_init(cl, &o), 0);
+    assert_int_equal(cluster_spawn_n(cl, n, reuse_body, &n), 0);
+    assert_int_equal(cluster_wait_all(cl, 60000), 0);
+    cluster_fini(cl);
+}
+
+/* A peer killed mid-call: its failpoint on the send path raises SIGKILL on
+ * its K-th send of the faulted call (test_colls_mp's way). Inputs are
+ * filled by rank, so the retry's expectation is the survivors' world. */
+#define REC_KILL_AFTER 2
+#define REC_TAG_FAULT 77
+#define RV_ENTERED 2
+#define RV_OUTCOME 3 /* 1: success at N (committed), 2: PEER_LOST, 3: success at N-1 */
+static atomic_int g_rec_sends;
+
+static int rec_die_on_kth(const char *name, int *failnum, void **failinfo, unsigned int *flags)
+{
+    (void)name, (void)failnum, (void)failinfo, (void)flags;
+    if (atomic_fetch_add(&g_rec_sends, 1) + 1 >= REC_KILL_AFTER) raise(SIGKILL);
+    return 0;
+}
+
+typedef struct rec_kill_arg {
+    int n, victim_rank, in_place;
+    size_t count;
+} rec_kill_arg;
+
+/* One all-reduce by rank (f32 SUM of small integers: exact); checks the
+ * result for the world it reports. */
+static int rec_call(eccl_comm *c, float *send, float *recv, size_t count, int in_place, uint64_t tag,
+                    eccl_result *rc_out, uint32_t *world_out)
+{
+    int64_t rank;
+    CL_OK(eccl_comm_get_attr(c, ECCL_ATTR_RANK, &rank));
+    cluster_fill(send, ECCL_F32, count, (int)rank, tag, CL_PAT_SMALL);
+    float *out = in_place ? send : recv;
+    eccl_reduce_info info;
+    eccl_result rc = eccl_allreduce(c, send, out, count, ECCL_F32, ECCL_SUM, tag, &info);
+    *rc_out = rc;
+    if (rc != ECCL_OK) return 0;
+    *world_out = info.world_size;
+    CL_CHECK(info.algorithm == ECCL_ALGO_RECURSIVE, "algorithm %u", info.algorithm);
+    return check_result((uint8_t *)out, ECCL_F32, ECCL_SUM, CL_PAT_SMALL, count, (int)info.world_size, tag,
+                        "recursive by rank");
+}
+
+static int rec_kill_body(eccl_comm *c, int index, void *argp)
+{
+    const rec_kill_arg *f = argp;
+    int64_t rank;
+    CL_OK(eccl_comm_get_attr(c, ECCL_ATTR_RANK, &rank));
+    float *send = malloc(f->count * 4 + 64), *recv = malloc(f->count * 4 + 64);
+    CL_CHECK(send && recv, "oom");
+    eccl_result rc;
+    uint32_t world = 0;
+    if (rec_call(c, send, recv, f->count, f->in_place, 10, &rc, &world)) return 1; /* the full world works */
+    CL_CHECK(rc == ECCL_OK && world == (uint32_t)f->n, "warm-up: %s at world %u", eccl_strerror(rc), world);
+    cluster_shared *sh = cluster_shm();
+    if (rank == f->victim_rank) {
+        /* The survivors enter first, so the loss finds them inside the call. */
+        for (int i = 0; i < f->n; i++)
+            if (i != index)
+                while (!atomic_load(&sh->slot[i].val[RV_ENTERED])) cluster_sleep_ms(1);
+        cluster_sleep_ms(30);
+        CL_CHECK(fiu_init(0) == 0, "fiu_init");
+        CL_CHECK(fiu_enable_external("eccl/net/send", 1, NULL, 0, rec_die_on_kth) == 0, "fiu");
+        CL_CHECK(fiu_enable_external("eccl/net_ibv/post", 1, NULL, 0, rec_die_on_kth) == 0, "fiu");
+    }
+    /* What the output holds before: the input in place, stale bytes else. */
+    cluster_fill(send, ECCL_F32, f->count, (int)rank, REC_TAG_FAULT, CL_PAT_SMALL);
+    float *out = f->in_place ? send : recv;
+    if (!f->in_place) memset(recv, 0x3c, f->count * 4);
+    uint64_t pre = cluster_fnv1a(out, f->count * 4);
+    atomic_store(&sh->slot[index].val[RV_ENTERED], 1);
+    eccl_reduce_info info;
+    rc = eccl_allreduce(c, send, out, f->count, ECCL_F32, ECCL_SUM, REC_TAG_FAULT, &info);
+    CL_CHECK(rank != f->victim_rank, "the victim survived its failpoint");
+    if (rc == ECCL_OK) {
+        /* Committed (every survivor held the result when the victim died),
+         * or entered only after the view change on a loaded machine. */
+        CL_CHECK(info.world_size == (uint32_t)f->n || info.world_size == (uint32_t)f->n - 1, "world %u",
+                 info.world_size);
+        atomic_store(&sh->slot[index].val[RV_OUTCOME], info.world_size == (uint32_t)f->n ? 1 : 3);
+        if (info.world_size == (uint32_t)f->n - 1) {
+            /* Filled for our rank of the old world: the new one's may differ. */
+            int64_t r2;
+            CL_OK(eccl_comm_get_attr(c, ECCL_ATTR_RANK, &r2));
+            CL_CHECK(r2 == rank, "renumbered and succeeded at once: the inputs belong to another rank");
+        }
+        return check_result((uint8_t *)out, ECCL_F32, ECCL_SUM, CL_PAT_SMALL, f->count, (int)info.world_size,
+                            REC_TAG_FAULT, "recursive, a peer killed");
+    }
+    CL_CHECK(rc == ECCL_ERR_PEER_LOST, "a peer killed mid-call: %s, want PEER_LOST", eccl_strerror(rc));
+    CL_CHECK(cluster_fnv1a(out, f->count * 4) == pre, "failed but its output changed");
+    atomic_store(&sh->slot[index].val[RV_OUTCOME], 2);
+    int64_t w;
+    CL_OK(eccl_comm_get_attr(c, ECCL_ATTR_WORLD_SIZE, &w));
+    CL_CHECK(w == f->n - 1, "world %lld after the loss", (long long)w);
+    /* The same call again, on the survivors. */
+    if (rec_call(c, send, recv, f->count, f->in_place, REC_TAG_FAULT, &rc, &world)) return 1;
+    CL_CHECK(rc == ECCL_OK && world == (uint32_t)f->n - 1, "the retry: %s at world %u", eccl_strerror(rc), world);
+    free(send);
+    free(recv);
+    return 0;
+}
+
+static void run_rec_kill(cluster *cl, const rec_kill_arg *f, int must_lose)
+{
+    cluster_opts o = {.algo_env = REC_ENV};
+    assert_int_equal(cluster_init(cl, &o), 0);
+    assert_int_equal(cluster_spawn_n(cl, f->n, rec_kill_body, (void *)f), 0);
+    assert_true(cluster_wait_self_killed(cl, f->n, f->victim_rank, 60000) >= 0);
+    assert_int_equal(cluster_wait_all(cl, 60000), 0);
+    int seen[4] = {0};
+    for (int i = 0; i < f->n; i++) seen[atomic_load(&cl->sh->slot[i].val[RV_OUTCOME]) & 3]++;
+    printf("    N=%d, rank %d killed, %zu floats: %d survivors lost the call, %d saw it committed, %d entered "
+           "after\n", f->n, f->victim_rank, f->count, seen[2], seen[1], seen[3]);
+    /* Survivors never disagree: no success at N beside a loss. */
+    assert_false(seen[1] && seen[2]);
+    if (must_lose) assert_true(seen[2] >= 1); /* the restore path ran */
+    cluster_fini(cl);
+}
+
+/* 8 MB: the victim dies a slice or two into the call. N = 3: an extra rank
+ * (its fold cut short), in place; N = 5: a core rank with an extra, out of
+ * place; N = 6: a core rank without one, in place. */
+static void test_rec_kill_n3(void **state)
+{
+    rec_kill_arg f = {3, 2, 1, 2000000};
+    run_rec_kill(*state, &f, 1);
+}
+
+static void test_rec_kill_n5(void **state)
+{
+    rec_kill_arg f = {5, 0, 0, 2000001};
+    run_rec_kill(*state, &f, 1);
+}
+
+static void test_rec_kill_n6(void **state)
+{
+    rec_kill_arg f = {6, 3, 1, 1999999};
+    run_rec_kill(*state, &f, 1);
+}
+
+/* Small (doubling): the victim may die after its last data frame, every
+ * survivor full; then the master commits, else all fail: never a mix. */
+static void test_rec_kill_small_n5(void **state)
+{
+    rec_kill_arg f = {5, 1, 0, 1000};
+    run_rec_kill(*state, &f, 0);
+}
+
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -762,6 +1047,17 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_progress_thread, cluster_test_setup, cluster_test_teardown),
         cmocka_unit_test_setup_teardown(test_invalid_args, cluster_test_setup, cluster_test_teardown),
         cmocka_unit_test_setup_teardown(test_single_peer, cluster_test_setup, cluster_test_teardown),
+        cmocka_unit_test_setup_teardown(test_rec_matrix_n3, cluster_test_setup, cluster_test_teardown),
+        cmocka_unit_test_setup_teardown(test_rec_matrix_n5, cluster_test_setup, cluster_test_teardown),
+        cmocka_unit_test_setup_teardown(test_rec_matrix_n6_large, cluster_test_setup, cluster_test_teardown),
+        cmocka_unit_test_setup_teardown(test_rec_random_floats_n5, cluster_test_setup, cluster_test_teardown),
+        cmocka_unit_test_setup_teardown(test_rec_async_n5, cluster_test_setup, cluster_test_teardown),
+        cmocka_unit_test_setup_teardown(test_rec_async_n6, cluster_test_setup, cluster_test_teardown),
+        cmocka_unit_test_setup_teardown(test_rec_tag_reuse_n5, cluster_test_setup, cluster_test_teardown),
+        cmocka_unit_test_setup_teardown(test_rec_kill_n3, cluster_test_setup, cluster_test_teardown),
+        cmocka_unit_test_setup_teardown(test_rec_kill_n5, cluster_test_setup, cluster_test_teardown),
+        cmocka_unit_test_setup_teardown(test_rec_kill_n6, cluster_test_setup, cluster_test_teardown),
+        cmocka_unit_test_setup_teardown(test_rec_kill_small_n5, cluster_test_setup, cluster_test_teardown),
     };
     /* ECCL_TEST_FILTER=test_counts_* runs a subset (cmocka glob). */
     const char *filter = getenv("ECCL_TEST_FILTER");

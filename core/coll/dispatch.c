@@ -5,9 +5,19 @@
 
 #include "util/log.h"
 
-/* Measured on loopback (tools/peers/RESULTS.md): the tree wins all-reduces
- * up to 64 KiB from three ranks on; the rest is each collective's first
- * candidate (the ring, the chain).
+/* Measured on loopback (tools/peers/RESULTS.md; docs/performance.md,
+ * "The recursive all-reduce"): up to 64 KiB, recursive doubling wins at
+ * three and four ranks (eccl-bench -n 20, medians of 5 runs, µs at 8 B /
+ * 4 KiB / 32 KiB: N=4 182 / 199 / 252 against the tree's 275 / 268 / 294
+ * and the ring's 232 / 292 / 359; N=3 144 / 116 / 183 against 109 / 145 /
+ * 171 and 111 / 118 / 218, 0.75-0.98 of the ring run by run), the tree
+ * from five on (N=6 346 / 337 / 465 against 386 / 499 / 595, N=8 470 /
+ * 489 / 547 against 832 / 810 / 1048: at 8 processes on 2 cores the
+ * doubling's N log N data and token messages cost more than the tree's
+ * 4 (N-1)). Two ranks and everything larger take each collective's first
+ * candidate (the ring, whose two ranks swap small buffers; the chain):
+ * from 128 KiB on the ring and the halving recursive all-reduce are within
+ * the noise of each other up to 4 MiB and the ring wins at 16 MiB.
  *
  * Broadcast and reduce: the binomial tree (coll/binomial.h) against the
  * chain, Release eccl-bench on the 2-core loopback box (-n 20 -w 3,
@@ -34,7 +44,8 @@
  * broadcasts and (128 KiB, 2 MiB] reduces from three ranks on, for
  * (128 KiB, 512 KiB] broadcasts of two; like the all-reduce rule, past the
  * largest N measured (8) the tree's lead in depth only grows. */
-static const char ECCL_DISPATCH_DEFAULT[] = "allreduce 3-4294967295 65536 tree\n"
+static const char ECCL_DISPATCH_DEFAULT[] = "allreduce 3-4 65536 recursive\n"
+                                            "allreduce 3-4294967295 65536 tree\n"
                                             "broadcast 2-2 131072 chain\n"
                                             "broadcast 2-2 524288 binomial\n"
                                             "broadcast 3-4294967295 131072 chain\n"

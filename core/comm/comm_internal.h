@@ -17,6 +17,7 @@
 #include "coll/p2p.h"
 #include "coll/binomial.h"
 #include "coll/dispatch.h"
+#include "coll/rec_allreduce.h"
 #include "coll/ring_allreduce.h"
 #include "coll/ring_pass.h"
 #include "coll/tree_allreduce.h"
@@ -109,6 +110,7 @@ struct eccl_request {
         eccl_a2a a2a;
         eccl_p2p p2p;
         eccl_binomial bino;
+        eccl_rec_allreduce rec;
     } u;
 };
 

@@ -183,12 +183,33 @@ static int op_links(const eccl_comm *c, const eccl_request *r, p2p_link *out[ECC
     return n;
 }
 
+/* The recursive all-reduce's (coll/rec_allreduce.h): scratch and the backup. */
+static eccl_result rec_setup(eccl_comm *c, eccl_request *r, size_t bytes)
+{
+    int halving = eccl_rec_allreduce_halving(&r->call);
+    size_t sb = eccl_rec_allreduce_scratch_bytes(&r->call, halving);
+    r->backup = eccl_bufpool_get(&c->pool, bytes);
+    if (!r->backup) return ECCL_ERR_NO_MEMORY;
+    if (sb && !(r->staging[0] = eccl_bufpool_get(&c->pool, sb))) return ECCL_ERR_NO_MEMORY;
+    eccl_rec_allreduce_init(&r->u.rec, &r->call, sb ? r->staging[0]->ptr : NULL, r->backup->ptr);
+    r->alg = &eccl_rec_allreduce_algo;
+    return ECCL_OK;
+}
+
 /* All-reduce's buffers and algorithm, as the dispatcher picks it among
  * those that can run the call (coll/dispatch.h). Quantised calls always
  * take the ring: it alone carries codes. */
 static eccl_result allreduce_setup(eccl_comm *c, eccl_request *r)
 {
     size_t bytes = r->call.count * eccl_dtype_size(r->call.dtype);
+    /* The ring runs everything; the tree and the recursive all-reduce
+     * only host buffers, exact (the tree among three or more and small). */
+    int plain_host = r->call.quant == ECCL_QUANT_NONE && !r->call.on_device;
+    uint32_t can = ECCL_DISPATCH_BIT(ECCL_ALGO_RING);
+    if (c->world >= 3 && bytes <= ECCL_TREE_MAX_BYTES && plain_host) can |= ECCL_DISPATCH_BIT(ECCL_ALGO_TREE);
+    if (c->world >= 2 && plain_host) can |= ECCL_DISPATCH_BIT(ECCL_ALGO_RECURSIVE);
+    eccl_algorithm algo = eccl_dispatch_pick(&c->dispatch, ECCL_COLL_ALLREDUCE, c->world, bytes, can);
+    if (algo == ECCL_ALGO_RECURSIVE) return rec_setup(c, r, bytes);
     uint8_t *staging[2] = {NULL, NULL}, *backup;
     size_t sb = eccl_ring_staging_bytes_q(r->call.count, r->call.dtype, r->call.quant);
     if (r->call.on_device) {
@@ -212,13 +233,7 @@ static eccl_result allreduce_setup(eccl_comm *c, eccl_request *r)
         }
         backup = r->backup->ptr;
     }
-    /* The ring runs everything; the tree only small host buffers, exact,
-     * among three or more. */
-    uint32_t can = ECCL_DISPATCH_BIT(ECCL_ALGO_RING);
-    if (c->world >= 3 && bytes <= ECCL_TREE_MAX_BYTES && r->call.quant == ECCL_QUANT_NONE &&
-        !r->call.on_device)
-        can |= ECCL_DISPATCH_BIT(ECCL_ALGO_TREE);
-    if (eccl_dispatch_pick(&c->dispatch, ECCL_COLL_ALLREDUCE, c->world, bytes, can) == ECCL_ALGO_TREE) {
+    if (algo == ECCL_ALGO_TREE) {
         eccl_tree_allreduce_init(&r->u.tree, &r->call, staging, backup);
         r->alg = &eccl_tree_allreduce_algo;
         return ECCL_OK;

@@ -258,7 +258,16 @@ enum eccl_data_phase {
     ECCL_PHASE_BINO_REDUCE = 17,  /* reduce: a subtree's partial, to the parent */
     ECCL_PHASE_BINO_DONE = 18,    /* broadcast: my subtree holds it; len 0 */
     ECCL_PHASE_BINO_COMMIT = 19,  /* every rank holds its output; len 0 */
-    ECCL_PHASE_LAST = ECCL_PHASE_BINO_COMMIT
+    /* the recursive all-reduce (coll/rec_allreduce.h): step = the step's
+     * number (FOLD 0, the core's steps from 1, RESULT last), offset = the
+     * slice's byte offset in the buffer */
+    ECCL_PHASE_REC_FOLD = 20,   /* an extra rank's input, to its core rank */
+    ECCL_PHASE_REC_DOUBLE = 21, /* recursive doubling: a whole partial */
+    ECCL_PHASE_REC_HALVE = 22,  /* recursive halving: a half's partial */
+    ECCL_PHASE_REC_GATHER = 23, /* doubling back: reduced blocks */
+    ECCL_PHASE_REC_RESULT = 24, /* the result, to an extra rank */
+    ECCL_PHASE_REC_DONE = 25,   /* barrier token of round `step`; len 0 */
+    ECCL_PHASE_LAST = ECCL_PHASE_REC_DONE
 };
 
 /* ---- shared state (state/sync.h has the protocol) ----

@@ -7,8 +7,13 @@
  * succeed on retry with world 3. Every line carries the simulated time, so
  * two runs print the same bytes.
  *
- * Usage: sim_allreduce PLATFORM.xml [LOG_LEVEL 0-5] [SimGrid --cfg=...]
- * Exit status: 0 when every check passed.
+ * Each good tag also runs a small all-reduce (SMALL_COUNT elements,
+ * checked the same way), so that sizes below the recursive all-reduce's
+ * halving threshold run too.
+ *
+ * Usage: sim_allreduce PLATFORM.xml [LOG_LEVEL 0-5] [ECCL_ALGO] [SimGrid --cfg=...]
+ * ECCL_ALGO (e.g. allreduce=recursive) forces the ranks' algorithm, which
+ * every call must then report. Exit status: 0 when every check passed.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -22,9 +27,12 @@
 #define VICTIM 4             /* the rank on node-4 dies ... */
 #define KILL_TAG 3           /* ... during this all-reduce */
 #define GOOD_TAGS 3
+#define SMALL_COUNT 1000u    /* f32 elements of the small all-reduces */
+#define SMALL_TAG 100u       /* + the good tag */
 
 typedef struct scenario {
     sim_base b;    /* first; done: ranks finished or killed, stop at NRANKS */
+    int algo;      /* the algorithm ECCL_ALGO forces, -1: none */
     uint64_t op_ns;/* how long the victim's last good all-reduce took */
     uint64_t kill_at_ns;
 } scenario;
@@ -36,6 +44,15 @@ typedef struct rank_arg {
 
 #define CHECK(s, who, cond, ...) SIM_CHECK(&(s)->b, who, cond, __VA_ARGS__)
 
+/* An all-reduce algorithm's name as ECCL_ALGO spells it, or -1. */
+static int algo_parse(const char *name)
+{
+    if (strcmp(name, "ring") == 0) return ECCL_ALGO_RING;
+    if (strcmp(name, "tree") == 0) return ECCL_ALGO_TREE;
+    if (strcmp(name, "recursive") == 0) return ECCL_ALGO_RECURSIVE;
+    return -1;
+}
+
 /* Small integers: every order of float additions gives the exact sum, so the
  * expected result is known bit for bit whatever the ring order. */
 static float value(int idx, uint32_t j, uint64_t tag)
@@ -43,21 +60,28 @@ static float value(int idx, uint32_t j, uint64_t tag)
     return (float)(idx * 1000 + (int)((j * 7u + (uint32_t)tag * 13u) % 4096u));
 }
 
-static void fill(float *buf, int idx, uint64_t tag)
+static void fill_n(float *buf, uint32_t count, int idx, uint64_t tag)
 {
-    for (uint32_t j = 0; j < COUNT; j++) buf[j] = value(idx, j, tag);
+    for (uint32_t j = 0; j < count; j++) buf[j] = value(idx, j, tag);
 }
 
+static void fill(float *buf, int idx, uint64_t tag) { fill_n(buf, COUNT, idx, tag); }
+
 /* Returns the number of elements that differ from the sum over `alive`. */
-static uint32_t check_sum(const float *buf, const int *alive, int n, uint64_t tag)
+static uint32_t check_sum_n(const float *buf, uint32_t count, const int *alive, int n, uint64_t tag)
 {
     uint32_t bad = 0;
-    for (uint32_t j = 0; j < COUNT; j++) {
+    for (uint32_t j = 0; j < count; j++) {
         float want = 0;
         for (int i = 0; i < n; i++) want += value(alive[i], j, tag);
         if (memcmp(&want, &buf[j], sizeof want) != 0) bad++;
     }
     return bad;
+}
+
+static uint32_t check_sum(const float *buf, const int *alive, int n, uint64_t tag)
+{
+    return check_sum_n(buf, COUNT, alive, n, tag);
 }
 
 /* ---- actors -------------------------------------------------------------- */
@@ -122,6 +146,18 @@ static void rank_main(int argc, char **argv)
                        (unsigned long long)info.tx_bytes, (unsigned long long)info.rx_bytes,
                        (unsigned long long)sim_fnv1a(buf, COUNT * sizeof *buf));
         if (a->idx == VICTIM) s->op_ns = dt;
+        CHECK(s, who, s->algo < 0 || info.algorithm == (uint32_t)s->algo, "tag %llu ran algorithm %u",
+              (unsigned long long)tag, info.algorithm);
+        /* A small one: below the recursive all-reduce's halving size. */
+        fill_n(before, SMALL_COUNT, a->idx, SMALL_TAG + tag);
+        rc = eccl_allreduce(c, before, buf, SMALL_COUNT, ECCL_F32, ECCL_SUM, SMALL_TAG + tag, &info);
+        bad = rc == ECCL_OK ? check_sum_n(buf, SMALL_COUNT, all, NRANKS, SMALL_TAG + tag) : SMALL_COUNT;
+        CHECK(s, who, rc == ECCL_OK && bad == 0 && (s->algo < 0 || info.algorithm == (uint32_t)s->algo),
+              "small tag %llu: %s, algorithm %u, %u wrong elements", (unsigned long long)(SMALL_TAG + tag),
+              eccl_strerror(rc), info.algorithm, bad);
+        eccl_sg_printf(who, "small tag %llu: %s algorithm %u hash %016llx", (unsigned long long)(SMALL_TAG + tag),
+                       eccl_strerror(rc), info.algorithm,
+                       (unsigned long long)sim_fnv1a(buf, SMALL_COUNT * sizeof *buf));
     }
 
     uint64_t tag = KILL_TAG;
@@ -160,6 +196,8 @@ static void rank_main(int argc, char **argv)
               attempt, eccl_strerror(rc), info.world_size, bad);
         CHECK(s, who, attempt > 1, "tag %llu: succeeded without noticing the crash",
               (unsigned long long)tag);
+        CHECK(s, who, s->algo < 0 || info.algorithm == (uint32_t)s->algo, "the retry ran algorithm %u",
+              info.algorithm);
         eccl_sg_printf(who, "tag %llu attempt %d: %s world %u in %.3f ms hash %016llx",
                        (unsigned long long)tag, attempt, eccl_strerror(rc), info.world_size,
                        sim_ms(dt), (unsigned long long)sim_fnv1a(buf, COUNT * sizeof *buf));
@@ -180,9 +218,20 @@ out:
 int main(int argc, char **argv)
 {
     if (sim_setup(&argc, argv) != 0) return 2;
-    scenario s = {.b = {.master_addr = "node-0:5000", .stop_at = NRANKS}};
+    scenario s = {.b = {.master_addr = "node-0:5000", .stop_at = NRANKS}, .algo = -1};
     int level = argc > 2 ? atoi(argv[2]) : ECCL_LOG_WARN;
     if (eccl_sg_world_create(level, &s.b.w) != ECCL_OK) return 1;
+    if (argc > 3) {
+        /* "allreduce=NAME": the algorithm every call must report. */
+        const char *eq = strchr(argv[3], '=');
+        s.algo = eq ? algo_parse(eq + 1) : -1;
+        if (strncmp(argv[3], "allreduce=", 10) != 0 || s.algo < 0 ||
+            eccl_sg_world_set_algo(s.b.w, argv[3]) != ECCL_OK) {
+            fprintf(stderr, "sim_allreduce: ECCL_ALGO \"%s\" is not allreduce=ring|tree|recursive\n", argv[3]);
+            return 2;
+        }
+        eccl_sg_printf("main", "ECCL_ALGO=%s", argv[3]);
+    }
     rank_arg args[NRANKS];
     sim_start_actor("master", "node-0", sim_master_main, &s);
     for (int i = 0; i < NRANKS; i++) {

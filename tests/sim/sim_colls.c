@@ -373,6 +373,7 @@ static const char *algo_name(uint32_t a)
            : a == ECCL_ALGO_BINOMIAL ? "binomial"
            : a == ECCL_ALGO_PAIRWISE ? "pairwise"
            : a == ECCL_ALGO_DIRECT ? "direct"
+           : a == ECCL_ALGO_RECURSIVE ? "recursive"
                                   : "?";
 }
 

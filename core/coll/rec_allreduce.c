@@ -1,0 +1,582 @@
+#include "coll/rec_allreduce.h"
+
+#include <string.h>
+
+#include "coll/ring_allreduce.h" /* ECCL_RING_MAX_QUEUED */
+#include "coll/ring_pass.h"      /* ECCL_RING_PASS_SLICE_BYTES */
+
+/* ---- geometry --------------------------------------------------------------- */
+
+static uint32_t floor_pow2(uint32_t n)
+{
+    uint32_t p = 1;
+    while (p <= n / 2) p *= 2;
+    return p;
+}
+
+static uint32_t ceil_log2(uint32_t n)
+{
+    uint32_t r = 0;
+    while (((uint64_t)1 << r) < n) r++;
+    return r;
+}
+
+/* Elements [lo, hi) that core rank v holds after j halving steps: step k
+ * cuts the range at its middle element and v keeps the upper half iff bit
+ * k of v is set. */
+static void level_range(size_t count, uint32_t v, uint32_t j, size_t *lo, size_t *hi)
+{
+    size_t a = 0, b = count;
+    for (uint32_t k = 0; k < j; k++) {
+        size_t mid = a + (b - a) / 2;
+        if ((v >> k) & 1u) a = mid;
+        else b = mid;
+    }
+    *lo = a;
+    *hi = b;
+}
+
+int eccl_rec_allreduce_halving(const eccl_coll_call *c)
+{
+    uint32_t p = floor_pow2(c->nranks), L = ceil_log2(p);
+    double bytes = (double)c->count * (double)eccl_dtype_size(c->dtype);
+    /* Bytes a rank sends and reduces less: 2 log2 p buffers against
+     * 3 (p-1)/p of one (exact in doubles for any real size: 3/p is). */
+    double saved = bytes * (2.0 * L - 3.0 + 3.0 / (double)p);
+    return c->count >= p && saved >= (double)ECCL_REC_HALVING_MIN_SAVED;
+}
+
+void eccl_rec_allreduce_step(const eccl_rec_allreduce *a, uint32_t s, eccl_rec_step *st)
+{
+    uint32_t rank = a->call.rank;
+    size_t n = a->call.count, lo, hi;
+    memset(st, 0, sizeof *st);
+    if (a->extra) {
+        st->peer = rank - a->p;
+        if (s == 0) {
+            st->kind = ECCL_REC_FOLD_SEND;
+            st->phase = ECCL_PHASE_REC_FOLD;
+            st->tx = 1;
+            st->tx_n = n;
+        } else {
+            st->kind = ECCL_REC_RESULT_RECV;
+            st->phase = ECCL_PHASE_REC_RESULT;
+            st->rx = 1;
+            st->rx_n = n;
+        }
+        return;
+    }
+    if (a->folder) {
+        st->peer = rank + a->p;
+        st->lower = 1;
+        if (s == 0) {
+            st->kind = ECCL_REC_FOLD_RECV;
+            st->phase = ECCL_PHASE_REC_FOLD;
+            st->rx = 1;
+            st->rx_n = n;
+            return;
+        }
+        if (s == a->nsteps - 1) {
+            st->kind = ECCL_REC_RESULT_SEND;
+            st->phase = ECCL_PHASE_REC_RESULT;
+            st->tx = 1;
+            st->tx_n = n;
+            return;
+        }
+        s -= 1;
+    }
+    uint32_t L = a->levels;
+    uint32_t k = !a->halving || s < L ? s : L - 1 - (s - L);
+    st->level = k;
+    st->peer = rank ^ (1u << k);
+    st->lower = !((rank >> k) & 1u);
+    st->tx = st->rx = 1;
+    if (!a->halving) {
+        st->kind = ECCL_REC_DOUBLE;
+        st->phase = ECCL_PHASE_REC_DOUBLE;
+        st->tx_n = st->rx_n = n;
+    } else if (s < L) {
+        st->kind = ECCL_REC_HALVE;
+        st->phase = ECCL_PHASE_REC_HALVE;
+        level_range(n, rank, k, &lo, &hi);
+        size_t mid = lo + (hi - lo) / 2;
+        /* Keep one half (rx: the partner's partial of it), send the other. */
+        st->rx_at = st->lower ? lo : mid;
+        st->rx_n = st->lower ? mid - lo : hi - mid;
+        st->tx_at = st->lower ? mid : lo;
+        st->tx_n = st->lower ? hi - mid : mid - lo;
+    } else {
+        st->kind = ECCL_REC_GATHER;
+        st->phase = ECCL_PHASE_REC_GATHER;
+        level_range(n, rank, k + 1, &lo, &hi);
+        st->tx_at = lo;
+        st->tx_n = hi - lo;
+        level_range(n, st->peer, k + 1, &lo, &hi);
+        st->rx_at = lo;
+        st->rx_n = hi - lo;
+    }
+}
+
+/* The step number frames carry: the same on both ends of a pair, so
+ * numbered as a folder numbers its steps (FOLD 0, the core's steps from 1,
+ * RESULT last), whatever part of the list this rank runs. */
+static uint16_t wire_step(const eccl_rec_allreduce *a, uint32_t s)
+{
+    uint32_t core = a->halving ? 2 * a->levels : a->levels;
+    if (a->extra) return (uint16_t)(s ? core + 1 : 0);
+    return (uint16_t)(a->folder ? s : s + 1);
+}
+
+/* Frames a range of `bytes` travels in: an empty one still sends one. */
+static uint32_t nslices(const eccl_rec_allreduce *a, size_t bytes)
+{
+    return bytes ? (uint32_t)((bytes + a->slice - 1) / a->slice) : 1;
+}
+
+static uint32_t n_tx(const eccl_rec_allreduce *a, const eccl_rec_step *st)
+{
+    return st->tx ? nslices(a, st->tx_n * a->esize) : 0;
+}
+
+static uint32_t n_rx(const eccl_rec_allreduce *a, const eccl_rec_step *st)
+{
+    return st->rx ? nslices(a, st->rx_n * a->esize) : 0;
+}
+
+/* Slice j of the range of n elements at element `at`: its byte offset in
+ * the buffer, and *len. */
+static size_t slice_at(const eccl_rec_allreduce *a, size_t at, size_t n, uint32_t j, size_t *len)
+{
+    size_t start = (size_t)j * a->slice, bytes = n * a->esize;
+    *len = start >= bytes ? 0 : bytes - start < a->slice ? bytes - start : a->slice;
+    return at * a->esize + start;
+}
+
+/* Rounds of the barrier: send to rank + 2^k, hear from rank - 2^k. */
+static uint32_t tok_dst(const eccl_rec_allreduce *a, uint32_t k)
+{
+    return (uint32_t)(((uint64_t)a->call.rank + ((uint64_t)1 << k)) % a->call.nranks);
+}
+
+static uint32_t tok_src(const eccl_rec_allreduce *a, uint32_t k)
+{
+    uint64_t n = a->call.nranks;
+    return (uint32_t)(((uint64_t)a->call.rank + n - ((uint64_t)1 << k) % n) % n);
+}
+
+/* ---- scratch ---------------------------------------------------------------------
+ * Doubling: level k's received partial at k*B (the higher rank of the pair
+ * combines into it: it becomes our partial), the lower rank's combined
+ * partial of level k < L-1 at (L+k)*B (level L-1 combines into recvbuf),
+ * then (a folder) the extra's input, then (a folder, or in place) our
+ * input, copied: B = the buffer's bytes. Halving: level k's received
+ * partial (the half we keep) after those of the levels before, then (a
+ * folder) the extra's input. An extra rank needs none. */
+
+static size_t halve_rx_at(const eccl_coll_call *c, uint32_t k)
+{
+    size_t at = 0, lo, hi, es = eccl_dtype_size(c->dtype);
+    for (uint32_t j = 0; j < k; j++) {
+        level_range(c->count, c->rank, j + 1, &lo, &hi);
+        at += (hi - lo) * es;
+    }
+    return at;
+}
+
+size_t eccl_rec_allreduce_scratch_bytes(const eccl_coll_call *c, int halving)
+{
+    uint32_t p = floor_pow2(c->nranks), L = ceil_log2(p);
+    size_t bytes = c->count * eccl_dtype_size(c->dtype);
+    int folder = c->rank < c->nranks - p, in_place = c->sendbuf == c->recvbuf;
+    if (c->rank >= p) return 0;
+    if (halving) return halve_rx_at(c, L) + (folder ? bytes : 0);
+    return (2 * (size_t)L - 1 + (size_t)folder + (size_t)(folder || in_place)) * bytes;
+}
+
+static uint8_t *fold_region(const eccl_rec_allreduce *a)
+{
+    return a->scratch + (a->halving ? halve_rx_at(&a->call, a->levels) : (2 * (size_t)a->levels - 1) * a->bytes);
+}
+
+/* Doubling: our input (step 0's partial). */
+static const uint8_t *dbl_input(const eccl_rec_allreduce *a)
+{
+    if (!a->folder && a->call.sendbuf != a->call.recvbuf) return a->call.sendbuf;
+    return a->scratch + (2 * (size_t)a->levels - 1 + (size_t)a->folder) * a->bytes;
+}
+
+static uint8_t *dbl_rx(const eccl_rec_allreduce *a, uint32_t k) { return a->scratch + (size_t)k * a->bytes; }
+
+/* Doubling: our partial before level k (what level k sends): where level
+ * k-1 combined it (the higher rank into what it received). */
+static const uint8_t *dbl_partial(const eccl_rec_allreduce *a, uint32_t k)
+{
+    if (k == 0) return dbl_input(a);
+    if (a->call.rank >> (k - 1) & 1u) return dbl_rx(a, k - 1);
+    return a->scratch + ((size_t)a->levels + k - 1) * a->bytes;
+}
+
+/* Halving: where our partial of level k's range is. */
+static const uint8_t *halve_src(const eccl_rec_allreduce *a, uint32_t k)
+{
+    return k == 0 && !a->folder ? a->call.sendbuf : a->call.recvbuf;
+}
+
+/* ---- the backup: recvbuf's two level-1 halves ----------------------------------- */
+
+static void half_bytes(const eccl_rec_allreduce *a, int h, size_t *lo, size_t *hi)
+{
+    size_t mid = a->call.count / 2 * a->esize;
+    *lo = h ? mid : 0;
+    *hi = h ? a->bytes : mid;
+}
+
+static void copy(const eccl_rec_allreduce *a, void *dst, const void *src, size_t n)
+{
+    if (n) a->call.env->dev->copy(a->call.env->dev_ctx, dst, src, n);
+}
+
+static void reduce(const eccl_rec_allreduce *a, void *dst, const void *src, size_t bytes)
+{
+    if (bytes)
+        a->call.env->dev->reduce(a->call.env->dev_ctx, dst, src, bytes / a->esize, a->call.dtype, a->call.op);
+}
+
+/* Backs up every half of recvbuf that bytes [off, off + len) touch. */
+static void save(eccl_rec_allreduce *a, size_t off, size_t len)
+{
+    for (int h = 0; h < 2 && len; h++) {
+        size_t lo, hi;
+        half_bytes(a, h, &lo, &hi);
+        if (a->saved[h] || lo >= hi || off >= hi || off + len <= lo) continue;
+        copy(a, a->backup + lo, a->call.recvbuf + lo, hi - lo);
+        a->saved[h] = 1;
+    }
+}
+
+/* ---- init ------------------------------------------------------------------------ */
+
+void eccl_rec_allreduce_init_ex(eccl_rec_allreduce *a, const eccl_coll_call *call, uint8_t *scratch,
+                                uint8_t *backup, int halving, size_t slice_bytes)
+{
+    memset(a, 0, sizeof *a);
+    a->call = *call;
+    a->scratch = scratch;
+    a->backup = backup;
+    a->esize = eccl_dtype_size(call->dtype);
+    a->bytes = call->count * a->esize;
+    a->slice = slice_bytes / a->esize * a->esize;
+    if (a->slice == 0) a->slice = a->esize;
+    a->halving = halving;
+    a->p = floor_pow2(call->nranks);
+    a->levels = ceil_log2(a->p);
+    a->extra = call->rank >= a->p;
+    a->folder = call->rank < call->nranks - a->p;
+    a->nsteps = a->extra ? 2 : (halving ? 2 * a->levels : a->levels) + (a->folder ? 2 : 0);
+    a->rounds = call->nranks > 2 ? ceil_log2(call->nranks) : 0;
+    /* Doubling in place: the first step sends our input while the last
+     * writes recvbuf, so it goes from a copy (a folder builds its input
+     * there as the extra's slices come). */
+    if (!halving && !a->extra && !a->folder && call->sendbuf == call->recvbuf)
+        copy(a, (uint8_t *)dbl_input(a), call->sendbuf, a->bytes);
+}
+
+void eccl_rec_allreduce_init(eccl_rec_allreduce *a, const eccl_coll_call *call, uint8_t *scratch,
+                             uint8_t *backup)
+{
+    eccl_rec_allreduce_init_ex(a, call, scratch, backup, eccl_rec_allreduce_halving(call),
+                               ECCL_RING_PASS_SLICE_BYTES);
+}
+
+/* ---- progress ---------------------------------------------------------------------- */
+
+/* Received slice j of step s (the current one) is in place: combine it. */
+static void combine(eccl_rec_allreduce *a, const eccl_rec_step *st, uint32_t j)
+{
+    size_t len, off = slice_at(a, st->rx_at, st->rx_n, j, &len);
+    uint8_t *out = a->call.recvbuf + off;
+    const uint8_t *send = a->call.sendbuf + off;
+    switch (st->kind) {
+    case ECCL_REC_FOLD_RECV: {
+        /* Ours op the extra's. */
+        const uint8_t *theirs = fold_region(a) + off;
+        if (!a->halving) {
+            uint8_t *in = (uint8_t *)dbl_input(a) + off;
+            copy(a, in, send, len);
+            reduce(a, in, theirs, len);
+        } else {
+            save(a, off, len);
+            if (out != send) copy(a, out, send, len);
+            reduce(a, out, theirs, len);
+        }
+        break;
+    }
+    case ECCL_REC_DOUBLE: {
+        /* Lower op higher, into a fresh place: what we sent may still be
+         * on the wire. The last level writes recvbuf (nothing is sent from
+         * it), the others the higher rank's received partial or the lower
+         * rank's own region. */
+        uint8_t *rx = dbl_rx(a, st->level) + off;
+        const uint8_t *mine = dbl_partial(a, st->level) + off;
+        if (st->level == a->levels - 1) {
+            save(a, off, len);
+            copy(a, out, st->lower ? mine : rx, len);
+            reduce(a, out, st->lower ? rx : mine, len);
+        } else if (st->lower) {
+            uint8_t *acc = a->scratch + ((size_t)a->levels + st->level) * a->bytes + off;
+            copy(a, acc, mine, len);
+            reduce(a, acc, rx, len);
+        } else {
+            reduce(a, rx, mine, len);
+        }
+        break;
+    }
+    case ECCL_REC_HALVE: {
+        uint8_t *rx = a->scratch + halve_rx_at(&a->call, st->level) + (off - st->rx_at * a->esize);
+        const uint8_t *mine = halve_src(a, st->level) + off;
+        if (st->lower) {
+            save(a, off, len);
+            if (out != mine) copy(a, out, mine, len);
+            reduce(a, out, rx, len);
+        } else {
+            reduce(a, rx, mine, len);
+            save(a, off, len);
+            copy(a, out, rx, len);
+        }
+        break;
+    }
+    default: break; /* GATHER, RESULT: landed in recvbuf as they are */
+    }
+}
+
+/* Step st is complete: what its end finishes. */
+static void step_done(eccl_rec_allreduce *a, const eccl_rec_step *st)
+{
+    const eccl_dev_ops *dev = a->call.env->dev;
+    void *ctx = a->call.env->dev_ctx;
+    int avg = a->call.op == ECCL_AVG;
+    uint32_t L = a->levels;
+    if (st->kind == ECCL_REC_DOUBLE && st->level == L - 1) {
+        if (avg && a->call.count) dev->scale_div(ctx, a->call.recvbuf, a->call.count, a->call.dtype, a->call.nranks);
+        a->have_full = 1;
+    } else if (st->kind == ECCL_REC_HALVE && st->level == L - 1 && avg) {
+        size_t lo, hi;
+        level_range(a->call.count, a->call.rank, L, &lo, &hi);
+        save(a, lo * a->esize, (hi - lo) * a->esize);
+        if (hi > lo)
+            dev->scale_div(ctx, a->call.recvbuf + lo * a->esize, hi - lo, a->call.dtype, a->call.nranks);
+    } else if ((st->kind == ECCL_REC_GATHER && st->level == 0) || st->kind == ECCL_REC_RESULT_RECV) {
+        a->have_full = 1;
+    }
+}
+
+/* Combines what landed for the current step and moves past every step
+ * that is complete (all its slices queued and combined). */
+static void advance(eccl_rec_allreduce *a)
+{
+    while (a->cur < a->nsteps) {
+        eccl_rec_step st;
+        eccl_rec_allreduce_step(a, a->cur, &st);
+        while (a->rx_done[a->cur] < a->rx_got[a->cur]) combine(a, &st, a->rx_done[a->cur]++);
+        if (a->rx_done[a->cur] < n_rx(a, &st) || a->tx_i[a->cur] < n_tx(a, &st)) return;
+        step_done(a, &st);
+        a->cur++;
+    }
+}
+
+/* Where slice `off` of step st leaves from. */
+static const uint8_t *tx_src(const eccl_rec_allreduce *a, const eccl_rec_step *st, size_t off)
+{
+    switch (st->kind) {
+    case ECCL_REC_FOLD_SEND: return a->call.sendbuf + off;
+    case ECCL_REC_DOUBLE: return dbl_partial(a, st->level) + off;
+    case ECCL_REC_HALVE: return halve_src(a, st->level) + off;
+    default: return a->call.recvbuf + off; /* GATHER, RESULT */
+    }
+}
+
+static eccl_chan *peer(const eccl_coll_links *links, uint32_t rank)
+{
+    return links->peer ? links->peer(links->ctx, rank) : NULL;
+}
+
+/* Asks for the link of every rank we still send to or hear from: the
+ * lower rank of a pair opens it, even one that only listens. */
+static void touch_links(const eccl_rec_allreduce *a, const eccl_coll_links *links)
+{
+    for (uint32_t s = a->cur; s < a->nsteps; s++) {
+        eccl_rec_step st;
+        eccl_rec_allreduce_step(a, s, &st);
+        if (a->rx_got[s] < n_rx(a, &st) || a->tx_i[s] < n_tx(a, &st)) (void)peer(links, st.peer);
+    }
+    for (uint32_t k = 0; k < a->rounds; k++) {
+        if (!(a->tok_recv >> k & 1u)) (void)peer(links, tok_src(a, k));
+        if (!(a->tok_sent >> k & 1u)) (void)peer(links, tok_dst(a, k));
+    }
+}
+
+static eccl_result rec_pump(void *op, const eccl_coll_links *links)
+{
+    eccl_rec_allreduce *a = op;
+    touch_links(a, links);
+    advance(a);
+    while (a->cur < a->nsteps) {
+        eccl_rec_step st;
+        eccl_rec_allreduce_step(a, a->cur, &st);
+        uint32_t want = n_tx(a, &st), before = a->cur;
+        eccl_chan *ch = a->tx_i[a->cur] < want ? peer(links, st.peer) : NULL;
+        while (ch && a->tx_i[a->cur] < want && ch->queued_bytes < ECCL_RING_MAX_QUEUED) {
+            size_t len, off = slice_at(a, st.tx_at, st.tx_n, a->tx_i[a->cur], &len);
+            eccl_wire_data w = {.tag = a->call.tag, .epoch = a->call.epoch, .phase = st.phase,
+                                .step = wire_step(a, a->cur), .offset = off, .len = (uint32_t)len};
+            eccl_result rc = eccl_chan_send_data(ch, &w, tx_src(a, &st, off), &a->inflight);
+            if (rc != ECCL_OK) return rc;
+            a->tx_bytes += len;
+            a->tx_i[a->cur]++;
+        }
+        advance(a);
+        if (a->cur == before) break; /* waiting for a link, the queue or the partner */
+    }
+    if (!a->have_full || a->cur < a->nsteps) return ECCL_OK;
+    for (uint32_t k = 0; k < a->rounds; k++) {
+        if (a->tok_sent >> k & 1u) continue;
+        if (k > 0 && !(a->tok_recv >> (k - 1) & 1u)) break;
+        eccl_chan *ch = peer(links, tok_dst(a, k));
+        if (!ch) break;
+        eccl_wire_data t = {.tag = a->call.tag, .epoch = a->call.epoch, .phase = ECCL_PHASE_REC_DONE,
+                            .step = (uint16_t)k};
+        eccl_result rc = eccl_chan_send_data(ch, &t, NULL, &a->inflight);
+        if (rc != ECCL_OK) return rc;
+        a->tok_sent |= (uint64_t)1 << k;
+    }
+    return ECCL_OK;
+}
+
+/* The first step from `cur` on whose data `rank` still owes us, or
+ * a->nsteps. */
+static uint32_t owed_step(const eccl_rec_allreduce *a, uint32_t rank, eccl_rec_step *st)
+{
+    for (uint32_t s = a->cur; s < a->nsteps; s++) {
+        eccl_rec_allreduce_step(a, s, st);
+        if (st->peer == rank && a->rx_got[s] < n_rx(a, st)) return s;
+    }
+    return a->nsteps;
+}
+
+/* The barrier round whose token `rank` still owes us, or a->rounds. */
+static uint32_t owed_round(const eccl_rec_allreduce *a, uint32_t rank)
+{
+    for (uint32_t k = 0; k < a->rounds; k++)
+        if (tok_src(a, k) == rank && !(a->tok_recv >> k & 1u)) return k;
+    return a->rounds;
+}
+
+static eccl_result rec_recv(void *op, int role, const eccl_wire_data *d, void **dst)
+{
+    eccl_rec_allreduce *a = op;
+    if (!ECCL_ROLE_IS_PEER(role)) return ECCL_ERR_PROTOCOL;
+    uint32_t from = ECCL_ROLE_PEER_RANK(role);
+    if (from >= a->call.nranks || from == a->call.rank || d->ring != 0 || d->flags != 0)
+        return ECCL_ERR_PROTOCOL;
+    *dst = NULL;
+    eccl_rec_step st;
+    uint32_t s = owed_step(a, from, &st);
+    if (s < a->nsteps) {
+        size_t len, off = slice_at(a, st.rx_at, st.rx_n, a->rx_got[s], &len);
+        if (d->phase != st.phase || d->step != wire_step(a, s) || d->offset != off || d->len != len) return ECCL_ERR_PROTOCOL;
+        if (!len) return ECCL_OK;
+        switch (st.kind) {
+        case ECCL_REC_FOLD_RECV: *dst = fold_region(a) + off; break;
+        case ECCL_REC_DOUBLE: *dst = dbl_rx(a, st.level) + off; break;
+        case ECCL_REC_HALVE:
+            *dst = a->scratch + halve_rx_at(&a->call, st.level) + (off - st.rx_at * a->esize);
+            break;
+        default: /* GATHER, RESULT: straight into recvbuf, backed up first */
+            save(a, off, len);
+            *dst = a->call.recvbuf + off;
+            break;
+        }
+        return ECCL_OK;
+    }
+    uint32_t k = owed_round(a, from);
+    if (k == a->rounds || d->phase != ECCL_PHASE_REC_DONE || d->step != k || d->offset != 0 || d->len != 0)
+        return ECCL_ERR_PROTOCOL;
+    return ECCL_OK;
+}
+
+static eccl_result rec_recv_done(void *op, int role, const eccl_wire_data *d)
+{
+    eccl_rec_allreduce *a = op;
+    if (d->phase == ECCL_PHASE_REC_DONE) {
+        a->tok_recv |= (uint64_t)1 << d->step;
+        return ECCL_OK;
+    }
+    eccl_rec_step st;
+    uint32_t s = owed_step(a, ECCL_ROLE_PEER_RANK(role), &st); /* the step recv checked it against */
+    if (s == a->nsteps) return ECCL_ERR_PROTOCOL;
+    a->rx_bytes += d->len;
+    a->rx_got[s]++;
+    advance(a);
+    return ECCL_OK;
+}
+
+static int all_rounds(const eccl_rec_allreduce *a, uint64_t mask)
+{
+    return mask == (a->rounds ? (((uint64_t)1 << (a->rounds - 1)) << 1) - 1 : 0);
+}
+
+static int rec_complete(void *op)
+{
+    const eccl_rec_allreduce *a = op;
+    return a->have_full && a->cur == a->nsteps && a->inflight == 0 && all_rounds(a, a->tok_sent) &&
+           all_rounds(a, a->tok_recv);
+}
+
+static int rec_expects(const void *op, int role)
+{
+    const eccl_rec_allreduce *a = op;
+    if (!ECCL_ROLE_IS_PEER(role)) return 0;
+    uint32_t from = ECCL_ROLE_PEER_RANK(role);
+    eccl_rec_step st;
+    return owed_step(a, from, &st) < a->nsteps || owed_round(a, from) < a->rounds;
+}
+
+static int rec_have_full(const void *op) { return ((const eccl_rec_allreduce *)op)->have_full; }
+
+static void rec_restore(void *op)
+{
+    eccl_rec_allreduce *a = op;
+    for (int h = 0; h < 2; h++) {
+        size_t lo, hi;
+        half_bytes(a, h, &lo, &hi);
+        if (a->saved[h]) copy(a, a->call.recvbuf + lo, a->backup + lo, hi - lo);
+    }
+}
+
+static eccl_result rec_error(const void *op)
+{
+    (void)op;
+    return ECCL_OK;
+}
+
+static void rec_bytes(const void *op, uint64_t *tx, uint64_t *rx)
+{
+    const eccl_rec_allreduce *a = op;
+    *tx = a->tx_bytes;
+    *rx = a->rx_bytes;
+}
+
+const eccl_coll_algo eccl_rec_allreduce_algo = {
+    .id = ECCL_ALGO_RECURSIVE,
+    .roles = ECCL_ROLES_PEERS,
+    .pump_needs = 0, /* peer links open lazily: frames wait for theirs */
+    .pump = rec_pump,
+    .recv = rec_recv,
+    .recv_done = rec_recv_done,
+    .complete = rec_complete,
+    .expects = rec_expects,
+    .have_full = rec_have_full,
+    .restore = rec_restore,
+    .error = rec_error,
+    .bytes = rec_bytes,
+};
