@@ -129,7 +129,7 @@ static void test_ring_sendrecv(void)
 static void test_ring_send_first(void)
 {
     int right = (rank + 1) % size, left = (rank + size - 1) % size;
-    unsigned char out[240], in[240];
+    unsigned char out[240] = {0}, in[240] = {0};
     MPI_Status st;
 
     for (int n = 0; n <= 240; n += 60) {
