@@ -63,7 +63,9 @@ static void free_buffers(const eccl_launch *L, float *send, float *recv)
 }
 
 /* The step all members of the current ring agree on: the furthest one.
- * The tag is unique per ring epoch, which every member has just entered. */
+ * The tag is unique per ring epoch, which every member has just entered,
+ * and far above the steps' own tags (iteration numbers); bit 63 is
+ * reserved for point-to-point (eccl.h). */
 static eccl_result agree_on_step(eccl_comm *comm, int *iter)
 {
     int64_t world = 0, epoch = 0;
@@ -72,7 +74,7 @@ static eccl_result agree_on_step(eccl_comm *comm, int *iter)
     if (world < 2) return ECCL_OK;
     uint64_t step = (uint64_t)*iter;
     eccl_result rc = eccl_allreduce(comm, &step, &step, 1, ECCL_U64, ECCL_MAX,
-                                    (1ull << 63) | (uint64_t)epoch, NULL);
+                                    (1ull << 62) | (uint64_t)epoch, NULL);
     if (rc == ECCL_OK) *iter = (int)step;
     return rc;
 }

@@ -32,6 +32,15 @@ static const char *mode_name(int in_place) { return in_place ? "in-place" : "out
  * spawns the peers, which inherit it. */
 static uint32_t g_forced_algo = UINT32_MAX;
 
+/* Whether a call of `bytes` runs the device-resident ring (the _resident
+ * device suite moves every buffer to the device and sets
+ * ECCL_DEVICE_RING_MIN_BYTES): that ring alone runs it, forced or not. */
+static int device_resident(size_t bytes)
+{
+    const char *min = getenv("ECCL_DEVICE_RING_MIN_BYTES");
+    return min && *min && bytes >= strtoull(min, NULL, 10);
+}
+
 /* Runs one all-reduce of the contributions of peers 0..n-1 and checks it
  * completely: result code, info, every element, sendbuf untouched when out
  * of place. Pushes the result hash for the parity check. */
@@ -54,7 +63,8 @@ static int one_allreduce(eccl_comm *c, int index, int n, eccl_dtype t, eccl_op o
     CL_CHECK(info.world_size == (uint32_t)n, "info.world_size %u, want %d", info.world_size, n);
     /* The dispatcher (coll/dispatch.c): up to 64 KiB, recursive doubling
      * among three or four ranks, the tree among more; the ring otherwise. */
-    uint32_t algo = g_forced_algo != UINT32_MAX   ? g_forced_algo
+    uint32_t algo = device_resident(bytes)     ? ECCL_ALGO_RING
+                    : g_forced_algo != UINT32_MAX ? g_forced_algo
                     : bytes > 65536 || n < 3 ? ECCL_ALGO_RING
                     : n <= 4                 ? ECCL_ALGO_RECURSIVE
                                              : ECCL_ALGO_TREE;
@@ -841,7 +851,9 @@ static int rec_async_body(eccl_comm *c, int index, void *argp)
             int i = (2 * index + 7 * REC_ASYNC_K - step * j - round) % REC_ASYNC_K;
             eccl_reduce_info info;
             CL_OK(eccl_wait(req[i], &info));
-            CL_CHECK(info.algorithm == ECCL_ALGO_RECURSIVE && info.world_size == (uint32_t)n,
+            uint32_t want = device_resident(sh[i].count * eccl_dtype_size(sh[i].t)) ? ECCL_ALGO_RING
+                                                                                   : ECCL_ALGO_RECURSIVE;
+            CL_CHECK(info.algorithm == want && info.world_size == (uint32_t)n,
                      "tag %d: algorithm %u world %u", 500 + i, info.algorithm, info.world_size);
             if (check_result(buf[i], sh[i].t, sh[i].op, CL_PAT_SMALL, sh[i].count, n, 500 + 10 * round + i,
                              "recursive async"))
@@ -916,7 +928,8 @@ static int rec_call(eccl_comm *c, float *send, float *recv, size_t count, int in
     *rc_out = rc;
     if (rc != ECCL_OK) return 0;
     *world_out = info.world_size;
-    CL_CHECK(info.algorithm == ECCL_ALGO_RECURSIVE, "algorithm %u", info.algorithm);
+    uint32_t want = device_resident(count * sizeof(float)) ? ECCL_ALGO_RING : ECCL_ALGO_RECURSIVE;
+    CL_CHECK(info.algorithm == want, "algorithm %u, want %u", info.algorithm, want);
     return check_result((uint8_t *)out, ECCL_F32, ECCL_SUM, CL_PAT_SMALL, count, (int)info.world_size, tag,
                         "recursive by rank");
 }
