@@ -54,7 +54,7 @@ static const char ECCL_DISPATCH_DEFAULT[] = "allreduce 3-4 65536 recursive\n"
                                             "reduce 3-4294967295 2097152 binomial\n";
 
 static const char *const algo_names[ECCL_ALGO_COUNT] = {"ring", "tree", "chain", "recursive",
-                                                         "binomial", "pairwise", "direct"};
+                                                         "binomial", "pairwise", "direct", "bruck"};
 static const char *const coll_names[ECCL_COLL_KIND_COUNT] = {"allreduce", "allgather", "reduce_scatter",
                                                              "broadcast", "reduce", "alltoall", "send", "recv"};
 

@@ -374,6 +374,7 @@ static const char *algo_name(uint32_t a)
            : a == ECCL_ALGO_PAIRWISE ? "pairwise"
            : a == ECCL_ALGO_DIRECT ? "direct"
            : a == ECCL_ALGO_RECURSIVE ? "recursive"
+           : a == ECCL_ALGO_BRUCK ? "bruck"
                                   : "?";
 }
 
