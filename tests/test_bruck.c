@@ -710,26 +710,62 @@ static void test_restore(void **state)
             }
 }
 
+/* The dispatcher's built-in range for all-gathers (the line parses: a
+ * malformed one would be skipped with only a warning), and ECCL_ALGO
+ * forcing Bruck where it may run. */
+static const char *forced_algo;
+static int cfg_get(void *ctx, const char *name, char *buf, size_t len)
+{
+    (void)ctx;
+    if (!forced_algo || strcmp(name, "ECCL_ALGO") != 0) return 0;
+    return (size_t)snprintf(buf, len, "%s", forced_algo) < len;
+}
+static const eccl_config_ops cfg_ops = {sizeof cfg_ops, cfg_get};
+
 static void test_dispatch_rule(void **state)
 {
     (void)state;
     eccl_env env = host_env();
+    env.config = &cfg_ops;
     eccl_dispatch d;
-    uint32_t both = ECCL_DISPATCH_BIT(ECCL_ALGO_RING) | ECCL_DISPATCH_BIT(ECCL_ALGO_BRUCK);
-    assert_int_equal(eccl_dispatch_init(&d, &env), ECCL_OK);
+    const uint32_t both = ECCL_DISPATCH_BIT(ECCL_ALGO_RING) | ECCL_DISPATCH_BIT(ECCL_ALGO_BRUCK);
     assert_string_equal(eccl_dispatch_algo_name(ECCL_ALGO_BRUCK), "bruck");
+    assert_string_equal(eccl_algorithm_name(ECCL_ALGO_BRUCK), "bruck");
     assert_int_equal(eccl_dispatch_algo_parse("bruck", 5), ECCL_ALGO_BRUCK);
-    /* Only the ring where Bruck cannot run. */
-    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLGATHER, 4, 8, ECCL_DISPATCH_BIT(ECCL_ALGO_RING)),
+    forced_algo = NULL;
+    assert_int_equal(eccl_dispatch_init(&d, &env), ECCL_OK);
+    static const struct {
+        uint32_t n;
+        uint64_t bytes;
+        eccl_algorithm want;
+    } picks[] = {
+        {2, 8, ECCL_ALGO_RING},        {3, 8, ECCL_ALGO_RING},        {4, 2048, ECCL_ALGO_RING},
+        {5, 32768, ECCL_ALGO_RING},    {6, 0, ECCL_ALGO_BRUCK},       {6, 8, ECCL_ALGO_BRUCK},
+        {6, 524288, ECCL_ALGO_BRUCK},  {6, 524289, ECCL_ALGO_RING},   {8, 32768, ECCL_ALGO_BRUCK},
+        {8, 4194304, ECCL_ALGO_RING},  {100000, 8, ECCL_ALGO_BRUCK},
+    };
+    for (size_t i = 0; i < sizeof picks / sizeof *picks; i++)
+        if (eccl_dispatch_pick(&d, ECCL_COLL_ALLGATHER, picks[i].n, picks[i].bytes, both) != picks[i].want)
+            fail_msg("pick %zu: N=%u %llu bytes: not %s", i, picks[i].n, (unsigned long long)picks[i].bytes,
+                     eccl_dispatch_algo_name(picks[i].want));
+    /* Where Bruck cannot run (quantised, device-resident), the ring; the
+     * other collectives never take it. */
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLGATHER, 8, 8, ECCL_DISPATCH_BIT(ECCL_ALGO_RING)),
                      ECCL_ALGO_RING);
-    for (uint32_t i = 0; i < d.n_rules; i++) {
-        const eccl_dispatch_rule *r = &d.rules[i];
-        if (r->kind != ECCL_COLL_ALLGATHER || r->algo != ECCL_ALGO_BRUCK) continue;
-        /* The rule's edges: Bruck up to max_bytes, the ring past it. */
-        assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLGATHER, r->nmin, r->max_bytes, both), ECCL_ALGO_BRUCK);
-        assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLGATHER, r->nmin, 8, both), ECCL_ALGO_BRUCK);
-    }
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_REDUCE_SCATTER, 8, 8, both), ECCL_ALGO_RING);
     eccl_dispatch_free(&d);
+    forced_algo = "allgather=bruck";
+    assert_int_equal(eccl_dispatch_init(&d, &env), ECCL_OK);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLGATHER, 3, 8, both), ECCL_ALGO_BRUCK);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLGATHER, 8, 1u << 30, both), ECCL_ALGO_BRUCK);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLGATHER, 8, 8, ECCL_DISPATCH_BIT(ECCL_ALGO_RING)),
+                     ECCL_ALGO_RING);
+    eccl_dispatch_free(&d);
+    forced_algo = "allgather=ring";
+    assert_int_equal(eccl_dispatch_init(&d, &env), ECCL_OK);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLGATHER, 8, 8, both), ECCL_ALGO_RING);
+    eccl_dispatch_free(&d);
+    forced_algo = NULL;
 }
 
 int main(void)
