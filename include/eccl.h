@@ -176,11 +176,13 @@ typedef enum eccl_algorithm {
     ECCL_ALGO_BINOMIAL = 4,  /* broadcast, reduce: binomial tree over peer links */
     ECCL_ALGO_PAIRWISE = 5,  /* all-to-all: every pair exchanges directly */
     ECCL_ALGO_DIRECT = 6,    /* send / receive: the peer link between the two */
+    ECCL_ALGO_BRUCK = 7,     /* all-gather: Bruck's ceil(log2 N) rounds over
+                                peer links; any N */
     ECCL_ALGO_COUNT
 } eccl_algorithm;
 
-/* "ring", "tree", "chain", "recursive", "binomial", "pairwise", "direct"
- * (the names ECCL_ALGO and ECCL_TUNE use); "?" for anything else. */
+/* "ring", "tree", "chain", "recursive", "binomial", "pairwise", "direct",
+ * "bruck" (the names ECCL_ALGO and ECCL_TUNE use); "?" for anything else. */
 const char *eccl_algorithm_name(uint32_t algorithm);
 
 /* What one collective call did (any collective, not only all-reduce). */

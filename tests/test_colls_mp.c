@@ -15,7 +15,15 @@
  * picks. The binomial ones: exact results at N = 3, 5, 6 with roots all
  * round, async calls in different orders, and a peer killed where it heads
  * a subtree (so some survivor cannot have its output): PEER_LOST with
- * every output as before, exact on the survivors. */
+ * every output as before, exact on the survivors.
+ *
+ * All-gathers run the ring pass or Bruck's all-gather over peer links
+ * (coll/bruck.h), as the dispatcher picks; the Bruck tests force it with
+ * ECCL_ALGO=allgather=bruck: exact at N = 3, 5 (several slices per block),
+ * 6, all-gatherv with empty blocks and gaps, async all-gathers of
+ * different sizes in different orders, and a peer killed mid-call (no
+ * survivor can hold its block): PEER_LOST with every output as before,
+ * then the retry exact on the N-1 survivors. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -45,6 +53,8 @@ static int reducing(int k) { return k == K_REDUCE_SCATTER || k == K_REDUCE || k 
  * as the dispatcher's table picks). Set in the parent before the ranks
  * fork (algo_setup), so every rank sees the test's value. */
 static int g_rooted_algo = -1;
+/* The same for all-gathers: forced, or -1 (the ring or Bruck's). */
+static int g_allgather_algo = -1;
 
 static int algo_setup(void **state, const char *algo, int id)
 {
@@ -59,11 +69,24 @@ static int algo_teardown(void **state)
 {
     unsetenv("ECCL_ALGO");
     g_rooted_algo = -1;
+    g_allgather_algo = -1;
     return cluster_test_teardown(state);
 }
 
 static int binomial_setup(void **state) { return algo_setup(state, "binomial", ECCL_ALGO_BINOMIAL); }
 static int chain_setup(void **state) { return algo_setup(state, "chain", ECCL_ALGO_CHAIN); }
+static int bruck_setup(void **state)
+{
+    setenv("ECCL_ALGO", "allgather=bruck", 1);
+    g_allgather_algo = ECCL_ALGO_BRUCK;
+    return cluster_test_setup(state);
+}
+
+/* The algorithm an all-gather(v) may report. */
+static int allgather_algo_ok(uint32_t algo)
+{
+    return g_allgather_algo < 0 ? algo == ECCL_ALGO_RING || algo == ECCL_ALGO_BRUCK : algo == (uint32_t)g_allgather_algo;
+}
 
 /* One call's buffers: sized for the largest layout (world * count). */
 typedef struct call_bufs {
@@ -214,6 +237,9 @@ static int one_call(eccl_comm *c, const coll_args *a, call_bufs *b)
         CL_CHECK(g_rooted_algo < 0 ? info.algorithm == ECCL_ALGO_CHAIN || info.algorithm == ECCL_ALGO_BINOMIAL
                                    : info.algorithm == (uint32_t)g_rooted_algo,
                  "%s ran algorithm %u, want %d", kind_names[a->kind], info.algorithm, g_rooted_algo);
+    else if (a->kind == K_ALLGATHER)
+        CL_CHECK(allgather_algo_ok(info.algorithm), "all-gather ran algorithm %u, want %d", info.algorithm,
+                 g_allgather_algo);
     else
         CL_CHECK(a->kind == K_ALLREDUCE || info.algorithm == ECCL_ALGO_RING, "%s ran algorithm %u",
                  kind_names[a->kind], info.algorithm);
@@ -416,6 +442,8 @@ static int v_body(eccl_comm *c, int index, void *argp)
                 eccl_reduce_info info;
                 eccl_result rc = eccl_allgatherv(c, in, recv, counts, displs, t, tag, &info);
                 CL_CHECK(rc == ECCL_OK, "allgatherv layout %d: %s", v, eccl_strerror(rc));
+                CL_CHECK(allgather_algo_ok(info.algorithm), "allgatherv ran algorithm %u, want %d", info.algorithm,
+                         g_allgather_algo);
                 size_t first = 0, bad = cluster_mismatches(recv, want, t, extent, &first);
                 CL_CHECK(bad == 0, "allgatherv layout %d %s %s: %zu wrong, first [%zu]", v, eccl_dtype_name(t),
                          in_place ? "in place" : "out of place", bad, first);
@@ -465,6 +493,39 @@ static void run_v(cluster *cl, int n)
 
 static void test_v_n3(void **state) { run_v(*state, 3); }
 static void test_v_n5(void **state) { run_v(*state, 5); }
+
+/* ---- all-gathers on Bruck's rounds ----------------------------------------------- */
+
+#define ALLGATHER (1u << K_ALLGATHER)
+
+static void test_bruck_matrix_n3(void **state)
+{
+    matrix_arg m = {3, 1031, ALL_DTYPES, 1, ALLGATHER};
+    run_matrix(*state, &m);
+}
+
+/* Several slices per block (f32: 2.3 MiB, three slices; bf16: two), runs
+ * of up to two blocks cut at the wrap. */
+static void test_bruck_matrix_n5_slices(void **state)
+{
+    matrix_arg m = {5, 600007, DT(ECCL_F32) | DT(ECCL_BF16), 0, ALLGATHER};
+    run_matrix(*state, &m);
+}
+
+static void test_bruck_matrix_n6(void **state)
+{
+    matrix_arg m = {6, 77, DT(ECCL_I8) | DT(ECCL_U32) | DT(ECCL_F16) | DT(ECCL_F64), 1, ALLGATHER};
+    run_matrix(*state, &m);
+}
+
+static void test_bruck_matrix_n6_one_element(void **state)
+{
+    matrix_arg m = {6, 1, DT(ECCL_U8) | DT(ECCL_F32), 0, ALLGATHER};
+    run_matrix(*state, &m);
+}
+
+static void test_bruck_v_n3(void **state) { run_v(*state, 3); }
+static void test_bruck_v_n6(void **state) { run_v(*state, 6); }
 
 /* ---- quantised reduce-scatter -------------------------------------------------- */
 
@@ -645,11 +706,14 @@ static void test_barrier_n4(void **state)
 
 #define ORDER_OPS 6
 
-/* argp: NULL, every kind once; else broadcasts and reduces alone, of
- * several sizes and roots (the binomial tree's trees differ per root). */
+/* argp: NULL, every kind once; else (*argp == ORDER_ROOTED) broadcasts
+ * and reduces alone, of several sizes and roots (the binomial tree's trees
+ * differ per root), or (ORDER_ALLGATHERS) all-gathers alone. */
+#define ORDER_ROOTED 1
+#define ORDER_ALLGATHERS 2
 static int order_body(eccl_comm *c, int index, void *argp)
 {
-    int rooted = argp != NULL;
+    int mode = argp ? *(const int *)argp : 0, rooted = mode == ORDER_ROOTED;
     int64_t rank64, n64;
     CL_OK(eccl_comm_get_attr(c, ECCL_ATTR_RANK, &rank64));
     CL_OK(eccl_comm_get_attr(c, ECCL_ATTR_WORLD_SIZE, &n64));
@@ -658,8 +722,9 @@ static int order_body(eccl_comm *c, int index, void *argp)
     /* Big enough that frames of calls not issued yet wait in the sockets. */
     size_t counts[ORDER_OPS] = {300000, 200001, 500000, 7, 400000, 0};
     if (rooted) counts[0] = 1, counts[1] = 700001, counts[2] = 13, counts[3] = 300000, counts[4] = 2;
+    if (mode == ORDER_ALLGATHERS) counts[0] = 3, counts[1] = 300001, counts[2] = 0, counts[3] = 17, counts[4] = 100000;
     for (int j = 0; j < ORDER_OPS; j++) {
-        int kind = rooted ? (j % 2 ? K_REDUCE : K_BROADCAST) : j % K_COUNT;
+        int kind = rooted ? (j % 2 ? K_REDUCE : K_BROADCAST) : mode == ORDER_ALLGATHERS ? K_ALLGATHER : j % K_COUNT;
         uint32_t root = (uint32_t)((rooted ? j * 3 + 1 : j) % n64);
         a[j] = (coll_args){kind, ECCL_F32, ECCL_SUM, CL_PAT_SMALL, counts[j], j % 2, root, (uint64_t)(1000 + j)};
         CL_CHECK(bufs_alloc(&b[j], (size_t)n64 * counts[j] * 4) == 0, "oom");
@@ -719,9 +784,20 @@ static void test_orders_n4(void **state)
 static void test_binomial_orders_n5(void **state)
 {
     cluster *cl = *state;
-    static int rooted = 1;
+    static int rooted = ORDER_ROOTED;
     assert_int_equal(cluster_init(cl, NULL), 0);
     assert_int_equal(cluster_spawn_n(cl, 5, order_body, &rooted), 0);
+    assert_int_equal(cluster_wait_all(cl, 120000), 0);
+    cluster_fini(cl);
+}
+
+/* Bruck's peer links open while all-gathers of other sizes wait. */
+static void test_bruck_orders_n5(void **state)
+{
+    cluster *cl = *state;
+    static int allgathers = ORDER_ALLGATHERS;
+    assert_int_equal(cluster_init(cl, NULL), 0);
+    assert_int_equal(cluster_spawn_n(cl, 5, order_body, &allgathers), 0);
     assert_int_equal(cluster_wait_all(cl, 120000), 0);
     cluster_fini(cl);
 }
@@ -867,6 +943,20 @@ static void test_binomial_kill_reduce(void **state)
     run_fault(*state, &f);
 }
 
+/* Bruck's all-gather: the victim dies two frames into round 0, before any
+ * survivor holds its block (8 MB: eight slices), so none is full. */
+static void test_bruck_kill_allgather_n4(void **state)
+{
+    fault_arg f = {K_ALLGATHER, 4, 2000000, 1, 0};
+    run_fault(*state, &f);
+}
+
+static void test_bruck_kill_allgather_n5(void **state)
+{
+    fault_arg f = {K_ALLGATHER, 5, 1000000, 3, 0};
+    run_fault(*state, &f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -891,6 +981,15 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_binomial_orders_n5, binomial_setup, algo_teardown),
         cmocka_unit_test_setup_teardown(test_binomial_kill_broadcast, binomial_setup, algo_teardown),
         cmocka_unit_test_setup_teardown(test_binomial_kill_reduce, binomial_setup, algo_teardown),
+        cmocka_unit_test_setup_teardown(test_bruck_matrix_n3, bruck_setup, algo_teardown),
+        cmocka_unit_test_setup_teardown(test_bruck_matrix_n5_slices, bruck_setup, algo_teardown),
+        cmocka_unit_test_setup_teardown(test_bruck_matrix_n6, bruck_setup, algo_teardown),
+        cmocka_unit_test_setup_teardown(test_bruck_matrix_n6_one_element, bruck_setup, algo_teardown),
+        cmocka_unit_test_setup_teardown(test_bruck_v_n3, bruck_setup, algo_teardown),
+        cmocka_unit_test_setup_teardown(test_bruck_v_n6, bruck_setup, algo_teardown),
+        cmocka_unit_test_setup_teardown(test_bruck_orders_n5, bruck_setup, algo_teardown),
+        cmocka_unit_test_setup_teardown(test_bruck_kill_allgather_n4, bruck_setup, algo_teardown),
+        cmocka_unit_test_setup_teardown(test_bruck_kill_allgather_n5, bruck_setup, algo_teardown),
     };
     /* ECCL_TEST_FILTER=test_binomial_*: a subset, as test_allreduce_mp. */
     const char *filter = getenv("ECCL_TEST_FILTER");

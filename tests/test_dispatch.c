@@ -50,7 +50,7 @@ static eccl_env env_with(const char *algo, const char *tune)
     return e;
 }
 
-#define ALL 0x7fu /* every algorithm a candidate */
+#define ALL ((1u << ECCL_ALGO_COUNT) - 1) /* every algorithm a candidate */
 #define BIT(a) ECCL_DISPATCH_BIT(a)
 
 static void test_builtin_default(void **state)
@@ -64,6 +64,11 @@ static void test_builtin_default(void **state)
     assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 4, 64, ring_tree), ECCL_ALGO_TREE);
     assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 4, 1 << 20, ring_tree), ECCL_ALGO_RING);
     assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 4, 64, BIT(ECCL_ALGO_RING)), ECCL_ALGO_RING);
+    /* Bruck's all-gather from six ranks on, up to 512 KiB of output. */
+    uint32_t ring_bruck = BIT(ECCL_ALGO_RING) | BIT(ECCL_ALGO_BRUCK);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLGATHER, 6, 524288, ring_bruck), ECCL_ALGO_BRUCK);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLGATHER, 6, 524289, ring_bruck), ECCL_ALGO_RING);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLGATHER, 4, 64, ring_bruck), ECCL_ALGO_RING);
     /* No rule: the first candidate. */
     assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_BROADCAST, 4, 64, BIT(ECCL_ALGO_CHAIN) | BIT(ECCL_ALGO_BINOMIAL)),
                      ECCL_ALGO_CHAIN);

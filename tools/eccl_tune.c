@@ -40,7 +40,7 @@ static const struct coll_desc {
     const char *algos[MAX_ALGOS]; /* candidates, as ECCL_ALGO names them */
 } colls[N_COLLS] = {
     {"allreduce", {"ring", "tree", "recursive"}},
-    {"allgather", {"ring", "recursive"}},
+    {"allgather", {"ring", "bruck"}},
     {"reduce_scatter", {"ring", "recursive"}},
     {"broadcast", {"chain", "binomial"}},
     {"reduce", {"chain", "binomial"}},

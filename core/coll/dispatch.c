@@ -43,7 +43,26 @@
  * way and the reduce's tree folds more. So: the tree for (128 KiB, 4 MiB]
  * broadcasts and (128 KiB, 2 MiB] reduces from three ranks on, for
  * (128 KiB, 512 KiB] broadcasts of two; like the all-reduce rule, past the
- * largest N measured (8) the tree's lead in depth only grows. */
+ * largest N measured (8) the tree's lead in depth only grows.
+ *
+ * All-gather: Bruck's rounds (coll/bruck.h) against the ring pass, Release
+ * eccl-bench --coll allgather -b 8 -e 4M -f 4 -n 20 -w 3, ECCL_ALGO forcing
+ * either, runs interleaved on the loaded 2-core box (load average 5-8 from
+ * other builds), medians of 15 runs at N = 3, 4, 8 and of 9 at N = 5, 6;
+ * µs at 32 B / 2 KiB / 32 KiB / 512 KiB of output, Bruck / ring time:
+ *   N=3 174 / 173 / 185 / 492 against 182 / 121 / 151 / 525: 0.96, 1.43, 1.22, 0.94
+ *   N=4 281 / 294 / 310 / 839 against 261 / 205 / 251 / 849: 1.08, 1.44, 1.24, 0.99
+ *   N=5 396 / 480 / 501 / 1205 against 364 / 450 / 595 / 1277: 1.09, 1.07, 0.84, 0.94
+ *   N=6 525 / 561 / 609 / 1491 against 609 / 577 / 777 / 1754: 0.86, 0.97, 0.78, 0.85
+ *   N=8 927 / 871 / 957 / 2578 against 975 / 1105 / 1198 / 3181: 0.95, 0.79, 0.80, 0.81
+ * and within 0.9-1.07 at 2 MiB everywhere. At three and four ranks Bruck
+ * has no fewer hops than the ring (2 rounds + 2 barrier rounds against
+ * N-1 steps + N-1 tokens: 4 and 6) and its peer links cost more per hop
+ * on this box (the recursive all-reduce shows the same at N = 3); from six
+ * on its 2 ceil(log2 N) hops win up to 512 KiB (N=8: 2 KiB-512 KiB won in
+ * 9-12 runs of 15), while five is mixed. So: Bruck for all-gathers of at
+ * most 512 KiB from six ranks on; past the largest N measured its lead in
+ * depth only grows, as for the trees above. */
 static const char ECCL_DISPATCH_DEFAULT[] = "allreduce 3-4 65536 recursive\n"
                                             "allreduce 3-4294967295 65536 tree\n"
                                             "broadcast 2-2 131072 chain\n"
@@ -51,10 +70,11 @@ static const char ECCL_DISPATCH_DEFAULT[] = "allreduce 3-4 65536 recursive\n"
                                             "broadcast 3-4294967295 131072 chain\n"
                                             "broadcast 3-4294967295 4194304 binomial\n"
                                             "reduce 3-4294967295 131072 chain\n"
-                                            "reduce 3-4294967295 2097152 binomial\n";
+                                            "reduce 3-4294967295 2097152 binomial\n"
+                                            "allgather 6-4294967295 524288 bruck\n";
 
 static const char *const algo_names[ECCL_ALGO_COUNT] = {"ring", "tree", "chain", "recursive",
-                                                         "binomial", "pairwise", "direct"};
+                                                         "binomial", "pairwise", "direct", "bruck"};
 static const char *const coll_names[ECCL_COLL_KIND_COUNT] = {"allreduce", "allgather", "reduce_scatter",
                                                              "broadcast", "reduce", "alltoall", "send", "recv"};
 

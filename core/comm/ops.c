@@ -261,12 +261,32 @@ static eccl_result binomial_setup(eccl_comm *c, eccl_request *r)
     return ECCL_OK;
 }
 
+/* Bruck's all-gather's (coll/bruck.h): the backup alone. */
+static eccl_result bruck_setup(eccl_comm *c, eccl_request *r)
+{
+    size_t ob = eccl_bruck_output_bytes(&r->call);
+    if (ob && !(r->backup = eccl_bufpool_get(&c->pool, ob))) return ECCL_ERR_NO_MEMORY;
+    eccl_bruck_init(&r->u.bruck, &r->call, ob ? r->backup->ptr : NULL);
+    r->alg = &eccl_bruck_algo;
+    return ECCL_OK;
+}
+
 /* The ring pass's (coll/ring_pass.h): partials and the backup. Broadcast
- * and reduce may take the binomial tree instead, as the dispatcher picks:
- * both run on host memory (a device call's host mirror, comm/stage.h,
- * included: it is host memory laid out as the call's own buffers). */
+ * and reduce may take the binomial tree instead, all-gathers Bruck's, as
+ * the dispatcher picks: they run on host memory (a device call's host
+ * mirror, comm/stage.h, included: it is host memory laid out as the call's
+ * own buffers; on_device marks only the device-resident all-reduce). */
 static eccl_result pass_setup(eccl_comm *c, eccl_request *r)
 {
+    if (r->call.kind == ECCL_COLL_ALLGATHER && r->call.quant == ECCL_QUANT_NONE && !r->call.on_device) {
+        uint32_t can = ECCL_DISPATCH_BIT(ECCL_ALGO_RING) | ECCL_DISPATCH_BIT(ECCL_ALGO_BRUCK);
+        /* The dispatcher's size: the all-gather's output, as eccl-bench
+         * reports it (all-gatherv: count is the blocks' sum). */
+        uint64_t bytes = (uint64_t)r->call.count * eccl_dtype_size(r->call.dtype) *
+                         (r->call.vcounts ? 1u : c->world);
+        if (eccl_dispatch_pick(&c->dispatch, r->call.kind, c->world, bytes, can) == ECCL_ALGO_BRUCK)
+            return bruck_setup(c, r);
+    }
     int rooted = r->call.kind == ECCL_COLL_BROADCAST || r->call.kind == ECCL_COLL_REDUCE;
     if (rooted && r->call.quant == ECCL_QUANT_NONE && !r->call.on_device) {
         uint32_t can = ECCL_DISPATCH_BIT(ECCL_ALGO_CHAIN) | ECCL_DISPATCH_BIT(ECCL_ALGO_BINOMIAL);

@@ -267,7 +267,11 @@ enum eccl_data_phase {
     ECCL_PHASE_REC_GATHER = 23, /* doubling back: reduced blocks */
     ECCL_PHASE_REC_RESULT = 24, /* the result, to an extra rank */
     ECCL_PHASE_REC_DONE = 25,   /* barrier token of round `step`; len 0 */
-    ECCL_PHASE_LAST = ECCL_PHASE_REC_DONE
+    /* Bruck's all-gather (coll/bruck.h): step = the round, offset = the
+     * slice's byte offset in recvbuf's layout */
+    ECCL_PHASE_BRUCK = 26,      /* blocks, to rank - 2^step */
+    ECCL_PHASE_BRUCK_DONE = 27, /* barrier token of round `step`; len 0 */
+    ECCL_PHASE_LAST = ECCL_PHASE_BRUCK_DONE
 };
 
 /* ---- shared state (state/sync.h has the protocol) ----

@@ -33,7 +33,11 @@
  * cannot get rank 3's partial): every survivor fails with its output as
  * before and gets the exact world-3 result on retry.
  *
- * Usage: sim_colls PLATFORM.xml [LOG_LEVEL 0-5] [ALGO chain|binomial] [SimGrid --cfg=...]
+ * With ALGO "bruck" the all-gathers (the first crash's included) run
+ * Bruck's rounds over peer links instead of the ring (the same bytes per
+ * rank: world - 1 blocks each way), the rest as in the default run.
+ *
+ * Usage: sim_colls PLATFORM.xml [LOG_LEVEL 0-5] [ALGO chain|binomial|bruck] [SimGrid --cfg=...]
  * Exit status: 0 when every check passed.
  */
 #include <stdint.h>
@@ -108,6 +112,7 @@ struct scenario {
     rank_arg again; /* node-4's second process */
     float *sentinel; /* REGION elements: sentinel(i) at i */
     int bino;        /* broadcast and reduce run the binomial tree */
+    int bruck;       /* all-gathers run Bruck's rounds */
 };
 
 #define CHECK(s, who, cond, ...) SIM_CHECK(&(s)->b, who, cond, __VA_ARGS__)
@@ -361,6 +366,7 @@ static int info_ok(const rk *k, const coll *cl, const eccl_reduce_info *info)
 {
     uint64_t wire = (uint64_t)(k->world - 1) * cl->block * sizeof(float);
     uint32_t algo = cl->algo == ECCL_ALGO_CHAIN && k->s->bino ? ECCL_ALGO_BINOMIAL : cl->algo;
+    if (k->s->bruck && (cl == &ALLGATHER || cl == &ALLGATHERV)) algo = ECCL_ALGO_BRUCK;
     return info->world_size == k->world && info->algorithm == algo &&
            (cl->block == 0 || (info->tx_bytes == wire && info->rx_bytes == wire));
 }
@@ -374,6 +380,7 @@ static const char *algo_name(uint32_t a)
            : a == ECCL_ALGO_PAIRWISE ? "pairwise"
            : a == ECCL_ALGO_DIRECT ? "direct"
            : a == ECCL_ALGO_RECURSIVE ? "recursive"
+           : a == ECCL_ALGO_BRUCK ? "bruck"
                                   : "?";
 }
 
@@ -665,18 +672,21 @@ int main(int argc, char **argv)
     /* Done: 3 survivors + 2 crashes of node-4. */
     scenario s = {.b = {.master_addr = "node-0:5000", .stop_at = NRANKS + 1}};
     int level = argc > 2 ? atoi(argv[2]) : ECCL_LOG_WARN;
-    if (argc > 3 && strcmp(argv[3], "binomial") != 0 && strcmp(argv[3], "chain") != 0) {
-        fprintf(stderr, "sim_colls: ALGO is chain or binomial, not \"%s\"\n", argv[3]);
+    if (argc > 3 && strcmp(argv[3], "binomial") != 0 && strcmp(argv[3], "chain") != 0 &&
+        strcmp(argv[3], "bruck") != 0) {
+        fprintf(stderr, "sim_colls: ALGO is chain, binomial or bruck, not \"%s\"\n", argv[3]);
         return 2;
     }
     s.bino = argc > 3 && strcmp(argv[3], "binomial") == 0;
+    s.bruck = argc > 3 && strcmp(argv[3], "bruck") == 0;
     s.sentinel = malloc(REGION * sizeof(float));
     if (!s.sentinel) abort();
     for (size_t i = 0; i < REGION; i++) s.sentinel[i] = sentinel(i);
     if (eccl_sg_world_create(level, &s.b.w) != ECCL_OK) return 1;
     /* Forced either way: the dispatcher's table would pick by size. */
-    if (eccl_sg_world_set_algo(s.b.w, s.bino ? "broadcast=binomial,reduce=binomial" : "broadcast=chain,reduce=chain") !=
-        ECCL_OK)
+    if (eccl_sg_world_set_algo(s.b.w, s.bino    ? "broadcast=binomial,reduce=binomial"
+                                      : s.bruck ? "allgather=bruck,broadcast=chain,reduce=chain"
+                                                : "allgather=ring,broadcast=chain,reduce=chain") != ECCL_OK)
         return 1;
     rank_arg args[NRANKS];
     sim_start_actor("master", "node-0", sim_master_main, &s);
