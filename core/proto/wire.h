@@ -267,7 +267,16 @@ enum eccl_data_phase {
     ECCL_PHASE_REC_GATHER = 23, /* doubling back: reduced blocks */
     ECCL_PHASE_REC_RESULT = 24, /* the result, to an extra rank */
     ECCL_PHASE_REC_DONE = 25,   /* barrier token of round `step`; len 0 */
-    ECCL_PHASE_LAST = ECCL_PHASE_REC_DONE
+    /* reduce-scatter by recursive halving (coll/rec_reduce_scatter.h):
+     * step = the step's number (FOLD 0, HALVE k at k + 1, RESULT last),
+     * offset = the slice's byte offset in the compact layout of what the
+     * step sends (FOLD: the input; HALVE: the half's two runs; RESULT: the
+     * block) */
+    ECCL_PHASE_RECRS_FOLD = 26,   /* an extra rank's input, to its core rank */
+    ECCL_PHASE_RECRS_HALVE = 27,  /* a half's partial */
+    ECCL_PHASE_RECRS_RESULT = 28, /* the extra rank's block, to it */
+    ECCL_PHASE_RECRS_DONE = 29,   /* barrier token of round `step`; len 0 */
+    ECCL_PHASE_LAST = ECCL_PHASE_RECRS_DONE
 };
 
 /* ---- shared state (state/sync.h has the protocol) ----
