@@ -18,6 +18,7 @@
 #include "coll/binomial.h"
 #include "coll/dispatch.h"
 #include "coll/rec_allreduce.h"
+#include "coll/rec_reduce_scatter.h"
 #include "coll/ring_allreduce.h"
 #include "coll/ring_pass.h"
 #include "coll/tree_allreduce.h"
@@ -111,6 +112,7 @@ struct eccl_request {
         eccl_p2p p2p;
         eccl_binomial bino;
         eccl_rec_allreduce rec;
+        eccl_rec_rs recrs;
     } u;
 };
 
