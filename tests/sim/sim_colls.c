@@ -33,7 +33,13 @@
  * cannot get rank 3's partial): every survivor fails with its output as
  * before and gets the exact world-3 result on retry.
  *
- * Usage: sim_colls PLATFORM.xml [LOG_LEVEL 0-5] [ALGO chain|binomial] [SimGrid --cfg=...]
+ * With ALGO "recursive" the reduce-scatters run recursive halving over
+ * peer links (coll/rec_reduce_scatter.h; ECCL_ALGO=reduce_scatter=
+ * recursive), the crash of node-4 mid reduce-scatter included; its bytes
+ * on the wire are not the ring's (an extra rank sends its whole input),
+ * so only the algorithm is checked in info there.
+ *
+ * Usage: sim_colls PLATFORM.xml [LOG_LEVEL 0-5] [ALGO chain|binomial|recursive] [SimGrid --cfg=...]
  * Exit status: 0 when every check passed.
  */
 #include <stdint.h>
@@ -108,6 +114,7 @@ struct scenario {
     rank_arg again; /* node-4's second process */
     float *sentinel; /* REGION elements: sentinel(i) at i */
     int bino;        /* broadcast and reduce run the binomial tree */
+    int rec_rs;      /* reduce-scatter runs recursive halving */
 };
 
 #define CHECK(s, who, cond, ...) SIM_CHECK(&(s)->b, who, cond, __VA_ARGS__)
@@ -361,6 +368,8 @@ static int info_ok(const rk *k, const coll *cl, const eccl_reduce_info *info)
 {
     uint64_t wire = (uint64_t)(k->world - 1) * cl->block * sizeof(float);
     uint32_t algo = cl->algo == ECCL_ALGO_CHAIN && k->s->bino ? ECCL_ALGO_BINOMIAL : cl->algo;
+    if (cl == &REDUCE_SCATTER && k->s->rec_rs)
+        return info->world_size == k->world && info->algorithm == ECCL_ALGO_RECURSIVE;
     return info->world_size == k->world && info->algorithm == algo &&
            (cl->block == 0 || (info->tx_bytes == wire && info->rx_bytes == wire));
 }
@@ -594,10 +603,12 @@ static void script(rk *k, int victim)
 static void newcomer_script(rk *k)
 {
     /* Binomial: a reduce to rank 1, crashed halfway (the root's result
-     * needs the victim's partial: every survivor must fail). */
+     * needs the victim's partial: every survivor must fail). Recursive
+     * halving: a quarter of the way, in the first halving step (the timed
+     * call opened the peer links too; halfway the crashed call is over). */
     const coll *kill2 = k->s->bino ? &REDUCE : &REDUCE_SCATTER;
     k->s->victim_ns[T_RS2] = checked(k, kill2, T_RS2);
-    victim_call(k, kill2, T_KRS, T_RS2, k->s->bino ? 2 : 3, killer2_main);
+    victim_call(k, kill2, T_KRS, T_RS2, k->s->bino ? 2 : k->s->rec_rs ? 1 : 3, killer2_main);
 }
 
 static void rank_main(int argc, char **argv)
@@ -665,18 +676,21 @@ int main(int argc, char **argv)
     /* Done: 3 survivors + 2 crashes of node-4. */
     scenario s = {.b = {.master_addr = "node-0:5000", .stop_at = NRANKS + 1}};
     int level = argc > 2 ? atoi(argv[2]) : ECCL_LOG_WARN;
-    if (argc > 3 && strcmp(argv[3], "binomial") != 0 && strcmp(argv[3], "chain") != 0) {
-        fprintf(stderr, "sim_colls: ALGO is chain or binomial, not \"%s\"\n", argv[3]);
+    if (argc > 3 && strcmp(argv[3], "binomial") != 0 && strcmp(argv[3], "chain") != 0 &&
+        strcmp(argv[3], "recursive") != 0) {
+        fprintf(stderr, "sim_colls: ALGO is chain, binomial or recursive, not \"%s\"\n", argv[3]);
         return 2;
     }
     s.bino = argc > 3 && strcmp(argv[3], "binomial") == 0;
+    s.rec_rs = argc > 3 && strcmp(argv[3], "recursive") == 0;
     s.sentinel = malloc(REGION * sizeof(float));
     if (!s.sentinel) abort();
     for (size_t i = 0; i < REGION; i++) s.sentinel[i] = sentinel(i);
     if (eccl_sg_world_create(level, &s.b.w) != ECCL_OK) return 1;
     /* Forced either way: the dispatcher's table would pick by size. */
-    if (eccl_sg_world_set_algo(s.b.w, s.bino ? "broadcast=binomial,reduce=binomial" : "broadcast=chain,reduce=chain") !=
-        ECCL_OK)
+    if (eccl_sg_world_set_algo(s.b.w, s.bino     ? "broadcast=binomial,reduce=binomial"
+                                      : s.rec_rs ? "broadcast=chain,reduce=chain,reduce_scatter=recursive"
+                                                 : "broadcast=chain,reduce=chain,reduce_scatter=ring") != ECCL_OK)
         return 1;
     rank_arg args[NRANKS];
     sim_start_actor("master", "node-0", sim_master_main, &s);
