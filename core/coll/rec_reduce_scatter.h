@@ -80,8 +80,8 @@
  * for block `rank` in place (recvbuf == sendbuf + block rank's
  * displacement), and that block is never read after recvbuf's first write:
  * a core rank never sends its own block (it always keeps the half holding
- * it) and reads it from sendbuf only in FOLD or step 0, before the last
- * step; an extra's whole input has been received by its core rank (every
+ * it) and reads it from sendbuf only while combining FOLD or step 0,
+ * before the last step's end writes recvbuf; an extra's whole input has been received by its core rank (every
  * FOLD frame written) before RESULT, which alone writes recvbuf, can
  * come. Host memory only (a device call's host mirror included), exact
  * values: no quantised calls.
