@@ -23,7 +23,15 @@
  * 6, all-gatherv with empty blocks and gaps, async all-gathers of
  * different sizes in different orders, and a peer killed mid-call (no
  * survivor can hold its block): PEER_LOST with every output as before,
- * then the retry exact on the N-1 survivors. */
+ * then the retry exact on the N-1 survivors.
+ *
+ * Reduce-scatter runs the ring pass or recursive halving (coll/
+ * rec_reduce_scatter.h), as the dispatcher picks; the recursive tests
+ * force the latter ("reduce_scatter=recursive") and check info.algorithm:
+ * exact at N = 3, 5, 6 (extra ranks folding in, several slices a piece),
+ * reduce-scatterv (empty blocks, one spanning slices), async calls in
+ * different orders, and a core or an extra rank killed mid-call (every
+ * survivor PEER_LOST with its output as before, the retry exact at N-1). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -86,6 +94,29 @@ static int bruck_setup(void **state)
 static int allgather_algo_ok(uint32_t algo)
 {
     return g_allgather_algo < 0 ? algo == ECCL_ALGO_RING || algo == ECCL_ALGO_BRUCK : algo == (uint32_t)g_allgather_algo;
+}
+
+/* The algorithm reduce-scatter must report: forced, or -1 (the ring or
+ * recursive halving, as the table picks). */
+static int g_rs_algo = -1;
+
+static int recursive_setup(void **state)
+{
+    setenv("ECCL_ALGO", "reduce_scatter=recursive", 1);
+    g_rs_algo = ECCL_ALGO_RECURSIVE;
+    return cluster_test_setup(state);
+}
+
+static int recursive_teardown(void **state)
+{
+    unsetenv("ECCL_ALGO");
+    g_rs_algo = -1;
+    return cluster_test_teardown(state);
+}
+
+static int rs_algo_ok(uint32_t algo)
+{
+    return g_rs_algo < 0 ? algo == ECCL_ALGO_RING || algo == ECCL_ALGO_RECURSIVE : algo == (uint32_t)g_rs_algo;
 }
 
 /* One call's buffers: sized for the largest layout (world * count). */
@@ -240,6 +271,8 @@ static int one_call(eccl_comm *c, const coll_args *a, call_bufs *b)
     else if (a->kind == K_ALLGATHER)
         CL_CHECK(allgather_algo_ok(info.algorithm), "all-gather ran algorithm %u, want %d", info.algorithm,
                  g_allgather_algo);
+    else if (a->kind == K_REDUCE_SCATTER)
+        CL_CHECK(rs_algo_ok(info.algorithm), "reduce-scatter ran algorithm %u, want %d", info.algorithm, g_rs_algo);
     else
         CL_CHECK(a->kind == K_ALLREDUCE || info.algorithm == ECCL_ALGO_RING, "%s ran algorithm %u",
                  kind_names[a->kind], info.algorithm);
@@ -328,7 +361,8 @@ static void run_matrix(cluster *cl, const matrix_arg *m)
     assert_int_equal(cluster_init(cl, NULL), 0);
     assert_int_equal(cluster_spawn_n(cl, m->n, matrix_body, (void *)m), 0);
     assert_int_equal(cluster_wait_all(cl, 120000), 0);
-    assert_parity(cl, m->n);
+    /* Reduce-scatter alone replicates nothing: no parity to compare. */
+    if (m->kinds != (1u << K_REDUCE_SCATTER)) assert_parity(cl, m->n);
     printf("    N=%d, %zu elements per block: %d replicated results agree, %.2f s\n", m->n, m->count,
            cl->sh->slot[0].n_hash, (double)(cluster_now_ns() - t0) / 1e9);
     cluster_fini(cl);
@@ -458,6 +492,8 @@ static int v_body(eccl_comm *c, int index, void *argp)
                 void *out = in_place ? send + before * es : recv;
                 rc = eccl_reduce_scatterv(c, send, out, counts, t, ECCL_SUM, tag + 1000, &info);
                 CL_CHECK(rc == ECCL_OK, "reduce_scatterv layout %d: %s", v, eccl_strerror(rc));
+                CL_CHECK(rs_algo_ok(info.algorithm), "reduce_scatterv ran algorithm %u, want %d", info.algorithm,
+                         g_rs_algo);
                 bad = cluster_mismatches(out, sum + before * es, t, counts[rank], &first);
                 CL_CHECK(bad == 0, "reduce_scatterv layout %d %s: %zu wrong, first [%zu]", v, eccl_dtype_name(t), bad,
                          first);
@@ -708,9 +744,11 @@ static void test_barrier_n4(void **state)
 
 /* argp: NULL, every kind once; else (*argp == ORDER_ROOTED) broadcasts
  * and reduces alone, of several sizes and roots (the binomial tree's trees
- * differ per root), or (ORDER_ALLGATHERS) all-gathers alone. */
+ * differ per root), (ORDER_ALLGATHERS) all-gathers alone, or
+ * (ORDER_RSCATTERS) reduce-scatters alone, of several sizes. */
 #define ORDER_ROOTED 1
 #define ORDER_ALLGATHERS 2
+#define ORDER_RSCATTERS 3
 static int order_body(eccl_comm *c, int index, void *argp)
 {
     int mode = argp ? *(const int *)argp : 0, rooted = mode == ORDER_ROOTED;
@@ -723,8 +761,12 @@ static int order_body(eccl_comm *c, int index, void *argp)
     size_t counts[ORDER_OPS] = {300000, 200001, 500000, 7, 400000, 0};
     if (rooted) counts[0] = 1, counts[1] = 700001, counts[2] = 13, counts[3] = 300000, counts[4] = 2;
     if (mode == ORDER_ALLGATHERS) counts[0] = 3, counts[1] = 300001, counts[2] = 0, counts[3] = 17, counts[4] = 100000;
+    if (mode == ORDER_RSCATTERS) counts[0] = 1, counts[1] = 300001, counts[2] = 13, counts[3] = 200000, counts[4] = 0;
     for (int j = 0; j < ORDER_OPS; j++) {
-        int kind = rooted ? (j % 2 ? K_REDUCE : K_BROADCAST) : mode == ORDER_ALLGATHERS ? K_ALLGATHER : j % K_COUNT;
+        int kind = rooted                       ? (j % 2 ? K_REDUCE : K_BROADCAST)
+                   : mode == ORDER_ALLGATHERS   ? K_ALLGATHER
+                   : mode == ORDER_RSCATTERS    ? K_REDUCE_SCATTER
+                                                : j % K_COUNT;
         uint32_t root = (uint32_t)((rooted ? j * 3 + 1 : j) % n64);
         a[j] = (coll_args){kind, ECCL_F32, ECCL_SUM, CL_PAT_SMALL, counts[j], j % 2, root, (uint64_t)(1000 + j)};
         CL_CHECK(bufs_alloc(&b[j], (size_t)n64 * counts[j] * 4) == 0, "oom");
@@ -817,11 +859,12 @@ static void test_bruck_orders_n5(void **state)
 #define V_LOST 3
 
 static atomic_int g_sends;
+static int g_kill_after = KILL_AFTER_SENDS;
 
 static int die_on_kth(const char *name, int *failnum, void **failinfo, unsigned int *flags)
 {
     (void)name, (void)failnum, (void)failinfo, (void)flags;
-    if (atomic_fetch_add(&g_sends, 1) + 1 >= KILL_AFTER_SENDS) raise(SIGKILL);
+    if (atomic_fetch_add(&g_sends, 1) + 1 >= g_kill_after) raise(SIGKILL);
     return 0; /* the send itself goes through */
 }
 
@@ -830,6 +873,7 @@ typedef struct fault_arg {
     size_t count;
     int victim_rank;
     uint32_t root; /* a survivor's rank in both worlds */
+    int kill_after; /* the victim's sends of the call before it dies (0: KILL_AFTER_SENDS) */
 } fault_arg;
 
 static int fault_body(eccl_comm *c, int index, void *argp)
@@ -849,6 +893,7 @@ static int fault_body(eccl_comm *c, int index, void *argp)
             if (i != index)
                 while (!atomic_load(&sh->slot[i].val[V_ENTERED])) cluster_sleep_ms(1);
         cluster_sleep_ms(30);
+        if (f->kill_after) g_kill_after = f->kill_after;
         CL_CHECK(fiu_init(0) == 0, "fiu_init");
         CL_CHECK(fiu_enable_external("eccl/net/send", 1, NULL, 0, die_on_kth) == 0, "fiu");
         CL_CHECK(fiu_enable_external("eccl/net_ibv/post", 1, NULL, 0, die_on_kth) == 0, "fiu");
@@ -904,25 +949,94 @@ static void run_fault(cluster *cl, const fault_arg *f)
 /* 8 MB blocks: the victim dies a frame or two into the call. */
 static void test_kill_allgather(void **state)
 {
-    fault_arg f = {K_ALLGATHER, 4, 2000000, 2, 0};
+    fault_arg f = {K_ALLGATHER, 4, 2000000, 2, 0, 0};
     run_fault(*state, &f);
 }
 
 static void test_kill_reduce_scatter(void **state)
 {
-    fault_arg f = {K_REDUCE_SCATTER, 4, 2000000, 1, 0};
+    fault_arg f = {K_REDUCE_SCATTER, 4, 2000000, 1, 0, 0};
     run_fault(*state, &f);
 }
 
 static void test_kill_broadcast(void **state)
 {
-    fault_arg f = {K_BROADCAST, 4, 4000000, 1, 0}; /* root 0 -> 1 (dies) -> 2 -> 3 */
+    fault_arg f = {K_BROADCAST, 4, 4000000, 1, 0, 0}; /* root 0 -> 1 (dies) -> 2 -> 3 */
     run_fault(*state, &f);
 }
 
 static void test_kill_reduce(void **state)
 {
-    fault_arg f = {K_REDUCE, 4, 4000000, 3, 1}; /* chain 2, 3 (dies), 0 -> root 1 */
+    fault_arg f = {K_REDUCE, 4, 4000000, 3, 1, 0}; /* chain 2, 3 (dies), 0 -> root 1 */
+    run_fault(*state, &f);
+}
+
+/* ---- reduce-scatter by recursive halving ---------------------------------------- */
+
+#define RS (1u << K_REDUCE_SCATTER)
+
+static void test_recursive_matrix_n3(void **state)
+{
+    matrix_arg m = {3, 1031, ALL_DTYPES, 1, RS};
+    run_matrix(*state, &m);
+}
+
+/* Several slices a piece (f32: 2.3 MiB blocks), four ranks folding one in. */
+static void test_recursive_matrix_n5_slices(void **state)
+{
+    matrix_arg m = {5, 600007, DT(ECCL_F32) | DT(ECCL_BF16), 0, RS};
+    run_matrix(*state, &m);
+}
+
+static void test_recursive_matrix_n6(void **state)
+{
+    matrix_arg m = {6, 77, DT(ECCL_I8) | DT(ECCL_U32) | DT(ECCL_F16) | DT(ECCL_F64), 1, RS};
+    run_matrix(*state, &m);
+}
+
+static void test_recursive_matrix_n6_one_element(void **state)
+{
+    matrix_arg m = {6, 1, DT(ECCL_U8) | DT(ECCL_F32), 0, RS};
+    run_matrix(*state, &m);
+}
+
+static void test_recursive_v_n3(void **state) { run_v(*state, 3); }
+static void test_recursive_v_n5(void **state) { run_v(*state, 5); }
+
+static void test_recursive_orders_n5(void **state)
+{
+    cluster *cl = *state;
+    static int rs = ORDER_RSCATTERS;
+    assert_int_equal(cluster_init(cl, NULL), 0);
+    assert_int_equal(cluster_spawn_n(cl, 5, order_body, &rs), 0);
+    assert_int_equal(cluster_wait_all(cl, 120000), 0);
+    cluster_fini(cl);
+}
+
+/* A core rank killed two frames into its first halving step (20 MB of
+ * input at N = 5): no survivor can have its block, every one fails with
+ * its output as before; the retry halves among four. */
+static void test_recursive_kill_core(void **state)
+{
+    fault_arg f = {K_REDUCE_SCATTER, 5, 1000000, 1, 0, 0};
+    run_fault(*state, &f);
+}
+
+/* Core rank 0 of 5 killed late in the call, on its 4th send (its 16 MB
+ * of halving and RESULT leave in about five batched sends): the other
+ * core ranks have written their blocks by then (caught: a restore that
+ * does nothing fails here), rank 4 cannot have its own, so the survivors
+ * fail and put their outputs back. */
+static void test_recursive_kill_result(void **state)
+{
+    fault_arg f = {K_REDUCE_SCATTER, 5, 1000000, 0, 1, 4};
+    run_fault(*state, &f);
+}
+
+/* An extra rank (5 of 6, folding into 1) killed mid-FOLD. */
+static void test_recursive_kill_extra(void **state)
+{
+    fault_arg f = {K_REDUCE_SCATTER, 6, 1000000, 5, 0, 0};
     run_fault(*state, &f);
 }
 
@@ -931,7 +1045,7 @@ static void test_kill_reduce(void **state)
  * have its output once rank 5 dies two frames in. */
 static void test_binomial_kill_broadcast(void **state)
 {
-    fault_arg f = {K_BROADCAST, 6, 4000000, 5, 1};
+    fault_arg f = {K_BROADCAST, 6, 4000000, 5, 1, 0};
     run_fault(*state, &f);
 }
 
@@ -939,7 +1053,7 @@ static void test_binomial_kill_broadcast(void **state)
  * it up, so the root cannot have its result once rank 2 dies. */
 static void test_binomial_kill_reduce(void **state)
 {
-    fault_arg f = {K_REDUCE, 5, 4000000, 2, 0};
+    fault_arg f = {K_REDUCE, 5, 4000000, 2, 0, 0};
     run_fault(*state, &f);
 }
 
@@ -947,13 +1061,13 @@ static void test_binomial_kill_reduce(void **state)
  * survivor holds its block (8 MB: eight slices), so none is full. */
 static void test_bruck_kill_allgather_n4(void **state)
 {
-    fault_arg f = {K_ALLGATHER, 4, 2000000, 1, 0};
+    fault_arg f = {K_ALLGATHER, 4, 2000000, 1, 0, 0};
     run_fault(*state, &f);
 }
 
 static void test_bruck_kill_allgather_n5(void **state)
 {
-    fault_arg f = {K_ALLGATHER, 5, 1000000, 3, 0};
+    fault_arg f = {K_ALLGATHER, 5, 1000000, 3, 0, 0};
     run_fault(*state, &f);
 }
 
@@ -990,8 +1104,18 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_bruck_orders_n5, bruck_setup, algo_teardown),
         cmocka_unit_test_setup_teardown(test_bruck_kill_allgather_n4, bruck_setup, algo_teardown),
         cmocka_unit_test_setup_teardown(test_bruck_kill_allgather_n5, bruck_setup, algo_teardown),
+        cmocka_unit_test_setup_teardown(test_recursive_matrix_n3, recursive_setup, recursive_teardown),
+        cmocka_unit_test_setup_teardown(test_recursive_matrix_n5_slices, recursive_setup, recursive_teardown),
+        cmocka_unit_test_setup_teardown(test_recursive_matrix_n6, recursive_setup, recursive_teardown),
+        cmocka_unit_test_setup_teardown(test_recursive_matrix_n6_one_element, recursive_setup, recursive_teardown),
+        cmocka_unit_test_setup_teardown(test_recursive_v_n3, recursive_setup, recursive_teardown),
+        cmocka_unit_test_setup_teardown(test_recursive_v_n5, recursive_setup, recursive_teardown),
+        cmocka_unit_test_setup_teardown(test_recursive_orders_n5, recursive_setup, recursive_teardown),
+        cmocka_unit_test_setup_teardown(test_recursive_kill_core, recursive_setup, recursive_teardown),
+        cmocka_unit_test_setup_teardown(test_recursive_kill_extra, recursive_setup, recursive_teardown),
+        cmocka_unit_test_setup_teardown(test_recursive_kill_result, recursive_setup, recursive_teardown),
     };
-    /* ECCL_TEST_FILTER=test_binomial_*: a subset, as test_allreduce_mp. */
+    /* ECCL_TEST_FILTER=test_binomial_* (test_recursive_*): a subset, as test_allreduce_mp. */
     const char *filter = getenv("ECCL_TEST_FILTER");
     if (filter && *filter) cmocka_set_test_filter(filter);
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -585,10 +585,20 @@ static eccl_result dcall_issue(eccl_comm *c, const dcall *a, const void *in, voi
         rc = req ? eccl_allgather_async(c, in, out, a->count, a->t, a->tag, req)
                  : eccl_allgather(c, in, out, a->count, a->t, a->tag, NULL);
         break;
-    case D_REDUCE_SCATTER:
+    case D_REDUCE_SCATTER: {
+        /* Forced to recursive halving (test_colls_device_recursive), a
+         * blocking call reports it ran that. */
+        const char *forced = getenv("ECCL_ALGO");
+        eccl_reduce_info info;
         rc = req ? eccl_reduce_scatter_async(c, in, out, a->count, a->t, a->op, a->tag, req)
-                 : eccl_reduce_scatter(c, in, out, a->count, a->t, a->op, a->tag, NULL);
+                 : eccl_reduce_scatter(c, in, out, a->count, a->t, a->op, a->tag, &info);
+        if (!req && rc == ECCL_OK && forced && strcmp(forced, "reduce_scatter=recursive") == 0 &&
+            info.algorithm != ECCL_ALGO_RECURSIVE) {
+            fprintf(stderr, "reduce-scatter forced to recursive ran algorithm %u\n", info.algorithm);
+            return ECCL_ERR_PROTOCOL;
+        }
         break;
+    }
     case D_BROADCAST:
         rc = req ? eccl_broadcast_async(c, in, out, a->count, a->t, a->root, a->tag, req)
                  : eccl_broadcast(c, in, out, a->count, a->t, a->root, a->tag, NULL);
@@ -806,6 +816,32 @@ static void test_colls_device(void **state)
     cluster_fini(cl);
 }
 
+/* The same with reduce-scatter forced to recursive halving
+ * (coll/rec_reduce_scatter.h): it runs on the call's host mirror, laid
+ * out as the device buffers, and every device byte is read back. */
+static int recursive_setup(void **state)
+{
+    setenv("ECCL_ALGO", "reduce_scatter=recursive", 1);
+    return cluster_test_setup(state);
+}
+
+static int recursive_teardown(void **state)
+{
+    unsetenv("ECCL_ALGO");
+    return cluster_test_teardown(state);
+}
+
+static void test_colls_device_recursive(void **state)
+{
+    SKIP_WITHOUT_RUNTIME();
+    cluster *cl = *state;
+    dcolls_arg g = {1000, (1u << 20) / 4 + 1001};
+    assert_int_equal(cluster_init(cl, NULL), 0);
+    assert_int_equal(cluster_spawn_n(cl, 3, dcolls_body, &g), 0);
+    assert_int_equal(cluster_wait_all(cl, 60000), 0);
+    cluster_fini(cl);
+}
+
 /* A peer killed mid-call (test_colls_mp's run_fault, on device buffers):
  * every survivor fails with PEER_LOST and no device byte of its call
  * written (the mirror is copied back only on success), and the same call
@@ -967,6 +1003,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_resident_ring_launch_fault, cluster_test_setup,
                                         cluster_test_teardown),
         cmocka_unit_test_setup_teardown(test_colls_device, cluster_test_setup, cluster_test_teardown),
+        cmocka_unit_test_setup_teardown(test_colls_device_recursive, recursive_setup, recursive_teardown),
         cmocka_unit_test_setup_teardown(test_colls_device_kill_allgather, cluster_test_setup, cluster_test_teardown),
         cmocka_unit_test_setup_teardown(test_colls_device_kill_reduce_scatter, cluster_test_setup,
                                         cluster_test_teardown),

@@ -76,6 +76,53 @@ static void test_builtin_default(void **state)
     eccl_dispatch_free(&d);
 }
 
+/* Reduce-scatter's built-in rule: recursive halving for inputs up to
+ * 32 KiB from six ranks on, the ring otherwise; where halving cannot run
+ * (a quantised call), the ring; ECCL_ALGO forces halving at any size and
+ * N, and a tuned rule comes first. */
+static void test_builtin_reduce_scatter(void **state)
+{
+    (void)state;
+    eccl_env e = env_with(NULL, NULL);
+    eccl_dispatch d;
+    assert_int_equal(eccl_dispatch_init(&d, &e), ECCL_OK);
+    assert_int_equal(g_warnings, 0); /* every built-in line parses */
+    const uint32_t both = BIT(ECCL_ALGO_RING) | BIT(ECCL_ALGO_RECURSIVE);
+    static const struct {
+        uint32_t n;
+        uint64_t bytes;
+        eccl_algorithm want;
+    } picks[] = {
+        {2, 8, ECCL_ALGO_RING},           {3, 8, ECCL_ALGO_RING},           {4, 64, ECCL_ALGO_RING},
+        {5, 32768, ECCL_ALGO_RING},       {6, 0, ECCL_ALGO_RECURSIVE},      {6, 8, ECCL_ALGO_RECURSIVE},
+        {6, 32768, ECCL_ALGO_RECURSIVE},  {6, 32769, ECCL_ALGO_RING},       {8, 64, ECCL_ALGO_RECURSIVE},
+        {8, 1 << 20, ECCL_ALGO_RING},     {4096, 4096, ECCL_ALGO_RECURSIVE}, {4294967295u, 1, ECCL_ALGO_RECURSIVE},
+    };
+    for (size_t i = 0; i < sizeof picks / sizeof *picks; i++)
+        if (eccl_dispatch_pick(&d, ECCL_COLL_REDUCE_SCATTER, picks[i].n, picks[i].bytes, both) != picks[i].want)
+            fail_msg("pick %zu: N=%u %llu bytes: not %s", i, picks[i].n, (unsigned long long)picks[i].bytes,
+                     eccl_dispatch_algo_name(picks[i].want));
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_REDUCE_SCATTER, 8, 64, BIT(ECCL_ALGO_RING)), ECCL_ALGO_RING);
+    /* The rule is reduce-scatter's alone. */
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLGATHER, 8, 64, both), ECCL_ALGO_RING);
+    eccl_dispatch_free(&d);
+
+    e = env_with("reduce_scatter=recursive", NULL);
+    assert_int_equal(eccl_dispatch_init(&d, &e), ECCL_OK);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_REDUCE_SCATTER, 3, 64, both), ECCL_ALGO_RECURSIVE);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_REDUCE_SCATTER, 8, 1 << 30, both), ECCL_ALGO_RECURSIVE);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_REDUCE_SCATTER, 8, 64, BIT(ECCL_ALGO_RING)), ECCL_ALGO_RING);
+    eccl_dispatch_free(&d);
+
+    e = env_with(NULL, "reduce_scatter 2-8 100 ring\nreduce_scatter 2-4 1000 recursive");
+    assert_int_equal(eccl_dispatch_init(&d, &e), ECCL_OK);
+    assert_int_equal(g_warnings, 0);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_REDUCE_SCATTER, 8, 64, both), ECCL_ALGO_RING);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_REDUCE_SCATTER, 4, 500, both), ECCL_ALGO_RECURSIVE);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_REDUCE_SCATTER, 8, 500, both), ECCL_ALGO_RECURSIVE); /* built-in */
+    eccl_dispatch_free(&d);
+}
+
 static void test_rules_first_match_wins(void **state)
 {
     (void)state;
@@ -186,7 +233,8 @@ static void test_names(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_builtin_default), cmocka_unit_test(test_rules_first_match_wins),
+        cmocka_unit_test(test_builtin_default), cmocka_unit_test(test_builtin_reduce_scatter),
+        cmocka_unit_test(test_rules_first_match_wins),
         cmocka_unit_test(test_malformed_lines_skipped), cmocka_unit_test(test_forced),
         cmocka_unit_test(test_tune_file_warning), cmocka_unit_test(test_names),
     };

@@ -62,7 +62,29 @@
  * on its 2 ceil(log2 N) hops win up to 512 KiB (N=8: 2 KiB-512 KiB won in
  * 9-12 runs of 15), while five is mixed. So: Bruck for all-gathers of at
  * most 512 KiB from six ranks on; past the largest N measured its lead in
- * depth only grows, as for the trees above. */
+ * depth only grows, as for the trees above.
+ *
+ * Reduce-scatter: recursive halving (coll/rec_reduce_scatter.h) against
+ * the ring pass, Release eccl-bench -b 8 -e 4M -f 4 -n 20 -w 3 (input
+ * bytes), both algorithms back to back in each of 17 interleaved rounds at
+ * N = 3, 4, 8 and 8 at N = 5, 6, on the 2-core box at load 6-9 from other
+ * agents; medians of the per-round recursive / ring time:
+ *   N=3  24 B..2 MiB 1.06-1.40 (ring median 156-169 µs up to 8 KiB)
+ *   N=4  <= 8 KiB 1.08-2.14, 32 KiB 0.96, 128 KiB 1.21, 512 KiB 0.65,
+ *        2 MiB 1.00 (ring 339-387 µs up to 8 KiB, recursive 422-691)
+ *   N=5  <= 512 KiB 0.90-1.11, 2 MiB 1.35
+ *   N=6  <= 32 KiB 0.62-1.05 (four sizes of six at 0.62-0.73; medians
+ *        631-707 µs against 786-1117), 128 KiB-2 MiB 0.81-1.04
+ *   N=8  <= 32 KiB 0.67-0.99 (medians 1037-1281 µs against 1195-1621),
+ *        128 KiB-2 MiB 0.88-1.03
+ * At three ranks halving folds the third in and out (five hops to the
+ * ring's four); at four, every rank of the halving is busy at once and
+ * spins while it waits, four processes on two cores (with ECCL_SPIN_NS=0
+ * its 128 B call took 0.69-0.94 of the ring's at N=4, 4 rounds; at N=3
+ * still 0.89-1.22). So on this box it pays from six ranks on, for
+ * small calls, where its log2 p exchanges replace the ring's 2 (N-1)
+ * hops; from 128 KiB both move the same bytes and the ring keeps its
+ * pipelined directions. */
 static const char ECCL_DISPATCH_DEFAULT[] = "allreduce 3-4 65536 recursive\n"
                                             "allreduce 3-4294967295 65536 tree\n"
                                             "broadcast 2-2 131072 chain\n"
@@ -71,7 +93,8 @@ static const char ECCL_DISPATCH_DEFAULT[] = "allreduce 3-4 65536 recursive\n"
                                             "broadcast 3-4294967295 4194304 binomial\n"
                                             "reduce 3-4294967295 131072 chain\n"
                                             "reduce 3-4294967295 2097152 binomial\n"
-                                            "allgather 6-4294967295 524288 bruck\n";
+                                            "allgather 6-4294967295 524288 bruck\n"
+                                            "reduce_scatter 6-4294967295 32768 recursive\n";
 
 static const char *const algo_names[ECCL_ALGO_COUNT] = {"ring", "tree", "chain", "recursive",
                                                          "binomial", "pairwise", "direct", "bruck"};

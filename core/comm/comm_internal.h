@@ -19,6 +19,7 @@
 #include "coll/dispatch.h"
 #include "coll/rec_allreduce.h"
 #include "coll/bruck.h"
+#include "coll/rec_reduce_scatter.h"
 #include "coll/ring_allreduce.h"
 #include "coll/ring_pass.h"
 #include "coll/tree_allreduce.h"
@@ -113,6 +114,7 @@ struct eccl_request {
         eccl_binomial bino;
         eccl_rec_allreduce rec;
         eccl_bruck bruck;
+        eccl_rec_rs recrs;
     } u;
 };
 

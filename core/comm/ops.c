@@ -271,14 +271,27 @@ static eccl_result bruck_setup(eccl_comm *c, eccl_request *r)
     return ECCL_OK;
 }
 
+/* Recursive halving's (coll/rec_reduce_scatter.h): scratch and the backup. */
+static eccl_result recrs_setup(eccl_comm *c, eccl_request *r)
+{
+    size_t sb = eccl_rec_rs_scratch_bytes(&r->call), ob = eccl_rec_rs_output_bytes(&r->call);
+    if (sb && !(r->staging[0] = eccl_bufpool_get(&c->pool, sb))) return ECCL_ERR_NO_MEMORY;
+    if (ob && !(r->backup = eccl_bufpool_get(&c->pool, ob))) return ECCL_ERR_NO_MEMORY;
+    eccl_rec_rs_init(&r->u.recrs, &r->call, sb ? r->staging[0]->ptr : NULL, ob ? r->backup->ptr : NULL);
+    r->alg = &eccl_rec_rs_algo;
+    return ECCL_OK;
+}
+
 /* The ring pass's (coll/ring_pass.h): partials and the backup. Broadcast
- * and reduce may take the binomial tree instead, all-gathers Bruck's, as
- * the dispatcher picks: they run on host memory (a device call's host
- * mirror, comm/stage.h, included: it is host memory laid out as the call's
- * own buffers; on_device marks only the device-resident all-reduce). */
+ * and reduce may take the binomial tree instead, all-gathers Bruck's,
+ * reduce-scatter(v) recursive halving, as the dispatcher picks: they run
+ * on host memory (a device call's host mirror, comm/stage.h, included: it
+ * is host memory laid out as the call's own buffers; on_device marks only
+ * the device-resident all-reduce), exact values only. */
 static eccl_result pass_setup(eccl_comm *c, eccl_request *r)
 {
-    if (r->call.kind == ECCL_COLL_ALLGATHER && r->call.quant == ECCL_QUANT_NONE && !r->call.on_device) {
+    int plain_host = r->call.quant == ECCL_QUANT_NONE && !r->call.on_device;
+    if (r->call.kind == ECCL_COLL_ALLGATHER && plain_host) {
         uint32_t can = ECCL_DISPATCH_BIT(ECCL_ALGO_RING) | ECCL_DISPATCH_BIT(ECCL_ALGO_BRUCK);
         /* The dispatcher's size: the all-gather's output, as eccl-bench
          * reports it (all-gatherv: count is the blocks' sum). */
@@ -288,11 +301,19 @@ static eccl_result pass_setup(eccl_comm *c, eccl_request *r)
             return bruck_setup(c, r);
     }
     int rooted = r->call.kind == ECCL_COLL_BROADCAST || r->call.kind == ECCL_COLL_REDUCE;
-    if (rooted && r->call.quant == ECCL_QUANT_NONE && !r->call.on_device) {
+    if (rooted && plain_host) {
         uint32_t can = ECCL_DISPATCH_BIT(ECCL_ALGO_CHAIN) | ECCL_DISPATCH_BIT(ECCL_ALGO_BINOMIAL);
         uint64_t bytes = (uint64_t)r->call.count * eccl_dtype_size(r->call.dtype);
         if (eccl_dispatch_pick(&c->dispatch, r->call.kind, c->world, bytes, can) == ECCL_ALGO_BINOMIAL)
             return binomial_setup(c, r);
+    }
+    if (r->call.kind == ECCL_COLL_REDUCE_SCATTER && plain_host && c->world >= 2) {
+        /* The dispatcher's size is the input's (coll/dispatch.h). */
+        uint32_t can = ECCL_DISPATCH_BIT(ECCL_ALGO_RING) | ECCL_DISPATCH_BIT(ECCL_ALGO_RECURSIVE);
+        size_t in = r->call.vcounts ? r->call.count : r->call.count * c->world;
+        uint64_t bytes = (uint64_t)in * eccl_dtype_size(r->call.dtype);
+        if (eccl_dispatch_pick(&c->dispatch, r->call.kind, c->world, bytes, can) == ECCL_ALGO_RECURSIVE)
+            return recrs_setup(c, r);
     }
     size_t sb = eccl_ring_pass_scratch_bytes(&r->call), ob = eccl_ring_pass_output_bytes(&r->call);
     if (sb && !(r->staging[0] = eccl_bufpool_get(&c->pool, sb))) return ECCL_ERR_NO_MEMORY;

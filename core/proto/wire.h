@@ -271,7 +271,16 @@ enum eccl_data_phase {
      * slice's byte offset in recvbuf's layout */
     ECCL_PHASE_BRUCK = 26,      /* blocks, to rank - 2^step */
     ECCL_PHASE_BRUCK_DONE = 27, /* barrier token of round `step`; len 0 */
-    ECCL_PHASE_LAST = ECCL_PHASE_BRUCK_DONE
+    /* reduce-scatter by recursive halving (coll/rec_reduce_scatter.h):
+     * step = the step's number (FOLD 0, HALVE k at k + 1, RESULT last),
+     * offset = the slice's byte offset in the compact layout of what the
+     * step sends (FOLD: the input; HALVE: the half's two runs; RESULT: the
+     * block) */
+    ECCL_PHASE_RECRS_FOLD = 28,   /* an extra rank's input, to its core rank */
+    ECCL_PHASE_RECRS_HALVE = 29,  /* a half's partial */
+    ECCL_PHASE_RECRS_RESULT = 30, /* the extra rank's block, to it */
+    ECCL_PHASE_RECRS_DONE = 31,   /* barrier token of round `step`; len 0 */
+    ECCL_PHASE_LAST = ECCL_PHASE_RECRS_DONE
 };
 
 /* ---- shared state (state/sync.h has the protocol) ----

@@ -36,8 +36,13 @@
  * With ALGO "bruck" the all-gathers (the first crash's included) run
  * Bruck's rounds over peer links instead of the ring (the same bytes per
  * rank: world - 1 blocks each way), the rest as in the default run.
+ * With ALGO "recursive" the reduce-scatters run recursive halving over
+ * peer links (coll/rec_reduce_scatter.h; ECCL_ALGO=reduce_scatter=
+ * recursive), the crash of node-4 mid reduce-scatter included; its bytes
+ * on the wire are not the ring's (an extra rank sends its whole input),
+ * so only the algorithm is checked in info there.
  *
- * Usage: sim_colls PLATFORM.xml [LOG_LEVEL 0-5] [ALGO chain|binomial|bruck] [SimGrid --cfg=...]
+ * Usage: sim_colls PLATFORM.xml [LOG_LEVEL 0-5] [ALGO chain|binomial|bruck|recursive] [SimGrid --cfg=...]
  * Exit status: 0 when every check passed.
  */
 #include <stdint.h>
@@ -113,6 +118,7 @@ struct scenario {
     float *sentinel; /* REGION elements: sentinel(i) at i */
     int bino;        /* broadcast and reduce run the binomial tree */
     int bruck;       /* all-gathers run Bruck's rounds */
+    int rec_rs;      /* reduce-scatter runs recursive halving */
 };
 
 #define CHECK(s, who, cond, ...) SIM_CHECK(&(s)->b, who, cond, __VA_ARGS__)
@@ -367,6 +373,8 @@ static int info_ok(const rk *k, const coll *cl, const eccl_reduce_info *info)
     uint64_t wire = (uint64_t)(k->world - 1) * cl->block * sizeof(float);
     uint32_t algo = cl->algo == ECCL_ALGO_CHAIN && k->s->bino ? ECCL_ALGO_BINOMIAL : cl->algo;
     if (k->s->bruck && (cl == &ALLGATHER || cl == &ALLGATHERV)) algo = ECCL_ALGO_BRUCK;
+    if (cl == &REDUCE_SCATTER && k->s->rec_rs)
+        return info->world_size == k->world && info->algorithm == ECCL_ALGO_RECURSIVE;
     return info->world_size == k->world && info->algorithm == algo &&
            (cl->block == 0 || (info->tx_bytes == wire && info->rx_bytes == wire));
 }
@@ -601,10 +609,12 @@ static void script(rk *k, int victim)
 static void newcomer_script(rk *k)
 {
     /* Binomial: a reduce to rank 1, crashed halfway (the root's result
-     * needs the victim's partial: every survivor must fail). */
+     * needs the victim's partial: every survivor must fail). Recursive
+     * halving: a quarter of the way, in the first halving step (the timed
+     * call opened the peer links too; halfway the crashed call is over). */
     const coll *kill2 = k->s->bino ? &REDUCE : &REDUCE_SCATTER;
     k->s->victim_ns[T_RS2] = checked(k, kill2, T_RS2);
-    victim_call(k, kill2, T_KRS, T_RS2, k->s->bino ? 2 : 3, killer2_main);
+    victim_call(k, kill2, T_KRS, T_RS2, k->s->bino ? 2 : k->s->rec_rs ? 1 : 3, killer2_main);
 }
 
 static void rank_main(int argc, char **argv)
@@ -673,20 +683,22 @@ int main(int argc, char **argv)
     scenario s = {.b = {.master_addr = "node-0:5000", .stop_at = NRANKS + 1}};
     int level = argc > 2 ? atoi(argv[2]) : ECCL_LOG_WARN;
     if (argc > 3 && strcmp(argv[3], "binomial") != 0 && strcmp(argv[3], "chain") != 0 &&
-        strcmp(argv[3], "bruck") != 0) {
-        fprintf(stderr, "sim_colls: ALGO is chain, binomial or bruck, not \"%s\"\n", argv[3]);
+        strcmp(argv[3], "bruck") != 0 && strcmp(argv[3], "recursive") != 0) {
+        fprintf(stderr, "sim_colls: ALGO is chain, binomial, bruck or recursive, not \"%s\"\n", argv[3]);
         return 2;
     }
     s.bino = argc > 3 && strcmp(argv[3], "binomial") == 0;
     s.bruck = argc > 3 && strcmp(argv[3], "bruck") == 0;
+    s.rec_rs = argc > 3 && strcmp(argv[3], "recursive") == 0;
     s.sentinel = malloc(REGION * sizeof(float));
     if (!s.sentinel) abort();
     for (size_t i = 0; i < REGION; i++) s.sentinel[i] = sentinel(i);
     if (eccl_sg_world_create(level, &s.b.w) != ECCL_OK) return 1;
     /* Forced either way: the dispatcher's table would pick by size. */
-    if (eccl_sg_world_set_algo(s.b.w, s.bino    ? "broadcast=binomial,reduce=binomial"
-                                      : s.bruck ? "allgather=bruck,broadcast=chain,reduce=chain"
-                                                : "allgather=ring,broadcast=chain,reduce=chain") != ECCL_OK)
+    if (eccl_sg_world_set_algo(s.b.w, s.bino     ? "broadcast=binomial,reduce=binomial"
+                                      : s.bruck  ? "allgather=bruck,broadcast=chain,reduce=chain,reduce_scatter=ring"
+                                      : s.rec_rs ? "allgather=ring,broadcast=chain,reduce=chain,reduce_scatter=recursive"
+                                                 : "allgather=ring,broadcast=chain,reduce=chain,reduce_scatter=ring") != ECCL_OK)
         return 1;
     rank_arg args[NRANKS];
     sim_start_actor("master", "node-0", sim_master_main, &s);
