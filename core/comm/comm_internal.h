@@ -244,6 +244,9 @@ struct eccl_comm {
 
     /* ring of the current epoch */
     uint32_t epoch, world, rank;
+    /* Ranks per host in a host-regular world, else 0 (eccl_msg_ring):
+     * where the hierarchical all-reduce may run. */
+    uint32_t local_size;
     eccl_wire_peer_ref next_ref, prev_ref;
     p2p_link *link_next, *link_prev;
     uint64_t next_retry_at;     /* reconnect to next after a refusal */

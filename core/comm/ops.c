@@ -322,6 +322,7 @@ static eccl_result op_start(eccl_comm *c, eccl_request *r)
     r->call.epoch = c->epoch; /* a failure notice names it, even of an op that never ran */
     r->call.rank = c->rank;
     r->call.nranks = c->world;
+    r->call.local_size = c->local_size;
     if (c->world < 2) {
         comm_op_finish(c, r, ECCL_ERR_TOO_FEW_PEERS);
         return ECCL_OK;
