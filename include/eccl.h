@@ -176,11 +176,14 @@ typedef enum eccl_algorithm {
     ECCL_ALGO_BINOMIAL = 4,  /* broadcast, reduce: binomial tree over peer links */
     ECCL_ALGO_PAIRWISE = 5,  /* all-to-all: every pair exchanges directly */
     ECCL_ALGO_DIRECT = 6,    /* send / receive: the peer link between the two */
+    ECCL_ALGO_HIER = 7,      /* all-reduce: intra-host reduce-scatter, per-local-
+                                rank sub-rings across hosts, intra-host
+                                all-gather; ranks sharing hosts (p2p_host) */
     ECCL_ALGO_COUNT
 } eccl_algorithm;
 
-/* "ring", "tree", "chain", "recursive", "binomial", "pairwise", "direct"
- * (the names ECCL_ALGO and ECCL_TUNE use); "?" for anything else. */
+/* "ring", "tree", "chain", "recursive", "binomial", "pairwise", "direct",
+ * "hier" (the names ECCL_ALGO and ECCL_TUNE use); "?" for anything else. */
 const char *eccl_algorithm_name(uint32_t algorithm);
 
 /* What one collective call did (any collective, not only all-reduce). */
