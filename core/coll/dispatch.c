@@ -43,9 +43,22 @@
  * way and the reduce's tree folds more. So: the tree for (128 KiB, 4 MiB]
  * broadcasts and (128 KiB, 2 MiB] reduces from three ranks on, for
  * (128 KiB, 512 KiB] broadcasts of two; like the all-reduce rule, past the
- * largest N measured (8) the tree's lead in depth only grows. */
+ * largest N measured (8) the tree's lead in depth only grows.
+ *
+ * The hierarchical all-reduce (coll/hier_allreduce.h) is a candidate only
+ * where the master found the world host-regular (eccl_coll_call.local_size:
+ * L >= 2 ranks on each of H >= 2 hosts, so N >= 4), so its rule needs no
+ * topology word: it takes every all-reduce above the small-call rules
+ * (64 KiB) there. Not from measurements (loopback has no NIC to spare):
+ * per byte of the buffer a rank sends 2 (H-1)/H / L over the network on
+ * its own sub-ring (L sub-rings keep every NIC busy) against the flat
+ * ring's 2 (N-1)/N through one host crossing per host; small calls keep
+ * the latency-bound algorithms, whose step counts the hierarchy's
+ * 2 (L-1) + 2 (H-1) steps would not beat. ECCL_TUNE rules, which come
+ * first, override it from measurements on the real machines. */
 static const char ECCL_DISPATCH_DEFAULT[] = "allreduce 3-4 65536 recursive\n"
                                             "allreduce 3-4294967295 65536 tree\n"
+                                            "allreduce 4-4294967295 18446744073709551615 hier\n"
                                             "broadcast 2-2 131072 chain\n"
                                             "broadcast 2-2 524288 binomial\n"
                                             "broadcast 3-4294967295 131072 chain\n"
@@ -54,7 +67,7 @@ static const char ECCL_DISPATCH_DEFAULT[] = "allreduce 3-4 65536 recursive\n"
                                             "reduce 3-4294967295 2097152 binomial\n";
 
 static const char *const algo_names[ECCL_ALGO_COUNT] = {"ring", "tree", "chain", "recursive",
-                                                         "binomial", "pairwise", "direct"};
+                                                         "binomial", "pairwise", "direct", "hier"};
 static const char *const coll_names[ECCL_COLL_KIND_COUNT] = {"allreduce", "allgather", "reduce_scatter",
                                                              "broadcast", "reduce", "alltoall", "send", "recv"};
 

@@ -17,6 +17,7 @@
 #include "coll/p2p.h"
 #include "coll/binomial.h"
 #include "coll/dispatch.h"
+#include "coll/hier_allreduce.h"
 #include "coll/rec_allreduce.h"
 #include "coll/ring_allreduce.h"
 #include "coll/ring_pass.h"
@@ -111,6 +112,7 @@ struct eccl_request {
         eccl_p2p p2p;
         eccl_binomial bino;
         eccl_rec_allreduce rec;
+        eccl_hier_allreduce hier;
     } u;
 };
 
