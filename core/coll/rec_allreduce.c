@@ -152,18 +152,6 @@ static size_t slice_at(const eccl_rec_allreduce *a, size_t at, size_t n, uint32_
     return at * a->esize + start;
 }
 
-/* Rounds of the barrier: send to rank + 2^k, hear from rank - 2^k. */
-static uint32_t tok_dst(const eccl_rec_allreduce *a, uint32_t k)
-{
-    return (uint32_t)(((uint64_t)a->call.rank + ((uint64_t)1 << k)) % a->call.nranks);
-}
-
-static uint32_t tok_src(const eccl_rec_allreduce *a, uint32_t k)
-{
-    uint64_t n = a->call.nranks;
-    return (uint32_t)(((uint64_t)a->call.rank + n - ((uint64_t)1 << k) % n) % n);
-}
-
 /* ---- scratch ---------------------------------------------------------------------
  * Doubling: level k's received partial at k*B (the higher rank of the pair
  * combines into it: it becomes our partial), the lower rank's combined
@@ -273,7 +261,7 @@ void eccl_rec_allreduce_init_ex(eccl_rec_allreduce *a, const eccl_coll_call *cal
     a->extra = call->rank >= a->p;
     a->folder = call->rank < call->nranks - a->p;
     a->nsteps = a->extra ? 2 : (halving ? 2 * a->levels : a->levels) + (a->folder ? 2 : 0);
-    a->rounds = call->nranks > 2 ? ceil_log2(call->nranks) : 0;
+    eccl_dissem_init(&a->bar, call->rank, call->nranks, 1);
     /* Doubling in place: the first step sends our input while the last
      * writes recvbuf, so it goes from a copy (a folder builds its input
      * there as the extra's slices come). */
@@ -409,10 +397,7 @@ static void touch_links(const eccl_rec_allreduce *a, const eccl_coll_links *link
         eccl_rec_allreduce_step(a, s, &st);
         if (a->rx_got[s] < n_rx(a, &st) || a->tx_i[s] < n_tx(a, &st)) (void)peer(links, st.peer);
     }
-    for (uint32_t k = 0; k < a->rounds; k++) {
-        if (!(a->tok_recv >> k & 1u)) (void)peer(links, tok_src(a, k));
-        if (!(a->tok_sent >> k & 1u)) (void)peer(links, tok_dst(a, k));
-    }
+    eccl_dissem_touch(&a->bar, links);
 }
 
 static eccl_result rec_pump(void *op, const eccl_coll_links *links)
@@ -438,18 +423,7 @@ static eccl_result rec_pump(void *op, const eccl_coll_links *links)
         if (a->cur == before) break; /* waiting for a link, the queue or the partner */
     }
     if (!a->have_full || a->cur < a->nsteps) return ECCL_OK;
-    for (uint32_t k = 0; k < a->rounds; k++) {
-        if (a->tok_sent >> k & 1u) continue;
-        if (k > 0 && !(a->tok_recv >> (k - 1) & 1u)) break;
-        eccl_chan *ch = peer(links, tok_dst(a, k));
-        if (!ch) break;
-        eccl_wire_data t = {.tag = a->call.tag, .epoch = a->call.epoch, .phase = ECCL_PHASE_REC_DONE,
-                            .step = (uint16_t)k};
-        eccl_result rc = eccl_chan_send_data(ch, &t, NULL, &a->inflight);
-        if (rc != ECCL_OK) return rc;
-        a->tok_sent |= (uint64_t)1 << k;
-    }
-    return ECCL_OK;
+    return eccl_dissem_pump(&a->bar, links, a->call.tag, a->call.epoch, ECCL_PHASE_REC_DONE, &a->inflight);
 }
 
 /* The first step from `cur` on whose data `rank` still owes us, or
@@ -461,14 +435,6 @@ static uint32_t owed_step(const eccl_rec_allreduce *a, uint32_t rank, eccl_rec_s
         if (st->peer == rank && a->rx_got[s] < n_rx(a, st)) return s;
     }
     return a->nsteps;
-}
-
-/* The barrier round whose token `rank` still owes us, or a->rounds. */
-static uint32_t owed_round(const eccl_rec_allreduce *a, uint32_t rank)
-{
-    for (uint32_t k = 0; k < a->rounds; k++)
-        if (tok_src(a, k) == rank && !(a->tok_recv >> k & 1u)) return k;
-    return a->rounds;
 }
 
 static eccl_result rec_recv(void *op, int role, const eccl_wire_data *d, void **dst)
@@ -498,17 +464,14 @@ static eccl_result rec_recv(void *op, int role, const eccl_wire_data *d, void **
         }
         return ECCL_OK;
     }
-    uint32_t k = owed_round(a, from);
-    if (k == a->rounds || d->phase != ECCL_PHASE_REC_DONE || d->step != k || d->offset != 0 || d->len != 0)
-        return ECCL_ERR_PROTOCOL;
-    return ECCL_OK;
+    return eccl_dissem_is_owed(&a->bar, from, d, ECCL_PHASE_REC_DONE) ? ECCL_OK : ECCL_ERR_PROTOCOL;
 }
 
 static eccl_result rec_recv_done(void *op, int role, const eccl_wire_data *d)
 {
     eccl_rec_allreduce *a = op;
     if (d->phase == ECCL_PHASE_REC_DONE) {
-        a->tok_recv |= (uint64_t)1 << d->step;
+        eccl_dissem_got(&a->bar, d->step);
         return ECCL_OK;
     }
     eccl_rec_step st;
@@ -520,16 +483,10 @@ static eccl_result rec_recv_done(void *op, int role, const eccl_wire_data *d)
     return ECCL_OK;
 }
 
-static int all_rounds(const eccl_rec_allreduce *a, uint64_t mask)
-{
-    return mask == (a->rounds ? (((uint64_t)1 << (a->rounds - 1)) << 1) - 1 : 0);
-}
-
 static int rec_complete(void *op)
 {
     const eccl_rec_allreduce *a = op;
-    return a->have_full && a->cur == a->nsteps && a->inflight == 0 && all_rounds(a, a->tok_sent) &&
-           all_rounds(a, a->tok_recv);
+    return a->have_full && a->cur == a->nsteps && a->inflight == 0 && eccl_dissem_done(&a->bar);
 }
 
 static int rec_expects(const void *op, int role)
@@ -538,7 +495,7 @@ static int rec_expects(const void *op, int role)
     if (!ECCL_ROLE_IS_PEER(role)) return 0;
     uint32_t from = ECCL_ROLE_PEER_RANK(role);
     eccl_rec_step st;
-    return owed_step(a, from, &st) < a->nsteps || owed_round(a, from) < a->rounds;
+    return owed_step(a, from, &st) < a->nsteps || eccl_dissem_owed(&a->bar, from) < a->bar.rounds;
 }
 
 static int rec_have_full(const void *op) { return ((const eccl_rec_allreduce *)op)->have_full; }

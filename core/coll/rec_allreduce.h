@@ -36,8 +36,8 @@
  * core rank; halving: each block by its one owner).
  *
  * Completion: once a rank's output is final (have_full) and all its data
- * frames are queued, a dissemination barrier of empty tokens runs over
- * peer links: round k = 0..ceil(log2 N)-1 sends a token to rank + 2^k and
+ * frames are queued, a dissemination barrier of empty tokens (coll/dissem.h)
+ * runs over peer links: round k = 0..ceil(log2 N)-1 sends a token to rank + 2^k and
  * waits for rank - 2^k's (mod N); the token of round k > 0 leaves only
  * after round k-1's arrived. After the last round every rank is known to
  * be full, so a rank returns success only once the master's "commit iff
@@ -76,6 +76,7 @@
 
 #include "coll/algo.h"
 #include "coll/call.h"
+#include "coll/dissem.h"
 #include "env.h"
 #include "proto/chan.h"
 
@@ -123,8 +124,7 @@ typedef struct eccl_rec_allreduce {
     uint32_t p, levels;  /* largest power of two <= N, its log2 */
     int extra, folder;   /* a rank >= p; a rank < N - p (it has an extra) */
     uint32_t nsteps, cur; /* steps, and the first one not complete */
-    uint32_t rounds;     /* barrier rounds: ceil(log2 N), 0 at N == 2 */
-    uint64_t tok_sent, tok_recv; /* barrier rounds' tokens, by bit */
+    eccl_dissem bar;     /* the barrier: ceil(log2 N) rounds, none at N == 2 */
     uint8_t *scratch;    /* received partials, by step (see scratch_bytes) */
     uint8_t *backup;     /* recvbuf as it was, half by half */
     int saved[2];        /* half h of recvbuf is in backup */
