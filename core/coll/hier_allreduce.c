@@ -91,16 +91,7 @@ void eccl_hier_allreduce_step(const eccl_hier_allreduce *a, uint32_t s, eccl_hie
     eccl_hier_part(0, a->call.count, L, from, &st->rx_at, &st->rx_n);
 }
 
-/* The first step whose sends may leave once steps before `cur` are done:
- * RS at once (they read sendbuf), the ring's each after the one before,
- * AG all once the ring is done. */
 static uint32_t first_ag(const eccl_hier_allreduce *a) { return a->L - 1 + 2 * (a->H - 1); }
-
-static uint32_t dep(const eccl_hier_allreduce *a, uint32_t s)
-{
-    if (s < a->L - 1) return 0;
-    return s < first_ag(a) ? s : first_ag(a);
-}
 
 /* Frames a range of `bytes` travels in: an empty one still sends one. */
 static uint32_t nslices(const eccl_hier_allreduce *a, size_t bytes)
@@ -240,6 +231,39 @@ static void advance(eccl_hier_allreduce *a)
     }
 }
 
+/* How many of step s's slices may leave now (their source is final): RS
+ * all at once (they read sendbuf); AG all once the ring is done (they read
+ * the whole final shard); a ring step all once the steps before it are
+ * done, and, one step ahead of those, slice by slice, pipelined as in any
+ * ring: the ring's first step sends a slice of y_h's chunk h once the fold
+ * passed its end, a later one forwards slice i of the chunk the step before
+ * received once that slice is combined (the same chunk, cut the same way)
+ * and that step's own sends all left (one link: frames in step order). */
+static uint32_t tx_ready(const eccl_hier_allreduce *a, uint32_t s, const eccl_hier_step *st)
+{
+    uint32_t want = n_tx(a, st), rs_end = a->L - 1;
+    if (s < rs_end) return want;
+    if (s >= first_ag(a)) return a->cur >= first_ag(a) ? want : 0;
+    if (a->cur >= s) return want;
+    if (s == rs_end) {
+        size_t folded = (size_t)a->rs_done * a->slice, base = in_shard(a, st->tx_at * a->esize);
+        if (a->rs_done == nslices(a, a->sh_n * a->esize)) return want;
+        uint32_t i = 0;
+        for (size_t len; i < want; i++) {
+            size_t off = slice_at(a, st->tx_at, st->tx_n, i, &len) - st->tx_at * a->esize;
+            if (base + off + len > folded) break;
+        }
+        return i;
+    }
+    if (s != a->cur + 1) return 0;
+    eccl_hier_step before;
+    eccl_hier_allreduce_step(a, s - 1, &before);
+    /* Both steps send to `next`: the pump's order (step cur first, stopped
+     * only by that link's queue) already keeps this; stated, not assumed. */
+    if (a->tx_i[s - 1] < n_tx(a, &before)) return 0;
+    return a->rx_done[s - 1] < want ? a->rx_done[s - 1] : want;
+}
+
 /* Where slice `off` of step st leaves from. */
 static const uint8_t *tx_src(const eccl_hier_allreduce *a, const eccl_hier_step *st, size_t off)
 {
@@ -275,10 +299,10 @@ static eccl_result hier_pump(void *op, const eccl_coll_links *links)
     advance(a);
     for (;;) {
         uint32_t before = a->cur;
-        for (uint32_t s = a->cur; s < a->nsteps && dep(a, s) <= a->cur; s++) {
+        for (uint32_t s = a->cur; s < a->nsteps; s++) {
             eccl_hier_step st;
             eccl_hier_allreduce_step(a, s, &st);
-            uint32_t want = n_tx(a, &st);
+            uint32_t want = tx_ready(a, s, &st);
             eccl_chan *ch = a->tx_i[s] < want ? peer(links, st.tx_peer) : NULL;
             while (ch && a->tx_i[s] < want && ch->queued_bytes < ECCL_RING_MAX_QUEUED) {
                 size_t len, off = slice_at(a, st.tx_at, st.tx_n, a->tx_i[s], &len);

@@ -25,7 +25,11 @@
  *          chunk h-j-1 as (what came) op (y_h's), so chunk c is y_c op
  *          y_{c+1} op ... op y_{c+H-1} (hosts mod H, from host c on), made
  *          once, by host c-1; then a ring all-gather, j = 0..H-2, forwards
- *          final chunks unchanged, straight into recvbuf.
+ *          final chunks unchanged, straight into recvbuf. Pipelined as any
+ *          ring: a slice leaves as soon as its source is final (step 0's
+ *          once the fold passed it, a later step's once the step before
+ *          combined or received that slice: the same chunk, cut the same
+ *          way), one step ahead of the steps done.
  *   AG     intra-host all-gather, k = 1..L-1: send the final shard l (from
  *          recvbuf) to local rank l+k, receive shard l-k straight into
  *          recvbuf.
