@@ -49,7 +49,10 @@
  * where the master found the world host-regular (eccl_coll_call.local_size:
  * L >= 2 ranks on each of H >= 2 hosts, so N >= 4), so its rule needs no
  * topology word: it takes every all-reduce above the small-call rules
- * (64 KiB) there. Not from measurements (loopback has no NIC to spare):
+ * (64 KiB) there. Not from measurements: on loopback (eccl-bench --hosts,
+ * docs/performance.md) it is within the noise of the ring up to 1 MiB and
+ * 1.0-1.7x the ring's time from 4 MiB, but loopback has no NIC to spare,
+ * so it cannot show what the rule is for:
  * per byte of the buffer a rank sends 2 (H-1)/H / L over the network on
  * its own sub-ring (L sub-rings keep every NIC busy) against the flat
  * ring's 2 (N-1)/N through one host crossing per host; small calls keep
