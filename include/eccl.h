@@ -178,11 +178,14 @@ typedef enum eccl_algorithm {
     ECCL_ALGO_DIRECT = 6,    /* send / receive: the peer link between the two */
     ECCL_ALGO_BRUCK = 7,     /* all-gather: Bruck's ceil(log2 N) rounds over
                                 peer links; any N */
+    ECCL_ALGO_HIER = 8,      /* all-reduce: intra-host reduce-scatter, per-local-
+                                rank sub-rings across hosts, intra-host
+                                all-gather; ranks sharing hosts (p2p_host) */
     ECCL_ALGO_COUNT
 } eccl_algorithm;
 
 /* "ring", "tree", "chain", "recursive", "binomial", "pairwise", "direct",
- * "bruck" (the names ECCL_ALGO and ECCL_TUNE use); "?" for anything else. */
+ * "bruck", "hier" (the names ECCL_ALGO and ECCL_TUNE use); "?" for anything else. */
 const char *eccl_algorithm_name(uint32_t algorithm);
 
 /* What one collective call did (any collective, not only all-reduce). */

@@ -223,6 +223,7 @@ static void peer_main(cluster *cl, int index, uint32_t world, cluster_body body,
     if (cl->opts.p2p_pool_size) p.p2p_pool_size = cl->opts.p2p_pool_size;
     if (cl->opts.pool_size_of[index]) p.p2p_pool_size = cl->opts.pool_size_of[index];
     p.peer_group = cl->opts.peer_group_of[index];
+    if (cl->opts.p2p_host_of[index]) p.p2p_host = cl->opts.p2p_host_of[index];
     if (cl->opts.pool_env) setenv("ECCL_P2P_POOL", cl->opts.pool_env, 1);
     if (cl->opts.algo_env) setenv("ECCL_ALGO", cl->opts.algo_env, 1);
     if (cl->opts.no_progress_thread) setenv("ECCL_PROGRESS_THREAD", "0", 1);
@@ -300,6 +301,7 @@ int cluster_init(cluster *cl, const cluster_opts *opts)
         cl->opts.pool_env = opts->pool_env;
         cl->opts.algo_env = opts->algo_env;
         cl->opts.no_progress_thread = opts->no_progress_thread;
+        memcpy(cl->opts.p2p_host_of, opts->p2p_host_of, sizeof cl->opts.p2p_host_of);
     }
     for (int i = 0; i < CLUSTER_MAX_PEERS; i++) cl->status[i] = -1;
     cl->parent = getpid();

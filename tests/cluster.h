@@ -117,6 +117,10 @@ typedef struct cluster_opts {
     const char *algo_env;
     /* If set, every peer child sets ECCL_PROGRESS_THREAD=0. */
     int no_progress_thread;
+    /* eccl_comm_params.p2p_host of peer i (NULL: the default, 127.0.0.1):
+     * 127.0.0.x addresses emulate hosts on one box (all of 127.0.0.0/8 is
+     * loopback on Linux), which the master groups ranks by. */
+    const char *p2p_host_of[CLUSTER_MAX_PEERS];
 } cluster_opts;
 
 typedef struct cluster {

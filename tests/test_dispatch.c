@@ -120,6 +120,43 @@ static void test_builtin_reduce_scatter(void **state)
     assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_REDUCE_SCATTER, 8, 64, both), ECCL_ALGO_RING);
     assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_REDUCE_SCATTER, 4, 500, both), ECCL_ALGO_RECURSIVE);
     assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_REDUCE_SCATTER, 8, 500, both), ECCL_ALGO_RECURSIVE); /* built-in */
+}
+
+/* The hierarchical all-reduce: a candidate only in host-regular worlds
+ * (ops.c), where the built-in table gives it every all-reduce above the
+ * small-call rules; ECCL_ALGO forces it, an ECCL_TUNE rule overrides it. */
+static void test_builtin_hier(void **state)
+{
+    (void)state;
+    uint32_t flat = BIT(ECCL_ALGO_RING) | BIT(ECCL_ALGO_TREE) | BIT(ECCL_ALGO_RECURSIVE);
+    uint32_t regular = flat | BIT(ECCL_ALGO_HIER);
+    eccl_env e = env_with(NULL, NULL);
+    eccl_dispatch d;
+    assert_int_equal(eccl_dispatch_init(&d, &e), ECCL_OK);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 4, 65536, regular), ECCL_ALGO_RECURSIVE);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 4, 65537, regular), ECCL_ALGO_HIER);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 4, 65537, flat), ECCL_ALGO_RING);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 8, 64, regular), ECCL_ALGO_TREE);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 8, UINT64_MAX, regular), ECCL_ALGO_HIER);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 100000, 1 << 20, regular), ECCL_ALGO_HIER);
+    /* Below four ranks no world is host-regular; the rule starts at 4. */
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 3, 1 << 20, regular), ECCL_ALGO_RING);
+    assert_int_equal(g_warnings, 0);
+    eccl_dispatch_free(&d);
+
+    e = env_with("allreduce=hier", "allreduce 4-8 1048576 ring");
+    assert_int_equal(eccl_dispatch_init(&d, &e), ECCL_OK);
+    assert_int_equal(g_warnings, 0);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 4, 64, regular), ECCL_ALGO_HIER);
+    /* Forced where it cannot run: the tuned rule, then the built-in ones. */
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 4, 1 << 20, flat), ECCL_ALGO_RING);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 4, 64, flat), ECCL_ALGO_RING);
+    eccl_dispatch_free(&d);
+    e = env_with(NULL, "allreduce 4-8 1048576 ring");
+    assert_int_equal(eccl_dispatch_init(&d, &e), ECCL_OK);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 8, 1 << 20, regular), ECCL_ALGO_RING);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 8, (1 << 20) + 1, regular), ECCL_ALGO_HIER);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 9, 64, regular), ECCL_ALGO_TREE);
     eccl_dispatch_free(&d);
 }
 
@@ -228,12 +265,14 @@ static void test_names(void **state)
     }
     assert_string_equal(eccl_algorithm_name(ECCL_ALGO_COUNT), "?");
     assert_int_equal(eccl_dispatch_algo_parse("rin", 3), -1);
+    assert_int_equal(eccl_dispatch_algo_parse("hier", 4), ECCL_ALGO_HIER);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_builtin_default), cmocka_unit_test(test_builtin_reduce_scatter),
+        cmocka_unit_test(test_builtin_hier),
         cmocka_unit_test(test_rules_first_match_wins),
         cmocka_unit_test(test_malformed_lines_skipped), cmocka_unit_test(test_forced),
         cmocka_unit_test(test_tune_file_warning), cmocka_unit_test(test_names),

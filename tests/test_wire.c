@@ -137,6 +137,7 @@ static void assert_msg_equal(const eccl_msg *a, const eccl_msg *b)
         assert_string_equal(a->u.ring.tree_parent.addr, b->u.ring.tree_parent.addr);
         assert_int_equal(a->u.ring.tree_child[0], b->u.ring.tree_child[0]);
         assert_int_equal(a->u.ring.tree_child[1], b->u.ring.tree_child[1]);
+        assert_int_equal(a->u.ring.local_size, b->u.ring.local_size);
         break;
     case ECCL_MSG_RING_READY:
     case ECCL_MSG_TOPO_DONE:
@@ -329,6 +330,8 @@ static void fill_extreme(eccl_msg *m, uint16_t type, int is_max)
         fill_str(m->u.ring.tree_parent.addr, slen, 't');
         m->u.ring.tree_child[0] = v64;
         m->u.ring.tree_child[1] = v64;
+        /* UINT32_MAX = 65537 x 65535: hosts of 65537 ranks. */
+        m->u.ring.local_size = is_max ? 65537u : 0;
         break;
     case ECCL_MSG_RING_READY:
     case ECCL_MSG_TOPO_DONE:
@@ -480,6 +483,13 @@ static void fill_random(rng *r, eccl_msg *m)
         rand_str(r, m->u.ring.next.addr);
         m->u.ring.prev.peer_id = next(r);
         rand_str(r, m->u.ring.prev.addr);
+        /* Sometimes host-regular: L of 2..world/2 ranks, dividing it. */
+        if (m->u.ring.world_size >= 4 && next(r) % 2) {
+            uint32_t L = 2 + below(r, m->u.ring.world_size / 2 - 1);
+            m->u.ring.world_size -= m->u.ring.world_size % L;
+            m->u.ring.rank = below(r, m->u.ring.world_size);
+            m->u.ring.local_size = L;
+        }
         break;
     case ECCL_MSG_RING_READY:
     case ECCL_MSG_TOPO_DONE:
@@ -670,7 +680,7 @@ static void test_max_length(void **state)
         {ECCL_MSG_VIEW_REPORT, 8 + ECCL_WIRE_MAX_OPS * 9},
         {ECCL_MSG_WELCOME, 12},
         {ECCL_MSG_PENDING_REPLY, 4},
-        {ECCL_MSG_RING, 16 + 3 * (8 + 2 + ECCL_WIRE_MAX_ADDR) + 16},
+        {ECCL_MSG_RING, 16 + 3 * (8 + 2 + ECCL_WIRE_MAX_ADDR) + 16 + 4},
         {ECCL_MSG_TOPO_DONE, 4},
         {ECCL_MSG_VIEW_QUERY, 4},
         {ECCL_MSG_VIEW_DECIDE, 8 + ECCL_WIRE_MAX_OPS * 9},
@@ -883,6 +893,34 @@ static void test_encode_rejects(void **state)
     assert_int_equal(eccl_wire_encode(m, frame, FRAME_CAP), 0);
     m->u.ring.rank = 3;
     assert_int_not_equal(eccl_wire_encode(m, frame, FRAME_CAP), 0);
+    /* local_size: 0 or L >= 2 with world = L x H, H >= 2; both ends refuse
+     * anything else (a decoder sees the same check: patch a good frame). */
+    m->u.ring.local_size = 2;
+    int good = eccl_wire_encode(m, frame, FRAME_CAP);
+    assert_int_not_equal(good, 0);
+    static const uint32_t bad_local[] = {1, 3, 4, 5, UINT32_MAX};
+    for (size_t i = 0; i < sizeof bad_local / sizeof *bad_local; i++) {
+        m->u.ring.local_size = bad_local[i];
+        assert_int_equal(eccl_wire_encode(m, frame, FRAME_CAP), 0);
+    }
+    m->u.ring.local_size = 2;
+    assert_int_equal(eccl_wire_encode(m, frame, FRAME_CAP), good);
+    {
+        eccl_wire_header h;
+        eccl_msg *back = new_msg(0);
+        assert_int_equal(eccl_wire_header_decode(frame, &h), ECCL_OK);
+        assert_int_equal(eccl_wire_decode(h.type, frame + ECCL_WIRE_HEADER_SIZE, h.length, back), ECCL_OK);
+        assert_int_equal(back->u.ring.local_size, 2);
+        for (size_t i = 0; i < sizeof bad_local / sizeof *bad_local; i++) {
+            uint32_t v = bad_local[i];
+            uint8_t *at = frame + good - 4; /* local_size: the last field, little-endian */
+            at[0] = (uint8_t)v, at[1] = (uint8_t)(v >> 8), at[2] = (uint8_t)(v >> 16), at[3] = (uint8_t)(v >> 24);
+            assert_int_equal(eccl_wire_decode(h.type, frame + ECCL_WIRE_HEADER_SIZE, h.length, back),
+                             ECCL_ERR_PROTOCOL);
+        }
+        free(back);
+    }
+    m->u.ring.local_size = 0;
 
     /* A hello: a pool index without a pool, a pool on a tree link, an
      * index outside the pool, a pool over the bound, a purpose that
@@ -980,6 +1018,7 @@ static size_t ring_frame(uint8_t *buf, size_t next_len)
     n += raw_str(buf + n, 0, 0);
     n += le(buf + n, 8, 8); /* tree children */
     n += le(buf + n, 9, 8);
+    n += le(buf + n, 0, 4); /* local_size: not host-regular */
     return n;
 }
 

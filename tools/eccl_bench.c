@@ -81,6 +81,8 @@ struct bench_opts {
     uint64_t timeout_ms;   /* 0: the library's defaults */
     uint64_t inflight;     /* all-reduces in flight per timed iteration */
     int device;            /* buffers in CUDA device memory */
+    const char *p2p_host;  /* eccl_comm_params.p2p_host (NULL: the library's) */
+    uint64_t hosts;        /* --np: emulated hosts (0: all ranks on 127.0.0.1) */
 };
 
 struct dtype_desc {
@@ -269,6 +271,10 @@ static void usage(FILE *out)
             "      --world N            with --master: peers to admit before measuring\n"
             "                           (default 2)\n"
             "      --group G            peer group (default 0)\n"
+            "      --hosts H            with --np: rank process i on 127.0.0.(1 + i H / N),\n"
+            "                           H emulated hosts of N / H ranks each (the\n"
+            "                           hierarchical all-reduce's topology; default: one)\n"
+            "      --p2p-host HOST      with --master: the address peers reach this rank on\n"
             "      --timeout-ms MS      connect, operation and admission timeout\n"
             "                           (default: the library's)\n"
             "      --inflight K         K async all-reduces (tags differ) in flight per\n"
@@ -331,6 +337,8 @@ enum {
     OPT_INFLIGHT,
     OPT_DEVICE,
     OPT_COLL,
+    OPT_P2P_HOST,
+    OPT_HOSTS,
 };
 
 /* Handles one option that takes a number. Returns 0 or the exit status. */
@@ -347,6 +355,7 @@ static int parse_number(int c, const char *arg, struct bench_opts *o)
         {OPT_GROUP, "--group", 0, UINT32_MAX, &o->group},
         {OPT_TIMEOUT, "--timeout-ms", 1, UINT32_MAX, &o->timeout_ms},
         {OPT_INFLIGHT, "--inflight", 1, BENCH_MAX_INFLIGHT, &o->inflight},
+        {OPT_HOSTS, "--hosts", 1, 254, &o->hosts},
     };
 
     for (size_t i = 0; i < sizeof spec / sizeof spec[0]; i++) {
@@ -381,6 +390,8 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
         {"inflight", required_argument, NULL, OPT_INFLIGHT},
         {"device", no_argument, NULL, OPT_DEVICE},
         {"coll", required_argument, NULL, OPT_COLL},
+        {"p2p-host", required_argument, NULL, OPT_P2P_HOST},
+        {"hosts", required_argument, NULL, OPT_HOSTS},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -424,6 +435,11 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
         case OPT_DEVICE:
             o->device = 1;
             break;
+        case OPT_P2P_HOST:
+            if (optarg[0] == '\0' || strlen(optarg) > 48 || strchr(optarg, ':'))
+                return usage_error("--p2p-host wants a host or IPv4 address, got '%s'", optarg);
+            o->p2p_host = optarg;
+            break;
         case OPT_COLL: {
             int k = 0;
             while (k < COLL_COUNT && strcmp(optarg, coll_names[k]) != 0) k++;
@@ -457,6 +473,10 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
         return usage_error("give exactly one of --np N and --master HOST:PORT");
     if (o->np != 0 && o->world_set)
         return usage_error("--world is implied by --np");
+    if (o->hosts != 0 && (o->np == 0 || o->hosts > o->np))
+        return usage_error("--hosts wants --np N and at most N hosts");
+    if (o->np != 0 && o->p2p_host != NULL)
+        return usage_error("--p2p-host is for one rank (--master); with --np use --hosts");
     if (o->inflight > 1 && o->inplace)
         return usage_error("--inflight wants out-of-place calls (-I 0): each op needs its own output");
     if (o->minbytes == 0)
@@ -1202,6 +1222,8 @@ static int run_rank(const struct bench_opts *o)
     params.master_addr = o->master;
     if (o->group_set)
         params.peer_group = (uint32_t)o->group;
+    if (o->p2p_host != NULL)
+        params.p2p_host = o->p2p_host;
     if (o->timeout_ms != 0) {
         params.connect_timeout_ms = (uint32_t)o->timeout_ms;
         params.op_timeout_ms = (uint32_t)o->timeout_ms;
@@ -1288,6 +1310,30 @@ static void build_child_argv(const struct bench_opts *o, const char *master,
     a->argv[a->argc] = NULL;
 }
 
+/* --hosts H: rank process i of N on 127.0.0.(1 + i H / N), so the master
+ * sees H hosts of N / H ranks each (all of 127.0.0.0/8 is loopback on
+ * Linux): what the hierarchical all-reduce needs, on one box. Spawned one
+ * by one, each with its own --p2p-host. */
+static int spawn_hosts(const struct bench_opts *o, struct child_argv *child, pid_t *pids)
+{
+    char host[CHILD_NUM_LEN];
+    int at = child->argc;
+
+    for (uint64_t i = 0; i < o->np; i++) {
+        snprintf(host, sizeof host, "127.0.0.%" PRIu64, 1 + i * o->hosts / o->np);
+        child->argc = at;
+        add_arg(child, "--p2p-host", host);
+        child->argv[child->argc] = NULL;
+        if (tool_spawn("eccl-bench", "/proc/self/exe", child->argv, 0, pids + i, 1) != 0) {
+            for (uint64_t j = 0; j < i; j++)
+                kill(pids[j], SIGKILL);
+            tool_reap("eccl-bench", pids, i, 0, NULL);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 static int launch_local(const struct bench_opts *o)
 {
     eccl_master *master = NULL;
@@ -1312,7 +1358,8 @@ static int launch_local(const struct bench_opts *o)
         goto out;
     }
     build_child_argv(o, addr, &child);
-    if (tool_spawn("eccl-bench", "/proc/self/exe", child.argv, 0, pids, o->np) == 0 &&
+    if ((o->hosts ? spawn_hosts(o, &child, pids)
+                  : tool_spawn("eccl-bench", "/proc/self/exe", child.argv, 0, pids, o->np)) == 0 &&
         tool_reap("eccl-bench", pids, o->np, 0, NULL) == 0)
         status = EXIT_SUCCESS;
 out:

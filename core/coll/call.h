@@ -50,6 +50,10 @@ typedef struct eccl_coll_call {
     int on_device;
     int device;
     uint32_t rank, nranks;
+    /* Ranks per host when the epoch's world is host-regular (ranks of a
+     * host contiguous, L >= 2 each, two hosts or more), else 0: where the
+     * hierarchical all-reduce (coll/hier_allreduce.h) may run. */
+    uint32_t local_size;
 } eccl_coll_call;
 
 #endif /* ECCL_CORE_COLL_CALL_H */

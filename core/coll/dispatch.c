@@ -84,9 +84,25 @@
  * still 0.89-1.22). So on this box it pays from six ranks on, for
  * small calls, where its log2 p exchanges replace the ring's 2 (N-1)
  * hops; from 128 KiB both move the same bytes and the ring keeps its
- * pipelined directions. */
+ * pipelined directions.
+ *
+ * The hierarchical all-reduce (coll/hier_allreduce.h) is a candidate only
+ * where the master found the world host-regular (eccl_coll_call.local_size:
+ * L >= 2 ranks on each of H >= 2 hosts, so N >= 4), so its rule needs no
+ * topology word: it takes every all-reduce above the small-call rules
+ * (64 KiB) there. Not from measurements: on loopback (eccl-bench --hosts,
+ * docs/performance.md) it is within the noise of the ring up to 1 MiB and
+ * 1.0-1.7x the ring's time from 4 MiB, but loopback has no NIC to spare,
+ * so it cannot show what the rule is for:
+ * per byte of the buffer a rank sends 2 (H-1)/H / L over the network on
+ * its own sub-ring (L sub-rings keep every NIC busy) against the flat
+ * ring's 2 (N-1)/N through one host crossing per host; small calls keep
+ * the latency-bound algorithms, whose step counts the hierarchy's
+ * 2 (L-1) + 2 (H-1) steps would not beat. ECCL_TUNE rules, which come
+ * first, override it from measurements on the real machines. */
 static const char ECCL_DISPATCH_DEFAULT[] = "allreduce 3-4 65536 recursive\n"
                                             "allreduce 3-4294967295 65536 tree\n"
+                                            "allreduce 4-4294967295 18446744073709551615 hier\n"
                                             "broadcast 2-2 131072 chain\n"
                                             "broadcast 2-2 524288 binomial\n"
                                             "broadcast 3-4294967295 131072 chain\n"
@@ -97,7 +113,7 @@ static const char ECCL_DISPATCH_DEFAULT[] = "allreduce 3-4 65536 recursive\n"
                                             "reduce_scatter 6-4294967295 32768 recursive\n";
 
 static const char *const algo_names[ECCL_ALGO_COUNT] = {"ring", "tree", "chain", "recursive",
-                                                         "binomial", "pairwise", "direct", "bruck"};
+                                                         "binomial", "pairwise", "direct", "bruck", "hier"};
 static const char *const coll_names[ECCL_COLL_KIND_COUNT] = {"allreduce", "allgather", "reduce_scatter",
                                                              "broadcast", "reduce", "alltoall", "send", "recv"};
 

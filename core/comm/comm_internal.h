@@ -17,6 +17,7 @@
 #include "coll/p2p.h"
 #include "coll/binomial.h"
 #include "coll/dispatch.h"
+#include "coll/hier_allreduce.h"
 #include "coll/rec_allreduce.h"
 #include "coll/bruck.h"
 #include "coll/rec_reduce_scatter.h"
@@ -115,6 +116,7 @@ struct eccl_request {
         eccl_rec_allreduce rec;
         eccl_bruck bruck;
         eccl_rec_rs recrs;
+        eccl_hier_allreduce hier;
     } u;
 };
 
@@ -248,6 +250,9 @@ struct eccl_comm {
 
     /* ring of the current epoch */
     uint32_t epoch, world, rank;
+    /* Ranks per host in a host-regular world, else 0 (eccl_msg_ring):
+     * where the hierarchical all-reduce may run. */
+    uint32_t local_size;
     eccl_wire_peer_ref next_ref, prev_ref;
     p2p_link *link_next, *link_prev;
     uint64_t next_retry_at;     /* reconnect to next after a refusal */

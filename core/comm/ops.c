@@ -196,6 +196,20 @@ static eccl_result rec_setup(eccl_comm *c, eccl_request *r, size_t bytes)
     return ECCL_OK;
 }
 
+/* The hierarchical all-reduce's (coll/hier_allreduce.h): scratch (its
+ * counters, received shards, the host partial, ring chunks) and the
+ * backup. */
+static eccl_result hier_setup(eccl_comm *c, eccl_request *r, size_t bytes)
+{
+    size_t sb = eccl_hier_allreduce_scratch_bytes(&r->call);
+    r->backup = eccl_bufpool_get(&c->pool, bytes);
+    if (!r->backup) return ECCL_ERR_NO_MEMORY;
+    if (!(r->staging[0] = eccl_bufpool_get(&c->pool, sb))) return ECCL_ERR_NO_MEMORY;
+    eccl_hier_allreduce_init(&r->u.hier, &r->call, r->staging[0]->ptr, r->backup->ptr);
+    r->alg = &eccl_hier_allreduce_algo;
+    return ECCL_OK;
+}
+
 /* All-reduce's buffers and algorithm, as the dispatcher picks it among
  * those that can run the call (coll/dispatch.h). Quantised calls always
  * take the ring: it alone carries codes. */
@@ -208,8 +222,12 @@ static eccl_result allreduce_setup(eccl_comm *c, eccl_request *r)
     uint32_t can = ECCL_DISPATCH_BIT(ECCL_ALGO_RING);
     if (c->world >= 3 && bytes <= ECCL_TREE_MAX_BYTES && plain_host) can |= ECCL_DISPATCH_BIT(ECCL_ALGO_TREE);
     if (c->world >= 2 && plain_host) can |= ECCL_DISPATCH_BIT(ECCL_ALGO_RECURSIVE);
+    /* The hierarchy only where the master found the world host-regular
+     * (this epoch's local_size: L >= 2 ranks on each of two hosts or more). */
+    if (plain_host && eccl_hier_allreduce_can(&r->call)) can |= ECCL_DISPATCH_BIT(ECCL_ALGO_HIER);
     eccl_algorithm algo = eccl_dispatch_pick(&c->dispatch, ECCL_COLL_ALLREDUCE, c->world, bytes, can);
     if (algo == ECCL_ALGO_RECURSIVE) return rec_setup(c, r, bytes);
+    if (algo == ECCL_ALGO_HIER) return hier_setup(c, r, bytes);
     uint8_t *staging[2] = {NULL, NULL}, *backup;
     size_t sb = eccl_ring_staging_bytes_q(r->call.count, r->call.dtype, r->call.quant);
     if (r->call.on_device) {
@@ -363,6 +381,7 @@ static eccl_result op_start(eccl_comm *c, eccl_request *r)
     r->call.epoch = c->epoch; /* a failure notice names it, even of an op that never ran */
     r->call.rank = c->rank;
     r->call.nranks = c->world;
+    r->call.local_size = c->local_size;
     if (c->world < 2) {
         comm_op_finish(c, r, ECCL_ERR_TOO_FEW_PEERS);
         return ECCL_OK;

@@ -83,6 +83,7 @@ eccl_result comm_on_ring(eccl_comm *c, const eccl_msg_ring *m)
     c->epoch = m->epoch;
     c->world = m->world_size;
     c->rank = m->rank;
+    c->local_size = m->local_size;
     c->next_ref = m->next;
     c->prev_ref = m->prev;
     c->parent_ref = m->tree_parent;

@@ -115,6 +115,7 @@ struct mgroup {
     uint32_t epoch;
     mpeer **members;        /* ring order */
     uint32_t n, cap;
+    uint32_t local_size;    /* this epoch's (eccl_msg_ring.local_size) */
     uint32_t n_ready;       /* members wired for `epoch` (RING_READY) */
     uint32_t n_reported;    /* members that answered the current query */
     int querying;
@@ -280,6 +281,112 @@ static void group_remove(mgroup *g, mpeer *p)
 
 /* ---- rings --------------------------------------------------------------------- */
 
+/* ---- hosts ------------------------------------------------------------------
+ * A rank's host is the HOST of the p2p address peers reach it on, "HOST:PORT"
+ * (everything before the last ':'): ranks that give one host share a machine
+ * (tests emulate machines with 127.0.0.x; the simulator's addresses name
+ * its hosts). */
+
+static size_t host_len(const char *addr)
+{
+    const char *colon = strrchr(addr, ':');
+    return colon ? (size_t)(colon - addr) : strlen(addr);
+}
+
+static int host_cmp(const mpeer *a, const mpeer *b)
+{
+    size_t la = host_len(a->p2p_addr), lb = host_len(b->p2p_addr);
+    int c = memcmp(a->p2p_addr, b->p2p_addr, la < lb ? la : lb);
+    return c ? c : (la > lb) - (la < lb);
+}
+
+/* A member and its position, sorted by (host, position). */
+typedef struct host_key {
+    const mpeer *p;
+    uint32_t pos;
+    uint32_t anchor, late; /* group_by_host's order: (anchor, late, pos) */
+} host_key;
+
+static int host_key_cmp(const void *a, const void *b)
+{
+    const host_key *x = a, *y = b;
+    int c = host_cmp(x->p, y->p);
+    return c ? c : (x->pos > y->pos) - (x->pos < y->pos);
+}
+
+static int anchor_cmp(const void *a, const void *b)
+{
+    const host_key *x = a, *y = b;
+    if (x->anchor != y->anchor) return x->anchor < y->anchor ? -1 : 1;
+    if (x->late != y->late) return x->late < y->late ? -1 : 1;
+    return (x->pos > y->pos) - (x->pos < y->pos);
+}
+
+/* Newcomers (members from position n0 on, appended in admission order)
+ * move to right after the last earlier member of their host; those of a
+ * host new to the group stay together, hosts in order of their first
+ * newcomer. Earlier members keep their order (the topology optimiser's
+ * ring survives admissions), so a group whose hosts arrive interleaved
+ * becomes host-contiguous and the hierarchical all-reduce can run; where
+ * every member shares one host (or each has its own) nothing moves.
+ * O(n log n) per admitting view; without memory the order stays as is. */
+static void group_by_host(mgroup *g, uint32_t n0)
+{
+    uint32_t n = g->n;
+    if (n0 >= n || n < 2) return;
+    host_key *k = malloc(n * sizeof *k);
+    mpeer **order = malloc(n * sizeof *order);
+    if (!k || !order) {
+        free(k), free(order);
+        return;
+    }
+    for (uint32_t i = 0; i < n; i++) k[i] = (host_key){g->members[i], i, i, 0};
+    qsort(k, n, sizeof *k, host_key_cmp);
+    for (uint32_t a = 0, b; a < n; a = b) {
+        /* One host's run, in position order: old members first. */
+        uint32_t last_old = UINT32_MAX, first_new = UINT32_MAX;
+        for (b = a; b < n && host_cmp(k[a].p, k[b].p) == 0; b++) {
+            if (k[b].pos < n0) last_old = k[b].pos;
+            else if (first_new == UINT32_MAX) first_new = k[b].pos;
+        }
+        for (uint32_t i = a; i < b; i++)
+            if (k[i].pos >= n0) {
+                k[i].anchor = last_old != UINT32_MAX ? last_old : first_new;
+                k[i].late = 1;
+            }
+    }
+    qsort(k, n, sizeof *k, anchor_cmp);
+    for (uint32_t i = 0; i < n; i++) order[i] = (mpeer *)k[i].p;
+    memcpy(g->members, order, n * sizeof *order);
+    free(k), free(order);
+}
+
+/* L if the world is host-regular: every host's ranks contiguous in rank
+ * order, every host with the same L >= 2 of them, two hosts or more; else
+ * 0 (the hierarchical all-reduce does not run). Once per epoch. */
+static uint32_t group_local_size(const mgroup *g)
+{
+    uint32_t n = g->n, L = 1;
+    while (L < n && host_cmp(g->members[L], g->members[0]) == 0) L++;
+    if (L < 2 || n % L != 0 || n / L < 2) return 0;
+    for (uint32_t i = 0; i < n; i++)
+        if (host_cmp(g->members[i], g->members[i - i % L]) != 0) return 0;
+    for (uint32_t i = L; i < n; i += L)
+        if (host_cmp(g->members[i], g->members[i - 1]) == 0) return 0;
+    /* Blocks of one host each, neighbours distinct: no host may come back
+     * further on either. Sort the blocks' first members by host. */
+    uint32_t h = n / L;
+    host_key *k = malloc(h * sizeof *k);
+    if (!k) return 0;
+    for (uint32_t b = 0; b < h; b++) k[b] = (host_key){g->members[b * L], b, 0, 0};
+    qsort(k, h, sizeof *k, host_key_cmp);
+    uint32_t ok = L;
+    for (uint32_t b = 1; b < h; b++)
+        if (host_cmp(k[b - 1].p, k[b].p) == 0) ok = 0;
+    free(k);
+    return ok;
+}
+
 static void send_ring(mgroup *g, uint32_t i)
 {
     eccl_msg msg = {.type = ECCL_MSG_RING};
@@ -302,6 +409,7 @@ static void send_ring(mgroup *g, uint32_t i)
         uint32_t child = eccl_tree_peer(i, g->n, k == 0 ? ECCL_TREE_CHILD0 : ECCL_TREE_CHILD1);
         if (child != UINT32_MAX) r->tree_child[k] = g->members[child]->id;
     }
+    r->local_size = g->local_size;
     send_to(g->members[i], &msg);
 }
 
@@ -374,6 +482,7 @@ static void finish_view(eccl_master *m, mgroup *g)
         g->n_reported = 0;
     }
     g->change_wanted = 0;
+    uint32_t n0 = g->n;
     for (mpeer *p = m->peers; p; p = p->next) {
         if (p->admitting && p->state == MP_REGISTERED && p->group == g) {
             if (group_add(g, p) == 0) set_state(m, p, MP_ACCEPTED);
@@ -381,6 +490,8 @@ static void finish_view(eccl_master *m, mgroup *g)
             m->n_admitting--;
         }
     }
+    group_by_host(g, n0);
+    g->local_size = group_local_size(g);
     g->epoch++;
     g->n_ready = 0;
     ECCL_INFO(m->env, "group %u: ring epoch %u with %u peers", g->id, g->epoch, g->n);
@@ -465,6 +576,7 @@ static void accept_alone_if_empty(eccl_master *m, const mpeer *welcomed)
     mgroup *g = first->group;
     if (group_add(g, first) != 0) return;
     set_state(m, first, MP_ACCEPTED);
+    g->local_size = group_local_size(g); /* one member: 0 */
     g->epoch++;
     g->n_ready = 0;
     ECCL_INFO(m->env, "peer %llu starts the run in group %u", (unsigned long long)first->id,

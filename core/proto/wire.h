@@ -114,6 +114,12 @@ typedef struct eccl_msg_ring {
      * it; the children connect to us. Unused for rank 0 / for leaves. */
     eccl_wire_peer_ref tree_parent;
     uint64_t tree_child[2];
+    /* Ranks per host when the world is host-regular (ranks of a host
+     * contiguous in rank order, every host the same number L >= 2 of them,
+     * two hosts or more; a host is the HOST of a peer's p2p address), 0
+     * otherwise: the hierarchical all-reduce runs only where it is >= 2
+     * (coll/hier_allreduce.h). */
+    uint32_t local_size;
 } eccl_msg_ring;
 
 typedef struct eccl_msg_epoch { /* RING_READY, TOPO_DONE, VIEW_QUERY */
@@ -280,7 +286,13 @@ enum eccl_data_phase {
     ECCL_PHASE_RECRS_HALVE = 29,  /* a half's partial */
     ECCL_PHASE_RECRS_RESULT = 30, /* the extra rank's block, to it */
     ECCL_PHASE_RECRS_DONE = 31,   /* barrier token of round `step`; len 0 */
-    ECCL_PHASE_LAST = ECCL_PHASE_RECRS_DONE
+    /* the hierarchical all-reduce (coll/hier_allreduce.h): offset = the
+     * slice's byte offset in the buffer */
+    ECCL_PHASE_HIER_RS = 32,    /* a shard of an input, to its local owner; step = distance */
+    ECCL_PHASE_HIER_INTER = 33, /* the sub-ring over hosts; step = its step (RS, then AG) */
+    ECCL_PHASE_HIER_AG = 34,    /* a final shard, to a local rank; step = distance */
+    ECCL_PHASE_HIER_DONE = 35,  /* barrier token of round `step`; len 0 */
+    ECCL_PHASE_LAST = ECCL_PHASE_HIER_DONE
 };
 
 /* ---- shared state (state/sync.h has the protocol) ----
