@@ -280,16 +280,16 @@ int eccl_worker_run(const eccl_launch *L, const eccl_worker_options *opts)
             break;
         }
         if (phantom) {
-            eccl_launch_emit(L, 0, "event=ok peer=%lld iter=%d world=%u ms=%.1f values=phantom",
-                 (long long)id, iter, info.world_size, ms);
+            eccl_launch_emit(L, 0, "event=ok peer=%lld iter=%d world=%u ms=%.1f algo=%s values=phantom",
+                 (long long)id, iter, info.world_size, ms, eccl_algorithm_name(info.algorithm));
             iter++;
             continue;
         }
         size_t wrong = 0;
         for (size_t i = 0; i < o.count; i++)
             wrong += hrecv[i] != (float)info.world_size * contribution(iter, i);
-        eccl_launch_emit(L, 0, "event=ok peer=%lld iter=%d world=%u ms=%.1f wrong=%zu hash=%016llx",
-             (long long)id, iter, info.world_size, ms, wrong,
+        eccl_launch_emit(L, 0, "event=ok peer=%lld iter=%d world=%u ms=%.1f algo=%s wrong=%zu hash=%016llx",
+             (long long)id, iter, info.world_size, ms, eccl_algorithm_name(info.algorithm), wrong,
              (unsigned long long)eccl_launch_hash_f32(hrecv, o.count));
         if (wrong) status = 1;
         iter++;

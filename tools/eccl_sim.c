@@ -267,6 +267,7 @@ struct sim {
     int oom;
     /* Every good all-reduce, begin to ok, all ranks: count, sum, minimum. */
     uint64_t ar_n, ar_sum_ns, ar_min_ns;
+    uint64_t ar_by_algo[ECCL_ALGO_COUNT]; /* successful all-reduces by algorithm (algo= of event=ok) */
     uint64_t ar_failed; /* all-reduces that returned an error (peer lost, timeout, too few) */
     /* workload = diloco */
     churn_check chk;
@@ -1843,6 +1844,12 @@ static void sim_print(void *ctx, int to_stderr, const char *line)
         r->op_ns = now - r->begin_ns;
         s->ar_n++;
         s->ar_sum_ns += r->op_ns;
+        const char *ap = strstr(line, " algo=");
+        for (uint32_t a = 0; ap && a < ECCL_ALGO_COUNT; a++) {
+            size_t len = strlen(eccl_algorithm_name(a));
+            if (strncmp(ap + 6, eccl_algorithm_name(a), len) == 0 && (ap[6 + len] == ' ' || !ap[6 + len]))
+                s->ar_by_algo[a]++;
+        }
         if (s->ar_n == 1 || r->op_ns < s->ar_min_ns) s->ar_min_ns = r->op_ns;
         if (s->slow_ns != UINT64_MAX && r->begin_ns >= s->slow_ns) {
             s->after_n++;
@@ -3550,6 +3557,11 @@ int main(int argc, char **argv)
                 buffers_name(&cfg), cfg.phantom ? "unchecked" : "checked",
                 cfg.reduce_rate_Bps, cfg.copy_rate_Bps, cfg.ranks_per_host, lo_bw, lo_lat, boot,
                 (unsigned long long)eccl_sg_world_messages(s->w));
+        /* Successful all-reduces by the algorithm that ran them (the
+         * dispatcher's picks), only those that ran. */
+        for (uint32_t a = 0; a < ECCL_ALGO_COUNT; a++)
+            if (s->ar_by_algo[a])
+                fprintf(sf, "allreduce_ok_%s\t%llu\n", eccl_algorithm_name(a), (unsigned long long)s->ar_by_algo[a]);
         /* Only with devices, so other scenarios' summaries stay as they were. */
         if (cfg.cuda)
             fprintf(sf, "device_copy_Bps\t%.17g\ndevice_copy_latency_s\t%.9f\n", cfg.dev_copy_Bps,
