@@ -313,6 +313,9 @@ typedef struct eccl_env {
     /* Added later: NULL means no setting is ever set (eccl_config_get). */
     const eccl_config_ops *config;
     void *config_ctx;
+    /* CPUs this process may run on; 0: unknown. A communicator whose host
+     * runs more than twice as many ranks does not spin (sched/engine.h). */
+    uint32_t ncpus;
 } eccl_env;
 
 /* Setting `name` of env's config into buf[len]: 1 if set, 0 if not (or

@@ -151,14 +151,20 @@ typedef enum eccl_attr {
     ECCL_ATTR_PEER_ID = 2,     /* the master's stable id for this peer */
     ECCL_ATTR_EPOCH = 3,       /* ring generation; grows on every change */
     ECCL_ATTR_P2P_POOL = 4,    /* p2p_pool_size in use (after ECCL_P2P_POOL) */
-    ECCL_ATTR_RING_LINKS = 5   /* connections of our pool to the ring's next
+    ECCL_ATTR_RING_LINKS = 5,  /* connections of our pool to the ring's next
                                   peer open right now (pools open lazily) */
+    ECCL_ATTR_HOST_RANKS = 6   /* peers of this group on our host, us
+                                  included (the host of each p2p_host):
+                                  over twice as many as CPUs, and a
+                                  blocked call sleeps at once instead of
+                                  spinning (unless ECCL_SPIN_NS is set) */
 } eccl_attr;
 
-/* RANK, WORLD_SIZE and EPOCH are those of the ring the next call runs on:
- * asked while a membership change is under way (e.g. right after a call
- * failed with ECCL_ERR_PEER_LOST), they wait for the new ring, at most
- * op_timeout_ms. */
+/* RANK, WORLD_SIZE, EPOCH and HOST_RANKS are those of the ring the next
+ * call runs on: asked while a membership change is under way (e.g. right
+ * after a call failed with ECCL_ERR_PEER_LOST), they wait for the new
+ * ring, at most op_timeout_ms. */
+
 eccl_result eccl_comm_get_attr(eccl_comm *comm, eccl_attr attr, int64_t *value);
 void eccl_comm_destroy(eccl_comm *comm);
 

@@ -133,6 +133,12 @@ static int hier_body(eccl_comm *c, int index, void *argp)
 {
     const hier_arg *a = argp;
     if (check_grouped(c, index, a)) return 1;
+    /* The master counts each peer's host-mates (ECCL_ATTR_HOST_RANKS). */
+    int64_t host_ranks = 0, want = 0;
+    for (int j = 0; j < a->n; j++) want += a->host_of[j] == a->host_of[index];
+    CL_OK(eccl_comm_get_attr(c, ECCL_ATTR_HOST_RANKS, &host_ranks));
+    CL_CHECK(host_ranks == want, "peer %d: %lld ranks on its host, want %lld", index, (long long)host_ranks,
+             (long long)want);
     /* Counts: empty, under L, one per rank, odd, and 2.8 MB (shards of
      * more than one 1 MiB slice at L = 2). */
     static const size_t counts[] = {0, 1, 3, 6, 1001, 700001};

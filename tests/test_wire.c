@@ -138,6 +138,7 @@ static void assert_msg_equal(const eccl_msg *a, const eccl_msg *b)
         assert_int_equal(a->u.ring.tree_child[0], b->u.ring.tree_child[0]);
         assert_int_equal(a->u.ring.tree_child[1], b->u.ring.tree_child[1]);
         assert_int_equal(a->u.ring.local_size, b->u.ring.local_size);
+        assert_int_equal(a->u.ring.host_ranks, b->u.ring.host_ranks);
         break;
     case ECCL_MSG_RING_READY:
     case ECCL_MSG_TOPO_DONE:
@@ -332,6 +333,7 @@ static void fill_extreme(eccl_msg *m, uint16_t type, int is_max)
         m->u.ring.tree_child[1] = v64;
         /* UINT32_MAX = 65537 x 65535: hosts of 65537 ranks. */
         m->u.ring.local_size = is_max ? 65537u : 0;
+        m->u.ring.host_ranks = is_max ? m->u.ring.world_size : 0;
         break;
     case ECCL_MSG_RING_READY:
     case ECCL_MSG_TOPO_DONE:
@@ -490,6 +492,7 @@ static void fill_random(rng *r, eccl_msg *m)
             m->u.ring.rank = below(r, m->u.ring.world_size);
             m->u.ring.local_size = L;
         }
+        m->u.ring.host_ranks = below(r, m->u.ring.world_size) + (uint32_t)(next(r) % 2);
         break;
     case ECCL_MSG_RING_READY:
     case ECCL_MSG_TOPO_DONE:
@@ -680,7 +683,7 @@ static void test_max_length(void **state)
         {ECCL_MSG_VIEW_REPORT, 8 + ECCL_WIRE_MAX_OPS * 9},
         {ECCL_MSG_WELCOME, 12},
         {ECCL_MSG_PENDING_REPLY, 4},
-        {ECCL_MSG_RING, 16 + 3 * (8 + 2 + ECCL_WIRE_MAX_ADDR) + 16 + 4},
+        {ECCL_MSG_RING, 16 + 3 * (8 + 2 + ECCL_WIRE_MAX_ADDR) + 16 + 8},
         {ECCL_MSG_TOPO_DONE, 4},
         {ECCL_MSG_VIEW_QUERY, 4},
         {ECCL_MSG_VIEW_DECIDE, 8 + ECCL_WIRE_MAX_OPS * 9},
@@ -913,7 +916,7 @@ static void test_encode_rejects(void **state)
         assert_int_equal(back->u.ring.local_size, 2);
         for (size_t i = 0; i < sizeof bad_local / sizeof *bad_local; i++) {
             uint32_t v = bad_local[i];
-            uint8_t *at = frame + good - 4; /* local_size: the last field, little-endian */
+            uint8_t *at = frame + good - 8; /* local_size: before host_ranks, little-endian */
             at[0] = (uint8_t)v, at[1] = (uint8_t)(v >> 8), at[2] = (uint8_t)(v >> 16), at[3] = (uint8_t)(v >> 24);
             assert_int_equal(eccl_wire_decode(h.type, frame + ECCL_WIRE_HEADER_SIZE, h.length, back),
                              ECCL_ERR_PROTOCOL);
@@ -921,6 +924,25 @@ static void test_encode_rejects(void **state)
         free(back);
     }
     m->u.ring.local_size = 0;
+    /* host_ranks: at most the world (0: not told); both ends refuse more. */
+    m->u.ring.host_ranks = 4;
+    good = eccl_wire_encode(m, frame, FRAME_CAP);
+    assert_int_not_equal(good, 0);
+    m->u.ring.host_ranks = 5;
+    assert_int_equal(eccl_wire_encode(m, frame, FRAME_CAP), 0);
+    m->u.ring.host_ranks = 4;
+    assert_int_equal(eccl_wire_encode(m, frame, FRAME_CAP), good);
+    {
+        eccl_wire_header h;
+        eccl_msg *back = new_msg(0);
+        assert_int_equal(eccl_wire_header_decode(frame, &h), ECCL_OK);
+        assert_int_equal(eccl_wire_decode(h.type, frame + ECCL_WIRE_HEADER_SIZE, h.length, back), ECCL_OK);
+        assert_int_equal(back->u.ring.host_ranks, 4);
+        frame[good - 4] = 5; /* host_ranks: the last field, little-endian */
+        assert_int_equal(eccl_wire_decode(h.type, frame + ECCL_WIRE_HEADER_SIZE, h.length, back), ECCL_ERR_PROTOCOL);
+        free(back);
+    }
+    m->u.ring.host_ranks = 0;
 
     /* A hello: a pool index without a pool, a pool on a tree link, an
      * index outside the pool, a pool over the bound, a purpose that
@@ -1019,6 +1041,7 @@ static size_t ring_frame(uint8_t *buf, size_t next_len)
     n += le(buf + n, 8, 8); /* tree children */
     n += le(buf + n, 9, 8);
     n += le(buf + n, 0, 4); /* local_size: not host-regular */
+    n += le(buf + n, 0, 4); /* host_ranks: not told */
     return n;
 }
 

@@ -518,6 +518,16 @@ static const eccl_config_ops real_config_ops = {
  * a fraction of a millisecond. */
 #define DEFAULT_SPIN_NS 50000u
 
+/* CPUs this process may run on (its affinity mask, as taskset or a
+ * container's cpuset limits it), else those online; 0 if neither says. */
+static uint32_t usable_cpus(void)
+{
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return (uint32_t)CPU_COUNT(&set);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (uint32_t)n : 0;
+}
+
 /* The net of a communicator: ECCL_NET=tcp|ibv, unset or "auto" = ibv when
  * this machine has an RDMA device with an active port, else tcp. */
 static eccl_result net_create(env_real *r)
@@ -589,6 +599,7 @@ eccl_result eccl_env_real_create(const char *name, int data_links, eccl_env **ou
                       lvl);
 
     r->env.spin_ns = eccl_config_uint(&r->env, "ECCL_SPIN_NS", 0, UINT64_MAX, DEFAULT_SPIN_NS);
+    r->env.ncpus = usable_cpus();
 
     if (data_links) {
         res = net_create(r);

@@ -570,12 +570,15 @@ eccl_result eccl_comm_get_attr(eccl_comm *c, eccl_attr attr, int64_t *value)
     eccl_engine_lock(&c->eng);
     /* The ring's attributes are those of the ring calls will run on: a
      * caller that just saw ECCL_ERR_PEER_LOST lays out its retry by them. */
-    if (attr == ECCL_ATTR_RANK || attr == ECCL_ATTR_WORLD_SIZE || attr == ECCL_ATTR_EPOCH) comm_wait_view(c);
+    if (attr == ECCL_ATTR_RANK || attr == ECCL_ATTR_WORLD_SIZE || attr == ECCL_ATTR_EPOCH ||
+        attr == ECCL_ATTR_HOST_RANKS)
+        comm_wait_view(c);
     switch (attr) {
     case ECCL_ATTR_RANK: *value = c->rank; break;
     case ECCL_ATTR_WORLD_SIZE: *value = c->world; break;
     case ECCL_ATTR_PEER_ID: *value = (int64_t)c->peer_id; break;
     case ECCL_ATTR_EPOCH: *value = c->epoch; break;
+    case ECCL_ATTR_HOST_RANKS: *value = c->host_ranks; break;
     case ECCL_ATTR_P2P_POOL: *value = c->pool_out; break;
     case ECCL_ATTR_RING_LINKS:
         *value = c->link_next != NULL;

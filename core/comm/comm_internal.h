@@ -253,6 +253,7 @@ struct eccl_comm {
     /* Ranks per host in a host-regular world, else 0 (eccl_msg_ring):
      * where the hierarchical all-reduce may run. */
     uint32_t local_size;
+    uint32_t host_ranks;   /* this epoch's RING: ranks on our host (0: not told) */
     eccl_wire_peer_ref next_ref, prev_ref;
     p2p_link *link_next, *link_prev;
     uint64_t next_retry_at;     /* reconnect to next after a refusal */

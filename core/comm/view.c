@@ -84,6 +84,8 @@ eccl_result comm_on_ring(eccl_comm *c, const eccl_msg_ring *m)
     c->world = m->world_size;
     c->rank = m->rank;
     c->local_size = m->local_size;
+    c->host_ranks = m->host_ranks;
+    eccl_engine_set_host_ranks(&c->eng, m->host_ranks);
     c->next_ref = m->next;
     c->prev_ref = m->prev;
     c->parent_ref = m->tree_parent;

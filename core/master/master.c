@@ -80,6 +80,7 @@ typedef struct mpeer {
     int asked_pending;      /* in the current peers-pending round */
     int admitting;          /* chosen by the current admission */
     uint32_t ready_epoch;
+    uint32_t host_ranks;    /* members sharing its host this epoch (group_host_ranks) */
     int reported;
     eccl_wire_op_flag *report;
     uint32_t n_report;
@@ -387,6 +388,25 @@ static uint32_t group_local_size(const mgroup *g)
     return ok;
 }
 
+/* Each member's count of members sharing its host (mpeer.host_ranks), once
+ * per epoch: O(n log n). Without memory every count is 0 (not told). */
+static void group_host_ranks(mgroup *g)
+{
+    uint32_t n = g->n;
+    host_key *k = n ? malloc(n * sizeof *k) : NULL;
+    if (!k) {
+        for (uint32_t i = 0; i < n; i++) g->members[i]->host_ranks = 0;
+        return;
+    }
+    for (uint32_t i = 0; i < n; i++) k[i] = (host_key){g->members[i], i, 0, 0};
+    qsort(k, n, sizeof *k, host_key_cmp);
+    for (uint32_t a = 0, b; a < n; a = b) {
+        for (b = a; b < n && host_cmp(k[a].p, k[b].p) == 0; b++) {}
+        for (uint32_t i = a; i < b; i++) g->members[k[i].pos]->host_ranks = b - a;
+    }
+    free(k);
+}
+
 static void send_ring(mgroup *g, uint32_t i)
 {
     eccl_msg msg = {.type = ECCL_MSG_RING};
@@ -410,6 +430,7 @@ static void send_ring(mgroup *g, uint32_t i)
         if (child != UINT32_MAX) r->tree_child[k] = g->members[child]->id;
     }
     r->local_size = g->local_size;
+    r->host_ranks = g->members[i]->host_ranks;
     send_to(g->members[i], &msg);
 }
 
@@ -492,6 +513,7 @@ static void finish_view(eccl_master *m, mgroup *g)
     }
     group_by_host(g, n0);
     g->local_size = group_local_size(g);
+    group_host_ranks(g);
     g->epoch++;
     g->n_ready = 0;
     ECCL_INFO(m->env, "group %u: ring epoch %u with %u peers", g->id, g->epoch, g->n);
@@ -577,6 +599,7 @@ static void accept_alone_if_empty(eccl_master *m, const mpeer *welcomed)
     if (group_add(g, first) != 0) return;
     set_state(m, first, MP_ACCEPTED);
     g->local_size = group_local_size(g); /* one member: 0 */
+    group_host_ranks(g);
     g->epoch++;
     g->n_ready = 0;
     ECCL_INFO(m->env, "peer %llu starts the run in group %u", (unsigned long long)first->id,

@@ -144,7 +144,7 @@ static uint32_t max_length(uint16_t type)
     case ECCL_MSG_VIEW_DECIDE: return 8u + ECCL_WIRE_MAX_OPS * OP_FLAG_SIZE;
     case ECCL_MSG_WELCOME: return 12;
     case ECCL_MSG_PENDING_REPLY: return 4;
-    case ECCL_MSG_RING: return 16u + 3u * PEER_REF_MAX + 16u + 4u;
+    case ECCL_MSG_RING: return 16u + 3u * PEER_REF_MAX + 16u + 8u;
     case ECCL_MSG_KICK: return 4;
     case ECCL_MSG_P2P_HELLO: return 28; /* 20 without a pool, 24 for PEER */
     case ECCL_MSG_DATA: return ECCL_WIRE_MAX_DATA;
@@ -196,7 +196,7 @@ uint32_t eccl_wire_max_length(uint16_t type)
 static int ring_ok(const eccl_msg_ring *m)
 {
     /* local_size: 0, or L >= 2 dividing the world into two hosts or more. */
-    return m->world_size != 0 && m->rank < m->world_size &&
+    return m->world_size != 0 && m->rank < m->world_size && m->host_ranks <= m->world_size &&
            (m->local_size == 0 ||
             (m->local_size >= 2 && m->world_size % m->local_size == 0 && m->world_size / m->local_size >= 2));
 }
@@ -321,6 +321,7 @@ static void put_payload(wbuf *w, const eccl_msg *m)
         put_u64(w, m->u.ring.tree_child[0]);
         put_u64(w, m->u.ring.tree_child[1]);
         put_u32(w, m->u.ring.local_size);
+        put_u32(w, m->u.ring.host_ranks);
         break;
     case ECCL_MSG_RING_READY:
     case ECCL_MSG_TOPO_DONE:
@@ -571,6 +572,7 @@ static void get_payload(rbuf *r, uint16_t type, eccl_msg *m)
         m->u.ring.tree_child[0] = get_u64(r);
         m->u.ring.tree_child[1] = get_u64(r);
         m->u.ring.local_size = get_u32(r);
+        m->u.ring.host_ranks = get_u32(r);
         if (!ring_ok(&m->u.ring))
             r->bad = 1;
         break;

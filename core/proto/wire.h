@@ -120,6 +120,10 @@ typedef struct eccl_msg_ring {
      * otherwise: the hierarchical all-reduce runs only where it is >= 2
      * (coll/hier_allreduce.h). */
     uint32_t local_size;
+    /* Members sharing this rank's host, itself included (1..world_size;
+     * 0: not told): a host with over twice as many ranks as CPUs does not spin
+     * (sched/engine.h, eccl_engine_set_host_ranks). */
+    uint32_t host_ranks;
 } eccl_msg_ring;
 
 typedef struct eccl_msg_epoch { /* RING_READY, TOPO_DONE, VIEW_QUERY */

@@ -12,7 +12,7 @@
 /* How often a parked background thread looks at the clock. */
 #define ENGINE_PARK_NS 10000000ull
 /* A driving caller polls flat out this long after the last event, then
- * polls and yields until env->spin_ns, then sleeps. */
+ * polls and yields until e->spin_ns, then sleeps. */
 #define ENGINE_PURE_SPIN_NS 10000ull
 
 eccl_result eccl_engine_init(eccl_engine *e, const eccl_env *env,
@@ -23,6 +23,7 @@ eccl_result eccl_engine_init(eccl_engine *e, const eccl_env *env,
     e->ops = ops;
     e->owner = owner;
     e->next_deadline = ECCL_NO_DEADLINE;
+    e->spin_ns = env->spin_ns;
     e->park_until_idle = eccl_config_uint(env, "ECCL_ENGINE_PARK_UNTIL_IDLE", 0, 1, 0) != 0;
     eccl_result rc = env->sync->mutex_create(env->sync_ctx, &e->mu);
     if (rc != ECCL_OK) return rc;
@@ -169,7 +170,7 @@ eccl_result eccl_engine_drive(eccl_engine *e, int (*done)(void *), void *arg,
             break;
         }
         uint64_t until = e->next_deadline < deadline_ns ? e->next_deadline : deadline_ns;
-        int spinning = e->again || now - last_event < e->env->spin_ns;
+        int spinning = e->again || now - last_event < e->spin_ns;
         if (spinning) until = 0;
         int n = engine_poll(e, until, 0);
         now = eccl_engine_now(e);
@@ -183,4 +184,12 @@ eccl_result eccl_engine_drive(eccl_engine *e, int (*done)(void *), void *arg,
         if (e->bg_idle) e->env->sync->cond_broadcast(e->env->sync_ctx, e->cv);
     }
     return rc;
+}
+
+void eccl_engine_set_host_ranks(eccl_engine *e, uint32_t host_ranks)
+{
+    char set[32];
+    int explicit_spin = eccl_config_get(e->env, "ECCL_SPIN_NS", set, sizeof set);
+    int oversubscribed = e->env->ncpus && host_ranks > 2ull * e->env->ncpus;
+    e->spin_ns = oversubscribed && !explicit_spin ? 0 : e->env->spin_ns;
 }
