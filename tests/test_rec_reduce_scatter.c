@@ -896,7 +896,7 @@ static eccl_result sim_run(sim *s)
                         print_message("rank %d: step %u of %u, full %d, tokens sent %llx received %llx, "
                                       "inflight %u\n",
                                       r, s->a[r].cur, s->a[r].nsteps, s->a[r].have_full,
-                                      (unsigned long long)s->a[r].tok_sent, (unsigned long long)s->a[r].tok_recv,
+                                      (unsigned long long)s->a[r].bar.sent, (unsigned long long)s->a[r].bar.recv,
                                       s->a[r].inflight);
                     fail_msg("%s: stuck: nothing queued, no link asked for, not every rank complete",
                              case_str(&s->c));
@@ -1095,7 +1095,7 @@ static void test_schedule(void **state)
     assert_int_equal(eccl_rec_rs_scratch_bytes(&call), 0);
     eccl_rec_rs_init_ex(&a, &call, NULL, backup, 4);
     assert_int_equal(a.nsteps, 2);
-    assert_int_equal(a.rounds, 3);
+    assert_int_equal(a.bar.rounds, 3);
     eccl_rec_rs_step(&a, 0, &st);
     assert_true(st.kind == ECCL_RECRS_FOLD_SEND && st.peer == 1 && st.tx_len[0] == 12 && st.tx_len[1] == 0);
     eccl_rec_rs_step(&a, 1, &st);

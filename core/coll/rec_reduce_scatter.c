@@ -277,7 +277,7 @@ void eccl_rec_rs_init_ex(eccl_rec_rs *a, const eccl_coll_call *call, uint8_t *sc
     a->extra = call->rank >= a->p;
     a->folder = call->rank < a->rem;
     a->nsteps = a->extra ? 2 : a->levels + (a->folder ? 2 : 0);
-    a->rounds = call->nranks > 2 ? ceil_log2(call->nranks) : 0;
+    eccl_dissem_init(&a->bar, call->rank, call->nranks);
 }
 
 void eccl_rec_rs_init(eccl_rec_rs *a, const eccl_coll_call *call, uint8_t *scratch, uint8_t *backup)
@@ -355,53 +355,9 @@ static const uint8_t *tx_base(const eccl_rec_rs *a, const eccl_recrs_step *st)
     }
 }
 
-/* ---- the completion barrier (as rec_allreduce.c's) ------------------------------ */
-
-/* Rounds of the barrier: send to rank + 2^k, hear from rank - 2^k. */
-static uint32_t tok_dst(const eccl_rec_rs *a, uint32_t k)
-{
-    return (uint32_t)(((uint64_t)a->call.rank + ((uint64_t)1 << k)) % a->call.nranks);
-}
-
-static uint32_t tok_src(const eccl_rec_rs *a, uint32_t k)
-{
-    uint64_t n = a->call.nranks;
-    return (uint32_t)(((uint64_t)a->call.rank + n - ((uint64_t)1 << k) % n) % n);
-}
-
-/* The barrier round whose token `rank` still owes us, or a->rounds. */
-static uint32_t owed_round(const eccl_rec_rs *a, uint32_t rank)
-{
-    for (uint32_t k = 0; k < a->rounds; k++)
-        if (tok_src(a, k) == rank && !(a->tok_recv >> k & 1u)) return k;
-    return a->rounds;
-}
-
-static int all_rounds(const eccl_rec_rs *a, uint64_t mask)
-{
-    return mask == (a->rounds ? (((uint64_t)1 << (a->rounds - 1)) << 1) - 1 : 0);
-}
-
 static eccl_chan *peer(const eccl_coll_links *links, uint32_t rank)
 {
     return links->peer ? links->peer(links->ctx, rank) : NULL;
-}
-
-/* Sends the tokens that may leave: round k once round k-1's came in. */
-static eccl_result barrier_pump(eccl_rec_rs *a, const eccl_coll_links *links)
-{
-    for (uint32_t k = 0; k < a->rounds; k++) {
-        if (a->tok_sent >> k & 1u) continue;
-        if (k > 0 && !(a->tok_recv >> (k - 1) & 1u)) break;
-        eccl_chan *ch = peer(links, tok_dst(a, k));
-        if (!ch) break;
-        eccl_wire_data t = {.tag = a->call.tag, .epoch = a->call.epoch, .phase = ECCL_PHASE_RECRS_DONE,
-                            .step = (uint16_t)k};
-        eccl_result rc = eccl_chan_send_data(ch, &t, NULL, &a->inflight);
-        if (rc != ECCL_OK) return rc;
-        a->tok_sent |= (uint64_t)1 << k;
-    }
-    return ECCL_OK;
 }
 
 /* ---- the algorithm face ------------------------------------------------------------ */
@@ -415,10 +371,7 @@ static void touch_links(const eccl_rec_rs *a, const eccl_coll_links *links)
         eccl_rec_rs_step(a, s, &st);
         if (a->rx_got[s] < n_rx(a, &st) || a->tx_i[s] < n_tx(a, &st)) (void)peer(links, st.peer);
     }
-    for (uint32_t k = 0; k < a->rounds; k++) {
-        if (!(a->tok_recv >> k & 1u)) (void)peer(links, tok_src(a, k));
-        if (!(a->tok_sent >> k & 1u)) (void)peer(links, tok_dst(a, k));
-    }
+    eccl_dissem_touch(&a->bar, links);
 }
 
 static eccl_result rs_pump(void *op, const eccl_coll_links *links)
@@ -445,7 +398,7 @@ static eccl_result rs_pump(void *op, const eccl_coll_links *links)
         if (a->cur == before) break; /* waiting for a link, the queue or the partner */
     }
     if (!a->have_full || a->cur < a->nsteps) return ECCL_OK;
-    return barrier_pump(a, links);
+    return eccl_dissem_pump(&a->bar, links, a->call.tag, a->call.epoch, ECCL_PHASE_RECRS_DONE, &a->inflight);
 }
 
 /* The first step from `cur` on whose data `rank` still owes us, or
@@ -485,17 +438,14 @@ static eccl_result rs_recv(void *op, int role, const eccl_wire_data *d, void **d
         }
         return ECCL_OK;
     }
-    uint32_t k = owed_round(a, from);
-    if (k == a->rounds || d->phase != ECCL_PHASE_RECRS_DONE || d->step != k || d->offset != 0 || d->len != 0)
-        return ECCL_ERR_PROTOCOL;
-    return ECCL_OK;
+    return eccl_dissem_check(&a->bar, from, ECCL_PHASE_RECRS_DONE, d);
 }
 
 static eccl_result rs_recv_done(void *op, int role, const eccl_wire_data *d)
 {
     eccl_rec_rs *a = op;
     if (d->phase == ECCL_PHASE_RECRS_DONE) {
-        a->tok_recv |= (uint64_t)1 << d->step;
+        eccl_dissem_got(&a->bar, d);
         return ECCL_OK;
     }
     eccl_recrs_step st;
@@ -510,8 +460,7 @@ static eccl_result rs_recv_done(void *op, int role, const eccl_wire_data *d)
 static int rs_complete(void *op)
 {
     const eccl_rec_rs *a = op;
-    return a->have_full && a->cur == a->nsteps && a->inflight == 0 && all_rounds(a, a->tok_sent) &&
-           all_rounds(a, a->tok_recv);
+    return a->have_full && a->cur == a->nsteps && a->inflight == 0 && eccl_dissem_done(&a->bar);
 }
 
 static int rs_expects(const void *op, int role)
@@ -520,7 +469,7 @@ static int rs_expects(const void *op, int role)
     if (!ECCL_ROLE_IS_PEER(role)) return 0;
     uint32_t from = ECCL_ROLE_PEER_RANK(role);
     eccl_recrs_step st;
-    return owed_step(a, from, &st) < a->nsteps || owed_round(a, from) < a->rounds;
+    return owed_step(a, from, &st) < a->nsteps || eccl_dissem_owed(&a->bar, from) < a->bar.rounds;
 }
 
 static int rs_have_full(const void *op) { return ((const eccl_rec_rs *)op)->have_full; }

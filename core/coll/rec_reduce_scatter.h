@@ -58,14 +58,12 @@
  * a step sent is never written again (the next step's partial goes to a
  * fresh region): nothing on the wire changes under the socket.
  *
- * Completion: the dissemination barrier of rec_allreduce.h, with its own
- * phase: once a rank's output is final (have_full) and all its steps are
+ * Completion: the dissemination barrier of coll/dissem.h, with its own
+ * phase (RECRS_DONE): once a rank's output is final (have_full) and all its steps are
  * done, round k = 0..ceil(log2 N)-1 sends an empty token to rank + 2^k and
  * waits for rank - 2^k's (mod N), round k > 0 leaving only after round
  * k-1's arrived; two ranks skip it. complete() also waits for every frame
- * of ours to be written. (The barrier is kept in this file for now; the
- * rec_allreduce's is being moved to coll/dissem.h on another branch, and
- * this one can move there with it.)
+ * of ours to be written.
  *
  * Frames from one rank come in the order it sends them, so a rank always
  * knows the next frame each partner owes it: data of its steps with that
@@ -91,6 +89,7 @@
 
 #include "coll/algo.h"
 #include "coll/call.h"
+#include "coll/dissem.h"
 #include "env.h"
 #include "proto/chan.h"
 
@@ -129,8 +128,7 @@ typedef struct eccl_rec_rs {
     uint32_t p, levels, rem; /* largest power of two <= N, its log2, N - p */
     int extra, folder;   /* a rank >= p; a rank < N - p (it has an extra) */
     uint32_t nsteps, cur; /* steps, and the first one not complete */
-    uint32_t rounds;     /* barrier rounds: ceil(log2 N), 0 at N == 2 */
-    uint64_t tok_sent, tok_recv; /* barrier rounds' tokens, by bit */
+    eccl_dissem bar;     /* the completion barrier */
     uint8_t *scratch;    /* see eccl_rec_rs_scratch_bytes */
     uint8_t *backup;     /* recvbuf as it was */
     int saved;           /* recvbuf is in backup */
