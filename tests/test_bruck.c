@@ -739,9 +739,9 @@ static void test_dispatch_rule(void **state)
         uint64_t bytes;
         eccl_algorithm want;
     } picks[] = {
-        {2, 8, ECCL_ALGO_RING},        {3, 8, ECCL_ALGO_RING},        {4, 2048, ECCL_ALGO_RING},
-        {5, 32768, ECCL_ALGO_RING},    {6, 0, ECCL_ALGO_BRUCK},       {6, 8, ECCL_ALGO_BRUCK},
-        {6, 524288, ECCL_ALGO_BRUCK},  {6, 524289, ECCL_ALGO_RING},   {8, 32768, ECCL_ALGO_BRUCK},
+        {2, 8, ECCL_ALGO_RING},        {3, 8, ECCL_ALGO_BRUCK},       {4, 2048, ECCL_ALGO_BRUCK},
+        {5, 32768, ECCL_ALGO_BRUCK},   {6, 0, ECCL_ALGO_BRUCK},       {6, 8, ECCL_ALGO_BRUCK},
+        {6, 262144, ECCL_ALGO_BRUCK},  {6, 262145, ECCL_ALGO_RING},   {8, 32768, ECCL_ALGO_BRUCK},
         {8, 4194304, ECCL_ALGO_RING},  {100000, 8, ECCL_ALGO_BRUCK},
     };
     for (size_t i = 0; i < sizeof picks / sizeof *picks; i++)

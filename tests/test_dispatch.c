@@ -64,11 +64,12 @@ static void test_builtin_default(void **state)
     assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 4, 64, ring_tree), ECCL_ALGO_TREE);
     assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 4, 1 << 20, ring_tree), ECCL_ALGO_RING);
     assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 4, 64, BIT(ECCL_ALGO_RING)), ECCL_ALGO_RING);
-    /* Bruck's all-gather from six ranks on, up to 512 KiB of output. */
+    /* Bruck's all-gather from three ranks on, up to 256 KiB of output. */
     uint32_t ring_bruck = BIT(ECCL_ALGO_RING) | BIT(ECCL_ALGO_BRUCK);
-    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLGATHER, 6, 524288, ring_bruck), ECCL_ALGO_BRUCK);
-    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLGATHER, 6, 524289, ring_bruck), ECCL_ALGO_RING);
-    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLGATHER, 4, 64, ring_bruck), ECCL_ALGO_RING);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLGATHER, 6, 262144, ring_bruck), ECCL_ALGO_BRUCK);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLGATHER, 6, 262145, ring_bruck), ECCL_ALGO_RING);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLGATHER, 4, 64, ring_bruck), ECCL_ALGO_BRUCK);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLGATHER, 2, 64, ring_bruck), ECCL_ALGO_RING);
     /* No rule: the first candidate. */
     assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_BROADCAST, 4, 64, BIT(ECCL_ALGO_CHAIN) | BIT(ECCL_ALGO_BINOMIAL)),
                      ECCL_ALGO_CHAIN);
@@ -77,7 +78,7 @@ static void test_builtin_default(void **state)
 }
 
 /* Reduce-scatter's built-in rule: recursive halving for inputs up to
- * 32 KiB from six ranks on, the ring otherwise; where halving cannot run
+ * 256 KiB from three ranks on, the ring otherwise; where halving cannot run
  * (a quantised call), the ring; ECCL_ALGO forces halving at any size and
  * N, and a tuned rule comes first. */
 static void test_builtin_reduce_scatter(void **state)
@@ -93,9 +94,9 @@ static void test_builtin_reduce_scatter(void **state)
         uint64_t bytes;
         eccl_algorithm want;
     } picks[] = {
-        {2, 8, ECCL_ALGO_RING},           {3, 8, ECCL_ALGO_RING},           {4, 64, ECCL_ALGO_RING},
-        {5, 32768, ECCL_ALGO_RING},       {6, 0, ECCL_ALGO_RECURSIVE},      {6, 8, ECCL_ALGO_RECURSIVE},
-        {6, 32768, ECCL_ALGO_RECURSIVE},  {6, 32769, ECCL_ALGO_RING},       {8, 64, ECCL_ALGO_RECURSIVE},
+        {2, 8, ECCL_ALGO_RING},           {3, 8, ECCL_ALGO_RECURSIVE},      {4, 64, ECCL_ALGO_RECURSIVE},
+        {5, 262144, ECCL_ALGO_RECURSIVE}, {6, 0, ECCL_ALGO_RECURSIVE},      {6, 8, ECCL_ALGO_RECURSIVE},
+        {6, 262144, ECCL_ALGO_RECURSIVE}, {6, 262145, ECCL_ALGO_RING},      {8, 64, ECCL_ALGO_RECURSIVE},
         {8, 1 << 20, ECCL_ALGO_RING},     {4096, 4096, ECCL_ALGO_RECURSIVE}, {4294967295u, 1, ECCL_ALGO_RECURSIVE},
     };
     for (size_t i = 0; i < sizeof picks / sizeof *picks; i++)
@@ -213,8 +214,10 @@ static void test_malformed_lines_skipped(void **state)
     /* Good lines around a bad one still count. */
     eccl_env e = env_with(NULL, NULL);
     assert_int_equal(eccl_dispatch_init(&d, &e), ECCL_OK);
-    assert_int_equal(eccl_dispatch_add_rules(&d, &e, "reduce 2-8 64 binomial\nreduce 2-8 x chain\nreduce 2-8 128 chain\n"), 1);
-    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_REDUCE, 4, 100, ALL), ECCL_ALGO_CHAIN);
+    /* (All-to-all: no built-in rule comes before these appended ones.) */
+    assert_int_equal(eccl_dispatch_add_rules(&d, &e, "alltoall 2-8 64 binomial\nalltoall 2-8 x chain\nalltoall 2-8 128 chain\n"), 1);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLTOALL, 4, 100, ALL), ECCL_ALGO_CHAIN);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLTOALL, 4, 64, ALL), ECCL_ALGO_BINOMIAL);
     eccl_dispatch_free(&d);
 }
 

@@ -86,6 +86,18 @@
  * hops; from 128 KiB both move the same bytes and the ring keeps its
  * pipelined directions.
  *
+ * Retuned on the idle box (session 3; the measurements above ran beside
+ * other agents' builds, load 5-13, which punishes algorithms whose every
+ * rank is busy at once): three eccl-tune sweeps (--np 2,4,8 -b 8 -e 4M
+ * -f 8 -n 20 -w 3 --repeat 3, docs/performance.md) agreed that from three
+ * ranks on recursive halving beats the ring for reduce-scatters up to
+ * 256 KiB of input, Bruck's rounds the ring for all-gathers up to 256 KiB
+ * of output (one sweep of three mixed at N = 4), and the binomial tree the
+ * chain for reduces of every size up to 256 KiB; so those rules start at
+ * three ranks and the reduce's chain rule for small calls is gone. Small
+ * broadcasts and all-reduces were mixed across the sweeps and keep their
+ * rules.
+ *
  * The hierarchical all-reduce (coll/hier_allreduce.h) is a candidate only
  * where the master found the world host-regular (eccl_coll_call.local_size:
  * L >= 2 ranks on each of H >= 2 hosts, so N >= 4), so its rule needs no
@@ -107,10 +119,9 @@ static const char ECCL_DISPATCH_DEFAULT[] = "allreduce 3-4 65536 recursive\n"
                                             "broadcast 2-2 524288 binomial\n"
                                             "broadcast 3-4294967295 131072 chain\n"
                                             "broadcast 3-4294967295 4194304 binomial\n"
-                                            "reduce 3-4294967295 131072 chain\n"
                                             "reduce 3-4294967295 2097152 binomial\n"
-                                            "allgather 6-4294967295 524288 bruck\n"
-                                            "reduce_scatter 6-4294967295 32768 recursive\n";
+                                            "allgather 3-4294967295 262144 bruck\n"
+                                            "reduce_scatter 3-4294967295 262144 recursive\n";
 
 static const char *const algo_names[ECCL_ALGO_COUNT] = {"ring", "tree", "chain", "recursive",
                                                          "binomial", "pairwise", "direct", "bruck", "hier"};
