@@ -65,6 +65,29 @@ typedef struct eccl_coll_links {
     void *ctx;
 } eccl_coll_links;
 
+/* The link to rank r (NULL while it is not open yet: asking starts
+ * opening it), for algorithms over peer links. */
+static inline eccl_chan *eccl_coll_peer(const eccl_coll_links *links, uint32_t rank)
+{
+    return links->peer ? links->peer(links->ctx, rank) : NULL;
+}
+
+/* The peer-link algorithms' geometry: ceil(log2 n) (0 for n <= 1), and the
+ * largest power of two <= n (n >= 1). */
+static inline uint32_t eccl_ceil_log2(uint32_t n)
+{
+    uint32_t r = 0;
+    while (((uint64_t)1 << r) < n) r++;
+    return r;
+}
+
+static inline uint32_t eccl_floor_pow2(uint32_t n)
+{
+    uint32_t p = 1;
+    while (p <= n / 2) p *= 2;
+    return p;
+}
+
 typedef struct eccl_coll_algo {
     eccl_algorithm id;   /* reported in eccl_reduce_info.algorithm */
     /* Roles whose links the op runs over (tree links open lazily, when an

@@ -118,7 +118,7 @@ void eccl_bruck_init_ex(eccl_bruck *b, const eccl_coll_call *call, uint8_t *back
     b->esize = eccl_dtype_size(call->dtype);
     b->slice = slice_bytes / b->esize * b->esize;
     if (b->slice == 0) b->slice = b->esize;
-    while (((uint64_t)1 << b->rounds) < call->nranks) b->rounds++;
+    b->rounds = eccl_ceil_log2(call->nranks);
     for (uint32_t k = 0; k < b->rounds; k++) {
         size_t off, len;
         b->n_tx[k] = frames(b, call->rank, k, UINT32_MAX, &off, &len);
@@ -142,18 +142,14 @@ void eccl_bruck_init(eccl_bruck *b, const eccl_coll_call *call, uint8_t *backup)
 
 /* ---- progress ---------------------------------------------------------------------- */
 
-static eccl_chan *peer(const eccl_coll_links *links, uint32_t rank)
-{
-    return links->peer ? links->peer(links->ctx, rank) : NULL;
-}
 
 /* Asks for the link of every rank we still send to or hear from: the
  * lower rank of a pair opens it, even one that only listens. */
 static void touch_links(const eccl_bruck *b, const eccl_coll_links *links)
 {
     for (uint32_t k = 0; k < b->rounds; k++) {
-        if (b->tx_i[k] < b->n_tx[k]) (void)peer(links, tx_peer(b, k));
-        if (b->rx_got[k] < b->n_rx[k]) (void)peer(links, rx_peer(b, k));
+        if (b->tx_i[k] < b->n_tx[k]) (void)eccl_coll_peer(links, tx_peer(b, k));
+        if (b->rx_got[k] < b->n_rx[k]) (void)eccl_coll_peer(links, rx_peer(b, k));
     }
     eccl_dissem_touch(&b->bar, links);
 }
@@ -172,7 +168,7 @@ static eccl_result bruck_pump(void *op, const eccl_coll_links *links)
     /* Round k forwards what rounds 0..k-1 brought; each round has its own
      * partner, so a round whose link is not open holds back no other. */
     for (uint32_t k = 0; k < b->rounds && k <= b->rx_rounds; k++) {
-        eccl_chan *ch = b->tx_i[k] < b->n_tx[k] ? peer(links, tx_peer(b, k)) : NULL;
+        eccl_chan *ch = b->tx_i[k] < b->n_tx[k] ? eccl_coll_peer(links, tx_peer(b, k)) : NULL;
         while (ch && b->tx_i[k] < b->n_tx[k] && ch->queued_bytes < ECCL_RING_MAX_QUEUED) {
             size_t off, len;
             (void)frames(b, b->call.rank, k, b->tx_i[k], &off, &len);

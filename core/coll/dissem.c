@@ -1,17 +1,11 @@
 #include "coll/dissem.h"
 
-static uint32_t ceil_log2(uint32_t n)
-{
-    uint32_t r = 0;
-    while (((uint64_t)1 << r) < n) r++;
-    return r;
-}
 
 void eccl_dissem_init(eccl_dissem *b, uint32_t rank, uint32_t nranks)
 {
     b->rank = rank;
     b->nranks = nranks;
-    b->rounds = nranks > 2 ? ceil_log2(nranks) : 0;
+    b->rounds = nranks > 2 ? eccl_ceil_log2(nranks) : 0;
     b->sent = b->recv = 0;
 }
 
@@ -26,16 +20,12 @@ uint32_t eccl_dissem_src(const eccl_dissem *b, uint32_t k)
     return (uint32_t)(((uint64_t)b->rank + n - ((uint64_t)1 << k) % n) % n);
 }
 
-static eccl_chan *peer(const eccl_coll_links *links, uint32_t rank)
-{
-    return links->peer ? links->peer(links->ctx, rank) : NULL;
-}
 
 void eccl_dissem_touch(const eccl_dissem *b, const eccl_coll_links *links)
 {
     for (uint32_t k = 0; k < b->rounds; k++) {
-        if (!(b->recv >> k & 1u)) (void)peer(links, eccl_dissem_src(b, k));
-        if (!(b->sent >> k & 1u)) (void)peer(links, eccl_dissem_dst(b, k));
+        if (!(b->recv >> k & 1u)) (void)eccl_coll_peer(links, eccl_dissem_src(b, k));
+        if (!(b->sent >> k & 1u)) (void)eccl_coll_peer(links, eccl_dissem_dst(b, k));
     }
 }
 
@@ -45,7 +35,7 @@ eccl_result eccl_dissem_pump(eccl_dissem *b, const eccl_coll_links *links, uint6
     for (uint32_t k = 0; k < b->rounds; k++) {
         if (b->sent >> k & 1u) continue;
         if (k > 0 && !(b->recv >> (k - 1) & 1u)) break;
-        eccl_chan *ch = peer(links, eccl_dissem_dst(b, k));
+        eccl_chan *ch = eccl_coll_peer(links, eccl_dissem_dst(b, k));
         if (!ch) break;
         eccl_wire_data t = {.tag = tag, .epoch = epoch, .phase = phase, .step = (uint16_t)k};
         eccl_result rc = eccl_chan_send_data(ch, &t, NULL, inflight);

@@ -274,10 +274,6 @@ static const uint8_t *tx_src(const eccl_hier_allreduce *a, const eccl_hier_step 
     }
 }
 
-static eccl_chan *peer(const eccl_coll_links *links, uint32_t rank)
-{
-    return links->peer ? links->peer(links->ctx, rank) : NULL;
-}
 
 /* Asks for the link of every rank we still send to or hear from: the
  * lower rank of a pair opens it, even one that only listens. */
@@ -286,8 +282,8 @@ static void touch_links(const eccl_hier_allreduce *a, const eccl_coll_links *lin
     for (uint32_t s = a->cur; s < a->nsteps; s++) {
         eccl_hier_step st;
         eccl_hier_allreduce_step(a, s, &st);
-        if (a->tx_i[s] < n_tx(a, &st)) (void)peer(links, st.tx_peer);
-        if (a->rx_got[s] < n_rx(a, &st)) (void)peer(links, st.rx_peer);
+        if (a->tx_i[s] < n_tx(a, &st)) (void)eccl_coll_peer(links, st.tx_peer);
+        if (a->rx_got[s] < n_rx(a, &st)) (void)eccl_coll_peer(links, st.rx_peer);
     }
     eccl_dissem_touch(&a->bar, links);
 }
@@ -303,7 +299,7 @@ static eccl_result hier_pump(void *op, const eccl_coll_links *links)
             eccl_hier_step st;
             eccl_hier_allreduce_step(a, s, &st);
             uint32_t want = tx_ready(a, s, &st);
-            eccl_chan *ch = a->tx_i[s] < want ? peer(links, st.tx_peer) : NULL;
+            eccl_chan *ch = a->tx_i[s] < want ? eccl_coll_peer(links, st.tx_peer) : NULL;
             while (ch && a->tx_i[s] < want && ch->queued_bytes < ECCL_RING_MAX_QUEUED) {
                 size_t len, off = slice_at(a, st.tx_at, st.tx_n, a->tx_i[s], &len);
                 eccl_wire_data w = {.tag = a->call.tag, .epoch = a->call.epoch, .phase = st.phase,

@@ -7,19 +7,7 @@
 
 /* ---- geometry --------------------------------------------------------------- */
 
-static uint32_t floor_pow2(uint32_t n)
-{
-    uint32_t p = 1;
-    while (p <= n / 2) p *= 2;
-    return p;
-}
 
-static uint32_t ceil_log2(uint32_t n)
-{
-    uint32_t r = 0;
-    while (((uint64_t)1 << r) < n) r++;
-    return r;
-}
 
 /* Elements [lo, hi) that core rank v holds after j halving steps: step k
  * cuts the range at its middle element and v keeps the upper half iff bit
@@ -38,7 +26,7 @@ static void level_range(size_t count, uint32_t v, uint32_t j, size_t *lo, size_t
 
 int eccl_rec_allreduce_halving(const eccl_coll_call *c)
 {
-    uint32_t p = floor_pow2(c->nranks), L = ceil_log2(p);
+    uint32_t p = eccl_floor_pow2(c->nranks), L = eccl_ceil_log2(p);
     double bytes = (double)c->count * (double)eccl_dtype_size(c->dtype);
     /* Bytes a rank sends and reduces less: 2 log2 p buffers against
      * 3 (p-1)/p of one (exact in doubles for any real size: 3/p is). */
@@ -173,7 +161,7 @@ static size_t halve_rx_at(const eccl_coll_call *c, uint32_t k)
 
 size_t eccl_rec_allreduce_scratch_bytes(const eccl_coll_call *c, int halving)
 {
-    uint32_t p = floor_pow2(c->nranks), L = ceil_log2(p);
+    uint32_t p = eccl_floor_pow2(c->nranks), L = eccl_ceil_log2(p);
     size_t bytes = c->count * eccl_dtype_size(c->dtype);
     int folder = c->rank < c->nranks - p, in_place = c->sendbuf == c->recvbuf;
     if (c->rank >= p) return 0;
@@ -256,8 +244,8 @@ void eccl_rec_allreduce_init_ex(eccl_rec_allreduce *a, const eccl_coll_call *cal
     a->slice = slice_bytes / a->esize * a->esize;
     if (a->slice == 0) a->slice = a->esize;
     a->halving = halving;
-    a->p = floor_pow2(call->nranks);
-    a->levels = ceil_log2(a->p);
+    a->p = eccl_floor_pow2(call->nranks);
+    a->levels = eccl_ceil_log2(a->p);
     a->extra = call->rank >= a->p;
     a->folder = call->rank < call->nranks - a->p;
     a->nsteps = a->extra ? 2 : (halving ? 2 * a->levels : a->levels) + (a->folder ? 2 : 0);
@@ -383,10 +371,6 @@ static const uint8_t *tx_src(const eccl_rec_allreduce *a, const eccl_rec_step *s
     }
 }
 
-static eccl_chan *peer(const eccl_coll_links *links, uint32_t rank)
-{
-    return links->peer ? links->peer(links->ctx, rank) : NULL;
-}
 
 /* Asks for the link of every rank we still send to or hear from: the
  * lower rank of a pair opens it, even one that only listens. */
@@ -395,7 +379,7 @@ static void touch_links(const eccl_rec_allreduce *a, const eccl_coll_links *link
     for (uint32_t s = a->cur; s < a->nsteps; s++) {
         eccl_rec_step st;
         eccl_rec_allreduce_step(a, s, &st);
-        if (a->rx_got[s] < n_rx(a, &st) || a->tx_i[s] < n_tx(a, &st)) (void)peer(links, st.peer);
+        if (a->rx_got[s] < n_rx(a, &st) || a->tx_i[s] < n_tx(a, &st)) (void)eccl_coll_peer(links, st.peer);
     }
     eccl_dissem_touch(&a->bar, links);
 }
@@ -409,7 +393,7 @@ static eccl_result rec_pump(void *op, const eccl_coll_links *links)
         eccl_rec_step st;
         eccl_rec_allreduce_step(a, a->cur, &st);
         uint32_t want = n_tx(a, &st), before = a->cur;
-        eccl_chan *ch = a->tx_i[a->cur] < want ? peer(links, st.peer) : NULL;
+        eccl_chan *ch = a->tx_i[a->cur] < want ? eccl_coll_peer(links, st.peer) : NULL;
         while (ch && a->tx_i[a->cur] < want && ch->queued_bytes < ECCL_RING_MAX_QUEUED) {
             size_t len, off = slice_at(a, st.tx_at, st.tx_n, a->tx_i[a->cur], &len);
             eccl_wire_data w = {.tag = a->call.tag, .epoch = a->call.epoch, .phase = st.phase,

@@ -7,19 +7,7 @@
 
 /* ---- geometry --------------------------------------------------------------- */
 
-static uint32_t floor_pow2(uint32_t n)
-{
-    uint32_t p = 1;
-    while (p <= n / 2) p *= 2;
-    return p;
-}
 
-static uint32_t ceil_log2(uint32_t n)
-{
-    uint32_t r = 0;
-    while (((uint64_t)1 << r) < n) r++;
-    return r;
-}
 
 static size_t total_of(const eccl_coll_call *c)
 {
@@ -205,9 +193,9 @@ static size_t rx_at(const eccl_coll_call *c, uint32_t p, uint32_t k)
 
 size_t eccl_rec_rs_scratch_bytes(const eccl_coll_call *c)
 {
-    uint32_t p = floor_pow2(c->nranks);
+    uint32_t p = eccl_floor_pow2(c->nranks);
     if (c->rank >= p) return 0;
-    return rx_at(c, p, ceil_log2(p));
+    return rx_at(c, p, eccl_ceil_log2(p));
 }
 
 size_t eccl_rec_rs_output_bytes(const eccl_coll_call *c)
@@ -271,8 +259,8 @@ void eccl_rec_rs_init_ex(eccl_rec_rs *a, const eccl_coll_call *call, uint8_t *sc
     a->total = total_of(call);
     a->slice = slice_bytes / a->esize * a->esize;
     if (a->slice == 0) a->slice = a->esize;
-    a->p = floor_pow2(call->nranks);
-    a->levels = ceil_log2(a->p);
+    a->p = eccl_floor_pow2(call->nranks);
+    a->levels = eccl_ceil_log2(a->p);
     a->rem = call->nranks - a->p;
     a->extra = call->rank >= a->p;
     a->folder = call->rank < a->rem;
@@ -355,10 +343,6 @@ static const uint8_t *tx_base(const eccl_rec_rs *a, const eccl_recrs_step *st)
     }
 }
 
-static eccl_chan *peer(const eccl_coll_links *links, uint32_t rank)
-{
-    return links->peer ? links->peer(links->ctx, rank) : NULL;
-}
 
 /* ---- the algorithm face ------------------------------------------------------------ */
 
@@ -369,7 +353,7 @@ static void touch_links(const eccl_rec_rs *a, const eccl_coll_links *links)
     for (uint32_t s = a->cur; s < a->nsteps; s++) {
         eccl_recrs_step st;
         eccl_rec_rs_step(a, s, &st);
-        if (a->rx_got[s] < n_rx(a, &st) || a->tx_i[s] < n_tx(a, &st)) (void)peer(links, st.peer);
+        if (a->rx_got[s] < n_rx(a, &st) || a->tx_i[s] < n_tx(a, &st)) (void)eccl_coll_peer(links, st.peer);
     }
     eccl_dissem_touch(&a->bar, links);
 }
@@ -383,7 +367,7 @@ static eccl_result rs_pump(void *op, const eccl_coll_links *links)
         eccl_recrs_step st;
         eccl_rec_rs_step(a, a->cur, &st);
         uint32_t want = n_tx(a, &st), before = a->cur;
-        eccl_chan *ch = a->tx_i[a->cur] < want ? peer(links, st.peer) : NULL;
+        eccl_chan *ch = a->tx_i[a->cur] < want ? eccl_coll_peer(links, st.peer) : NULL;
         while (ch && a->tx_i[a->cur] < want && ch->queued_bytes < ECCL_RING_MAX_QUEUED) {
             int pc;
             size_t start, len, off = slice_of(a, st.tx_len, a->tx_i[a->cur], &pc, &start, &len);
