@@ -362,32 +362,6 @@ static void group_by_host(mgroup *g, uint32_t n0)
     free(k), free(order);
 }
 
-/* L if the world is host-regular: every host's ranks contiguous in rank
- * order, every host with the same L >= 2 of them, two hosts or more; else
- * 0 (the hierarchical all-reduce does not run). Once per epoch. */
-static uint32_t group_local_size(const mgroup *g)
-{
-    uint32_t n = g->n, L = 1;
-    while (L < n && host_cmp(g->members[L], g->members[0]) == 0) L++;
-    if (L < 2 || n % L != 0 || n / L < 2) return 0;
-    for (uint32_t i = 0; i < n; i++)
-        if (host_cmp(g->members[i], g->members[i - i % L]) != 0) return 0;
-    for (uint32_t i = L; i < n; i += L)
-        if (host_cmp(g->members[i], g->members[i - 1]) == 0) return 0;
-    /* Blocks of one host each, neighbours distinct: no host may come back
-     * further on either. Sort the blocks' first members by host. */
-    uint32_t h = n / L;
-    host_key *k = malloc(h * sizeof *k);
-    if (!k) return 0;
-    for (uint32_t b = 0; b < h; b++) k[b] = (host_key){g->members[b * L], b, 0, 0};
-    qsort(k, h, sizeof *k, host_key_cmp);
-    uint32_t ok = L;
-    for (uint32_t b = 1; b < h; b++)
-        if (host_cmp(k[b - 1].p, k[b].p) == 0) ok = 0;
-    free(k);
-    return ok;
-}
-
 /* Each member's count of members sharing its host (mpeer.host_ranks), once
  * per epoch: O(n log n). Without memory every count is 0 (not told). */
 static void group_host_ranks(mgroup *g)
@@ -405,6 +379,21 @@ static void group_host_ranks(mgroup *g)
         for (uint32_t i = a; i < b; i++) g->members[k[i].pos]->host_ranks = b - a;
     }
     free(k);
+}
+
+/* L if the world is host-regular: every host's ranks contiguous in rank
+ * order, every host with the same L >= 2 of them, two hosts or more; else
+ * 0 (the hierarchical all-reduce does not run). From this epoch's
+ * host_ranks (group_host_ranks first): when every host has exactly L
+ * members and every block of L consecutive ranks is one host's, each host
+ * fills exactly one block, so none can come back further on. */
+static uint32_t group_local_size(const mgroup *g)
+{
+    uint32_t n = g->n, L = n ? g->members[0]->host_ranks : 0;
+    if (L < 2 || n % L != 0 || n / L < 2) return 0;
+    for (uint32_t i = 0; i < n; i++)
+        if (g->members[i]->host_ranks != L || host_cmp(g->members[i], g->members[i - i % L]) != 0) return 0;
+    return L;
 }
 
 static void send_ring(mgroup *g, uint32_t i)
@@ -512,8 +501,8 @@ static void finish_view(eccl_master *m, mgroup *g)
         }
     }
     group_by_host(g, n0);
-    g->local_size = group_local_size(g);
     group_host_ranks(g);
+    g->local_size = group_local_size(g);
     g->epoch++;
     g->n_ready = 0;
     ECCL_INFO(m->env, "group %u: ring epoch %u with %u peers", g->id, g->epoch, g->n);
@@ -598,8 +587,8 @@ static void accept_alone_if_empty(eccl_master *m, const mpeer *welcomed)
     mgroup *g = first->group;
     if (group_add(g, first) != 0) return;
     set_state(m, first, MP_ACCEPTED);
-    g->local_size = group_local_size(g); /* one member: 0 */
     group_host_ranks(g);
+    g->local_size = group_local_size(g); /* one member: 0 */
     g->epoch++;
     g->n_ready = 0;
     ECCL_INFO(m->env, "peer %llu starts the run in group %u", (unsigned long long)first->id,
