@@ -309,13 +309,13 @@ static eccl_result recrs_setup(eccl_comm *c, eccl_request *r)
 static eccl_result pass_setup(eccl_comm *c, eccl_request *r)
 {
     int plain_host = r->call.quant == ECCL_QUANT_NONE && !r->call.on_device;
+    /* The dispatcher's size for all-gather and reduce-scatter: the N
+     * blocks, the former's output and the latter's input, as eccl-bench
+     * reports them (v layouts: count is already the blocks' sum). */
+    uint64_t blocks = (uint64_t)r->call.count * eccl_dtype_size(r->call.dtype) * (r->call.vcounts ? 1u : c->world);
     if (r->call.kind == ECCL_COLL_ALLGATHER && plain_host) {
         uint32_t can = ECCL_DISPATCH_BIT(ECCL_ALGO_RING) | ECCL_DISPATCH_BIT(ECCL_ALGO_BRUCK);
-        /* The dispatcher's size: the all-gather's output, as eccl-bench
-         * reports it (all-gatherv: count is the blocks' sum). */
-        uint64_t bytes = (uint64_t)r->call.count * eccl_dtype_size(r->call.dtype) *
-                         (r->call.vcounts ? 1u : c->world);
-        if (eccl_dispatch_pick(&c->dispatch, r->call.kind, c->world, bytes, can) == ECCL_ALGO_BRUCK)
+        if (eccl_dispatch_pick(&c->dispatch, r->call.kind, c->world, blocks, can) == ECCL_ALGO_BRUCK)
             return bruck_setup(c, r);
     }
     int rooted = r->call.kind == ECCL_COLL_BROADCAST || r->call.kind == ECCL_COLL_REDUCE;
@@ -325,12 +325,9 @@ static eccl_result pass_setup(eccl_comm *c, eccl_request *r)
         if (eccl_dispatch_pick(&c->dispatch, r->call.kind, c->world, bytes, can) == ECCL_ALGO_BINOMIAL)
             return binomial_setup(c, r);
     }
-    if (r->call.kind == ECCL_COLL_REDUCE_SCATTER && plain_host && c->world >= 2) {
-        /* The dispatcher's size is the input's (coll/dispatch.h). */
+    if (r->call.kind == ECCL_COLL_REDUCE_SCATTER && plain_host) {
         uint32_t can = ECCL_DISPATCH_BIT(ECCL_ALGO_RING) | ECCL_DISPATCH_BIT(ECCL_ALGO_RECURSIVE);
-        size_t in = r->call.vcounts ? r->call.count : r->call.count * c->world;
-        uint64_t bytes = (uint64_t)in * eccl_dtype_size(r->call.dtype);
-        if (eccl_dispatch_pick(&c->dispatch, r->call.kind, c->world, bytes, can) == ECCL_ALGO_RECURSIVE)
+        if (eccl_dispatch_pick(&c->dispatch, r->call.kind, c->world, blocks, can) == ECCL_ALGO_RECURSIVE)
             return recrs_setup(c, r);
     }
     size_t sb = eccl_ring_pass_scratch_bytes(&r->call), ob = eccl_ring_pass_output_bytes(&r->call);
