@@ -1256,18 +1256,18 @@ static void test_dispatch(void **state)
         {ECCL_COLL_REDUCE, 8, 2097153, ECCL_ALGO_CHAIN},       {ECCL_COLL_REDUCE, 9, 8, ECCL_ALGO_BINOMIAL},
     };
     for (size_t i = 0; i < sizeof picks / sizeof *picks; i++)
-        if (eccl_dispatch_pick(&d, picks[i].k, picks[i].n, picks[i].bytes, both) != picks[i].want)
+        if (eccl_dispatch_pick(&d, picks[i].k, picks[i].n, 0, picks[i].bytes, both) != picks[i].want)
             fail_msg("pick %zu: kind %d N=%u %llu bytes: not %s", i, picks[i].k, picks[i].n,
                      (unsigned long long)picks[i].bytes, eccl_dispatch_algo_name(picks[i].want));
     /* Where the tree cannot run, the chain. */
-    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_BROADCAST, 8, 1 << 20, ECCL_DISPATCH_BIT(ECCL_ALGO_CHAIN)),
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_BROADCAST, 8, 0, 1 << 20, ECCL_DISPATCH_BIT(ECCL_ALGO_CHAIN)),
                      ECCL_ALGO_CHAIN);
     eccl_dispatch_free(&d);
     forced_algo = "broadcast=binomial,reduce=chain";
     assert_int_equal(eccl_dispatch_init(&d, &env), ECCL_OK);
-    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_BROADCAST, 8, 8, both), ECCL_ALGO_BINOMIAL);
-    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_REDUCE, 8, 1 << 20, both), ECCL_ALGO_CHAIN);
-    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_BROADCAST, 8, 8, ECCL_DISPATCH_BIT(ECCL_ALGO_CHAIN)),
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_BROADCAST, 8, 0, 8, both), ECCL_ALGO_BINOMIAL);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_REDUCE, 8, 0, 1 << 20, both), ECCL_ALGO_CHAIN);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_BROADCAST, 8, 0, 8, ECCL_DISPATCH_BIT(ECCL_ALGO_CHAIN)),
                      ECCL_ALGO_CHAIN);
     eccl_dispatch_free(&d);
     forced_algo = NULL;

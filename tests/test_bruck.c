@@ -745,25 +745,25 @@ static void test_dispatch_rule(void **state)
         {8, 4194304, ECCL_ALGO_RING},  {100000, 8, ECCL_ALGO_BRUCK},
     };
     for (size_t i = 0; i < sizeof picks / sizeof *picks; i++)
-        if (eccl_dispatch_pick(&d, ECCL_COLL_ALLGATHER, picks[i].n, picks[i].bytes, both) != picks[i].want)
+        if (eccl_dispatch_pick(&d, ECCL_COLL_ALLGATHER, picks[i].n, 0, picks[i].bytes, both) != picks[i].want)
             fail_msg("pick %zu: N=%u %llu bytes: not %s", i, picks[i].n, (unsigned long long)picks[i].bytes,
                      eccl_dispatch_algo_name(picks[i].want));
     /* Where Bruck cannot run (quantised, device-resident), the ring; the
      * other collectives never take it. */
-    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLGATHER, 8, 8, ECCL_DISPATCH_BIT(ECCL_ALGO_RING)),
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLGATHER, 8, 0, 8, ECCL_DISPATCH_BIT(ECCL_ALGO_RING)),
                      ECCL_ALGO_RING);
-    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_REDUCE_SCATTER, 8, 8, both), ECCL_ALGO_RING);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_REDUCE_SCATTER, 8, 0, 8, both), ECCL_ALGO_RING);
     eccl_dispatch_free(&d);
     forced_algo = "allgather=bruck";
     assert_int_equal(eccl_dispatch_init(&d, &env), ECCL_OK);
-    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLGATHER, 3, 8, both), ECCL_ALGO_BRUCK);
-    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLGATHER, 8, 1u << 30, both), ECCL_ALGO_BRUCK);
-    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLGATHER, 8, 8, ECCL_DISPATCH_BIT(ECCL_ALGO_RING)),
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLGATHER, 3, 0, 8, both), ECCL_ALGO_BRUCK);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLGATHER, 8, 0, 1u << 30, both), ECCL_ALGO_BRUCK);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLGATHER, 8, 0, 8, ECCL_DISPATCH_BIT(ECCL_ALGO_RING)),
                      ECCL_ALGO_RING);
     eccl_dispatch_free(&d);
     forced_algo = "allgather=ring";
     assert_int_equal(eccl_dispatch_init(&d, &env), ECCL_OK);
-    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLGATHER, 8, 8, both), ECCL_ALGO_RING);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLGATHER, 8, 0, 8, both), ECCL_ALGO_RING);
     eccl_dispatch_free(&d);
     forced_algo = NULL;
 }

@@ -61,17 +61,17 @@ static void test_builtin_default(void **state)
     assert_int_equal(eccl_dispatch_init(&d, &e), ECCL_OK);
     /* The tree for small all-reduces from three ranks on, if it can run. */
     uint32_t ring_tree = BIT(ECCL_ALGO_RING) | BIT(ECCL_ALGO_TREE);
-    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 4, 64, ring_tree), ECCL_ALGO_TREE);
-    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 4, 1 << 20, ring_tree), ECCL_ALGO_RING);
-    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 4, 64, BIT(ECCL_ALGO_RING)), ECCL_ALGO_RING);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 4, 0, 64, ring_tree), ECCL_ALGO_TREE);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 4, 0, 1 << 20, ring_tree), ECCL_ALGO_RING);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 4, 0, 64, BIT(ECCL_ALGO_RING)), ECCL_ALGO_RING);
     /* Bruck's all-gather from three ranks on, up to 256 KiB of output. */
     uint32_t ring_bruck = BIT(ECCL_ALGO_RING) | BIT(ECCL_ALGO_BRUCK);
-    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLGATHER, 6, 262144, ring_bruck), ECCL_ALGO_BRUCK);
-    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLGATHER, 6, 262145, ring_bruck), ECCL_ALGO_RING);
-    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLGATHER, 4, 64, ring_bruck), ECCL_ALGO_BRUCK);
-    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLGATHER, 2, 64, ring_bruck), ECCL_ALGO_RING);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLGATHER, 6, 0, 262144, ring_bruck), ECCL_ALGO_BRUCK);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLGATHER, 6, 0, 262145, ring_bruck), ECCL_ALGO_RING);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLGATHER, 4, 0, 64, ring_bruck), ECCL_ALGO_BRUCK);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLGATHER, 2, 0, 64, ring_bruck), ECCL_ALGO_RING);
     /* No rule: the first candidate. */
-    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_BROADCAST, 4, 64, BIT(ECCL_ALGO_CHAIN) | BIT(ECCL_ALGO_BINOMIAL)),
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_BROADCAST, 4, 0, 64, BIT(ECCL_ALGO_CHAIN) | BIT(ECCL_ALGO_BINOMIAL)),
                      ECCL_ALGO_CHAIN);
     assert_int_equal(g_warnings, 0);
     eccl_dispatch_free(&d);
@@ -100,27 +100,27 @@ static void test_builtin_reduce_scatter(void **state)
         {8, 1 << 20, ECCL_ALGO_RING},     {4096, 4096, ECCL_ALGO_RECURSIVE}, {4294967295u, 1, ECCL_ALGO_RECURSIVE},
     };
     for (size_t i = 0; i < sizeof picks / sizeof *picks; i++)
-        if (eccl_dispatch_pick(&d, ECCL_COLL_REDUCE_SCATTER, picks[i].n, picks[i].bytes, both) != picks[i].want)
+        if (eccl_dispatch_pick(&d, ECCL_COLL_REDUCE_SCATTER, picks[i].n, 0, picks[i].bytes, both) != picks[i].want)
             fail_msg("pick %zu: N=%u %llu bytes: not %s", i, picks[i].n, (unsigned long long)picks[i].bytes,
                      eccl_dispatch_algo_name(picks[i].want));
-    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_REDUCE_SCATTER, 8, 64, BIT(ECCL_ALGO_RING)), ECCL_ALGO_RING);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_REDUCE_SCATTER, 8, 0, 64, BIT(ECCL_ALGO_RING)), ECCL_ALGO_RING);
     /* The rule is reduce-scatter's alone. */
-    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLGATHER, 8, 64, both), ECCL_ALGO_RING);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLGATHER, 8, 0, 64, both), ECCL_ALGO_RING);
     eccl_dispatch_free(&d);
 
     e = env_with("reduce_scatter=recursive", NULL);
     assert_int_equal(eccl_dispatch_init(&d, &e), ECCL_OK);
-    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_REDUCE_SCATTER, 3, 64, both), ECCL_ALGO_RECURSIVE);
-    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_REDUCE_SCATTER, 8, 1 << 30, both), ECCL_ALGO_RECURSIVE);
-    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_REDUCE_SCATTER, 8, 64, BIT(ECCL_ALGO_RING)), ECCL_ALGO_RING);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_REDUCE_SCATTER, 3, 0, 64, both), ECCL_ALGO_RECURSIVE);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_REDUCE_SCATTER, 8, 0, 1 << 30, both), ECCL_ALGO_RECURSIVE);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_REDUCE_SCATTER, 8, 0, 64, BIT(ECCL_ALGO_RING)), ECCL_ALGO_RING);
     eccl_dispatch_free(&d);
 
     e = env_with(NULL, "reduce_scatter 2-8 100 ring\nreduce_scatter 2-4 1000 recursive");
     assert_int_equal(eccl_dispatch_init(&d, &e), ECCL_OK);
     assert_int_equal(g_warnings, 0);
-    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_REDUCE_SCATTER, 8, 64, both), ECCL_ALGO_RING);
-    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_REDUCE_SCATTER, 4, 500, both), ECCL_ALGO_RECURSIVE);
-    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_REDUCE_SCATTER, 8, 500, both), ECCL_ALGO_RECURSIVE); /* built-in */
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_REDUCE_SCATTER, 8, 0, 64, both), ECCL_ALGO_RING);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_REDUCE_SCATTER, 4, 0, 500, both), ECCL_ALGO_RECURSIVE);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_REDUCE_SCATTER, 8, 0, 500, both), ECCL_ALGO_RECURSIVE); /* built-in */
 }
 
 /* The hierarchical all-reduce: a candidate only in host-regular worlds
@@ -134,30 +134,30 @@ static void test_builtin_hier(void **state)
     eccl_env e = env_with(NULL, NULL);
     eccl_dispatch d;
     assert_int_equal(eccl_dispatch_init(&d, &e), ECCL_OK);
-    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 4, 65536, regular), ECCL_ALGO_RECURSIVE);
-    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 4, 65537, regular), ECCL_ALGO_HIER);
-    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 4, 65537, flat), ECCL_ALGO_RING);
-    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 8, 64, regular), ECCL_ALGO_TREE);
-    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 8, UINT64_MAX, regular), ECCL_ALGO_HIER);
-    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 100000, 1 << 20, regular), ECCL_ALGO_HIER);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 4, 2, 65536, regular), ECCL_ALGO_RECURSIVE);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 4, 2, 65537, regular), ECCL_ALGO_HIER);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 4, 0, 65537, flat), ECCL_ALGO_RING);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 8, 2, 64, regular), ECCL_ALGO_TREE);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 8, 2, UINT64_MAX, regular), ECCL_ALGO_HIER);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 100000, 2, 1 << 20, regular), ECCL_ALGO_HIER);
     /* Below four ranks no world is host-regular; the rule starts at 4. */
-    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 3, 1 << 20, regular), ECCL_ALGO_RING);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 3, 2, 1 << 20, regular), ECCL_ALGO_RING);
     assert_int_equal(g_warnings, 0);
     eccl_dispatch_free(&d);
 
     e = env_with("allreduce=hier", "allreduce 4-8 1048576 ring");
     assert_int_equal(eccl_dispatch_init(&d, &e), ECCL_OK);
     assert_int_equal(g_warnings, 0);
-    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 4, 64, regular), ECCL_ALGO_HIER);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 4, 2, 64, regular), ECCL_ALGO_HIER);
     /* Forced where it cannot run: the tuned rule, then the built-in ones. */
-    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 4, 1 << 20, flat), ECCL_ALGO_RING);
-    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 4, 64, flat), ECCL_ALGO_RING);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 4, 0, 1 << 20, flat), ECCL_ALGO_RING);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 4, 0, 64, flat), ECCL_ALGO_RING);
     eccl_dispatch_free(&d);
     e = env_with(NULL, "allreduce 4-8 1048576 ring");
     assert_int_equal(eccl_dispatch_init(&d, &e), ECCL_OK);
-    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 8, 1 << 20, regular), ECCL_ALGO_RING);
-    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 8, (1 << 20) + 1, regular), ECCL_ALGO_HIER);
-    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 9, 64, regular), ECCL_ALGO_TREE);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 8, 2, 1 << 20, regular), ECCL_ALGO_RING);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 8, 2, (1 << 20) + 1, regular), ECCL_ALGO_HIER);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 9, 2, 64, regular), ECCL_ALGO_TREE);
     eccl_dispatch_free(&d);
 }
 
@@ -173,14 +173,14 @@ static void test_rules_first_match_wins(void **state)
     eccl_dispatch d;
     assert_int_equal(eccl_dispatch_init(&d, &e), ECCL_OK);
     assert_int_equal(g_warnings, 0);
-    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 3, 4096, ALL), ECCL_ALGO_RECURSIVE);
-    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 8, 4097, ALL), ECCL_ALGO_TREE);
-    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 9, 64, ALL), ECCL_ALGO_TREE); /* built-in */
-    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 2, 64, ALL), ECCL_ALGO_RING);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 3, 0, 4096, ALL), ECCL_ALGO_RECURSIVE);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 8, 0, 4097, ALL), ECCL_ALGO_TREE);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 9, 0, 64, ALL), ECCL_ALGO_TREE); /* built-in */
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 2, 0, 64, ALL), ECCL_ALGO_RING);
     /* A rule whose algorithm cannot run the call is passed over. */
-    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 3, 64, BIT(ECCL_ALGO_RING) | BIT(ECCL_ALGO_TREE)),
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 3, 0, 64, BIT(ECCL_ALGO_RING) | BIT(ECCL_ALGO_TREE)),
                      ECCL_ALGO_TREE);
-    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_BROADCAST, 100000, UINT64_MAX, ALL), ECCL_ALGO_BINOMIAL);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_BROADCAST, 100000, 0, UINT64_MAX, ALL), ECCL_ALGO_BINOMIAL);
     eccl_dispatch_free(&d);
 }
 
@@ -198,6 +198,13 @@ static void test_malformed_lines_skipped(void **state)
         "allreduce 3-8 18446744073709551616 tree", /* over u64 */
         "allreduce 3-8 4096 trees",        /* unknown algorithm */
         "allreduces 3-8 4096 tree",        /* unknown collective */
+        "allreduce 3-8 4096 tree ppn=",    /* topology word without a range */
+        "allreduce 3-8 4096 tree ppn=4-2", /* empty range */
+        "allreduce 3-8 4096 tree ppn=x",
+        "allreduce 3-8 4096 tree ppn=4-",
+        "allreduce 3-8 4096 tree ppn=4294967296",
+        "allreduce 3-8 4096 tree hosts=4", /* not the topology word */
+        "allreduce 3-8 4096 tree ppn=4 ppn=4", /* a word too many */
     };
     eccl_env plain = env_with(NULL, NULL);
     eccl_dispatch d;
@@ -216,8 +223,34 @@ static void test_malformed_lines_skipped(void **state)
     assert_int_equal(eccl_dispatch_init(&d, &e), ECCL_OK);
     /* (All-to-all: no built-in rule comes before these appended ones.) */
     assert_int_equal(eccl_dispatch_add_rules(&d, &e, "alltoall 2-8 64 binomial\nalltoall 2-8 x chain\nalltoall 2-8 128 chain\n"), 1);
-    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLTOALL, 4, 100, ALL), ECCL_ALGO_CHAIN);
-    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLTOALL, 4, 64, ALL), ECCL_ALGO_BINOMIAL);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLTOALL, 4, 0, 100, ALL), ECCL_ALGO_CHAIN);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLTOALL, 4, 0, 64, ALL), ECCL_ALGO_BINOMIAL);
+    eccl_dispatch_free(&d);
+}
+
+/* The topology word: a rule for some ranks per host (the epoch's
+ * local_size, 0 where the world is not host-regular) and no other. */
+static void test_rules_by_ranks_per_host(void **state)
+{
+    (void)state;
+    eccl_env e = env_with(NULL, "allreduce 4-64 1048576 ring ppn=4\n"
+                                "allreduce 4-64 1048576 tree ppn=2-3\n"
+                                "allreduce 4-64 1048576 recursive ppn=0\n"
+                                "allreduce 4-64 1048576 hier\n");
+    eccl_dispatch d;
+    assert_int_equal(eccl_dispatch_init(&d, &e), ECCL_OK);
+    assert_int_equal(g_warnings, 0);
+    assert_int_equal(d.rules[0].lmin, 4);
+    assert_int_equal(d.rules[0].lmax, 4);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 16, 4, 4096, ALL), ECCL_ALGO_RING);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 16, 2, 4096, ALL), ECCL_ALGO_TREE);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 9, 3, 4096, ALL), ECCL_ALGO_TREE);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 16, 0, 4096, ALL), ECCL_ALGO_RECURSIVE);
+    /* No topology word: any ranks per host. */
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 16, 8, 4096, ALL), ECCL_ALGO_HIER);
+    /* A rule whose algorithm cannot run the call is passed over. */
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 16, 4, 4096, ALL & ~BIT(ECCL_ALGO_RING)),
+                     ECCL_ALGO_HIER);
     eccl_dispatch_free(&d);
 }
 
@@ -228,17 +261,17 @@ static void test_forced(void **state)
     eccl_dispatch d;
     assert_int_equal(eccl_dispatch_init(&d, &e), ECCL_OK);
     assert_int_equal(g_warnings, 0);
-    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 4, 64, ALL), ECCL_ALGO_RING);
-    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_BROADCAST, 4, 64, ALL), ECCL_ALGO_BINOMIAL);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 4, 0, 64, ALL), ECCL_ALGO_RING);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_BROADCAST, 4, 0, 64, ALL), ECCL_ALGO_BINOMIAL);
     /* Forced but unable to run the call: the rules decide. */
-    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_BROADCAST, 4, 64, BIT(ECCL_ALGO_CHAIN)), ECCL_ALGO_CHAIN);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_BROADCAST, 4, 0, 64, BIT(ECCL_ALGO_CHAIN)), ECCL_ALGO_CHAIN);
     eccl_dispatch_free(&d);
 
     e = env_with("all=pairwise,reduce=chain,bogus=ring,allgather=nope,novalue", NULL);
     assert_int_equal(eccl_dispatch_init(&d, &e), ECCL_OK);
     assert_int_equal(g_warnings, 3);
-    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLTOALL, 4, 64, ALL), ECCL_ALGO_PAIRWISE);
-    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_REDUCE, 4, 64, ALL), ECCL_ALGO_CHAIN);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLTOALL, 4, 0, 64, ALL), ECCL_ALGO_PAIRWISE);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_REDUCE, 4, 0, 64, ALL), ECCL_ALGO_CHAIN);
     eccl_dispatch_free(&d);
 }
 
@@ -276,7 +309,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_builtin_default), cmocka_unit_test(test_builtin_reduce_scatter),
         cmocka_unit_test(test_builtin_hier),
-        cmocka_unit_test(test_rules_first_match_wins),
+        cmocka_unit_test(test_rules_first_match_wins), cmocka_unit_test(test_rules_by_ranks_per_host),
         cmocka_unit_test(test_malformed_lines_skipped), cmocka_unit_test(test_forced),
         cmocka_unit_test(test_tune_file_warning), cmocka_unit_test(test_names),
     };

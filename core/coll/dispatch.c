@@ -183,25 +183,45 @@ static int number(const char *w, size_t len, uint64_t max, uint64_t *out)
     return 1;
 }
 
+/* "A-B" or "A": a range of 32-bit numbers; 0 if malformed. */
+static int range(const char *w, size_t len, uint64_t *lo, uint64_t *hi)
+{
+    const char *dash = memchr(w, '-', len);
+    if (!dash) {
+        if (!number(w, len, UINT32_MAX, lo)) return 0;
+        *hi = *lo;
+        return 1;
+    }
+    return number(w, (size_t)(dash - w), UINT32_MAX, lo) &&
+           number(dash + 1, len - (size_t)(dash + 1 - w), UINT32_MAX, hi) && *lo <= *hi;
+}
+
+/* The optional topology word "ppn=A-B" (or "ppn=A"): ranks per host. */
+static int topology(const char *w, size_t len, uint64_t *lo, uint64_t *hi)
+{
+    return len > 4 && memcmp(w, "ppn=", 4) == 0 && range(w + 4, len - 4, lo, hi);
+}
+
 /* One rule line (comment and blanks stripped); 0 if malformed. */
 static int parse_rule(const char *p, const char *end, eccl_dispatch_rule *r)
 {
-    const char *w, *dash;
+    const char *w;
     size_t len = word(&p, end, &w);
     int kind = eccl_dispatch_coll_parse(w, len);
     if (kind < 0) return 0;
     len = word(&p, end, &w);
-    dash = memchr(w, '-', len);
     uint64_t nmin, nmax, bytes;
-    if (!dash || !number(w, (size_t)(dash - w), UINT32_MAX, &nmin) ||
-        !number(dash + 1, len - (size_t)(dash + 1 - w), UINT32_MAX, &nmax) || nmin > nmax)
-        return 0;
+    if (!memchr(w, '-', len) || !range(w, len, &nmin, &nmax)) return 0;
     len = word(&p, end, &w);
     if (!number(w, len, UINT64_MAX, &bytes)) return 0;
     len = word(&p, end, &w);
     int algo = eccl_dispatch_algo_parse(w, len);
-    if (algo < 0 || word(&p, end, &w) != 0) return 0;
-    *r = (eccl_dispatch_rule){(uint8_t)kind, (uint8_t)algo, (uint32_t)nmin, (uint32_t)nmax, bytes};
+    if (algo < 0) return 0;
+    uint64_t lmin = 0, lmax = UINT32_MAX;
+    if ((len = word(&p, end, &w)) != 0 && !topology(w, len, &lmin, &lmax)) return 0;
+    if (word(&p, end, &w) != 0) return 0;
+    *r = (eccl_dispatch_rule){(uint8_t)kind, (uint8_t)algo, (uint32_t)nmin, (uint32_t)nmax, bytes,
+                              (uint32_t)lmin, (uint32_t)lmax};
     return 1;
 }
 
@@ -230,7 +250,7 @@ uint32_t eccl_dispatch_add_rules(eccl_dispatch *d, const eccl_env *env, const ch
             eccl_dispatch_rule r;
             if (!parse_rule(p, stop, &r)) {
                 ECCL_WARN(env, "ECCL_TUNE line %u \"%.*s\" is not \"<collective> <nmin>-<nmax> <max bytes> "
-                               "<algorithm>\": skipped", line, (int)(end - p), p);
+                               "<algorithm> [ppn=<min>-<max>]\": skipped", line, (int)(end - p), p);
                 skipped++;
             } else if (d->n_rules == ECCL_DISPATCH_MAX_RULES || !rules_room(d)) {
                 ECCL_WARN(env, "ECCL_TUNE line %u: more than %u rules, or no memory; skipped", line,
@@ -291,14 +311,14 @@ void eccl_dispatch_free(eccl_dispatch *d)
 }
 
 eccl_algorithm eccl_dispatch_pick(const eccl_dispatch *d, eccl_coll_kind kind, uint32_t nranks,
-                                  uint64_t bytes, uint32_t candidates)
+                                  uint32_t local_size, uint64_t bytes, uint32_t candidates)
 {
     uint8_t f = d->forced[kind];
     if (f != ECCL_ALGO_NONE && (candidates & ECCL_DISPATCH_BIT(f))) return (eccl_algorithm)f;
     for (uint32_t i = 0; i < d->n_rules; i++) {
         const eccl_dispatch_rule *r = &d->rules[i];
         if (r->kind == kind && nranks >= r->nmin && nranks <= r->nmax && bytes <= r->max_bytes &&
-            (candidates & ECCL_DISPATCH_BIT(r->algo)))
+            local_size >= r->lmin && local_size <= r->lmax && (candidates & ECCL_DISPATCH_BIT(r->algo)))
             return (eccl_algorithm)r->algo;
     }
     for (int a = 0; a < ECCL_ALGO_COUNT; a++)

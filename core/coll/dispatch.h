@@ -1,4 +1,5 @@
-/* The dispatcher: which algorithm runs a call, from (collective, bytes, N).
+/* The dispatcher: which algorithm runs a call, from (collective, bytes, N,
+ * ranks per host).
  *
  * A call's setup (core/comm/ops.c) knows which algorithms CAN run it (a
  * quantised call only on the ring, a tree only from three ranks, ...) and
@@ -12,8 +13,14 @@
  *      sweeps; the real backend reads it from the file ECCL_TUNE_FILE
  *      names when ECCL_TUNE itself is not set), one per line, the first
  *      that matches wins:
- *          <collective> <nmin>-<nmax> <max bytes> <algorithm>
- *      e.g. "allreduce 3-64 65536 tree"; '#' starts a comment.
+ *          <collective> <nmin>-<nmax> <max bytes> <algorithm> [ppn=<min>-<max>]
+ *      e.g. "allreduce 3-64 65536 tree"; '#' starts a comment. The
+ *      topology word, optional, limits the rule to worlds whose ranks per
+ *      host (the epoch's local_size: L when each of two hosts or more
+ *      holds L >= 2 ranks, contiguous; 0 for any other world, one host
+ *      or one rank per host included) lie in the range; "ppn=4" is
+ *      "ppn=4-4". eccl-tune writes it for sweeps of emulated or simulated
+ *      hosts (--hosts, --sim), whose winners need not hold elsewhere.
  *   3. The built-in table below (ECCL_DISPATCH_DEFAULT), measured on
  *      loopback (tools/peers/RESULTS.md).
  *   4. The first candidate.
@@ -41,6 +48,7 @@ typedef struct eccl_dispatch_rule {
     uint8_t algo;  /* eccl_algorithm */
     uint32_t nmin, nmax;
     uint64_t max_bytes;
+    uint32_t lmin, lmax; /* ranks per host (eccl_coll_call.local_size) */
 } eccl_dispatch_rule;
 
 typedef struct eccl_dispatch {
@@ -61,7 +69,7 @@ uint32_t eccl_dispatch_add_rules(eccl_dispatch *d, const eccl_env *env, const ch
  * ECCL_DISPATCH_BIT(algo), never 0). */
 #define ECCL_DISPATCH_BIT(algo) (1u << (algo))
 eccl_algorithm eccl_dispatch_pick(const eccl_dispatch *d, eccl_coll_kind kind, uint32_t nranks,
-                                  uint64_t bytes, uint32_t candidates);
+                                  uint32_t local_size, uint64_t bytes, uint32_t candidates);
 
 /* Names, as ECCL_ALGO and ECCL_TUNE spell them: NULL / -1 if unknown. */
 const char *eccl_dispatch_algo_name(eccl_algorithm a);

@@ -225,7 +225,7 @@ static eccl_result allreduce_setup(eccl_comm *c, eccl_request *r)
     /* The hierarchy only where the master found the world host-regular
      * (this epoch's local_size: L >= 2 ranks on each of two hosts or more). */
     if (plain_host && eccl_hier_allreduce_can(&r->call)) can |= ECCL_DISPATCH_BIT(ECCL_ALGO_HIER);
-    eccl_algorithm algo = eccl_dispatch_pick(&c->dispatch, ECCL_COLL_ALLREDUCE, c->world, bytes, can);
+    eccl_algorithm algo = eccl_dispatch_pick(&c->dispatch, ECCL_COLL_ALLREDUCE, c->world, c->local_size, bytes, can);
     if (algo == ECCL_ALGO_RECURSIVE) return rec_setup(c, r, bytes);
     if (algo == ECCL_ALGO_HIER) return hier_setup(c, r, bytes);
     uint8_t *staging[2] = {NULL, NULL}, *backup;
@@ -315,19 +315,19 @@ static eccl_result pass_setup(eccl_comm *c, eccl_request *r)
     uint64_t blocks = (uint64_t)r->call.count * eccl_dtype_size(r->call.dtype) * (r->call.vcounts ? 1u : c->world);
     if (r->call.kind == ECCL_COLL_ALLGATHER && plain_host) {
         uint32_t can = ECCL_DISPATCH_BIT(ECCL_ALGO_RING) | ECCL_DISPATCH_BIT(ECCL_ALGO_BRUCK);
-        if (eccl_dispatch_pick(&c->dispatch, r->call.kind, c->world, blocks, can) == ECCL_ALGO_BRUCK)
+        if (eccl_dispatch_pick(&c->dispatch, r->call.kind, c->world, c->local_size, blocks, can) == ECCL_ALGO_BRUCK)
             return bruck_setup(c, r);
     }
     int rooted = r->call.kind == ECCL_COLL_BROADCAST || r->call.kind == ECCL_COLL_REDUCE;
     if (rooted && plain_host) {
         uint32_t can = ECCL_DISPATCH_BIT(ECCL_ALGO_CHAIN) | ECCL_DISPATCH_BIT(ECCL_ALGO_BINOMIAL);
         uint64_t bytes = (uint64_t)r->call.count * eccl_dtype_size(r->call.dtype);
-        if (eccl_dispatch_pick(&c->dispatch, r->call.kind, c->world, bytes, can) == ECCL_ALGO_BINOMIAL)
+        if (eccl_dispatch_pick(&c->dispatch, r->call.kind, c->world, c->local_size, bytes, can) == ECCL_ALGO_BINOMIAL)
             return binomial_setup(c, r);
     }
     if (r->call.kind == ECCL_COLL_REDUCE_SCATTER && plain_host) {
         uint32_t can = ECCL_DISPATCH_BIT(ECCL_ALGO_RING) | ECCL_DISPATCH_BIT(ECCL_ALGO_RECURSIVE);
-        if (eccl_dispatch_pick(&c->dispatch, r->call.kind, c->world, blocks, can) == ECCL_ALGO_RECURSIVE)
+        if (eccl_dispatch_pick(&c->dispatch, r->call.kind, c->world, c->local_size, blocks, can) == ECCL_ALGO_RECURSIVE)
             return recrs_setup(c, r);
     }
     size_t sb = eccl_ring_pass_scratch_bytes(&r->call), ob = eccl_ring_pass_output_bytes(&r->call);
