@@ -1,7 +1,9 @@
 #!/bin/sh
 # eccl-tune end to end: a small sweep writes a rule table that the
 # dispatcher takes without a single complaint, and a benchmark run under
-# it passes its checks. Usage: tune_roundtrip.sh ECCL_TUNE ECCL_BENCH
+# it passes its checks; then the same on two emulated hosts, where the
+# hierarchical all-reduce is measured and every rule names its ranks per
+# host. Usage: tune_roundtrip.sh ECCL_TUNE ECCL_BENCH
 set -eu
 tune=$1 bench=$2
 dir=$(mktemp -d)
@@ -14,3 +16,20 @@ ECCL_TUNE_FILE="$dir/tune.txt" "$bench" --np 3 -b 8 -e 64K -f 16 -n 2 -w 1 >"$di
     { cat "$dir/bench.txt"; exit 1; }
 if grep -q 'ECCL_TUNE' "$dir/bench.txt"; then cat "$dir/bench.txt"; exit 1; fi
 echo "tune round trip: $(grep -vc '^#' "$dir/tune.txt") rules taken"
+
+# Two emulated hosts of two ranks: ppn=2 on every rule, hier measured.
+"$tune" --hosts 2 --np 4 --coll allreduce -b 256K -e 1M -f 4 -n 2 -w 1 --repeat 1 \
+    -o "$dir/hosts.txt" --report "$dir/hosts_report.txt"
+if grep -v '^#' "$dir/hosts.txt" | grep -qv ' ppn=2$'; then echo "a rule without ppn=2:"; cat "$dir/hosts.txt"; exit 1; fi
+grep -q '^allreduce 1-4294967295 .* ppn=2$' "$dir/hosts.txt" || { echo "no all-reduce rule:"; cat "$dir/hosts.txt"; exit 1; }
+# The hier column of the time table holds a measurement (data rows lack
+# the header's leading '#': column i of the header is field i - 1 there).
+awk '/^# allreduce np 4: time/ { t = 1; next }
+     t && /^# +bytes/ { for (i = 1; i <= NF; i++) if ($i == "hier") col = i - 1; next }
+     t && /^# / { exit }
+     t && col && $col + 0 > 0 { found = 1 } END { exit !found }' \
+    "$dir/hosts_report.txt" || { echo "hier not measured:"; cat "$dir/hosts_report.txt"; exit 1; }
+ECCL_TUNE_FILE="$dir/hosts.txt" "$bench" --np 4 --hosts 2 -b 256K -e 1M -f 4 -n 2 -w 1 >"$dir/bench2.txt" 2>&1 ||
+    { cat "$dir/bench2.txt"; exit 1; }
+if grep -q 'ECCL_TUNE' "$dir/bench2.txt"; then cat "$dir/bench2.txt"; exit 1; fi
+echo "tune round trip on 2 hosts: $(grep -vc '^#' "$dir/hosts.txt") rules taken"

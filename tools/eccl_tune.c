@@ -20,7 +20,16 @@
  * built-in choice ("auto") is judged on the same sizes and the same
  * measurements: the candidate its own runs report having run, timed in
  * that candidate's forced runs. The table written is then fitted on all
- * sizes. */
+ * sizes.
+ *
+ * Topology. With --hosts H, eccl-bench runs its ranks on H emulated hosts
+ * (loopback addresses), and with --sim FILE every measurement runs in the
+ * simulator instead (eccl-sim's `workload = bench` on FILE's platform,
+ * scenarios/README.md), where hosts have NICs and the network has a shape.
+ * Either way the all-reduce's hierarchical algorithm joins its candidates,
+ * and the rules of a world size say for which ranks per host they were
+ * measured (ppn=L, core/coll/dispatch.h; ppn=0 where that world is not
+ * host-regular), so a table from one topology never speaks for another. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdint.h>
@@ -36,12 +45,13 @@
 #define MAX_REPEAT 9
 #define N_COLLS 6
 #define MAX_ALGOS 4
+#define HIER "hier" /* measured only where ranks share hosts */
 
 static const struct coll_desc {
     const char *name;
     const char *algos[MAX_ALGOS]; /* candidates, as ECCL_ALGO names them */
 } colls[N_COLLS] = {
-    {"allreduce", {"ring", "tree", "recursive"}},
+    {"allreduce", {"ring", "tree", "recursive", HIER}},
     {"allgather", {"ring", "bruck"}},
     {"reduce_scatter", {"ring", "recursive"}},
     {"broadcast", {"chain", "binomial"}},
@@ -58,6 +68,10 @@ struct opts {
     int iters, warmup, repeat;
     char bench[4096];
     const char *out, *report;
+    int hosts;         /* --hosts: emulated hosts of eccl-bench (0: one) */
+    const char *sim;   /* --sim: the scenario whose platform is measured */
+    char sim_bin[4096];
+    int sim_rph;       /* its ranks_per_host */
 };
 
 /* One (collective, world size): times[algo][size], 0 = not measured. */
@@ -79,6 +93,13 @@ static int usage(int status)
             "  -n, -w           timed and warm-up iterations per size (default 20, 3)\n"
             "  --repeat R       runs per algorithm, the median kept (default 3, at most %d)\n"
             "  --bench PATH     eccl-bench (default: the one beside eccl-tune)\n"
+            "  --hosts H        eccl-bench's ranks on H emulated hosts (127.0.0.x): the\n"
+            "                   hierarchical all-reduce is measured too, rules get ppn=\n"
+            "  --sim FILE       measure in the simulator instead: FILE is a scenario giving the\n"
+            "                   platform (name, platform keys, ranks_per_host; not ranks, workload,\n"
+            "                   coll, algo, sizes or iterations, which eccl-tune adds); rules get\n"
+            "                   ppn=; runs are deterministic, so --repeat is 1\n"
+            "  --eccl-sim PATH  eccl-sim (default: the one beside eccl-tune)\n"
             "  -o FILE          the rule table (default: stdout)\n"
             "  --report FILE    the measurements and the held-out evaluation (default: stderr)\n",
             MAX_REPEAT);
@@ -104,16 +125,57 @@ static int coll_index(const char *s)
     return -1;
 }
 
+/* Writes the scenario of one simulated run: --sim's file, then the bench
+ * workload's keys (scenarios/README.md). path: a mkstemp template. */
+static int sim_scenario(const struct opts *o, int coll, int np, const char *algo, char *path)
+{
+    int fd = mkstemp(path);
+    if (fd < 0) return -1;
+    FILE *out = fdopen(fd, "w"), *in = fopen(o->sim, "r");
+    int rc = out && in ? 0 : -1;
+    char line[4096];
+    while (rc == 0 && fgets(line, sizeof line, in)) rc = fputs(line, out) < 0 ? -1 : 0;
+    if (rc == 0)
+        rc = fprintf(out, "\nworkload = bench\nranks = %d\ncoll = %s\nminbytes = %s\nmaxbytes = %s\n"
+                          "stepfactor = %s\niters = %d\nwarmup = %d\n",
+                     np, colls[coll].name, o->minb, o->maxb, o->factor, o->iters, o->warmup) < 0 ? -1 : 0;
+    if (rc == 0 && algo) rc = fprintf(out, "algo = %s=%s\n", colls[coll].name, algo) < 0 ? -1 : 0;
+    if (in) fclose(in);
+    if (out ? fclose(out) != 0 : close(fd) != 0) rc = -1;
+    if (rc != 0) unlink(path);
+    return rc;
+}
+
+/* The ranks per host of a sweep's world of np ranks, as the dispatcher
+ * sees it (eccl_coll_call.local_size): L when L >= 2 ranks sit on each of
+ * two hosts or more, else 0. -1: no topology given (one host, rules for
+ * any). */
+static int ranks_per_host(const struct opts *o, int np)
+{
+    int hosts = o->sim ? (np + o->sim_rph - 1) / o->sim_rph : o->hosts;
+    if (!o->sim && !o->hosts) return -1;
+    if (hosts < 2 || np % hosts != 0 || np / hosts < 2) return 0;
+    return np / hosts;
+}
+
 /* Runs eccl-bench once; fills t[size index] for rows that ran `want` (NULL:
  * any), adding sizes the first time they are seen. 0, or -1 if the run
  * failed. */
 static int run_bench(const struct opts *o, int coll, int np, const char *algo, const char *want, struct sweep *s,
                      double *t)
 {
-    char cmd[8192], env[128] = "";
-    if (algo) snprintf(env, sizeof env, "ECCL_ALGO='%s=%s' ", colls[coll].name, algo);
-    int n = snprintf(cmd, sizeof cmd, "%s'%s' --np %d -b %s -e %s -f %s -n %d -w %d -c 0 --coll %s 2>/dev/null", env,
-                     o->bench, np, o->minb, o->maxb, o->factor, o->iters, o->warmup, colls[coll].name);
+    char cmd[16384], env[128] = "", hosts[32] = "", scn[64] = "/tmp/eccl-tune-XXXXXX";
+    int n;
+    if (o->sim) {
+        if (sim_scenario(o, coll, np, algo, scn) != 0) return -1;
+        n = snprintf(cmd, sizeof cmd, "'%s' run '%s' --out '%s.out' 2>/dev/null; rc=$?; rm -rf '%s' '%s.out'; exit $rc",
+                     o->sim_bin, scn, scn, scn, scn);
+    } else {
+        if (algo) snprintf(env, sizeof env, "ECCL_ALGO='%s=%s' ", colls[coll].name, algo);
+        if (o->hosts) snprintf(hosts, sizeof hosts, " --hosts %d", o->hosts);
+        n = snprintf(cmd, sizeof cmd, "%s'%s' --np %d%s -b %s -e %s -f %s -n %d -w %d -c 0 --coll %s 2>/dev/null", env,
+                     o->bench, np, hosts, o->minb, o->maxb, o->factor, o->iters, o->warmup, colls[coll].name);
+    }
     if (n < 0 || (size_t)n >= sizeof cmd) return -1;
     FILE *p = popen(cmd, "r");
     if (!p) return -1;
@@ -159,7 +221,7 @@ static int measure(const struct opts *o, int coll, int np, struct sweep *s, FILE
     memset(runs, 0, sizeof runs);
     for (int a = 0; a <= AUTO; a++) {
         const char *algo = a == AUTO ? NULL : colls[coll].algos[a];
-        if (a != AUTO && !algo) continue;
+        if (a != AUTO && (!algo || (strcmp(algo, HIER) == 0 && ranks_per_host(o, np) <= 0))) continue;
         for (int r = 0; r < o->repeat; r++)
             if (run_bench(o, coll, np, algo, algo, s, runs[a][r]) != 0)
                 fprintf(rep, "# %s np %d %s: eccl-bench failed (run %d)\n", colls[coll].name, np,
@@ -270,6 +332,24 @@ static void judge_sweep(const struct sweep *s, struct judge *j, FILE *rep, const
     }
 }
 
+/* The ranks_per_host of a scenario file (default 1); -1 if unreadable. */
+static int scenario_rph(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    char line[4096];
+    int rph = 1;
+    while (fgets(line, sizeof line, f)) {
+        char *hash = strchr(line, '#');
+        if (hash) *hash = '\0';
+        int v;
+        char rest[2];
+        if (sscanf(line, " ranks_per_host = %d %1s", &v, rest) == 1) rph = v;
+    }
+    fclose(f);
+    return rph;
+}
+
 int main(int argc, char **argv)
 {
     struct opts o = {.n_np = 3, .np = {2, 4, 8}, .minb = "8", .maxb = "16M", .factor = "4",
@@ -281,6 +361,9 @@ int main(int argc, char **argv)
     o.bench[len] = '\0';
     char *slash = strrchr(o.bench, '/');
     strcpy(slash ? slash + 1 : o.bench, "eccl-bench");
+    snprintf(o.sim_bin, sizeof o.sim_bin, "%s", o.bench);
+    slash = strrchr(o.sim_bin, '/');
+    strcpy(slash ? slash + 1 : o.sim_bin, "eccl-sim");
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) return usage(0);
@@ -309,11 +392,21 @@ int main(int argc, char **argv)
         else if (strcmp(a, "-w") == 0) o.warmup = atoi(v);
         else if (strcmp(a, "--repeat") == 0) o.repeat = atoi(v);
         else if (strcmp(a, "--bench") == 0) snprintf(o.bench, sizeof o.bench, "%s", v);
+        else if (strcmp(a, "--hosts") == 0) o.hosts = atoi(v);
+        else if (strcmp(a, "--sim") == 0) o.sim = v;
+        else if (strcmp(a, "--eccl-sim") == 0) snprintf(o.sim_bin, sizeof o.sim_bin, "%s", v);
         else if (strcmp(a, "-o") == 0) o.out = v;
         else if (strcmp(a, "--report") == 0) o.report = v;
         else return usage(2);
     }
-    if (o.iters < 1 || o.warmup < 0 || o.repeat < 1 || o.repeat > MAX_REPEAT || strchr(o.bench, '\'')) return usage(2);
+    if (o.iters < 1 || o.warmup < 0 || o.repeat < 1 || o.repeat > MAX_REPEAT || o.hosts < 0 || (o.sim && o.hosts) ||
+        strchr(o.bench, '\'') || strchr(o.sim_bin, '\''))
+        return usage(2);
+    if (o.sim && (o.sim_rph = scenario_rph(o.sim)) < 1) {
+        fprintf(stderr, "eccl-tune: %s: unreadable, or its ranks_per_host is not a number >= 1\n", o.sim);
+        return 2;
+    }
+    if (o.sim) o.repeat = 1; /* the simulator gives the same times every run */
     FILE *rep = o.report ? fopen(o.report, "w") : stderr;
     if (!rep) {
         fprintf(stderr, "eccl-tune: %s: %s\n", o.report, strerror(errno));
@@ -331,6 +424,8 @@ int main(int argc, char **argv)
     tl += (size_t)snprintf(table + tl, sizeof table - tl,
                            "# eccl-tune: -b %s -e %s -f %s -n %d -w %d, median of %d runs\n", o.minb, o.maxb, o.factor,
                            o.iters, o.warmup, o.repeat);
+    if (o.hosts) tl += (size_t)snprintf(table + tl, sizeof table - tl, "# on %d emulated hosts (loopback)\n", o.hosts);
+    if (o.sim) tl += (size_t)snprintf(table + tl, sizeof table - tl, "# simulated: %s\n", o.sim);
     struct judge all = {0};
     int failed = 0;
     for (int k = 0; k < N_COLLS; k++) {
@@ -363,10 +458,12 @@ int main(int argc, char **argv)
             int nr = fit(&s, every, r);
             int lo = w ? o.np[w - 1] + 1 : 1;
             unsigned long hi = w + 1 < o.n_np ? (unsigned long)o.np[w] : 4294967295ul;
+            char ppn[32] = "";
+            if (ranks_per_host(&o, o.np[w]) >= 0) snprintf(ppn, sizeof ppn, " ppn=%d", ranks_per_host(&o, o.np[w]));
             for (int q = 0; q < nr; q++)
-                tl += (size_t)snprintf(table + tl, sizeof table - tl, "%s %d-%lu %zu %s\n", colls[k].name, lo, hi,
+                tl += (size_t)snprintf(table + tl, sizeof table - tl, "%s %d-%lu %zu %s%s\n", colls[k].name, lo, hi,
                                        r[q].max_bytes == SIZE_MAX ? (size_t)UINT64_MAX : r[q].max_bytes,
-                                       colls[k].algos[r[q].algo]);
+                                       colls[k].algos[r[q].algo], ppn);
             if (tl >= sizeof table) {
                 fprintf(stderr, "eccl-tune: the table outgrew %zu bytes\n", sizeof table);
                 return 1;
