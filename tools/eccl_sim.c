@@ -10,6 +10,10 @@
  * ranks.tsv, summary.tsv, plot.gp and plot.png (rendered with gnuplot when it
  * is installed).
  *
+ * `workload = bench` instead runs eccl-bench's measurement on the platform
+ * (tools/sim_bench.h) and prints its rows; `diloco` and `nccl2_bootstrap`
+ * are the other workloads (scenarios/README.md).
+ *
  * Exit status: 0 every check passed, 1 a check failed (or the outputs could
  * not be written), 2 usage or scenario error.
  *
@@ -173,6 +177,7 @@ typedef struct scenario_cfg {
     size_t bench_minbytes, bench_maxbytes;
     int bench_stepfactor, bench_warmup;
     char algo[256];                  /* every rank's ECCL_ALGO ("": not set) */
+    int bench_corrupt;               /* test only: this rank (1..ranks) corrupts its checked outputs */
 } scenario_cfg;
 
 /* ---- run state ----------------------------------------------------------- */
@@ -563,7 +568,7 @@ enum {
     K_TRANSPORT, K_IB_QPS, K_IB_MIN_BYTES, K_IB_CHUNK_BYTES,
     K_RELAYS, K_PROGRESS_THREAD, K_NET_MODEL,
     K_NCCL2_STAGGER, K_NCCL2_TIMEOUT, K_NCCL2_ALLGATHER, K_NCCL2_CORRUPT, /* nccl2_bootstrap */
-    K_COLL, K_MINBYTES, K_MAXBYTES, K_STEPFACTOR, K_WARMUP, K_ALGO,  /* bench */
+    K_COLL, K_MINBYTES, K_MAXBYTES, K_STEPFACTOR, K_WARMUP, K_ALGO, K_BENCH_CORRUPT, /* bench */
     K_NKEYS
 };
 
@@ -644,6 +649,7 @@ static const key_def key_defs[K_NKEYS] = {
     [K_STEPFACTOR] = {"stepfactor", KK_INT, CFG_OFF(bench_stepfactor), 2, 1024},
     [K_WARMUP] = {"warmup", KK_INT, CFG_OFF(bench_warmup), 0, 1000000},
     [K_ALGO] = {"algo", KK_SPECIAL, 0, 0, 0},
+    [K_BENCH_CORRUPT] = {"bench_corrupt", KK_INT, CFG_OFF(bench_corrupt), 1, MAX_RANKS},
 };
 #undef CFG_OFF
 
@@ -660,7 +666,7 @@ static const int common_optional[] = {K_EXPECT, K_SEED, K_JITTER, K_STAGGER, K_W
                                       K_IB_MIN_BYTES, K_IB_CHUNK_BYTES, K_NCCL2_STAGGER,
                                       K_NCCL2_TIMEOUT, K_NCCL2_ALLGATHER, K_NCCL2_CORRUPT, K_RELAYS,
                                       K_PROGRESS_THREAD, K_NET_MODEL, K_COLL, K_MINBYTES, K_MAXBYTES,
-                                      K_STEPFACTOR, K_WARMUP, K_ALGO, -1};
+                                      K_STEPFACTOR, K_WARMUP, K_ALGO, K_BENCH_CORRUPT, -1};
 static const int flat_required[] = {K_HOSTS, -1};
 static const int flat_optional[] = {-1};
 static const int clos_required[] = {K_HOSTS_PER_RACK, K_RACKS_PER_ZONE, K_ZONES_PER_DC, K_DCS, -1};
@@ -1132,7 +1138,8 @@ static int parse_scenario(const char *file, scenario_cfg *c)
             !((c->nccl2 || c->bench) && (*k == K_ITERS || *k == K_COUNT)))
             return cfg_error(file, 0, "missing required key \"%s\"", key_defs[*k].name);
     if (!c->bench) {
-        static const int only_bench[] = {K_COLL, K_MINBYTES, K_MAXBYTES, K_STEPFACTOR, K_WARMUP, K_ALGO, -1};
+        static const int only_bench[] = {K_COLL, K_MINBYTES, K_MAXBYTES, K_STEPFACTOR, K_WARMUP, K_ALGO,
+                                         K_BENCH_CORRUPT, -1};
         for (const int *k = only_bench; *k >= 0; k++)
             if (key_line[*k])
                 return cfg_error(file, key_line[*k], "%s: a key of workload = bench", key_defs[*k].name);
@@ -1163,6 +1170,9 @@ static int parse_scenario(const char *file, scenario_cfg *c)
                              "minbytes %zu exceeds maxbytes %zu", c->bench_minbytes, c->bench_maxbytes);
         if (c->ranks < 2)
             return cfg_error(file, key_line[K_RANKS], "ranks: workload = bench wants at least 2");
+        if (c->bench_corrupt > c->ranks)
+            return cfg_error(file, key_line[K_BENCH_CORRUPT], "bench_corrupt: rank %d: ranks are 1..%d",
+                             c->bench_corrupt, c->ranks);
     }
     if (!c->nccl2) {
         static const int only_nccl2[] = {K_NCCL2_STAGGER, K_NCCL2_TIMEOUT, K_NCCL2_ALLGATHER,
@@ -3293,7 +3303,9 @@ static void bench_rank_main(int argc, char **argv)
     const eccl_simbench_hooks h = {.ctx = b, .comm_create = bench_comm_create, .now_ns = bench_now_ns,
                                    .sleep_ns = bench_sleep_ns};
     b->status = eccl_simbench_rank_run(&h, s->master_addr, &b->o, &b->res);
-    if (b->status) eccl_sg_printf(b->r->name, "bench failed: %s", b->res.why);
+    if (b->status) /* stderr: stdout is the rows' */
+        fprintf(stderr, "eccl-sim: %s (t=%.9f s): bench failed: %s\n", b->r->name,
+                (double)eccl_sg_now_ns() / 1e9, b->res.why);
     s->done++; /* the master serves until every rank is through */
 }
 
@@ -3339,7 +3351,8 @@ static int run_bench(sim *s, scenario_cfg *cfg, const char *outdir)
                                        .maxbytes = cfg->bench_maxbytes,
                                        .stepfactor = (uint64_t)cfg->bench_stepfactor,
                                        .iters = (uint64_t)cfg->iters, .warmup = (uint64_t)cfg->bench_warmup,
-                                       .world = cfg->ranks, .wait_ns = 30ull * 1000000000ull};
+                                       .world = cfg->ranks, .wait_ns = 30ull * 1000000000ull,
+                                       .corrupt = r->idx == cfg->bench_corrupt};
         r->pid = start_actor(r->name, r->host, bench_rank_main, b);
     }
     simgrid_run();

@@ -167,6 +167,7 @@ static int checked_call(run *r, size_t count, uint64_t *wrong)
     eccl_result rc = issue(r, r->send, r->recv, ccount);
     if (rc != ECCL_OK)
         return fail(r, "checked %s of %zu bytes: %s", coll_names[k], count * sizeof(float), eccl_strerror(rc));
+    if (r->o->corrupt && has_out) r->recv[0] += 1.0f;
     switch (k) {
     case ECCL_SIMBENCH_ALLGATHER:
         for (size_t q = 0; q < n; q++) {

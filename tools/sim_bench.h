@@ -57,6 +57,9 @@ typedef struct eccl_simbench_options {
     uint64_t stepfactor, iters, warmup;
     int64_t world;      /* ranks to wait for before measuring */
     uint64_t wait_ns;   /* give up waiting for them after this much (simulated) time */
+    /* Test only: this rank adds 1 to the first element of its output after
+     * each checked call, before counting (its #wrong must show it). */
+    int corrupt;
 } eccl_simbench_options;
 
 /* Rows at most (minbytes 1, stepfactor 2, up to 2^63). */
