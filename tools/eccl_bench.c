@@ -992,7 +992,9 @@ static void print_header(const struct bench_run *run)
 }
 
 /* nccl-tests' bus bandwidth factors: what each rank's links carry per byte
- * of size, so the numbers compare across collectives and world sizes. */
+ * of size, so the numbers compare across collectives and world sizes.
+ * eccl-sim's workload = bench (tools/sim_bench.c) prints the same rows with
+ * the same factors and check values: keep the two in step. */
 static double busbw_factor(const struct bench_run *run)
 {
     double n = (double)run->nranks;

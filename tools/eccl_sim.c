@@ -10,6 +10,10 @@
  * ranks.tsv, summary.tsv, plot.gp and plot.png (rendered with gnuplot when it
  * is installed).
  *
+ * `workload = bench` instead runs eccl-bench's measurement on the platform
+ * (tools/sim_bench.h) and prints its rows; `diloco` and `nccl2_bootstrap`
+ * are the other workloads (scenarios/README.md).
+ *
  * Exit status: 0 every check passed, 1 a check failed (or the outputs could
  * not be written), 2 usage or scenario error.
  *
@@ -47,6 +51,9 @@
 #include "diloco_loop.h"
 #include "churn_check.h"
 #include "sim_nccl2.h"
+#include "sim_bench.h"
+#include "tool_util.h"
+#include "coll/dispatch.h"
 
 #define MAX_RANKS 1000000 /* 1M: the issue-15 attempt; memory, not this, is the limit */
 #define MAX_HOSTS 2000000 /* clos and wan: generated hosts */
@@ -163,6 +170,14 @@ typedef struct scenario_cfg {
     uint64_t nccl2_timeout_ns; /* the launcher's: a hung rank gives up then */
     int nccl2_replay;          /* nccl2_allgather = replay */
     int nccl2_corrupt;         /* test only: this rank (1..ranks) corrupts a slot; 0 none */
+    /* workload = bench: eccl-bench's rows (tools/sim_bench.h); iters is its
+     * timed calls per size */
+    int bench;
+    int bench_coll;                  /* ECCL_SIMBENCH_* */
+    size_t bench_minbytes, bench_maxbytes;
+    int bench_stepfactor, bench_warmup;
+    char algo[256];                  /* every rank's ECCL_ALGO ("": not set) */
+    int bench_corrupt;               /* test only: this rank (1..ranks) corrupts its checked outputs */
 } scenario_cfg;
 
 /* ---- run state ----------------------------------------------------------- */
@@ -553,6 +568,7 @@ enum {
     K_TRANSPORT, K_IB_QPS, K_IB_MIN_BYTES, K_IB_CHUNK_BYTES,
     K_RELAYS, K_PROGRESS_THREAD, K_NET_MODEL,
     K_NCCL2_STAGGER, K_NCCL2_TIMEOUT, K_NCCL2_ALLGATHER, K_NCCL2_CORRUPT, /* nccl2_bootstrap */
+    K_COLL, K_MINBYTES, K_MAXBYTES, K_STEPFACTOR, K_WARMUP, K_ALGO, K_BENCH_CORRUPT, /* bench */
     K_NKEYS
 };
 
@@ -627,6 +643,13 @@ static const key_def key_defs[K_NKEYS] = {
     [K_NCCL2_TIMEOUT] = {"nccl2_timeout", KK_SPECIAL, 0, 0, 0},
     [K_NCCL2_ALLGATHER] = {"nccl2_allgather", KK_SPECIAL, 0, 0, 0},
     [K_NCCL2_CORRUPT] = {"nccl2_corrupt", KK_INT, CFG_OFF(nccl2_corrupt), 1, MAX_RANKS},
+    [K_COLL] = {"coll", KK_SPECIAL, 0, 0, 0},
+    [K_MINBYTES] = {"minbytes", KK_SPECIAL, 0, 0, 0},
+    [K_MAXBYTES] = {"maxbytes", KK_SPECIAL, 0, 0, 0},
+    [K_STEPFACTOR] = {"stepfactor", KK_INT, CFG_OFF(bench_stepfactor), 2, 1024},
+    [K_WARMUP] = {"warmup", KK_INT, CFG_OFF(bench_warmup), 0, 1000000},
+    [K_ALGO] = {"algo", KK_SPECIAL, 0, 0, 0},
+    [K_BENCH_CORRUPT] = {"bench_corrupt", KK_INT, CFG_OFF(bench_corrupt), 1, MAX_RANKS},
 };
 #undef CFG_OFF
 
@@ -642,7 +665,8 @@ static const int common_optional[] = {K_EXPECT, K_SEED, K_JITTER, K_STAGGER, K_W
                                       K_DEV_COPY_LAT, K_DEVICE_RING, K_TRANSPORT, K_IB_QPS,
                                       K_IB_MIN_BYTES, K_IB_CHUNK_BYTES, K_NCCL2_STAGGER,
                                       K_NCCL2_TIMEOUT, K_NCCL2_ALLGATHER, K_NCCL2_CORRUPT, K_RELAYS,
-                                      K_PROGRESS_THREAD, K_NET_MODEL, -1};
+                                      K_PROGRESS_THREAD, K_NET_MODEL, K_COLL, K_MINBYTES, K_MAXBYTES,
+                                      K_STEPFACTOR, K_WARMUP, K_ALGO, K_BENCH_CORRUPT, -1};
 static const int flat_required[] = {K_HOSTS, -1};
 static const int flat_optional[] = {-1};
 static const int clos_required[] = {K_HOSTS_PER_RACK, K_RACKS_PER_ZONE, K_ZONES_PER_DC, K_DCS, -1};
@@ -856,6 +880,27 @@ static const char *buffers_name(const scenario_cfg *c)
     return c->phantom ? "phantom" : "host";
 }
 
+/* algo = TEXT: every rank's ECCL_ALGO, checked entry by entry as the
+ * dispatcher reads it (core/coll/dispatch.c: `<collective|all>=<algorithm>`,
+ * comma-separated), since the library would only warn and ignore a bad one. */
+static int parse_algo(const char *file, int lineno, const char *val, scenario_cfg *c)
+{
+    if (strlen(val) >= sizeof c->algo)
+        return cfg_error(file, lineno, "algo: longer than %zu characters", sizeof c->algo - 1);
+    for (const char *e = val; *e;) {
+        const char *comma = strchr(e, ','), *end = comma ? comma : e + strlen(e);
+        const char *eq = memchr(e, '=', (size_t)(end - e));
+        const int all = eq && eq - e == 3 && memcmp(e, "all", 3) == 0;
+        if (!eq || eccl_dispatch_algo_parse(eq + 1, (size_t)(end - eq - 1)) < 0 ||
+            (!all && eccl_dispatch_coll_parse(e, (size_t)(eq - e)) < 0))
+            return cfg_error(file, lineno, "algo: \"%.*s\": want <collective|all>=<algorithm>[,...] "
+                             "(e.g. allreduce=hier; ECCL_ALGO, docs)", (int)(end - e), e);
+        e = comma ? comma + 1 : end;
+    }
+    strcpy(c->algo, val);
+    return 0;
+}
+
 /* Returns 0, or -1 after printing why. */
 static int parse_scenario(const char *file, scenario_cfg *c)
 {
@@ -1007,8 +1052,22 @@ static int parse_scenario(const char *file, scenario_cfg *c)
             if (strcmp(val, "worker") == 0) c->diloco = 0;
             else if (strcmp(val, "diloco") == 0) c->diloco = 1;
             else if (strcmp(val, "nccl2_bootstrap") == 0) c->nccl2 = 1;
-            else rc = cfg_error(file, lineno, "workload: \"%s\": want worker, diloco or "
-                                "nccl2_bootstrap", val);
+            else if (strcmp(val, "bench") == 0) c->bench = 1;
+            else rc = cfg_error(file, lineno, "workload: \"%s\": want worker, diloco, "
+                                "nccl2_bootstrap or bench", val);
+        } else if (id == K_COLL) {
+            c->bench_coll = eccl_simbench_coll_parse(val);
+            if (c->bench_coll < 0)
+                rc = cfg_error(file, lineno, "coll: \"%s\": want allreduce, allgather, reduce_scatter, "
+                               "broadcast, reduce or alltoall", val);
+        } else if (id == K_MINBYTES || id == K_MAXBYTES) {
+            /* eccl-bench's -b / -e: K M G T are powers of 1024 */
+            size_t *dst = id == K_MINBYTES ? &c->bench_minbytes : &c->bench_maxbytes;
+            if (tool_parse_size(val, dst) || *dst == 0 || *dst > ((size_t)1 << 40))
+                rc = cfg_error(file, lineno, "%s: \"%s\": want a size like 8, 256K, 64M or 1G (1..1T)",
+                               key, val);
+        } else if (id == K_ALGO) {
+            rc = parse_algo(file, lineno, val, c);
         } else if (id == K_NCCL2_STAGGER || id == K_NCCL2_TIMEOUT) {
             double q;
             const int timeout = id == K_NCCL2_TIMEOUT;
@@ -1076,8 +1135,45 @@ static int parse_scenario(const char *file, scenario_cfg *c)
     }
     for (const int *k = common_required; *k >= 0; k++)
         if (!key_line[*k] && !(c->diloco && *k == K_ITERS) &&
-            !(c->nccl2 && (*k == K_ITERS || *k == K_COUNT)))
+            !((c->nccl2 || c->bench) && (*k == K_ITERS || *k == K_COUNT)))
             return cfg_error(file, 0, "missing required key \"%s\"", key_defs[*k].name);
+    if (!c->bench) {
+        static const int only_bench[] = {K_COLL, K_MINBYTES, K_MAXBYTES, K_STEPFACTOR, K_WARMUP, K_ALGO,
+                                         K_BENCH_CORRUPT, -1};
+        for (const int *k = only_bench; *k >= 0; k++)
+            if (key_line[*k])
+                return cfg_error(file, key_line[*k], "%s: a key of workload = bench", key_defs[*k].name);
+    } else {
+        /* A platform, ranks on it and eccl's knobs: no faults, no checks
+         * of a job (the rows' #wrong is the check). */
+        static const int not_bench[] = {K_COUNT, K_EXPECT, K_EXPECT_SLOWDOWN, K_WORLD_MIN, K_OPTIMIZE_AT,
+                                        K_EXPECT_SPEEDUP, K_STEP, K_PEER_TIMEOUT, K_BUFFERS, K_RELAYS,
+                                        K_DEV_COPY_RATE, K_DEV_COPY_LAT, K_DEVICE_RING, -1};
+        for (const int *k = not_bench; *k >= 0; k++)
+            if (key_line[*k])
+                return cfg_error(file, key_line[*k], "%s: not a key of workload = bench",
+                                 key_defs[*k].name);
+        if (c->nfaults)
+            return cfg_error(file, c->faults[0].line, "%s: workload = bench takes no faults",
+                             fault_name(c->faults[0].kind));
+        if (c->n_relay_kills)
+            return cfg_error(file, c->relay_kills[0].line, "kill_relay: workload = bench takes no faults");
+        if (c->diloco || c->nccl2)
+            return cfg_error(file, key_line[K_WORKLOAD], "workload: internal error");
+        if (!key_line[K_ITERS]) c->iters = 20;
+        if (!key_line[K_MINBYTES]) c->bench_minbytes = 8;
+        if (!key_line[K_MAXBYTES]) c->bench_maxbytes = (size_t)1 << 20;
+        if (!key_line[K_STEPFACTOR]) c->bench_stepfactor = 2;
+        if (!key_line[K_WARMUP]) c->bench_warmup = 5;
+        if (c->bench_minbytes > c->bench_maxbytes)
+            return cfg_error(file, key_line[K_MINBYTES] ? key_line[K_MINBYTES] : key_line[K_MAXBYTES],
+                             "minbytes %zu exceeds maxbytes %zu", c->bench_minbytes, c->bench_maxbytes);
+        if (c->ranks < 2)
+            return cfg_error(file, key_line[K_RANKS], "ranks: workload = bench wants at least 2");
+        if (c->bench_corrupt > c->ranks)
+            return cfg_error(file, key_line[K_BENCH_CORRUPT], "bench_corrupt: rank %d: ranks are 1..%d",
+                             c->bench_corrupt, c->ranks);
+    }
     if (!c->nccl2) {
         static const int only_nccl2[] = {K_NCCL2_STAGGER, K_NCCL2_TIMEOUT, K_NCCL2_ALLGATHER,
                                          K_NCCL2_CORRUPT, -1};
@@ -3161,6 +3257,148 @@ static int run_nccl2(sim *s, scenario_cfg *cfg, const char *outdir)
     return failures == 0 && !io_err ? 0 : 1;
 }
 
+/* ---- workload = bench: eccl-bench's rows on the simulated platform -------
+ *
+ * Every rank runs tools/sim_bench.c's program (eccl-bench's calls, in its
+ * order) as an actor on its host; the comm's rank 0 keeps the rows, printed
+ * after the run in eccl-bench's format (stdout: `#` header lines, then one
+ * row per size) and written to bench.tsv. Times are simulated, so the same
+ * file and seed print the same bytes. */
+
+typedef struct bench_rank {
+    sim *s;
+    rank_state *r;
+    eccl_simbench_options o;
+    eccl_simbench_result res;
+    int status; /* eccl_simbench_rank_run's; 1 until it returns */
+} bench_rank;
+
+static eccl_result bench_comm_create(void *ctx, const eccl_comm_params *params, eccl_comm **out)
+{
+    bench_rank *b = ctx;
+    eccl_comm_params p = *params;
+    p.p2p_host = sg_host_self_get_name();
+    return eccl_sg_comm_create_on(b->s->w, NULL, &p, out);
+}
+
+static uint64_t bench_now_ns(void *ctx)
+{
+    (void)ctx;
+    return eccl_sg_now_ns();
+}
+
+static void bench_sleep_ns(void *ctx, uint64_t ns)
+{
+    (void)ctx;
+    sg_actor_sleep_for((double)ns / 1e9);
+}
+
+static void bench_rank_main(int argc, char **argv)
+{
+    (void)argc;
+    (void)argv;
+    bench_rank *b = sg_actor_self_get_data();
+    sim *s = b->s;
+    if (b->r->arrive_ns > eccl_sg_now_ns()) sg_actor_sleep_until((double)b->r->arrive_ns / 1e9);
+    const eccl_simbench_hooks h = {.ctx = b, .comm_create = bench_comm_create, .now_ns = bench_now_ns,
+                                   .sleep_ns = bench_sleep_ns};
+    b->status = eccl_simbench_rank_run(&h, s->master_addr, &b->o, &b->res);
+    if (b->status) /* stderr: stdout is the rows' */
+        fprintf(stderr, "eccl-sim: %s (t=%.9f s): bench failed: %s\n", b->r->name,
+                (double)eccl_sg_now_ns() / 1e9, b->res.why);
+    s->done++; /* the master serves until every rank is through */
+}
+
+static void bench_print(FILE *f, const scenario_cfg *c, const bench_rank *b0, int tsv)
+{
+    eccl_simbench_print_columns(f, tsv);
+    for (int i = 0; i < b0->res.nrows; i++)
+        eccl_simbench_print_row(f, tsv, c->bench_coll, b0->res.nranks, &b0->res.rows[i]);
+}
+
+static int run_bench(sim *s, scenario_cfg *cfg, const char *outdir)
+{
+    if (cfg->algo[0] && eccl_sg_world_set_algo(s->w, cfg->algo) != ECCL_OK) {
+        fprintf(stderr, "eccl-sim: algo: cannot set \"%s\"\n", cfg->algo);
+        return 2;
+    }
+    bench_rank *br = calloc((size_t)cfg->ranks, sizeof *br);
+    if (!br) {
+        fprintf(stderr, "eccl-sim: out of memory\n");
+        return 1;
+    }
+    if (s->verbose)
+        eccl_sg_printf("eccl-sim", "scenario=%s seed=%llu platform=%s hosts=%d ranks=%d workload=bench coll=%s "
+                       "algo=%s out=%s", cfg->name, (unsigned long long)cfg->seed, cfg->platform, cfg->hosts,
+                       cfg->ranks, eccl_simbench_coll_name(cfg->bench_coll), cfg->algo[0] ? cfg->algo : "-",
+                       outdir);
+    /* Arrivals as the worker workload's: staggered, plus seeded jitter. */
+    uint64_t rng = cfg->seed;
+    const uint64_t jitter_ns = (uint64_t)llround(cfg->jitter_s * 1e9);
+    const uint64_t stagger_ns = (uint64_t)llround(cfg->stagger_s * 1e9);
+    start_actor("master", "node-0", master_main, s);
+    for (int i = 0; i < cfg->ranks; i++) {
+        rank_state *r = &s->rk[i];
+        bench_rank *b = &br[i];
+        r->s = s;
+        r->idx = i + 1;
+        snprintf(r->name, sizeof r->name, "rank%d", r->idx);
+        snprintf(r->host, sizeof r->host, "node-%d", rank_host(cfg, r->idx));
+        r->arrive_ns = stagger_ns * (uint64_t)r->idx;
+        if (jitter_ns) r->arrive_ns += prng_below(&rng, jitter_ns);
+        *b = (bench_rank){.s = s, .r = r, .status = 1};
+        b->o = (eccl_simbench_options){.coll = cfg->bench_coll, .minbytes = cfg->bench_minbytes,
+                                       .maxbytes = cfg->bench_maxbytes,
+                                       .stepfactor = (uint64_t)cfg->bench_stepfactor,
+                                       .iters = (uint64_t)cfg->iters, .warmup = (uint64_t)cfg->bench_warmup,
+                                       .world = cfg->ranks, .wait_ns = 30ull * 1000000000ull,
+                                       .corrupt = r->idx == cfg->bench_corrupt};
+        r->pid = start_actor(r->name, r->host, bench_rank_main, b);
+    }
+    simgrid_run();
+    const uint64_t end_ns = eccl_sg_now_ns();
+
+    /* The rows are the comm's rank 0's; every rank must have finished. */
+    int failed = 0;
+    const bench_rank *b0 = NULL;
+    for (int i = 0; i < cfg->ranks; i++) {
+        failed += br[i].status != 0;
+        if (br[i].status == 0 && br[i].res.rank == 0) b0 = &br[i];
+    }
+    uint64_t wrong = b0 ? b0->res.wrong_total : 0;
+    double busbw_sum = 0;
+    for (int i = 0; b0 && i < b0->res.nrows; i++)
+        busbw_sum += eccl_simbench_busbw(cfg->bench_coll, b0->res.nranks, &b0->res.rows[i]);
+    char end[32];
+    fmt_time(end, sizeof end, end_ns);
+    printf("# eccl-sim bench: scenario %s seed %llu platform %s ranks %d ranks_per_host %d coll %s algo %s "
+           "transport %s\n",
+           cfg->name, (unsigned long long)cfg->seed, cfg->platform, cfg->ranks, cfg->ranks_per_host,
+           eccl_simbench_coll_name(cfg->bench_coll), cfg->algo[0] ? cfg->algo : "-", cfg->ibv ? "ibv" : "tcp");
+    printf("# eccl-bench: nranks %d dtype float op sum inplace 0 iters %d warmup %d check 1 inflight 1 "
+           "device 0 coll %s\n",
+           cfg->ranks, cfg->iters, cfg->bench_warmup, eccl_simbench_coll_name(cfg->bench_coll));
+    if (b0) bench_print(stdout, cfg, b0, 0);
+    printf("# Out of bounds values : %llu %s\n", (unsigned long long)wrong, wrong == 0 ? "OK" : "FAILED");
+    printf("# Avg bus bandwidth    : %g\n", b0 && b0->res.nrows ? busbw_sum / b0->res.nrows : 0.0);
+    printf("# simulated time %s s, ranks failed %d, out %s\n", end, failed, outdir);
+    printf("#\n");
+
+    int io_err = 0;
+    FILE *f = open_out(outdir, "bench.tsv");
+    if (f) {
+        if (b0) bench_print(f, cfg, b0, 1);
+        else eccl_simbench_print_columns(f, 1);
+        io_err = fclose(f) != 0;
+    } else {
+        io_err = 1;
+    }
+    if (failed) fprintf(stderr, "eccl-sim: %d of %d ranks failed (see above)\n", failed, cfg->ranks);
+    if (wrong) fprintf(stderr, "eccl-sim: %llu wrong elements\n", (unsigned long long)wrong);
+    free(br);
+    return failed || !b0 || wrong || io_err ? 1 : 0;
+}
+
 /* ---- main ---------------------------------------------------------------- */
 
 /* help: asked for (stdout, success) or a bad command line (stderr, 2). */
@@ -3327,6 +3565,11 @@ int main(int argc, char **argv)
 
     if (cfg.diloco) {
         int status = run_diloco(s, &cfg, outdir);
+        sim_free(s, &cfg);
+        return status;
+    }
+    if (cfg.bench) {
+        int status = run_bench(s, &cfg, outdir);
         sim_free(s, &cfg);
         return status;
     }
