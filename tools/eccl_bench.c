@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "eccl.h"
+#include "bench_rows.h"
 #include "tool_util.h"
 
 enum { EXIT_USAGE = 2 };
@@ -37,28 +38,7 @@ enum { EXIT_USAGE = 2 };
 #define BENCH_TAG_BASE 1
 #define BENCH_MAX_INFLIGHT 64
 
-/* The check pattern uses (i * 3) mod 13 and, for prod, i mod 3, so every
- * contribution and every expected value repeats with period lcm(13, 3). */
-#define PATTERN_PERIOD 39
-
-enum bench_coll {
-    COLL_ALLREDUCE,
-    COLL_ALLGATHER,
-    COLL_REDUCE_SCATTER,
-    COLL_BROADCAST,
-    COLL_REDUCE,
-    COLL_ALLTOALL,
-    COLL_COUNT
-};
-
-static const char *const coll_names[COLL_COUNT] = {"allreduce", "allgather", "reduce_scatter", "broadcast",
-                                                   "reduce",    "alltoall"};
-
-/* Collectives whose size is world blocks of a per-rank count. */
-static int blocked(enum bench_coll k)
-{
-    return k == COLL_ALLGATHER || k == COLL_REDUCE_SCATTER || k == COLL_ALLTOALL;
-}
+#define PATTERN_PERIOD BENCH_PATTERN_PERIOD
 
 struct bench_opts {
     const char *argv0;
@@ -442,7 +422,7 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
             break;
         case OPT_COLL: {
             int k = 0;
-            while (k < COLL_COUNT && strcmp(optarg, coll_names[k]) != 0) k++;
+            while (k < COLL_COUNT && strcmp(optarg, bench_coll_names[k]) != 0) k++;
             if (k == COLL_COUNT)
                 return usage_error("unknown collective '%s' (allreduce allgather reduce_scatter "
                                    "broadcast reduce alltoall)", optarg);
@@ -625,49 +605,6 @@ static void fill_pattern(void *buf, eccl_dtype t, size_t esize, size_t count,
 
 /* ---- the check ---------------------------------------------------------------- */
 
-static int64_t floor_log2(int64_t v)
-{
-    int64_t e = 0;
-
-    while (v > 1) {
-        v >>= 1;
-        e++;
-    }
-    return e;
-}
-
-/* Magnitude of sum/avg/min/max contributions: 6 when nranks * 6 stays
- * exact, smaller for more ranks. */
-static int64_t amplitude(const struct dtype_desc *d, int64_t nranks)
-{
-    int64_t amp = d->exact_limit / nranks;
-
-    return amp > 6 ? 6 : amp < 1 ? 1 : amp;
-}
-
-/* Small integers, chosen so that every partial result any reduction order
- * can form is exact in the dtype: then the expected value needs no tolerance
- * (except float avg) and does not depend on the library's reduction order. */
-static int64_t contribution(const struct dtype_desc *d, eccl_op op, int64_t nranks,
-                            int64_t rank, size_t j)
-{
-    int64_t base = ((rank % 13 + 1) * 7 + (int64_t)j * 3) % 13;
-    int64_t amp;
-
-    if (op == ECCL_PROD) {
-        /* Factors of 2 from at most log2(limit) ranks; the rest give +-1. */
-        int64_t mag = rank < floor_log2(d->exact_limit) && (rank + (int64_t)j) % 3 == 0 ? 2 : 1;
-
-        return d->is_signed && (base & 1) ? -mag : mag;
-    }
-    amp = amplitude(d, nranks);
-    /* Past exact_limit / amp ranks even +-1 values could add up to an inexact
-     * (or overflowing) partial sum, so further ranks contribute zero. */
-    if (rank >= d->exact_limit / amp)
-        return 0;
-    return d->is_signed ? base % (2 * amp + 1) - amp : base % (amp + 1);
-}
-
 static double pow2(int64_t e)
 {
     double v = 1;
@@ -685,10 +622,10 @@ static void build_pattern(const struct bench_run *run, struct pattern *p)
     eccl_op op = run->opts->op;
 
     for (size_t j = 0; j < PATTERN_PERIOD; j++) {
-        int64_t acc = contribution(d, op, run->nranks, 0, j);
+        int64_t acc = bench_contribution(d->exact_limit, d->is_signed, op, run->nranks, 0, j);
 
         for (int64_t r = 1; r < run->nranks; r++) {
-            int64_t v = contribution(d, op, run->nranks, r, j);
+            int64_t v = bench_contribution(d->exact_limit, d->is_signed, op, run->nranks, r, j);
 
             switch (op) {
             case ECCL_PROD: acc *= v; break;
@@ -697,7 +634,7 @@ static void build_pattern(const struct bench_run *run, struct pattern *p)
             default: acc += v; break;
             }
         }
-        p->mine[j] = contribution(d, op, run->nranks, run->rank, j);
+        p->mine[j] = bench_contribution(d->exact_limit, d->is_signed, op, run->nranks, run->rank, j);
         if (op != ECCL_AVG)
             p->expect[j] = (double)acc;
         else if (d->is_float)
@@ -711,7 +648,7 @@ static void build_pattern(const struct bench_run *run, struct pattern *p)
     p->tol = 0;
     if (op == ECCL_AVG && d->is_float)
         p->tol = (double)(run->nranks + 1) *
-                 pow2(floor_log2(amplitude(d, run->nranks)) - d->mant_bits);
+                 pow2(bench_floor_log2(bench_amplitude(d->exact_limit, run->nranks)) - d->mant_bits);
 }
 
 /* Counts elements i of buf that differ from want[(first + i) % period] by
@@ -747,7 +684,7 @@ static int allreduce(struct bench_run *run, const void *send, void *recv, size_t
  * the all-gather's and reduce-scatter's are per rank. */
 static size_t call_count(const struct bench_run *run, size_t count)
 {
-    return blocked(run->opts->coll) ? count / (size_t)run->nranks : count;
+    return bench_blocked(run->opts->coll) ? count / (size_t)run->nranks : count;
 }
 
 /* A call's input and output for output buffer `base` (the row's recv, or
@@ -813,7 +750,7 @@ static int round_of_calls(struct bench_run *run, size_t count, void *out, const 
         uint64_t tag = run->next_tag++;
         call_bufs(run, ccount, out, &in, &dst);
         return eccl_failed(issue(run, in, dst, ccount, tag, NULL), "rank %" PRId64 ": %s (%s, tag %" PRIu64 ")",
-                           run->rank, what, coll_names[o->coll], tag);
+                           run->rank, what, bench_coll_names[o->coll], tag);
     }
     eccl_request *r[BENCH_MAX_INFLIGHT];
     int failed = 0;
@@ -866,7 +803,7 @@ static int download(struct bench_run *run, const void *src, size_t bytes)
 static void rank_values(const struct bench_run *run, int64_t r, double out[PATTERN_PERIOD])
 {
     for (size_t j = 0; j < PATTERN_PERIOD; j++)
-        out[j] = (double)contribution(run->dt, run->opts->op, run->nranks, r, j);
+        out[j] = (double)bench_contribution(run->dt->exact_limit, run->dt->is_signed, run->opts->op, run->nranks, r, j);
 }
 
 /* One call of the check pattern; adds the mismatches to *wrong. Every rank
@@ -893,7 +830,7 @@ static int checked_call(struct bench_run *run, size_t count, uint64_t *wrong)
         for (size_t j = 0; k == COLL_ALLTOALL && j < n; j++) {
             int64_t vals[PATTERN_PERIOD];
             for (size_t e = 0; e < PATTERN_PERIOD; e++)
-                vals[e] = contribution(run->dt, o->op, run->nranks, run->rank * (int64_t)n + (int64_t)j, e);
+                vals[e] = bench_contribution(run->dt->exact_limit, run->dt->is_signed, o->op, run->nranks, run->rank * (int64_t)n + (int64_t)j, e);
             fill_pattern((uint8_t *)host_side(run, (void *)in) + j * ccount * es, o->dtype, es, ccount, vals);
         }
         if (k != COLL_ALLTOALL)
@@ -909,7 +846,7 @@ static int checked_call(struct bench_run *run, size_t count, uint64_t *wrong)
     }
     uint64_t tag = run->next_tag++;
     if (eccl_failed(issue(run, in, out, ccount, tag, NULL), "rank %" PRId64 ": checked %s (tag %" PRIu64 ")",
-                    run->rank, coll_names[k], tag))
+                    run->rank, bench_coll_names[k], tag))
         return 1;
     if (has_out && download(run, out, out_elems * es))
         return 1;
@@ -985,36 +922,17 @@ static void print_header(const struct bench_run *run)
            " iters %" PRIu64 " warmup %" PRIu64 " check %" PRIu64 " inflight %" PRIu64
            " device %d coll %s\n",
            run->nranks, run->dt->name, op_names[o->op], o->inplace, o->iters, o->warmup,
-           o->check, o->inflight, o->device, coll_names[o->coll]);
-    printf("#       size         count      type   redop     time(us)   algbw(GB/s)"
-           "   busbw(GB/s)  #wrong  algo\n");
+           o->check, o->inflight, o->device, bench_coll_names[o->coll]);
+    bench_print_columns(stdout);
     fflush(stdout);
-}
-
-/* nccl-tests' bus bandwidth factors: what each rank's links carry per byte
- * of size, so the numbers compare across collectives and world sizes.
- * eccl-sim's workload = bench (tools/sim_bench.c) prints the same rows with
- * the same factors and check values: keep the two in step. */
-static double busbw_factor(const struct bench_run *run)
-{
-    double n = (double)run->nranks;
-    switch (run->opts->coll) {
-    case COLL_ALLREDUCE: return 2.0 * (n - 1) / n;
-    case COLL_ALLGATHER:
-    case COLL_REDUCE_SCATTER:
-    case COLL_ALLTOALL: return (n - 1) / n;
-    default: return 1.0;
-    }
 }
 
 static void print_row(struct bench_run *run, size_t count, double time_us, uint64_t wrong)
 {
     size_t bytes = count * run->dt->size;
     double algbw = (double)bytes * (double)run->opts->inflight / time_us / 1e3;
-    double busbw = algbw * busbw_factor(run);
+    double busbw = algbw * bench_busbw_factor(run->opts->coll, run->nranks);
     char wrong_text[24] = "N/A";
-    int reduces = run->opts->coll != COLL_ALLGATHER && run->opts->coll != COLL_BROADCAST &&
-                  run->opts->coll != COLL_ALLTOALL;
 
     run->busbw_sum += busbw;
     run->rows++;
@@ -1022,9 +940,9 @@ static void print_row(struct bench_run *run, size_t count, double time_us, uint6
         return;
     if (run->opts->check)
         snprintf(wrong_text, sizeof wrong_text, "%" PRIu64, wrong);
-    printf("%12zu  %12zu  %8s  %6s  %11.2f  %12.2f  %12.2f  %6s  %s\n", bytes, count,
-           run->dt->name, reduces ? op_names[run->opts->op] : "none", time_us, algbw, busbw, wrong_text,
-           eccl_algorithm_name(run->algo));
+    bench_print_row(stdout, bytes, count, run->dt->name,
+                    bench_reduces(run->opts->coll) ? op_names[run->opts->op] : "none", time_us, algbw, busbw,
+                    wrong_text, eccl_algorithm_name(run->algo));
     fflush(stdout);
 }
 
@@ -1033,7 +951,7 @@ static int run_size(struct bench_run *run, size_t size)
     const struct bench_opts *o = run->opts;
     /* The all-gather's and reduce-scatter's size is world blocks. */
     size_t count = size / run->dt->size;
-    if (blocked(o->coll))
+    if (bench_blocked(o->coll))
         count = count / (size_t)run->nranks * (size_t)run->nranks;
     void *out = o->inplace ? run->send : run->recv;
     uint64_t wrong = 0, wrong_all = 0, start;
@@ -1298,7 +1216,7 @@ static void build_child_argv(const struct bench_opts *o, const char *master,
     add_num(a, "-I", o->inplace);
     add_arg(a, "-d", dtypes[o->dtype].alias);
     add_arg(a, "-o", op_names[o->op]);
-    add_arg(a, "--coll", coll_names[o->coll]);
+    add_arg(a, "--coll", bench_coll_names[o->coll]);
     add_arg(a, "--master", master);
     add_num(a, "--world", o->np);
     if (o->group_set)

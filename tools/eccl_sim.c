@@ -173,7 +173,7 @@ typedef struct scenario_cfg {
     /* workload = bench: eccl-bench's rows (tools/sim_bench.h); iters is its
      * timed calls per size */
     int bench;
-    int bench_coll;                  /* ECCL_SIMBENCH_* */
+    int bench_coll;                  /* enum bench_coll */
     size_t bench_minbytes, bench_maxbytes;
     int bench_stepfactor, bench_warmup;
     char algo[256];                  /* every rank's ECCL_ALGO ("": not set) */
@@ -1056,7 +1056,7 @@ static int parse_scenario(const char *file, scenario_cfg *c)
             else rc = cfg_error(file, lineno, "workload: \"%s\": want worker, diloco, "
                                 "nccl2_bootstrap or bench", val);
         } else if (id == K_COLL) {
-            c->bench_coll = eccl_simbench_coll_parse(val);
+            c->bench_coll = bench_coll_parse(val);
             if (c->bench_coll < 0)
                 rc = cfg_error(file, lineno, "coll: \"%s\": want allreduce, allgather, reduce_scatter, "
                                "broadcast, reduce or alltoall", val);
@@ -3330,7 +3330,7 @@ static int run_bench(sim *s, scenario_cfg *cfg, const char *outdir)
     if (s->verbose)
         eccl_sg_printf("eccl-sim", "scenario=%s seed=%llu platform=%s hosts=%d ranks=%d workload=bench coll=%s "
                        "algo=%s out=%s", cfg->name, (unsigned long long)cfg->seed, cfg->platform, cfg->hosts,
-                       cfg->ranks, eccl_simbench_coll_name(cfg->bench_coll), cfg->algo[0] ? cfg->algo : "-",
+                       cfg->ranks, bench_coll_names[cfg->bench_coll], cfg->algo[0] ? cfg->algo : "-",
                        outdir);
     /* Arrivals as the worker workload's: staggered, plus seeded jitter. */
     uint64_t rng = cfg->seed;
@@ -3374,10 +3374,10 @@ static int run_bench(sim *s, scenario_cfg *cfg, const char *outdir)
     printf("# eccl-sim bench: scenario %s seed %llu platform %s ranks %d ranks_per_host %d coll %s algo %s "
            "transport %s\n",
            cfg->name, (unsigned long long)cfg->seed, cfg->platform, cfg->ranks, cfg->ranks_per_host,
-           eccl_simbench_coll_name(cfg->bench_coll), cfg->algo[0] ? cfg->algo : "-", cfg->ibv ? "ibv" : "tcp");
+           bench_coll_names[cfg->bench_coll], cfg->algo[0] ? cfg->algo : "-", cfg->ibv ? "ibv" : "tcp");
     printf("# eccl-bench: nranks %d dtype float op sum inplace 0 iters %d warmup %d check 1 inflight 1 "
            "device 0 coll %s\n",
-           cfg->ranks, cfg->iters, cfg->bench_warmup, eccl_simbench_coll_name(cfg->bench_coll));
+           cfg->ranks, cfg->iters, cfg->bench_warmup, bench_coll_names[cfg->bench_coll]);
     if (b0) bench_print(stdout, cfg, b0, 0);
     printf("# Out of bounds values : %llu %s\n", (unsigned long long)wrong, wrong == 0 ? "OK" : "FAILED");
     printf("# Avg bus bandwidth    : %g\n", b0 && b0->res.nrows ? busbw_sum / b0->res.nrows : 0.0);

@@ -1,6 +1,6 @@
 /* eccl-bench's measurement over the public API, for eccl-sim's
- * `workload = bench` (sim_bench.h). The check values and the row format are
- * tools/eccl_bench.c's, for float / sum out of place: keep them in step. */
+ * `workload = bench` (sim_bench.h): its calls, check values (float / sum,
+ * out of place) and rows (tools/bench_rows.h). */
 #include "sim_bench.h"
 
 #include <inttypes.h>
@@ -10,31 +10,10 @@
 
 #define BENCH_ALIGN 64
 #define BENCH_TAG_BASE 1 /* eccl-bench's first tag */
-/* eccl-bench's check pattern repeats with period lcm(13, 3). */
-#define PATTERN_PERIOD 39
+#define PATTERN_PERIOD BENCH_PATTERN_PERIOD
 /* float: every partial sum of integers up to 2^24 is exact. */
 #define F32_EXACT_LIMIT (INT64_C(1) << 24)
 
-static const char *const coll_names[ECCL_SIMBENCH_COLLS] = {"allreduce", "allgather", "reduce_scatter",
-                                                            "broadcast", "reduce",    "alltoall"};
-
-int eccl_simbench_coll_parse(const char *name)
-{
-    for (int k = 0; k < ECCL_SIMBENCH_COLLS; k++)
-        if (strcmp(name, coll_names[k]) == 0) return k;
-    return -1;
-}
-
-const char *eccl_simbench_coll_name(int coll)
-{
-    return coll >= 0 && coll < ECCL_SIMBENCH_COLLS ? coll_names[coll] : "?";
-}
-
-/* Collectives whose size is world blocks of a per-rank count. */
-static int blocked(int k)
-{
-    return k == ECCL_SIMBENCH_ALLGATHER || k == ECCL_SIMBENCH_REDUCE_SCATTER || k == ECCL_SIMBENCH_ALLTOALL;
-}
 
 typedef struct run {
     const eccl_simbench_options *o;
@@ -59,25 +38,9 @@ __attribute__((format(printf, 2, 3))) static int fail(run *r, const char *fmt, .
 
 /* ---- eccl-bench's check values, float / sum -------------------------------- */
 
-/* eccl_bench.c's amplitude(): 6 while nranks x 6 stays exact. */
-static int64_t amplitude(int64_t nranks)
-{
-    int64_t amp = F32_EXACT_LIMIT / nranks;
-    return amp > 6 ? 6 : amp < 1 ? 1 : amp;
-}
-
-/* eccl_bench.c's contribution() for a signed float type and a sum. */
-static int64_t contribution(int64_t nranks, int64_t rank, size_t j)
-{
-    int64_t base = ((rank % 13 + 1) * 7 + (int64_t)j * 3) % 13;
-    int64_t amp = amplitude(nranks);
-    if (rank >= F32_EXACT_LIMIT / amp) return 0;
-    return base % (2 * amp + 1) - amp;
-}
-
 static void rank_values(int64_t nranks, int64_t rank, float out[PATTERN_PERIOD])
 {
-    for (size_t j = 0; j < PATTERN_PERIOD; j++) out[j] = (float)contribution(nranks, rank, j);
+    for (size_t j = 0; j < PATTERN_PERIOD; j++) out[j] = (float)bench_contribution(F32_EXACT_LIMIT, 1, ECCL_SUM, nranks, rank, j);
 }
 
 static void fill_pattern(float *buf, size_t count, const float vals[PATTERN_PERIOD])
@@ -104,7 +67,7 @@ static uint64_t check_buffer(const float *buf, size_t count, const float want[PA
 
 static size_t call_count(const run *r, size_t count)
 {
-    return blocked(r->o->coll) ? count / (size_t)r->nranks : count;
+    return bench_blocked(r->o->coll) ? count / (size_t)r->nranks : count;
 }
 
 /* The benchmarked collective, blocking, with the next tag (eccl-bench's
@@ -116,13 +79,13 @@ static eccl_result issue(run *r, const void *in, void *out, size_t ccount)
     const uint64_t tag = r->next_tag++;
     eccl_result rc;
     switch (r->o->coll) {
-    case ECCL_SIMBENCH_ALLGATHER: rc = eccl_allgather(c, in, out, ccount, ECCL_F32, tag, &info); break;
-    case ECCL_SIMBENCH_REDUCE_SCATTER:
+    case COLL_ALLGATHER: rc = eccl_allgather(c, in, out, ccount, ECCL_F32, tag, &info); break;
+    case COLL_REDUCE_SCATTER:
         rc = eccl_reduce_scatter(c, in, out, ccount, ECCL_F32, ECCL_SUM, tag, &info);
         break;
-    case ECCL_SIMBENCH_BROADCAST: rc = eccl_broadcast(c, in, out, ccount, ECCL_F32, 0, tag, &info); break;
-    case ECCL_SIMBENCH_REDUCE: rc = eccl_reduce(c, in, out, ccount, ECCL_F32, ECCL_SUM, 0, tag, &info); break;
-    case ECCL_SIMBENCH_ALLTOALL: rc = eccl_alltoall(c, in, out, ccount, ECCL_F32, tag, &info); break;
+    case COLL_BROADCAST: rc = eccl_broadcast(c, in, out, ccount, ECCL_F32, 0, tag, &info); break;
+    case COLL_REDUCE: rc = eccl_reduce(c, in, out, ccount, ECCL_F32, ECCL_SUM, 0, tag, &info); break;
+    case COLL_ALLTOALL: rc = eccl_alltoall(c, in, out, ccount, ECCL_F32, tag, &info); break;
     default: rc = eccl_allreduce(c, in, out, ccount, ECCL_F32, ECCL_SUM, tag, &info); break;
     }
     if (rc == ECCL_OK) r->algo = info.algorithm;
@@ -145,47 +108,47 @@ static int checked_call(run *r, size_t count, uint64_t *wrong)
 {
     const int k = r->o->coll;
     const size_t ccount = call_count(r, count), n = (size_t)r->nranks;
-    const size_t in_elems = k == ECCL_SIMBENCH_REDUCE_SCATTER || k == ECCL_SIMBENCH_ALLTOALL ? n * ccount : ccount;
-    const size_t out_elems = k == ECCL_SIMBENCH_ALLGATHER || k == ECCL_SIMBENCH_ALLTOALL ? n * ccount : ccount;
-    const int has_in = k != ECCL_SIMBENCH_BROADCAST || r->rank == 0;
-    const int has_out = k != ECCL_SIMBENCH_REDUCE || r->rank == 0;
+    const size_t in_elems = k == COLL_REDUCE_SCATTER || k == COLL_ALLTOALL ? n * ccount : ccount;
+    const size_t out_elems = k == COLL_ALLGATHER || k == COLL_ALLTOALL ? n * ccount : ccount;
+    const int has_in = k != COLL_BROADCAST || r->rank == 0;
+    const int has_out = k != COLL_REDUCE || r->rank == 0;
     float mine[PATTERN_PERIOD], want[PATTERN_PERIOD], expect[PATTERN_PERIOD];
     rank_values(r->nranks, r->rank, mine);
     for (size_t j = 0; j < PATTERN_PERIOD; j++) {
         int64_t acc = 0;
-        for (int64_t q = 0; q < r->nranks; q++) acc += contribution(r->nranks, q, j);
+        for (int64_t q = 0; q < r->nranks; q++) acc += bench_contribution(F32_EXACT_LIMIT, 1, ECCL_SUM, r->nranks, q, j);
         expect[j] = (float)acc;
     }
     if (has_in) {
-        for (size_t j = 0; k == ECCL_SIMBENCH_ALLTOALL && j < n; j++) {
+        for (size_t j = 0; k == COLL_ALLTOALL && j < n; j++) {
             rank_values(r->nranks, r->rank * (int64_t)n + (int64_t)j, want);
             fill_pattern(r->send + j * ccount, ccount, want);
         }
-        if (k != ECCL_SIMBENCH_ALLTOALL) fill_pattern(r->send, in_elems, mine);
+        if (k != COLL_ALLTOALL) fill_pattern(r->send, in_elems, mine);
     }
     memset(r->recv, 0xa5, out_elems * sizeof(float));
     eccl_result rc = issue(r, r->send, r->recv, ccount);
     if (rc != ECCL_OK)
-        return fail(r, "checked %s of %zu bytes: %s", coll_names[k], count * sizeof(float), eccl_strerror(rc));
+        return fail(r, "checked %s of %zu bytes: %s", bench_coll_names[k], count * sizeof(float), eccl_strerror(rc));
     if (r->o->corrupt && has_out) r->recv[0] += 1.0f;
     switch (k) {
-    case ECCL_SIMBENCH_ALLGATHER:
+    case COLL_ALLGATHER:
         for (size_t q = 0; q < n; q++) {
             rank_values(r->nranks, (int64_t)q, want);
             *wrong += check_buffer(r->recv + q * ccount, ccount, want, 0);
         }
         break;
-    case ECCL_SIMBENCH_BROADCAST:
+    case COLL_BROADCAST:
         rank_values(r->nranks, 0, want);
         *wrong += check_buffer(r->recv, ccount, want, 0);
         break;
-    case ECCL_SIMBENCH_ALLTOALL: /* block q: rank q's block for us */
+    case COLL_ALLTOALL: /* block q: rank q's block for us */
         for (size_t q = 0; q < n; q++) {
             rank_values(r->nranks, (int64_t)q * (int64_t)n + r->rank, want);
             *wrong += check_buffer(r->recv + q * ccount, ccount, want, 0);
         }
         break;
-    case ECCL_SIMBENCH_REDUCE_SCATTER: /* block `rank` of the reduction */
+    case COLL_REDUCE_SCATTER: /* block `rank` of the reduction */
         *wrong += check_buffer(r->recv, ccount, expect, (size_t)r->rank * ccount);
         break;
     default:
@@ -193,11 +156,11 @@ static int checked_call(run *r, size_t count, uint64_t *wrong)
         break;
     }
     if (has_in) {
-        for (size_t j = 0; k == ECCL_SIMBENCH_ALLTOALL && j < n; j++) {
+        for (size_t j = 0; k == COLL_ALLTOALL && j < n; j++) {
             rank_values(r->nranks, r->rank * (int64_t)n + (int64_t)j, want);
             *wrong += check_buffer(r->send + j * ccount, ccount, want, 0);
         }
-        if (k != ECCL_SIMBENCH_ALLTOALL) *wrong += check_buffer(r->send, in_elems, mine, 0);
+        if (k != COLL_ALLTOALL) *wrong += check_buffer(r->send, in_elems, mine, 0);
     }
     return 0;
 }
@@ -211,13 +174,13 @@ static int run_size(run *r, size_t size)
 {
     const eccl_simbench_options *o = r->o;
     size_t count = size / sizeof(float);
-    if (blocked(o->coll)) count = count / (size_t)r->nranks * (size_t)r->nranks;
+    if (bench_blocked(o->coll)) count = count / (size_t)r->nranks * (size_t)r->nranks;
     if (count == 0) return 0;
     const size_t ccount = call_count(r, count);
     fill_steady(r, count);
     for (uint64_t k = 0; k < o->warmup; k++) {
         eccl_result rc = issue(r, r->send, r->recv, ccount);
-        if (rc != ECCL_OK) return fail(r, "warm-up %s of %zu bytes: %s", coll_names[o->coll], size, eccl_strerror(rc));
+        if (rc != ECCL_OK) return fail(r, "warm-up %s of %zu bytes: %s", bench_coll_names[o->coll], size, eccl_strerror(rc));
     }
     uint64_t wrong = 0, wrong_all = 0;
     if (checked_call(r, count, &wrong)) return -1;
@@ -226,7 +189,7 @@ static int run_size(run *r, size_t size)
     const uint64_t start = r->h->now_ns(r->h->ctx);
     for (uint64_t k = 0; k < o->iters; k++) {
         eccl_result rc = issue(r, r->send, r->recv, ccount);
-        if (rc != ECCL_OK) return fail(r, "timed %s of %zu bytes: %s", coll_names[o->coll], size, eccl_strerror(rc));
+        if (rc != ECCL_OK) return fail(r, "timed %s of %zu bytes: %s", bench_coll_names[o->coll], size, eccl_strerror(rc));
     }
     double time_us = (double)(r->h->now_ns(r->h->ctx) - start) / 1e3 / (double)o->iters, time_max = 0;
     /* The slowest rank is the collective's time, as in nccl-tests. */
@@ -314,22 +277,9 @@ out:
 
 /* ---- rows ------------------------------------------------------------------- */
 
-/* nccl-tests' bus bandwidth factors (eccl_bench.c's busbw_factor). */
-static double busbw_factor(int coll, int64_t nranks)
-{
-    double n = (double)nranks;
-    switch (coll) {
-    case ECCL_SIMBENCH_ALLREDUCE: return 2.0 * (n - 1) / n;
-    case ECCL_SIMBENCH_ALLGATHER:
-    case ECCL_SIMBENCH_REDUCE_SCATTER:
-    case ECCL_SIMBENCH_ALLTOALL: return (n - 1) / n;
-    default: return 1.0;
-    }
-}
-
 double eccl_simbench_busbw(int coll, int64_t nranks, const eccl_simbench_row *row)
 {
-    return (double)row->bytes / row->time_us / 1e3 * busbw_factor(coll, nranks);
+    return (double)row->bytes / row->time_us / 1e3 * bench_busbw_factor(coll, nranks);
 }
 
 void eccl_simbench_print_columns(FILE *f, int tsv)
@@ -337,21 +287,21 @@ void eccl_simbench_print_columns(FILE *f, int tsv)
     if (tsv)
         fputs("size\tcount\ttype\tredop\ttime_us\talgbw_GBps\tbusbw_GBps\twrong\talgo\n", f);
     else
-        fputs("#       size         count      type   redop     time(us)   algbw(GB/s)"
-              "   busbw(GB/s)  #wrong  algo\n", f);
+        bench_print_columns(f);
 }
 
 void eccl_simbench_print_row(FILE *f, int tsv, int coll, int64_t nranks, const eccl_simbench_row *row)
 {
     double algbw = (double)row->bytes / row->time_us / 1e3;
     double busbw = eccl_simbench_busbw(coll, nranks, row);
-    int reduces = coll != ECCL_SIMBENCH_ALLGATHER && coll != ECCL_SIMBENCH_BROADCAST &&
-                  coll != ECCL_SIMBENCH_ALLTOALL;
-    if (tsv)
-        fprintf(f, "%zu\t%zu\tfloat\t%s\t%.3f\t%.2f\t%.2f\t%" PRIu64 "\t%s\n", row->bytes, row->count,
-                reduces ? "sum" : "none", row->time_us, algbw, busbw, row->wrong, eccl_algorithm_name(row->algo));
-    else
-        fprintf(f, "%12zu  %12zu  %8s  %6s  %11.2f  %12.2f  %12.2f  %6" PRIu64 "  %s\n", row->bytes, row->count,
-                "float", reduces ? "sum" : "none", row->time_us, algbw, busbw, row->wrong,
-                eccl_algorithm_name(row->algo));
+    const char *redop = bench_reduces(coll) ? "sum" : "none";
+    if (tsv) {
+        fprintf(f, "%zu\t%zu\tfloat\t%s\t%.3f\t%.2f\t%.2f\t%" PRIu64 "\t%s\n", row->bytes, row->count, redop,
+                row->time_us, algbw, busbw, row->wrong, eccl_algorithm_name(row->algo));
+    } else {
+        char wrong[24];
+        snprintf(wrong, sizeof wrong, "%" PRIu64, row->wrong);
+        bench_print_row(f, row->bytes, row->count, "float", redop, row->time_us, algbw, busbw, wrong,
+                        eccl_algorithm_name(row->algo));
+    }
 }

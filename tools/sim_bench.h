@@ -34,25 +34,11 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "bench_rows.h"
 #include "eccl.h"
 
-/* eccl-bench's --coll names, in its order. */
-enum {
-    ECCL_SIMBENCH_ALLREDUCE,
-    ECCL_SIMBENCH_ALLGATHER,
-    ECCL_SIMBENCH_REDUCE_SCATTER,
-    ECCL_SIMBENCH_BROADCAST,
-    ECCL_SIMBENCH_REDUCE,
-    ECCL_SIMBENCH_ALLTOALL,
-    ECCL_SIMBENCH_COLLS
-};
-
-/* The collective of a name; -1 when none. */
-int eccl_simbench_coll_parse(const char *name);
-const char *eccl_simbench_coll_name(int coll);
-
 typedef struct eccl_simbench_options {
-    int coll;           /* ECCL_SIMBENCH_* */
+    int coll;           /* enum bench_coll */
     size_t minbytes, maxbytes;
     uint64_t stepfactor, iters, warmup;
     int64_t world;      /* ranks to wait for before measuring */
