@@ -279,9 +279,9 @@ static void build_model(sim *s)
 /* The per-step counters (tx_i, rx_i, ...: three arrays of nsteps). */
 static size_t side_state(const sim *s, int r, const void **p)
 {
-    size_t cb = (size_t)3 * s->a[r].nsteps * sizeof(uint32_t);
+    size_t cb = (size_t)3 * s->a[r].steps.nsteps * sizeof(uint32_t);
     assert_true(cb <= (size_t)3 * (2 * MAXN) * sizeof(uint32_t));
-    *p = s->a[r].tx_i;
+    *p = s->a[r].steps.tx_i;
     return cb;
 }
 
@@ -400,8 +400,8 @@ static int output_final(const sim *s, int r) { return memcmp(s->recv[r], s->d.wa
 
 static void print_state(const sim *s, int r)
 {
-    print_message("rank %d: step %u of %u, folded %u, full %d, inflight %u\n", r, s->a[r].cur, s->a[r].nsteps,
-                  s->a[r].rs_done, s->a[r].have_full, s->a[r].inflight);
+    print_message("rank %d: step %u of %u, folded %u, full %d, inflight %u\n", r, s->a[r].steps.cur, s->a[r].steps.nsteps,
+                  s->a[r].rs_done, s->a[r].steps.have_full, s->a[r].steps.inflight);
 }
 
 static void check_results(sim *s)
@@ -482,8 +482,8 @@ static void test_schedule(void **state)
     eccl_hier_allreduce a;
     eccl_hier_step st;
     eccl_hier_allreduce_init_ex(&a, &call, scratch, backup, 4);
-    assert_int_equal(a.nsteps, 2 * 1 + 2 * 2);
-    assert_int_equal(a.bar.rounds, 3);
+    assert_int_equal(a.steps.nsteps, 2 * 1 + 2 * 2);
+    assert_int_equal(a.steps.bar.rounds, 3);
     eccl_hier_allreduce_step(&a, 0, &st); /* RS: shard 0 to rank 2, shard 1 from it */
     assert_true(st.kind == ECCL_HIER_RS && st.phase == ECCL_PHASE_HIER_RS && st.wire_step == 1 && st.tx_peer == 2 &&
                 st.rx_peer == 2 && st.tx_at == 0 && st.tx_n == 12 && st.rx_at == 12 && st.rx_n == 12);

@@ -406,9 +406,9 @@ static int output_final(const sim *s, int r) { return memcmp(s->recv[r], s->d.wa
 
 static void print_state(const sim *s, int r)
 {
-    print_message("rank %d: step %u of %u, full %d, tokens sent %llx received %llx, inflight %u\n", r, s->a[r].cur,
-                  s->a[r].nsteps, s->a[r].have_full, (unsigned long long)s->a[r].bar.sent,
-                  (unsigned long long)s->a[r].bar.recv, s->a[r].inflight);
+    print_message("rank %d: step %u of %u, full %d, tokens sent %llx received %llx, inflight %u\n", r, s->a[r].steps.cur,
+                  s->a[r].steps.nsteps, s->a[r].steps.have_full, (unsigned long long)s->a[r].steps.bar.sent,
+                  (unsigned long long)s->a[r].steps.bar.recv, s->a[r].steps.inflight);
 }
 
 static void check_results(sim *s)
@@ -488,8 +488,8 @@ static void test_schedule(void **state)
     eccl_rec_step st;
     call.rank = 5;
     eccl_rec_allreduce_init_ex(&a, &call, NULL, backup, 1, 4);
-    assert_int_equal(a.nsteps, 2);
-    assert_int_equal(a.bar.rounds, 3);
+    assert_int_equal(a.steps.nsteps, 2);
+    assert_int_equal(a.steps.bar.rounds, 3);
     eccl_rec_allreduce_step(&a, 0, &st);
     assert_true(st.kind == ECCL_REC_FOLD_SEND && st.peer == 1 && st.tx && !st.rx && st.tx_n == 11);
     eccl_rec_allreduce_step(&a, 1, &st);
@@ -497,7 +497,7 @@ static void test_schedule(void **state)
     call.rank = 1;
     assert_true(eccl_rec_allreduce_scratch_bytes(&call, 1) <= sizeof scratch);
     eccl_rec_allreduce_init_ex(&a, &call, scratch, backup, 1, 4);
-    assert_int_equal(a.nsteps, 2 + 4);
+    assert_int_equal(a.steps.nsteps, 2 + 4);
     eccl_rec_allreduce_step(&a, 0, &st);
     assert_true(st.kind == ECCL_REC_FOLD_RECV && st.peer == 5 && st.lower);
     eccl_rec_allreduce_step(&a, 1, &st); /* halve with 0: rank 1 keeps the upper 6 */

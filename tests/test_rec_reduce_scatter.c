@@ -433,9 +433,9 @@ static int output_final(const sim *s, int r)
 
 static void print_state(const sim *s, int r)
 {
-    print_message("rank %d: step %u of %u, full %d, tokens sent %llx received %llx, inflight %u\n", r, s->a[r].cur,
-                  s->a[r].nsteps, s->a[r].have_full, (unsigned long long)s->a[r].bar.sent,
-                  (unsigned long long)s->a[r].bar.recv, s->a[r].inflight);
+    print_message("rank %d: step %u of %u, full %d, tokens sent %llx received %llx, inflight %u\n", r, s->a[r].steps.cur,
+                  s->a[r].steps.nsteps, s->a[r].steps.have_full, (unsigned long long)s->a[r].steps.bar.sent,
+                  (unsigned long long)s->a[r].steps.bar.recv, s->a[r].steps.inflight);
 }
 
 static void check_results(sim *s)
@@ -519,8 +519,8 @@ static void test_schedule(void **state)
     call.rank = 5;
     assert_int_equal(eccl_rec_rs_scratch_bytes(&call), 0);
     eccl_rec_rs_init_ex(&a, &call, NULL, backup, 4);
-    assert_int_equal(a.nsteps, 2);
-    assert_int_equal(a.bar.rounds, 3);
+    assert_int_equal(a.steps.nsteps, 2);
+    assert_int_equal(a.steps.bar.rounds, 3);
     eccl_rec_rs_step(&a, 0, &st);
     assert_true(st.kind == ECCL_RECRS_FOLD_SEND && st.peer == 1 && st.tx_len[0] == 12 && st.tx_len[1] == 0);
     eccl_rec_rs_step(&a, 1, &st);
@@ -529,7 +529,7 @@ static void test_schedule(void **state)
     /* Fold 2 x 12, step 0 lower (8 kept, twice), step 1 higher (4). */
     assert_int_equal(eccl_rec_rs_scratch_bytes(&call), 24 + 16 + 4);
     eccl_rec_rs_init_ex(&a, &call, scratch, backup, 4);
-    assert_int_equal(a.nsteps, 4);
+    assert_int_equal(a.steps.nsteps, 4);
     eccl_rec_rs_step(&a, 0, &st);
     assert_true(st.kind == ECCL_RECRS_FOLD_RECV && st.peer == 5 && st.rx_len[0] == 12);
     /* Step 0 with 3: keeps core [0, 2) (blocks 0, 1 and 4, 5), sends
@@ -548,7 +548,7 @@ static void test_schedule(void **state)
     call.rank = 3;
     assert_int_equal(eccl_rec_rs_scratch_bytes(&call), 4 + 2);
     eccl_rec_rs_init_ex(&a, &call, scratch, backup, 4);
-    assert_int_equal(a.nsteps, 2);
+    assert_int_equal(a.steps.nsteps, 2);
     eccl_rec_rs_step(&a, 0, &st);
     assert_true(st.kind == ECCL_RECRS_HALVE && st.peer == 1 && !st.lower && st.tx_len[0] == 4 &&
                 st.tx_len[1] == 4 && st.tx_off[0] == 0 && st.tx_off[1] == 8 && st.rx_len[0] == 4 &&

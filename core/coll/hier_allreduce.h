@@ -1,6 +1,8 @@
 /* Hierarchical (two-level) all-reduce over peer links, for worlds whose
  * ranks share hosts ("Big Send-off"): a resumable state machine behind
- * coll/algo.h (ECCL_ALGO_HIER).
+ * coll/algo.h (ECCL_ALGO_HIER), its list of steps run by coll/peer_steps.h
+ * (the intra-host reduce-scatter's steps as one block: it folds them
+ * together).
  *
  * Topology. The master sends local_size = L in each epoch's RING message
  * when the world is host-regular: the ranks of each host (the HOST of the
@@ -74,7 +76,7 @@
 
 #include "coll/algo.h"
 #include "coll/call.h"
-#include "coll/dissem.h"
+#include "coll/peer_steps.h"
 #include "env.h"
 #include "proto/chan.h"
 
@@ -97,21 +99,15 @@ typedef struct eccl_hier_step {
 } eccl_hier_step;
 
 typedef struct eccl_hier_allreduce {
+    eccl_peer_steps steps;     /* first: the engine (coll/peer_steps.h) runs the list */
     eccl_coll_call call;
     size_t esize, bytes;
-    size_t slice;              /* bytes per frame (a multiple of esize) */
     uint32_t L, H, host, local;
     size_t sh_at, sh_n;        /* our shard: elements */
-    uint32_t nsteps, cur;      /* steps; the first not complete (the RS block counts as one) */
     uint32_t rs_done;          /* slices of our shard folded */
-    uint32_t *tx_i, *rx_got, *rx_done; /* per step, in scratch */
     uint8_t *rs_rx, *acc, *ring_rx;    /* scratch regions (see scratch_bytes) */
     uint8_t *backup;
     int saved;                 /* recvbuf is in backup */
-    int have_full;
-    eccl_dissem bar;
-    uint32_t inflight;         /* our frames the socket has not taken yet */
-    uint64_t tx_bytes, rx_bytes;
 } eccl_hier_allreduce;
 
 /* Whether the call can run hierarchically: an all-reduce's layout with

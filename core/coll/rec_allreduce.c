@@ -2,7 +2,6 @@
 
 #include <string.h>
 
-#include "coll/ring_allreduce.h" /* ECCL_RING_MAX_QUEUED */
 #include "coll/ring_pass.h"      /* ECCL_RING_PASS_SLICE_BYTES */
 
 /* ---- geometry --------------------------------------------------------------- */
@@ -64,7 +63,7 @@ void eccl_rec_allreduce_step(const eccl_rec_allreduce *a, uint32_t s, eccl_rec_s
             st->rx_n = n;
             return;
         }
-        if (s == a->nsteps - 1) {
+        if (s == a->steps.nsteps - 1) {
             st->kind = ECCL_REC_RESULT_SEND;
             st->phase = ECCL_PHASE_REC_RESULT;
             st->tx = 1;
@@ -113,31 +112,6 @@ static uint16_t wire_step(const eccl_rec_allreduce *a, uint32_t s)
     uint32_t core = a->halving ? 2 * a->levels : a->levels;
     if (a->extra) return (uint16_t)(s ? core + 1 : 0);
     return (uint16_t)(a->folder ? s : s + 1);
-}
-
-/* Frames a range of `bytes` travels in: an empty one still sends one. */
-static uint32_t nslices(const eccl_rec_allreduce *a, size_t bytes)
-{
-    return bytes ? (uint32_t)((bytes + a->slice - 1) / a->slice) : 1;
-}
-
-static uint32_t n_tx(const eccl_rec_allreduce *a, const eccl_rec_step *st)
-{
-    return st->tx ? nslices(a, st->tx_n * a->esize) : 0;
-}
-
-static uint32_t n_rx(const eccl_rec_allreduce *a, const eccl_rec_step *st)
-{
-    return st->rx ? nslices(a, st->rx_n * a->esize) : 0;
-}
-
-/* Slice j of the range of n elements at element `at`: its byte offset in
- * the buffer, and *len. */
-static size_t slice_at(const eccl_rec_allreduce *a, size_t at, size_t n, uint32_t j, size_t *len)
-{
-    size_t start = (size_t)j * a->slice, bytes = n * a->esize;
-    *len = start >= bytes ? 0 : bytes - start < a->slice ? bytes - start : a->slice;
-    return at * a->esize + start;
 }
 
 /* ---- scratch ---------------------------------------------------------------------
@@ -232,6 +206,8 @@ static void save(eccl_rec_allreduce *a, size_t off, size_t len)
 
 /* ---- init ------------------------------------------------------------------------ */
 
+static const eccl_peer_steps_ops rec_steps; /* the list, for the engine: below */
+
 void eccl_rec_allreduce_init_ex(eccl_rec_allreduce *a, const eccl_coll_call *call, uint8_t *scratch,
                                 uint8_t *backup, int halving, size_t slice_bytes)
 {
@@ -241,15 +217,13 @@ void eccl_rec_allreduce_init_ex(eccl_rec_allreduce *a, const eccl_coll_call *cal
     a->backup = backup;
     a->esize = eccl_dtype_size(call->dtype);
     a->bytes = call->count * a->esize;
-    a->slice = slice_bytes / a->esize * a->esize;
-    if (a->slice == 0) a->slice = a->esize;
     a->halving = halving;
     a->p = eccl_floor_pow2(call->nranks);
     a->levels = eccl_ceil_log2(a->p);
     a->extra = call->rank >= a->p;
     a->folder = call->rank < call->nranks - a->p;
-    a->nsteps = a->extra ? 2 : (halving ? 2 * a->levels : a->levels) + (a->folder ? 2 : 0);
-    eccl_dissem_init(&a->bar, call->rank, call->nranks);
+    uint32_t nsteps = a->extra ? 2 : (halving ? 2 * a->levels : a->levels) + (a->folder ? 2 : 0);
+    eccl_peer_steps_init(&a->steps, &rec_steps, call, slice_bytes, nsteps, a->counters);
     /* Doubling in place: the first step sends our input while the last
      * writes recvbuf, so it goes from a copy (a folder builds its input
      * there as the extra's slices come). */
@@ -264,15 +238,60 @@ void eccl_rec_allreduce_init(eccl_rec_allreduce *a, const eccl_coll_call *call, 
                                ECCL_RING_PASS_SLICE_BYTES);
 }
 
-/* ---- progress ---------------------------------------------------------------------- */
+/* ---- the list, for the engine (coll/peer_steps.h) ----------------------------------- */
 
-/* Received slice j of step s (the current one) is in place: combine it. */
-static void combine(eccl_rec_allreduce *a, const eccl_rec_step *st, uint32_t j)
+static void rec_step(const void *op, uint32_t s, eccl_peer_step *ps)
 {
-    size_t len, off = slice_at(a, st->rx_at, st->rx_n, j, &len);
+    const eccl_rec_allreduce *a = op;
+    eccl_rec_step st;
+    eccl_rec_allreduce_step(a, s, &st);
+    ps->phase = st.phase;
+    ps->wire_step = wire_step(a, s);
+    ps->tx = (eccl_peer_range){.on = st.tx, .peer = st.peer, .at = st.tx_at * a->esize, .len = {st.tx_n * a->esize, 0}};
+    ps->rx = (eccl_peer_range){.on = st.rx, .peer = st.peer, .at = st.rx_at * a->esize, .len = {st.rx_n * a->esize, 0}};
+}
+
+/* Where a slice of step s leaves from. */
+static const uint8_t *rec_tx_src(const void *op, uint32_t s, const eccl_peer_slice *sl)
+{
+    const eccl_rec_allreduce *a = op;
+    eccl_rec_step st;
+    eccl_rec_allreduce_step(a, s, &st);
+    switch (st.kind) {
+    case ECCL_REC_FOLD_SEND: return a->call.sendbuf + sl->off;
+    case ECCL_REC_DOUBLE: return dbl_partial(a, st.level) + sl->off;
+    case ECCL_REC_HALVE: return halve_src(a, st.level) + sl->off;
+    default: return a->call.recvbuf + sl->off; /* GATHER, RESULT */
+    }
+}
+
+/* Where a received slice of step s lands: each step's partial its own
+ * scratch region (a partner may run ahead), the final values recvbuf. */
+static uint8_t *rec_rx_dst(void *op, uint32_t s, const eccl_peer_slice *sl)
+{
+    eccl_rec_allreduce *a = op;
+    eccl_rec_step st;
+    eccl_rec_allreduce_step(a, s, &st);
+    switch (st.kind) {
+    case ECCL_REC_FOLD_RECV: return fold_region(a) + sl->off;
+    case ECCL_REC_DOUBLE: return dbl_rx(a, st.level) + sl->off;
+    case ECCL_REC_HALVE: return a->scratch + halve_rx_at(&a->call, st.level) + (sl->off - st.rx_at * a->esize);
+    default: /* GATHER, RESULT: straight into recvbuf, backed up first */
+        save(a, sl->off, sl->len);
+        return a->call.recvbuf + sl->off;
+    }
+}
+
+/* Received slice sl of step s (the current one) is in place: combine it. */
+static void rec_combine(void *op, uint32_t s, const eccl_peer_slice *sl)
+{
+    eccl_rec_allreduce *a = op;
+    eccl_rec_step st;
+    eccl_rec_allreduce_step(a, s, &st);
+    size_t off = sl->off, len = sl->len;
     uint8_t *out = a->call.recvbuf + off;
     const uint8_t *send = a->call.sendbuf + off;
-    switch (st->kind) {
+    switch (st.kind) {
     case ECCL_REC_FOLD_RECV: {
         /* Ours op the extra's. */
         const uint8_t *theirs = fold_region(a) + off;
@@ -292,14 +311,14 @@ static void combine(eccl_rec_allreduce *a, const eccl_rec_step *st, uint32_t j)
          * on the wire. The last level writes recvbuf (nothing is sent from
          * it), the others the higher rank's received partial or the lower
          * rank's own region. */
-        uint8_t *rx = dbl_rx(a, st->level) + off;
-        const uint8_t *mine = dbl_partial(a, st->level) + off;
-        if (st->level == a->levels - 1) {
+        uint8_t *rx = dbl_rx(a, st.level) + off;
+        const uint8_t *mine = dbl_partial(a, st.level) + off;
+        if (st.level == a->levels - 1) {
             save(a, off, len);
-            copy(a, out, st->lower ? mine : rx, len);
-            reduce(a, out, st->lower ? rx : mine, len);
-        } else if (st->lower) {
-            uint8_t *acc = a->scratch + ((size_t)a->levels + st->level) * a->bytes + off;
+            copy(a, out, st.lower ? mine : rx, len);
+            reduce(a, out, st.lower ? rx : mine, len);
+        } else if (st.lower) {
+            uint8_t *acc = a->scratch + ((size_t)a->levels + st.level) * a->bytes + off;
             copy(a, acc, mine, len);
             reduce(a, acc, rx, len);
         } else {
@@ -308,9 +327,9 @@ static void combine(eccl_rec_allreduce *a, const eccl_rec_step *st, uint32_t j)
         break;
     }
     case ECCL_REC_HALVE: {
-        uint8_t *rx = a->scratch + halve_rx_at(&a->call, st->level) + (off - st->rx_at * a->esize);
-        const uint8_t *mine = halve_src(a, st->level) + off;
-        if (st->lower) {
+        uint8_t *rx = a->scratch + halve_rx_at(&a->call, st.level) + (off - st.rx_at * a->esize);
+        const uint8_t *mine = halve_src(a, st.level) + off;
+        if (st.lower) {
             save(a, off, len);
             if (out != mine) copy(a, out, mine, len);
             reduce(a, out, rx, len);
@@ -325,164 +344,41 @@ static void combine(eccl_rec_allreduce *a, const eccl_rec_step *st, uint32_t j)
     }
 }
 
-/* Step st is complete: what its end finishes. */
-static void step_done(eccl_rec_allreduce *a, const eccl_rec_step *st)
+/* Step s is complete: what its end finishes (1: the output is final). */
+static int rec_step_done(void *op, uint32_t s)
 {
+    eccl_rec_allreduce *a = op;
+    eccl_rec_step st;
+    eccl_rec_allreduce_step(a, s, &st);
     const eccl_dev_ops *dev = a->call.env->dev;
     void *ctx = a->call.env->dev_ctx;
     int avg = a->call.op == ECCL_AVG;
     uint32_t L = a->levels;
-    if (st->kind == ECCL_REC_DOUBLE && st->level == L - 1) {
+    if (st.kind == ECCL_REC_DOUBLE && st.level == L - 1) {
         if (avg && a->call.count) dev->scale_div(ctx, a->call.recvbuf, a->call.count, a->call.dtype, a->call.nranks);
-        a->have_full = 1;
-    } else if (st->kind == ECCL_REC_HALVE && st->level == L - 1 && avg) {
+        return 1;
+    }
+    if (st.kind == ECCL_REC_HALVE && st.level == L - 1 && avg) {
         size_t lo, hi;
         level_range(a->call.count, a->call.rank, L, &lo, &hi);
         save(a, lo * a->esize, (hi - lo) * a->esize);
         if (hi > lo)
             dev->scale_div(ctx, a->call.recvbuf + lo * a->esize, hi - lo, a->call.dtype, a->call.nranks);
-    } else if ((st->kind == ECCL_REC_GATHER && st->level == 0) || st->kind == ECCL_REC_RESULT_RECV) {
-        a->have_full = 1;
+        return 0;
     }
+    return (st.kind == ECCL_REC_GATHER && st.level == 0) || st.kind == ECCL_REC_RESULT_RECV;
 }
 
-/* Combines what landed for the current step and moves past every step
- * that is complete (all its slices queued and combined). */
-static void advance(eccl_rec_allreduce *a)
-{
-    while (a->cur < a->nsteps) {
-        eccl_rec_step st;
-        eccl_rec_allreduce_step(a, a->cur, &st);
-        while (a->rx_done[a->cur] < a->rx_got[a->cur]) combine(a, &st, a->rx_done[a->cur]++);
-        if (a->rx_done[a->cur] < n_rx(a, &st) || a->tx_i[a->cur] < n_tx(a, &st)) return;
-        step_done(a, &st);
-        a->cur++;
-    }
-}
+static const eccl_peer_steps_ops rec_steps = {
+    .done_phase = ECCL_PHASE_REC_DONE,
+    .step = rec_step,
+    .tx_src = rec_tx_src,
+    .rx_dst = rec_rx_dst,
+    .combine = rec_combine,
+    .step_done = rec_step_done,
+};
 
-/* Where slice `off` of step st leaves from. */
-static const uint8_t *tx_src(const eccl_rec_allreduce *a, const eccl_rec_step *st, size_t off)
-{
-    switch (st->kind) {
-    case ECCL_REC_FOLD_SEND: return a->call.sendbuf + off;
-    case ECCL_REC_DOUBLE: return dbl_partial(a, st->level) + off;
-    case ECCL_REC_HALVE: return halve_src(a, st->level) + off;
-    default: return a->call.recvbuf + off; /* GATHER, RESULT */
-    }
-}
-
-
-/* Asks for the link of every rank we still send to or hear from: the
- * lower rank of a pair opens it, even one that only listens. */
-static void touch_links(const eccl_rec_allreduce *a, const eccl_coll_links *links)
-{
-    for (uint32_t s = a->cur; s < a->nsteps; s++) {
-        eccl_rec_step st;
-        eccl_rec_allreduce_step(a, s, &st);
-        if (a->rx_got[s] < n_rx(a, &st) || a->tx_i[s] < n_tx(a, &st)) (void)eccl_coll_peer(links, st.peer);
-    }
-    eccl_dissem_touch(&a->bar, links);
-}
-
-static eccl_result rec_pump(void *op, const eccl_coll_links *links)
-{
-    eccl_rec_allreduce *a = op;
-    touch_links(a, links);
-    advance(a);
-    while (a->cur < a->nsteps) {
-        eccl_rec_step st;
-        eccl_rec_allreduce_step(a, a->cur, &st);
-        uint32_t want = n_tx(a, &st), before = a->cur;
-        eccl_chan *ch = a->tx_i[a->cur] < want ? eccl_coll_peer(links, st.peer) : NULL;
-        while (ch && a->tx_i[a->cur] < want && ch->queued_bytes < ECCL_RING_MAX_QUEUED) {
-            size_t len, off = slice_at(a, st.tx_at, st.tx_n, a->tx_i[a->cur], &len);
-            eccl_wire_data w = {.tag = a->call.tag, .epoch = a->call.epoch, .phase = st.phase,
-                                .step = wire_step(a, a->cur), .offset = off, .len = (uint32_t)len};
-            eccl_result rc = eccl_chan_send_data(ch, &w, tx_src(a, &st, off), &a->inflight);
-            if (rc != ECCL_OK) return rc;
-            a->tx_bytes += len;
-            a->tx_i[a->cur]++;
-        }
-        advance(a);
-        if (a->cur == before) break; /* waiting for a link, the queue or the partner */
-    }
-    if (!a->have_full || a->cur < a->nsteps) return ECCL_OK;
-    return eccl_dissem_pump(&a->bar, links, a->call.tag, a->call.epoch, ECCL_PHASE_REC_DONE, &a->inflight);
-}
-
-/* The first step from `cur` on whose data `rank` still owes us, or
- * a->nsteps. */
-static uint32_t owed_step(const eccl_rec_allreduce *a, uint32_t rank, eccl_rec_step *st)
-{
-    for (uint32_t s = a->cur; s < a->nsteps; s++) {
-        eccl_rec_allreduce_step(a, s, st);
-        if (st->peer == rank && a->rx_got[s] < n_rx(a, st)) return s;
-    }
-    return a->nsteps;
-}
-
-static eccl_result rec_recv(void *op, int role, const eccl_wire_data *d, void **dst)
-{
-    eccl_rec_allreduce *a = op;
-    if (!ECCL_ROLE_IS_PEER(role)) return ECCL_ERR_PROTOCOL;
-    uint32_t from = ECCL_ROLE_PEER_RANK(role);
-    if (from >= a->call.nranks || from == a->call.rank || d->ring != 0 || d->flags != 0)
-        return ECCL_ERR_PROTOCOL;
-    *dst = NULL;
-    eccl_rec_step st;
-    uint32_t s = owed_step(a, from, &st);
-    if (s < a->nsteps) {
-        size_t len, off = slice_at(a, st.rx_at, st.rx_n, a->rx_got[s], &len);
-        if (d->phase != st.phase || d->step != wire_step(a, s) || d->offset != off || d->len != len) return ECCL_ERR_PROTOCOL;
-        if (!len) return ECCL_OK;
-        switch (st.kind) {
-        case ECCL_REC_FOLD_RECV: *dst = fold_region(a) + off; break;
-        case ECCL_REC_DOUBLE: *dst = dbl_rx(a, st.level) + off; break;
-        case ECCL_REC_HALVE:
-            *dst = a->scratch + halve_rx_at(&a->call, st.level) + (off - st.rx_at * a->esize);
-            break;
-        default: /* GATHER, RESULT: straight into recvbuf, backed up first */
-            save(a, off, len);
-            *dst = a->call.recvbuf + off;
-            break;
-        }
-        return ECCL_OK;
-    }
-    return eccl_dissem_check(&a->bar, from, ECCL_PHASE_REC_DONE, d);
-}
-
-static eccl_result rec_recv_done(void *op, int role, const eccl_wire_data *d)
-{
-    eccl_rec_allreduce *a = op;
-    if (d->phase == ECCL_PHASE_REC_DONE) {
-        eccl_dissem_got(&a->bar, d);
-        return ECCL_OK;
-    }
-    eccl_rec_step st;
-    uint32_t s = owed_step(a, ECCL_ROLE_PEER_RANK(role), &st); /* the step recv checked it against */
-    if (s == a->nsteps) return ECCL_ERR_PROTOCOL;
-    a->rx_bytes += d->len;
-    a->rx_got[s]++;
-    advance(a);
-    return ECCL_OK;
-}
-
-static int rec_complete(void *op)
-{
-    const eccl_rec_allreduce *a = op;
-    return a->have_full && a->cur == a->nsteps && a->inflight == 0 && eccl_dissem_done(&a->bar);
-}
-
-static int rec_expects(const void *op, int role)
-{
-    const eccl_rec_allreduce *a = op;
-    if (!ECCL_ROLE_IS_PEER(role)) return 0;
-    uint32_t from = ECCL_ROLE_PEER_RANK(role);
-    eccl_rec_step st;
-    return owed_step(a, from, &st) < a->nsteps || eccl_dissem_owed(&a->bar, from) < a->bar.rounds;
-}
-
-static int rec_have_full(const void *op) { return ((const eccl_rec_allreduce *)op)->have_full; }
+/* ---- the algorithm face ------------------------------------------------------------ */
 
 static void rec_restore(void *op)
 {
@@ -494,30 +390,4 @@ static void rec_restore(void *op)
     }
 }
 
-static eccl_result rec_error(const void *op)
-{
-    (void)op;
-    return ECCL_OK;
-}
-
-static void rec_bytes(const void *op, uint64_t *tx, uint64_t *rx)
-{
-    const eccl_rec_allreduce *a = op;
-    *tx = a->tx_bytes;
-    *rx = a->rx_bytes;
-}
-
-const eccl_coll_algo eccl_rec_allreduce_algo = {
-    .id = ECCL_ALGO_RECURSIVE,
-    .roles = ECCL_ROLES_PEERS,
-    .pump_needs = 0, /* peer links open lazily: frames wait for theirs */
-    .pump = rec_pump,
-    .recv = rec_recv,
-    .recv_done = rec_recv_done,
-    .complete = rec_complete,
-    .expects = rec_expects,
-    .have_full = rec_have_full,
-    .restore = rec_restore,
-    .error = rec_error,
-    .bytes = rec_bytes,
-};
+const eccl_coll_algo eccl_rec_allreduce_algo = ECCL_PEER_STEPS_ALGO(ECCL_ALGO_RECURSIVE, rec_restore);

@@ -1,7 +1,7 @@
 /* Recursive all-reduce over peer links, for any number of ranks: recursive
  * doubling for small buffers, recursive halving then doubling (Rabenseifner)
  * for large ones. A resumable state machine behind coll/algo.h
- * (ECCL_ALGO_RECURSIVE).
+ * (ECCL_ALGO_RECURSIVE): its list of steps run by coll/peer_steps.h.
  *
  * Ranks. p is the largest power of two <= N, L = log2 p, and the N - p
  * ranks p..N-1 are "extra": extra rank p+i folds into rank i (i < N - p)
@@ -76,7 +76,7 @@
 
 #include "coll/algo.h"
 #include "coll/call.h"
-#include "coll/dissem.h"
+#include "coll/peer_steps.h"
 #include "env.h"
 #include "proto/chan.h"
 
@@ -117,24 +117,16 @@ typedef struct eccl_rec_step {
 } eccl_rec_step;
 
 typedef struct eccl_rec_allreduce {
+    eccl_peer_steps steps; /* first: the engine (coll/peer_steps.h) runs the list */
     eccl_coll_call call;
     size_t esize, bytes;
-    size_t slice;        /* bytes per frame (a multiple of esize) */
     int halving;         /* HALVE + GATHER, else DOUBLE */
     uint32_t p, levels;  /* largest power of two <= N, its log2 */
     int extra, folder;   /* a rank >= p; a rank < N - p (it has an extra) */
-    uint32_t nsteps, cur; /* steps, and the first one not complete */
-    eccl_dissem bar;     /* the completion round (coll/dissem.h) */
     uint8_t *scratch;    /* received partials, by step (see scratch_bytes) */
     uint8_t *backup;     /* recvbuf as it was, half by half */
     int saved[2];        /* half h of recvbuf is in backup */
-    int input_ready;     /* doubling: the input copy (in place) is made */
-    int have_full;
-    uint32_t inflight;   /* our frames the socket has not taken yet */
-    uint32_t tx_i[ECCL_REC_MAX_STEPS];   /* slices queued, by step */
-    uint32_t rx_got[ECCL_REC_MAX_STEPS]; /* slices landed */
-    uint32_t rx_done[ECCL_REC_MAX_STEPS];/* slices combined */
-    uint64_t tx_bytes, rx_bytes;
+    uint32_t counters[3 * ECCL_REC_MAX_STEPS]; /* the engine's, by step */
 } eccl_rec_allreduce;
 
 /* Whether a call of this size halves and doubles (the same on every rank:

@@ -2,7 +2,6 @@
 
 #include <string.h>
 
-#include "coll/ring_allreduce.h" /* ECCL_RING_MAX_QUEUED */
 #include "coll/ring_pass.h"      /* ECCL_RING_PASS_SLICE_BYTES */
 
 /* ---- geometry --------------------------------------------------------------- */
@@ -98,7 +97,7 @@ void eccl_rec_rs_step(const eccl_rec_rs *a, uint32_t s, eccl_recrs_step *st)
             st->rx_len[0] = a->total * es;
             return;
         }
-        if (s == a->nsteps - 1) {
+        if (s == a->steps.nsteps - 1) {
             st->kind = ECCL_RECRS_RESULT_SEND;
             st->phase = ECCL_PHASE_RECRS_RESULT;
             st->tx_off[0] = block_count(c, rank) * es; /* after block v in the last partial */
@@ -128,19 +127,6 @@ static uint16_t wire_step(const eccl_rec_rs *a, uint32_t s)
     return (uint16_t)(a->folder ? s : s + 1);
 }
 
-/* Frames of a step's two pieces: each piece's slices, one empty frame if
- * both are empty. */
-static uint32_t piece_slices(const eccl_rec_rs *a, size_t len)
-{
-    return (uint32_t)((len + a->slice - 1) / a->slice);
-}
-
-static uint32_t nslices(const eccl_rec_rs *a, const size_t len[2])
-{
-    uint32_t n = piece_slices(a, len[0]) + piece_slices(a, len[1]);
-    return n ? n : 1;
-}
-
 static int sends(const eccl_recrs_step *st)
 {
     return st->kind == ECCL_RECRS_FOLD_SEND || st->kind == ECCL_RECRS_HALVE || st->kind == ECCL_RECRS_RESULT_SEND;
@@ -149,22 +135,6 @@ static int sends(const eccl_recrs_step *st)
 static int receives(const eccl_recrs_step *st)
 {
     return st->kind == ECCL_RECRS_FOLD_RECV || st->kind == ECCL_RECRS_HALVE || st->kind == ECCL_RECRS_RESULT_RECV;
-}
-
-static uint32_t n_tx(const eccl_rec_rs *a, const eccl_recrs_step *st) { return sends(st) ? nslices(a, st->tx_len) : 0; }
-static uint32_t n_rx(const eccl_rec_rs *a, const eccl_recrs_step *st) { return receives(st) ? nslices(a, st->rx_len) : 0; }
-
-/* Slice j of pieces len[2]: its piece, its start in the piece, its length;
- * returns its offset in the compact layout (piece 0 then piece 1). */
-static size_t slice_of(const eccl_rec_rs *a, const size_t len[2], uint32_t j, int *piece, size_t *start,
-                       size_t *n)
-{
-    uint32_t n0 = piece_slices(a, len[0]);
-    *piece = j >= n0;
-    *start = (size_t)(j - (*piece ? n0 : 0)) * a->slice;
-    size_t plen = len[*piece];
-    *n = *start >= plen ? 0 : plen - *start < a->slice ? plen - *start : a->slice;
-    return (*piece ? len[0] : 0) + *start;
 }
 
 /* ---- scratch ---------------------------------------------------------------------
@@ -248,6 +218,8 @@ static void save(eccl_rec_rs *a)
 
 /* ---- init ------------------------------------------------------------------------ */
 
+static const eccl_peer_steps_ops rs_steps; /* the list, for the engine: below */
+
 void eccl_rec_rs_init_ex(eccl_rec_rs *a, const eccl_coll_call *call, uint8_t *scratch, uint8_t *backup,
                          size_t slice_bytes)
 {
@@ -257,15 +229,13 @@ void eccl_rec_rs_init_ex(eccl_rec_rs *a, const eccl_coll_call *call, uint8_t *sc
     a->backup = backup;
     a->esize = eccl_dtype_size(call->dtype);
     a->total = total_of(call);
-    a->slice = slice_bytes / a->esize * a->esize;
-    if (a->slice == 0) a->slice = a->esize;
     a->p = eccl_floor_pow2(call->nranks);
     a->levels = eccl_ceil_log2(a->p);
     a->rem = call->nranks - a->p;
     a->extra = call->rank >= a->p;
     a->folder = call->rank < a->rem;
-    a->nsteps = a->extra ? 2 : a->levels + (a->folder ? 2 : 0);
-    eccl_dissem_init(&a->bar, call->rank, call->nranks);
+    uint32_t nsteps = a->extra ? 2 : a->levels + (a->folder ? 2 : 0);
+    eccl_peer_steps_init(&a->steps, &rs_steps, call, slice_bytes, nsteps, a->counters);
 }
 
 void eccl_rec_rs_init(eccl_rec_rs *a, const eccl_coll_call *call, uint8_t *scratch, uint8_t *backup)
@@ -273,64 +243,18 @@ void eccl_rec_rs_init(eccl_rec_rs *a, const eccl_coll_call *call, uint8_t *scrat
     eccl_rec_rs_init_ex(a, call, scratch, backup, ECCL_RING_PASS_SLICE_BYTES);
 }
 
-/* ---- progress ---------------------------------------------------------------------- */
+/* ---- the list, for the engine (coll/peer_steps.h) ----------------------------------- */
 
-/* Received slice j of step st (the current one) is in place: combine it. */
-static void combine(eccl_rec_rs *a, const eccl_recrs_step *st, uint32_t j)
+static void rs_step(const void *op, uint32_t s, eccl_peer_step *ps)
 {
-    int pc;
-    size_t start, len, off = slice_of(a, st->rx_len, j, &pc, &start, &len);
-    if (st->kind == ECCL_RECRS_FOLD_RECV) {
-        /* Ours op the extra's. */
-        copy(a, fold_acc(a) + off, a->call.sendbuf + off, len);
-        reduce(a, fold_acc(a) + off, fold_rx(a) + off, len);
-    } else if (st->kind == ECCL_RECRS_HALVE) {
-        /* Lower op higher: the lower rank into a fresh region, the higher
-         * into the lower's partial it received. */
-        uint8_t *rx = rx_region(a, st->level) + off;
-        const uint8_t *mine = partial(a, st->level) + st->keep_off[pc] + start;
-        if (st->lower) {
-            uint8_t *acc = acc_region(a, st->level) + off;
-            copy(a, acc, mine, len);
-            reduce(a, acc, rx, len);
-        } else {
-            reduce(a, rx, mine, len);
-        }
-    }
-    /* RESULT: landed in recvbuf as it is */
-}
-
-/* Step st is complete: what its end finishes. */
-static void step_done(eccl_rec_rs *a, const eccl_recrs_step *st)
-{
-    if (st->kind == ECCL_RECRS_HALVE && st->level == a->levels - 1) {
-        /* Blocks v and v + p are final: AVG divides once, here, by their
-         * owner; block v goes to recvbuf (block v + p leaves from here). */
-        const eccl_coll_call *c = &a->call;
-        uint8_t *fin = (uint8_t *)partial(a, a->levels);
-        size_t mine = block_count(c, c->rank), theirs = a->folder ? block_count(c, c->rank + a->p) : 0;
-        if (c->op == ECCL_AVG && mine + theirs)
-            c->env->dev->scale_div(c->env->dev_ctx, fin, mine + theirs, c->dtype, c->nranks);
-        save(a);
-        copy(a, c->recvbuf, fin, mine * a->esize);
-        a->have_full = 1;
-    } else if (st->kind == ECCL_RECRS_RESULT_RECV) {
-        a->have_full = 1;
-    }
-}
-
-/* Combines what landed for the current step and moves past every step
- * that is complete (all its slices queued and combined). */
-static void advance(eccl_rec_rs *a)
-{
-    while (a->cur < a->nsteps) {
-        eccl_recrs_step st;
-        eccl_rec_rs_step(a, a->cur, &st);
-        while (a->rx_done[a->cur] < a->rx_got[a->cur]) combine(a, &st, a->rx_done[a->cur]++);
-        if (a->rx_done[a->cur] < n_rx(a, &st) || a->tx_i[a->cur] < n_tx(a, &st)) return;
-        step_done(a, &st);
-        a->cur++;
-    }
+    const eccl_rec_rs *a = op;
+    eccl_recrs_step st;
+    eccl_rec_rs_step(a, s, &st);
+    ps->phase = st.phase;
+    ps->wire_step = wire_step(a, s);
+    /* Offsets in the compact layout of what the step sends. */
+    ps->tx = (eccl_peer_range){.on = sends(&st), .peer = st.peer, .len = {st.tx_len[0], st.tx_len[1]}};
+    ps->rx = (eccl_peer_range){.on = receives(&st), .peer = st.peer, .len = {st.rx_len[0], st.rx_len[1]}};
 }
 
 /* Where the data step st sends is. */
@@ -343,120 +267,88 @@ static const uint8_t *tx_base(const eccl_rec_rs *a, const eccl_recrs_step *st)
     }
 }
 
+static const uint8_t *rs_tx_src(const void *op, uint32_t s, const eccl_peer_slice *sl)
+{
+    const eccl_rec_rs *a = op;
+    eccl_recrs_step st;
+    eccl_rec_rs_step(a, s, &st);
+    return tx_base(a, &st) + st.tx_off[sl->piece] + sl->start;
+}
+
+/* Where a received slice of step s lands: the fold and each halving step
+ * their own scratch region (a partner may run ahead), RESULT recvbuf. */
+static uint8_t *rs_rx_dst(void *op, uint32_t s, const eccl_peer_slice *sl)
+{
+    eccl_rec_rs *a = op;
+    eccl_recrs_step st;
+    eccl_rec_rs_step(a, s, &st);
+    switch (st.kind) {
+    case ECCL_RECRS_FOLD_RECV: return fold_rx(a) + sl->off;
+    case ECCL_RECRS_HALVE: return rx_region(a, st.level) + sl->off;
+    default: /* RESULT: straight into recvbuf, backed up first */
+        save(a);
+        return a->call.recvbuf + sl->off;
+    }
+}
+
+/* Received slice sl of step s (the current one) is in place: combine it. */
+static void rs_combine(void *op, uint32_t s, const eccl_peer_slice *sl)
+{
+    eccl_rec_rs *a = op;
+    eccl_recrs_step st;
+    eccl_rec_rs_step(a, s, &st);
+    size_t off = sl->off, len = sl->len;
+    if (st.kind == ECCL_RECRS_FOLD_RECV) {
+        /* Ours op the extra's. */
+        copy(a, fold_acc(a) + off, a->call.sendbuf + off, len);
+        reduce(a, fold_acc(a) + off, fold_rx(a) + off, len);
+    } else if (st.kind == ECCL_RECRS_HALVE) {
+        /* Lower op higher: the lower rank into a fresh region, the higher
+         * into the lower's partial it received. */
+        uint8_t *rx = rx_region(a, st.level) + off;
+        const uint8_t *mine = partial(a, st.level) + st.keep_off[sl->piece] + sl->start;
+        if (st.lower) {
+            uint8_t *acc = acc_region(a, st.level) + off;
+            copy(a, acc, mine, len);
+            reduce(a, acc, rx, len);
+        } else {
+            reduce(a, rx, mine, len);
+        }
+    }
+    /* RESULT: landed in recvbuf as it is */
+}
+
+/* Step s is complete: what its end finishes (1: the output is final). */
+static int rs_step_done(void *op, uint32_t s)
+{
+    eccl_rec_rs *a = op;
+    eccl_recrs_step st;
+    eccl_rec_rs_step(a, s, &st);
+    if (st.kind == ECCL_RECRS_HALVE && st.level == a->levels - 1) {
+        /* Blocks v and v + p are final: AVG divides once, here, by their
+         * owner; block v goes to recvbuf (block v + p leaves from here). */
+        const eccl_coll_call *c = &a->call;
+        uint8_t *fin = (uint8_t *)partial(a, a->levels);
+        size_t mine = block_count(c, c->rank), theirs = a->folder ? block_count(c, c->rank + a->p) : 0;
+        if (c->op == ECCL_AVG && mine + theirs)
+            c->env->dev->scale_div(c->env->dev_ctx, fin, mine + theirs, c->dtype, c->nranks);
+        save(a);
+        copy(a, c->recvbuf, fin, mine * a->esize);
+        return 1;
+    }
+    return st.kind == ECCL_RECRS_RESULT_RECV;
+}
+
+static const eccl_peer_steps_ops rs_steps = {
+    .done_phase = ECCL_PHASE_RECRS_DONE,
+    .step = rs_step,
+    .tx_src = rs_tx_src,
+    .rx_dst = rs_rx_dst,
+    .combine = rs_combine,
+    .step_done = rs_step_done,
+};
 
 /* ---- the algorithm face ------------------------------------------------------------ */
-
-/* Asks for the link of every rank we still send to or hear from: the
- * lower rank of a pair opens it, even one that only listens. */
-static void touch_links(const eccl_rec_rs *a, const eccl_coll_links *links)
-{
-    for (uint32_t s = a->cur; s < a->nsteps; s++) {
-        eccl_recrs_step st;
-        eccl_rec_rs_step(a, s, &st);
-        if (a->rx_got[s] < n_rx(a, &st) || a->tx_i[s] < n_tx(a, &st)) (void)eccl_coll_peer(links, st.peer);
-    }
-    eccl_dissem_touch(&a->bar, links);
-}
-
-static eccl_result rs_pump(void *op, const eccl_coll_links *links)
-{
-    eccl_rec_rs *a = op;
-    touch_links(a, links);
-    advance(a);
-    while (a->cur < a->nsteps) {
-        eccl_recrs_step st;
-        eccl_rec_rs_step(a, a->cur, &st);
-        uint32_t want = n_tx(a, &st), before = a->cur;
-        eccl_chan *ch = a->tx_i[a->cur] < want ? eccl_coll_peer(links, st.peer) : NULL;
-        while (ch && a->tx_i[a->cur] < want && ch->queued_bytes < ECCL_RING_MAX_QUEUED) {
-            int pc;
-            size_t start, len, off = slice_of(a, st.tx_len, a->tx_i[a->cur], &pc, &start, &len);
-            eccl_wire_data w = {.tag = a->call.tag, .epoch = a->call.epoch, .phase = st.phase,
-                                .step = wire_step(a, a->cur), .offset = off, .len = (uint32_t)len};
-            eccl_result rc = eccl_chan_send_data(ch, &w, tx_base(a, &st) + st.tx_off[pc] + start, &a->inflight);
-            if (rc != ECCL_OK) return rc;
-            a->tx_bytes += len;
-            a->tx_i[a->cur]++;
-        }
-        advance(a);
-        if (a->cur == before) break; /* waiting for a link, the queue or the partner */
-    }
-    if (!a->have_full || a->cur < a->nsteps) return ECCL_OK;
-    return eccl_dissem_pump(&a->bar, links, a->call.tag, a->call.epoch, ECCL_PHASE_RECRS_DONE, &a->inflight);
-}
-
-/* The first step from `cur` on whose data `rank` still owes us, or
- * a->nsteps. */
-static uint32_t owed_step(const eccl_rec_rs *a, uint32_t rank, eccl_recrs_step *st)
-{
-    for (uint32_t s = a->cur; s < a->nsteps; s++) {
-        eccl_rec_rs_step(a, s, st);
-        if (st->peer == rank && a->rx_got[s] < n_rx(a, st)) return s;
-    }
-    return a->nsteps;
-}
-
-static eccl_result rs_recv(void *op, int role, const eccl_wire_data *d, void **dst)
-{
-    eccl_rec_rs *a = op;
-    if (!ECCL_ROLE_IS_PEER(role)) return ECCL_ERR_PROTOCOL;
-    uint32_t from = ECCL_ROLE_PEER_RANK(role);
-    if (from >= a->call.nranks || from == a->call.rank || d->ring != 0 || d->flags != 0)
-        return ECCL_ERR_PROTOCOL;
-    *dst = NULL;
-    eccl_recrs_step st;
-    uint32_t s = owed_step(a, from, &st);
-    if (s < a->nsteps) {
-        int pc;
-        size_t start, len, off = slice_of(a, st.rx_len, a->rx_got[s], &pc, &start, &len);
-        if (d->phase != st.phase || d->step != wire_step(a, s) || d->offset != off || d->len != len)
-            return ECCL_ERR_PROTOCOL;
-        if (!len) return ECCL_OK;
-        switch (st.kind) {
-        case ECCL_RECRS_FOLD_RECV: *dst = fold_rx(a) + off; break;
-        case ECCL_RECRS_HALVE: *dst = rx_region(a, st.level) + off; break;
-        default: /* RESULT: straight into recvbuf, backed up first */
-            save(a);
-            *dst = a->call.recvbuf + off;
-            break;
-        }
-        return ECCL_OK;
-    }
-    return eccl_dissem_check(&a->bar, from, ECCL_PHASE_RECRS_DONE, d);
-}
-
-static eccl_result rs_recv_done(void *op, int role, const eccl_wire_data *d)
-{
-    eccl_rec_rs *a = op;
-    if (d->phase == ECCL_PHASE_RECRS_DONE) {
-        eccl_dissem_got(&a->bar, d);
-        return ECCL_OK;
-    }
-    eccl_recrs_step st;
-    uint32_t s = owed_step(a, ECCL_ROLE_PEER_RANK(role), &st); /* the step recv checked it against */
-    if (s == a->nsteps) return ECCL_ERR_PROTOCOL;
-    a->rx_bytes += d->len;
-    a->rx_got[s]++;
-    advance(a);
-    return ECCL_OK;
-}
-
-static int rs_complete(void *op)
-{
-    const eccl_rec_rs *a = op;
-    return a->have_full && a->cur == a->nsteps && a->inflight == 0 && eccl_dissem_done(&a->bar);
-}
-
-static int rs_expects(const void *op, int role)
-{
-    const eccl_rec_rs *a = op;
-    if (!ECCL_ROLE_IS_PEER(role)) return 0;
-    uint32_t from = ECCL_ROLE_PEER_RANK(role);
-    eccl_recrs_step st;
-    return owed_step(a, from, &st) < a->nsteps || eccl_dissem_owed(&a->bar, from) < a->bar.rounds;
-}
-
-static int rs_have_full(const void *op) { return ((const eccl_rec_rs *)op)->have_full; }
 
 static void rs_restore(void *op)
 {
@@ -464,30 +356,4 @@ static void rs_restore(void *op)
     if (a->saved) copy(a, a->call.recvbuf, a->backup, eccl_rec_rs_output_bytes(&a->call));
 }
 
-static eccl_result rs_error(const void *op)
-{
-    (void)op;
-    return ECCL_OK;
-}
-
-static void rs_bytes(const void *op, uint64_t *tx, uint64_t *rx)
-{
-    const eccl_rec_rs *a = op;
-    *tx = a->tx_bytes;
-    *rx = a->rx_bytes;
-}
-
-const eccl_coll_algo eccl_rec_rs_algo = {
-    .id = ECCL_ALGO_RECURSIVE,
-    .roles = ECCL_ROLES_PEERS,
-    .pump_needs = 0, /* peer links open lazily: frames wait for theirs */
-    .pump = rs_pump,
-    .recv = rs_recv,
-    .recv_done = rs_recv_done,
-    .complete = rs_complete,
-    .expects = rs_expects,
-    .have_full = rs_have_full,
-    .restore = rs_restore,
-    .error = rs_error,
-    .bytes = rs_bytes,
-};
+const eccl_coll_algo eccl_rec_rs_algo = ECCL_PEER_STEPS_ALGO(ECCL_ALGO_RECURSIVE, rs_restore);

@@ -1,7 +1,8 @@
 /* Reduce-scatter by recursive halving over peer links, for any number of
  * ranks: log2 p exchanges instead of the ring pass's N-1 steps and N-1
  * token hops. A resumable state machine behind coll/algo.h
- * (ECCL_ALGO_RECURSIVE for reduce-scatter and reduce-scatterv).
+ * (ECCL_ALGO_RECURSIVE for reduce-scatter and reduce-scatterv): its list
+ * of steps run by coll/peer_steps.h.
  *
  * Blocks. The input is N blocks, block b being what rank b receives
  * (block b has vcounts[b] elements at vdispls[b], the blocks back to back;
@@ -89,7 +90,7 @@
 
 #include "coll/algo.h"
 #include "coll/call.h"
-#include "coll/dissem.h"
+#include "coll/peer_steps.h"
 #include "env.h"
 #include "proto/chan.h"
 
@@ -121,23 +122,16 @@ typedef struct eccl_recrs_step {
 } eccl_recrs_step;
 
 typedef struct eccl_rec_rs {
+    eccl_peer_steps steps; /* first: the engine (coll/peer_steps.h) runs the list */
     eccl_coll_call call;
     size_t esize;
     size_t total;        /* elements of the input (every block) */
-    size_t slice;        /* bytes per frame (a multiple of esize) */
     uint32_t p, levels, rem; /* largest power of two <= N, its log2, N - p */
     int extra, folder;   /* a rank >= p; a rank < N - p (it has an extra) */
-    uint32_t nsteps, cur; /* steps, and the first one not complete */
-    eccl_dissem bar;     /* the completion barrier */
     uint8_t *scratch;    /* see eccl_rec_rs_scratch_bytes */
     uint8_t *backup;     /* recvbuf as it was */
     int saved;           /* recvbuf is in backup */
-    int have_full;
-    uint32_t inflight;   /* our frames the socket has not taken yet */
-    uint32_t tx_i[ECCL_RECRS_MAX_STEPS];   /* slices queued, by step */
-    uint32_t rx_got[ECCL_RECRS_MAX_STEPS]; /* slices landed */
-    uint32_t rx_done[ECCL_RECRS_MAX_STEPS];/* slices combined */
-    uint64_t tx_bytes, rx_bytes;
+    uint32_t counters[3 * ECCL_RECRS_MAX_STEPS]; /* the engine's, by step */
 } eccl_rec_rs;
 
 /* Scratch bytes call->rank needs (0: none): a folder's two copies of the
