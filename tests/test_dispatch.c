@@ -123,10 +123,13 @@ static void test_builtin_reduce_scatter(void **state)
     assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_REDUCE_SCATTER, 8, 0, 500, both), ECCL_ALGO_RECURSIVE); /* built-in */
 }
 
-/* The hierarchical all-reduce: a candidate only in host-regular worlds
- * (ops.c), where the built-in table gives it every all-reduce above the
- * small-call rules; ECCL_ALGO forces it, an ECCL_TUNE rule overrides it. */
-static void test_builtin_hier(void **state)
+/* Host-regular worlds (local_size = L >= 2: where the hierarchical
+ * all-reduce is a candidate) have built-in rules of their own, from
+ * simulated cluster sweeps: recursive doubling up to 2 KiB, the hierarchy
+ * while H = N / L <= 8 (L = 2..8), recursive halving beyond; Bruck and
+ * recursive halving from nine ranks, the binomial broadcast, the reduce's
+ * tree and chain. ECCL_ALGO forces, an ECCL_TUNE rule overrides. */
+static void test_builtin_host_regular(void **state)
 {
     (void)state;
     uint32_t flat = BIT(ECCL_ALGO_RING) | BIT(ECCL_ALGO_TREE) | BIT(ECCL_ALGO_RECURSIVE);
@@ -134,14 +137,40 @@ static void test_builtin_hier(void **state)
     eccl_env e = env_with(NULL, NULL);
     eccl_dispatch d;
     assert_int_equal(eccl_dispatch_init(&d, &e), ECCL_OK);
-    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 4, 2, 65536, regular), ECCL_ALGO_RECURSIVE);
-    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 4, 2, 65537, regular), ECCL_ALGO_HIER);
-    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 4, 0, 65537, flat), ECCL_ALGO_RING);
-    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 8, 2, 64, regular), ECCL_ALGO_TREE);
-    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 8, 2, UINT64_MAX, regular), ECCL_ALGO_HIER);
-    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 100000, 2, 1 << 20, regular), ECCL_ALGO_HIER);
-    /* Below four ranks no world is host-regular; the rule starts at 4. */
-    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 3, 2, 1 << 20, regular), ECCL_ALGO_RING);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 4, 2, 2048, regular), ECCL_ALGO_RECURSIVE);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 4, 2, 2049, regular), ECCL_ALGO_HIER);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 4, 2, UINT64_MAX, regular), ECCL_ALGO_HIER);
+    /* H = 8 hosts: the hierarchy; 9: recursive halving and doubling. */
+    static const struct { uint32_t n, l; eccl_algorithm want; } h[] = {
+        {16, 2, ECCL_ALGO_HIER}, {18, 2, ECCL_ALGO_RECURSIVE}, {24, 3, ECCL_ALGO_HIER}, {27, 3, ECCL_ALGO_RECURSIVE},
+        {32, 4, ECCL_ALGO_HIER}, {36, 4, ECCL_ALGO_RECURSIVE}, {40, 5, ECCL_ALGO_HIER}, {45, 5, ECCL_ALGO_RECURSIVE},
+        {48, 6, ECCL_ALGO_HIER}, {54, 6, ECCL_ALGO_RECURSIVE}, {56, 7, ECCL_ALGO_HIER}, {63, 7, ECCL_ALGO_RECURSIVE},
+        {64, 8, ECCL_ALGO_HIER}, {72, 8, ECCL_ALGO_RECURSIVE}, {18, 9, ECCL_ALGO_RECURSIVE},
+        {100000, 2, ECCL_ALGO_RECURSIVE},
+    };
+    for (size_t i = 0; i < sizeof h / sizeof h[0]; i++)
+        if (eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, h[i].n, h[i].l, 1 << 20, regular) != h[i].want)
+            fail_msg("N = %u, L = %u: not %s", h[i].n, h[i].l, eccl_dispatch_algo_name(h[i].want));
+    /* A call the hierarchy cannot run (a quantised one: the ring alone). */
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 8, 2, 1 << 20, BIT(ECCL_ALGO_RING)), ECCL_ALGO_RING);
+    /* Not host-regular: the loopback rules. */
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 8, 0, 64, flat), ECCL_ALGO_TREE);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 8, 0, 1 << 20, flat), ECCL_ALGO_RING);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 3, 0, 1 << 20, flat), ECCL_ALGO_RING);
+    /* The other collectives. */
+    uint32_t ring_bruck = BIT(ECCL_ALGO_RING) | BIT(ECCL_ALGO_BRUCK);
+    uint32_t ring_rec = BIT(ECCL_ALGO_RING) | BIT(ECCL_ALGO_RECURSIVE);
+    uint32_t chain_tree = BIT(ECCL_ALGO_CHAIN) | BIT(ECCL_ALGO_BINOMIAL);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLGATHER, 16, 4, 1u << 30, ring_bruck), ECCL_ALGO_BRUCK);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLGATHER, 8, 4, 1 << 20, ring_bruck), ECCL_ALGO_RING);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_REDUCE_SCATTER, 16, 2, 1 << 20, ring_rec), ECCL_ALGO_RECURSIVE);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_REDUCE_SCATTER, 8, 2, 1 << 20, ring_rec), ECCL_ALGO_RING);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_BROADCAST, 8, 2, 16 << 20, chain_tree), ECCL_ALGO_BINOMIAL);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_BROADCAST, 8, 0, 16 << 20, chain_tree), ECCL_ALGO_CHAIN);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_REDUCE, 16, 4, 131072, chain_tree), ECCL_ALGO_BINOMIAL);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_REDUCE, 16, 4, 131073, chain_tree), ECCL_ALGO_CHAIN);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_REDUCE, 16, 0, 131073, chain_tree), ECCL_ALGO_BINOMIAL);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_REDUCE, 32, 4, 16 << 20, chain_tree), ECCL_ALGO_BINOMIAL);
     assert_int_equal(g_warnings, 0);
     eccl_dispatch_free(&d);
 
@@ -157,7 +186,7 @@ static void test_builtin_hier(void **state)
     assert_int_equal(eccl_dispatch_init(&d, &e), ECCL_OK);
     assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 8, 2, 1 << 20, regular), ECCL_ALGO_RING);
     assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 8, 2, (1 << 20) + 1, regular), ECCL_ALGO_HIER);
-    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 9, 2, 64, regular), ECCL_ALGO_TREE);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 9, 0, 64, flat), ECCL_ALGO_TREE);
     eccl_dispatch_free(&d);
 }
 
@@ -209,13 +238,13 @@ static void test_malformed_lines_skipped(void **state)
     eccl_env plain = env_with(NULL, NULL);
     eccl_dispatch d;
     assert_int_equal(eccl_dispatch_init(&d, &plain), ECCL_OK);
-    uint32_t builtin = d.n_rules;
+    uint32_t builtin = d.n_rules; /* none: the built-in table is not copied */
     eccl_dispatch_free(&d);
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         eccl_env e = env_with(NULL, bad[i]);
         assert_int_equal(eccl_dispatch_init(&d, &e), ECCL_OK);
         assert_int_equal(g_warnings, 1);
-        assert_int_equal(d.n_rules, builtin); /* the built-in ones alone */
+        assert_int_equal(d.n_rules, builtin); /* no tuned rule */
         eccl_dispatch_free(&d);
     }
     /* Good lines around a bad one still count. */
@@ -308,7 +337,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_builtin_default), cmocka_unit_test(test_builtin_reduce_scatter),
-        cmocka_unit_test(test_builtin_hier),
+        cmocka_unit_test(test_builtin_host_regular),
         cmocka_unit_test(test_rules_first_match_wins), cmocka_unit_test(test_rules_by_ranks_per_host),
         cmocka_unit_test(test_malformed_lines_skipped), cmocka_unit_test(test_forced),
         cmocka_unit_test(test_tune_file_warning), cmocka_unit_test(test_names),

@@ -197,11 +197,11 @@ static void test_forced_2x3_mixed(void **state)
     run_hier(*state, &a, HIER_ENV);
 }
 
-/* The built-in table: above 64 KiB the hierarchy, below the recursive
- * all-reduce (four ranks). */
+/* The built-in table of host-regular worlds: above 2 KiB the hierarchy
+ * (two hosts), below the recursive all-reduce. */
 static void test_default_2x2(void **state)
 {
-    hier_arg a = {4, hosts_2x2, ECCL_ALGO_HIER, ECCL_ALGO_RECURSIVE, 65536};
+    hier_arg a = {4, hosts_2x2, ECCL_ALGO_HIER, ECCL_ALGO_RECURSIVE, 2048};
     run_hier(*state, &a, NULL);
 }
 

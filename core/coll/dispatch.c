@@ -98,30 +98,72 @@
  * broadcasts and all-reduces were mixed across the sweeps and keep their
  * rules.
  *
- * The hierarchical all-reduce (coll/hier_allreduce.h) is a candidate only
- * where the master found the world host-regular (eccl_coll_call.local_size:
- * L >= 2 ranks on each of H >= 2 hosts, so N >= 4), so its rule needs no
- * topology word: it takes every all-reduce above the small-call rules
- * (64 KiB) there. Not from measurements: on loopback (eccl-bench --hosts,
- * docs/performance.md) it is within the noise of the ring up to 1 MiB and
- * 1.0-1.7x the ring's time from 4 MiB, but loopback has no NIC to spare,
- * so it cannot show what the rule is for:
- * per byte of the buffer a rank sends 2 (H-1)/H / L over the network on
- * its own sub-ring (L sub-rings keep every NIC busy) against the flat
- * ring's 2 (N-1)/N through one host crossing per host; small calls keep
- * the latency-bound algorithms, whose step counts the hierarchy's
- * 2 (L-1) + 2 (H-1) steps would not beat. ECCL_TUNE rules, which come
- * first, override it from measurements on the real machines. */
-static const char ECCL_DISPATCH_DEFAULT[] = "allreduce 3-4 65536 recursive\n"
-                                            "allreduce 3-4294967295 65536 tree\n"
-                                            "allreduce 4-4294967295 18446744073709551615 hier\n"
-                                            "broadcast 2-2 131072 chain\n"
-                                            "broadcast 2-2 524288 binomial\n"
-                                            "broadcast 3-4294967295 131072 chain\n"
-                                            "broadcast 3-4294967295 4194304 binomial\n"
-                                            "reduce 3-4294967295 2097152 binomial\n"
-                                            "allgather 3-4294967295 262144 bruck\n"
-                                            "reduce_scatter 3-4294967295 262144 recursive\n";
+ * Host-regular worlds (eccl_coll_call.local_size = L >= 2 ranks on each of
+ * H >= 2 hosts, so N >= 4; where the hierarchical all-reduce,
+ * coll/hier_allreduce.h, may run) get rules of their own, from
+ * `eccl-tune --sim` sweeps of simulated clusters, since loopback has no
+ * NIC to spare and cannot show what the hierarchy is for:
+ * scenarios/tune/clos_{2,4,8}ppn.scn (servers of L = 2, 4, 8 ranks with a
+ * 100 Gb/s NIC each, a non-blocking Clos, 20 GB/s between host-mates,
+ * 10 GB/s copies, 5 GB/s reductions), N = 8, 16, 32, 64, 8 B..8 MiB x4,
+ * every candidate forced (docs/performance.md has the tables). What all
+ * three agreed on:
+ *   - all-reduce: recursive doubling up to 2 KiB (1.3-2x the tree's and
+ *     hierarchy's speed there); above, the hierarchy while its sub-rings
+ *     are short, H = N / L <= 8 (at 512 KiB 0.6-0.85 of the ring's time,
+ *     0.55-0.8 of the recursive one's), and recursive halving and
+ *     doubling once H >= 16 (the hierarchy's 2 (H - 1) ring steps: at
+ *     L = 2, N = 64, 8 MiB 7.8 ms against the hierarchy's 28.6). Only
+ *     L = 2, 4, 8 were swept; 3, 5, 6, 7 follow the same H <= 8 bound
+ *     (judged on a held-out platform, docs/performance.md), larger L
+ *     take the recursive rule;
+ *   - all-gather and reduce-scatter: Bruck's rounds and recursive halving
+ *     at every size from nine ranks on (at eight the loopback rules hold);
+ *   - broadcast: the binomial tree at every size (0.45-0.75 of the
+ *     chain's time);
+ *   - reduce: the binomial tree up to 128 KiB and the chain above up to 16
+ *     ranks, the tree at every size beyond.
+ * The simulator's ring and chain pipelines fall short of its NICs at
+ * large sizes (the ring's 8 MiB all-reduce at N = 8 reaches 5 GB/s of
+ * busbw of 12.5 with free copies), which these rules inherit: a site
+ * with real hosts measures with eccl-tune and its ECCL_TUNE rules, which
+ * come first, override these. */
+#define RULE(coll, n0, n1, bytes, alg, l0, l1)                                                          \
+    {.kind = ECCL_COLL_##coll, .algo = ECCL_ALGO_##alg, .nmin = (n0), .nmax = (n1), .max_bytes = (bytes), \
+     .lmin = (l0), .lmax = (l1)}
+#define ANY UINT32_MAX
+#define ALL_BYTES UINT64_MAX
+
+/* The table, first match wins; one copy shared by every comm (a simulated
+ * 96K-rank run holds 96K comms). Host-regular worlds (ppn 2 and more)
+ * first: the simulated sweeps above; then every world: loopback. */
+static const eccl_dispatch_rule builtin[] = {
+    RULE(ALLREDUCE, 4, ANY, 2048, RECURSIVE, 2, ANY),
+    RULE(ALLREDUCE, 4, 16, ALL_BYTES, HIER, 2, 2), /* the hierarchy while hosts H = N / L <= 8 */
+    RULE(ALLREDUCE, 4, 24, ALL_BYTES, HIER, 3, 3),
+    RULE(ALLREDUCE, 4, 32, ALL_BYTES, HIER, 4, 4),
+    RULE(ALLREDUCE, 4, 40, ALL_BYTES, HIER, 5, 5),
+    RULE(ALLREDUCE, 4, 48, ALL_BYTES, HIER, 6, 6),
+    RULE(ALLREDUCE, 4, 56, ALL_BYTES, HIER, 7, 7),
+    RULE(ALLREDUCE, 4, 64, ALL_BYTES, HIER, 8, 8),
+    RULE(ALLREDUCE, 4, ANY, ALL_BYTES, RECURSIVE, 2, ANY),
+    RULE(ALLGATHER, 9, ANY, ALL_BYTES, BRUCK, 2, ANY),
+    RULE(REDUCE_SCATTER, 9, ANY, ALL_BYTES, RECURSIVE, 2, ANY),
+    RULE(BROADCAST, 4, ANY, ALL_BYTES, BINOMIAL, 2, ANY),
+    RULE(REDUCE, 4, 16, 131072, BINOMIAL, 2, ANY),
+    RULE(REDUCE, 4, 16, ALL_BYTES, CHAIN, 2, ANY),
+    RULE(REDUCE, 17, ANY, ALL_BYTES, BINOMIAL, 2, ANY),
+
+    RULE(ALLREDUCE, 3, 4, 65536, RECURSIVE, 0, ANY),
+    RULE(ALLREDUCE, 3, ANY, 65536, TREE, 0, ANY),
+    RULE(BROADCAST, 2, 2, 131072, CHAIN, 0, ANY),
+    RULE(BROADCAST, 2, 2, 524288, BINOMIAL, 0, ANY),
+    RULE(BROADCAST, 3, ANY, 131072, CHAIN, 0, ANY),
+    RULE(BROADCAST, 3, ANY, 4194304, BINOMIAL, 0, ANY),
+    RULE(REDUCE, 3, ANY, 2097152, BINOMIAL, 0, ANY),
+    RULE(ALLGATHER, 3, ANY, 262144, BRUCK, 0, ANY),
+    RULE(REDUCE_SCATTER, 3, ANY, 262144, RECURSIVE, 0, ANY),
+};
 
 static const char *const algo_names[ECCL_ALGO_COUNT] = {"ring", "tree", "chain", "recursive",
                                                          "binomial", "pairwise", "direct", "bruck", "hier"};
@@ -299,8 +341,7 @@ eccl_result eccl_dispatch_init(eccl_dispatch *d, const eccl_env *env)
                   text, ECCL_DISPATCH_TEXT_MAX);
     }
     free(text);
-    eccl_dispatch_add_rules(d, env, ECCL_DISPATCH_DEFAULT);
-    return d->n_rules ? ECCL_OK : ECCL_ERR_NO_MEMORY;
+    return ECCL_OK;
 }
 
 void eccl_dispatch_free(eccl_dispatch *d)
@@ -315,8 +356,8 @@ eccl_algorithm eccl_dispatch_pick(const eccl_dispatch *d, eccl_coll_kind kind, u
 {
     uint8_t f = d->forced[kind];
     if (f != ECCL_ALGO_NONE && (candidates & ECCL_DISPATCH_BIT(f))) return (eccl_algorithm)f;
-    for (uint32_t i = 0; i < d->n_rules; i++) {
-        const eccl_dispatch_rule *r = &d->rules[i];
+    for (uint32_t i = 0; i < d->n_rules + sizeof builtin / sizeof builtin[0]; i++) {
+        const eccl_dispatch_rule *r = i < d->n_rules ? &d->rules[i] : &builtin[i - d->n_rules];
         if (r->kind == kind && nranks >= r->nmin && nranks <= r->nmax && bytes <= r->max_bytes &&
             local_size >= r->lmin && local_size <= r->lmax && (candidates & ECCL_DISPATCH_BIT(r->algo)))
             return (eccl_algorithm)r->algo;

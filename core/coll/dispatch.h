@@ -21,8 +21,9 @@
  *      or one rank per host included) lie in the range; "ppn=4" is
  *      "ppn=4-4". eccl-tune writes it for sweeps of emulated or simulated
  *      hosts (--hosts, --sim), whose winners need not hold elsewhere.
- *   3. The built-in table below (ECCL_DISPATCH_DEFAULT), measured on
- *      loopback (tools/peers/RESULTS.md).
+ *   3. The built-in table (dispatch.c): for host-regular worlds from
+ *      sweeps of simulated clusters (scenarios/tune/), for the others
+ *      measured on loopback (tools/peers/RESULTS.md).
  *   4. The first candidate.
  * `bytes` is a call's size as eccl-bench reports it (nccl-tests): the
  * all-reduce's, broadcast's and reduce's buffer, the all-gather's output,
@@ -53,7 +54,7 @@ typedef struct eccl_dispatch_rule {
 
 typedef struct eccl_dispatch {
     uint8_t forced[ECCL_COLL_KIND_COUNT]; /* ECCL_ALGO_NONE: pick */
-    uint32_t n_rules, cap_rules;          /* tuned rules, then the built-in ones */
+    uint32_t n_rules, cap_rules;          /* tuned rules (the built-in ones come after) */
     eccl_dispatch_rule *rules;
 } eccl_dispatch;
 
