@@ -6,6 +6,7 @@
 # host. Usage: tune_roundtrip.sh ECCL_TUNE ECCL_BENCH
 set -eu
 tune=$1 bench=$2
+. "$(dirname "$0")/tune_checks.sh"
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 "$tune" --np 3 --coll allreduce,broadcast,alltoall -b 8 -e 64K -f 16 -n 2 -w 1 --repeat 1 \
@@ -20,15 +21,8 @@ echo "tune round trip: $(grep -vc '^#' "$dir/tune.txt") rules taken"
 # Two emulated hosts of two ranks: ppn=2 on every rule, hier measured.
 "$tune" --hosts 2 --np 4 --coll allreduce -b 256K -e 1M -f 4 -n 2 -w 1 --repeat 1 \
     -o "$dir/hosts.txt" --report "$dir/hosts_report.txt"
-if grep -v '^#' "$dir/hosts.txt" | grep -qv ' ppn=2$'; then echo "a rule without ppn=2:"; cat "$dir/hosts.txt"; exit 1; fi
-grep -q '^allreduce 1-4294967295 .* ppn=2$' "$dir/hosts.txt" || { echo "no all-reduce rule:"; cat "$dir/hosts.txt"; exit 1; }
-# The hier column of the time table holds a measurement (data rows lack
-# the header's leading '#': column i of the header is field i - 1 there).
-awk '/^# allreduce np 4: time/ { t = 1; next }
-     t && /^# +bytes/ { for (i = 1; i <= NF; i++) if ($i == "hier") col = i - 1; next }
-     t && /^# / { exit }
-     t && col && $col + 0 > 0 { found = 1 } END { exit !found }' \
-    "$dir/hosts_report.txt" || { echo "hier not measured:"; cat "$dir/hosts_report.txt"; exit 1; }
+tune_rules_name_ppn "$dir/hosts.txt" 2
+tune_measured "$dir/hosts_report.txt" 4 hier
 ECCL_TUNE_FILE="$dir/hosts.txt" "$bench" --np 4 --hosts 2 -b 256K -e 1M -f 4 -n 2 -w 1 >"$dir/bench2.txt" 2>&1 ||
     { cat "$dir/bench2.txt"; exit 1; }
 if grep -q 'ECCL_TUNE' "$dir/bench2.txt"; then cat "$dir/bench2.txt"; exit 1; fi

@@ -2713,22 +2713,30 @@ static void write_transport(FILE *sf, const sim *s, const scenario_cfg *cfg)
             (unsigned long long)eccl_sg_world_rdma_writes(s->w));
 }
 
+/* Rank idx (1-based) of every workload: its names, and its arrival,
+ * staggered by `stagger` plus seeded jitter drawn from *rng (the
+ * scenario's one stream, rank by rank), so that the same seed gives every
+ * workload of a scenario the same start-up. */
+static void rank_start(sim *s, const scenario_cfg *cfg, rank_state *r, int idx, uint64_t *rng)
+{
+    r->s = s;
+    r->idx = idx;
+    snprintf(r->name, sizeof r->name, "rank%d", idx);
+    snprintf(r->host, sizeof r->host, "node-%d", rank_host(cfg, idx));
+    r->arrive_ns = (uint64_t)llround(cfg->stagger_s * 1e9) * (uint64_t)idx;
+    uint64_t jitter_ns = (uint64_t)llround(cfg->jitter_s * 1e9);
+    if (jitter_ns) r->arrive_ns += prng_below(rng, jitter_ns);
+}
+
 static int run_diloco(sim *s, scenario_cfg *cfg, const char *outdir)
 {
     if (churn_check_init(&s->chk, 1u << 16, 0) != 0) return 1;
     uint64_t rng = cfg->seed;
-    uint64_t jitter_ns = (uint64_t)llround(cfg->jitter_s * 1e9);
-    uint64_t stagger_ns = (uint64_t)llround(cfg->stagger_s * 1e9);
     for (int i = 0; i < cfg->ranks; i++) {
         rank_state *r = &s->rk[i];
-        r->s = s;
-        r->idx = i + 1;
+        rank_start(s, cfg, r, i + 1, &rng);
         r->kill_iter = -1;
         r->last_rev = UINT64_MAX;
-        snprintf(r->name, sizeof r->name, "rank%d", r->idx);
-        snprintf(r->host, sizeof r->host, "node-%d", rank_host(cfg, r->idx));
-        r->arrive_ns = stagger_ns * (uint64_t)r->idx;
-        if (jitter_ns) r->arrive_ns += prng_below(&rng, jitter_ns);
     }
     char churn[160] = "none";
     if (cfg->have_churn)
@@ -3069,17 +3077,7 @@ static int run_nccl2(sim *s, scenario_cfg *cfg, const char *outdir)
     /* The same arrivals as the worker's ranks: the same seed gives the
      * eccl twin of a scenario the same start-up. */
     uint64_t rng = cfg->seed;
-    const uint64_t jitter_ns = (uint64_t)llround(cfg->jitter_s * 1e9);
-    const uint64_t stagger_ns = (uint64_t)llround(cfg->stagger_s * 1e9);
-    for (int i = 0; i < n; i++) {
-        rank_state *r = &s->rk[i];
-        r->s = s;
-        r->idx = i + 1;
-        snprintf(r->name, sizeof r->name, "rank%d", r->idx);
-        snprintf(r->host, sizeof r->host, "node-%d", rank_host(cfg, r->idx));
-        r->arrive_ns = stagger_ns * (uint64_t)r->idx;
-        if (jitter_ns) r->arrive_ns += prng_below(&rng, jitter_ns);
-    }
+    for (int i = 0; i < n; i++) rank_start(s, cfg, &s->rk[i], i + 1, &rng);
     for (int i = 0; i < cfg->nfaults; i++) order[i] = i;
     qsort_r(order, (size_t)cfg->nfaults, sizeof *order, order_cmp, cfg);
     s->order = order;
@@ -3334,18 +3332,11 @@ static int run_bench(sim *s, scenario_cfg *cfg, const char *outdir)
                        outdir);
     /* Arrivals as the worker workload's: staggered, plus seeded jitter. */
     uint64_t rng = cfg->seed;
-    const uint64_t jitter_ns = (uint64_t)llround(cfg->jitter_s * 1e9);
-    const uint64_t stagger_ns = (uint64_t)llround(cfg->stagger_s * 1e9);
     start_actor("master", "node-0", master_main, s);
     for (int i = 0; i < cfg->ranks; i++) {
         rank_state *r = &s->rk[i];
         bench_rank *b = &br[i];
-        r->s = s;
-        r->idx = i + 1;
-        snprintf(r->name, sizeof r->name, "rank%d", r->idx);
-        snprintf(r->host, sizeof r->host, "node-%d", rank_host(cfg, r->idx));
-        r->arrive_ns = stagger_ns * (uint64_t)r->idx;
-        if (jitter_ns) r->arrive_ns += prng_below(&rng, jitter_ns);
+        rank_start(s, cfg, r, i + 1, &rng);
         *b = (bench_rank){.s = s, .r = r, .status = 1};
         b->o = (eccl_simbench_options){.coll = cfg->bench_coll, .minbytes = cfg->bench_minbytes,
                                        .maxbytes = cfg->bench_maxbytes,
@@ -3580,19 +3571,11 @@ int main(int argc, char **argv)
     }
     /* Every random choice comes from this one stream, in this order. */
     uint64_t rng = cfg.seed;
-    uint64_t jitter_ns = (uint64_t)llround(cfg.jitter_s * 1e9);
-    uint64_t stagger_ns = (uint64_t)llround(cfg.stagger_s * 1e9);
     for (int i = 0; i < cfg.ranks; i++) {
         rank_state *r = &s->rk[i];
-        r->s = s;
-        r->idx = i + 1;
+        rank_start(s, &cfg, r, i + 1, &rng); /* the first to arrive founds the group */
         r->kill_iter = -1;
         r->nstarts = 1;
-        snprintf(r->name, sizeof r->name, "rank%d", r->idx);
-        snprintf(r->host, sizeof r->host, "node-%d", rank_host(&cfg, r->idx));
-        /* Staggered arrivals (the first founds the group), plus jitter. */
-        r->arrive_ns = stagger_ns * (uint64_t)r->idx;
-        if (jitter_ns) r->arrive_ns += prng_below(&rng, jitter_ns);
     }
     /* Faults name links and ranks of the loaded platform: a scenario error
      * found here is still exit status 2. */

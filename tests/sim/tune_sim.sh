@@ -7,19 +7,15 @@
 # Usage: tune_sim.sh ECCL_TUNE ECCL_SIM SCENARIO
 set -eu
 tune=$1 sim=$2 scn=$3
+. "$(dirname "$0")/../tune_checks.sh"
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 for run in 1 2; do
     "$tune" --sim "$scn" --eccl-sim "$sim" --np 8 --coll allreduce,broadcast -b 1K -e 64K -f 8 -n 2 -w 1 \
         -o "$dir/tune$run.txt" --report "$dir/report$run.txt"
 done
-if grep -v '^#' "$dir/tune1.txt" | grep -qv ' ppn=4$'; then echo "a rule without ppn=4:"; cat "$dir/tune1.txt"; exit 1; fi
-grep -q '^allreduce 1-4294967295 .* ppn=4$' "$dir/tune1.txt" || { echo "no all-reduce rule:"; cat "$dir/tune1.txt"; exit 1; }
-awk '/^# allreduce np 8: time/ { t = 1; next }
-     t && /^# +bytes/ { for (i = 1; i <= NF; i++) if ($i == "hier") col = i - 1; next }
-     t && /^# / { exit }
-     t && col && $col + 0 > 0 { found = 1 } END { exit !found }' \
-    "$dir/report1.txt" || { echo "hier not measured:"; cat "$dir/report1.txt"; exit 1; }
+tune_rules_name_ppn "$dir/tune1.txt" 4
+tune_measured "$dir/report1.txt" 8 hier
 grep -q '^# held-out: the built-in choice' "$dir/report1.txt" || { cat "$dir/report1.txt"; exit 1; }
 cmp "$dir/report1.txt" "$dir/report2.txt" || { echo "two sweeps differ"; diff "$dir/report1.txt" "$dir/report2.txt"; exit 1; }
 echo "tune on a simulated platform: $(grep -vc '^#' "$dir/tune1.txt") rules, the same twice"
