@@ -127,7 +127,8 @@ static void test_builtin_reduce_scatter(void **state)
  * all-reduce is a candidate) have built-in rules of their own, from
  * simulated cluster sweeps: recursive doubling up to 2 KiB; above, the
  * hierarchy from four ranks a host, and with two or three while H = N / L
- * <= 8 hosts, recursive halving beyond; the binomial broadcast, the
+ * <= 8 hosts, recursive halving beyond; the binomial broadcast up to
+ * 4 MiB, the
  * reduce's tree and chain; the loopback rules for the rest. ECCL_ALGO
  * forces, an ECCL_TUNE rule overrides. */
 static void test_builtin_host_regular(void **state)
@@ -163,7 +164,10 @@ static void test_builtin_host_regular(void **state)
     assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLGATHER, 16, 4, 262145, ring_bruck), ECCL_ALGO_RING);
     assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_REDUCE_SCATTER, 16, 2, 262144, ring_rec), ECCL_ALGO_RECURSIVE);
     assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_REDUCE_SCATTER, 16, 2, 262145, ring_rec), ECCL_ALGO_RING);
-    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_BROADCAST, 8, 2, 16 << 20, chain_tree), ECCL_ALGO_BINOMIAL);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_BROADCAST, 8, 2, 64, chain_tree), ECCL_ALGO_BINOMIAL);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_BROADCAST, 8, 0, 64, chain_tree), ECCL_ALGO_CHAIN);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_BROADCAST, 8, 2, 4 << 20, chain_tree), ECCL_ALGO_BINOMIAL);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_BROADCAST, 8, 2, (4 << 20) + 1, chain_tree), ECCL_ALGO_CHAIN);
     assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_BROADCAST, 8, 0, 16 << 20, chain_tree), ECCL_ALGO_CHAIN);
     assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_REDUCE, 16, 4, 131072, chain_tree), ECCL_ALGO_BINOMIAL);
     assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_REDUCE, 16, 4, 131073, chain_tree), ECCL_ALGO_CHAIN);

@@ -118,13 +118,21 @@
  *     hidden. So: the hierarchy above 2 KiB from four ranks a host, and
  *     with two or three while H <= 8; large all-gathers and
  *     reduce-scatters keep the loopback rules (the ring above 256 KiB);
- *   - broadcast: the binomial tree at every size (0.45-0.75 of the chain's
+ *   - broadcast: the binomial tree up to 4 MiB (0.25-0.75 of the chain's
  *     time in every sweep); reduce: the tree up to 128 KiB and the chain
  *     above up to 16 ranks, the tree at every size beyond.
+ * The simulator is harder on pipelines than a network is: net_sg sends
+ * each frame as a flow of its own, so k frames queued on one link share it
+ * and all land together, where a TCP stream delivers the first after one
+ * frame's time (backends/sim/README.md). A chain or ring that queues
+ * several 1 MiB slices ahead cannot forward the first early, so past
+ * 4 MiB, where the chain queues that deep, its simulated losses are left
+ * out: the broadcast keeps the loopback rule (the chain) there.
  * Judged again on two fresh platforms (judge_2ppn, judge_8ppn), this table
- * picked the best algorithm at 86% and 93% of the sizes (the table before
- * it: 53% and 60%), its wrong picks costing +10% and +7% on average over
- * all sizes (before: +36% and +45%). A site with real hosts measures with
+ * picked the best algorithm at 84% and 91% of the sizes (the table before
+ * it: 53% and 60%), its wrong picks costing +12% and +10% on average over
+ * all sizes (before: +36% and +45%), counting the chain's simulated losses
+ * past 4 MiB against it. A site with real hosts measures with
  * eccl-tune; its ECCL_TUNE rules come first. */
 #define RULE(coll, n0, n1, bytes, alg, l0, l1)                                                          \
     {.kind = ECCL_COLL_##coll, .algo = ECCL_ALGO_##alg, .nmin = (n0), .nmax = (n1), .max_bytes = (bytes), \
@@ -141,7 +149,7 @@ static const eccl_dispatch_rule builtin[] = {
     RULE(ALLREDUCE, 4, 24, ALL_BYTES, HIER, 3, 3),
     RULE(ALLREDUCE, 4, ANY, ALL_BYTES, HIER, 4, ANY),
     RULE(ALLREDUCE, 4, ANY, ALL_BYTES, RECURSIVE, 2, 3),
-    RULE(BROADCAST, 4, ANY, ALL_BYTES, BINOMIAL, 2, ANY),
+    RULE(BROADCAST, 4, ANY, 4194304, BINOMIAL, 2, ANY),
     RULE(REDUCE, 4, 16, 131072, BINOMIAL, 2, ANY),
     RULE(REDUCE, 4, 16, ALL_BYTES, CHAIN, 2, ANY),
     RULE(REDUCE, 17, ANY, ALL_BYTES, BINOMIAL, 2, ANY),
