@@ -118,7 +118,7 @@
  *     hidden. So: the hierarchy above 2 KiB from four ranks a host, and
  *     with two or three while H <= 8; large all-gathers and
  *     reduce-scatters keep the loopback rules (the ring above 256 KiB);
- *   - broadcast: the binomial tree up to 4 MiB (0.25-0.75 of the chain's
+ *   - broadcast: the binomial tree up to 4 MiB (0.15-0.92 of the chain's
  *     time in every sweep); reduce: the tree up to 128 KiB and the chain
  *     above up to 16 ranks, the tree at every size beyond.
  * The simulator is harder on pipelines than a network is: net_sg sends
