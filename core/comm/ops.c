@@ -308,27 +308,24 @@ static eccl_result recrs_setup(eccl_comm *c, eccl_request *r)
  * the device-resident all-reduce), exact values only. */
 static eccl_result pass_setup(eccl_comm *c, eccl_request *r)
 {
-    int plain_host = r->call.quant == ECCL_QUANT_NONE && !r->call.on_device;
-    /* The dispatcher's size for all-gather and reduce-scatter: the N
-     * blocks, the former's output and the latter's input, as eccl-bench
-     * reports them (v layouts: count is already the blocks' sum). */
-    uint64_t blocks = (uint64_t)r->call.count * eccl_dtype_size(r->call.dtype) * (r->call.vcounts ? 1u : c->world);
-    if (r->call.kind == ECCL_COLL_ALLGATHER && plain_host) {
-        uint32_t can = ECCL_DISPATCH_BIT(ECCL_ALGO_RING) | ECCL_DISPATCH_BIT(ECCL_ALGO_BRUCK);
-        if (eccl_dispatch_pick(&c->dispatch, r->call.kind, c->world, c->local_size, blocks, can) == ECCL_ALGO_BRUCK)
-            return bruck_setup(c, r);
-    }
-    int rooted = r->call.kind == ECCL_COLL_BROADCAST || r->call.kind == ECCL_COLL_REDUCE;
-    if (rooted && plain_host) {
-        uint32_t can = ECCL_DISPATCH_BIT(ECCL_ALGO_CHAIN) | ECCL_DISPATCH_BIT(ECCL_ALGO_BINOMIAL);
-        uint64_t bytes = (uint64_t)r->call.count * eccl_dtype_size(r->call.dtype);
-        if (eccl_dispatch_pick(&c->dispatch, r->call.kind, c->world, c->local_size, bytes, can) == ECCL_ALGO_BINOMIAL)
-            return binomial_setup(c, r);
-    }
-    if (r->call.kind == ECCL_COLL_REDUCE_SCATTER && plain_host) {
-        uint32_t can = ECCL_DISPATCH_BIT(ECCL_ALGO_RING) | ECCL_DISPATCH_BIT(ECCL_ALGO_RECURSIVE);
-        if (eccl_dispatch_pick(&c->dispatch, r->call.kind, c->world, c->local_size, blocks, can) == ECCL_ALGO_RECURSIVE)
-            return recrs_setup(c, r);
+    eccl_coll_kind k = r->call.kind;
+    int chain = k == ECCL_COLL_BROADCAST || k == ECCL_COLL_REDUCE;
+    if (r->call.quant == ECCL_QUANT_NONE && !r->call.on_device) {
+        /* The pass, or this collective's other algorithm. The dispatcher's
+         * size: the buffer of broadcast and reduce; the N blocks of
+         * all-gather and reduce-scatter, the former's output and the
+         * latter's input, as eccl-bench reports them (v layouts: count is
+         * already the blocks' sum). */
+        eccl_algorithm other = k == ECCL_COLL_ALLGATHER        ? ECCL_ALGO_BRUCK
+                               : k == ECCL_COLL_REDUCE_SCATTER ? ECCL_ALGO_RECURSIVE
+                                                               : ECCL_ALGO_BINOMIAL;
+        uint32_t can = ECCL_DISPATCH_BIT(chain ? ECCL_ALGO_CHAIN : ECCL_ALGO_RING) | ECCL_DISPATCH_BIT(other);
+        uint64_t bytes = (uint64_t)r->call.count * eccl_dtype_size(r->call.dtype) *
+                         (chain || r->call.vcounts ? 1u : c->world);
+        if (eccl_dispatch_pick(&c->dispatch, k, c->world, c->local_size, bytes, can) == other)
+            return other == ECCL_ALGO_BRUCK       ? bruck_setup(c, r)
+                   : other == ECCL_ALGO_RECURSIVE ? recrs_setup(c, r)
+                                                  : binomial_setup(c, r);
     }
     size_t sb = eccl_ring_pass_scratch_bytes(&r->call), ob = eccl_ring_pass_output_bytes(&r->call);
     if (sb && !(r->staging[0] = eccl_bufpool_get(&c->pool, sb))) return ECCL_ERR_NO_MEMORY;
@@ -340,7 +337,6 @@ static eccl_result pass_setup(eccl_comm *c, eccl_request *r)
         if (!r->qimg || !r->staging[1]) return ECCL_ERR_NO_MEMORY;
         eccl_ring_pass_set_quant(&r->u.pass, r->qimg->ptr, r->staging[1]->ptr);
     }
-    int chain = r->call.kind == ECCL_COLL_BROADCAST || r->call.kind == ECCL_COLL_REDUCE;
     r->alg = chain ? &eccl_chain_pass_algo : &eccl_ring_pass_algo;
     return ECCL_OK;
 }
