@@ -80,7 +80,7 @@ typedef struct mpeer {
     int asked_pending;      /* in the current peers-pending round */
     int admitting;          /* chosen by the current admission */
     uint32_t ready_epoch;
-    uint32_t host_ranks;    /* members sharing its host this epoch (group_host_ranks) */
+    uint32_t host_ranks;    /* members sharing its host this epoch (group_by_host) */
     int reported;
     eccl_wire_op_flag *report;
     uint32_t n_report;
@@ -323,21 +323,24 @@ static int anchor_cmp(const void *a, const void *b)
     return (x->pos > y->pos) - (x->pos < y->pos);
 }
 
-/* Newcomers (members from position n0 on, appended in admission order)
- * move to right after the last earlier member of their host; those of a
- * host new to the group stay together, hosts in order of their first
+/* Once per epoch, from one sort of the members by host (O(n log n)):
+ * each member's count of members sharing its host (mpeer.host_ranks), and
+ * the order. Newcomers (members from position n0 on, appended in admission
+ * order) move to right after the last earlier member of their host; those
+ * of a host new to the group stay together, hosts in order of their first
  * newcomer. Earlier members keep their order (the topology optimiser's
  * ring survives admissions), so a group whose hosts arrive interleaved
  * becomes host-contiguous and the hierarchical all-reduce can run; where
  * every member shares one host (or each has its own) nothing moves.
- * O(n log n) per admitting view; without memory the order stays as is. */
+ * Without memory every count is 0 (not told) and the order stays as is. */
 static void group_by_host(mgroup *g, uint32_t n0)
 {
     uint32_t n = g->n;
-    if (n0 >= n || n < 2) return;
-    host_key *k = malloc(n * sizeof *k);
-    mpeer **order = malloc(n * sizeof *order);
-    if (!k || !order) {
+    int reorder = n0 < n && n >= 2;
+    host_key *k = n ? malloc(n * sizeof *k) : NULL;
+    mpeer **order = reorder ? malloc(n * sizeof *order) : NULL;
+    if (!k || (reorder && !order)) {
+        for (uint32_t i = 0; i < n; i++) g->members[i]->host_ranks = 0;
         free(k), free(order);
         return;
     }
@@ -350,41 +353,26 @@ static void group_by_host(mgroup *g, uint32_t n0)
             if (k[b].pos < n0) last_old = k[b].pos;
             else if (first_new == UINT32_MAX) first_new = k[b].pos;
         }
-        for (uint32_t i = a; i < b; i++)
+        for (uint32_t i = a; i < b; i++) {
+            g->members[k[i].pos]->host_ranks = b - a;
             if (k[i].pos >= n0) {
                 k[i].anchor = last_old != UINT32_MAX ? last_old : first_new;
                 k[i].late = 1;
             }
+        }
     }
-    qsort(k, n, sizeof *k, anchor_cmp);
-    for (uint32_t i = 0; i < n; i++) order[i] = (mpeer *)k[i].p;
-    memcpy(g->members, order, n * sizeof *order);
+    if (reorder) {
+        qsort(k, n, sizeof *k, anchor_cmp);
+        for (uint32_t i = 0; i < n; i++) order[i] = (mpeer *)k[i].p;
+        memcpy(g->members, order, n * sizeof *order);
+    }
     free(k), free(order);
-}
-
-/* Each member's count of members sharing its host (mpeer.host_ranks), once
- * per epoch: O(n log n). Without memory every count is 0 (not told). */
-static void group_host_ranks(mgroup *g)
-{
-    uint32_t n = g->n;
-    host_key *k = n ? malloc(n * sizeof *k) : NULL;
-    if (!k) {
-        for (uint32_t i = 0; i < n; i++) g->members[i]->host_ranks = 0;
-        return;
-    }
-    for (uint32_t i = 0; i < n; i++) k[i] = (host_key){g->members[i], i, 0, 0};
-    qsort(k, n, sizeof *k, host_key_cmp);
-    for (uint32_t a = 0, b; a < n; a = b) {
-        for (b = a; b < n && host_cmp(k[a].p, k[b].p) == 0; b++) {}
-        for (uint32_t i = a; i < b; i++) g->members[k[i].pos]->host_ranks = b - a;
-    }
-    free(k);
 }
 
 /* L if the world is host-regular: every host's ranks contiguous in rank
  * order, every host with the same L >= 2 of them, two hosts or more; else
  * 0 (the hierarchical all-reduce does not run). From this epoch's
- * host_ranks (group_host_ranks first): when every host has exactly L
+ * host_ranks (group_by_host first): when every host has exactly L
  * members and every block of L consecutive ranks is one host's, each host
  * fills exactly one block, so none can come back further on. */
 static uint32_t group_local_size(const mgroup *g)
@@ -501,7 +489,6 @@ static void finish_view(eccl_master *m, mgroup *g)
         }
     }
     group_by_host(g, n0);
-    group_host_ranks(g);
     g->local_size = group_local_size(g);
     g->epoch++;
     g->n_ready = 0;
@@ -587,7 +574,7 @@ static void accept_alone_if_empty(eccl_master *m, const mpeer *welcomed)
     mgroup *g = first->group;
     if (group_add(g, first) != 0) return;
     set_state(m, first, MP_ACCEPTED);
-    group_host_ranks(g);
+    group_by_host(g, g->n); /* its host count: 1 */
     g->local_size = group_local_size(g); /* one member: 0 */
     g->epoch++;
     g->n_ready = 0;
