@@ -14,7 +14,6 @@
 /* float: every partial sum of integers up to 2^24 is exact. */
 #define F32_EXACT_LIMIT (INT64_C(1) << 24)
 
-
 typedef struct run {
     const eccl_simbench_options *o;
     const eccl_simbench_hooks *h;

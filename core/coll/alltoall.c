@@ -43,22 +43,17 @@ int eccl_a2a_overlaps(const eccl_coll_call *c)
     return se && re && s < r + re && r < s + se;
 }
 
-static void copy(const eccl_a2a *a, void *dst, const void *src, size_t n)
-{
-    if (n) a->call.env->dev->copy(a->call.env->dev_ctx, dst, src, n);
-}
-
 /* Before any frame can land: the backup, the send copy, our own block. */
 static void start(eccl_a2a *a)
 {
     const eccl_coll_call *c = &a->call;
     uint32_t me = c->rank;
     for (uint32_t j = 0; j < c->nranks; j++)
-        copy(a, a->backup + blk_at(c, j, 1), c->recvbuf + blk_at(c, j, 1), blk_bytes(c, j, 1));
-    if (a->copy) copy(a, a->copy, c->sendbuf, extent(c, 0));
+        eccl_coll_copy(&a->call, a->backup + blk_at(c, j, 1), c->recvbuf + blk_at(c, j, 1), blk_bytes(c, j, 1));
+    if (a->copy) eccl_coll_copy(&a->call, a->copy, c->sendbuf, extent(c, 0));
     /* Our own block: a mismatch with ourselves is the caller's layout. */
     size_t own = blk_bytes(c, me, 0) < blk_bytes(c, me, 1) ? blk_bytes(c, me, 0) : blk_bytes(c, me, 1);
-    copy(a, c->recvbuf + blk_at(c, me, 1), a->src + blk_at(c, me, 0), own);
+    eccl_coll_copy(&a->call, c->recvbuf + blk_at(c, me, 1), a->src + blk_at(c, me, 0), own);
     a->started = 1;
     for (uint32_t j = 0; j < c->nranks; j++)
         if (j != me && blk_bytes(c, j, 1) == 0) a->n_full++;
@@ -175,7 +170,7 @@ static void a2a_restore(void *op)
     const eccl_coll_call *c = &a->call;
     if (!a->started) return;
     for (uint32_t j = 0; j < c->nranks; j++)
-        copy(a, c->recvbuf + blk_at(c, j, 1), a->backup + blk_at(c, j, 1), blk_bytes(c, j, 1));
+        eccl_coll_copy(&a->call, c->recvbuf + blk_at(c, j, 1), a->backup + blk_at(c, j, 1), blk_bytes(c, j, 1));
 }
 
 static void a2a_bytes(const void *op, uint64_t *tx, uint64_t *rx)

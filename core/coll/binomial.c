@@ -80,11 +80,6 @@ static uint32_t all_children(const eccl_binomial *b)
     return b->nchildren == 32 ? UINT32_MAX : (1u << b->nchildren) - 1u;
 }
 
-static void copy(const eccl_binomial *b, void *dst, const void *src, size_t n)
-{
-    b->call.env->dev->copy(b->call.env->dev_ctx, dst, src, n);
-}
-
 static int full(const eccl_binomial *b)
 {
     if (is_bcast(b)) return is_root(b) ? b->own_done : b->up_recv == b->nslices;
@@ -106,15 +101,15 @@ static int waves(const eccl_binomial *b) { return b->call.nranks > 2; }
 static void save_slice(eccl_binomial *b, uint32_t i)
 {
     size_t len, off = slice_at(b, i, &len);
-    copy(b, b->backup + off, b->call.recvbuf + off, len);
+    eccl_coll_copy(&b->call, b->backup + off, b->call.recvbuf + off, len);
     b->saved = i + 1;
 }
 
 static void own_copy(eccl_binomial *b)
 {
-    copy(b, b->backup, b->call.recvbuf, b->bytes);
+    eccl_coll_copy(&b->call, b->backup, b->call.recvbuf, b->bytes);
     b->own_saved = 1;
-    copy(b, b->call.recvbuf, b->call.sendbuf, b->bytes);
+    eccl_coll_copy(&b->call, b->call.recvbuf, b->call.sendbuf, b->bytes);
     b->own_done = 1;
 }
 
@@ -137,7 +132,7 @@ static void fold_ready(eccl_binomial *b)
         dev->reduce(ctx, acc, b->call.sendbuf + off, n, b->call.dtype, b->call.op);
         if (is_root(b)) {
             save_slice(b, b->folded);
-            copy(b, b->call.recvbuf + off, acc, len);
+            eccl_coll_copy(&b->call, b->call.recvbuf + off, acc, len);
             if (b->call.op == ECCL_AVG) dev->scale_div(ctx, b->call.recvbuf + off, n, b->call.dtype, b->call.nranks);
         }
         b->folded++;
@@ -313,10 +308,10 @@ static int bino_expects(const void *op, int role)
 static void bino_restore(void *op)
 {
     eccl_binomial *b = op;
-    if (b->own_saved) copy(b, b->call.recvbuf, b->backup, b->bytes);
+    if (b->own_saved) eccl_coll_copy(&b->call, b->call.recvbuf, b->backup, b->bytes);
     for (uint32_t i = 0; i < b->saved; i++) {
         size_t len, off = slice_at(b, i, &len);
-        copy(b, b->call.recvbuf + off, b->backup + off, len);
+        eccl_coll_copy(&b->call, b->call.recvbuf + off, b->backup + off, len);
     }
 }
 

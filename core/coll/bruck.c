@@ -88,15 +88,10 @@ static uint32_t frames(const eccl_bruck *b, uint32_t first, uint32_t k, uint32_t
     return n ? n : 1;
 }
 
-static void copy(const eccl_bruck *b, void *dst, const void *src, size_t n)
-{
-    if (n) b->call.env->dev->copy(b->call.env->dev_ctx, dst, src, n);
-}
-
 static void save_block(eccl_bruck *b, uint32_t o)
 {
     size_t at = blk_at(b, o);
-    copy(b, b->backup + at, b->call.recvbuf + at, blk_bytes(b, o));
+    eccl_coll_copy(&b->call, b->backup + at, b->call.recvbuf + at, blk_bytes(b, o));
 }
 
 /* Backs up the blocks round k brings, once, before its first write. */
@@ -131,7 +126,7 @@ void eccl_bruck_init_ex(eccl_bruck *b, const eccl_coll_call *call, uint8_t *back
     if (own != call->sendbuf && blk_bytes(b, call->rank)) {
         save_block(b, call->rank);
         b->own_saved = 1;
-        copy(b, own, call->sendbuf, blk_bytes(b, call->rank));
+        eccl_coll_copy(&b->call, own, call->sendbuf, blk_bytes(b, call->rank));
     }
 }
 
@@ -141,7 +136,6 @@ void eccl_bruck_init(eccl_bruck *b, const eccl_coll_call *call, uint8_t *backup)
 }
 
 /* ---- progress ---------------------------------------------------------------------- */
-
 
 /* Asks for the link of every rank we still send to or hear from: the
  * lower rank of a pair opens it, even one that only listens. */
@@ -255,12 +249,12 @@ static void bruck_restore(void *op)
         uint32_t m = eccl_bruck_round_blocks(b->call.nranks, k), first = rx_peer(b, k);
         for (uint32_t j = 0; j < m; j++) {
             size_t at = blk_at(b, origin(b, first, j));
-            copy(b, b->call.recvbuf + at, b->backup + at, blk_bytes(b, origin(b, first, j)));
+            eccl_coll_copy(&b->call, b->call.recvbuf + at, b->backup + at, blk_bytes(b, origin(b, first, j)));
         }
     }
     if (b->own_saved) {
         size_t at = blk_at(b, b->call.rank);
-        copy(b, b->call.recvbuf + at, b->backup + at, blk_bytes(b, b->call.rank));
+        eccl_coll_copy(&b->call, b->call.recvbuf + at, b->backup + at, blk_bytes(b, b->call.rank));
     }
 }
 

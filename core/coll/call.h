@@ -56,4 +56,17 @@ typedef struct eccl_coll_call {
     uint32_t local_size;
 } eccl_coll_call;
 
+/* The call's device ops on its bytes (host memory, or a device call's host
+ * mirror): a copy, and dst = dst op src over whole elements. Nothing for an
+ * empty range. */
+static inline void eccl_coll_copy(const eccl_coll_call *c, void *dst, const void *src, size_t bytes)
+{
+    if (bytes) c->env->dev->copy(c->env->dev_ctx, dst, src, bytes);
+}
+
+static inline void eccl_coll_reduce(const eccl_coll_call *c, void *dst, const void *src, size_t bytes)
+{
+    if (bytes) c->env->dev->reduce(c->env->dev_ctx, dst, src, bytes / eccl_dtype_size(c->dtype), c->dtype, c->op);
+}
+
 #endif /* ECCL_CORE_COLL_CALL_H */

@@ -1,6 +1,5 @@
 #include "coll/dissem.h"
 
-
 void eccl_dissem_init(eccl_dissem *b, uint32_t rank, uint32_t nranks)
 {
     b->rank = rank;
@@ -19,7 +18,6 @@ uint32_t eccl_dissem_src(const eccl_dissem *b, uint32_t k)
     uint64_t n = b->nranks;
     return (uint32_t)(((uint64_t)b->rank + n - ((uint64_t)1 << k) % n) % n);
 }
-
 
 void eccl_dissem_touch(const eccl_dissem *b, const eccl_coll_links *links)
 {

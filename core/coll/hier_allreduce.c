@@ -95,22 +95,11 @@ static uint32_t first_ag(const eccl_hier_allreduce *a) { return a->L - 1 + 2 * (
 /* A byte offset of the buffer inside our shard. */
 static size_t in_shard(const eccl_hier_allreduce *a, size_t off) { return off - a->sh_at * a->esize; }
 
-static void copy(const eccl_hier_allreduce *a, void *dst, const void *src, size_t n)
-{
-    if (n) a->call.env->dev->copy(a->call.env->dev_ctx, dst, src, n);
-}
-
-static void reduce(const eccl_hier_allreduce *a, void *dst, const void *src, size_t bytes)
-{
-    if (bytes)
-        a->call.env->dev->reduce(a->call.env->dev_ctx, dst, src, bytes / a->esize, a->call.dtype, a->call.op);
-}
-
 /* recvbuf, whole, right before its first write. */
 static void save(eccl_hier_allreduce *a)
 {
     if (a->saved) return;
-    copy(a, a->backup, a->call.recvbuf, a->bytes);
+    eccl_coll_copy(&a->call, a->backup, a->call.recvbuf, a->bytes);
     a->saved = 1;
 }
 
@@ -182,8 +171,8 @@ static void rs_fold(eccl_hier_allreduce *a)
         for (uint32_t m = 0; m < L; m++) {
             uint32_t k = (l + L - m) % L; /* m is k ranks before us */
             const uint8_t *src = m == l ? a->call.sendbuf + off : a->rs_rx + (size_t)(k - 1) * sh + o;
-            if (m == 0) copy(a, a->acc + o, src, len);
-            else reduce(a, a->acc + o, src, len);
+            if (m == 0) eccl_coll_copy(&a->call, a->acc + o, src, len);
+            else eccl_coll_reduce(&a->call, a->acc + o, src, len);
         }
     }
     for (uint32_t s = 0; s < L - 1; s++) e->rx_done[s] = e->rx_got[s];
@@ -217,14 +206,14 @@ static void hier_combine(void *op, uint32_t s, const eccl_peer_slice *sl)
     if (st.kind != ECCL_HIER_INTER_RS) return; /* the gathers landed as they are */
     size_t len = sl->len, off = sl->off, o = in_shard(a, off);
     /* (what came: hosts from the chunk's first on) op (ours). */
-    reduce(a, a->ring_rx + o, a->acc + o, len);
+    eccl_coll_reduce(&a->call, a->ring_rx + o, a->acc + o, len);
     if (st.index + 2 < a->H) return;
     /* The last reduce-scatter step: this chunk is final, ours to own. */
     if (a->call.op == ECCL_AVG && len)
         a->call.env->dev->scale_div(a->call.env->dev_ctx, a->ring_rx + o, len / a->esize, a->call.dtype,
                                     a->call.nranks);
     save(a);
-    copy(a, a->call.recvbuf + off, a->ring_rx + o, len);
+    eccl_coll_copy(&a->call, a->call.recvbuf + off, a->ring_rx + o, len);
 }
 
 /* How many of step s's slices may leave now (their source is final): RS
@@ -308,7 +297,7 @@ static const eccl_peer_steps_ops hier_steps = {
 static void hier_restore(void *op)
 {
     eccl_hier_allreduce *a = op;
-    if (a->saved) copy(a, a->call.recvbuf, a->backup, a->bytes);
+    if (a->saved) eccl_coll_copy(&a->call, a->call.recvbuf, a->backup, a->bytes);
 }
 
 const eccl_coll_algo eccl_hier_allreduce_algo = ECCL_PEER_STEPS_ALGO(ECCL_ALGO_HIER, hier_restore);

@@ -6,8 +6,6 @@
 
 /* ---- geometry --------------------------------------------------------------- */
 
-
-
 /* Elements [lo, hi) that core rank v holds after j halving steps: step k
  * cuts the range at its middle element and v keeps the upper half iff bit
  * k of v is set. */
@@ -181,17 +179,6 @@ static void half_bytes(const eccl_rec_allreduce *a, int h, size_t *lo, size_t *h
     *hi = h ? a->bytes : mid;
 }
 
-static void copy(const eccl_rec_allreduce *a, void *dst, const void *src, size_t n)
-{
-    if (n) a->call.env->dev->copy(a->call.env->dev_ctx, dst, src, n);
-}
-
-static void reduce(const eccl_rec_allreduce *a, void *dst, const void *src, size_t bytes)
-{
-    if (bytes)
-        a->call.env->dev->reduce(a->call.env->dev_ctx, dst, src, bytes / a->esize, a->call.dtype, a->call.op);
-}
-
 /* Backs up every half of recvbuf that bytes [off, off + len) touch. */
 static void save(eccl_rec_allreduce *a, size_t off, size_t len)
 {
@@ -199,7 +186,7 @@ static void save(eccl_rec_allreduce *a, size_t off, size_t len)
         size_t lo, hi;
         half_bytes(a, h, &lo, &hi);
         if (a->saved[h] || lo >= hi || off >= hi || off + len <= lo) continue;
-        copy(a, a->backup + lo, a->call.recvbuf + lo, hi - lo);
+        eccl_coll_copy(&a->call, a->backup + lo, a->call.recvbuf + lo, hi - lo);
         a->saved[h] = 1;
     }
 }
@@ -228,7 +215,7 @@ void eccl_rec_allreduce_init_ex(eccl_rec_allreduce *a, const eccl_coll_call *cal
      * writes recvbuf, so it goes from a copy (a folder builds its input
      * there as the extra's slices come). */
     if (!halving && !a->extra && !a->folder && call->sendbuf == call->recvbuf)
-        copy(a, (uint8_t *)dbl_input(a), call->sendbuf, a->bytes);
+        eccl_coll_copy(&a->call, (uint8_t *)dbl_input(a), call->sendbuf, a->bytes);
 }
 
 void eccl_rec_allreduce_init(eccl_rec_allreduce *a, const eccl_coll_call *call, uint8_t *scratch,
@@ -297,12 +284,12 @@ static void rec_combine(void *op, uint32_t s, const eccl_peer_slice *sl)
         const uint8_t *theirs = fold_region(a) + off;
         if (!a->halving) {
             uint8_t *in = (uint8_t *)dbl_input(a) + off;
-            copy(a, in, send, len);
-            reduce(a, in, theirs, len);
+            eccl_coll_copy(&a->call, in, send, len);
+            eccl_coll_reduce(&a->call, in, theirs, len);
         } else {
             save(a, off, len);
-            if (out != send) copy(a, out, send, len);
-            reduce(a, out, theirs, len);
+            if (out != send) eccl_coll_copy(&a->call, out, send, len);
+            eccl_coll_reduce(&a->call, out, theirs, len);
         }
         break;
     }
@@ -315,14 +302,14 @@ static void rec_combine(void *op, uint32_t s, const eccl_peer_slice *sl)
         const uint8_t *mine = dbl_partial(a, st.level) + off;
         if (st.level == a->levels - 1) {
             save(a, off, len);
-            copy(a, out, st.lower ? mine : rx, len);
-            reduce(a, out, st.lower ? rx : mine, len);
+            eccl_coll_copy(&a->call, out, st.lower ? mine : rx, len);
+            eccl_coll_reduce(&a->call, out, st.lower ? rx : mine, len);
         } else if (st.lower) {
             uint8_t *acc = a->scratch + ((size_t)a->levels + st.level) * a->bytes + off;
-            copy(a, acc, mine, len);
-            reduce(a, acc, rx, len);
+            eccl_coll_copy(&a->call, acc, mine, len);
+            eccl_coll_reduce(&a->call, acc, rx, len);
         } else {
-            reduce(a, rx, mine, len);
+            eccl_coll_reduce(&a->call, rx, mine, len);
         }
         break;
     }
@@ -331,12 +318,12 @@ static void rec_combine(void *op, uint32_t s, const eccl_peer_slice *sl)
         const uint8_t *mine = halve_src(a, st.level) + off;
         if (st.lower) {
             save(a, off, len);
-            if (out != mine) copy(a, out, mine, len);
-            reduce(a, out, rx, len);
+            if (out != mine) eccl_coll_copy(&a->call, out, mine, len);
+            eccl_coll_reduce(&a->call, out, rx, len);
         } else {
-            reduce(a, rx, mine, len);
+            eccl_coll_reduce(&a->call, rx, mine, len);
             save(a, off, len);
-            copy(a, out, rx, len);
+            eccl_coll_copy(&a->call, out, rx, len);
         }
         break;
     }
@@ -386,7 +373,7 @@ static void rec_restore(void *op)
     for (int h = 0; h < 2; h++) {
         size_t lo, hi;
         half_bytes(a, h, &lo, &hi);
-        if (a->saved[h]) copy(a, a->call.recvbuf + lo, a->backup + lo, hi - lo);
+        if (a->saved[h]) eccl_coll_copy(&a->call, a->call.recvbuf + lo, a->backup + lo, hi - lo);
     }
 }
 

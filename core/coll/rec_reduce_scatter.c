@@ -6,8 +6,6 @@
 
 /* ---- geometry --------------------------------------------------------------- */
 
-
-
 static size_t total_of(const eccl_coll_call *c)
 {
     return c->vcounts ? c->count : c->count * c->nranks;
@@ -197,22 +195,11 @@ static const uint8_t *partial(const eccl_rec_rs *a, uint32_t k)
 
 /* ---- buffers -------------------------------------------------------------------- */
 
-static void copy(const eccl_rec_rs *a, void *dst, const void *src, size_t n)
-{
-    if (n) a->call.env->dev->copy(a->call.env->dev_ctx, dst, src, n);
-}
-
-static void reduce(const eccl_rec_rs *a, void *dst, const void *src, size_t bytes)
-{
-    if (bytes)
-        a->call.env->dev->reduce(a->call.env->dev_ctx, dst, src, bytes / a->esize, a->call.dtype, a->call.op);
-}
-
 /* Backs up recvbuf (our block) before its first write. */
 static void save(eccl_rec_rs *a)
 {
     if (a->saved) return;
-    copy(a, a->backup, a->call.recvbuf, eccl_rec_rs_output_bytes(&a->call));
+    eccl_coll_copy(&a->call, a->backup, a->call.recvbuf, eccl_rec_rs_output_bytes(&a->call));
     a->saved = 1;
 }
 
@@ -300,8 +287,8 @@ static void rs_combine(void *op, uint32_t s, const eccl_peer_slice *sl)
     size_t off = sl->off, len = sl->len;
     if (st.kind == ECCL_RECRS_FOLD_RECV) {
         /* Ours op the extra's. */
-        copy(a, fold_acc(a) + off, a->call.sendbuf + off, len);
-        reduce(a, fold_acc(a) + off, fold_rx(a) + off, len);
+        eccl_coll_copy(&a->call, fold_acc(a) + off, a->call.sendbuf + off, len);
+        eccl_coll_reduce(&a->call, fold_acc(a) + off, fold_rx(a) + off, len);
     } else if (st.kind == ECCL_RECRS_HALVE) {
         /* Lower op higher: the lower rank into a fresh region, the higher
          * into the lower's partial it received. */
@@ -309,10 +296,10 @@ static void rs_combine(void *op, uint32_t s, const eccl_peer_slice *sl)
         const uint8_t *mine = partial(a, st.level) + st.keep_off[sl->piece] + sl->start;
         if (st.lower) {
             uint8_t *acc = acc_region(a, st.level) + off;
-            copy(a, acc, mine, len);
-            reduce(a, acc, rx, len);
+            eccl_coll_copy(&a->call, acc, mine, len);
+            eccl_coll_reduce(&a->call, acc, rx, len);
         } else {
-            reduce(a, rx, mine, len);
+            eccl_coll_reduce(&a->call, rx, mine, len);
         }
     }
     /* RESULT: landed in recvbuf as it is */
@@ -333,7 +320,7 @@ static int rs_step_done(void *op, uint32_t s)
         if (c->op == ECCL_AVG && mine + theirs)
             c->env->dev->scale_div(c->env->dev_ctx, fin, mine + theirs, c->dtype, c->nranks);
         save(a);
-        copy(a, c->recvbuf, fin, mine * a->esize);
+        eccl_coll_copy(&a->call, c->recvbuf, fin, mine * a->esize);
         return 1;
     }
     return st.kind == ECCL_RECRS_RESULT_RECV;
@@ -353,7 +340,7 @@ static const eccl_peer_steps_ops rs_steps = {
 static void rs_restore(void *op)
 {
     eccl_rec_rs *a = op;
-    if (a->saved) copy(a, a->call.recvbuf, a->backup, eccl_rec_rs_output_bytes(&a->call));
+    if (a->saved) eccl_coll_copy(&a->call, a->call.recvbuf, a->backup, eccl_rec_rs_output_bytes(&a->call));
 }
 
 const eccl_coll_algo eccl_rec_rs_algo = ECCL_PEER_STEPS_ALGO(ECCL_ALGO_RECURSIVE, rs_restore);

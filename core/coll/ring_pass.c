@@ -208,11 +208,6 @@ static size_t output_at(const eccl_ring_pass *p, size_t off)
     return p->call.kind == ECCL_COLL_REDUCE_SCATTER ? off - blk_at(&p->call, p->call.rank) : off;
 }
 
-static void copy(const eccl_ring_pass *p, void *dst, const void *src, size_t n)
-{
-    p->call.env->dev->copy(p->call.env->dev_ctx, dst, src, n);
-}
-
 static int full(const eccl_ring_pass *p)
 {
     if (!p->own_done) return 0;
@@ -240,9 +235,9 @@ static void own_copy(eccl_ring_pass *p)
 {
     size_t bytes, at = own_at(p, &bytes);
     if (p->call.recvbuf + at != p->call.sendbuf) {
-        copy(p, p->backup + at, p->call.recvbuf + at, bytes);
+        eccl_coll_copy(&p->call, p->backup + at, p->call.recvbuf + at, bytes);
         p->own_saved = 1;
-        copy(p, p->call.recvbuf + at, p->call.sendbuf, bytes);
+        eccl_coll_copy(&p->call, p->call.recvbuf + at, p->call.sendbuf, bytes);
     }
     p->own_done = 1;
 }
@@ -333,7 +328,7 @@ static void save_slice(eccl_ring_pass *p, int d, uint32_t i, size_t off, size_t 
 {
     if (writes_output(p, d, i)) {
         size_t at = output_at(p, off);
-        copy(p, p->backup + at, p->call.recvbuf + at, len);
+        eccl_coll_copy(&p->call, p->backup + at, p->call.recvbuf + at, len);
     }
     p->dir[d].saved_i = i + 1;
 }
@@ -405,7 +400,7 @@ static eccl_result pass_recv_done(void *op, int role, const eccl_wire_data *w)
         if (writes_output(p, d, r->recv_i)) {
             uint8_t *out = p->call.recvbuf + output_at(p, off);
             save_slice(p, d, r->recv_i, off, len);
-            copy(p, out, p->scratch + off, len);
+            eccl_coll_copy(&p->call, out, p->scratch + off, len);
             if (p->call.op == ECCL_AVG) dev->scale_div(ctx, out, n, p->call.dtype, p->call.nranks);
         } else {
             r->saved_i = r->recv_i + 1;
@@ -444,13 +439,13 @@ static void pass_restore(void *op)
     eccl_ring_pass *p = op;
     if (p->own_saved) {
         size_t bytes, at = own_at(p, &bytes);
-        copy(p, p->call.recvbuf + at, p->backup + at, bytes);
+        eccl_coll_copy(&p->call, p->call.recvbuf + at, p->backup + at, bytes);
     }
     for (int d = 0; d < (int)p->nrings; d++) {
         for (uint32_t i = 0; i < p->dir[d].saved_i; i++) {
             size_t len, at = slice_at(p, d, i, 1, &len);
             if (len && writes_output(p, d, i))
-                copy(p, p->call.recvbuf + output_at(p, at), p->backup + output_at(p, at), len);
+                eccl_coll_copy(&p->call, p->call.recvbuf + output_at(p, at), p->backup + output_at(p, at), len);
         }
     }
 }
