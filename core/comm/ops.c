@@ -267,14 +267,28 @@ static eccl_result allreduce_setup(eccl_comm *c, eccl_request *r)
     return ECCL_OK;
 }
 
+/* Takes sb bytes of scratch (r->staging[0]) and ob of backup (r->backup)
+ * from the pool, each only if it is not 0, and points *scratch and *backup
+ * at them (NULL: none). */
+static eccl_result take_scratch_backup(eccl_comm *c, eccl_request *r, size_t sb, size_t ob, uint8_t **scratch,
+                                       uint8_t **backup)
+{
+    if (sb && !(r->staging[0] = eccl_bufpool_get(&c->pool, sb))) return ECCL_ERR_NO_MEMORY;
+    if (ob && !(r->backup = eccl_bufpool_get(&c->pool, ob))) return ECCL_ERR_NO_MEMORY;
+    *scratch = sb ? r->staging[0]->ptr : NULL;
+    *backup = ob ? r->backup->ptr : NULL;
+    return ECCL_OK;
+}
+
 /* The binomial tree's (coll/binomial.h): the reduce's child regions and
  * the backup. */
 static eccl_result binomial_setup(eccl_comm *c, eccl_request *r)
 {
-    size_t sb = eccl_binomial_scratch_bytes(&r->call), ob = eccl_binomial_output_bytes(&r->call);
-    if (sb && !(r->staging[0] = eccl_bufpool_get(&c->pool, sb))) return ECCL_ERR_NO_MEMORY;
-    if (ob && !(r->backup = eccl_bufpool_get(&c->pool, ob))) return ECCL_ERR_NO_MEMORY;
-    eccl_binomial_init(&r->u.bino, &r->call, sb ? r->staging[0]->ptr : NULL, ob ? r->backup->ptr : NULL);
+    uint8_t *scratch, *backup;
+    eccl_result rc = take_scratch_backup(c, r, eccl_binomial_scratch_bytes(&r->call),
+                                         eccl_binomial_output_bytes(&r->call), &scratch, &backup);
+    if (rc != ECCL_OK) return rc;
+    eccl_binomial_init(&r->u.bino, &r->call, scratch, backup);
     r->alg = &eccl_binomial_algo;
     return ECCL_OK;
 }
@@ -282,9 +296,10 @@ static eccl_result binomial_setup(eccl_comm *c, eccl_request *r)
 /* Bruck's all-gather's (coll/bruck.h): the backup alone. */
 static eccl_result bruck_setup(eccl_comm *c, eccl_request *r)
 {
-    size_t ob = eccl_bruck_output_bytes(&r->call);
-    if (ob && !(r->backup = eccl_bufpool_get(&c->pool, ob))) return ECCL_ERR_NO_MEMORY;
-    eccl_bruck_init(&r->u.bruck, &r->call, ob ? r->backup->ptr : NULL);
+    uint8_t *scratch, *backup;
+    eccl_result rc = take_scratch_backup(c, r, 0, eccl_bruck_output_bytes(&r->call), &scratch, &backup);
+    if (rc != ECCL_OK) return rc;
+    eccl_bruck_init(&r->u.bruck, &r->call, backup);
     r->alg = &eccl_bruck_algo;
     return ECCL_OK;
 }
@@ -292,10 +307,11 @@ static eccl_result bruck_setup(eccl_comm *c, eccl_request *r)
 /* Recursive halving's (coll/rec_reduce_scatter.h): scratch and the backup. */
 static eccl_result recrs_setup(eccl_comm *c, eccl_request *r)
 {
-    size_t sb = eccl_rec_rs_scratch_bytes(&r->call), ob = eccl_rec_rs_output_bytes(&r->call);
-    if (sb && !(r->staging[0] = eccl_bufpool_get(&c->pool, sb))) return ECCL_ERR_NO_MEMORY;
-    if (ob && !(r->backup = eccl_bufpool_get(&c->pool, ob))) return ECCL_ERR_NO_MEMORY;
-    eccl_rec_rs_init(&r->u.recrs, &r->call, sb ? r->staging[0]->ptr : NULL, ob ? r->backup->ptr : NULL);
+    uint8_t *scratch, *backup;
+    eccl_result rc = take_scratch_backup(c, r, eccl_rec_rs_scratch_bytes(&r->call), eccl_rec_rs_output_bytes(&r->call),
+                                         &scratch, &backup);
+    if (rc != ECCL_OK) return rc;
+    eccl_rec_rs_init(&r->u.recrs, &r->call, scratch, backup);
     r->alg = &eccl_rec_rs_algo;
     return ECCL_OK;
 }
@@ -327,10 +343,11 @@ static eccl_result pass_setup(eccl_comm *c, eccl_request *r)
                    : other == ECCL_ALGO_RECURSIVE ? recrs_setup(c, r)
                                                   : binomial_setup(c, r);
     }
-    size_t sb = eccl_ring_pass_scratch_bytes(&r->call), ob = eccl_ring_pass_output_bytes(&r->call);
-    if (sb && !(r->staging[0] = eccl_bufpool_get(&c->pool, sb))) return ECCL_ERR_NO_MEMORY;
-    if (ob && !(r->backup = eccl_bufpool_get(&c->pool, ob))) return ECCL_ERR_NO_MEMORY;
-    eccl_ring_pass_init(&r->u.pass, &r->call, sb ? r->staging[0]->ptr : NULL, ob ? r->backup->ptr : NULL);
+    uint8_t *scratch, *backup;
+    eccl_result rc = take_scratch_backup(c, r, eccl_ring_pass_scratch_bytes(&r->call),
+                                         eccl_ring_pass_output_bytes(&r->call), &scratch, &backup);
+    if (rc != ECCL_OK) return rc;
+    eccl_ring_pass_init(&r->u.pass, &r->call, scratch, backup);
     if (r->call.quant != ECCL_QUANT_NONE) {
         r->qimg = eccl_bufpool_get(&c->pool, eccl_ring_pass_quant_bytes(&r->u.pass));
         r->staging[1] = eccl_bufpool_get(&c->pool, eccl_ring_pass_qstage_bytes(&r->u.pass));
