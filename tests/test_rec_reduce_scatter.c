@@ -704,27 +704,7 @@ static void test_queue_cap(void **state)
     size_t count = 6 * (size_t)ECCL_RING_PASS_SLICE_BYTES; /* 6 slices a step: more than the cap */
     assert_true(count > ECCL_RING_MAX_QUEUED);
     rcase c = mk(2, ECCL_U8, ECCL_SUM, count, 0, ECCL_RING_PASS_SLICE_BYTES, 80);
-    sim *s = malloc(sizeof *s);
-    assert_non_null(s);
-    sim_init(s, &c, 0, 0);
-    pump(s, 0);
-    pump(s, 1);
-    for (int r = 0; r < 2; r++) {
-        uint32_t q = 0;
-        for (const eccl_frame *f = s->ch[r][!r].out_head; f; f = f->next) q++;
-        assert_true(q > 0 && q < 6);
-        assert_true(s->ch[r][!r].queued_bytes <= ECCL_RING_MAX_QUEUED + ECCL_RING_PASS_SLICE_BYTES);
-    }
-    /* Rank 0 takes all of rank 1's frames, never pumping: not full. */
-    while (s->ch[1][0].out_head) {
-        assert_int_equal(deliver_begin(s, 1, 0, 0), ECCL_OK);
-        pump(s, 1);
-    }
-    assert_false(is_full(s, 0));
-    assert_int_equal(sim_run(s), ECCL_OK);
-    check_results(s);
-    sim_fini(s);
-    free(s);
+    queue_cap_case(&c, ECCL_RING_PASS_SLICE_BYTES);
 }
 
 /* The completion round, step by step: every data frame delivered and every
@@ -735,18 +715,7 @@ static void test_completion(void **state)
     (void)state;
     for (int n = 2; n <= MAXN; n++) {
         rcase c = mk(n, ECCL_U32, ECCL_SUM, 3, 0, 8, 5);
-        sim *s = malloc(sizeof *s);
-        assert_non_null(s);
-        sim_init(s, &c, 0, 0);
-        deliver_data_only(s); /* tokens held back on their links */
-        for (int r = 0; r < n; r++) {
-            assert_true(is_full(s, r));
-            assert_int_equal(s->alg->complete(&s->a[r]), n == 2);
-        }
-        assert_int_equal(sim_run(s), ECCL_OK);
-        check_results(s);
-        sim_fini(s);
-        free(s);
+        completion_case(&c);
     }
 }
 
