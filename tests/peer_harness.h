@@ -618,6 +618,17 @@ static void restore_case(const PH_CASE *c, uint64_t sched_seed, size_t first, si
     }
 }
 
+/* The algorithm table of a peer-link step algorithm: its id, peer links
+ * opened lazily, every entry of coll/algo.h filled. */
+static void check_algo_table(const eccl_coll_algo *al, eccl_algorithm id)
+{
+    assert_int_equal(al->id, id);
+    assert_int_equal(al->roles, ECCL_ROLES_PEERS);
+    assert_int_equal(al->pump_needs, 0);
+    assert_true(al->pump && al->recv && al->recv_done && al->complete && al->expects && al->have_full &&
+                al->restore && al->error && al->bytes);
+}
+
 /* The completion round of one case, step by step: every data frame
  * delivered and every rank full, no rank completes before its last token
  * (two ranks have no round). */

@@ -513,12 +513,7 @@ static void test_schedule(void **state)
     call.local_size = 2;
     call.kind = ECCL_COLL_BROADCAST;
     assert_false(eccl_hier_allreduce_can(&call));
-    const eccl_coll_algo *al = &eccl_hier_allreduce_algo;
-    assert_int_equal(al->id, ECCL_ALGO_HIER);
-    assert_int_equal(al->roles, ECCL_ROLES_PEERS);
-    assert_int_equal(al->pump_needs, 0);
-    assert_true(al->pump && al->recv && al->recv_done && al->complete && al->expects && al->have_full &&
-                al->restore && al->error && al->bytes);
+    check_algo_table(&eccl_hier_allreduce_algo, ECCL_ALGO_HIER);
 }
 
 /* Every shape, dtype and op on small buffers (0, 1, L-1 elements, a few

@@ -536,12 +536,7 @@ static void test_schedule(void **state)
     call.count++;
     assert_true(eccl_rec_allreduce_halving(&call));
     /* The algorithm table. */
-    const eccl_coll_algo *al = &eccl_rec_allreduce_algo;
-    assert_int_equal(al->id, ECCL_ALGO_RECURSIVE);
-    assert_int_equal(al->roles, ECCL_ROLES_PEERS);
-    assert_int_equal(al->pump_needs, 0);
-    assert_true(al->pump && al->recv && al->recv_done && al->complete && al->expects && al->have_full &&
-                al->restore && al->error && al->bytes);
+    check_algo_table(&eccl_rec_allreduce_algo, ECCL_ALGO_RECURSIVE);
 }
 
 /* Every world 2..9, dtype and op on small buffers (0, 1, 7 elements and a

@@ -554,12 +554,7 @@ static void test_schedule(void **state)
                 st.tx_len[1] == 4 && st.tx_off[0] == 0 && st.tx_off[1] == 8 && st.rx_len[0] == 4 &&
                 st.rx_len[1] == 0);
     /* The algorithm table. */
-    const eccl_coll_algo *al = &eccl_rec_rs_algo;
-    assert_int_equal(al->id, ECCL_ALGO_RECURSIVE);
-    assert_int_equal(al->roles, ECCL_ROLES_PEERS);
-    assert_int_equal(al->pump_needs, 0);
-    assert_true(al->pump && al->recv && al->recv_done && al->complete && al->expects && al->have_full &&
-                al->restore && al->error && al->bytes);
+    check_algo_table(&eccl_rec_rs_algo, ECCL_ALGO_RECURSIVE);
 }
 
 /* Every world 2..9, dtype and op on small blocks (0, 1, 3 and 7 elements,
