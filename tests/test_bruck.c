@@ -57,24 +57,8 @@
 #define EPOCH 3
 #define MAXF 512
 
+#include "coll_data.h"
 #include "host_env.h"
-
-static uint64_t rng_next(uint64_t *x)
-{
-    *x ^= *x << 13;
-    *x ^= *x >> 7;
-    *x ^= *x << 17;
-    return *x;
-}
-
-static void fill_bytes(uint8_t *buf, size_t n, uint64_t seed)
-{
-    uint64_t x = seed * 0xD1B54A32D192ED03ull + 99;
-    for (size_t i = 0; i < n; i += 8) {
-        uint64_t r = rng_next(&x);
-        memcpy(buf + i, &r, n - i < 8 ? n - i : 8);
-    }
-}
 
 /* ---- one call -------------------------------------------------------------------- */
 
@@ -329,15 +313,6 @@ static void sim_fini(sim *s)
         free(s->mf[r]);
     }
     free(s->want);
-}
-
-static void decode_frame(const eccl_frame *f, eccl_wire_data *w)
-{
-    eccl_wire_header h;
-    assert_int_equal(eccl_wire_header_decode(f->head, &h), ECCL_OK);
-    assert_int_equal(h.type, ECCL_MSG_DATA);
-    assert_int_equal(eccl_wire_data_decode(f->head + ECCL_WIRE_HEADER_SIZE, h.length, w), ECCL_OK);
-    assert_int_equal(f->payload_len, w->len);
 }
 
 static int is_full(const sim *s, int r) { return s->alg->have_full(&s->a[r]); }
