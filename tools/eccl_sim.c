@@ -280,8 +280,8 @@ struct sim {
     event_row *ev;
     size_t nev, cap_ev;
     int oom;
-    /* The most memory malloc had handed out, seen at every
-     * HEAP_SAMPLE_EVERY-th event: from its heap (the run's objects) and in
+    /* The most memory malloc had handed out, seen  every
+     * heap_sample_every() events: from its heap (the run's objects) and in
      * chunks of their own (mmapped: actor stacks, large buffers), each
      * counted as allocated, not as touched. Unlike RSS, deterministic for a
      * binary and a seed, so the scale guard compares them with a baseline
@@ -1627,8 +1627,14 @@ static int values_ok(const scenario_cfg *cfg, const rank_state *r)
     return cfg->phantom ? r->phantom_oks == r->oks : r->hashed_oks == r->oks;
 }
 
-/* mallinfo2 walks malloc's bins: cheap, but not for every event of a 96K run. */
-#define HEAP_SAMPLE_EVERY 64u
+/* mallinfo2 walks every free chunk malloc holds, which a 96K-rank heap has
+ * millions of: at every 64th event it was 88% of such a run. So a fixed
+ * number of samples whatever the size: every ranks / 2 events, some 16 in
+ * a run of 3 all-reduces (about 8 events a rank). */
+static size_t heap_sample_every(const sim *s)
+{
+    return s->cfg->ranks > 128 ? (size_t)s->cfg->ranks / 2 : 64;
+}
 
 static void sample_heap(sim *s)
 {
@@ -1652,7 +1658,7 @@ static void add_event(sim *s, int rank, const char *event, int iter, int world, 
         s->cap_ev = cap;
     }
     event_row *e = &s->ev[s->nev++];
-    if (s->nev % HEAP_SAMPLE_EVERY == 0) sample_heap(s);
+    if (s->nev % heap_sample_every(s) == 0) sample_heap(s);
     e->t_ns = eccl_sg_now_ns();
     e->rank = rank;
     snprintf(e->event, sizeof e->event, "%s", event);
