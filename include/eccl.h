@@ -167,24 +167,19 @@ typedef enum eccl_attr {
 
 eccl_result eccl_comm_get_attr(eccl_comm *comm, eccl_attr attr, int64_t *value);
 
-/* Announces that this peer leaves together with the others that announce
- * it: when one of them goes (eccl_comm_destroy with no call in flight), the
- * master re-forms no ring among the rest while all of them have announced,
- * and none of them reconnects a ring link its neighbour closed. A job that
- * ends as a whole thus ends without a membership change: every member
- * announces, then runs one last collective (its agreement), then destroys
- * its communicator. A call started among them after one has gone cannot
- * complete (ECCL_ERR_TIMEOUT at op_timeout_ms). A peer that dies (no
- * goodbye) is still a loss: the ring is re-formed and the survivors' calls
- * fail with ECCL_ERR_PEER_LOST. Returns once the master has recorded it
- * (at most op_timeout_ms); there is no taking it back. */
+/* Leaving together: a vote of every member of this peer group, as
+ * eccl_comm_peers_pending is. Call it with no call in flight (else
+ * ECCL_ERR_BUSY), then eccl_comm_destroy. It returns ECCL_OK once every
+ * member has called it: from then on no member needs anything of another,
+ * so members that go take no membership change (no new ring, no dial of a
+ * peer already gone, nothing on the log above info), and calls after it
+ * fail with ECCL_ERR_CLOSED (the others may be gone). A member lost before the vote passed fails
+ * it on the others with ECCL_ERR_PEER_LOST (the ring then re-forms as
+ * after any loss, and they are ordinary members again); at most
+ * op_timeout_ms. A single peer that leaves an elastic run alone just
+ * destroys its communicator: the others go on, on a new ring. */
 eccl_result eccl_comm_leave(eccl_comm *comm);
 
-/* Leaves the run and frees the communicator. With no call in flight it says
- * goodbye to the master first: a leave, on which the others go on without
- * this peer (a new ring, unless all of them announced eccl_comm_leave). Calls
- * still in flight fail with ECCL_ERR_CLOSED, and to the others this peer is
- * then lost. */
 void eccl_comm_destroy(eccl_comm *comm);
 
 /* ---- all-reduce ---------------------------------------------------------- */

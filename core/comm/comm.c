@@ -494,6 +494,9 @@ eccl_result comm_usable(const eccl_comm *c)
 {
     if (c->phase == PHASE_FAILED) return c->fatal;
     if (c->phase != PHASE_ACCEPTED) return ECCL_ERR_NOT_CONNECTED;
+    /* Left together: the others may be gone, and a call would wait for
+     * them until op_timeout_ms. */
+    if (c->left && c->leave_result == ECCL_OK) return ECCL_ERR_CLOSED;
     return ECCL_OK;
 }
 
