@@ -501,10 +501,11 @@ static void test_master_link_send_fails(void **state) { run_master_fault(*state,
 enum { V_LEAVE_FIRST = 12, V_LEAVE_FINAL = 13, V_LEAVE_WORLD = 14 };
 
 /* Peer 0's master link breaks as it votes to leave (every send fails): its
- * eccl_comm_leave fails at once, not after a wait, and the master, which
- * then hears nothing more from it, drops it at its peer timeout: a loss
- * before the vote passed, which fails the others' vote with PEER_LOST
- * (never a hang); they vote again and leave as the two of them. */
+ * eccl_comm_leave fails at once, not after a wait, and it is dropped (its
+ * communicator closes, or at its peer timeout): a loss before the vote
+ * passed. The others' vote then fails with PEER_LOST if they voted before
+ * the drop, or passes among the two of them if after; never a hang. Either
+ * way they end as two that left together. */
 static int leave_fault_body(eccl_comm *c, int index, void *argp)
 {
     (void)argp;
@@ -539,14 +540,18 @@ static void test_leave_master_send_fails(void **state)
     assert_true(fired(cl, 0) >= 1);
     long long victim = atomic_load(&cl->sh->slot[0].val[V_LEAVE_FIRST]);
     assert_true(victim == ECCL_ERR_CLOSED || victim == ECCL_ERR_MASTER_LOST);
+    int lost = 0;
     for (int i = 1; i < 3; i++) {
         const cluster_slot *s = &cl->sh->slot[i];
-        assert_int_equal(atomic_load(&s->val[V_LEAVE_FIRST]), ECCL_ERR_PEER_LOST);
+        long long first = atomic_load(&s->val[V_LEAVE_FIRST]);
+        assert_true(first == ECCL_OK || first == ECCL_ERR_PEER_LOST);
+        lost += first == ECCL_ERR_PEER_LOST;
         assert_int_equal(atomic_load(&s->val[V_LEAVE_FINAL]), ECCL_OK);
         assert_int_equal(atomic_load(&s->val[V_LEAVE_WORLD]), 2);
     }
-    printf("    eccl/net/send fired %lld times: the voter's leave -> %s, the others' -> "
-           "PEER_LOST, then OK as two\n", fired(cl, 0), eccl_strerror((eccl_result)victim));
+    printf("    eccl/net/send fired %lld times: the voter's leave -> %s; the others' first "
+           "vote failed by the loss on %d of 2, then all left as two\n", fired(cl, 0),
+           eccl_strerror((eccl_result)victim), lost);
     cluster_fini(cl);
 }
 
