@@ -166,6 +166,20 @@ typedef enum eccl_attr {
  * ring, at most op_timeout_ms. */
 
 eccl_result eccl_comm_get_attr(eccl_comm *comm, eccl_attr attr, int64_t *value);
+
+/* Leaving together: a vote of every member of this peer group, as
+ * eccl_comm_peers_pending is. Call it with no call in flight (else
+ * ECCL_ERR_BUSY), then eccl_comm_destroy. It returns ECCL_OK once every
+ * member has called it: from then on no member needs anything of another,
+ * so members that go take no membership change (no new ring, no dial of a
+ * peer already gone, nothing on the log above info), and calls after it
+ * fail with ECCL_ERR_CLOSED (the others may be gone). A member lost before the vote passed fails
+ * it on the others with ECCL_ERR_PEER_LOST (the ring then re-forms as
+ * after any loss, and they are ordinary members again); at most
+ * op_timeout_ms. A single peer that leaves an elastic run alone just
+ * destroys its communicator: the others go on, on a new ring. */
+eccl_result eccl_comm_leave(eccl_comm *comm);
+
 void eccl_comm_destroy(eccl_comm *comm);
 
 /* ---- all-reduce ---------------------------------------------------------- */

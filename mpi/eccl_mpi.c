@@ -1044,12 +1044,10 @@ int MPI_Finalize(void)
     mine[1] = p2p.sent;
     mine[2] = p2p.received;
     if (world.comm != NULL) {
-        /* Every rank has finished its collectives before any leaves (one
-         * that left early would be a lost peer to one still finishing),
-         * and nobody was lost before: this last call's own world size
-         * says so. The ring epoch cannot: ranks leave as soon as it
-         * completes. No request needs this rank's help now (the eager
-         * sends still in flight need none), so the call may block. */
+        /* Every rank has finished its collectives and its receives, and
+         * nobody was lost before: this call's own world size says so. No
+         * request needs this rank's help now (the eager sends still in
+         * flight need none), so the call may block. */
         eccl_reduce_info info;
 
         check_eccl("MPI_Finalize", "eccl_allreduce",
@@ -1067,13 +1065,23 @@ int MPI_Finalize(void)
     if (all[1] != all[2])
         fatal(MPI_ERR_OTHER, "MPI_Finalize: %lld message(s) sent were never received (MPI "
               "requires every send to be matched before MPI_Finalize)", all[1] - all[2]);
-    /* The eager sends still in flight: their receivers hold them. */
+    /* The eager sends still in flight: their receivers hold them. No rank
+     * has left yet (none gets past eccl_comm_leave below before this loop
+     * ended on every rank), so a changed ring here is a real loss. */
     while (p2p.active != NULL) {
         struct request *r = p2p.active;
 
         step_done(r, eccl_wait(r->op, NULL));
     }
     if (world.comm != NULL) {
+        /* The world leaves as a whole, agreed through the master: no rank
+         * goes before every rank's sends and receives are settled (the
+         * loop above, on each), so nothing of a rank that left is needed
+         * any more, and its going is no loss: no ring re-forms among the
+         * others, nobody dials a rank already gone. A rank lost before
+         * the agreement fails it. The ring epoch is not read after it,
+         * since ranks go at once. */
+        check_eccl("MPI_Finalize", "eccl_comm_leave", eccl_comm_leave(world.comm));
         eccl_comm_destroy(world.comm);
         world.comm = NULL;
     }

@@ -496,6 +496,65 @@ static void run_master_fault(cluster *cl, enum fault f)
 static void test_master_link_recv_fails(void **state) { run_master_fault(*state, F_MASTER_RECV); }
 static void test_master_link_send_fails(void **state) { run_master_fault(*state, F_MASTER_SEND); }
 
+/* ---- leaving together --------------------------------------------------------------------- */
+
+enum { V_LEAVE_FIRST = 12, V_LEAVE_FINAL = 13, V_LEAVE_WORLD = 14 };
+
+/* Peer 0's master link breaks as it votes to leave (every send fails): its
+ * eccl_comm_leave fails at once, not after a wait, and it is dropped (its
+ * communicator closes, or at its peer timeout): a loss before the vote
+ * passed. The others' vote then fails with PEER_LOST if they voted before
+ * the drop, or passes among the two of them if after; never a hang. Either
+ * way they end as two that left together. */
+static int leave_fault_body(eccl_comm *c, int index, void *argp)
+{
+    (void)argp;
+    cluster_slot *self = cluster_self();
+    int32_t buf[64];
+    /* Every peer is wired (admission's last steps are done) before the
+     * failpoint breaks peer 0's sends. */
+    cluster_fill(buf, ECCL_I32, 64, index, 1, CL_PAT_SMALL);
+    CL_OK(eccl_allreduce(c, buf, buf, 64, ECCL_I32, ECCL_SUM, 1, NULL));
+    if (index == 0) CL_CHECK(fp_arm("eccl/net/send", 0) == 0, "cannot arm eccl/net/send");
+    eccl_result rc = eccl_comm_leave(c);
+    atomic_store(&self->val[V_LEAVE_FIRST], (long long)rc);
+    if (index == 0) {
+        fp_disarm("eccl/net/send");
+        return 0;
+    }
+    if (rc == ECCL_ERR_PEER_LOST) rc = eccl_comm_leave(c);
+    atomic_store(&self->val[V_LEAVE_FINAL], (long long)rc);
+    int64_t w = 0;
+    CL_OK(eccl_comm_get_attr(c, ECCL_ATTR_WORLD_SIZE, &w));
+    atomic_store(&self->val[V_LEAVE_WORLD], w);
+    return 0;
+}
+
+static void test_leave_master_send_fails(void **state)
+{
+    cluster *cl = *state;
+    cluster_opts o = {.peer_timeout_ms = 2000, .op_timeout_ms = 20000, .no_linger = 1};
+    assert_int_equal(cluster_init(cl, &o), 0);
+    assert_int_equal(cluster_spawn_n(cl, 3, leave_fault_body, NULL), 0);
+    assert_int_equal(cluster_wait_all(cl, 60000), 0);
+    assert_true(fired(cl, 0) >= 1);
+    long long victim = atomic_load(&cl->sh->slot[0].val[V_LEAVE_FIRST]);
+    assert_true(victim == ECCL_ERR_CLOSED || victim == ECCL_ERR_MASTER_LOST);
+    int lost = 0;
+    for (int i = 1; i < 3; i++) {
+        const cluster_slot *s = &cl->sh->slot[i];
+        long long first = atomic_load(&s->val[V_LEAVE_FIRST]);
+        assert_true(first == ECCL_OK || first == ECCL_ERR_PEER_LOST);
+        lost += first == ECCL_ERR_PEER_LOST;
+        assert_int_equal(atomic_load(&s->val[V_LEAVE_FINAL]), ECCL_OK);
+        assert_int_equal(atomic_load(&s->val[V_LEAVE_WORLD]), 2);
+    }
+    printf("    eccl/net/send fired %lld times: the voter's leave -> %s; the others' first "
+           "vote failed by the loss on %d of 2, then all left as two\n", fired(cl, 0),
+           eccl_strerror((eccl_result)victim), lost);
+    cluster_fini(cl);
+}
+
 /* Prints the outcomes of the faulted tag, peer by peer. */
 static void print_attempts(cluster *cl, int n, uint64_t tag)
 {
@@ -1047,6 +1106,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_join_master_connect_fails_once, cluster_test_setup, cluster_test_teardown),
         cmocka_unit_test_setup_teardown(test_master_link_recv_fails, cluster_test_setup, cluster_test_teardown),
         cmocka_unit_test_setup_teardown(test_master_link_send_fails, cluster_test_setup, cluster_test_teardown),
+        cmocka_unit_test_setup_teardown(test_leave_master_send_fails, cluster_test_setup, cluster_test_teardown),
         cmocka_unit_test_setup_teardown(test_ring_link_recv_once, cluster_test_setup, cluster_test_teardown),
         cmocka_unit_test_setup_teardown(test_alloc_fails, cluster_test_setup, cluster_test_teardown),
         cmocka_unit_test_setup_teardown(test_ibv_completion_error, cluster_test_setup, cluster_test_teardown),

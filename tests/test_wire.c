@@ -25,12 +25,13 @@ static const uint16_t control_types[] = {
     ECCL_MSG_SYNC_PLAN,    ECCL_MSG_SYNC_DONE,   ECCL_MSG_SYNC_FETCH,
     ECCL_MSG_OPT_REQ,      ECCL_MSG_OPT_BW,      ECCL_MSG_OPT_PROBE,
     ECCL_MSG_OPT_DONE,     ECCL_MSG_PEER_QUERY,  ECCL_MSG_PEER_REPLY,
+    ECCL_MSG_LEAVE,        ECCL_MSG_LEAVE_DONE,
 };
 #define N_CONTROL (sizeof(control_types) / sizeof(control_types[0]))
 
 /* Unused numbers: 0, a hole (6), the next free number of each range, and
  * the far ends. A new type takes its number out of this list. */
-static const uint16_t unknown_types[] = {0, 6, 14, 31, 44, 63, 67, 82, 0x100, 0xFFFF};
+static const uint16_t unknown_types[] = {0, 6, 15, 31, 45, 63, 67, 82, 0x100, 0xFFFF};
 #define N_UNKNOWN (sizeof(unknown_types) / sizeof(unknown_types[0]))
 
 /* ---- helpers ------------------------------------------------------------- */
@@ -166,6 +167,9 @@ static void assert_msg_equal(const eccl_msg *a, const eccl_msg *b)
         break;
     case ECCL_MSG_KICK:
         assert_int_equal(a->u.kick.reason, b->u.kick.reason);
+        break;
+    case ECCL_MSG_LEAVE_DONE:
+        assert_int_equal(a->u.leave_done.result, b->u.leave_done.result);
         break;
     case ECCL_MSG_P2P_HELLO:
         assert_int_equal(a->u.hello.peer_id, b->u.hello.peer_id);
@@ -361,6 +365,9 @@ static void fill_extreme(eccl_msg *m, uint16_t type, int is_max)
     case ECCL_MSG_KICK:
         m->u.kick.reason = v32;
         break;
+    case ECCL_MSG_LEAVE_DONE:
+        m->u.leave_done.result = v32;
+        break;
     case ECCL_MSG_P2P_HELLO:
         m->u.hello.peer_id = v64;
         m->u.hello.peer_group = v32;
@@ -518,6 +525,9 @@ static void fill_random(rng *r, eccl_msg *m)
         break;
     case ECCL_MSG_KICK:
         m->u.kick.reason = (uint32_t)next(r);
+        break;
+    case ECCL_MSG_LEAVE_DONE:
+        m->u.leave_done.result = (uint32_t)next(r);
         break;
     case ECCL_MSG_P2P_HELLO:
         m->u.hello.peer_id = next(r);
@@ -678,6 +688,8 @@ static void test_max_length(void **state)
         {ECCL_MSG_HEARTBEAT, 0},
         {ECCL_MSG_PENDING_QUERY, 0},
         {ECCL_MSG_TOPO_VOTE, 0},
+        {ECCL_MSG_LEAVE, 0},
+        {ECCL_MSG_LEAVE_DONE, 4},
         {ECCL_MSG_RING_READY, 4},
         {ECCL_MSG_COLL_DONE, 26},
         {ECCL_MSG_VIEW_REPORT, 8 + ECCL_WIRE_MAX_OPS * 9},
@@ -807,8 +819,9 @@ static void test_empty_payloads(void **state)
     (void)state;
     eccl_msg m;
     const uint8_t one = 0;
-    uint16_t empty[] = {ECCL_MSG_HEARTBEAT, ECCL_MSG_PENDING_QUERY, ECCL_MSG_TOPO_VOTE};
-    for (size_t i = 0; i < 3; i++) {
+    uint16_t empty[] = {ECCL_MSG_HEARTBEAT, ECCL_MSG_PENDING_QUERY, ECCL_MSG_TOPO_VOTE,
+                        ECCL_MSG_LEAVE};
+    for (size_t i = 0; i < sizeof empty / sizeof empty[0]; i++) {
         /* No byte may be touched, so a NULL payload of length 0 is fine. */
         assert_int_equal(eccl_wire_decode(empty[i], NULL, 0, &m), ECCL_OK);
         assert_int_equal(m.type, empty[i]);

@@ -136,6 +136,13 @@ static eccl_result master_on_msg(void *owner, eccl_chan *ch, const eccl_msg *m)
         return comm_opt_on_done(c, &m->u.opt_done);
     case ECCL_MSG_PEER_REPLY:
         return comm_on_peer_reply(c, &m->u.peer_reply);
+    case ECCL_MSG_LEAVE_DONE:
+        if (!c->leaving || c->left) return ECCL_ERR_PROTOCOL;
+        c->left = 1;
+        c->leave_result = (eccl_result)m->u.leave_done.result;
+        /* Refused (a member was lost first): an ordinary member again. */
+        c->leaving = c->leave_result == ECCL_OK;
+        return ECCL_OK;
     default:
         return ECCL_ERR_PROTOCOL;
     }
@@ -191,21 +198,24 @@ void comm_link_service(eccl_comm *c, p2p_link *l)
         /* A broken link stalls its ops; the master's view change (or the op
          * timeout) resolves them. Until then keep trying to reach `next`:
          * a connect can fail after it started (refused, reset), and the
-         * neighbour may well be alive. */
+         * neighbour may well be alive. Not while leaving: the neighbour
+         * most likely left too (a dial would be refused), and if it died
+         * the master re-forms the ring anyway. */
         if (l == c->link_next || l == c->link_prev)
             ECCL_INFO(c->env, "link to peer %llu lost: %s", (unsigned long long)l->peer_id,
                       eccl_strerror(l->ch.error));
-        if (l == c->link_next && !c->frozen) c->next_retry_at = comm_retry_at(c, &c->next_backoff);
+        if (l == c->link_next && !c->frozen && !c->leaving)
+            c->next_retry_at = comm_retry_at(c, &c->next_backoff);
         /* Likewise a connection of our pool: the next op mapped to it
          * reopens it, once the back-off passed. */
-        if (c->pslot && l->pool && l == c->pslot[l->pool].next && !c->frozen) {
+        if (c->pslot && l->pool && l == c->pslot[l->pool].next && !c->frozen && !c->leaving) {
             ECCL_INFO(c->env, "pool link %u to peer %llu lost: %s", l->pool,
                       (unsigned long long)l->peer_id, eccl_strerror(l->ch.error));
             c->pslot[l->pool].retry_at = comm_retry_at(c, &c->pslot[l->pool].backoff);
         }
         /* Its frames are lost (the view change settles their ops), but
          * the next tree op needs the parent again. */
-        if (l == c->link_tree[ECCL_TREE_PARENT] && !c->frozen)
+        if (l == c->link_tree[ECCL_TREE_PARENT] && !c->frozen && !c->leaving)
             c->parent_retry_at = comm_retry_at(c, &c->parent_backoff);
         comm_link_close(c, l);
     }
@@ -484,6 +494,9 @@ eccl_result comm_usable(const eccl_comm *c)
 {
     if (c->phase == PHASE_FAILED) return c->fatal;
     if (c->phase != PHASE_ACCEPTED) return ECCL_ERR_NOT_CONNECTED;
+    /* Left together: the others may be gone, and a call would wait for
+     * them until op_timeout_ms. */
+    if (c->left && c->leave_result == ECCL_OK) return ECCL_ERR_CLOSED;
     return ECCL_OK;
 }
 
@@ -547,6 +560,39 @@ eccl_result eccl_comm_peers_pending(eccl_comm *c, uint32_t *pending)
         if (c->phase == PHASE_FAILED) rc = c->fatal;
         if (rc == ECCL_OK) *pending = c->pending_value;
     }
+    eccl_engine_unlock(&c->eng);
+    return rc;
+}
+
+static int leave_decided(void *arg)
+{
+    const eccl_comm *c = arg;
+    return c->left || c->phase == PHASE_FAILED;
+}
+
+eccl_result eccl_comm_leave(eccl_comm *c)
+{
+    if (!c) return ECCL_ERR_INVALID_ARG;
+    eccl_engine_lock(&c->eng);
+    eccl_result rc = comm_usable(c);
+    /* The vote promises the others that nothing of ours is still needed:
+     * not with an op in flight, nor twice. */
+    for (eccl_request *r = c->ops; rc == ECCL_OK && r; r = r->next)
+        if (r->state != OP_DONE) rc = ECCL_ERR_BUSY;
+    if (rc == ECCL_OK && (c->sync.active || c->leaving)) rc = ECCL_ERR_BUSY;
+    if (rc == ECCL_OK) {
+        eccl_msg m = {.type = ECCL_MSG_LEAVE};
+        c->leaving = 1;
+        c->left = 0;
+        rc = comm_master_send(c, &m);
+        eccl_engine_kick(&c->eng);
+    }
+    if (rc == ECCL_OK) {
+        rc = eccl_engine_drive(&c->eng, leave_decided, c,
+                               now_ns(c) + (uint64_t)c->params.op_timeout_ms * MS);
+        if (rc == ECCL_OK) rc = c->leave_result;
+    }
+    if (c->phase == PHASE_FAILED) rc = c->fatal;
     eccl_engine_unlock(&c->eng);
     return rc;
 }

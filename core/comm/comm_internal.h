@@ -298,6 +298,9 @@ struct eccl_comm {
     uint64_t topo_done_seen;
     uint64_t pending_replies;
     uint32_t pending_value;
+    int leaving;                /* eccl_comm_leave: sent LEAVE */
+    int left;                   /* LEAVE_DONE came: leave_result */
+    eccl_result leave_result;
 
     eccl_request *ops;
     uint32_t n_ops;

@@ -81,6 +81,7 @@ typedef struct mpeer {
     int admitting;          /* chosen by the current admission */
     uint32_t ready_epoch;
     uint32_t host_ranks;    /* members sharing its host this epoch (group_by_host) */
+    int leaving;            /* sent LEAVE: its ops are settled, it waits for the others */
     int reported;
     eccl_wire_op_flag *report;
     uint32_t n_report;
@@ -119,6 +120,8 @@ struct mgroup {
     uint32_t local_size;    /* this epoch's (eccl_msg_ring.local_size) */
     uint32_t n_ready;       /* members wired for `epoch` (RING_READY) */
     uint32_t n_reported;    /* members that answered the current query */
+    uint32_t n_leaving;     /* members that sent LEAVE */
+    int left_together;      /* every member sent LEAVE: they go, no ring re-forms */
     int querying;
     int change_wanted;
     /* shared state */
@@ -519,6 +522,32 @@ static void start_view_changes(eccl_master *m)
 static void check_query(eccl_master *m, mgroup *g)
 {
     if (g->querying && g->n_reported == g->n) finish_view(m, g);
+}
+
+/* ---- leaving together (eccl_comm_leave) --------------------------------------- */
+
+static void send_leave_done(mgroup *g, eccl_result result)
+{
+    eccl_msg d = {.type = ECCL_MSG_LEAVE_DONE};
+    d.u.leave_done.result = (uint32_t)result;
+    for (uint32_t i = 0; i < g->n; i++) {
+        if (!g->members[i]->leaving) continue;
+        send_to(g->members[i], &d);
+        g->members[i]->leaving = result == ECCL_OK;
+    }
+    g->n_leaving = result == ECCL_OK ? g->n : 0;
+}
+
+/* A vote, as peers_pending: the group leaves together once every member
+ * said its ops are settled. From then on nothing of a member is needed by
+ * another, so members that go take no view change: a new ring among the
+ * rest would have them dial peers already gone, and their parting looks
+ * like no failure. */
+static void check_leave(mgroup *g)
+{
+    if (g->left_together || g->n_leaving == 0 || g->n_leaving < g->n) return;
+    g->left_together = 1;
+    send_leave_done(g, ECCL_OK);
 }
 
 /* ---- admission -------------------------------------------------------------- */
@@ -1219,8 +1248,17 @@ static void drop_peer(eccl_master *m, mpeer *p, eccl_result why)
         group_remove(g, p);
         sync_on_drop(m, g, sync_was, sync_src);
         opt_on_drop(m, g, opt_was);
-        g->change_wanted = 1;
-        start_view_changes(m);
+        if (g->left_together) {
+            if (g->n == 0) g->left_together = 0, g->n_leaving = 0; /* gone: it may start anew */
+        } else {
+            /* A loss before the vote passed: the members that voted are
+             * told (they would wait for it in vain), and the ring
+             * re-forms as after any loss. */
+            g->n_leaving -= (uint32_t)p->leaving;
+            if (g->n_leaving) send_leave_done(g, ECCL_ERR_PEER_LOST);
+            g->change_wanted = 1;
+            start_view_changes(m);
+        }
         check_query(m, g);
     }
     accept_alone_if_empty(m, NULL);
@@ -1446,6 +1484,12 @@ static eccl_result peer_on_msg(void *owner, eccl_chan *ch, const eccl_msg *msg)
         return on_sync_report(m, p, &msg->u.sync_result);
     case ECCL_MSG_PEER_QUERY:
         return on_peer_query(p, &msg->u.peer_query);
+    case ECCL_MSG_LEAVE:
+        if (p->state != MP_ACCEPTED || p->leaving) return ECCL_ERR_PROTOCOL;
+        p->leaving = 1;
+        g->n_leaving++;
+        check_leave(g);
+        return ECCL_OK;
     default:
         return ECCL_ERR_PROTOCOL; /* a master-to-peer or p2p message */
     }

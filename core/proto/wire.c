@@ -135,7 +135,8 @@ static uint32_t max_length(uint16_t type)
     case ECCL_MSG_REGISTER: return 8u + STR_MAX;
     case ECCL_MSG_HEARTBEAT:
     case ECCL_MSG_PENDING_QUERY:
-    case ECCL_MSG_TOPO_VOTE: return 0;
+    case ECCL_MSG_TOPO_VOTE:
+    case ECCL_MSG_LEAVE: return 0;
     case ECCL_MSG_RING_READY:
     case ECCL_MSG_TOPO_DONE:
     case ECCL_MSG_VIEW_QUERY: return 4;
@@ -145,7 +146,8 @@ static uint32_t max_length(uint16_t type)
     case ECCL_MSG_WELCOME: return 12;
     case ECCL_MSG_PENDING_REPLY: return 4;
     case ECCL_MSG_RING: return 16u + 3u * PEER_REF_MAX + 16u + 8u;
-    case ECCL_MSG_KICK: return 4;
+    case ECCL_MSG_KICK:
+    case ECCL_MSG_LEAVE_DONE: return 4;
     case ECCL_MSG_P2P_HELLO: return 28; /* 20 without a pool, 24 for PEER */
     case ECCL_MSG_DATA: return ECCL_WIRE_MAX_DATA;
     case ECCL_MSG_SYNC_REQ: return SYNC_REQ_MAX;
@@ -183,7 +185,8 @@ _Static_assert(sizeof(eccl_msg) <= 512, "eccl_msg must stay small");
 static int known_type(uint16_t type)
 {
     return max_length(type) != 0 || type == ECCL_MSG_HEARTBEAT ||
-           type == ECCL_MSG_PENDING_QUERY || type == ECCL_MSG_TOPO_VOTE;
+           type == ECCL_MSG_PENDING_QUERY || type == ECCL_MSG_TOPO_VOTE ||
+           type == ECCL_MSG_LEAVE;
 }
 
 uint32_t eccl_wire_max_length(uint16_t type)
@@ -300,6 +303,7 @@ static void put_payload(wbuf *w, const eccl_msg *m)
     case ECCL_MSG_HEARTBEAT:
     case ECCL_MSG_PENDING_QUERY:
     case ECCL_MSG_TOPO_VOTE:
+    case ECCL_MSG_LEAVE:
         break;
     case ECCL_MSG_WELCOME:
         put_u64(w, m->u.welcome.peer_id);
@@ -357,6 +361,9 @@ static void put_payload(wbuf *w, const eccl_msg *m)
         break;
     case ECCL_MSG_KICK:
         put_u32(w, m->u.kick.reason);
+        break;
+    case ECCL_MSG_LEAVE_DONE:
+        put_u32(w, m->u.leave_done.result);
         break;
     case ECCL_MSG_P2P_HELLO:
         put_u64(w, m->u.hello.peer_id);
@@ -553,6 +560,7 @@ static void get_payload(rbuf *r, uint16_t type, eccl_msg *m)
     case ECCL_MSG_HEARTBEAT:
     case ECCL_MSG_PENDING_QUERY:
     case ECCL_MSG_TOPO_VOTE:
+    case ECCL_MSG_LEAVE:
         break;
     case ECCL_MSG_WELCOME:
         m->u.welcome.peer_id = get_u64(r);
@@ -616,6 +624,9 @@ static void get_payload(rbuf *r, uint16_t type, eccl_msg *m)
         break;
     case ECCL_MSG_KICK:
         m->u.kick.reason = get_u32(r);
+        break;
+    case ECCL_MSG_LEAVE_DONE:
+        m->u.leave_done.result = get_u32(r);
         break;
     case ECCL_MSG_P2P_HELLO:
         m->u.hello.peer_id = get_u64(r);

@@ -49,6 +49,8 @@ enum eccl_msg_type {
     ECCL_MSG_OPT_REQ = 11,     /* optimize_topology: measure, solve, rewire */
     ECCL_MSG_OPT_BW = 12,      /* what my probe of this round measured */
     ECCL_MSG_PEER_QUERY = 13,  /* the address book: who are these ranks? */
+    ECCL_MSG_LEAVE = 14,       /* eccl_comm_leave: my ops are settled; we go
+                                  once every member says so */
     /* master -> peer */
     ECCL_MSG_WELCOME = 32,     /* your peer id; accepted at once or pending */
     ECCL_MSG_PENDING_REPLY = 33,
@@ -62,6 +64,8 @@ enum eccl_msg_type {
     ECCL_MSG_OPT_PROBE = 41,   /* optimize round: measure your link to `target` */
     ECCL_MSG_OPT_DONE = 42,    /* optimize call `seq` ended: `result`, new ring */
     ECCL_MSG_PEER_REPLY = 43,  /* the address book: these ranks are these peers */
+    ECCL_MSG_LEAVE_DONE = 44,  /* every member sent LEAVE (`result` OK): go;
+                                  or why the group cannot leave together */
     /* peer -> peer */
     ECCL_MSG_P2P_HELLO = 64,   /* first frame on a p2p connection */
     ECCL_MSG_DATA = 65,        /* collective payload: data header + bytes */
@@ -167,6 +171,10 @@ typedef struct eccl_msg_view {
 typedef struct eccl_msg_kick {
     uint32_t reason;
 } eccl_msg_kick;
+
+typedef struct eccl_msg_leave_done {
+    uint32_t result; /* an eccl_result */
+} eccl_msg_leave_done;
 
 enum eccl_link_purpose {
     ECCL_LINK_RING = 0, /* to the ring's next rank */
@@ -465,6 +473,7 @@ typedef struct eccl_msg {
         eccl_msg_coll coll;
         eccl_msg_view view;
         eccl_msg_kick kick;
+        eccl_msg_leave_done leave_done;
         eccl_msg_p2p_hello hello;
         eccl_msg_sync_req sync_req;
         eccl_msg_sync_plan sync_plan;
