@@ -704,7 +704,9 @@ static void test_alloc_fails(void **state)
     FCHECK(ve != NULL);
     FCHECK(ve->result == ECCL_ERR_NO_MEMORY);
     FCHECK(ve->pre_hash == ve->post_hash);
-    FCHECK(ve->elapsed_ns < 200 * CL_MS);
+    /* At once, not at the op timeout: a bound in behaviour, not a speed
+     * target (200 ms failed under load, 314 ms on a busy 2-core box). */
+    FCHECK(ve->elapsed_ns < (uint64_t)p.o.op_timeout_ms * CL_MS / 2);
     for (int i = 0; i < n; i++) {
         if (i == v) continue;
         const cluster_event *e = first_event(&cl->sh->slot[i], TAG_FAULT, 0);
