@@ -1145,7 +1145,9 @@ static int parse_scenario(const char *file, scenario_cfg *c)
             !((c->nccl2 || c->bench) && (*k == K_ITERS || *k == K_COUNT)))
             return cfg_error(file, 0, "missing required key \"%s\"", key_defs[*k].name);
     if (!c->bench) {
-        static const int only_bench[] = {K_COLL, K_MINBYTES, K_MAXBYTES, K_STEPFACTOR, K_WARMUP, K_ALGO,
+        /* algo is every workload's: a scale run forces an all-reduce with it
+         * (the tree's 3 links a rank against recursive doubling's log2 N). */
+        static const int only_bench[] = {K_COLL, K_MINBYTES, K_MAXBYTES, K_STEPFACTOR, K_WARMUP,
                                          K_BENCH_CORRUPT, -1};
         for (const int *k = only_bench; *k >= 0; k++)
             if (key_line[*k])
@@ -1194,7 +1196,7 @@ static int parse_scenario(const char *file, scenario_cfg *c)
         static const int not_nccl2[] = {K_ITERS, K_COUNT, K_EXPECT, K_EXPECT_SLOWDOWN, K_WORLD_MIN,
                                         K_OPTIMIZE_AT, K_EXPECT_SPEEDUP, K_STEP, K_PEER_TIMEOUT,
                                         K_BUFFERS, K_REDUCE_RATE, K_COPY_RATE, K_TRANSPORT,
-                                        K_CHURN, K_DURATION, K_MAX_STALL, K_CORRUPT_AT, -1};
+                                        K_CHURN, K_DURATION, K_MAX_STALL, K_CORRUPT_AT, K_ALGO, -1};
         for (const int *k = not_nccl2; *k >= 0; k++)
             if (key_line[*k])
                 return cfg_error(file, key_line[*k], "%s: not a key of workload = nccl2_bootstrap",
@@ -3340,10 +3342,6 @@ static void bench_print(FILE *f, const scenario_cfg *c, const bench_rank *b0, in
 
 static int run_bench(sim *s, scenario_cfg *cfg, const char *outdir)
 {
-    if (cfg->algo[0] && eccl_sg_world_set_algo(s->w, cfg->algo) != ECCL_OK) {
-        fprintf(stderr, "eccl-sim: algo: cannot set \"%s\"\n", cfg->algo);
-        return 2;
-    }
     bench_rank *br = calloc((size_t)cfg->ranks, sizeof *br);
     if (!br) {
         fprintf(stderr, "eccl-sim: out of memory\n");
@@ -3572,6 +3570,11 @@ int main(int argc, char **argv)
         return 1;
     }
     eccl_sg_world_set_progress_thread(s->w, cfg.progress_thread);
+    if (cfg.algo[0] && eccl_sg_world_set_algo(s->w, cfg.algo) != ECCL_OK) {
+        fprintf(stderr, "eccl-sim: algo: cannot set \"%s\"\n", cfg.algo);
+        sim_free(s, &cfg);
+        return 2;
+    }
     if (eccl_sg_world_set_net_model(s->w, cfg.latency_net ? ECCL_SG_NET_LATENCY : ECCL_SG_NET_FLOW) !=
         ECCL_OK) {
         fprintf(stderr, "eccl-sim: cannot set the net model\n");

@@ -833,10 +833,10 @@ void eccl_sg_world_destroy(eccl_sg_world *w)
     }
     sg_idmap_free(&w->env_ids);
     sg_idmap_free(&w->conn_ids);
-    sg_idmap_free(&w->mbox_env);
     sg_idmap_free(&w->registry);
     eccl_net_sg_free_outboxes(w);
     eccl_net_sg_free_routes(w);
+    eccl_net_sg_free_host_rx(w);
     if (w->phantom_base) munmap(w->phantom_base, w->phantom_size);
     devices_free(w);
     /* Hosts and links outlive the world (SimGrid's engine owns them): take
@@ -1109,6 +1109,9 @@ void eccl_sg_world_kill_process(eccl_sg_world *w, aid_t pid)
     }
     size_t k = 0, ne = 0;
     in[k++] = pid;
+    /* The host's shared receiver may be this process's child (its first
+     * env made it), but it serves the host's other processes too. */
+    const aid_t shared = eccl_net_sg_host_receiver(w, h);
     for (int grew = 1; grew;) {
         grew = 0;
         for (size_t i = 0; i < n; i++) {
@@ -1119,7 +1122,7 @@ void eccl_sg_world_kill_process(eccl_sg_world *w, aid_t pid)
                 member |= in[j] == p;
                 parent |= in[j] == pp;
             }
-            if (parent && !member) {
+            if (parent && !member && p != shared) {
                 in[k++] = p;
                 grew = 1;
             }

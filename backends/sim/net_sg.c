@@ -47,9 +47,6 @@
 /* Connections a listener holds before accept; more are refused (RST).
  * The real backend's listen backlog (backends/real/net_tcp.c). */
 #define BACKLOG_MAX 1024
-/* First size of a conn's receive queue, doubled as needed: most conns only
- * ever hold a control frame or two (a simulated 100k-rank job has 500k). */
-#define RX_MIN_CAP 256
 
 /* M_FABRIC: between simulated NICs (verbs_sg.c), not of any conn. */
 enum { M_SYN, M_SYNACK, M_RST, M_DATA, M_FIN, M_STOP, M_FABRIC };
@@ -65,18 +62,19 @@ typedef struct sg_seg {
 typedef struct sg_msg {
     int type;
     uint64_t seq;       /* DATA and FIN: position in the conn's stream */
-    struct sg_msg *ooo; /* in the conn's out-of-order list (receiver side) or
-                           in its held list (sender side); never both */
-    sg_mailbox_t to;    /* where it goes (kept while held) */
+    struct sg_msg *ooo; /* in the conn's out-of-order list or its receive
+                           queue (receiver side), or in its held list
+                           (sender side); one at a time */
+    uint64_t to_env;    /* the env it goes to (kept while held) */
     sg_host_t src_host; /* the sender's host and boot: where replies go */
     int src_boot;
     uint64_t dst;       /* conn id (listener id for SYN) */
     uint64_t src;       /* sender's conn id */
     uint64_t src_env;   /* sender's env id */
-    sg_mailbox_t reply; /* sender's mailbox */
     long src_pid;       /* the actor that put it, -1 if detached */
     uint64_t put_seq;   /* its place in that actor's outbox */
     size_t len;         /* stream bytes, phantom ones included (the wire cost) */
+    size_t real;        /* DATA: the real bytes of len, data[0..real) */
     int nseg;           /* DATA: segments in seg; 0 = data holds all len bytes */
     size_t fabric_len; /* FABRIC: bytes of data (len is the wire cost) */
     sg_seg *seg;        /* points into this allocation, after data */
@@ -106,9 +104,12 @@ struct eccl_conn {
     sg_msg *held, *held_tail;  /* waiting for a route that is down */
     uint64_t tx_seq, rx_seq;   /* next DATA/FIN sequence to send / to take */
     sg_msg *ooo;               /* arrived early, sorted by seq */
-    sg_mailbox_t peer_mbox;
-    unsigned char *rx;         /* the real bytes of the receive stream */
-    size_t rx_head, rx_len, rx_cap;
+    /* The real bytes of the receive stream are the DATA messages that
+     * brought them, read in place and freed once read: a conn at rest
+     * holds no buffer (a simulated 96K-rank job has a million conns). */
+    sg_msg *rxq, *rxq_tail;
+    size_t rx_off;             /* bytes of rxq's data already read */
+    size_t rx_len;             /* real bytes queued, from rx_off on */
     uint64_t rx_in, rx_out;    /* stream bytes appended / consumed, holes too */
     sg_hole *holes, *holes_tail; /* phantom stretches not consumed yet */
     size_t hole_bytes;
@@ -318,9 +319,9 @@ static sg_mailbox_t env_lane(const sg_env *e, uint64_t i)
  * anyway, a simcall of an actor being killed is never handled, but only
  * after a lane counted it, and the receiver would wait for it forever).
  * Dropping either changes nothing anyone can observe. */
-static sg_env *post_target(eccl_sg_world *w, sg_mailbox_t to, const sg_msg *m)
+static sg_env *post_target(eccl_sg_world *w, uint64_t to, const sg_msg *m)
 {
-    sg_env *d = sg_idmap_get(&w->mbox_env, (uint64_t)(uintptr_t)to);
+    sg_env *d = sg_idmap_get(&w->env_ids, to);
     if (!d || d->rx_done) return NULL;
     const sg_env *src = sg_idmap_get(&w->env_ids, m->src_env);
     return src && src->dead ? NULL : d;
@@ -489,8 +490,9 @@ void eccl_net_sg_free_routes(eccl_sg_world *w)
 /* `detached`: for puts made by an actor that is not the sender's (fault
  * injection releasing held messages), which would cancel them when it
  * ends and never collects them. */
-static void post_as(eccl_sg_world *w, sg_mailbox_t to, sg_msg *m, int detached)
+static void post_as(eccl_sg_world *w, uint64_t to, sg_msg *m, int detached)
 {
+    m->to_env = to;
     sg_env *d = post_target(w, to, m);
     if (!d) {
         free(m);
@@ -532,7 +534,7 @@ static void post_as(eccl_sg_world *w, sg_mailbox_t to, sg_msg *m, int detached)
     sg_comm_detach(c, msg_free);
 }
 
-static void post(eccl_sg_world *w, sg_mailbox_t to, sg_msg *m) { post_as(w, to, m, 0); }
+static void post(eccl_sg_world *w, uint64_t to, sg_msg *m) { post_as(w, to, m, 0); }
 
 static sg_msg *msg_new(sg_env *e, int type, uint64_t dst, uint64_t src, size_t len)
 {
@@ -547,9 +549,9 @@ static sg_msg *msg_new(sg_env *e, int type, uint64_t dst, uint64_t src, size_t l
     m->src_env = e->id;
     m->src_host = e->host;
     m->src_boot = e->boot;
-    m->to = NULL;
-    m->reply = e->mbox;
+    m->to_env = 0;
     m->len = len;
+    m->real = 0;
     m->seq = 0;
     m->ooo = NULL;
     return m;
@@ -592,7 +594,7 @@ static void charge_msg(const sg_env *e)
     }
 }
 
-static void send_ctl(sg_env *e, sg_mailbox_t to, const_sg_host_t host, int boot, int type,
+static void send_ctl(sg_env *e, uint64_t to, const_sg_host_t host, int boot, int type,
                      uint64_t dst, uint64_t src)
 {
     if (fate(e, host, boot) != FATE_SEND) return;
@@ -613,7 +615,7 @@ static void held_free(eccl_conn *c)
 /* A message of conn `c` (to its peer, or a SYN to a listener): on the wire
  * now, held behind earlier held ones or for a route that is down, or
  * dropped when the far env is gone for good. Takes `m`. */
-static void conn_post(eccl_conn *c, sg_mailbox_t to, sg_msg *m)
+static void conn_post(eccl_conn *c, uint64_t to, sg_msg *m)
 {
     int f = fate(c->env, c->peer_host, c->peer_boot);
     if (f == FATE_DROP) {
@@ -625,7 +627,7 @@ static void conn_post(eccl_conn *c, sg_mailbox_t to, sg_msg *m)
         post(c->env->w, to, m);
         return;
     }
-    m->to = to;
+    m->to_env = to;
     m->ooo = NULL;
     if (c->held_tail) c->held_tail->ooo = m;
     else c->held = m;
@@ -654,7 +656,7 @@ void eccl_net_sg_release_held(eccl_sg_world *w)
     while (go) {
         sg_msg *n = go->ooo;
         go->ooo = NULL;
-        post_as(w, go->to, go, 1);
+        post_as(w, go->to_env, go, 1);
         go = n;
     }
 }
@@ -795,35 +797,17 @@ static void conn_free(eccl_conn *c)
         c->holes = n;
     }
     held_free(c);
-    while (c->ooo) {
-        sg_msg *n = c->ooo->ooo;
-        free(c->ooo);
-        c->ooo = n;
+    sg_msg *lists[2] = {c->ooo, c->rxq};
+    for (int i = 0; i < 2; i++) {
+        for (sg_msg *m = lists[i], *n; m; m = n) {
+            n = m->ooo;
+            free(m);
+        }
     }
-    free(c->rx);
     free(c);
 }
 
 /* ---- receiver ------------------------------------------------------------ */
-
-static int rx_append(eccl_conn *c, const unsigned char *p, size_t n)
-{
-    if (c->rx_head > 0 && c->rx_head + c->rx_len + n > c->rx_cap) {
-        memmove(c->rx, c->rx + c->rx_head, c->rx_len);
-        c->rx_head = 0;
-    }
-    if (c->rx_len + n > c->rx_cap) {
-        size_t cap = c->rx_cap ? c->rx_cap : RX_MIN_CAP;
-        while (cap < c->rx_len + n) cap *= 2;
-        unsigned char *q = realloc(c->rx, cap);
-        if (!q) return -1;
-        c->rx = q;
-        c->rx_cap = cap;
-    }
-    memcpy(c->rx + c->rx_head + c->rx_len, p, n);
-    c->rx_len += n;
-    return 0;
-}
 
 static void on_syn(sg_env *e, sg_msg *m)
 {
@@ -831,22 +815,21 @@ static void on_syn(sg_env *e, sg_msg *m)
     for (eccl_listener *p = e->listeners; p; p = p->next)
         if (p->id == m->dst) l = p;
     if (!l || l->bl_len >= BACKLOG_MAX) {
-        send_ctl(e, m->reply, m->src_host, m->src_boot, M_RST, m->src, 0);
+        send_ctl(e, m->src_env, m->src_host, m->src_boot, M_RST, m->src, 0);
         return;
     }
     eccl_conn *c = conn_new(e, NULL, "?");
     if (!c) {
-        send_ctl(e, m->reply, m->src_host, m->src_boot, M_RST, m->src, 0);
+        send_ctl(e, m->src_env, m->src_host, m->src_boot, M_RST, m->src, 0);
         return;
     }
     c->state = C_UP;
     c->peer_id = m->src;
     c->peer_env = m->src_env;
-    c->peer_mbox = m->reply;
     c->peer_host = m->src_host;
     c->peer_boot = m->src_boot;
     c->backlog_of = l;
-    snprintf(c->addr, sizeof c->addr, "%s#%llu", sg_mailbox_get_name(m->reply),
+    snprintf(c->addr, sizeof c->addr, "eccl-env-%llu#%llu", (unsigned long long)m->src_env,
              (unsigned long long)m->src);
     conn_link(e, c);
     if (l->bl_tail) l->bl_tail->bl_next = c;
@@ -854,7 +837,7 @@ static void on_syn(sg_env *e, sg_msg *m)
     l->bl_tail = c;
     l->bl_len++;
     sg_msg *ack = msg_new(e, M_SYNACK, m->src, c->id, 0);
-    if (ack) conn_post(c, m->reply, ack);
+    if (ack) conn_post(c, m->src_env, ack);
 }
 
 static int hole_append(eccl_conn *c, size_t n)
@@ -876,34 +859,40 @@ static int hole_append(eccl_conn *c, size_t n)
     return 0;
 }
 
-static int stream_append(eccl_conn *c, const sg_msg *m)
+/* Appends m's bytes to c's stream: 1 if it kept m (its real bytes are
+ * read from it), 0 if m may go, -1 without memory. */
+static int stream_append(eccl_conn *c, sg_msg *m)
 {
-    if (m->nseg == 0) {
-        if (rx_append(c, m->data, m->len) != 0) return -1;
-        c->rx_in += m->len;
-        return 0;
-    }
-    size_t off = 0;
     for (int i = 0; i < m->nseg; i++) {
         const sg_seg *g = &m->seg[i];
-        if (g->phantom ? hole_append(c, g->len) : rx_append(c, m->data + off, g->len)) return -1;
-        if (!g->phantom) off += g->len;
+        if (g->phantom && hole_append(c, g->len)) return -1;
         c->rx_in += g->len;
     }
-    return 0;
+    if (m->nseg == 0) c->rx_in += m->len;
+    if (m->real == 0) return 0;
+    m->ooo = NULL;
+    if (c->rxq_tail) c->rxq_tail->ooo = m;
+    else c->rxq = m;
+    c->rxq_tail = m;
+    c->rx_len += m->real;
+    return 1;
 }
 
-static void take_in_order(eccl_conn *c, sg_msg *m)
+/* Returns 1 if it kept `m`. */
+static int take_in_order(eccl_conn *c, sg_msg *m)
 {
     c->rx_seq++;
     if (m->type == M_FIN) {
         c->eof = 1;
     } else if (!c->eof && !c->reset) {
-        if (stream_append(c, m) != 0) c->reset = 1;
+        int kept = stream_append(c, m);
+        if (kept >= 0) return kept;
+        c->reset = 1;
     }
+    return 0;
 }
 
-/* Returns 1 if it kept `m` (queued out of order). */
+/* Returns 1 if it kept `m` (queued out of order, or its bytes unread). */
 static int deliver(sg_env *e, sg_msg *m)
 {
     eccl_sg_log(e, ECCL_LOG_TRACE, "deliver type %d dst %llu len %zu", m->type,
@@ -920,7 +909,7 @@ static int deliver(sg_env *e, sg_msg *m)
     if (!c) {
         /* Closed before the server's answer came: tell the server side, as
          * a TCP stack would answer a segment for an unknown connection. */
-        if (m->type == M_SYNACK) send_ctl(e, m->reply, m->src_host, m->src_boot, M_FIN, m->src, 0);
+        if (m->type == M_SYNACK) send_ctl(e, m->src_env, m->src_host, m->src_boot, M_FIN, m->src, 0);
         return 0;
     }
     cand_add(c);
@@ -935,14 +924,13 @@ static int deliver(sg_env *e, sg_msg *m)
             *pp = m;
             return 1;
         }
-        take_in_order(c, m);
+        int kept = take_in_order(c, m);
         while (c->ooo && c->ooo->seq == c->rx_seq) {
             sg_msg *q = c->ooo;
             c->ooo = q->ooo;
-            take_in_order(c, q);
-            free(q);
+            if (!take_in_order(c, q)) free(q);
         }
-        return 0;
+        return kept;
     }
     switch (m->type) {
     case M_SYNACK:
@@ -951,7 +939,6 @@ static int deliver(sg_env *e, sg_msg *m)
         c->edge = 1;
         c->peer_id = m->src;
         c->peer_env = m->src_env;
-        c->peer_mbox = m->reply;
         break;
     case M_RST:
         if (c->state != C_CONNECTING) return 0;
@@ -1068,16 +1055,134 @@ static eccl_result receiver_start(sg_env *e, void (*main_fn)(int, char **))
     return ECCL_OK;
 }
 
+/* ---- host receivers -------------------------------------------------------
+ * Under the flow model, the envs of a host that need no lanes (ranks, and
+ * any env but a coordinator's or an RDMA rank's) share one mailbox and one
+ * receiver actor, which hands each message to the env it names (to_env).
+ * A receiver per env was a second actor per rank: at 96K ranks 96K more
+ * stacks and actors (about 14 KB a rank, the whole memory gap between the
+ * flow and latency models), all to block on one get each. The price: the
+ * host's mailbox delivers in put order across its envs, so a message that
+ * landed for one rank can wait behind one still on the wire for another
+ * rank of the host (the head-of-line block of the pitfalls, now across a
+ * host's processes as it already was across an env's conns). A host that
+ * goes off takes its receiver with it; its next boot gets a new one (and a
+ * new mailbox: the old one may still hold puts nobody will take). */
+typedef struct sg_host_rx {
+    eccl_sg_world *w;
+    sg_host_t host;
+    int boot;
+    sg_mailbox_t mbox;
+    sg_actor_t actor;
+    aid_t pid;
+    struct sg_host_rx *next; /* in w->host_rx_list */
+} sg_host_rx;
+
+static void host_receiver_main(int argc, char **argv)
+{
+    (void)argc;
+    (void)argv;
+    sg_host_rx *hr = sg_actor_self_get_data();
+    eccl_sg_world *w = hr->w;
+    sg_actor_daemonize(sg_actor_self()); /* ends with the simulation */
+    sg_mailbox_set_receiver(sg_mailbox_get_name(hr->mbox));
+    for (;;) {
+        void *p = NULL;
+        sg_comm_t comm = sg_mailbox_get_async(hr->mbox, &p);
+        if (sg_comm_wait(comm) != SG_OK || !p) continue; /* see receiver_main */
+        sg_msg *m = p;
+        if (m->src_pid >= 0) outbox_mark(w, m->src_pid, m->put_seq);
+        sg_env *e = sg_idmap_get(&w->env_ids, m->to_env);
+        if (!e || e->rx_done) { /* stopped or destroyed meanwhile */
+            free(m);
+            continue;
+        }
+        const uint64_t id = e->id;
+        deliver_taken(e, m);
+        /* deliver may have put a reply (simcalls): the env's owner may have
+         * stopped and freed it meanwhile. */
+        e = sg_idmap_get(&w->env_ids, id);
+        if (e) eccl_sg_cv_broadcast(&e->cv);
+    }
+}
+
+/* The mailbox of the receiver of e's host in e's boot, started if need be;
+ * NULL when out of memory. Other envs of the host may be made while this
+ * one makes simcalls: the record is published whole, after the mailbox's
+ * simcall, and before the actor's (they find the mailbox and put there;
+ * the receiver takes those puts once it runs). */
+static sg_mailbox_t host_rx_mbox(sg_env *e)
+{
+    eccl_sg_world *w = e->w;
+    const uint64_t key = (uint64_t)(uintptr_t)e->host;
+    sg_host_rx *hr = sg_idmap_get(&w->host_rx, key);
+    if (hr && hr->boot == e->boot) return hr->mbox;
+    char name[96];
+    snprintf(name, sizeof name, "eccl-host-%s.%d", sg_host_get_name(e->host), e->boot);
+    sg_mailbox_t mbox = sg_mailbox_by_name(name);
+    hr = sg_idmap_get(&w->host_rx, key); /* look again after the simcall */
+    if (hr && hr->boot == e->boot) return hr->mbox;
+    if (!hr) {
+        hr = calloc(1, sizeof *hr);
+        if (!hr || sg_idmap_put(&w->host_rx, key, hr)) {
+            free(hr);
+            return NULL;
+        }
+        hr->w = w;
+        hr->host = e->host;
+        hr->next = w->host_rx_list;
+        w->host_rx_list = hr;
+    } else if (hr->actor) {
+        sg_actor_unref(hr->actor); /* died when its host went off */
+    }
+    hr->boot = e->boot;
+    hr->mbox = mbox;
+    hr->actor = NULL;
+    hr->pid = -1;
+    snprintf(name, sizeof name, "eccl-hrx-%s.%d", sg_host_get_name(e->host), e->boot);
+    sg_actor_t a = sg_actor_init(name, e->host);
+    if (!a) {
+        hr->boot = -1; /* the next env of the host tries again */
+        return NULL;
+    }
+    sg_actor_set_data(a, hr);
+    sg_actor_ref(a);
+    hr->actor = a;
+    hr->pid = sg_actor_get_pid(a);
+    sg_actor_start(a, host_receiver_main, 0, NULL);
+    return mbox;
+}
+
+aid_t eccl_net_sg_host_receiver(const eccl_sg_world *w, const_sg_host_t h)
+{
+    const sg_host_rx *hr = sg_idmap_get(&w->host_rx, (uint64_t)(uintptr_t)h);
+    return hr && hr->actor && hr->boot == eccl_sg_host_boot(h) ? hr->pid : -1;
+}
+
+void eccl_net_sg_free_host_rx(eccl_sg_world *w)
+{
+    while (w->host_rx_list) {
+        sg_host_rx *hr = w->host_rx_list;
+        w->host_rx_list = hr->next;
+        if (hr->actor) sg_actor_unref(hr->actor);
+        free(hr);
+    }
+    sg_idmap_free(&w->host_rx);
+}
+
 eccl_result eccl_net_sg_start(sg_env *e, unsigned nlanes)
 {
+    e->nlanes = 1;
+    e->lanes_from = UINT64_MAX;
+    if (!e->w->latency_net && nlanes <= 1 && !e->ibv) {
+        e->shared_rx = 1;
+        e->mbox = host_rx_mbox(e);
+        return e->mbox ? ECCL_OK : ECCL_ERR_NO_MEMORY;
+    }
     char name[48];
     snprintf(name, sizeof name, "eccl-env-%llu", (unsigned long long)e->id);
     e->mbox = sg_mailbox_by_name(name);
-    e->nlanes = 1;
-    e->lanes_from = UINT64_MAX;
     if (e->w->latency_net) {
-        /* The mailbox is only the env's address (replies, mbox_env). */
-        if (sg_idmap_put(&e->w->mbox_env, (uint64_t)(uintptr_t)e->mbox, e)) return ECCL_ERR_NO_MEMORY;
         /* A coordinator (lanes: the master, a relay) answers handshakes while
          * it is busy, as a kernel does: it keeps a receiver actor. A rank
          * takes its arrivals in its own calls. */
@@ -1095,7 +1200,6 @@ eccl_result eccl_net_sg_start(sg_env *e, unsigned nlanes)
         e->lanes[0] = e->mbox;
         e->nlanes = nlanes;
     }
-    if (sg_idmap_put(&e->w->mbox_env, (uint64_t)(uintptr_t)e->mbox, e)) return ECCL_ERR_NO_MEMORY;
     return receiver_start(e, receiver_main);
 }
 
@@ -1109,24 +1213,22 @@ void eccl_net_sg_stop(sg_env *e)
             sg_actor_unref(e->receiver);
             e->receiver = NULL;
         }
-        sg_idmap_del(&e->w->mbox_env, (uint64_t)(uintptr_t)e->mbox);
         arrivals_free(e);
         return;
     }
+    /* The host's receiver drops what comes for us from now on. */
+    if (e->shared_rx) e->rx_done = 1;
     if (!e->receiver) return;
     /* FIFO behind anything already queued for us. */
     sg_msg *m = msg_new(e, M_STOP, 0, 0, 0);
-    if (m) post(e->w, e->mbox, m);
+    if (m) post(e->w, e->id, m);
     sg_actor_join(e->receiver, -1);
-    sg_idmap_del(&e->w->mbox_env, (uint64_t)(uintptr_t)e->mbox);
     sg_actor_unref(e->receiver);
     e->receiver = NULL;
 }
 
 void eccl_net_sg_free_dead(sg_env *e)
 {
-    if (sg_idmap_get(&e->w->mbox_env, (uint64_t)(uintptr_t)e->mbox) == e)
-        sg_idmap_del(&e->w->mbox_env, (uint64_t)(uintptr_t)e->mbox);
     for (eccl_conn *c = e->conns, *n; c; c = n) {
         n = c->next;
         conn_free(c);
@@ -1276,8 +1378,9 @@ static eccl_result sg_connect(void *ctx, const char *addr, void *user, eccl_conn
         c->state = C_CONNECTING;
         c->peer_host = l->env->host;
         c->peer_boot = l->env->boot;
+        c->peer_env = l->env->id; /* until the SYNACK: the listener's */
         sg_msg *m = msg_new(e, M_SYN, l->id, c->id, 0);
-        if (m) conn_post(c, l->env->mbox, m);
+        if (m) conn_post(c, l->env->id, m);
     }
     *out = c;
     return ECCL_OK;
@@ -1318,6 +1421,7 @@ static eccl_result sg_send(void *ctx, eccl_conn *c, const eccl_iov *iov, int n, 
                         phantom ? seg_at + (size_t)nseg * sizeof(sg_seg) : total);
     if (!m) return ECCL_OK; /* 0 bytes sent; core retries */
     m->len = total;
+    m->real = real;
     m->seq = c->tx_seq++;
     if (phantom) m->seg = (sg_seg *)(void *)(m->data + seg_at);
     size_t off = 0, real_off = 0;
@@ -1337,7 +1441,7 @@ static eccl_result sg_send(void *ctx, eccl_conn *c, const eccl_iov *iov, int n, 
         }
         off += take;
     }
-    conn_post(c, c->peer_mbox, m);
+    conn_post(c, c->peer_env, m);
     *sent = total;
     return ECCL_OK;
 }
@@ -1371,10 +1475,20 @@ static eccl_result sg_recv(void *ctx, eccl_conn *c, void *buf, size_t len, size_
          * NULL buffer, so a read must not run from one into the other. */
         size_t lim = h ? (size_t)(h->pos - c->rx_out) : c->rx_len;
         n = len < lim ? len : lim;
-        if (buf) memcpy(buf, c->rx + c->rx_head, n);
-        c->rx_head += n;
+        for (size_t done = 0; done < n;) {
+            sg_msg *q = c->rxq;
+            size_t k = q->real - c->rx_off < n - done ? q->real - c->rx_off : n - done;
+            if (buf) memcpy((unsigned char *)buf + done, q->data + c->rx_off, k);
+            done += k;
+            c->rx_off += k;
+            if (c->rx_off == q->real) {
+                c->rxq = q->ooo;
+                if (!c->rxq) c->rxq_tail = NULL;
+                c->rx_off = 0;
+                free(q);
+            }
+        }
         c->rx_len -= n;
-        if (c->rx_len == 0) c->rx_head = 0;
     }
     c->rx_out += n;
     *got = n;
@@ -1401,7 +1515,7 @@ static void sg_close(void *ctx, eccl_conn *c)
             m->seq = c->tx_seq++;
             /* Held, it dies with the conn below: the far end, cut off,
              * finds out through its own timers. */
-            conn_post(c, c->peer_mbox, m);
+            conn_post(c, c->peer_env, m);
         }
     }
     conn_unlink(e, c);
@@ -1462,7 +1576,7 @@ int eccl_net_sg_fabric_post(sg_env *from, uint64_t to_env, const void *data, siz
     memcpy(m->data, data, len);
     m->fabric_len = len;
     m->len = wire_bytes; /* what the wire charges; data holds only len bytes */
-    post(from->w, to->mbox, m);
+    post(from->w, to->id, m);
     return 0;
 }
 

@@ -99,8 +99,8 @@ struct eccl_sg_world {
     sg_env *envs;            /* every env not yet destroyed, dead ones too */
     sg_idmap env_ids;        /* id -> sg_env, every env of envs */
     sg_idmap conn_ids;       /* id -> eccl_conn, every conn not freed */
-    sg_idmap mbox_env;       /* (uintptr_t)mailbox -> sg_env whose receiver
-                                may still take what is posted there */
+    sg_idmap host_rx;        /* (uintptr_t)host -> its sg_host_rx (net_sg.c) */
+    struct sg_host_rx *host_rx_list; /* every one made, to free them */
     sg_idmap registry;       /* sg_idmap_strkey(addr) -> bound listeners with
                                 that key (chained by reg_next) */
     sg_idmap outboxes;       /* actor pid -> its sg_outbox (net_sg.c) */
@@ -163,7 +163,10 @@ struct sg_env {
     uint64_t rx_early;      /* lanes: puts made before that, not taken yet */
     uint64_t rx_posted;     /* other puts made to this env so far */
     uint64_t rx_taken;      /* of those, taken by the receiver */
-    sg_actor_t receiver;    /* moves mbox messages into conns */
+    sg_actor_t receiver;    /* moves mbox messages into conns; NULL when the
+                               host's shared one does (shared_rx) */
+    int shared_rx;          /* mbox is its host's, served by the host's
+                               receiver (net_sg.c, "host receivers") */
     sg_cv cv;               /* wait sleeps here (no mutex: a waiter checks
                                and queues itself with no simcall between) */
     eccl_conn *conns;       /* creation order (= id order) */
@@ -214,6 +217,10 @@ void eccl_net_sg_drain_self(eccl_sg_world *w);
 void eccl_net_sg_free_outboxes(eccl_sg_world *w);
 /* Frees the latency net's memo of route costs. */
 void eccl_net_sg_free_routes(eccl_sg_world *w);
+/* The pid of the receiver `h`'s envs share in its current boot, -1 if none:
+ * it serves every process of the host, so killing one spares it. */
+aid_t eccl_net_sg_host_receiver(const eccl_sg_world *w, const_sg_host_t h);
+void eccl_net_sg_free_host_rx(eccl_sg_world *w);
 /* Whether wait reports listener l while connections wait in its backlog
  * (quiet = 0, the default) or never (1). */
 void eccl_net_sg_listener_quiet(eccl_listener *l, int quiet);
