@@ -125,11 +125,12 @@ static void test_builtin_reduce_scatter(void **state)
 
 /* Host-regular worlds (local_size = L >= 2: where the hierarchical
  * all-reduce is a candidate) have built-in rules of their own, from
- * simulated cluster sweeps: recursive doubling up to 2 KiB; above, the
- * hierarchy from four ranks a host, and with two or three while H = N / L
- * <= 8 hosts, recursive halving beyond; the binomial broadcast up to
- * 4 MiB, the
- * reduce's tree and chain; the loopback rules for the rest. ECCL_ALGO
+ * simulated cluster sweeps of up to 96 ranks: recursive doubling up to
+ * 2 KiB; above, the hierarchy from four ranks a host, and with two or
+ * three while H = N / L <= 8 hosts, recursive halving beyond; beyond 96
+ * ranks the tree up to 64 KiB and recursive halving above; the binomial
+ * broadcast up to 4 MiB, the reduce's tree and chain; the loopback rules
+ * for the rest. ECCL_ALGO
  * forces, an ECCL_TUNE rule overrides. */
 static void test_builtin_host_regular(void **state)
 {
@@ -145,11 +146,21 @@ static void test_builtin_host_regular(void **state)
     static const struct { uint32_t n, l; eccl_algorithm want; } h[] = {
         {16, 2, ECCL_ALGO_HIER}, {18, 2, ECCL_ALGO_RECURSIVE}, {24, 3, ECCL_ALGO_HIER}, {27, 3, ECCL_ALGO_RECURSIVE},
         {8, 4, ECCL_ALGO_HIER},  {64, 4, ECCL_ALGO_HIER},      {96, 6, ECCL_ALGO_HIER}, {18, 9, ECCL_ALGO_HIER},
-        {100000, 2, ECCL_ALGO_RECURSIVE}, {100000, 8, ECCL_ALGO_HIER},
+        {96, 8, ECCL_ALGO_HIER},  {97, 8, ECCL_ALGO_RECURSIVE}, {96000, 8, ECCL_ALGO_RECURSIVE},
+        {100000, 2, ECCL_ALGO_RECURSIVE},
     };
     for (size_t i = 0; i < sizeof h / sizeof h[0]; i++)
         if (eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, h[i].n, h[i].l, 1 << 20, regular) != h[i].want)
             fail_msg("N = %u, L = %u: not %s", h[i].n, h[i].l, eccl_dispatch_algo_name(h[i].want));
+    /* Beyond the sweeps' 96 ranks small all-reduces take the tree, which
+     * opens at most three links a rank (issue 25: recursive doubling's 17
+     * at 96K ranks); within them, recursive doubling. */
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 96, 8, 8, regular), ECCL_ALGO_RECURSIVE);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 97, 8, 8, regular), ECCL_ALGO_TREE);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 96000, 8, 8, regular), ECCL_ALGO_TREE);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 96000, 8, 65536, regular), ECCL_ALGO_TREE);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 96000, 8, 65537, regular), ECCL_ALGO_RECURSIVE);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 250000, 2, 8, regular), ECCL_ALGO_TREE);
     /* A call the hierarchy cannot run (a quantised one: the ring alone). */
     assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 8, 2, 1 << 20, BIT(ECCL_ALGO_RING)), ECCL_ALGO_RING);
     /* Not host-regular: the loopback rules. */

@@ -280,6 +280,13 @@ struct sim {
     event_row *ev;
     size_t nev, cap_ev;
     int oom;
+    /* The most memory malloc had handed out, seen at every
+     * HEAP_SAMPLE_EVERY-th event: from its heap (the run's objects) and in
+     * chunks of their own (mmapped: actor stacks, large buffers), each
+     * counted as allocated, not as touched. Unlike RSS, deterministic for a
+     * binary and a seed, so the scale guard compares them with a baseline
+     * (tests/sim/check_scale_guard.sh). */
+    size_t heap_peak, mmap_peak;
     /* Every good all-reduce, begin to ok, all ranks: count, sum, minimum. */
     uint64_t ar_n, ar_sum_ns, ar_min_ns;
     uint64_t ar_by_algo[ECCL_ALGO_COUNT]; /* successful all-reduces by algorithm (algo= of event=ok) */
@@ -1620,6 +1627,16 @@ static int values_ok(const scenario_cfg *cfg, const rank_state *r)
     return cfg->phantom ? r->phantom_oks == r->oks : r->hashed_oks == r->oks;
 }
 
+/* mallinfo2 walks malloc's bins: cheap, but not for every event of a 96K run. */
+#define HEAP_SAMPLE_EVERY 64u
+
+static void sample_heap(sim *s)
+{
+    struct mallinfo2 mi = mallinfo2();
+    if (mi.uordblks > s->heap_peak) s->heap_peak = mi.uordblks;
+    if (mi.hblkhd > s->mmap_peak) s->mmap_peak = mi.hblkhd;
+}
+
 /* rank 0 in events.tsv: a platform event (link_off, link_on, slow_link). */
 static void add_event(sim *s, int rank, const char *event, int iter, int world, const char *ms,
                       const char *hash)
@@ -1635,6 +1652,7 @@ static void add_event(sim *s, int rank, const char *event, int iter, int world, 
         s->cap_ev = cap;
     }
     event_row *e = &s->ev[s->nev++];
+    if (s->nev % HEAP_SAMPLE_EVERY == 0) sample_heap(s);
     e->t_ns = eccl_sg_now_ns();
     e->rank = rank;
     snprintf(e->event, sizeof e->event, "%s", event);
@@ -3775,14 +3793,17 @@ int main(int argc, char **argv)
                     "first_fault_s\t%s\ndetect_s\t%s\nallreduce_mean_before_slow_s\t%s\n"
                     "allreduce_mean_after_slow_s\t%s\nslowdown\t%s\nbuffers\t%s\nvalues\t%s\n"
                     "reduce_rate_Bps\t%.17g\ncopy_rate_Bps\t%.17g\nranks_per_host\t%d\n"
-                    "loopback_Bps\t%s\nloopback_latency_s\t%s\nbootstrap_s\t%s\nmessages\t%llu\n",
+                    "loopback_Bps\t%s\nloopback_latency_s\t%s\nbootstrap_s\t%s\nmessages\t%llu\n"
+                    "conns\t%llu\nwaits\t%llu\nheap_peak_bytes\t%zu\nmmap_peak_bytes\t%zu\n",
                 cfg.name, (unsigned long long)cfg.seed, cfg.platform, cfg.hosts, cfg.ranks,
                 cfg.count, cfg.iters, nkills, killed, survivors, cfg.expect_survivors, noticed,
                 failures, checks, s->nev, sim_time, (unsigned long long)s->ar_n, ar_mean, ar_min,
                 (unsigned long long)s->ar_failed, cfg.nfaults, dropped, joined, fault_t, detect, before_mean, after_mean, slowdown,
                 buffers_name(&cfg), cfg.phantom ? "unchecked" : "checked",
                 cfg.reduce_rate_Bps, cfg.copy_rate_Bps, cfg.ranks_per_host, lo_bw, lo_lat, boot,
-                (unsigned long long)eccl_sg_world_messages(s->w));
+                (unsigned long long)eccl_sg_world_messages(s->w),
+                (unsigned long long)eccl_sg_world_conns(s->w), (unsigned long long)eccl_sg_world_waits(s->w),
+                s->heap_peak, s->mmap_peak);
         /* Successful all-reduces by the algorithm that ran them (the
          * dispatcher's picks), only those that ran. */
         for (uint32_t a = 0; a < ECCL_ALGO_COUNT; a++)

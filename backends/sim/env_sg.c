@@ -235,7 +235,7 @@ static void sg_cond_destroy_(void *ctx, eccl_cond *c)
 
 static eccl_result sg_cond_wait_(void *ctx, eccl_cond *c, eccl_mutex *m, uint64_t deadline_ns)
 {
-    (void)ctx;
+    ((sg_env *)ctx)->w->waits++;
     if (deadline_ns == 0) {
         eccl_sg_cv_wait((sg_cv *)c, (sg_lock *)m, -1);
         return ECCL_OK;
@@ -343,6 +343,7 @@ static void dev_sleep(sg_env *e, double seconds)
     if (e->dev_debt_s < DEV_MIN_SLEEP_S) return;
     double t = e->dev_debt_s;
     e->dev_debt_s = 0;
+    e->w->waits++;
     sg_actor_sleep_for(t);
 }
 
@@ -958,6 +959,8 @@ eccl_result eccl_sg_world_set_net(eccl_sg_world *w, const eccl_sg_net_cfg *cfg)
 
 uint64_t eccl_sg_world_rdma_writes(const eccl_sg_world *w) { return w->rdma_writes; }
 uint64_t eccl_sg_world_messages(const eccl_sg_world *w) { return w->messages; }
+uint64_t eccl_sg_world_conns(const eccl_sg_world *w) { return w->conns; }
+uint64_t eccl_sg_world_waits(const eccl_sg_world *w) { return w->waits; }
 
 eccl_result eccl_sg_world_set_master_msg_cost(eccl_sg_world *w, double seconds)
 {

@@ -141,6 +141,13 @@ uint64_t eccl_sg_world_rdma_writes(const eccl_sg_world *w);
 /* Messages the net put on the wire so far (frames, handshakes, resets):
  * what a simulation's wall time is mostly made of. */
 uint64_t eccl_sg_world_messages(const eccl_sg_world *w);
+/* Connections opened so far, and the times an actor blocked (on a
+ * condition, for an arrival, in a sleep of CPU or device time): with
+ * messages, the simulated events a run is made of. Deterministic for a
+ * seed, so the scale guard (tests/sim/check_scale_guard.sh) compares them
+ * with a committed baseline. */
+uint64_t eccl_sg_world_conns(const eccl_sg_world *w);
+uint64_t eccl_sg_world_waits(const eccl_sg_world *w);
 
 /* CPU time the master spends on each control message it sends or takes
  * (a syscall, decoding, its bookkeeping), in seconds; 0 (the default) is

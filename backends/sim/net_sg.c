@@ -586,7 +586,10 @@ static int fate(const sg_env *e, const_sg_host_t host, int boot)
 /* The env's CPU time for one message (eccl_sg_world_set_master_msg_cost). */
 static void charge_msg(const sg_env *e)
 {
-    if (e->msg_cost_s > 0) sg_actor_sleep_for(e->msg_cost_s);
+    if (e->msg_cost_s > 0) {
+        e->w->waits++;
+        sg_actor_sleep_for(e->msg_cost_s);
+    }
 }
 
 static void send_ctl(sg_env *e, sg_mailbox_t to, const_sg_host_t host, int boot, int type,
@@ -1016,6 +1019,7 @@ static void receiver_main(int argc, char **argv)
         /* sg_comm_wait turns SimGrid's exceptions (a sender's host went
          * down mid-transfer) into an error code; sg_mailbox_get would
          * throw them through this C frame. */
+        e->w->waits++;
         sg_error_t err = sg_comm_wait(comm);
         if (err != SG_OK || !p) continue;
         sg_msg *m = p;
@@ -1047,6 +1051,7 @@ static void latency_receiver_main(int argc, char **argv)
     sg_actor_daemonize(sg_actor_self());
     while (!e->rx_done) {
         latency_catch_up(e);
+        e->w->waits++;
         eccl_sg_cv_wait(&e->cv, NULL, arrival_in(e));
     }
 }
@@ -1257,6 +1262,7 @@ static eccl_result sg_connect(void *ctx, const char *addr, void *user, eccl_conn
     if (strncmp(addr, "ibv:", 4) == 0) addr += 4;
     eccl_conn *c = conn_new(e, user, addr);
     if (!c) return ECCL_ERR_NO_MEMORY;
+    e->w->conns++;
     eccl_listener *l = registry_find(e->w, addr);
     conn_link(e, c);
     cand_add(c);
@@ -1557,6 +1563,7 @@ static int sg_wait(void *ctx, uint64_t deadline_ns, void **ready, int max)
          * single-threaded owner handles them before anything else. */
         double t = e->msg_debt_s;
         e->msg_debt_s = 0;
+        e->w->waits++;
         sg_actor_sleep_for(t);
     }
     uint64_t gen = e->wake_gen;
@@ -1570,6 +1577,7 @@ static int sg_wait(void *ctx, uint64_t deadline_ns, void **ready, int max)
         /* Latency net: sleep no later than the next arrival. */
         double due = arrival_in(e);
         if (deadline_ns == UINT64_MAX) {
+            e->w->waits++;
             eccl_sg_cv_wait(&e->cv, NULL, due);
             slept = 1;
             continue;
@@ -1577,6 +1585,7 @@ static int sg_wait(void *ctx, uint64_t deadline_ns, void **ready, int max)
         uint64_t now = now_ns();
         if (now >= deadline_ns) break;
         double left = (double)(deadline_ns - now) / 1e9;
+        e->w->waits++;
         eccl_sg_cv_wait(&e->cv, NULL, due >= 0 && due < left ? due : left);
         slept = 1;
     }

@@ -119,6 +119,9 @@ struct eccl_sg_world {
     eccl_sg_net_cfg net;     /* the transport of comms' envs from now on */
     uint64_t rdma_writes;    /* RDMA writes applied at their target (verbs_sg.c) */
     uint64_t messages;       /* net_sg messages put on the wire (post_as) */
+    uint64_t conns;          /* connections opened (sg_connect) */
+    uint64_t waits;          /* times an actor blocked: on a condition, for
+                                an arrival, or in a sleep of CPU time */
     /* net model "latency" (eccl_sg_world_set_net_model): a message arrives
      * after its route's latency + size / bandwidth, with no flow sharing,
      * straight into the destination env's arrivals (no SimGrid comm, no

@@ -133,7 +133,27 @@
  * it: 53% and 60%), its wrong picks costing +12% and +10% on average over
  * all sizes (before: +36% and +45%), counting the chain's simulated losses
  * past 4 MiB against it. A site with real hosts measures with
- * eccl-tune; its ECCL_TUNE rules come first. */
+ * eccl-tune; its ECCL_TUNE rules come first.
+ *
+ * The sweeps ran worlds of 6 to 96 ranks, so their all-reduce rules stop
+ * at N = 96 (issue 25: applied at 96K ranks, recursive doubling made every
+ * rank of an 8-byte call open ceil(log2 N) = 17 peer links, one after
+ * another on the call's critical path, where the tree opens at most
+ * three). Beyond, the alpha-beta model decides, counting links:
+ *   - up to 64 KiB the tree, as for every other world: 2 log2 N latencies
+ *     against recursive doubling's log2 N, but each of recursive doubling's
+ *     rounds on a first call waits for a new connection (a TCP handshake
+ *     and eccl's hello, or a QP brought up: one to several round trips,
+ *     each costing about as much as the round itself), and every rank then
+ *     keeps log2 N links and their buffers where the tree keeps three;
+ *   - above, recursive halving and doubling: its 2 log2 N steps against the
+ *     hierarchy's 2 (L - 1) + 2 (H - 1), whose inter-host sub-rings grow with
+ *     the hosts (at H = 12,000 a 1 MiB call is some 24,000 steps of a few
+ *     bytes), at the same bytes per rank; the sweeps already showed it
+ *     overtaking the hierarchy from H = 16 at L = 2. Its log2 N links are
+ *     paid once per comm and amortised by calls this large.
+ * Broadcast and reduce keep their binomial rules at any N: log depth, and
+ * a rank opens links to its parent and, on average, one child. */
 #define RULE(coll, n0, n1, bytes, alg, l0, l1)                                                          \
     {.kind = ECCL_COLL_##coll, .algo = ECCL_ALGO_##alg, .nmin = (n0), .nmax = (n1), .max_bytes = (bytes), \
      .lmin = (l0), .lmax = (l1)}
@@ -144,15 +164,19 @@
  * 96K-rank run holds 96K comms). Host-regular worlds (ppn 2 and more)
  * first: the simulated sweeps above; then every world: loopback. */
 static const eccl_dispatch_rule builtin[] = {
-    RULE(ALLREDUCE, 4, ANY, 2048, RECURSIVE, 2, ANY),
+    RULE(ALLREDUCE, 4, 96, 2048, RECURSIVE, 2, ANY),
     RULE(ALLREDUCE, 4, 16, ALL_BYTES, HIER, 2, 2), /* two or three a host: while hosts H = N / L <= 8 */
     RULE(ALLREDUCE, 4, 24, ALL_BYTES, HIER, 3, 3),
-    RULE(ALLREDUCE, 4, ANY, ALL_BYTES, HIER, 4, ANY),
-    RULE(ALLREDUCE, 4, ANY, ALL_BYTES, RECURSIVE, 2, 3),
+    RULE(ALLREDUCE, 4, 96, ALL_BYTES, HIER, 4, ANY),
+    RULE(ALLREDUCE, 4, 96, ALL_BYTES, RECURSIVE, 2, 3),
     RULE(BROADCAST, 4, ANY, 4194304, BINOMIAL, 2, ANY),
     RULE(REDUCE, 4, 16, 131072, BINOMIAL, 2, ANY),
     RULE(REDUCE, 4, 16, ALL_BYTES, CHAIN, 2, ANY),
     RULE(REDUCE, 17, ANY, ALL_BYTES, BINOMIAL, 2, ANY),
+    /* Host-regular beyond the sweeps' 96 ranks: the alpha-beta model,
+     * counting links (see above). */
+    RULE(ALLREDUCE, 97, ANY, 65536, TREE, 2, ANY),
+    RULE(ALLREDUCE, 97, ANY, ALL_BYTES, RECURSIVE, 2, ANY),
 
     RULE(ALLREDUCE, 3, 4, 65536, RECURSIVE, 0, ANY),
     RULE(ALLREDUCE, 3, ANY, 65536, TREE, 0, ANY),
