@@ -1944,24 +1944,25 @@ static void test_batch_roundtrip(void **state)
     assert_int_equal(decode_frame(f, len, &m), ECCL_OK);
     assert_int_equal(m.type, ECCL_MSG_BATCH);
     assert_int_equal(m.u.batch.n, 3);
-    uint32_t pos = 0, h, fl;
+    uint32_t pos = 0, h, c, fl;
     const uint8_t *e;
-    assert_true(eccl_wire_batch_next(&m.u.batch, &pos, &h, &e, &fl));
+    assert_true(eccl_wire_batch_next(&m.u.batch, &pos, &h, &c, &e, &fl));
     assert_int_equal(h, 0);
+    assert_int_equal(c, 1);
     eccl_msg in;
     assert_int_equal(decode_frame(e, fl, &in), ECCL_OK);
     assert_int_equal(in.type, ECCL_MSG_REGISTER);
     assert_int_equal(in.u.reg.peer_group, 7);
     assert_string_equal(in.u.reg.p2p_addr, "10.0.0.1:4242");
-    assert_true(eccl_wire_batch_next(&m.u.batch, &pos, &h, &e, &fl));
+    assert_true(eccl_wire_batch_next(&m.u.batch, &pos, &h, &c, &e, &fl));
     assert_int_equal(h, 3);
     assert_int_equal(fl, 0);
     assert_null(e);
-    assert_true(eccl_wire_batch_next(&m.u.batch, &pos, &h, &e, &fl));
+    assert_true(eccl_wire_batch_next(&m.u.batch, &pos, &h, &c, &e, &fl));
     assert_int_equal(h, 1);
     assert_int_equal(decode_frame(e, fl, &in), ECCL_OK);
     assert_int_equal(in.type, ECCL_MSG_HEARTBEAT);
-    assert_false(eccl_wire_batch_next(&m.u.batch, &pos, &h, &e, &fl));
+    assert_false(eccl_wire_batch_next(&m.u.batch, &pos, &h, &c, &e, &fl));
     /* Re-encoded as decoded: the same bytes (a relay may forward it). */
     uint8_t again[1024];
     assert_int_equal(eccl_wire_encode(&m, again, sizeof again), len);
@@ -1988,6 +1989,87 @@ static void test_batch_roundtrip(void **state)
     free(f);
 }
 
+
+/* Reads every entry of a decoded batch into (handle, count, frame length). */
+static uint32_t batch_entries(const eccl_msg_batch *mb, uint32_t (*out)[3], uint32_t max)
+{
+    uint32_t pos = 0, h, c, fl, n = 0;
+    const uint8_t *e;
+    while (n < max && eccl_wire_batch_next(mb, &pos, &h, &c, &e, &fl)) {
+        out[n][0] = h, out[n][1] = c, out[n][2] = fl;
+        n++;
+    }
+    return n;
+}
+
+/* The same frame for consecutive handles folds into one span entry, in
+ * either direction; anything else (another frame, a gap, a gone entry, a
+ * handle in between) starts a new entry, so no frame passes another. */
+static void test_batch_span(void **state)
+{
+    (void)state;
+    eccl_wire_batch b = {0};
+    eccl_msg done = {.type = ECCL_MSG_TOPO_DONE}, other = {.type = ECCL_MSG_TOPO_DONE};
+    done.u.epoch.epoch = 5;
+    other.u.epoch.epoch = 6;
+    for (uint32_t h = 10; h < 14; h++) {
+        assert_int_equal(eccl_wire_batch_add(&b, h, &done), ECCL_OK);
+        assert_int_equal(b.folded, h > 10);
+    }
+    assert_int_equal(eccl_wire_batch_add(&b, 9, &done), ECCL_OK); /* below the span */
+    assert_true(b.folded);
+    assert_int_equal(eccl_wire_batch_add(&b, 14, &other), ECCL_OK); /* another frame */
+    assert_false(b.folded);
+    assert_int_equal(eccl_wire_batch_add(&b, 16, &other), ECCL_OK); /* a gap */
+    assert_false(b.folded);
+    assert_int_equal(eccl_wire_batch_add(&b, 17, NULL), ECCL_OK); /* gone: never folded */
+    assert_int_equal(eccl_wire_batch_add(&b, 18, NULL), ECCL_OK);
+    assert_false(b.folded);
+    assert_int_equal(eccl_wire_batch_add(&b, ECCL_WIRE_BATCH_SPAN, &done), ECCL_ERR_INVALID_ARG);
+    assert_int_equal(b.n, 5);
+    uint32_t len;
+    uint8_t *f = eccl_wire_batch_take(&b, &len);
+    eccl_msg m;
+    assert_int_equal(decode_frame(f, len, &m), ECCL_OK);
+    assert_int_equal(m.u.batch.n, 5);
+    uint32_t got[8][3];
+    assert_int_equal(batch_entries(&m.u.batch, got, 8), 5);
+    const uint32_t want[5][3] = {{9, 5, 20}, {14, 1, 20}, {16, 1, 20}, {17, 1, 0}, {18, 1, 0}};
+    assert_memory_equal(got, want, sizeof want);
+    uint8_t again[512];
+    assert_int_equal(eccl_wire_encode(&m, again, sizeof again), len);
+    assert_memory_equal(again, f, len);
+
+    /* Malformed spans are refused at decode: the payload is the count,
+     * then the span (handle | SPAN, length, count, frame). */
+    eccl_wire_header hdr;
+    assert_int_equal(eccl_wire_header_decode(f, &hdr), ECCL_OK);
+    uint8_t *p = f + ECCL_WIRE_HEADER_SIZE;
+    assert_int_equal(p[4 + 3], 0x80); /* the span flag */
+    assert_int_equal(p[4 + 8], 5);    /* its count */
+    p[4 + 8] = 1; /* a span of one: a plain entry has one encoding */
+    assert_int_equal(eccl_wire_decode(ECCL_MSG_BATCH, p, hdr.length, &m), ECCL_ERR_PROTOCOL);
+    p[4 + 8] = 0;
+    assert_int_equal(eccl_wire_decode(ECCL_MSG_BATCH, p, hdr.length, &m), ECCL_ERR_PROTOCOL);
+    p[4 + 8] = 5;
+    p[4 + 0] = 0xff, p[4 + 1] = 0xff, p[4 + 2] = 0xff, p[4 + 3] = 0xff; /* past the last handle */
+    assert_int_equal(eccl_wire_decode(ECCL_MSG_BATCH, p, hdr.length, &m), ECCL_ERR_PROTOCOL);
+    p[4 + 0] = 0xfb, p[4 + 1] = 0xff, p[4 + 2] = 0xff, p[4 + 3] = 0xff; /* ends at the last: fine */
+    assert_int_equal(eccl_wire_decode(ECCL_MSG_BATCH, p, hdr.length, &m), ECCL_OK);
+    p[4 + 0] = 9, p[4 + 1] = 0, p[4 + 2] = 0, p[4 + 3] = 0x80;
+    p[4 + 12 + 1] ^= 1; /* the span's frame */
+    assert_int_equal(eccl_wire_decode(ECCL_MSG_BATCH, p, hdr.length, &m), ECCL_ERR_PROTOCOL);
+    p[4 + 12 + 1] ^= 1;
+    assert_int_equal(eccl_wire_decode(ECCL_MSG_BATCH, p, 4 + 10, &m), ECCL_ERR_PROTOCOL); /* cut in its head */
+    assert_int_equal(eccl_wire_decode(ECCL_MSG_BATCH, p, hdr.length, &m), ECCL_OK);
+    free(f);
+
+    /* A gone span (length 0) does not exist: one by one, as a relay
+     * reports losses. */
+    uint8_t gone[4 + 12] = {1, 0, 0, 0, 3, 0, 0, 0x80, 0, 0, 0, 0, 2, 0, 0, 0};
+    assert_int_equal(eccl_wire_decode(ECCL_MSG_BATCH, gone, sizeof gone, &m), ECCL_ERR_PROTOCOL);
+}
+
 /* The owner's send, as eccl_wire_batch_put calls it: counts, and empties
  * the batch as taking it would. */
 static eccl_wire_batch *g_put_batch;
@@ -2007,7 +2089,8 @@ static void test_batch_bound(void **state)
     memset(reg.u.reg.p2p_addr, 'a', ECCL_WIRE_MAX_ADDR);
     uint32_t added = 0;
     eccl_result rc;
-    while ((rc = eccl_wire_batch_add(&b, added, &reg)) == ECCL_OK) added++;
+    /* Frames differ (the group), so none folds into a span. */
+    while ((rc = eccl_wire_batch_add(&b, added, &reg)) == ECCL_OK) reg.u.reg.peer_group = ++added;
     assert_int_equal(rc, ECCL_ERR_AGAIN);
     assert_true(added > 1000);
     uint32_t len;
@@ -2019,6 +2102,7 @@ static void test_batch_bound(void **state)
     free(f);
     assert_int_equal(eccl_wire_batch_add(&b, added, &reg), ECCL_OK);
     eccl_wire_batch_free(&b);
+    reg.u.reg.peer_group = 0;
 
     /* put: the owner is asked to send exactly when the batch is full, and
      * the entry then starts the next batch. */
@@ -2026,7 +2110,7 @@ static void test_batch_bound(void **state)
     g_put_batch = &b;
     while (sends == 0) {
         assert_int_equal(eccl_wire_batch_put(&b, count_send, &sends, n, &reg, NULL, 0), ECCL_OK);
-        n++;
+        reg.u.reg.peer_group = ++n;
     }
     assert_int_equal(n, added + 1);
     assert_int_equal(b.n, 1);
@@ -2038,6 +2122,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_batch_roundtrip),
         cmocka_unit_test(test_batch_bound),
+        cmocka_unit_test(test_batch_span),
         cmocka_unit_test(test_max_length),
         cmocka_unit_test(test_roundtrip_extremes),
         cmocka_unit_test(test_golden_bytes),

@@ -222,9 +222,12 @@ static void relay_flush_cb(void *r) { relay_flush(r); }
  * and its peers with it: they would wait for the entry forever. */
 static void relay_put(mpeer *p, const eccl_msg *msg)
 {
-    eccl_clock_work(p->via->ch.env, 1);
     eccl_result rc =
         eccl_wire_batch_put(&p->via->out, relay_flush_cb, p->via, p->handle, msg, NULL, 0);
+    /* The same decision for the relay's next handle grows the last entry
+     * (a span, wire.h) instead of adding one: the relay expands it, so a
+     * vote's answer costs the master an entry per relay, not per peer. */
+    if (rc != ECCL_OK || !p->via->out.folded) eccl_clock_work(p->via->ch.env, 1);
     if (rc != ECCL_OK && p->via->out_err == ECCL_OK) p->via->out_err = rc;
 }
 
@@ -1336,23 +1339,30 @@ static mpeer *relay_kid_new(eccl_master *m, mpeer *r, uint32_t h)
 
 static eccl_result on_batch(eccl_master *m, mpeer *r, const eccl_msg_batch *b)
 {
-    uint32_t pos = 0, h, len;
+    uint32_t pos = 0, h0, count, len;
     const uint8_t *f;
-    while (!r->ch.closed && eccl_wire_batch_next(b, &pos, &h, &f, &len)) {
+    while (!r->ch.closed && eccl_wire_batch_next(b, &pos, &h0, &count, &f, &len)) {
+        /* An entry is decoded once, a span's frame too (the same vote of
+         * `count` peers), then applied to each of its peers. */
         eccl_clock_work(m->env, 1);
-        mpeer *p = h < r->n_kids ? r->kids[h] : NULL;
-        if (!len) { /* the relay lost it */
-            if (p) drop_peer(m, p, ECCL_ERR_CLOSED);
-            continue;
-        }
-        if (!p && h < r->n_kids) continue; /* dropped here; the relay will hear */
-        if (!p && !(p = relay_kid_new(m, r, h))) return ECCL_ERR_PROTOCOL;
         eccl_wire_header hdr;
         eccl_msg msg;
-        eccl_result rc = eccl_wire_header_decode(f, &hdr);
-        if (rc == ECCL_OK) rc = eccl_wire_decode(hdr.type, f + ECCL_WIRE_HEADER_SIZE, hdr.length, &msg);
-        if (rc == ECCL_OK) rc = peer_on_msg(m, &p->ch, &msg);
-        if (rc != ECCL_OK) drop_peer(m, p, rc == ECCL_ERR_PROTOCOL ? ECCL_ERR_PROTOCOL : ECCL_ERR_CLOSED);
+        eccl_result drc = ECCL_OK;
+        if (len) {
+            drc = eccl_wire_header_decode(f, &hdr);
+            if (drc == ECCL_OK) drc = eccl_wire_decode(hdr.type, f + ECCL_WIRE_HEADER_SIZE, hdr.length, &msg);
+        }
+        for (uint32_t h = h0; h - h0 < count && !r->ch.closed; h++) {
+            mpeer *p = h < r->n_kids ? r->kids[h] : NULL;
+            if (!len) { /* the relay lost it */
+                if (p) drop_peer(m, p, ECCL_ERR_CLOSED);
+                continue;
+            }
+            if (!p && h < r->n_kids) continue; /* dropped here; the relay will hear */
+            if (!p && !(p = relay_kid_new(m, r, h))) return ECCL_ERR_PROTOCOL;
+            eccl_result rc = drc == ECCL_OK ? peer_on_msg(m, &p->ch, &msg) : drc;
+            if (rc != ECCL_OK) drop_peer(m, p, rc == ECCL_ERR_PROTOCOL ? ECCL_ERR_PROTOCOL : ECCL_ERR_CLOSED);
+        }
     }
     return ECCL_OK;
 }

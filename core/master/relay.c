@@ -175,7 +175,6 @@ static void kid_drop(eccl_relay *r, rkid *k, int tell)
 static eccl_result kid_relay_entry(eccl_relay *r, rkid *k, uint32_t h, const uint8_t *f,
                                    uint32_t len)
 {
-    eccl_clock_work(r->env, 1);
     if (h > k->n_map) return ECCL_ERR_PROTOCOL; /* handles come in order */
     if (h == k->n_map) {
         if (!len) return ECCL_OK; /* gone before it said anything */
@@ -213,11 +212,16 @@ static eccl_result kid_on_msg(void *owner, eccl_chan *ch, const eccl_msg *m)
     }
     if (k->is_relay) {
         if (m->type != ECCL_MSG_BATCH) return ECCL_ERR_PROTOCOL;
-        uint32_t pos = 0, h, len;
+        uint32_t pos = 0, h, count, len;
         const uint8_t *f;
-        while (eccl_wire_batch_next(&m->u.batch, &pos, &h, &f, &len)) {
-            eccl_result rc = kid_relay_entry(r, k, h, f, len);
-            if (rc != ECCL_OK) return rc;
+        while (eccl_wire_batch_next(&m->u.batch, &pos, &h, &count, &f, &len)) {
+            /* A span: its handles map to ours one by one, and fold again
+             * upward where ours are consecutive too. */
+            eccl_clock_work(r->env, 1);
+            for (uint32_t i = 0; i < count; i++) {
+                eccl_result rc = kid_relay_entry(r, k, h + i, f, len);
+                if (rc != ECCL_OK) return rc;
+            }
         }
         return ECCL_OK;
     }
@@ -286,32 +290,38 @@ static eccl_result up_on_msg(void *owner, eccl_chan *ch, const eccl_msg *m)
     (void)ch;
     if (m->type == ECCL_MSG_HEARTBEAT) return ECCL_OK;
     if (m->type != ECCL_MSG_BATCH) return ECCL_ERR_PROTOCOL;
-    uint32_t pos = 0, h, len;
+    uint32_t pos = 0, h0, count, len;
     const uint8_t *f;
-    while (eccl_wire_batch_next(&m->u.batch, &pos, &h, &f, &len)) {
-        if (h >= r->n_route) return ECCL_ERR_PROTOCOL;
-        rroute *rt = &r->route[h];
-        rkid *k = rt->kid;
-        if (!k) continue; /* gone here: the parent hears it from us */
-        if (rt->sub != NO_HANDLE) {
-            eccl_clock_work(r->env, 1);
-            eccl_result rc = eccl_wire_batch_put(&k->out, kid_batch_flush_cb, k, rt->sub, NULL, f, len);
-            if (rc != ECCL_OK && k->out_err == ECCL_OK) k->out_err = rc;
-            kid_mark_dirty(r, k);
-            if (!len) {
-                rt->kid = NULL;
-                k->map[rt->sub] = NO_HANDLE;
+    while (eccl_wire_batch_next(&m->u.batch, &pos, &h0, &count, &f, &len)) {
+        if (h0 >= r->n_route || count > r->n_route - h0) return ECCL_ERR_PROTOCOL;
+        /* A span is one decision for each of its handles: expanded here,
+         * where each is a child's frame or an entry for a child relay
+         * (folding again where its handles are consecutive). */
+        for (uint32_t h = h0; h - h0 < count; h++) {
+            rroute *rt = &r->route[h];
+            rkid *k = rt->kid;
+            if (!k) continue; /* gone here: the parent hears it from us */
+            if (rt->sub != NO_HANDLE) {
+                eccl_result rc =
+                    eccl_wire_batch_put(&k->out, kid_batch_flush_cb, k, rt->sub, NULL, f, len);
+                if (rc != ECCL_OK || !k->out.folded) eccl_clock_work(r->env, 1);
+                if (rc != ECCL_OK && k->out_err == ECCL_OK) k->out_err = rc;
+                kid_mark_dirty(r, k);
+                if (!len) {
+                    rt->kid = NULL;
+                    k->map[rt->sub] = NO_HANDLE;
+                }
+                continue;
             }
-            continue;
+            if (!len) { /* the parent dropped it: it knows */
+                kid_drop(r, k, 0);
+                continue;
+            }
+            uint8_t *copy = malloc(len);
+            if (!copy) return ECCL_ERR_NO_MEMORY;
+            memcpy(copy, f, len);
+            if (eccl_chan_send_frame(&k->ch, copy, len) == ECCL_OK) eccl_chan_flush(&k->ch);
         }
-        if (!len) { /* the parent dropped it: it knows */
-            kid_drop(r, k, 0);
-            continue;
-        }
-        uint8_t *copy = malloc(len);
-        if (!copy) return ECCL_ERR_NO_MEMORY;
-        memcpy(copy, f, len);
-        if (eccl_chan_send_frame(&k->ch, copy, len) == ECCL_OK) eccl_chan_flush(&k->ch);
     }
     return ECCL_OK;
 }

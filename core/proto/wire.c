@@ -519,9 +519,9 @@ static void put_payload(wbuf *w, const eccl_msg *m)
     }
     case ECCL_MSG_BATCH: {
         /* Re-encoding a decoded batch (tests, forwarding): entries as they are. */
-        uint32_t pos = 0, h, n = 0, fl;
+        uint32_t pos = 0, h, c, n = 0, fl;
         const uint8_t *f;
-        while (eccl_wire_batch_next(&m->u.batch, &pos, &h, &f, &fl)) n++;
+        while (eccl_wire_batch_next(&m->u.batch, &pos, &h, &c, &f, &fl)) n++;
         if (n != m->u.batch.n || pos != m->u.batch.len || w->cap - w->pos < 4u + pos) {
             w->bad = 1;
             break;
@@ -795,9 +795,9 @@ static void get_payload(rbuf *r, uint16_t type, eccl_msg *m)
         m->u.batch.packed = r->p + r->pos;
         m->u.batch.len = (uint32_t)(r->len - r->pos);
         /* Every entry is checked now, so delivery can trust the bounds. */
-        uint32_t pos = 0, h, fl, n = 0;
+        uint32_t pos = 0, h, c, fl, n = 0;
         const uint8_t *f;
-        while (eccl_wire_batch_next(&m->u.batch, &pos, &h, &f, &fl)) n++;
+        while (eccl_wire_batch_next(&m->u.batch, &pos, &h, &c, &f, &fl)) n++;
         if (n != m->u.batch.n || pos != m->u.batch.len) r->bad = 1;
         r->pos = r->len;
         break;
@@ -810,7 +810,8 @@ static void get_payload(rbuf *r, uint16_t type, eccl_msg *m)
 
 /* ---- batches ------------------------------------------------------------------- */
 
-#define BATCH_ENTRY_HEAD 8u
+#define BATCH_ENTRY_HEAD 8u  /* handle, length */
+#define BATCH_SPAN_HEAD 12u  /* handle | SPAN, length, count */
 
 static uint32_t le32(const uint8_t *p)
 {
@@ -828,17 +829,28 @@ static int batch_frame_ok(const uint8_t *f, uint32_t len)
 }
 
 int eccl_wire_batch_next(const eccl_msg_batch *b, uint32_t *pos, uint32_t *handle,
-                         const uint8_t **frame, uint32_t *frame_len)
+                         uint32_t *count, const uint8_t **frame, uint32_t *frame_len)
 {
     if (*pos >= b->len || b->len - *pos < BATCH_ENTRY_HEAD) return 0;
     const uint8_t *e = b->packed + *pos;
-    uint32_t len = le32(e + 4);
-    if (len > b->len - *pos - BATCH_ENTRY_HEAD) return 0;
-    if (len && !batch_frame_ok(e + BATCH_ENTRY_HEAD, len)) return 0;
-    *handle = le32(e);
-    *frame = len ? e + BATCH_ENTRY_HEAD : NULL;
+    uint32_t h = le32(e), len = le32(e + 4), head = BATCH_ENTRY_HEAD, n = 1;
+    if (h & ECCL_WIRE_BATCH_SPAN) {
+        /* One frame for `n` consecutive handles: n >= 2 (one is a plain
+         * entry, so every batch has one encoding), within the handle range,
+         * never a gone entry (a relay reports losses one by one). */
+        if (b->len - *pos < BATCH_SPAN_HEAD) return 0;
+        h &= ~ECCL_WIRE_BATCH_SPAN;
+        n = le32(e + 8);
+        head = BATCH_SPAN_HEAD;
+        if (n < 2 || n - 1 > ECCL_WIRE_BATCH_MAX_HANDLE - h || !len) return 0;
+    }
+    if (len > b->len - *pos - head) return 0;
+    if (len && !batch_frame_ok(e + head, len)) return 0;
+    *handle = h;
+    *count = n;
+    *frame = len ? e + head : NULL;
     *frame_len = len;
-    *pos += BATCH_ENTRY_HEAD + len;
+    *pos += head + len;
     return 1;
 }
 
@@ -865,18 +877,59 @@ static void batch_entry_head(eccl_wire_batch *b, uint32_t handle, uint32_t len)
     wbuf w = {b->buf + b->len, BATCH_ENTRY_HEAD, 0, 0};
     put_u32(&w, handle);
     put_u32(&w, len);
+    b->last = b->len;
     b->len += BATCH_ENTRY_HEAD;
     b->n++;
+}
+
+/* Folds the entry just written at b->len (frame f of len bytes, inside the
+ * buffer, not yet counted) into the batch's last entry when that carries
+ * the same frame for the handles right next to `handle`: identical
+ * decisions for the peers behind one relay travel once (docs/protocol.md,
+ * "Relays"). Only the last entry grows, so no entry moves past another and
+ * each peer's frames keep their order. Returns 1 when folded. */
+static int batch_fold(eccl_wire_batch *b, uint32_t handle, const uint8_t *f, uint32_t len)
+{
+    if (!b->n || !len || handle > ECCL_WIRE_BATCH_MAX_HANDLE) return 0;
+    uint8_t *e = b->buf + b->last;
+    uint32_t h = le32(e), n = 1, head = BATCH_ENTRY_HEAD;
+    if (h & ECCL_WIRE_BATCH_SPAN) {
+        h &= ~ECCL_WIRE_BATCH_SPAN;
+        n = le32(e + 8);
+        head = BATCH_SPAN_HEAD;
+    }
+    if (le32(e + 4) != len || memcmp(e + head, f, len) != 0) return 0;
+    uint32_t first;
+    if (h + n == handle && handle <= ECCL_WIRE_BATCH_MAX_HANDLE) first = h;
+    else if (handle + 1 == h) first = handle;
+    else return 0;
+    if (head == BATCH_ENTRY_HEAD) {
+        /* The room the new entry's head took holds the count: shift the
+         * frame up by 4 (it ends where the new entry begins). */
+        memmove(e + BATCH_SPAN_HEAD, e + BATCH_ENTRY_HEAD, len);
+        b->len += BATCH_SPAN_HEAD - BATCH_ENTRY_HEAD;
+    }
+    wbuf w = {e, BATCH_SPAN_HEAD, 0, 0};
+    put_u32(&w, first | ECCL_WIRE_BATCH_SPAN);
+    put_u32(&w, len);
+    put_u32(&w, n + 1);
+    return 1;
 }
 
 eccl_result eccl_wire_batch_add_frame(eccl_wire_batch *b, uint32_t handle,
                                       const uint8_t *frame, uint32_t frame_len)
 {
+    if (handle > ECCL_WIRE_BATCH_MAX_HANDLE) return ECCL_ERR_INVALID_ARG;
     if (frame_len && !batch_frame_ok(frame, frame_len)) return ECCL_ERR_INVALID_ARG;
-    eccl_result rc = batch_reserve(b, BATCH_ENTRY_HEAD + (size_t)frame_len);
+    b->folded = 0;
+    eccl_result rc = batch_reserve(b, BATCH_SPAN_HEAD + (size_t)frame_len);
     if (rc != ECCL_OK) return rc;
+    if (frame_len) memcpy(b->buf + b->len + BATCH_ENTRY_HEAD, frame, frame_len);
+    if (batch_fold(b, handle, b->buf + b->len + BATCH_ENTRY_HEAD, frame_len)) {
+        b->folded = 1;
+        return ECCL_OK;
+    }
     batch_entry_head(b, handle, frame_len);
-    if (frame_len) memcpy(b->buf + b->len, frame, frame_len);
     b->len += frame_len;
     return ECCL_OK;
 }
@@ -884,10 +937,12 @@ eccl_result eccl_wire_batch_add_frame(eccl_wire_batch *b, uint32_t handle,
 eccl_result eccl_wire_batch_add(eccl_wire_batch *b, uint32_t handle, const eccl_msg *m)
 {
     if (!m) return eccl_wire_batch_add_frame(b, handle, NULL, 0);
-    if (m->type == ECCL_MSG_DATA || m->type == ECCL_MSG_BATCH || m->type == ECCL_MSG_RELAY_HELLO)
+    if (handle > ECCL_WIRE_BATCH_MAX_HANDLE || m->type == ECCL_MSG_DATA ||
+        m->type == ECCL_MSG_BATCH || m->type == ECCL_MSG_RELAY_HELLO)
         return ECCL_ERR_INVALID_ARG;
+    b->folded = 0;
     size_t max = ECCL_WIRE_HEADER_SIZE + max_length(m->type);
-    eccl_result rc = batch_reserve(b, BATCH_ENTRY_HEAD + max);
+    eccl_result rc = batch_reserve(b, BATCH_SPAN_HEAD + max);
     if (rc == ECCL_ERR_AGAIN && b->n == 0) return ECCL_ERR_INVALID_ARG;
     if (rc == ECCL_ERR_AGAIN) {
         /* The bound may still fit the message as encoded: encode aside. */
@@ -899,8 +954,13 @@ eccl_result eccl_wire_batch_add(eccl_wire_batch *b, uint32_t handle, const eccl_
         return rc;
     }
     if (rc != ECCL_OK) return rc;
-    size_t n = eccl_wire_encode(m, b->buf + b->len + BATCH_ENTRY_HEAD, max);
+    uint8_t *f = b->buf + b->len + BATCH_ENTRY_HEAD;
+    size_t n = eccl_wire_encode(m, f, max);
     if (!n) return ECCL_ERR_INVALID_ARG;
+    if (batch_fold(b, handle, f, (uint32_t)n)) {
+        b->folded = 1;
+        return ECCL_OK;
+    }
     batch_entry_head(b, handle, (uint32_t)n);
     b->len += n;
     return ECCL_OK;

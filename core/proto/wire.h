@@ -444,9 +444,18 @@ typedef struct eccl_msg_relay_hello { /* RELAY_HELLO */
 /* BATCH: `n` entries, each a u32 handle (the relay's name for one peer
  * behind it), a u32 length and that many bytes of one whole control frame
  * (any type but DATA, RELAY_HELLO and BATCH). A length of 0 is no frame: the
- * peer is gone (upward) or is to be disconnected (downward). Decoding checks
- * every entry's bounds and frame header; the frames' payloads are decoded
- * when delivered. Decoded, `packed` borrows the frame. */
+ * peer is gone (upward) or is to be disconnected (downward). A *span* entry
+ * carries one frame for several peers: its handle word is the first handle
+ * | ECCL_WIRE_BATCH_SPAN, then the length, then a u32 count (2 or more,
+ * the last handle within ECCL_WIRE_BATCH_MAX_HANDLE), then the frame (never
+ * a gone entry): the frame as if sent to handles first .. first+count-1,
+ * in that order. Identical decisions for the peers behind one relay (a
+ * vote's answer, TOPO_DONE, a view query) thus travel once per relay, and
+ * the relay expands them. Decoding checks every entry's bounds and frame
+ * header; the frames' payloads are decoded when delivered. Decoded,
+ * `packed` borrows the frame. */
+#define ECCL_WIRE_BATCH_SPAN 0x80000000u
+#define ECCL_WIRE_BATCH_MAX_HANDLE 0x7FFFFFFFu
 typedef struct eccl_msg_batch {
     uint32_t n;
     uint32_t len;          /* bytes at `packed` */
@@ -459,6 +468,8 @@ typedef struct eccl_wire_batch {
     uint8_t *buf;
     size_t len, cap;
     uint32_t n;
+    size_t last; /* offset of the last entry, which the next may fold into */
+    int folded;  /* the last add folded into the entry before (no new entry) */
 } eccl_wire_batch;
 
 /* Every decoded control message. */
@@ -528,13 +539,19 @@ int eccl_wire_peer_reply_next(const eccl_msg_peer_reply *m, uint32_t *pos, uint3
                               eccl_wire_peer_entry *out);
 
 /* Reads the next entry of a decoded BATCH; *pos starts at 0. Returns 0
- * past the end. *frame_len 0: a "gone" entry (*frame NULL). */
+ * past the end. The entry is for handles *handle .. *handle + *count - 1
+ * (*count 1 for a plain entry). *frame_len 0: a "gone" entry (*frame NULL,
+ * *count 1). */
 int eccl_wire_batch_next(const eccl_msg_batch *b, uint32_t *pos, uint32_t *handle,
-                         const uint8_t **frame, uint32_t *frame_len);
-/* Appends to `b` an entry for `handle`: message m encoded (m NULL: a gone
- * entry), or an already encoded frame. ECCL_ERR_AGAIN: it would pass
- * ECCL_WIRE_MAX_BATCH (take the batch, then add again); ECCL_ERR_INVALID_ARG:
- * m does not encode; ECCL_ERR_NO_MEMORY. */
+                         uint32_t *count, const uint8_t **frame, uint32_t *frame_len);
+/* Appends to `b` an entry for `handle` (<= ECCL_WIRE_BATCH_MAX_HANDLE):
+ * message m encoded (m NULL: a gone entry), or an already encoded frame.
+ * When the batch's last entry carries the very same frame for the handle
+ * just below or above `handle`, it grows into (or by one more) span entry
+ * instead, and b->folded is set. ECCL_ERR_AGAIN: it would pass
+ * ECCL_WIRE_MAX_BATCH (take the batch, then add again);
+ * ECCL_ERR_INVALID_ARG: m does not encode, or the handle is out of range;
+ * ECCL_ERR_NO_MEMORY. */
 eccl_result eccl_wire_batch_add(eccl_wire_batch *b, uint32_t handle, const eccl_msg *m);
 eccl_result eccl_wire_batch_add_frame(eccl_wire_batch *b, uint32_t handle,
                                       const uint8_t *frame, uint32_t frame_len);
