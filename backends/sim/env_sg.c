@@ -673,6 +673,9 @@ static int sg_config_get(void *ctx, const char *name, char *buf, size_t len)
      * while a call drives (core/sched/engine.h): same behaviour, and
      * a simulated rank no longer wakes every 10 ms of simulated time. */
     if (strcmp(name, "ECCL_ENGINE_PARK_UNTIL_IDLE") == 0) v = 1;
+    /* Idle channels give their read-ahead back (core/proto/chan.c): what
+     * lets a simulated 96K-rank job fit, at a malloc per burst of frames. */
+    else if (strcmp(name, "ECCL_CHAN_RELEASE_READAHEAD") == 0) v = 1;
     else if (strcmp(name, "ECCL_PROGRESS_THREAD") == 0 && e->w->no_progress_thread)
         return snprintf(buf, len, "0") == 1;
     else if (strcmp(name, "ECCL_ALGO") == 0 && e->w->algo[0])

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util/config.h"
 #include "util/log.h"
 
 #define CHAN_MAX_IOV 16
@@ -39,6 +40,10 @@ eccl_result eccl_chan_init(eccl_chan *ch, const eccl_env *env, eccl_conn *conn,
     ch->rbuf_max = rbuf_cap < 64 ? 64 : rbuf_cap;
     ch->rbuf_cap = ch->rbuf_max < CHAN_RBUF_START ? ch->rbuf_max : CHAN_RBUF_START;
     ch->phantom_net = eccl_dev_has_phantom(env);
+    /* Memory against a malloc per burst of frames: the simulator sets it
+     * (a 96K-rank run holds some 600K channels, most idle); off by default,
+     * so a real rank's receive path allocates nothing once warm. */
+    ch->rbuf_release = eccl_config_uint(env, "ECCL_CHAN_RELEASE_READAHEAD", 0, 1, 0) != 0;
     ch->last_rx_ns = env->clock->now_ns(env->clock_ctx);
     return ECCL_OK; /* the read-ahead comes with the first bytes (chan_take) */
 }
@@ -339,6 +344,17 @@ void eccl_chan_pause(eccl_chan *ch, int paused)
     chan_update_interest(ch);
 }
 
+/* With ECCL_CHAN_RELEASE_READAHEAD, a drained read-ahead that never grew
+ * goes back once the conn is dry: a channel that never read one in full (a
+ * control or peer link, a frame now and then) holds none between frames. */
+static void readahead_release(eccl_chan *ch)
+{
+    if (!ch->rbuf_release || ch->rbuf_pos != ch->rbuf_len || !ch->dry || ch->rbuf_cap > CHAN_RBUF_START) return;
+    free(ch->rbuf);
+    ch->rbuf = NULL;
+    ch->rbuf_pos = ch->rbuf_len = 0;
+}
+
 /* Copies up to n read-ahead bytes (dst NULL: drops them), refilling the
  * read-ahead from the socket when it is empty. Large reads bypass the
  * read-ahead and land directly in dst. Returns bytes taken, 0 when the socket
@@ -365,6 +381,7 @@ static long chan_take(eccl_chan *ch, uint8_t *dst, size_t n)
         /* Where phantom payload can follow, the net stops a read at its
          * start: only an empty read says the conn is drained. */
         ch->dry = ch->phantom_net ? got == 0 : got < want;
+        if (got == 0) readahead_release(ch); /* woken for nothing: none kept */
         if (direct || got == 0) return (long)got;
         ch->rbuf_pos = 0;
         ch->rbuf_len = (uint32_t)got;
@@ -383,15 +400,7 @@ static long chan_take(eccl_chan *ch, uint8_t *dst, size_t n)
     if (n > avail) n = avail;
     if (dst) memcpy(dst, ch->rbuf + ch->rbuf_pos, n);
     ch->rbuf_pos += (uint32_t)n;
-    if (ch->rbuf_pos == ch->rbuf_len && ch->dry && ch->rbuf_cap <= CHAN_RBUF_START) {
-        /* A channel that never read a full read-ahead (a control or peer
-         * link: a frame now and then) holds none between its frames: a
-         * simulated 96K-rank job with recursive doubling has 3M of them.
-         * One that read ahead in full has grown and keeps its buffer. */
-        free(ch->rbuf);
-        ch->rbuf = NULL;
-        ch->rbuf_pos = ch->rbuf_len = 0;
-    }
+    readahead_release(ch);
     return (long)n;
 }
 

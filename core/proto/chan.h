@@ -83,6 +83,8 @@ struct eccl_chan {
     uint8_t *rbuf;         /* read-ahead: small frames cost one recv */
     uint32_t rbuf_cap, rbuf_pos, rbuf_len;
     uint32_t rbuf_max;     /* rbuf doubles up to this when a read fills it */
+    int rbuf_release;      /* ECCL_CHAN_RELEASE_READAHEAD: an ungrown rbuf is
+                              freed once drained (chan_take) */
     uint64_t last_rx_ns;
     /* bulk payloads (a conn whose net moves them out of the stream) */
     eccl_chan_bulk *bulk_tx, *bulk_free; /* isends in flight, oldest first */
