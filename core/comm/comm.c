@@ -201,21 +201,22 @@ void comm_link_service(eccl_comm *c, p2p_link *l)
          * neighbour may well be alive. Not while leaving: the neighbour
          * most likely left too (a dial would be refused), and if it died
          * the master re-forms the ring anyway. */
+        int redial = !c->frozen && !c->leaving;
         if (l == c->link_next || l == c->link_prev)
             ECCL_INFO(c->env, "link to peer %llu lost: %s", (unsigned long long)l->peer_id,
                       eccl_strerror(l->ch.error));
-        if (l == c->link_next && !c->frozen && !c->leaving)
+        if (l == c->link_next && redial)
             c->next_retry_at = comm_retry_at(c, &c->next_backoff);
         /* Likewise a connection of our pool: the next op mapped to it
          * reopens it, once the back-off passed. */
-        if (c->pslot && l->pool && l == c->pslot[l->pool].next && !c->frozen && !c->leaving) {
+        if (c->pslot && l->pool && l == c->pslot[l->pool].next && redial) {
             ECCL_INFO(c->env, "pool link %u to peer %llu lost: %s", l->pool,
                       (unsigned long long)l->peer_id, eccl_strerror(l->ch.error));
             c->pslot[l->pool].retry_at = comm_retry_at(c, &c->pslot[l->pool].backoff);
         }
         /* Its frames are lost (the view change settles their ops), but
          * the next tree op needs the parent again. */
-        if (l == c->link_tree[ECCL_TREE_PARENT] && !c->frozen && !c->leaving)
+        if (l == c->link_tree[ECCL_TREE_PARENT] && redial)
             c->parent_retry_at = comm_retry_at(c, &c->parent_backoff);
         comm_link_close(c, l);
     }
