@@ -388,7 +388,10 @@ static int mid_body(eccl_comm *c, int index, void *argp)
 static void test_large_n2(void **state)
 {
     cluster *cl = *state;
-    cluster_opts o = {.op_timeout_ms = 5000, .peer_timeout_ms = 5000};
+    /* The hang this catches never ends; 20 s only keeps a loaded machine's
+     * 64 MiB call (mock-CUDA staging at 12 MB/s under 6 busy loops) from
+     * looking like one. */
+    cluster_opts o = {.op_timeout_ms = 20000, .peer_timeout_ms = 5000};
     assert_int_equal(cluster_init(cl, &o), 0);
     assert_int_equal(cluster_spawn_n(cl, 2, mid_body, NULL), 0);
     assert_int_equal(cluster_wait_all(cl, 60000), 0);
@@ -994,7 +997,8 @@ static int rec_kill_body(eccl_comm *c, int index, void *argp)
     return 0;
 }
 
-static void run_rec_kill(cluster *cl, const rec_kill_arg *f, int must_lose)
+/* One kill; returns how many survivors lost the call. */
+static int run_rec_kill_once(cluster *cl, const rec_kill_arg *f)
 {
     cluster_opts o = {.algo_env = REC_ENV};
     assert_int_equal(cluster_init(cl, &o), 0);
@@ -1007,8 +1011,20 @@ static void run_rec_kill(cluster *cl, const rec_kill_arg *f, int must_lose)
            "after\n", f->n, f->victim_rank, f->count, seen[2], seen[1], seen[3]);
     /* Survivors never disagree: no success at N beside a loss. */
     assert_false(seen[1] && seen[2]);
-    if (must_lose) assert_true(seen[2] >= 1); /* the restore path ran */
     cluster_fini(cl);
+    return seen[2];
+}
+
+/* The victim waits until every survivor says it is about to call, but a
+ * loaded machine can still deschedule a survivor past the whole view change:
+ * it then runs the call at N - 1, which is right but proves nothing about
+ * the restore path. Where that path must run, the kill is repeated a few
+ * times; every attempt is checked in full. */
+static void run_rec_kill(cluster *cl, const rec_kill_arg *f, int must_lose)
+{
+    int lost = 0;
+    for (int attempt = 0; attempt < (must_lose ? 4 : 1) && !lost; attempt++) lost = run_rec_kill_once(cl, f);
+    if (must_lose) assert_true(lost >= 1); /* the restore path ran */
 }
 
 /* 8 MB: the victim dies a slice or two into the call. N = 3: an extra rank
