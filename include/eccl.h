@@ -453,8 +453,14 @@ eccl_result eccl_alltoallv_async(eccl_comm *comm, const void *sendbuf, const siz
 
 /* ---- send and receive ---------------------------------------------------------
  *
- * count elements from this rank's buf into rank `peer`'s (a rank of the
- * world the call is made in; not our own: ECCL_ERR_INVALID_ARG). A send
+ * count elements from this rank's buf into rank `peer`'s (not our own:
+ * ECCL_ERR_INVALID_ARG). `peer` is a rank of the numbering the caller last
+ * saw: the one ECCL_ATTR_RANK / WORLD_SIZE / EPOCH last returned, or the
+ * current one after it was told the membership changed (a call failed with
+ * ECCL_ERR_PEER_LOST, update_topology or optimize_topology returned). If a
+ * loss renumbered the world since, the call fails with ECCL_ERR_PEER_LOST
+ * having sent nothing (its peer may be another rank now), and the next one
+ * is made in the new world. A send
  * pairs with the receive of the same tag, count and dtype on `peer` naming
  * us; a receive of another size breaks the pair like a malformed frame.
  * Tags: a send and a receive of one tag, or one tag between other pairs,

@@ -108,6 +108,7 @@ static int request_done(void *arg) { return ((eccl_request *)arg)->state == OP_D
 static eccl_result request_reap(eccl_request *r, eccl_reduce_info *info, eccl_stage *stage)
 {
     eccl_result rc = r->result;
+    if (rc == ECCL_ERR_PEER_LOST) r->comm->seen_world = 0; /* the caller now knows */
     *stage = r->stage;
     if (info) {
         memset(info, 0, sizeof *info);
@@ -402,6 +403,16 @@ static eccl_result coll_call_a2a(eccl_comm *c, eccl_coll_call call, const size_t
     eccl_result rc = comm_usable(c);
     if (rc == ECCL_OK) comm_wait_view(c); /* the layout is the next ring's */
     uint32_t world = c->world, rank = c->rank, epoch = c->epoch;
+    if (call.kind == ECCL_COLL_SEND || call.kind == ECCL_COLL_RECV) {
+        /* `peer` is a rank of the numbering the caller last saw. If a loss
+         * renumbered the world since, without the caller being told, it
+         * may name another rank now (or ourselves): the call is made in
+         * the world the caller meant, and fails with PEER_LOST having sent
+         * nothing (op_start), as if the loss had aborted it. */
+        if (!c->seen_world) c->seen_world = world, c->seen_rank = rank;
+        world = c->seen_world;
+        rank = c->seen_rank;
+    }
     eccl_engine_unlock(&c->eng);
     if (call.kind == ECCL_COLL_SEND || call.kind == ECCL_COLL_RECV) {
         /* The pair's own tag in this epoch (coll/p2p.h). */

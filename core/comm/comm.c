@@ -528,6 +528,7 @@ eccl_result eccl_comm_update_topology(eccl_comm *c)
             rc = eccl_engine_drive(&c->eng, topo_done, &w,
                                    now_ns(c) + (uint64_t)c->params.op_timeout_ms * MS);
         if (c->phase == PHASE_FAILED) rc = c->fatal;
+        c->seen_world = 0; /* newcomers may have joined: the caller knows */
     }
     eccl_engine_unlock(&c->eng);
     return rc;
@@ -620,6 +621,10 @@ eccl_result eccl_comm_get_attr(eccl_comm *c, eccl_attr attr, int64_t *value)
     if (attr == ECCL_ATTR_RANK || attr == ECCL_ATTR_WORLD_SIZE || attr == ECCL_ATTR_EPOCH ||
         attr == ECCL_ATTR_HOST_RANKS)
         comm_wait_view(c);
+    if (attr == ECCL_ATTR_RANK || attr == ECCL_ATTR_WORLD_SIZE || attr == ECCL_ATTR_EPOCH) {
+        c->seen_world = c->world; /* the caller's send and receive peers are named by it now */
+        c->seen_rank = c->rank;
+    }
     switch (attr) {
     case ECCL_ATTR_RANK: *value = c->rank; break;
     case ECCL_ATTR_WORLD_SIZE: *value = c->world; break;

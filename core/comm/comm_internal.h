@@ -250,6 +250,11 @@ struct eccl_comm {
 
     /* ring of the current epoch */
     uint32_t epoch, world, rank;
+    /* The numbering the caller last saw (ECCL_ATTR_RANK and the like, or
+     * its first send or receive), which names its peers; seen_world 0: it
+     * was told the membership changed (a call failed with PEER_LOST, an
+     * update_topology returned), so the current one is what it means. */
+    uint32_t seen_world, seen_rank;
     /* Ranks per host in a host-regular world, else 0 (eccl_msg_ring):
      * where the hierarchical all-reduce may run. */
     uint32_t local_size;

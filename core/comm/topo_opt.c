@@ -208,6 +208,7 @@ eccl_result eccl_comm_optimize_topology(eccl_comm *c, const eccl_topo_opts *opts
         info->new_bottleneck_bps = (double)o->fin.new_bps;
     }
     o->probing = 0;
+    c->seen_world = 0; /* a new ring order renumbers: the caller knows */
     comm_side_links_close(c, ECCL_LINK_PROBE); /* drops frames that borrow the filler */
     free(o->filler);
     o->filler = NULL;
