@@ -1684,9 +1684,9 @@ static void progress(sim *s)
 
 /* ---- fault injection ----------------------------------------------------- */
 
-static aid_t start_actor(const char *name, const char *host, xbt_main_func_t fn, void *data)
+static aid_t start_actor(eccl_sg_world *w, const char *name, const char *host, xbt_main_func_t fn, void *data)
 {
-    sg_actor_t a = sg_actor_init(name, sg_host_by_name(host));
+    sg_actor_t a = sg_actor_init(name, eccl_sg_world_host(w, host));
     const aid_t pid = sg_actor_get_pid(a);
     sg_actor_set_data(a, data);
     sg_actor_start(a, fn, 0, NULL);
@@ -1766,7 +1766,7 @@ static void start_killer(rank_state *v, uint64_t at_ns)
     ka->at_ns = at_ns;
     char name[32];
     snprintf(name, sizeof name, "killer%d", v->idx);
-    start_actor(name, "node-0", killer_main, ka);
+    start_actor(v->s->w, name, "node-0", killer_main, ka);
 }
 
 static void rank_main(int argc, char **argv);
@@ -1809,10 +1809,10 @@ static int start_relays(sim *s)
         args[k] = (relay_arg){s, k};
         char name[32];
         snprintf(name, sizeof name, "relay-%d", k + 1);
-        s->relay_pid[k] = start_actor(name, host, relay_main, &args[k]);
+        s->relay_pid[k] = start_actor(s->w, name, host, relay_main, &args[k]);
         s->relays_live++;
     }
-    if (c->n_relay_kills) start_actor("relay-faults", "node-0", relay_faults_main, s);
+    if (c->n_relay_kills) start_actor(s->w, "relay-faults", "node-0", relay_faults_main, s);
     return 0;
 }
 
@@ -1834,7 +1834,7 @@ static void start_worker(rank_state *r, uint64_t at_ns, int start_world)
     r->failed_ops = 0;
     r->rejoins = 0;
     r->begin_ns = r->op_ns = 0;
-    r->pid = start_actor(r->name, r->host, rank_main, r);
+    r->pid = start_actor(r->s->w, r->name, r->host, rank_main, r);
 }
 
 static void apply_fault(sim *s, int idx)
@@ -2552,7 +2552,7 @@ static void dl_start_worker(sim *s, rank_state *r, uint64_t at_ns)
     r->arrive_ns = at_ns;
     r->life = s->dl_lives++;
     s->dl_live++;
-    r->pid = start_actor(r->name, r->host, dl_rank_main, r);
+    r->pid = start_actor(s->w, r->name, r->host, dl_rank_main, r);
 }
 
 static void dl_worker_ended(sim *s, rank_state *r)
@@ -2774,12 +2774,12 @@ static int run_diloco(sim *s, scenario_cfg *cfg, const char *outdir)
                    (unsigned long long)cfg->seed, cfg->platform, cfg->hosts, cfg->ranks,
                    cfg->count, cfg->duration_s, churn, outdir);
     s->churn_done = !cfg->have_churn;
-    start_actor("master", "node-0", master_main, s);
+    start_actor(s->w, "master", "node-0", master_main, s);
     if (start_relays(s) != 0) {
         fprintf(stderr, "eccl-sim: out of memory for %d relays\n", cfg->relays);
         return 2;
     }
-    if (cfg->have_churn) start_actor("churn", "node-0", churn_main, s);
+    if (cfg->have_churn) start_actor(s->w, "churn", "node-0", churn_main, s);
     for (int i = 0; i < cfg->ranks; i++) dl_start_worker(s, &s->rk[i], s->rk[i].arrive_ns);
     simgrid_run();
     const uint64_t end_ns = eccl_sg_now_ns();
@@ -3117,9 +3117,9 @@ static int run_nccl2(sim *s, scenario_cfg *cfg, const char *outdir)
                    cfg->nccl2_replay ? "replay" : "messages", (double)cfg->nccl2_stagger_ns / 1e9,
                    (double)cfg->nccl2_timeout_ns / 1e9, cfg->master_msg_cost_s, cfg->nfaults,
                    outdir);
-    start_actor("nccl2-root", "node-0", n2_root_main, run);
-    if (s->norder > 0) start_actor("faults", "node-0", n2_plan_main, s);
-    for (int i = 0; i < n; i++) s->rk[i].pid = start_actor(s->rk[i].name, s->rk[i].host, n2_rank_main, &s->rk[i]);
+    start_actor(s->w, "nccl2-root", "node-0", n2_root_main, run);
+    if (s->norder > 0) start_actor(s->w, "faults", "node-0", n2_plan_main, s);
+    for (int i = 0; i < n; i++) s->rk[i].pid = start_actor(s->w, s->rk[i].name, s->rk[i].host, n2_rank_main, &s->rk[i]);
     simgrid_run();
     uint64_t end_ns = eccl_sg_now_ns();
 
@@ -3354,7 +3354,7 @@ static int run_bench(sim *s, scenario_cfg *cfg, const char *outdir)
                        outdir);
     /* Arrivals as the worker workload's: staggered, plus seeded jitter. */
     uint64_t rng = cfg->seed;
-    start_actor("master", "node-0", master_main, s);
+    start_actor(s->w, "master", "node-0", master_main, s);
     for (int i = 0; i < cfg->ranks; i++) {
         rank_state *r = &s->rk[i];
         bench_rank *b = &br[i];
@@ -3366,7 +3366,7 @@ static int run_bench(sim *s, scenario_cfg *cfg, const char *outdir)
                                        .iters = (uint64_t)cfg->iters, .warmup = (uint64_t)cfg->bench_warmup,
                                        .world = cfg->ranks, .wait_ns = 30ull * 1000000000ull,
                                        .corrupt = r->idx == cfg->bench_corrupt};
-        r->pid = start_actor(r->name, r->host, bench_rank_main, b);
+        r->pid = start_actor(s->w, r->name, r->host, bench_rank_main, b);
     }
     simgrid_run();
     const uint64_t end_ns = eccl_sg_now_ns();
@@ -3624,8 +3624,8 @@ int main(int argc, char **argv)
 
     int initial = 0; /* ranks that start with the job: the first step waits for them all */
     for (int i = 0; i < cfg.ranks; i++) initial += !s->rk[i].late;
-    start_actor("master", "node-0", master_main, s);
-    if (s->norder > 0) start_actor("faults", "node-0", plan_main, s);
+    start_actor(s->w, "master", "node-0", master_main, s);
+    if (s->norder > 0) start_actor(s->w, "faults", "node-0", plan_main, s);
     if (start_relays(s) != 0) {
         fprintf(stderr, "eccl-sim: out of memory for %d relays\n", cfg.relays);
         return 2;

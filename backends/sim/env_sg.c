@@ -175,7 +175,8 @@ struct sg_waiter {
 
 int eccl_sg_cv_wait(sg_cv *cv, sg_lock *m, double timeout_s)
 {
-    sg_waiter w = {.sem = sg_sem_init(0), .queued = 1, .next = NULL};
+    sg_waiter w = {.sem = cv->spare ? cv->spare : sg_sem_init(0), .queued = 1, .next = NULL};
+    cv->spare = NULL;
     sg_waiter **pp = &cv->head;
     while (*pp) pp = &(*pp)->next;
     *pp = &w; /* FIFO: deterministic wake order */
@@ -199,9 +200,16 @@ int eccl_sg_cv_wait(sg_cv *cv, sg_lock *m, double timeout_s)
             sg_sem_acquire(w.sem);
         }
     }
-    sg_sem_destroy(w.sem);
+    if (cv->spare) sg_sem_destroy(w.sem);
+    else cv->spare = w.sem;
     if (m) eccl_sg_lock(m);
     return timed_out;
+}
+
+void eccl_sg_cv_fini(sg_cv *cv)
+{
+    if (cv->spare) sg_sem_destroy(cv->spare);
+    cv->spare = NULL;
 }
 
 void eccl_sg_cv_broadcast(sg_cv *cv)
@@ -230,6 +238,7 @@ static eccl_result sg_cond_create_(void *ctx, eccl_cond **out)
 static void sg_cond_destroy_(void *ctx, eccl_cond *c)
 {
     (void)ctx;
+    eccl_sg_cv_fini((sg_cv *)c);
     free(c);
 }
 
@@ -810,6 +819,30 @@ eccl_result eccl_sg_world_create(int log_level, eccl_sg_world **out)
     return ECCL_OK;
 }
 
+sg_host_t eccl_sg_world_host(eccl_sg_world *w, const char *name)
+{
+    int k;
+    char tail;
+    if (!w->node_hosts) {
+        /* Every node-K of the platform, once: SimGrid's own lookup walks
+         * every zone each time. */
+        size_t n = sg_host_count();
+        sg_host_t *all = sg_host_list();
+        w->node_hosts = calloc(n ? n : 1, sizeof *w->node_hosts);
+        if (all && w->node_hosts) {
+            w->n_node_hosts = n;
+            for (size_t i = 0; i < n; i++)
+                if (sscanf(sg_host_get_name(all[i]), "node-%d%c", &k, &tail) == 1 && k >= 0 && (size_t)k < n)
+                    w->node_hosts[k] = all[i];
+        }
+        free(all);
+    }
+    if (sscanf(name, "node-%d%c", &k, &tail) == 1 && k >= 0 && (size_t)k < w->n_node_hosts &&
+        w->node_hosts[k])
+        return w->node_hosts[k];
+    return sg_host_by_name(name);
+}
+
 static void env_unlink(sg_env *e)
 {
     if (e->prev) e->prev->next = e->next;
@@ -830,10 +863,12 @@ void eccl_sg_world_destroy(eccl_sg_world *w)
         eccl_verbs_sg_free_dead(e);
 #endif
         eccl_net_sg_free_dead(e);
+        eccl_sg_cv_fini(&e->cv);
         free(e->cand);
         free(e->lanes);
         free(e);
     }
+    free(w->node_hosts);
     sg_idmap_free(&w->env_ids);
     sg_idmap_free(&w->conn_ids);
     sg_idmap_free(&w->registry);
@@ -945,6 +980,7 @@ void eccl_sg_env_destroy(eccl_env *env)
     env_unlink(e);
     /* Conns or listeners left open by the owner: free them quietly. */
     eccl_net_sg_free_dead(e);
+    eccl_sg_cv_fini(&e->cv);
     free(e->cand);
     free(e->lanes);
     free(e);
@@ -1086,7 +1122,7 @@ static int host_down(eccl_sg_world *w, sg_host_t h, int reset)
 
 void eccl_sg_world_kill_host(eccl_sg_world *w, const char *host)
 {
-    sg_host_t h = sg_host_by_name(host);
+    sg_host_t h = w ? eccl_sg_world_host(w, host) : NULL;
     if (!w || !h || !sg_host_is_on(h)) return;
     host_down(w, h, 1);
     sg_host_turn_off(h);
@@ -1166,7 +1202,7 @@ void eccl_sg_world_kill_process(eccl_sg_world *w, aid_t pid)
 
 eccl_result eccl_sg_world_host_off(eccl_sg_world *w, const char *host)
 {
-    sg_host_t h = sg_host_by_name(host);
+    sg_host_t h = w ? eccl_sg_world_host(w, host) : NULL;
     if (!w || !h) return ECCL_ERR_INVALID_ARG;
     if (!sg_host_is_on(h)) return ECCL_OK;
     if (host_down(w, h, 0)) return ECCL_ERR_NO_MEMORY;
@@ -1176,7 +1212,7 @@ eccl_result eccl_sg_world_host_off(eccl_sg_world *w, const char *host)
 
 eccl_result eccl_sg_world_host_on(eccl_sg_world *w, const char *host)
 {
-    sg_host_t h = sg_host_by_name(host);
+    sg_host_t h = w ? eccl_sg_world_host(w, host) : NULL;
     if (!w || !h) return ECCL_ERR_INVALID_ARG;
     if (!sg_host_is_on(h)) sg_host_turn_on(h);
     return ECCL_OK;

@@ -28,6 +28,11 @@ eccl_result eccl_sg_world_create(int log_level, eccl_sg_world **out);
 /* After simgrid_run returned. Envs of killed hosts are freed here. */
 void eccl_sg_world_destroy(eccl_sg_world *w);
 
+/* The platform's host of that name (NULL: none), in O(1) for node-K (the
+ * hosts of eccl-sim's platforms), SimGrid's lookup for the rest. Call once
+ * the platform is loaded: the table is made on the first call. */
+sg_host_t eccl_sg_world_host(eccl_sg_world *w, const char *name);
+
 /* The simulated device (dev_sim) of every env the world creates from now on.
  *
  * Host buffers (phantom = 0, the default): dev memory is host memory, copy

@@ -33,6 +33,11 @@ typedef struct sg_env sg_env;
 typedef struct sg_waiter sg_waiter;
 typedef struct sg_cv {
     sg_waiter *head;
+    /* The last waiter's semaphore, kept for the next: a cv rarely has two
+     * waiters at once, and making and freeing a SimGrid semaphore on every
+     * wait was four allocations each, about a tenth of a scale run. A
+     * semaphore comes back from a wait at 0 (one release, one acquire). */
+    sg_sem_t spare;
 } sg_cv;
 
 /* A mutex in plain memory. sg_mutex_lock and sg_mutex_unlock are simcalls,
@@ -57,6 +62,8 @@ void eccl_sg_unlock(sg_lock *m);
 int eccl_sg_cv_wait(sg_cv *cv, sg_lock *m, double timeout_s);
 /* Wakes every waiter; the mutex need not be held. */
 void eccl_sg_cv_broadcast(sg_cv *cv);
+/* Frees what the cv keeps (no waiter may be left). */
+void eccl_sg_cv_fini(sg_cv *cv);
 
 /* Per-host fault state, hung on the host with sg_host_set_data (made on the
  * first fault of that host; freed with the world). `boot` grows every time
@@ -129,6 +136,11 @@ struct eccl_sg_world {
     int latency_net;
     uint64_t arrival_seq;    /* ties between equal arrival times: send order */
     struct sg_route_memo *route_memo; /* latency net: (host, host) -> cost */
+    /* node-K -> its host, made on the first lookup: SimGrid 3.32 finds a
+     * host by name by walking every zone (tens of microseconds at 12,288
+     * hosts, once per rank started). */
+    sg_host_t *node_hosts;
+    size_t n_node_hosts;
 };
 
 struct sg_env {
