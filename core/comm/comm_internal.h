@@ -205,7 +205,8 @@ typedef struct comm_opt {
     int probing;
     uint32_t round, conns;
     uint64_t target;
-    uint64_t stop_ns;         /* send no new frame from here */
+    uint64_t stop_ns;         /* send no new frame from here (once one was sent) */
+    uint32_t sent;            /* frames of this probe */
     uint64_t give_up_ns;      /* answers still missing: the probe failed */
     uint64_t start_ns, last_ack_ns;
     uint64_t acked;           /* bytes answered */

@@ -47,6 +47,7 @@ eccl_result comm_opt_on_probe(eccl_comm *c, const eccl_msg_opt_probe *p)
     o->give_up_ns = o->stop_ns + (uint64_t)c->params.peer_timeout_ms * MS;
     o->start_ns = now;
     o->last_ack_ns = o->acked = 0;
+    o->sent = 0;
     o->broken = 0;
     o->probes++;
     if (!o->filler && !(o->filler = calloc(1, COMM_PROBE_SLICE))) o->broken = 1;
@@ -86,7 +87,11 @@ void comm_probe_pump(eccl_comm *c)
             comm_link_close(c, l);
             continue;
         }
-        while (now < o->stop_ns && l->probe_unacked < COMM_PROBE_WINDOW) {
+        /* A process descheduled for the whole window (a loaded machine)
+         * still sends a frame: a slow probe measures a slow link, where one
+         * that sent nothing measured nothing ("no answer") and left its
+         * pair out of the ring search. */
+        while ((now < o->stop_ns || !o->sent) && l->probe_unacked < COMM_PROBE_WINDOW) {
             eccl_wire_data d = {.tag = o->seq, .epoch = o->round, .phase = ECCL_PHASE_PROBE,
                                 .len = COMM_PROBE_SLICE};
             if (eccl_chan_send_data(&l->ch, &d, o->filler, NULL) != ECCL_OK) {
@@ -94,6 +99,7 @@ void comm_probe_pump(eccl_comm *c)
                 break;
             }
             l->probe_unacked++;
+            o->sent++;
             o->tx += COMM_PROBE_SLICE;
         }
         if (l->ch.out_head) eccl_chan_flush(&l->ch);
