@@ -8,7 +8,7 @@
  * plan. After the run the outcome is checked; the results go to DIR (default
  * results/<name>/ under the current directory): platform.xml, events.tsv,
  * ranks.tsv, summary.tsv, plot.gp and plot.png (rendered with gnuplot when it
- * is installed).
+ * is installed; past 1,000 ranks from plot.tsv, a sample of the ranks).
  *
  * `workload = bench` instead runs eccl-bench's measurement on the platform
  * (tools/sim_bench.h) and prints its rows; `diloco` and `nccl2_bootstrap`
