@@ -10,7 +10,8 @@
 #
 # RANKS defaults to 10000 32000 96000; 250000 and 1000000 work too (about
 # 40 KB a rank of memory: 1M needs some 40 GB). Prints one row a size: ranks,
-# relays, wall, peak RSS, the simulated bootstrap and all-reduce mean, and
+# relays, wall, user CPU time (steadier than wall on a shared machine), peak
+# RSS, the simulated bootstrap and all-reduce mean, and
 # the guard's per-rank figures (messages, connections, waits, heap bytes).
 # Runs go to /tmp/eccl-bench-scale/N (kept for inspection).
 set -euo pipefail
@@ -32,7 +33,7 @@ sim=$build/bin/eccl-sim
 
 root=/tmp/eccl-bench-scale
 mkdir -p "$root"
-printf '%-9s %-6s %-5s %9s %9s %12s %12s %10s %8s %8s %10s\n' ranks relays model wall_s rss_MB \
+printf '%-9s %-6s %-5s %9s %9s %9s %12s %12s %10s %8s %8s %10s\n' ranks relays model wall_s user_s rss_MB \
     bootstrap_s allreduce_s msgs/rank conns/r waits/r heap_KB/r
 for n in "${sizes[@]}"; do
     relays=$(awk -v n="$n" 'BEGIN { printf "%d", sqrt(n) + 0.5 }')
@@ -45,17 +46,17 @@ for n in "${sizes[@]}"; do
         -e "s/^net_model = .*/net_model = $model/" scenarios/scale/clos_96k_gpu8.scn >"$scn"
     out=$root/$n
     rm -rf "$out"
-    if ! /usr/bin/time -f "%e %M" -o "$root/$n.time" "$sim" run "$scn" --out "$out" >"$root/$n.log" 2>&1; then
+    if ! /usr/bin/time -f "%e %U %M" -o "$root/$n.time" "$sim" run "$scn" --out "$out" >"$root/$n.log" 2>&1; then
         echo "bench_scale: $n ranks failed; see $root/$n.log" >&2
         tail -5 "$root/$n.log" >&2
         continue
     fi
-    read -r wall rss_kb <"$root/$n.time"
-    awk -F '\t' -v n="$n" -v relays="$relays" -v model="$model" -v wall="$wall" -v rss="$rss_kb" '
+    read -r wall user rss_kb <"$root/$n.time"
+    awk -F '\t' -v n="$n" -v relays="$relays" -v model="$model" -v wall="$wall" -v user="$user" -v rss="$rss_kb" '
         { v[$1] = $2 }
         END {
-            printf "%-9d %-6d %-5s %9.1f %9.0f %12s %12s %10.3f %8.3f %8.3f %10.1f\n", n, relays, model,
-                   wall, rss / 1024, v["bootstrap_s"], v["allreduce_mean_s"], v["messages"] / n,
+            printf "%-9d %-6d %-5s %9.1f %9.1f %9.0f %12s %12s %10.3f %8.3f %8.3f %10.1f\n", n, relays, model,
+                   wall, user, rss / 1024, v["bootstrap_s"], v["allreduce_mean_s"], v["messages"] / n,
                    v["conns"] / n, v["waits"] / n, (v["heap_peak_bytes"] + v["mmap_peak_bytes"]) / n / 1024
         }' "$out/summary.tsv"
 done
