@@ -7,6 +7,8 @@
  * - Identical frames of consecutive handles fold into one span whatever
  *   order the children sent them in; each child's own frames keep their
  *   order; a handle's first entry comes in handle order.
+ * - A stepping span of WELCOMEs from the parent reaches each child as its
+ *   own WELCOME.
  * - The master answers every batch of a relay, with a heartbeat when it
  *   has nothing to say. */
 #include <stdarg.h>
@@ -126,7 +128,8 @@ static uint32_t entries(const eccl_msg *b, entry *e, uint32_t max)
 {
     uint32_t pos = 0, n = 0, h, c, len;
     const uint8_t *f;
-    while (eccl_wire_batch_next(&b->u.batch, &pos, &h, &c, &f, &len)) {
+    int step;
+    while (eccl_wire_batch_next_step(&b->u.batch, &pos, &h, &c, &step, &f, &len)) {
         assert_true(n < max);
         eccl_wire_header hdr = {0};
         if (len) assert_int_equal(eccl_wire_header_decode(f, &hdr), ECCL_OK);
@@ -213,6 +216,32 @@ static void test_relay_holds_one_batch_and_folds(void **state)
     assert_int_equal(e[1].type, ECCL_MSG_PENDING_QUERY);
     free(f);
 
+    /* Down: a stepping span of WELCOMEs (consecutive ids for consecutive
+     * handles, one entry) reaches each child as its own WELCOME. */
+    eccl_wire_batch wb = {0};
+    eccl_msg w = {.type = ECCL_MSG_WELCOME};
+    for (uint32_t i = 0; i < 3; i++) {
+        w.u.welcome.peer_id = 50 + i;
+        assert_int_equal(eccl_wire_batch_add(&wb, i, &w), ECCL_OK);
+    }
+    assert_int_equal(wb.n, 1);
+    uint32_t blen;
+    uint8_t *bf = eccl_wire_batch_take(&wb, &blen);
+    assert_int_equal(write(up, bf, blen), (ssize_t)blen);
+    free(bf);
+    for (int i = 0; i < 3; i++) {
+        eccl_msg got;
+        for (;;) {
+            f = read_frame(kid[i], &h);
+            if (h.type != ECCL_MSG_HEARTBEAT) break;
+            free(f);
+        }
+        assert_int_equal(h.type, ECCL_MSG_WELCOME);
+        assert_int_equal(eccl_wire_decode(h.type, f + ECCL_WIRE_HEADER_SIZE, h.length, &got), ECCL_OK);
+        assert_int_equal(got.u.welcome.peer_id, 50 + (uint64_t)i);
+        free(f);
+    }
+
     /* A child that hangs up is a gone entry, after what it said. */
     send_msg(up, &hb);
     send_msg(kid[1], &rr);
@@ -254,11 +283,14 @@ static void test_master_answers_every_batch(void **state)
     eccl_msg hello = {.type = ECCL_MSG_RELAY_HELLO};
     send_msg(fd, &hello);
 
-    /* A registration: the answer is a batch (the peer's welcome, and its
-     * ring: the first peer is accepted alone). */
+    /* Three registrations in one batch: the answer is a batch. The first
+     * peer is accepted alone (its WELCOME, then its RING); the other two
+     * get consecutive ids, so their WELCOMEs are one stepping span. */
     eccl_wire_batch wb = {0};
-    eccl_msg reg = reg_msg(0);
-    assert_int_equal(eccl_wire_batch_add(&wb, 0, &reg), ECCL_OK);
+    for (int i = 0; i < 3; i++) {
+        eccl_msg reg = reg_msg(i);
+        assert_int_equal(eccl_wire_batch_add(&wb, (uint32_t)i, &reg), ECCL_OK);
+    }
     uint32_t len;
     uint8_t *frame = eccl_wire_batch_take(&wb, &len);
     assert_int_equal(write(fd, frame, len), (ssize_t)len);
@@ -266,8 +298,12 @@ static void test_master_answers_every_batch(void **state)
     eccl_msg b;
     entry e[4];
     uint8_t *f = read_batch(fd, &b);
-    assert_true(entries(&b, e, 4) >= 1);
+    assert_int_equal(entries(&b, e, 4), 3);
     assert_int_equal(e[0].type, ECCL_MSG_WELCOME);
+    assert_int_equal(e[1].type, ECCL_MSG_RING);
+    assert_int_equal(e[2].type, ECCL_MSG_WELCOME);
+    assert_int_equal(e[2].handle, 1);
+    assert_int_equal(e[2].count, 2);
     free(f);
 
     /* A stale RING_READY: nothing to say, yet a heartbeat answers it at

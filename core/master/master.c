@@ -1366,6 +1366,8 @@ static eccl_result on_batch(eccl_master *m, mpeer *r, const eccl_msg_batch *b)
             if (rc != ECCL_OK) drop_peer(m, p, rc == ECCL_ERR_PROTOCOL ? ECCL_ERR_PROTOCOL : ECCL_ERR_CLOSED);
         }
     }
+    /* Stopped early: a stepping span, which only goes down. */
+    if (!r->ch.closed && pos != b->len) return ECCL_ERR_PROTOCOL;
     return ECCL_OK;
 }
 

@@ -349,7 +349,8 @@ static eccl_result kid_on_msg(void *owner, eccl_chan *ch, const eccl_msg *m)
                 if (rc != ECCL_OK) return rc;
             }
         }
-        return ECCL_OK;
+        /* Stopped early: a stepping span, which only goes down. */
+        return pos == m->u.batch.len ? ECCL_OK : ECCL_ERR_PROTOCOL;
     }
     if (m->type == ECCL_MSG_BATCH) return ECCL_ERR_PROTOCOL;
     if (m->type == ECCL_MSG_REGISTER && m->u.reg.peer_timeout_ms)
@@ -418,16 +419,27 @@ static eccl_result up_on_msg(void *owner, eccl_chan *ch, const eccl_msg *m)
     if (m->type == ECCL_MSG_HEARTBEAT) return ECCL_OK;
     if (m->type != ECCL_MSG_BATCH) return ECCL_ERR_PROTOCOL;
     uint32_t pos = 0, h0, count, len;
-    const uint8_t *f;
-    while (eccl_wire_batch_next(&m->u.batch, &pos, &h0, &count, &f, &len)) {
+    const uint8_t *f0;
+    int step;
+    uint8_t stepped[ECCL_WIRE_HEADER_SIZE + 12u];
+    while (eccl_wire_batch_next_step(&m->u.batch, &pos, &h0, &count, &step, &f0, &len)) {
         if (h0 >= r->n_route || count > r->n_route - h0) return ECCL_ERR_PROTOCOL;
+        if (step && len != sizeof stepped) return ECCL_ERR_PROTOCOL;
         /* A span is one decision for each of its handles: expanded here,
          * where each is a child's frame or an entry for a child relay
          * (folding again where its handles are consecutive). */
         for (uint32_t h = h0; h - h0 < count; h++) {
             rroute *rt = &r->route[h];
             rkid *k = rt->kid;
+            const uint8_t *f = f0;
             if (!k) continue; /* gone here: the parent hears it from us */
+            if (step) {
+                /* A stepping span (WELCOMEs of consecutive ids): this
+                 * handle's own frame. */
+                if (eccl_wire_batch_step_frame(f0, len, h - h0, stepped) != ECCL_OK)
+                    return ECCL_ERR_PROTOCOL;
+                f = stepped;
+            }
             if (rt->sub != NO_HANDLE) {
                 eccl_result rc =
                     eccl_wire_batch_put(&k->out, kid_batch_flush_cb, k, rt->sub, NULL, f, len);
