@@ -10,7 +10,7 @@
  * - A stepping span of WELCOMEs from the parent reaches each child as its
  *   own WELCOME.
  * - The master answers every batch of a relay, with a heartbeat when it
- *   has nothing to say. */
+ *   has nothing to say, and drops a relay that sends a stepping span up. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -319,6 +319,26 @@ static void test_master_answers_every_batch(void **state)
     f = read_frame(fd, &h);
     assert_int_equal(h.type, ECCL_MSG_HEARTBEAT);
     free(f);
+
+    /* A stepping span only goes down: upward it breaks the protocol, and
+     * the master drops the relay (its connection closes). */
+    eccl_msg w = {.type = ECCL_MSG_WELCOME};
+    for (uint32_t i = 0; i < 2; i++) {
+        w.u.welcome.peer_id = 9 + i;
+        assert_int_equal(eccl_wire_batch_add(&wb, 3 + i, &w), ECCL_OK);
+    }
+    assert_int_equal(wb.n, 1);
+    frame = eccl_wire_batch_take(&wb, &len);
+    assert_int_equal(write(fd, frame, len), (ssize_t)len);
+    free(frame);
+    int closed = 0;
+    for (int i = 0; i < 50 && !closed; i++) {
+        uint8_t junk[256];
+        assert_true(readable(fd, 5000));
+        ssize_t k = read(fd, junk, sizeof junk);
+        closed = k <= 0;
+    }
+    assert_true(closed);
     close(fd);
     eccl_master_stop(mst);
     eccl_master_destroy(mst);
