@@ -2070,6 +2070,83 @@ static void test_batch_span(void **state)
     assert_int_equal(eccl_wire_decode(ECCL_MSG_BATCH, gone, sizeof gone, &m), ECCL_ERR_PROTOCOL);
 }
 
+/* WELCOMEs of consecutive ids for consecutive handles fold into one
+ * stepping span (ids handed out in a relay's handle order); the relay
+ * expands it into each handle's own WELCOME. A stepping span is no plain
+ * entry: eccl_wire_batch_next stops at it, and one whose frame is not a
+ * WELCOME, or whose ids would wrap, is refused at decode. */
+static void test_batch_step(void **state)
+{
+    (void)state;
+    eccl_wire_batch b = {0};
+    eccl_msg w = {.type = ECCL_MSG_WELCOME};
+    for (uint32_t h = 3; h < 7; h++) {
+        w.u.welcome.peer_id = 100 + h;
+        assert_int_equal(eccl_wire_batch_add(&b, h, &w), ECCL_OK);
+        assert_int_equal(b.folded, h > 3);
+    }
+    w.u.welcome.peer_id = 200; /* not the next id */
+    assert_int_equal(eccl_wire_batch_add(&b, 7, &w), ECCL_OK);
+    assert_false(b.folded);
+    w.u.welcome.peer_id = 201;
+    w.u.welcome.accepted = 1; /* another answer */
+    assert_int_equal(eccl_wire_batch_add(&b, 8, &w), ECCL_OK);
+    assert_false(b.folded);
+    w.u.welcome.peer_id = 202; /* the handle below: ids only step up */
+    assert_int_equal(eccl_wire_batch_add(&b, 7, &w), ECCL_OK);
+    assert_false(b.folded);
+    assert_int_equal(b.n, 4);
+    uint32_t len;
+    uint8_t *f = eccl_wire_batch_take(&b, &len);
+    eccl_msg m;
+    assert_int_equal(decode_frame(f, len, &m), ECCL_OK);
+    uint32_t pos = 0, h, c, fl;
+    int step;
+    const uint8_t *e;
+    assert_true(eccl_wire_batch_next_step(&m.u.batch, &pos, &h, &c, &step, &e, &fl));
+    assert_int_equal(h, 3);
+    assert_int_equal(c, 4);
+    assert_true(step);
+    uint8_t one[64];
+    for (uint32_t i = 0; i < c; i++) {
+        eccl_msg d;
+        assert_int_equal(eccl_wire_batch_step_frame(e, fl, i, one), ECCL_OK);
+        assert_int_equal(decode_frame(one, fl, &d), ECCL_OK);
+        assert_int_equal(d.type, ECCL_MSG_WELCOME);
+        assert_int_equal(d.u.welcome.peer_id, 103 + i);
+        assert_int_equal(d.u.welcome.accepted, 0);
+    }
+    assert_true(eccl_wire_batch_next_step(&m.u.batch, &pos, &h, &c, &step, &e, &fl));
+    assert_int_equal(h, 7);
+    assert_int_equal(c, 1);
+    assert_false(step);
+    uint32_t pos2 = 0;
+    assert_false(eccl_wire_batch_next(&m.u.batch, &pos2, &h, &c, &e, &fl)); /* stops at it */
+    assert_int_equal(pos2, 0);
+    uint8_t again[512];
+    assert_int_equal(eccl_wire_encode(&m, again, sizeof again), len);
+    assert_memory_equal(again, f, len);
+
+    /* A stepping span of a frame that is no WELCOME; ids that would wrap. */
+    eccl_wire_header hdr;
+    assert_int_equal(eccl_wire_header_decode(f, &hdr), ECCL_OK);
+    uint8_t *p = f + ECCL_WIRE_HEADER_SIZE;
+    assert_int_equal(p[4 + 11], 0x80); /* the step flag, in the count */
+    uint8_t *frame = p + 4 + 12;
+    frame[6] = ECCL_MSG_PENDING_REPLY; /* same length (12), another type */
+    assert_int_equal(eccl_wire_decode(ECCL_MSG_BATCH, p, hdr.length, &m), ECCL_ERR_PROTOCOL);
+    frame[6] = ECCL_MSG_WELCOME;
+    memset(frame + ECCL_WIRE_HEADER_SIZE, 0xff, 8); /* id 2^64 - 1, then 0 */
+    assert_int_equal(eccl_wire_decode(ECCL_MSG_BATCH, p, hdr.length, &m), ECCL_ERR_PROTOCOL);
+    memset(frame + ECCL_WIRE_HEADER_SIZE, 0, 8); /* id 0 */
+    assert_int_equal(eccl_wire_decode(ECCL_MSG_BATCH, p, hdr.length, &m), ECCL_ERR_PROTOCOL);
+    frame[ECCL_WIRE_HEADER_SIZE] = 103;
+    assert_int_equal(eccl_wire_decode(ECCL_MSG_BATCH, p, hdr.length, &m), ECCL_OK);
+    assert_int_equal(eccl_wire_batch_step_frame(p + 4 + 12 + 12 + 8 + 20, 12, 0, one),
+                     ECCL_ERR_PROTOCOL); /* not a frame at all */
+    free(f);
+}
+
 /* The owner's send, as eccl_wire_batch_put calls it: counts, and empties
  * the batch as taking it would. */
 static eccl_wire_batch *g_put_batch;
@@ -2123,6 +2200,7 @@ int main(void)
         cmocka_unit_test(test_batch_roundtrip),
         cmocka_unit_test(test_batch_bound),
         cmocka_unit_test(test_batch_span),
+        cmocka_unit_test(test_batch_step),
         cmocka_unit_test(test_max_length),
         cmocka_unit_test(test_roundtrip_extremes),
         cmocka_unit_test(test_golden_bytes),

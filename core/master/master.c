@@ -108,6 +108,7 @@ typedef struct mpeer {
     uint32_t n_kids, cap_kids;
     eccl_wire_batch out;        /* frames for them, sent at the end of the step */
     eccl_result out_err;        /* a frame `out` could not take: drop the relay */
+    int ack_owed;               /* its last batch not answered yet (flow control) */
     struct mpeer *next_relay;
 } mpeer;
 
@@ -241,6 +242,7 @@ static void relay_flush(mpeer *r)
 {
     uint32_t len;
     uint8_t *f = eccl_wire_batch_take(&r->out, &len);
+    if (f) r->ack_owed = 0;
     if (f && eccl_chan_send_frame(&r->ch, f, len) == ECCL_OK) eccl_chan_flush(&r->ch);
 }
 
@@ -1364,6 +1366,8 @@ static eccl_result on_batch(eccl_master *m, mpeer *r, const eccl_msg_batch *b)
             if (rc != ECCL_OK) drop_peer(m, p, rc == ECCL_ERR_PROTOCOL ? ECCL_ERR_PROTOCOL : ECCL_ERR_CLOSED);
         }
     }
+    /* Stopped early: a stepping span, which only goes down. */
+    if (!r->ch.closed && pos != b->len) return ECCL_ERR_PROTOCOL;
     return ECCL_OK;
 }
 
@@ -1422,7 +1426,10 @@ static eccl_result peer_on_msg(void *owner, eccl_chan *ch, const eccl_msg *msg)
     if (msg->type == ECCL_MSG_REGISTER) return on_register(m, p, &msg->u.reg);
     if (msg->type == ECCL_MSG_RELAY_HELLO) return p->via ? ECCL_ERR_PROTOCOL : on_relay_hello(m, p, &msg->u.relay_hello);
     if (p->state == MP_RELAY) {
-        if (msg->type == ECCL_MSG_BATCH) return on_batch(m, p, &msg->u.batch);
+        if (msg->type == ECCL_MSG_BATCH) {
+            p->ack_owed = 1; /* answered at the end of the step (relay.c, "upward") */
+            return on_batch(m, p, &msg->u.batch);
+        }
         return msg->type == ECCL_MSG_HEARTBEAT ? ECCL_OK : ECCL_ERR_PROTOCOL;
     }
     if (p->state == MP_CONNECTED) return ECCL_ERR_PROTOCOL; /* must register first */
@@ -1560,8 +1567,18 @@ static uint64_t master_step(void *owner, void **ready, int n, int *again)
     /* What this step decided for peers behind relays: one frame per relay. */
     for (mpeer *r = m->relays, *nx; r; r = nx) {
         nx = r->next_relay;
-        if (r->out_err != ECCL_OK) drop_peer(m, r, r->out_err);
-        else relay_flush(r);
+        if (r->out_err != ECCL_OK) {
+            drop_peer(m, r, r->out_err);
+            continue;
+        }
+        relay_flush(r);
+        if (r->ack_owed && !r->ch.closed) {
+            /* Nothing for its peers: a heartbeat answers its batch, so it
+             * may send the next (it holds one unanswered at most). */
+            eccl_msg hb = {.type = ECCL_MSG_HEARTBEAT};
+            if (eccl_chan_send_msg(&r->ch, &hb) == ECCL_OK) eccl_chan_flush(&r->ch);
+        }
+        r->ack_owed = 0;
     }
     return m->scan_at;
 }

@@ -41,7 +41,19 @@ typedef struct rkid rkid;
 typedef struct rroute {
     rkid *kid; /* NULL once gone */
     uint32_t sub; /* the child relay's handle, NO_HANDLE for the child itself */
+    uint32_t gen, n_gen; /* entries staged for it in staging generation `gen` */
+    int told;            /* the parent has had an entry for it: it knows the handle */
 } rroute;
+
+/* An entry staged for the parent's next batch (see up_put). */
+typedef struct rstaged {
+    uint32_t handle;
+    uint32_t round;  /* its handle's entries staged before it, this batch */
+    uint32_t cls;    /* 0: in handle order (a handle's first entry, gone
+                        entries); 1: grouped with identical frames */
+    uint32_t off, len; /* its frame in the staging arena */
+    uint64_t key;      /* class 1: a hash of the frame (the sort needs no arena) */
+} rstaged;
 
 struct rkid {
     eccl_chan ch; /* first: ready pointers are channels */
@@ -56,6 +68,7 @@ struct rkid {
     eccl_result out_err;    /* an entry `out` could not take: drop the child */
     rkid *dirty_next;       /* on the relay's dirty list: `out` or `out_err` to act on */
     int dirty;
+    int ack_owed;           /* a child relay's batch not answered yet */
 };
 
 struct eccl_relay {
@@ -76,8 +89,15 @@ struct eccl_relay {
     rkid *kids, *graveyard;
     rroute *route;
     uint32_t n_route, cap_route;
-    eccl_wire_batch out; /* for the parent */
+    eccl_wire_batch out; /* for the parent (built from `staged` when sent) */
     eccl_result up_err;  /* an entry `out` could not take: break the link */
+    /* Entries for the parent, staged until the batch goes (up_put). */
+    rstaged *staged;
+    uint32_t n_staged, cap_staged;
+    uint8_t *arena;
+    size_t arena_len, arena_cap;
+    uint32_t gen;        /* staging generation: one per batch sent */
+    int up_unanswered;   /* a batch went up and the parent has not spoken since */
     rkid *dirty;         /* child relays with something for the end of the step */
     uint64_t coalesce_ns; /* ECCL_RELAY_COALESCE_US: hold the parent's batch this long */
     uint64_t up_since;    /* when the parent's batch got its first entry (0: empty) */
@@ -87,26 +107,128 @@ struct eccl_relay {
 
 static uint64_t now_ns(const eccl_relay *r) { return eccl_engine_now(&r->eng); }
 
-/* ---- upward ---------------------------------------------------------------- */
+/* ---- upward ----------------------------------------------------------------
+ * Flow control: at most one batch is unanswered. The parent answers every
+ * batch (its own batch for us, or a heartbeat when it has nothing), and
+ * until then what our children say is staged, not sent. A parent that is
+ * busy thus gets fewer, fuller batches instead of one per child frame
+ * (the registration burst of a 96K-rank start-up was one frame per rank at
+ * the master, 2 us each: most of its bootstrap). A staging area that
+ * would pass ECCL_WIRE_MAX_BATCH goes anyway: memory stays bounded.
+ *
+ * Folding: when the batch goes, its entries are sorted by (round, class,
+ * frame, handle), `round` being how many entries of the same handle were
+ * staged before it, so each peer's frames keep their order; identical
+ * frames of a round (votes, RING_READY of one epoch, a peers-pending
+ * query: whatever order the children sent them in) then sit together in
+ * handle order and fold into spans (wire.h): the parent takes a count
+ * per relay, not an entry per peer. A handle's first entry (the parent
+ * learns the handle from it, in order) and gone entries stay in handle
+ * order, ahead of the grouped ones of their round. */
 
-static void up_flush(eccl_relay *r)
+static void up_send(eccl_relay *r)
 {
     uint32_t len;
     uint8_t *f = eccl_wire_batch_take(&r->out, &len);
-    if (f && r->up_open && eccl_chan_send_frame(&r->up, f, len) == ECCL_OK)
+    if (f && r->up_open && eccl_chan_send_frame(&r->up, f, len) == ECCL_OK) {
         eccl_chan_flush(&r->up);
-    else if (f && !r->up_open)
+        r->up_unanswered = 1;
+    } else if (f && !r->up_open) {
         free(f);
+    }
 }
 
-static void up_flush_cb(void *r) { up_flush(r); }
+static void up_send_cb(void *r) { up_send(r); }
 
-/* For the parent. An entry that cannot be queued breaks the link (at the
- * end of the step): the parent would wait for it forever. */
+/* A total order (a handle has one entry per round); frames that hash
+ * alike but differ only miss a fold. */
+static int staged_cmp(const void *a, const void *b)
+{
+    const rstaged *x = a, *y = b;
+    if (x->round != y->round) return x->round < y->round ? -1 : 1;
+    if (x->cls != y->cls) return x->cls < y->cls ? -1 : 1;
+    if (x->cls == 1) {
+        if (x->len != y->len) return x->len < y->len ? -1 : 1;
+        if (x->key != y->key) return x->key < y->key ? -1 : 1;
+    }
+    return (x->handle > y->handle) - (x->handle < y->handle);
+}
+
+/* Sends what is staged, sorted (above), in as many batches as it takes. */
+static void up_flush(eccl_relay *r)
+{
+    if (!r->n_staged) return;
+    qsort(r->staged, r->n_staged, sizeof *r->staged, staged_cmp);
+    for (uint32_t i = 0; i < r->n_staged && r->up_err == ECCL_OK; i++) {
+        const rstaged *e = &r->staged[i];
+        eccl_result rc = eccl_wire_batch_put(&r->out, up_send_cb, r, e->handle, NULL,
+                                             e->len ? r->arena + e->off : NULL, e->len);
+        if (rc != ECCL_OK) r->up_err = rc;
+    }
+    r->n_staged = 0;
+    r->arena_len = 0;
+    r->gen++;
+    if (r->up_err == ECCL_OK) up_send(r);
+    else eccl_wire_batch_free(&r->out);
+}
+
+static void up_drop_staged(eccl_relay *r)
+{
+    r->n_staged = 0;
+    r->arena_len = 0;
+    r->gen++;
+    eccl_wire_batch_free(&r->out);
+}
+
+/* For the parent: staged for its next batch (message m encoded, or frame
+ * f as it is, or neither: a gone entry). An entry that cannot be staged
+ * breaks the link (at the end of the step): the parent would wait for it
+ * forever. */
 static void up_put(eccl_relay *r, uint32_t h, const eccl_msg *m, const uint8_t *f, uint32_t len)
 {
-    eccl_result rc = eccl_wire_batch_put(&r->out, up_flush_cb, r, h, m, f, len);
-    if (rc != ECCL_OK && r->up_err == ECCL_OK) r->up_err = rc;
+    if (r->up_err != ECCL_OK) return;
+    eccl_result rc = ECCL_OK;
+    if (m && (m->type == ECCL_MSG_DATA || m->type == ECCL_MSG_BATCH || m->type == ECCL_MSG_RELAY_HELLO))
+        rc = ECCL_ERR_INVALID_ARG;
+    size_t max = m ? ECCL_WIRE_HEADER_SIZE + eccl_wire_max_length(m->type) : len;
+    if (rc == ECCL_OK && r->arena_len + max > r->arena_cap) {
+        size_t cap = r->arena_cap ? r->arena_cap : 4096;
+        while (cap < r->arena_len + max) cap *= 2;
+        uint8_t *n = realloc(r->arena, cap);
+        if (n) r->arena = n, r->arena_cap = cap;
+        else rc = ECCL_ERR_NO_MEMORY;
+    }
+    if (rc == ECCL_OK && r->n_staged == r->cap_staged) {
+        uint32_t cap = r->cap_staged ? 2 * r->cap_staged : 64;
+        rstaged *n = realloc(r->staged, cap * sizeof *n);
+        if (n) r->staged = n, r->cap_staged = cap;
+        else rc = ECCL_ERR_NO_MEMORY;
+    }
+    uint32_t flen = 0;
+    if (rc == ECCL_OK && m) {
+        flen = (uint32_t)eccl_wire_encode(m, r->arena + r->arena_len, max);
+        if (!flen) rc = ECCL_ERR_INVALID_ARG;
+    } else if (rc == ECCL_OK && len) {
+        memcpy(r->arena + r->arena_len, f, len);
+        flen = len;
+    }
+    if (rc != ECCL_OK) {
+        r->up_err = rc;
+        return;
+    }
+    rroute *rt = &r->route[h];
+    if (rt->gen != r->gen) rt->gen = r->gen, rt->n_gen = 0;
+    rstaged *e = &r->staged[r->n_staged++];
+    e->handle = h;
+    e->round = rt->n_gen++;
+    e->cls = flen && rt->told;
+    e->off = (uint32_t)r->arena_len;
+    e->len = flen;
+    e->key = e->cls ? eccl_hash(ECCL_HASH_SIMPLE, r->arena + r->arena_len, flen) : 0;
+    rt->told = 1;
+    r->arena_len += flen;
+    /* Bounded: past a full batch's worth it goes, answered or not. */
+    if (r->arena_len + (size_t)r->n_staged * 12u >= ECCL_WIRE_MAX_BATCH) up_flush(r);
 }
 
 /* A new handle of ours, leading to kid (sub: its relay's handle). */
@@ -119,7 +241,7 @@ static uint32_t route_new(eccl_relay *r, rkid *kid, uint32_t sub)
         r->route = n;
         r->cap_route = cap;
     }
-    r->route[r->n_route] = (rroute){kid, sub};
+    r->route[r->n_route] = (rroute){kid, sub, 0, 0, 0};
     return r->n_route++;
 }
 
@@ -134,6 +256,7 @@ static void kid_batch_flush(rkid *k)
 {
     uint32_t len;
     uint8_t *f = eccl_wire_batch_take(&k->out, &len);
+    if (f) k->ack_owed = 0;
     if (f && eccl_chan_send_frame(&k->ch, f, len) == ECCL_OK) eccl_chan_flush(&k->ch);
 }
 
@@ -214,6 +337,9 @@ static eccl_result kid_on_msg(void *owner, eccl_chan *ch, const eccl_msg *m)
         if (m->type != ECCL_MSG_BATCH) return ECCL_ERR_PROTOCOL;
         uint32_t pos = 0, h, count, len;
         const uint8_t *f;
+        /* Answered at the end of the step (flow control, see up_send). */
+        k->ack_owed = 1;
+        kid_mark_dirty(r, k);
         while (eccl_wire_batch_next(&m->u.batch, &pos, &h, &count, &f, &len)) {
             /* A span: its handles map to ours one by one, and fold again
              * upward where ours are consecutive too. */
@@ -223,7 +349,8 @@ static eccl_result kid_on_msg(void *owner, eccl_chan *ch, const eccl_msg *m)
                 if (rc != ECCL_OK) return rc;
             }
         }
-        return ECCL_OK;
+        /* Stopped early: a stepping span, which only goes down. */
+        return pos == m->u.batch.len ? ECCL_OK : ECCL_ERR_PROTOCOL;
     }
     if (m->type == ECCL_MSG_BATCH) return ECCL_ERR_PROTOCOL;
     if (m->type == ECCL_MSG_REGISTER && m->u.reg.peer_timeout_ms)
@@ -288,19 +415,31 @@ static eccl_result up_on_msg(void *owner, eccl_chan *ch, const eccl_msg *m)
 {
     eccl_relay *r = owner;
     (void)ch;
+    r->up_unanswered = 0; /* the parent spoke: our last batch was taken */
     if (m->type == ECCL_MSG_HEARTBEAT) return ECCL_OK;
     if (m->type != ECCL_MSG_BATCH) return ECCL_ERR_PROTOCOL;
     uint32_t pos = 0, h0, count, len;
-    const uint8_t *f;
-    while (eccl_wire_batch_next(&m->u.batch, &pos, &h0, &count, &f, &len)) {
+    const uint8_t *f0;
+    int step;
+    uint8_t stepped[ECCL_WIRE_HEADER_SIZE + 12u];
+    while (eccl_wire_batch_next_step(&m->u.batch, &pos, &h0, &count, &step, &f0, &len)) {
         if (h0 >= r->n_route || count > r->n_route - h0) return ECCL_ERR_PROTOCOL;
+        if (step && len != sizeof stepped) return ECCL_ERR_PROTOCOL;
         /* A span is one decision for each of its handles: expanded here,
          * where each is a child's frame or an entry for a child relay
          * (folding again where its handles are consecutive). */
         for (uint32_t h = h0; h - h0 < count; h++) {
             rroute *rt = &r->route[h];
             rkid *k = rt->kid;
+            const uint8_t *f = f0;
             if (!k) continue; /* gone here: the parent hears it from us */
+            if (step) {
+                /* A stepping span (WELCOMEs of consecutive ids): this
+                 * handle's own frame. */
+                if (eccl_wire_batch_step_frame(f0, len, h - h0, stepped) != ECCL_OK)
+                    return ECCL_ERR_PROTOCOL;
+                f = stepped;
+            }
             if (rt->sub != NO_HANDLE) {
                 eccl_result rc =
                     eccl_wire_batch_put(&k->out, kid_batch_flush_cb, k, rt->sub, NULL, f, len);
@@ -344,6 +483,7 @@ static eccl_result up_open(eccl_relay *r)
     r->up.conn = conn;
     r->up_open = 1;
     r->up_err = ECCL_OK;
+    r->up_unanswered = 0;
     r->n_route = 0; /* a new relay to the parent: handles start over */
     eccl_msg h = {.type = ECCL_MSG_RELAY_HELLO};
     h.u.relay_hello.timeout_ms = (uint32_t)(r->timeout_ns / MS);
@@ -372,7 +512,7 @@ static void up_close(eccl_relay *r, eccl_result why)
     ECCL_WARN(r->env, "relay lost its parent %s: %s", r->parent_addr, eccl_strerror(why));
     eccl_chan_close(&r->up);
     r->up_open = 0;
-    eccl_wire_batch_free(&r->out);
+    up_drop_staged(r);
     while (r->kids) kid_drop(r, r->kids, 0);
     up_retry_schedule(r);
 }
@@ -444,17 +584,27 @@ static uint64_t relay_step(void *owner, void **ready, int n, int *again)
         rkid *k = r->dirty;
         r->dirty = k->dirty_next;
         k->dirty = 0;
-        if (k->out_err != ECCL_OK) kid_drop(r, k, 1);
-        else if (!k->ch.closed) kid_batch_flush(k);
+        if (k->out_err != ECCL_OK) {
+            kid_drop(r, k, 1);
+        } else if (!k->ch.closed) {
+            kid_batch_flush(k);
+            if (k->ack_owed) { /* nothing for it: a heartbeat answers its batch */
+                eccl_msg hb = {.type = ECCL_MSG_HEARTBEAT};
+                kid_send(k, &hb);
+                k->ack_owed = 0;
+            }
+        }
     }
     uint64_t next = r->scan_at;
     if (r->up_err != ECCL_OK) {
         up_close(r, r->up_err);
-    } else if (r->out.n > 0) {
+    } else if (r->n_staged > 0) {
         /* Entries heard at nearly the same time travel up as one frame:
-         * the parent pays per frame. */
+         * the parent pays per frame. While our last batch is unanswered
+         * they wait for the answer (which wakes us). */
         if (!r->up_since) r->up_since = now;
-        if (now - r->up_since >= r->coalesce_ns) {
+        if (r->up_unanswered) {
+        } else if (now - r->up_since >= r->coalesce_ns) {
             up_flush(r);
             r->up_since = 0;
         } else if (r->up_since + r->coalesce_ns < next) {
@@ -570,6 +720,8 @@ void eccl_relay_destroy(eccl_relay *r)
     if (!r) return;
     eccl_relay_stop(r);
     eccl_wire_batch_free(&r->out);
+    free(r->staged);
+    free(r->arena);
     free(r->route);
     eccl_engine_fini(&r->eng);
     r->env_release(r->env);

@@ -521,7 +521,8 @@ static void put_payload(wbuf *w, const eccl_msg *m)
         /* Re-encoding a decoded batch (tests, forwarding): entries as they are. */
         uint32_t pos = 0, h, c, n = 0, fl;
         const uint8_t *f;
-        while (eccl_wire_batch_next(&m->u.batch, &pos, &h, &c, &f, &fl)) n++;
+        int step;
+        while (eccl_wire_batch_next_step(&m->u.batch, &pos, &h, &c, &step, &f, &fl)) n++;
         if (n != m->u.batch.n || pos != m->u.batch.len || w->cap - w->pos < 4u + pos) {
             w->bad = 1;
             break;
@@ -797,7 +798,8 @@ static void get_payload(rbuf *r, uint16_t type, eccl_msg *m)
         /* Every entry is checked now, so delivery can trust the bounds. */
         uint32_t pos = 0, h, c, fl, n = 0;
         const uint8_t *f;
-        while (eccl_wire_batch_next(&m->u.batch, &pos, &h, &c, &f, &fl)) n++;
+        int step;
+        while (eccl_wire_batch_next_step(&m->u.batch, &pos, &h, &c, &step, &f, &fl)) n++;
         if (n != m->u.batch.n || pos != m->u.batch.len) r->bad = 1;
         r->pos = r->len;
         break;
@@ -828,12 +830,28 @@ static int batch_frame_ok(const uint8_t *f, uint32_t len)
            h.type != ECCL_MSG_RELAY_HELLO && h.length == len - ECCL_WIRE_HEADER_SIZE;
 }
 
-int eccl_wire_batch_next(const eccl_msg_batch *b, uint32_t *pos, uint32_t *handle,
-                         uint32_t *count, const uint8_t **frame, uint32_t *frame_len)
+/* A WELCOME frame's peer id (the frame checked by batch_frame_ok), or 0
+ * when it is another frame. */
+static uint64_t welcome_id(const uint8_t *f, uint32_t len, uint32_t *accepted)
+{
+    eccl_wire_header h;
+    eccl_msg m;
+    if (len != ECCL_WIRE_HEADER_SIZE + 12u || eccl_wire_header_decode(f, &h) != ECCL_OK ||
+        h.type != ECCL_MSG_WELCOME ||
+        eccl_wire_decode(h.type, f + ECCL_WIRE_HEADER_SIZE, h.length, &m) != ECCL_OK)
+        return 0;
+    *accepted = m.u.welcome.accepted;
+    return m.u.welcome.peer_id;
+}
+
+int eccl_wire_batch_next_step(const eccl_msg_batch *b, uint32_t *pos, uint32_t *handle,
+                              uint32_t *count, int *step, const uint8_t **frame,
+                              uint32_t *frame_len)
 {
     if (*pos >= b->len || b->len - *pos < BATCH_ENTRY_HEAD) return 0;
     const uint8_t *e = b->packed + *pos;
     uint32_t h = le32(e), len = le32(e + 4), head = BATCH_ENTRY_HEAD, n = 1;
+    int st = 0;
     if (h & ECCL_WIRE_BATCH_SPAN) {
         /* One frame for `n` consecutive handles: n >= 2 (one is a plain
          * entry, so every batch has one encoding), within the handle range,
@@ -842,16 +860,48 @@ int eccl_wire_batch_next(const eccl_msg_batch *b, uint32_t *pos, uint32_t *handl
         h &= ~ECCL_WIRE_BATCH_SPAN;
         n = le32(e + 8);
         head = BATCH_SPAN_HEAD;
+        st = (n & ECCL_WIRE_BATCH_STEP) != 0;
+        n &= ~ECCL_WIRE_BATCH_STEP;
         if (n < 2 || n - 1 > ECCL_WIRE_BATCH_MAX_HANDLE - h || !len) return 0;
     }
     if (len > b->len - *pos - head) return 0;
     if (len && !batch_frame_ok(e + head, len)) return 0;
+    if (st) {
+        /* A stepping span: WELCOMEs only, ids that stay above 0. */
+        uint32_t acc;
+        uint64_t id = welcome_id(e + head, len, &acc);
+        if (!id || id + (n - 1) < id) return 0;
+    }
     *handle = h;
     *count = n;
+    *step = st;
     *frame = len ? e + head : NULL;
     *frame_len = len;
     *pos += head + len;
     return 1;
+}
+
+int eccl_wire_batch_next(const eccl_msg_batch *b, uint32_t *pos, uint32_t *handle,
+                         uint32_t *count, const uint8_t **frame, uint32_t *frame_len)
+{
+    uint32_t at = *pos;
+    int step;
+    if (!eccl_wire_batch_next_step(b, &at, handle, count, &step, frame, frame_len) || step)
+        return 0;
+    *pos = at;
+    return 1;
+}
+
+eccl_result eccl_wire_batch_step_frame(const uint8_t *frame, uint32_t len, uint32_t i,
+                                       uint8_t *out)
+{
+    uint32_t acc;
+    uint64_t id = welcome_id(frame, len, &acc);
+    if (!id) return ECCL_ERR_PROTOCOL;
+    eccl_msg m = {.type = ECCL_MSG_WELCOME};
+    m.u.welcome.peer_id = id + i;
+    m.u.welcome.accepted = acc;
+    return eccl_wire_encode(&m, out, len) == len ? ECCL_OK : ECCL_ERR_PROTOCOL;
 }
 
 /* Room for `need` more payload bytes, within the batch bound. */
@@ -892,17 +942,32 @@ static int batch_fold(eccl_wire_batch *b, uint32_t handle, const uint8_t *f, uin
 {
     if (!b->n || !len || handle > ECCL_WIRE_BATCH_MAX_HANDLE) return 0;
     uint8_t *e = b->buf + b->last;
-    uint32_t h = le32(e), n = 1, head = BATCH_ENTRY_HEAD;
+    uint32_t h = le32(e), n = 1, head = BATCH_ENTRY_HEAD, step = 0;
     if (h & ECCL_WIRE_BATCH_SPAN) {
         h &= ~ECCL_WIRE_BATCH_SPAN;
         n = le32(e + 8);
+        step = n & ECCL_WIRE_BATCH_STEP;
+        n &= ~ECCL_WIRE_BATCH_STEP;
         head = BATCH_SPAN_HEAD;
     }
-    if (le32(e + 4) != len || memcmp(e + head, f, len) != 0) return 0;
+    if (le32(e + 4) != len) return 0;
     uint32_t first;
-    if (h + n == handle && handle <= ECCL_WIRE_BATCH_MAX_HANDLE) first = h;
-    else if (handle + 1 == h) first = handle;
-    else return 0;
+    if (!step && memcmp(e + head, f, len) == 0) {
+        if (h + n == handle && handle <= ECCL_WIRE_BATCH_MAX_HANDLE) first = h;
+        else if (handle + 1 == h) first = handle;
+        else return 0;
+    } else {
+        /* A stepping span: the WELCOME of the next handle up, for the next
+         * peer id (ids handed out in a relay's handle order, as they are
+         * when its registrations come in one batch): one entry for the
+         * relay's newcomers, which the relay expands (wire.h). */
+        uint32_t acc0, acc1;
+        uint64_t id0 = welcome_id(e + head, len, &acc0), id1 = welcome_id(f, len, &acc1);
+        if (!(step || n == 1) || !id0 || acc0 != acc1 || id1 != id0 + n || h + n != handle)
+            return 0;
+        first = h;
+        step = ECCL_WIRE_BATCH_STEP;
+    }
     if (head == BATCH_ENTRY_HEAD) {
         /* The room the new entry's head took holds the count: shift the
          * frame up by 4 (it ends where the new entry begins). */
@@ -912,7 +977,7 @@ static int batch_fold(eccl_wire_batch *b, uint32_t handle, const uint8_t *f, uin
     wbuf w = {e, BATCH_SPAN_HEAD, 0, 0};
     put_u32(&w, first | ECCL_WIRE_BATCH_SPAN);
     put_u32(&w, len);
-    put_u32(&w, n + 1);
+    put_u32(&w, (n + 1) | step);
     return 1;
 }
 

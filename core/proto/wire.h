@@ -456,6 +456,12 @@ typedef struct eccl_msg_relay_hello { /* RELAY_HELLO */
  * `packed` borrows the frame. */
 #define ECCL_WIRE_BATCH_SPAN 0x80000000u
 #define ECCL_WIRE_BATCH_MAX_HANDLE 0x7FFFFFFFu
+/* In a span's count: a *stepping* span, WELCOMEs only: handle first + i
+ * gets the frame with peer id + i. The master hands the newcomers of one
+ * relay batch consecutive ids, so their WELCOMEs travel as one entry per
+ * relay too (docs/protocol.md, "Relays"). Upward (a relay to its parent)
+ * a stepping span is a protocol error. */
+#define ECCL_WIRE_BATCH_STEP 0x80000000u
 typedef struct eccl_msg_batch {
     uint32_t n;
     uint32_t len;          /* bytes at `packed` */
@@ -544,6 +550,17 @@ int eccl_wire_peer_reply_next(const eccl_msg_peer_reply *m, uint32_t *pos, uint3
  * *count 1). */
 int eccl_wire_batch_next(const eccl_msg_batch *b, uint32_t *pos, uint32_t *handle,
                          uint32_t *count, const uint8_t **frame, uint32_t *frame_len);
+/* As eccl_wire_batch_next, and stepping spans too (*step 1: handle
+ * *handle + i gets eccl_wire_batch_step_frame(frame, i)); eccl_wire_batch_next
+ * stops at one (returns 0) as at a malformed entry. */
+int eccl_wire_batch_next_step(const eccl_msg_batch *b, uint32_t *pos, uint32_t *handle,
+                              uint32_t *count, int *step, const uint8_t **frame,
+                              uint32_t *frame_len);
+/* Writes into out[len] the frame of a stepping span's i-th handle (its
+ * WELCOME with peer id + i); ECCL_ERR_PROTOCOL for a frame that is no
+ * WELCOME. */
+eccl_result eccl_wire_batch_step_frame(const uint8_t *frame, uint32_t len, uint32_t i,
+                                       uint8_t *out);
 /* Appends to `b` an entry for `handle` (<= ECCL_WIRE_BATCH_MAX_HANDLE):
  * message m encoded (m NULL: a gone entry), or an already encoded frame.
  * When the batch's last entry carries the very same frame for the handle

@@ -1,0 +1,354 @@
+/* A relay's upward flow (core/master/relay.c, "upward"), seen from both
+ * ends over loopback TCP: the test plays the relay's parent and its
+ * children with plain sockets, and then a relay against the real master.
+ *
+ * - The relay holds at most one batch unanswered: what children say
+ *   meanwhile waits, and goes in one batch once the parent speaks.
+ * - Identical frames of consecutive handles fold into one span whatever
+ *   order the children sent them in; each child's own frames keep their
+ *   order; a handle's first entry comes in handle order.
+ * - A stepping span of WELCOMEs from the parent reaches each child as its
+ *   own WELCOME.
+ * - The master answers every batch of a relay, with a heartbeat when it
+ *   has nothing to say, and drops a relay that sends a stepping span up. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "eccl.h"
+#include "proto/wire.h"
+
+static int listen_any(char *addr, size_t len)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t sl = sizeof sa;
+    assert_true(fd >= 0);
+    assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    assert_int_equal(listen(fd, 16), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &sl), 0);
+    snprintf(addr, len, "127.0.0.1:%u", ntohs(sa.sin_port));
+    return fd;
+}
+
+static int dial(const char *addr)
+{
+    const char *colon = strrchr(addr, ':');
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(colon + 1)),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    for (int i = 0; i < 200; i++) {
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        assert_true(fd >= 0);
+        if (connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0) {
+            int one = 1;
+            setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+            return fd;
+        }
+        close(fd);
+        usleep(10000);
+    }
+    fail_msg("cannot reach %s", addr);
+    return -1;
+}
+
+static void send_msg(int fd, const eccl_msg *m)
+{
+    uint8_t buf[512];
+    size_t n = eccl_wire_encode(m, buf, sizeof buf);
+    assert_true(n > 0);
+    assert_int_equal(write(fd, buf, n), (ssize_t)n);
+}
+
+/* Whether a frame arrives within ms. */
+static int readable(int fd, int ms)
+{
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    return poll(&p, 1, ms) == 1;
+}
+
+static void read_full(int fd, uint8_t *p, size_t n)
+{
+    while (n) {
+        assert_true(readable(fd, 5000));
+        ssize_t k = read(fd, p, n);
+        assert_true(k > 0);
+        p += k;
+        n -= (size_t)k;
+    }
+}
+
+/* The next frame (heap; the caller frees it), its header in *h. */
+static uint8_t *read_frame(int fd, eccl_wire_header *h)
+{
+    uint8_t head[ECCL_WIRE_HEADER_SIZE];
+    read_full(fd, head, sizeof head);
+    assert_int_equal(eccl_wire_header_decode(head, h), ECCL_OK);
+    uint8_t *f = malloc(ECCL_WIRE_HEADER_SIZE + h->length + 1);
+    assert_non_null(f);
+    memcpy(f, head, sizeof head);
+    read_full(fd, f + ECCL_WIRE_HEADER_SIZE, h->length);
+    return f;
+}
+
+/* The next frame that is not a heartbeat. */
+static uint8_t *read_batch(int fd, eccl_msg *m)
+{
+    for (;;) {
+        eccl_wire_header h;
+        uint8_t *f = read_frame(fd, &h);
+        if (h.type == ECCL_MSG_HEARTBEAT) {
+            free(f);
+            continue;
+        }
+        assert_int_equal(h.type, ECCL_MSG_BATCH);
+        assert_int_equal(eccl_wire_decode(h.type, f + ECCL_WIRE_HEADER_SIZE, h.length, m), ECCL_OK);
+        return f;
+    }
+}
+
+typedef struct entry {
+    uint32_t handle, count;
+    uint16_t type;
+} entry;
+
+static uint32_t entries(const eccl_msg *b, entry *e, uint32_t max)
+{
+    uint32_t pos = 0, n = 0, h, c, len;
+    const uint8_t *f;
+    int step;
+    while (eccl_wire_batch_next_step(&b->u.batch, &pos, &h, &c, &step, &f, &len)) {
+        assert_true(n < max);
+        eccl_wire_header hdr = {0};
+        if (len) assert_int_equal(eccl_wire_header_decode(f, &hdr), ECCL_OK);
+        e[n++] = (entry){h, c, len ? hdr.type : 0};
+    }
+    return n;
+}
+
+static eccl_msg reg_msg(int i)
+{
+    eccl_msg m = {.type = ECCL_MSG_REGISTER};
+    snprintf(m.u.reg.p2p_addr, sizeof m.u.reg.p2p_addr, "127.0.0.1:%d", 40000 + i);
+    return m;
+}
+
+static void test_relay_holds_one_batch_and_folds(void **state)
+{
+    (void)state;
+    char paddr[64], raddr[64];
+    int lfd = listen_any(paddr, sizeof paddr);
+    eccl_relay *r = NULL;
+    assert_int_equal(eccl_relay_create("127.0.0.1:0", paddr, &r), ECCL_OK);
+    assert_int_equal(eccl_relay_address(r, raddr, sizeof raddr), ECCL_OK);
+    assert_int_equal(eccl_relay_run(r), ECCL_OK);
+    assert_true(readable(lfd, 5000));
+    int up = accept(lfd, NULL, NULL);
+    assert_true(up >= 0);
+    eccl_wire_header h;
+    free(read_frame(up, &h));
+    assert_int_equal(h.type, ECCL_MSG_RELAY_HELLO);
+
+    /* Child 0 registers: one batch goes up, and stays unanswered. */
+    int kid[3];
+    kid[0] = dial(raddr);
+    eccl_msg m = reg_msg(0), b;
+    send_msg(kid[0], &m);
+    entry e[8];
+    uint8_t *f = read_batch(up, &b);
+    assert_int_equal(entries(&b, e, 8), 1);
+    assert_int_equal(e[0].handle, 0);
+    assert_int_equal(e[0].type, ECCL_MSG_REGISTER);
+    free(f);
+    /* Children 1 and 2 register meanwhile: nothing goes up... */
+    for (int i = 1; i < 3; i++) {
+        kid[i] = dial(raddr);
+        m = reg_msg(i);
+        send_msg(kid[i], &m);
+        usleep(50000);
+    }
+    usleep(100000);
+    assert_false(readable(up, 0));
+    /* ...until the parent speaks: then both, in one batch, in handle order. */
+    eccl_msg hb = {.type = ECCL_MSG_HEARTBEAT};
+    send_msg(up, &hb);
+    f = read_batch(up, &b);
+    assert_int_equal(entries(&b, e, 8), 2);
+    assert_int_equal(e[0].handle, 1);
+    assert_int_equal(e[1].handle, 2);
+    assert_int_equal(e[0].type, ECCL_MSG_REGISTER);
+    free(f);
+
+    /* Unanswered again: the children say RING_READY in reverse handle
+     * order, child 0 then a peers-pending query. */
+    eccl_msg rr = {.type = ECCL_MSG_RING_READY};
+    rr.u.epoch.epoch = 1;
+    eccl_msg pq = {.type = ECCL_MSG_PENDING_QUERY};
+    send_msg(kid[2], &rr);
+    usleep(20000);
+    send_msg(kid[1], &rr);
+    usleep(20000);
+    send_msg(kid[0], &rr);
+    send_msg(kid[0], &pq);
+    usleep(100000);
+    assert_false(readable(up, 0));
+    send_msg(up, &hb);
+    /* One span for the three votes, then child 0's query after its vote. */
+    f = read_batch(up, &b);
+    assert_int_equal(entries(&b, e, 8), 2);
+    assert_int_equal(e[0].handle, 0);
+    assert_int_equal(e[0].count, 3);
+    assert_int_equal(e[0].type, ECCL_MSG_RING_READY);
+    assert_int_equal(e[1].handle, 0);
+    assert_int_equal(e[1].count, 1);
+    assert_int_equal(e[1].type, ECCL_MSG_PENDING_QUERY);
+    free(f);
+
+    /* Down: a stepping span of WELCOMEs (consecutive ids for consecutive
+     * handles, one entry) reaches each child as its own WELCOME. */
+    eccl_wire_batch wb = {0};
+    eccl_msg w = {.type = ECCL_MSG_WELCOME};
+    for (uint32_t i = 0; i < 3; i++) {
+        w.u.welcome.peer_id = 50 + i;
+        assert_int_equal(eccl_wire_batch_add(&wb, i, &w), ECCL_OK);
+    }
+    assert_int_equal(wb.n, 1);
+    uint32_t blen;
+    uint8_t *bf = eccl_wire_batch_take(&wb, &blen);
+    assert_int_equal(write(up, bf, blen), (ssize_t)blen);
+    free(bf);
+    for (int i = 0; i < 3; i++) {
+        eccl_msg got;
+        for (;;) {
+            f = read_frame(kid[i], &h);
+            if (h.type != ECCL_MSG_HEARTBEAT) break;
+            free(f);
+        }
+        assert_int_equal(h.type, ECCL_MSG_WELCOME);
+        assert_int_equal(eccl_wire_decode(h.type, f + ECCL_WIRE_HEADER_SIZE, h.length, &got), ECCL_OK);
+        assert_int_equal(got.u.welcome.peer_id, 50 + (uint64_t)i);
+        free(f);
+    }
+
+    /* A child that hangs up is a gone entry, after what it said. */
+    send_msg(up, &hb);
+    send_msg(kid[1], &rr);
+    close(kid[1]);
+    f = read_batch(up, &b);
+    uint32_t n = entries(&b, e, 8);
+    if (n == 1) { /* the hang-up came in the next batch */
+        assert_int_equal(e[0].type, ECCL_MSG_RING_READY);
+        free(f);
+        send_msg(up, &hb);
+        f = read_batch(up, &b);
+        n = entries(&b, e, 8);
+        assert_int_equal(n, 1);
+        assert_int_equal(e[0].type, 0);
+    } else {
+        assert_int_equal(n, 2);
+        assert_int_equal(e[0].type, ECCL_MSG_RING_READY);
+        assert_int_equal(e[1].type, 0);
+    }
+    assert_int_equal(e[n - 1].handle, 1);
+    free(f);
+
+    close(kid[0]);
+    close(kid[2]);
+    close(up);
+    close(lfd);
+    eccl_relay_destroy(r);
+}
+
+static void test_master_answers_every_batch(void **state)
+{
+    (void)state;
+    char maddr[64];
+    eccl_master *mst = NULL;
+    assert_int_equal(eccl_master_create("127.0.0.1:0", &mst), ECCL_OK);
+    assert_int_equal(eccl_master_address(mst, maddr, sizeof maddr), ECCL_OK);
+    assert_int_equal(eccl_master_run(mst), ECCL_OK);
+    int fd = dial(maddr);
+    eccl_msg hello = {.type = ECCL_MSG_RELAY_HELLO};
+    send_msg(fd, &hello);
+
+    /* Three registrations in one batch: the answer is a batch. The first
+     * peer is accepted alone (its WELCOME, then its RING); the other two
+     * get consecutive ids, so their WELCOMEs are one stepping span. */
+    eccl_wire_batch wb = {0};
+    for (int i = 0; i < 3; i++) {
+        eccl_msg reg = reg_msg(i);
+        assert_int_equal(eccl_wire_batch_add(&wb, (uint32_t)i, &reg), ECCL_OK);
+    }
+    uint32_t len;
+    uint8_t *frame = eccl_wire_batch_take(&wb, &len);
+    assert_int_equal(write(fd, frame, len), (ssize_t)len);
+    free(frame);
+    eccl_msg b;
+    entry e[4];
+    uint8_t *f = read_batch(fd, &b);
+    assert_int_equal(entries(&b, e, 4), 3);
+    assert_int_equal(e[0].type, ECCL_MSG_WELCOME);
+    assert_int_equal(e[1].type, ECCL_MSG_RING);
+    assert_int_equal(e[2].type, ECCL_MSG_WELCOME);
+    assert_int_equal(e[2].handle, 1);
+    assert_int_equal(e[2].count, 2);
+    free(f);
+
+    /* A stale RING_READY: nothing to say, yet a heartbeat answers it at
+     * once (the master's own come every quarter timeout, 1.25 s). */
+    eccl_msg rr = {.type = ECCL_MSG_RING_READY};
+    rr.u.epoch.epoch = 77;
+    assert_int_equal(eccl_wire_batch_add(&wb, 0, &rr), ECCL_OK);
+    frame = eccl_wire_batch_take(&wb, &len);
+    assert_int_equal(write(fd, frame, len), (ssize_t)len);
+    free(frame);
+    assert_true(readable(fd, 500));
+    eccl_wire_header h;
+    f = read_frame(fd, &h);
+    assert_int_equal(h.type, ECCL_MSG_HEARTBEAT);
+    free(f);
+
+    /* A stepping span only goes down: upward it breaks the protocol, and
+     * the master drops the relay (its connection closes). */
+    eccl_msg w = {.type = ECCL_MSG_WELCOME};
+    for (uint32_t i = 0; i < 2; i++) {
+        w.u.welcome.peer_id = 9 + i;
+        assert_int_equal(eccl_wire_batch_add(&wb, 3 + i, &w), ECCL_OK);
+    }
+    assert_int_equal(wb.n, 1);
+    frame = eccl_wire_batch_take(&wb, &len);
+    assert_int_equal(write(fd, frame, len), (ssize_t)len);
+    free(frame);
+    int closed = 0;
+    for (int i = 0; i < 50 && !closed; i++) {
+        uint8_t junk[256];
+        assert_true(readable(fd, 5000));
+        ssize_t k = read(fd, junk, sizeof junk);
+        closed = k <= 0;
+    }
+    assert_true(closed);
+    close(fd);
+    eccl_master_stop(mst);
+    eccl_master_destroy(mst);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_relay_holds_one_batch_and_folds),
+        cmocka_unit_test(test_master_answers_every_batch),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
