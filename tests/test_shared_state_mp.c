@@ -393,8 +393,12 @@ static void test_fp_holder_accept(void **state)
 
 /* The fetcher's receive fails mid-stream. Which socket a recv failure hits
  * is not ours to pick: a data link (PEER_LOST everywhere, then the retry),
- * or, rarely, the master link (the fetcher is out with MASTER_LOST and the
- * holders' round completes without it). Either way: clear errors, no hang. */
+ * or the master link (always, over verbs: data is RDMA writes, no recv):
+ * the fetcher is out with MASTER_LOST and the holders' round completes
+ * without it, or, when the master's decision was already read, the
+ * fetcher's round succeeded and only then is it out (seen once in CI,
+ * cuda + ibv under load): it must then hold the popular state. Either way:
+ * clear errors, no hang, no wrong bytes. */
 static void test_fp_fetcher_recv(void **state)
 {
     cluster *cl = *state;
@@ -407,7 +411,7 @@ static void test_fp_fetcher_recv(void **state)
     printf("    eccl/net/recv fired %lld time(s); fetcher: %s\n", val(cl, 2, V_FIRED),
            eccl_strerror(r2));
     assert_int_equal(val(cl, 2, V_FIRED), 1);
-    assert_true(r2 == ECCL_ERR_PEER_LOST || r2 == ECCL_ERR_MASTER_LOST);
+    assert_true(r2 == ECCL_ERR_PEER_LOST || r2 == ECCL_ERR_MASTER_LOST || r2 == ECCL_OK);
     for (int i = 0; i < 2; i++) {
         if (r2 == ECCL_ERR_PEER_LOST) {
             assert_int_equal(val(cl, i, V_RC + 1), ECCL_ERR_PEER_LOST);
@@ -415,6 +419,7 @@ static void test_fp_fetcher_recv(void **state)
         }
     }
     if (r2 == ECCL_ERR_PEER_LOST) assert_true(hash_at(cl, 2, 2) == hash_at(cl, 0, 0));
+    if (r2 == ECCL_OK) assert_true(hash_at(cl, 2, 1) == hash_at(cl, 0, 0)); /* success means the bytes */
     cluster_fini(cl);
 }
 
