@@ -409,7 +409,10 @@ static eccl_result coll_call_a2a(eccl_comm *c, eccl_coll_call call, const size_t
          * may name another rank now (or ourselves): the call is made in
          * the world the caller meant, and fails with PEER_LOST having sent
          * nothing (op_start), as if the loss had aborted it. */
-        if (!c->seen_world) c->seen_world = world, c->seen_rank = rank;
+        if (!c->seen_world) {
+            c->seen_world = world;
+            c->seen_rank = rank;
+        }
         world = c->seen_world;
         rank = c->seen_rank;
     }
