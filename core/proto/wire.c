@@ -836,6 +836,7 @@ static uint64_t welcome_id(const uint8_t *f, uint32_t len, uint32_t *accepted)
 {
     eccl_wire_header h;
     eccl_msg m;
+    *accepted = 0; /* read by the caller even when this is no WELCOME */
     if (len != ECCL_WIRE_HEADER_SIZE + 12u || eccl_wire_header_decode(f, &h) != ECCL_OK ||
         h.type != ECCL_MSG_WELCOME ||
         eccl_wire_decode(h.type, f + ECCL_WIRE_HEADER_SIZE, h.length, &m) != ECCL_OK)
