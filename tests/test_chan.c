@@ -112,6 +112,18 @@ static const eccl_chan_handler handler = {on_msg, on_data, on_data_done};
 
 /* Two VIEW frames back to back, each read ahead in one recv or trickled:
  * every entry reaches the handler intact, through the borrowed payload. */
+/* An env whose net reads the script. */
+static eccl_env script_env(script *sc)
+{
+    eccl_env env = {0};
+    env.net = &fake_net;
+    env.net_ctx = sc;
+    env.clock = &fake_clock;
+    env.dev = &fake_dev;
+    env.log_level = ECCL_LOG_NONE;
+    return env;
+}
+
 static void test_view_payload_outlives_handler(void **state)
 {
     (void)state;
@@ -134,12 +146,7 @@ static void test_view_payload_outlives_handler(void **state)
     const uint32_t rbufs[] = {64, 4096}; /* frames split across reads, or not */
     for (size_t k = 0; k < 2; k++) {
         script sc = {bytes, cap, 0};
-        eccl_env env = {0};
-        env.net = &fake_net;
-        env.net_ctx = &sc;
-        env.clock = &fake_clock;
-        env.dev = &fake_dev;
-        env.log_level = ECCL_LOG_NONE;
+        eccl_env env = script_env(&sc);
         eccl_chan ch;
         assert_int_equal(eccl_chan_init(&ch, &env, (eccl_conn *)&sc, rbufs[k]), ECCL_OK);
         seen s = {ops, N, 0};
@@ -175,12 +182,7 @@ static void test_readahead_kept_unless_released(void **state)
     assert_true(len > 0);
     for (int release = 0; release < 2; release++) {
         script sc = {bytes, len, 0};
-        eccl_env env = {0};
-        env.net = &fake_net;
-        env.net_ctx = &sc;
-        env.clock = &fake_clock;
-        env.dev = &fake_dev;
-        env.log_level = ECCL_LOG_NONE;
+        eccl_env env = script_env(&sc);
         if (release) env.config = &release_on;
         eccl_chan ch;
         assert_int_equal(eccl_chan_init(&ch, &env, (eccl_conn *)&sc, 4096), ECCL_OK);
