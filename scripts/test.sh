@@ -3,8 +3,14 @@
 #   1. install missing build dependencies (scripts/deps.sh);
 #   2. gcc, default build type (RelWithDebInfo) into build/: build and run the
 #      whole ctest suite;
-#   3. gcc, Release into build-release/: build and run the whole suite again
-#      (-O3 warnings and optimiser-dependent behaviour show up only there);
+#   3. gcc, Release into build-release/: build and run the suite again
+#      (-O3 warnings and optimiser-dependent behaviour show up only there),
+#      less what repeats the default leg at length: the multi-process suites
+#      over another transport or buffer kind (label `variant`; Release
+#      still runs net_ibv and the CUDA backend through their unit tests,
+#      test_cuda_mp and the simulated ibv scenarios) and the scenarios of
+#      1,000 ranks and more (label `long`). Unit tests, every suite's host
+#      run, the MPI jobs and every determinism check run in both legs.
 #   4. clang, default and Release, into build-clang/ and build-clang-release/:
 #      the -Werror build must be clean with the second compiler too.
 # Exits non-zero on the first failure. ECCL_JOBS overrides the parallelism.
@@ -32,15 +38,16 @@ build() {
     section "$2 $3: build"
     cmake --build "$1" -j "$jobs"
 }
+# run_tests DIR [CTEST ARGS...]
 run_tests() {
-    section "ctest $1/"
-    ctest --test-dir "$1" --output-on-failure --no-tests=error -j2
+    section "ctest $*"
+    ctest --test-dir "$1" --output-on-failure --no-tests=error -j2 "${@:2}"
 }
 
 build build gcc ""
 run_tests build
 build build-release gcc Release
-run_tests build-release
+run_tests build-release -LE 'variant|long'
 build build-clang clang ""
 build build-clang-release clang Release
 
