@@ -1585,10 +1585,23 @@ PYBIND11_MODULE(_eccl, m)
         .def_property_readonly("address", &Master::address, "the address actually bound, HOST:PORT")
         .def_property_readonly("running", &Master::running)
         .def("stop", &Master::stop, "stops serving; connected peers see eccl.MasterLost")
-        .def("close", &Master::close, "stops (if running) and frees the master");
+        .def("close", &Master::close, "stops (if running) and frees the master")
+        .def("__enter__", [](py::object self) { return self; })
+        .def("__exit__", [](Master &master, py::args) {
+            master.close();
+            return false;
+        })
+        .def("__repr__", [](const Master &master) {
+            return "<eccl.Master " + master.address() + (master.running() ? ">" : " stopped>");
+        });
 
     py::class_<Relay>(m, "Relay", "A relay of the coordinator's tree (eccl_relay)")
         .def(py::init<const std::string &, const std::string &>(), py::arg("listen"), py::arg("parent"))
         .def_property_readonly("address", &Relay::address)
-        .def("close", &Relay::close);
+        .def("close", &Relay::close)
+        .def("__enter__", [](py::object self) { return self; })
+        .def("__exit__", [](Relay &r, py::args) {
+            r.close();
+            return false;
+        });
 }
