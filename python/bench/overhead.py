@@ -9,8 +9,9 @@ float32 values (8 bytes), blocking, in place, `iters` times; then the same
 two processes calling it on 0 elements (no data moves: the binding plus the
 C library's entry and exit); (2) eccl-bench --np 2 -b 8 -e 8 -n iters,
 in-place float32 sum. Prints each round's microseconds per call and the
-medians; the overhead is the Python 8 B time minus eccl-bench's. Not a
-test: on a shared machine the numbers move by a few microseconds.
+medians; the overhead is the median of the rounds' (Python 8 B minus
+eccl-bench 8 B). Not a test: on a shared machine the numbers move by a few
+microseconds.
 """
 
 import argparse
@@ -92,9 +93,13 @@ def main():
         c8.append(c)
         print("round %d: python 8 B %.2f us/call, python 0 B %.2f us/call, eccl-bench 8 B %.2f us/call  [%s]"
               % (r + 1, p8, p0, c, row), flush=True)
-    m8, m0, mc = statistics.median(py8), statistics.median(py0), statistics.median(c8)
-    print("median: python 8 B %.2f us, eccl-bench 8 B %.2f us: overhead %.2f us/call; "
-          "python 0 B (binding + C entry, no data) %.2f us/call" % (m8, mc, m8 - mc, m0))
+    # Paired: each round's Python and C runs are back to back, so a change of
+    # load on a shared machine moves both; the median of the rounds'
+    # differences is steadier than the difference of the medians.
+    diffs = [p - c for p, c in zip(py8, c8)]
+    print("median: python 8 B %.2f us, eccl-bench 8 B %.2f us; overhead (median of the rounds' differences) "
+          "%.2f us/call; python 0 B (binding + C entry, no data) %.2f us/call"
+          % (statistics.median(py8), statistics.median(c8), statistics.median(diffs), statistics.median(py0)))
 
 
 if __name__ == "__main__":

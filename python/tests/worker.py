@@ -9,6 +9,7 @@ failure. Every call is bounded by the communicator's timeouts, and the
 test kills a worker that outlives its deadline.
 """
 
+import gc
 import json
 import os
 import signal
@@ -16,6 +17,7 @@ import sys
 import threading
 import time
 import traceback
+import weakref
 
 import numpy as np
 
@@ -268,6 +270,21 @@ def scenario_collectives(comm, index, n, args, ck, out):
     ck.equal(a, np.full(8, s, np.float32), "all_reduce_multiple_with_retry in place")
     ck.equal(b_out, np.full(5, s, np.int64), "all_reduce_multiple_with_retry out of place")
     ck.check(len(infos) == 2 and all(i.world_size == world for i in infos), "multiple infos")
+
+    # An async op holds its arrays until it ended, and lets go of them then.
+    x = np.full(64, rank + 1.0, np.float64)
+    ref_x = weakref.ref(x)
+    req = comm.all_reduce_async(x, tag=tag + 6)
+    del x
+    gc.collect()
+    ck.check(ref_x() is not None, "an array of an op in flight was freed")
+    ck.check(repr(req).startswith("<eccl.Request all_reduce_async"), "Request repr %r" % req)
+    req.wait()
+    ck.check(ref_x() is None, "a completed request still holds its array")
+    y = np.full(64, rank + 1.0, np.float64)
+    req = comm.all_reduce_async(y, tag=tag + 7)
+    req.wait()
+    ck.equal(y, np.full(64, float(s)), "the async result, in the caller's array")
 
     # Quantised: one byte per value on the wire, close to the exact sum.
     x = np.linspace(-1, 1, 4096, dtype=np.float32) * (rank + 1)
