@@ -1516,68 +1516,68 @@ PYBIND11_MODULE(_eccl, m)
              py::arg("peer_group") = py::none(), py::arg("p2p_pool_size") = py::none(),
              py::arg("connect_timeout_ms") = py::none(), py::arg("op_timeout_ms") = py::none(),
              py::arg("peer_timeout_ms") = py::none())
-        .def("connect", &Comm::connect)
-        .def("close", &Comm::close)
+        .def("connect", &Comm::connect, "eccl_comm_connect: registers with the master; returns once the accepted peers voted this peer in")
+        .def("close", &Comm::close, "eccl_comm_destroy (idempotent): leaves an elastic run; ops in flight fail with eccl.Closed")
         .def_property_readonly("closed", &Comm::closed)
         .def_property_readonly("connected", &Comm::connected)
         .def_property_readonly("master_addr", &Comm::master_addr)
-        .def("leave", &Comm::leave)
-        .def("peers_pending", &Comm::peers_pending)
-        .def("update_topology", &Comm::update_topology)
-        .def("get_attr", &Comm::get_attr, py::arg("attr"))
-        .def("all_reduce", &Comm::all_reduce, py::arg("sendbuf"), py::arg("recvbuf") = py::none(), py::kw_only(),
+        .def("leave", &Comm::leave, "eccl_comm_leave: the vote to end the run together; later calls raise eccl.Closed")
+        .def("peers_pending", &Comm::peers_pending, "eccl_comm_peers_pending: a vote of every accepted peer; the number waiting for admission")
+        .def("update_topology", &Comm::update_topology, "eccl_comm_update_topology: admits every pending peer (every accepted peer calls it)")
+        .def("get_attr", &Comm::get_attr, "eccl_comm_get_attr: an eccl.Attr value", py::arg("attr"))
+        .def("all_reduce", &Comm::all_reduce, "eccl_allreduce_ex: recvbuf None means in place; returns a ReduceInfo", py::arg("sendbuf"), py::arg("recvbuf") = py::none(), py::kw_only(),
              py::arg("op") = sum, py::arg("tag") = no_tag, py::arg("quant") = no_quant)
-        .def("all_reduce_async", &Comm::all_reduce_async, py::arg("sendbuf"), py::arg("recvbuf") = py::none(),
+        .def("all_reduce_async", &Comm::all_reduce_async, "eccl_allreduce_ex_async: returns a Request", py::arg("sendbuf"), py::arg("recvbuf") = py::none(),
              py::kw_only(), py::arg("op") = sum, py::arg("tag") = no_tag, py::arg("quant") = no_quant)
-        .def("all_reduce_multiple_with_retry", &Comm::all_reduce_multiple_with_retry, py::arg("bufs"),
+        .def("all_reduce_multiple_with_retry", &Comm::all_reduce_multiple_with_retry, "eccl_allreduce_multiple_with_retry: each item a buffer (in place) or a (send, recv) pair; returns [ReduceInfo]", py::arg("bufs"),
              py::kw_only(), py::arg("op") = sum, py::arg("tags") = py::none(), py::arg("max_in_flight") = 1u,
              py::arg("quant") = no_quant)
-        .def("all_gather", &Comm::all_gather, py::arg("sendbuf"), py::arg("recvbuf"), py::kw_only(),
+        .def("all_gather", &Comm::all_gather, "eccl_allgather: recvbuf gets world x len(sendbuf) elements; sendbuf None: in place", py::arg("sendbuf"), py::arg("recvbuf"), py::kw_only(),
              py::arg("tag") = no_tag)
-        .def("all_gather_async", &Comm::all_gather_async, py::arg("sendbuf"), py::arg("recvbuf"), py::kw_only(),
+        .def("all_gather_async", &Comm::all_gather_async, "eccl_allgather_async: returns a Request", py::arg("sendbuf"), py::arg("recvbuf"), py::kw_only(),
              py::arg("tag") = no_tag)
-        .def("reduce_scatter", &Comm::reduce_scatter, py::arg("sendbuf"), py::arg("recvbuf") = py::none(),
+        .def("reduce_scatter", &Comm::reduce_scatter, "eccl_reduce_scatter_ex: sendbuf holds world blocks of len(recvbuf); recvbuf None: in place", py::arg("sendbuf"), py::arg("recvbuf") = py::none(),
              py::kw_only(), py::arg("op") = sum, py::arg("tag") = no_tag, py::arg("quant") = no_quant)
-        .def("reduce_scatter_async", &Comm::reduce_scatter_async, py::arg("sendbuf"),
+        .def("reduce_scatter_async", &Comm::reduce_scatter_async, "eccl_reduce_scatter_ex_async: returns a Request", py::arg("sendbuf"),
              py::arg("recvbuf") = py::none(), py::kw_only(), py::arg("op") = sum, py::arg("tag") = no_tag,
              py::arg("quant") = no_quant)
-        .def("all_gatherv", &Comm::all_gatherv, py::arg("sendbuf"), py::arg("recvbuf"), py::arg("recvcounts"),
+        .def("all_gatherv", &Comm::all_gatherv, "eccl_allgatherv: recvcounts (and displs, default back to back) one per rank; sendbuf None: in place", py::arg("sendbuf"), py::arg("recvbuf"), py::arg("recvcounts"),
              py::arg("displs") = py::none(), py::kw_only(), py::arg("tag") = no_tag)
-        .def("all_gatherv_async", &Comm::all_gatherv_async, py::arg("sendbuf"), py::arg("recvbuf"),
+        .def("all_gatherv_async", &Comm::all_gatherv_async, "eccl_allgatherv_async: returns a Request", py::arg("sendbuf"), py::arg("recvbuf"),
              py::arg("recvcounts"), py::arg("displs") = py::none(), py::kw_only(), py::arg("tag") = no_tag)
-        .def("reduce_scatterv", &Comm::reduce_scatterv, py::arg("sendbuf"), py::arg("recvbuf"),
+        .def("reduce_scatterv", &Comm::reduce_scatterv, "eccl_reduce_scatterv: sendbuf holds the blocks back to back; recvbuf None: in place", py::arg("sendbuf"), py::arg("recvbuf"),
              py::arg("recvcounts"), py::kw_only(), py::arg("op") = sum, py::arg("tag") = no_tag)
-        .def("reduce_scatterv_async", &Comm::reduce_scatterv_async, py::arg("sendbuf"), py::arg("recvbuf"),
+        .def("reduce_scatterv_async", &Comm::reduce_scatterv_async, "eccl_reduce_scatterv_async: returns a Request", py::arg("sendbuf"), py::arg("recvbuf"),
              py::arg("recvcounts"), py::kw_only(), py::arg("op") = sum, py::arg("tag") = no_tag)
-        .def("broadcast", &Comm::broadcast, py::arg("sendbuf"), py::arg("recvbuf") = py::none(), py::kw_only(),
+        .def("broadcast", &Comm::broadcast, "eccl_broadcast: root's sendbuf lands in every recvbuf (None: in place)", py::arg("sendbuf"), py::arg("recvbuf") = py::none(), py::kw_only(),
              py::arg("root") = 0u, py::arg("tag") = no_tag)
-        .def("broadcast_async", &Comm::broadcast_async, py::arg("sendbuf"), py::arg("recvbuf") = py::none(),
+        .def("broadcast_async", &Comm::broadcast_async, "eccl_broadcast_async: returns a Request", py::arg("sendbuf"), py::arg("recvbuf") = py::none(),
              py::kw_only(), py::arg("root") = 0u, py::arg("tag") = no_tag)
-        .def("reduce", &Comm::reduce, py::arg("sendbuf"), py::arg("recvbuf") = py::none(), py::kw_only(),
+        .def("reduce", &Comm::reduce, "eccl_reduce: the reduction lands in root's recvbuf (None: in place)", py::arg("sendbuf"), py::arg("recvbuf") = py::none(), py::kw_only(),
              py::arg("root") = 0u, py::arg("op") = sum, py::arg("tag") = no_tag)
-        .def("reduce_async", &Comm::reduce_async, py::arg("sendbuf"), py::arg("recvbuf") = py::none(),
+        .def("reduce_async", &Comm::reduce_async, "eccl_reduce_async: returns a Request", py::arg("sendbuf"), py::arg("recvbuf") = py::none(),
              py::kw_only(), py::arg("root") = 0u, py::arg("op") = sum, py::arg("tag") = no_tag)
-        .def("all_to_all", &Comm::all_to_all, py::arg("sendbuf"), py::arg("recvbuf") = py::none(), py::kw_only(),
+        .def("all_to_all", &Comm::all_to_all, "eccl_alltoall: world blocks each way; recvbuf None: in place", py::arg("sendbuf"), py::arg("recvbuf") = py::none(), py::kw_only(),
              py::arg("tag") = no_tag)
-        .def("all_to_all_async", &Comm::all_to_all_async, py::arg("sendbuf"), py::arg("recvbuf") = py::none(),
+        .def("all_to_all_async", &Comm::all_to_all_async, "eccl_alltoall_async: returns a Request", py::arg("sendbuf"), py::arg("recvbuf") = py::none(),
              py::kw_only(), py::arg("tag") = no_tag)
-        .def("all_to_allv", &Comm::all_to_allv, py::arg("sendbuf"), py::arg("recvbuf"), py::kw_only(),
+        .def("all_to_allv", &Comm::all_to_allv, "eccl_alltoallv: MPI's layouts in elements; recvbuf None: in place (no send layout)", py::arg("sendbuf"), py::arg("recvbuf"), py::kw_only(),
              py::arg("sendcounts") = py::none(), py::arg("sdispls") = py::none(), py::arg("recvcounts"),
              py::arg("rdispls") = py::none(), py::arg("tag") = no_tag)
-        .def("all_to_allv_async", &Comm::all_to_allv_async, py::arg("sendbuf"), py::arg("recvbuf"), py::kw_only(),
+        .def("all_to_allv_async", &Comm::all_to_allv_async, "eccl_alltoallv_async: returns a Request", py::arg("sendbuf"), py::arg("recvbuf"), py::kw_only(),
              py::arg("sendcounts") = py::none(), py::arg("sdispls") = py::none(), py::arg("recvcounts"),
              py::arg("rdispls") = py::none(), py::arg("tag") = no_tag)
-        .def("send", &Comm::send, py::arg("buf"), py::arg("peer"), py::kw_only(), py::arg("tag") = no_tag)
-        .def("send_async", &Comm::send_async, py::arg("buf"), py::arg("peer"), py::kw_only(),
+        .def("send", &Comm::send, "eccl_send: to rank `peer`; returns once the receiver acknowledged", py::arg("buf"), py::arg("peer"), py::kw_only(), py::arg("tag") = no_tag)
+        .def("send_async", &Comm::send_async, "eccl_send_async: returns a Request", py::arg("buf"), py::arg("peer"), py::kw_only(),
              py::arg("tag") = no_tag)
-        .def("recv", &Comm::recv, py::arg("buf"), py::arg("peer"), py::kw_only(), py::arg("tag") = no_tag)
-        .def("recv_async", &Comm::recv_async, py::arg("buf"), py::arg("peer"), py::kw_only(),
+        .def("recv", &Comm::recv, "eccl_recv: from rank `peer`, into buf", py::arg("buf"), py::arg("peer"), py::kw_only(), py::arg("tag") = no_tag)
+        .def("recv_async", &Comm::recv_async, "eccl_recv_async: returns a Request", py::arg("buf"), py::arg("peer"), py::kw_only(),
              py::arg("tag") = no_tag)
-        .def("barrier", &Comm::barrier, py::kw_only(), py::arg("tag") = no_tag)
-        .def("barrier_async", &Comm::barrier_async, py::kw_only(), py::arg("tag") = no_tag)
+        .def("barrier", &Comm::barrier, "eccl_barrier", py::kw_only(), py::arg("tag") = no_tag)
+        .def("barrier_async", &Comm::barrier_async, "eccl_barrier_async: returns a Request", py::kw_only(), py::arg("tag") = no_tag)
         .def("_sync_shared_state", &Comm::sync_shared_state, py::arg("keys"), py::arg("bufs"), py::arg("unvoted"),
              py::arg("revision"), py::arg("strategy"), py::arg("hash"))
-        .def("optimize_topology", &Comm::optimize_topology, py::kw_only(), py::arg("probe_ms") = py::none(),
+        .def("optimize_topology", &Comm::optimize_topology, "eccl_comm_optimize_topology: every accepted peer calls it; returns a TopoInfo", py::kw_only(), py::arg("probe_ms") = py::none(),
              py::arg("probe_conns") = py::none(), py::arg("max_rounds") = py::none());
 
     py::class_<Master>(m, "Master", "An eccl master (eccl_master), serving from its own thread")

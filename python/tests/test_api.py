@@ -189,3 +189,31 @@ def test_master_and_relay():
         assert not m.running
     with pytest.raises(eccl.Error):
         eccl.Master("256.0.0.1:0")
+
+
+def test_close_fails_ops_in_flight_with_closed(master):
+    """Two peers in this process (the second connects from a thread while
+    the first admits it: both calls block with the GIL released). An op the
+    other peer never joins is in flight when its communicator closes: its
+    request raises eccl.Closed, and its buffer holds what it held."""
+    import threading
+    a = eccl.Comm(master.address, op_timeout_ms=10000)
+    a.connect()
+    b = eccl.Comm(master.address, op_timeout_ms=10000)
+    joined = threading.Thread(target=b.connect)
+    joined.start()
+    for _ in range(2000):
+        if a.admit_pending():
+            break
+    joined.join(10)
+    assert b.connected and a.world_size == 2 and b.world_size == 2
+    x = np.arange(1 << 16, dtype=np.float32)
+    before = x.copy()
+    req = a.all_reduce_async(x, tag=77)  # b never calls tag 77
+    assert not req.test()
+    a.close()
+    with pytest.raises(eccl.Closed):
+        req.wait()
+    assert req.done
+    np.testing.assert_array_equal(x.view(np.uint32), before.view(np.uint32))
+    b.close()
