@@ -76,16 +76,21 @@ def test_master_module_and_master_lost():
             p.send_signal(signal.SIGKILL)
             p.wait(10)
             # The library's progress thread sees the connection close and
-            # fails the communicator with MASTER_LOST. A call that races it
-            # and writes to the dead socket first gets ECCL_ERR_CLOSED from
-            # the C library instead (the next call gets MASTER_LOST;
-            # docs/python.md, "Errors"): give the thread its moment.
-            time.sleep(0.5)
+            # fails the communicator with MASTER_LOST. Until it has, a call
+            # alone in its run answers TooFewPeers without touching the
+            # master's socket (a call that writes to the dead socket first
+            # may get ECCL_ERR_CLOSED from the C library instead, once;
+            # docs/python.md, "Errors").
+            one = np.zeros(1, np.float32)
             with pytest.raises(eccl.MasterLost) as info:
-                for _ in range(100):  # until the broken connection is seen
-                    comm.peers_pending()
-                    time.sleep(0.05)
-            assert info.value.code == int(eccl.Result.MASTER_LOST)
+                for _ in range(200):  # 10 s
+                    try:
+                        comm.all_reduce(one)
+                    except eccl.TooFewPeers:
+                        time.sleep(0.05)
+            assert info.value.code == int(eccl.Result.MASTER_LOST) and info.value.call == "all_reduce"
+            with pytest.raises(eccl.MasterLost):  # the master's own calls too, from now on
+                comm.peers_pending()
     finally:
         if p.poll() is None:
             p.kill()

@@ -48,7 +48,7 @@ class Checks:
         return self.check(ok, "%s: got %s, want %s" % (what, got.tolist()[:8], want.tolist()[:8]))
 
 
-def admit_until(comm, world, deadline_s=20.0):
+def admit_until(comm, world, deadline_s=60.0):
     """The admission loop (README): every accepted peer votes on the pending
     ones until the world has `world` members."""
     end = time.monotonic() + deadline_s
