@@ -31,10 +31,18 @@ trap on_exit EXIT
 section "dependencies"
 scripts/deps.sh
 
-# build DIR COMPILER BUILD_TYPE: configure and build one configuration.
+# build DIR COMPILER BUILD_TYPE: configure and build one configuration. The
+# C++ compiler (python/'s extension module, header_cxx) is the same
+# family's: g++ with gcc, clang++ with clang.
 build() {
+    local cxx
+    case "$2" in
+        gcc) cxx=g++ ;;
+        clang) cxx=clang++ ;;
+        *) cxx=c++ ;;
+    esac
     section "$2 $3: configure $1/"
-    cmake -S . -B "$1" -DCMAKE_C_COMPILER="$2" ${3:+-DCMAKE_BUILD_TYPE=$3}
+    cmake -S . -B "$1" -DCMAKE_C_COMPILER="$2" -DCMAKE_CXX_COMPILER="$cxx" ${3:+-DCMAKE_BUILD_TYPE=$3}
     section "$2 $3: build"
     cmake --build "$1" -j "$jobs"
 }
