@@ -68,8 +68,21 @@ static void master_retry_schedule(eccl_comm *c)
 
 eccl_result comm_master_send(eccl_comm *c, const eccl_msg *m)
 {
+    if (c->phase == PHASE_FAILED) return c->fatal;
     eccl_result rc = eccl_chan_send_msg(&c->master, m);
-    return rc == ECCL_OK ? eccl_chan_flush(&c->master) : rc;
+    if (rc == ECCL_OK) rc = eccl_chan_flush(&c->master);
+    /* A send that finds the master's connection broken brings the news a
+     * read would: this call says MASTER_LOST whether or not a read noticed
+     * first (it was a transport code, ECCL_ERR_CLOSED, for a call that raced
+     * the reader), and the next engine step fails the communicator. Not
+     * here: a handler of the master's own channel may be on the stack, and
+     * failing closes that channel. While registering, the caller retries the
+     * master instead; running out of memory for a frame is no lost master. */
+    if (rc != ECCL_OK && rc != ECCL_ERR_NO_MEMORY && c->phase != PHASE_REGISTERING) {
+        c->master_broken = 1;
+        rc = ECCL_ERR_MASTER_LOST;
+    }
+    return rc;
 }
 
 static eccl_result master_open(eccl_comm *c)
@@ -322,6 +335,7 @@ static uint64_t comm_step(void *owner, void **ready, int n, int *again)
         }
     }
     uint64_t next = timers(c);
+    if (c->master_broken) comm_fail(c, ECCL_ERR_MASTER_LOST); /* comm_master_send saw it */
     comm_ops_advance(c);
     *again = 0;
     p2p_link *lists[2] = {c->links, c->side_links};

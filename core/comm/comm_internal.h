@@ -239,6 +239,7 @@ struct eccl_comm {
     eccl_result fatal;
     eccl_chan master;
     int master_open;
+    int master_broken;          /* a send to the master failed: the next step fails us */
     uint64_t master_deadline;   /* give up reaching the master */
     uint64_t master_retry_at;   /* next connect attempt, 0 = none */
     uint64_t master_backoff;    /* delay before the attempt after that */

@@ -78,9 +78,7 @@ def test_master_module_and_master_lost():
             # The library's progress thread sees the connection close and
             # fails the communicator with MASTER_LOST. Until it has, a call
             # alone in its run answers TooFewPeers without touching the
-            # master's socket (a call that writes to the dead socket first
-            # may get ECCL_ERR_CLOSED from the C library instead, once;
-            # docs/python.md, "Errors").
+            # master's socket.
             one = np.zeros(1, np.float32)
             with pytest.raises(eccl.MasterLost) as info:
                 for _ in range(200):  # 10 s
