@@ -190,6 +190,7 @@ class ProcessGroupEccl : public c10d::ProcessGroup {
     TORCH_CHECK(size >= 1, "eccl backend: world_size must be >= 1");
     const int64_t tmo = timeout.count();
     op_timeout_ms_ = tmo <= 0 ? 60000u : static_cast<uint32_t>(std::min<int64_t>(tmo, UINT32_MAX));
+    store_ = store;
     try {
       form(store);
     } catch (...) {
@@ -206,6 +207,7 @@ class ProcessGroupEccl : public c10d::ProcessGroup {
     }
     qcv_.notify_all();
     if (completer_.joinable()) completer_.join();
+    leave_together();
     teardown();
   }
 
@@ -524,6 +526,39 @@ class ProcessGroupEccl : public c10d::ProcessGroup {
     }
   }
 
+  // An orderly end where every rank destroys its group: all ranks say so in
+  // the Store, then leave together (eccl_comm_leave: nobody sees the others
+  // go as a loss), and rank 0 stops the master only once every rank has
+  // closed its communicator (else they would log the master as lost). A
+  // rank that never comes (it exited without destroying the group, or the
+  // group is broken) costs at most kLeaveWaitMs, and then the
+  // communicators are simply destroyed.
+  void leave_together() noexcept {
+    static constexpr std::chrono::milliseconds kLeaveWaitMs{10000};
+    if (!comm_ || !store_) return;
+    {
+      std::lock_guard<std::mutex> lk(tag_mu_issue_);
+      if (!broken_.empty()) return;
+    }
+    try {
+      std::vector<std::string> leaving, closed;
+      for (int c = 0; c < size_; c++) {
+        leaving.push_back("eccl/leaving/" + std::to_string(c));
+        closed.push_back("eccl/closed/" + std::to_string(c));
+      }
+      const std::vector<uint8_t> one{'1'};
+      store_->set(leaving[rank_], one);
+      store_->wait(leaving, kLeaveWaitMs);
+      eccl_comm_leave(comm_);
+      eccl_comm_destroy(comm_);
+      comm_ = nullptr;
+      store_->set(closed[rank_], one);
+      if (master_) store_->wait(closed, kLeaveWaitMs);
+    } catch (...) {
+      // a rank that did not come, or a Store already gone: just close
+    }
+  }
+
   void teardown() {
     if (comm_) eccl_comm_destroy(comm_);
     comm_ = nullptr;
@@ -648,6 +683,7 @@ class ProcessGroupEccl : public c10d::ProcessGroup {
     }
   }
 
+  c10::intrusive_ptr<c10d::Store> store_;
   eccl_master* master_ = nullptr;
   eccl_comm* comm_ = nullptr;
   std::string master_addr_;
