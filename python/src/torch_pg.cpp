@@ -457,6 +457,7 @@ class ProcessGroupEccl : public c10d::ProcessGroup {
     eccl_request* req;
     Epilogue epilogue;
     std::string what;
+    bool collective;
   };
 
   // ---- forming the group ----
@@ -643,12 +644,15 @@ class ProcessGroupEccl : public c10d::ProcessGroup {
       const eccl_result r = start(tag, &req);
       if (r != ECCL_OK) {
         broken_ = result_name(r);
+        if (r == ECCL_ERR_TOO_FEW_PEERS)
+          throw std::runtime_error(describe(r, what) + ": a peer of this group of " + std::to_string(size_) +
+                                   " was lost");
         fail(r, what);
       }
     }
     {
       std::lock_guard<std::mutex> lk(qmu_);
-      queue_.push_back(Pending{work, req, std::move(epilogue), what});
+      queue_.push_back(Pending{work, req, std::move(epilogue), what, collective});
     }
     qcv_.notify_one();
     return work;
@@ -664,7 +668,8 @@ class ProcessGroupEccl : public c10d::ProcessGroup {
         p = std::move(queue_.front());
         queue_.pop_front();
       }
-      const eccl_result r = eccl_wait(p.req, nullptr);
+      eccl_reduce_info info{};
+      const eccl_result r = eccl_wait(p.req, &info);
       std::exception_ptr error;
       if (r != ECCL_OK) {
         {
@@ -672,6 +677,17 @@ class ProcessGroupEccl : public c10d::ProcessGroup {
           if (broken_.empty()) broken_ = result_name(r);
         }
         error = std::make_exception_ptr(std::runtime_error(describe(r, p.what)));
+      } else if (p.collective && info.world_size != static_cast<uint32_t>(size_)) {
+        // A peer was lost between two calls and libeccl ran this one on the
+        // survivors: right for an elastic caller, not for c10d, whose
+        // layouts and sums are those of world_size ranks.
+        {
+          std::lock_guard<std::mutex> lk(tag_mu_issue_);
+          if (broken_.empty()) broken_ = "ECCL_ERR_PEER_LOST";
+        }
+        error = std::make_exception_ptr(std::runtime_error(
+            "eccl: " + p.what + " ran on " + std::to_string(info.world_size) + " of " + std::to_string(size_) +
+            " peers: a peer was lost (ECCL_ERR_PEER_LOST); the output is not this group's result"));
       } else if (p.epilogue) {
         try {
           p.epilogue();

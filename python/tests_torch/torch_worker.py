@@ -58,9 +58,15 @@ def init(backend, rank, world, store_file):
 def collectives(rank, world, store_file, extra):
     stagger = float(extra[0]) if extra else 0.0
     ck = Checks()
-    # Staggered starts make the eccl admission order differ from c10d's
-    # rank order (the highest rank first), so that the rank table is used.
-    time.sleep(stagger * (world - 1 - rank))
+    if stagger:
+        # Staggered starts make the eccl admission order differ from c10d's
+        # rank order (the highest rank first), so that the rank table is
+        # used. Every rank first waits for the others' imports (seconds
+        # apart on a loaded machine), so that only the stagger orders them.
+        open("%s.imported.%d" % (store_file, rank), "w").close()
+        while not all(os.path.exists("%s.imported.%d" % (store_file, r)) for r in range(world)):
+            time.sleep(0.05)
+        time.sleep(stagger * (world - 1 - rank))
     init("eccl", rank, world, store_file)
     pg = dist.distributed_c10d._get_default_group()
     ck.true(dist.get_backend() == "eccl", "backend is %r" % dist.get_backend())
@@ -220,11 +226,11 @@ def train(backend, rank, world, store_file, steps, seed=1, on_step=None):
     init(backend, rank, world, store_file)
     model = torch.nn.parallel.DistributedDataParallel(make_model(seed, rank), bucket_cap_mb=0.01)
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    xs, ys = make_data(seed, rank, steps)
+    xs, ys = make_data(seed, rank, min(steps, 64))  # cycled: ddp_kill runs "forever"
     losses = []
     for step in range(steps):
         opt.zero_grad()
-        loss = torch.nn.functional.mse_loss(model(xs[step]), ys[step])
+        loss = torch.nn.functional.mse_loss(model(xs[step % len(xs)]), ys[step % len(ys)])
         loss.backward()
         opt.step()
         losses.append(loss.item())
@@ -313,7 +319,32 @@ def allreduce_kill(rank, world, store_file, extra):
     os._exit(0)  # the group's destructor would only wait on the dead peer's master link
 
 
-SCENARIOS = {"collectives": collectives, "ddp": ddp, "ddp_kill": ddp_kill, "allreduce_kill": allreduce_kill}
+def between_kill(rank, world, store_file, extra):
+    """Rank world-1 SIGKILLs itself between two calls; once libeccl has
+    re-formed its ring on the survivors, their next all_reduce would run on
+    world-1 peers: it must raise, not return a sum of the survivors."""
+    init("eccl", rank, world, store_file)
+    t = torch.ones(1000)
+    dist.all_reduce(t)
+    dist.barrier()
+    if rank == world - 1:
+        os.kill(os.getpid(), 9)
+    time.sleep(2.0)  # the loss is seen and the ring re-formed meanwhile
+    ck = Checks()
+    t = torch.ones(1000)
+    err = None
+    try:
+        dist.all_reduce(t)
+    except RuntimeError as e:
+        err = str(e)
+    ck.true(err is not None, "all_reduce on a group that lost a peer returned %s" % t[:4].tolist())
+    if err is not None:
+        ck.true("ECCL_ERR_PEER_LOST" in err or "ECCL_ERR_TOO_FEW_PEERS" in err, "error: %s" % err)
+    out({"rank": rank, "failures": ck.failures, "error": err})
+    os._exit(0)
+
+
+SCENARIOS = {"between_kill": between_kill, "collectives": collectives, "ddp": ddp, "ddp_kill": ddp_kill, "allreduce_kill": allreduce_kill}
 
 if __name__ == "__main__":
     scenario, rank, world, store_file = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
