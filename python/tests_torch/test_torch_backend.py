@@ -10,7 +10,8 @@ formed through a FileStore in the test's tmp_path.
   identical parameters bit for bit (2 ranks: sums of two are order-free);
 - a peer SIGKILLed mid-training, and one gone mid all_reduce: the
   survivor's wait raises a RuntimeError naming the eccl error, well within
-  the timeout, never a hang.
+  the timeout, never a hang; a peer lost between two calls of 3 ranks: the
+  survivors' next call raises instead of returning their two-rank result.
 """
 
 import json
