@@ -223,6 +223,7 @@ class ProcessGroupEccl : public c10d::ProcessGroup {
     const at::Tensor& t = single(tensors, "allreduce");
     const eccl_dtype dt = to_eccl(t, true);
     const eccl_op op = to_eccl(opts.reduceOp);
+    if (size_ == 1) return solo(c10d::OpType::ALLREDUCE, {t}, nullptr);
     return issue(c10d::OpType::ALLREDUCE, {t}, "all_reduce", [&](uint64_t tag, eccl_request** req) {
       return eccl_allreduce_async(comm_, t.data_ptr(), t.data_ptr(), t.numel(), dt, op, tag, req);
     });
@@ -242,6 +243,7 @@ class ProcessGroupEccl : public c10d::ProcessGroup {
     for (auto& t : tensors) flats.push_back(t.reshape({-1}));
     at::Tensor flat = at::cat(flats);
     std::vector<at::Tensor> outs = tensors;
+    if (size_ == 1) return solo(c10d::OpType::ALLREDUCE_COALESCED, tensors, nullptr);
     return issue(c10d::OpType::ALLREDUCE_COALESCED, outs, "allreduce_coalesced",
                  [&](uint64_t tag, eccl_request** req) {
                    return eccl_allreduce_async(comm_, flat.data_ptr(), flat.data_ptr(), flat.numel(),
@@ -261,6 +263,7 @@ class ProcessGroupEccl : public c10d::ProcessGroup {
     const at::Tensor& t = single(tensors, "broadcast");
     const eccl_dtype dt = to_eccl(t, false);
     const uint32_t root = eccl_rank(opts.rootRank, "broadcast root");
+    if (size_ == 1) return solo(c10d::OpType::BROADCAST, {t}, nullptr);
     return issue(c10d::OpType::BROADCAST, {t}, "broadcast", [&](uint64_t tag, eccl_request** req) {
       return eccl_broadcast_async(comm_, t.data_ptr(), t.data_ptr(), t.numel(), dt, root, tag, req);
     });
@@ -272,6 +275,7 @@ class ProcessGroupEccl : public c10d::ProcessGroup {
     const eccl_dtype dt = to_eccl(t, true);
     const eccl_op op = to_eccl(opts.reduceOp);
     const uint32_t root = eccl_rank(opts.rootRank, "reduce root");
+    if (size_ == 1) return solo(c10d::OpType::REDUCE, {t}, nullptr);
     return issue(c10d::OpType::REDUCE, {t}, "reduce", [&](uint64_t tag, eccl_request** req) {
       return eccl_reduce_async(comm_, t.data_ptr(), t.data_ptr(), t.numel(), dt, op, root, tag, req);
     });
@@ -286,6 +290,7 @@ class ProcessGroupEccl : public c10d::ProcessGroup {
     TORCH_CHECK(output.numel() == input.numel() * size_,
                 "eccl backend: _allgather_base: output must hold world_size * input.numel() elements");
     const eccl_dtype dt = to_eccl(input, false);
+    if (size_ == 1) return solo(c10d::OpType::_ALLGATHER_BASE, {output}, [&] { output.view({-1}).copy_(input.view({-1})); });
     return issue(c10d::OpType::_ALLGATHER_BASE, {output}, "all_gather_into_tensor",
                  [&](uint64_t tag, eccl_request** req) {
                    return allgather_into(input.data_ptr(), output.data_ptr(), input.numel(), dt, tag, req);
@@ -308,6 +313,7 @@ class ProcessGroupEccl : public c10d::ProcessGroup {
     at::Tensor flat = at::empty({in.numel() * size_}, in.options());
     std::vector<at::Tensor> outs = outputs[0];
     const int64_t n = in.numel();
+    if (size_ == 1) return solo(c10d::OpType::ALLGATHER, outs, [&] { outs[0].copy_(in.view(outs[0].sizes())); });
     return issue(c10d::OpType::ALLGATHER, outs, "all_gather",
                  [&](uint64_t tag, eccl_request** req) {
                    return allgather_into(in.data_ptr(), flat.data_ptr(), n, dt, tag, req);
@@ -330,6 +336,7 @@ class ProcessGroupEccl : public c10d::ProcessGroup {
     const eccl_op op = to_eccl(opts.reduceOp);
     // eccl's block r is eccl rank r's; c10d's block c is c10d rank c's.
     at::Tensor send = identity_ ? input : permute_blocks(input.view({-1}), output.numel());
+    if (size_ == 1) return solo(c10d::OpType::_REDUCE_SCATTER_BASE, {output}, [&] { output.view({-1}).copy_(input.view({-1})); });
     return issue(c10d::OpType::_REDUCE_SCATTER_BASE, {output}, "reduce_scatter_tensor",
                  [&](uint64_t tag, eccl_request** req) {
                    return eccl_reduce_scatter_async(comm_, send.data_ptr(), output.data_ptr(),
@@ -355,6 +362,7 @@ class ProcessGroupEccl : public c10d::ProcessGroup {
     std::vector<at::Tensor> blocks;
     for (int e = 0; e < size_; e++) blocks.push_back(inputs[0][e2c_[e]].reshape({-1}));
     at::Tensor send = at::cat(blocks);
+    if (size_ == 1) return solo(c10d::OpType::REDUCE_SCATTER, {out}, [&] { out.copy_(inputs[0][0].view(out.sizes())); });
     return issue(c10d::OpType::REDUCE_SCATTER, {out}, "reduce_scatter",
                  [&](uint64_t tag, eccl_request** req) {
                    return eccl_reduce_scatter_async(comm_, send.data_ptr(), out.data_ptr(), out.numel(),
@@ -377,6 +385,7 @@ class ProcessGroupEccl : public c10d::ProcessGroup {
     std::vector<size_t> sc, sd, rc, rd;
     layout(inSplits, input, in_row, "input", sc, sd);
     layout(outSplits, output, out_row, "output", rc, rd);
+    if (size_ == 1) return solo(c10d::OpType::ALLTOALL_BASE, {output}, [&] { output.view({-1}).copy_(input.view({-1})); });
     return issue(c10d::OpType::ALLTOALL_BASE, {output}, "all_to_all_single",
                  [&](uint64_t tag, eccl_request** req) {
                    return eccl_alltoallv_async(comm_, input.data_ptr(), sc.data(), sd.data(),
@@ -411,6 +420,7 @@ class ProcessGroupEccl : public c10d::ProcessGroup {
       rc[e] = outputs[c].numel(); rd[e] = roff[c];
     }
     std::vector<at::Tensor> outs = outputs;
+    if (size_ == 1) return solo(c10d::OpType::ALLTOALL, outs, [&] { outs[0].copy_(inputs[0].view(outs[0].sizes())); });
     return issue(c10d::OpType::ALLTOALL, outs, "all_to_all",
                  [&](uint64_t tag, eccl_request** req) {
                    return eccl_alltoallv_async(comm_, send.data_ptr(), sc.data(), sd.data(), recv.data_ptr(),
@@ -443,6 +453,7 @@ class ProcessGroupEccl : public c10d::ProcessGroup {
   }
 
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions&) override {
+    if (size_ == 1) return solo(c10d::OpType::BARRIER, {}, nullptr);
     return issue(c10d::OpType::BARRIER, {}, "barrier", [&](uint64_t tag, eccl_request** req) {
       return eccl_barrier_async(comm_, tag, req);
     });
@@ -626,6 +637,17 @@ class ProcessGroupEccl : public c10d::ProcessGroup {
     const uint64_t seq = p2p_seq_[std::make_tuple(peer, tag, sending)]++;
     return (uint64_t{1} << 62) | (static_cast<uint64_t>(static_cast<uint32_t>(tag) & 0xffffu) << 40) |
            (seq & ((uint64_t{1} << 40) - 1));
+  }
+
+  // world_size 1: libeccl's collectives need two peers (TOO_FEW_PEERS), and
+  // c10d's result with one rank is the input (copied where the output is
+  // another tensor): done here, the Work complete at once.
+  c10::intrusive_ptr<c10d::Work> solo(c10d::OpType type, std::vector<at::Tensor> outputs,
+                                      const std::function<void()>& copy) {
+    auto work = c10::make_intrusive<EcclWork>(rank_, type, std::move(outputs));
+    if (copy) copy();
+    work->complete(nullptr);
+    return work;
   }
 
   c10::intrusive_ptr<c10d::Work> issue(c10d::OpType type, std::vector<at::Tensor> outputs,

@@ -158,3 +158,8 @@ def test_peer_lost_between_calls_three_ranks(tmp_path):
     results = collect([start("between_kill", r, 3, store) for r in range(3)], 90)
     assert results[2][0] == -signal.SIGKILL, "the victim did not die by SIGKILL: %s" % (results[2][3][-2000:],)
     assert_passed(results, ranks=[0, 1])
+
+
+def test_world_size_one(tmp_path):
+    results = collect([start("solo", 0, 1, str(tmp_path / "store"))], 60)
+    assert_passed(results)

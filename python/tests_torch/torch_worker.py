@@ -319,6 +319,45 @@ def allreduce_kill(rank, world, store_file, extra):
     os._exit(0)  # the group's destructor would only wait on the dead peer's master link
 
 
+def solo(rank, world, store_file, extra):
+    """world_size 1: every collective returns its input (libeccl is not
+    called: its collectives need two peers)."""
+    ck = Checks()
+    init("eccl", 0, 1, store_file)
+    x = torch.arange(6, dtype=torch.float32)
+    t = x.clone()
+    dist.all_reduce(t)
+    ck.equal(t, x, "solo all_reduce")
+    w = dist.all_reduce(t, async_op=True)
+    ck.equal(w.get_future().wait()[0], x, "solo future")
+    dist.broadcast(t, 0)
+    dist.reduce(t, 0)
+    ck.equal(t, x, "solo broadcast/reduce")
+    o = torch.zeros(6)
+    dist.all_gather_into_tensor(o, x)
+    ck.equal(o, x, "solo all_gather_into_tensor")
+    lst = [torch.zeros(6)]
+    dist.all_gather(lst, x)
+    ck.equal(lst[0], x, "solo all_gather")
+    o = torch.zeros(6)
+    dist.reduce_scatter_tensor(o, x)
+    ck.equal(o, x, "solo reduce_scatter_tensor")
+    o = torch.zeros(6)
+    dist.reduce_scatter(o, [x.clone()])
+    ck.equal(o, x, "solo reduce_scatter")
+    o = torch.zeros(6)
+    dist.all_to_all_single(o, x)
+    ck.equal(o, x, "solo all_to_all_single")
+    outs = [torch.zeros(6)]
+    dist.all_to_all(outs, [x.clone()])
+    ck.equal(outs[0], x, "solo all_to_all")
+    dist.barrier()
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 1))
+    model(torch.ones(2, 4)).sum().backward()
+    dist.destroy_process_group()
+    out({"rank": 0, "failures": ck.failures})
+
+
 def between_kill(rank, world, store_file, extra):
     """Rank world-1 SIGKILLs itself between two calls; once libeccl has
     re-formed its ring on the survivors, their next all_reduce would run on
@@ -344,7 +383,7 @@ def between_kill(rank, world, store_file, extra):
     os._exit(0)
 
 
-SCENARIOS = {"between_kill": between_kill, "collectives": collectives, "ddp": ddp, "ddp_kill": ddp_kill, "allreduce_kill": allreduce_kill}
+SCENARIOS = {"solo": solo, "between_kill": between_kill, "collectives": collectives, "ddp": ddp, "ddp_kill": ddp_kill, "allreduce_kill": allreduce_kill}
 
 if __name__ == "__main__":
     scenario, rank, world, store_file = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
