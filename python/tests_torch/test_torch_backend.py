@@ -3,7 +3,7 @@ on 127.0.0.1, each rank a fresh interpreter (torch_worker.py), the group
 formed through a FileStore in the test's tmp_path.
 
 - every collective on float32/float64/int32/int64, element by element, with
-  2 ranks (rank 0 hosts the master) and 3 ranks (an external eccl.Master
+  2 ranks (rank 0 hosts the master; env:// init, a TCPStore) and 3 ranks (an external eccl.Master
   through ECCL_MASTER_ADDR, staggered starts so that eccl's admission order
   is not c10d's rank order and the rank table is used);
 - DDP trained K steps with backend "eccl" and with "gloo" from one seed:
@@ -18,6 +18,7 @@ import json
 import os
 import select
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -31,9 +32,11 @@ WORKER = os.path.join(HERE, "torch_worker.py")
 
 
 def start(scenario, rank, world, store, *extra, env=None):
+    # Only what the test sets chooses the rendezvous and the master.
+    base = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "MASTER_PORT", "ECCL_MASTER_ADDR")}
     return subprocess.Popen([sys.executable, WORKER, scenario, str(rank), str(world), store] + [str(e) for e in extra],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=dict(os.environ, PYTHONUNBUFFERED="1", **(env or {})))
+                            env=dict(base, PYTHONUNBUFFERED="1", **(env or {})))
 
 
 def collect(procs, timeout_s):
@@ -70,9 +73,17 @@ def assert_passed(results, ranks=None):
     assert not problems, "\n\n".join(problems)
 
 
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def test_collectives_two_ranks(tmp_path):
+    # env:// as torchrun sets it up: the c10d Store is a TCPStore here
     store = str(tmp_path / "store")
-    results = collect([start("collectives", r, 2, store) for r in range(2)], 120)
+    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+    results = collect([start("collectives", r, 2, store, env=env) for r in range(2)], 120)
     assert_passed(results)
 
 

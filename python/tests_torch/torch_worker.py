@@ -50,7 +50,11 @@ def out(result):
 
 
 def init(backend, rank, world, store_file):
-    dist.init_process_group(backend, init_method="file://" + store_file, rank=rank, world_size=world)
+    if os.environ.get("MASTER_PORT") and backend == "eccl":
+        # torchrun's way: env:// (a TCPStore on MASTER_ADDR:MASTER_PORT)
+        dist.init_process_group(backend, init_method="env://", rank=rank, world_size=world)
+    else:
+        dist.init_process_group(backend, init_method="file://" + store_file, rank=rank, world_size=world)
 
 
 # ---- every collective on every dtype ---------------------------------------------
