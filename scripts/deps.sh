@@ -22,6 +22,7 @@ packages=(
     python3-numpy   # numpy arrays as buffers; the Python tests
     python3-pytest  # the Python tests (ctest python_eccl)
     python3-torch   # torch tensors as buffers (CPU; optional at import)
+    libtorch-dev    # python/: eccl._torch, the torch.distributed backend (skipped with a note without it)
 )
 
 if ! command -v dpkg-query >/dev/null 2>&1; then
