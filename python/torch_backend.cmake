@@ -64,8 +64,8 @@ function(eccl_torch_configure)
 
   if(ECCL_BUILD_TESTS)
     add_test(NAME python_eccl_torch
-      COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/tests_torch/run_torch_tests.py
-              ${PROJECT_BINARY_DIR}/python ${CMAKE_CURRENT_SOURCE_DIR}/tests_torch)
+      COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/tests/run_pytest.py python_eccl_torch
+              ${PROJECT_BINARY_DIR}/python ${CMAKE_CURRENT_SOURCE_DIR}/tests_torch _torch pytest torch)
     set_tests_properties(python_eccl_torch PROPERTIES LABELS python TIMEOUT 180 SKIP_RETURN_CODE 77)
   endif()
 endfunction()

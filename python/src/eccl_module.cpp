@@ -482,6 +482,31 @@ struct LayoutError {
     }
 };
 
+// The layout all-gather and reduce-scatter share: `whole` holds one block of
+// `*count` elements per rank, `block` one. In place, `block` is this rank's
+// block of `whole` (its pointer is set here). Names are the caller's
+// argument names, for the message.
+void block_layout(bool in_place, void *whole_ptr, size_t whole_count, void **block_ptr, size_t block_count,
+                  size_t esize, int64_t world, int64_t rank, const char *whole_name, const char *block_name,
+                  size_t *count, LayoutError &err)
+{
+    if (in_place) {
+        if (whole_count % world != 0) {
+            err.set(std::string(whole_name) + "'s " + std::to_string(whole_count) + " elements are not " +
+                    std::to_string(world) + " equal blocks (one per rank of the world)");
+            return;
+        }
+        *count = whole_count / world;
+        *block_ptr = static_cast<char *>(whole_ptr) + rank * *count * esize;
+    } else {
+        *count = block_count;
+        if (whole_count != block_count * world)
+            err.set(std::string(whole_name) + " has " + std::to_string(whole_count) + " elements, world size " +
+                    std::to_string(world) + " x " + block_name + "'s " + std::to_string(block_count) + " = " +
+                    std::to_string(block_count * world) + " expected");
+    }
+}
+
 std::vector<size_t> size_list(const py::object &obj, const char *call, const char *what)
 {
     std::vector<size_t> v;
@@ -1022,21 +1047,8 @@ private:
         eccl_dtype dtype = r.dtype;
         size_t count = 0;
         auto check_layout = [&](int64_t world, int64_t rank, LayoutError &err) {
-            if (in_place) {
-                if (recv_count % world != 0) {
-                    err.set("recvbuf's " + std::to_string(recv_count) + " elements are not " + std::to_string(world) +
-                            " equal blocks (one per rank of the world)");
-                    return;
-                }
-                count = recv_count / world;
-                sp = static_cast<char *>(rp) + rank * count * esize;
-            } else {
-                count = send_count;
-                if (recv_count != send_count * world)
-                    err.set("recvbuf has " + std::to_string(recv_count) + " elements, world size " +
-                            std::to_string(world) + " x sendbuf's " + std::to_string(send_count) + " = " +
-                            std::to_string(send_count * world) + " expected");
-            }
+            block_layout(in_place, rp, recv_count, &sp, send_count, esize, world, rank, "recvbuf", "sendbuf", &count,
+                         err);
         };
         return layout_call(
             call, std::move(r), std::move(s), req, in_place, check_layout,
@@ -1065,21 +1077,8 @@ private:
         eccl_dtype dtype = s.dtype;
         size_t count = 0;
         auto check_layout = [&](int64_t world, int64_t rank, LayoutError &err) {
-            if (in_place) {
-                if (send_count % world != 0) {
-                    err.set("buf's " + std::to_string(send_count) + " elements are not " + std::to_string(world) +
-                            " equal blocks (one per rank of the world)");
-                    return;
-                }
-                count = send_count / world;
-                rp = static_cast<char *>(sp) + rank * count * esize;
-            } else {
-                count = recv_count;
-                if (send_count != recv_count * world)
-                    err.set("sendbuf has " + std::to_string(send_count) + " elements, world size " +
-                            std::to_string(world) + " x recvbuf's " + std::to_string(recv_count) + " = " +
-                            std::to_string(recv_count * world) + " expected");
-            }
+            block_layout(in_place, sp, send_count, &rp, recv_count, esize, world, rank, in_place ? "buf" : "sendbuf",
+                         "recvbuf", &count, err);
         };
         return layout_call(
             call, std::move(s), std::move(r), req, in_place, check_layout,
