@@ -814,48 +814,24 @@ public:
 
     eccl_reduce_info send(py::handle buf, uint32_t peer, uint64_t tag)
     {
-        const char *call = "send";
-        Buffer b = get_buffer(buf, Access::Read, call, "buf");
-        torch_sync_current_stream(b);
-        eccl_reduce_info info{};
-        eccl_result rc =
-            core_->run([&](eccl_comm *c) { return eccl_send(c, b.ptr, b.count, b.dtype, peer, tag, &info); });
-        return done(rc, call, info);
+        return p2p_like(buf, true, peer, tag, nullptr)->info_;
     }
     std::unique_ptr<Request> send_async(py::handle buf, uint32_t peer, uint64_t tag)
     {
-        const char *call = "send_async";
-        Buffer b = get_buffer(buf, Access::Read, call, "buf");
-        torch_sync_current_stream(b);
-        void *p = b.ptr;
-        size_t count = b.count;
-        eccl_dtype dtype = b.dtype;
-        return start(call, std::move(b), Buffer(), [&](eccl_comm *c, eccl_request **req) {
-            return eccl_send_async(c, p, count, dtype, peer, tag, req);
-        });
+        std::unique_ptr<Request> req;
+        p2p_like(buf, true, peer, tag, &req);
+        return req;
     }
 
     eccl_reduce_info recv(py::handle buf, uint32_t peer, uint64_t tag)
     {
-        const char *call = "recv";
-        Buffer b = get_buffer(buf, Access::Write, call, "buf");
-        torch_sync_current_stream(b);
-        eccl_reduce_info info{};
-        eccl_result rc =
-            core_->run([&](eccl_comm *c) { return eccl_recv(c, b.ptr, b.count, b.dtype, peer, tag, &info); });
-        return done(rc, call, info);
+        return p2p_like(buf, false, peer, tag, nullptr)->info_;
     }
     std::unique_ptr<Request> recv_async(py::handle buf, uint32_t peer, uint64_t tag)
     {
-        const char *call = "recv_async";
-        Buffer b = get_buffer(buf, Access::Write, call, "buf");
-        torch_sync_current_stream(b);
-        void *p = b.ptr;
-        size_t count = b.count;
-        eccl_dtype dtype = b.dtype;
-        return start(call, std::move(b), Buffer(), [&](eccl_comm *c, eccl_request **req) {
-            return eccl_recv_async(c, p, count, dtype, peer, tag, req);
-        });
+        std::unique_ptr<Request> req;
+        p2p_like(buf, false, peer, tag, &req);
+        return req;
     }
 
     void barrier(uint64_t tag)
@@ -1187,6 +1163,33 @@ private:
             [&](eccl_comm *c, eccl_request **rq) {
                 return eccl_reduce_scatterv_async(c, sp, rp, counts.data(), dtype, op, tag, rq);
             });
+    }
+
+    // send (`sending`) or recv, blocking (req == nullptr) or async: the same
+    // buffer checks, one C call or the other.
+    std::unique_ptr<Blocking> p2p_like(py::handle buf, bool sending, uint32_t peer, uint64_t tag,
+                                       std::unique_ptr<Request> *req)
+    {
+        const char *call = sending ? (req ? "send_async" : "send") : (req ? "recv_async" : "recv");
+        Buffer b = get_buffer(buf, sending ? Access::Read : Access::Write, call, "buf");
+        torch_sync_current_stream(b);
+        void *p = b.ptr;
+        size_t count = b.count;
+        eccl_dtype dtype = b.dtype;
+        auto result = std::make_unique<Blocking>();
+        if (req) {
+            *req = start(call, std::move(b), Buffer(), [&](eccl_comm *c, eccl_request **rq) {
+                return sending ? eccl_send_async(c, p, count, dtype, peer, tag, rq)
+                               : eccl_recv_async(c, p, count, dtype, peer, tag, rq);
+            });
+            return result;
+        }
+        eccl_result rc = core_->run([&](eccl_comm *c) {
+            return sending ? eccl_send(c, p, count, dtype, peer, tag, &result->info_)
+                           : eccl_recv(c, p, count, dtype, peer, tag, &result->info_);
+        });
+        done(rc, call, result->info_);
+        return result;
     }
 
     std::unique_ptr<Blocking> alltoall_like(py::handle send, py::handle recv, uint64_t tag,
