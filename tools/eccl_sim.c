@@ -54,131 +54,9 @@
 #include "sim_bench.h"
 #include "tool_util.h"
 #include "coll/dispatch.h"
+#include "scenario.h"
+#include "results.h"
 
-#define MAX_RANKS 1000000 /* 1M: the issue-15 attempt; memory, not this, is the limit */
-#define MAX_HOSTS 2000000 /* clos and wan: generated hosts */
-#define MAX_REGIONS 64     /* wan: a link per pair of regions */
-#define MAX_RANKS_PER_HOST 64
-/* Loopback defaults: eccl's transport is TCP, so two ranks on one host talk
- * through the kernel's loopback (scenarios/README.md, "Ranks per host"). */
-#define LOOPBACK_BW_DEFAULT 5e9   /* 5 GB/s: one TCP stream over lo, copy-bound */
-#define LOOPBACK_LAT_DEFAULT 5e-6 /* 5 us one way: half a TCP_RR round trip over lo */
-#define MAX_LINE 1024
-#define MAX_RELAY_KILLS 16
-#define RELAY_PORT 5100
-
-/* ---- scenario ------------------------------------------------------------ */
-
-/* The fault plan: one entry per line of a fault key (a `partition` with a
- * heal time gives two). Host kinds name a rank, link kinds links. */
-typedef enum fault_kind {
-    F_KILL,     /* crash: conns reset, host off */
-    F_HOST_OFF, /* silent: host off, nothing more arrives */
-    F_HOST_ON,  /* host back on, a new worker starts there */
-    F_JOIN,     /* the rank's first worker starts at this time */
-    F_LINK_OFF,
-    F_LINK_ON,
-    F_SLOW      /* a link's bandwidth and/or latency change */
-} fault_kind;
-
-#define MAX_FAULT_LINKS 16 /* per line */
-#define LINK_NAME_MAX 64
-
-typedef struct fault_spec {
-    fault_kind kind;
-    int line;       /* in the scenario file, for errors */
-    int rank;       /* host kinds: 1..ranks (host_off, host_on: every rank of its host) */
-    int at_iter;    /* F_KILL: >= 0 when the rank begins this iteration's all-reduce ... */
-    uint64_t at_ns; /* ... otherwise at this simulated time */
-    int partition;  /* F_LINK_OFF of a `partition` line: must cut someone off */
-    int nlinks;     /* link kinds */
-    char links[MAX_FAULT_LINKS][LINK_NAME_MAX];
-    double factor, bw_Bps, lat_s; /* F_SLOW: 0 when not given */
-    int have_lat;
-} fault_spec;
-
-static const char *fault_name(fault_kind k)
-{
-    static const char *const names[] = {"kill", "host_off", "host_on", "join",
-                                        "link_off", "link_on", "slow_link"};
-    return names[k];
-}
-
-typedef enum platform_kind { PLATFORM_FLAT, PLATFORM_CLOS, PLATFORM_WAN } platform_kind;
-
-typedef struct scenario_cfg {
-    char name[64];
-    char platform[16];
-    platform_kind kind;
-    int hosts, ranks, iters, world_min;
-    int ranks_per_host; /* rank R runs on node-(1 + (R-1) / ranks_per_host) */
-    int loopback;       /* the clusters carry loopback links (host to itself) */
-    double loopback_bandwidth_Bps, loopback_latency_s;
-    long count;
-    double bandwidth_Bps, latency_s, jitter_s, stagger_s;
-    /* platform = clos: host-to-host latencies, same rack < zone < DC < other DC */
-    int hosts_per_rack, racks_per_zone, zones_per_dc, dcs;
-    double oversubscription, zone_latency_s, dc_latency_s, inter_dc_latency_s;
-    /* platform = wan: host-to-host latencies, same site < region < other region */
-    int regions, sites_per_region, hosts_per_site;
-    double site_latency_s, site_bandwidth_Bps, region_latency_s, region_bandwidth_Bps,
-        flow_bandwidth_Bps; /* 0: no per-flow cap */
-    /* the simulated device: buffers = host|phantom|cuda|cuda_phantom, kernel
-     * rates (0: free); cuda: a simulated GPU per rank, tensors staged
-     * through host mirrors at dev_copy_latency_s + bytes / dev_copy_Bps */
-    int phantom, cuda;
-    double reduce_rate_Bps, copy_rate_Bps;
-    double dev_copy_Bps, dev_copy_latency_s;
-    int device_ring; /* 1: all-reduces of >= 1 MiB run core's device-resident ring */
-    /* transport = tcp|ibv: the ranks' peer links (env_sg.h, eccl_sg_net_cfg);
-     * ib_*: their ECCL_IB_* settings (0: the protocol's default) */
-    int ibv;
-    int ib_qps;
-    long ib_min_bytes, ib_chunk_bytes;
-    int expect_survivors; /* -1: derived from the fault plan */
-    int have_seed;
-    uint64_t seed;
-    double step_s, peer_timeout_s; /* the worker's step compute; its peer_timeout */
-    double master_msg_cost_s;      /* the master's CPU time per message */
-    double expect_slowdown;        /* 0: no check */
-    int optimize_at;               /* every rank calls optimize_topology before
-                                      this iteration; 0: never */
-    double expect_speedup;         /* 0: no check */
-    int nfaults;
-    fault_spec *faults;
-    /* relays = K: ranks in K contiguous shares, each reaching the master
-     * through a relay on the host of its share's first rank */
-    int relays;
-    int progress_thread; /* ranks' ECCL_PROGRESS_THREAD (1, the default, or 0) */
-    int latency_net;     /* net_model = latency (eccl_sg_world_set_net_model) */
-    int n_relay_kills;
-    struct {
-        int relay;     /* 1..relays */
-        uint64_t at_ns;
-        int line;
-    } relay_kills[MAX_RELAY_KILLS];
-    /* workload = diloco (examples/diloco_loop.c) under seeded churn */
-    int diloco;
-    double duration_s;   /* the workers vote to stop once past it */
-    double max_stall_s;  /* the checker's progress bound (default 5 s) */
-    uint64_t corrupt_at; /* test only: rank 1's first worker flips a bit there */
-    int have_churn, churn_have_seed, churn_min, churn_max;
-    uint64_t churn_seed, churn_lo_ns, churn_hi_ns, churn_until_ns; /* until 0: duration - 0.5 s */
-    /* workload = nccl2_bootstrap: the NCCL 2.x baseline (tools/sim_nccl2.h) */
-    int nccl2;
-    uint64_t nccl2_stagger_ns; /* per rank before connecting to the root (> 128 ranks) */
-    uint64_t nccl2_timeout_ns; /* the launcher's: a hung rank gives up then */
-    int nccl2_replay;          /* nccl2_allgather = replay */
-    int nccl2_corrupt;         /* test only: this rank (1..ranks) corrupts a slot; 0 none */
-    /* workload = bench: eccl-bench's rows (tools/sim_bench.h); iters is its
-     * timed calls per size */
-    int bench;
-    int bench_coll;                  /* enum bench_coll */
-    size_t bench_minbytes, bench_maxbytes;
-    int bench_stepfactor, bench_warmup;
-    char algo[256];                  /* every rank's ECCL_ALGO ("": not set) */
-    int bench_corrupt;               /* test only: this rank (1..ranks) corrupts its checked outputs */
-} scenario_cfg;
 
 /* ---- run state ----------------------------------------------------------- */
 
@@ -250,7 +128,7 @@ typedef struct fault_links {
 struct n2_run;
 
 struct sim {
-    const scenario_cfg *cfg;
+    const eccl_scenario *cfg;
     eccl_sg_world *w;
     const char *master_addr;
     /* relays: relay k serves ranks [k * relay_share + 1, (k + 1) * relay_share] */
@@ -301,1319 +179,6 @@ struct sim {
     struct n2_run *n2;
 };
 
-/* ---- small helpers ------------------------------------------------------- */
-
-__attribute__((format(printf, 3, 4))) static int cfg_error(const char *file, int line,
-                                                           const char *fmt, ...)
-{
-    va_list ap;
-    if (line > 0)
-        fprintf(stderr, "eccl-sim: %s:%d: ", file, line);
-    else
-        fprintf(stderr, "eccl-sim: %s: ", file);
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
-    return -1;
-}
-
-/* splitmix64: the only source of randomness, seeded from the scenario seed. */
-static uint64_t prng_next(uint64_t *state)
-{
-    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-/* Uniform in [0, n) (n > 0), without modulo bias worth speaking of at 64 bits. */
-static uint64_t prng_below(uint64_t *state, uint64_t n) { return prng_next(state) % n; }
-
-static char *trim(char *p)
-{
-    while (*p == ' ' || *p == '\t') p++;
-    size_t n = strlen(p);
-    while (n > 0 && (p[n - 1] == ' ' || p[n - 1] == '\t' || p[n - 1] == '\r' || p[n - 1] == '\n'))
-        p[--n] = '\0';
-    return p;
-}
-
-static int parse_long(const char *v, long lo, long hi, long *out)
-{
-    char *end;
-    errno = 0;
-    long x = strtol(v, &end, 10);
-    if (errno || end == v || *end || x < lo || x > hi) return -1;
-    *out = x;
-    return 0;
-}
-
-static int parse_u64(const char *v, uint64_t *out)
-{
-    char *end;
-    if (*v == '-' || *v == '+') return -1;
-    errno = 0;
-    unsigned long long x = strtoull(v, &end, 10);
-    if (errno || end == v || *end) return -1;
-    *out = x;
-    return 0;
-}
-
-/* A number followed by one of the units (factor each); strict. */
-typedef struct unit {
-    const char *name;
-    double factor;
-} unit;
-
-static int parse_quantity(const char *v, const unit *units, double *out)
-{
-    char *end;
-    errno = 0;
-    double x = strtod(v, &end);
-    if (errno || end == v || !isfinite(x) || x < 0) return -1;
-    while (*end == ' ') end++;
-    for (const unit *u = units; u->name; u++) {
-        if (strcmp(end, u->name) == 0) {
-            *out = x * u->factor;
-            return 0;
-        }
-    }
-    return -1;
-}
-
-static const unit bandwidth_units[] = {
-    {"Bps", 1.0},   {"kBps", 1e3},    {"KBps", 1e3},      {"MBps", 1e6},   {"GBps", 1e9},
-    {"TBps", 1e12}, {"bps", 1.0 / 8}, {"kbps", 1e3 / 8},  {"Mbps", 1e6 / 8}, {"Gbps", 1e9 / 8},
-    {"Tbps", 1e12 / 8}, {NULL, 0},
-};
-
-static const unit time_units[] = {
-    {"s", 1.0}, {"ms", 1e-3}, {"us", 1e-6}, {"ns", 1e-9}, {NULL, 0},
-};
-
-static int valid_name(const char *v)
-{
-    if (!*v || strlen(v) >= 64 || v[0] == '.') return 0;
-    for (const char *p = v; *p; p++) {
-        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
-              *p == '-' || *p == '_' || *p == '.'))
-            return 0;
-    }
-    return 1;
-}
-
-/* A time at the start of p (number, optional spaces, unit); *rest points
- * past it, trimmed. */
-static int parse_time_prefix(char *p, uint64_t *ns, char **rest)
-{
-    char *end;
-    errno = 0;
-    double x = strtod(p, &end);
-    if (errno || end == p || !isfinite(x) || x < 0 || x > 1e6) return -1;
-    while (*end == ' ' || *end == '\t') end++;
-    char unit_buf[8];
-    size_t n = 0;
-    while ((end[n] >= 'a' && end[n] <= 'z') && n < sizeof unit_buf - 1) {
-        unit_buf[n] = end[n];
-        n++;
-    }
-    unit_buf[n] = '\0';
-    double f = 0;
-    for (const unit *u = time_units; u->name; u++)
-        if (strcmp(unit_buf, u->name) == 0) f = u->factor;
-    if (f == 0 || (end[n] && end[n] != ' ' && end[n] != '\t')) return -1;
-    *ns = (uint64_t)llround(x * f * 1e9);
-    *rest = trim(end + n);
-    return 0;
-}
-
-/* Splits "LHS @ RHS" of a fault line (copied into buf). */
-static int split_at(const char *v, char *buf, size_t size, char **lhs, char **rhs)
-{
-    if (strlen(v) >= size) return -1;
-    strcpy(buf, v);
-    char *at = strchr(buf, '@');
-    if (!at) return -1;
-    *at = '\0';
-    *lhs = trim(buf);
-    *rhs = trim(at + 1);
-    return 0;
-}
-
-/* kill = R @ iter I   |   kill = R @ T<unit> */
-static int parse_kill(const char *v, fault_spec *k)
-{
-    char buf[MAX_LINE], *lhs, *when;
-    if (split_at(v, buf, sizeof buf, &lhs, &when)) return -1;
-    long r;
-    if (parse_long(lhs, 1, MAX_RANKS, &r)) return -1;
-    k->kind = F_KILL;
-    k->rank = (int)r;
-    if (strncmp(when, "iter", 4) == 0 && (when[4] == ' ' || when[4] == '\t')) {
-        long it;
-        if (parse_long(trim(when + 5), 0, INT_MAX, &it)) return -1;
-        k->at_iter = (int)it;
-        k->at_ns = 0;
-        return 0;
-    }
-    char *rest;
-    if (parse_time_prefix(when, &k->at_ns, &rest) || *rest) return -1;
-    k->at_iter = -1;
-    return 0;
-}
-
-/* host_off | host_on | join = R @ TIME */
-static int parse_host_fault(const char *v, fault_kind kind, fault_spec *k)
-{
-    char buf[MAX_LINE], *lhs, *when, *rest;
-    long r;
-    if (split_at(v, buf, sizeof buf, &lhs, &when) || parse_long(lhs, 1, MAX_RANKS, &r) ||
-        parse_time_prefix(when, &k->at_ns, &rest) || *rest)
-        return -1;
-    k->kind = kind;
-    k->rank = (int)r;
-    k->at_iter = -1;
-    return 0;
-}
-
-/* LINK[,LINK...]: names as the platform gives them, or node-K. */
-static int parse_links(char *lhs, fault_spec *k)
-{
-    k->nlinks = 0;
-    for (char *tok = lhs, *next; tok; tok = next) {
-        next = strchr(tok, ',');
-        if (next) *next++ = '\0';
-        tok = trim(tok);
-        if (k->nlinks == MAX_FAULT_LINKS || !valid_name(tok)) return -1;
-        snprintf(k->links[k->nlinks++], LINK_NAME_MAX, "%s", tok);
-    }
-    return k->nlinks > 0 ? 0 : -1;
-}
-
-/* link_off | link_on = LINKS @ TIME
- * partition = LINKS @ TIME [heal TIME]      (heal: a second entry, link_on)
- * slow_link = LINKS @ TIME {factor F | bandwidth BW | latency LAT}... */
-static int parse_link_fault(const char *v, const char *key, fault_spec *k, fault_spec *heal,
-                            int *have_heal)
-{
-    char buf[MAX_LINE], *lhs, *when, *rest;
-    *have_heal = 0;
-    if (split_at(v, buf, sizeof buf, &lhs, &when) || parse_links(lhs, k) ||
-        parse_time_prefix(when, &k->at_ns, &rest))
-        return -1;
-    k->at_iter = -1;
-    if (strcmp(key, "link_off") == 0 || strcmp(key, "link_on") == 0) {
-        k->kind = key[6] == 'f' ? F_LINK_OFF : F_LINK_ON;
-        return *rest ? -1 : 0;
-    }
-    if (strcmp(key, "partition") == 0) {
-        k->kind = F_LINK_OFF;
-        k->partition = 1;
-        if (!*rest) return 0;
-        if (strncmp(rest, "heal", 4) != 0 || (rest[4] != ' ' && rest[4] != '\t')) return -1;
-        *heal = *k;
-        heal->kind = F_LINK_ON;
-        heal->partition = 0;
-        char *after;
-        if (parse_time_prefix(trim(rest + 5), &heal->at_ns, &after) || *after ||
-            heal->at_ns <= k->at_ns)
-            return -1;
-        *have_heal = 1;
-        return 0;
-    }
-    k->kind = F_SLOW;
-    int given = 0;
-    while (*rest) {
-        char *word = rest, *val = rest + strcspn(rest, " \t");
-        if (!*val) return -1;
-        *val++ = '\0';
-        val = trim(val);
-        char *vend = val + strcspn(val, " \t");
-        char save = *vend;
-        *vend = '\0';
-        double q;
-        char *qend;
-        if (strcmp(word, "factor") == 0) {
-            errno = 0;
-            q = strtod(val, &qend);
-            if (errno || qend == val || *qend || !isfinite(q) || q <= 0 || q > 1e6) return -1;
-            k->factor = q;
-        } else if (strcmp(word, "bandwidth") == 0) {
-            if (parse_quantity(val, bandwidth_units, &q) || q <= 0) return -1;
-            k->bw_Bps = q;
-        } else if (strcmp(word, "latency") == 0) {
-            if (parse_quantity(val, time_units, &q) || q > 10) return -1;
-            k->lat_s = (double)llround(q * 1e9) / 1e9;
-            k->have_lat = 1;
-        } else {
-            return -1;
-        }
-        given++;
-        *vend = save;
-        rest = trim(vend);
-    }
-    /* A factor scales both; an override says what it sets. */
-    if (!given || (k->factor > 0 && (k->bw_Bps > 0 || k->have_lat))) return -1;
-    return 0;
-}
-
-/* Every key but the repeatable fault keys; the line it was given on is kept so
- * that a key the chosen platform does not take is reported where it stands. */
-enum {
-    K_NAME, K_PLATFORM, K_BW, K_LAT, K_RANKS, K_COUNT, K_ITERS, K_EXPECT, K_SEED, K_JITTER,
-    K_STAGGER, K_WORLD_MIN, K_BUFFERS, K_REDUCE_RATE, K_COPY_RATE, K_STEP, K_PEER_TIMEOUT,
-    K_EXPECT_SLOWDOWN, K_MASTER_MSG_COST, K_RANKS_PER_HOST, K_LOOPBACK_BW, K_LOOPBACK_LAT,
-    K_WORKLOAD, K_CHURN, K_DURATION, K_MAX_STALL, K_CORRUPT_AT,     /* workload = diloco */
-    K_HOSTS,                                                        /* flat */
-    K_HOSTS_PER_RACK, K_RACKS_PER_ZONE, K_ZONES_PER_DC, K_DCS, K_OVERSUB, K_ZONE_LAT, K_DC_LAT,
-    K_INTER_DC_LAT,                                                 /* clos */
-    K_REGIONS, K_SITES_PER_REGION, K_HOSTS_PER_SITE, K_SITE_LAT, K_SITE_BW, K_REGION_LAT,
-    K_REGION_BW, K_FLOW_BW,                                         /* wan */
-    K_OPTIMIZE_AT, K_EXPECT_SPEEDUP,
-    K_DEV_COPY_RATE, K_DEV_COPY_LAT, K_DEVICE_RING,                 /* buffers = cuda */
-    K_TRANSPORT, K_IB_QPS, K_IB_MIN_BYTES, K_IB_CHUNK_BYTES,
-    K_RELAYS, K_PROGRESS_THREAD, K_NET_MODEL,
-    K_NCCL2_STAGGER, K_NCCL2_TIMEOUT, K_NCCL2_ALLGATHER, K_NCCL2_CORRUPT, /* nccl2_bootstrap */
-    K_COLL, K_MINBYTES, K_MAXBYTES, K_STEPFACTOR, K_WARMUP, K_ALGO, K_BENCH_CORRUPT, /* bench */
-    K_NKEYS
-};
-
-typedef enum key_kind { KK_SPECIAL, KK_INT, KK_BW, KK_TIME, KK_RATIO } key_kind;
-
-typedef struct key_def {
-    const char *name;
-    key_kind kind;
-    size_t off; /* of the int or double field (KK_INT, KK_BW, KK_TIME, KK_RATIO) */
-    long lo, hi; /* KK_INT range */
-} key_def;
-
-#define CFG_OFF(f) offsetof(scenario_cfg, f)
-static const key_def key_defs[K_NKEYS] = {
-    [K_NAME] = {"name", KK_SPECIAL, 0, 0, 0},
-    [K_PLATFORM] = {"platform", KK_SPECIAL, 0, 0, 0},
-    [K_BW] = {"bandwidth", KK_BW, CFG_OFF(bandwidth_Bps), 0, 0},
-    [K_LAT] = {"latency", KK_TIME, CFG_OFF(latency_s), 0, 0},
-    [K_RANKS] = {"ranks", KK_INT, CFG_OFF(ranks), 1, MAX_RANKS},
-    [K_COUNT] = {"count", KK_SPECIAL, 0, 0, 0},
-    [K_ITERS] = {"iters", KK_INT, CFG_OFF(iters), 1, 1000000},
-    [K_EXPECT] = {"expect_survivors", KK_INT, CFG_OFF(expect_survivors), 0, MAX_RANKS},
-    [K_SEED] = {"seed", KK_SPECIAL, 0, 0, 0},
-    [K_JITTER] = {"jitter", KK_TIME, CFG_OFF(jitter_s), 0, 0},
-    [K_STAGGER] = {"stagger", KK_TIME, CFG_OFF(stagger_s), 0, 0},
-    [K_WORLD_MIN] = {"world_min", KK_INT, CFG_OFF(world_min), 1, MAX_RANKS},
-    [K_BUFFERS] = {"buffers", KK_SPECIAL, 0, 0, 0},
-    [K_REDUCE_RATE] = {"reduce_rate", KK_BW, CFG_OFF(reduce_rate_Bps), 0, 0},
-    [K_COPY_RATE] = {"copy_rate", KK_BW, CFG_OFF(copy_rate_Bps), 0, 0},
-    [K_DEV_COPY_RATE] = {"device_copy_rate", KK_BW, CFG_OFF(dev_copy_Bps), 0, 0},
-    [K_DEV_COPY_LAT] = {"device_copy_latency", KK_TIME, CFG_OFF(dev_copy_latency_s), 0, 0},
-    [K_DEVICE_RING] = {"device_ring", KK_INT, CFG_OFF(device_ring), 0, 1},
-    [K_TRANSPORT] = {"transport", KK_SPECIAL, 0, 0, 0},
-    [K_IB_QPS] = {"ib_qps", KK_INT, CFG_OFF(ib_qps), 1, 16},
-    [K_IB_MIN_BYTES] = {"ib_min_bytes", KK_SPECIAL, 0, 0, 0},
-    [K_IB_CHUNK_BYTES] = {"ib_chunk_bytes", KK_SPECIAL, 0, 0, 0},
-    [K_RELAYS] = {"relays", KK_INT, CFG_OFF(relays), 0, MAX_RANKS},
-    [K_PROGRESS_THREAD] = {"progress_thread", KK_INT, CFG_OFF(progress_thread), 0, 1},
-    [K_NET_MODEL] = {"net_model", KK_SPECIAL, 0, 0, 0},
-    [K_STEP] = {"step", KK_TIME, CFG_OFF(step_s), 0, 0},
-    [K_PEER_TIMEOUT] = {"peer_timeout", KK_TIME, CFG_OFF(peer_timeout_s), 0, 0},
-    [K_EXPECT_SLOWDOWN] = {"expect_slowdown", KK_RATIO, CFG_OFF(expect_slowdown), 0, 0},
-    [K_MASTER_MSG_COST] = {"master_msg_cost", KK_TIME, CFG_OFF(master_msg_cost_s), 0, 0},
-    [K_RANKS_PER_HOST] = {"ranks_per_host", KK_INT, CFG_OFF(ranks_per_host), 1, MAX_RANKS_PER_HOST},
-    [K_LOOPBACK_BW] = {"loopback_bandwidth", KK_BW, CFG_OFF(loopback_bandwidth_Bps), 0, 0},
-    [K_LOOPBACK_LAT] = {"loopback_latency", KK_TIME, CFG_OFF(loopback_latency_s), 0, 0},
-    [K_WORKLOAD] = {"workload", KK_SPECIAL, 0, 0, 0},
-    [K_CHURN] = {"churn", KK_SPECIAL, 0, 0, 0},
-    [K_DURATION] = {"duration", KK_SPECIAL, 0, 0, 0},
-    [K_MAX_STALL] = {"max_stall", KK_SPECIAL, 0, 0, 0},
-    [K_CORRUPT_AT] = {"corrupt_at", KK_SPECIAL, 0, 0, 0},
-    [K_HOSTS] = {"hosts", KK_INT, CFG_OFF(hosts), 2, MAX_RANKS + 1},
-    [K_HOSTS_PER_RACK] = {"hosts_per_rack", KK_INT, CFG_OFF(hosts_per_rack), 1, MAX_HOSTS},
-    [K_RACKS_PER_ZONE] = {"racks_per_zone", KK_INT, CFG_OFF(racks_per_zone), 1, MAX_HOSTS},
-    [K_ZONES_PER_DC] = {"zones_per_dc", KK_INT, CFG_OFF(zones_per_dc), 1, MAX_HOSTS},
-    [K_DCS] = {"dcs", KK_INT, CFG_OFF(dcs), 1, MAX_HOSTS},
-    [K_OVERSUB] = {"oversubscription", KK_RATIO, CFG_OFF(oversubscription), 0, 0},
-    [K_ZONE_LAT] = {"zone_latency", KK_TIME, CFG_OFF(zone_latency_s), 0, 0},
-    [K_DC_LAT] = {"dc_latency", KK_TIME, CFG_OFF(dc_latency_s), 0, 0},
-    [K_INTER_DC_LAT] = {"inter_dc_latency", KK_TIME, CFG_OFF(inter_dc_latency_s), 0, 0},
-    [K_REGIONS] = {"regions", KK_INT, CFG_OFF(regions), 1, MAX_REGIONS},
-    [K_SITES_PER_REGION] = {"sites_per_region", KK_INT, CFG_OFF(sites_per_region), 1, MAX_HOSTS},
-    [K_HOSTS_PER_SITE] = {"hosts_per_site", KK_INT, CFG_OFF(hosts_per_site), 1, MAX_HOSTS},
-    [K_SITE_LAT] = {"site_latency", KK_TIME, CFG_OFF(site_latency_s), 0, 0},
-    [K_SITE_BW] = {"site_bandwidth", KK_BW, CFG_OFF(site_bandwidth_Bps), 0, 0},
-    [K_REGION_LAT] = {"region_latency", KK_TIME, CFG_OFF(region_latency_s), 0, 0},
-    [K_REGION_BW] = {"region_bandwidth", KK_BW, CFG_OFF(region_bandwidth_Bps), 0, 0},
-    [K_FLOW_BW] = {"flow_bandwidth", KK_BW, CFG_OFF(flow_bandwidth_Bps), 0, 0},
-    [K_OPTIMIZE_AT] = {"optimize_at", KK_INT, CFG_OFF(optimize_at), 1, 1000000},
-    [K_EXPECT_SPEEDUP] = {"expect_speedup", KK_RATIO, CFG_OFF(expect_speedup), 0, 0},
-    [K_NCCL2_STAGGER] = {"nccl2_root_stagger", KK_SPECIAL, 0, 0, 0},
-    [K_NCCL2_TIMEOUT] = {"nccl2_timeout", KK_SPECIAL, 0, 0, 0},
-    [K_NCCL2_ALLGATHER] = {"nccl2_allgather", KK_SPECIAL, 0, 0, 0},
-    [K_NCCL2_CORRUPT] = {"nccl2_corrupt", KK_INT, CFG_OFF(nccl2_corrupt), 1, MAX_RANKS},
-    [K_COLL] = {"coll", KK_SPECIAL, 0, 0, 0},
-    [K_MINBYTES] = {"minbytes", KK_SPECIAL, 0, 0, 0},
-    [K_MAXBYTES] = {"maxbytes", KK_SPECIAL, 0, 0, 0},
-    [K_STEPFACTOR] = {"stepfactor", KK_INT, CFG_OFF(bench_stepfactor), 2, 1024},
-    [K_WARMUP] = {"warmup", KK_INT, CFG_OFF(bench_warmup), 0, 1000000},
-    [K_ALGO] = {"algo", KK_SPECIAL, 0, 0, 0},
-    [K_BENCH_CORRUPT] = {"bench_corrupt", KK_INT, CFG_OFF(bench_corrupt), 1, MAX_RANKS},
-};
-#undef CFG_OFF
-
-/* Which keys a platform takes: required ones, then optional ones; -1 ends. */
-static const int common_required[] = {K_NAME, K_PLATFORM, K_BW, K_LAT, K_RANKS, K_COUNT,
-                                      K_ITERS, -1};
-static const int common_optional[] = {K_EXPECT, K_SEED, K_JITTER, K_STAGGER, K_WORLD_MIN,
-                                      K_BUFFERS, K_REDUCE_RATE, K_COPY_RATE, K_STEP,
-                                      K_PEER_TIMEOUT, K_EXPECT_SLOWDOWN, K_MASTER_MSG_COST,
-                                      K_RANKS_PER_HOST, K_LOOPBACK_BW, K_LOOPBACK_LAT,
-                                      K_OPTIMIZE_AT, K_EXPECT_SPEEDUP, K_WORKLOAD, K_CHURN,
-                                      K_DURATION, K_MAX_STALL, K_CORRUPT_AT, K_DEV_COPY_RATE,
-                                      K_DEV_COPY_LAT, K_DEVICE_RING, K_TRANSPORT, K_IB_QPS,
-                                      K_IB_MIN_BYTES, K_IB_CHUNK_BYTES, K_NCCL2_STAGGER,
-                                      K_NCCL2_TIMEOUT, K_NCCL2_ALLGATHER, K_NCCL2_CORRUPT, K_RELAYS,
-                                      K_PROGRESS_THREAD, K_NET_MODEL, K_COLL, K_MINBYTES, K_MAXBYTES,
-                                      K_STEPFACTOR, K_WARMUP, K_ALGO, K_BENCH_CORRUPT, -1};
-static const int flat_required[] = {K_HOSTS, -1};
-static const int flat_optional[] = {-1};
-static const int clos_required[] = {K_HOSTS_PER_RACK, K_RACKS_PER_ZONE, K_ZONES_PER_DC, K_DCS, -1};
-static const int clos_optional[] = {K_OVERSUB, K_ZONE_LAT, K_DC_LAT, K_INTER_DC_LAT, -1};
-static const int wan_required[] = {K_REGIONS, K_SITES_PER_REGION, K_HOSTS_PER_SITE,
-                                   K_REGION_LAT, K_REGION_BW, -1};
-static const int wan_optional[] = {K_SITE_LAT, K_SITE_BW, K_FLOW_BW, -1};
-
-static int in_list(const int *list, int k)
-{
-    for (; *list >= 0; list++)
-        if (*list == k) return 1;
-    return 0;
-}
-
-/* One value of a table key into its field; -1 after printing why. */
-/* churn = interval=T1..T2 [min=N] [max=N] [seed=S] [until=T] */
-static int parse_churn(const char *v, scenario_cfg *c)
-{
-    char buf[MAX_LINE];
-    if (strlen(v) >= sizeof buf) return -1;
-    strcpy(buf, v);
-    int have_interval = 0;
-    c->have_churn = 1;
-    c->churn_min = 2;
-    c->churn_max = 0;
-    for (char *tok = strtok(buf, " \t"); tok; tok = strtok(NULL, " \t")) {
-        char *eq = strchr(tok, '=');
-        if (!eq) return -1;
-        *eq++ = '\0';
-        long x;
-        double q;
-        if (strcmp(tok, "interval") == 0) {
-            char *dots = strstr(eq, "..");
-            if (!dots) return -1;
-            *dots = '\0';
-            double a, b;
-            if (parse_quantity(eq, time_units, &a) || parse_quantity(dots + 2, time_units, &b) ||
-                a <= 0 || b < a || b > 1e4)
-                return -1;
-            c->churn_lo_ns = (uint64_t)llround(a * 1e9);
-            c->churn_hi_ns = (uint64_t)llround(b * 1e9);
-            have_interval = 1;
-        } else if (strcmp(tok, "min") == 0) {
-            if (parse_long(eq, 2, MAX_RANKS, &x)) return -1;
-            c->churn_min = (int)x;
-        } else if (strcmp(tok, "max") == 0) {
-            if (parse_long(eq, 2, MAX_RANKS, &x)) return -1;
-            c->churn_max = (int)x;
-        } else if (strcmp(tok, "seed") == 0) {
-            if (parse_u64(eq, &c->churn_seed)) return -1;
-            c->churn_have_seed = 1;
-        } else if (strcmp(tok, "until") == 0) {
-            if (parse_quantity(eq, time_units, &q) || q <= 0 || q > 1e5) return -1;
-            c->churn_until_ns = (uint64_t)llround(q * 1e9);
-        } else {
-            return -1;
-        }
-    }
-    return have_interval ? 0 : -1;
-}
-
-static int parse_key_value(const char *file, int lineno, const key_def *d, const char *val,
-                           scenario_cfg *c)
-{
-    char *base = (char *)c + d->off;
-    long x;
-    double q;
-    switch (d->kind) {
-    case KK_INT:
-        if (parse_long(val, d->lo, d->hi, &x))
-            return cfg_error(file, lineno, "%s: \"%s\": want an integer in %ld..%ld", d->name, val,
-                             d->lo, d->hi);
-        *(int *)(void *)base = (int)x;
-        return 0;
-    case KK_BW:
-        if (parse_quantity(val, bandwidth_units, &q) || q <= 0)
-            return cfg_error(file, lineno, "%s: \"%s\": want a positive number with a unit (Bps "
-                             "kBps MBps GBps TBps, or bps Kbps Mbps Gbps Tbps)", d->name, val);
-        *(double *)(void *)base = q;
-        return 0;
-    case KK_TIME:
-        if (parse_quantity(val, time_units, &q) || q > 10)
-            return cfg_error(file, lineno, "%s: \"%s\": want a time (s ms us ns) up to 10s",
-                             d->name, val);
-        *(double *)(void *)base = (double)llround(q * 1e9) / 1e9; /* whole ns */
-        return 0;
-    case KK_RATIO: {
-        char *end;
-        errno = 0;
-        q = strtod(val, &end);
-        if (errno || end == val || *end || !isfinite(q) || q < 1 || q > 1e6)
-            return cfg_error(file, lineno, "%s: \"%s\": want a number >= 1 (e.g. 1, 3, 2.5)",
-                             d->name, val);
-        *(double *)(void *)base = q;
-        return 0;
-    }
-    case KK_SPECIAL:
-        break;
-    }
-    return cfg_error(file, lineno, "%s: internal error", d->name);
-}
-
-/* Rank R runs on host node-(1 + (R-1) / ranks_per_host); host K >= 1 runs
- * ranks first..last (host 0 runs the master). */
-static int rank_host(const scenario_cfg *c, int rank) { return 1 + (rank - 1) / c->ranks_per_host; }
-
-static void host_ranks(const scenario_cfg *c, int host, int *first, int *last)
-{
-    *first = (host - 1) * c->ranks_per_host + 1;
-    *last = host * c->ranks_per_host < c->ranks ? host * c->ranks_per_host : c->ranks;
-}
-
-/* Whether a fault of this kind acts on the whole host of its rank (every
- * rank there), or on its rank alone. A kill is a process crash: with one
- * rank per host it takes the host down as well (eccl_sg_world_kill_host),
- * which is the same thing there, and what lets a host_on follow it. */
-static int host_wide(fault_kind k) { return k == F_HOST_OFF || k == F_HOST_ON; }
-
-typedef struct host_ev {
-    int rank, idx;
-    uint64_t at_ns;
-} host_ev;
-
-static int host_ev_cmp(const void *a, const void *b)
-{
-    const host_ev *x = a, *y = b;
-    if (x->rank != y->rank) return x->rank < y->rank ? -1 : 1;
-    if (x->at_ns != y->at_ns) return x->at_ns < y->at_ns ? -1 : 1;
-    return x->idx < y->idx ? -1 : x->idx > y->idx;
-}
-
-/* Each rank's host events (its own kill and join, and every host_off and
- * host_on of its host), in time order, must make sense: a join first and
- * once, a kill only while its worker is up, host_off only while its host is
- * on, host_on only while it is off, no two at the same time, and a
- * `kill @ iter` alone. */
-static int check_host_plan(const char *file, const scenario_cfg *c)
-{
-    const int rph = c->ranks_per_host;
-    host_ev *ev = calloc((size_t)c->nfaults * (size_t)rph + 1, sizeof *ev);
-    if (!ev) return cfg_error(file, 0, "out of memory");
-    int n = 0, rc = 0;
-    for (int i = 0; i < c->nfaults; i++) {
-        const fault_spec *f = &c->faults[i];
-        if (f->kind > F_JOIN) continue;
-        if (f->rank > c->ranks) {
-            rc = cfg_error(file, f->line, "%s: rank %d: ranks are 1..%d", fault_name(f->kind),
-                           f->rank, c->ranks);
-            break;
-        }
-        if (f->at_iter >= c->iters) {
-            rc = cfg_error(file, f->line, "kill: iter %d: iterations are 0..%d", f->at_iter,
-                           c->iters - 1);
-            break;
-        }
-        int first = f->rank, last = f->rank;
-        if (host_wide(f->kind)) host_ranks(c, rank_host(c, f->rank), &first, &last);
-        for (int q = first; q <= last; q++) ev[n++] = (host_ev){q, i, f->at_ns};
-    }
-    if (rc == 0) qsort(ev, (size_t)n, sizeof *ev, host_ev_cmp);
-    /* Walked per rank: is its host on, is its worker up. */
-    int host_on = 1, up = 1;
-    const char *whose = rph > 1 ? " (its own or its host's)" : "";
-    for (int i = 0; rc == 0 && i < n; i++) {
-        const int first = i == 0 || ev[i - 1].rank != ev[i].rank;
-        const int last = i == n - 1 || ev[i + 1].rank != ev[i].rank;
-        const fault_spec *f = &c->faults[ev[i].idx];
-        const int r = ev[i].rank;
-        char host_of[24] = ""; /* with several ranks per host, which host */
-        if (rph > 1) snprintf(host_of, sizeof host_of, " node-%d", rank_host(c, r));
-        if (first) host_on = up = 1;
-        if (!first && ev[i - 1].at_ns == ev[i].at_ns) {
-            rc = cfg_error(file, f->line, "%s: rank %d has another host event%s at the same "
-                           "time", fault_name(f->kind), r, whose);
-            break;
-        }
-        if (f->kind == F_KILL && f->at_iter >= 0 && !(first && last))
-            rc = cfg_error(file, f->line, "kill @ iter: rank %d has other host events%s; use "
-                           "kill @ TIME", r, whose);
-        else if (f->kind == F_JOIN && !first)
-            rc = cfg_error(file, f->line, "join: rank %d: a join must be its first host "
-                           "event%s", r, whose);
-        else if ((f->kind == F_KILL || f->kind == F_HOST_OFF) && !host_on)
-            rc = cfg_error(file, f->line, "%s: rank %d: its host%s is already off",
-                           fault_name(f->kind), f->rank, host_of);
-        else if (f->kind == F_KILL && !up)
-            rc = cfg_error(file, f->line, "kill: rank %d: already killed", r);
-        else if (f->kind == F_HOST_ON && host_on)
-            rc = cfg_error(file, f->line, "host_on: rank %d: its host%s is not off%s", f->rank,
-                           host_of,
-                           rph > 1 ? " (with ranks_per_host > 1 a kill takes down the "
-                                     "process, not the host)" : "");
-        if (f->kind == F_KILL) {
-            up = 0;
-            if (rph == 1) host_on = 0;
-        } else if (f->kind == F_HOST_OFF) {
-            host_on = up = 0;
-        } else if (f->kind == F_HOST_ON) {
-            host_on = up = 1;
-        }
-    }
-    free(ev);
-    return rc;
-}
-
-/* The scenario's `buffers` value. */
-static const char *buffers_name(const scenario_cfg *c)
-{
-    if (c->cuda) return c->phantom ? "cuda_phantom" : "cuda";
-    return c->phantom ? "phantom" : "host";
-}
-
-/* algo = TEXT: every rank's ECCL_ALGO, checked entry by entry as the
- * dispatcher reads it (core/coll/dispatch.c: `<collective|all>=<algorithm>`,
- * comma-separated), since the library would only warn and ignore a bad one. */
-static int parse_algo(const char *file, int lineno, const char *val, scenario_cfg *c)
-{
-    if (strlen(val) >= sizeof c->algo)
-        return cfg_error(file, lineno, "algo: longer than %zu characters", sizeof c->algo - 1);
-    for (const char *e = val; *e;) {
-        const char *comma = strchr(e, ','), *end = comma ? comma : e + strlen(e);
-        const char *eq = memchr(e, '=', (size_t)(end - e));
-        const int all = eq && eq - e == 3 && memcmp(e, "all", 3) == 0;
-        if (!eq || eccl_dispatch_algo_parse(eq + 1, (size_t)(end - eq - 1)) < 0 ||
-            (!all && eccl_dispatch_coll_parse(e, (size_t)(eq - e)) < 0))
-            return cfg_error(file, lineno, "algo: \"%.*s\": want <collective|all>=<algorithm>[,...] "
-                             "(e.g. allreduce=hier; ECCL_ALGO, docs)", (int)(end - e), e);
-        e = comma ? comma + 1 : end;
-    }
-    strcpy(c->algo, val);
-    return 0;
-}
-
-/* Returns 0, or -1 after printing why. */
-static int parse_scenario(const char *file, scenario_cfg *c)
-{
-    memset(c, 0, sizeof *c);
-    c->world_min = 2;
-    c->stagger_s = 1e-3;
-    c->expect_survivors = -1;
-    c->oversubscription = 1;
-    c->ranks_per_host = 1;
-    c->progress_thread = 1;
-    c->loopback_bandwidth_Bps = LOOPBACK_BW_DEFAULT;
-    c->loopback_latency_s = LOOPBACK_LAT_DEFAULT;
-    c->dev_copy_Bps = ECCL_SG_DEV_COPY_BPS;
-    c->dev_copy_latency_s = ECCL_SG_DEV_COPY_LATENCY_S;
-    int key_line[K_NKEYS] = {0}; /* 0: not given */
-    FILE *f = fopen(file, "r");
-    if (!f) return cfg_error(file, 0, "cannot open: %s", strerror(errno));
-    char raw[MAX_LINE];
-    int lineno = 0, rc = 0;
-    while (rc == 0 && fgets(raw, sizeof raw, f)) {
-        lineno++;
-        if (!strchr(raw, '\n') && !feof(f)) {
-            rc = cfg_error(file, lineno, "line too long");
-            break;
-        }
-        char *hash = strchr(raw, '#');
-        if (hash) *hash = '\0';
-        char *line = trim(raw);
-        if (!*line) continue;
-        char *eq = strchr(line, '=');
-        if (!eq) {
-            rc = cfg_error(file, lineno, "expected `key = value`, got \"%s\"", line);
-            break;
-        }
-        *eq = '\0';
-        char *key = trim(line), *val = trim(eq + 1);
-        if (!*val) {
-            rc = cfg_error(file, lineno, "%s: empty value", key);
-            break;
-        }
-        if (strcmp(key, "kill_relay") == 0) {
-            /* kill_relay = K @ TIME: repeatable, checked against `relays` below */
-            char buf[MAX_LINE], *lhs, *when, *rest;
-            long k;
-            uint64_t at;
-            if (c->n_relay_kills == MAX_RELAY_KILLS) {
-                rc = cfg_error(file, lineno, "kill_relay: at most %d", MAX_RELAY_KILLS);
-                break;
-            }
-            if (split_at(val, buf, sizeof buf, &lhs, &when) || parse_long(lhs, 1, MAX_RANKS, &k) ||
-                parse_time_prefix(when, &at, &rest) || *rest) {
-                rc = cfg_error(file, lineno, "kill_relay: \"%s\": want K @ TIME", val);
-                break;
-            }
-            c->relay_kills[c->n_relay_kills].relay = (int)k;
-            c->relay_kills[c->n_relay_kills].at_ns = at;
-            c->relay_kills[c->n_relay_kills++].line = lineno;
-            continue;
-        }
-        int fk = -1;
-        static const char *const fault_keys[] = {"kill", "host_off", "host_on", "join",
-                                                 "link_off", "link_on", "partition",
-                                                 "slow_link"};
-        for (int k = 0; k < 8; k++)
-            if (strcmp(key, fault_keys[k]) == 0) fk = k;
-        if (fk >= 0) {
-            fault_spec fs[2];
-            memset(fs, 0, sizeof fs);
-            int nf = 1, bad;
-            if (fk == 0) bad = parse_kill(val, &fs[0]);
-            else if (fk <= 3) bad = parse_host_fault(val, (fault_kind)fk, &fs[0]);
-            else {
-                int heal = 0;
-                bad = parse_link_fault(val, key, &fs[0], &fs[1], &heal);
-                nf += heal;
-            }
-            static const char *const want[] = {
-                "`RANK @ iter I` or `RANK @ TIME` (TIME with a unit: s ms us ns)",
-                "`RANK @ TIME`", "`RANK @ TIME`", "`RANK @ TIME`", "`LINK[,LINK...] @ TIME`",
-                "`LINK[,LINK...] @ TIME`", "`LINK[,LINK...] @ TIME [heal TIME]` (heal later)",
-                "`LINK[,LINK...] @ TIME` then `factor F` or `bandwidth BW` and/or `latency T`"};
-            if (bad) {
-                rc = cfg_error(file, lineno, "%s: \"%s\": want %s", key, val, want[fk]);
-                break;
-            }
-            fault_spec *nfs = realloc(c->faults, (size_t)(c->nfaults + nf) * sizeof *nfs);
-            if (!nfs) {
-                rc = cfg_error(file, lineno, "out of memory");
-                break;
-            }
-            c->faults = nfs;
-            for (int i = 0; i < nf; i++) {
-                fs[i].line = lineno;
-                c->faults[c->nfaults++] = fs[i];
-            }
-            continue;
-        }
-        int id = -1;
-        for (int k = 0; k < K_NKEYS; k++)
-            if (strcmp(key, key_defs[k].name) == 0) id = k;
-        if (id < 0) {
-            rc = cfg_error(file, lineno, "unknown key \"%s\" (see scenarios/README.md)", key);
-            break;
-        }
-        if (key_line[id]) {
-            rc = cfg_error(file, lineno, "%s given twice (first on line %d)", key, key_line[id]);
-            break;
-        }
-        key_line[id] = lineno;
-        if (id == K_NAME) {
-            if (!valid_name(val))
-                rc = cfg_error(file, lineno, "name: \"%s\": use 1-63 of [A-Za-z0-9._-], not "
-                               "starting with '.'", val);
-            else
-                strcpy(c->name, val);
-        } else if (id == K_PLATFORM) {
-            if (strcmp(val, "flat") == 0) c->kind = PLATFORM_FLAT;
-            else if (strcmp(val, "clos") == 0) c->kind = PLATFORM_CLOS;
-            else if (strcmp(val, "wan") == 0) c->kind = PLATFORM_WAN;
-            else rc = cfg_error(file, lineno, "platform: \"%s\": want flat, clos or wan", val);
-            if (rc == 0) strcpy(c->platform, val);
-        } else if (id == K_COUNT) {
-            if (parse_long(val, 1, 1L << 26, &c->count))
-                rc = cfg_error(file, lineno, "count: \"%s\": want an integer in 1..%ld", val,
-                               1L << 26);
-        } else if (id == K_BUFFERS) {
-            if (strcmp(val, "host") == 0) c->phantom = 0, c->cuda = 0;
-            else if (strcmp(val, "phantom") == 0) c->phantom = 1, c->cuda = 0;
-            else if (strcmp(val, "cuda") == 0) c->phantom = 0, c->cuda = 1;
-            else if (strcmp(val, "cuda_phantom") == 0) c->phantom = 1, c->cuda = 1;
-            else rc = cfg_error(file, lineno, "buffers: \"%s\": want host, phantom, cuda or "
-                                "cuda_phantom", val);
-        } else if (id == K_NET_MODEL) {
-            if (strcmp(val, "flow") == 0) c->latency_net = 0;
-            else if (strcmp(val, "latency") == 0) c->latency_net = 1;
-            else rc = cfg_error(file, lineno, "net_model: \"%s\": want flow or latency", val);
-        } else if (id == K_TRANSPORT) {
-            if (strcmp(val, "tcp") == 0) c->ibv = 0;
-            else if (strcmp(val, "ibv") == 0) c->ibv = 1;
-            else rc = cfg_error(file, lineno, "transport: \"%s\": want tcp or ibv", val);
-        } else if (id == K_IB_MIN_BYTES || id == K_IB_CHUNK_BYTES) {
-            /* net_ibv's ranges (docs/transports.md) */
-            long lo = id == K_IB_MIN_BYTES ? 1 : 4096;
-            long *dst = id == K_IB_MIN_BYTES ? &c->ib_min_bytes : &c->ib_chunk_bytes;
-            if (parse_long(val, lo, 1L << 30, dst))
-                rc = cfg_error(file, lineno, "%s: \"%s\": want an integer in %ld..%ld",
-                               key_defs[id].name, val, lo, 1L << 30);
-        } else if (id == K_WORKLOAD) {
-            if (strcmp(val, "worker") == 0) c->diloco = 0;
-            else if (strcmp(val, "diloco") == 0) c->diloco = 1;
-            else if (strcmp(val, "nccl2_bootstrap") == 0) c->nccl2 = 1;
-            else if (strcmp(val, "bench") == 0) c->bench = 1;
-            else rc = cfg_error(file, lineno, "workload: \"%s\": want worker, diloco, "
-                                "nccl2_bootstrap or bench", val);
-        } else if (id == K_COLL) {
-            c->bench_coll = bench_coll_parse(val);
-            if (c->bench_coll < 0)
-                rc = cfg_error(file, lineno, "coll: \"%s\": want allreduce, allgather, reduce_scatter, "
-                               "broadcast, reduce or alltoall", val);
-        } else if (id == K_MINBYTES || id == K_MAXBYTES) {
-            /* eccl-bench's -b / -e: K M G T are powers of 1024 */
-            size_t *dst = id == K_MINBYTES ? &c->bench_minbytes : &c->bench_maxbytes;
-            if (tool_parse_size(val, dst) || *dst == 0 || *dst > ((size_t)1 << 40))
-                rc = cfg_error(file, lineno, "%s: \"%s\": want a size like 8, 256K, 64M or 1G (1..1T)",
-                               key, val);
-        } else if (id == K_ALGO) {
-            rc = parse_algo(file, lineno, val, c);
-        } else if (id == K_NCCL2_STAGGER || id == K_NCCL2_TIMEOUT) {
-            double q;
-            const int timeout = id == K_NCCL2_TIMEOUT;
-            /* NCCL's stagger is 1 ms a rank; a launcher's timeout is long. */
-            if (parse_quantity(val, time_units, &q) || (timeout ? q < 1e-3 || q > 1e5 : q > 1))
-                rc = cfg_error(file, lineno, "%s: \"%s\": want a time (s ms us ns) %s", key, val,
-                               timeout ? "in [1ms, 100000s]" : "up to 1s");
-            else if (timeout) c->nccl2_timeout_ns = (uint64_t)llround(q * 1e9);
-            else c->nccl2_stagger_ns = (uint64_t)llround(q * 1e9);
-        } else if (id == K_NCCL2_ALLGATHER) {
-            if (strcmp(val, "messages") == 0) c->nccl2_replay = 0;
-            else if (strcmp(val, "replay") == 0) c->nccl2_replay = 1;
-            else rc = cfg_error(file, lineno, "nccl2_allgather: \"%s\": want messages or replay", val);
-        } else if (id == K_CHURN) {
-            if (parse_churn(val, c))
-                rc = cfg_error(file, lineno, "churn: \"%s\": want interval=T1..T2 [min=N] [max=N] "
-                               "[seed=S] [until=T] (T2 >= T1 > 0, 2 <= min <= max)", val);
-        } else if (id == K_DURATION || id == K_MAX_STALL) {
-            double q;
-            if (parse_quantity(val, time_units, &q) || q <= 0 || q > 1e5)
-                rc = cfg_error(file, lineno, "%s: \"%s\": want a time (s ms us ns) in (0, 100000s]",
-                               key, val);
-            else if (id == K_DURATION) c->duration_s = (double)llround(q * 1e9) / 1e9;
-            else c->max_stall_s = (double)llround(q * 1e9) / 1e9;
-        } else if (id == K_CORRUPT_AT) {
-            if (parse_u64(val, &c->corrupt_at) || c->corrupt_at == 0)
-                rc = cfg_error(file, lineno, "corrupt_at: \"%s\": want a revision >= 1", val);
-        } else if (id == K_SEED) {
-            if (parse_u64(val, &c->seed))
-                rc = cfg_error(file, lineno, "seed: \"%s\": want an unsigned 64-bit integer", val);
-            else
-                c->have_seed = 1;
-        } else {
-            rc = parse_key_value(file, lineno, &key_defs[id], val, c);
-        }
-    }
-    if (rc == 0 && ferror(f)) rc = cfg_error(file, 0, "read error");
-    fclose(f);
-    if (rc) return rc;
-    if (!key_line[K_PLATFORM]) return cfg_error(file, 0, "missing required key \"platform\"");
-
-    const int *req = flat_required, *opt = flat_optional;
-    if (c->kind == PLATFORM_CLOS) req = clos_required, opt = clos_optional;
-    if (c->kind == PLATFORM_WAN) req = wan_required, opt = wan_optional;
-    int bad = -1; /* the first, in file order, of the keys this platform does not take */
-    for (int k = 0; k < K_NKEYS; k++)
-        if (key_line[k] && !in_list(common_required, k) && !in_list(common_optional, k) &&
-            !in_list(req, k) && !in_list(opt, k) && (bad < 0 || key_line[k] < key_line[bad]))
-            bad = k;
-    if (bad >= 0)
-        return cfg_error(file, key_line[bad], "%s: not a key of platform = %s (see "
-                         "scenarios/README.md)", key_defs[bad].name, c->platform);
-    if (!c->cuda) {
-        static const int only_cuda[] = {K_DEV_COPY_RATE, K_DEV_COPY_LAT, K_DEVICE_RING, -1};
-        for (const int *k = only_cuda; *k >= 0; k++)
-            if (key_line[*k])
-                return cfg_error(file, key_line[*k], "%s: a key of buffers = cuda or cuda_phantom",
-                                 key_defs[*k].name);
-    }
-    if (!c->ibv) {
-        static const int only_ibv[] = {K_IB_QPS, K_IB_MIN_BYTES, K_IB_CHUNK_BYTES, -1};
-        for (const int *k = only_ibv; *k >= 0; k++)
-            if (key_line[*k])
-                return cfg_error(file, key_line[*k], "%s: a key of transport = ibv", key_defs[*k].name);
-    }
-    for (const int *k = common_required; *k >= 0; k++)
-        if (!key_line[*k] && !(c->diloco && *k == K_ITERS) &&
-            !((c->nccl2 || c->bench) && (*k == K_ITERS || *k == K_COUNT)))
-            return cfg_error(file, 0, "missing required key \"%s\"", key_defs[*k].name);
-    if (!c->bench) {
-        /* algo is every workload's: a scale run forces an all-reduce with it
-         * (the tree's 3 links a rank against recursive doubling's log2 N). */
-        static const int only_bench[] = {K_COLL, K_MINBYTES, K_MAXBYTES, K_STEPFACTOR, K_WARMUP,
-                                         K_BENCH_CORRUPT, -1};
-        for (const int *k = only_bench; *k >= 0; k++)
-            if (key_line[*k])
-                return cfg_error(file, key_line[*k], "%s: a key of workload = bench", key_defs[*k].name);
-    } else {
-        /* A platform, ranks on it and eccl's knobs: no faults, no checks
-         * of a job (the rows' #wrong is the check). */
-        static const int not_bench[] = {K_COUNT, K_EXPECT, K_EXPECT_SLOWDOWN, K_WORLD_MIN, K_OPTIMIZE_AT,
-                                        K_EXPECT_SPEEDUP, K_STEP, K_PEER_TIMEOUT, K_BUFFERS, K_RELAYS,
-                                        K_DEV_COPY_RATE, K_DEV_COPY_LAT, K_DEVICE_RING, -1};
-        for (const int *k = not_bench; *k >= 0; k++)
-            if (key_line[*k])
-                return cfg_error(file, key_line[*k], "%s: not a key of workload = bench",
-                                 key_defs[*k].name);
-        if (c->nfaults)
-            return cfg_error(file, c->faults[0].line, "%s: workload = bench takes no faults",
-                             fault_name(c->faults[0].kind));
-        if (c->n_relay_kills)
-            return cfg_error(file, c->relay_kills[0].line, "kill_relay: workload = bench takes no faults");
-        if (c->diloco || c->nccl2)
-            return cfg_error(file, key_line[K_WORKLOAD], "workload: internal error");
-        if (!key_line[K_ITERS]) c->iters = 20;
-        if (!key_line[K_MINBYTES]) c->bench_minbytes = 8;
-        if (!key_line[K_MAXBYTES]) c->bench_maxbytes = (size_t)1 << 20;
-        if (!key_line[K_STEPFACTOR]) c->bench_stepfactor = 2;
-        if (!key_line[K_WARMUP]) c->bench_warmup = 5;
-        if (c->bench_minbytes > c->bench_maxbytes)
-            return cfg_error(file, key_line[K_MINBYTES] ? key_line[K_MINBYTES] : key_line[K_MAXBYTES],
-                             "minbytes %zu exceeds maxbytes %zu", c->bench_minbytes, c->bench_maxbytes);
-        if (c->ranks < 2)
-            return cfg_error(file, key_line[K_RANKS], "ranks: workload = bench wants at least 2");
-        if (c->bench_corrupt > c->ranks)
-            return cfg_error(file, key_line[K_BENCH_CORRUPT], "bench_corrupt: rank %d: ranks are 1..%d",
-                             c->bench_corrupt, c->ranks);
-    }
-    if (!c->nccl2) {
-        static const int only_nccl2[] = {K_NCCL2_STAGGER, K_NCCL2_TIMEOUT, K_NCCL2_ALLGATHER,
-                                         K_NCCL2_CORRUPT, -1};
-        for (const int *k = only_nccl2; *k >= 0; k++)
-            if (key_line[*k])
-                return cfg_error(file, key_line[*k], "%s: a key of workload = nccl2_bootstrap",
-                                 key_defs[*k].name);
-    } else {
-        /* No collectives, no eccl knobs: arrivals, the platform, the
-         * root's cost per message and a fault plan of crashes. */
-        static const int not_nccl2[] = {K_ITERS, K_COUNT, K_EXPECT, K_EXPECT_SLOWDOWN, K_WORLD_MIN,
-                                        K_OPTIMIZE_AT, K_EXPECT_SPEEDUP, K_STEP, K_PEER_TIMEOUT,
-                                        K_BUFFERS, K_REDUCE_RATE, K_COPY_RATE, K_TRANSPORT,
-                                        K_CHURN, K_DURATION, K_MAX_STALL, K_CORRUPT_AT, K_ALGO, -1};
-        for (const int *k = not_nccl2; *k >= 0; k++)
-            if (key_line[*k])
-                return cfg_error(file, key_line[*k], "%s: not a key of workload = nccl2_bootstrap",
-                                 key_defs[*k].name);
-        for (int i = 0; i < c->nfaults; i++) {
-            const fault_spec *fs = &c->faults[i];
-            if ((fs->kind != F_KILL && fs->kind != F_HOST_OFF) || fs->at_iter >= 0)
-                return cfg_error(file, fs->line, "%s: workload = nccl2_bootstrap takes `kill = R @ "
-                                 "TIME` and `host_off = R @ TIME` only", fault_name(fs->kind));
-        }
-        if (c->nccl2_corrupt > c->ranks)
-            return cfg_error(file, key_line[K_NCCL2_CORRUPT], "nccl2_corrupt: rank %d: ranks are "
-                             "1..%d", c->nccl2_corrupt, c->ranks);
-        if (c->nccl2_corrupt && c->nccl2_replay)
-            return cfg_error(file, key_line[K_NCCL2_CORRUPT], "nccl2_corrupt: needs "
-                             "nccl2_allgather = messages (a replay moves no slots)");
-        if (!key_line[K_NCCL2_STAGGER]) c->nccl2_stagger_ns = 1000000; /* NCCL 2.x: 1 ms a rank */
-        if (!key_line[K_NCCL2_TIMEOUT]) c->nccl2_timeout_ns = 600ull * 1000000000ull;
-        c->iters = 0;
-    }
-    if (c->diloco) {
-        /* The churn makes the faults; the run ends by time, not by count. */
-        static const int not_diloco[] = {K_ITERS, K_EXPECT, K_EXPECT_SLOWDOWN, K_WORLD_MIN,
-                                         K_OPTIMIZE_AT, K_EXPECT_SPEEDUP, -1};
-        for (const int *k = not_diloco; *k >= 0; k++)
-            if (key_line[*k])
-                return cfg_error(file, key_line[*k], "%s: not a key of workload = diloco",
-                                 key_defs[*k].name);
-        if (c->nfaults)
-            return cfg_error(file, c->faults[0].line, "%s: workload = diloco takes its faults "
-                             "from `churn`", fault_name(c->faults[0].kind));
-        if (!key_line[K_DURATION])
-            return cfg_error(file, 0, "missing required key \"duration\" (workload = diloco)");
-        if (c->phantom)
-            return cfg_error(file, key_line[K_BUFFERS], "buffers: workload = diloco checks "
-                             "values: host or cuda buffers only");
-        if (!key_line[K_MAX_STALL]) c->max_stall_s = 5.0;
-        if (c->have_churn) {
-            if (c->churn_max > c->ranks)
-                return cfg_error(file, key_line[K_CHURN], "churn: max=%d: only %d ranks",
-                                 c->churn_max, c->ranks);
-            if (!c->churn_max) c->churn_max = c->ranks;
-            if (c->churn_min > c->churn_max)
-                return cfg_error(file, key_line[K_CHURN], "churn: min above max");
-            if (!c->churn_until_ns) {
-                double u = c->duration_s - 0.5;
-                c->churn_until_ns = u > 0 ? (uint64_t)llround(u * 1e9) : 0;
-            }
-        }
-        c->iters = 0;
-    } else {
-        static const int only_diloco[] = {K_CHURN, K_DURATION, K_MAX_STALL, K_CORRUPT_AT, -1};
-        for (const int *k = only_diloco; *k >= 0; k++)
-            if (key_line[*k])
-                return cfg_error(file, key_line[*k], "%s: a key of workload = diloco",
-                                 key_defs[*k].name);
-    }
-    for (const int *k = req; *k >= 0; k++)
-        if (!key_line[*k])
-            return cfg_error(file, 0, "missing required key \"%s\" (platform = %s)",
-                             key_defs[*k].name, c->platform);
-
-    if (c->kind == PLATFORM_CLOS) {
-        long long n = (long long)c->hosts_per_rack * c->racks_per_zone;
-        n *= c->zones_per_dc;
-        n *= c->dcs;
-        if (n > MAX_HOSTS)
-            return cfg_error(file, key_line[K_DCS], "clos: hosts_per_rack x racks_per_zone x "
-                             "zones_per_dc x dcs = %lld hosts, at most %d", n, MAX_HOSTS);
-        c->hosts = (int)n;
-        /* NCCLX's 1 : 7 : 15 : 30 unless given. */
-        if (!key_line[K_ZONE_LAT]) c->zone_latency_s = 7 * c->latency_s;
-        if (!key_line[K_DC_LAT]) c->dc_latency_s = 15 * c->latency_s;
-        if (!key_line[K_INTER_DC_LAT]) c->inter_dc_latency_s = 30 * c->latency_s;
-        if (c->zone_latency_s < c->latency_s)
-            return cfg_error(file, key_line[K_ZONE_LAT], "zone_latency: below latency");
-        if (c->dc_latency_s < c->zone_latency_s)
-            return cfg_error(file, key_line[K_DC_LAT] ? key_line[K_DC_LAT] : key_line[K_ZONE_LAT],
-                             "dc_latency: below zone_latency");
-        if (c->inter_dc_latency_s < c->dc_latency_s)
-            return cfg_error(file, key_line[K_INTER_DC_LAT] ? key_line[K_INTER_DC_LAT]
-                                                            : key_line[K_DC_LAT],
-                             "inter_dc_latency: below dc_latency");
-    } else if (c->kind == PLATFORM_WAN) {
-        long long n = (long long)c->regions * c->sites_per_region;
-        n *= c->hosts_per_site;
-        if (n > MAX_HOSTS)
-            return cfg_error(file, key_line[K_HOSTS_PER_SITE], "wan: regions x sites_per_region x "
-                             "hosts_per_site = %lld hosts, at most %d", n, MAX_HOSTS);
-        c->hosts = (int)n;
-        if (!key_line[K_SITE_LAT]) c->site_latency_s = c->latency_s;
-        if (!key_line[K_SITE_BW]) c->site_bandwidth_Bps = c->hosts_per_site * c->bandwidth_Bps;
-        if (c->site_latency_s < c->latency_s)
-            return cfg_error(file, key_line[K_SITE_LAT], "site_latency: below latency");
-        if (c->region_latency_s < c->site_latency_s)
-            return cfg_error(file, key_line[K_REGION_LAT], "region_latency: below site_latency "
-                             "(which is latency unless given)");
-    }
-    /* Host 0 runs the master alone; ranks fill node-1, node-2, ...
-     * ranks_per_host at a time. */
-    const int rank_hosts = (c->ranks + c->ranks_per_host - 1) / c->ranks_per_host;
-    if (c->hosts < rank_hosts + 1) {
-        if (c->ranks_per_host == 1)
-            return cfg_error(file, 0, "%d hosts: need ranks + 1 = %d (host 0 runs the master)",
-                             c->hosts, c->ranks + 1);
-        return cfg_error(file, 0, "%d hosts: need 1 + ceil(ranks / ranks_per_host) = 1 + "
-                         "ceil(%d / %d) = %d (host 0 runs the master)", c->hosts, c->ranks,
-                         c->ranks_per_host, rank_hosts + 1);
-    }
-    /* Two ranks on one host talk through its loopback; with one rank per
-     * host nothing does, so the platform only has it when asked for. */
-    c->loopback = c->ranks_per_host > 1 || key_line[K_LOOPBACK_BW] || key_line[K_LOOPBACK_LAT];
-    if (!key_line[K_PEER_TIMEOUT]) c->peer_timeout_s = 5.0; /* the library's default */
-    if (c->master_msg_cost_s > 0.001)
-        return cfg_error(file, key_line[K_MASTER_MSG_COST], "master_msg_cost: at most 1ms");
-    if (c->peer_timeout_s < 0.001)
-        return cfg_error(file, key_line[K_PEER_TIMEOUT], "peer_timeout: at least 1ms");
-    /* The worker sleeps whole milliseconds. */
-    if (fabs(c->step_s * 1e3 - (double)llround(c->step_s * 1e3)) > 1e-9)
-        return cfg_error(file, key_line[K_STEP], "step: want whole milliseconds");
-    if (check_host_plan(file, c)) return -1;
-    int slow = 0;
-    for (int i = 0; i < c->nfaults; i++) slow |= c->faults[i].kind == F_SLOW;
-    if (key_line[K_EXPECT_SLOWDOWN] && !slow)
-        return cfg_error(file, key_line[K_EXPECT_SLOWDOWN], "expect_slowdown: no slow_link");
-    if (c->optimize_at && c->optimize_at >= c->iters)
-        return cfg_error(file, key_line[K_OPTIMIZE_AT], "optimize_at: want an iteration below iters");
-    if (c->optimize_at && slow)
-        return cfg_error(file, key_line[K_OPTIMIZE_AT], "optimize_at: not with slow_link (both "
-                         "split the all-reduces into before and after)");
-    if (c->latency_net && c->ibv)
-        return cfg_error(file, key_line[K_NET_MODEL], "net_model = latency: not with transport = ibv "
-                         "(RDMA's bulk writes need flows that share links)");
-    for (int i = 0; c->latency_net && i < c->nfaults; i++)
-        if (c->faults[i].kind == F_SLOW || c->faults[i].kind == F_LINK_OFF)
-            return cfg_error(file, c->faults[i].line, "net_model = latency: links are not simulated, "
-                             "so no slow_link or link_off");
-    if (c->relays > c->ranks)
-        return cfg_error(file, key_line[K_RELAYS], "relays = %d: more than the %d ranks", c->relays,
-                         c->ranks);
-    if (c->relays && c->nccl2)
-        return cfg_error(file, key_line[K_RELAYS], "relays: not a key of workload = nccl2_bootstrap");
-    if (c->relays && c->diloco && c->hosts - 1 - rank_host(c, c->ranks) < c->relays)
-        return cfg_error(file, key_line[K_RELAYS],
-                         "relays = %d with workload = diloco: needs as many hosts beyond the ranks' "
-                         "(the churn crashes ranks' hosts)", c->relays);
-    if (c->n_relay_kills && c->diloco)
-        return cfg_error(file, c->relay_kills[0].line, "kill_relay: workload = diloco makes its own faults");
-    for (int i = 0; i < c->n_relay_kills; i++)
-        if (c->relay_kills[i].relay > c->relays)
-            return cfg_error(file, c->relay_kills[i].line, "kill_relay: relay %d of %d",
-                             c->relay_kills[i].relay, c->relays);
-    if (key_line[K_EXPECT_SPEEDUP] && !c->optimize_at)
-        return cfg_error(file, key_line[K_EXPECT_SPEEDUP], "expect_speedup: no optimize_at");
-    if (c->expect_survivors > c->ranks)
-        return cfg_error(file, 0, "expect_survivors = %d: only %d ranks", c->expect_survivors,
-                         c->ranks);
-    return 0;
-}
-
-/* ---- the platforms ------------------------------------------------------- */
-
-/* Every host is node-K, K = 0 .. hosts-1, numbered in the order the platform
- * nests them (rack after rack, site after site): node-0 runs the master, rank
- * R runs on node-(1 + (R-1) / ranks_per_host). Latencies go out in ns
- * (SimGrid reads fractions).
- *
- * Loopback: without one, SimGrid routes a host to itself out through its
- * cluster link and back (up, backbone, down: twice the host latency, and
- * the NIC's bandwidth shared with the host's other traffic). With
- * cfg->loopback every cluster gets SimGrid's loopback_bw / loopback_lat
- * attributes: each host has its own FATPIPE link <cluster>_link_K_loopback
- * (every flow gets the whole bandwidth, none shares it), and that link alone
- * is the route from the host to itself. */
-
-/* The cluster attributes that give every host its loopback ("" without). */
-static const char *loopback_attrs(const scenario_cfg *c, char *buf, size_t size)
-{
-    if (!c->loopback) return "";
-    snprintf(buf, size, " loopback_bw=\"%.17gBps\" loopback_lat=\"%lluns\"",
-             c->loopback_bandwidth_Bps, (unsigned long long)llround(c->loopback_latency_s * 1e9));
-    return buf;
-}
-
-/* The generated platform, in words: "<what>" plus the ranks per host. */
-static void describe(char *buf, size_t size, const scenario_cfg *c, const char *what)
-{
-    if (c->ranks_per_host == 1) {
-        snprintf(buf, size, "%s", what);
-        return;
-    }
-    snprintf(buf, size, "%s, %d ranks per host (loopback %g GB/s, %llu ns)", what,
-             c->ranks_per_host, c->loopback_bandwidth_Bps / 1e9,
-             (unsigned long long)llround(c->loopback_latency_s * 1e9));
-}
-
-static void xml_head(FILE *f, const scenario_cfg *c, const char *platform)
-{
-    char what[320];
-    describe(what, sizeof what, c, platform);
-    fprintf(f,
-            "<?xml version='1.0'?>\n"
-            "<!DOCTYPE platform SYSTEM \"https://simgrid.org/simgrid.dtd\">\n"
-            "<!-- Generated by eccl-sim for scenario %s: %s. -->\n"
-            "<platform version=\"4.1\">\n",
-            c->name, what);
-}
-
-/* A cluster of hosts node-first .. node-(first+n-1), each on a private link
- * (bw, lat_ns) to a backbone that never limits and adds no latency; its
- * router `gw` is where the cluster meets the zone above. */
-static void xml_cluster(FILE *f, const scenario_cfg *c, const char *indent, const char *id,
-                        int first, int n, double bw, double lat_ns, const char *gw)
-{
-    char lo[128];
-    fprintf(f,
-            "%s<cluster id=\"%s\" prefix=\"node-\" suffix=\"\" radical=\"%d-%d\" speed=\"1Gf\"\n"
-            "%s         bw=\"%.17gBps\" lat=\"%.17gns\" bb_bw=\"%.17gBps\" bb_lat=\"0s\"%s\n"
-            "%s         router_id=\"%s\"/>\n",
-            indent, id, first, first + n - 1, indent, bw, lat_ns, bw * n,
-            loopback_attrs(c, lo, sizeof lo), indent, gw);
-}
-
-/* A zone holding nothing but the router `gw`: the hub the children of a
- * Floyd zone all link to (zoneRoutes join zones, so the hub is one). */
-static void xml_hub(FILE *f, const char *indent, const char *id, const char *gw)
-{
-    fprintf(f, "%s<zone id=\"%s\" routing=\"None\"><router id=\"%s\"/></zone>\n", indent, id, gw);
-}
-
-static void xml_link(FILE *f, const char *indent, const char *id, double bw, double lat_ns,
-                     const char *policy)
-{
-    fprintf(f, "%s<link id=\"%s\" bandwidth=\"%.17gBps\" latency=\"%.17gns\"%s%s%s/>\n", indent,
-            id, bw, lat_ns, policy ? " sharing_policy=\"" : "", policy ? policy : "",
-            policy ? "\"" : "");
-}
-
-static void xml_zone_route(FILE *f, const char *indent, const char *src, const char *dst,
-                           const char *gw_src, const char *gw_dst, const char *link,
-                           const char *link2)
-{
-    fprintf(f,
-            "%s<zoneRoute src=\"%s\" dst=\"%s\" gw_src=\"%s\" gw_dst=\"%s\"><link_ctn id=\"%s\"/>",
-            indent, src, dst, gw_src, gw_dst, link);
-    if (link2) fprintf(f, "<link_ctn id=\"%s\"/>", link2);
-    fputs("</zoneRoute>\n", f);
-}
-
-static void write_flat(FILE *f, const scenario_cfg *c)
-{
-    char what[64];
-    snprintf(what, sizeof what, "a flat cluster of %d hosts", c->hosts);
-    xml_head(f, c, what);
-    char lo[128];
-    fprintf(f,
-            "  <cluster id=\"flat\" prefix=\"node-\" suffix=\"\" radical=\"0-%d\" speed=\"1Gf\"\n"
-            "           bw=\"%.17gBps\" lat=\"%lluns\" bb_bw=\"%.17gBps\" bb_lat=\"0s\"%s/>\n",
-            c->hosts - 1, c->bandwidth_Bps, (unsigned long long)llround(c->latency_s * 1e9),
-            c->bandwidth_Bps * c->hosts, loopback_attrs(c, lo, sizeof lo));
-}
-
-/* Clos: racks (clusters) under zones under DCs under a core, each level a
- * Floyd zone of its children and a hub they link up to. With L the same-rack
- * latency and Z, D, X the same-zone, same-DC and inter-DC ones (host to host):
- *   host link        L/2        (x2 on every path)
- *   rack uplink      (Z - L)/2  (rack router - zone hub)
- *   zone uplink      (D - Z)/2  (zone hub - DC hub)
- *   DC uplink        (X - D)/2  (DC hub - core)
- * so a pair in the same rack sees L, same zone Z, same DC D, else X. Each
- * uplink carries its children's bandwidth / oversubscription. */
-static void write_clos(FILE *f, const scenario_cfg *c)
-{
-    char what[160];
-    snprintf(what, sizeof what, "a Clos of %d dcs x %d zones x %d racks x %d hosts = %d hosts",
-             c->dcs, c->zones_per_dc, c->racks_per_zone, c->hosts_per_rack, c->hosts);
-    xml_head(f, c, what);
-    double L = c->latency_s * 1e9, Z = c->zone_latency_s * 1e9, D = c->dc_latency_s * 1e9,
-           X = c->inter_dc_latency_s * 1e9;
-    double rack_bw = c->hosts_per_rack * c->bandwidth_Bps / c->oversubscription;
-    double zone_bw = c->racks_per_zone * rack_bw / c->oversubscription;
-    double dc_bw = c->zones_per_dc * zone_bw / c->oversubscription;
-    char id[64], gw[64], hub[64], hubgw[64], link[64];
-    int host = 0;
-    fputs("  <zone id=\"clos\" routing=\"Floyd\">\n", f);
-    for (int d = 0; d < c->dcs; d++) {
-        fprintf(f, "    <zone id=\"dc-%d\" routing=\"Floyd\">\n", d);
-        for (int z = 0; z < c->zones_per_dc; z++) {
-            fprintf(f, "      <zone id=\"zone-%d-%d\" routing=\"Floyd\">\n", d, z);
-            snprintf(hub, sizeof hub, "zone-%d-%d-hub", d, z);
-            snprintf(hubgw, sizeof hubgw, "zone-%d-%d-gw", d, z);
-            for (int r = 0; r < c->racks_per_zone; r++) {
-                snprintf(id, sizeof id, "rack-%d-%d-%d", d, z, r);
-                snprintf(gw, sizeof gw, "rack-%d-%d-%d-gw", d, z, r);
-                xml_cluster(f, c, "        ", id, host, c->hosts_per_rack, c->bandwidth_Bps,
-                            L / 2, gw);
-                host += c->hosts_per_rack;
-            }
-            xml_hub(f, "        ", hub, hubgw);
-            for (int r = 0; r < c->racks_per_zone; r++) {
-                snprintf(link, sizeof link, "up-rack-%d-%d-%d", d, z, r);
-                xml_link(f, "        ", link, rack_bw, (Z - L) / 2, NULL);
-            }
-            for (int r = 0; r < c->racks_per_zone; r++) {
-                snprintf(id, sizeof id, "rack-%d-%d-%d", d, z, r);
-                snprintf(gw, sizeof gw, "rack-%d-%d-%d-gw", d, z, r);
-                snprintf(link, sizeof link, "up-rack-%d-%d-%d", d, z, r);
-                xml_zone_route(f, "        ", id, hub, gw, hubgw, link, NULL);
-            }
-            fputs("      </zone>\n", f);
-        }
-        snprintf(hub, sizeof hub, "dc-%d-hub", d);
-        snprintf(hubgw, sizeof hubgw, "dc-%d-gw", d);
-        xml_hub(f, "      ", hub, hubgw);
-        for (int z = 0; z < c->zones_per_dc; z++) {
-            snprintf(link, sizeof link, "up-zone-%d-%d", d, z);
-            xml_link(f, "      ", link, zone_bw, (D - Z) / 2, NULL);
-        }
-        for (int z = 0; z < c->zones_per_dc; z++) {
-            snprintf(id, sizeof id, "zone-%d-%d", d, z);
-            snprintf(gw, sizeof gw, "zone-%d-%d-gw", d, z);
-            snprintf(link, sizeof link, "up-zone-%d-%d", d, z);
-            xml_zone_route(f, "      ", id, hub, gw, hubgw, link, NULL);
-        }
-        fputs("    </zone>\n", f);
-    }
-    xml_hub(f, "    ", "core-hub", "core-gw");
-    for (int d = 0; d < c->dcs; d++) {
-        snprintf(link, sizeof link, "up-dc-%d", d);
-        xml_link(f, "    ", link, dc_bw, (X - D) / 2, NULL);
-    }
-    for (int d = 0; d < c->dcs; d++) {
-        snprintf(id, sizeof id, "dc-%d", d);
-        snprintf(gw, sizeof gw, "dc-%d-gw", d);
-        snprintf(link, sizeof link, "up-dc-%d", d);
-        xml_zone_route(f, "    ", id, "core-hub", gw, "core-gw", link, NULL);
-    }
-    fputs("  </zone>\n", f);
-}
-
-/* WAN: sites (clusters) under regions (Floyd zones of their sites and a hub),
- * every pair of regions joined by one link (a Full zone). With L the
- * same-site latency, S the same-region one and R the inter-region one:
- *   host link        L/2        (x2 on every path)
- *   site uplink      (S - L)/2  (site router - region hub), site_bandwidth
- *   region link      R - S      (region hub - region hub), region_bandwidth,
- *                               shared by every flow between the two regions
- *   flow cap         0, flow_bandwidth, FATPIPE: no single flow between two
- *                               regions goes faster (when flow_bandwidth is set) */
-static void write_wan(FILE *f, const scenario_cfg *c)
-{
-    char what[160];
-    snprintf(what, sizeof what, "a WAN of %d regions x %d sites x %d hosts = %d hosts",
-             c->regions, c->sites_per_region, c->hosts_per_site, c->hosts);
-    xml_head(f, c, what);
-    double L = c->latency_s * 1e9, S = c->site_latency_s * 1e9, R = c->region_latency_s * 1e9;
-    char id[64], gw[64], hub[64], hubgw[64], link[64], cap[64];
-    int host = 0;
-    fputs("  <zone id=\"wan\" routing=\"Full\">\n", f);
-    for (int g = 0; g < c->regions; g++) {
-        fprintf(f, "    <zone id=\"region-%d\" routing=\"Floyd\">\n", g);
-        snprintf(hub, sizeof hub, "region-%d-hub", g);
-        snprintf(hubgw, sizeof hubgw, "region-%d-gw", g);
-        for (int s = 0; s < c->sites_per_region; s++) {
-            snprintf(id, sizeof id, "site-%d-%d", g, s);
-            snprintf(gw, sizeof gw, "site-%d-%d-gw", g, s);
-            xml_cluster(f, c, "      ", id, host, c->hosts_per_site, c->bandwidth_Bps, L / 2, gw);
-            host += c->hosts_per_site;
-        }
-        xml_hub(f, "      ", hub, hubgw);
-        for (int s = 0; s < c->sites_per_region; s++) {
-            snprintf(link, sizeof link, "up-site-%d-%d", g, s);
-            xml_link(f, "      ", link, c->site_bandwidth_Bps, (S - L) / 2, NULL);
-        }
-        for (int s = 0; s < c->sites_per_region; s++) {
-            snprintf(id, sizeof id, "site-%d-%d", g, s);
-            snprintf(gw, sizeof gw, "site-%d-%d-gw", g, s);
-            snprintf(link, sizeof link, "up-site-%d-%d", g, s);
-            xml_zone_route(f, "      ", id, hub, gw, hubgw, link, NULL);
-        }
-        fputs("    </zone>\n", f);
-    }
-    for (int g = 0; g < c->regions; g++)
-        for (int h = g + 1; h < c->regions; h++) {
-            snprintf(link, sizeof link, "wan-%d-%d", g, h);
-            xml_link(f, "    ", link, c->region_bandwidth_Bps, R - S, NULL);
-            if (c->flow_bandwidth_Bps > 0) {
-                snprintf(cap, sizeof cap, "cap-%d-%d", g, h);
-                xml_link(f, "    ", cap, c->flow_bandwidth_Bps, 0, "FATPIPE");
-            }
-        }
-    for (int g = 0; g < c->regions; g++)
-        for (int h = g + 1; h < c->regions; h++) {
-            snprintf(id, sizeof id, "region-%d", g);
-            snprintf(hub, sizeof hub, "region-%d", h);
-            snprintf(gw, sizeof gw, "region-%d-gw", g);
-            snprintf(hubgw, sizeof hubgw, "region-%d-gw", h);
-            snprintf(link, sizeof link, "wan-%d-%d", g, h);
-            snprintf(cap, sizeof cap, "cap-%d-%d", g, h);
-            xml_zone_route(f, "    ", id, hub, gw, hubgw, link,
-                           c->flow_bandwidth_Bps > 0 ? cap : NULL);
-        }
-    fputs("  </zone>\n", f);
-}
-
-static int write_platform(const scenario_cfg *c, const char *path)
-{
-    FILE *f = fopen(path, "w");
-    if (!f) return -1;
-    switch (c->kind) {
-    case PLATFORM_FLAT: write_flat(f, c); break;
-    case PLATFORM_CLOS: write_clos(f, c); break;
-    case PLATFORM_WAN: write_wan(f, c); break;
-    }
-    fputs("</platform>\n", f);
-    return fclose(f) == 0 ? 0 : -1;
-}
 /* ---- events and progress ------------------------------------------------- */
 
 static int field_int(const char *line, const char *key, int *out)
@@ -1624,7 +189,7 @@ static int field_int(const char *line, const char *key, int *out)
 
 /* Host buffers: every good step was checked and hashed by the loop.
  * Phantom: every one ran on phantom buffers (there are no values). */
-static int values_ok(const scenario_cfg *cfg, const rank_state *r)
+static int values_ok(const eccl_scenario *cfg, const rank_state *r)
 {
     return cfg->phantom ? r->phantom_oks == r->oks : r->hashed_oks == r->oks;
 }
@@ -1785,7 +350,7 @@ typedef struct relay_arg {
  * its ranks reach first (the master next). -1: out of memory. */
 static int start_relays(sim *s)
 {
-    const scenario_cfg *c = s->cfg;
+    const eccl_scenario *c = s->cfg;
     if (!c->relays) return 0;
     s->relay_share = (c->ranks + c->relays - 1) / c->relays;
     s->relay_addr = calloc((size_t)c->relays, sizeof *s->relay_addr);
@@ -1795,7 +360,7 @@ static int start_relays(sim *s)
     /* A relay runs on a host of its share (the first rank's: the same rack
      * as most of its ranks), except under the diloco churn, which crashes
      * ranks' hosts at random: there it takes a spare host (checked). */
-    const int spare0 = 1 + rank_host(c, c->ranks);
+    const int spare0 = 1 + eccl_scn_rank_host(c, c->ranks);
     const int spare = c->diloco;
     for (int k = 0; k < c->relays; k++) {
         char host[24];
@@ -1839,7 +404,7 @@ static void start_worker(rank_state *r, uint64_t at_ns, int start_world)
 
 static void apply_fault(sim *s, int idx)
 {
-    const fault_spec *f = &s->cfg->faults[idx];
+    const eccl_scn_fault *f = &s->cfg->faults[idx];
     const fault_links *fl = &s->flinks[idx];
     rank_state *r = f->rank > 0 ? &s->rk[f->rank - 1] : NULL;
     eccl_result rc = ECCL_OK;
@@ -1851,7 +416,7 @@ static void apply_fault(sim *s, int idx)
     case F_HOST_ON: {
         /* The whole host: every rank on it, in rank order. */
         int first, last;
-        host_ranks(s->cfg, rank_host(s->cfg, r->idx), &first, &last);
+        eccl_scn_host_ranks(s->cfg, eccl_scn_rank_host(s->cfg, r->idx), &first, &last);
         char ranks[48] = "";
         if (s->cfg->ranks_per_host > 1) snprintf(ranks, sizeof ranks, " ranks=%d-%d", first, last);
         if (f->kind == F_HOST_OFF) {
@@ -1900,7 +465,7 @@ static void apply_fault(sim *s, int idx)
         break; /* not timed here: the rank's first worker arrives then */
     }
     if (rc != ECCL_OK) {
-        eccl_sg_printf("eccl-sim", "FAIL %s: %s", fault_name(f->kind), eccl_strerror(rc));
+        eccl_sg_printf("eccl-sim", "FAIL %s: %s", eccl_scn_fault_name(f->kind), eccl_strerror(rc));
         s->oom = 1;
     }
 }
@@ -2080,7 +645,7 @@ static void relay_faults_main(int argc, char **argv)
     (void)argc;
     (void)argv;
     sim *s = sg_actor_self_get_data();
-    const scenario_cfg *c = s->cfg;
+    const eccl_scenario *c = s->cfg;
     int done[MAX_RELAY_KILLS] = {0};
     for (int n = 0; n < c->n_relay_kills; n++) {
         int next = -1;
@@ -2148,7 +713,7 @@ static void rank_main(int argc, char **argv)
 /* The links of one name: node-K is host K's own link (both directions: the
  * first link of its route out and the last of its route in); any other name
  * is a link of platform.xml. 0, or -1 when there is no such link. */
-static int resolve_link(const scenario_cfg *c, const char *name, fault_links *out)
+static int resolve_link(const eccl_scenario *c, const char *name, fault_links *out)
 {
     int k;
     char tail;
@@ -2184,14 +749,14 @@ static int resolve_link(const scenario_cfg *c, const char *name, fault_links *ou
     return found;
 }
 
-static int resolve_links(const char *file, const scenario_cfg *c, fault_links *fl)
+static int resolve_links(const char *file, const eccl_scenario *c, fault_links *fl)
 {
     for (int i = 0; i < c->nfaults; i++) {
-        const fault_spec *f = &c->faults[i];
+        const eccl_scn_fault *f = &c->faults[i];
         for (int j = 0; j < f->nlinks; j++)
             if (resolve_link(c, f->links[j], &fl[i]))
-                return cfg_error(file, f->line, "%s: \"%s\": no such link (node-K is host K's "
-                                 "link; other names as in platform.xml)", fault_name(f->kind),
+                return eccl_scn_error(file, f->line, "%s: \"%s\": no such link (node-K is host K's "
+                                 "link; other names as in platform.xml)", eccl_scn_fault_name(f->kind),
                                  f->links[j]);
     }
     return 0;
@@ -2199,7 +764,7 @@ static int resolve_links(const char *file, const scenario_cfg *c, fault_links *f
 
 static int order_cmp(const void *a, const void *b, void *ctx)
 {
-    const scenario_cfg *c = ctx;
+    const eccl_scenario *c = ctx;
     int x = *(const int *)a, y = *(const int *)b;
     uint64_t tx = c->faults[x].at_ns, ty = c->faults[y].at_ns;
     if (tx != ty) return tx < ty ? -1 : 1;
@@ -2248,7 +813,7 @@ static int route_up(const cut_links *u, int a, int b)
  * that reach the master must reach each other, or the job would hang in a
  * ring that crosses the cut: refused too (a partition must split the
  * platform into groups). 0, or -1 after printing why. */
-static int analyse_cuts(const char *file, const scenario_cfg *c, const fault_links *fl,
+static int analyse_cuts(const char *file, const eccl_scenario *c, const fault_links *fl,
                         rank_state *rk)
 {
     int nlink = 0;
@@ -2256,7 +821,7 @@ static int analyse_cuts(const char *file, const scenario_cfg *c, const fault_lin
         if (c->faults[i].kind == F_LINK_OFF || c->faults[i].kind == F_LINK_ON) nlink++;
     if (nlink == 0) return 0;
     if (c->ranks > 512)
-        return cfg_error(file, 0, "link faults: at most 512 ranks (the partition check "
+        return eccl_scn_error(file, 0, "link faults: at most 512 ranks (the partition check "
                          "compares the routes of every two ranks)");
     int *ord = calloc((size_t)nlink, sizeof *ord);
     cut_links u = {0, calloc((size_t)nlink * 2 * MAX_FAULT_LINKS, sizeof(sg_link_t)),
@@ -2265,12 +830,12 @@ static int analyse_cuts(const char *file, const scenario_cfg *c, const fault_lin
     int *reach = calloc((size_t)c->ranks + 1, sizeof *reach);
     int rc = 0;
     if (!ord || !u.l || !u.off || !since || !reach) {
-        rc = cfg_error(file, 0, "out of memory");
+        rc = eccl_scn_error(file, 0, "out of memory");
         goto out;
     }
     int n = 0;
     for (int i = 0; i < c->nfaults; i++) {
-        const fault_spec *f = &c->faults[i];
+        const eccl_scn_fault *f = &c->faults[i];
         if (f->kind != F_LINK_OFF && f->kind != F_LINK_ON) continue;
         ord[n++] = i;
         for (int j = 0; j < fl[i].n; j++) {
@@ -2285,7 +850,7 @@ static int analyse_cuts(const char *file, const scenario_cfg *c, const fault_lin
         const uint64_t t = c->faults[ord[i]].at_ns;
         int first = i, partition_line = 0;
         for (; i < n && c->faults[ord[i]].at_ns == t; i++) {
-            const fault_spec *f = &c->faults[ord[i]];
+            const eccl_scn_fault *f = &c->faults[ord[i]];
             for (int j = 0; j < fl[ord[i]].n; j++)
                 for (int k = 0; k < u.n; k++)
                     if (u.l[k] == fl[ord[i]].l[j]) u.off[k] = f->kind == F_LINK_OFF;
@@ -2294,7 +859,7 @@ static int analyse_cuts(const char *file, const scenario_cfg *c, const fault_lin
         const uint64_t end = i < n ? c->faults[ord[i]].at_ns : UINT64_MAX;
         int cut_any = 0;
         for (int r = 1; r <= c->ranks; r++) {
-            const int h = rank_host(c, r);
+            const int h = eccl_scn_rank_host(c, r);
             reach[r] = route_up(&u, 0, h) && route_up(&u, h, 0);
             cut_any |= !reach[r];
             if (!reach[r] && since[r] == UINT64_MAX) since[r] = t;
@@ -2304,7 +869,7 @@ static int analyse_cuts(const char *file, const scenario_cfg *c, const fault_lin
             }
         }
         if (partition_line && !cut_any) {
-            rc = cfg_error(file, partition_line, "partition: cuts no rank off the master "
+            rc = eccl_scn_error(file, partition_line, "partition: cuts no rank off the master "
                            "(node-0)");
             break;
         }
@@ -2313,9 +878,9 @@ static int analyse_cuts(const char *file, const scenario_cfg *c, const fault_lin
         for (int a = 1; a <= c->ranks && rc == 0; a++) {
             if (!reach[a]) continue;
             for (int b = a + 1; b <= c->ranks && rc == 0; b++) {
-                const int ha = rank_host(c, a), hb = rank_host(c, b);
+                const int ha = eccl_scn_rank_host(c, a), hb = eccl_scn_rank_host(c, b);
                 if (reach[b] && !(route_up(&u, ha, hb) && route_up(&u, hb, ha)))
-                    rc = cfg_error(file, c->faults[ord[first]].line,
+                    rc = eccl_scn_error(file, c->faults[ord[first]].line,
                                    "ranks %d and %d both reach the master but not each other: "
                                    "not a partition into groups", a, b);
             }
@@ -2327,7 +892,7 @@ static int analyse_cuts(const char *file, const scenario_cfg *c, const fault_lin
         const double t = c->peer_timeout_s;
         if (cut == 0) continue;
         if (cut != UINT64_MAX && (double)cut / 1e9 > t / 2 && (double)cut / 1e9 < t + 0.1)
-            rc = cfg_error(file, 0, "rank %d is cut off from the master for %.3fs: between "
+            rc = eccl_scn_error(file, 0, "rank %d is cut off from the master for %.3fs: between "
                            "peer_timeout/2 (%.3fs) and peer_timeout + 100ms (%.3fs) whether it "
                            "is dropped depends on heartbeat phase", r, (double)cut / 1e9,
                            t / 2, t + 0.1);
@@ -2344,12 +909,12 @@ out:
 /* Expected roles (from the host plan and the cuts), the timed faults in
  * firing order, and expect_survivors unless given. 0, or -1 after printing
  * why. */
-static int plan_roles(const char *file, scenario_cfg *c, sim *s)
+static int plan_roles(const char *file, eccl_scenario *c, sim *s)
 {
     s->order = calloc((size_t)c->nfaults + 1, sizeof *s->order);
-    if (!s->order) return cfg_error(file, 0, "out of memory");
+    if (!s->order) return eccl_scn_error(file, 0, "out of memory");
     for (int i = 0; i < c->nfaults; i++) {
-        const fault_spec *f = &c->faults[i];
+        const eccl_scn_fault *f = &c->faults[i];
         rank_state *r = f->rank > 0 ? &s->rk[f->rank - 1] : NULL;
         if (f->kind == F_JOIN) {
             r->late = 1;
@@ -2362,7 +927,7 @@ static int plan_roles(const char *file, scenario_cfg *c, sim *s)
         }
         if (f->kind == F_HOST_ON) {
             int first, last;
-            host_ranks(c, rank_host(c, f->rank), &first, &last);
+            eccl_scn_host_ranks(c, eccl_scn_rank_host(c, f->rank), &first, &last);
             for (int q = first; q <= last; q++) s->rk[q - 1].nstarts++;
         }
         s->order[s->norder++] = i;
@@ -2375,9 +940,9 @@ static int plan_roles(const char *file, scenario_cfg *c, sim *s)
         rank_state *r = &s->rk[i];
         int off = r->kill_iter >= 0, host_events = r->late || off;
         for (int k = 0; k < s->norder; k++) {
-            const fault_spec *f = &c->faults[s->order[k]];
+            const eccl_scn_fault *f = &c->faults[s->order[k]];
             if (f->rank != r->idx &&
-                !(f->rank > 0 && host_wide(f->kind) && rank_host(c, f->rank) == rank_host(c, r->idx)))
+                !(f->rank > 0 && eccl_scn_host_wide(f->kind) && eccl_scn_rank_host(c, f->rank) == eccl_scn_rank_host(c, r->idx)))
                 continue;
             host_events = 1;
             off = f->kind == F_KILL || f->kind == F_HOST_OFF;
@@ -2385,7 +950,7 @@ static int plan_roles(const char *file, scenario_cfg *c, sim *s)
         const double cut_s = r->cut_ns == UINT64_MAX ? 1e300 : (double)r->cut_ns / 1e9;
         const int dropped = cut_s >= c->peer_timeout_s + 0.1;
         if (dropped && host_events)
-            return cfg_error(file, 0, "rank %d is both cut off by link faults and the subject "
+            return eccl_scn_error(file, 0, "rank %d is both cut off by link faults and the subject "
                              "of host events: give it one or the other", r->idx);
         r->role = off ? ROLE_KILLED : dropped ? ROLE_DROPPED
                   : (r->late || r->nstarts > 1) ? ROLE_JOINER : ROLE_SURVIVOR;
@@ -2397,35 +962,6 @@ static int plan_roles(const char *file, scenario_cfg *c, sim *s)
 
 /* ---- outputs ------------------------------------------------------------- */
 
-static int mkdir_p(const char *dir)
-{
-    char buf[PATH_MAX];
-    if (snprintf(buf, sizeof buf, "%s", dir) >= (int)sizeof buf) return -1;
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = '\0';
-        if (mkdir(buf, 0777) && errno != EEXIST) return -1;
-        *p = '/';
-    }
-    if (mkdir(buf, 0777) && errno != EEXIST) return -1;
-    struct stat st;
-    return stat(buf, &st) == 0 && S_ISDIR(st.st_mode) ? 0 : -1;
-}
-
-static FILE *open_out(const char *dir, const char *name)
-{
-    char path[PATH_MAX];
-    if (snprintf(path, sizeof path, "%s/%s", dir, name) >= (int)sizeof path) return NULL;
-    FILE *f = fopen(path, "w");
-    if (!f) fprintf(stderr, "eccl-sim: cannot write %s: %s\n", path, strerror(errno));
-    return f;
-}
-
-static void fmt_time(char *buf, size_t size, uint64_t ns)
-{
-    snprintf(buf, size, "%llu.%09llu", (unsigned long long)(ns / 1000000000u),
-             (unsigned long long)(ns % 1000000000u));
-}
 
 /* The timeline plot draws a row per rank: past PLOT_RANKS_MAX ranks, more
  * rows than the picture has pixels. gnuplot then spent as long drawing
@@ -2436,7 +972,7 @@ static void fmt_time(char *buf, size_t size, uint64_t ns)
  * whatever its rank. */
 #define PLOT_RANKS_MAX 1000
 
-static int plot_stride(const scenario_cfg *c)
+static int plot_stride(const eccl_scenario *c)
 {
     return c->ranks > PLOT_RANKS_MAX ? (c->ranks + PLOT_RANKS_MAX - 1) / PLOT_RANKS_MAX : 1;
 }
@@ -2453,14 +989,14 @@ static int plot_keeps(const event_row *e, int stride)
 
 static int write_event_rows(const sim *s, const char *dir, const char *name, int stride)
 {
-    FILE *f = open_out(dir, name);
+    FILE *f = eccl_results_open(dir, name);
     if (!f) return -1;
     fputs("time_s\trank\tevent\titer\tworld\tms\thash\n", f);
     for (size_t i = 0; i < s->nev; i++) {
         const event_row *e = &s->ev[i];
         if (!plot_keeps(e, stride)) continue;
         char t[32], it[16] = "-", wo[16] = "-";
-        fmt_time(t, sizeof t, e->t_ns);
+        eccl_results_fmt_time(t, sizeof t, e->t_ns);
         if (e->iter >= 0) snprintf(it, sizeof it, "%d", e->iter);
         if (e->world >= 0) snprintf(wo, sizeof wo, "%d", e->world);
         fprintf(f, "%s\t%d\t%s\t%s\t%s\t%s\t%s\n", t, e->rank, e->event, it, wo, e->ms,
@@ -2474,14 +1010,14 @@ static int write_events(const sim *s, const char *dir)
     return write_event_rows(s, dir, "events.tsv", 1);
 }
 
-static int write_plot_script(const sim *s, const scenario_cfg *c, const char *dir)
+static int write_plot_script(const sim *s, const eccl_scenario *c, const char *dir)
 {
     const int stride = plot_stride(c);
     const char *data = stride > 1 ? "plot.tsv" : "events.tsv";
     if (stride > 1 && write_event_rows(s, dir, data, stride)) return -1;
     char every[64] = "";
     if (stride > 1) snprintf(every, sizeof every, ", every %d-th rank drawn", stride);
-    FILE *f = open_out(dir, "plot.gp");
+    FILE *f = eccl_results_open(dir, "plot.gp");
     if (!f) return -1;
     fprintf(f,
             "# Generated by eccl-sim for scenario %s: one row per rank, simulated time\n"
@@ -2520,25 +1056,6 @@ static int write_plot_script(const sim *s, const scenario_cfg *c, const char *di
     return fclose(f) == 0 ? 0 : -1;
 }
 
-/* 0 rendered, 1 gnuplot missing, -1 gnuplot failed. */
-static int render_plot(const char *dir)
-{
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    if (pid < 0) return -1;
-    if (pid == 0) {
-        if (chdir(dir) != 0) _exit(126);
-        execlp("gnuplot", "gnuplot", "plot.gp", (char *)NULL);
-        _exit(errno == ENOENT ? 127 : 126);
-    }
-    int st;
-    while (waitpid(pid, &st, 0) < 0) {
-        if (errno != EINTR) return -1;
-    }
-    if (WIFEXITED(st) && WEXITSTATUS(st) == 127) return 1;
-    return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
-}
 
 /* Past this many ranks a finished run exits without tearing its world down
  * (unless ECCL_SIM_TEARDOWN is set, e.g. for a leak check): freeing every
@@ -2550,7 +1067,7 @@ static int render_plot(const char *dir)
 #define FAST_EXIT_RANKS 4096
 
 /* Everything a run holds, once its summary is out. */
-static void sim_free(sim *s, scenario_cfg *cfg)
+static void sim_free(sim *s, eccl_scenario *cfg)
 {
     eccl_sg_world_destroy(s->w);
     free(s->rk);
@@ -2563,26 +1080,10 @@ static void sim_free(sim *s, scenario_cfg *cfg)
     free(s->relay_pid);
     free(s->relay_args);
     free(s);
-    free(cfg->faults);
+    eccl_scn_free(cfg);
     fflush(stdout);
 }
 
-/* Renders plot.png from plot.gp; what the summary says of it. A gnuplot
- * that is missing is not an error; one that fails is (*io_err). */
-static const char *plot_png(const char *outdir, int *io_err)
-{
-    int pr = render_plot(outdir);
-    if (pr == 1) {
-        fprintf(stderr, "eccl-sim: gnuplot not found: skipping plot.png (install gnuplot-nox)\n");
-        return "skipped";
-    }
-    if (pr < 0) {
-        fprintf(stderr, "eccl-sim: gnuplot failed on %s/plot.gp\n", outdir);
-        *io_err = 1;
-        return "failed";
-    }
-    return "plot.png";
-}
 
 /* ---- workload = diloco: seeded churn, judged by tools/churn_check.c ------- */
 
@@ -2649,11 +1150,11 @@ static void churn_main(int argc, char **argv)
     (void)argc;
     (void)argv;
     sim *s = sg_actor_self_get_data();
-    const scenario_cfg *c = s->cfg;
+    const eccl_scenario *c = s->cfg;
     uint64_t rng = c->churn_have_seed ? c->churn_seed : c->seed ^ 0x636875726eull;
     uint64_t t = 0;
     for (;;) {
-        t += c->churn_lo_ns + prng_below(&rng, c->churn_hi_ns - c->churn_lo_ns + 1);
+        t += c->churn_lo_ns + eccl_scn_prng_below(&rng, c->churn_hi_ns - c->churn_lo_ns + 1);
         if (t >= c->churn_until_ns) break;
         sg_actor_sleep_until((double)t / 1e9);
         int alive = 0, holders = 0, cand = 0, free_ranks = 0;
@@ -2669,9 +1170,9 @@ static void churn_main(int argc, char **argv)
         for (int i = 0; i < c->ranks; i++) cand += dl_victim_ok(s, &s->rk[i], holders);
         const int can_kill = alive > c->churn_min && cand > 0;
         const int can_spawn = alive < c->churn_max && free_ranks > 0;
-        const int do_kill = can_kill && (!can_spawn || (prng_next(&rng) & 1));
+        const int do_kill = can_kill && (!can_spawn || (eccl_scn_prng_next(&rng) & 1));
         if (do_kill) {
-            uint64_t pick = prng_below(&rng, (uint64_t)cand);
+            uint64_t pick = eccl_scn_prng_below(&rng, (uint64_t)cand);
             for (int i = 0; i < c->ranks; i++) {
                 rank_state *r = &s->rk[i];
                 if (!dl_victim_ok(s, r, holders) || pick-- > 0) continue;
@@ -2682,7 +1183,7 @@ static void churn_main(int argc, char **argv)
                 break;
             }
         } else if (can_spawn) {
-            uint64_t pick = prng_below(&rng, (uint64_t)free_ranks);
+            uint64_t pick = eccl_scn_prng_below(&rng, (uint64_t)free_ranks);
             for (int i = 0; i < c->ranks; i++) {
                 rank_state *r = &s->rk[i];
                 if (r->running || pick-- > 0) continue;
@@ -2727,7 +1228,7 @@ static void dl_rank_main(int argc, char **argv)
     (void)argv;
     rank_state *r = sg_actor_self_get_data();
     sim *s = r->s;
-    const scenario_cfg *c = s->cfg;
+    const eccl_scenario *c = s->cfg;
     if (r->arrive_ns > eccl_sg_now_ns()) sg_actor_sleep_until((double)r->arrive_ns / 1e9);
     eccl_worker_sg sim_launch;
     eccl_worker_sg_init(&sim_launch, s->w, dl_print, r);
@@ -2747,9 +1248,9 @@ static void dl_rank_main(int argc, char **argv)
     dl_worker_ended(s, r);
 }
 
-static int dl_write_plot(const scenario_cfg *c, const char *dir)
+static int dl_write_plot(const eccl_scenario *c, const char *dir)
 {
-    FILE *f = open_out(dir, "plot.gp");
+    FILE *f = eccl_results_open(dir, "plot.gp");
     if (!f) return -1;
     fprintf(f,
             "# Generated by eccl-sim for scenario %s (workload = diloco): revisions over\n"
@@ -2778,7 +1279,7 @@ static int dl_write_plot(const scenario_cfg *c, const char *dir)
 /* transport = ibv: which transport and how many RDMA writes landed (a
  * run whose payloads all stayed in the streams shows 0). Only then, so
  * other scenarios' summaries stay as they were. */
-static void write_transport(FILE *sf, const sim *s, const scenario_cfg *cfg)
+static void write_transport(FILE *sf, const sim *s, const eccl_scenario *cfg)
 {
     if (!cfg->ibv) return;
     fprintf(sf, "transport\tibv\nrdma_writes\t%llu\n",
@@ -2789,18 +1290,18 @@ static void write_transport(FILE *sf, const sim *s, const scenario_cfg *cfg)
  * staggered by `stagger` plus seeded jitter drawn from *rng (the
  * scenario's one stream, rank by rank), so that the same seed gives every
  * workload of a scenario the same start-up. */
-static void rank_start(sim *s, const scenario_cfg *cfg, rank_state *r, int idx, uint64_t *rng)
+static void rank_start(sim *s, const eccl_scenario *cfg, rank_state *r, int idx, uint64_t *rng)
 {
     r->s = s;
     r->idx = idx;
     snprintf(r->name, sizeof r->name, "rank%d", idx);
-    snprintf(r->host, sizeof r->host, "node-%d", rank_host(cfg, idx));
+    snprintf(r->host, sizeof r->host, "node-%d", eccl_scn_rank_host(cfg, idx));
     r->arrive_ns = (uint64_t)llround(cfg->stagger_s * 1e9) * (uint64_t)idx;
     uint64_t jitter_ns = (uint64_t)llround(cfg->jitter_s * 1e9);
-    if (jitter_ns) r->arrive_ns += prng_below(rng, jitter_ns);
+    if (jitter_ns) r->arrive_ns += eccl_scn_prng_below(rng, jitter_ns);
 }
 
-static int run_diloco(sim *s, scenario_cfg *cfg, const char *outdir)
+static int run_diloco(sim *s, eccl_scenario *cfg, const char *outdir)
 {
     if (churn_check_init(&s->chk, 1u << 16, 0) != 0) return 1;
     uint64_t rng = cfg->seed;
@@ -2833,7 +1334,7 @@ static int run_diloco(sim *s, scenario_cfg *cfg, const char *outdir)
 
     /* A worker's last life either was killed or stopped with status 0. */
     int failures = 0, bad_ranks = 0;
-    FILE *rf = open_out(outdir, "ranks.tsv");
+    FILE *rf = eccl_results_open(outdir, "ranks.tsv");
     if (rf) fputs("rank\thost\tworkers\tkilled\treturned\tstatus\tlast_revision\tcheck\n", rf);
     for (int i = 0; i < cfg->ranks; i++) {
         const rank_state *r = &s->rk[i];
@@ -2862,11 +1363,11 @@ static int run_diloco(sim *s, scenario_cfg *cfg, const char *outdir)
     if (why && k->first_problem[0]) eccl_sg_printf("eccl-sim", "first problem: %s", k->first_problem);
 
     char sim_time[32], stall[32];
-    fmt_time(sim_time, sizeof sim_time, end_ns);
-    fmt_time(stall, sizeof stall, (uint64_t)llround(k->max_stall_s * 1e9));
+    eccl_results_fmt_time(sim_time, sizeof sim_time, end_ns);
+    eccl_results_fmt_time(stall, sizeof stall, (uint64_t)llround(k->max_stall_s * 1e9));
     int io_err = rf ? (fclose(rf) != 0) : 1;
     io_err |= write_events(s, outdir) != 0;
-    FILE *sf = open_out(outdir, "summary.tsv");
+    FILE *sf = eccl_results_open(outdir, "summary.tsv");
     if (sf) {
         fprintf(sf, "key\tvalue\n");
         fprintf(sf, "scenario\t%s\nseed\t%llu\nplatform\t%s\nhosts\t%d\nranks\t%d\ncount\t%ld\n"
@@ -2887,7 +1388,7 @@ static int run_diloco(sim *s, scenario_cfg *cfg, const char *outdir)
         io_err = 1;
     }
     io_err |= dl_write_plot(cfg, outdir) != 0;
-    const char *plot = io_err ? "none" : plot_png(outdir, &io_err);
+    const char *plot = io_err ? "none" : eccl_results_plot_png(outdir, &io_err);
     printf("scenario=%s seed=%llu ranks=%d workload=diloco checks=%s%s%s revisions=%llu "
            "max_revision=%llu parity_breaks=%llu corrupt=%llu errors=%llu max_stall_s=%s "
            "kills=%d joins=%llu spawned=%d sim_time_s=%s events=%zu out=%s plot=%s\n",
@@ -3000,7 +1501,7 @@ static void n2_root_main(int argc, char **argv)
     (void)argv;
     n2_run *run = sg_actor_self_get_data();
     sim *s = run->s;
-    const scenario_cfg *c = s->cfg;
+    const eccl_scenario *c = s->cfg;
     eccl_env *env = NULL;
     eccl_nccl2_result res;
     memset(&res, 0, sizeof res);
@@ -3029,7 +1530,7 @@ static void n2_rank_main(int argc, char **argv)
     rank_state *r = sg_actor_self_get_data();
     sim *s = r->s;
     n2_run *run = s->n2;
-    const scenario_cfg *c = s->cfg;
+    const eccl_scenario *c = s->cfg;
     n2_rank *x = &run->rk[r->idx - 1];
     if (r->arrive_ns > eccl_sg_now_ns()) sg_actor_sleep_until((double)r->arrive_ns / 1e9);
     eccl_env *env = NULL;
@@ -3063,14 +1564,14 @@ static void n2_plan_main(int argc, char **argv)
     (void)argc;
     (void)argv;
     sim *s = sg_actor_self_get_data();
-    const scenario_cfg *c = s->cfg;
+    const eccl_scenario *c = s->cfg;
     for (int k = 0; k < s->norder; k++) {
-        const fault_spec *f = &c->faults[s->order[k]];
+        const eccl_scn_fault *f = &c->faults[s->order[k]];
         sg_actor_sleep_until((double)f->at_ns / 1e9);
         rank_state *r = &s->rk[f->rank - 1];
         int first = f->rank, last = f->rank;
         if (f->kind == F_HOST_OFF) {
-            host_ranks(c, rank_host(c, f->rank), &first, &last);
+            eccl_scn_host_ranks(c, eccl_scn_rank_host(c, f->rank), &first, &last);
             eccl_sg_printf("eccl-sim", "host_off rank=%d host=%s (silent)", r->idx, r->host);
             eccl_sg_world_host_off(s->w, r->host);
         } else if (c->ranks_per_host == 1) {
@@ -3099,9 +1600,9 @@ static int n2_event_cmp(const void *a, const void *b)
     return x->iter < y->iter ? -1 : x->iter > y->iter;
 }
 
-static int n2_write_plot(const scenario_cfg *c, const char *dir)
+static int n2_write_plot(const eccl_scenario *c, const char *dir)
 {
-    FILE *f = open_out(dir, "plot.gp");
+    FILE *f = eccl_results_open(dir, "plot.gp");
     if (!f) return -1;
     fprintf(f,
             "# Generated by eccl-sim for scenario %s (workload = nccl2_bootstrap): when\n"
@@ -3125,11 +1626,11 @@ static int n2_write_plot(const scenario_cfg *c, const char *dir)
 
 static void n2_fmt(char *buf, size_t size, uint64_t ns)
 {
-    if (ns) fmt_time(buf, size, ns);
+    if (ns) eccl_results_fmt_time(buf, size, ns);
     else snprintf(buf, size, "-");
 }
 
-static int run_nccl2(sim *s, scenario_cfg *cfg, const char *outdir)
+static int run_nccl2(sim *s, eccl_scenario *cfg, const char *outdir)
 {
     const int n = cfg->ranks;
     n2_run *run = calloc(1, sizeof *run);
@@ -3215,7 +1716,7 @@ static int run_nccl2(sim *s, scenario_cfg *cfg, const char *outdir)
     uint64_t bad = 0, misordered = 0, entries = 0, boot_ns = 0, boot_min_ns = 0, ring_ns = 0;
     const char *why = NULL;
     char first_why[128] = "";
-    FILE *rf = open_out(outdir, "ranks.tsv");
+    FILE *rf = eccl_results_open(outdir, "ranks.tsv");
     if (rf)
         fputs("rank\thost\tarrive_s\tsent_s\tnext_s\tring_s\tdone_s\trefused\tentries\t"
               "bad_entries\tstatus\tcheck\n", rf);
@@ -3251,7 +1752,7 @@ static int run_nccl2(sim *s, scenario_cfg *cfg, const char *outdir)
         if (x->ring_ns > ring_ns) ring_ns = x->ring_ns;
         if (rf) {
             char t[5][32];
-            fmt_time(t[0], sizeof t[0], r->arrive_ns);
+            eccl_results_fmt_time(t[0], sizeof t[0], r->arrive_ns);
             n2_fmt(t[1], sizeof t[1], x->sent_ns);
             n2_fmt(t[2], sizeof t[2], x->next_ns);
             n2_fmt(t[3], sizeof t[3], x->ring_ns);
@@ -3280,21 +1781,21 @@ static int run_nccl2(sim *s, scenario_cfg *cfg, const char *outdir)
     /* Only a bootstrap every rank finished has a time. */
     char boot[32] = "-", boot_min[32] = "-", gathered[32], scattered[32], ring[32], sim_time[32];
     if (!failures) {
-        fmt_time(boot, sizeof boot, boot_ns);
-        fmt_time(boot_min, sizeof boot_min, boot_min_ns);
+        eccl_results_fmt_time(boot, sizeof boot, boot_ns);
+        eccl_results_fmt_time(boot_min, sizeof boot_min, boot_min_ns);
     }
     n2_fmt(gathered, sizeof gathered, run->gathered_ns);
     n2_fmt(scattered, sizeof scattered, run->scattered_ns);
     n2_fmt(ring, sizeof ring, all_ring ? ring_ns : 0);
-    fmt_time(sim_time, sizeof sim_time, end_ns);
+    eccl_results_fmt_time(sim_time, sizeof sim_time, end_ns);
     int io_err = rf ? (fclose(rf) != 0) : 1;
     io_err |= write_events(s, outdir) != 0;
-    FILE *sf = open_out(outdir, "summary.tsv");
+    FILE *sf = eccl_results_open(outdir, "summary.tsv");
     if (sf) {
         char stag[32], tmo[32], cost[32];
-        fmt_time(stag, sizeof stag, cfg->nccl2_stagger_ns);
-        fmt_time(tmo, sizeof tmo, cfg->nccl2_timeout_ns);
-        fmt_time(cost, sizeof cost, (uint64_t)llround(cfg->master_msg_cost_s * 1e9));
+        eccl_results_fmt_time(stag, sizeof stag, cfg->nccl2_stagger_ns);
+        eccl_results_fmt_time(tmo, sizeof tmo, cfg->nccl2_timeout_ns);
+        eccl_results_fmt_time(cost, sizeof cost, (uint64_t)llround(cfg->master_msg_cost_s * 1e9));
         fprintf(sf, "key\tvalue\n");
         fprintf(sf, "scenario\t%s\nseed\t%llu\nplatform\t%s\nhosts\t%d\nranks\t%d\n"
                     "ranks_per_host\t%d\nworkload\tnccl2_bootstrap\nallgather\t%s\n"
@@ -3313,7 +1814,7 @@ static int run_nccl2(sim *s, scenario_cfg *cfg, const char *outdir)
         io_err = 1;
     }
     io_err |= n2_write_plot(cfg, outdir) != 0;
-    const char *plot = io_err ? "none" : plot_png(outdir, &io_err);
+    const char *plot = io_err ? "none" : eccl_results_plot_png(outdir, &io_err);
     printf("scenario=%s seed=%llu ranks=%d workload=nccl2_bootstrap allgather=%s checks=%s%s%s "
            "bootstrap_s=%s root_gathered_s=%s root_scattered_s=%s ring_formed_s=%s refused=%d "
            "failed=%d killed=%d bad_entries=%llu sim_time_s=%s events=%zu out=%s plot=%s\n",
@@ -3379,14 +1880,14 @@ static void bench_rank_main(int argc, char **argv)
     s->done++; /* the master serves until every rank is through */
 }
 
-static void bench_print(FILE *f, const scenario_cfg *c, const bench_rank *b0, int tsv)
+static void bench_print(FILE *f, const eccl_scenario *c, const bench_rank *b0, int tsv)
 {
     eccl_simbench_print_columns(f, tsv);
     for (int i = 0; i < b0->res.nrows; i++)
         eccl_simbench_print_row(f, tsv, c->bench_coll, b0->res.nranks, &b0->res.rows[i]);
 }
 
-static int run_bench(sim *s, scenario_cfg *cfg, const char *outdir)
+static int run_bench(sim *s, eccl_scenario *cfg, const char *outdir)
 {
     bench_rank *br = calloc((size_t)cfg->ranks, sizeof *br);
     if (!br) {
@@ -3429,7 +1930,7 @@ static int run_bench(sim *s, scenario_cfg *cfg, const char *outdir)
     for (int i = 0; b0 && i < b0->res.nrows; i++)
         busbw_sum += eccl_simbench_busbw(cfg->bench_coll, b0->res.nranks, &b0->res.rows[i]);
     char end[32];
-    fmt_time(end, sizeof end, end_ns);
+    eccl_results_fmt_time(end, sizeof end, end_ns);
     printf("# eccl-sim bench: scenario %s seed %llu platform %s ranks %d ranks_per_host %d coll %s algo %s "
            "transport %s\n",
            cfg->name, (unsigned long long)cfg->seed, cfg->platform, cfg->ranks, cfg->ranks_per_host,
@@ -3444,7 +1945,7 @@ static int run_bench(sim *s, scenario_cfg *cfg, const char *outdir)
     printf("#\n");
 
     int io_err = 0;
-    FILE *f = open_out(outdir, "bench.tsv");
+    FILE *f = eccl_results_open(outdir, "bench.tsv");
     if (f) {
         if (b0) bench_print(f, cfg, b0, 1);
         else eccl_simbench_print_columns(f, 1);
@@ -3485,7 +1986,7 @@ static int usage(const char *argv0, int help)
 #define ACTOR_STACK_KIB 256
 #define MAP_MARGIN 4096 /* maps for everything else: libraries, heap, SimGrid */
 
-static void set_actor_stacks(const scenario_cfg *c)
+static void set_actor_stacks(const eccl_scenario *c)
 {
     sg_cfg_set_int("contexts/stack-size", ACTOR_STACK_KIB);
     long limit = 0;
@@ -3530,7 +2031,7 @@ int main(int argc, char **argv)
     for (int i = 3; i < argc; i++) {
         long x;
         if (strcmp(argv[i], "--seed") == 0 && i + 1 < argc) {
-            if (parse_u64(argv[++i], &seed)) {
+            if (eccl_scn_parse_u64(argv[++i], &seed)) {
                 fprintf(stderr, "eccl-sim: --seed %s: want an unsigned 64-bit integer\n", argv[i]);
                 return 2;
             }
@@ -3538,7 +2039,7 @@ int main(int argc, char **argv)
         } else if (strcmp(argv[i], "--out") == 0 && i + 1 < argc) {
             out = argv[++i];
         } else if (strcmp(argv[i], "--log-level") == 0 && i + 1 < argc) {
-            if (parse_long(argv[++i], 0, 5, &x)) return usage(argv[0], 0);
+            if (eccl_scn_parse_long(argv[++i], 0, 5, &x)) return usage(argv[0], 0);
             log_level = (int)x;
         } else if (strcmp(argv[i], "--verbose") == 0) {
             verbose = 1;
@@ -3547,8 +2048,8 @@ int main(int argc, char **argv)
         }
     }
 
-    scenario_cfg cfg;
-    if (parse_scenario(file, &cfg)) {
+    eccl_scenario cfg;
+    if (eccl_scn_parse(file, &cfg)) {
         free(cfg.faults);
         return 2;
     }
@@ -3561,10 +2062,10 @@ int main(int argc, char **argv)
     else
         snprintf(outdir, sizeof outdir, "results/%s", cfg.name);
     char platform_path[PATH_MAX];
-    if (mkdir_p(outdir) ||
+    if (eccl_results_mkdir(outdir) ||
         snprintf(platform_path, sizeof platform_path, "%s/platform.xml", outdir) >=
             (int)sizeof platform_path ||
-        write_platform(&cfg, platform_path)) {
+        eccl_scn_write_platform(&cfg, platform_path)) {
         fprintf(stderr, "eccl-sim: cannot create %s: %s\n", outdir, strerror(errno));
         free(cfg.faults);
         return 1;
@@ -3612,7 +2113,7 @@ int main(int argc, char **argv)
     }
     if (eccl_sg_world_set_dev(s->w, &dev) != ECCL_OK ||
         eccl_sg_world_set_master_msg_cost(s->w, cfg.master_msg_cost_s) != ECCL_OK) {
-        fprintf(stderr, "eccl-sim: cannot set up the %s device\n", buffers_name(&cfg));
+        fprintf(stderr, "eccl-sim: cannot set up the %s device\n", eccl_scn_buffers_name(&cfg));
         return 1;
     }
     eccl_sg_world_set_progress_thread(s->w, cfg.progress_thread);
@@ -3666,7 +2167,7 @@ int main(int argc, char **argv)
     eccl_sg_printf("eccl-sim", "scenario=%s seed=%llu platform=%s hosts=%d ranks=%d%s iters=%d "
                    "count=%ld buffers=%s faults=%d out=%s", cfg.name,
                    (unsigned long long)cfg.seed, cfg.platform, cfg.hosts, cfg.ranks, rph,
-                   cfg.iters, cfg.count, buffers_name(&cfg), cfg.nfaults, outdir);
+                   cfg.iters, cfg.count, eccl_scn_buffers_name(&cfg), cfg.nfaults, outdir);
 
     int initial = 0; /* ranks that start with the job: the first step waits for them all */
     for (int i = 0; i < cfg.ranks; i++) initial += !s->rk[i].late;
@@ -3688,7 +2189,7 @@ int main(int argc, char **argv)
         victims |= cfg.faults[i].kind == F_KILL || cfg.faults[i].kind == F_HOST_OFF;
     for (int i = 0; i < cfg.ranks; i++) victims |= s->rk[i].role == ROLE_DROPPED;
 
-    FILE *rf = open_out(outdir, "ranks.tsv");
+    FILE *rf = eccl_results_open(outdir, "ranks.tsv");
     if (rf)
         fputs("rank\thost\trole\tworkers\tkilled\treturned\tstatus\toks\tfirst_ok_iter\t"
               "last_ok_iter\tlast_world\tfailed_ops\tcut_s\tcheck\n", rf);
@@ -3737,7 +2238,7 @@ int main(int argc, char **argv)
         failures += !ok;
         char cut[32] = "-";
         if (r->cut_ns == UINT64_MAX) snprintf(cut, sizeof cut, "end");
-        else if (r->cut_ns) fmt_time(cut, sizeof cut, r->cut_ns);
+        else if (r->cut_ns) eccl_results_fmt_time(cut, sizeof cut, r->cut_ns);
         eccl_sg_printf("eccl-sim", "%s rank=%d role=%s workers=%d killed=%d returned=%d status=%d "
                        "oks=%d first_ok_iter=%d last_ok_iter=%d last_world=%d failed_ops=%d cut=%s",
                        ok ? "ok" : "FAIL", r->idx, role_name(r->role), r->lives, r->killed,
@@ -3777,8 +2278,8 @@ int main(int argc, char **argv)
     /* Slow links: the mean all-reduce begun after the first one against the
      * mean of those done before it, in ppm of the ratio (integer: stable). */
     char before_mean[32] = "-", after_mean[32] = "-", slowdown[32] = "-";
-    if (s->slow_ns != UINT64_MAX && s->before_n) fmt_time(before_mean, sizeof before_mean, s->before_sum_ns / s->before_n);
-    if (s->after_n) fmt_time(after_mean, sizeof after_mean, s->after_sum_ns / s->after_n);
+    if (s->slow_ns != UINT64_MAX && s->before_n) eccl_results_fmt_time(before_mean, sizeof before_mean, s->before_sum_ns / s->before_n);
+    if (s->after_n) eccl_results_fmt_time(after_mean, sizeof after_mean, s->after_sum_ns / s->after_n);
     if (s->slow_ns != UINT64_MAX && s->before_n && s->after_n) {
         uint64_t b = s->before_sum_ns / s->before_n, a = s->after_sum_ns / s->after_n;
         uint64_t ppm = b ? (uint64_t)((double)a * 1e6 / (double)b) : 0;
@@ -3807,14 +2308,14 @@ int main(int argc, char **argv)
     }
     const char *checks = failures ? "fail" : "pass";
     char sim_time[32], ar_mean[32] = "-", ar_min[32] = "-", fault_t[32] = "-", detect[32] = "-";
-    fmt_time(sim_time, sizeof sim_time, end_ns);
+    eccl_results_fmt_time(sim_time, sizeof sim_time, end_ns);
     if (s->ar_n) {
-        fmt_time(ar_mean, sizeof ar_mean, s->ar_sum_ns / s->ar_n);
-        fmt_time(ar_min, sizeof ar_min, s->ar_min_ns);
+        eccl_results_fmt_time(ar_mean, sizeof ar_mean, s->ar_sum_ns / s->ar_n);
+        eccl_results_fmt_time(ar_min, sizeof ar_min, s->ar_min_ns);
     }
-    if (s->fault_ns != UINT64_MAX) fmt_time(fault_t, sizeof fault_t, s->fault_ns);
+    if (s->fault_ns != UINT64_MAX) eccl_results_fmt_time(fault_t, sizeof fault_t, s->fault_ns);
     if (s->fault_ns != UINT64_MAX && s->detect_ns != UINT64_MAX)
-        fmt_time(detect, sizeof detect, s->detect_ns - s->fault_ns);
+        eccl_results_fmt_time(detect, sizeof detect, s->detect_ns - s->fault_ns);
     int nkills = 0;
     for (int i = 0; i < cfg.nfaults; i++)
         nkills += cfg.faults[i].kind == F_KILL || cfg.faults[i].kind == F_HOST_OFF;
@@ -3826,18 +2327,18 @@ int main(int argc, char **argv)
     for (int i = 0; i < cfg.ranks; i++)
         if (!s->rk[i].late && s->rk[i].first_begin_ns > boot_ns) boot_ns = s->rk[i].first_begin_ns;
     char boot[32] = "-";
-    if (boot_ns) fmt_time(boot, sizeof boot, boot_ns);
+    if (boot_ns) eccl_results_fmt_time(boot, sizeof boot, boot_ns);
 
     /* The loopback, when the platform has one ("-" otherwise). */
     char lo_bw[32] = "-", lo_lat[32] = "-";
     if (cfg.loopback) {
         snprintf(lo_bw, sizeof lo_bw, "%.17g", cfg.loopback_bandwidth_Bps);
-        fmt_time(lo_lat, sizeof lo_lat, (uint64_t)llround(cfg.loopback_latency_s * 1e9));
+        eccl_results_fmt_time(lo_lat, sizeof lo_lat, (uint64_t)llround(cfg.loopback_latency_s * 1e9));
     }
 
     int io_err = rf ? (fclose(rf) != 0) : 1;
     io_err |= write_events(s, outdir) != 0;
-    FILE *sf = open_out(outdir, "summary.tsv");
+    FILE *sf = eccl_results_open(outdir, "summary.tsv");
     if (sf) {
         fprintf(sf, "key\tvalue\n");
         fprintf(sf, "scenario\t%s\nseed\t%llu\nplatform\t%s\nhosts\t%d\nranks\t%d\ncount\t%ld\n"
@@ -3854,7 +2355,7 @@ int main(int argc, char **argv)
                 cfg.count, cfg.iters, nkills, killed, survivors, cfg.expect_survivors, noticed,
                 failures, checks, s->nev, sim_time, (unsigned long long)s->ar_n, ar_mean, ar_min,
                 (unsigned long long)s->ar_failed, cfg.nfaults, dropped, joined, fault_t, detect, before_mean, after_mean, slowdown,
-                buffers_name(&cfg), cfg.phantom ? "unchecked" : "checked",
+                eccl_scn_buffers_name(&cfg), cfg.phantom ? "unchecked" : "checked",
                 cfg.reduce_rate_Bps, cfg.copy_rate_Bps, cfg.ranks_per_host, lo_bw, lo_lat, boot,
                 (unsigned long long)eccl_sg_world_messages(s->w),
                 (unsigned long long)eccl_sg_world_conns(s->w), (unsigned long long)eccl_sg_world_waits(s->w),
@@ -3874,13 +2375,13 @@ int main(int argc, char **argv)
         io_err = 1;
     }
     io_err |= write_plot_script(s, &cfg, outdir) != 0;
-    const char *plot = io_err ? "none" : plot_png(outdir, &io_err);
+    const char *plot = io_err ? "none" : eccl_results_plot_png(outdir, &io_err);
 
     printf("scenario=%s seed=%llu ranks=%d killed=%d dropped=%d joined=%d survivors=%d "
            "expect_survivors=%d iters=%d buffers=%s values=%s checks=%s sim_time_s=%s "
            "bootstrap_s=%s allreduce_mean_s=%s detect_s=%s slowdown=%s events=%zu out=%s plot=%s\n",
            cfg.name, (unsigned long long)cfg.seed, cfg.ranks, killed, dropped, joined, survivors,
-           cfg.expect_survivors, cfg.iters, buffers_name(&cfg),
+           cfg.expect_survivors, cfg.iters, eccl_scn_buffers_name(&cfg),
            cfg.phantom ? "unchecked" : "checked", checks, sim_time, boot, ar_mean, detect, slowdown,
            s->nev, outdir, plot);
 

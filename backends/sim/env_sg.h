@@ -75,9 +75,6 @@ typedef struct eccl_sg_dev_cfg {
      * every simulated device call is done when it returns). */
     size_t resident_min;
 } eccl_sg_dev_cfg;
-/* Defaults (eccl-sim's): a PCIe 5 x16 link, 10 us per copy, 25 GB/s. */
-#define ECCL_SG_DEV_COPY_LATENCY_S 10e-6
-#define ECCL_SG_DEV_COPY_BPS 25e9
 
 /* Before the first env is created (outside or inside simgrid_run). */
 eccl_result eccl_sg_world_set_dev(eccl_sg_world *w, const eccl_sg_dev_cfg *cfg);

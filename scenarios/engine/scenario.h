@@ -1,0 +1,186 @@
+/* The scenario engine's model of a scenario file (format:
+ * scenarios/README.md): the platform, the ranks, the workload, the fault
+ * plan and the checks, as the parser reads them. Nothing here knows which
+ * runner executes the scenario (eccl-sim on SimGrid today); the parser
+ * refuses unknown keys and bad values with the file, line and key.
+ */
+#ifndef ECCL_SCENARIO_H
+#define ECCL_SCENARIO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define MAX_RANKS 1000000 /* 1M: the issue-15 attempt; memory, not this, is the limit */
+#define MAX_HOSTS 2000000 /* clos and wan: generated hosts */
+#define MAX_REGIONS 64     /* wan: a link per pair of regions */
+#define MAX_RANKS_PER_HOST 64
+/* Loopback defaults: eccl's transport is TCP, so two ranks on one host talk
+ * through the kernel's loopback (scenarios/README.md, "Ranks per host"). */
+#define LOOPBACK_BW_DEFAULT 5e9   /* 5 GB/s: one TCP stream over lo, copy-bound */
+#define LOOPBACK_LAT_DEFAULT 5e-6 /* 5 us one way: half a TCP_RR round trip over lo */
+#define MAX_LINE 1024
+#define MAX_RELAY_KILLS 16
+/* device_copy_rate and device_copy_latency unless given: a PCIe 5 x16 link,
+ * 10 us per copy, 25 GB/s. */
+#define DEV_COPY_LATENCY_DEFAULT 10e-6
+#define DEV_COPY_BW_DEFAULT 25e9
+#define RELAY_PORT 5100
+
+/* ---- scenario ------------------------------------------------------------ */
+
+/* The fault plan: one entry per line of a fault key (a `partition` with a
+ * heal time gives two). Host kinds name a rank, link kinds links. */
+typedef enum eccl_scn_fault_kind {
+    F_KILL,     /* crash: conns reset, host off */
+    F_HOST_OFF, /* silent: host off, nothing more arrives */
+    F_HOST_ON,  /* host back on, a new worker starts there */
+    F_JOIN,     /* the rank's first worker starts at this time */
+    F_LINK_OFF,
+    F_LINK_ON,
+    F_SLOW      /* a link's bandwidth and/or latency change */
+} eccl_scn_fault_kind;
+
+#define MAX_FAULT_LINKS 16 /* per line */
+#define LINK_NAME_MAX 64
+
+typedef struct eccl_scn_fault {
+    eccl_scn_fault_kind kind;
+    int line;       /* in the scenario file, for errors */
+    int rank;       /* host kinds: 1..ranks (host_off, host_on: every rank of its host) */
+    int at_iter;    /* F_KILL: >= 0 when the rank begins this iteration's all-reduce ... */
+    uint64_t at_ns; /* ... otherwise at this simulated time */
+    int partition;  /* F_LINK_OFF of a `partition` line: must cut someone off */
+    int nlinks;     /* link kinds */
+    char links[MAX_FAULT_LINKS][LINK_NAME_MAX];
+    double factor, bw_Bps, lat_s; /* F_SLOW: 0 when not given */
+    int have_lat;
+} eccl_scn_fault;
+
+
+typedef enum eccl_scn_platform { PLATFORM_FLAT, PLATFORM_CLOS, PLATFORM_WAN } eccl_scn_platform;
+
+typedef struct eccl_scenario {
+    char name[64];
+    char platform[16];
+    eccl_scn_platform kind;
+    int hosts, ranks, iters, world_min;
+    int ranks_per_host; /* rank R runs on node-(1 + (R-1) / ranks_per_host) */
+    int loopback;       /* the clusters carry loopback links (host to itself) */
+    double loopback_bandwidth_Bps, loopback_latency_s;
+    long count;
+    double bandwidth_Bps, latency_s, jitter_s, stagger_s;
+    /* platform = clos: host-to-host latencies, same rack < zone < DC < other DC */
+    int hosts_per_rack, racks_per_zone, zones_per_dc, dcs;
+    double oversubscription, zone_latency_s, dc_latency_s, inter_dc_latency_s;
+    /* platform = wan: host-to-host latencies, same site < region < other region */
+    int regions, sites_per_region, hosts_per_site;
+    double site_latency_s, site_bandwidth_Bps, region_latency_s, region_bandwidth_Bps,
+        flow_bandwidth_Bps; /* 0: no per-flow cap */
+    /* the simulated device: buffers = host|phantom|cuda|cuda_phantom, kernel
+     * rates (0: free); cuda: a simulated GPU per rank, tensors staged
+     * through host mirrors at dev_copy_latency_s + bytes / dev_copy_Bps */
+    int phantom, cuda;
+    double reduce_rate_Bps, copy_rate_Bps;
+    double dev_copy_Bps, dev_copy_latency_s;
+    int device_ring; /* 1: all-reduces of >= 1 MiB run core's device-resident ring */
+    /* transport = tcp|ibv: the ranks' peer links (env_sg.h, eccl_sg_net_cfg);
+     * ib_*: their ECCL_IB_* settings (0: the protocol's default) */
+    int ibv;
+    int ib_qps;
+    long ib_min_bytes, ib_chunk_bytes;
+    int expect_survivors; /* -1: derived from the fault plan */
+    int have_seed;
+    uint64_t seed;
+    double step_s, peer_timeout_s; /* the worker's step compute; its peer_timeout */
+    double master_msg_cost_s;      /* the master's CPU time per message */
+    double expect_slowdown;        /* 0: no check */
+    int optimize_at;               /* every rank calls optimize_topology before
+                                      this iteration; 0: never */
+    double expect_speedup;         /* 0: no check */
+    int nfaults;
+    eccl_scn_fault *faults;
+    /* relays = K: ranks in K contiguous shares, each reaching the master
+     * through a relay on the host of its share's first rank */
+    int relays;
+    int progress_thread; /* ranks' ECCL_PROGRESS_THREAD (1, the default, or 0) */
+    int latency_net;     /* net_model = latency (eccl_sg_world_set_net_model) */
+    int n_relay_kills;
+    struct {
+        int relay;     /* 1..relays */
+        uint64_t at_ns;
+        int line;
+    } relay_kills[MAX_RELAY_KILLS];
+    /* workload = diloco (examples/diloco_loop.c) under seeded churn */
+    int diloco;
+    double duration_s;   /* the workers vote to stop once past it */
+    double max_stall_s;  /* the checker's progress bound (default 5 s) */
+    uint64_t corrupt_at; /* test only: rank 1's first worker flips a bit there */
+    int have_churn, churn_have_seed, churn_min, churn_max;
+    uint64_t churn_seed, churn_lo_ns, churn_hi_ns, churn_until_ns; /* until 0: duration - 0.5 s */
+    /* workload = nccl2_bootstrap: the NCCL 2.x baseline (tools/sim_nccl2.h) */
+    int nccl2;
+    uint64_t nccl2_stagger_ns; /* per rank before connecting to the root (> 128 ranks) */
+    uint64_t nccl2_timeout_ns; /* the launcher's: a hung rank gives up then */
+    int nccl2_replay;          /* nccl2_allgather = replay */
+    int nccl2_corrupt;         /* test only: this rank (1..ranks) corrupts a slot; 0 none */
+    /* workload = bench: eccl-bench's rows (tools/sim_bench.h); iters is its
+     * timed calls per size */
+    int bench;
+    int bench_coll;                  /* enum bench_coll */
+    size_t bench_minbytes, bench_maxbytes;
+    int bench_stepfactor, bench_warmup;
+    char algo[256];                  /* every rank's ECCL_ALGO ("": not set) */
+    int bench_corrupt;               /* test only: this rank (1..ranks) corrupts its checked outputs */
+} eccl_scenario;
+
+/* Reads FILE into *c (zeroed first; c->faults is malloc'ed: eccl_scn_free).
+ * Returns 0, or -1 after printing why (file, line, key) on stderr. */
+int eccl_scn_parse(const char *file, eccl_scenario *c);
+void eccl_scn_free(eccl_scenario *c);
+
+/* An error in FILE at LINE (0: the file as a whole), printed as
+ * "PROGRAM: FILE:LINE: ..." on stderr. Returns -1. */
+__attribute__((format(printf, 3, 4))) int eccl_scn_error(const char *file, int line, const char *fmt, ...);
+
+/* A fault kind's key, as the file spells it. */
+const char *eccl_scn_fault_name(eccl_scn_fault_kind k);
+/* The scenario's `buffers` value (host, phantom, cuda, cuda_phantom). */
+const char *eccl_scn_buffers_name(const eccl_scenario *c);
+/* Decimal values of the file's syntax (also the commands' options): 0, or
+ * -1 when V is not one in range. */
+int eccl_scn_parse_long(const char *v, long lo, long hi, long *out);
+int eccl_scn_parse_u64(const char *v, uint64_t *out);
+
+/* Writes the generated platform (SimGrid's platform XML: the hosts node-K,
+ * their links and routes) to PATH. Returns 0 or -1. */
+int eccl_scn_write_platform(const eccl_scenario *c, const char *path);
+
+/* splitmix64: the only source of randomness, seeded from the scenario seed. */
+static inline uint64_t eccl_scn_prng_next(uint64_t *state)
+{
+    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* Uniform in [0, n) (n > 0), without modulo bias worth speaking of at 64 bits. */
+static inline uint64_t eccl_scn_prng_below(uint64_t *state, uint64_t n) { return eccl_scn_prng_next(state) % n; }
+
+/* Rank R runs on host node-(1 + (R-1) / ranks_per_host); host K >= 1 runs
+ * ranks first..last (host 0 runs the master). */
+static inline int eccl_scn_rank_host(const eccl_scenario *c, int rank) { return 1 + (rank - 1) / c->ranks_per_host; }
+
+static inline void eccl_scn_host_ranks(const eccl_scenario *c, int host, int *first, int *last)
+{
+    *first = (host - 1) * c->ranks_per_host + 1;
+    *last = host * c->ranks_per_host < c->ranks ? host * c->ranks_per_host : c->ranks;
+}
+
+/* Whether a fault of this kind acts on the whole host of its rank (every
+ * rank there), or on its rank alone. A kill is a process crash: with one
+ * rank per host it takes the host down as well (eccl_sg_world_kill_host),
+ * which is the same thing there, and what lets a host_on follow it. */
+static inline int eccl_scn_host_wide(eccl_scn_fault_kind k) { return k == F_HOST_OFF || k == F_HOST_ON; }
+
+#endif
