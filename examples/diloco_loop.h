@@ -22,7 +22,7 @@
  *
  * Every peer of a ring sees the same outcome of an all-reduce, so every peer
  * that reports a revision must report the same hash for it: whoever reads the
- * lines checks that (tools/churn_check.c). The loop itself flags, with
+ * lines checks that (scenarios/engine/churn_check.c). The loop itself flags, with
  * event=corrupt, a wrong all-reduce element, a buffer not restored after a
  * failure, and a peer that had already synced but had to fetch (its model had
  * diverged from the group's).

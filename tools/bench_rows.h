@@ -1,6 +1,6 @@
 /* What eccl-bench measures and prints, shared by eccl-bench (ranks as
  * processes) and eccl-sim's `workload = bench` (ranks as simulated actors,
- * tools/sim_bench.h), so that both print the same rows from the same check
+ * scenarios/engine/sim_bench.h), so that both print the same rows from the same check
  * values and eccl-tune reads either. */
 #ifndef ECCL_TOOLS_BENCH_ROWS_H
 #define ECCL_TOOLS_BENCH_ROWS_H

@@ -6,7 +6,7 @@
  * keeping between 2 and --max-peers alive (and never killing one of the last
  * two workers that hold the shared state: with none left the state is gone
  * by definition, which tests nothing). It reads every worker's lines and
- * judges the run (tools/churn_check.c) plus what only it sees: exit statuses
+ * judges the run (scenarios/engine/churn_check.c) plus what only it sees: exit statuses
  * and memory (VmRSS). Exits 0 only if every check passed, after one summary
  * line of key=value pairs, printed last.
  *

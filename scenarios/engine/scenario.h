@@ -117,13 +117,13 @@ typedef struct eccl_scenario {
     uint64_t corrupt_at; /* test only: rank 1's first worker flips a bit there */
     int have_churn, churn_have_seed, churn_min, churn_max;
     uint64_t churn_seed, churn_lo_ns, churn_hi_ns, churn_until_ns; /* until 0: duration - 0.5 s */
-    /* workload = nccl2_bootstrap: the NCCL 2.x baseline (tools/sim_nccl2.h) */
+    /* workload = nccl2_bootstrap: the NCCL 2.x baseline (scenarios/engine/sim_nccl2.h) */
     int nccl2;
     uint64_t nccl2_stagger_ns; /* per rank before connecting to the root (> 128 ranks) */
     uint64_t nccl2_timeout_ns; /* the launcher's: a hung rank gives up then */
     int nccl2_replay;          /* nccl2_allgather = replay */
     int nccl2_corrupt;         /* test only: this rank (1..ranks) corrupts a slot; 0 none */
-    /* workload = bench: eccl-bench's rows (tools/sim_bench.h); iters is its
+    /* workload = bench: eccl-bench's rows (scenarios/engine/sim_bench.h); iters is its
      * timed calls per size */
     int bench;
     int bench_coll;                  /* enum bench_coll */

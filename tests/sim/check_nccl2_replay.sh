@@ -1,6 +1,6 @@
 #!/bin/sh
 # The NCCL 2.x baseline's all-gather, run message by message and replayed
-# (tools/sim_nccl2.h, eccl_nccl2_replay), must give every rank the same
+# (scenarios/engine/sim_nccl2.h, eccl_nccl2_replay), must give every rank the same
 # completion time within TOL seconds. FILE runs the messages (its default)
 # and must check every table entry; a copy of it with
 # `nccl2_allgather = replay` replays them. Both runs must pass.

@@ -1,0 +1,703 @@
+/* The SimGrid runner of a scenario: the simulated world set up from the
+ * scenario, the run state, events and progress, the actors (master, relays,
+ * workers, killers), the faults applied as the plan fires them. The
+ * workloads (job_sg.c, diloco_sg.c, nccl2_sg.c, bench_sg.c) start their
+ * actors here and judge the outcome themselves.
+ */
+#include "sim_sg.h"
+
+/* ---- events and progress ------------------------------------------------- */
+
+int eccl_scn_sg_field_int(const char *line, const char *key, int *out)
+{
+    const char *p = strstr(line, key);
+    return p && sscanf(p + strlen(key), "%d", out) == 1;
+}
+
+/* Host buffers: every good step was checked and hashed by the loop.
+ * Phantom: every one ran on phantom buffers (there are no values). */
+int eccl_scn_sg_values_ok(const eccl_scenario *cfg, const rank_state *r)
+{
+    return cfg->phantom ? r->phantom_oks == r->oks : r->hashed_oks == r->oks;
+}
+
+/* mallinfo2 walks every free chunk malloc holds, which a 96K-rank heap has
+ * millions of: at every 64th event it was 88% of such a run. So a fixed
+ * number of samples whatever the size: every ranks / 2 events, some 16 in
+ * a run of 3 all-reduces (about 8 events a rank). */
+static size_t heap_sample_every(const sim *s)
+{
+    return s->cfg->ranks > 128 ? (size_t)s->cfg->ranks / 2 : 64;
+}
+
+static void sample_heap(sim *s)
+{
+    struct mallinfo2 mi = mallinfo2();
+    if (mi.uordblks > s->heap_peak) s->heap_peak = mi.uordblks;
+    if (mi.hblkhd > s->mmap_peak) s->mmap_peak = mi.hblkhd;
+}
+
+/* rank 0 in events.tsv: a platform event (link_off, link_on, slow_link). */
+void eccl_scn_sg_add_event(sim *s, int rank, const char *event, int iter, int world, const char *ms,
+                      const char *hash)
+{
+    if (s->nev == s->cap_ev) {
+        size_t cap = s->cap_ev ? 2 * s->cap_ev : 256;
+        event_row *n = realloc(s->ev, cap * sizeof *n);
+        if (!n) {
+            s->oom = 1;
+            return;
+        }
+        s->ev = n;
+        s->cap_ev = cap;
+    }
+    event_row *e = &s->ev[s->nev++];
+    if (s->nev % heap_sample_every(s) == 0) sample_heap(s);
+    e->t_ns = eccl_sg_now_ns();
+    e->rank = rank;
+    snprintf(e->event, sizeof e->event, "%s", event);
+    e->iter = iter;
+    e->world = world;
+    snprintf(e->ms, sizeof e->ms, "%s", ms ? ms : "-");
+    snprintf(e->hash, sizeof e->hash, "%s", hash ? hash : "-");
+}
+
+/* Announces every iteration all running workers are through (a worker that
+ * joined at step f counts as through the steps before f). */
+void eccl_scn_sg_progress(sim *s)
+{
+    while (s->next_milestone < s->cfg->iters && s->running > 0 &&
+           s->oks_at[s->next_milestone] >= s->running) {
+        eccl_sg_printf("eccl-sim", "progress iter=%d/%d ranks_done=%d", s->next_milestone + 1,
+                       s->cfg->iters, s->oks_at[s->next_milestone]);
+        s->next_milestone++;
+    }
+}
+
+/* ---- fault injection ----------------------------------------------------- */
+
+aid_t eccl_scn_sg_start_actor(eccl_sg_world *w, const char *name, const char *host, xbt_main_func_t fn, void *data)
+{
+    sg_actor_t a = sg_actor_init(name, eccl_sg_world_host(w, host));
+    const aid_t pid = sg_actor_get_pid(a);
+    sg_actor_set_data(a, data);
+    sg_actor_start(a, fn, 0, NULL);
+    return pid;
+}
+
+/* A worker ended (returned, or killed while running). */
+static void worker_ended(sim *s, rank_state *r)
+{
+    if (r->counted) s->running--;
+    r->counted = 0;
+    r->running = 0;
+    if (++r->ends == r->nstarts) s->done++;
+}
+
+/* Its worker was taken down (kill, or its host went off). */
+static void host_went_off(sim *s, rank_state *r, const char *event)
+{
+    uint64_t now = eccl_sg_now_ns();
+    if (r->running) {
+        r->killed++;
+        /* Its finished steps no longer count towards the live workers' progress. */
+        for (int i = 0; i <= r->last_ok_iter && i < s->cfg->iters; i++) s->oks_at[i]--;
+        worker_ended(s, r);
+    } else if (r->returned) {
+        r->kill_missed++; /* it had finished: the fault came too late */
+    } else {
+        return; /* already killed (a host_off after a kill of one of its ranks) */
+    }
+    eccl_scn_sg_add_event(s, r->idx, event, r->last_ok_iter + 1, -1, NULL, NULL);
+    if (s->fault_ns == UINT64_MAX) s->fault_ns = now;
+    eccl_scn_sg_progress(s);
+}
+
+/* kill: a crash of the rank's process. With one rank per host, the host
+ * crashes with it (as it always did: a host_on may bring it back); with
+ * several, only the process: its conns reset, its listeners refuse, its
+ * actors die, the host and its other ranks go on. */
+static void kill_rank(sim *s, rank_state *r)
+{
+    if (s->cfg->ranks_per_host == 1) {
+        eccl_sg_printf("eccl-sim", "kill rank=%d host=%s", r->idx, r->host);
+        eccl_sg_world_kill_host(s->w, r->host);
+    } else {
+        eccl_sg_printf("eccl-sim", "kill rank=%d host=%s (its process; the host stays on)",
+                       r->idx, r->host);
+        if (r->running) eccl_sg_world_kill_process(s->w, r->pid);
+    }
+    host_went_off(s, r, "killed");
+}
+
+typedef struct killer_arg {
+    rank_state *victim;
+    uint64_t at_ns;
+} killer_arg;
+
+static void killer_main(int argc, char **argv)
+{
+    (void)argc;
+    (void)argv;
+    killer_arg *ka = sg_actor_self_get_data();
+    rank_state *v = ka->victim;
+    sim *s = v->s;
+    sg_actor_sleep_until((double)ka->at_ns / 1e9);
+    kill_rank(s, v);
+    free(ka);
+}
+
+static void start_killer(rank_state *v, uint64_t at_ns)
+{
+    killer_arg *ka = malloc(sizeof *ka);
+    if (!ka) {
+        v->s->oom = 1;
+        return;
+    }
+    ka->victim = v;
+    ka->at_ns = at_ns;
+    char name[32];
+    snprintf(name, sizeof name, "killer%d", v->idx);
+    eccl_scn_sg_start_actor(v->s->w, name, "node-0", killer_main, ka);
+}
+
+static void rank_main(int argc, char **argv);
+static void relay_main(int argc, char **argv);
+static void relay_faults_main(int argc, char **argv);
+
+/* A relay actor's data. */
+typedef struct relay_arg {
+    sim *s;
+    int k;
+} relay_arg;
+
+
+
+/* relays = K: relay k on the host of the first rank of its share, which
+ * its ranks reach first (the master next). -1: out of memory. */
+int eccl_scn_sg_start_relays(sim *s)
+{
+    const eccl_scenario *c = s->cfg;
+    if (!c->relays) return 0;
+    s->relay_share = (c->ranks + c->relays - 1) / c->relays;
+    s->relay_addr = calloc((size_t)c->relays, sizeof *s->relay_addr);
+    s->relay_pid = calloc((size_t)c->relays, sizeof *s->relay_pid);
+    relay_arg *args = s->relay_args = calloc((size_t)c->relays, sizeof *args);
+    if (!s->relay_addr || !s->relay_pid || !args) return -1;
+    /* A relay runs on a host of its share (the first rank's: the same rack
+     * as most of its ranks), except under the diloco churn, which crashes
+     * ranks' hosts at random: there it takes a spare host (checked). */
+    const int spare0 = 1 + eccl_scn_rank_host(c, c->ranks);
+    const int spare = c->diloco;
+    for (int k = 0; k < c->relays; k++) {
+        char host[24];
+        if (spare) {
+            snprintf(host, sizeof host, "node-%d", spare0 + k);
+        } else {
+            const rank_state *first = &s->rk[k * s->relay_share < c->ranks ? k * s->relay_share : c->ranks - 1];
+            snprintf(host, sizeof host, "%s", first->host);
+        }
+        snprintf(s->relay_addr[k], sizeof s->relay_addr[k], "%s:%d", host, RELAY_PORT);
+        args[k] = (relay_arg){s, k};
+        char name[32];
+        snprintf(name, sizeof name, "relay-%d", k + 1);
+        s->relay_pid[k] = eccl_scn_sg_start_actor(s->w, name, host, relay_main, &args[k]);
+        s->relays_live++;
+    }
+    if (c->n_relay_kills) eccl_scn_sg_start_actor(s->w, "relay-faults", "node-0", relay_faults_main, s);
+    return 0;
+}
+
+/* A new worker on the rank's host, as a new process would start: fresh
+ * communicator, admitted by the running peers' vote. */
+void eccl_scn_sg_start_worker(rank_state *r, uint64_t at_ns, int start_world)
+{
+    r->lives++;
+    r->running = 1;
+    r->counted = 0;
+    r->arrive_ns = at_ns;
+    r->start_world = start_world;
+    r->returned = 0;
+    r->status = 0;
+    r->exit_status = -1;
+    r->oks = r->phantom_oks = r->hashed_oks = 0;
+    r->first_ok_iter = r->last_ok_iter = -1;
+    r->last_ok_world = r->min_ok_world = r->max_ok_world = -1;
+    r->failed_ops = 0;
+    r->rejoins = 0;
+    r->begin_ns = r->op_ns = 0;
+    r->pid = eccl_scn_sg_start_actor(r->s->w, r->name, r->host, rank_main, r);
+}
+
+static void apply_fault(sim *s, int idx)
+{
+    const eccl_scn_fault *f = &s->cfg->faults[idx];
+    const fault_links *fl = &s->flinks[idx];
+    rank_state *r = f->rank > 0 ? &s->rk[f->rank - 1] : NULL;
+    eccl_result rc = ECCL_OK;
+    switch (f->kind) {
+    case F_KILL:
+        kill_rank(s, r);
+        break;
+    case F_HOST_OFF:
+    case F_HOST_ON: {
+        /* The whole host: every rank on it, in rank order. */
+        int first, last;
+        eccl_scn_host_ranks(s->cfg, eccl_scn_rank_host(s->cfg, r->idx), &first, &last);
+        char ranks[48] = "";
+        if (s->cfg->ranks_per_host > 1) snprintf(ranks, sizeof ranks, " ranks=%d-%d", first, last);
+        if (f->kind == F_HOST_OFF) {
+            eccl_sg_printf("eccl-sim", "host_off rank=%d host=%s%s (silent)", r->idx, r->host,
+                           ranks);
+            rc = eccl_sg_world_host_off(s->w, r->host);
+            for (int q = first; q <= last; q++) host_went_off(s, &s->rk[q - 1], "host_off");
+        } else {
+            eccl_sg_printf("eccl-sim", "host_on rank=%d host=%s%s: a new worker starts%s",
+                           r->idx, r->host, ranks, first < last ? " for each" : "");
+            rc = eccl_sg_world_host_on(s->w, r->host);
+            for (int q = first; q <= last; q++) {
+                eccl_scn_sg_add_event(s, q, "host_on", -1, -1, NULL, NULL);
+                eccl_scn_sg_start_worker(&s->rk[q - 1], eccl_sg_now_ns(), 0);
+            }
+        }
+        break;
+    }
+    case F_LINK_OFF:
+    case F_LINK_ON:
+        for (int i = 0; i < fl->n && rc == ECCL_OK; i++)
+            rc = eccl_sg_world_set_link(s->w, fl->l[i], f->kind == F_LINK_ON);
+        eccl_sg_printf("eccl-sim", "%s %s%s (%d links)", f->kind == F_LINK_ON ? "link_on" : "link_off",
+                       f->links[0], f->nlinks > 1 ? ",..." : "", fl->n);
+        eccl_scn_sg_add_event(s, 0, f->kind == F_LINK_ON ? "link_on" : "link_off", -1, -1, NULL, NULL);
+        if (f->kind == F_LINK_OFF && s->fault_ns == UINT64_MAX) s->fault_ns = eccl_sg_now_ns();
+        break;
+    case F_SLOW:
+        for (int i = 0; i < fl->n; i++) {
+            double bw = sg_link_get_bandwidth(fl->l[i]), lat = sg_link_get_latency(fl->l[i]);
+            if (f->factor > 0) {
+                bw /= f->factor;
+                lat *= f->factor;
+            }
+            if (f->bw_Bps > 0) bw = f->bw_Bps;
+            if (f->have_lat) lat = f->lat_s;
+            sg_link_set_bandwidth(fl->l[i], bw);
+            sg_link_set_latency(fl->l[i], lat);
+        }
+        eccl_sg_printf("eccl-sim", "slow_link %s%s (%d links)", f->links[0],
+                       f->nlinks > 1 ? ",..." : "", fl->n);
+        eccl_scn_sg_add_event(s, 0, "slow_link", -1, -1, NULL, NULL);
+        if (s->slow_ns == UINT64_MAX) s->slow_ns = eccl_sg_now_ns();
+        break;
+    case F_JOIN:
+        break; /* not timed here: the rank's first worker arrives then */
+    }
+    if (rc != ECCL_OK) {
+        eccl_sg_printf("eccl-sim", "FAIL %s: %s", eccl_scn_fault_name(f->kind), eccl_strerror(rc));
+        s->oom = 1;
+    }
+}
+
+/* Fires the timed faults in plan order (time, then file order), from one
+ * actor, so that faults at the same instant apply in a fixed order. */
+void eccl_scn_sg_plan_main(int argc, char **argv)
+{
+    (void)argc;
+    (void)argv;
+    sim *s = sg_actor_self_get_data();
+    for (int k = 0; k < s->norder; k++) {
+        sg_actor_sleep_until((double)s->cfg->faults[s->order[k]].at_ns / 1e9);
+        apply_fault(s, s->order[k]);
+    }
+}
+
+/* ---- the sim launch ------------------------------------------------------ */
+
+/* The loop's key=value lines: recorded as events, echoed with --verbose. */
+static void sim_print(void *ctx, int to_stderr, const char *line)
+{
+    rank_state *r = ctx;
+    sim *s = r->s;
+    if (to_stderr || s->verbose) eccl_sg_printf(r->name, "%s%s", to_stderr ? "stderr: " : "", line);
+    if (to_stderr || strncmp(line, "event=", 6) != 0) return;
+    char event[16] = "", ms[24] = "";
+    sscanf(line + 6, "%15[a-z_]", event);
+    uint64_t now = eccl_sg_now_ns();
+    /* The loop prints ms=%.1f; the simulated clock gives the exact time
+     * since this rank's event=begin, to the nanosecond. */
+    if (strstr(line, " ms=")) {
+        uint64_t d = now - r->begin_ns;
+        snprintf(ms, sizeof ms, "%llu.%06llu", (unsigned long long)(d / 1000000u),
+                 (unsigned long long)(d % 1000000u));
+    }
+    int iter = -1, world = -1;
+    eccl_scn_sg_field_int(line, " iter=", &iter);
+    eccl_scn_sg_field_int(line, " world=", &world);
+    /* The result's hash (host buffers) or "phantom", for events.tsv. */
+    char hash[24] = "";
+    const char *hp = strstr(line, " hash=");
+    if (hp) sscanf(hp + 6, "%16[0-9a-f]", hash);
+    else if (strstr(line, " values=phantom")) snprintf(hash, sizeof hash, "phantom");
+    eccl_scn_sg_add_event(s, r->idx, event, iter, world, ms[0] ? ms : NULL, hash[0] ? hash : NULL);
+    const int after_fault = s->fault_ns != UINT64_MAX && s->detect_ns == UINT64_MAX;
+
+    if (strcmp(event, "begin") == 0) {
+        r->begin_ns = now;
+        /* Bootstrap: the first worker's first all-reduce begins once it is
+         * connected, admitted, on the ring and agreed on the step. */
+        if (r->lives == 1 && !r->late && !r->first_begin_ns) r->first_begin_ns = now;
+        /* The victim starts the fatal step: crash it halfway through, by the
+         * time its last good step took (as tests/sim/sim_worker does). */
+        if (r->kill_iter >= 0 && iter == r->kill_iter && !r->kill_armed) {
+            r->kill_armed = 1;
+            start_killer(r, now + r->op_ns / 2);
+        }
+    } else if (strcmp(event, "ok") == 0) {
+        unsigned long long h = 0;
+        r->oks++;
+        r->phantom_oks += strcmp(hash, "phantom") == 0;
+        r->op_ns = now - r->begin_ns;
+        s->ar_n++;
+        s->ar_sum_ns += r->op_ns;
+        const char *ap = strstr(line, " algo=");
+        for (uint32_t a = 0; ap && a < ECCL_ALGO_COUNT; a++) {
+            size_t len = strlen(eccl_algorithm_name(a));
+            if (strncmp(ap + 6, eccl_algorithm_name(a), len) == 0 && (ap[6 + len] == ' ' || !ap[6 + len]))
+                s->ar_by_algo[a]++;
+        }
+        if (s->ar_n == 1 || r->op_ns < s->ar_min_ns) s->ar_min_ns = r->op_ns;
+        if (s->slow_ns != UINT64_MAX && r->begin_ns >= s->slow_ns) {
+            s->after_n++;
+            s->after_sum_ns += r->op_ns;
+        } else if ((s->slow_ns == UINT64_MAX || now < s->slow_ns) && iter > 0) {
+            /* Not iteration 0: it also waits for the last rank to arrive. */
+            s->before_n++;
+            s->before_sum_ns += r->op_ns;
+        }
+        /* A survivor saw the failure: an all-reduce done in a smaller world. */
+        if (after_fault && r->last_ok_world >= 0 && world < r->last_ok_world) s->detect_ns = now;
+        if (r->first_ok_iter < 0) r->first_ok_iter = iter;
+        r->last_ok_iter = iter;
+        r->last_ok_world = world;
+        if (r->min_ok_world < 0 || world < r->min_ok_world) r->min_ok_world = world;
+        if (world > r->max_ok_world) r->max_ok_world = world;
+        if (iter >= 0 && iter < s->cfg->iters) {
+            /* Every rank that finished an iteration holds the same bits. */
+            if (hp && sscanf(hp + 6, "%llx", &h) == 1) {
+                if (!s->ref_hash[iter]) s->ref_hash[iter] = h;
+                else if (s->ref_hash[iter] != h) s->parity_bad++;
+                r->hashed_oks++;
+            }
+            /* A late worker's first step: it is through the ones before. */
+            if (r->oks == 1)
+                for (int i = 0; i < iter; i++) s->oks_at[i]++;
+            s->oks_at[iter]++;
+            eccl_scn_sg_progress(s);
+        }
+    } else if (strcmp(event, "peer_lost") == 0 || strcmp(event, "timeout") == 0 ||
+               strcmp(event, "too_few_peers") == 0 || strcmp(event, "master_lost") == 0) {
+        r->failed_ops++;
+        r->rejoins += event[0] == 'm';
+        s->ar_failed++;
+        if (after_fault) s->detect_ns = now;
+    } else if (strcmp(event, "exit") == 0) {
+        eccl_scn_sg_field_int(line, " status=", &r->exit_status);
+    } else if (strcmp(event, "optimized") == 0) {
+        /* Like a slow_link: all-reduces split into before and after. */
+        if (s->slow_ns == UINT64_MAX) s->slow_ns = now;
+        s->optimized++;
+    }
+}
+
+/* ---- actors -------------------------------------------------------------- */
+
+/* Until every rank is done (diloco: until the churn is over and no worker
+ * lives): the coordinators serve until then. */
+static int job_running(const sim *s)
+{
+    return s->cfg->diloco ? !(s->dl_live == 0 && s->churn_done) : s->done < s->cfg->ranks;
+}
+
+void eccl_scn_sg_master_main(int argc, char **argv)
+{
+    (void)argc;
+    (void)argv;
+    sim *s = sg_actor_self_get_data();
+    eccl_master *m = NULL;
+    eccl_result rc = eccl_sg_master_create(s->w, s->master_addr, &m);
+    if (rc == ECCL_OK) rc = eccl_master_run(m);
+    if (rc != ECCL_OK) {
+        eccl_sg_printf("master", "FAIL master start: %s", eccl_strerror(rc));
+        eccl_master_destroy(m);
+        s->oom = 1;
+        return;
+    }
+    /* Until every rank is done (diloco: until the churn is over and no
+     * worker lives). */
+    while (job_running(s) || s->relays_live > 0) sg_actor_sleep_for(0.001);
+    eccl_master_destroy(m);
+}
+
+/* However a relay actor ends (its run is over, kill_relay, its host's
+ * kill): the master goes on until none is left, so no relay outlives it. */
+static void relay_exited(int failed, void *data)
+{
+    (void)failed;
+    ((sim *)data)->relays_live--;
+}
+
+static void relay_main(int argc, char **argv)
+{
+    (void)argc;
+    (void)argv;
+    relay_arg *a = sg_actor_self_get_data();
+    sim *s = a->s;
+    sg_actor_on_exit(relay_exited, s);
+    eccl_relay *relay = NULL;
+    eccl_result rc = eccl_sg_relay_create(s->w, s->relay_addr[a->k], s->master_addr, &relay);
+    if (rc == ECCL_OK) rc = eccl_relay_run(relay);
+    if (rc != ECCL_OK) {
+        eccl_sg_printf("relay", "FAIL relay %d start: %s", a->k + 1, eccl_strerror(rc));
+        eccl_relay_destroy(relay);
+        s->oom = 1;
+        return;
+    }
+    /* Until every rank is done: coarse, one timer per relay. */
+    while (job_running(s)) sg_actor_sleep_for(0.01);
+    eccl_relay_destroy(relay);
+}
+
+/* Fires the kill_relay lines in time order (file order at one instant). */
+static void relay_faults_main(int argc, char **argv)
+{
+    (void)argc;
+    (void)argv;
+    sim *s = sg_actor_self_get_data();
+    const eccl_scenario *c = s->cfg;
+    int done[MAX_RELAY_KILLS] = {0};
+    for (int n = 0; n < c->n_relay_kills; n++) {
+        int next = -1;
+        for (int i = 0; i < c->n_relay_kills; i++)
+            if (!done[i] && (next < 0 || c->relay_kills[i].at_ns < c->relay_kills[next].at_ns))
+                next = i;
+        done[next] = 1;
+        sg_actor_sleep_until((double)c->relay_kills[next].at_ns / 1e9);
+        int k = c->relay_kills[next].relay - 1;
+        eccl_sg_printf("eccl-sim", "kill_relay relay=%d at=%s: its ranks rejoin through the master",
+                       k + 1, s->relay_addr[k]);
+        eccl_scn_sg_add_event(s, 0, "kill_relay", -1, -1, NULL, NULL);
+        if (s->fault_ns == UINT64_MAX) s->fault_ns = eccl_sg_now_ns();
+        eccl_sg_world_kill_process(s->w, s->relay_pid[k]);
+    }
+}
+
+/* A rank's master_addr: behind a relay, it first and the master next (a
+ * dead relay's ranks rejoin through the master). */
+void eccl_scn_sg_rank_master(const sim *s, const rank_state *r, char *buf, size_t len)
+{
+    if (s->cfg->relays)
+        snprintf(buf, len, "%s,%s", s->relay_addr[(r->idx - 1) / s->relay_share], s->master_addr);
+    else
+        snprintf(buf, len, "%s", s->master_addr);
+}
+
+static void rank_main(int argc, char **argv)
+{
+    (void)argc;
+    (void)argv;
+    rank_state *r = sg_actor_self_get_data();
+    sim *s = r->s;
+    /* Not when it is due now (a host_on): SimGrid would round a sleep of
+     * less than its precision up to 1 ns, and say so. */
+    if (r->arrive_ns > eccl_sg_now_ns()) sg_actor_sleep_until((double)r->arrive_ns / 1e9);
+    r->counted = 1;
+    s->running++;
+    eccl_worker_sg sim_launch;
+    eccl_worker_sg_init(&sim_launch, s->w, sim_print, r);
+    const eccl_launch launch = sim_launch.launch;
+    /* eccl-worker --master node-0:5000 --count C --iters I --start-world N */
+    char master[2 * ECCL_ADDR_MAX + 1];
+    eccl_scn_sg_rank_master(s, r, master, sizeof master);
+    const eccl_worker_options o = {
+        .master = master,
+        .rejoins = s->cfg->relays ? 1 : 0,
+        .count = (size_t)s->cfg->count,
+        .iters = s->cfg->iters,
+        .world_min = s->cfg->world_min,
+        .start_world = r->start_world,
+        .group = 0,
+        .wait_ms = 30000,
+        .step_ms = (int)llround(s->cfg->step_s * 1e3),
+        .peer_timeout_ms = (uint32_t)llround(s->cfg->peer_timeout_s * 1e3),
+        .optimize_at = s->cfg->optimize_at,
+    };
+    r->status = eccl_worker_run(&launch, &o);
+    r->returned = 1;
+    worker_ended(s, r);
+}
+
+
+
+/* Everything a run holds, once its summary is out. */
+void eccl_scn_sg_free(sim *s, eccl_scenario *cfg)
+{
+    eccl_sg_world_destroy(s->w);
+    free(s->rk);
+    free(s->oks_at);
+    free(s->ref_hash);
+    free(s->flinks);
+    free(s->order);
+    free(s->ev);
+    free(s->relay_addr);
+    free(s->relay_pid);
+    free(s->relay_args);
+    free(s);
+    eccl_scn_free(cfg);
+    fflush(stdout);
+}
+
+
+void eccl_scn_sg_write_transport(FILE *sf, const sim *s, const eccl_scenario *cfg)
+{
+    if (!cfg->ibv) return;
+    fprintf(sf, "transport\tibv\nrdma_writes\t%llu\n",
+            (unsigned long long)eccl_sg_world_rdma_writes(s->w));
+}
+
+/* Rank idx (1-based) of every workload: its names, and its arrival,
+ * staggered by `stagger` plus seeded jitter drawn from *rng (the
+ * scenario's one stream, rank by rank), so that the same seed gives every
+ * workload of a scenario the same start-up. */
+void eccl_scn_sg_rank_start(sim *s, const eccl_scenario *cfg, rank_state *r, int idx, uint64_t *rng)
+{
+    r->s = s;
+    r->idx = idx;
+    snprintf(r->name, sizeof r->name, "rank%d", idx);
+    snprintf(r->host, sizeof r->host, "node-%d", eccl_scn_rank_host(cfg, idx));
+    r->arrive_ns = (uint64_t)llround(cfg->stagger_s * 1e9) * (uint64_t)idx;
+    uint64_t jitter_ns = (uint64_t)llround(cfg->jitter_s * 1e9);
+    if (jitter_ns) r->arrive_ns += eccl_scn_prng_below(rng, jitter_ns);
+}
+
+
+/* Actor stacks. Core's deepest call chain is under 4 KiB (no control
+ * message on the stack is bigger than 256 bytes), so 256 KiB instead of
+ * SimGrid's 8 MiB leaves ample room for libc and SimGrid. What costs is not
+ * the size but the memory maps: a stack with a guard page is 2, and Linux
+ * allows vm.max_map_count (65,530 by default) per process, which with 3
+ * actors per rank (worker, progress, receiver) stops at about 10,900
+ * ranks. Beyond what the limit allows, stacks go without guard pages (one
+ * plain allocation each): an overflow is then no longer caught, which the
+ * margin above makes a remote risk; eccl-sim says so when it happens. */
+#define ACTOR_STACK_KIB 256
+#define MAP_MARGIN 4096 /* maps for everything else: libraries, heap, SimGrid */
+
+static void set_actor_stacks(const eccl_scenario *c)
+{
+    sg_cfg_set_int("contexts/stack-size", ACTOR_STACK_KIB);
+    long limit = 0;
+    FILE *f = fopen("/proc/sys/vm/max_map_count", "r");
+    if (f) {
+        if (fscanf(f, "%ld", &limit) != 1) limit = 0;
+        fclose(f);
+    }
+    /* Every worker life is 3 actors, less its progress thread and its
+     * receiver when it has none (a host_on restarts its host's ranks); the
+     * master 2; killers and the plan 1. */
+    long actors = (1L + c->progress_thread + !c->latency_net) * (c->ranks + (long)c->nfaults * c->ranks_per_host) + 2 + c->nfaults + 1;
+    if (limit > 0 && 2 * actors + MAP_MARGIN > limit) {
+        sg_cfg_set_int("contexts/guard-size", 0);
+        /* Without a guard, SimGrid callocs each stack. glibc raises its mmap
+         * threshold past a freed mmapped chunk, and a calloc from the heap
+         * clears the whole stack: 32k ranks touched 11 GB of zeros. A fixed
+         * threshold keeps every stack a fresh, untouched mapping (and the
+         * kernel merges adjacent ones, so they cost few maps). glibc also
+         * caps its mmapped chunks at 65536 and serves the rest from the
+         * heap, cleared: lift the cap, or 32k ranks and up pay 256 KiB of
+         * zeros per actor past the 65,536th. */
+        mallopt(M_MMAP_THRESHOLD, 128 * 1024);
+        mallopt(M_MMAP_MAX, INT_MAX);
+        eccl_sg_printf("eccl-sim", "actor stacks without guard pages: %ld actors need %ld maps "
+                       "with them, vm.max_map_count is %ld", actors, 2 * actors + MAP_MARGIN,
+                       limit);
+    }
+}
+
+
+int eccl_scn_sg_run(eccl_scenario *cfg, const char *file, const char *outdir, const char *platform_path,
+                    int log_level, int verbose)
+{
+    /* SimGrid's configuration chatter goes, its warnings stay. */
+    xbt_log_control_set("xbt_cfg.thres:warning");
+    /* CM02: a message costs exactly latency + size / bandwidth. */
+    sg_cfg_set_string("network/model", "CM02");
+    set_actor_stacks(cfg);
+    simgrid_load_platform(platform_path);
+    /* Seal it now (SimGrid does on the first run): a Floyd zone (clos,
+     * wan) computes its routes when sealed, and the fault plan asks for
+     * routes before the job runs. Nothing runs until 0 s. */
+    simgrid_run_until(0.0);
+
+
+    sim *s = calloc(1, sizeof *s);
+    if (!s) return 1;
+    s->cfg = cfg;
+    s->verbose = verbose;
+    s->master_addr = "node-0:5000";
+    s->fault_ns = s->detect_ns = s->slow_ns = UINT64_MAX;
+    s->rk = calloc((size_t)cfg->ranks, sizeof *s->rk);
+    s->oks_at = calloc((size_t)cfg->iters + 1, sizeof *s->oks_at);
+    s->ref_hash = calloc((size_t)cfg->iters + 1, sizeof *s->ref_hash);
+    s->flinks = calloc((size_t)cfg->nfaults + 1, sizeof *s->flinks);
+    if (!s->rk || !s->oks_at || !s->ref_hash || !s->flinks ||
+        eccl_sg_world_create(log_level, &s->w) != ECCL_OK) {
+        fprintf(stderr, "eccl-sim: out of memory\n");
+        return 1;
+    }
+    const eccl_sg_dev_cfg dev = {.phantom = cfg->phantom, .reduce_Bps = cfg->reduce_rate_Bps,
+                                 .copy_Bps = cfg->copy_rate_Bps, .devices = cfg->cuda,
+                                 .dev_copy_Bps = cfg->dev_copy_Bps,
+                                 .dev_copy_latency_s = cfg->dev_copy_latency_s,
+                                 .resident_min = cfg->device_ring ? (size_t)1 << 20 : 0};
+    const eccl_sg_net_cfg net = {.ibv = cfg->ibv,
+                                 .qps = (unsigned)cfg->ib_qps,
+                                 .min_bytes = (size_t)cfg->ib_min_bytes,
+                                 .chunk_bytes = (size_t)cfg->ib_chunk_bytes};
+    if (eccl_sg_world_set_net(s->w, &net) != ECCL_OK) {
+        fprintf(stderr, "eccl-sim: transport = ibv: this eccl-sim was built without "
+                        "<infiniband/verbs.h>\n");
+        return 2;
+    }
+    if (eccl_sg_world_set_dev(s->w, &dev) != ECCL_OK ||
+        eccl_sg_world_set_master_msg_cost(s->w, cfg->master_msg_cost_s) != ECCL_OK) {
+        fprintf(stderr, "eccl-sim: cannot set up the %s device\n", eccl_scn_buffers_name(cfg));
+        return 1;
+    }
+    eccl_sg_world_set_progress_thread(s->w, cfg->progress_thread);
+    if (cfg->algo[0] && eccl_sg_world_set_algo(s->w, cfg->algo) != ECCL_OK) {
+        fprintf(stderr, "eccl-sim: algo: cannot set \"%s\"\n", cfg->algo);
+        eccl_scn_sg_free(s, cfg);
+        return 2;
+    }
+    if (eccl_sg_world_set_net_model(s->w, cfg->latency_net ? ECCL_SG_NET_LATENCY : ECCL_SG_NET_FLOW) !=
+        ECCL_OK) {
+        fprintf(stderr, "eccl-sim: cannot set the net model\n");
+        return 1;
+    }
+
+    if (cfg->diloco) {
+        int status = eccl_scn_sg_diloco(s, cfg, outdir);
+        eccl_scn_sg_free(s, cfg);
+        return status;
+    }
+    if (cfg->bench) {
+        int status = eccl_scn_sg_bench(s, cfg, outdir);
+        eccl_scn_sg_free(s, cfg);
+        return status;
+    }
+    if (cfg->nccl2) {
+        int status = eccl_scn_sg_nccl2(s, cfg, outdir);
+        eccl_scn_sg_free(s, cfg);
+        return status;
+    }
+    return eccl_scn_sg_job(s, cfg, file, outdir);
+}
