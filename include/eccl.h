@@ -110,7 +110,7 @@ typedef struct eccl_comm_params {
                                     required. "A,B,..." (up to 4): tried in
                                     turn while connecting, so a peer whose
                                     relay is down comes in through the next */
-    const char *p2p_host;        /* address peers reach us on; "127.0.0.1" */
+    const char *p2p_host;        /* address peers reach us on; NULL: ECCL_P2P_HOST, else "127.0.0.1" */
     uint32_t peer_group;         /* collectives run within a group; 0 */
     /* Ring connections per neighbour, 1..64; 1. Concurrent all-reduces
      * spread over them: an op with tag t runs over connection t % size of

@@ -20,6 +20,7 @@
 #include "dev_cuda.h"
 #include "net_ibv.h"
 #include "net_tcp.h"
+#include "chaos.h"
 #ifdef ECCL_HAVE_IBV
 #include "net/ibv.h"
 #endif
@@ -560,6 +561,68 @@ static eccl_result net_create(env_real *r)
     return eccl_net_tcp_create(&r->env, &r->env.net_ctx);
 }
 
+/* The env's net: the chaos net first, if any, then the one it wraps. */
+static void eccl_env_real_destroy_net(eccl_env *env)
+{
+    eccl_chaos_unwrap(env);
+#ifdef ECCL_HAVE_IBV
+    if (env->net == &eccl_ibv_net_ops)
+        eccl_net_ibv_destroy(env->net_ctx);
+    else
+#endif
+        eccl_net_tcp_destroy(env->net_ctx);
+}
+
+#define CHAOS_PLAN_MAX (1u << 20)
+
+/* The chaos plan's kill: this process dies as a crash would end it. */
+static void chaos_kill(void *arg)
+{
+    (void)arg;
+    raise(SIGKILL);
+}
+
+/* ECCL_CHAOS=FILE puts the chaos net (chaos/chaos.h) around this env's net
+ * with the plan in FILE; ECCL_CHAOS_SELF=HOST names this process's host
+ * (default: the host of its first listener). A plan that cannot be read or
+ * parsed fails the creation: a run meant to be shaped must not run unshaped. */
+static eccl_result chaos_create(env_real *r)
+{
+    const char *path = getenv("ECCL_CHAOS");
+    if (!path || !*path)
+        return ECCL_OK;
+    FILE *f = fopen(path, "r");
+    char *text = NULL;
+    size_t len = 0;
+    if (f) {
+        text = malloc(CHAOS_PLAN_MAX + 1);
+        if (text) {
+            len = fread(text, 1, CHAOS_PLAN_MAX + 1, f);
+            text[len <= CHAOS_PLAN_MAX ? len : CHAOS_PLAN_MAX] = '\0';
+        }
+        fclose(f);
+    }
+    if (!f || !text || len > CHAOS_PLAN_MAX) {
+        eccl_real_log(&r->env, ECCL_LOG_ERROR, "ECCL_CHAOS=%s: %s", path,
+                      !f ? strerror(errno) : !text ? "out of memory" : "larger than 1 MiB");
+        free(text);
+        return ECCL_ERR_INVALID_ARG;
+    }
+    char why[160];
+    eccl_chaos_plan *plan;
+    eccl_result rc = eccl_chaos_plan_parse(text, why, sizeof why, &plan);
+    free(text);
+    if (rc != ECCL_OK) {
+        eccl_real_log(&r->env, ECCL_LOG_ERROR, "ECCL_CHAOS=%s: %s", path,
+                      rc == ECCL_ERR_INVALID_ARG ? why : eccl_strerror(rc));
+        return rc;
+    }
+    rc = eccl_chaos_wrap(&r->env, plan, getenv("ECCL_CHAOS_SELF"), chaos_kill, NULL);
+    if (rc != ECCL_OK)
+        eccl_chaos_plan_free(plan);
+    return rc;
+}
+
 eccl_result eccl_env_real_create(const char *name, int data_links, eccl_env **out)
 {
     env_real *r;
@@ -611,6 +674,12 @@ eccl_result eccl_env_real_create(const char *name, int data_links, eccl_env **ou
         free(r);
         return res;
     }
+    res = chaos_create(r);
+    if (res != ECCL_OK) {
+        eccl_env_real_destroy_net(&r->env);
+        free(r);
+        return res;
+    }
     r->cuda = eccl_real_cuda_new(&r->env);
     *out = &r->env;
     return ECCL_OK;
@@ -620,12 +689,7 @@ void eccl_env_real_destroy(eccl_env *env)
 {
     if (!env)
         return;
-#ifdef ECCL_HAVE_IBV
-    if (env->net == &eccl_ibv_net_ops)
-        eccl_net_ibv_destroy(env->net_ctx);
-    else
-#endif
-        eccl_net_tcp_destroy(env->net_ctx);
+    eccl_env_real_destroy_net(env);
     eccl_real_cuda_free(((env_real *)env)->cuda);
     free((env_real *)env);
 }

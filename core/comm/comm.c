@@ -371,7 +371,7 @@ void eccl_comm_params_init(eccl_comm_params *p)
 {
     if (!p) return;
     memset(p, 0, sizeof *p);
-    p->p2p_host = "127.0.0.1";
+    p->p2p_host = NULL; /* ECCL_P2P_HOST, else 127.0.0.1 (eccl_comm_create_with_env) */
     p->p2p_pool_size = 1;
     p->connect_timeout_ms = 10000;
     p->op_timeout_ms = 60000;
@@ -417,8 +417,14 @@ eccl_result eccl_comm_create_with_env(eccl_env *env, eccl_env_release_fn release
         release(env);
         return ECCL_ERR_INVALID_ARG;
     }
-    snprintf(c->p2p_host, sizeof c->p2p_host, "%s",
-             params->p2p_host ? params->p2p_host : "127.0.0.1");
+    /* Unset by the caller: ECCL_P2P_HOST (a deployment knob, e.g. one
+     * loopback address per emulated host under eccl-emu), else loopback. */
+    char host_cfg[ECCL_ADDR_MAX];
+    const char *host = params->p2p_host;
+    if (!host && eccl_config_get(env, "ECCL_P2P_HOST", host_cfg, sizeof host_cfg) && host_cfg[0] &&
+        strlen(host_cfg) + 7 < ECCL_ADDR_MAX)
+        host = host_cfg;
+    snprintf(c->p2p_host, sizeof c->p2p_host, "%s", host ? host : "127.0.0.1");
     c->params.master_addr = c->master_addr;
     c->params.p2p_host = c->p2p_host;
     if (!c->params.connect_timeout_ms) c->params.connect_timeout_ms = 10000;

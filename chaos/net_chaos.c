@@ -1,0 +1,679 @@
+/* The chaos net (chaos.h): an eccl_net_ops table over another one.
+ *
+ * A connection this net opened ("shaped") holds its bytes in two delay
+ * lines: what core sends waits in `tx` until it is due, then goes to the
+ * inner conn; what the inner conn delivers waits in `rx` until it is due,
+ * then core may read it. A chunk is due at max(now, the pair's bucket) +
+ * size / bandwidth + latency + jitter, never before the chunk ahead of it
+ * (a stream does not reorder). Each line holds at most the plan's buffer:
+ * a full tx line makes send take 0 bytes (core then waits for writable),
+ * a full rx line stops reading the inner conn (TCP's window does the rest).
+ * Under a partition nothing moves either way and connects are refused;
+ * when it heals, what was held flows, as after TCP's retransmissions.
+ * A reset closes the inner conn: both ends see ECCL_ERR_CLOSED.
+ *
+ * Accepted connections pass through untouched (the dialling side shapes
+ * them), but their frames count towards a kill like any other.
+ *
+ * `wait` runs the inner wait until the next chunk is due (or a rule starts
+ * or ends), then moves what is due and reports the conns core can act on.
+ * Conns closed while a wait runs are freed when no wait runs any more: the
+ * inner wait may still hand their pointers back.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "chaos.h"
+#include "util/log.h"
+
+#define HOST_MAX 64
+#define RX_SLICE (64u << 10) /* read from the inner conn this much at a time */
+
+enum { K_CONN = 1, K_LISTENER = 2 };
+
+typedef struct chunk {
+    struct chunk *next;
+    uint64_t due_ns;
+    size_t len, off;
+    unsigned char data[];
+} chunk;
+
+typedef struct line { /* one direction of a shaped conn */
+    chunk *head, *tail;
+    size_t bytes;
+} line;
+
+typedef struct pair { /* this net's traffic with one peer host */
+    struct pair *next;
+    char host[HOST_MAX];
+    uint64_t free_at[2]; /* when the send / receive bucket is free again */
+} pair;
+
+typedef struct cconn {
+    int kind; /* K_CONN: the inner wait hands conns and listeners back alike */
+    struct cconn *next;
+    eccl_conn *inner; /* NULL once reset, or when the connect was refused */
+    void *user;
+    pair *pair;       /* NULL: accepted, passed through */
+    uint64_t rng;     /* splitmix64 state: this conn's jitter and reset draws */
+    line tx, rx;
+    int want_read, want_write;   /* core's interest */
+    int inner_write;             /* a chunk is due but the inner conn took only part of it */
+    int set_read, set_write;     /* the interest last set on the inner conn */
+    int ready;                   /* the inner wait reported it */
+    eccl_result err;             /* from now on, what send and recv say (reset, refused, failed send) */
+    eccl_result rx_end;          /* the inner conn's end of stream or error, once rx is drained */
+    uint64_t next_reset_ns;      /* UINT64_MAX: none drawn */
+    /* Frame boundaries of what core sends, for kills by frame. */
+    unsigned char hdr[16];
+    size_t hdr_have;
+    uint64_t body_left;
+    int closed; /* core closed it while a wait ran: freed after */
+} cconn;
+
+typedef struct clistener {
+    int kind; /* K_LISTENER */
+    struct clistener *next;
+    eccl_listener *inner;
+    void *user;
+    int closed;
+} clistener;
+
+typedef struct chaos_net {
+    eccl_env *env; /* the env it is wrapped into: its clock, sync and log */
+    const eccl_net_ops *inner;
+    void *inner_ctx;
+    eccl_chaos_plan *plan;
+    char self[HOST_MAX];
+    void (*kill)(void *);
+    void *kill_arg;
+    int killing;
+    uint64_t t0;
+    uint16_t kill_type;
+    uint64_t kill_frames, kill_at_ns, frames;
+    eccl_mutex *mu;
+    cconn *conns, *grave;
+    clistener *listeners, *grave_l;
+    int waiters;
+    uint64_t conn_seq;
+    pair *pairs;
+    eccl_chaos_stats stats;
+} chaos_net;
+
+static uint64_t mix(uint64_t *state)
+{
+    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static uint64_t now_ns(chaos_net *n) { return n->env->clock->now_ns(n->env->clock_ctx) - n->t0; }
+static void lock(chaos_net *n) { n->env->sync->lock(n->env->sync_ctx, n->mu); }
+static void unlock(chaos_net *n) { n->env->sync->unlock(n->env->sync_ctx, n->mu); }
+
+/* The HOST of "HOST:PORT" or "[HOST]:PORT". */
+static void host_of(const char *addr, char *out)
+{
+    const char *start = addr, *end = strrchr(addr, ':');
+    if (*addr == '[') {
+        start = addr + 1;
+        end = strchr(start, ']');
+    }
+    size_t len = end ? (size_t)(end - start) : strlen(start);
+    if (len >= HOST_MAX) len = HOST_MAX - 1;
+    memcpy(out, start, len);
+    out[len] = '\0';
+}
+
+static pair *get_pair(chaos_net *n, const char *host)
+{
+    for (pair *p = n->pairs; p; p = p->next)
+        if (!strcmp(p->host, host)) return p;
+    pair *p = calloc(1, sizeof *p);
+    if (!p) return NULL;
+    snprintf(p->host, sizeof p->host, "%s", host);
+    p->next = n->pairs;
+    n->pairs = p;
+    return p;
+}
+
+static void line_free(line *l)
+{
+    for (chunk *c = l->head, *next; c; c = next) next = c->next, free(c);
+    memset(l, 0, sizeof *l);
+}
+
+/* Appends bytes due at due_ns (never before the chunk ahead). */
+static int line_push(line *l, const eccl_iov *iov, int n, const void *buf, size_t len, uint64_t due_ns)
+{
+    chunk *c = malloc(sizeof *c + len);
+    if (!c) return -1;
+    c->next = NULL, c->len = len, c->off = 0;
+    c->due_ns = l->tail && l->tail->due_ns > due_ns ? l->tail->due_ns : due_ns;
+    if (iov) {
+        size_t at = 0;
+        for (int i = 0; i < n && at < len; i++) {
+            size_t k = iov[i].len < len - at ? iov[i].len : len - at;
+            memcpy(c->data + at, iov[i].base, k);
+            at += k;
+        }
+    } else {
+        memcpy(c->data, buf, len);
+    }
+    if (l->tail) l->tail->next = c;
+    else l->head = c;
+    l->tail = c;
+    l->bytes += len;
+    return 0;
+}
+
+/* When `len` bytes entering direction dir now are due. */
+static uint64_t due_at(chaos_net *n, cconn *c, int dir, size_t len, uint64_t now, const eccl_chaos_path *path)
+{
+    uint64_t start = now > c->pair->free_at[dir] ? now : c->pair->free_at[dir];
+    uint64_t wire = path->bandwidth_Bps > 0 ? (uint64_t)llround((double)len * 1e9 / path->bandwidth_Bps) : 0;
+    c->pair->free_at[dir] = start + wire;
+    uint64_t jitter = path->jitter_ns ? mix(&c->rng) % (path->jitter_ns + 1) : 0;
+    if (path->latency_ns || jitter || wire) n->stats.delayed_bytes += len;
+    return start + wire + path->latency_ns + jitter;
+}
+
+/* Counts the frames in bytes core sends; 1 when the plan's kill is due. */
+static int count_frames(chaos_net *n, cconn *c, const eccl_iov *iov, int niov, size_t len)
+{
+    if (!n->kill_frames) return 0;
+    for (int i = 0; i < niov && len; i++) {
+        const unsigned char *p = iov[i].base;
+        size_t k = iov[i].len < len ? iov[i].len : len;
+        len -= k;
+        while (k) {
+            if (c->body_left) {
+                size_t s = c->body_left < k ? (size_t)c->body_left : k;
+                c->body_left -= s, k -= s;
+                if (p) p += s;
+                continue;
+            }
+            size_t s = 16 - c->hdr_have < k ? 16 - c->hdr_have : k;
+            if (p) memcpy(c->hdr + c->hdr_have, p, s), p += s;
+            else memset(c->hdr + c->hdr_have, 0, s);
+            c->hdr_have += s, k -= s;
+            if (c->hdr_have < 16) break;
+            c->hdr_have = 0;
+            /* offset 6: u16 type, offset 8: u32 length (little-endian, core/proto/wire.h) */
+            uint16_t type = (uint16_t)(c->hdr[6] | c->hdr[7] << 8);
+            c->body_left = (uint64_t)c->hdr[8] | (uint64_t)c->hdr[9] << 8 | (uint64_t)c->hdr[10] << 16 |
+                           (uint64_t)c->hdr[11] << 24;
+            if (type == n->kill_type && ++n->frames == n->kill_frames) return 1;
+        }
+    }
+    return 0;
+}
+
+/* Sets the inner conn's interest from what the lines need. */
+static void inner_interest(chaos_net *n, cconn *c, const eccl_chaos_path *path)
+{
+    if (!c->inner) return;
+    int r = !path->partitioned && c->rx.bytes < eccl_chaos_plan_buffer(n->plan) && c->rx_end == ECCL_OK;
+    int w = c->inner_write;
+    if (r != c->set_read || w != c->set_write) {
+        c->set_read = r, c->set_write = w;
+        n->inner->set_interest(n->inner_ctx, c->inner, r, w);
+    }
+}
+
+static void reset_conn(chaos_net *n, cconn *c)
+{
+    if (c->inner) n->inner->close(n->inner_ctx, c->inner);
+    c->inner = NULL;
+    c->err = ECCL_ERR_CLOSED;
+    line_free(&c->tx);
+    line_free(&c->rx);
+    n->stats.resets++;
+}
+
+/* Moves what is due on a shaped conn: resets, tx to the inner conn, the
+ * inner conn into rx. */
+static void pump(chaos_net *n, cconn *c, uint64_t now)
+{
+    if (c->err != ECCL_OK || !c->inner) return;
+    eccl_chaos_path path;
+    eccl_chaos_plan_path(n->plan, n->self, c->pair->host, now, &path);
+    if (path.reset_per_s <= 0) {
+        c->next_reset_ns = UINT64_MAX;
+    } else if (c->next_reset_ns == UINT64_MAX) {
+        double u = ((double)(mix(&c->rng) >> 11) + 0.5) / 9007199254740992.0;
+        c->next_reset_ns = now + (uint64_t)llround(-log(u) / path.reset_per_s * 1e9);
+    } else if (now >= c->next_reset_ns) {
+        reset_conn(n, c);
+        return;
+    }
+    int want_write = 0;
+    while (!path.partitioned && c->tx.head && c->tx.head->due_ns <= now) {
+        chunk *h = c->tx.head;
+        eccl_iov iov = {h->data + h->off, h->len - h->off};
+        size_t sent = 0;
+        eccl_result rc = n->inner->send(n->inner_ctx, c->inner, &iov, 1, &sent);
+        if (rc != ECCL_OK) {
+            c->err = rc;
+            return;
+        }
+        h->off += sent;
+        c->tx.bytes -= sent;
+        if (h->off < h->len) {
+            want_write = 1;
+            break;
+        }
+        c->tx.head = h->next;
+        if (!c->tx.head) c->tx.tail = NULL;
+        free(h);
+    }
+    c->inner_write = want_write;
+    const size_t cap = eccl_chaos_plan_buffer(n->plan);
+    while (!path.partitioned && c->rx_end == ECCL_OK && c->rx.bytes < cap) {
+        unsigned char buf[RX_SLICE];
+        size_t got = 0, room = cap - c->rx.bytes < sizeof buf ? cap - c->rx.bytes : sizeof buf;
+        eccl_result rc = n->inner->recv(n->inner_ctx, c->inner, buf, room, &got);
+        if (rc != ECCL_OK) {
+            c->rx_end = rc;
+            break;
+        }
+        if (!got) break;
+        if (line_push(&c->rx, NULL, 0, buf, got, due_at(n, c, 1, got, now, &path))) {
+            c->err = ECCL_ERR_NO_MEMORY;
+            return;
+        }
+    }
+    inner_interest(n, c, &path);
+}
+
+/* Whether core can act on the conn now. */
+static int actionable(chaos_net *n, const cconn *c, uint64_t now)
+{
+    if (c->err != ECCL_OK) return c->want_read || c->want_write;
+    int rx = c->rx.head ? c->rx.head->due_ns <= now : c->rx_end != ECCL_OK;
+    int tx = c->tx.bytes < eccl_chaos_plan_buffer(n->plan);
+    return (c->want_read && rx) || (c->want_write && tx);
+}
+
+/* The next time something on a shaped conn falls due (UINT64_MAX: none). */
+static uint64_t next_due(const cconn *c)
+{
+    uint64_t t = c->next_reset_ns;
+    if (c->tx.head && !c->inner_write && c->tx.head->due_ns < t) t = c->tx.head->due_ns;
+    if (c->rx.head && c->rx.head->due_ns < t) t = c->rx.head->due_ns;
+    return t;
+}
+
+static void maybe_kill(chaos_net *n, uint64_t now, int frames_due)
+{
+    if (n->killing || !n->kill || (!frames_due && now < n->kill_at_ns)) return;
+    n->killing = 1;
+    unlock(n);
+    /* Said before it happens: the kill may not return. */
+    ECCL_WARN(n->env, "chaos: the plan kills %s here (%s)", n->self,
+              frames_due ? "frame count reached" : "its time came");
+    n->kill(n->kill_arg);
+    lock(n);
+}
+
+/* ---- the ops --------------------------------------------------------------- */
+
+static eccl_result c_listen(void *ctx, const char *addr, void *user, eccl_listener **out, char *bound)
+{
+    chaos_net *n = ctx;
+    clistener *l = calloc(1, sizeof *l);
+    if (!l) return ECCL_ERR_NO_MEMORY;
+    l->kind = K_LISTENER;
+    l->user = user;
+    eccl_result rc = n->inner->listen(n->inner_ctx, addr, l, &l->inner, bound);
+    if (rc != ECCL_OK) {
+        free(l);
+        return rc;
+    }
+    lock(n);
+    if (!n->self[0]) host_of(bound, n->self); /* who we are, when nobody said */
+    l->next = n->listeners;
+    n->listeners = l;
+    unlock(n);
+    *out = (eccl_listener *)l;
+    return ECCL_OK;
+}
+
+static cconn *conn_new(chaos_net *n, void *user)
+{
+    cconn *c = calloc(1, sizeof *c);
+    if (!c) return NULL;
+    c->kind = K_CONN;
+    c->user = user;
+    c->want_read = 1;
+    c->set_read = 1;
+    c->next_reset_ns = UINT64_MAX;
+    c->rng = eccl_chaos_plan_seed(n->plan) ^ (0x5851f42d4c957f2dull * ++n->conn_seq);
+    return c;
+}
+
+static eccl_result c_accept(void *ctx, eccl_listener *lp, void *user, eccl_conn **out)
+{
+    chaos_net *n = ctx;
+    clistener *l = (clistener *)lp;
+    lock(n);
+    cconn *c = conn_new(n, user);
+    unlock(n);
+    if (!c) return ECCL_ERR_NO_MEMORY;
+    eccl_result rc = n->inner->accept(n->inner_ctx, l->inner, c, &c->inner);
+    if (rc != ECCL_OK) {
+        free(c);
+        return rc;
+    }
+    lock(n);
+    c->next = n->conns;
+    n->conns = c;
+    unlock(n);
+    *out = (eccl_conn *)c;
+    return ECCL_OK;
+}
+
+static void c_close_listener(void *ctx, eccl_listener *lp)
+{
+    chaos_net *n = ctx;
+    clistener *l = (clistener *)lp;
+    lock(n);
+    for (clistener **pp = &n->listeners; *pp; pp = &(*pp)->next)
+        if (*pp == l) {
+            *pp = l->next;
+            break;
+        }
+    n->inner->close_listener(n->inner_ctx, l->inner);
+    if (n->waiters) {
+        l->closed = 1;
+        l->next = n->grave_l;
+        n->grave_l = l;
+    } else {
+        free(l);
+    }
+    unlock(n);
+}
+
+static eccl_result c_connect(void *ctx, const char *addr, void *user, eccl_conn **out)
+{
+    chaos_net *n = ctx;
+    char host[HOST_MAX];
+    host_of(addr, host);
+    lock(n);
+    cconn *c = conn_new(n, user);
+    if (c) c->pair = get_pair(n, host);
+    if (!c || !c->pair) {
+        unlock(n);
+        free(c);
+        return ECCL_ERR_NO_MEMORY;
+    }
+    eccl_chaos_path path;
+    eccl_chaos_plan_path(n->plan, n->self, host, now_ns(n), &path);
+    n->stats.shaped_conns++;
+    ECCL_DEBUG(n->env, "chaos: %s dials %s: latency %llu ns, bandwidth %.0f B/s%s", n->self, addr,
+               (unsigned long long)path.latency_ns, path.bandwidth_Bps, path.partitioned ? ", partitioned" : "");
+    eccl_result rc = ECCL_OK;
+    if (path.partitioned) {
+        /* Refused like a host that cannot be reached: send and recv say so. */
+        c->err = ECCL_ERR_CONNECT;
+        n->stats.refused++;
+    } else {
+        rc = n->inner->connect(n->inner_ctx, addr, c, &c->inner);
+    }
+    if (rc != ECCL_OK) {
+        unlock(n);
+        free(c);
+        return rc;
+    }
+    c->next = n->conns;
+    n->conns = c;
+    unlock(n);
+    if (c->err != ECCL_OK) n->inner->wake(n->inner_ctx); /* a wait must report it */
+    *out = (eccl_conn *)c;
+    return ECCL_OK;
+}
+
+static eccl_result c_send(void *ctx, eccl_conn *cp, const eccl_iov *iov, int niov, size_t *sent)
+{
+    chaos_net *n = ctx;
+    cconn *c = (cconn *)cp;
+    *sent = 0;
+    lock(n);
+    uint64_t now = now_ns(n);
+    eccl_result rc = c->err;
+    int kill = 0;
+    if (rc == ECCL_OK && !c->pair) {
+        rc = n->inner->send(n->inner_ctx, c->inner, iov, niov, sent);
+        if (rc == ECCL_OK) kill = count_frames(n, c, iov, niov, *sent);
+    } else if (rc == ECCL_OK) {
+        size_t total = 0;
+        for (int i = 0; i < niov; i++) total += iov[i].len;
+        const size_t cap = eccl_chaos_plan_buffer(n->plan);
+        size_t take = c->tx.bytes >= cap ? 0 : cap - c->tx.bytes < total ? cap - c->tx.bytes : total;
+        if (take) {
+            eccl_chaos_path path;
+            eccl_chaos_plan_path(n->plan, n->self, c->pair->host, now, &path);
+            if (line_push(&c->tx, iov, niov, NULL, take, due_at(n, c, 0, take, now, &path))) {
+                rc = ECCL_ERR_NO_MEMORY;
+            } else {
+                *sent = take;
+                kill = count_frames(n, c, iov, niov, take);
+                pump(n, c, now);
+            }
+        }
+    }
+    maybe_kill(n, now, kill);
+    unlock(n);
+    return rc;
+}
+
+static eccl_result c_recv(void *ctx, eccl_conn *cp, void *buf, size_t len, size_t *got)
+{
+    chaos_net *n = ctx;
+    cconn *c = (cconn *)cp;
+    *got = 0;
+    lock(n);
+    eccl_result rc = c->err;
+    if (rc == ECCL_OK && !c->pair) {
+        rc = n->inner->recv(n->inner_ctx, c->inner, buf, len, got);
+    } else if (rc == ECCL_OK) {
+        uint64_t now = now_ns(n);
+        pump(n, c, now);
+        unsigned char *to = buf;
+        while (*got < len && c->rx.head && c->rx.head->due_ns <= now) {
+            chunk *h = c->rx.head;
+            size_t k = h->len - h->off < len - *got ? h->len - h->off : len - *got;
+            if (to) memcpy(to + *got, h->data + h->off, k);
+            h->off += k, *got += k, c->rx.bytes -= k;
+            if (h->off == h->len) {
+                c->rx.head = h->next;
+                if (!c->rx.head) c->rx.tail = NULL;
+                free(h);
+            }
+        }
+        if (c->err != ECCL_OK) rc = c->err;
+        else if (!*got && !c->rx.head && c->rx_end != ECCL_OK) rc = c->rx_end;
+        if (*got) pump(n, c, now); /* room again: read on */
+    }
+    unlock(n);
+    return rc;
+}
+
+static void c_set_interest(void *ctx, eccl_conn *cp, int read, int write)
+{
+    chaos_net *n = ctx;
+    cconn *c = (cconn *)cp;
+    lock(n);
+    c->want_read = read, c->want_write = write;
+    if (!c->pair && c->inner) n->inner->set_interest(n->inner_ctx, c->inner, read, write);
+    /* A shaped conn's readiness is ours to report: a wait blocked in the
+     * inner one must look again if core can act on it now. */
+    int wake = c->pair && actionable(n, c, now_ns(n));
+    unlock(n);
+    if (wake) n->inner->wake(n->inner_ctx);
+}
+
+static void conn_free(cconn *c)
+{
+    line_free(&c->tx);
+    line_free(&c->rx);
+    free(c);
+}
+
+static void c_close(void *ctx, eccl_conn *cp)
+{
+    chaos_net *n = ctx;
+    cconn *c = (cconn *)cp;
+    lock(n);
+    for (cconn **pp = &n->conns; *pp; pp = &(*pp)->next)
+        if (*pp == c) {
+            *pp = c->next;
+            break;
+        }
+    if (c->inner) n->inner->close(n->inner_ctx, c->inner);
+    c->inner = NULL;
+    if (n->waiters) {
+        c->closed = 1;
+        c->next = n->grave;
+        n->grave = c;
+    } else {
+        conn_free(c);
+    }
+    unlock(n);
+}
+
+static void bury(chaos_net *n)
+{
+    for (cconn *c = n->grave, *next; c; c = next) next = c->next, conn_free(c);
+    for (clistener *l = n->grave_l, *next; l; l = next) next = l->next, free(l);
+    n->grave = NULL, n->grave_l = NULL;
+}
+
+static int c_wait(void *ctx, uint64_t deadline_ns, void **ready, int max)
+{
+    chaos_net *n = ctx;
+    void *inner_ready[64]; /* per call: two threads may wait at once */
+    lock(n);
+    n->waiters++;
+    uint64_t now = now_ns(n), next = eccl_chaos_plan_next_change(n->plan, now);
+    if (n->kill_at_ns < next) next = n->kill_at_ns;
+    int poll = 0;
+    for (cconn *c = n->conns; c; c = c->next) {
+        if (!c->pair) {
+            poll |= c->ready; /* reported by the inner wait, not yet to core */
+            continue;
+        }
+        poll |= actionable(n, c, now);
+        uint64_t t = next_due(c);
+        if (t < next) next = t;
+    }
+    unlock(n);
+
+    /* Until the caller's deadline or the next due chunk or rule change, in
+     * the inner clock's terms; at once when something is ready already. */
+    uint64_t dl = deadline_ns;
+    if (poll) dl = 0;
+    else if (dl != 0 && next != UINT64_MAX && next + n->t0 < dl) dl = next + n->t0;
+    int cap = max < 64 ? max : 64;
+    int k = cap > 0 ? n->inner->wait(n->inner_ctx, dl, inner_ready, cap) : 0;
+
+    lock(n);
+    now = now_ns(n);
+    int out = 0;
+    for (int i = 0; i < k; i++) {
+        if (*(int *)inner_ready[i] == K_LISTENER) {
+            clistener *l = inner_ready[i];
+            if (!l->closed && out < max) ready[out++] = l->user;
+        } else {
+            ((cconn *)inner_ready[i])->ready = 1; /* closed ones are in the grave, alive */
+        }
+    }
+    for (cconn *c = n->conns; c && out < max; c = c->next) {
+        if (!c->pair) {
+            if (c->ready) ready[out++] = c->user, c->ready = 0;
+            continue;
+        }
+        c->ready = 0;
+        pump(n, c, now);
+        if (actionable(n, c, now)) ready[out++] = c->user;
+    }
+    maybe_kill(n, now, 0);
+    if (--n->waiters == 0) bury(n);
+    unlock(n);
+    return out;
+}
+
+static void c_wake(void *ctx)
+{
+    chaos_net *n = ctx;
+    n->inner->wake(n->inner_ctx);
+}
+
+static const eccl_net_ops chaos_net_ops = {
+    .size = sizeof(eccl_net_ops),
+    .listen = c_listen,
+    .accept = c_accept,
+    .close_listener = c_close_listener,
+    .connect = c_connect,
+    .send = c_send,
+    .recv = c_recv,
+    .set_interest = c_set_interest,
+    .close = c_close,
+    .wait = c_wait,
+    .wake = c_wake,
+    /* no bulk: payloads ride the stream, where they are shaped */
+};
+
+eccl_result eccl_chaos_wrap(eccl_env *env, eccl_chaos_plan *plan, const char *self, void (*kill)(void *arg),
+                            void *kill_arg)
+{
+    if (!env || !plan) return ECCL_ERR_INVALID_ARG;
+    chaos_net *n = calloc(1, sizeof *n);
+    if (!n) return ECCL_ERR_NO_MEMORY;
+    if (env->sync->mutex_create(env->sync_ctx, &n->mu) != ECCL_OK) {
+        free(n);
+        return ECCL_ERR_NO_MEMORY;
+    }
+    n->env = env;
+    n->inner = env->net;
+    n->inner_ctx = env->net_ctx;
+    n->plan = plan;
+    if (self) snprintf(n->self, sizeof n->self, "%s", self);
+    n->kill = kill;
+    n->kill_arg = kill_arg;
+    n->t0 = env->clock->now_ns(env->clock_ctx);
+    eccl_chaos_plan_kill(plan, n->self, &n->kill_type, &n->kill_frames, &n->kill_at_ns);
+    env->net = &chaos_net_ops;
+    env->net_ctx = n;
+    return ECCL_OK;
+}
+
+int eccl_chaos_wrapped(const eccl_env *env) { return env && env->net == &chaos_net_ops; }
+
+void eccl_chaos_unwrap(eccl_env *env)
+{
+    if (!eccl_chaos_wrapped(env)) return;
+    chaos_net *n = env->net_ctx;
+    env->net = n->inner;
+    env->net_ctx = n->inner_ctx;
+    for (cconn *c = n->conns, *next; c; c = next) next = c->next, conn_free(c);
+    for (clistener *l = n->listeners, *next; l; l = next) next = l->next, free(l);
+    bury(n);
+    for (pair *p = n->pairs, *next; p; p = next) next = p->next, free(p);
+    env->sync->mutex_destroy(env->sync_ctx, n->mu);
+    eccl_chaos_plan_free(n->plan);
+    free(n);
+}
+
+void eccl_chaos_get_stats(const eccl_env *env, eccl_chaos_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!eccl_chaos_wrapped(env)) return;
+    chaos_net *n = env->net_ctx;
+    lock(n);
+    *out = n->stats;
+    unlock(n);
+}
