@@ -6,17 +6,14 @@ order, and only its address is needed (``master_addr()``, from
 ECCL_MASTER_ADDR). torch.distributed does need one, and launchers say it in
 their own variables:
 
-=================  ==============  ==============  ======================
-                   torchrun        Slurm (srun)    default
-=================  ==============  ==============  ======================
-rank               RANK            SLURM_PROCID    0
-world size         WORLD_SIZE      SLURM_NTASKS    1
-local rank         LOCAL_RANK      SLURM_LOCALID   0
-local world size   LOCAL_WORLD_SIZE  SLURM_NTASKS_PER_NODE (first count)  1
-rendezvous host    MASTER_ADDR     MASTER_ADDR, else the first host of
-                                   SLURM_JOB_NODELIST   127.0.0.1
-rendezvous port    MASTER_PORT     MASTER_PORT, else 29500   29500
-=================  ==============  ==============  ======================
+- rank: RANK (torchrun), SLURM_PROCID (srun), else 0;
+- world size: WORLD_SIZE, SLURM_NTASKS, else 1;
+- local rank: LOCAL_RANK, SLURM_LOCALID, else 0;
+- local world size: LOCAL_WORLD_SIZE, the first count of
+  SLURM_NTASKS_PER_NODE (or SLURM_TASKS_PER_NODE), else 1;
+- rendezvous host: MASTER_ADDR; under Slurm without it the first host of
+  SLURM_STEP_NODELIST (or SLURM_JOB_NODELIST); else 127.0.0.1;
+- rendezvous port: MASTER_PORT, else 29500 (torchrun's default).
 
 torchrun's variables win where both are set (torchrun inside an sbatch
 allocation sets its own). ``init_process_group(backend)`` forms a
@@ -91,7 +88,7 @@ def from_env(env=None):
         raise ValueError("rank %d is not in a world of %d (%s variables)" % (rank, world, source))
     addr = env.get("MASTER_ADDR")
     if not addr:
-        nodelist = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST") if source == "slurm" else None
+        nodelist = (env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST")) if source == "slurm" else None
         addr = expand_first_host(nodelist) if nodelist else "127.0.0.1"
     port = _int(env, "MASTER_PORT") or DEFAULT_PORT
     return Launch(rank, world, 0 if local_rank is None else local_rank, 1 if local_world is None else local_world,
