@@ -95,12 +95,7 @@ def rank_main(a):
     import eccl
     comm = eccl.Comm(a.master, connect_timeout_ms=int(a.timeout * 1000), op_timeout_ms=int(a.op_timeout * 1000))
     comm.connect()
-    end = time.monotonic() + a.timeout
-    while comm.world_size < a.np:
-        if time.monotonic() > end:
-            raise RuntimeError("world stuck at %d of %d" % (comm.world_size, a.np))
-        if not comm.admit_pending():
-            time.sleep(0.005)
+    comm.admit_until(a.np, a.timeout)
     n, rank = comm.world_size, comm.rank
     op = getattr(eccl.Op, a.op.upper())
     dtype = np.dtype(a.datatype)

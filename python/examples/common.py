@@ -62,6 +62,16 @@ def loss_on(model, x, y):
     return torch.nn.functional.cross_entropy(model(x), y)
 
 
+def train_step(model, opt, corpus, batch, generator):
+    """One optimiser step on a random batch; returns its loss."""
+    x, y = corpus.batch(batch, generator)
+    opt.zero_grad()
+    loss = loss_on(model, x, y)
+    loss.backward()
+    opt.step()
+    return loss.item()
+
+
 def flatten_params(model):
     """Moves the model's parameters into one flat float32 tensor and makes
     each parameter a view of it, so that the whole model is one buffer to

@@ -35,7 +35,7 @@ sys.path.insert(0, HERE)
 def worker(a):
     import torch
     import eccl.launch
-    from common import CharMLP, Corpus, digest, loss_on
+    from common import CharMLP, Corpus, digest, loss_on, train_step
 
     torch.set_num_threads(1)
     launch = eccl.launch.init_process_group(a.backend)
@@ -48,13 +48,9 @@ def worker(a):
     log = open(a.log, "w") if a.log and launch.rank == 0 else None
     t0 = time.time()
     for step in range(a.steps):
-        x, y = corpus.batch(a.batch, gen)
-        opt.zero_grad()
-        loss = loss_on(ddp, x, y)
-        loss.backward()
-        opt.step()
+        loss = train_step(ddp, opt, corpus, a.batch, gen)
         if log:
-            log.write("%s\t%d\t%.4f\t%r\n" % (a.backend, step, time.time() - t0, loss.item()))
+            log.write("%s\t%d\t%.4f\t%r\n" % (a.backend, step, time.time() - t0, loss))
     if log:
         with torch.no_grad():
             log.write("# final\t%s\t%r\n" % (digest(torch.cat([p.reshape(-1) for p in model.parameters()])),

@@ -106,7 +106,7 @@ def all_reduce_sum(comm, buf, tag, req=None):
 def worker(a):
     import torch
     import eccl
-    from common import CharMLP, Corpus, digest, flatten_params, loss_on
+    from common import CharMLP, Corpus, digest, flatten_params, loss_on, train_step
 
     torch.set_num_threads(1)
     corpus = Corpus()
@@ -129,12 +129,7 @@ def worker(a):
     comm = eccl.Comm(a.master, connect_timeout_ms=int(a.timeout * 1000), op_timeout_ms=30000)
     comm.connect()
     if not a.go_file:  # the original workers admit each other before step 0
-        end = time.monotonic() + a.timeout
-        while comm.world_size < a.world:
-            if time.monotonic() > end:
-                raise RuntimeError("world stuck at %d of %d" % (comm.world_size, a.world))
-            if not comm.admit_pending():
-                time.sleep(0.005)
+        comm.admit_until(a.world, a.timeout)
 
     state = eccl.SharedState({"params": global_params, "momentum": momentum}, revision=0)
     log = open(a.log, "a", buffering=1)
@@ -168,12 +163,7 @@ def worker(a):
         # 3. Inner steps on the local copy (it starts at the global params).
         losses = []
         for _ in range(a.inner_steps):
-            x, y = corpus.batch(a.batch, gen)
-            inner_opt.zero_grad()
-            loss = loss_on(model, x, y)
-            loss.backward()
-            inner_opt.step()
-            losses.append(loss.item())
+            losses.append(train_step(model, inner_opt, corpus, a.batch, gen))
         inner_loss = sum(losses) / len(losses)
         with torch.no_grad():
             delta = global_params - local

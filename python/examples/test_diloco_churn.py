@@ -22,8 +22,13 @@ from eccl.launch import last_json
 import diloco
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+# Outer Nesterov 0.5 / 0.5 for both variants: with DiLoCo's 0.7 / 0.9 the
+# first dozen outer steps still oscillate, and whether step 12 lands below
+# step 3 then depends on the corpus, which is this repository's docs and
+# changes with every edit of them. With 0.5 / 0.5 the final loss was 0.70
+# to 0.76 of the first over four seeds of both variants (the check: 0.9).
 RUN = ["--workers", "3", "--outer-steps", "12", "--inner-steps", "6", "--kill-at", "3", "--join-at", "6",
-       "--max-loss-ratio", "0.9", "--timeout", "75"]
+       "--outer-lr", "0.5", "--momentum", "0.5", "--max-loss-ratio", "0.9", "--timeout", "75"]
 
 
 @pytest.fixture(scope="module", params=["sync", "async"])
