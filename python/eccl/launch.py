@@ -24,7 +24,9 @@ line (torch's own env:// reads only torchrun's names).
 ``collect(procs, timeout_s)`` waits for local child processes with one
 deadline for all, SIGKILLs what is left at it and returns each one's exit
 code, output and last JSON line: what eccl.bench, the examples' drivers and
-the tests use to run peers as fresh interpreters without ever hanging.
+the tests use to run peers as fresh interpreters without ever hanging;
+``run_group(cmd, timeout_s)`` runs one command that starts processes of its
+own and kills them all with it at the deadline.
 """
 
 import json
@@ -151,6 +153,21 @@ def collect(procs, timeout_s):
             err = (err or "") + "\n[killed: past the %.0f s deadline]" % timeout_s
         done.append(Finished(p.returncode, last_json(out or ""), out or "", err or ""))
     return done
+
+
+def run_group(cmd, timeout_s, env=None):
+    """Runs ``cmd`` in a session of its own and waits at most ``timeout_s``;
+    at the deadline SIGKILLs the whole process group, so that what the
+    command started (a master, workers) goes too. Returns a Finished."""
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                         start_new_session=True)
+    try:
+        out, err = p.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        out, err = p.communicate()
+        err += "\n[killed with its process group: past the %.0f s deadline]" % timeout_s
+    return Finished(p.returncode, last_json(out), out, err)
 
 
 def kill_all(procs):

@@ -12,12 +12,11 @@ broken, so that a check that could never fail would show.
 
 import copy
 import os
-import subprocess
 import sys
 
 import pytest
 
-from eccl.launch import last_json
+from eccl.launch import run_group
 
 import diloco
 
@@ -36,16 +35,15 @@ def run(request, tmp_path_factory):
     out = tmp_path_factory.mktemp(request.param)
     cmd = [sys.executable, os.path.join(HERE, "diloco.py"), "--out", str(out)] + RUN
     cmd += ["--async"] if request.param == "async" else []
-    # The driver bounds its workers by --timeout; this bounds the driver.
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-    summary = last_json(p.stdout)
-    return p, summary, out
+    # The driver bounds its workers by --timeout; this bounds the driver,
+    # and takes its master and workers with it if it has to kill it.
+    p = run_group(cmd, 120)
+    return p, p.result, out
 
 
 def test_diloco_churn(run):
     p, summary, out = run
-    assert p.returncode == 0 and summary and summary["ok"], "stdout:\n%s\nstderr:\n%s" % (p.stdout[-4000:],
-                                                                                      p.stderr[-4000:])
+    assert p.rc == 0 and summary and summary["ok"], "stdout:\n%s\nstderr:\n%s" % (p.out[-4000:], p.err[-4000:])
     kinds = [e["kind"] for e in summary["events"]]
     assert kinds == ["kill", "join"], summary
     assert summary["steps_checked"] == 13, summary  # outer steps 0..12, every one hash-checked
