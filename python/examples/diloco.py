@@ -90,8 +90,8 @@ def all_reduce_sum(comm, buf, tag, req=None):
         try:
             req.wait()
             return
-        except eccl.PeerLost:
-            pass  # buf restored: again, blocking, on the survivors
+        except eccl.PeerLost:  # buf restored: again, blocking, on the survivors
+            print("worker: all_reduce_async: a peer was lost; again on the survivors", file=sys.stderr, flush=True)
         except eccl.TooFewPeers:
             return
 
@@ -159,6 +159,7 @@ def worker(a):
         if step >= a.outer_steps:
             break
         if a.use_async:  # last step's pseudo-gradient, while this step's inner steps run
+            die_if_chosen(a, step)
             pending = comm.all_reduce_async(buf, op=eccl.SUM, tag=step)
         # 3. Inner steps on the local copy (it starts at the global params).
         losses = []
@@ -178,6 +179,7 @@ def worker(a):
                 # 4. This step's all-reduce, then 5.
                 buf[:n] = delta
                 buf[n] = 1.0
+                die_if_chosen(a, step)
                 all_reduce_sum(comm, buf, step)
                 outer_step(global_params, momentum, buf, n, a)
         step += 1
@@ -188,6 +190,19 @@ def worker(a):
         print("worker: leave: %s" % e, file=sys.stderr)
     comm.close()
     print(json.dumps({"worker": a.worker, "steps": step}), flush=True)
+
+
+def die_if_chosen(a, step):
+    """--die-at: the victim SIGKILLs itself where it would have issued this
+    step's all-reduce, 0.2 s after the others issued theirs (they wait for
+    its part inside the call), so that they lose it inside the call:
+    eccl.PeerLost, the path a kill at a random time rarely hits, this
+    model's all-reduce lasting about a millisecond of each outer step. A
+    survivor that came to the call after the loss runs it on the new ring
+    without an error, which is right too."""
+    if step == a.die_at:
+        time.sleep(0.2)
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def outer_step(params, momentum, buf, n, a):
@@ -307,6 +322,7 @@ def driver(a):
             cmd += ["--" + k.replace("_", "-"), str(getattr(a, k))]
         cmd += ["--async"] if a.use_async else []
         cmd += ["--go-file", go_file] if join else []
+        cmd += ["--die-at", str(a.kill_at)] if w == victim and a.kill_in_allreduce else []
         return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 env=dict(os.environ, PYTHONUNBUFFERED="1"))
 
@@ -319,7 +335,10 @@ def driver(a):
         # Kill and join at outer steps, not at times, so that a loaded
         # machine changes the run's pace but not its story.
         while time.monotonic() < deadline and any(p.poll() is None for p in procs):
-            if not events and last_step(victim) >= a.kill_at:
+            if not events and a.kill_in_allreduce and procs[victim].poll() is not None:
+                events.append({"kind": "kill", "worker": victim, "step": last_step(victim),
+                               "wall_s": time.time() - t0})  # it killed itself (--die-at)
+            elif not events and not a.kill_in_allreduce and last_step(victim) >= a.kill_at:
                 procs[victim].send_signal(signal.SIGKILL)
                 events.append({"kind": "kill", "worker": victim, "step": last_step(victim),
                                "wall_s": time.time() - t0})
@@ -344,7 +363,12 @@ def driver(a):
             master.wait()
         master.stdout.close()
         master.stderr.close()
+    retries = {}
     for w, d in enumerate(done):
+        with open(os.path.join(logs, "%d.err" % w), "w") as f:
+            f.write(d.err)
+        # Calls a survivor made again after eccl.PeerLost (retry_lost's lines).
+        retries[w] = d.err.count("a peer was lost")
         want = -signal.SIGKILL if w == victim and events else 0
         if d.rc != want:
             failures.append("worker %d: exit %s (wanted %s); stderr:\n%s" % (w, d.rc, want, d.err[-3000:]))
@@ -388,11 +412,12 @@ def driver(a):
                "loss_start": by_step.get(0, {}).get("eval_loss"),
                "loss_end": by_step.get(a.outer_steps, {}).get("eval_loss"),
                "steps_checked": len(by_step), "rows": len(rows),
-               "worlds": [by_step[t]["world"] for t in sorted(by_step)]}
-    print("%s: %s in %.1f s; eval loss %.3f -> %.3f; %s"
+               "worlds": [by_step[t]["world"] for t in sorted(by_step)], "peer_lost_retries": retries}
+    print("%s: %s in %.1f s; eval loss %.3f -> %.3f; %s; calls retried after PeerLost: %s"
           % (name, "ok" if not failures else "FAILED", summary["wall_s"], summary["loss_start"] or math.nan,
              summary["loss_end"] or math.nan, ", ".join("%s of worker %d at step %d" % (e["kind"], e["worker"],
-                                                                                          e["step"]) for e in events)))
+                                                                                          e["step"]) for e in events),
+             sum(retries.values())))
     for f in failures:
         print("  check failed: " + f)
     print(json.dumps(summary), flush=True)
@@ -415,6 +440,9 @@ def main(argv=None):
     ap.add_argument("--momentum", type=float, help="outer Nesterov momentum (0.9; async 0.5)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--kill-at", type=int, default=10, help="outer step after which the last worker is SIGKILLed")
+    ap.add_argument("--kill-in-allreduce", action="store_true",
+                    help="the victim SIGKILLs itself instead, just after the others issued step --kill-at's "
+                         "all-reduce: they get eccl.PeerLost inside the call and retry it")
     ap.add_argument("--join-at", type=int, default=16, help="outer step after which a newcomer joins")
     ap.add_argument("--max-loss-ratio", type=float, default=0.8,
                     help="the final evaluation loss must be below this fraction of the first")
@@ -428,6 +456,7 @@ def main(argv=None):
     ap.add_argument("--t0", type=float, help=argparse.SUPPRESS)
     ap.add_argument("--log", help=argparse.SUPPRESS)
     ap.add_argument("--go-file", help=argparse.SUPPRESS)
+    ap.add_argument("--die-at", type=int, default=-1, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.outer_lr is None:
         a.outer_lr = 0.5 if a.use_async else 0.7

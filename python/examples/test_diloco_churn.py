@@ -1,7 +1,9 @@
 """DiLoCo under churn, both variants, as a test (ctest python_eccl_examples).
 
-diloco.py's driver runs a real master and three workers, SIGKILLs one at
-outer step 3 and lets a newcomer join at step 6 of 12; it exits 1 when a
+diloco.py's driver runs a real master and three workers; one SIGKILLs
+itself while the others wait in outer step 3's all-reduce (they get
+eccl.PeerLost and call it again on the survivors), and a newcomer joins at
+step 6 of 12; it exits 1 when a
 check of the run fails: a model hash or evaluation loss that differs
 between the workers of a step, a survivor that had to fetch anything in a
 shared-state sync, a newcomer that did not receive the model and the outer
@@ -26,8 +28,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # step 3 then depends on the corpus, which is this repository's docs and
 # changes with every edit of them. With 0.5 / 0.5 the final loss was 0.70
 # to 0.76 of the first over four seeds of both variants (the check: 0.9).
+# --kill-in-allreduce: the victim dies while the others wait inside step
+# 3's all-reduce, so that the survivors' retry after eccl.PeerLost runs.
 RUN = ["--workers", "3", "--outer-steps", "12", "--inner-steps", "6", "--kill-at", "3", "--join-at", "6",
-       "--outer-lr", "0.5", "--momentum", "0.5", "--max-loss-ratio", "0.9", "--timeout", "75"]
+       "--kill-in-allreduce", "--outer-lr", "0.5", "--momentum", "0.5", "--max-loss-ratio", "0.9", "--timeout", "75"]
 
 
 @pytest.fixture(scope="module", params=["sync", "async"])
@@ -49,6 +53,9 @@ def test_diloco_churn(run):
     assert summary["steps_checked"] == 13, summary  # outer steps 0..12, every one hash-checked
     assert summary["loss_end"] < 0.9 * summary["loss_start"], summary
     assert 2 in summary["worlds"] and summary["worlds"][-1] == 3, summary
+    # The survivors (workers 0 and 1) lost the victim inside the all-reduce
+    # (both, unless one came to the call after the loss) and called it again.
+    assert summary["peer_lost_retries"]["0"] + summary["peer_lost_retries"]["1"] >= 1, summary
     if summary["png"]:
         assert os.path.getsize(summary["png"]) > 1000
 
