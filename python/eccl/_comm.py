@@ -4,6 +4,8 @@ extension's communicator. Every collective is the extension's own method
 shapes arguments and results.
 """
 
+import time
+
 from . import _eccl
 
 
@@ -83,6 +85,19 @@ class Comm(_eccl.Comm):
         if pending:
             self.update_topology()
         return pending
+
+    def admit_until(self, world, timeout_s=60.0):
+        """Runs the admission loop (admit_pending) until this peer group has
+        ``world`` accepted peers: how a fixed set of peers that start together
+        gather before their first collective. Every accepted peer runs it.
+        TimeoutError after ``timeout_s``."""
+        end = time.monotonic() + timeout_s
+        while self.world_size < world:
+            if time.monotonic() > end:
+                raise TimeoutError("admit_until: the world stayed at %d peers, %d wanted, for %.0f s"
+                                   % (self.world_size, world, timeout_s))
+            if not self.admit_pending():
+                time.sleep(0.005)  # nobody pending yet: the vote is a master round trip
 
     # ---- attributes (ECCL_ATTR_*) ----
     # RANK, WORLD_SIZE, EPOCH and HOST_RANKS are those of the ring the next

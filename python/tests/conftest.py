@@ -7,16 +7,14 @@ interpreter (worker.py), never a fork of this process: the master's thread
 runs here.
 """
 
-import json
 import os
-import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
 import eccl
+from eccl.launch import collect
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "worker.py")
@@ -35,30 +33,9 @@ def start_worker(scenario, addr, index, n, *extra):
                             env=dict(os.environ, PYTHONUNBUFFERED="1"))
 
 
-def collect(procs, timeout_s):
-    """Waits for every worker (killing what is left at the deadline) and
-    returns [(returncode, result dict or None, stderr)] in start order."""
-    deadline = time.monotonic() + timeout_s
-    results = []
-    for p in procs:
-        try:
-            out, err = p.communicate(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                if q.poll() is None:
-                    q.send_signal(signal.SIGKILL)
-            out, err = p.communicate()
-            err += "\n[killed by the test: past its %.0f s deadline]" % timeout_s
-        result = None
-        for line in reversed(out.splitlines()):
-            if line.startswith("{"):
-                result = json.loads(line)
-                break
-        results.append((p.returncode, result, err))
-    return results
-
-
 def run_workers(scenario, addr, n, timeout_s=60, extra=()):
+    """[eccl.launch.Finished(rc, result, out, err)] of n workers, in start
+    order; a worker past the deadline is killed and fails the test."""
     procs = [start_worker(scenario, addr, i, n, *extra) for i in range(n)]
     return collect(procs, timeout_s)
 
@@ -66,7 +43,7 @@ def run_workers(scenario, addr, n, timeout_s=60, extra=()):
 def assert_passed(results, indices=None):
     """Every listed worker exited 0 and reported no failed check."""
     problems = []
-    for i, (rc, res, err) in enumerate(results):
+    for i, (rc, res, _, err) in enumerate(results):
         if indices is not None and i not in indices:
             continue
         if rc != 0 or res is None or res["failures"]:

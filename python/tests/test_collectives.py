@@ -27,15 +27,15 @@ def numpy_run():
 def test_numpy_collectives_every_dtype(numpy_run):
     assert_passed(numpy_run)
     # The checks ran (a worker that skipped them would pass vacuously).
-    assert all(res["checks"] > 300 for _, res, _ in numpy_run), [res["checks"] for _, res, _ in numpy_run]
-    assert sorted(res["rank"] for _, res, _ in numpy_run) == [0, 1, 2]
+    assert all(res["checks"] > 300 for _, res, _, _ in numpy_run), [res["checks"] for _, res, _, _ in numpy_run]
+    assert sorted(res["rank"] for _, res, _, _ in numpy_run) == [0, 1, 2]
 
 
 def test_gil_released_during_blocking_call(numpy_run):
     """Rank 0 waits ~0.6 s in a barrier that the others enter late; a Python
     thread of its own must make progress all along, which it could not if
     the call held the GIL."""
-    gil = [res["gil"] for _, res, _ in numpy_run if res and "gil" in res]
+    gil = [res["gil"] for _, res, _, _ in numpy_run if res and "gil" in res]
     assert gil, "rank 0 reported no GIL measurement"
     assert gil[0]["barrier_s"] > 0.4, gil
     assert gil[0]["stamps_inside"] > 10, gil
@@ -45,4 +45,4 @@ def test_gil_released_during_blocking_call(numpy_run):
 def test_torch_collectives_every_dtype(master):
     results = run_workers("torch", master.address, 2, timeout_s=90)
     assert_passed(results)
-    assert all(res["checks"] > 250 for _, res, _ in results), [res["checks"] for _, res, _ in results]
+    assert all(res["checks"] > 250 for _, res, _, _ in results), [res["checks"] for _, res, _, _ in results]

@@ -23,9 +23,9 @@ def test_peer_killed_mid_all_reduce(master):
     n = 3
     results = run_workers("kill", master.address, n, timeout_s=90)
     victim_rc = results[n - 1][0]
-    assert victim_rc == -signal.SIGKILL, "the victim was to die of SIGKILL: %s\n%s" % (victim_rc, results[n - 1][2])
+    assert victim_rc == -signal.SIGKILL, "the victim was to die of SIGKILL: %s\n%s" % (victim_rc, results[n - 1].err)
     assert_passed(results, indices=range(n - 1))
-    survivors = [res for _, res, _ in results[:n - 1]]
+    survivors = [res for _, res, _, _ in results[:n - 1]]
     for res in survivors:
         assert res["lost_at"] == 2, res  # the call the victim died in
         assert res["call_s"] > 0.1, res  # failed inside the call, not at its start
@@ -113,7 +113,7 @@ def test_elastic_admission_shared_state_topology_leave(master, tmp_path):
     three optimise the topology and leave together."""
     results = run_workers("elastic", master.address, 3, timeout_s=90, extra=(str(tmp_path),))
     assert_passed(results)
-    for i, (_, res, _) in enumerate(results):
+    for i, (_, res, _, _) in enumerate(results):
         assert res["world"] == 3, res
         sync = res["sync"]
         assert sync["revision"] == 2 and sync["model_ok"] and sync["step"] == 41, res

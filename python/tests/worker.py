@@ -48,17 +48,6 @@ class Checks:
         return self.check(ok, "%s: got %s, want %s" % (what, got.tolist()[:8], want.tolist()[:8]))
 
 
-def admit_until(comm, world, deadline_s=60.0):
-    """The admission loop (README): every accepted peer votes on the pending
-    ones until the world has `world` members."""
-    end = time.monotonic() + deadline_s
-    while comm.world_size < world:
-        if time.monotonic() > end:
-            raise RuntimeError("world stuck at %d, wanted %d" % (comm.world_size, world))
-        if not comm.admit_pending():
-            time.sleep(0.002)
-
-
 # ---- buffers: one adapter per array library -----------------------------------
 
 class NumpyLib:
@@ -443,7 +432,7 @@ def scenario_elastic(comm, index, n, args, ck, out):
         ck.check(state.revision == 1 and info.revision == 1, "first sync revision %d" % state.revision)
         with open(flag, "w"):
             pass
-        admit_until(comm, 3)
+        comm.admit_until(3)
         state.revision += 1
     else:
         state.revision = 1234  # a newcomer's revision is ignored: it adopts the elected one
@@ -488,7 +477,7 @@ def main():
     comm = eccl.Comm(addr, op_timeout_ms=OP_TIMEOUT_MS, peer_timeout_ms=3000, connect_timeout_ms=10000)
     try:
         comm.connect()
-        admit_until(comm, 2 if scenario == "elastic" else n)
+        comm.admit_until(2 if scenario == "elastic" else n)
         out["rank"] = comm.rank
         SCENARIOS[scenario](comm, index, n, args, ck, out)
         # The run ends as a whole: leave() is the vote after which no one's

@@ -14,7 +14,6 @@ formed through a FileStore in the test's tmp_path.
   survivors' next call raises instead of returning their two-rank result.
 """
 
-import json
 import os
 import select
 import signal
@@ -26,6 +25,7 @@ import time
 import pytest
 
 import eccl
+from eccl.launch import collect  # [Finished(rc, result, out, err)]; kills what outlives the deadline
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "torch_worker.py")
@@ -37,29 +37,6 @@ def start(scenario, rank, world, store, *extra, env=None):
     return subprocess.Popen([sys.executable, WORKER, scenario, str(rank), str(world), store] + [str(e) for e in extra],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=dict(base, PYTHONUNBUFFERED="1", **(env or {})))
-
-
-def collect(procs, timeout_s):
-    """[(returncode, result dict or None, stdout, stderr)], killing what is
-    left at the deadline (a hang fails the test instead of stalling it)."""
-    deadline = time.monotonic() + timeout_s
-    results = []
-    for p in procs:
-        try:
-            out, err = p.communicate(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                if q.poll() is None:
-                    q.send_signal(signal.SIGKILL)
-            out, err = p.communicate()
-            err += "\n[killed by the test: past its %.0f s deadline]" % timeout_s
-        result = None
-        for line in reversed(out.splitlines()):
-            if line.startswith("{"):
-                result = json.loads(line)
-                break
-        results.append((p.returncode, result, out, err))
-    return results
 
 
 def assert_passed(results, ranks=None):
