@@ -492,9 +492,7 @@ class ProcessGroupEccl : public c10d::ProcessGroup {
 
     eccl_comm_params params;
     eccl_comm_params_init(&params);
-    params.master_addr = master_addr_.c_str();
-    const char* host = std::getenv("ECCL_P2P_HOST");
-    if (host && *host) params.p2p_host = host;
+    params.master_addr = master_addr_.c_str(); /* p2p_host: libeccl reads ECCL_P2P_HOST */
     params.op_timeout_ms = op_timeout_ms_;
     params.connect_timeout_ms = std::min<uint32_t>(op_timeout_ms_, 60000u);
     check(eccl_comm_create(&params, &comm_), "comm create");
