@@ -59,7 +59,7 @@ int eccl_chaos_parse_quantity(const char *v, eccl_chaos_unit kind, double *out)
     errno = 0;
     double x = strtod(v, &end);
     if (errno || end == v || !isfinite(x) || x < 0) return -1;
-    while (*end == ' ') end++;
+    while (*end == ' ' || *end == '\t') end++;
     for (const unit *u = units; u->name; u++) {
         if (strcmp(end, u->name) == 0) {
             *out = x * u->factor;

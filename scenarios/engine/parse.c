@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "scenario.h"
+#include "chaos.h" /* the quantities: one syntax for plans and scenarios */
 #include "bench_rows.h"
 #include "tool_util.h"
 #include "coll/dispatch.h"
@@ -65,38 +66,6 @@ int eccl_scn_parse_u64(const char *v, uint64_t *out)
     return 0;
 }
 
-/* A number followed by one of the units (factor each); strict. */
-typedef struct unit {
-    const char *name;
-    double factor;
-} unit;
-
-static int parse_quantity(const char *v, const unit *units, double *out)
-{
-    char *end;
-    errno = 0;
-    double x = strtod(v, &end);
-    if (errno || end == v || !isfinite(x) || x < 0) return -1;
-    while (*end == ' ') end++;
-    for (const unit *u = units; u->name; u++) {
-        if (strcmp(end, u->name) == 0) {
-            *out = x * u->factor;
-            return 0;
-        }
-    }
-    return -1;
-}
-
-static const unit bandwidth_units[] = {
-    {"Bps", 1.0},   {"kBps", 1e3},    {"KBps", 1e3},      {"MBps", 1e6},   {"GBps", 1e9},
-    {"TBps", 1e12}, {"bps", 1.0 / 8}, {"kbps", 1e3 / 8},  {"Mbps", 1e6 / 8}, {"Gbps", 1e9 / 8},
-    {"Tbps", 1e12 / 8}, {NULL, 0},
-};
-
-static const unit time_units[] = {
-    {"s", 1.0}, {"ms", 1e-3}, {"us", 1e-6}, {"ns", 1e-9}, {NULL, 0},
-};
-
 static int valid_name(const char *v)
 {
     if (!*v || strlen(v) >= 64 || v[0] == '.') return 0;
@@ -117,18 +86,15 @@ static int parse_time_prefix(char *p, uint64_t *ns, char **rest)
     double x = strtod(p, &end);
     if (errno || end == p || !isfinite(x) || x < 0 || x > 1e6) return -1;
     while (*end == ' ' || *end == '\t') end++;
-    char unit_buf[8];
-    size_t n = 0;
-    while ((end[n] >= 'a' && end[n] <= 'z') && n < sizeof unit_buf - 1) {
-        unit_buf[n] = end[n];
-        n++;
-    }
-    unit_buf[n] = '\0';
-    double f = 0;
-    for (const unit *u = time_units; u->name; u++)
-        if (strcmp(unit_buf, u->name) == 0) f = u->factor;
-    if (f == 0 || (end[n] && end[n] != ' ' && end[n] != '\t')) return -1;
-    *ns = (uint64_t)llround(x * f * 1e9);
+    size_t n = 0; /* the unit: a lowercase word */
+    while (end[n] >= 'a' && end[n] <= 'z' && n < 8) n++;
+    char q[64];
+    double secs;
+    if ((size_t)(end + n - p) >= sizeof q || (end[n] && end[n] != ' ' && end[n] != '\t')) return -1;
+    memcpy(q, p, (size_t)(end + n - p));
+    q[end + n - p] = '\0';
+    if (eccl_chaos_parse_quantity(q, ECCL_CHAOS_TIME, &secs)) return -1;
+    *ns = (uint64_t)llround(secs * 1e9);
     *rest = trim(end + n);
     return 0;
 }
@@ -245,10 +211,10 @@ static int parse_link_fault(const char *v, const char *key, eccl_scn_fault *k, e
             if (errno || qend == val || *qend || !isfinite(q) || q <= 0 || q > 1e6) return -1;
             k->factor = q;
         } else if (strcmp(word, "bandwidth") == 0) {
-            if (parse_quantity(val, bandwidth_units, &q) || q <= 0) return -1;
+            if (eccl_chaos_parse_quantity(val, ECCL_CHAOS_BANDWIDTH, &q) || q <= 0) return -1;
             k->bw_Bps = q;
         } else if (strcmp(word, "latency") == 0) {
-            if (parse_quantity(val, time_units, &q) || q > 10) return -1;
+            if (eccl_chaos_parse_quantity(val, ECCL_CHAOS_TIME, &q) || q > 10) return -1;
             k->lat_s = (double)llround(q * 1e9) / 1e9;
             k->have_lat = 1;
         } else {
@@ -416,7 +382,7 @@ static int parse_churn(const char *v, eccl_scenario *c)
             if (!dots) return -1;
             *dots = '\0';
             double a, b;
-            if (parse_quantity(eq, time_units, &a) || parse_quantity(dots + 2, time_units, &b) ||
+            if (eccl_chaos_parse_quantity(eq, ECCL_CHAOS_TIME, &a) || eccl_chaos_parse_quantity(dots + 2, ECCL_CHAOS_TIME, &b) ||
                 a <= 0 || b < a || b > 1e4)
                 return -1;
             c->churn_lo_ns = (uint64_t)llround(a * 1e9);
@@ -432,7 +398,7 @@ static int parse_churn(const char *v, eccl_scenario *c)
             if (eccl_scn_parse_u64(eq, &c->churn_seed)) return -1;
             c->churn_have_seed = 1;
         } else if (strcmp(tok, "until") == 0) {
-            if (parse_quantity(eq, time_units, &q) || q <= 0 || q > 1e5) return -1;
+            if (eccl_chaos_parse_quantity(eq, ECCL_CHAOS_TIME, &q) || q <= 0 || q > 1e5) return -1;
             c->churn_until_ns = (uint64_t)llround(q * 1e9);
         } else {
             return -1;
@@ -455,13 +421,13 @@ static int parse_key_value(const char *file, int lineno, const key_def *d, const
         *(int *)(void *)base = (int)x;
         return 0;
     case KK_BW:
-        if (parse_quantity(val, bandwidth_units, &q) || q <= 0)
+        if (eccl_chaos_parse_quantity(val, ECCL_CHAOS_BANDWIDTH, &q) || q <= 0)
             return eccl_scn_error(file, lineno, "%s: \"%s\": want a positive number with a unit (Bps "
                              "kBps MBps GBps TBps, or bps Kbps Mbps Gbps Tbps)", d->name, val);
         *(double *)(void *)base = q;
         return 0;
     case KK_TIME:
-        if (parse_quantity(val, time_units, &q) || q > 10)
+        if (eccl_chaos_parse_quantity(val, ECCL_CHAOS_TIME, &q) || q > 10)
             return eccl_scn_error(file, lineno, "%s: \"%s\": want a time (s ms us ns) up to 10s",
                              d->name, val);
         *(double *)(void *)base = (double)llround(q * 1e9) / 1e9; /* whole ns */
@@ -769,7 +735,7 @@ int eccl_scn_parse(const char *file, eccl_scenario *c)
             double q;
             const int timeout = id == K_NCCL2_TIMEOUT;
             /* NCCL's stagger is 1 ms a rank; a launcher's timeout is long. */
-            if (parse_quantity(val, time_units, &q) || (timeout ? q < 1e-3 || q > 1e5 : q > 1))
+            if (eccl_chaos_parse_quantity(val, ECCL_CHAOS_TIME, &q) || (timeout ? q < 1e-3 || q > 1e5 : q > 1))
                 rc = eccl_scn_error(file, lineno, "%s: \"%s\": want a time (s ms us ns) %s", key, val,
                                timeout ? "in [1ms, 100000s]" : "up to 1s");
             else if (timeout) c->nccl2_timeout_ns = (uint64_t)llround(q * 1e9);
@@ -784,7 +750,7 @@ int eccl_scn_parse(const char *file, eccl_scenario *c)
                                "[seed=S] [until=T] (T2 >= T1 > 0, 2 <= min <= max)", val);
         } else if (id == K_DURATION || id == K_MAX_STALL) {
             double q;
-            if (parse_quantity(val, time_units, &q) || q <= 0 || q > 1e5)
+            if (eccl_chaos_parse_quantity(val, ECCL_CHAOS_TIME, &q) || q <= 0 || q > 1e5)
                 rc = eccl_scn_error(file, lineno, "%s: \"%s\": want a time (s ms us ns) in (0, 100000s]",
                                key, val);
             else if (id == K_DURATION) c->duration_s = (double)llround(q * 1e9) / 1e9;
