@@ -311,6 +311,20 @@ static void test_partition_refuses_and_holds(void **state)
     rig_close(&r);
 }
 
+/* Reads env's conn until it fails; returns how. */
+static eccl_result recv_until_error(eccl_env *env, eccl_conn *c, uint64_t deadline)
+{
+    for (;;) {
+        char b;
+        size_t got;
+        void *ready[8];
+        env->net->wait(env->net_ctx, now(env) + 5 * MS, ready, 8);
+        eccl_result rc = env->net->recv(env->net_ctx, c, &b, 1, &got);
+        if (rc != ECCL_OK) return rc;
+        assert_true(now(env) < deadline);
+    }
+}
+
 static void test_reset(void **state)
 {
     (void)state;
@@ -318,27 +332,9 @@ static void test_reset(void **state)
     rig_open(&r, "reset 127.0.0.2 127.0.0.1 rate=1000/s\n", 1);
     rig_accept(&r);
     uint64_t deadline = now(r.ec) + SOON;
-    eccl_result rc = ECCL_OK;
-    while (rc == ECCL_OK) {
-        char b;
-        size_t got;
-        void *ready[8];
-        r.ec->net->wait(r.ec->net_ctx, now(r.ec) + 5 * MS, ready, 8);
-        rc = r.ec->net->recv(r.ec->net_ctx, r.cc, &b, 1, &got);
-        assert_true(now(r.ec) < deadline);
-    }
-    assert_int_equal(rc, ECCL_ERR_CLOSED);
+    assert_int_equal(recv_until_error(r.ec, r.cc, deadline), ECCL_ERR_CLOSED);
     /* The other end sees the stream end. */
-    rc = ECCL_OK;
-    while (rc == ECCL_OK) {
-        char b;
-        size_t got;
-        void *ready[8];
-        r.es->net->wait(r.es->net_ctx, now(r.es) + 5 * MS, ready, 8);
-        rc = r.es->net->recv(r.es->net_ctx, r.cs, &b, 1, &got);
-        assert_true(now(r.es) < deadline);
-    }
-    assert_int_equal(rc, ECCL_ERR_CLOSED);
+    assert_int_equal(recv_until_error(r.es, r.cs, deadline), ECCL_ERR_CLOSED);
     eccl_chaos_stats st;
     eccl_chaos_get_stats(r.ec, &st);
     assert_int_equal(st.resets, 1);
