@@ -14,7 +14,9 @@
  * process of a job runs the same plan, each connection is shaped exactly
  * once, and a process needs to know only its own host (`self`) and the one
  * it dials. Bulk transfers (RDMA) are not offered through the chaos net:
- * payloads ride the stream, where they are shaped.
+ * payloads ride the stream, where they are shaped. Phantom payload (the
+ * simulator's NULL iov bases) cannot be held in a delay line: a shaped
+ * conn's send refuses it with ECCL_ERR_UNSUPPORTED.
  *
  * The plan (chaos/README.md has the format) is text: one rule a line.
  * Times are relative to when the net was wrapped; every random draw comes

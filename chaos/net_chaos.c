@@ -146,28 +146,19 @@ static void line_free(line *l)
     memset(l, 0, sizeof *l);
 }
 
-/* Appends bytes due at due_ns (never before the chunk ahead). */
-static int line_push(line *l, const eccl_iov *iov, int n, const void *buf, size_t len, uint64_t due_ns)
+/* Appends room for len bytes due at due_ns (never before the chunk ahead),
+ * for the caller to fill; NULL when out of memory. */
+static chunk *line_push(line *l, size_t len, uint64_t due_ns)
 {
     chunk *c = malloc(sizeof *c + len);
-    if (!c) return -1;
+    if (!c) return NULL;
     c->next = NULL, c->len = len, c->off = 0;
     c->due_ns = l->tail && l->tail->due_ns > due_ns ? l->tail->due_ns : due_ns;
-    if (iov) {
-        size_t at = 0;
-        for (int i = 0; i < n && at < len; i++) {
-            size_t k = iov[i].len < len - at ? iov[i].len : len - at;
-            memcpy(c->data + at, iov[i].base, k);
-            at += k;
-        }
-    } else {
-        memcpy(c->data, buf, len);
-    }
     if (l->tail) l->tail->next = c;
     else l->head = c;
     l->tail = c;
     l->bytes += len;
-    return 0;
+    return c;
 }
 
 /* When `len` bytes entering direction dir now are due. */
@@ -281,10 +272,12 @@ static void pump(chaos_net *n, cconn *c, uint64_t now)
             break;
         }
         if (!got) break;
-        if (line_push(&c->rx, NULL, 0, buf, got, due_at(n, c, 1, got, now, &path))) {
+        chunk *k = line_push(&c->rx, got, due_at(n, c, 1, got, now, &path));
+        if (!k) {
             c->err = ECCL_ERR_NO_MEMORY;
             return;
         }
+        memcpy(k->data, buf, got);
     }
     inner_interest(n, c, &path);
 }
@@ -450,15 +443,26 @@ static eccl_result c_send(void *ctx, eccl_conn *cp, const eccl_iov *iov, int nio
         if (rc == ECCL_OK) kill = count_frames(n, c, iov, niov, *sent);
     } else if (rc == ECCL_OK) {
         size_t total = 0;
-        for (int i = 0; i < niov; i++) total += iov[i].len;
+        for (int i = 0; i < niov; i++) {
+            total += iov[i].len;
+            if (!iov[i].base && iov[i].len) rc = ECCL_ERR_UNSUPPORTED; /* phantom payload: see chaos.h */
+        }
+        if (rc != ECCL_OK) total = 0;
         const size_t cap = eccl_chaos_plan_buffer(n->plan);
         size_t take = c->tx.bytes >= cap ? 0 : cap - c->tx.bytes < total ? cap - c->tx.bytes : total;
         if (take) {
             eccl_chaos_path path;
             eccl_chaos_plan_path(n->plan, n->self, c->pair->host, now, &path);
-            if (line_push(&c->tx, iov, niov, NULL, take, due_at(n, c, 0, take, now, &path))) {
+            chunk *k = line_push(&c->tx, take, due_at(n, c, 0, take, now, &path));
+            if (!k) {
                 rc = ECCL_ERR_NO_MEMORY;
             } else {
+                size_t at = 0;
+                for (int i = 0; i < niov && at < take; i++) {
+                    size_t m = iov[i].len < take - at ? iov[i].len : take - at;
+                    memcpy(k->data + at, iov[i].base, m);
+                    at += m;
+                }
                 *sent = take;
                 kill = count_frames(n, c, iov, niov, take);
                 pump(n, c, now);
