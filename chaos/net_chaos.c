@@ -26,7 +26,10 @@
 #include <string.h>
 
 #include "chaos.h"
+#include "proto/wire.h"
+#include "util/addr.h"
 #include "util/log.h"
+#include "util/rand.h"
 
 #define HOST_MAX 64
 #define RX_SLICE (64u << 10) /* read from the inner conn this much at a time */
@@ -67,9 +70,10 @@ typedef struct cconn {
     eccl_result rx_end;          /* the inner conn's end of stream or error, once rx is drained */
     uint64_t next_reset_ns;      /* UINT64_MAX: none drawn */
     /* Frame boundaries of what core sends, for kills by frame. */
-    unsigned char hdr[16];
+    unsigned char hdr[ECCL_WIRE_HEADER_SIZE];
     size_t hdr_have;
     uint64_t body_left;
+    int not_frames; /* a header failed to decode: counting stopped */
     int closed; /* core closed it while a wait ran: freed after */
 } cconn;
 
@@ -102,29 +106,16 @@ typedef struct chaos_net {
     eccl_chaos_stats stats;
 } chaos_net;
 
-static uint64_t mix(uint64_t *state)
-{
-    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 static uint64_t now_ns(chaos_net *n) { return n->env->clock->now_ns(n->env->clock_ctx) - n->t0; }
 static void lock(chaos_net *n) { n->env->sync->lock(n->env->sync_ctx, n->mu); }
 static void unlock(chaos_net *n) { n->env->sync->unlock(n->env->sync_ctx, n->mu); }
 
-/* The HOST of "HOST:PORT" or "[HOST]:PORT". */
+/* The host of an address, as the master groups ranks (util/addr.h). */
 static void host_of(const char *addr, char *out)
 {
-    const char *start = addr, *end = strrchr(addr, ':');
-    if (*addr == '[') {
-        start = addr + 1;
-        end = strchr(start, ']');
-    }
-    size_t len = end ? (size_t)(end - start) : strlen(start);
+    size_t len = eccl_addr_host_len(addr);
     if (len >= HOST_MAX) len = HOST_MAX - 1;
-    memcpy(out, start, len);
+    memcpy(out, addr, len);
     out[len] = '\0';
 }
 
@@ -167,7 +158,7 @@ static uint64_t due_at(chaos_net *n, cconn *c, int dir, size_t len, uint64_t now
     uint64_t start = now > c->pair->free_at[dir] ? now : c->pair->free_at[dir];
     uint64_t wire = path->bandwidth_Bps > 0 ? (uint64_t)llround((double)len * 1e9 / path->bandwidth_Bps) : 0;
     c->pair->free_at[dir] = start + wire;
-    uint64_t jitter = path->jitter_ns ? mix(&c->rng) % (path->jitter_ns + 1) : 0;
+    uint64_t jitter = path->jitter_ns ? eccl_splitmix64(&c->rng) % (path->jitter_ns + 1) : 0;
     if (path->latency_ns || jitter || wire) n->stats.delayed_bytes += len;
     return start + wire + path->latency_ns + jitter;
 }
@@ -175,7 +166,7 @@ static uint64_t due_at(chaos_net *n, cconn *c, int dir, size_t len, uint64_t now
 /* Counts the frames in bytes core sends; 1 when the plan's kill is due. */
 static int count_frames(chaos_net *n, cconn *c, const eccl_iov *iov, int niov, size_t len)
 {
-    if (!n->kill_frames) return 0;
+    if (!n->kill_frames || c->not_frames) return 0;
     for (int i = 0; i < niov && len; i++) {
         const unsigned char *p = iov[i].base;
         size_t k = iov[i].len < len ? iov[i].len : len;
@@ -187,17 +178,19 @@ static int count_frames(chaos_net *n, cconn *c, const eccl_iov *iov, int niov, s
                 if (p) p += s;
                 continue;
             }
-            size_t s = 16 - c->hdr_have < k ? 16 - c->hdr_have : k;
+            size_t s = sizeof c->hdr - c->hdr_have < k ? sizeof c->hdr - c->hdr_have : k;
             if (p) memcpy(c->hdr + c->hdr_have, p, s), p += s;
             else memset(c->hdr + c->hdr_have, 0, s);
             c->hdr_have += s, k -= s;
-            if (c->hdr_have < 16) break;
+            if (c->hdr_have < sizeof c->hdr) break;
             c->hdr_have = 0;
-            /* offset 6: u16 type, offset 8: u32 length (little-endian, core/proto/wire.h) */
-            uint16_t type = (uint16_t)(c->hdr[6] | c->hdr[7] << 8);
-            c->body_left = (uint64_t)c->hdr[8] | (uint64_t)c->hdr[9] << 8 | (uint64_t)c->hdr[10] << 16 |
-                           (uint64_t)c->hdr[11] << 24;
-            if (type == n->kill_type && ++n->frames == n->kill_frames) return 1;
+            eccl_wire_header h;
+            if (eccl_wire_header_decode(c->hdr, &h) != ECCL_OK) {
+                c->not_frames = 1; /* not eccl's wire format: nothing here to count */
+                return 0;
+            }
+            c->body_left = h.length;
+            if (h.type == n->kill_type && ++n->frames == n->kill_frames) return 1;
         }
     }
     return 0;
@@ -235,7 +228,7 @@ static void pump(chaos_net *n, cconn *c, uint64_t now)
     if (path.reset_per_s <= 0) {
         c->next_reset_ns = UINT64_MAX;
     } else if (c->next_reset_ns == UINT64_MAX) {
-        double u = ((double)(mix(&c->rng) >> 11) + 0.5) / 9007199254740992.0;
+        double u = ((double)(eccl_splitmix64(&c->rng) >> 11) + 0.5) / 9007199254740992.0;
         c->next_reset_ns = now + (uint64_t)llround(-log(u) / path.reset_per_s * 1e9);
     } else if (now >= c->next_reset_ns) {
         reset_conn(n, c);

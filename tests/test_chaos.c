@@ -10,10 +10,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "chaos.h"
 #include "env.h"
 #include "env_real.h"
+#include "proto/wire.h"
 
 #define MS 1000000ull
 #define SEC 1000000000ull
@@ -341,15 +343,6 @@ static void test_reset(void **state)
     rig_close(&r);
 }
 
-/* A frame header as core/proto/wire.h lays it out: magic, version, type,
- * length, reserved (little-endian). */
-static void frame(unsigned char *h, uint16_t type, uint32_t len)
-{
-    memset(h, 0, 16);
-    h[6] = (unsigned char)type, h[7] = (unsigned char)(type >> 8);
-    h[8] = (unsigned char)len, h[9] = (unsigned char)(len >> 8);
-}
-
 static void test_kill_after_frames(void **state)
 {
     (void)state;
@@ -359,9 +352,9 @@ static void test_kill_after_frames(void **state)
     unsigned char buf[3 * (16 + 5) + 16];
     /* A heartbeat, then DATA frames of 5 bytes, sent a byte at a time: the
      * count must follow frame boundaries however the stream is cut. */
-    frame(buf, 2, 0);
+    eccl_wire_header_encode(ECCL_MSG_HEARTBEAT, 0, buf);
     for (int i = 0; i < 3; i++) {
-        frame(buf + 16 + i * 21, 65, 5);
+        eccl_wire_header_encode(ECCL_MSG_DATA, 5, buf + 16 + i * 21);
         memset(buf + 32 + i * 21, 65, 5); /* payload bytes that look like a type */
     }
     size_t total = 16 + 3 * 21, killed_at = 0;
@@ -390,6 +383,33 @@ static void test_kill_at_time(void **state)
     rig_close(&r);
 }
 
+/* ECCL_CHAOS in libeccl: a plan that cannot be read or parsed fails the
+ * env's creation (a run meant to be shaped never runs unshaped). */
+static void test_env_from_environment(void **state)
+{
+    (void)state;
+    char path[] = "/tmp/test_chaos_planXXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    eccl_env *env = NULL;
+    setenv("ECCL_CHAOS", "/nonexistent/plan", 1);
+    assert_int_equal(eccl_env_real_create("peer", 0, &env), ECCL_ERR_INVALID_ARG);
+    assert_int_equal(write(fd, "link a b\n", 9), 9);
+    setenv("ECCL_CHAOS", path, 1);
+    assert_int_equal(eccl_env_real_create("peer", 0, &env), ECCL_ERR_INVALID_ARG);
+    assert_int_equal(ftruncate(fd, 0), 0);
+    assert_int_equal(pwrite(fd, "link a b latency=1ms\n", 21, 0), 21);
+    assert_int_equal(eccl_env_real_create("peer", 0, &env), ECCL_OK);
+    assert_true(eccl_chaos_wrapped(env));
+    eccl_env_real_destroy(env);
+    unsetenv("ECCL_CHAOS");
+    assert_int_equal(eccl_env_real_create("peer", 0, &env), ECCL_OK);
+    assert_false(eccl_chaos_wrapped(env));
+    eccl_env_real_destroy(env);
+    close(fd);
+    unlink(path);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -401,6 +421,7 @@ int main(void)
         cmocka_unit_test(test_reset),
         cmocka_unit_test(test_kill_after_frames),
         cmocka_unit_test(test_kill_at_time),
+        cmocka_unit_test(test_env_from_environment),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "coll/p2p.h"
+#include "util/addr.h"
 #include "coll/tree_allreduce.h"
 #include "eccl_core.h"
 #include "proto/chan.h"
@@ -290,21 +291,11 @@ static void group_remove(mgroup *g, mpeer *p)
 
 /* ---- rings --------------------------------------------------------------------- */
 
-/* ---- hosts ------------------------------------------------------------------
- * A rank's host is the HOST of the p2p address peers reach it on, "HOST:PORT"
- * (everything before the last ':'): ranks that give one host share a machine
- * (tests emulate machines with 127.0.0.x; the simulator's addresses name
- * its hosts). */
-
-static size_t host_len(const char *addr)
-{
-    const char *colon = strrchr(addr, ':');
-    return colon ? (size_t)(colon - addr) : strlen(addr);
-}
+/* ---- hosts (util/addr.h) ---------------------------------------------------- */
 
 static int host_cmp(const mpeer *a, const mpeer *b)
 {
-    size_t la = host_len(a->p2p_addr), lb = host_len(b->p2p_addr);
+    size_t la = eccl_addr_host_len(a->p2p_addr), lb = eccl_addr_host_len(b->p2p_addr);
     int c = memcmp(a->p2p_addr, b->p2p_addr, la < lb ? la : lb);
     return c ? c : (la > lb) - (la < lb);
 }

@@ -1,4 +1,5 @@
 #include "topo/tsp.h"
+#include "util/rand.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -378,14 +379,6 @@ static int take(ls *x, uint64_t units)
 static int affordable(const ls *x, uint64_t units)
 {
     return !x->stopped && (!x->cf->max_work || x->cf->max_work - x->work >= units);
-}
-
-static uint64_t splitmix64(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
 }
 
 /* position helpers: r is an offset from position p0 along the tour */
@@ -901,14 +894,14 @@ static int greedy(ls *x)
 static void kick(ls *x)
 {
     const uint32_t n = x->n;
-    uint32_t p1 = (uint32_t)(splitmix64(&x->rng) % n), r3, r5;
-    if (splitmix64(&x->rng) & 1) {
+    uint32_t p1 = (uint32_t)(eccl_splitmix64(&x->rng) % n), r3, r5;
+    if (eccl_splitmix64(&x->rng) & 1) {
         uint32_t span = (n - 1) / 2 < KICK_SPAN ? (n - 1) / 2 : KICK_SPAN;
-        r3 = 1 + (uint32_t)(splitmix64(&x->rng) % span);
-        r5 = r3 + 1 + (uint32_t)(splitmix64(&x->rng) % span);
+        r3 = 1 + (uint32_t)(eccl_splitmix64(&x->rng) % span);
+        r5 = r3 + 1 + (uint32_t)(eccl_splitmix64(&x->rng) % span);
     } else {
-        r3 = 1 + (uint32_t)(splitmix64(&x->rng) % (n - 2));
-        r5 = r3 + 1 + (uint32_t)(splitmix64(&x->rng) % (n - 1 - r3));
+        r3 = 1 + (uint32_t)(eccl_splitmix64(&x->rng) % (n - 2));
+        r5 = r3 + 1 + (uint32_t)(eccl_splitmix64(&x->rng) % (n - 1 - r3));
     }
     uint32_t t1 = at(x, p1, 0), t3 = at(x, p1, r3), t5 = at(x, p1, r5);
     apply_swap(x, p1, r3, r5);

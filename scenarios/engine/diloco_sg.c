@@ -85,7 +85,7 @@ static void churn_main(int argc, char **argv)
         for (int i = 0; i < c->ranks; i++) cand += dl_victim_ok(s, &s->rk[i], holders);
         const int can_kill = alive > c->churn_min && cand > 0;
         const int can_spawn = alive < c->churn_max && free_ranks > 0;
-        const int do_kill = can_kill && (!can_spawn || (eccl_scn_prng_next(&rng) & 1));
+        const int do_kill = can_kill && (!can_spawn || (eccl_splitmix64(&rng) & 1));
         if (do_kill) {
             uint64_t pick = eccl_scn_prng_below(&rng, (uint64_t)cand);
             for (int i = 0; i < c->ranks; i++) {

@@ -10,6 +10,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "util/rand.h"
+
 #define MAX_RANKS 1000000 /* 1M: the issue-15 attempt; memory, not this, is the limit */
 #define MAX_HOSTS 2000000 /* clos and wan: generated hosts */
 #define MAX_REGIONS 64     /* wan: a link per pair of regions */
@@ -155,17 +157,10 @@ int eccl_scn_parse_u64(const char *v, uint64_t *out);
  * their links and routes) to PATH. Returns 0 or -1. */
 int eccl_scn_write_platform(const eccl_scenario *c, const char *path);
 
-/* splitmix64: the only source of randomness, seeded from the scenario seed. */
-static inline uint64_t eccl_scn_prng_next(uint64_t *state)
-{
-    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
 
-/* Uniform in [0, n) (n > 0), without modulo bias worth speaking of at 64 bits. */
-static inline uint64_t eccl_scn_prng_below(uint64_t *state, uint64_t n) { return eccl_scn_prng_next(state) % n; }
+/* The scenario's randomness: eccl_splitmix64 seeded from its seed. Uniform
+ * in [0, n) (n > 0), without modulo bias worth speaking of at 64 bits. */
+static inline uint64_t eccl_scn_prng_below(uint64_t *state, uint64_t n) { return eccl_splitmix64(state) % n; }
 
 /* Rank R runs on host node-(1 + (R-1) / ranks_per_host); host K >= 1 runs
  * ranks first..last (host 0 runs the master). */
