@@ -479,19 +479,27 @@ static int parse_log_level(const char *s)
 /* ECCL_TUNE, the dispatcher's rules (core/coll/dispatch.h), may also come
  * from the file ECCL_TUNE_FILE names (what eccl-tune writes): read whole,
  * or not at all (the dispatcher warns when the file gave nothing). */
-static int read_tune_file(char *buf, size_t len)
+/* Reads the file at path whole into buf[len], NUL-terminated: 1, or 0 when
+ * it cannot be opened or read, or does not fit (errno 0: too large). */
+static int read_whole_file(const char *path, char *buf, size_t len)
 {
-    const char *path = getenv("ECCL_TUNE_FILE");
     FILE *f = path && *path ? fopen(path, "r") : NULL;
     if (!f)
         return 0;
     size_t n = fread(buf, 1, len, f);
     int whole = n < len && !ferror(f);
     fclose(f);
-    if (!whole)
+    if (!whole) {
+        errno = n < len ? EIO : 0;
         return 0;
+    }
     buf[n] = '\0';
     return 1;
+}
+
+static int read_tune_file(char *buf, size_t len)
+{
+    return read_whole_file(getenv("ECCL_TUNE_FILE"), buf, len);
 }
 
 static int real_config_get(void *ctx, const char *name, char *buf, size_t len)
@@ -562,7 +570,7 @@ static eccl_result net_create(env_real *r)
 }
 
 /* The env's net: the chaos net first, if any, then the one it wraps. */
-static void eccl_env_real_destroy_net(eccl_env *env)
+static void destroy_net(eccl_env *env)
 {
     eccl_chaos_unwrap(env);
 #ifdef ECCL_HAVE_IBV
@@ -591,20 +599,10 @@ static eccl_result chaos_create(env_real *r)
     const char *path = getenv("ECCL_CHAOS");
     if (!path || !*path)
         return ECCL_OK;
-    FILE *f = fopen(path, "r");
-    char *text = NULL;
-    size_t len = 0;
-    if (f) {
-        text = malloc(CHAOS_PLAN_MAX + 1);
-        if (text) {
-            len = fread(text, 1, CHAOS_PLAN_MAX + 1, f);
-            text[len <= CHAOS_PLAN_MAX ? len : CHAOS_PLAN_MAX] = '\0';
-        }
-        fclose(f);
-    }
-    if (!f || !text || len > CHAOS_PLAN_MAX) {
+    char *text = malloc(CHAOS_PLAN_MAX + 1);
+    if (!text || !read_whole_file(path, text, CHAOS_PLAN_MAX + 1)) {
         eccl_real_log(&r->env, ECCL_LOG_ERROR, "ECCL_CHAOS=%s: %s", path,
-                      !f ? strerror(errno) : !text ? "out of memory" : "larger than 1 MiB");
+                      !text ? "out of memory" : errno ? strerror(errno) : "larger than 1 MiB");
         free(text);
         return ECCL_ERR_INVALID_ARG;
     }
@@ -676,7 +674,7 @@ eccl_result eccl_env_real_create(const char *name, int data_links, eccl_env **ou
     }
     res = chaos_create(r);
     if (res != ECCL_OK) {
-        eccl_env_real_destroy_net(&r->env);
+        destroy_net(&r->env);
         free(r);
         return res;
     }
@@ -689,7 +687,7 @@ void eccl_env_real_destroy(eccl_env *env)
 {
     if (!env)
         return;
-    eccl_env_real_destroy_net(env);
+    destroy_net(env);
     eccl_real_cuda_free(((env_real *)env)->cuda);
     free((env_real *)env);
 }
