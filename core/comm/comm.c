@@ -421,9 +421,10 @@ eccl_result eccl_comm_create_with_env(eccl_env *env, eccl_env_release_fn release
      * loopback address per emulated host under eccl-emu), else loopback. */
     char host_cfg[ECCL_ADDR_MAX];
     const char *host = params->p2p_host;
-    if (!host && eccl_config_get(env, "ECCL_P2P_HOST", host_cfg, sizeof host_cfg) && host_cfg[0] &&
-        strlen(host_cfg) + 7 < ECCL_ADDR_MAX)
-        host = host_cfg;
+    if (!host && eccl_config_get(env, "ECCL_P2P_HOST", host_cfg, sizeof host_cfg) && host_cfg[0]) {
+        if (strlen(host_cfg) + 7 < ECCL_ADDR_MAX) host = host_cfg;
+        else ECCL_WARN(env, "ECCL_P2P_HOST=%s: too long for an address; using 127.0.0.1", host_cfg);
+    }
     snprintf(c->p2p_host, sizeof c->p2p_host, "%s", host ? host : "127.0.0.1");
     c->params.master_addr = c->master_addr;
     c->params.p2p_host = c->p2p_host;
