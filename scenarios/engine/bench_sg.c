@@ -48,7 +48,7 @@ static void bench_rank_main(int argc, char **argv)
     if (b->status) /* stderr: stdout is the rows' */
         fprintf(stderr, "eccl-sim: %s (t=%.9f s): bench failed: %s\n", b->r->name,
                 (double)eccl_sg_now_ns() / 1e9, b->res.why);
-    s->done++; /* the master serves until every rank is through */
+    s->job.done++; /* the master serves until every rank is through */
 }
 
 static void bench_print(FILE *f, const eccl_scenario *c, const bench_rank *b0, int tsv)
@@ -74,9 +74,9 @@ int eccl_scn_sg_bench(sim *s, eccl_scenario *cfg, const char *outdir)
     uint64_t rng = cfg->seed;
     eccl_scn_sg_start_actor(s->w, "master", "node-0", eccl_scn_sg_master_main, s);
     for (int i = 0; i < cfg->ranks; i++) {
-        rank_state *r = &s->rk[i];
+        rank_state *r = &s->job.rk[i];
         bench_rank *b = &br[i];
-        eccl_scn_sg_rank_start(s, cfg, r, i + 1, &rng);
+        eccl_scn_job_rank_init(&s->job, r, i + 1, &rng);
         *b = (bench_rank){.s = s, .r = r, .status = 1};
         b->o = (eccl_simbench_options){.coll = cfg->bench_coll, .minbytes = cfg->bench_minbytes,
                                        .maxbytes = cfg->bench_maxbytes,

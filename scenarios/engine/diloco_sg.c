@@ -37,7 +37,7 @@ static void dl_kill(sim *s, rank_state *r)
 /* A new worker where one was killed (its host back on first). */
 static void dl_respawn(sim *s, rank_state *r)
 {
-    if (s->cfg->ranks_per_host == 1 && eccl_sg_world_host_on(s->w, r->host) != ECCL_OK) s->oom = 1;
+    if (s->cfg->ranks_per_host == 1 && eccl_sg_world_host_on(s->w, r->host) != ECCL_OK) s->job.oom = 1;
     eccl_scn_sg_add_event(s, r->idx, "host_on", -1, -1, NULL, NULL);
     s->dl_spawns++;
     dl_start_worker(s, r, eccl_sg_now_ns());
@@ -74,7 +74,7 @@ static void churn_main(int argc, char **argv)
         sg_actor_sleep_until((double)t / 1e9);
         int alive = 0, holders = 0, cand = 0, free_ranks = 0;
         for (int i = 0; i < c->ranks; i++) {
-            const rank_state *r = &s->rk[i];
+            const rank_state *r = &s->job.rk[i];
             if (!r->running) {
                 free_ranks++;
                 continue;
@@ -82,14 +82,14 @@ static void churn_main(int argc, char **argv)
             alive++;
             holders += churn_check_holds_state(&s->chk, r->life);
         }
-        for (int i = 0; i < c->ranks; i++) cand += dl_victim_ok(s, &s->rk[i], holders);
+        for (int i = 0; i < c->ranks; i++) cand += dl_victim_ok(s, &s->job.rk[i], holders);
         const int can_kill = alive > c->churn_min && cand > 0;
         const int can_spawn = alive < c->churn_max && free_ranks > 0;
         const int do_kill = can_kill && (!can_spawn || (eccl_splitmix64(&rng) & 1));
         if (do_kill) {
             uint64_t pick = eccl_scn_prng_below(&rng, (uint64_t)cand);
             for (int i = 0; i < c->ranks; i++) {
-                rank_state *r = &s->rk[i];
+                rank_state *r = &s->job.rk[i];
                 if (!dl_victim_ok(s, r, holders) || pick-- > 0) continue;
                 eccl_sg_printf("eccl-sim", "churn: kill rank=%d (%s); %d alive", r->idx,
                                churn_check_holds_state(&s->chk, r->life) ? "holder" : "newcomer",
@@ -100,7 +100,7 @@ static void churn_main(int argc, char **argv)
         } else if (can_spawn) {
             uint64_t pick = eccl_scn_prng_below(&rng, (uint64_t)free_ranks);
             for (int i = 0; i < c->ranks; i++) {
-                rank_state *r = &s->rk[i];
+                rank_state *r = &s->job.rk[i];
                 if (r->running || pick-- > 0) continue;
                 eccl_sg_printf("eccl-sim", "churn: start rank=%d; %d alive", r->idx, alive + 1);
                 dl_respawn(s, r);
@@ -115,7 +115,7 @@ static void churn_main(int argc, char **argv)
 static void dl_print(void *ctx, int to_stderr, const char *line)
 {
     rank_state *r = ctx;
-    sim *s = r->s;
+    sim *s = rank_sim(r);
     if (to_stderr || s->verbose) eccl_sg_printf(r->name, "%s%s", to_stderr ? "stderr: " : "", line);
     if (to_stderr) return;
     const double t = (double)eccl_sg_now_ns() / 1e9;
@@ -130,7 +130,7 @@ static void dl_print(void *ctx, int to_stderr, const char *line)
         if (!strcmp(event, "rev")) r->last_rev = x;
     }
     churn_field(line, "hash", hash, sizeof hash);
-    if (!strcmp(event, "exit")) eccl_scn_sg_field_int(line, " status=", &r->exit_status);
+    if (!strcmp(event, "exit")) eccl_scn_job_field_int(line, " status=", &r->exit_status);
     if (!strcmp(event, "rev") || !strcmp(event, "joined") || !strcmp(event, "retry") ||
         !strcmp(event, "corrupt") || !strcmp(event, "error") || !strcmp(event, "gave_up") ||
         !strcmp(event, "exit") || !strcmp(event, "connected"))
@@ -142,7 +142,7 @@ static void dl_rank_main(int argc, char **argv)
     (void)argc;
     (void)argv;
     rank_state *r = sg_actor_self_get_data();
-    sim *s = r->s;
+    sim *s = rank_sim(r);
     const eccl_scenario *c = s->cfg;
     if (r->arrive_ns > eccl_sg_now_ns()) sg_actor_sleep_until((double)r->arrive_ns / 1e9);
     eccl_worker_sg sim_launch;
@@ -199,8 +199,8 @@ int eccl_scn_sg_diloco(sim *s, eccl_scenario *cfg, const char *outdir)
     if (churn_check_init(&s->chk, 1u << 16, 0) != 0) return 1;
     uint64_t rng = cfg->seed;
     for (int i = 0; i < cfg->ranks; i++) {
-        rank_state *r = &s->rk[i];
-        eccl_scn_sg_rank_start(s, cfg, r, i + 1, &rng);
+        rank_state *r = &s->job.rk[i];
+        eccl_scn_job_rank_init(&s->job, r, i + 1, &rng);
         r->kill_iter = -1;
         r->last_rev = UINT64_MAX;
     }
@@ -220,7 +220,7 @@ int eccl_scn_sg_diloco(sim *s, eccl_scenario *cfg, const char *outdir)
         return 2;
     }
     if (cfg->have_churn) eccl_scn_sg_start_actor(s->w, "churn", "node-0", churn_main, s);
-    for (int i = 0; i < cfg->ranks; i++) dl_start_worker(s, &s->rk[i], s->rk[i].arrive_ns);
+    for (int i = 0; i < cfg->ranks; i++) dl_start_worker(s, &s->job.rk[i], s->job.rk[i].arrive_ns);
     simgrid_run();
     const uint64_t end_ns = eccl_sg_now_ns();
     churn_check_finish(&s->chk, (double)cfg->duration_s);
@@ -230,7 +230,7 @@ int eccl_scn_sg_diloco(sim *s, eccl_scenario *cfg, const char *outdir)
     FILE *rf = eccl_results_open(outdir, "ranks.tsv");
     if (rf) fputs("rank\thost\tworkers\tkilled\treturned\tstatus\tlast_revision\tcheck\n", rf);
     for (int i = 0; i < cfg->ranks; i++) {
-        const rank_state *r = &s->rk[i];
+        const rank_state *r = &s->job.rk[i];
         const int ok = r->lives == r->killed || (r->returned && r->status == 0 && r->exit_status == 0);
         bad_ranks += !ok;
         char last[24] = "-";
@@ -244,7 +244,7 @@ int eccl_scn_sg_diloco(sim *s, eccl_scenario *cfg, const char *outdir)
     }
     const churn_check *k = &s->chk;
     const char *why = NULL;
-    if (s->oom) why = "internal";
+    if (s->job.oom) why = "internal";
     else if (k->parity_breaks) why = "parity";
     else if (k->corrupt) why = "corruption";
     else if (k->order_breaks) why = "order";
@@ -259,7 +259,7 @@ int eccl_scn_sg_diloco(sim *s, eccl_scenario *cfg, const char *outdir)
     eccl_results_fmt_time(sim_time, sizeof sim_time, end_ns);
     eccl_results_fmt_time(stall, sizeof stall, (uint64_t)llround(k->max_stall_s * 1e9));
     int io_err = rf ? (fclose(rf) != 0) : 1;
-    io_err |= eccl_scn_sg_write_events(s, outdir) != 0;
+    io_err |= eccl_scn_job_write_events(&s->job, outdir) != 0;
     FILE *sf = eccl_results_open(outdir, "summary.tsv");
     if (sf) {
         fprintf(sf, "key\tvalue\n");
@@ -274,7 +274,7 @@ int eccl_scn_sg_diloco(sim *s, eccl_scenario *cfg, const char *outdir)
                 (unsigned long long)k->parity_breaks, (unsigned long long)k->corrupt,
                 (unsigned long long)k->errors, bad_ranks, stall, s->dl_kills, s->dl_spawns,
                 (unsigned long long)k->joins, (unsigned long long)k->retries,
-                failures ? "fail" : "pass", why ? why : "-", s->nev, sim_time);
+                failures ? "fail" : "pass", why ? why : "-", s->job.nev, sim_time);
         eccl_scn_sg_write_transport(sf, s, cfg);
         io_err |= fclose(sf) != 0;
     } else {
@@ -290,7 +290,7 @@ int eccl_scn_sg_diloco(sim *s, eccl_scenario *cfg, const char *outdir)
            (unsigned long long)(k->max_rev == UINT64_MAX ? 0 : k->max_rev),
            (unsigned long long)k->parity_breaks, (unsigned long long)k->corrupt,
            (unsigned long long)k->errors, stall, s->dl_kills, (unsigned long long)k->joins,
-           s->dl_spawns, sim_time, s->nev, outdir, plot);
+           s->dl_spawns, sim_time, s->job.nev, outdir, plot);
     churn_check_free(&s->chk);
     return failures == 0 && !io_err ? 0 : 1;
 }

@@ -125,7 +125,7 @@ static void n2_rank_main(int argc, char **argv)
     (void)argc;
     (void)argv;
     rank_state *r = sg_actor_self_get_data();
-    sim *s = r->s;
+    sim *s = rank_sim(r);
     n2_run *run = s->n2;
     const eccl_scenario *c = s->cfg;
     n2_rank *x = &run->rk[r->idx - 1];
@@ -165,7 +165,7 @@ static void n2_plan_main(int argc, char **argv)
     for (int k = 0; k < s->norder; k++) {
         const eccl_scn_fault *f = &c->faults[s->order[k]];
         sg_actor_sleep_until((double)f->at_ns / 1e9);
-        rank_state *r = &s->rk[f->rank - 1];
+        rank_state *r = &s->job.rk[f->rank - 1];
         int first = f->rank, last = f->rank;
         if (f->kind == F_HOST_OFF) {
             eccl_scn_host_ranks(c, eccl_scn_rank_host(c, f->rank), &first, &last);
@@ -247,9 +247,9 @@ int eccl_scn_sg_nccl2(sim *s, eccl_scenario *cfg, const char *outdir)
     /* The same arrivals as the worker's ranks: the same seed gives the
      * eccl twin of a scenario the same start-up. */
     uint64_t rng = cfg->seed;
-    for (int i = 0; i < n; i++) eccl_scn_sg_rank_start(s, cfg, &s->rk[i], i + 1, &rng);
+    for (int i = 0; i < n; i++) eccl_scn_job_rank_init(&s->job, &s->job.rk[i], i + 1, &rng);
     for (int i = 0; i < cfg->nfaults; i++) order[i] = i;
-    qsort_r(order, (size_t)cfg->nfaults, sizeof *order, eccl_scn_sg_order_cmp, cfg);
+    qsort_r(order, (size_t)cfg->nfaults, sizeof *order, eccl_scn_fault_order_cmp, cfg);
     s->order = order;
     s->norder = cfg->nfaults;
     char rph[32] = "";
@@ -263,7 +263,7 @@ int eccl_scn_sg_nccl2(sim *s, eccl_scenario *cfg, const char *outdir)
                    outdir);
     eccl_scn_sg_start_actor(s->w, "nccl2-root", "node-0", n2_root_main, run);
     if (s->norder > 0) eccl_scn_sg_start_actor(s->w, "faults", "node-0", n2_plan_main, s);
-    for (int i = 0; i < n; i++) s->rk[i].pid = eccl_scn_sg_start_actor(s->w, s->rk[i].name, s->rk[i].host, n2_rank_main, &s->rk[i]);
+    for (int i = 0; i < n; i++) s->job.rk[i].pid = eccl_scn_sg_start_actor(s->w, s->job.rk[i].name, s->job.rk[i].host, n2_rank_main, &s->job.rk[i]);
     simgrid_run();
     uint64_t end_ns = eccl_sg_now_ns();
 
@@ -279,7 +279,7 @@ int eccl_scn_sg_nccl2(sim *s, eccl_scenario *cfg, const char *outdir)
         for (int i = 0; routes && i < n; i++) {
             start[i] = (double)run->rk[i].ring_ns / 1e9;
             /* A slot message: NCCL's 4-byte length and its 28 bytes. */
-            routes = eccl_sg_route_cost(s->rk[(i + n - 1) % n].host, s->rk[i].host,
+            routes = eccl_sg_route_cost(s->job.rk[(i + n - 1) % n].host, s->job.rk[i].host,
                                         4 + ECCL_NCCL2_ADDR_BYTES, &lat[i], &wire[i]) == 0;
         }
         if (routes) {
@@ -289,7 +289,7 @@ int eccl_scn_sg_nccl2(sim *s, eccl_scenario *cfg, const char *outdir)
                 for (int i = 0; i < n; i++) {
                     run->rk[i].done_ns = (uint64_t)llround(done[i] * 1e9);
                     eccl_scn_sg_add_event(s, i + 1, "done", -1, -1, NULL, NULL);
-                    if (s->nev) s->ev[s->nev - 1].t_ns = run->rk[i].done_ns;
+                    if (s->job.nev) s->job.ev[s->job.nev - 1].t_ns = run->rk[i].done_ns;
                     if (run->rk[i].done_ns > end_ns) end_ns = run->rk[i].done_ns;
                 }
             }
@@ -298,15 +298,15 @@ int eccl_scn_sg_nccl2(sim *s, eccl_scenario *cfg, const char *outdir)
         free(lat);
         free(wire);
         free(done);
-        if (!replayed) s->oom = 1;
+        if (!replayed) s->job.oom = 1;
     }
-    if (s->oom) {
+    if (s->job.oom) {
         fprintf(stderr, "eccl-sim: out of memory while running\n");
     }
     /* Events in time order (replayed rows land where they belong). */
-    for (size_t i = 0; i < s->nev; i++) s->ev[i].iter = (int)i;
-    qsort(s->ev, s->nev, sizeof *s->ev, n2_event_cmp);
-    for (size_t i = 0; i < s->nev; i++) s->ev[i].iter = -1;
+    for (size_t i = 0; i < s->job.nev; i++) s->job.ev[i].iter = (int)i;
+    qsort(s->job.ev, s->job.nev, sizeof *s->job.ev, n2_event_cmp);
+    for (size_t i = 0; i < s->job.nev; i++) s->job.ev[i].iter = -1;
 
     /* ---- checks ---- */
     int failed = 0, killed = 0, incomplete = 0, refused = run->root_refused;
@@ -319,7 +319,7 @@ int eccl_scn_sg_nccl2(sim *s, eccl_scenario *cfg, const char *outdir)
               "bad_entries\tstatus\tcheck\n", rf);
     for (int i = 0; i < n; i++) {
         const n2_rank *x = &run->rk[i];
-        const rank_state *r = &s->rk[i];
+        const rank_state *r = &s->job.rk[i];
         refused += x->refused;
         bad += x->bad_entries;
         misordered += x->order_bad;
@@ -359,7 +359,7 @@ int eccl_scn_sg_nccl2(sim *s, eccl_scenario *cfg, const char *outdir)
                     status, ok ? "pass" : "FAIL");
         }
     }
-    if (s->oom) why = "internal";
+    if (s->job.oom) why = "internal";
     else if (killed) why = "killed";
     else if (!run->root_returned || run->root_failed) why = "root_failed";
     else if (bad || misordered) why = "bad_entries";
@@ -386,7 +386,7 @@ int eccl_scn_sg_nccl2(sim *s, eccl_scenario *cfg, const char *outdir)
     n2_fmt(ring, sizeof ring, all_ring ? ring_ns : 0);
     eccl_results_fmt_time(sim_time, sizeof sim_time, end_ns);
     int io_err = rf ? (fclose(rf) != 0) : 1;
-    io_err |= eccl_scn_sg_write_events(s, outdir) != 0;
+    io_err |= eccl_scn_job_write_events(&s->job, outdir) != 0;
     FILE *sf = eccl_results_open(outdir, "summary.tsv");
     if (sf) {
         char stag[32], tmo[32], cost[32];
@@ -405,7 +405,7 @@ int eccl_scn_sg_nccl2(sim *s, eccl_scenario *cfg, const char *outdir)
                 cfg->ranks_per_host, cfg->nccl2_replay ? "replay" : "messages", stag, tmo, cost,
                 failures ? "fail" : "pass", why ? why : "-", boot, boot_min, gathered, scattered,
                 ring, refused, failed, killed, incomplete, (unsigned long long)entries,
-                (unsigned long long)(bad + misordered), s->nev, sim_time);
+                (unsigned long long)(bad + misordered), s->job.nev, sim_time);
         io_err |= fclose(sf) != 0;
     } else {
         io_err = 1;
@@ -418,7 +418,7 @@ int eccl_scn_sg_nccl2(sim *s, eccl_scenario *cfg, const char *outdir)
            cfg->name, (unsigned long long)cfg->seed, n, cfg->nccl2_replay ? "replay" : "messages",
            failures ? "fail" : "pass", why ? " reason=" : "", why ? why : "", boot, gathered,
            scattered, ring, refused, failed, killed, (unsigned long long)(bad + misordered),
-           sim_time, s->nev, outdir, plot);
+           sim_time, s->job.nev, outdir, plot);
     free(run->rk);
     free(run);
     s->n2 = NULL;

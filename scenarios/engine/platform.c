@@ -1,5 +1,6 @@
 /* The generated platforms (flat, clos, wan) as SimGrid platform XML. */
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 
 #include "scenario.h"
@@ -258,4 +259,94 @@ int eccl_scn_write_platform(const eccl_scenario *c, const char *path)
     }
     fputs("</platform>\n", f);
     return fclose(f) == 0 ? 0 : -1;
+}
+
+/* ---- routes --------------------------------------------------------------- */
+
+/* The routes SimGrid computes on the XML above, written out from the same
+ * formulas: a host's own link (named node-K, as fault lines name it), its
+ * cluster's backbone (never a limit, no latency), and the uplinks the two
+ * hosts do not share. */
+
+static void hop(eccl_scn_hop *h, int *n, double bw, double lat_s, int per_flow, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+
+static void hop(eccl_scn_hop *h, int *n, double bw, double lat_s, int per_flow, const char *fmt, ...)
+{
+    if (*n >= ECCL_SCN_HOPS_MAX) return;
+    eccl_scn_hop *x = &h[(*n)++];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(x->name, sizeof x->name, fmt, ap);
+    va_end(ap);
+    x->bandwidth_Bps = bw;
+    x->latency_s = lat_s;
+    x->per_flow = per_flow;
+}
+
+/* Reverses hops[from..n): the way down mirrors the way up. */
+static void reverse(eccl_scn_hop *h, int from, int n)
+{
+    for (int i = from, j = n - 1; i < j; i++, j--) {
+        eccl_scn_hop t = h[i];
+        h[i] = h[j];
+        h[j] = t;
+    }
+}
+
+int eccl_scn_route(const eccl_scenario *c, int a, int b, eccl_scn_hop *h)
+{
+    int n = 0;
+    switch (c->kind) {
+    case PLATFORM_FLAT:
+        hop(h, &n, c->bandwidth_Bps, c->latency_s, 0, "node-%d", a);
+        hop(h, &n, c->bandwidth_Bps * c->hosts, 0, 0, "flat_backbone");
+        hop(h, &n, c->bandwidth_Bps, c->latency_s, 0, "node-%d", b);
+        return n;
+    case PLATFORM_CLOS: {
+        const double L = c->latency_s, Z = c->zone_latency_s, D = c->dc_latency_s, X = c->inter_dc_latency_s;
+        const double rack_bw = c->hosts_per_rack * c->bandwidth_Bps / c->oversubscription;
+        const double zone_bw = c->racks_per_zone * rack_bw / c->oversubscription;
+        const double dc_bw = c->zones_per_dc * zone_bw / c->oversubscription;
+        const int hz = c->hosts_per_rack * c->racks_per_zone, hd = hz * c->zones_per_dc;
+        int at[2] = {a, b}, mid;
+        /* Each end climbs to where the two meet; the second climb is reversed. */
+        for (int e = 0; e < 2; e++) {
+            const int x = at[e], y = at[1 - e];
+            const int d = x / hd, z = x % hd / hz, r = x % hz / c->hosts_per_rack;
+            const int same_dc = d == y / hd, same_zone = same_dc && z == y % hd / hz,
+                      same_rack = same_zone && r == y % hz / c->hosts_per_rack;
+            mid = n;
+            hop(h, &n, c->bandwidth_Bps, L / 2, 0, "node-%d", x);
+            hop(h, &n, c->bandwidth_Bps * c->hosts_per_rack, 0, 0, "rack-%d-%d-%d_backbone", d, z, r);
+            if (!same_rack) hop(h, &n, rack_bw, (Z - L) / 2, 0, "up-rack-%d-%d-%d", d, z, r);
+            if (!same_zone) hop(h, &n, zone_bw, (D - Z) / 2, 0, "up-zone-%d-%d", d, z);
+            if (!same_dc) hop(h, &n, dc_bw, (X - D) / 2, 0, "up-dc-%d", d);
+            if (e == 1) reverse(h, mid, n);
+            if (e == 0 && same_rack) n--; /* one backbone between two hosts of a rack */
+        }
+        return n;
+    }
+    case PLATFORM_WAN: {
+        const double L = c->latency_s, S = c->site_latency_s, R = c->region_latency_s;
+        const int hg = c->hosts_per_site * c->sites_per_region;
+        const int ga = a / hg, gb = b / hg, sa = a % hg / c->hosts_per_site, sb = b % hg / c->hosts_per_site;
+        const int same_site = ga == gb && sa == sb;
+        hop(h, &n, c->bandwidth_Bps, L / 2, 0, "node-%d", a);
+        hop(h, &n, c->bandwidth_Bps * c->hosts_per_site, 0, 0, "site-%d-%d_backbone", ga, sa);
+        if (!same_site) hop(h, &n, c->site_bandwidth_Bps, (S - L) / 2, 0, "up-site-%d-%d", ga, sa);
+        if (ga != gb) {
+            const int lo = ga < gb ? ga : gb, hi = ga < gb ? gb : ga;
+            hop(h, &n, c->region_bandwidth_Bps, R - S, 0, "wan-%d-%d", lo, hi);
+            if (c->flow_bandwidth_Bps > 0) hop(h, &n, c->flow_bandwidth_Bps, 0, 1, "cap-%d-%d", lo, hi);
+        }
+        if (!same_site) {
+            hop(h, &n, c->site_bandwidth_Bps, (S - L) / 2, 0, "up-site-%d-%d", gb, sb);
+            hop(h, &n, c->bandwidth_Bps * c->hosts_per_site, 0, 0, "site-%d-%d_backbone", gb, sb);
+        }
+        hop(h, &n, c->bandwidth_Bps, L / 2, 0, "node-%d", b);
+        return n;
+    }
+    }
+    return n;
 }

@@ -8,19 +8,6 @@
 
 /* ---- events and progress ------------------------------------------------- */
 
-int eccl_scn_sg_field_int(const char *line, const char *key, int *out)
-{
-    const char *p = strstr(line, key);
-    return p && sscanf(p + strlen(key), "%d", out) == 1;
-}
-
-/* Host buffers: every good step was checked and hashed by the loop.
- * Phantom: every one ran on phantom buffers (there are no values). */
-int eccl_scn_sg_values_ok(const eccl_scenario *cfg, const rank_state *r)
-{
-    return cfg->phantom ? r->phantom_oks == r->oks : r->hashed_oks == r->oks;
-}
-
 /* mallinfo2 walks every free chunk malloc holds, which a 96K-rank heap has
  * millions of: at every 64th event it was 88% of such a run. So a fixed
  * number of samples whatever the size: every ranks / 2 events, some 16 in
@@ -37,41 +24,24 @@ static void sample_heap(sim *s)
     if (mi.hblkhd > s->mmap_peak) s->mmap_peak = mi.hblkhd;
 }
 
-/* rank 0 in events.tsv: a platform event (link_off, link_on, slow_link). */
-void eccl_scn_sg_add_event(sim *s, int rank, const char *event, int iter, int world, const char *ms,
-                      const char *hash)
+/* The job's log lines, stamped with the simulated time. */
+static void sg_say(void *ctx, const char *who, const char *line)
 {
-    if (s->nev == s->cap_ev) {
-        size_t cap = s->cap_ev ? 2 * s->cap_ev : 256;
-        event_row *n = realloc(s->ev, cap * sizeof *n);
-        if (!n) {
-            s->oom = 1;
-            return;
-        }
-        s->ev = n;
-        s->cap_ev = cap;
-    }
-    event_row *e = &s->ev[s->nev++];
-    if (s->nev % heap_sample_every(s) == 0) sample_heap(s);
-    e->t_ns = eccl_sg_now_ns();
-    e->rank = rank;
-    snprintf(e->event, sizeof e->event, "%s", event);
-    e->iter = iter;
-    e->world = world;
-    snprintf(e->ms, sizeof e->ms, "%s", ms ? ms : "-");
-    snprintf(e->hash, sizeof e->hash, "%s", hash ? hash : "-");
+    (void)ctx;
+    eccl_sg_printf(who, "%s", line);
 }
 
-/* Announces every iteration all running workers are through (a worker that
- * joined at step f counts as through the steps before f). */
-void eccl_scn_sg_progress(sim *s)
+/* The job's hook after each event: the heap, sampled. */
+static void sg_event_added(void *ctx, size_t nev)
 {
-    while (s->next_milestone < s->cfg->iters && s->running > 0 &&
-           s->oks_at[s->next_milestone] >= s->running) {
-        eccl_sg_printf("eccl-sim", "progress iter=%d/%d ranks_done=%d", s->next_milestone + 1,
-                       s->cfg->iters, s->oks_at[s->next_milestone]);
-        s->next_milestone++;
-    }
+    sim *s = ctx;
+    if (nev % heap_sample_every(s) == 0) sample_heap(s);
+}
+
+void eccl_scn_sg_add_event(sim *s, int rank, const char *event, int iter, int world, const char *ms,
+                           const char *hash)
+{
+    eccl_scn_job_add_event(&s->job, eccl_sg_now_ns(), rank, event, iter, world, ms, hash);
 }
 
 /* ---- fault injection ----------------------------------------------------- */
@@ -83,34 +53,6 @@ aid_t eccl_scn_sg_start_actor(eccl_sg_world *w, const char *name, const char *ho
     sg_actor_set_data(a, data);
     sg_actor_start(a, fn, 0, NULL);
     return pid;
-}
-
-/* A worker ended (returned, or killed while running). */
-static void worker_ended(sim *s, rank_state *r)
-{
-    if (r->counted) s->running--;
-    r->counted = 0;
-    r->running = 0;
-    if (++r->ends == r->nstarts) s->done++;
-}
-
-/* Its worker was taken down (kill, or its host went off). */
-static void host_went_off(sim *s, rank_state *r, const char *event)
-{
-    uint64_t now = eccl_sg_now_ns();
-    if (r->running) {
-        r->killed++;
-        /* Its finished steps no longer count towards the live workers' progress. */
-        for (int i = 0; i <= r->last_ok_iter && i < s->cfg->iters; i++) s->oks_at[i]--;
-        worker_ended(s, r);
-    } else if (r->returned) {
-        r->kill_missed++; /* it had finished: the fault came too late */
-    } else {
-        return; /* already killed (a host_off after a kill of one of its ranks) */
-    }
-    eccl_scn_sg_add_event(s, r->idx, event, r->last_ok_iter + 1, -1, NULL, NULL);
-    if (s->fault_ns == UINT64_MAX) s->fault_ns = now;
-    eccl_scn_sg_progress(s);
 }
 
 /* kill: a crash of the rank's process. With one rank per host, the host
@@ -127,7 +69,7 @@ static void kill_rank(sim *s, rank_state *r)
                        r->idx, r->host);
         if (r->running) eccl_sg_world_kill_process(s->w, r->pid);
     }
-    host_went_off(s, r, "killed");
+    eccl_scn_job_host_off(r, eccl_sg_now_ns(), "killed");
 }
 
 typedef struct killer_arg {
@@ -141,24 +83,26 @@ static void killer_main(int argc, char **argv)
     (void)argv;
     killer_arg *ka = sg_actor_self_get_data();
     rank_state *v = ka->victim;
-    sim *s = v->s;
+    sim *s = rank_sim(v);
     sg_actor_sleep_until((double)ka->at_ns / 1e9);
     kill_rank(s, v);
     free(ka);
 }
 
-static void start_killer(rank_state *v, uint64_t at_ns)
+/* The job's arm_kill hook: a killer actor for kill @ iter. */
+static void sg_arm_kill(void *ctx, rank_state *v, uint64_t at_ns)
 {
+    sim *s = ctx;
     killer_arg *ka = malloc(sizeof *ka);
     if (!ka) {
-        v->s->oom = 1;
+        s->job.oom = 1;
         return;
     }
     ka->victim = v;
     ka->at_ns = at_ns;
     char name[32];
     snprintf(name, sizeof name, "killer%d", v->idx);
-    eccl_scn_sg_start_actor(v->s->w, name, "node-0", killer_main, ka);
+    eccl_scn_sg_start_actor(s->w, name, "node-0", killer_main, ka);
 }
 
 static void rank_main(int argc, char **argv);
@@ -194,7 +138,7 @@ int eccl_scn_sg_start_relays(sim *s)
         if (spare) {
             snprintf(host, sizeof host, "node-%d", spare0 + k);
         } else {
-            const rank_state *first = &s->rk[k * s->relay_share < c->ranks ? k * s->relay_share : c->ranks - 1];
+            const rank_state *first = &s->job.rk[k * s->relay_share < c->ranks ? k * s->relay_share : c->ranks - 1];
             snprintf(host, sizeof host, "%s", first->host);
         }
         snprintf(s->relay_addr[k], sizeof s->relay_addr[k], "%s:%d", host, RELAY_PORT);
@@ -212,28 +156,15 @@ int eccl_scn_sg_start_relays(sim *s)
  * communicator, admitted by the running peers' vote. */
 void eccl_scn_sg_start_worker(rank_state *r, uint64_t at_ns, int start_world)
 {
-    r->lives++;
-    r->running = 1;
-    r->counted = 0;
-    r->arrive_ns = at_ns;
-    r->start_world = start_world;
-    r->returned = 0;
-    r->status = 0;
-    r->exit_status = -1;
-    r->oks = r->phantom_oks = r->hashed_oks = 0;
-    r->first_ok_iter = r->last_ok_iter = -1;
-    r->last_ok_world = r->min_ok_world = r->max_ok_world = -1;
-    r->failed_ops = 0;
-    r->rejoins = 0;
-    r->begin_ns = r->op_ns = 0;
-    r->pid = eccl_scn_sg_start_actor(r->s->w, r->name, r->host, rank_main, r);
+    eccl_scn_job_worker_starts(r, at_ns, start_world);
+    r->pid = eccl_scn_sg_start_actor(rank_sim(r)->w, r->name, r->host, rank_main, r);
 }
 
 static void apply_fault(sim *s, int idx)
 {
     const eccl_scn_fault *f = &s->cfg->faults[idx];
     const fault_links *fl = &s->flinks[idx];
-    rank_state *r = f->rank > 0 ? &s->rk[f->rank - 1] : NULL;
+    rank_state *r = f->rank > 0 ? &s->job.rk[f->rank - 1] : NULL;
     eccl_result rc = ECCL_OK;
     switch (f->kind) {
     case F_KILL:
@@ -250,14 +181,14 @@ static void apply_fault(sim *s, int idx)
             eccl_sg_printf("eccl-sim", "host_off rank=%d host=%s%s (silent)", r->idx, r->host,
                            ranks);
             rc = eccl_sg_world_host_off(s->w, r->host);
-            for (int q = first; q <= last; q++) host_went_off(s, &s->rk[q - 1], "host_off");
+            for (int q = first; q <= last; q++) eccl_scn_job_host_off(&s->job.rk[q - 1], eccl_sg_now_ns(), "host_off");
         } else {
             eccl_sg_printf("eccl-sim", "host_on rank=%d host=%s%s: a new worker starts%s",
                            r->idx, r->host, ranks, first < last ? " for each" : "");
             rc = eccl_sg_world_host_on(s->w, r->host);
             for (int q = first; q <= last; q++) {
                 eccl_scn_sg_add_event(s, q, "host_on", -1, -1, NULL, NULL);
-                eccl_scn_sg_start_worker(&s->rk[q - 1], eccl_sg_now_ns(), 0);
+                eccl_scn_sg_start_worker(&s->job.rk[q - 1], eccl_sg_now_ns(), 0);
             }
         }
         break;
@@ -269,7 +200,7 @@ static void apply_fault(sim *s, int idx)
         eccl_sg_printf("eccl-sim", "%s %s%s (%d links)", f->kind == F_LINK_ON ? "link_on" : "link_off",
                        f->links[0], f->nlinks > 1 ? ",..." : "", fl->n);
         eccl_scn_sg_add_event(s, 0, f->kind == F_LINK_ON ? "link_on" : "link_off", -1, -1, NULL, NULL);
-        if (f->kind == F_LINK_OFF && s->fault_ns == UINT64_MAX) s->fault_ns = eccl_sg_now_ns();
+        if (f->kind == F_LINK_OFF) eccl_scn_job_fault(&s->job, eccl_sg_now_ns());
         break;
     case F_SLOW:
         for (int i = 0; i < fl->n; i++) {
@@ -286,14 +217,14 @@ static void apply_fault(sim *s, int idx)
         eccl_sg_printf("eccl-sim", "slow_link %s%s (%d links)", f->links[0],
                        f->nlinks > 1 ? ",..." : "", fl->n);
         eccl_scn_sg_add_event(s, 0, "slow_link", -1, -1, NULL, NULL);
-        if (s->slow_ns == UINT64_MAX) s->slow_ns = eccl_sg_now_ns();
+        if (s->job.slow_ns == UINT64_MAX) s->job.slow_ns = eccl_sg_now_ns();
         break;
     case F_JOIN:
         break; /* not timed here: the rank's first worker arrives then */
     }
     if (rc != ECCL_OK) {
         eccl_sg_printf("eccl-sim", "FAIL %s: %s", eccl_scn_fault_name(f->kind), eccl_strerror(rc));
-        s->oom = 1;
+        s->job.oom = 1;
     }
 }
 
@@ -316,96 +247,8 @@ void eccl_scn_sg_plan_main(int argc, char **argv)
 static void sim_print(void *ctx, int to_stderr, const char *line)
 {
     rank_state *r = ctx;
-    sim *s = r->s;
-    if (to_stderr || s->verbose) eccl_sg_printf(r->name, "%s%s", to_stderr ? "stderr: " : "", line);
-    if (to_stderr || strncmp(line, "event=", 6) != 0) return;
-    char event[16] = "", ms[24] = "";
-    sscanf(line + 6, "%15[a-z_]", event);
-    uint64_t now = eccl_sg_now_ns();
-    /* The loop prints ms=%.1f; the simulated clock gives the exact time
-     * since this rank's event=begin, to the nanosecond. */
-    if (strstr(line, " ms=")) {
-        uint64_t d = now - r->begin_ns;
-        snprintf(ms, sizeof ms, "%llu.%06llu", (unsigned long long)(d / 1000000u),
-                 (unsigned long long)(d % 1000000u));
-    }
-    int iter = -1, world = -1;
-    eccl_scn_sg_field_int(line, " iter=", &iter);
-    eccl_scn_sg_field_int(line, " world=", &world);
-    /* The result's hash (host buffers) or "phantom", for events.tsv. */
-    char hash[24] = "";
-    const char *hp = strstr(line, " hash=");
-    if (hp) sscanf(hp + 6, "%16[0-9a-f]", hash);
-    else if (strstr(line, " values=phantom")) snprintf(hash, sizeof hash, "phantom");
-    eccl_scn_sg_add_event(s, r->idx, event, iter, world, ms[0] ? ms : NULL, hash[0] ? hash : NULL);
-    const int after_fault = s->fault_ns != UINT64_MAX && s->detect_ns == UINT64_MAX;
-
-    if (strcmp(event, "begin") == 0) {
-        r->begin_ns = now;
-        /* Bootstrap: the first worker's first all-reduce begins once it is
-         * connected, admitted, on the ring and agreed on the step. */
-        if (r->lives == 1 && !r->late && !r->first_begin_ns) r->first_begin_ns = now;
-        /* The victim starts the fatal step: crash it halfway through, by the
-         * time its last good step took (as tests/sim/sim_worker does). */
-        if (r->kill_iter >= 0 && iter == r->kill_iter && !r->kill_armed) {
-            r->kill_armed = 1;
-            start_killer(r, now + r->op_ns / 2);
-        }
-    } else if (strcmp(event, "ok") == 0) {
-        unsigned long long h = 0;
-        r->oks++;
-        r->phantom_oks += strcmp(hash, "phantom") == 0;
-        r->op_ns = now - r->begin_ns;
-        s->ar_n++;
-        s->ar_sum_ns += r->op_ns;
-        const char *ap = strstr(line, " algo=");
-        for (uint32_t a = 0; ap && a < ECCL_ALGO_COUNT; a++) {
-            size_t len = strlen(eccl_algorithm_name(a));
-            if (strncmp(ap + 6, eccl_algorithm_name(a), len) == 0 && (ap[6 + len] == ' ' || !ap[6 + len]))
-                s->ar_by_algo[a]++;
-        }
-        if (s->ar_n == 1 || r->op_ns < s->ar_min_ns) s->ar_min_ns = r->op_ns;
-        if (s->slow_ns != UINT64_MAX && r->begin_ns >= s->slow_ns) {
-            s->after_n++;
-            s->after_sum_ns += r->op_ns;
-        } else if ((s->slow_ns == UINT64_MAX || now < s->slow_ns) && iter > 0) {
-            /* Not iteration 0: it also waits for the last rank to arrive. */
-            s->before_n++;
-            s->before_sum_ns += r->op_ns;
-        }
-        /* A survivor saw the failure: an all-reduce done in a smaller world. */
-        if (after_fault && r->last_ok_world >= 0 && world < r->last_ok_world) s->detect_ns = now;
-        if (r->first_ok_iter < 0) r->first_ok_iter = iter;
-        r->last_ok_iter = iter;
-        r->last_ok_world = world;
-        if (r->min_ok_world < 0 || world < r->min_ok_world) r->min_ok_world = world;
-        if (world > r->max_ok_world) r->max_ok_world = world;
-        if (iter >= 0 && iter < s->cfg->iters) {
-            /* Every rank that finished an iteration holds the same bits. */
-            if (hp && sscanf(hp + 6, "%llx", &h) == 1) {
-                if (!s->ref_hash[iter]) s->ref_hash[iter] = h;
-                else if (s->ref_hash[iter] != h) s->parity_bad++;
-                r->hashed_oks++;
-            }
-            /* A late worker's first step: it is through the ones before. */
-            if (r->oks == 1)
-                for (int i = 0; i < iter; i++) s->oks_at[i]++;
-            s->oks_at[iter]++;
-            eccl_scn_sg_progress(s);
-        }
-    } else if (strcmp(event, "peer_lost") == 0 || strcmp(event, "timeout") == 0 ||
-               strcmp(event, "too_few_peers") == 0 || strcmp(event, "master_lost") == 0) {
-        r->failed_ops++;
-        r->rejoins += event[0] == 'm';
-        s->ar_failed++;
-        if (after_fault) s->detect_ns = now;
-    } else if (strcmp(event, "exit") == 0) {
-        eccl_scn_sg_field_int(line, " status=", &r->exit_status);
-    } else if (strcmp(event, "optimized") == 0) {
-        /* Like a slow_link: all-reduces split into before and after. */
-        if (s->slow_ns == UINT64_MAX) s->slow_ns = now;
-        s->optimized++;
-    }
+    if (to_stderr || rank_sim(r)->verbose) eccl_sg_printf(r->name, "%s%s", to_stderr ? "stderr: " : "", line);
+    if (!to_stderr) eccl_scn_job_line(r, eccl_sg_now_ns(), line);
 }
 
 /* ---- actors -------------------------------------------------------------- */
@@ -414,7 +257,7 @@ static void sim_print(void *ctx, int to_stderr, const char *line)
  * lives): the coordinators serve until then. */
 static int job_running(const sim *s)
 {
-    return s->cfg->diloco ? !(s->dl_live == 0 && s->churn_done) : s->done < s->cfg->ranks;
+    return s->cfg->diloco ? !(s->dl_live == 0 && s->churn_done) : s->job.done < s->cfg->ranks;
 }
 
 void eccl_scn_sg_master_main(int argc, char **argv)
@@ -428,7 +271,7 @@ void eccl_scn_sg_master_main(int argc, char **argv)
     if (rc != ECCL_OK) {
         eccl_sg_printf("master", "FAIL master start: %s", eccl_strerror(rc));
         eccl_master_destroy(m);
-        s->oom = 1;
+        s->job.oom = 1;
         return;
     }
     /* Until every rank is done (diloco: until the churn is over and no
@@ -458,7 +301,7 @@ static void relay_main(int argc, char **argv)
     if (rc != ECCL_OK) {
         eccl_sg_printf("relay", "FAIL relay %d start: %s", a->k + 1, eccl_strerror(rc));
         eccl_relay_destroy(relay);
-        s->oom = 1;
+        s->job.oom = 1;
         return;
     }
     /* Until every rank is done: coarse, one timer per relay. */
@@ -485,7 +328,7 @@ static void relay_faults_main(int argc, char **argv)
         eccl_sg_printf("eccl-sim", "kill_relay relay=%d at=%s: its ranks rejoin through the master",
                        k + 1, s->relay_addr[k]);
         eccl_scn_sg_add_event(s, 0, "kill_relay", -1, -1, NULL, NULL);
-        if (s->fault_ns == UINT64_MAX) s->fault_ns = eccl_sg_now_ns();
+        eccl_scn_job_fault(&s->job, eccl_sg_now_ns());
         eccl_sg_world_kill_process(s->w, s->relay_pid[k]);
     }
 }
@@ -505,12 +348,11 @@ static void rank_main(int argc, char **argv)
     (void)argc;
     (void)argv;
     rank_state *r = sg_actor_self_get_data();
-    sim *s = r->s;
+    sim *s = rank_sim(r);
     /* Not when it is due now (a host_on): SimGrid would round a sleep of
      * less than its precision up to 1 ns, and say so. */
     if (r->arrive_ns > eccl_sg_now_ns()) sg_actor_sleep_until((double)r->arrive_ns / 1e9);
-    r->counted = 1;
-    s->running++;
+    eccl_scn_job_worker_arrived(r);
     eccl_worker_sg sim_launch;
     eccl_worker_sg_init(&sim_launch, s->w, sim_print, r);
     const eccl_launch launch = sim_launch.launch;
@@ -532,7 +374,7 @@ static void rank_main(int argc, char **argv)
     };
     r->status = eccl_worker_run(&launch, &o);
     r->returned = 1;
-    worker_ended(s, r);
+    eccl_scn_job_worker_ended(r);
 }
 
 
@@ -541,12 +383,9 @@ static void rank_main(int argc, char **argv)
 void eccl_scn_sg_free(sim *s, eccl_scenario *cfg)
 {
     eccl_sg_world_destroy(s->w);
-    free(s->rk);
-    free(s->oks_at);
-    free(s->ref_hash);
+    eccl_scn_job_free(&s->job);
     free(s->flinks);
     free(s->order);
-    free(s->ev);
     free(s->relay_addr);
     free(s->relay_pid);
     free(s->relay_args);
@@ -562,22 +401,6 @@ void eccl_scn_sg_write_transport(FILE *sf, const sim *s, const eccl_scenario *cf
     fprintf(sf, "transport\tibv\nrdma_writes\t%llu\n",
             (unsigned long long)eccl_sg_world_rdma_writes(s->w));
 }
-
-/* Rank idx (1-based) of every workload: its names, and its arrival,
- * staggered by `stagger` plus seeded jitter drawn from *rng (the
- * scenario's one stream, rank by rank), so that the same seed gives every
- * workload of a scenario the same start-up. */
-void eccl_scn_sg_rank_start(sim *s, const eccl_scenario *cfg, rank_state *r, int idx, uint64_t *rng)
-{
-    r->s = s;
-    r->idx = idx;
-    snprintf(r->name, sizeof r->name, "rank%d", idx);
-    snprintf(r->host, sizeof r->host, "node-%d", eccl_scn_rank_host(cfg, idx));
-    r->arrive_ns = (uint64_t)llround(cfg->stagger_s * 1e9) * (uint64_t)idx;
-    uint64_t jitter_ns = (uint64_t)llround(cfg->jitter_s * 1e9);
-    if (jitter_ns) r->arrive_ns += eccl_scn_prng_below(rng, jitter_ns);
-}
-
 
 /* Actor stacks. Core's deepest call chain is under 4 KiB (no control
  * message on the stack is bigger than 256 bytes), so 256 KiB instead of
@@ -643,12 +466,10 @@ int eccl_scn_sg_run(eccl_scenario *cfg, const char *file, const char *outdir, co
     s->cfg = cfg;
     s->verbose = verbose;
     s->master_addr = "node-0:5000";
-    s->fault_ns = s->detect_ns = s->slow_ns = UINT64_MAX;
-    s->rk = calloc((size_t)cfg->ranks, sizeof *s->rk);
-    s->oks_at = calloc((size_t)cfg->iters + 1, sizeof *s->oks_at);
-    s->ref_hash = calloc((size_t)cfg->iters + 1, sizeof *s->ref_hash);
+    const eccl_scn_job_hooks hooks = {.ctx = s, .say = sg_say, .arm_kill = sg_arm_kill,
+                                      .event_added = sg_event_added};
     s->flinks = calloc((size_t)cfg->nfaults + 1, sizeof *s->flinks);
-    if (!s->rk || !s->oks_at || !s->ref_hash || !s->flinks ||
+    if (eccl_scn_job_init(&s->job, cfg, "eccl-sim", &hooks) || !s->flinks ||
         eccl_sg_world_create(log_level, &s->w) != ECCL_OK) {
         fprintf(stderr, "eccl-sim: out of memory\n");
         return 1;

@@ -158,6 +158,20 @@ int eccl_scn_parse_u64(const char *v, uint64_t *out);
 int eccl_scn_write_platform(const eccl_scenario *c, const char *path);
 
 
+/* One link of a route of the generated platform. */
+#define ECCL_SCN_HOPS_MAX 16
+typedef struct eccl_scn_hop {
+    char name[LINK_NAME_MAX]; /* as fault lines name it: node-K (host K's own link), else platform.xml's id */
+    double bandwidth_Bps;
+    double latency_s;
+    int per_flow; /* FATPIPE: every flow gets the whole bandwidth */
+} eccl_scn_hop;
+
+/* The route from host a to host b (a != b) on the platform
+ * eccl_scn_write_platform generates, link by link, in order: what a runner
+ * without SimGrid (eccl-emu) shapes a host pair by. Returns the count. */
+int eccl_scn_route(const eccl_scenario *c, int a, int b, eccl_scn_hop *hops);
+
 /* The scenario's randomness: eccl_splitmix64 seeded from its seed. Uniform
  * in [0, n) (n > 0), without modulo bias worth speaking of at 64 bits. */
 static inline uint64_t eccl_scn_prng_below(uint64_t *state, uint64_t n) { return eccl_splitmix64(state) % n; }
