@@ -75,6 +75,10 @@ void eccl_chaos_plan_kill(const eccl_chaos_plan *p, const char *self, uint16_t *
  * matters (a real process dies; a simulated actor is killed). */
 eccl_result eccl_chaos_wrap(eccl_env *env, eccl_chaos_plan *plan, const char *self, void (*kill)(void *arg),
                             void *kill_arg);
+/* The plan's times count from t0_ns on env's clock (default: the wrap), so
+ * that every process of a job (eccl-emu starts them one by one) sees a rule
+ * start at the same instant. */
+void eccl_chaos_set_origin(eccl_env *env, uint64_t t0_ns);
 /* Whether env's net is a chaos net. */
 int eccl_chaos_wrapped(const eccl_env *env);
 /* Puts the wrapped net back and frees the chaos net; every conn and listener

@@ -106,7 +106,11 @@ typedef struct chaos_net {
     eccl_chaos_stats stats;
 } chaos_net;
 
-static uint64_t now_ns(chaos_net *n) { return n->env->clock->now_ns(n->env->clock_ctx) - n->t0; }
+static uint64_t now_ns(chaos_net *n)
+{
+    const uint64_t t = n->env->clock->now_ns(n->env->clock_ctx);
+    return t > n->t0 ? t - n->t0 : 0;
+}
 static void lock(chaos_net *n) { n->env->sync->lock(n->env->sync_ctx, n->mu); }
 static void unlock(chaos_net *n) { n->env->sync->unlock(n->env->sync_ctx, n->mu); }
 
@@ -649,6 +653,15 @@ eccl_result eccl_chaos_wrap(eccl_env *env, eccl_chaos_plan *plan, const char *se
 }
 
 int eccl_chaos_wrapped(const eccl_env *env) { return env && env->net == &chaos_net_ops; }
+
+void eccl_chaos_set_origin(eccl_env *env, uint64_t t0_ns)
+{
+    if (!eccl_chaos_wrapped(env)) return;
+    chaos_net *n = env->net_ctx;
+    lock(n);
+    n->t0 = t0_ns;
+    unlock(n);
+}
 
 void eccl_chaos_unwrap(eccl_env *env)
 {

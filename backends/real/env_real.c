@@ -592,7 +592,9 @@ static void chaos_kill(void *arg)
 
 /* ECCL_CHAOS=FILE puts the chaos net (chaos/chaos.h) around this env's net
  * with the plan in FILE; ECCL_CHAOS_SELF=HOST names this process's host
- * (default: the host of its first listener). A plan that cannot be read or
+ * (default: the host of its first listener); ECCL_CHAOS_T0=NS, a
+ * CLOCK_MONOTONIC time in ns, is when the plan's times start (default: now;
+ * eccl-emu gives every process of a job the same). A plan that cannot be read or
  * parsed fails the creation: a run meant to be shaped must not run unshaped. */
 static eccl_result chaos_create(env_real *r)
 {
@@ -616,9 +618,23 @@ static eccl_result chaos_create(env_real *r)
         return rc;
     }
     rc = eccl_chaos_wrap(&r->env, plan, getenv("ECCL_CHAOS_SELF"), chaos_kill, NULL);
-    if (rc != ECCL_OK)
+    if (rc != ECCL_OK) {
         eccl_chaos_plan_free(plan);
-    return rc;
+        return rc;
+    }
+    const char *t0 = getenv("ECCL_CHAOS_T0");
+    if (t0 && *t0) {
+        char *end;
+        errno = 0;
+        unsigned long long ns = strtoull(t0, &end, 10);
+        if (errno || *end || end == t0) {
+            eccl_real_log(&r->env, ECCL_LOG_ERROR, "ECCL_CHAOS_T0=%s: not a CLOCK_MONOTONIC time in ns", t0);
+            eccl_chaos_unwrap(&r->env);
+            return ECCL_ERR_INVALID_ARG;
+        }
+        eccl_chaos_set_origin(&r->env, (uint64_t)ns);
+    }
+    return ECCL_OK;
 }
 
 eccl_result eccl_env_real_create(const char *name, int data_links, eccl_env **out)
