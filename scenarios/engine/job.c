@@ -680,6 +680,10 @@ int eccl_scn_job_finish(eccl_scn_job *s, const char *outdir, uint64_t end_ns, co
         fprintf(stderr, "%s: out of memory (or a fault failed) while running\n", s->tool);
         failures++;
     }
+    if (rep->failure) {
+        eccl_scn_job_say(s, s->tool, "FAIL %s", rep->failure);
+        failures++;
+    }
     const char *checks = failures ? "fail" : "pass";
     char end_time[32], ar_mean[32] = "-", ar_min[32] = "-", fault_t[32] = "-", detect[32] = "-";
     eccl_results_fmt_time(end_time, sizeof end_time, end_ns);

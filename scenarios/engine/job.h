@@ -187,6 +187,7 @@ typedef struct eccl_scn_job_report {
     void (*write_costs)(void *ctx, FILE *f);
     void (*write_tail)(void *ctx, FILE *f);
     void *ctx;
+    const char *failure; /* what the runner could not do (a check fails); NULL: nothing */
 } eccl_scn_job_report;
 
 /* Checks the run that ended at end_ns and writes its outputs to outdir;
