@@ -1,0 +1,35 @@
+#!/bin/sh
+# Runs one scenario file in eccl-sim and in eccl-emu (real processes) and
+# fails unless both pass and reach the same verdicts: checks, survivors,
+# killed, dropped, joined (summary.tsv). Times are printed side by side
+# (simulated / emulated), never asserted: the emulation's times depend on
+# this box's load.
+# Usage: check_emu_vs_sim.sh BINDIR SCENARIO WORKDIR
+set -u
+bin=$1 scn=$2 work=$3
+rm -rf "$work"
+mkdir -p "$work"
+"$bin/eccl-sim" run "$scn" --out "$work/sim" > "$work/sim.log" 2>&1
+sim_rc=$?
+"$bin/eccl-emu" run "$scn" --out "$work/emu" --timeout 120 > "$work/emu.log" 2>&1
+emu_rc=$?
+get() { awk -F'\t' -v k="$2" '$1 == k { print $2 }' "$1/summary.tsv" 2>/dev/null; }
+fail=0
+if [ "$sim_rc" -ne 0 ] || [ "$emu_rc" -ne 0 ]; then
+    echo "FAIL exit status: eccl-sim $sim_rc, eccl-emu $emu_rc"
+    tail -5 "$work/sim.log"
+    tail -15 "$work/emu.log"
+    fail=1
+fi
+for k in checks survivors killed dropped joined; do
+    s=$(get "$work/sim" $k) e=$(get "$work/emu" $k)
+    if [ -z "$s" ] || [ "$s" != "$e" ]; then
+        echo "FAIL $k: eccl-sim '$s', eccl-emu '$e'"
+        fail=1
+    fi
+done
+for k in bootstrap_s allreduce_mean_s detect_s slowdown; do
+    printf '%-18s sim %-14s emu %s\n' "$k" "$(get "$work/sim" $k)" "$(get "$work/emu" $k)"
+done
+[ $fail -eq 0 ] && echo "check_emu_vs_sim: $(basename "$scn"): same verdicts"
+exit $fail
