@@ -59,9 +59,25 @@ typedef struct eccl_chaos_path {
     double bandwidth_Bps; /* 0: unlimited */
     double reset_per_s;   /* rate at which a connection is reset; 0: never */
     int partitioned;      /* nothing passes; connects are refused */
+    double flow_Bps;      /* each connection's own cap (flow=); 0: none */
 } eccl_chaos_path;
 void eccl_chaos_plan_path(const eccl_chaos_plan *p, const char *self, const char *peer, uint64_t t_ns,
                           eccl_chaos_path *out);
+/* Wires: links shared by every connection that crosses them, in every
+ * process of a job (`wire NAME bandwidth=BW`; a link rule's via= and back=
+ * name the wires its traffic crosses each way). A wire's bucket is one
+ * uint64_t, the time it is free again: the process's own unless the env
+ * hands the net shared ones (eccl_chaos_set_wires). */
+#define ECCL_CHAOS_VIA_MAX 16
+typedef struct eccl_chaos_wire {
+    uint16_t id;          /* 0 .. eccl_chaos_plan_wires() - 1 */
+    double bandwidth_Bps; /* now; 0: none given now (no limit) */
+} eccl_chaos_wire;
+size_t eccl_chaos_plan_wires(const eccl_chaos_plan *p);
+/* The wires traffic from host `from` to host `to` crosses at t, in order
+ * (out has room for ECCL_CHAOS_VIA_MAX); their count. */
+int eccl_chaos_plan_route(const eccl_chaos_plan *p, const char *from, const char *to, uint64_t t_ns,
+                          eccl_chaos_wire *out);
 /* Frame type and count, or time, at which `self` is to be killed; 0 type
  * and UINT64_MAX time when never. */
 void eccl_chaos_plan_kill(const eccl_chaos_plan *p, const char *self, uint16_t *frame_type, uint64_t *frames,
@@ -79,6 +95,11 @@ eccl_result eccl_chaos_wrap(eccl_env *env, eccl_chaos_plan *plan, const char *se
  * that every process of a job (eccl-emu starts them one by one) sees a rule
  * start at the same instant. */
 void eccl_chaos_set_origin(eccl_env *env, uint64_t t0_ns);
+/* Wire buckets shared with the other processes of a job (n of them, at
+ * least the plan's wires; the real env maps ECCL_CHAOS_WIRES=FILE): the
+ * times, on the plan's clock, each wire is free again, updated atomically.
+ * Without it each process has buckets of its own. Not owned. */
+eccl_result eccl_chaos_set_wires(eccl_env *env, uint64_t *free_at, size_t n);
 /* Whether env's net is a chaos net. */
 int eccl_chaos_wrapped(const eccl_env *env);
 /* Puts the wrapped net back and frees the chaos net; every conn and listener

@@ -3,9 +3,11 @@
  * A connection this net opened ("shaped") holds its bytes in two delay
  * lines: what core sends waits in `tx` until it is due, then goes to the
  * inner conn; what the inner conn delivers waits in `rx` until it is due,
- * then core may read it. A chunk is due at max(now, the pair's bucket) +
- * size / bandwidth + latency + jitter, never before the chunk ahead of it
- * (a stream does not reorder). Each line holds at most the plan's buffer:
+ * then core may read it. A chunk starts at the latest of now, the pair's
+ * bucket, the conn's own (flow=) and the buckets of the wires it crosses,
+ * and is due when its slowest of them has carried it, plus latency and
+ * jitter, never before the chunk ahead of it (a stream does not reorder).
+ * Each bucket is then busy for size / its bandwidth. Each line holds at most the plan's buffer:
  * a full tx line makes send take 0 bytes (core then waits for writable),
  * a full rx line stops reading the inner conn (TCP's window does the rest).
  * Under a partition nothing moves either way and connects are refused;
@@ -60,6 +62,7 @@ typedef struct cconn {
     eccl_conn *inner; /* NULL once reset, or when the connect was refused */
     void *user;
     pair *pair;       /* NULL: accepted, passed through */
+    uint64_t flow_free_at[2]; /* its own send / receive bucket (flow=) */
     uint64_t rng;     /* splitmix64 state: this conn's jitter and reset draws */
     line tx, rx;
     int want_read, want_write;   /* core's interest */
@@ -103,6 +106,9 @@ typedef struct chaos_net {
     int waiters;
     uint64_t conn_seq;
     pair *pairs;
+    uint64_t *wires;  /* per wire of the plan: when it is free again */
+    size_t nwires;
+    uint64_t *own_wires; /* this process's, until the env hands shared ones */
     eccl_chaos_stats stats;
 } chaos_net;
 
@@ -156,15 +162,43 @@ static chunk *line_push(line *l, size_t len, uint64_t due_ns)
     return c;
 }
 
-/* When `len` bytes entering direction dir now are due. */
+static uint64_t max_u64(uint64_t a, uint64_t b) { return a > b ? a : b; }
+
+/* Time to carry len bytes at bw (0: no limit). */
+static uint64_t carry_ns(size_t len, double bw) { return bw > 0 ? (uint64_t)llround((double)len * 1e9 / bw) : 0; }
+
+/* Takes a wire from `start` for `busy` ns: its bucket becomes the later of
+ * its time and start, plus busy. Other processes may take it at once
+ * (shared buckets): compare-and-swap. */
+static void take_wire(uint64_t *w, uint64_t start, uint64_t busy)
+{
+    uint64_t old = __atomic_load_n(w, __ATOMIC_RELAXED);
+    while (!__atomic_compare_exchange_n(w, &old, max_u64(old, start) + busy, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+    }
+}
+
+/* When `len` bytes entering direction dir (0: to the peer, 1: from it) now are due. */
 static uint64_t due_at(chaos_net *n, cconn *c, int dir, size_t len, uint64_t now, const eccl_chaos_path *path)
 {
-    uint64_t start = now > c->pair->free_at[dir] ? now : c->pair->free_at[dir];
-    uint64_t wire = path->bandwidth_Bps > 0 ? (uint64_t)llround((double)len * 1e9 / path->bandwidth_Bps) : 0;
-    c->pair->free_at[dir] = start + wire;
+    eccl_chaos_wire via[ECCL_CHAOS_VIA_MAX];
+    const int nvia = eccl_chaos_plan_route(n->plan, dir ? c->pair->host : n->self, dir ? n->self : c->pair->host,
+                                           now, via);
+    uint64_t start = max_u64(max_u64(now, c->pair->free_at[dir]), c->flow_free_at[dir]);
+    for (int i = 0; i < nvia; i++)
+        if (via[i].id < n->nwires) start = max_u64(start, __atomic_load_n(&n->wires[via[i].id], __ATOMIC_RELAXED));
+    const uint64_t pair_ns = carry_ns(len, path->bandwidth_Bps), flow_ns = carry_ns(len, path->flow_Bps);
+    uint64_t slowest = max_u64(pair_ns, flow_ns);
+    c->pair->free_at[dir] = start + pair_ns;
+    c->flow_free_at[dir] = start + flow_ns;
+    for (int i = 0; i < nvia; i++) {
+        if (via[i].id >= n->nwires) continue;
+        const uint64_t busy = carry_ns(len, via[i].bandwidth_Bps);
+        take_wire(&n->wires[via[i].id], start, busy);
+        slowest = max_u64(slowest, busy);
+    }
     uint64_t jitter = path->jitter_ns ? eccl_splitmix64(&c->rng) % (path->jitter_ns + 1) : 0;
-    if (path->latency_ns || jitter || wire) n->stats.delayed_bytes += len;
-    return start + wire + path->latency_ns + jitter;
+    if (path->latency_ns || jitter || slowest) n->stats.delayed_bytes += len;
+    return start + slowest + path->latency_ns + jitter;
 }
 
 /* Counts the frames in bytes core sends; 1 when the plan's kill is due. */
@@ -646,6 +680,13 @@ eccl_result eccl_chaos_wrap(eccl_env *env, eccl_chaos_plan *plan, const char *se
     n->kill = kill;
     n->kill_arg = kill_arg;
     n->t0 = env->clock->now_ns(env->clock_ctx);
+    n->nwires = eccl_chaos_plan_wires(plan);
+    n->wires = n->own_wires = calloc(n->nwires + 1, sizeof *n->own_wires);
+    if (!n->own_wires) {
+        env->sync->mutex_destroy(env->sync_ctx, n->mu);
+        free(n);
+        return ECCL_ERR_NO_MEMORY;
+    }
     eccl_chaos_plan_kill(plan, n->self, &n->kill_type, &n->kill_frames, &n->kill_at_ns);
     env->net = &chaos_net_ops;
     env->net_ctx = n;
@@ -653,6 +694,17 @@ eccl_result eccl_chaos_wrap(eccl_env *env, eccl_chaos_plan *plan, const char *se
 }
 
 int eccl_chaos_wrapped(const eccl_env *env) { return env && env->net == &chaos_net_ops; }
+
+eccl_result eccl_chaos_set_wires(eccl_env *env, uint64_t *free_at, size_t n)
+{
+    if (!eccl_chaos_wrapped(env) || !free_at) return ECCL_ERR_INVALID_ARG;
+    chaos_net *c = env->net_ctx;
+    if (n < c->nwires) return ECCL_ERR_INVALID_ARG;
+    lock(c);
+    c->wires = free_at;
+    unlock(c);
+    return ECCL_OK;
+}
 
 void eccl_chaos_set_origin(eccl_env *env, uint64_t t0_ns)
 {
@@ -675,6 +727,7 @@ void eccl_chaos_unwrap(eccl_env *env)
     for (pair *p = n->pairs, *next; p; p = next) next = p->next, free(p);
     env->sync->mutex_destroy(env->sync_ctx, n->mu);
     eccl_chaos_plan_free(n->plan);
+    free(n->own_wires);
     free(n);
 }
 

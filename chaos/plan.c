@@ -14,7 +14,9 @@
 
 #define HOST_MAX 64
 
-typedef enum rule_kind { R_LINK, R_RESET, R_PARTITION, R_SLOW, R_KILL } rule_kind;
+typedef enum rule_kind { R_LINK, R_RESET, R_PARTITION, R_SLOW, R_KILL, R_WIRE } rule_kind;
+
+#define VIA_MAX 16 /* wires a link's route crosses, each way */
 
 typedef struct rule {
     rule_kind kind;
@@ -28,6 +30,14 @@ typedef struct rule {
     uint64_t at_ns;    /* kill at=: UINT64_MAX when by frames */
     uint16_t frame_type;
     uint64_t frames;
+    /* link via=, back=: the wires its traffic crosses from a to b, and
+     * from b to a (back: via reversed unless given); flow=: each
+     * connection's own cap. wire: its id (a; b unused). */
+    int nvia[2], have_via;
+    uint16_t via[2][VIA_MAX];
+    double flow_Bps;
+    int have_flow;
+    uint16_t wire;
 } rule;
 
 struct eccl_chaos_plan {
@@ -35,6 +45,8 @@ struct eccl_chaos_plan {
     size_t buffer_bytes;
     rule *rules;
     size_t n;
+    char (*wires)[HOST_MAX]; /* wire names, by id */
+    size_t nwires;
 };
 
 typedef struct unit {
@@ -113,8 +125,31 @@ __attribute__((format(printf, 4, 5))) static eccl_result fail(char *err, size_t 
     return ECCL_ERR_INVALID_ARG;
 }
 
+/* The id of wire `name`; -1 when the plan has declared none such. */
+static int wire_id(const eccl_chaos_plan *p, const char *name, size_t len)
+{
+    for (size_t i = 0; i < p->nwires; i++)
+        if (strlen(p->wires[i]) == len && !strncmp(p->wires[i], name, len)) return (int)i;
+    return -1;
+}
+
+/* A comma-separated list of declared wires into ids[]; their count, or -1. */
+static int wire_list(const eccl_chaos_plan *p, const char *val, uint16_t *ids)
+{
+    int n = 0;
+    for (const char *w = val; *w;) {
+        const char *comma = strchr(w, ',');
+        size_t len = comma ? (size_t)(comma - w) : strlen(w);
+        int id = wire_id(p, w, len);
+        if (id < 0 || n == VIA_MAX) return -1;
+        ids[n++] = (uint16_t)id;
+        w += len + (comma != NULL);
+    }
+    return n > 0 ? n : -1;
+}
+
 /* One `key=value` option of a rule line into r; -1 when unknown or bad. */
-static int rule_option(rule *r, const char *key, const char *val)
+static int rule_option(const eccl_chaos_plan *p, rule *r, const char *key, const char *val)
 {
     double x;
     if (!strcmp(key, "from") || !strcmp(key, "until")) {
@@ -128,6 +163,19 @@ static int rule_option(rule *r, const char *key, const char *val)
             return r->latency_ns = to_ns(x), r->have_latency = 1, 0;
         if (!strcmp(key, "jitter") && !eccl_chaos_parse_quantity(val, ECCL_CHAOS_TIME, &x))
             return r->jitter_ns = to_ns(x), r->have_jitter = 1, 0;
+        if (!strcmp(key, "bandwidth") && !eccl_chaos_parse_quantity(val, ECCL_CHAOS_BANDWIDTH, &x) && x > 0)
+            return r->bandwidth_Bps = x, r->have_bandwidth = 1, 0;
+        if (!strcmp(key, "flow") && !eccl_chaos_parse_quantity(val, ECCL_CHAOS_BANDWIDTH, &x) && x > 0)
+            return r->flow_Bps = x, r->have_flow = 1, 0;
+        if (!strcmp(key, "via") || !strcmp(key, "back")) {
+            const int d = key[0] == 'b';
+            r->nvia[d] = wire_list(p, val, r->via[d]);
+            if (r->nvia[d] < 0) return -1;
+            r->have_via |= 1 << d;
+            return 0;
+        }
+        return -1;
+    case R_WIRE:
         if (!strcmp(key, "bandwidth") && !eccl_chaos_parse_quantity(val, ECCL_CHAOS_BANDWIDTH, &x) && x > 0)
             return r->bandwidth_Bps = x, r->have_bandwidth = 1, 0;
         return -1;
@@ -233,18 +281,18 @@ eccl_result eccl_chaos_plan_parse(const char *text, char *err, size_t errlen, ec
             }
             continue;
         }
-        static const char *const kinds[] = {"link", "reset", "partition", "slow", "kill"};
+        static const char *const kinds[] = {"link", "reset", "partition", "slow", "kill", "wire"};
         rule r = {.from_ns = 0, .until_ns = UINT64_MAX, .at_ns = UINT64_MAX};
         int k = -1;
-        for (int i = 0; i < 5; i++)
+        for (int i = 0; i < 6; i++)
             if (!strcmp(tok[0], kinds[i])) k = i;
         if (k < 0) {
-            rc = fail(err, errlen, lineno, "unknown rule \"%s\" (link, reset, partition, slow, kill; or "
+            rc = fail(err, errlen, lineno, "unknown rule \"%s\" (link, reset, partition, slow, kill, wire; or "
                       "seed = N, buffer = SIZE)", tok[0]);
             break;
         }
         r.kind = (rule_kind)k;
-        const int hosts = r.kind == R_SLOW || r.kind == R_KILL ? 1 : 2;
+        const int hosts = r.kind == R_SLOW || r.kind == R_KILL || r.kind == R_WIRE ? 1 : 2;
         if (nt < 1 + hosts || copy_host(r.a, tok[1]) || (hosts == 2 && copy_host(r.b, tok[2]))) {
             rc = fail(err, errlen, lineno, "%s: want %s then options", kinds[k], hosts == 2 ? "two hosts" : "a host");
             break;
@@ -252,7 +300,7 @@ eccl_result eccl_chaos_plan_parse(const char *text, char *err, size_t errlen, ec
         for (int i = 1 + hosts; i < nt; i++) {
             char *eq = strchr(tok[i], '=');
             if (eq) *eq = '\0';
-            if (!eq || rule_option(&r, tok[i], eq + 1)) {
+            if (!eq || rule_option(p, &r, tok[i], eq + 1)) {
                 rc = fail(err, errlen, lineno, "%s: bad option \"%s%s%s\"", kinds[k], tok[i], eq ? "=" : "",
                           eq ? eq + 1 : "");
                 break;
@@ -263,11 +311,32 @@ eccl_result eccl_chaos_plan_parse(const char *text, char *err, size_t errlen, ec
             rc = fail(err, errlen, lineno, "%s: until must be after from", kinds[k]);
             break;
         }
+        if (r.kind == R_WIRE) { /* a wire's first line names it; later ones change its bandwidth */
+            int id = wire_id(p, r.a, strlen(r.a));
+            if (id < 0) {
+                void *m = p->nwires >= UINT16_MAX ? NULL : realloc(p->wires, (p->nwires + 1) * sizeof *p->wires);
+                if (!m) {
+                    rc = ECCL_ERR_NO_MEMORY;
+                    break;
+                }
+                p->wires = m;
+                memcpy(p->wires[p->nwires], r.a, sizeof r.a);
+                id = (int)p->nwires++;
+            }
+            r.wire = (uint16_t)id;
+        }
+        if (r.kind == R_LINK && r.have_via == 1) { /* back: the way there, reversed */
+            r.nvia[1] = r.nvia[0];
+            for (int i = 0; i < r.nvia[0]; i++) r.via[1][i] = r.via[0][r.nvia[0] - 1 - i];
+        }
         if ((r.kind == R_RESET && r.rate_per_s <= 0) || (r.kind == R_SLOW && r.factor < 1) ||
             (r.kind == R_KILL && (r.at_ns == UINT64_MAX) == (r.frames == 0)) ||
-            (r.kind == R_LINK && !r.have_latency && !r.have_jitter && !r.have_bandwidth)) {
-            static const char *const need[] = {"latency=, jitter= or bandwidth=", "rate=R/s", "",
-                                               "factor=F (>= 1)", "at=TIME or after=FRAME:N (one of them)"};
+            (r.kind == R_LINK && !r.have_latency && !r.have_jitter && !r.have_bandwidth && !r.have_via &&
+             !r.have_flow) ||
+            (r.kind == R_WIRE && !r.have_bandwidth)) {
+            static const char *const need[] = {"latency=, jitter=, bandwidth=, flow= or via=", "rate=R/s", "",
+                                               "factor=F (>= 1)", "at=TIME or after=FRAME:N (one of them)",
+                                               "bandwidth="};
             rc = fail(err, errlen, lineno, "%s: needs %s", kinds[k], need[k]);
             break;
         }
@@ -294,6 +363,7 @@ void eccl_chaos_plan_free(eccl_chaos_plan *p)
 {
     if (!p) return;
     free(p->rules);
+    free(p->wires);
     free(p);
 }
 
@@ -335,6 +405,7 @@ void eccl_chaos_plan_path(const eccl_chaos_plan *p, const char *self, const char
             if (r->have_latency) out->latency_ns = r->latency_ns;
             if (r->have_jitter) out->jitter_ns = r->jitter_ns;
             if (r->have_bandwidth) out->bandwidth_Bps = r->bandwidth_Bps;
+            if (r->have_flow) out->flow_Bps = r->flow_Bps;
             break;
         case R_RESET:
             if (pair_matches(r, self, peer)) out->reset_per_s = r->rate_per_s;
@@ -346,12 +417,41 @@ void eccl_chaos_plan_path(const eccl_chaos_plan *p, const char *self, const char
             if (host_is(r->a, self) || host_is(r->a, peer)) slow *= r->factor;
             break;
         case R_KILL:
+        case R_WIRE:
             break;
         }
     }
     out->latency_ns = (uint64_t)llround((double)out->latency_ns * slow);
     out->jitter_ns = (uint64_t)llround((double)out->jitter_ns * slow);
     if (out->bandwidth_Bps > 0) out->bandwidth_Bps /= slow;
+    if (out->flow_Bps > 0) out->flow_Bps /= slow;
+}
+
+size_t eccl_chaos_plan_wires(const eccl_chaos_plan *p) { return p->nwires; }
+
+int eccl_chaos_plan_route(const eccl_chaos_plan *p, const char *from, const char *to, uint64_t t_ns,
+                          eccl_chaos_wire *out)
+{
+    const rule *link = NULL;
+    double slow = 1;
+    for (size_t i = 0; i < p->n; i++) {
+        const rule *r = &p->rules[i];
+        if (!active(r, t_ns)) continue;
+        if (r->kind == R_LINK && r->have_via && pair_matches(r, from, to)) link = r;
+        if (r->kind == R_SLOW && (host_is(r->a, from) || host_is(r->a, to))) slow *= r->factor;
+    }
+    if (!link) return 0;
+    const int d = !(host_is(link->a, from) && host_is(link->b, to));
+    for (int k = 0; k < link->nvia[d]; k++) {
+        out[k].id = link->via[d][k];
+        out[k].bandwidth_Bps = 0;
+        for (size_t i = 0; i < p->n; i++) { /* its bandwidth now: the last active line wins */
+            const rule *r = &p->rules[i];
+            if (r->kind == R_WIRE && r->wire == out[k].id && active(r, t_ns)) out[k].bandwidth_Bps = r->bandwidth_Bps;
+        }
+        out[k].bandwidth_Bps /= slow;
+    }
+    return link->nvia[d];
 }
 
 void eccl_chaos_plan_kill(const eccl_chaos_plan *p, const char *self, uint16_t *frame_type, uint64_t *frames,

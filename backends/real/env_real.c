@@ -3,6 +3,7 @@
 #include "env_real.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <fiu-local.h>
 #include <pthread.h>
 #include <sched.h>
@@ -12,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -30,6 +33,8 @@ typedef struct env_real {
     eccl_env env;
     uint64_t t0_ns; /* log timestamps count from here */
     eccl_real_cuda *cuda; /* device tensors (dev_cuda.h); opens nothing until needed */
+    uint64_t *chaos_wires; /* ECCL_CHAOS_WIRES, mapped; NULL: none */
+    size_t chaos_wires_len;
 } env_real;
 
 /* pthread names are limited to 16 bytes including the NUL. */
@@ -590,6 +595,37 @@ static void chaos_kill(void *arg)
     raise(SIGKILL);
 }
 
+/* ECCL_CHAOS_WIRES=FILE: the plan's wire buckets, shared by every process
+ * of a job through a file they all map (eccl-emu creates it, 8 bytes a
+ * wire, zeroed). A file that cannot be mapped, or is too small for the
+ * plan, fails the creation as a bad plan does. */
+static eccl_result chaos_map_wires(env_real *r)
+{
+    const char *path = getenv("ECCL_CHAOS_WIRES");
+    if (!path || !*path)
+        return ECCL_OK;
+    errno = 0;
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    struct stat st;
+    void *m = MAP_FAILED;
+    if (fd >= 0 && fstat(fd, &st) == 0 && st.st_size >= (off_t)sizeof(uint64_t))
+        m = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    const int err = errno;
+    if (fd >= 0)
+        close(fd);
+    if (m == MAP_FAILED || eccl_chaos_set_wires(&r->env, m, (size_t)st.st_size / sizeof(uint64_t)) != ECCL_OK) {
+        eccl_real_log(&r->env, ECCL_LOG_ERROR, "ECCL_CHAOS_WIRES=%s: %s", path,
+                      m == MAP_FAILED ? (fd < 0 || err ? strerror(err) : "empty") : "smaller than the plan's wires");
+        if (m != MAP_FAILED)
+            munmap(m, (size_t)st.st_size);
+        eccl_chaos_unwrap(&r->env);
+        return ECCL_ERR_INVALID_ARG;
+    }
+    r->chaos_wires = m;
+    r->chaos_wires_len = (size_t)st.st_size;
+    return ECCL_OK;
+}
+
 /* ECCL_CHAOS=FILE puts the chaos net (chaos/chaos.h) around this env's net
  * with the plan in FILE; ECCL_CHAOS_SELF=HOST names this process's host
  * (default: the host of its first listener); ECCL_CHAOS_T0=NS, a
@@ -634,7 +670,7 @@ static eccl_result chaos_create(env_real *r)
         }
         eccl_chaos_set_origin(&r->env, (uint64_t)ns);
     }
-    return ECCL_OK;
+    return chaos_map_wires(r);
 }
 
 eccl_result eccl_env_real_create(const char *name, int data_links, eccl_env **out)
@@ -704,6 +740,9 @@ void eccl_env_real_destroy(eccl_env *env)
     if (!env)
         return;
     destroy_net(env);
-    eccl_real_cuda_free(((env_real *)env)->cuda);
-    free((env_real *)env);
+    env_real *r = (env_real *)env;
+    if (r->chaos_wires)
+        munmap(r->chaos_wires, r->chaos_wires_len); /* after the chaos net is gone */
+    eccl_real_cuda_free(r->cuda);
+    free(r);
 }

@@ -3,14 +3,18 @@
  * job.
  *
  * A host pair is shaped by its route (eccl_scn_route, the same formulas as
- * the SimGrid platform): one-way latency the sum of its links', bandwidth
- * its narrowest link's. What this leaves out, said in scenarios/README.md
- * ("eccl-emu"): a link is not shared between host pairs (two pairs over one
- * WAN link each get all of it), and two ranks of one host talk over the
- * real loopback, unshaped. Link faults are walked in time order: while a
- * pair's route crosses a link that is off, a `partition` rule holds it; a
- * slow_link gives the pairs whose routes cross it a `link` rule from then
- * on (the last matching rule wins).
+ * the SimGrid platform): its one-way latency is the sum of its links', and
+ * its bytes cross the route's links as chaos `wire`s, buckets every process
+ * of the job shares (ECCL_CHAOS_WIRES), so that flows over one link share
+ * it as SimGrid's do. As in SimGrid's platform, a host's own link is split
+ * duplex (node-K.up, node-K.down: a wire each way), the other links carry
+ * both directions on one wire, a cluster's backbone never limits (not a
+ * wire), and the WAN's per-flow cap (flow_bandwidth) caps each connection
+ * (flow=). Two ranks of one host talk over the real loopback, unshaped.
+ * Link faults are walked in time order: while a pair's route crosses a link
+ * that is off, a `partition` rule holds it; a slow_link changes its wires'
+ * bandwidth and the latency of the pairs whose routes cross it from then on
+ * (the last matching rule wins).
  */
 #include <math.h> /* qsort_r: _GNU_SOURCE, which the tool defines */
 #include <stdio.h>
@@ -91,13 +95,103 @@ static void addr_pair(int a, int b, char *x, char *y, size_t len)
     eccl_scn_emu_host_addr(b, y, len);
 }
 
-static void write_link(FILE *f, int a, int b, const pair_state *p, uint64_t from_ns)
+/* The wire a hop of a route from `from` is: node-K's link a wire each way,
+ * a backbone none (""). */
+static void hop_wire(const eccl_scn_hop *h, int from, char *out, size_t len)
 {
-    char x[32], y[32], from[48] = "";
+    int k;
+    char tail;
+    const size_t n = strlen(h->name), bb = strlen("_backbone");
+    if (sscanf(h->name, "node-%d%c", &k, &tail) == 1) snprintf(out, len, "%s.%s", h->name, k == from ? "up" : "down");
+    else if (n > bb && !strcmp(h->name + n - bb, "_backbone")) out[0] = '\0';
+    else snprintf(out, len, "%s", h->name);
+}
+
+/* `link A B latency=... via=... back=... [flow=...]`: the pair's base rule. */
+static void write_route(FILE *f, const eccl_scenario *c, int a, int b)
+{
+    char x[32], y[32];
     addr_pair(a, b, x, y, sizeof x);
-    if (from_ns) snprintf(from, sizeof from, " from=%lluns", (unsigned long long)from_ns);
-    fprintf(f, "link %s %s latency=%lluns bandwidth=%.17gBps%s\n", x, y,
-            (unsigned long long)llround(p->latency_s * 1e9), p->bandwidth_Bps, from);
+    eccl_scn_hop h[ECCL_SCN_HOPS_MAX];
+    const int n = eccl_scn_route(c, a, b, h);
+    double lat = 0, flow = 0;
+    for (int i = 0; i < n; i++) {
+        lat += h[i].latency_s;
+        if (h[i].per_flow && (flow == 0 || h[i].bandwidth_Bps < flow)) flow = h[i].bandwidth_Bps;
+    }
+    fprintf(f, "link %s %s latency=%lluns", x, y, (unsigned long long)llround(lat * 1e9));
+    for (int way = 0; way < 2; way++) {
+        const char *sep = way ? " back=" : " via=";
+        for (int k = 0; k < n; k++) {
+            const eccl_scn_hop *hk = &h[way ? n - 1 - k : k];
+            char w[LINK_NAME_MAX + 8];
+            if (hk->per_flow) continue;
+            hop_wire(hk, way ? b : a, w, sizeof w);
+            if (!w[0]) continue;
+            fprintf(f, "%s%s", sep, w);
+            sep = ",";
+        }
+    }
+    if (flow > 0) fprintf(f, " flow=%.17gBps", flow);
+    fputc('\n', f);
+}
+
+/* Declares every wire the job's routes cross (its first line), once. */
+static int write_wires(FILE *f, const eccl_scenario *c, int hosts)
+{
+    char (*seen)[LINK_NAME_MAX + 8] = NULL;
+    int nseen = 0, cap = 0;
+    for (int a = 0; a < hosts; a++)
+        for (int b = 0; b < hosts; b++) {
+            if (a == b) continue;
+            eccl_scn_hop h[ECCL_SCN_HOPS_MAX];
+            const int n = eccl_scn_route(c, a, b, h);
+            for (int k = 0; k < n; k++) {
+                char w[LINK_NAME_MAX + 8];
+                if (h[k].per_flow) continue;
+                hop_wire(&h[k], a, w, sizeof w);
+                int dup = !w[0];
+                for (int i = 0; i < nseen && !dup; i++) dup = !strcmp(seen[i], w);
+                if (dup) continue;
+                if (nseen == cap) {
+                    cap = cap ? 2 * cap : 64;
+                    void *m = realloc(seen, (size_t)cap * sizeof *seen);
+                    if (!m) {
+                        free(seen);
+                        return -1;
+                    }
+                    seen = m;
+                }
+                snprintf(seen[nseen++], sizeof seen[0], "%s", w);
+                fprintf(f, "wire %s bandwidth=%.17gBps\n", w, h[k].bandwidth_Bps);
+            }
+        }
+    free(seen);
+    return nseen;
+}
+
+/* A pair's latency from from_ns on (a slow_link). */
+static void write_latency(FILE *f, int a, int b, double latency_s, uint64_t from_ns)
+{
+    char x[32], y[32];
+    addr_pair(a, b, x, y, sizeof x);
+    fprintf(f, "link %s %s latency=%lluns from=%lluns\n", x, y, (unsigned long long)llround(latency_s * 1e9),
+            (unsigned long long)from_ns);
+}
+
+/* A slowed link's wires from from_ns on. */
+static void write_slow_wire(FILE *f, const link_state *l, uint64_t from_ns)
+{
+    int k;
+    char tail;
+    if (sscanf(l->name, "node-%d%c", &k, &tail) == 1) {
+        fprintf(f, "wire %s.up bandwidth=%.17gBps from=%lluns\n", l->name, l->bandwidth_Bps,
+                (unsigned long long)from_ns);
+        fprintf(f, "wire %s.down bandwidth=%.17gBps from=%lluns\n", l->name, l->bandwidth_Bps,
+                (unsigned long long)from_ns);
+    } else {
+        fprintf(f, "wire %s bandwidth=%.17gBps from=%lluns\n", l->name, l->bandwidth_Bps, (unsigned long long)from_ns);
+    }
 }
 
 static void write_partition(FILE *f, int a, int b, uint64_t from_ns, uint64_t until_ns)
@@ -108,7 +202,7 @@ static void write_partition(FILE *f, int a, int b, uint64_t from_ns, uint64_t un
     fprintf(f, "partition %s %s from=%lluns%s\n", x, y, (unsigned long long)from_ns, until);
 }
 
-int eccl_scn_emu_write_plan(const eccl_scenario *c, const char *file, const char *path)
+int eccl_scn_emu_write_plan(const eccl_scenario *c, const char *file, const char *path, int *nwires)
 {
     /* node-0 (the master) and every host a rank runs on; relays sit on
      * their ranks' hosts. */
@@ -149,11 +243,16 @@ int eccl_scn_emu_write_plan(const eccl_scenario *c, const char *file, const char
                "# (node-K is 127.77.X.Y with X.Y = K + 1), each pair shaped by its route.\n"
                "seed = %llu\n",
             c->name, hosts, (unsigned long long)c->seed);
+    *nwires = write_wires(f, c, hosts);
+    if (*nwires < 0) {
+        fprintf(stderr, "eccl-emu: out of memory\n");
+        rc = -1;
+        goto out;
+    }
     for (int a = 0; a < hosts; a++)
         for (int b = a + 1; b < hosts; b++) {
-            pair_state *p = &ps[a * hosts + b];
-            pair_now(c, a, b, ls, 0, p);
-            write_link(f, a, b, p, 0);
+            pair_now(c, a, b, ls, 0, &ps[a * hosts + b]);
+            write_route(f, c, a, b);
         }
     for (int i = 0; i < n;) {
         const uint64_t t = c->faults[ord[i]].at_ns;
@@ -174,6 +273,7 @@ int eccl_scn_emu_write_plan(const eccl_scenario *c, const char *file, const char
                 }
                 if (fl->bw_Bps > 0) l->bandwidth_Bps = fl->bw_Bps;
                 if (fl->have_lat) l->latency_s = fl->lat_s;
+                write_slow_wire(f, l, t);
             }
         }
         for (int a = 0; a < hosts; a++)
@@ -183,11 +283,8 @@ int eccl_scn_emu_write_plan(const eccl_scenario *c, const char *file, const char
                 if (now.off && !p->off) p->off_since = t;
                 if (!now.off && p->off) write_partition(f, a, b, p->off_since, t);
                 p->off = now.off;
-                if (now.latency_s != p->latency_s || now.bandwidth_Bps != p->bandwidth_Bps) {
-                    p->latency_s = now.latency_s;
-                    p->bandwidth_Bps = now.bandwidth_Bps;
-                    write_link(f, a, b, p, t);
-                }
+                if (now.latency_s != p->latency_s) write_latency(f, a, b, now.latency_s, t);
+                p->latency_s = now.latency_s;
             }
     }
     for (int a = 0; a < hosts; a++)

@@ -51,7 +51,7 @@ typedef struct emu {
     const eccl_scn_emu_options *o;
     eccl_scn_job job;
     uint64_t t0; /* CLOCK_MONOTONIC at the job's start: the plan's origin too */
-    char plan[PATH_MAX], logs[PATH_MAX], t0s[32];
+    char plan[PATH_MAX], wires[PATH_MAX], logs[PATH_MAX], t0s[32];
     char master_addr[ADDR_LEN];
     proc master;
     proc *relays;
@@ -119,6 +119,7 @@ static int spawn(emu *e, proc *p, proc_kind kind, const char *name, int host, ch
         setenv("ECCL_CHAOS", e->plan, 1);
         setenv("ECCL_CHAOS_SELF", ip, 1);
         setenv("ECCL_CHAOS_T0", e->t0s, 1);
+        setenv("ECCL_CHAOS_WIRES", e->wires, 1);
         if (e->cfg->algo[0]) setenv("ECCL_ALGO", e->cfg->algo, 1);
         setenv("ECCL_PROGRESS_THREAD", e->cfg->progress_thread ? "1" : "0", 1);
         signal(SIGPIPE, SIG_DFL);
@@ -663,11 +664,23 @@ int eccl_scn_emu_run(eccl_scenario *cfg, const char *file, const char *outdir, c
         return 2;
     }
     snprintf(e.plan, sizeof e.plan, "%s/chaos.plan", outdir);
+    snprintf(e.wires, sizeof e.wires, "%s/chaos.wires", outdir);
     snprintf(e.logs, sizeof e.logs, "%s/logs", outdir);
-    if (eccl_scn_emu_write_plan(cfg, file, e.plan)) {
+    int nwires = 0;
+    if (eccl_scn_emu_write_plan(cfg, file, e.plan, &nwires)) {
         free_emu(&e);
         return 2;
     }
+    /* The wires' buckets, zeroed (free since the job's start); removed
+     * once every process is gone. */
+    int wfd = open(e.wires, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (wfd < 0 || ftruncate(wfd, (off_t)(nwires + 1) * (off_t)sizeof(uint64_t)) != 0) {
+        fprintf(stderr, "eccl-emu: %s: %s\n", e.wires, strerror(errno));
+        if (wfd >= 0) close(wfd);
+        free_emu(&e);
+        return 1;
+    }
+    close(wfd);
     if (eccl_results_mkdir(e.logs)) {
         fprintf(stderr, "eccl-emu: cannot create %s: %s\n", e.logs, strerror(errno));
         free_emu(&e);
@@ -708,6 +721,7 @@ out:
     for (int i = 0; i < cfg->ranks; i++) bury(&e.workers[i]);
     for (int k = 0; k < cfg->relays; k++) stop_coordinator(&e.relays[k]);
     stop_coordinator(&e.master);
+    unlink(e.wires);
     if (rc) {
         free_emu(&e);
         return 1;

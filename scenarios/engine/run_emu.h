@@ -4,9 +4,10 @@
  * (eccl_scn_emu_host_addr); the master, the relays and one eccl-worker (or
  * eccl-bench) process per rank bind and dial from their host's address, and
  * every process wraps its net in the chaos env (chaos/) with one plan
- * generated from the scenario's platform: each host pair is shaped by its
- * route's latency and narrowest link, link faults become partitions and
- * slow rules at their times. Kills are SIGKILL, a silent host_off is
+ * generated from the scenario's platform: each host pair gets its route's
+ * latency, and its bytes cross the route's links as wires whose buckets
+ * every process shares (a file they map); link faults become partitions
+ * and slow rules at their times. Kills are SIGKILL, a silent host_off is
  * SIGSTOP, joins and host_on start new processes. The workers' lines feed
  * the same observer as eccl-sim's (job.h), so the checks and the outputs
  * (events.tsv, ranks.tsv, summary.tsv, plot) are the same, on the wall
@@ -33,9 +34,10 @@ typedef struct eccl_scn_emu_options {
 void eccl_scn_emu_host_addr(int host, char *buf, size_t len);
 
 /* Writes the chaos plan of the scenario's platform and link faults to
- * PATH. Returns 0, or -1 after printing why (a fault naming a link no route
- * of the job crosses: an error in FILE). */
-int eccl_scn_emu_write_plan(const eccl_scenario *c, const char *file, const char *path);
+ * PATH; *nwires: the wires it declares (the shared buckets every process
+ * maps). Returns 0, or -1 after printing why (a fault naming a link no
+ * route of the job crosses: an error in FILE). */
+int eccl_scn_emu_write_plan(const eccl_scenario *c, const char *file, const char *path, int *nwires);
 
 /* Runs cfg's workload and judges it; outputs in outdir. Returns eccl-emu's
  * exit status: 0 every check passed, 1 a check failed (or the outputs
