@@ -19,6 +19,9 @@ void eccl_results_fmt_time(char *buf, size_t size, uint64_t ns);
  * installed (not an error, said on stderr); "failed" when it failed, with
  * *io_err set. */
 const char *eccl_results_plot_png(const char *dir, int *io_err);
+/* The same for any script: renders DIR/png from DIR/script (the script
+ * names its output); returns png, "skipped" or "failed". */
+const char *eccl_results_render_png(const char *dir, const char *script, const char *png, int *io_err);
 
 /* ---- summary.tsv: one `key<TAB>value` row per fact of the run ----------------
  * The same keys mean the same thing in every tool's summary, so that

@@ -85,6 +85,12 @@ static int bench_write_summary(const eccl_scenario *cfg, const bench_rank *b0, u
     eccl_results_kv_u64(sf, "wrong", wrong);
     eccl_results_kv_double(sf, "busbw_avg_GBps", rows ? busbw_sum / rows : 0.0);
     eccl_results_kv_str(sf, "checks", pass ? "pass" : "fail");
+    /* sim_bench.c's calls: float / sum, out of place, blocking, host buffers. */
+    eccl_results_kv_str(sf, "type", "float");
+    eccl_results_kv_str(sf, "op", "sum");
+    eccl_results_kv_i64(sf, "inplace", 0);
+    eccl_results_kv_i64(sf, "inflight", 1);
+    eccl_results_kv_i64(sf, "device", 0);
     eccl_results_kv_str(sf, "sim_time_s", sim_time);
     return eccl_results_close(sf);
 }
