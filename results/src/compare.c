@@ -376,9 +376,12 @@ static void print_table(FILE *out, const eccl_results_run *a, const eccl_results
         if ((int)strlen(rows[i].b) > wb) wb = (int)strlen(rows[i].b);
     }
     fprintf(out, "%-*s  %-*s  %-*s  %-9s  %s\n", wk, "key", wa, a->label, wb, b->label, "B/A", "note");
-    for (size_t i = 0; i < n; i++)
-        fprintf(out, "%-*s  %-*s  %-*s  %-9s  %s\n", wk, rows[i].key, wa, rows[i].a, wb, rows[i].b,
-                rows[i].ratio, strcmp(rows[i].note, "-") ? rows[i].note : "");
+    for (size_t i = 0; i < n; i++) {
+        fprintf(out, "%-*s  %-*s  %-*s  ", wk, rows[i].key, wa, rows[i].a, wb, rows[i].b);
+        /* Numbers need no note (their ratio says it): no trailing blanks. */
+        if (strcmp(rows[i].note, "-") != 0) fprintf(out, "%-9s  %s\n", rows[i].ratio, rows[i].note);
+        else fprintf(out, "%s\n", rows[i].ratio);
+    }
 }
 
 static void print_bench(FILE *out, const eccl_results_run *a, const eccl_results_run *b, const double *sizes,
