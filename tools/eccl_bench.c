@@ -15,6 +15,7 @@
  * with dlopen, and only for --device.
  */
 #include <dlfcn.h>
+#include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <signal.h>
@@ -29,6 +30,7 @@
 
 #include "eccl.h"
 #include "bench_rows.h"
+#include "results.h"
 #include "tool_util.h"
 
 enum { EXIT_USAGE = 2 };
@@ -63,6 +65,7 @@ struct bench_opts {
     int device;            /* buffers in CUDA device memory */
     const char *p2p_host;  /* eccl_comm_params.p2p_host (NULL: the library's) */
     uint64_t hosts;        /* --np: emulated hosts (0: all ranks on 127.0.0.1) */
+    const char *out;       /* --out: rank 0 writes the run's results there */
 };
 
 struct dtype_desc {
@@ -136,6 +139,7 @@ struct bench_run {
     unsigned rows;
     uint64_t wrong_total;
     uint32_t algo;         /* the algorithm the row's last call ran (eccl_reduce_info) */
+    FILE *tsv;             /* --out, rank 0: bench.tsv, a row per size as printed */
 };
 
 /* Check values of this rank and the reduction every rank must end with. */
@@ -266,6 +270,8 @@ static void usage(FILE *out)
             "                           device count). Per rank: ranks with host and with\n"
             "                           device buffers may be mixed (--np passes it to\n"
             "                           every rank; the header shows rank 0's)\n"
+            "      --out DIR            rank 0 writes DIR/bench.tsv (the rows), summary.tsv\n"
+            "                           and plot.gp / plot.png (results/README.md)\n"
             "  -h, --help               show this help\n");
 }
 
@@ -319,6 +325,7 @@ enum {
     OPT_COLL,
     OPT_P2P_HOST,
     OPT_HOSTS,
+    OPT_OUT,
 };
 
 /* Handles one option that takes a number. Returns 0 or the exit status. */
@@ -372,6 +379,7 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
         {"coll", required_argument, NULL, OPT_COLL},
         {"p2p-host", required_argument, NULL, OPT_P2P_HOST},
         {"hosts", required_argument, NULL, OPT_HOSTS},
+        {"out", required_argument, NULL, OPT_OUT},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -414,6 +422,9 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
             break;
         case OPT_DEVICE:
             o->device = 1;
+            break;
+        case OPT_OUT:
+            o->out = optarg;
             break;
         case OPT_P2P_HOST:
             if (optarg[0] == '\0' || strlen(optarg) > 48 || strchr(optarg, ':'))
@@ -940,10 +951,13 @@ static void print_row(struct bench_run *run, size_t count, double time_us, uint6
         return;
     if (run->opts->check)
         snprintf(wrong_text, sizeof wrong_text, "%" PRIu64, wrong);
-    bench_print_row(stdout, bytes, count, run->dt->name,
-                    bench_reduces(run->opts->coll) ? op_names[run->opts->op] : "none", time_us, algbw, busbw,
-                    wrong_text, eccl_algorithm_name(run->algo));
+    const char *redop = bench_reduces(run->opts->coll) ? op_names[run->opts->op] : "none";
+    bench_print_row(stdout, bytes, count, run->dt->name, redop, time_us, algbw, busbw, wrong_text,
+                    eccl_algorithm_name(run->algo));
     fflush(stdout);
+    if (run->tsv)
+        eccl_results_bench_row(run->tsv, bytes, count, run->dt->name, redop, time_us, algbw, busbw, wrong_text,
+                               eccl_algorithm_name(run->algo));
 }
 
 static int run_size(struct bench_run *run, size_t size)
@@ -1130,6 +1144,62 @@ static int run_sizes(struct bench_run *run)
     return 0;
 }
 
+/* --out on rank 0: the folder and bench.tsv's header, before the rows. */
+static int open_results(struct bench_run *run)
+{
+    if (eccl_results_mkdir(run->opts->out) != 0) {
+        fprintf(stderr, "eccl-bench: --out: cannot create %s: %s\n", run->opts->out, strerror(errno));
+        return 1;
+    }
+    run->tsv = eccl_results_bench_open(run->opts->out);
+    return run->tsv == NULL;
+}
+
+/* --out on rank 0, after the rows: bench.tsv closed, summary.tsv (the keys
+ * eccl-sim's workload = bench writes too, results/README.md) and the plot.
+ * Returns 1 when any of it could not be written. */
+static int close_results(struct bench_run *run, int pass)
+{
+    const struct bench_opts *o = run->opts;
+    int io_err = eccl_results_close(run->tsv) != 0;
+    run->tsv = NULL;
+    FILE *sf = eccl_results_summary_open(o->out);
+    if (sf) {
+        const char *net = getenv("ECCL_NET"), *algo = getenv("ECCL_ALGO");
+        eccl_results_kv_str(sf, "tool", "eccl-bench");
+        eccl_results_kv_i64(sf, "ranks", run->nranks);
+        eccl_results_kv_str(sf, "workload", "bench");
+        eccl_results_kv_str(sf, "collective", bench_coll_names[o->coll]);
+        eccl_results_kv_str(sf, "algo", algo && *algo ? algo : "-");
+        /* The setting: the library picks ibv where ECCL_NET is unset and an
+         * RDMA port is up, and says so on its log, not through the API. */
+        eccl_results_kv_str(sf, "transport", net && *net ? net : "auto");
+        eccl_results_kv_u64(sf, "iters", o->iters);
+        eccl_results_kv_u64(sf, "warmup", o->warmup);
+        eccl_results_kv_i64(sf, "rows", run->rows);
+        if (o->check)
+            eccl_results_kv_u64(sf, "wrong", run->wrong_total);
+        else
+            eccl_results_kv_str(sf, "wrong", "N/A");
+        eccl_results_kv_double(sf, "busbw_avg_GBps", run->rows ? run->busbw_sum / run->rows : 0.0);
+        eccl_results_kv_str(sf, "checks", pass ? "pass" : "fail");
+        eccl_results_kv_str(sf, "type", run->dt->name);
+        eccl_results_kv_str(sf, "op", op_names[o->op]);
+        eccl_results_kv_u64(sf, "inplace", o->inplace);
+        eccl_results_kv_u64(sf, "inflight", o->inflight);
+        eccl_results_kv_i64(sf, "device", o->device);
+        io_err |= eccl_results_close(sf) != 0;
+    } else {
+        io_err = 1;
+    }
+    char title[160];
+    snprintf(title, sizeof title, "eccl-bench: %s of %s on %" PRId64 " ranks", bench_coll_names[o->coll],
+             run->dt->name, run->nranks);
+    io_err |= eccl_results_bench_plot(o->out, "eccl-bench", title) != 0;
+    if (!io_err) eccl_results_plot_png(o->out, &io_err);
+    return io_err;
+}
+
 static int run_rank(const struct bench_opts *o)
 {
     struct bench_run run = {.opts = o, .dt = &dtypes[o->dtype], .next_tag = BENCH_TAG_BASE};
@@ -1163,8 +1233,12 @@ static int run_rank(const struct bench_opts *o)
         goto out;
     if (run.rank == 0)
         print_header(&run);
+    if (run.rank == 0 && o->out && open_results(&run))
+        goto out;
     if (run_sizes(&run) == 0)
         status = EXIT_SUCCESS;
+    if (run.tsv && close_results(&run, status == EXIT_SUCCESS))
+        status = EXIT_FAILURE;
 out:
     free_buffers(&run);
     if (run.comm != NULL)
@@ -1174,8 +1248,9 @@ out:
 
 /* ---- --np: a master and N rank processes -------------------------------------- */
 
-/* Enough for every option below plus argv[0] and the terminating NULL. */
-#define CHILD_ARGC_MAX 32
+/* Enough for every option below plus argv[0], spawn_hosts' --p2p-host and
+ * the terminating NULL. */
+#define CHILD_ARGC_MAX 40
 #define CHILD_NUM_LEN 24
 
 struct child_argv {
@@ -1227,6 +1302,8 @@ static void build_child_argv(const struct bench_opts *o, const char *master,
         add_num(a, "--inflight", o->inflight);
     if (o->device)
         a->argv[a->argc++] = (char *)"--device";
+    if (o->out)
+        add_arg(a, "--out", o->out);
     a->argv[a->argc] = NULL;
 }
 

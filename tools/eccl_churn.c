@@ -8,7 +8,9 @@
  * by definition, which tests nothing). It reads every worker's lines and
  * judges the run (scenarios/engine/churn_check.c) plus what only it sees: exit statuses
  * and memory (VmRSS). Exits 0 only if every check passed, after one summary
- * line of key=value pairs, printed last.
+ * line of key=value pairs, printed last. With --out DIR it also writes the
+ * run's results as eccl-sim's diloco workload does (results/README.md):
+ * events.tsv, summary.tsv, plot.gp / plot.png.
  *
  * Every loop is bounded by a global deadline (duration + grace); every
  * child is reaped before exit; children die with it (PR_SET_PDEATHSIG).
@@ -31,6 +33,7 @@
 #include <unistd.h>
 
 #include "churn_check.h"
+#include "results.h"
 #include "tool_util.h"
 
 #define MAX_SPAWNS 100000
@@ -59,6 +62,7 @@ typedef struct opts {
     size_t count;
     double rss_slack_pct;
     long rss_slack_kb;
+    const char *out; /* --out: the results' folder; NULL: none */
 } opts;
 
 typedef struct churn {
@@ -76,6 +80,8 @@ typedef struct churn {
     int kills, spawned, spawn_failures, unexpected_exits;
     int stopping; /* the run is over: exits are ours */
     double max_join_s; /* longest spawn-to-joined (or alive-unjoined) time */
+    FILE *events;      /* --out: events.tsv, written as they happen */
+    size_t nev;
 } churn;
 
 static double now_s(void)
@@ -116,6 +122,24 @@ static long rss_kb(pid_t pid)
         if (sscanf(line, "VmRSS: %ld kB", &kb) == 1) break;
     fclose(f);
     return kb;
+}
+
+/* --out: a row of events.tsv in eccl-sim's columns (time_s rank event iter
+ * world ms hash), so that one plot script and `eccl-results compare` read
+ * both; rank is the worker's index (wN in the log), iter the revision the
+ * line names. line: the worker's key=value line, or NULL (kill, start). */
+static void log_event(churn *c, size_t wi, const char *event, const char *line)
+{
+    if (!c->events) return;
+    char t[32], rev[24] = "-", world[24] = "-", hash[24] = "-";
+    eccl_results_fmt_time(t, sizeof t, (uint64_t)((now_s() - c->t0) * 1e9 + 0.5));
+    if (line) {
+        churn_field(line, "revision", rev, sizeof rev);
+        churn_field(line, "world", world, sizeof world);
+        churn_field(line, "hash", hash, sizeof hash);
+    }
+    fprintf(c->events, "%s\t%zu\t%s\t%s\t%s\t-\t%s\n", t, wi, event, rev, world, hash);
+    c->nev++;
 }
 
 static void set_nonblock(int fd) { fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK); }
@@ -221,6 +245,7 @@ static int spawn_worker(churn *c)
     w->alive = 1;
     w->born = now_s();
     w->rss_first_kb = w->rss_last_kb = -1;
+    log_event(c, c->nw, "started", NULL);
     c->nw++;
     c->spawned++;
     return 0;
@@ -231,6 +256,13 @@ static void on_line(churn *c, size_t i, char *line)
     double t = now_s() - c->t0;
     int held = churn_check_holds_state(&c->chk, i);
     churn_check_line(&c->chk, i, line, t);
+    /* The events eccl-sim's diloco workload keeps (the loop's own lines). */
+    char event[16];
+    if (sscanf(line, "event=%15[a-z_]", event) == 1 &&
+        (!strcmp(event, "rev") || !strcmp(event, "joined") || !strcmp(event, "retry") ||
+         !strcmp(event, "corrupt") || !strcmp(event, "error") || !strcmp(event, "gave_up") ||
+         !strcmp(event, "exit") || !strcmp(event, "connected")))
+        log_event(c, i, event, line);
     if (!held && churn_check_holds_state(&c->chk, i)) {
         double js = now_s() - c->w[i].born;
         if (js > c->max_join_s) c->max_join_s = js;
@@ -340,6 +372,7 @@ static void churn_step(churn *c)
             w->killed = 1;
             w->alive = 0;
             c->kills++;
+            log_event(c, i, "killed", NULL);
             say(c, "kill w%zu (pid %d, %s, lived %.1fs); %zu alive", i, (int)w->pid,
                 churn_check_holds_state(&c->chk, i) ? "holder" : "newcomer", now_s() - w->born,
                 alive - 1);
@@ -497,6 +530,8 @@ static void usage(FILE *f)
             "  --rss-slack PCT,KB  memory: allowed growth (default 25,8192)\n"
             "  --inject-corruption REV  tests only: the first worker flips a bit of its\n"
             "                      model at revision REV; the run must FAIL\n"
+            "  --out DIR           write events.tsv, summary.tsv and plot.gp / plot.png\n"
+            "                      there (results/README.md)\n"
             "  --verbose           echo every worker line and stderr\n");
 }
 
@@ -522,11 +557,11 @@ static int parse_opts(int argc, char **argv, opts *o)
         {"warmup", required_argument, 0, 'w'},    {"rss-span", required_argument, 0, 'r'},
         {"rss-slack", required_argument, 0, 'R'}, {"inject-corruption", required_argument, 0, 'x'},
         {"verbose", no_argument, 0, 'v'},         {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0}};
+        {"out", required_argument, 0, 'o'},       {0, 0, 0, 0}};
     int ch;
     uint64_t v;
     double a, b;
-    while ((ch = getopt_long(argc, argv, "d:s:k:n:S:i:c:t:w:r:R:x:vh", longs, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "d:s:k:n:S:i:c:t:w:r:R:x:o:vh", longs, NULL)) != -1) {
         switch (ch) {
         case 'd': o->duration = strtod(optarg, NULL); break;
         case 's':
@@ -563,6 +598,7 @@ static int parse_opts(int argc, char **argv, opts *o)
             if (tool_parse_u64(optarg, 1, UINT64_MAX, &o->corrupt_at)) return 2;
             break;
         case 'v': o->verbose = 1; break;
+        case 'o': o->out = optarg; break;
         case 'h': usage(stdout); exit(0);
         default: return 2;
         }
@@ -572,6 +608,56 @@ static int parse_opts(int argc, char **argv, opts *o)
         return 2;
     if (o->start_peers > o->max_peers) o->start_peers = o->max_peers;
     return 0;
+}
+
+/* --out: summary.tsv, with eccl-sim's diloco keys where they mean the same
+ * (so `eccl-results compare` lines the two up), and the plot. */
+static int write_results(const churn *c, const char *why, double t_end, long worker_growth, int rss_workers,
+                         long master_growth)
+{
+    const churn_check *k = &c->chk;
+    const opts *o = &c->o;
+    int io_err = 0;
+    FILE *sf = eccl_results_summary_open(o->out);
+    if (sf) {
+        eccl_results_kv_str(sf, "tool", "eccl-churn");
+        eccl_results_kv_u64(sf, "seed", o->seed);
+        eccl_results_kv_i64(sf, "max_peers", o->max_peers);
+        eccl_results_kv_u64(sf, "count", o->count);
+        eccl_results_kv_str(sf, "workload", "diloco");
+        eccl_results_kv(sf, "duration_s", "%.9f", o->duration);
+        eccl_results_kv(sf, "churn", "interval=%.3f..%.3fs,min=2,max=%d", o->interval_min, o->interval_max,
+                        o->max_peers);
+        eccl_results_kv_u64(sf, "revisions", k->revisions);
+        eccl_results_kv_u64(sf, "max_revision", k->max_rev == UINT64_MAX ? 0 : k->max_rev);
+        eccl_results_kv_u64(sf, "parity_breaks", k->parity_breaks);
+        eccl_results_kv_u64(sf, "corrupt", k->corrupt);
+        eccl_results_kv_u64(sf, "errors", k->errors);
+        eccl_results_kv_i64(sf, "unexpected_exits", c->unexpected_exits);
+        eccl_results_kv_time(sf, "max_stall_s", (uint64_t)(k->max_stall_s * 1e9 + 0.5));
+        eccl_results_kv_time(sf, "max_join_s", (uint64_t)(c->max_join_s * 1e9 + 0.5));
+        eccl_results_kv_i64(sf, "kills", c->kills);
+        eccl_results_kv_i64(sf, "spawned", c->spawned);
+        eccl_results_kv_u64(sf, "joins", k->joins);
+        eccl_results_kv_u64(sf, "retries", k->retries);
+        eccl_results_kv_str(sf, "checks", why ? "fail" : "pass");
+        eccl_results_kv_str(sf, "reason", why ? why : "-");
+        eccl_results_kv_u64(sf, "events", c->nev);
+        eccl_results_kv_time(sf, "wall_time_s", (uint64_t)(t_end * 1e9 + 0.5));
+        eccl_results_kv_i64(sf, "worker_rss_growth_kb", worker_growth);
+        eccl_results_kv_i64(sf, "worker_rss_checked", rss_workers);
+        eccl_results_kv_i64(sf, "master_rss_kb", c->master_rss_last_kb);
+        eccl_results_kv_i64(sf, "master_rss_growth_kb", master_growth);
+        io_err |= eccl_results_close(sf) != 0;
+    } else {
+        io_err = 1;
+    }
+    char title[192];
+    snprintf(title, sizeof title, "eccl-churn: seed %llu, 2..%d workers, DiLoCo loop of %zu f32 under churn",
+             (unsigned long long)o->seed, o->max_peers, o->count);
+    io_err |= eccl_results_churn_plot(o->out, "eccl-churn", "time since the start", title, "started") != 0;
+    if (!io_err) eccl_results_plot_png(o->out, &io_err);
+    return io_err ? -1 : 0;
 }
 
 int main(int argc, char **argv)
@@ -594,6 +680,15 @@ int main(int argc, char **argv)
     self[n] = 0;
     snprintf(c->exe_dir, sizeof c->exe_dir, "%s", dirname(self));
 
+    if (c->o.out) {
+        if (eccl_results_mkdir(c->o.out) != 0) {
+            fprintf(stderr, "eccl-churn: --out: cannot create %s: %s\n", c->o.out, strerror(errno));
+            return 2;
+        }
+        c->events = eccl_results_open(c->o.out, "events.tsv");
+        if (!c->events) return 2;
+        fputs("time_s\trank\tevent\titer\tworld\tms\thash\n", c->events);
+    }
     c->t0 = now_s();
     int setup_failed = 0;
     if (start_master(c) != 0) {
@@ -693,8 +788,14 @@ int main(int argc, char **argv)
            c->kills, c->spawned, (unsigned long long)k->joins, (unsigned long long)k->retries,
            worker_growth, rss_workers, c->master_rss_last_kb, master_growth);
     fflush(stdout);
+    int io_err = 0;
+    if (c->o.out) {
+        io_err = eccl_results_close(c->events) != 0;
+        c->events = NULL;
+        io_err |= write_results(c, why, t_end, worker_growth, rss_workers, master_growth) != 0;
+    }
     churn_check_free(&c->chk);
     free(c->w);
     free(c);
-    return why ? 1 : 0;
+    return why || io_err ? 1 : 0;
 }

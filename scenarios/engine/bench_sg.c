@@ -51,11 +51,48 @@ static void bench_rank_main(int argc, char **argv)
     s->job.done++; /* the master serves until every rank is through */
 }
 
+/* The rows, after eccl-bench's column header on the console; bench.tsv's
+ * header is eccl_results_bench_open's. */
 static void bench_print(FILE *f, const eccl_scenario *c, const bench_rank *b0, int tsv)
 {
-    eccl_simbench_print_columns(f, tsv);
-    for (int i = 0; i < b0->res.nrows; i++)
+    if (!tsv) bench_print_columns(f);
+    for (int i = 0; b0 && i < b0->res.nrows; i++)
         eccl_simbench_print_row(f, tsv, c->bench_coll, b0->res.nranks, &b0->res.rows[i]);
+}
+
+/* summary.tsv of a bench run: the keys eccl-bench --out writes too
+ * (results/README.md), so `eccl-results compare` lines the two up, plus
+ * the scenario's. */
+static int bench_write_summary(const eccl_scenario *cfg, const bench_rank *b0, uint64_t wrong,
+                               double busbw_sum, int pass, const char *sim_time, const char *outdir)
+{
+    FILE *sf = eccl_results_summary_open(outdir);
+    if (!sf) return -1;
+    const int rows = b0 ? b0->res.nrows : 0;
+    eccl_results_kv_str(sf, "tool", "eccl-sim");
+    eccl_results_kv_str(sf, "scenario", cfg->name);
+    eccl_results_kv_u64(sf, "seed", cfg->seed);
+    eccl_results_kv_str(sf, "platform", cfg->platform);
+    eccl_results_kv_i64(sf, "ranks", cfg->ranks);
+    eccl_results_kv_i64(sf, "ranks_per_host", cfg->ranks_per_host);
+    eccl_results_kv_str(sf, "workload", "bench");
+    eccl_results_kv_str(sf, "collective", bench_coll_names[cfg->bench_coll]);
+    eccl_results_kv_str(sf, "algo", cfg->algo[0] ? cfg->algo : "-");
+    eccl_results_kv_str(sf, "transport", cfg->ibv ? "ibv" : "tcp");
+    eccl_results_kv_i64(sf, "iters", cfg->iters);
+    eccl_results_kv_i64(sf, "warmup", cfg->bench_warmup);
+    eccl_results_kv_i64(sf, "rows", rows);
+    eccl_results_kv_u64(sf, "wrong", wrong);
+    eccl_results_kv_double(sf, "busbw_avg_GBps", rows ? busbw_sum / rows : 0.0);
+    eccl_results_kv_str(sf, "checks", pass ? "pass" : "fail");
+    /* sim_bench.c's calls: float / sum, out of place, blocking, host buffers. */
+    eccl_results_kv_str(sf, "type", "float");
+    eccl_results_kv_str(sf, "op", "sum");
+    eccl_results_kv_i64(sf, "inplace", 0);
+    eccl_results_kv_i64(sf, "inflight", 1);
+    eccl_results_kv_i64(sf, "device", 0);
+    eccl_results_kv_str(sf, "sim_time_s", sim_time);
+    return eccl_results_close(sf);
 }
 
 int eccl_scn_sg_bench(sim *s, eccl_scenario *cfg, const char *outdir)
@@ -116,17 +153,25 @@ int eccl_scn_sg_bench(sim *s, eccl_scenario *cfg, const char *outdir)
     printf("#\n");
 
     int io_err = 0;
-    FILE *f = eccl_results_open(outdir, "bench.tsv");
+    FILE *f = eccl_results_bench_open(outdir);
     if (f) {
-        if (b0) bench_print(f, cfg, b0, 1);
-        else eccl_simbench_print_columns(f, 1);
-        io_err = fclose(f) != 0;
+        bench_print(f, cfg, b0, 1);
+        io_err = eccl_results_close(f) != 0;
     } else {
         io_err = 1;
     }
+    const int pass = !failed && b0 && !wrong;
+    io_err |= bench_write_summary(cfg, b0, wrong, busbw_sum, pass, end, outdir) != 0;
+    char who[128], title[512];
+    snprintf(who, sizeof who, "eccl-sim for scenario %s (workload = bench)", cfg->name);
+    snprintf(title, sizeof title, "%s: %s on %d ranks (%s, algo %s), simulated", cfg->name,
+             bench_coll_names[cfg->bench_coll], cfg->ranks, cfg->platform, cfg->algo[0] ? cfg->algo : "-");
+    io_err |= eccl_results_bench_plot(outdir, who, title) != 0;
+    const char *plot = io_err ? "none" : eccl_results_plot_png(outdir, &io_err);
+    if (s->verbose) eccl_sg_printf("eccl-sim", "plot=%s", plot);
     if (failed) fprintf(stderr, "eccl-sim: %d of %d ranks failed (see above)\n", failed, cfg->ranks);
     if (wrong) fprintf(stderr, "eccl-sim: %llu wrong elements\n", (unsigned long long)wrong);
     free(br);
-    return failed || !b0 || wrong || io_err ? 1 : 0;
+    return pass && !io_err ? 0 : 1;
 }
 

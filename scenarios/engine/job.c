@@ -716,36 +716,60 @@ int eccl_scn_job_finish(eccl_scn_job *s, const char *outdir, uint64_t end_ns, co
 
     int io_err = rf ? (fclose(rf) != 0) : 1;
     io_err |= eccl_scn_job_write_events(s, outdir) != 0;
-    FILE *sf = eccl_results_open(outdir, "summary.tsv");
+    FILE *sf = eccl_results_summary_open(outdir);
     if (sf) {
-        fprintf(sf, "key\tvalue\n");
-        fprintf(sf, "scenario\t%s\nseed\t%llu\nplatform\t%s\nhosts\t%d\nranks\t%d\ncount\t%ld\n"
-                    "iters\t%d\nkills\t%d\nkilled\t%d\nsurvivors\t%d\nexpect_survivors\t%d\n"
-                    "survivors_noticed\t%d\nfailed_checks\t%d\nchecks\t%s\nevents\t%zu\n"
-                    "%s\t%s\nallreduce_ok\t%llu\nallreduce_mean_s\t%s\n"
-                    "allreduce_min_s\t%s\nallreduce_failed\t%llu\nfaults\t%d\ndropped\t%d\njoined\t%d\n"
-                    "first_fault_s\t%s\ndetect_s\t%s\nallreduce_mean_before_slow_s\t%s\n"
-                    "allreduce_mean_after_slow_s\t%s\nslowdown\t%s\nbuffers\t%s\nvalues\t%s\n"
-                    "reduce_rate_Bps\t%.17g\ncopy_rate_Bps\t%.17g\nranks_per_host\t%d\n"
-                    "loopback_Bps\t%s\nloopback_latency_s\t%s\nbootstrap_s\t%s\n",
-                cfg->name, (unsigned long long)cfg->seed, cfg->platform, cfg->hosts, cfg->ranks,
-                cfg->count, cfg->iters, nkills, killed, survivors, cfg->expect_survivors, noticed,
-                failures, checks, s->nev, rep->end_key, end_time, (unsigned long long)s->ar_n, ar_mean, ar_min,
-                (unsigned long long)s->ar_failed, cfg->nfaults, dropped, joined, fault_t, detect, before_mean, after_mean, slowdown,
-                eccl_scn_buffers_name(cfg), cfg->phantom ? "unchecked" : "checked",
-                cfg->reduce_rate_Bps, cfg->copy_rate_Bps, cfg->ranks_per_host, lo_bw, lo_lat, boot);
+        eccl_results_kv_str(sf, "scenario", cfg->name);
+        eccl_results_kv_u64(sf, "seed", cfg->seed);
+        eccl_results_kv_str(sf, "platform", cfg->platform);
+        eccl_results_kv_i64(sf, "hosts", cfg->hosts);
+        eccl_results_kv_i64(sf, "ranks", cfg->ranks);
+        eccl_results_kv_i64(sf, "count", cfg->count);
+        eccl_results_kv_i64(sf, "iters", cfg->iters);
+        eccl_results_kv_i64(sf, "kills", nkills);
+        eccl_results_kv_i64(sf, "killed", killed);
+        eccl_results_kv_i64(sf, "survivors", survivors);
+        eccl_results_kv_i64(sf, "expect_survivors", cfg->expect_survivors);
+        eccl_results_kv_i64(sf, "survivors_noticed", noticed);
+        eccl_results_kv_i64(sf, "failed_checks", failures);
+        eccl_results_kv_str(sf, "checks", checks);
+        eccl_results_kv_u64(sf, "events", s->nev);
+        eccl_results_kv_str(sf, rep->end_key, end_time);
+        eccl_results_kv_u64(sf, "allreduce_ok", s->ar_n);
+        eccl_results_kv_str(sf, "allreduce_mean_s", ar_mean);
+        eccl_results_kv_str(sf, "allreduce_min_s", ar_min);
+        eccl_results_kv_u64(sf, "allreduce_failed", s->ar_failed);
+        eccl_results_kv_i64(sf, "faults", cfg->nfaults);
+        eccl_results_kv_i64(sf, "dropped", dropped);
+        eccl_results_kv_i64(sf, "joined", joined);
+        eccl_results_kv_str(sf, "first_fault_s", fault_t);
+        eccl_results_kv_str(sf, "detect_s", detect);
+        eccl_results_kv_str(sf, "allreduce_mean_before_slow_s", before_mean);
+        eccl_results_kv_str(sf, "allreduce_mean_after_slow_s", after_mean);
+        eccl_results_kv_str(sf, "slowdown", slowdown);
+        eccl_results_kv_str(sf, "buffers", eccl_scn_buffers_name(cfg));
+        eccl_results_kv_str(sf, "values", cfg->phantom ? "unchecked" : "checked");
+        eccl_results_kv_double(sf, "reduce_rate_Bps", cfg->reduce_rate_Bps);
+        eccl_results_kv_double(sf, "copy_rate_Bps", cfg->copy_rate_Bps);
+        eccl_results_kv_i64(sf, "ranks_per_host", cfg->ranks_per_host);
+        eccl_results_kv_str(sf, "loopback_Bps", lo_bw);
+        eccl_results_kv_str(sf, "loopback_latency_s", lo_lat);
+        eccl_results_kv_str(sf, "bootstrap_s", boot);
         if (rep->write_costs) rep->write_costs(rep->ctx, sf);
         /* Successful all-reduces by the algorithm that ran them (the
          * dispatcher's picks), only those that ran. */
         for (uint32_t a = 0; a < ECCL_ALGO_COUNT; a++)
-            if (s->ar_by_algo[a])
-                fprintf(sf, "allreduce_ok_%s\t%llu\n", eccl_algorithm_name(a), (unsigned long long)s->ar_by_algo[a]);
+            if (s->ar_by_algo[a]) {
+                char key[64];
+                snprintf(key, sizeof key, "allreduce_ok_%s", eccl_algorithm_name(a));
+                eccl_results_kv_u64(sf, key, s->ar_by_algo[a]);
+            }
         /* Only with devices, so other scenarios' summaries stay as they were. */
-        if (cfg->cuda)
-            fprintf(sf, "device_copy_Bps\t%.17g\ndevice_copy_latency_s\t%.9f\n", cfg->dev_copy_Bps,
-                    cfg->dev_copy_latency_s);
+        if (cfg->cuda) {
+            eccl_results_kv_double(sf, "device_copy_Bps", cfg->dev_copy_Bps);
+            eccl_results_kv(sf, "device_copy_latency_s", "%.9f", cfg->dev_copy_latency_s);
+        }
         if (rep->write_tail) rep->write_tail(rep->ctx, sf);
-        io_err |= fclose(sf) != 0;
+        io_err |= eccl_results_close(sf) != 0;
     } else {
         io_err = 1;
     }

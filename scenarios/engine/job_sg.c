@@ -9,9 +9,11 @@
 static void write_costs(void *ctx, FILE *sf)
 {
     const sim *s = ctx;
-    fprintf(sf, "messages\t%llu\nconns\t%llu\nwaits\t%llu\nheap_peak_bytes\t%zu\nmmap_peak_bytes\t%zu\n",
-            (unsigned long long)eccl_sg_world_messages(s->w), (unsigned long long)eccl_sg_world_conns(s->w),
-            (unsigned long long)eccl_sg_world_waits(s->w), s->heap_peak, s->mmap_peak);
+    eccl_results_kv_u64(sf, "messages", eccl_sg_world_messages(s->w));
+    eccl_results_kv_u64(sf, "conns", eccl_sg_world_conns(s->w));
+    eccl_results_kv_u64(sf, "waits", eccl_sg_world_waits(s->w));
+    eccl_results_kv_u64(sf, "heap_peak_bytes", s->heap_peak);
+    eccl_results_kv_u64(sf, "mmap_peak_bytes", s->mmap_peak);
 }
 
 static void write_tail(void *ctx, FILE *sf)

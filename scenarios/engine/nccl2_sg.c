@@ -387,26 +387,35 @@ int eccl_scn_sg_nccl2(sim *s, eccl_scenario *cfg, const char *outdir)
     eccl_results_fmt_time(sim_time, sizeof sim_time, end_ns);
     int io_err = rf ? (fclose(rf) != 0) : 1;
     io_err |= eccl_scn_job_write_events(&s->job, outdir) != 0;
-    FILE *sf = eccl_results_open(outdir, "summary.tsv");
+    FILE *sf = eccl_results_summary_open(outdir);
     if (sf) {
-        char stag[32], tmo[32], cost[32];
-        eccl_results_fmt_time(stag, sizeof stag, cfg->nccl2_stagger_ns);
-        eccl_results_fmt_time(tmo, sizeof tmo, cfg->nccl2_timeout_ns);
-        eccl_results_fmt_time(cost, sizeof cost, (uint64_t)llround(cfg->master_msg_cost_s * 1e9));
-        fprintf(sf, "key\tvalue\n");
-        fprintf(sf, "scenario\t%s\nseed\t%llu\nplatform\t%s\nhosts\t%d\nranks\t%d\n"
-                    "ranks_per_host\t%d\nworkload\tnccl2_bootstrap\nallgather\t%s\n"
-                    "root_stagger_s\t%s\ntimeout_s\t%s\nmaster_msg_cost_s\t%s\nchecks\t%s\n"
-                    "reason\t%s\nbootstrap_s\t%s\nbootstrap_min_s\t%s\nroot_gathered_s\t%s\n"
-                    "root_scattered_s\t%s\nring_formed_s\t%s\nrefused\t%d\nfailed_ranks\t%d\n"
-                    "killed\t%d\nincomplete\t%d\nentries_checked\t%llu\nbad_entries\t%llu\n"
-                    "events\t%zu\nsim_time_s\t%s\n",
-                cfg->name, (unsigned long long)cfg->seed, cfg->platform, cfg->hosts, n,
-                cfg->ranks_per_host, cfg->nccl2_replay ? "replay" : "messages", stag, tmo, cost,
-                failures ? "fail" : "pass", why ? why : "-", boot, boot_min, gathered, scattered,
-                ring, refused, failed, killed, incomplete, (unsigned long long)entries,
-                (unsigned long long)(bad + misordered), s->job.nev, sim_time);
-        io_err |= fclose(sf) != 0;
+        eccl_results_kv_str(sf, "scenario", cfg->name);
+        eccl_results_kv_u64(sf, "seed", cfg->seed);
+        eccl_results_kv_str(sf, "platform", cfg->platform);
+        eccl_results_kv_i64(sf, "hosts", cfg->hosts);
+        eccl_results_kv_i64(sf, "ranks", n);
+        eccl_results_kv_i64(sf, "ranks_per_host", cfg->ranks_per_host);
+        eccl_results_kv_str(sf, "workload", "nccl2_bootstrap");
+        eccl_results_kv_str(sf, "allgather", cfg->nccl2_replay ? "replay" : "messages");
+        eccl_results_kv_time(sf, "root_stagger_s", cfg->nccl2_stagger_ns);
+        eccl_results_kv_time(sf, "timeout_s", cfg->nccl2_timeout_ns);
+        eccl_results_kv_time(sf, "master_msg_cost_s", (uint64_t)llround(cfg->master_msg_cost_s * 1e9));
+        eccl_results_kv_str(sf, "checks", failures ? "fail" : "pass");
+        eccl_results_kv_str(sf, "reason", why ? why : "-");
+        eccl_results_kv_str(sf, "bootstrap_s", boot);
+        eccl_results_kv_str(sf, "bootstrap_min_s", boot_min);
+        eccl_results_kv_str(sf, "root_gathered_s", gathered);
+        eccl_results_kv_str(sf, "root_scattered_s", scattered);
+        eccl_results_kv_str(sf, "ring_formed_s", ring);
+        eccl_results_kv_i64(sf, "refused", refused);
+        eccl_results_kv_i64(sf, "failed_ranks", failed);
+        eccl_results_kv_i64(sf, "killed", killed);
+        eccl_results_kv_i64(sf, "incomplete", incomplete);
+        eccl_results_kv_u64(sf, "entries_checked", entries);
+        eccl_results_kv_u64(sf, "bad_entries", bad + misordered);
+        eccl_results_kv_u64(sf, "events", s->job.nev);
+        eccl_results_kv_str(sf, "sim_time_s", sim_time);
+        io_err |= eccl_results_close(sf) != 0;
     } else {
         io_err = 1;
     }

@@ -608,7 +608,14 @@ static int plan_roles(emu *e, const char *file)
 static void write_costs(void *ctx, FILE *f)
 {
     const emu *e = ctx;
-    fprintf(f, "emulated_hosts\t%d\n", 1 + eccl_scn_rank_host(e->cfg, e->cfg->ranks));
+    eccl_results_kv_i64(f, "emulated_hosts", 1 + eccl_scn_rank_host(e->cfg, e->cfg->ranks));
+}
+
+/* Last: which tool wrote the run, for eccl-results compare's labels. */
+static void write_tail(void *ctx, FILE *f)
+{
+    (void)ctx;
+    eccl_results_kv_str(f, "tool", "eccl-emu");
 }
 
 static void free_emu(emu *e)
@@ -727,7 +734,7 @@ out:
         return 1;
     }
     const eccl_scn_job_report rep = {.clock = "wall-clock", .end_key = "wall_time_s", .write_costs = write_costs,
-                                     .failure = e.failure, .ctx = &e};
+                                     .write_tail = write_tail, .failure = e.failure, .ctx = &e};
     rc = eccl_scn_job_finish(&e.job, outdir, end_ns, &rep);
     free_emu(&e);
     return rc;

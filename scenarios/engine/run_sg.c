@@ -398,8 +398,8 @@ void eccl_scn_sg_free(sim *s, eccl_scenario *cfg)
 void eccl_scn_sg_write_transport(FILE *sf, const sim *s, const eccl_scenario *cfg)
 {
     if (!cfg->ibv) return;
-    fprintf(sf, "transport\tibv\nrdma_writes\t%llu\n",
-            (unsigned long long)eccl_sg_world_rdma_writes(s->w));
+    eccl_results_kv_str(sf, "transport", "ibv");
+    eccl_results_kv_u64(sf, "rdma_writes", eccl_sg_world_rdma_writes(s->w));
 }
 
 /* Actor stacks. Core's deepest call chain is under 4 KiB (no control

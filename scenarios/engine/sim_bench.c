@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "results.h"
+
 #define BENCH_ALIGN 64
 #define BENCH_TAG_BASE 1 /* eccl-bench's first tag */
 #define PATTERN_PERIOD BENCH_PATTERN_PERIOD
@@ -281,26 +283,17 @@ double eccl_simbench_busbw(int coll, int64_t nranks, const eccl_simbench_row *ro
     return (double)row->bytes / row->time_us / 1e3 * bench_busbw_factor(coll, nranks);
 }
 
-void eccl_simbench_print_columns(FILE *f, int tsv)
-{
-    if (tsv)
-        fputs("size\tcount\ttype\tredop\ttime_us\talgbw_GBps\tbusbw_GBps\twrong\talgo\n", f);
-    else
-        bench_print_columns(f);
-}
-
 void eccl_simbench_print_row(FILE *f, int tsv, int coll, int64_t nranks, const eccl_simbench_row *row)
 {
     double algbw = (double)row->bytes / row->time_us / 1e3;
     double busbw = eccl_simbench_busbw(coll, nranks, row);
     const char *redop = bench_reduces(coll) ? "sum" : "none";
-    if (tsv) {
-        fprintf(f, "%zu\t%zu\tfloat\t%s\t%.3f\t%.2f\t%.2f\t%" PRIu64 "\t%s\n", row->bytes, row->count, redop,
-                row->time_us, algbw, busbw, row->wrong, eccl_algorithm_name(row->algo));
-    } else {
-        char wrong[24];
-        snprintf(wrong, sizeof wrong, "%" PRIu64, row->wrong);
+    char wrong[24];
+    snprintf(wrong, sizeof wrong, "%" PRIu64, row->wrong);
+    if (tsv)
+        eccl_results_bench_row(f, row->bytes, row->count, "float", redop, row->time_us, algbw, busbw, wrong,
+                               eccl_algorithm_name(row->algo));
+    else
         bench_print_row(f, row->bytes, row->count, "float", redop, row->time_us, algbw, busbw, wrong,
                         eccl_algorithm_name(row->algo));
-    }
 }

@@ -80,14 +80,14 @@ typedef struct eccl_simbench_result {
 int eccl_simbench_rank_run(const eccl_simbench_hooks *h, const char *master_addr,
                            const eccl_simbench_options *o, eccl_simbench_result *res);
 
-/* eccl-bench's column header (a `#` line) and one row, as it prints them;
- * nranks for the bus bandwidth factor. With tsv, the same columns tab-
- * separated, the time with 3 decimals. */
-void eccl_simbench_print_columns(FILE *f, int tsv);
 /* A row's bus bandwidth (GB/s): algbw x nccl-tests' factor, 2(n-1)/n for
  * all-reduce, (n-1)/n for all-gather, reduce-scatter and all-to-all, 1 for
  * broadcast and reduce. */
 double eccl_simbench_busbw(int coll, int64_t nranks, const eccl_simbench_row *row);
+/* One row as eccl-bench prints it (its column header is bench_rows.h's
+ * bench_print_columns); nranks for the bus bandwidth factor. With tsv, a
+ * row of bench.tsv (results.h's eccl_results_bench_row, under the header
+ * eccl_results_bench_open writes). */
 void eccl_simbench_print_row(FILE *f, int tsv, int coll, int64_t nranks, const eccl_simbench_row *row);
 
 #endif

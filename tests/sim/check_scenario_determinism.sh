@@ -2,7 +2,7 @@
 # Runs an eccl-sim scenario twice with the same seed into two directories and
 # fails unless both runs pass and their outputs are identical byte for byte
 # (the TSVs, the generated platform and the plot script; plot.png is made by
-# gnuplot and is not compared; workload = bench: bench.tsv and the platform).
+# gnuplot and is not compared).
 # Usage: check_scenario_determinism.sh ECCL_SIM FILE SEED
 set -u
 [ $# -eq 3 ] || { echo "usage: $0 ECCL_SIM FILE SEED" >&2; exit 2; }
@@ -17,10 +17,11 @@ if [ "$rc1" -ne 0 ] || [ "$rc2" -ne 0 ]; then
     exit 1
 fi
 status=0
-# workload = bench writes its rows (bench.tsv) and the platform only; its
-# console output, compared below, holds the rows too.
+# workload = bench writes its rows (bench.tsv), a summary, the platform and
+# a plot, no events or ranks; its console output, compared below, holds the
+# rows too.
 files="events.tsv summary.tsv ranks.tsv platform.xml plot.gp"
-[ -f "$dir/1/bench.tsv" ] && files="bench.tsv platform.xml"
+[ -f "$dir/1/bench.tsv" ] && files="bench.tsv summary.tsv platform.xml plot.gp"
 # malloc's peak (heap_peak_bytes, mmap_peak_bytes) is the allocator's
 # accounting, not the simulation's: it moves by a few hundred bytes between
 # two runs of one binary (address space layout), and the scale guard holds it
