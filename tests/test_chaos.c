@@ -61,6 +61,47 @@ static void test_plan_parse_errors(void **state)
     plan_bad("seed = x\n", "seed");
     plan_bad("buffer = 1B\n", "buffer");
     plan_bad("color = red\n", "unknown setting");
+    plan_bad("wire w\n", "line 1: wire: needs bandwidth=");
+    plan_bad("link a b via=w\n", "bad option \"via=w\""); /* a wire is declared before its use */
+    plan_bad("wire w bandwidth=1MBps\nlink a b via=w,nope\n", "line 2: link: bad option");
+    plan_bad("wire w bandwidth=1MBps\nlink a b flow=0Bps\n", "bad option");
+}
+
+static void test_plan_wires(void **state)
+{
+    (void)state;
+    eccl_chaos_plan *p = plan_ok("wire a.up bandwidth=100MBps\n"
+                                 "wire core bandwidth=1GBps\n"
+                                 "wire b.down bandwidth=50MBps\n"
+                                 "wire b.up bandwidth=100MBps\n"
+                                 "wire a.down bandwidth=100MBps\n"
+                                 "link a b latency=1ms via=a.up,core,b.down back=b.up,core,a.down flow=20MBps\n"
+                                 "link a c via=a.up,core\n"
+                                 "wire core bandwidth=500MBps from=2s\n"
+                                 "slow c factor=2 from=3s\n");
+    assert_int_equal(eccl_chaos_plan_wires(p), 5);
+    eccl_chaos_wire w[ECCL_CHAOS_VIA_MAX];
+    assert_int_equal(eccl_chaos_plan_route(p, "a", "b", 0, w), 3);
+    assert_int_equal(w[0].id, 0);
+    assert_int_equal(w[1].id, 1);
+    assert_int_equal(w[2].id, 2);
+    assert_true(w[2].bandwidth_Bps == 50e6);
+    assert_int_equal(eccl_chaos_plan_route(p, "b", "a", 0, w), 3); /* back= */
+    assert_int_equal(w[0].id, 3);
+    assert_int_equal(w[2].id, 4);
+    assert_int_equal(eccl_chaos_plan_route(p, "c", "a", 0, w), 2); /* no back=: via reversed */
+    assert_int_equal(w[0].id, 1);
+    assert_int_equal(w[1].id, 0);
+    assert_int_equal(eccl_chaos_plan_route(p, "a", "b", 2 * SEC, w), 3);
+    assert_true(w[1].bandwidth_Bps == 500e6); /* the later wire line, while active */
+    assert_int_equal(eccl_chaos_plan_route(p, "a", "c", 3 * SEC, w), 2);
+    assert_true(w[1].bandwidth_Bps == 250e6); /* slow c: every link of c */
+    assert_int_equal(eccl_chaos_plan_route(p, "b", "c", 0, w), 0); /* no via: no wires */
+    eccl_chaos_path x;
+    eccl_chaos_plan_path(p, "b", "a", 0, &x);
+    assert_true(x.flow_Bps == 20e6);
+    assert_int_equal(x.latency_ns, 1 * MS);
+    eccl_chaos_plan_free(p);
 }
 
 static void test_plan_paths(void **state)
@@ -237,42 +278,89 @@ static void test_latency_both_ways(void **state)
     rig_close(&r);
 }
 
-static void test_bandwidth(void **state)
+/* Moves len bytes client -> server on each of n rigs at once, driving every
+ * side's waits; returns how long the last byte took from the first send. */
+static uint64_t transfer(rig **rs, int n, size_t len)
 {
-    (void)state;
-    rig r;
-    rig_open(&r, "link * * bandwidth=10MBps\nbuffer = 256KiB\n", 1);
-    rig_accept(&r);
-    const size_t len = 1u << 20; /* 1 MiB at 10 MB/s: at least 104 ms */
     char *out = malloc(len), *in = malloc(len);
     assert_non_null(out);
     assert_non_null(in);
     for (size_t i = 0; i < len; i++) out[i] = (char)(i * 7);
-    uint64_t t0 = now(r.ec);
-    /* The tx line holds 256 KiB: sending the rest needs the waits to drain it. */
-    size_t done = 0, rcvd = 0;
-    uint64_t deadline = t0 + SOON;
-    r.ec->net->set_interest(r.ec->net_ctx, r.cc, 1, 1);
-    while (rcvd < len) {
-        if (done < len) {
-            eccl_iov iov = {out + done, len - done};
-            size_t sent = 0;
-            assert_int_equal(r.ec->net->send(r.ec->net_ctx, r.cc, &iov, 1, &sent), ECCL_OK);
-            done += sent;
+    size_t done[4] = {0}, rcvd[4] = {0};
+    const uint64_t t0 = now(rs[0]->ec), deadline = t0 + SOON;
+    for (int k = 0; k < n; k++) rs[k]->ec->net->set_interest(rs[k]->ec->net_ctx, rs[k]->cc, 1, 1);
+    for (int busy = 1; busy;) {
+        busy = 0;
+        for (int k = 0; k < n; k++) {
+            rig *r = rs[k];
+            if (rcvd[k] == len) continue;
+            busy = 1;
+            /* The tx line holds the plan's buffer: sending the rest needs the waits to drain it. */
+            if (done[k] < len) {
+                eccl_iov iov = {out + done[k], len - done[k]};
+                size_t sent = 0;
+                assert_int_equal(r->ec->net->send(r->ec->net_ctx, r->cc, &iov, 1, &sent), ECCL_OK);
+                done[k] += sent;
+            }
+            size_t got = 0;
+            assert_int_equal(r->es->net->recv(r->es->net_ctx, r->cs, in + rcvd[k], len - rcvd[k], &got), ECCL_OK);
+            rcvd[k] += got;
+            if (rcvd[k] == len) assert_memory_equal(in, out, len);
+            void *ready[8];
+            r->ec->net->wait(r->ec->net_ctx, now(r->ec) + 1 * MS, ready, 8);
         }
-        size_t got = 0;
-        assert_int_equal(r.es->net->recv(r.es->net_ctx, r.cs, in + rcvd, len - rcvd, &got), ECCL_OK);
-        rcvd += got;
-        void *ready[8];
-        r.ec->net->wait(r.ec->net_ctx, now(r.ec) + 1 * MS, ready, 8);
-        assert_true(now(r.ec) < deadline);
+        assert_true(now(rs[0]->ec) < deadline);
     }
-    uint64_t t1 = now(r.es);
-    assert_memory_equal(in, out, len);
-    assert_true(t1 - t0 >= 104 * MS);
     free(out);
     free(in);
+    return now(rs[0]->es) - t0;
+}
+
+static void test_bandwidth(void **state)
+{
+    (void)state;
+    rig r, *rs[] = {&r};
+    rig_open(&r, "link * * bandwidth=10MBps\nbuffer = 256KiB\n", 1);
+    rig_accept(&r);
+    assert_true(transfer(rs, 1, 1u << 20) >= 104 * MS); /* 1 MiB at 10 MB/s: at least 104 ms */
     rig_close(&r);
+}
+
+/* flow=: each connection's own cap, as a per-flow link caps every flow. */
+static void test_flow_cap(void **state)
+{
+    (void)state;
+    rig r, *rs[] = {&r};
+    rig_open(&r, "link * * flow=10MBps\nbuffer = 256KiB\n", 1);
+    rig_accept(&r);
+    assert_true(transfer(rs, 1, 1u << 20) >= 104 * MS);
+    rig_close(&r);
+}
+
+/* Two chaos nets (two processes of a job) over one shared wire: 512 KiB
+ * each through 10 MB/s take at least the 104 ms of the whole MiB, not the
+ * 52 ms each would alone. */
+static void test_wire_shared(void **state)
+{
+    (void)state;
+    const char *plan = "wire w bandwidth=10MBps\nlink * * via=w\nbuffer = 256KiB\n";
+    uint64_t shared[1] = {0};
+    rig a, b, *rs[] = {&a, &b};
+    rig_open(&a, plan, 1);
+    rig_open(&b, plan, 1);
+    assert_int_equal(eccl_chaos_set_wires(a.ec, shared, 1), ECCL_OK);
+    assert_int_equal(eccl_chaos_set_wires(b.ec, shared, 1), ECCL_OK);
+    /* Both clocks start at the same origin, as eccl-emu's ECCL_CHAOS_T0 makes them. */
+    eccl_chaos_set_origin(a.ec, a.wrap_before);
+    eccl_chaos_set_origin(b.ec, a.wrap_before);
+    assert_int_equal(eccl_chaos_set_wires(a.ec, shared, 0), ECCL_ERR_INVALID_ARG); /* fewer than the plan's */
+    assert_int_equal(eccl_chaos_set_wires(a.es, shared, 1), ECCL_ERR_INVALID_ARG); /* not a chaos net */
+    rig_accept(&a);
+    rig_accept(&b);
+    assert_true(transfer(rs, 2, 512u << 10) >= 104 * MS);
+    assert_true(shared[0] >= 104 * MS); /* the wire's bucket: busy that long at least */
+    rig_close(&a);
+    rig_close(&b);
 }
 
 static void test_partition_refuses_and_holds(void **state)
@@ -402,6 +490,31 @@ static void test_env_from_environment(void **state)
     assert_int_equal(eccl_env_real_create("peer", 0, &env), ECCL_OK);
     assert_true(eccl_chaos_wrapped(env));
     eccl_env_real_destroy(env);
+    /* ECCL_CHAOS_T0 must be a number; ECCL_CHAOS_WIRES a file with room for
+     * the plan's wires (8 bytes each). */
+    setenv("ECCL_CHAOS_T0", "soon", 1);
+    assert_int_equal(eccl_env_real_create("peer", 0, &env), ECCL_ERR_INVALID_ARG);
+    setenv("ECCL_CHAOS_T0", "1", 1);
+    assert_int_equal(ftruncate(fd, 0), 0);
+    const char *wired = "wire w bandwidth=1MBps\nwire v bandwidth=1MBps\nlink a b via=w,v\n";
+    assert_int_equal(pwrite(fd, wired, strlen(wired), 0), (ssize_t)strlen(wired));
+    char wpath[] = "/tmp/test_chaos_wiresXXXXXX";
+    int wfd = mkstemp(wpath);
+    assert_true(wfd >= 0);
+    setenv("ECCL_CHAOS_WIRES", "/nonexistent/wires", 1);
+    assert_int_equal(eccl_env_real_create("peer", 0, &env), ECCL_ERR_INVALID_ARG);
+    setenv("ECCL_CHAOS_WIRES", wpath, 1);
+    assert_int_equal(eccl_env_real_create("peer", 0, &env), ECCL_ERR_INVALID_ARG); /* empty */
+    assert_int_equal(ftruncate(wfd, 8), 0);
+    assert_int_equal(eccl_env_real_create("peer", 0, &env), ECCL_ERR_INVALID_ARG); /* one wire of two */
+    assert_int_equal(ftruncate(wfd, 16), 0);
+    assert_int_equal(eccl_env_real_create("peer", 0, &env), ECCL_OK);
+    assert_true(eccl_chaos_wrapped(env));
+    eccl_env_real_destroy(env);
+    close(wfd);
+    unlink(wpath);
+    unsetenv("ECCL_CHAOS_WIRES");
+    unsetenv("ECCL_CHAOS_T0");
     unsetenv("ECCL_CHAOS");
     assert_int_equal(eccl_env_real_create("peer", 0, &env), ECCL_OK);
     assert_false(eccl_chaos_wrapped(env));
@@ -416,7 +529,10 @@ int main(void)
         cmocka_unit_test(test_plan_parse_errors),
         cmocka_unit_test(test_plan_paths),
         cmocka_unit_test(test_latency_both_ways),
+        cmocka_unit_test(test_plan_wires),
         cmocka_unit_test(test_bandwidth),
+        cmocka_unit_test(test_flow_cap),
+        cmocka_unit_test(test_wire_shared),
         cmocka_unit_test(test_partition_refuses_and_holds),
         cmocka_unit_test(test_reset),
         cmocka_unit_test(test_kill_after_frames),
