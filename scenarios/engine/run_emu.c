@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_rows.h"
 #include "job.h"
 #include "results.h"
 #include "run_emu.h"
@@ -32,7 +33,7 @@
 #define START_TIMEOUT_NS 10000000000ull
 #define STOP_GRACE_NS 5000000000ull
 
-typedef enum proc_kind { P_MASTER, P_RELAY, P_WORKER } proc_kind;
+typedef enum proc_kind { P_MASTER, P_RELAY, P_WORKER, P_BENCH } proc_kind;
 
 typedef struct proc {
     proc_kind kind;
@@ -169,6 +170,7 @@ static int drain(emu *e, proc *p, char *first_line, size_t first_len)
         while ((nl = memchr(p->buf, '\n', p->len))) {
             *nl = '\0';
             if (p->kind == P_WORKER) worker_line(e, p, p->buf);
+            else if (p->kind == P_BENCH) printf("%s\n", p->buf); /* the rows, as eccl-bench prints them */
             else if (first_line && !first_line[0]) snprintf(first_line, first_len, "%s", p->buf);
             else if (e->o->verbose) emu_say(e, p->name, p->buf);
             const size_t used = (size_t)(nl + 1 - p->buf);
@@ -512,6 +514,63 @@ static void run_loop(emu *e)
     free(who);
 }
 
+/* ---- workload = bench ---------------------------------------------------- */
+
+/* eccl-bench's rows with real processes: one `eccl-bench --master M
+ * --world N` per rank (the comm's rank 0 writes bench.tsv, summary.tsv and
+ * the plot to outdir, and prints the rows, echoed here). Passes when every
+ * rank exits 0 (eccl-bench exits non-zero on a wrong value or a failed
+ * call) within --timeout. */
+static int run_bench(emu *e, const char *outdir)
+{
+    const eccl_scenario *c = e->cfg;
+    char world[16], minb[24], maxb[24], step[16], iters[16], warm[16], out[PATH_MAX], name[32];
+    snprintf(world, sizeof world, "%d", c->ranks);
+    snprintf(minb, sizeof minb, "%zu", c->bench_minbytes);
+    snprintf(maxb, sizeof maxb, "%zu", c->bench_maxbytes);
+    snprintf(step, sizeof step, "%d", c->bench_stepfactor);
+    snprintf(iters, sizeof iters, "%d", c->iters);
+    snprintf(warm, sizeof warm, "%d", c->bench_warmup);
+    snprintf(out, sizeof out, "%s", outdir);
+    char *argv[] = {"eccl-bench", "--master", e->master_addr, "--world", world, "-b", minb, "-e", maxb, "-f", step,
+                    "-n", iters, "-w", warm, "--coll", (char *)bench_coll_names[c->bench_coll], "--out", out, NULL};
+    int started = 0, failed = 0;
+    for (int i = 0; i < c->ranks; i++) {
+        snprintf(name, sizeof name, "rank%d.1", i + 1);
+        if (spawn(e, &e->workers[i], P_BENCH, name, eccl_scn_rank_host(c, i + 1), argv)) break;
+        started++;
+    }
+    failed = started < c->ranks;
+    const uint64_t deadline = (uint64_t)llround(e->o->timeout_s * 1e9);
+    for (int live = started; live > 0 && !failed;) {
+        if (now_ns(e) >= deadline) {
+            eccl_scn_job_say(&e->job, "eccl-emu", "FAIL the run passed --timeout %gs: every process is killed",
+                             e->o->timeout_s);
+            failed = 1;
+            break;
+        }
+        struct pollfd pf[ECCL_EMU_MAX_RANKS + 1];
+        proc *who[ECCL_EMU_MAX_RANKS + 1];
+        int n = 0;
+        for (int i = 0; i < c->ranks; i++)
+            if (e->workers[i].pid) pf[n] = (struct pollfd){.fd = e->workers[i].out, .events = POLLIN}, who[n++] = &e->workers[i];
+        pf[n] = (struct pollfd){.fd = e->master.out, .events = POLLIN}, who[n++] = &e->master;
+        if (poll(pf, (nfds_t)n, 100) <= 0) continue;
+        for (int i = 0; i < n; i++) {
+            if (!(pf[i].revents & (POLLIN | POLLHUP | POLLERR)) || !drain(e, who[i], NULL, 0)) continue;
+            const int status = reap(who[i]);
+            if (who[i]->kind != P_BENCH) continue;
+            live--;
+            if (status != 0) {
+                eccl_scn_job_say(&e->job, "eccl-emu", "FAIL %s exited with status %d (see %s/%s.log)", who[i]->name,
+                                 status, e->logs, who[i]->name);
+                failed = 1;
+            }
+        }
+    }
+    return failed;
+}
+
 /* ---- the run ------------------------------------------------------------- */
 
 /* What eccl-emu cannot run: said, and exit status 2. Keys that only
@@ -528,7 +587,8 @@ static int refuse_or_note(const eccl_scenario *c, const char *file)
                               "baseline, not eccl; eccl-sim runs it");
     if (c->diloco) return eccl_scn_error(file, 0, "workload = diloco: not in eccl-emu (eccl-churn runs DiLoCo "
                                          "under churn with real processes)");
-    if (c->bench) return eccl_scn_error(file, 0, "workload = bench: not in eccl-emu yet (eccl-bench runs it)");
+    if (c->bench && c->nfaults)
+        return eccl_scn_error(file, 0, "workload = bench: no faults (eccl-sim refuses them too)");
     if (c->cuda)
         return eccl_scn_error(file, 0, "buffers = %s: eccl-emu's workers use host memory (CUDA needs a GPU; "
                               "eccl-sim simulates one)", eccl_scn_buffers_name(c));
@@ -716,6 +776,16 @@ int eccl_scn_emu_run(eccl_scenario *cfg, const char *file, const char *outdir, c
                                   e.relay_addr[k]))
                 goto out;
         }
+    }
+    if (cfg->bench) {
+        rc = run_bench(&e, outdir);
+        for (int i = 0; i < cfg->ranks; i++) bury(&e.workers[i]);
+        stop_coordinator(&e.master);
+        unlink(e.wires);
+        free_emu(&e);
+        printf("scenario=%s workload=bench ranks=%d checks=%s out=%s\n", cfg->name, cfg->ranks,
+               rc ? "fail" : "pass", outdir);
+        return rc ? 1 : 0;
     }
     int initial = 0; /* ranks that start with the job: the first step waits for them all */
     for (int i = 0; i < cfg->ranks; i++) initial += !e.job.rk[i].late;

@@ -1,7 +1,8 @@
 #!/bin/sh
 # Runs one scenario file in eccl-sim and in eccl-emu (real processes) and
 # fails unless both pass and reach the same verdicts: checks, survivors,
-# killed, dropped, joined (summary.tsv). Times are printed side by side
+# killed, dropped, joined (the job), rows and wrong (bench): those of
+# summary.tsv's keys that either run has. Times are printed side by side
 # (simulated / emulated), never asserted: the emulation's times depend on
 # this box's load.
 # Usage: check_emu_vs_sim.sh BINDIR SCENARIO WORKDIR
@@ -21,14 +22,15 @@ if [ "$sim_rc" -ne 0 ] || [ "$emu_rc" -ne 0 ]; then
     tail -15 "$work/emu.log"
     fail=1
 fi
-for k in checks survivors killed dropped joined; do
+for k in checks survivors killed dropped joined rows wrong; do
     s=$(get "$work/sim" $k) e=$(get "$work/emu" $k)
+    [ -z "$s" ] && [ -z "$e" ] && [ $k != checks ] && continue
     if [ -z "$s" ] || [ "$s" != "$e" ]; then
         echo "FAIL $k: eccl-sim '$s', eccl-emu '$e'"
         fail=1
     fi
 done
-for k in bootstrap_s allreduce_mean_s detect_s slowdown; do
+for k in bootstrap_s allreduce_mean_s detect_s slowdown busbw_avg_GBps; do
     printf '%-18s sim %-14s emu %s\n' "$k" "$(get "$work/sim" $k)" "$(get "$work/emu" $k)"
 done
 [ $fail -eq 0 ] && echo "check_emu_vs_sim: $(basename "$scn"): same verdicts"
