@@ -245,12 +245,7 @@ int eccl_scn_sg_diloco(sim *s, eccl_scenario *cfg, const char *outdir)
     io_err |= eccl_scn_job_write_events(&s->job, outdir) != 0;
     FILE *sf = eccl_results_summary_open(outdir);
     if (sf) {
-        eccl_results_kv_str(sf, "scenario", cfg->name);
-        eccl_results_kv_u64(sf, "seed", cfg->seed);
-        eccl_results_kv_str(sf, "platform", cfg->platform);
-        eccl_results_kv_i64(sf, "hosts", cfg->hosts);
-        eccl_results_kv_i64(sf, "ranks", cfg->ranks);
-        eccl_results_kv_i64(sf, "count", cfg->count);
+        eccl_scn_summary_head(sf, cfg);
         eccl_results_kv_str(sf, "workload", "diloco");
         eccl_results_kv(sf, "duration_s", "%.9f", cfg->duration_s);
         eccl_results_kv_str(sf, "churn", churn);

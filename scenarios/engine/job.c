@@ -459,6 +459,16 @@ int eccl_scn_job_plan(const char *file, eccl_scenario *c, eccl_scn_job *j, const
 
 /* ---- the verdict --------------------------------------------------------- */
 
+void eccl_scn_summary_head(FILE *f, const eccl_scenario *c)
+{
+    eccl_results_kv_str(f, "scenario", c->name);
+    eccl_results_kv_u64(f, "seed", c->seed);
+    eccl_results_kv_str(f, "platform", c->platform);
+    eccl_results_kv_i64(f, "hosts", c->hosts);
+    eccl_results_kv_i64(f, "ranks", c->ranks);
+    eccl_results_kv_i64(f, "count", c->count);
+}
+
 /* The timeline plot draws a row per rank: past PLOT_RANKS_MAX ranks, more
  * rows than the picture has pixels. gnuplot then spent as long drawing
  * them as a tenth of the simulation (2.4 s of user time at 10k ranks,
@@ -718,12 +728,7 @@ int eccl_scn_job_finish(eccl_scn_job *s, const char *outdir, uint64_t end_ns, co
     io_err |= eccl_scn_job_write_events(s, outdir) != 0;
     FILE *sf = eccl_results_summary_open(outdir);
     if (sf) {
-        eccl_results_kv_str(sf, "scenario", cfg->name);
-        eccl_results_kv_u64(sf, "seed", cfg->seed);
-        eccl_results_kv_str(sf, "platform", cfg->platform);
-        eccl_results_kv_i64(sf, "hosts", cfg->hosts);
-        eccl_results_kv_i64(sf, "ranks", cfg->ranks);
-        eccl_results_kv_i64(sf, "count", cfg->count);
+        eccl_scn_summary_head(sf, cfg);
         eccl_results_kv_i64(sf, "iters", cfg->iters);
         eccl_results_kv_i64(sf, "kills", nkills);
         eccl_results_kv_i64(sf, "killed", killed);

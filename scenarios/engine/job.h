@@ -194,6 +194,9 @@ typedef struct eccl_scn_job_report {
  * prints the one-line summary on stdout. Returns the exit status: 0 every
  * check passed, 1 a check failed or the outputs could not be written. */
 int eccl_scn_job_finish(eccl_scn_job *j, const char *outdir, uint64_t end_ns, const eccl_scn_job_report *rep);
+/* summary.tsv's first rows, every workload's: scenario, seed, platform,
+ * hosts, ranks, count. */
+void eccl_scn_summary_head(FILE *f, const eccl_scenario *c);
 /* events.tsv from j->ev. */
 int eccl_scn_job_write_events(const eccl_scn_job *j, const char *dir);
 
