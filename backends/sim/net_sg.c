@@ -102,6 +102,9 @@ struct eccl_conn {
     sg_host_t peer_host;       /* the far env's host and boot (the listener's */
     int peer_boot;             /* while connecting) */
     sg_msg *held, *held_tail;  /* waiting for a route that is down */
+    double pace_s;             /* tcp_window: the stream may send again at this
+                                  simulated time (its bytes so far drained at
+                                  window / RTT) */
     uint64_t tx_seq, rx_seq;   /* next DATA/FIN sequence to send / to take */
     sg_msg *ooo;               /* arrived early, sorted by seq */
     /* The real bytes of the receive stream are the DATA messages that
@@ -1386,6 +1389,25 @@ static eccl_result sg_connect(void *ctx, const char *addr, void *user, eccl_conn
     return ECCL_OK;
 }
 
+/* tcp_window: the most bytes a second this conn's stream sends, window /
+ * RTT with RTT twice its route's one-way latency (read at each send, so a
+ * slow_link that changes the latency changes the cap); 0: no cap (no
+ * window, or a route without latency). */
+static double stream_rate(const sg_env *e, const eccl_conn *c)
+{
+    if (!(e->w->tcp_window > 0) || !c->peer_host) return 0;
+    double lat = sg_host_get_route_latency(e->host, c->peer_host);
+    return lat > 0 ? e->w->tcp_window / (2 * lat) : 0;
+}
+
+/* tcp_window: whether the stream's pace lets it send now. */
+static int stream_paced(const sg_env *e, const eccl_conn *c)
+{
+    /* A nanosecond of slack: SimGrid's timing precision, so that a wait
+     * woken at the pace never finds it a rounding error short. */
+    return e->w->tcp_window > 0 && c->pace_s - simgrid_get_clock() > 1e-9;
+}
+
 static eccl_result sg_send(void *ctx, eccl_conn *c, const eccl_iov *iov, int n, size_t *sent)
 {
     sg_env *e = ctx;
@@ -1414,6 +1436,9 @@ static eccl_result sg_send(void *ctx, eccl_conn *c, const eccl_iov *iov, int n, 
         *sent = total;
         return ECCL_OK;
     }
+    /* A full window: nothing taken now; the bytes wait in core's queue,
+     * and wait reports the conn writable once the pace allows (collect). */
+    if (stream_paced(e, c)) return ECCL_OK;
     /* Without phantom iovs: the bytes alone, as before. With: the real
      * bytes, then the segment list (kept aligned), in one allocation. */
     size_t seg_at = (real + _Alignof(sg_seg) - 1) / _Alignof(sg_seg) * _Alignof(sg_seg);
@@ -1443,6 +1468,14 @@ static eccl_result sg_send(void *ctx, eccl_conn *c, const eccl_iov *iov, int n, 
     }
     conn_post(c, c->peer_env, m);
     *sent = total;
+    /* The stream's pace: these bytes (and their header) drain at window /
+     * RTT from when the stream was last free. One message may go out at
+     * once, whatever its size up to SEND_MAX; the next waits its turn. */
+    const double rate = stream_rate(e, c);
+    if (rate > 0) {
+        const double now = simgrid_get_clock();
+        c->pace_s = (c->pace_s > now ? c->pace_s : now) + (double)(total + MSG_OVERHEAD) / rate;
+    }
     return ECCL_OK;
 }
 
@@ -1624,6 +1657,7 @@ static void cand_sort(eccl_conn **a, size_t n)
 static int collect(sg_env *e, void **ready, int max)
 {
     int n = 0;
+    e->pace_due_s = -1;
     if (e->ncand > 1) {
         cand_sort(e->cand, e->ncand);
         for (size_t i = 0; i < e->ncand; i++) e->cand[i]->cand_idx = i;
@@ -1631,12 +1665,20 @@ static int collect(sg_env *e, void **ready, int max)
     size_t keep = 0, i = 0;
     for (; i < e->ncand && n < max; i++) {
         eccl_conn *c = e->cand[i];
-        int r = 0, w = 0;
+        int r = 0, w = 0, paced = 0;
         if (!c->backlog_of) {
             int bad = c->reset || c->state == C_FAILED;
             r = c->want_read && (bad || c->rx_len > 0 || c->hole_bytes > 0 || c->eof);
             r |= c->watch_hangup && (c->reset || c->eof);
             w = c->want_write && c->state != C_CONNECTING;
+            /* A paced stream (tcp_window) is writable once its pace
+             * allows; until then it stays a candidate, and wait sleeps no
+             * later than that. */
+            if (w && c->state == C_UP && !bad && stream_paced(e, c)) {
+                w = 0;
+                paced = 1;
+                if (e->pace_due_s < 0 || c->pace_s < e->pace_due_s) e->pace_due_s = c->pace_s;
+            }
             if (c->edge && (c->want_read || c->want_write)) {
                 c->edge = 0;
                 r = 1;
@@ -1644,7 +1686,7 @@ static int collect(sg_env *e, void **ready, int max)
         }
         /* Not ready: nothing will make it so without a cand_add. A pending
          * edge stays (it waits for interest). */
-        if (r || w || c->edge) {
+        if (r || w || c->edge || paced) {
             c->cand_idx = keep;
             e->cand[keep++] = c;
         } else {
@@ -1688,8 +1730,14 @@ static int sg_wait(void *ctx, uint64_t deadline_ns, void **ready, int max)
         latency_catch_up(e);
         n = collect(e, ready, max);
         if (n > 0 || e->wake_pending || e->wake_gen != gen || deadline_ns == 0) break;
-        /* Latency net: sleep no later than the next arrival. */
+        /* Latency net: sleep no later than the next arrival; a paced
+         * stream: no later than its pace lets it send. */
         double due = arrival_in(e);
+        if (e->pace_due_s >= 0) {
+            double d = e->pace_due_s - simgrid_get_clock();
+            if (d < 0) d = 0;
+            if (due < 0 || d < due) due = d;
+        }
         if (deadline_ns == UINT64_MAX) {
             e->w->waits++;
             eccl_sg_cv_wait(&e->cv, NULL, due);

@@ -630,6 +630,11 @@ int eccl_scn_sg_run(eccl_scenario *cfg, const char *file, const char *outdir, co
     xbt_log_control_set("xbt_cfg.thres:warning");
     /* CM02: a message costs exactly latency + size / bandwidth. */
     sg_cfg_set_string("network/model", "CM02");
+    /* tcp_window: CM02 bounds every flow by TCP-gamma / (2 x its route's
+     * latency), window / RTT; net_sg paces each stream to the same rate
+     * (eccl_sg_world_set_tcp_window), since a stream is many messages.
+     * Unset, SimGrid's default gamma stays, as before the key existed. */
+    if (cfg->tcp_window > 0) sg_cfg_set_double("network/TCP-gamma", cfg->tcp_window);
     set_actor_stacks(cfg);
     simgrid_load_platform(platform_path);
     /* Seal it now (SimGrid does on the first run): a Floyd zone (clos,
@@ -673,6 +678,12 @@ int eccl_scn_sg_run(eccl_scenario *cfg, const char *file, const char *outdir, co
         return 1;
     }
     eccl_sg_world_set_progress_thread(s->w, cfg->progress_thread);
+    eccl_sg_world_set_tcp_window(s->w, cfg->tcp_window);
+    if (eccl_sg_world_set_p2p_pool(s->w, (unsigned)cfg->pool) != ECCL_OK) {
+        fprintf(stderr, "eccl-sim: pool: cannot set %d\n", cfg->pool);
+        eccl_scn_sg_free(s, cfg);
+        return 2;
+    }
     if (cfg->algo[0] && eccl_sg_world_set_algo(s->w, cfg->algo) != ECCL_OK) {
         fprintf(stderr, "eccl-sim: algo: cannot set \"%s\"\n", cfg->algo);
         eccl_scn_sg_free(s, cfg);
