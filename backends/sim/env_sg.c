@@ -769,11 +769,11 @@ eccl_result eccl_sg_world_set_dev(eccl_sg_world *w, const eccl_sg_dev_cfg *cfg)
     }
     if (cfg->phantom && !w->phantom_base) {
         /* PROT_NONE: a stray read or write of phantom bytes faults at once. */
-        void *p = mmap(NULL, PHANTOM_REGION, PROT_NONE,
-                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        const size_t size = cfg->phantom_region ? cfg->phantom_region : PHANTOM_REGION;
+        void *p = mmap(NULL, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
         if (p == MAP_FAILED) return ECCL_ERR_NO_MEMORY;
         w->phantom_base = p;
-        w->phantom_size = PHANTOM_REGION;
+        w->phantom_size = size;
         w->phantom_next = 0;
     }
     w->dev = *cfg;

@@ -74,6 +74,12 @@ typedef struct eccl_sg_dev_cfg {
      * copies cost a bus copy, kernels reduce_Bps, host-side waits nothing:
      * every simulated device call is done when it returns). */
     size_t resident_min;
+    /* Phantom mode: bytes of address space to reserve for phantom buffers
+     * (0: 4 GiB, four buffers of the worker's largest all-reduce). A
+     * program that holds many big phantom buffers at once (eccl-sim's
+     * bench with `concurrent` outputs of 1 GiB) asks for room enough that
+     * they get distinct addresses. */
+    size_t phantom_region;
 } eccl_sg_dev_cfg;
 
 /* Before the first env is created (outside or inside simgrid_run). */

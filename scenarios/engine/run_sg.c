@@ -623,6 +623,18 @@ static void set_actor_stacks(const eccl_scenario *c)
 }
 
 
+/* workload = bench on phantom buffers: address space for every rank's
+ * input and `concurrent` outputs of maxbytes, so that no two get the same
+ * address (an output equal to the input would make a call in place), plus
+ * the default 4 GiB for the library's own staging; 0 otherwise (the
+ * default region). Address space only: nothing is mapped in. */
+static size_t bench_phantom_region(const eccl_scenario *cfg)
+{
+    if (!cfg->bench || !cfg->phantom) return 0;
+    const size_t per_buf = (cfg->bench_maxbytes + 4095) / 4096 * 4096;
+    return (size_t)cfg->ranks * (size_t)(1 + cfg->bench_concurrent) * per_buf + ((size_t)4 << 30);
+}
+
 int eccl_scn_sg_run(eccl_scenario *cfg, const char *file, const char *outdir, const char *platform_path,
                     int log_level, int verbose)
 {
@@ -662,7 +674,8 @@ int eccl_scn_sg_run(eccl_scenario *cfg, const char *file, const char *outdir, co
                                  .copy_Bps = cfg->copy_rate_Bps, .devices = cfg->cuda,
                                  .dev_copy_Bps = cfg->dev_copy_Bps,
                                  .dev_copy_latency_s = cfg->dev_copy_latency_s,
-                                 .resident_min = cfg->device_ring ? (size_t)1 << 20 : 0};
+                                 .resident_min = cfg->device_ring ? (size_t)1 << 20 : 0,
+                                 .phantom_region = bench_phantom_region(cfg)};
     const eccl_sg_net_cfg net = {.ibv = cfg->ibv,
                                  .qps = (unsigned)cfg->ib_qps,
                                  .min_bytes = (size_t)cfg->ib_min_bytes,
