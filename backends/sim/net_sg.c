@@ -105,6 +105,8 @@ struct eccl_conn {
     double pace_s;             /* tcp_window: the stream may send again at this
                                   simulated time (its bytes so far drained at
                                   window / RTT) */
+    size_t unacked;            /* tcp_window: wire bytes sent and not yet taken
+                                  by the far end's receiver */
     uint64_t tx_seq, rx_seq;   /* next DATA/FIN sequence to send / to take */
     sg_msg *ooo;               /* arrived early, sorted by seq */
     /* The real bytes of the receive stream are the DATA messages that
@@ -445,6 +447,7 @@ static void arrivals_free(sg_env *e)
 }
 
 static void deliver_taken(sg_env *e, sg_msg *m);
+static void stream_acked(eccl_sg_world *w, const sg_msg *m);
 
 /* Takes what is due, as the receiver actor would have when it arrived.
  * A sender that died meanwhile loses it: SimGrid fails the comm of an
@@ -960,6 +963,7 @@ static int deliver(sg_env *e, sg_msg *m)
 static void deliver_taken(sg_env *e, sg_msg *m)
 {
     if (m->type == M_DATA) e->msg_debt_s += e->msg_cost_s;
+    if (m->type == M_DATA && e->w->tcp_window > 0) stream_acked(e->w, m);
     if (!deliver(e, m)) free(m);
 }
 
@@ -1400,12 +1404,47 @@ static double stream_rate(const sg_env *e, const eccl_conn *c)
     return lat > 0 ? e->w->tcp_window / (2 * lat) : 0;
 }
 
-/* tcp_window: whether the stream's pace lets it send now. */
+/* tcp_window: the most wire bytes a stream keeps in flight, sent and not
+ * yet taken by the far end: a window and one message more. At the stream's
+ * pace it holds about half a window and a message (a message's latency,
+ * then its transfer at window / RTT), so this never binds there; it binds
+ * when a link does, where a paced stream would otherwise keep putting
+ * messages on the link at its pace and the link's queue (SimGrid's flows
+ * in progress, each a share of the link) would grow without end: a TCP
+ * sender waits for acknowledgements instead. */
+static size_t stream_inflight_max(const eccl_sg_world *w) { return (size_t)w->tcp_window + SEND_MAX; }
+
+/* tcp_window: the stream's bytes in flight are at the limit (it waits for
+ * stream_acked, not for a time). */
+static int stream_full(const sg_env *e, const eccl_conn *c)
+{
+    return e->w->tcp_window > 0 && c->unacked >= stream_inflight_max(e->w);
+}
+
+/* tcp_window: whether the stream's pace, or its bytes in flight, keep it
+ * from sending now. */
 static int stream_paced(const sg_env *e, const eccl_conn *c)
 {
+    if (stream_full(e, c)) return 1;
     /* A nanosecond of slack: SimGrid's timing precision, so that a wait
      * woken at the pace never finds it a rounding error short. */
     return e->w->tcp_window > 0 && c->pace_s - simgrid_get_clock() > 1e-9;
+}
+
+/* tcp_window: the far end's receiver took a DATA message of conn `src`:
+ * its bytes leave the sender's flight, and a sender held by them (its
+ * conn wants to write) is told, as an acknowledgement would. */
+static void stream_acked(eccl_sg_world *w, const sg_msg *m)
+{
+    eccl_conn *sc = sg_idmap_get(&w->conn_ids, m->src);
+    if (!sc) return; /* closed meanwhile */
+    const size_t bytes = m->len + MSG_OVERHEAD;
+    const int was_full = sc->unacked >= stream_inflight_max(w);
+    sc->unacked = sc->unacked > bytes ? sc->unacked - bytes : 0;
+    if (was_full && sc->unacked < stream_inflight_max(w) && sc->want_write) {
+        cand_add(sc);
+        eccl_sg_cv_broadcast(&sc->env->cv);
+    }
 }
 
 static eccl_result sg_send(void *ctx, eccl_conn *c, const eccl_iov *iov, int n, size_t *sent)
@@ -1472,6 +1511,7 @@ static eccl_result sg_send(void *ctx, eccl_conn *c, const eccl_iov *iov, int n, 
      * RTT from when the stream was last free. One message may go out at
      * once, whatever its size up to SEND_MAX; the next waits its turn. */
     const double rate = stream_rate(e, c);
+    if (e->w->tcp_window > 0) c->unacked += total + MSG_OVERHEAD;
     if (rate > 0) {
         const double now = simgrid_get_clock();
         c->pace_s = (c->pace_s > now ? c->pace_s : now) + (double)(total + MSG_OVERHEAD) / rate;
@@ -1677,7 +1717,9 @@ static int collect(sg_env *e, void **ready, int max)
             if (w && c->state == C_UP && !bad && stream_paced(e, c)) {
                 w = 0;
                 paced = 1;
-                if (e->pace_due_s < 0 || c->pace_s < e->pace_due_s) e->pace_due_s = c->pace_s;
+                /* A full stream is woken by its acknowledgement instead. */
+                if (!stream_full(e, c) && (e->pace_due_s < 0 || c->pace_s < e->pace_due_s))
+                    e->pace_due_s = c->pace_s;
             }
             if (c->edge && (c->want_read || c->want_write)) {
                 c->edge = 0;
