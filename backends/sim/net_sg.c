@@ -1437,7 +1437,7 @@ static int stream_paced(const sg_env *e, const eccl_conn *c)
 static void stream_acked(eccl_sg_world *w, const sg_msg *m)
 {
     eccl_conn *sc = sg_idmap_get(&w->conn_ids, m->src);
-    if (!sc) return; /* closed meanwhile */
+    if (!sc || sc->env->dead) return; /* closed, or its rank died, meanwhile */
     const size_t bytes = m->len + MSG_OVERHEAD;
     const int was_full = sc->unacked >= stream_inflight_max(w);
     sc->unacked = sc->unacked > bytes ? sc->unacked - bytes : 0;
