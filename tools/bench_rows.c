@@ -31,6 +31,11 @@ double bench_busbw_factor(int coll, int64_t nranks)
     }
 }
 
+double bench_algbw(size_t bytes, uint64_t concurrent, double time_us)
+{
+    return (double)bytes * (double)concurrent / time_us / 1e3;
+}
+
 int64_t bench_floor_log2(int64_t v)
 {
     int64_t e = 0;

@@ -35,6 +35,10 @@ int bench_reduces(int coll);
  * 2(n-1)/n for all-reduce, (n-1)/n for all-gather, reduce-scatter and
  * all-to-all, 1 for broadcast and reduce. */
 double bench_busbw_factor(int coll, int64_t nranks);
+/* A row's algorithm bandwidth in GB/s: `concurrent` calls of `bytes` each
+ * (eccl-bench --inflight / --concurrent, eccl-sim's `concurrent`) done in
+ * time_us, as nccl-tests counts bytes: size / time. */
+double bench_algbw(size_t bytes, uint64_t concurrent, double time_us);
 
 int64_t bench_floor_log2(int64_t v);
 

@@ -265,6 +265,8 @@ static void usage(FILE *out)
             "                           timed iteration, out of place; the row's time is\n"
             "                           the K calls' and its bandwidth counts K buffers\n"
             "                           (default 1: blocking calls)\n"
+            "      --concurrent K       the same as --inflight K (eccl-sim's `concurrent`);\n"
+            "                           ECCL_P2P_POOL=K gives each its own connection\n"
             "      --device             buffers in CUDA device memory (" CUDA_RUNTIME_SONAME "\n"
             "                           is loaded at start; rank r uses device r mod the\n"
             "                           device count). Per rank: ranks with host and with\n"
@@ -375,6 +377,8 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
         {"group", required_argument, NULL, OPT_GROUP},
         {"timeout-ms", required_argument, NULL, OPT_TIMEOUT},
         {"inflight", required_argument, NULL, OPT_INFLIGHT},
+        /* The simulator's word for it (scenario key `concurrent`). */
+        {"concurrent", required_argument, NULL, OPT_INFLIGHT},
         {"device", no_argument, NULL, OPT_DEVICE},
         {"coll", required_argument, NULL, OPT_COLL},
         {"p2p-host", required_argument, NULL, OPT_P2P_HOST},

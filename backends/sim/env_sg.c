@@ -19,6 +19,7 @@
 #include <xbt/dynar.h>
 
 #include "coll/reduce.h"
+#include "proto/wire.h"
 #include "eccl_core.h"
 #include "sg_internal.h"
 
@@ -689,6 +690,7 @@ static int sg_config_get(void *ctx, const char *name, char *buf, size_t len)
         return snprintf(buf, len, "0") == 1;
     else if (strcmp(name, "ECCL_ALGO") == 0 && e->w->algo[0])
         return (size_t)snprintf(buf, len, "%s", e->w->algo) < len;
+    else if (strcmp(name, "ECCL_P2P_POOL") == 0 && e->w->p2p_pool) v = e->w->p2p_pool;
     else if (e->device && strcmp(name, "ECCL_DEVICE_RING_MIN_BYTES") == 0) v = e->w->dev.resident_min;
     else if (!e->ibv) v = 0;
     else if (strcmp(name, "ECCL_IB_QPS") == 0) v = net->qps;
@@ -767,11 +769,11 @@ eccl_result eccl_sg_world_set_dev(eccl_sg_world *w, const eccl_sg_dev_cfg *cfg)
     }
     if (cfg->phantom && !w->phantom_base) {
         /* PROT_NONE: a stray read or write of phantom bytes faults at once. */
-        void *p = mmap(NULL, PHANTOM_REGION, PROT_NONE,
-                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        const size_t size = cfg->phantom_region ? cfg->phantom_region : PHANTOM_REGION;
+        void *p = mmap(NULL, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
         if (p == MAP_FAILED) return ECCL_ERR_NO_MEMORY;
         w->phantom_base = p;
-        w->phantom_size = PHANTOM_REGION;
+        w->phantom_size = size;
         w->phantom_next = 0;
     }
     w->dev = *cfg;
@@ -1017,6 +1019,15 @@ eccl_result eccl_sg_world_set_algo(eccl_sg_world *w, const char *spec)
     memcpy(w->algo, spec ? spec : "", len + 1);
     return ECCL_OK;
 }
+
+eccl_result eccl_sg_world_set_p2p_pool(eccl_sg_world *w, unsigned pool)
+{
+    if (!w || pool > ECCL_WIRE_MAX_POOL) return ECCL_ERR_INVALID_ARG;
+    w->p2p_pool = pool;
+    return ECCL_OK;
+}
+
+void eccl_sg_world_set_tcp_window(eccl_sg_world *w, double bytes) { w->tcp_window = bytes > 0 ? bytes : 0; }
 
 eccl_result eccl_sg_world_set_net_model(eccl_sg_world *w, eccl_sg_net_model model)
 {

@@ -74,6 +74,12 @@ typedef struct eccl_sg_dev_cfg {
      * copies cost a bus copy, kernels reduce_Bps, host-side waits nothing:
      * every simulated device call is done when it returns). */
     size_t resident_min;
+    /* Phantom mode: bytes of address space to reserve for phantom buffers
+     * (0: 4 GiB, four buffers of the worker's largest all-reduce). A
+     * program that holds many big phantom buffers at once (eccl-sim's
+     * bench with `concurrent` outputs of 1 GiB) asks for room enough that
+     * they get distinct addresses. */
+    size_t phantom_region;
 } eccl_sg_dev_cfg;
 
 /* Before the first env is created (outside or inside simgrid_run). */
@@ -188,6 +194,25 @@ eccl_result eccl_sg_world_set_algo(eccl_sg_world *w, const char *spec);
  * Set before the first env (ECCL_ERR_BUSY after). */
 typedef enum eccl_sg_net_model { ECCL_SG_NET_FLOW, ECCL_SG_NET_LATENCY } eccl_sg_net_model;
 eccl_result eccl_sg_world_set_net_model(eccl_sg_world *w, eccl_sg_net_model model);
+
+/* The connection-pool size of communicators made in this world from now on
+ * (setting ECCL_P2P_POOL, 1..64; 0: not set, the library's default of 1).
+ * Concurrent collectives then run over separate connections, each its own
+ * TCP stream (scenario key `pool`). ECCL_ERR_INVALID_ARG above 64. */
+eccl_result eccl_sg_world_set_p2p_pool(eccl_sg_world *w, unsigned pool);
+
+/* The TCP window of every stream from now on, in bytes (0: none, the
+ * default: a stream is as fast as its share of the links). With a window
+ * W, a connection whose route has one-way latency L sends at most W / (2L)
+ * bytes a second on average: its sends are paced (a send is refused, 0
+ * bytes taken, until the bytes sent before have drained at that rate;
+ * write readiness comes back when they have), so one message of at most
+ * 4 MiB goes out at a time and the stream's rate over any longer stretch
+ * is at most window / RTT. Streams still share their links' capacity, as
+ * every SimGrid flow does (scenario key `tcp_window`; the model and its
+ * limits: scenarios/README.md, "WAN TCP model"). The caller also sets
+ * SimGrid's network/TCP-gamma to W, which bounds each message alike. */
+void eccl_sg_world_set_tcp_window(eccl_sg_world *w, double bytes);
 
 /* An env on the calling actor's host. Free with eccl_sg_env_destroy (the
  * release function core objects call). */

@@ -102,6 +102,11 @@ struct eccl_conn {
     sg_host_t peer_host;       /* the far env's host and boot (the listener's */
     int peer_boot;             /* while connecting) */
     sg_msg *held, *held_tail;  /* waiting for a route that is down */
+    double pace_s;             /* tcp_window: the stream may send again at this
+                                  simulated time (its bytes so far drained at
+                                  window / RTT) */
+    size_t unacked;            /* tcp_window: wire bytes sent and not yet taken
+                                  by the far end's receiver */
     uint64_t tx_seq, rx_seq;   /* next DATA/FIN sequence to send / to take */
     sg_msg *ooo;               /* arrived early, sorted by seq */
     /* The real bytes of the receive stream are the DATA messages that
@@ -442,6 +447,7 @@ static void arrivals_free(sg_env *e)
 }
 
 static void deliver_taken(sg_env *e, sg_msg *m);
+static void stream_acked(eccl_sg_world *w, const sg_msg *m);
 
 /* Takes what is due, as the receiver actor would have when it arrived.
  * A sender that died meanwhile loses it: SimGrid fails the comm of an
@@ -957,6 +963,7 @@ static int deliver(sg_env *e, sg_msg *m)
 static void deliver_taken(sg_env *e, sg_msg *m)
 {
     if (m->type == M_DATA) e->msg_debt_s += e->msg_cost_s;
+    if (m->type == M_DATA && e->w->tcp_window > 0) stream_acked(e->w, m);
     if (!deliver(e, m)) free(m);
 }
 
@@ -1386,6 +1393,60 @@ static eccl_result sg_connect(void *ctx, const char *addr, void *user, eccl_conn
     return ECCL_OK;
 }
 
+/* tcp_window: the most bytes a second this conn's stream sends, window /
+ * RTT with RTT twice its route's one-way latency (read at each send, so a
+ * slow_link that changes the latency changes the cap); 0: no cap (no
+ * window, or a route without latency). */
+static double stream_rate(const sg_env *e, const eccl_conn *c)
+{
+    if (!(e->w->tcp_window > 0) || !c->peer_host) return 0;
+    double lat = sg_host_get_route_latency(e->host, c->peer_host);
+    return lat > 0 ? e->w->tcp_window / (2 * lat) : 0;
+}
+
+/* tcp_window: the most wire bytes a stream keeps in flight, sent and not
+ * yet taken by the far end: a window and one message more. At the stream's
+ * pace it holds about half a window and a message (a message's latency,
+ * then its transfer at window / RTT), so this never binds there; it binds
+ * when a link does, where a paced stream would otherwise keep putting
+ * messages on the link at its pace and the link's queue (SimGrid's flows
+ * in progress, each a share of the link) would grow without end: a TCP
+ * sender waits for acknowledgements instead. */
+static size_t stream_inflight_max(const eccl_sg_world *w) { return (size_t)w->tcp_window + SEND_MAX; }
+
+/* tcp_window: the stream's bytes in flight are at the limit (it waits for
+ * stream_acked, not for a time). */
+static int stream_full(const sg_env *e, const eccl_conn *c)
+{
+    return e->w->tcp_window > 0 && c->unacked >= stream_inflight_max(e->w);
+}
+
+/* tcp_window: whether the stream's pace, or its bytes in flight, keep it
+ * from sending now. */
+static int stream_paced(const sg_env *e, const eccl_conn *c)
+{
+    if (stream_full(e, c)) return 1;
+    /* A nanosecond of slack: SimGrid's timing precision, so that a wait
+     * woken at the pace never finds it a rounding error short. */
+    return e->w->tcp_window > 0 && c->pace_s - simgrid_get_clock() > 1e-9;
+}
+
+/* tcp_window: the far end's receiver took a DATA message of conn `src`:
+ * its bytes leave the sender's flight, and a sender held by them (its
+ * conn wants to write) is told, as an acknowledgement would. */
+static void stream_acked(eccl_sg_world *w, const sg_msg *m)
+{
+    eccl_conn *sc = sg_idmap_get(&w->conn_ids, m->src);
+    if (!sc || sc->env->dead) return; /* closed, or its rank died, meanwhile */
+    const size_t bytes = m->len + MSG_OVERHEAD;
+    const int was_full = sc->unacked >= stream_inflight_max(w);
+    sc->unacked = sc->unacked > bytes ? sc->unacked - bytes : 0;
+    if (was_full && sc->unacked < stream_inflight_max(w) && sc->want_write) {
+        cand_add(sc);
+        eccl_sg_cv_broadcast(&sc->env->cv);
+    }
+}
+
 static eccl_result sg_send(void *ctx, eccl_conn *c, const eccl_iov *iov, int n, size_t *sent)
 {
     sg_env *e = ctx;
@@ -1414,6 +1475,9 @@ static eccl_result sg_send(void *ctx, eccl_conn *c, const eccl_iov *iov, int n, 
         *sent = total;
         return ECCL_OK;
     }
+    /* A full window: nothing taken now; the bytes wait in core's queue,
+     * and wait reports the conn writable once the pace allows (collect). */
+    if (stream_paced(e, c)) return ECCL_OK;
     /* Without phantom iovs: the bytes alone, as before. With: the real
      * bytes, then the segment list (kept aligned), in one allocation. */
     size_t seg_at = (real + _Alignof(sg_seg) - 1) / _Alignof(sg_seg) * _Alignof(sg_seg);
@@ -1443,6 +1507,15 @@ static eccl_result sg_send(void *ctx, eccl_conn *c, const eccl_iov *iov, int n, 
     }
     conn_post(c, c->peer_env, m);
     *sent = total;
+    /* The stream's pace: these bytes (and their header) drain at window /
+     * RTT from when the stream was last free. One message may go out at
+     * once, whatever its size up to SEND_MAX; the next waits its turn. */
+    const double rate = stream_rate(e, c);
+    if (e->w->tcp_window > 0) c->unacked += total + MSG_OVERHEAD;
+    if (rate > 0) {
+        const double now = simgrid_get_clock();
+        c->pace_s = (c->pace_s > now ? c->pace_s : now) + (double)(total + MSG_OVERHEAD) / rate;
+    }
     return ECCL_OK;
 }
 
@@ -1624,6 +1697,7 @@ static void cand_sort(eccl_conn **a, size_t n)
 static int collect(sg_env *e, void **ready, int max)
 {
     int n = 0;
+    e->pace_due_s = -1;
     if (e->ncand > 1) {
         cand_sort(e->cand, e->ncand);
         for (size_t i = 0; i < e->ncand; i++) e->cand[i]->cand_idx = i;
@@ -1631,12 +1705,22 @@ static int collect(sg_env *e, void **ready, int max)
     size_t keep = 0, i = 0;
     for (; i < e->ncand && n < max; i++) {
         eccl_conn *c = e->cand[i];
-        int r = 0, w = 0;
+        int r = 0, w = 0, paced = 0;
         if (!c->backlog_of) {
             int bad = c->reset || c->state == C_FAILED;
             r = c->want_read && (bad || c->rx_len > 0 || c->hole_bytes > 0 || c->eof);
             r |= c->watch_hangup && (c->reset || c->eof);
             w = c->want_write && c->state != C_CONNECTING;
+            /* A paced stream (tcp_window) is writable once its pace
+             * allows; until then it stays a candidate, and wait sleeps no
+             * later than that. */
+            if (w && c->state == C_UP && !bad && stream_paced(e, c)) {
+                w = 0;
+                paced = 1;
+                /* A full stream is woken by its acknowledgement instead. */
+                if (!stream_full(e, c) && (e->pace_due_s < 0 || c->pace_s < e->pace_due_s))
+                    e->pace_due_s = c->pace_s;
+            }
             if (c->edge && (c->want_read || c->want_write)) {
                 c->edge = 0;
                 r = 1;
@@ -1644,7 +1728,7 @@ static int collect(sg_env *e, void **ready, int max)
         }
         /* Not ready: nothing will make it so without a cand_add. A pending
          * edge stays (it waits for interest). */
-        if (r || w || c->edge) {
+        if (r || w || c->edge || paced) {
             c->cand_idx = keep;
             e->cand[keep++] = c;
         } else {
@@ -1688,8 +1772,14 @@ static int sg_wait(void *ctx, uint64_t deadline_ns, void **ready, int max)
         latency_catch_up(e);
         n = collect(e, ready, max);
         if (n > 0 || e->wake_pending || e->wake_gen != gen || deadline_ns == 0) break;
-        /* Latency net: sleep no later than the next arrival. */
+        /* Latency net: sleep no later than the next arrival; a paced
+         * stream: no later than its pace lets it send. */
         double due = arrival_in(e);
+        if (e->pace_due_s >= 0) {
+            double d = e->pace_due_s - simgrid_get_clock();
+            if (d < 0) d = 0;
+            if (due < 0 || d < due) due = d;
+        }
         if (deadline_ns == UINT64_MAX) {
             e->w->waits++;
             eccl_sg_cv_wait(&e->cv, NULL, due);

@@ -116,6 +116,8 @@ struct eccl_sg_world {
     double master_msg_cost_s;/* msg_cost_s of masters from now on */
     int no_progress_thread;  /* ranks' ECCL_PROGRESS_THREAD = 0 */
     char algo[256];          /* ranks' ECCL_ALGO ("": not set) */
+    unsigned p2p_pool;       /* ranks' ECCL_P2P_POOL (0: not set) */
+    double tcp_window;       /* bytes a stream may send per RTT (0: no cap; net_sg.c, pacing) */
     unsigned char *phantom_base; /* reserved, inaccessible region (phantom mode) */
     size_t phantom_size;
     size_t phantom_next;     /* bump offset of the next phantom allocation */
@@ -196,6 +198,8 @@ struct sg_env {
     double msg_cost_s;      /* CPU time per message sent or taken */
     double work_cost_s;     /* CPU time per unit of clock work (a batch entry) */
     double msg_debt_s;      /* of messages taken, not slept yet (sg_wait) */
+    double pace_due_s;      /* tcp_window: when the first paced conn wait
+                               looked at may send again (-1: none) */
     sg_event_source *sources; /* completion channels wait watches */
     struct sg_nic *nic;     /* the env's simulated RDMA NIC (transport ibv) */
     int ibv;                /* a comm's env in a transport ibv world */

@@ -35,6 +35,12 @@ static void bench_sleep_ns(void *ctx, uint64_t ns)
     sg_actor_sleep_for((double)ns / 1e9);
 }
 
+static eccl_result bench_alloc_phantom(void *ctx, size_t bytes, void **out)
+{
+    bench_rank *b = ctx;
+    return eccl_sg_phantom_alloc(b->s->w, bytes, out);
+}
+
 static void bench_rank_main(int argc, char **argv)
 {
     (void)argc;
@@ -43,7 +49,7 @@ static void bench_rank_main(int argc, char **argv)
     sim *s = b->s;
     if (b->r->arrive_ns > eccl_sg_now_ns()) sg_actor_sleep_until((double)b->r->arrive_ns / 1e9);
     const eccl_simbench_hooks h = {.ctx = b, .comm_create = bench_comm_create, .now_ns = bench_now_ns,
-                                   .sleep_ns = bench_sleep_ns};
+                                   .sleep_ns = bench_sleep_ns, .alloc_phantom = bench_alloc_phantom};
     b->status = eccl_simbench_rank_run(&h, s->master_addr, &b->o, &b->res);
     if (b->status) /* stderr: stdout is the rows' */
         fprintf(stderr, "eccl-sim: %s (t=%.9f s): bench failed: %s\n", b->r->name,
@@ -120,7 +126,9 @@ int eccl_scn_sg_bench(sim *s, eccl_scenario *cfg, const char *outdir)
                                        .stepfactor = (uint64_t)cfg->bench_stepfactor,
                                        .iters = (uint64_t)cfg->iters, .warmup = (uint64_t)cfg->bench_warmup,
                                        .world = cfg->ranks, .wait_ns = 30ull * 1000000000ull,
-                                       .corrupt = r->idx == cfg->bench_corrupt};
+                                       .corrupt = r->idx == cfg->bench_corrupt,
+                                       .concurrent = (uint64_t)cfg->bench_concurrent,
+                                       .phantom = cfg->phantom};
         r->pid = eccl_scn_sg_start_actor(s->w, r->name, r->host, bench_rank_main, b);
     }
     simgrid_run();
@@ -143,9 +151,10 @@ int eccl_scn_sg_bench(sim *s, eccl_scenario *cfg, const char *outdir)
            "transport %s\n",
            cfg->name, (unsigned long long)cfg->seed, cfg->platform, cfg->ranks, cfg->ranks_per_host,
            bench_coll_names[cfg->bench_coll], cfg->algo[0] ? cfg->algo : "-", cfg->ibv ? "ibv" : "tcp");
-    printf("# eccl-bench: nranks %d dtype float op sum inplace 0 iters %d warmup %d check 1 inflight 1 "
+    printf("# eccl-bench: nranks %d dtype float op sum inplace 0 iters %d warmup %d check %d inflight %d "
            "device 0 coll %s\n",
-           cfg->ranks, cfg->iters, cfg->bench_warmup, bench_coll_names[cfg->bench_coll]);
+           cfg->ranks, cfg->iters, cfg->bench_warmup, !cfg->phantom, cfg->bench_concurrent,
+           bench_coll_names[cfg->bench_coll]);
     if (b0) bench_print(stdout, cfg, b0, 0);
     printf("# Out of bounds values : %llu %s\n", (unsigned long long)wrong, wrong == 0 ? "OK" : "FAILED");
     printf("# Avg bus bandwidth    : %g\n", b0 && b0->res.nrows ? busbw_sum / b0->res.nrows : 0.0);

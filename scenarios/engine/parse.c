@@ -247,6 +247,8 @@ enum {
     K_RELAYS, K_PROGRESS_THREAD, K_NET_MODEL,
     K_NCCL2_STAGGER, K_NCCL2_TIMEOUT, K_NCCL2_ALLGATHER, K_NCCL2_CORRUPT, /* nccl2_bootstrap */
     K_COLL, K_MINBYTES, K_MAXBYTES, K_STEPFACTOR, K_WARMUP, K_ALGO, K_BENCH_CORRUPT, /* bench */
+    K_CONCURRENT,
+    K_POOL, K_TCP_WINDOW,                                           /* TCP streams */
     K_NKEYS
 };
 
@@ -328,6 +330,9 @@ static const key_def key_defs[K_NKEYS] = {
     [K_WARMUP] = {"warmup", KK_INT, CFG_OFF(bench_warmup), 0, 1000000},
     [K_ALGO] = {"algo", KK_SPECIAL, 0, 0, 0},
     [K_BENCH_CORRUPT] = {"bench_corrupt", KK_INT, CFG_OFF(bench_corrupt), 1, MAX_RANKS},
+    [K_CONCURRENT] = {"concurrent", KK_INT, CFG_OFF(bench_concurrent), 1, MAX_CONCURRENT},
+    [K_POOL] = {"pool", KK_INT, CFG_OFF(pool), 1, MAX_POOL},
+    [K_TCP_WINDOW] = {"tcp_window", KK_SPECIAL, 0, 0, 0},
 };
 #undef CFG_OFF
 
@@ -344,14 +349,16 @@ static const int common_optional[] = {K_EXPECT, K_SEED, K_JITTER, K_STAGGER, K_W
                                       K_IB_MIN_BYTES, K_IB_CHUNK_BYTES, K_NCCL2_STAGGER,
                                       K_NCCL2_TIMEOUT, K_NCCL2_ALLGATHER, K_NCCL2_CORRUPT, K_RELAYS,
                                       K_PROGRESS_THREAD, K_NET_MODEL, K_COLL, K_MINBYTES, K_MAXBYTES,
-                                      K_STEPFACTOR, K_WARMUP, K_ALGO, K_BENCH_CORRUPT, -1};
+                                      K_STEPFACTOR, K_WARMUP, K_ALGO, K_BENCH_CORRUPT, K_CONCURRENT,
+                                      K_POOL, K_TCP_WINDOW, -1};
 static const int flat_required[] = {K_HOSTS, -1};
 static const int flat_optional[] = {-1};
 static const int clos_required[] = {K_HOSTS_PER_RACK, K_RACKS_PER_ZONE, K_ZONES_PER_DC, K_DCS, -1};
 static const int clos_optional[] = {K_OVERSUB, K_ZONE_LAT, K_DC_LAT, K_INTER_DC_LAT, -1};
-static const int wan_required[] = {K_REGIONS, K_SITES_PER_REGION, K_HOSTS_PER_SITE,
-                                   K_REGION_LAT, K_REGION_BW, -1};
-static const int wan_optional[] = {K_SITE_LAT, K_SITE_BW, K_FLOW_BW, -1};
+/* region_latency is required unless region_rtt gives every pair (checked
+ * with the pairs). */
+static const int wan_required[] = {K_REGIONS, K_SITES_PER_REGION, K_HOSTS_PER_SITE, K_REGION_BW, -1};
+static const int wan_optional[] = {K_SITE_LAT, K_SITE_BW, K_FLOW_BW, K_REGION_LAT, -1};
 
 static int in_list(const int *list, int k)
 {
@@ -405,6 +412,67 @@ static int parse_churn(const char *v, eccl_scenario *c)
         }
     }
     return have_interval ? 0 : -1;
+}
+
+/* region_rtt = A B TIME: appended to c->region_rtts (A < B once stored). */
+static int parse_region_rtt(const char *v, eccl_scenario *c, int lineno)
+{
+    char buf[MAX_LINE], *p = buf, *rest;
+    if (strlen(v) >= sizeof buf) return -1;
+    strcpy(buf, v);
+    long ab[2];
+    for (int i = 0; i < 2; i++) { /* two region numbers, then the time */
+        char *end;
+        errno = 0;
+        ab[i] = strtol(p, &end, 10);
+        if (errno || end == p || (*end != ' ' && *end != '\t') || ab[i] < 0 || ab[i] >= MAX_REGIONS) return -1;
+        p = trim(end);
+    }
+    const long a = ab[0], b = ab[1];
+    uint64_t ns;
+    if (a == b || parse_time_prefix(p, &ns, &rest) || *rest || ns == 0 || ns > 10000000000ull) return -1;
+    const double q = (double)ns / 1e9;
+    struct eccl_scn_region_rtt *n = realloc(c->region_rtts, (size_t)(c->n_region_rtts + 1) * sizeof *n);
+    if (!n) return -1;
+    c->region_rtts = n;
+    n[c->n_region_rtts++] = (struct eccl_scn_region_rtt){.a = (int)(a < b ? a : b), .b = (int)(a < b ? b : a),
+                                                         .rtt_s = q,
+                                                         .line = lineno};
+    return 0;
+}
+
+/* The pairs of region_rtt against the platform: regions that exist, each
+ * pair once, and a one-way time of at least site_latency (a path between
+ * regions runs through both sites' uplinks). Without region_latency every
+ * pair must be given. */
+static int check_region_rtts(const char *file, eccl_scenario *c, int region_lat_line)
+{
+    const long pairs = (long)c->regions * (c->regions - 1) / 2;
+    for (int i = 0; i < c->n_region_rtts; i++) {
+        const struct eccl_scn_region_rtt *p = &c->region_rtts[i];
+        if (p->b >= c->regions)
+            return eccl_scn_error(file, p->line, "region_rtt: region %d: regions are 0..%d", p->b,
+                                  c->regions - 1);
+        for (int j = 0; j < i; j++)
+            if (c->region_rtts[j].a == p->a && c->region_rtts[j].b == p->b)
+                return eccl_scn_error(file, p->line, "region_rtt: regions %d and %d given twice (first on "
+                                      "line %d)", p->a, p->b, c->region_rtts[j].line);
+        if (p->rtt_s / 2 < c->site_latency_s)
+            return eccl_scn_error(file, p->line, "region_rtt: %g s between regions %d and %d: one way (RTT / 2) "
+                                  "is below site_latency (which is latency unless given)", p->rtt_s, p->a, p->b);
+    }
+    if (!region_lat_line && c->n_region_rtts < pairs)
+        return eccl_scn_error(file, 0, "missing required key \"region_latency\" (platform = wan): "
+                              "region_rtt gives %d of the %ld pairs of regions", c->n_region_rtts, pairs);
+    return 0;
+}
+
+double eccl_scn_region_pair_latency(const eccl_scenario *c, int g, int h)
+{
+    const int a = g < h ? g : h, b = g < h ? h : g;
+    for (int i = 0; i < c->n_region_rtts; i++)
+        if (c->region_rtts[i].a == a && c->region_rtts[i].b == b) return c->region_rtts[i].rtt_s / 2;
+    return c->region_latency_s;
 }
 
 static int parse_key_value(const char *file, int lineno, const key_def *d, const char *val,
@@ -623,6 +691,15 @@ int eccl_scn_parse(const char *file, eccl_scenario *c)
             c->relay_kills[c->n_relay_kills++].line = lineno;
             continue;
         }
+        if (strcmp(key, "region_rtt") == 0) {
+            /* region_rtt = A B TIME: repeatable, checked against the platform below */
+            if (parse_region_rtt(val, c, lineno)) {
+                rc = eccl_scn_error(file, lineno, "region_rtt: \"%s\": want `A B TIME`, regions A != B "
+                                    "(0-based) and a round-trip time above 0 up to 10s", val);
+                break;
+            }
+            continue;
+        }
         int fk = -1;
         static const char *const fault_keys[] = {"kill", "host_off", "host_on", "join",
                                                  "link_off", "link_on", "partition",
@@ -731,6 +808,15 @@ int eccl_scn_parse(const char *file, eccl_scenario *c)
                                key, val);
         } else if (id == K_ALGO) {
             rc = parse_algo(file, lineno, val, c);
+        } else if (id == K_TCP_WINDOW) {
+            /* A size as eccl-bench's, K M G powers of 1024: 1K (a tiny
+             * window) .. 1G (Linux's largest tcp_rmem is far below) */
+            size_t w;
+            if (tool_parse_size(val, &w) || w < 1024 || w > ((size_t)1 << 30))
+                rc = eccl_scn_error(file, lineno, "tcp_window: \"%s\": want a size like 64K, 4M or 16M "
+                                    "(1K..1G)", val);
+            else
+                c->tcp_window = (double)w;
         } else if (id == K_NCCL2_STAGGER || id == K_NCCL2_TIMEOUT) {
             double q;
             const int timeout = id == K_NCCL2_TIMEOUT;
@@ -783,6 +869,9 @@ int eccl_scn_parse(const char *file, eccl_scenario *c)
     if (bad >= 0)
         return eccl_scn_error(file, key_line[bad], "%s: not a key of platform = %s (see "
                          "scenarios/README.md)", key_defs[bad].name, c->platform);
+    if (c->n_region_rtts && c->kind != PLATFORM_WAN)
+        return eccl_scn_error(file, c->region_rtts[0].line, "region_rtt: not a key of platform = %s (see "
+                              "scenarios/README.md)", c->platform);
     if (!c->cuda) {
         static const int only_cuda[] = {K_DEV_COPY_RATE, K_DEV_COPY_LAT, K_DEVICE_RING, -1};
         for (const int *k = only_cuda; *k >= 0; k++)
@@ -804,7 +893,7 @@ int eccl_scn_parse(const char *file, eccl_scenario *c)
         /* algo is every workload's: a scale run forces an all-reduce with it
          * (the tree's 3 links a rank against recursive doubling's log2 N). */
         static const int only_bench[] = {K_COLL, K_MINBYTES, K_MAXBYTES, K_STEPFACTOR, K_WARMUP,
-                                         K_BENCH_CORRUPT, -1};
+                                         K_BENCH_CORRUPT, K_CONCURRENT, -1};
         for (const int *k = only_bench; *k >= 0; k++)
             if (key_line[*k])
                 return eccl_scn_error(file, key_line[*k], "%s: a key of workload = bench", key_defs[*k].name);
@@ -812,7 +901,7 @@ int eccl_scn_parse(const char *file, eccl_scenario *c)
         /* A platform, ranks on it and eccl's knobs: no faults, no checks
          * of a job (the rows' #wrong is the check). */
         static const int not_bench[] = {K_COUNT, K_EXPECT, K_EXPECT_SLOWDOWN, K_WORLD_MIN, K_OPTIMIZE_AT,
-                                        K_EXPECT_SPEEDUP, K_STEP, K_PEER_TIMEOUT, K_BUFFERS, K_RELAYS,
+                                        K_EXPECT_SPEEDUP, K_STEP, K_PEER_TIMEOUT, K_RELAYS,
                                         K_DEV_COPY_RATE, K_DEV_COPY_LAT, K_DEVICE_RING, -1};
         for (const int *k = not_bench; *k >= 0; k++)
             if (key_line[*k])
@@ -825,6 +914,14 @@ int eccl_scn_parse(const char *file, eccl_scenario *c)
             return eccl_scn_error(file, c->relay_kills[0].line, "kill_relay: workload = bench takes no faults");
         if (c->diloco || c->nccl2)
             return eccl_scn_error(file, key_line[K_WORKLOAD], "workload: internal error");
+        /* Phantom buffers time the rows without their bytes (no #wrong:
+         * eccl-bench's --check 0), so big sizes fit in memory. */
+        if (c->cuda)
+            return eccl_scn_error(file, key_line[K_BUFFERS], "buffers: workload = bench takes host or phantom");
+        if (c->phantom && c->bench_corrupt)
+            return eccl_scn_error(file, key_line[K_BENCH_CORRUPT], "bench_corrupt: buffers = phantom checks "
+                                  "nothing");
+        if (!key_line[K_CONCURRENT]) c->bench_concurrent = 1;
         if (!key_line[K_ITERS]) c->iters = 20;
         if (!key_line[K_MINBYTES]) c->bench_minbytes = 8;
         if (!key_line[K_MAXBYTES]) c->bench_maxbytes = (size_t)1 << 20;
@@ -947,9 +1044,10 @@ int eccl_scn_parse(const char *file, eccl_scenario *c)
         if (!key_line[K_SITE_BW]) c->site_bandwidth_Bps = c->hosts_per_site * c->bandwidth_Bps;
         if (c->site_latency_s < c->latency_s)
             return eccl_scn_error(file, key_line[K_SITE_LAT], "site_latency: below latency");
-        if (c->region_latency_s < c->site_latency_s)
+        if (key_line[K_REGION_LAT] && c->region_latency_s < c->site_latency_s)
             return eccl_scn_error(file, key_line[K_REGION_LAT], "region_latency: below site_latency "
                              "(which is latency unless given)");
+        if (check_region_rtts(file, c, key_line[K_REGION_LAT])) return -1;
     }
     /* Host 0 runs the master alone; ranks fill node-1, node-2, ...
      * ranks_per_host at a time. */
@@ -1018,4 +1116,7 @@ void eccl_scn_free(eccl_scenario *c)
     free(c->faults);
     c->faults = NULL;
     c->nfaults = 0;
+    free(c->region_rtts);
+    c->region_rtts = NULL;
+    c->n_region_rtts = 0;
 }

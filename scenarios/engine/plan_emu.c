@@ -243,6 +243,12 @@ int eccl_scn_emu_write_plan(const eccl_scenario *c, const char *file, const char
                "# (node-K is 127.77.X.Y with X.Y = K + 1), each pair shaped by its route.\n"
                "seed = %llu\n",
             c->name, hosts, (unsigned long long)c->seed);
+    /* tcp_window: a stream carries at most a window per round trip. The
+     * chaos net holds at most `buffer` bytes a direction until they are
+     * due, one way's latency later: half the window per one-way latency is
+     * the window per RTT. */
+    if (c->tcp_window > 0)
+        fprintf(f, "buffer = %lluB\n", (unsigned long long)llround(c->tcp_window / 2 < 4096 ? 4096 : c->tcp_window / 2));
     *nwires = write_wires(f, c, hosts);
     if (*nwires < 0) {
         fprintf(stderr, "eccl-emu: out of memory\n");

@@ -185,7 +185,8 @@ static void write_clos(FILE *f, const eccl_scenario *c)
 
 /* WAN: sites (clusters) under regions (Floyd zones of their sites and a hub),
  * every pair of regions joined by one link (a Full zone). With L the
- * same-site latency, S the same-region one and R the inter-region one:
+ * same-site latency, S the same-region one and R the inter-region one
+ * (region_latency, or region_rtt / 2 for the pairs it names):
  *   host link        L/2        (x2 on every path)
  *   site uplink      (S - L)/2  (site router - region hub), site_bandwidth
  *   region link      R - S      (region hub - region hub), region_bandwidth,
@@ -198,7 +199,7 @@ static void write_wan(FILE *f, const eccl_scenario *c)
     snprintf(what, sizeof what, "a WAN of %d regions x %d sites x %d hosts = %d hosts",
              c->regions, c->sites_per_region, c->hosts_per_site, c->hosts);
     xml_head(f, c, what);
-    double L = c->latency_s * 1e9, S = c->site_latency_s * 1e9, R = c->region_latency_s * 1e9;
+    double L = c->latency_s * 1e9, S = c->site_latency_s * 1e9;
     char id[64], gw[64], hub[64], hubgw[64], link[64], cap[64];
     int host = 0;
     fputs("  <zone id=\"wan\" routing=\"Full\">\n", f);
@@ -228,6 +229,8 @@ static void write_wan(FILE *f, const eccl_scenario *c)
     for (int g = 0; g < c->regions; g++)
         for (int h = g + 1; h < c->regions; h++) {
             snprintf(link, sizeof link, "wan-%d-%d", g, h);
+            /* region_rtt / 2 for a pair it names, else region_latency */
+            const double R = eccl_scn_region_pair_latency(c, g, h) * 1e9;
             xml_link(f, "    ", link, c->region_bandwidth_Bps, R - S, NULL);
             if (c->flow_bandwidth_Bps > 0) {
                 snprintf(cap, sizeof cap, "cap-%d-%d", g, h);
@@ -328,7 +331,7 @@ int eccl_scn_route(const eccl_scenario *c, int a, int b, eccl_scn_hop *h)
         return n;
     }
     case PLATFORM_WAN: {
-        const double L = c->latency_s, S = c->site_latency_s, R = c->region_latency_s;
+        const double L = c->latency_s, S = c->site_latency_s;
         const int hg = c->hosts_per_site * c->sites_per_region;
         const int ga = a / hg, gb = b / hg, sa = a % hg / c->hosts_per_site, sb = b % hg / c->hosts_per_site;
         const int same_site = ga == gb && sa == sb;
@@ -337,6 +340,7 @@ int eccl_scn_route(const eccl_scenario *c, int a, int b, eccl_scn_hop *h)
         if (!same_site) hop(h, &n, c->site_bandwidth_Bps, (S - L) / 2, 0, "up-site-%d-%d", ga, sa);
         if (ga != gb) {
             const int lo = ga < gb ? ga : gb, hi = ga < gb ? gb : ga;
+            const double R = eccl_scn_region_pair_latency(c, lo, hi);
             hop(h, &n, c->region_bandwidth_Bps, R - S, 0, "wan-%d-%d", lo, hi);
             if (c->flow_bandwidth_Bps > 0) hop(h, &n, c->flow_bandwidth_Bps, 0, 1, "cap-%d-%d", lo, hi);
         }

@@ -123,6 +123,11 @@ static int spawn(emu *e, proc *p, proc_kind kind, const char *name, int host, ch
         setenv("ECCL_CHAOS_WIRES", e->wires, 1);
         if (e->cfg->algo[0]) setenv("ECCL_ALGO", e->cfg->algo, 1);
         setenv("ECCL_PROGRESS_THREAD", e->cfg->progress_thread ? "1" : "0", 1);
+        if (e->cfg->pool) {
+            char pool[16];
+            snprintf(pool, sizeof pool, "%d", e->cfg->pool);
+            setenv("ECCL_P2P_POOL", pool, 1);
+        }
         signal(SIGPIPE, SIG_DFL);
         execv(path, argv);
         fprintf(stderr, "eccl-emu: cannot run %s: %s\n", path, strerror(errno));
@@ -524,16 +529,17 @@ static void run_loop(emu *e)
 static int run_bench(emu *e, const char *outdir)
 {
     const eccl_scenario *c = e->cfg;
-    char world[16], minb[24], maxb[24], step[16], iters[16], warm[16], out[PATH_MAX], name[32];
+    char world[16], minb[24], maxb[24], step[16], iters[16], warm[16], inflight[16], out[PATH_MAX], name[32];
     snprintf(world, sizeof world, "%d", c->ranks);
     snprintf(minb, sizeof minb, "%zu", c->bench_minbytes);
     snprintf(maxb, sizeof maxb, "%zu", c->bench_maxbytes);
     snprintf(step, sizeof step, "%d", c->bench_stepfactor);
     snprintf(iters, sizeof iters, "%d", c->iters);
     snprintf(warm, sizeof warm, "%d", c->bench_warmup);
+    snprintf(inflight, sizeof inflight, "%d", c->bench_concurrent ? c->bench_concurrent : 1);
     snprintf(out, sizeof out, "%s", outdir);
     char *argv[] = {"eccl-bench", "--master", e->master_addr, "--world", world, "-b", minb, "-e", maxb, "-f", step,
-                    "-n", iters, "-w", warm, "--coll", (char *)bench_coll_names[c->bench_coll], "--out", out, NULL};
+                    "-n", iters, "-w", warm, "--coll", (char *)bench_coll_names[c->bench_coll], "--inflight", inflight, "--out", out, NULL};
     int started = 0, failed = 0;
     for (int i = 0; i < c->ranks; i++) {
         snprintf(name, sizeof name, "rank%d.1", i + 1);

@@ -446,6 +446,18 @@ static void set_actor_stacks(const eccl_scenario *c)
 }
 
 
+/* workload = bench on phantom buffers: address space for every rank's
+ * input and `concurrent` outputs of maxbytes, so that no two get the same
+ * address (an output equal to the input would make a call in place), plus
+ * the default 4 GiB for the library's own staging; 0 otherwise (the
+ * default region). Address space only: nothing is mapped in. */
+static size_t bench_phantom_region(const eccl_scenario *cfg)
+{
+    if (!cfg->bench || !cfg->phantom) return 0;
+    const size_t per_buf = (cfg->bench_maxbytes + 4095) / 4096 * 4096;
+    return (size_t)cfg->ranks * (size_t)(1 + cfg->bench_concurrent) * per_buf + ((size_t)4 << 30);
+}
+
 int eccl_scn_sg_run(eccl_scenario *cfg, const char *file, const char *outdir, const char *platform_path,
                     int log_level, int verbose)
 {
@@ -453,6 +465,11 @@ int eccl_scn_sg_run(eccl_scenario *cfg, const char *file, const char *outdir, co
     xbt_log_control_set("xbt_cfg.thres:warning");
     /* CM02: a message costs exactly latency + size / bandwidth. */
     sg_cfg_set_string("network/model", "CM02");
+    /* tcp_window: CM02 bounds every flow by TCP-gamma / (2 x its route's
+     * latency), window / RTT; net_sg paces each stream to the same rate
+     * (eccl_sg_world_set_tcp_window), since a stream is many messages.
+     * Unset, SimGrid's default gamma stays, as before the key existed. */
+    if (cfg->tcp_window > 0) sg_cfg_set_double("network/TCP-gamma", cfg->tcp_window);
     set_actor_stacks(cfg);
     simgrid_load_platform(platform_path);
     /* Seal it now (SimGrid does on the first run): a Floyd zone (clos,
@@ -478,7 +495,8 @@ int eccl_scn_sg_run(eccl_scenario *cfg, const char *file, const char *outdir, co
                                  .copy_Bps = cfg->copy_rate_Bps, .devices = cfg->cuda,
                                  .dev_copy_Bps = cfg->dev_copy_Bps,
                                  .dev_copy_latency_s = cfg->dev_copy_latency_s,
-                                 .resident_min = cfg->device_ring ? (size_t)1 << 20 : 0};
+                                 .resident_min = cfg->device_ring ? (size_t)1 << 20 : 0,
+                                 .phantom_region = bench_phantom_region(cfg)};
     const eccl_sg_net_cfg net = {.ibv = cfg->ibv,
                                  .qps = (unsigned)cfg->ib_qps,
                                  .min_bytes = (size_t)cfg->ib_min_bytes,
@@ -494,6 +512,12 @@ int eccl_scn_sg_run(eccl_scenario *cfg, const char *file, const char *outdir, co
         return 1;
     }
     eccl_sg_world_set_progress_thread(s->w, cfg->progress_thread);
+    eccl_sg_world_set_tcp_window(s->w, cfg->tcp_window);
+    if (eccl_sg_world_set_p2p_pool(s->w, (unsigned)cfg->pool) != ECCL_OK) {
+        fprintf(stderr, "eccl-sim: pool: cannot set %d\n", cfg->pool);
+        eccl_scn_sg_free(s, cfg);
+        return 2;
+    }
     if (cfg->algo[0] && eccl_sg_world_set_algo(s->w, cfg->algo) != ECCL_OK) {
         fprintf(stderr, "eccl-sim: algo: cannot set \"%s\"\n", cfg->algo);
         eccl_scn_sg_free(s, cfg);

@@ -16,6 +16,8 @@
 #define MAX_HOSTS 2000000 /* clos and wan: generated hosts */
 #define MAX_REGIONS 64     /* wan: a link per pair of regions */
 #define MAX_RANKS_PER_HOST 64
+#define MAX_POOL 64       /* pool: ECCL_P2P_POOL's range (ECCL_WIRE_MAX_POOL) */
+#define MAX_CONCURRENT 64 /* concurrent: eccl-bench's --inflight limit */
 /* Loopback defaults: eccl's transport is TCP, so two ranks on one host talk
  * through the kernel's loopback (scenarios/README.md, "Ranks per host"). */
 #define LOOPBACK_BW_DEFAULT 5e9   /* 5 GB/s: one TCP stream over lo, copy-bound */
@@ -78,6 +80,19 @@ typedef struct eccl_scenario {
     int regions, sites_per_region, hosts_per_site;
     double site_latency_s, site_bandwidth_Bps, region_latency_s, region_bandwidth_Bps,
         flow_bandwidth_Bps; /* 0: no per-flow cap */
+    /* region_rtt = A B TIME: the round trip between regions A and B (0-based),
+     * overriding region_latency for that pair (one way = RTT / 2) */
+    int n_region_rtts;
+    struct eccl_scn_region_rtt {
+        int a, b; /* a < b once parsed */
+        double rtt_s;
+        int line;
+    } *region_rtts;
+    /* TCP streams (scenarios/README.md, "WAN TCP model"): the ranks'
+     * connection-pool size (ECCL_P2P_POOL; 0: not set) and the window of
+     * every stream in bytes (0: no per-stream cap) */
+    int pool;
+    double tcp_window;
     /* the simulated device: buffers = host|phantom|cuda|cuda_phantom, kernel
      * rates (0: free); cuda: a simulated GPU per rank, tensors staged
      * through host mirrors at dev_copy_latency_s + bytes / dev_copy_Bps */
@@ -133,6 +148,7 @@ typedef struct eccl_scenario {
     int bench_stepfactor, bench_warmup;
     char algo[256];                  /* every rank's ECCL_ALGO ("": not set) */
     int bench_corrupt;               /* test only: this rank (1..ranks) corrupts its checked outputs */
+    int bench_concurrent;            /* all-reduces issued at once per timed step (eccl-bench --inflight) */
 } eccl_scenario;
 
 /* Reads FILE into *c (zeroed first; c->faults is malloc'ed: eccl_scn_free).
@@ -152,6 +168,10 @@ const char *eccl_scn_buffers_name(const eccl_scenario *c);
  * -1 when V is not one in range. */
 int eccl_scn_parse_long(const char *v, long lo, long hi, long *out);
 int eccl_scn_parse_u64(const char *v, uint64_t *out);
+
+/* platform = wan: host-to-host one-way latency between regions g != h
+ * (region_rtt / 2 where given, else region_latency). */
+double eccl_scn_region_pair_latency(const eccl_scenario *c, int g, int h);
 
 /* Writes the generated platform (SimGrid's platform XML: the hosts node-K,
  * their links and routes) to PATH. Returns 0 or -1. */

@@ -24,7 +24,8 @@ typedef struct run {
     int64_t rank, nranks;
     uint64_t next_tag;
     float *send, *recv;
-    uint32_t algo; /* of the last blocking call */
+    float *more[ECCL_SIMBENCH_MAX_CONCURRENT]; /* concurrent > 1: calls 2..K's outputs */
+    uint32_t algo; /* of the last call of a timed step */
 } run;
 
 __attribute__((format(printf, 2, 3))) static int fail(run *r, const char *fmt, ...)
@@ -71,26 +72,75 @@ static size_t call_count(const run *r, size_t count)
     return bench_blocked(r->o->coll) ? count / (size_t)r->nranks : count;
 }
 
-/* The benchmarked collective, blocking, with the next tag (eccl-bench's
- * issue(): root 0, float, sum). */
-static eccl_result issue(run *r, const void *in, void *out, size_t ccount)
+/* The benchmarked collective with the next tag (eccl-bench's issue(): root
+ * 0, float, sum): blocking, or async into *req when req is not NULL. */
+static eccl_result issue_req(run *r, const void *in, void *out, size_t ccount, eccl_request **req)
 {
     eccl_comm *c = r->comm;
     eccl_reduce_info info;
     const uint64_t tag = r->next_tag++;
     eccl_result rc;
     switch (r->o->coll) {
-    case COLL_ALLGATHER: rc = eccl_allgather(c, in, out, ccount, ECCL_F32, tag, &info); break;
-    case COLL_REDUCE_SCATTER:
-        rc = eccl_reduce_scatter(c, in, out, ccount, ECCL_F32, ECCL_SUM, tag, &info);
+    case COLL_ALLGATHER:
+        rc = req ? eccl_allgather_async(c, in, out, ccount, ECCL_F32, tag, req)
+                 : eccl_allgather(c, in, out, ccount, ECCL_F32, tag, &info);
         break;
-    case COLL_BROADCAST: rc = eccl_broadcast(c, in, out, ccount, ECCL_F32, 0, tag, &info); break;
-    case COLL_REDUCE: rc = eccl_reduce(c, in, out, ccount, ECCL_F32, ECCL_SUM, 0, tag, &info); break;
-    case COLL_ALLTOALL: rc = eccl_alltoall(c, in, out, ccount, ECCL_F32, tag, &info); break;
-    default: rc = eccl_allreduce(c, in, out, ccount, ECCL_F32, ECCL_SUM, tag, &info); break;
+    case COLL_REDUCE_SCATTER:
+        rc = req ? eccl_reduce_scatter_async(c, in, out, ccount, ECCL_F32, ECCL_SUM, tag, req)
+                 : eccl_reduce_scatter(c, in, out, ccount, ECCL_F32, ECCL_SUM, tag, &info);
+        break;
+    case COLL_BROADCAST:
+        rc = req ? eccl_broadcast_async(c, in, out, ccount, ECCL_F32, 0, tag, req)
+                 : eccl_broadcast(c, in, out, ccount, ECCL_F32, 0, tag, &info);
+        break;
+    case COLL_REDUCE:
+        rc = req ? eccl_reduce_async(c, in, out, ccount, ECCL_F32, ECCL_SUM, 0, tag, req)
+                 : eccl_reduce(c, in, out, ccount, ECCL_F32, ECCL_SUM, 0, tag, &info);
+        break;
+    case COLL_ALLTOALL:
+        rc = req ? eccl_alltoall_async(c, in, out, ccount, ECCL_F32, tag, req)
+                 : eccl_alltoall(c, in, out, ccount, ECCL_F32, tag, &info);
+        break;
+    default:
+        rc = req ? eccl_allreduce_async(c, in, out, ccount, ECCL_F32, ECCL_SUM, tag, req)
+                 : eccl_allreduce(c, in, out, ccount, ECCL_F32, ECCL_SUM, tag, &info);
+        break;
     }
-    if (rc == ECCL_OK) r->algo = info.algorithm;
+    if (rc == ECCL_OK && !req) r->algo = info.algorithm;
     return rc;
+}
+
+static eccl_result issue(run *r, const void *in, void *out, size_t ccount) { return issue_req(r, in, out, ccount, NULL); }
+
+/* One warm-up or timed step (eccl-bench's round_of_calls): one blocking
+ * call, or `concurrent` async ones, each into its own output, then a wait
+ * for all of them. */
+static int round_of_calls(run *r, size_t ccount, size_t size, const char *what)
+{
+    const uint64_t k_all = r->o->concurrent;
+    if (k_all <= 1) {
+        eccl_result rc = issue(r, r->send, r->recv, ccount);
+        if (rc != ECCL_OK) return fail(r, "%s %s of %zu bytes: %s", what, bench_coll_names[r->o->coll], size, eccl_strerror(rc));
+        return 0;
+    }
+    eccl_request *req[ECCL_SIMBENCH_MAX_CONCURRENT];
+    eccl_result first = ECCL_OK;
+    uint64_t k = 0;
+    for (; k < k_all; k++) {
+        first = issue_req(r, r->send, k == 0 ? r->recv : r->more[k - 1], ccount, &req[k]);
+        if (first != ECCL_OK) break;
+    }
+    /* Every call issued is waited for, even after a failure. */
+    for (uint64_t j = 0; j < k; j++) {
+        eccl_reduce_info info;
+        eccl_result rc = eccl_wait(req[j], &info);
+        if (rc == ECCL_OK) r->algo = info.algorithm;
+        else if (first == ECCL_OK) first = rc;
+    }
+    if (first != ECCL_OK)
+        return fail(r, "%s %s of %zu bytes (%" PRIu64 " at once): %s", what, bench_coll_names[r->o->coll], size,
+                    k_all, eccl_strerror(first));
+    return 0;
 }
 
 /* One all-reduce of the bench's own (options, times, #wrong). */
@@ -178,30 +228,32 @@ static int run_size(run *r, size_t size)
     if (bench_blocked(o->coll)) count = count / (size_t)r->nranks * (size_t)r->nranks;
     if (count == 0) return 0;
     const size_t ccount = call_count(r, count);
-    fill_steady(r, count);
-    for (uint64_t k = 0; k < o->warmup; k++) {
-        eccl_result rc = issue(r, r->send, r->recv, ccount);
-        if (rc != ECCL_OK) return fail(r, "warm-up %s of %zu bytes: %s", bench_coll_names[o->coll], size, eccl_strerror(rc));
-    }
+    /* Phantom buffers have no bytes to fill or check (eccl-bench --check 0). */
+    const int check = !o->phantom;
+    if (check) fill_steady(r, count);
+    for (uint64_t k = 0; k < o->warmup; k++)
+        if (round_of_calls(r, ccount, size, "warm-up")) return -1;
     uint64_t wrong = 0, wrong_all = 0;
-    if (checked_call(r, count, &wrong)) return -1;
-    fill_steady(r, count);
+    if (check) {
+        if (checked_call(r, count, &wrong)) return -1;
+        fill_steady(r, count);
+    }
 
     const uint64_t start = r->h->now_ns(r->h->ctx);
-    for (uint64_t k = 0; k < o->iters; k++) {
-        eccl_result rc = issue(r, r->send, r->recv, ccount);
-        if (rc != ECCL_OK) return fail(r, "timed %s of %zu bytes: %s", bench_coll_names[o->coll], size, eccl_strerror(rc));
-    }
+    for (uint64_t k = 0; k < o->iters; k++)
+        if (round_of_calls(r, ccount, size, "timed")) return -1;
     double time_us = (double)(r->h->now_ns(r->h->ctx) - start) / 1e3 / (double)o->iters, time_max = 0;
     /* The slowest rank is the collective's time, as in nccl-tests. */
     if (gather(r, &time_us, &time_max, 1, ECCL_F64, ECCL_MAX, "gathering times") ||
-        gather(r, &wrong, &wrong_all, 1, ECCL_U64, ECCL_SUM, "gathering #wrong"))
+        (check && gather(r, &wrong, &wrong_all, 1, ECCL_U64, ECCL_SUM, "gathering #wrong")))
         return -1;
     r->res->wrong_total += wrong_all;
     if (r->rank == 0 && r->res->nrows < ECCL_SIMBENCH_MAX_ROWS)
         r->res->rows[r->res->nrows++] = (eccl_simbench_row){.bytes = count * sizeof(float), .count = count,
                                                             .time_us = time_max, .wrong = wrong_all,
-                                                            .algo = r->algo};
+                                                            .algo = r->algo,
+                                                            .concurrent = (uint32_t)o->concurrent,
+                                                            .checked = check};
     return 0;
 }
 
@@ -258,11 +310,21 @@ int eccl_simbench_rank_run(const eccl_simbench_hooks *h, const char *master_addr
     uint64_t mine[2] = {o->minbytes ^ o->maxbytes, ~(o->minbytes ^ o->maxbytes)}, all[2];
     if (gather(&r, mine, all, 2, ECCL_U64, ECCL_MAX, "comparing options")) goto out;
     size_t bytes = (o->maxbytes + BENCH_ALIGN - 1) / BENCH_ALIGN * BENCH_ALIGN;
-    r.send = aligned_alloc(BENCH_ALIGN, bytes);
-    r.recv = aligned_alloc(BENCH_ALIGN, bytes);
-    if (!r.send || !r.recv) {
-        fail(&r, "allocating 2 x %zu bytes", bytes);
-        goto out;
+    const uint64_t nbufs = 1 + (o->concurrent > 1 ? o->concurrent : 1); /* send, then the outputs */
+    for (uint64_t b = 0; b < nbufs; b++) {
+        void *p = NULL;
+        if (o->phantom) {
+            if (!h->alloc_phantom || h->alloc_phantom(h->ctx, bytes, &p) != ECCL_OK) p = NULL;
+        } else {
+            p = aligned_alloc(BENCH_ALIGN, bytes);
+        }
+        if (!p) {
+            fail(&r, "allocating %" PRIu64 " x %zu bytes%s", nbufs, bytes, o->phantom ? " (phantom)" : "");
+            goto out;
+        }
+        if (b == 0) r.send = p;
+        else if (b == 1) r.recv = p;
+        else r.more[b - 2] = p;
     }
     for (size_t size = o->minbytes;; size *= o->stepfactor) {
         if (run_size(&r, size)) goto out;
@@ -270,26 +332,34 @@ int eccl_simbench_rank_run(const eccl_simbench_hooks *h, const char *master_addr
         if (size > o->maxbytes / o->stepfactor) break;
     }
 out:
-    free(r.send);
-    free(r.recv);
+    if (!o->phantom) { /* phantom buffers are the world's */
+        free(r.send);
+        free(r.recv);
+        for (uint64_t k = 0; k + 1 < o->concurrent && k < ECCL_SIMBENCH_MAX_CONCURRENT; k++) free(r.more[k]);
+    }
     if (r.comm) eccl_comm_destroy(r.comm);
     return res->why[0] ? -1 : 0;
 }
 
 /* ---- rows ------------------------------------------------------------------- */
 
+double eccl_simbench_algbw(const eccl_simbench_row *row)
+{
+    return bench_algbw(row->bytes, row->concurrent ? row->concurrent : 1, row->time_us);
+}
+
 double eccl_simbench_busbw(int coll, int64_t nranks, const eccl_simbench_row *row)
 {
-    return (double)row->bytes / row->time_us / 1e3 * bench_busbw_factor(coll, nranks);
+    return eccl_simbench_algbw(row) * bench_busbw_factor(coll, nranks);
 }
 
 void eccl_simbench_print_row(FILE *f, int tsv, int coll, int64_t nranks, const eccl_simbench_row *row)
 {
-    double algbw = (double)row->bytes / row->time_us / 1e3;
+    double algbw = eccl_simbench_algbw(row);
     double busbw = eccl_simbench_busbw(coll, nranks, row);
     const char *redop = bench_reduces(coll) ? "sum" : "none";
-    char wrong[24];
-    snprintf(wrong, sizeof wrong, "%" PRIu64, row->wrong);
+    char wrong[24] = "N/A"; /* eccl-bench's, without a check */
+    if (row->checked) snprintf(wrong, sizeof wrong, "%" PRIu64, row->wrong);
     if (tsv)
         eccl_results_bench_row(f, row->bytes, row->count, "float", redop, row->time_us, algbw, busbw, wrong,
                                eccl_algorithm_name(row->algo));

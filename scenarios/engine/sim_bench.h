@@ -46,7 +46,19 @@ typedef struct eccl_simbench_options {
     /* Test only: this rank adds 1 to the first element of its output after
      * each checked call, before counting (its #wrong must show it). */
     int corrupt;
+    /* Calls issued at once per warm-up and timed step (eccl-bench
+     * --inflight K, also spelt --concurrent K), 1..ECCL_SIMBENCH_MAX_CONCURRENT:
+     * K async calls with consecutive tags, each into its own output, then
+     * a wait for all; the row's time is the step's and its bandwidth
+     * counts K buffers. 1: blocking calls, as before. */
+    uint64_t concurrent;
+    /* Buffers come from hooks->alloc and hold no bytes (eccl-sim's
+     * phantom buffers): nothing is filled or checked, as eccl-bench
+     * --check 0 (the rows' #wrong reads N/A). */
+    int phantom;
 } eccl_simbench_options;
+
+#define ECCL_SIMBENCH_MAX_CONCURRENT 64
 
 /* Rows at most (minbytes 1, stepfactor 2, up to 2^63). */
 #define ECCL_SIMBENCH_MAX_ROWS 64
@@ -56,6 +68,8 @@ typedef struct eccl_simbench_row {
     double time_us;     /* the slowest rank's mean timed call */
     uint64_t wrong;     /* over every rank */
     uint32_t algo;      /* eccl_algorithm of rank 0's last timed call */
+    uint32_t concurrent;/* calls per timed step (the bandwidth counts them all) */
+    int checked;        /* 0: no check ran (phantom buffers): #wrong is N/A */
 } eccl_simbench_row;
 
 typedef struct eccl_simbench_hooks {
@@ -64,6 +78,8 @@ typedef struct eccl_simbench_hooks {
     eccl_result (*comm_create)(void *ctx, const eccl_comm_params *params, eccl_comm **out);
     uint64_t (*now_ns)(void *ctx);
     void (*sleep_ns)(void *ctx, uint64_t ns);
+    /* Phantom buffers (options.phantom): `bytes` of them; nothing to free. */
+    eccl_result (*alloc_phantom)(void *ctx, size_t bytes, void **out);
 } eccl_simbench_hooks;
 
 typedef struct eccl_simbench_result {
@@ -80,6 +96,8 @@ typedef struct eccl_simbench_result {
 int eccl_simbench_rank_run(const eccl_simbench_hooks *h, const char *master_addr,
                            const eccl_simbench_options *o, eccl_simbench_result *res);
 
+/* A row's algorithm bandwidth (GB/s): size x concurrent calls / time. */
+double eccl_simbench_algbw(const eccl_simbench_row *row);
 /* A row's bus bandwidth (GB/s): algbw x nccl-tests' factor, 2(n-1)/n for
  * all-reduce, (n-1)/n for all-gather, reduce-scatter and all-to-all, 1 for
  * broadcast and reduce. */
