@@ -17,6 +17,12 @@
  * Accepted connections pass through untouched (the dialling side shapes
  * them), but their frames count towards a kill like any other.
  *
+ * Closing a shaped conn whose tx line still holds bytes does what closing a
+ * TCP socket does: they are still delivered. The conn lingers, unseen by
+ * core, until its line is flushed (or it fails); the net's unwrap (the
+ * env's destroy, a process's end) waits for lingering conns up to
+ * LINGER_NS, as the kernel would go on sending after close.
+ *
  * `wait` runs the inner wait until the next chunk is due (or a rule starts
  * or ends), then moves what is due and reports the conns core can act on.
  * Conns closed while a wait runs are freed when no wait runs any more: the
@@ -35,6 +41,7 @@
 
 #define HOST_MAX 64
 #define RX_SLICE (64u << 10) /* read from the inner conn this much at a time */
+#define LINGER_NS 5000000000ull /* unwrap waits this long at most for closed conns' bytes */
 
 enum { K_CONN = 1, K_LISTENER = 2 };
 
@@ -78,6 +85,7 @@ typedef struct cconn {
     uint64_t body_left;
     int not_frames; /* a header failed to decode: counting stopped */
     int closed; /* core closed it while a wait ran: freed after */
+    int lingering; /* core closed it with bytes in tx: they go first */
 } cconn;
 
 typedef struct clistener {
@@ -238,7 +246,8 @@ static int count_frames(chaos_net *n, cconn *c, const eccl_iov *iov, int niov, s
 static void inner_interest(chaos_net *n, cconn *c, const eccl_chaos_path *path)
 {
     if (!c->inner) return;
-    int r = !path->partitioned && c->rx.bytes < eccl_chaos_plan_buffer(n->plan) && c->rx_end == ECCL_OK;
+    int r = !c->lingering && !path->partitioned && c->rx.bytes < eccl_chaos_plan_buffer(n->plan) &&
+            c->rx_end == ECCL_OK;
     int w = c->inner_write;
     if (r != c->set_read || w != c->set_write) {
         c->set_read = r, c->set_write = w;
@@ -294,7 +303,7 @@ static void pump(chaos_net *n, cconn *c, uint64_t now)
     }
     c->inner_write = want_write;
     const size_t cap = eccl_chaos_plan_buffer(n->plan);
-    while (!path.partitioned && c->rx_end == ECCL_OK && c->rx.bytes < cap) {
+    while (!c->lingering && !path.partitioned && c->rx_end == ECCL_OK && c->rx.bytes < cap) {
         unsigned char buf[RX_SLICE];
         size_t got = 0, room = cap - c->rx.bytes < sizeof buf ? cap - c->rx.bytes : sizeof buf;
         eccl_result rc = n->inner->recv(n->inner_ctx, c->inner, buf, room, &got);
@@ -558,11 +567,10 @@ static void conn_free(cconn *c)
     free(c);
 }
 
-static void c_close(void *ctx, eccl_conn *cp)
+/* Unlinks c from the conns, closes its inner conn and frees it (after the
+ * waits, when one runs). Under the lock. */
+static void conn_drop(chaos_net *n, cconn *c)
 {
-    chaos_net *n = ctx;
-    cconn *c = (cconn *)cp;
-    lock(n);
     for (cconn **pp = &n->conns; *pp; pp = &(*pp)->next)
         if (*pp == c) {
             *pp = c->next;
@@ -577,6 +585,27 @@ static void c_close(void *ctx, eccl_conn *cp)
     } else {
         conn_free(c);
     }
+}
+
+/* A lingering conn is done once its tx line is flushed or it failed. */
+static int linger_done(const cconn *c) { return c->lingering && (!c->tx.head || c->err != ECCL_OK || !c->inner); }
+
+static void c_close(void *ctx, eccl_conn *cp)
+{
+    chaos_net *n = ctx;
+    cconn *c = (cconn *)cp;
+    lock(n);
+    if (c->pair && c->inner && c->err == ECCL_OK && c->tx.head) {
+        /* What core sent is on its way, as on a TCP socket it closes. */
+        c->lingering = 1;
+        c->user = NULL;
+        c->want_read = c->want_write = 0;
+        line_free(&c->rx);
+        unlock(n);
+        n->inner->wake(n->inner_ctx); /* a wait must take it into account */
+        return;
+    }
+    conn_drop(n, c);
     unlock(n);
 }
 
@@ -634,6 +663,10 @@ static int c_wait(void *ctx, uint64_t deadline_ns, void **ready, int max)
         c->ready = 0;
         pump(n, c, now);
         if (actionable(n, c, now)) ready[out++] = c->user;
+    }
+    for (cconn *c = n->conns, *after; c; c = after) {
+        after = c->next;
+        if (linger_done(c)) conn_drop(n, c);
     }
     maybe_kill(n, now, 0);
     if (--n->waiters == 0) bury(n);
@@ -715,10 +748,37 @@ void eccl_chaos_set_origin(eccl_env *env, uint64_t t0_ns)
     unlock(n);
 }
 
+/* Lets lingering conns deliver what they hold, LINGER_NS at most. No core
+ * conn is left: the env is going away. */
+static void linger_drain(chaos_net *n)
+{
+    const uint64_t limit = now_ns(n) + LINGER_NS;
+    for (;;) {
+        uint64_t now = now_ns(n), next = limit;
+        int left = 0;
+        for (cconn *c = n->conns, *nx; c; c = nx) {
+            nx = c->next;
+            if (!c->lingering) continue;
+            pump(n, c, now);
+            if (linger_done(c)) {
+                conn_drop(n, c);
+                continue;
+            }
+            left++;
+            const uint64_t t = c->inner_write ? now + 1000000u : next_due(c);
+            if (t < next) next = t;
+        }
+        if (!left || now >= limit) return;
+        void *ready[8];
+        n->inner->wait(n->inner_ctx, next + n->t0, ready, 8);
+    }
+}
+
 void eccl_chaos_unwrap(eccl_env *env)
 {
     if (!eccl_chaos_wrapped(env)) return;
     chaos_net *n = env->net_ctx;
+    linger_drain(n);
     env->net = n->inner;
     env->net_ctx = n->inner_ctx;
     for (cconn *c = n->conns, *next; c; c = next) next = c->next, conn_free(c);

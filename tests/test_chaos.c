@@ -363,6 +363,39 @@ static void test_wire_shared(void **state)
     rig_close(&b);
 }
 
+/* Closing a conn whose bytes are still held delivers them, as closing a TCP
+ * socket does; destroying the env waits for them (a process's last words
+ * before it exits reach its peer). */
+static void test_close_delivers_held_bytes(void **state)
+{
+    (void)state;
+    rig r;
+    rig_open(&r, "link * * latency=30ms\n", 1);
+    rig_accept(&r);
+    char out[100], in[100];
+    for (int i = 0; i < 100; i++) out[i] = (char)(3 * i);
+    const uint64_t t0 = now(r.ec);
+    send_all(r.ec, r.cc, &r.cuser, out, sizeof out);
+    r.ec->net->close(r.ec->net_ctx, r.cc); /* the 100 bytes are still in the tx line */
+    r.cc = NULL;
+    eccl_env_real_destroy(r.ec); /* lingers until they are out */
+    assert_true(now(r.es) - t0 >= 30 * MS);
+    recv_all(r.es, r.cs, in, sizeof in, NULL);
+    assert_memory_equal(in, out, sizeof out);
+    size_t got = 1;
+    uint64_t deadline = now(r.es) + SOON;
+    eccl_result rc;
+    while ((rc = r.es->net->recv(r.es->net_ctx, r.cs, in, sizeof in, &got)) == ECCL_OK && got == 0) {
+        void *ready[8];
+        assert_true(now(r.es) < deadline);
+        r.es->net->wait(r.es->net_ctx, now(r.es) + 10 * MS, ready, 8);
+    }
+    assert_int_equal(rc, ECCL_ERR_CLOSED); /* then the end of the stream */
+    r.es->net->close(r.es->net_ctx, r.cs);
+    r.es->net->close_listener(r.es->net_ctx, r.l);
+    eccl_env_real_destroy(r.es);
+}
+
 static void test_partition_refuses_and_holds(void **state)
 {
     (void)state;
@@ -533,6 +566,7 @@ int main(void)
         cmocka_unit_test(test_bandwidth),
         cmocka_unit_test(test_flow_cap),
         cmocka_unit_test(test_wire_shared),
+        cmocka_unit_test(test_close_delivers_held_bytes),
         cmocka_unit_test(test_partition_refuses_and_holds),
         cmocka_unit_test(test_reset),
         cmocka_unit_test(test_kill_after_frames),
