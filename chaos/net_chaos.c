@@ -779,6 +779,9 @@ void eccl_chaos_unwrap(eccl_env *env)
     if (!eccl_chaos_wrapped(env)) return;
     chaos_net *n = env->net_ctx;
     linger_drain(n);
+    ECCL_DEBUG(env, "chaos: %s shaped %llu conns, delayed %llu bytes, reset %llu, refused %llu", n->self,
+               (unsigned long long)n->stats.shaped_conns, (unsigned long long)n->stats.delayed_bytes,
+               (unsigned long long)n->stats.resets, (unsigned long long)n->stats.refused);
     env->net = n->inner;
     env->net_ctx = n->inner_ctx;
     for (cconn *c = n->conns, *next; c; c = next) next = c->next, conn_free(c);

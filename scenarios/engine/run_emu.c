@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -65,6 +66,10 @@ typedef struct emu {
     int *order, norder, next_fault;
     const char *failure; /* what the runner could not do; NULL: nothing */
     int warned_early;    /* a timed fault came before the job's bootstrap: said */
+    FILE *master_log;    /* logs/master.log: the master's lines, written here */
+    int registered;      /* "peer N registered" lines of the master */
+    int launched;        /* worker processes started */
+    uint64_t last_launch_ns;
 } emu;
 
 static uint64_t mono_ns(void)
@@ -75,6 +80,18 @@ static uint64_t mono_ns(void)
 }
 
 static uint64_t now_ns(const emu *e) { return mono_ns() - e->t0; }
+
+/* Whether the next worker may start: once every one started before it has
+ * registered with the master (LAUNCH_WAIT_NS at most). In the simulator
+ * ranks arrive in the order of their arrival times, and the master admits
+ * them in that order, which makes the ring; real processes take tens of ms
+ * to start, more on a loaded box, and would arrive in any order, and with
+ * another ring another run (two regions crossed twice or four times). */
+#define LAUNCH_WAIT_NS 5000000000ull
+static int launch_gate(emu *e, uint64_t now)
+{
+    return e->registered >= e->launched || now >= e->last_launch_ns + LAUNCH_WAIT_NS;
+}
 
 /* The job's log lines, stamped as eccl-sim stamps its own (wall clock). */
 static void emu_say(void *ctx, const char *who, const char *line)
@@ -90,6 +107,9 @@ static void emu_say(void *ctx, const char *who, const char *line)
  * the plan as that host. -1 after saying why. */
 static int spawn(emu *e, proc *p, proc_kind kind, const char *name, int host, char *const argv[])
 {
+    /* The master's log comes through the pipe too, at info or finer: its
+     * "peer N registered" lines pace the launches (launch_gate). */
+    const int master = kind == P_MASTER;
     char path[PATH_MAX], log[PATH_MAX], ip[32];
     if (snprintf(path, sizeof path, "%s/%s", e->o->bindir, argv[0]) >= (int)sizeof path ||
         snprintf(log, sizeof log, "%s/%s.log", e->logs, name) >= (int)sizeof log) {
@@ -114,8 +134,11 @@ static int spawn(emu *e, proc *p, proc_kind kind, const char *name, int host, ch
         /* A rank must not outlive its launcher. */
         prctl(PR_SET_PDEATHSIG, SIGKILL);
         if (getppid() != parent) _exit(127);
-        int err = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+        int err = master ? fds[1] : open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
         if (err < 0 || dup2(fds[1], STDOUT_FILENO) < 0 || dup2(err, STDERR_FILENO) < 0) _exit(127);
+        const char *lvl = getenv("ECCL_LOG_LEVEL");
+        if (master && !(lvl && (!strcasecmp(lvl, "debug") || !strcasecmp(lvl, "trace"))))
+            setenv("ECCL_LOG_LEVEL", "info", 1);
         setenv("ECCL_P2P_HOST", ip, 1);
         setenv("ECCL_CHAOS", e->plan, 1);
         setenv("ECCL_CHAOS_SELF", ip, 1);
@@ -140,6 +163,10 @@ static int spawn(emu *e, proc *p, proc_kind kind, const char *name, int host, ch
     snprintf(p->name, sizeof p->name, "%s", name);
     p->pid = pid;
     p->out = fds[0];
+    if (master && !(e->master_log = fopen(log, "w"))) {
+        fprintf(stderr, "eccl-emu: %s: %s\n", log, strerror(errno));
+        return -1;
+    }
     return 0;
 }
 
@@ -178,6 +205,10 @@ static int drain(emu *e, proc *p, char *first_line, size_t first_len)
             else if (p->kind == P_BENCH) printf("%s\n", p->buf); /* the rows, as eccl-bench prints them */
             else if (first_line && !first_line[0]) snprintf(first_line, first_len, "%s", p->buf);
             else if (e->o->verbose) emu_say(e, p->name, p->buf);
+            if (p->kind == P_MASTER && e->master_log) {
+                fprintf(e->master_log, "%s\n", p->buf);
+                e->registered += strstr(p->buf, " registered in group ") != NULL;
+            }
             const size_t used = (size_t)(nl + 1 - p->buf);
             memmove(p->buf, nl + 1, p->len - used);
             p->len -= used;
@@ -266,6 +297,10 @@ static void launch_worker(emu *e, rank_state *r)
     }
     p->r = r;
     r->pid = p->pid;
+    e->launched++;
+    e->last_launch_ns = now_ns(e);
+    if (e->o->verbose) eccl_scn_job_say(&e->job, "eccl-emu", "start %s (pid %d): %d started, %d registered", name,
+                                        (int)p->pid, e->launched, e->registered);
     eccl_scn_job_worker_arrived(r);
 }
 
@@ -402,6 +437,7 @@ static int relay_kill_cmp(const void *a, const void *b)
 
 /* ---- the loop ------------------------------------------------------------ */
 
+
 /* Everything due by now: arrivals, timed faults, armed kills, relay kills.
  * Returns the time of the next one (UINT64_MAX: none). */
 static uint64_t fire_due(emu *e)
@@ -435,11 +471,13 @@ static uint64_t fire_due(emu *e)
             }
         }
         if (e->pending[i]) {
-            if (r->arrive_ns <= now) {
+            if (r->arrive_ns <= now && launch_gate(e, now)) {
                 e->pending[i] = 0;
                 launch_worker(e, r);
-            } else if (r->arrive_ns < next) {
+            } else if (r->arrive_ns > now && r->arrive_ns < next) {
                 next = r->arrive_ns;
+            } else if (r->arrive_ns <= now) {
+                next = now + 1000000u; /* the gate: look again in 1 ms */
             }
         }
     }
@@ -542,8 +580,15 @@ static int run_bench(emu *e, const char *outdir)
                     "-n", iters, "-w", warm, "--coll", (char *)bench_coll_names[c->bench_coll], "--inflight", inflight, "--out", out, NULL};
     int started = 0, failed = 0;
     for (int i = 0; i < c->ranks; i++) {
+        /* In rank order, each once the one before registered (launch_gate). */
+        while (!launch_gate(e, now_ns(e))) {
+            struct pollfd pf = {.fd = e->master.out, .events = POLLIN};
+            if (poll(&pf, 1, 10) > 0 && drain(e, &e->master, NULL, 0)) break;
+        }
         snprintf(name, sizeof name, "rank%d.1", i + 1);
         if (spawn(e, &e->workers[i], P_BENCH, name, eccl_scn_rank_host(c, i + 1), argv)) break;
+        e->launched++;
+        e->last_launch_ns = now_ns(e);
         started++;
     }
     failed = started < c->ranks;
@@ -686,6 +731,8 @@ static void write_tail(void *ctx, FILE *f)
 
 static void free_emu(emu *e)
 {
+    if (e->master_log) fclose(e->master_log);
+    e->master_log = NULL;
     eccl_scn_job_free(&e->job);
     free(e->relays);
     free(e->relay_addr);
