@@ -331,12 +331,21 @@ static int actionable(chaos_net *n, const cconn *c, uint64_t now)
     return (c->want_read && rx) || (c->want_write && tx);
 }
 
-/* The next time something on a shaped conn falls due (UINT64_MAX: none). */
-static uint64_t next_due(const cconn *c)
+/* The next time something on a shaped conn falls due that this net must
+ * act on (UINT64_MAX: none): a reset, a tx chunk to move (not while a
+ * partition holds it: the heal is a plan change, which wakes the wait), an
+ * rx chunk core wants. A chunk due already that nothing can move must not
+ * count: the wait would return at once, again and again (a simulated clock
+ * then never moves on). */
+static uint64_t next_due(chaos_net *n, const cconn *c, uint64_t now)
 {
     uint64_t t = c->next_reset_ns;
-    if (c->tx.head && !c->inner_write && c->tx.head->due_ns < t) t = c->tx.head->due_ns;
-    if (c->rx.head && c->rx.head->due_ns < t) t = c->rx.head->due_ns;
+    if (c->tx.head && !c->inner_write && c->tx.head->due_ns < t) {
+        eccl_chaos_path path;
+        eccl_chaos_plan_path(n->plan, n->self, c->pair->host, now, &path);
+        if (!path.partitioned) t = c->tx.head->due_ns;
+    }
+    if (c->rx.head && c->want_read && c->rx.head->due_ns < t) t = c->rx.head->due_ns;
     return t;
 }
 
@@ -631,7 +640,7 @@ static int c_wait(void *ctx, uint64_t deadline_ns, void **ready, int max)
             continue;
         }
         poll |= actionable(n, c, now);
-        uint64_t t = next_due(c);
+        uint64_t t = next_due(n, c, now);
         if (t < next) next = t;
     }
     unlock(n);
@@ -765,7 +774,7 @@ static void linger_drain(chaos_net *n)
                 continue;
             }
             left++;
-            const uint64_t t = c->inner_write ? now + 1000000u : next_due(c);
+            const uint64_t t = c->inner_write ? now + 1000000u : next_due(n, c, now);
             if (t < next) next = t;
         }
         if (!left || now >= limit) return;

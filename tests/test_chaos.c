@@ -396,6 +396,31 @@ static void test_close_delivers_held_bytes(void **state)
     eccl_env_real_destroy(r.es);
 }
 
+/* Bytes due that core does not want (no read interest) must not make the
+ * wait return at once, again and again: it sleeps to its deadline (a
+ * simulated clock would otherwise never move on). */
+static void test_wait_sleeps_past_unwanted_bytes(void **state)
+{
+    (void)state;
+    rig r;
+    rig_open(&r, "link * * latency=1ms\n", 1);
+    rig_accept(&r);
+    r.ec->net->set_interest(r.ec->net_ctx, r.cc, 0, 0);
+    char out[10] = "0123456789";
+    send_all(r.es, r.cs, &r.suser, out, sizeof out);
+    void *ready[8];
+    const uint64_t until = now(r.ec) + 50 * MS;
+    while (now(r.ec) < until) r.ec->net->wait(r.ec->net_ctx, until, ready, 8); /* the chunk comes in, falls due */
+    const uint64_t t0 = now(r.ec);
+    assert_int_equal(r.ec->net->wait(r.ec->net_ctx, t0 + 30 * MS, ready, 8), 0);
+    assert_true(now(r.ec) - t0 >= 30 * MS);
+    char in[10];
+    r.ec->net->set_interest(r.ec->net_ctx, r.cc, 1, 0);
+    recv_all(r.ec, r.cc, in, sizeof in, NULL); /* still there for core */
+    assert_memory_equal(in, out, sizeof out);
+    rig_close(&r);
+}
+
 static void test_partition_refuses_and_holds(void **state)
 {
     (void)state;
@@ -567,6 +592,7 @@ int main(void)
         cmocka_unit_test(test_flow_cap),
         cmocka_unit_test(test_wire_shared),
         cmocka_unit_test(test_close_delivers_held_bytes),
+        cmocka_unit_test(test_wait_sleeps_past_unwanted_bytes),
         cmocka_unit_test(test_partition_refuses_and_holds),
         cmocka_unit_test(test_reset),
         cmocka_unit_test(test_kill_after_frames),

@@ -972,6 +972,7 @@ void eccl_sg_env_destroy(eccl_env *env)
 {
     if (!env) return;
     sg_env *e = (sg_env *)env;
+    if (e->w->env_hooks.destroying) e->w->env_hooks.destroying(e->w->env_hooks.ctx, env);
 #ifdef ECCL_SG_HAVE_IBV
     eccl_verbs_sg_detach(e);
 #endif
@@ -1011,6 +1012,13 @@ eccl_result eccl_sg_world_set_master_msg_cost(eccl_sg_world *w, double seconds)
 }
 
 void eccl_sg_world_set_progress_thread(eccl_sg_world *w, int on) { w->no_progress_thread = !on; }
+
+void eccl_sg_world_set_env_hooks(eccl_sg_world *w, const eccl_sg_env_hooks *h)
+{
+    if (!w) return;
+    if (h) w->env_hooks = *h;
+    else memset(&w->env_hooks, 0, sizeof w->env_hooks);
+}
 
 eccl_result eccl_sg_world_set_algo(eccl_sg_world *w, const char *spec)
 {
@@ -1090,6 +1098,10 @@ eccl_result eccl_sg_comm_create_on(eccl_sg_world *w, eccl_sg_device *d, const ec
     eccl_env *env = NULL;
     eccl_result rc = env_create(w, "peer", d, 1, 1, &env);
     if (rc != ECCL_OK) return rc;
+    if (w->env_hooks.created && (rc = w->env_hooks.created(w->env_hooks.ctx, env)) != ECCL_OK) {
+        eccl_sg_env_destroy(env);
+        return rc;
+    }
     return eccl_comm_create_with_env(env, eccl_sg_env_destroy, params, out);
 }
 

@@ -174,6 +174,16 @@ eccl_result eccl_sg_world_set_master_msg_cost(eccl_sg_world *w, double seconds);
  * quarter less memory at scale) and progresses only inside its calls, as
  * a workload that calls back to back needs. */
 void eccl_sg_world_set_progress_thread(eccl_sg_world *w, int on);
+/* Hooks on every communicator's env of the world: `created` right after the
+ * env exists, before the comm uses it (a failure fails the comm's creation),
+ * `destroying` before it goes (the scenario engine puts the chaos env
+ * around it and takes it off). Either may be NULL; h NULL: none. */
+typedef struct eccl_sg_env_hooks {
+    void *ctx;
+    eccl_result (*created)(void *ctx, eccl_env *env);
+    void (*destroying)(void *ctx, eccl_env *env);
+} eccl_sg_env_hooks;
+void eccl_sg_world_set_env_hooks(eccl_sg_world *w, const eccl_sg_env_hooks *h);
 
 /* Setting ECCL_ALGO of communicators made in this world from now on
  * (coll/dispatch.h: "broadcast=binomial,reduce=chain"; NULL or "": not

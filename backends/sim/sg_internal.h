@@ -98,6 +98,7 @@ struct sg_nic;
 
 struct eccl_sg_world {
     int log_level;
+    eccl_sg_env_hooks env_hooks; /* on comms' envs (eccl_sg_world_set_env_hooks) */
     int links_off;           /* links now off: routes are only checked when > 0 */
     sg_host_state *host_states;
     sg_link_state *link_states;

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "chaos.h"
 #include "job.h"
 #include "results.h"
 
@@ -431,11 +432,30 @@ int eccl_scn_job_plan(const char *file, eccl_scenario *c, eccl_scn_job *j, const
     }
     qsort_r(order, (size_t)*norder, sizeof *order, eccl_scn_fault_order_cmp, c);
     if (analyse_cuts(file, c, routes, j->rk)) return -1;
+    /* chaos = FILE: a kill rule takes down every rank of its host (the
+     * parser has checked the plan). */
+    eccl_chaos_plan *chaos = NULL;
+    if (c->chaos_plan && eccl_chaos_plan_parse(c->chaos_plan, NULL, 0, &chaos) != ECCL_OK)
+        return eccl_scn_error(file, 0, "chaos: the plan cannot be read again");
     /* A rank's last host event says whether its host ends on. */
     int expected = 0;
     for (int i = 0; i < c->ranks; i++) {
         rank_state *r = &j->rk[i];
         int off = r->kill_iter >= 0, host_events = r->late || off;
+        if (chaos) {
+            uint16_t type;
+            uint64_t frames, at;
+            eccl_chaos_plan_kill(chaos, r->host, &type, &frames, &at);
+            if (frames || at != UINT64_MAX) {
+                if (host_events) {
+                    eccl_chaos_plan_free(chaos);
+                    return eccl_scn_error(file, 0, "rank %d: killed by the chaos plan and the subject of the "
+                                          "fault plan: give it one or the other", r->idx);
+                }
+                r->chaos_kill = 1;
+                off = host_events = 1;
+            }
+        }
         for (int k = 0; k < *norder; k++) {
             const eccl_scn_fault *f = &c->faults[order[k]];
             if (f->rank != r->idx &&
@@ -446,13 +466,16 @@ int eccl_scn_job_plan(const char *file, eccl_scenario *c, eccl_scn_job *j, const
         }
         const double cut_s = r->cut_ns == UINT64_MAX ? 1e300 : (double)r->cut_ns / 1e9;
         const int dropped = cut_s >= c->peer_timeout_s + 0.1;
-        if (dropped && host_events)
+        if (dropped && host_events) {
+            eccl_chaos_plan_free(chaos);
             return eccl_scn_error(file, 0, "rank %d is both cut off by link faults and the subject "
                              "of host events: give it one or the other", r->idx);
+        }
         r->role = off ? ROLE_KILLED : dropped ? ROLE_DROPPED
                   : (r->late || r->nstarts > 1) ? ROLE_JOINER : ROLE_SURVIVOR;
         expected += r->role == ROLE_SURVIVOR || r->role == ROLE_JOINER;
     }
+    eccl_chaos_plan_free(chaos);
     if (c->expect_survivors < 0) c->expect_survivors = expected;
     return 0;
 }
@@ -571,7 +594,7 @@ int eccl_scn_job_finish(eccl_scn_job *s, const char *outdir, uint64_t end_ns, co
     int victims = 0; /* the plan takes some worker down: survivors must notice */
     for (int i = 0; i < cfg->nfaults; i++)
         victims |= cfg->faults[i].kind == F_KILL || cfg->faults[i].kind == F_HOST_OFF;
-    for (int i = 0; i < cfg->ranks; i++) victims |= s->rk[i].role == ROLE_DROPPED;
+    for (int i = 0; i < cfg->ranks; i++) victims |= s->rk[i].role == ROLE_DROPPED || s->rk[i].chaos_kill;
 
     FILE *rf = eccl_results_open(outdir, "ranks.tsv");
     if (rf)

@@ -48,6 +48,7 @@ typedef struct rank_state {
     uint64_t arrive_ns; /* staggered start, plus seeded jitter; or its join time */
     int kill_iter;      /* kill @ iter I: I, else -1 */
     int kill_armed;     /* the runner was asked to kill it */
+    int chaos_kill;     /* the chaos plan (chaos = FILE) kills its host */
     int late;           /* its first worker joins a running job */
     int nstarts;        /* workers the plan starts on it: 1 + its host_on count */
     int lives, ends;    /* workers started; ended (returned, or killed while running) */

@@ -3,6 +3,7 @@
  * plan gives it and writes events.tsv, ranks.tsv, summary.tsv and the
  * timeline plot. */
 #include "sim_sg.h"
+#include "chaos.h"
 
 /* summary.tsv's rows of the simulation's deterministic costs (job.h's
  * write_costs): messages, conns, waits, malloc's peaks. */
@@ -22,8 +23,48 @@ static void write_tail(void *ctx, FILE *sf)
     eccl_scn_sg_write_transport(sf, s, s->cfg);
 }
 
+/* ---- chaos = FILE: the plan around every rank's simulated env ---------- */
+
+/* The plan kills the rank whose env it wraps, from inside one of its net
+ * calls: a killer actor does it now, as it does a fault plan's kill, and
+ * the calling actor stops here, never to return into the library. */
+static void sg_chaos_kill(void *arg)
+{
+    rank_state *r = arg;
+    eccl_sg_printf("eccl-sim", "the chaos plan kills rank=%d host=%s", r->idx, r->host);
+    eccl_scn_sg_kill_rank_at(rank_sim(r), r, eccl_sg_now_ns());
+    sg_actor_suspend(sg_actor_self());
+}
+
+/* A rank's comm env is made in its worker actor, whose data is the rank. */
+static eccl_result sg_chaos_wrap(void *ctx, eccl_env *env)
+{
+    sim *s = ctx;
+    rank_state *r = sg_actor_self_get_data();
+    eccl_chaos_plan *plan;
+    eccl_result rc = eccl_chaos_plan_parse(s->cfg->chaos_plan, NULL, 0, &plan);
+    if (rc != ECCL_OK) return rc;
+    rc = eccl_chaos_wrap(env, plan, r->host, sg_chaos_kill, r);
+    if (rc != ECCL_OK) {
+        eccl_chaos_plan_free(plan);
+        return rc;
+    }
+    eccl_chaos_set_origin(env, 0); /* the plan's times are the scenario's */
+    return ECCL_OK;
+}
+
+static void sg_chaos_unwrap(void *ctx, eccl_env *env)
+{
+    (void)ctx;
+    eccl_chaos_unwrap(env);
+}
+
 int eccl_scn_sg_job(sim *s, eccl_scenario *cfg, const char *file, const char *outdir)
 {
+    if (cfg->chaos_plan) {
+        const eccl_sg_env_hooks hooks = {.ctx = s, .created = sg_chaos_wrap, .destroying = sg_chaos_unwrap};
+        eccl_sg_world_set_env_hooks(s->w, &hooks);
+    }
     /* Every random choice comes from this one stream, in this order. */
     uint64_t rng = cfg->seed;
     for (int i = 0; i < cfg->ranks; i++) {

@@ -249,6 +249,7 @@ enum {
     K_COLL, K_MINBYTES, K_MAXBYTES, K_STEPFACTOR, K_WARMUP, K_ALGO, K_BENCH_CORRUPT, /* bench */
     K_CONCURRENT,
     K_POOL, K_TCP_WINDOW,                                           /* TCP streams */
+    K_CHAOS,
     K_NKEYS
 };
 
@@ -333,6 +334,7 @@ static const key_def key_defs[K_NKEYS] = {
     [K_CONCURRENT] = {"concurrent", KK_INT, CFG_OFF(bench_concurrent), 1, MAX_CONCURRENT},
     [K_POOL] = {"pool", KK_INT, CFG_OFF(pool), 1, MAX_POOL},
     [K_TCP_WINDOW] = {"tcp_window", KK_SPECIAL, 0, 0, 0},
+    [K_CHAOS] = {"chaos", KK_SPECIAL, 0, 0, 0},
 };
 #undef CFG_OFF
 
@@ -350,7 +352,7 @@ static const int common_optional[] = {K_EXPECT, K_SEED, K_JITTER, K_STAGGER, K_W
                                       K_NCCL2_TIMEOUT, K_NCCL2_ALLGATHER, K_NCCL2_CORRUPT, K_RELAYS,
                                       K_PROGRESS_THREAD, K_NET_MODEL, K_COLL, K_MINBYTES, K_MAXBYTES,
                                       K_STEPFACTOR, K_WARMUP, K_ALGO, K_BENCH_CORRUPT, K_CONCURRENT,
-                                      K_POOL, K_TCP_WINDOW, -1};
+                                      K_POOL, K_TCP_WINDOW, K_CHAOS, -1};
 static const int flat_required[] = {K_HOSTS, -1};
 static const int flat_optional[] = {-1};
 static const int clos_required[] = {K_HOSTS_PER_RACK, K_RACKS_PER_ZONE, K_ZONES_PER_DC, K_DCS, -1};
@@ -633,6 +635,37 @@ static int parse_algo(const char *file, int lineno, const char *val, eccl_scenar
 }
 
 /* Returns 0, or -1 after printing why. */
+/* chaos = FILE: a chaos plan (chaos/README.md) both runners apply, with
+ * hosts named node-K as in the platform; FILE is relative to the scenario's
+ * folder. Read and parsed here, so that a bad plan is a scenario error. */
+#define CHAOS_PLAN_MAX (1 << 20)
+static int read_chaos_plan(const char *file, int lineno, const char *val, eccl_scenario *c)
+{
+    char path[PATH_MAX];
+    const char *slash = strrchr(file, '/');
+    if (val[0] == '/' || !slash) snprintf(path, sizeof path, "%s", val);
+    else snprintf(path, sizeof path, "%.*s/%s", (int)(slash - file), file, val);
+    FILE *f = fopen(path, "r");
+    char *text = f ? calloc(1, CHAOS_PLAN_MAX + 1) : NULL;
+    size_t n = text ? fread(text, 1, CHAOS_PLAN_MAX + 1, f) : 0;
+    if (f) fclose(f);
+    if (!text || n > CHAOS_PLAN_MAX) {
+        free(text);
+        return eccl_scn_error(file, lineno, "chaos: %s: %s", path,
+                              !f ? strerror(errno) : n > CHAOS_PLAN_MAX ? "larger than 1 MiB" : "out of memory");
+    }
+    char why[200];
+    eccl_chaos_plan *plan = NULL;
+    if (eccl_chaos_plan_parse(text, why, sizeof why, &plan) != ECCL_OK) {
+        free(text);
+        return eccl_scn_error(file, lineno, "chaos: %s: %s", path, why);
+    }
+    eccl_chaos_plan_free(plan);
+    free(c->chaos_plan);
+    c->chaos_plan = text;
+    return 0;
+}
+
 int eccl_scn_parse(const char *file, eccl_scenario *c)
 {
     memset(c, 0, sizeof *c);
@@ -808,6 +841,8 @@ int eccl_scn_parse(const char *file, eccl_scenario *c)
                                key, val);
         } else if (id == K_ALGO) {
             rc = parse_algo(file, lineno, val, c);
+        } else if (id == K_CHAOS) {
+            rc = read_chaos_plan(file, lineno, val, c);
         } else if (id == K_TCP_WINDOW) {
             /* A size as eccl-bench's, K M G powers of 1024: 1K (a tiny
              * window) .. 1G (Linux's largest tcp_rmem is far below) */
@@ -1007,6 +1042,11 @@ int eccl_scn_parse(const char *file, eccl_scenario *c)
                 return eccl_scn_error(file, key_line[*k], "%s: a key of workload = diloco",
                                  key_defs[*k].name);
     }
+    if (c->chaos_plan && (c->diloco || c->nccl2 || c->bench))
+        return eccl_scn_error(file, key_line[K_CHAOS], "chaos: the job workload only (its checker knows the "
+                              "plan's kills)");
+    if (c->chaos_plan && c->phantom)
+        return eccl_scn_error(file, key_line[K_CHAOS], "chaos: a plan holds bytes: host or cuda buffers");
     for (const int *k = req; *k >= 0; k++)
         if (!key_line[*k])
             return eccl_scn_error(file, 0, "missing required key \"%s\" (platform = %s)",
@@ -1113,6 +1153,8 @@ int eccl_scn_parse(const char *file, eccl_scenario *c)
 
 void eccl_scn_free(eccl_scenario *c)
 {
+    free(c->chaos_plan);
+    c->chaos_plan = NULL;
     free(c->faults);
     c->faults = NULL;
     c->nfaults = 0;

@@ -16,6 +16,7 @@
  * bandwidth and the latency of the pairs whose routes cross it from then on
  * (the last matching rule wins).
  */
+#include <ctype.h>
 #include <math.h> /* qsort_r: _GNU_SOURCE, which the tool defines */
 #include <stdio.h>
 #include <stdlib.h>
@@ -202,6 +203,27 @@ static void write_partition(FILE *f, int a, int b, uint64_t from_ns, uint64_t un
     fprintf(f, "partition %s %s from=%lluns%s\n", x, y, (unsigned long long)from_ns, until);
 }
 
+/* chaos = FILE, after the platform's rules (its link rules win where they
+ * match: the last active one does), with every host node-K written as its
+ * loopback address. A seed line of it wins over the scenario's, as in
+ * eccl-sim, where the file's plan alone wraps each rank. */
+static void write_user_plan(FILE *f, const char *text)
+{
+    fputs("# chaos = FILE of the scenario, node-K as addresses:\n", f);
+    for (const char *p = text; *p;) {
+        int k, len;
+        if (sscanf(p, "node-%d%n", &k, &len) == 1 && (p == text || (!isalnum((unsigned char)p[-1]) && p[-1] != '-'))) {
+            char ip[32];
+            eccl_scn_emu_host_addr(k, ip, sizeof ip);
+            fputs(ip, f);
+            p += len;
+        } else {
+            fputc(*p++, f);
+        }
+    }
+    fputc('\n', f);
+}
+
 int eccl_scn_emu_write_plan(const eccl_scenario *c, const char *file, const char *path, int *nwires)
 {
     /* node-0 (the master) and every host a rank runs on; relays sit on
@@ -296,6 +318,7 @@ int eccl_scn_emu_write_plan(const eccl_scenario *c, const char *file, const char
     for (int a = 0; a < hosts; a++)
         for (int b = a + 1; b < hosts; b++)
             if (ps[a * hosts + b].off) write_partition(f, a, b, ps[a * hosts + b].off_since, UINT64_MAX);
+    if (c->chaos_plan) write_user_plan(f, c->chaos_plan);
 out:
     if (f && fclose(f) != 0 && rc == 0) {
         fprintf(stderr, "eccl-emu: %s: cannot write the plan\n", path);

@@ -491,10 +491,15 @@ static void worker_ended(emu *e, proc *p)
     const int taken = p->taken;
     const int status = reap(p);
     if (taken) return;
+    if (r->chaos_kill && status == 128 + SIGKILL) {
+        /* The chaos plan's kill (SIGKILL, raised by the worker's own chaos net). */
+        eccl_scn_job_say(&e->job, "eccl-emu", "kill rank=%d host=%s (the chaos plan)", r->idx, r->host);
+        eccl_scn_job_host_off(r, now_ns(e), "killed");
+        return;
+    }
     r->returned = 1;
     r->status = status;
     eccl_scn_job_worker_ended(r);
-    (void)e;
 }
 
 static void run_loop(emu *e)

@@ -90,9 +90,10 @@ static void killer_main(int argc, char **argv)
 }
 
 /* The job's arm_kill hook: a killer actor for kill @ iter. */
-static void sg_arm_kill(void *ctx, rank_state *v, uint64_t at_ns)
+static void sg_arm_kill(void *ctx, rank_state *v, uint64_t at_ns) { eccl_scn_sg_kill_rank_at(ctx, v, at_ns); }
+
+void eccl_scn_sg_kill_rank_at(sim *s, rank_state *v, uint64_t at_ns)
 {
-    sim *s = ctx;
     killer_arg *ka = malloc(sizeof *ka);
     if (!ka) {
         s->job.oom = 1;

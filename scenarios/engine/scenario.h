@@ -149,6 +149,10 @@ typedef struct eccl_scenario {
     char algo[256];                  /* every rank's ECCL_ALGO ("": not set) */
     int bench_corrupt;               /* test only: this rank (1..ranks) corrupts its checked outputs */
     int bench_concurrent;            /* all-reduces issued at once per timed step (eccl-bench --inflight) */
+    /* chaos = FILE: the plan's text (malloc'ed), hosts named node-K; every
+     * rank's communicator env runs it (eccl-sim wraps the simulated env,
+     * eccl-emu the real one); NULL: none */
+    char *chaos_plan;
 } eccl_scenario;
 
 /* Reads FILE into *c (zeroed first; c->faults is malloc'ed: eccl_scn_free).

@@ -117,6 +117,8 @@ aid_t eccl_scn_sg_start_actor(eccl_sg_world *w, const char *name, const char *ho
                               void *data);
 /* cfg->relays relay actors, each on the host of its share's first rank. */
 int eccl_scn_sg_start_relays(sim *s);
+/* A killer actor crashes rank v (kill_rank: its process, or its host) at at_ns. */
+void eccl_scn_sg_kill_rank_at(sim *s, rank_state *v, uint64_t at_ns);
 /* Rank r's next worker, due at at_ns, told --start-world. */
 void eccl_scn_sg_start_worker(rank_state *r, uint64_t at_ns, int start_world);
 /* Actors: the timed faults in order; the master. */
