@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "bench_rows.h"
+#include "diloco.h"
 #include "job.h"
 #include "results.h"
 #include "run_emu.h"
@@ -34,7 +35,7 @@
 #define START_TIMEOUT_NS 10000000000ull
 #define STOP_GRACE_NS 5000000000ull
 
-typedef enum proc_kind { P_MASTER, P_RELAY, P_WORKER, P_BENCH } proc_kind;
+typedef enum proc_kind { P_MASTER, P_RELAY, P_WORKER, P_BENCH, P_DILOCO } proc_kind;
 
 typedef struct proc {
     proc_kind kind;
@@ -70,6 +71,7 @@ typedef struct emu {
     int registered;      /* "peer N registered" lines of the master */
     int launched;        /* worker processes started */
     uint64_t last_launch_ns;
+    eccl_scn_dl *dl;     /* workload = diloco */
 } emu;
 
 static uint64_t mono_ns(void)
@@ -203,6 +205,10 @@ static int drain(emu *e, proc *p, char *first_line, size_t first_len)
             *nl = '\0';
             if (p->kind == P_WORKER) worker_line(e, p, p->buf);
             else if (p->kind == P_BENCH) printf("%s\n", p->buf); /* the rows, as eccl-bench prints them */
+            else if (p->kind == P_DILOCO) {
+                if (e->o->verbose) emu_say(e, p->r->name, p->buf);
+                eccl_scn_dl_line(e->dl, p->r, now_ns(e), p->buf);
+            }
             else if (first_line && !first_line[0]) snprintf(first_line, first_len, "%s", p->buf);
             else if (e->o->verbose) emu_say(e, p->name, p->buf);
             if (p->kind == P_MASTER && e->master_log) {
@@ -627,6 +633,113 @@ static int run_bench(emu *e, const char *outdir)
     return failed;
 }
 
+/* ---- workload = diloco --------------------------------------------------- */
+
+/* One eccl-diloco process for rank r (its next life), as eccl-sim runs the
+ * loop: the same model size, step, peer timeout, and the same stop (the
+ * job's start + duration). */
+static void dl_launch(emu *e, rank_state *r)
+{
+    const eccl_scenario *c = e->cfg;
+    char count[24], step[16], pto[16], stop[32], corrupt[24], name[48];
+    snprintf(count, sizeof count, "%ld", c->count);
+    snprintf(step, sizeof step, "%ld", lround(c->step_s * 1e3));
+    snprintf(pto, sizeof pto, "%ld", lround(c->peer_timeout_s * 1e3));
+    /* eccl-diloco counts --stop-after-ms from its own start: what is left of
+     * the job's duration (1 ms past it: a late worker stops at once). */
+    const double left_ms = c->duration_s * 1e3 - (double)now_ns(e) / 1e6;
+    snprintf(stop, sizeof stop, "%.3f", left_ms > 1 ? left_ms : 1.0);
+    snprintf(corrupt, sizeof corrupt, "%llu", (unsigned long long)c->corrupt_at);
+    snprintf(name, sizeof name, "%s.%d", r->name, r->lives);
+    const int corrupts = c->corrupt_at && r->idx == 1 && r->lives == 1;
+    char *argv[] = {"eccl-diloco", "--master", e->master_addr, "--count", count, "--step-ms", step,
+                    "--peer-timeout-ms", pto, "--stop-after-ms", stop, corrupts ? "--corrupt-at" : NULL, corrupt,
+                    NULL};
+    proc *p = &e->workers[r->idx - 1];
+    if (spawn(e, p, P_DILOCO, name, eccl_scn_rank_host(c, r->idx), argv)) {
+        e->failure = "a worker could not be started";
+        eccl_scn_dl_worker_returned(e->dl, r, 127);
+        return;
+    }
+    p->r = r;
+    r->pid = p->pid;
+    e->launched++;
+    e->last_launch_ns = now_ns(e);
+}
+
+/* The diloco loop: the workers start in rank order at their arrivals
+ * (launch_gate), the churn kills (SIGKILL) and starts them at its seeded
+ * times, until the churn is over and every worker has stopped. */
+static void run_diloco(emu *e)
+{
+    const eccl_scenario *c = e->cfg;
+    const uint64_t deadline = (uint64_t)llround(e->o->timeout_s * 1e9);
+    int *pending = e->pending;
+    for (int i = 0; i < c->ranks; i++) {
+        eccl_scn_dl_worker_starts(e->dl, &e->job.rk[i], e->job.rk[i].arrive_ns);
+        pending[i] = 1;
+    }
+    for (;;) {
+        uint64_t now = now_ns(e), next = e->dl->next_ns;
+        for (int i = 0; i < c->ranks; i++) {
+            rank_state *r = &e->job.rk[i];
+            if (!pending[i]) continue;
+            if (r->arrive_ns <= now && launch_gate(e, now)) {
+                pending[i] = 0;
+                dl_launch(e, r);
+            } else {
+                const uint64_t t = r->arrive_ns > now ? r->arrive_ns : now + 1000000u;
+                if (t < next) next = t;
+            }
+        }
+        if (e->dl->next_ns <= now) {
+            int do_kill;
+            rank_state *r;
+            if (eccl_scn_dl_decide(e->dl, &do_kill, &r)) {
+                proc *p = &e->workers[r->idx - 1];
+                if (do_kill) {
+                    pending[r->idx - 1] = 0;
+                    if (p->pid) kill(p->pid, SIGKILL), p->taken = 1;
+                    eccl_scn_dl_killed(e->dl, r, now);
+                } else {
+                    bury(p);
+                    eccl_scn_job_add_event(&e->job, now, r->idx, "host_on", -1, -1, NULL, NULL);
+                    e->dl->spawns++;
+                    eccl_scn_dl_worker_starts(e->dl, r, now);
+                    dl_launch(e, r);
+                }
+            }
+            continue;
+        }
+        if (e->dl->next_ns == UINT64_MAX && e->dl->live == 0) break;
+        if (now >= deadline) {
+            eccl_scn_job_say(&e->job, "eccl-emu", "FAIL the run passed --timeout %gs: every process is killed",
+                             e->o->timeout_s);
+            e->failure = "timeout";
+            e->job.oom = 1; /* diloco's verdict: "internal" */
+            break;
+        }
+        struct pollfd pf[ECCL_EMU_MAX_RANKS + 1];
+        proc *who[ECCL_EMU_MAX_RANKS + 1];
+        int n = 0;
+        for (int i = 0; i < c->ranks; i++)
+            if (e->workers[i].pid && e->workers[i].out >= 0)
+                pf[n] = (struct pollfd){.fd = e->workers[i].out, .events = POLLIN}, who[n++] = &e->workers[i];
+        if (e->master.out >= 0) pf[n] = (struct pollfd){.fd = e->master.out, .events = POLLIN}, who[n++] = &e->master;
+        uint64_t wait = next > now ? next - now : 0;
+        if (wait > 100000000u) wait = 100000000u;
+        const struct timespec ts = {.tv_sec = 0, .tv_nsec = (long)wait};
+        if (ppoll(pf, (nfds_t)n, &ts, NULL) <= 0) continue;
+        for (int i = 0; i < n; i++) {
+            if (!(pf[i].revents & (POLLIN | POLLHUP | POLLERR)) || !drain(e, who[i], NULL, 0)) continue;
+            proc *p = who[i];
+            const int taken = p->taken;
+            const int status = reap(p);
+            if (p->kind == P_DILOCO && !taken) eccl_scn_dl_worker_returned(e->dl, p->r, status);
+        }
+    }
+}
+
 /* ---- the run ------------------------------------------------------------- */
 
 /* What eccl-emu cannot run: said, and exit status 2. Keys that only
@@ -641,8 +754,9 @@ static int refuse_or_note(const eccl_scenario *c, const char *file)
     if (c->nccl2)
         return eccl_scn_error(file, 0, "workload = nccl2_bootstrap: NCCL 2.x's bootstrap is the simulator's "
                               "baseline, not eccl; eccl-sim runs it");
-    if (c->diloco) return eccl_scn_error(file, 0, "workload = diloco: not in eccl-emu (eccl-churn runs DiLoCo "
-                                         "under churn with real processes)");
+    if (c->diloco && c->relays)
+        return eccl_scn_error(file, 0, "relays with workload = diloco: not in eccl-emu (the relays sit on spare "
+                              "hosts there); eccl-sim runs it");
     if (c->bench && c->nfaults)
         return eccl_scn_error(file, 0, "workload = bench: no faults (eccl-sim refuses them too)");
     if (c->cuda)
@@ -834,6 +948,25 @@ int eccl_scn_emu_run(eccl_scenario *cfg, const char *file, const char *outdir, c
                                   e.relay_addr[k]))
                 goto out;
         }
+    }
+    if (cfg->diloco) {
+        eccl_scn_dl dl;
+        if (eccl_scn_dl_init(&dl, &e.job)) {
+            fprintf(stderr, "eccl-emu: out of memory\n");
+            goto out;
+        }
+        e.dl = &dl;
+        for (int i = 0; i < cfg->ranks; i++) e.job.rk[i].last_rev = UINT64_MAX;
+        run_diloco(&e);
+        const uint64_t end = now_ns(&e);
+        for (int i = 0; i < cfg->ranks; i++) bury(&e.workers[i]);
+        stop_coordinator(&e.master);
+        unlink(e.wires);
+        const eccl_scn_job_report rep = {.clock = "wall-clock time", .end_key = "wall_time_s",
+                                         .write_tail = write_tail, .ctx = &e};
+        rc = eccl_scn_dl_finish(&dl, outdir, end, &rep);
+        free_emu(&e);
+        return rc;
     }
     if (cfg->bench) {
         rc = run_bench(&e, outdir);

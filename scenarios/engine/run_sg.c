@@ -5,6 +5,7 @@
  * actors here and judge the outcome themselves.
  */
 #include "sim_sg.h"
+#include "diloco.h"
 
 /* ---- events and progress ------------------------------------------------- */
 
@@ -258,7 +259,7 @@ static void sim_print(void *ctx, int to_stderr, const char *line)
  * lives): the coordinators serve until then. */
 static int job_running(const sim *s)
 {
-    return s->cfg->diloco ? !(s->dl_live == 0 && s->churn_done) : s->job.done < s->cfg->ranks;
+    return s->cfg->diloco ? !((!s->dl || s->dl->live == 0) && s->churn_done) : s->job.done < s->cfg->ranks;
 }
 
 void eccl_scn_sg_master_main(int argc, char **argv)

@@ -87,12 +87,9 @@ struct sim {
      * binary and a seed, so the scale guard compares them with a baseline
      * (tests/sim/check_scale_guard.sh). */
     size_t heap_peak, mmap_peak;
-    /* workload = diloco */
-    churn_check chk;
-    int dl_live;      /* workers started and not ended */
-    int churn_done;   /* the churn actor has finished */
-    int dl_kills, dl_spawns, dl_bad_exits;
-    size_t dl_lives;  /* workers started in all */
+    /* workload = diloco: its state (diloco.h); the churn actor has finished */
+    struct eccl_scn_dl *dl;
+    int churn_done;
     /* workload = nccl2_bootstrap */
     struct n2_run *n2;
 };
