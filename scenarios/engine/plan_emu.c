@@ -40,7 +40,7 @@ typedef struct link_state {
 typedef struct pair_state {
     int off;
     uint64_t off_since;
-    double latency_s, bandwidth_Bps;
+    double latency_s;
 } pair_state;
 
 static link_state *find_link(link_state *ls, int n, const char *name)
@@ -50,24 +50,18 @@ static link_state *find_link(link_state *ls, int n, const char *name)
     return NULL;
 }
 
-/* The pair's route under the links' current states. */
+/* The pair's route under the links' current states: cut or not, and its
+ * latency (its bandwidth is its wires'). */
 static void pair_now(const eccl_scenario *c, int a, int b, link_state *ls, int nls, pair_state *out)
 {
     eccl_scn_hop h[ECCL_SCN_HOPS_MAX];
     const int n = eccl_scn_route(c, a, b, h);
     out->off = 0;
     out->latency_s = 0;
-    out->bandwidth_Bps = 0;
     for (int i = 0; i < n; i++) {
         const link_state *l = find_link(ls, nls, h[i].name);
-        double bw = h[i].bandwidth_Bps, lat = h[i].latency_s;
-        if (l && l->changed) {
-            bw = l->bandwidth_Bps;
-            lat = l->latency_s;
-        }
         out->off |= l && l->off;
-        out->latency_s += lat;
-        if (out->bandwidth_Bps == 0 || bw < out->bandwidth_Bps) out->bandwidth_Bps = bw;
+        out->latency_s += l && l->changed ? l->latency_s : h[i].latency_s;
     }
 }
 
