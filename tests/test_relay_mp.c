@@ -9,10 +9,14 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -383,6 +387,83 @@ static void test_fallback_address(void **state)
     cluster_fini(&cl);
 }
 
+/* A door on 127.0.0.1 that takes connections but never welcomes anyone:
+ * what a relay dying (its kernel still completes the handshake) or frozen
+ * looks like to a peer that dials it. `resets`: a child accepts each
+ * connection, reads the peer's first frame and resets it; otherwise nobody accepts (the kernel's
+ * backlog holds them, silent). Returns the listening fd; *child is the
+ * resetting process or 0. */
+static int door_open(char *addr, size_t len, int resets, pid_t *child)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t sl = sizeof sa;
+    if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof sa) || listen(fd, 16) ||
+        getsockname(fd, (struct sockaddr *)&sa, &sl))
+        return -1;
+    snprintf(addr, len, "127.0.0.1:%u", ntohs(sa.sin_port));
+    *child = 0;
+    if (!resets) return fd;
+    *child = fork();
+    if (*child == 0) {
+        /* Bounded: the parent kills it, and it stops by itself after 60 s. */
+        for (int k = 0; k < 600; k++) {
+            struct pollfd p = {.fd = fd, .events = POLLIN};
+            if (poll(&p, 1, 100) <= 0) continue;
+            int c = accept(fd, NULL, NULL);
+            if (c < 0) continue;
+            /* After the peer's first frame: it knows the link was up. */
+            struct pollfd q = {.fd = c, .events = POLLIN};
+            char junk[256];
+            if (poll(&q, 1, 1000) > 0 && read(c, junk, sizeof junk) < 0) {
+            }
+            struct linger lg = {.l_onoff = 1, .l_linger = 0};
+            setsockopt(c, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+            close(c);
+        }
+        _exit(0);
+    }
+    return *child > 0 ? fd : -1;
+}
+
+/* Peer 0's list starts with a door that takes the connection and then
+ * resets it, or stays silent: either way it comes in through the master
+ * before connect_timeout, and the job forms. */
+static void fallback_past_door(int resets)
+{
+    cluster cl;
+    cluster_opts o = {.peer_timeout_ms = 1000};
+    assert_int_equal(cluster_init(&cl, &o), 0);
+    char door[64];
+    pid_t child = 0;
+    int fd = door_open(door, sizeof door, resets, &child);
+    assert_true(fd >= 0);
+    route_peer(&cl, 0, door, 1);
+    for (int i = 0; i < 2; i++) assert_int_equal(cluster_spawn(&cl, i, 2, two_body, NULL), 0);
+    int rc = wait_peers(&cl, 2, 60000);
+    for (int i = 0; i < 2; i++) cluster_dump_slot(&cl, i);
+    if (child > 0) {
+        kill(child, SIGKILL);
+        waitpid(child, NULL, 0);
+    }
+    close(fd);
+    assert_int_equal(rc, 0);
+    assert_true(same_hashes(&cl, 2));
+    cluster_fini(&cl);
+}
+
+static void test_fallback_after_reset(void **state)
+{
+    (void)state;
+    fallback_past_door(1);
+}
+
+static void test_fallback_after_silence(void **state)
+{
+    (void)state;
+    fallback_past_door(0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -396,6 +477,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_master_lost_behind_relays, cluster_test_setup,
                                         cluster_test_teardown),
         cmocka_unit_test_setup_teardown(test_fallback_address, cluster_test_setup,
+                                        cluster_test_teardown),
+        cmocka_unit_test_setup_teardown(test_fallback_after_reset, cluster_test_setup,
+                                        cluster_test_teardown),
+        cmocka_unit_test_setup_teardown(test_fallback_after_silence, cluster_test_setup,
                                         cluster_test_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

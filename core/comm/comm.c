@@ -85,6 +85,19 @@ eccl_result comm_master_send(eccl_comm *c, const eccl_msg *m)
     return rc;
 }
 
+/* An attempt to register that broke before the welcome (reset, closed, or
+ * silent for peer_timeout_ms): a relay that died or froze while we dialled
+ * it can still have taken the connection (its kernel did). Nothing was
+ * decided about us yet, so this is a refusal like any other: the next
+ * address, until connect_timeout (the caller schedules it). */
+static void master_attempt_failed(eccl_comm *c, const char *addr, eccl_result why)
+{
+    ECCL_INFO(c->env, "registering through %s failed (%s): trying the next address", addr,
+              eccl_strerror(why));
+    eccl_chan_close(&c->master);
+    c->master_open = 0;
+}
+
 static eccl_result master_open(eccl_comm *c)
 {
     eccl_conn *conn = NULL;
@@ -102,7 +115,9 @@ static eccl_result master_open(eccl_comm *c)
     m.u.reg.peer_group = c->params.peer_group;
     m.u.reg.peer_timeout_ms = c->params.peer_timeout_ms;
     snprintf(m.u.reg.p2p_addr, sizeof m.u.reg.p2p_addr, "%s", c->p2p_addr);
-    return comm_master_send(c, &m);
+    rc = comm_master_send(c, &m);
+    if (rc != ECCL_OK) master_attempt_failed(c, addr, rc);
+    return rc == ECCL_ERR_NO_MEMORY ? rc : rc != ECCL_OK ? ECCL_ERR_CONNECT : ECCL_OK;
 }
 
 
@@ -241,10 +256,9 @@ static void master_service(eccl_comm *c)
     eccl_result rc = eccl_chan_read(&c->master, &master_handler, c, SIZE_MAX);
     if (rc == ECCL_OK && c->master_open) rc = eccl_chan_flush(&c->master);
     if (!c->master_open || c->phase == PHASE_FAILED) return;
-    if (rc == ECCL_ERR_CONNECT && c->phase == PHASE_REGISTERING) {
-        /* The master may not be up yet: retry until connect_timeout. */
-        eccl_chan_close(&c->master);
-        c->master_open = 0;
+    if ((rc == ECCL_ERR_CONNECT || rc == ECCL_ERR_CLOSED) && c->phase == PHASE_REGISTERING) {
+        /* The master may not be up yet, or what we dialled went away. */
+        master_attempt_failed(c, c->master_addrs[(c->master_turn - 1) % c->n_master_addrs], rc);
         master_retry_schedule(c);
         return;
     }
@@ -257,6 +271,16 @@ static uint64_t min_deadline(uint64_t a, uint64_t b) { return a < b ? a : b; }
 static uint64_t timers(eccl_comm *c)
 {
     uint64_t now = now_ns(c), next = ECCL_NO_DEADLINE;
+    if (c->master_open && c->phase == PHASE_REGISTERING) {
+        uint64_t timeout = (uint64_t)c->params.peer_timeout_ms * MS;
+        if (now - c->master.last_rx_ns > timeout) {
+            master_attempt_failed(c, c->master_addrs[(c->master_turn - 1) % c->n_master_addrs],
+                                  ECCL_ERR_TIMEOUT);
+            master_retry_schedule(c);
+        } else {
+            next = min_deadline(next, c->master.last_rx_ns + timeout + 1);
+        }
+    }
     if (c->phase == PHASE_REGISTERING && !c->master_open && c->master_retry_at) {
         if (now >= c->master_deadline) {
             comm_fail(c, ECCL_ERR_CONNECT);
@@ -501,6 +525,9 @@ eccl_result eccl_comm_connect(eccl_comm *c)
         if (rc != ECCL_OK) {
             if (rc != ECCL_ERR_CONNECT) goto fail;
             master_retry_schedule(c);
+            /* No event will bring the retry's time: the engine must look
+             * at the timers before it first waits. */
+            eccl_engine_kick(&c->eng);
         }
         if (c->progress_thread) ECCL_CHECK(c->env, eccl_engine_start(&c->eng, "eccl-comm"));
     }
