@@ -236,7 +236,7 @@ int eccl_worker_run(const eccl_launch *L, const eccl_worker_options *opts)
 
         for (size_t i = 0; i < o.count && !phantom; i++) {
             hsend[i] = contribution(iter, i);
-            hrecv[i] = (float)iter; /* arbitrary content the call must not lose */
+            hrecv[i] = (float)iter; /* stale: the call overwrites it */
         }
         if (device && (L->buffer_write(L->ctx, send, hsend, o.count * sizeof(float)) != ECCL_OK ||
                        L->buffer_write(L->ctx, recv, hrecv, o.count * sizeof(float)) != ECCL_OK)) {
@@ -244,7 +244,9 @@ int eccl_worker_run(const eccl_launch *L, const eccl_worker_options *opts)
             status = 1;
             break;
         }
-        uint64_t before = phantom ? 0 : eccl_launch_hash_f32(hrecv, o.count);
+        /* The failure promise out of place: the input intact, which is all
+         * the retry below reads (the output is then unspecified, eccl.h). */
+        uint64_t before = phantom ? 0 : eccl_launch_hash_f32(hsend, o.count);
         eccl_reduce_info info = {0};
         eccl_launch_emit(L, 0, "event=begin peer=%lld iter=%d world=%lld", (long long)id, iter,
              (long long)world);
@@ -258,14 +260,19 @@ int eccl_worker_run(const eccl_launch *L, const eccl_worker_options *opts)
             break;
         }
         if (rc == ECCL_ERR_PEER_LOST || rc == ECCL_ERR_TOO_FEW_PEERS || rc == ECCL_ERR_TIMEOUT) {
-            int restored = phantom || eccl_launch_hash_f32(hrecv, o.count) == before;
-            eccl_launch_emit(L, 0, "event=%s peer=%lld iter=%d world=%lld ms=%.1f restored=%s",
+            /* The device input, read back into hrecv (free: the output is
+             * written afresh before the retry). */
+            const float *in = hsend;
+            if (device && L->buffer_read(L->ctx, hrecv, send, o.count * sizeof(float)) == ECCL_OK) in = hrecv;
+            else if (device) in = NULL;
+            int intact = phantom || (in && eccl_launch_hash_f32(in, o.count) == before);
+            eccl_launch_emit(L, 0, "event=%s peer=%lld iter=%d world=%lld ms=%.1f intact=%s",
                  rc == ECCL_ERR_PEER_LOST ? "peer_lost"
                  : rc == ECCL_ERR_TIMEOUT  ? "timeout"
                                            : "too_few_peers",
                  (long long)id, iter, (long long)world, ms,
-                 phantom ? "unchecked" : restored ? "yes" : "NO");
-            if (!restored) status = 1;
+                 phantom ? "unchecked" : intact ? "yes" : "NO");
+            if (!intact) status = 1;
             if (rc == ECCL_ERR_TOO_FEW_PEERS) L->sleep_ms(L->ctx, 10);
             continue; /* retry this iteration with whoever is left */
         }

@@ -4,9 +4,9 @@
  * Peers register with the master, are admitted by a unanimous vote of the
  * peers already accepted (eccl_comm_update_topology), and then run collectives
  * peer-to-peer over a ring the master orders. When a peer vanishes mid-call,
- * every survivor's call fails with ECCL_ERR_PEER_LOST and its receive buffer
- * holds exactly what it held before the call; calling again runs on the
- * survivors.
+ * every survivor's call fails with ECCL_ERR_PEER_LOST with its input intact
+ * (an in-place call's buffer holds exactly what it held before the call);
+ * calling again runs on the survivors.
  *
  * Thread safety: every function may be called from any thread. One
  * communicator may run several asynchronous collectives at once, told apart
@@ -33,7 +33,7 @@ typedef enum eccl_result {
     ECCL_ERR_SYSTEM = 3,        /* the operating system refused (see the log) */
     ECCL_ERR_CONNECT = 4,       /* could not reach the master or a peer */
     ECCL_ERR_TIMEOUT = 5,       /* the configured timeout passed */
-    ECCL_ERR_PEER_LOST = 6,     /* a peer left mid-operation; buffers restored */
+    ECCL_ERR_PEER_LOST = 6,     /* a peer left mid-operation; inputs intact */
     ECCL_ERR_TOO_FEW_PEERS = 7, /* a collective needs at least two peers */
     ECCL_ERR_PROTOCOL = 8,      /* a malformed or unexpected frame */
     ECCL_ERR_KICKED = 9,        /* the master removed this peer */
@@ -218,8 +218,12 @@ typedef struct eccl_reduce_info {
 
 typedef struct eccl_request eccl_request;
 
-/* sendbuf == recvbuf means in place. On failure recvbuf holds what it held
- * before the call, bit for bit. info may be NULL.
+/* sendbuf == recvbuf means in place. The failure promise (every collective,
+ * every error): the input is intact, which is all a retry reads. In place
+ * (input and output share any byte) recvbuf therefore holds what it held
+ * before the call, bit for bit; out of place recvbuf's content after a
+ * failure is unspecified, as in MPI and NCCL, and the call keeps no backup
+ * of it (the copy a restore needs would cost every call). info may be NULL.
  *
  * Buffers may be host memory or CUDA device memory (both of one kind: host
  * or pinned host memory on one side and device or managed memory on the
@@ -229,7 +233,7 @@ typedef struct eccl_request eccl_request;
  * the options' stream (eccl_allreduce_opts.stream; the legacy default
  * stream otherwise) and the result is in place, for the host and for work
  * queued on that stream, when the call returns; on failure the device
- * output holds what it held before, bit for bit, as host buffers do. A
+ * buffers keep the failure promise as host buffers do. A
  * device copy or kernel that fails is ECCL_ERR_DEVICE.
  * docs/devices.md says how device memory flows. */
 eccl_result eccl_allreduce(eccl_comm *comm, const void *sendbuf, void *recvbuf,
@@ -261,7 +265,7 @@ eccl_result eccl_allreduce_async(eccl_comm *comm, const void *sendbuf,
  * always take the ring algorithm (also for small buffers), and need tensor
  * memory the host can address: an env with phantom buffers (the simulator's
  * scale runs) answers ECCL_ERR_UNSUPPORTED. The failure promise is
- * unchanged: on failure recvbuf holds what it held before, bit for bit. */
+ * unchanged (eccl_allreduce). */
 
 /* Values travel on the wire (metadata records): never renumber. */
 typedef enum eccl_quant_type {
@@ -309,14 +313,14 @@ typedef struct eccl_allreduce_desc {
  * once, issued in order. Every peer must pass the same batch AND the same
  * max_in_flight: a peer running ahead could otherwise start a large op that
  * another has not called yet, ahead of frames that one still needs. An op that
- * fails with ECCL_ERR_PEER_LOST (its buffer restored by the library, the
- * ring re-formed on the survivors by the library) is issued again, until
+ * fails with ECCL_ERR_PEER_LOST (its input intact, the ring re-formed on
+ * the survivors by the library) is issued again, until
  * every op succeeded (ECCL_OK) or fewer than two peers remain
  * (ECCL_ERR_TOO_FEW_PEERS). Any other error stops issuing new ops; the ops
  * in flight are waited for and the first such error is returned. infos,
  * if not NULL, gets one entry per desc: the successful run's info, or
- * zeros (world_size 0) for an op that did not succeed, whose recvbuf then
- * holds what it held before the call. A peer that succeeded on some ops
+ * zeros (world_size 0) for an op that did not succeed, whose buffers then
+ * keep the failure promise (eccl_allreduce). A peer that succeeded on some ops
  * before a loss keeps those results (each with the world it ran on). */
 eccl_result eccl_allreduce_multiple_with_retry(eccl_comm *comm, const eccl_allreduce_desc *descs,
                                                size_t n, uint32_t max_in_flight,
@@ -331,8 +335,10 @@ eccl_result eccl_test(eccl_request *req, int *done, eccl_reduce_info *info);
 /* ---- all-gather, reduce-scatter, broadcast, reduce, barrier ----------------
  *
  * Every collective keeps all-reduce's contract: when a peer is lost mid-call,
- * the call fails with ECCL_ERR_PEER_LOST on every survivor and every output
- * buffer holds what it held before, bit for bit; calling again runs on the
+ * the call fails with ECCL_ERR_PEER_LOST on every survivor with its input
+ * intact and, in place (input and output share any byte), its output as it
+ * was, bit for bit (out of place the output is unspecified after a
+ * failure; eccl_allreduce); calling again runs on the
  * survivors; outputs that are replicated (all-gather, broadcast) are
  * bit-identical on every peer; calls issued in different orders on
  * different peers (told apart by their tags, one tag space for all

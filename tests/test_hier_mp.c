@@ -307,7 +307,9 @@ static int kill_body(eccl_comm *c, int index, void *argp)
     cluster_fill(send, ECCL_F32, f->count, (int)rank, TAG_FAULT, CL_PAT_SMALL);
     float *out = f->in_place ? send : recv;
     if (!f->in_place) memset(recv, 0x3c, f->count * 4);
-    uint64_t pre = cluster_fnv1a(out, f->count * 4);
+    /* In place the failure puts the output (send) back; out of place it
+     * leaves the input (send) intact, and the output is unspecified. */
+    uint64_t pre = cluster_fnv1a(send, f->count * 4);
     atomic_store(&sh->slot[index].val[V_ENTERED], 1);
     eccl_reduce_info info;
     rc = eccl_allreduce(c, send, out, f->count, ECCL_F32, ECCL_SUM, TAG_FAULT, &info);
@@ -326,7 +328,7 @@ static int kill_body(eccl_comm *c, int index, void *argp)
                          TAG_FAULT, "hier, a peer killed");
     }
     CL_CHECK(rc == ECCL_ERR_PEER_LOST, "a peer killed mid-call: %s, want PEER_LOST", eccl_strerror(rc));
-    CL_CHECK(cluster_fnv1a(out, f->count * 4) == pre, "failed but its output changed");
+    CL_CHECK(cluster_fnv1a(send, f->count * 4) == pre, "failed but its %s changed", f->in_place ? "output" : "input");
     atomic_store(&sh->slot[index].val[V_OUTCOME], 2);
     int64_t w;
     CL_OK(eccl_comm_get_attr(c, ECCL_ATTR_WORLD_SIZE, &w));

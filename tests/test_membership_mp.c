@@ -162,14 +162,17 @@ static int kill_body(eccl_comm *c, int index, void *argp)
             for (;;) cluster_sleep_ms(1000);
         }
         if (refill) cluster_fill(send, ECCL_F32, count, index, tag, CL_PAT_SMALL);
-        uint64_t pre = cluster_fnv1a(recv, bytes);
+        /* What the failure promise covers: the input (in place, also
+         * the output, put back bit for bit); an out-of-place output is
+         * unspecified after a failure (eccl.h). */
+        uint64_t pre = cluster_fnv1a(send, bytes);
         atomic_store(&self->started, (long long)k + 1);
         eccl_reduce_info info;
         memset(&info, 0, sizeof info);
         uint64_t t0 = cluster_now_ns();
         eccl_result rc = eccl_allreduce(c, send, recv, count, ECCL_F32, ECCL_SUM, tag, &info);
         uint64_t dt = cluster_now_ns() - t0;
-        uint64_t post = cluster_fnv1a(recv, bytes);
+        uint64_t post = cluster_fnv1a(send, bytes);
         cluster_record(tag, rc, info.world_size, t0, t0 + dt, pre, post);
         int killed = (int)atomic_load(&cluster_shm()->ctl[CTL_KILLED]) - 1;
         if (rc == ECCL_OK) {
@@ -188,7 +191,7 @@ static int kill_body(eccl_comm *c, int index, void *argp)
             refill = 1;
             attempts = 0;
         } else if (rc == ECCL_ERR_PEER_LOST) {
-            CL_CHECK(post == pre, "tag %llu failed but recvbuf changed (%016llx -> %016llx)",
+            CL_CHECK(post == pre, "tag %llu failed but its input changed (%016llx -> %016llx)",
                      (unsigned long long)tag, (unsigned long long)pre, (unsigned long long)post);
             CL_CHECK(++attempts <= 3, "tag %llu failed %d times", (unsigned long long)tag, attempts);
             /* Retry as is: in place, the restored buffer must be our

@@ -379,7 +379,7 @@ static int loss_body(eccl_comm *c, int index, void *argp)
     eccl_request *req[LOSS_K];
     uint64_t pre[LOSS_K], t0 = cluster_now_ns();
     for (int j = 0; j < LOSS_K; j++) {
-        pre[j] = cluster_fnv1a(buf[j], bytes);
+        pre[j] = cluster_fnv1a(send[j], bytes); /* out of place: the input is what a failure keeps */
         CL_OK(eccl_allreduce_async(c, send[j], buf[j], LOSS_COUNT, ECCL_F32, ECCL_SUM,
                                    TAG_LOSS + (uint64_t)j, &req[j]));
     }
@@ -392,11 +392,11 @@ static int loss_body(eccl_comm *c, int index, void *argp)
     for (int j = 0; j < LOSS_K; j++) {
         eccl_reduce_info info = {0};
         eccl_result rc = eccl_wait(req[j], &info);
-        uint64_t post = cluster_fnv1a(buf[j], bytes);
+        uint64_t post = cluster_fnv1a(send[j], bytes);
         cluster_record(TAG_LOSS + (uint64_t)j, rc, info.world_size, t0, cluster_now_ns(), pre[j], post);
         CL_CHECK(rc == ECCL_OK || rc == ECCL_ERR_PEER_LOST, "op %d: %s", j, eccl_strerror(rc));
         if (rc != ECCL_OK) {
-            CL_CHECK(post == pre[j], "op %d failed (%s) but its buffer changed", j, eccl_strerror(rc));
+            CL_CHECK(post == pre[j], "op %d failed (%s) but its input changed", j, eccl_strerror(rc));
             continue;
         }
         /* It completed everywhere before the loss: the full world's sum. */
@@ -513,7 +513,7 @@ static int fp_body(eccl_comm *c, int index, void *argp)
     }
     cluster_fill(lsend, ECCL_F32, FP_COUNT, index, TAG_F_L, CL_PAT_SMALL);
     cluster_fill(l, ECCL_F32, FP_COUNT, index, 555, CL_PAT_SMALL); /* stale */
-    uint64_t lpre = cluster_fnv1a(l, bytes), t0 = cluster_now_ns();
+    uint64_t lpre = cluster_fnv1a(lsend, bytes), t0 = cluster_now_ns(); /* out of place: the input */
     eccl_request *lr = NULL;
     CL_OK(eccl_allreduce_async(c, lsend, l, FP_COUNT, ECCL_F32, ECCL_SUM, TAG_F_L, &lr));
     /* Nothing else moves until the failpoint fired on the large op's
@@ -538,10 +538,10 @@ static int fp_body(eccl_comm *c, int index, void *argp)
     eccl_result rl = eccl_test(lr, &done, &info);
     atomic_store(&self->val[V_L_DONE_AT_S], done);
     if (!done) rl = eccl_wait(lr, &info);
-    uint64_t lpost = cluster_fnv1a(l, bytes);
+    uint64_t lpost = cluster_fnv1a(lsend, bytes);
     cluster_record(TAG_F_L, rl, info.world_size, t0, cluster_now_ns(), lpre, lpost);
     CL_CHECK(rl != ECCL_OK, "the faulted op succeeded");
-    CL_CHECK(lpost == lpre, "the faulted op failed (%s) but its buffer changed", eccl_strerror(rl));
+    CL_CHECK(lpost == lpre, "the faulted op failed (%s) but its input changed", eccl_strerror(rl));
     /* The retry runs on everyone (a tag aborted elsewhere fails once more
      * on a peer that had not called it: not the case here). */
     for (int attempt = 0; attempt < 3; attempt++) {

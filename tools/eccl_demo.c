@@ -1,8 +1,8 @@
 /* eccl-demo: a master and N local workers doing all-reduces; one worker is
  * killed with SIGKILL in the middle of a large all-reduce, and the rest
  * recover. Prints what happened, in words, and exits non-zero if the story
- * does not hold: a survivor that did not fail cleanly, a buffer that was not
- * restored, results that differ between peers, or a worker that did not
+ * does not hold: a survivor that did not fail cleanly, an input that was not
+ * intact, results that differ between peers, or a worker that did not
  * finish.
  *
  * The workers are eccl-worker processes (examples/worker.c) found next to
@@ -37,7 +37,7 @@ typedef struct worker {
     int alive;
     int exited_ok;
     int lost_seen;     /* saw peer_lost for the killed iteration */
-    int restored_bad;
+    int input_bad;
     double lost_ms;
 } worker;
 
@@ -121,15 +121,15 @@ static void on_line(demo *d, int i, const char *line)
                 iter, d->count * 4 >> 20, field_ll(line, "world"), d->hash[iter], d->iter_ms);
         }
     } else if (!strcmp(ev, "peer_lost") || !strcmp(ev, "timeout")) {
-        char restored[8] = "";
-        churn_field(line, "restored", restored, sizeof restored);
-        if (strcmp(restored, "yes") != 0) w->restored_bad = 1;
+        char intact[8] = "";
+        churn_field(line, "intact", intact, sizeof intact);
+        if (strcmp(intact, "yes") != 0) w->input_bad = 1;
         w->lost_seen = 1;
         w->lost_ms = field_d(line, "ms");
-        say(d, "peer %lld: iteration %lld failed with %s after %.1f ms; receive buffer "
-               "restored bit-exactly: %s; retrying on the survivors",
+        say(d, "peer %lld: iteration %lld failed with %s after %.1f ms; input "
+               "intact bit for bit: %s; retrying on the survivors",
             w->peer, iter, !strcmp(ev, "timeout") ? "ECCL_ERR_TIMEOUT" : "ECCL_ERR_PEER_LOST",
-            w->lost_ms, restored);
+            w->lost_ms, intact);
     } else if (!strcmp(ev, "exit")) {
         w->exited_ok = field_ll(line, "status") == 0;
     } else if (ev[0]) {
@@ -288,12 +288,12 @@ int main(int argc, char **argv)
     eccl_master_stop(master);
     eccl_master_destroy(master);
 
-    int survivors = 0, lost_seen = 0, restored_bad = 0;
+    int survivors = 0, lost_seen = 0, input_bad = 0;
     double lo = 1e9, hi = 0;
     for (int i = 0; i < d.np; i++) {
         if (i == d.victim) continue;
         survivors++;
-        restored_bad += d.w[i].restored_bad;
+        input_bad += d.w[i].input_bad;
         if (d.w[i].lost_seen) {
             lost_seen++;
             if (d.w[i].lost_ms < lo) lo = d.w[i].lost_ms;
@@ -308,7 +308,7 @@ int main(int argc, char **argv)
         if (lost_seen == survivors)
             printf("  - all %d survivors got ECCL_ERR_PEER_LOST within %.1f-%.1f ms of their call "
                    "and %s.\n", survivors, lo, hi,
-                   restored_bad ? "SOME DID NOT restore their buffer" : "each restored its buffer");
+                   input_bad ? "SOME LOST THEIR INPUT" : "each kept its input intact");
         else if (lost_seen == 0)
             printf("  - the kill landed after the all-reduce had committed: the survivors kept "
                    "its result and none had to retry.\n");
@@ -319,7 +319,7 @@ int main(int argc, char **argv)
            finished ? "recovered" : "NOT recovered", finished ? "finished" : "did not finish",
            d.iters, d.hash_mismatch ? "DIFFER between peers" : "bit-identical on every peer",
            d.wrong);
-    int ok = finished && !d.hash_mismatch && !d.wrong && !restored_bad && d.failures == 0 &&
+    int ok = finished && !d.hash_mismatch && !d.wrong && !input_bad && d.failures == 0 &&
              (lost_seen == 0 || lost_seen == survivors);
     printf("\n%s\n", ok ? "DEMO PASSED" : "DEMO FAILED");
     return ok ? 0 : 1;

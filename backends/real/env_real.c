@@ -313,6 +313,9 @@ static eccl_result real_mem_kind(void *ctx, const void *p, size_t bytes, eccl_me
 
 static eccl_result real_host_alloc(void *ctx, size_t bytes, void **out)
 {
+    /* Pinned memory: the device-resident ring's staging, the allocation an
+     * out-of-place call of a new size makes (it keeps no device backup). */
+    fiu_return_on("eccl/dev/host_alloc", ECCL_ERR_NO_MEMORY);
     return eccl_real_cuda_host_alloc(((env_real *)ctx)->cuda, bytes, out);
 }
 

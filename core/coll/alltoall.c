@@ -36,20 +36,14 @@ static size_t extent(const eccl_coll_call *c, int recv)
 size_t eccl_a2a_send_extent(const eccl_coll_call *c) { return extent(c, 0); }
 size_t eccl_a2a_recv_extent(const eccl_coll_call *c) { return extent(c, 1); }
 
-int eccl_a2a_overlaps(const eccl_coll_call *c)
-{
-    uintptr_t s = (uintptr_t)c->sendbuf, r = (uintptr_t)c->recvbuf;
-    size_t se = extent(c, 0), re = extent(c, 1);
-    return se && re && s < r + re && r < s + se;
-}
+int eccl_a2a_overlaps(const eccl_coll_call *c) { return eccl_coll_overlaps(c, extent(c, 0), extent(c, 1)); }
 
 /* Before any frame can land: the backup, the send copy, our own block. */
 static void start(eccl_a2a *a)
 {
     const eccl_coll_call *c = &a->call;
     uint32_t me = c->rank;
-    for (uint32_t j = 0; j < c->nranks; j++)
-        eccl_coll_copy(&a->call, a->backup + blk_at(c, j, 1), c->recvbuf + blk_at(c, j, 1), blk_bytes(c, j, 1));
+    for (uint32_t j = 0; j < c->nranks; j++) eccl_coll_save(&a->call, a->backup, blk_at(c, j, 1), blk_bytes(c, j, 1));
     if (a->copy) eccl_coll_copy(&a->call, a->copy, c->sendbuf, extent(c, 0));
     /* Our own block: a mismatch with ourselves is the caller's layout. */
     size_t own = blk_bytes(c, me, 0) < blk_bytes(c, me, 1) ? blk_bytes(c, me, 0) : blk_bytes(c, me, 1);
@@ -169,8 +163,7 @@ static void a2a_restore(void *op)
     eccl_a2a *a = op;
     const eccl_coll_call *c = &a->call;
     if (!a->started) return;
-    for (uint32_t j = 0; j < c->nranks; j++)
-        eccl_coll_copy(&a->call, c->recvbuf + blk_at(c, j, 1), a->backup + blk_at(c, j, 1), blk_bytes(c, j, 1));
+    for (uint32_t j = 0; j < c->nranks; j++) eccl_coll_put_back(&a->call, a->backup, blk_at(c, j, 1), blk_bytes(c, j, 1));
 }
 
 static void a2a_bytes(const void *op, uint64_t *tx, uint64_t *rx)

@@ -101,13 +101,13 @@ static int waves(const eccl_binomial *b) { return b->call.nranks > 2; }
 static void save_slice(eccl_binomial *b, uint32_t i)
 {
     size_t len, off = slice_at(b, i, &len);
-    eccl_coll_copy(&b->call, b->backup + off, b->call.recvbuf + off, len);
+    eccl_coll_save(&b->call, b->backup, off, len);
     b->saved = i + 1;
 }
 
 static void own_copy(eccl_binomial *b)
 {
-    eccl_coll_copy(&b->call, b->backup, b->call.recvbuf, b->bytes);
+    eccl_coll_save(&b->call, b->backup, 0, b->bytes);
     b->own_saved = 1;
     eccl_coll_copy(&b->call, b->call.recvbuf, b->call.sendbuf, b->bytes);
     b->own_done = 1;
@@ -308,10 +308,10 @@ static int bino_expects(const void *op, int role)
 static void bino_restore(void *op)
 {
     eccl_binomial *b = op;
-    if (b->own_saved) eccl_coll_copy(&b->call, b->call.recvbuf, b->backup, b->bytes);
+    if (b->own_saved) eccl_coll_put_back(&b->call, b->backup, 0, b->bytes);
     for (uint32_t i = 0; i < b->saved; i++) {
         size_t len, off = slice_at(b, i, &len);
-        eccl_coll_copy(&b->call, b->call.recvbuf + off, b->backup + off, len);
+        eccl_coll_put_back(&b->call, b->backup, off, len);
     }
 }
 

@@ -91,7 +91,7 @@ static uint32_t frames(const eccl_bruck *b, uint32_t first, uint32_t k, uint32_t
 static void save_block(eccl_bruck *b, uint32_t o)
 {
     size_t at = blk_at(b, o);
-    eccl_coll_copy(&b->call, b->backup + at, b->call.recvbuf + at, blk_bytes(b, o));
+    eccl_coll_save(&b->call, b->backup, at, blk_bytes(b, o));
 }
 
 /* Backs up the blocks round k brings, once, before its first write. */
@@ -249,12 +249,12 @@ static void bruck_restore(void *op)
         uint32_t m = eccl_bruck_round_blocks(b->call.nranks, k), first = rx_peer(b, k);
         for (uint32_t j = 0; j < m; j++) {
             size_t at = blk_at(b, origin(b, first, j));
-            eccl_coll_copy(&b->call, b->call.recvbuf + at, b->backup + at, blk_bytes(b, origin(b, first, j)));
+            eccl_coll_put_back(&b->call, b->backup, at, blk_bytes(b, origin(b, first, j)));
         }
     }
     if (b->own_saved) {
         size_t at = blk_at(b, b->call.rank);
-        eccl_coll_copy(&b->call, b->call.recvbuf + at, b->backup + at, blk_bytes(b, b->call.rank));
+        eccl_coll_put_back(&b->call, b->backup, at, blk_bytes(b, b->call.rank));
     }
 }
 

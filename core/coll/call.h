@@ -69,4 +69,27 @@ static inline void eccl_coll_reduce(const eccl_coll_call *c, void *dst, const vo
     if (bytes) c->env->dev->reduce(c->env->dev_ctx, dst, src, bytes / eccl_dtype_size(c->dtype), c->dtype, c->op);
 }
 
+/* Whether in_bytes of sendbuf and out_bytes of recvbuf share any byte. */
+static inline int eccl_coll_overlaps(const eccl_coll_call *c, size_t in_bytes, size_t out_bytes)
+{
+    uintptr_t s = (uintptr_t)c->sendbuf, r = (uintptr_t)c->recvbuf;
+    return c->sendbuf && in_bytes && out_bytes && s < r + out_bytes && r < s + in_bytes;
+}
+
+/* The backup of an output range, before its first write, and putting it
+ * back after a failure. `backup` is NULL for a call whose input and output
+ * do not overlap (comm/ops.c): its input is intact, which is all a retry
+ * reads, and its output after a failure is unspecified (eccl.h), so it
+ * pays for no copy. In place, the output is the retry's input: it is put
+ * back bit for bit. */
+static inline void eccl_coll_save(const eccl_coll_call *c, uint8_t *backup, size_t at, size_t bytes)
+{
+    if (backup) eccl_coll_copy(c, backup + at, c->recvbuf + at, bytes);
+}
+
+static inline void eccl_coll_put_back(const eccl_coll_call *c, const uint8_t *backup, size_t at, size_t bytes)
+{
+    if (backup) eccl_coll_copy(c, c->recvbuf + at, backup + at, bytes);
+}
+
 #endif /* ECCL_CORE_COLL_CALL_H */

@@ -99,7 +99,7 @@ static size_t in_shard(const eccl_hier_allreduce *a, size_t off) { return off - 
 static void save(eccl_hier_allreduce *a)
 {
     if (a->saved) return;
-    eccl_coll_copy(&a->call, a->backup, a->call.recvbuf, a->bytes);
+    eccl_coll_save(&a->call, a->backup, 0, a->bytes);
     a->saved = 1;
 }
 
@@ -297,7 +297,7 @@ static const eccl_peer_steps_ops hier_steps = {
 static void hier_restore(void *op)
 {
     eccl_hier_allreduce *a = op;
-    if (a->saved) eccl_coll_copy(&a->call, a->call.recvbuf, a->backup, a->bytes);
+    if (a->saved) eccl_coll_put_back(&a->call, a->backup, 0, a->bytes);
 }
 
 const eccl_coll_algo eccl_hier_allreduce_algo = ECCL_PEER_STEPS_ALGO(ECCL_ALGO_HIER, hier_restore);

@@ -186,7 +186,7 @@ static void save(eccl_rec_allreduce *a, size_t off, size_t len)
         size_t lo, hi;
         half_bytes(a, h, &lo, &hi);
         if (a->saved[h] || lo >= hi || off >= hi || off + len <= lo) continue;
-        eccl_coll_copy(&a->call, a->backup + lo, a->call.recvbuf + lo, hi - lo);
+        eccl_coll_save(&a->call, a->backup, lo, hi - lo);
         a->saved[h] = 1;
     }
 }
@@ -373,7 +373,7 @@ static void rec_restore(void *op)
     for (int h = 0; h < 2; h++) {
         size_t lo, hi;
         half_bytes(a, h, &lo, &hi);
-        if (a->saved[h]) eccl_coll_copy(&a->call, a->call.recvbuf + lo, a->backup + lo, hi - lo);
+        if (a->saved[h]) eccl_coll_put_back(&a->call, a->backup, lo, hi - lo);
     }
 }
 

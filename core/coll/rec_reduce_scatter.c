@@ -199,7 +199,7 @@ static const uint8_t *partial(const eccl_rec_rs *a, uint32_t k)
 static void save(eccl_rec_rs *a)
 {
     if (a->saved) return;
-    eccl_coll_copy(&a->call, a->backup, a->call.recvbuf, eccl_rec_rs_output_bytes(&a->call));
+    eccl_coll_save(&a->call, a->backup, 0, eccl_rec_rs_output_bytes(&a->call));
     a->saved = 1;
 }
 
@@ -340,7 +340,7 @@ static const eccl_peer_steps_ops rs_steps = {
 static void rs_restore(void *op)
 {
     eccl_rec_rs *a = op;
-    if (a->saved) eccl_coll_copy(&a->call, a->call.recvbuf, a->backup, eccl_rec_rs_output_bytes(&a->call));
+    if (a->saved) eccl_coll_put_back(&a->call, a->backup, 0, eccl_rec_rs_output_bytes(&a->call));
 }
 
 const eccl_coll_algo eccl_rec_rs_algo = ECCL_PEER_STEPS_ALGO(ECCL_ALGO_RECURSIVE, rs_restore);

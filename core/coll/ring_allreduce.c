@@ -399,7 +399,7 @@ eccl_result eccl_ring_allreduce_recv(eccl_ring_allreduce *r, int ring,
         /* First writes: every reduce-scatter slice, and the all-gather's
          * first step (our own chunk out of place, or in place the chunk we
          * only sent so far); later all-gather steps rewrite saved slices. */
-        if (d->recv_g <= r->call.nranks - 1) {
+        if (d->recv_g <= r->call.nranks - 1 && r->backup) { /* none out of place: call.h */
             if (on_device(r)) dcopy(r, r->backup + w->offset, r->call.recvbuf + w->offset, len * r->esize);
             else r->call.env->dev->copy(r->call.env->dev_ctx, r->backup + w->offset,
                                         r->call.recvbuf + w->offset, len * r->esize);
@@ -501,8 +501,8 @@ static void exchange_finish(eccl_ring_allreduce *r)
     void *ctx = r->call.env->dev_ctx;
     size_t bytes = r->call.count * r->esize;
     uint8_t *in = r->dir[0].staging;
-    dev->copy(ctx, r->backup, r->call.recvbuf, bytes);
-    r->exchange_saved = 1;
+    if (r->backup) dev->copy(ctx, r->backup, r->call.recvbuf, bytes);
+    r->exchange_saved = r->backup != NULL;
     if (r->call.rank == 0) {
         if (r->call.sendbuf != r->call.recvbuf) dev->copy(ctx, r->call.recvbuf, r->call.sendbuf, bytes);
         dev->reduce(ctx, r->call.recvbuf, in, r->call.count, r->call.dtype, r->call.op);
@@ -554,7 +554,7 @@ void eccl_ring_allreduce_restore(eccl_ring_allreduce *r)
         cursor_settle(r, d, &g, &k, 1);
         /* Every saved slice, in the order they were saved. */
         while (g < d->saved_g || (g == d->saved_g && k < d->saved_k)) {
-            if (g <= r->call.nranks - 1) {
+            if (g <= r->call.nranks - 1 && r->backup) {
                 size_t off, len;
                 slice_range(r, d, g, 1, k, &off, &len);
                 if (on_device(r))

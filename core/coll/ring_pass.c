@@ -235,7 +235,7 @@ static void own_copy(eccl_ring_pass *p)
 {
     size_t bytes, at = own_at(p, &bytes);
     if (p->call.recvbuf + at != p->call.sendbuf) {
-        eccl_coll_copy(&p->call, p->backup + at, p->call.recvbuf + at, bytes);
+        eccl_coll_save(&p->call, p->backup, at, bytes);
         p->own_saved = 1;
         eccl_coll_copy(&p->call, p->call.recvbuf + at, p->call.sendbuf, bytes);
     }
@@ -328,7 +328,7 @@ static void save_slice(eccl_ring_pass *p, int d, uint32_t i, size_t off, size_t 
 {
     if (writes_output(p, d, i)) {
         size_t at = output_at(p, off);
-        eccl_coll_copy(&p->call, p->backup + at, p->call.recvbuf + at, len);
+        eccl_coll_save(&p->call, p->backup, at, len);
     }
     p->dir[d].saved_i = i + 1;
 }
@@ -439,13 +439,13 @@ static void pass_restore(void *op)
     eccl_ring_pass *p = op;
     if (p->own_saved) {
         size_t bytes, at = own_at(p, &bytes);
-        eccl_coll_copy(&p->call, p->call.recvbuf + at, p->backup + at, bytes);
+        eccl_coll_put_back(&p->call, p->backup, at, bytes);
     }
     for (int d = 0; d < (int)p->nrings; d++) {
         for (uint32_t i = 0; i < p->dir[d].saved_i; i++) {
             size_t len, at = slice_at(p, d, i, 1, &len);
             if (len && writes_output(p, d, i))
-                eccl_coll_copy(&p->call, p->call.recvbuf + output_at(p, at), p->backup + output_at(p, at), len);
+                eccl_coll_put_back(&p->call, p->backup, output_at(p, at), len);
         }
     }
 }

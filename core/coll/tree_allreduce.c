@@ -31,7 +31,7 @@ static int all_children(const eccl_tree_allreduce *t, const int flag[2])
 
 static void save_backup(eccl_tree_allreduce *t)
 {
-    if (t->saved) return;
+    if (t->saved || !t->backup) return; /* none out of place: call.h */
     t->call.env->dev->copy(t->call.env->dev_ctx, t->backup, t->call.recvbuf, t->bytes);
     t->saved = 1;
 }

@@ -183,15 +183,48 @@ static int op_links(const eccl_comm *c, const eccl_request *r, p2p_link *out[ECC
     return n;
 }
 
+/* The bytes of sendbuf the call reads (an all-to-all's: coll/alltoall.h). */
+static size_t input_bytes(const eccl_coll_call *c)
+{
+    size_t es = eccl_dtype_size(c->dtype);
+    switch (c->kind) {
+    case ECCL_COLL_ALLGATHER: return (c->vcounts ? c->vcounts[c->rank] : c->count) * es;
+    case ECCL_COLL_REDUCE_SCATTER: return (c->vcounts ? c->count : c->count * c->nranks) * es;
+    case ECCL_COLL_ALLTOALL: return eccl_a2a_send_extent(c);
+    default: return c->count * es;
+    }
+}
+
+/* The backup a call of out_bytes of output keeps: all of them in place
+ * (input and output overlap: the output is what a retry reads, so a
+ * failure puts it back bit for bit), none out of place (the input is
+ * intact, which is all a retry needs; the output is then unspecified,
+ * eccl.h). A receive has no input: its buffer is put back as ever. */
+static size_t backup_bytes(const eccl_request *r, size_t out_bytes)
+{
+    const eccl_coll_call *c = &r->call;
+    return c->kind == ECCL_COLL_RECV || eccl_coll_overlaps(c, input_bytes(c), out_bytes) ? out_bytes : 0;
+}
+
+/* Takes `bytes` of backup from the pool (none for 0): its pointer or NULL. */
+static eccl_result take_backup(eccl_comm *c, eccl_request *r, size_t bytes, uint8_t **backup)
+{
+    *backup = NULL;
+    if (!bytes) return ECCL_OK;
+    if (!(r->backup = eccl_bufpool_get(&c->pool, bytes))) return ECCL_ERR_NO_MEMORY;
+    *backup = r->backup->ptr;
+    return ECCL_OK;
+}
+
 /* The recursive all-reduce's (coll/rec_allreduce.h): scratch and the backup. */
 static eccl_result rec_setup(eccl_comm *c, eccl_request *r, size_t bytes)
 {
     int halving = eccl_rec_allreduce_halving(&r->call);
     size_t sb = eccl_rec_allreduce_scratch_bytes(&r->call, halving);
-    r->backup = eccl_bufpool_get(&c->pool, bytes);
-    if (!r->backup) return ECCL_ERR_NO_MEMORY;
+    uint8_t *backup;
+    if (take_backup(c, r, backup_bytes(r, bytes), &backup) != ECCL_OK) return ECCL_ERR_NO_MEMORY;
     if (sb && !(r->staging[0] = eccl_bufpool_get(&c->pool, sb))) return ECCL_ERR_NO_MEMORY;
-    eccl_rec_allreduce_init(&r->u.rec, &r->call, sb ? r->staging[0]->ptr : NULL, r->backup->ptr);
+    eccl_rec_allreduce_init(&r->u.rec, &r->call, sb ? r->staging[0]->ptr : NULL, backup);
     r->alg = &eccl_rec_allreduce_algo;
     return ECCL_OK;
 }
@@ -202,10 +235,10 @@ static eccl_result rec_setup(eccl_comm *c, eccl_request *r, size_t bytes)
 static eccl_result hier_setup(eccl_comm *c, eccl_request *r, size_t bytes)
 {
     size_t sb = eccl_hier_allreduce_scratch_bytes(&r->call);
-    r->backup = eccl_bufpool_get(&c->pool, bytes);
-    if (!r->backup) return ECCL_ERR_NO_MEMORY;
+    uint8_t *backup;
+    if (take_backup(c, r, backup_bytes(r, bytes), &backup) != ECCL_OK) return ECCL_ERR_NO_MEMORY;
     if (!(r->staging[0] = eccl_bufpool_get(&c->pool, sb))) return ECCL_ERR_NO_MEMORY;
-    eccl_hier_allreduce_init(&r->u.hier, &r->call, r->staging[0]->ptr, r->backup->ptr);
+    eccl_hier_allreduce_init(&r->u.hier, &r->call, r->staging[0]->ptr, backup);
     r->alg = &eccl_hier_allreduce_algo;
     return ECCL_OK;
 }
@@ -230,26 +263,25 @@ static eccl_result allreduce_setup(eccl_comm *c, eccl_request *r)
     if (algo == ECCL_ALGO_HIER) return hier_setup(c, r, bytes);
     uint8_t *staging[2] = {NULL, NULL}, *backup;
     size_t sb = eccl_ring_staging_bytes_q(r->call.count, r->call.dtype, r->call.quant);
+    size_t keep = backup_bytes(r, bytes);
     if (r->call.on_device) {
         /* Pinned staging (kernels read it) and send slots in one block, the
          * backup on the device. */
         const eccl_dev_ops *d = c->env->dev;
         r->pinned_bytes = (2 + ECCL_RING_DEV_SLOTS) * sb;
         eccl_result rc = d->host_alloc(c->env->dev_ctx, r->pinned_bytes, &r->pinned);
-        if (rc == ECCL_OK) rc = d->d_alloc(c->env->dev_ctx, r->call.device, bytes, &r->dev_backup);
+        if (rc == ECCL_OK && keep) rc = d->d_alloc(c->env->dev_ctx, r->call.device, keep, &r->dev_backup);
         if (rc != ECCL_OK) return rc == ECCL_ERR_NO_MEMORY ? rc : ECCL_ERR_DEVICE;
         staging[0] = r->pinned;
         staging[1] = (uint8_t *)r->pinned + sb;
         backup = r->dev_backup;
     } else {
-        r->backup = eccl_bufpool_get(&c->pool, bytes);
-        if (!r->backup) return ECCL_ERR_NO_MEMORY;
+        if (take_backup(c, r, keep, &backup) != ECCL_OK) return ECCL_ERR_NO_MEMORY;
         for (int i = 0; i < 2; i++) {
             r->staging[i] = eccl_bufpool_get(&c->pool, sb);
             if (!r->staging[i]) return ECCL_ERR_NO_MEMORY;
             staging[i] = r->staging[i]->ptr;
         }
-        backup = r->backup->ptr;
     }
     if (algo == ECCL_ALGO_TREE) {
         eccl_tree_allreduce_init(&r->u.tree, &r->call, staging, backup);
@@ -267,17 +299,15 @@ static eccl_result allreduce_setup(eccl_comm *c, eccl_request *r)
     return ECCL_OK;
 }
 
-/* Takes sb bytes of scratch (r->staging[0]) and ob of backup (r->backup)
- * from the pool, each only if it is not 0, and points *scratch and *backup
- * at them (NULL: none). */
+/* Takes sb bytes of scratch (r->staging[0]) and the backup of a call of ob
+ * bytes of output (backup_bytes) from the pool, each only if it is not 0,
+ * and points *scratch and *backup at them (NULL: none). */
 static eccl_result take_scratch_backup(eccl_comm *c, eccl_request *r, size_t sb, size_t ob, uint8_t **scratch,
                                        uint8_t **backup)
 {
     if (sb && !(r->staging[0] = eccl_bufpool_get(&c->pool, sb))) return ECCL_ERR_NO_MEMORY;
-    if (ob && !(r->backup = eccl_bufpool_get(&c->pool, ob))) return ECCL_ERR_NO_MEMORY;
     *scratch = sb ? r->staging[0]->ptr : NULL;
-    *backup = ob ? r->backup->ptr : NULL;
-    return ECCL_OK;
+    return take_backup(c, r, backup_bytes(r, ob), backup);
 }
 
 /* The binomial tree's (coll/binomial.h): the reduce's child regions and
@@ -366,10 +396,10 @@ static eccl_result alltoall_setup(eccl_comm *c, eccl_request *r)
     int overlaps = eccl_a2a_overlaps(&r->call);
     r->amem = calloc(c->world, sizeof(eccl_a2a_peer));
     if (!r->amem) return ECCL_ERR_NO_MEMORY;
-    if (re && !(r->backup = eccl_bufpool_get(&c->pool, re))) return ECCL_ERR_NO_MEMORY;
+    uint8_t *backup;
+    if (take_backup(c, r, backup_bytes(r, re), &backup) != ECCL_OK) return ECCL_ERR_NO_MEMORY;
     if (overlaps && !(r->staging[0] = eccl_bufpool_get(&c->pool, se))) return ECCL_ERR_NO_MEMORY;
-    eccl_a2a_init(&r->u.a2a, &r->call, r->amem, re ? r->backup->ptr : NULL,
-                       overlaps ? r->staging[0]->ptr : NULL);
+    eccl_a2a_init(&r->u.a2a, &r->call, r->amem, backup, overlaps ? r->staging[0]->ptr : NULL);
     r->alg = &eccl_a2a_algo;
     return ECCL_OK;
 }

@@ -13,7 +13,7 @@ const char *eccl_strerror(eccl_result result)
         [ECCL_ERR_SYSTEM] = "the operating system refused a request (see the log)",
         [ECCL_ERR_CONNECT] = "could not connect to the master or a peer",
         [ECCL_ERR_TIMEOUT] = "the operation timed out",
-        [ECCL_ERR_PEER_LOST] = "a peer left during the operation; buffers were restored",
+        [ECCL_ERR_PEER_LOST] = "a peer left during the operation; inputs are intact",
         [ECCL_ERR_TOO_FEW_PEERS] = "the collective needs at least two peers",
         [ECCL_ERR_PROTOCOL] = "protocol error: a malformed or unexpected message",
         [ECCL_ERR_KICKED] = "this peer was removed by the master",

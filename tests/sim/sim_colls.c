@@ -476,15 +476,16 @@ static void victim_call(rk *k, const coll *cl, uint64_t tag, uint64_t good_tag, 
     sg_actor_sleep_for(1.0);
 }
 
-/* A survivor's side: PEER_LOST with the output as before, then the world-3
- * result on retry, laid out on the re-read rank and world. */
+/* A survivor's side: PEER_LOST with the input as before (these calls are
+ * out of place: their outputs are then unspecified, eccl.h), then the
+ * world-3 result on retry, laid out on the re-read rank and world. */
 static void survivor_call(rk *k, const coll *cl, uint64_t tag)
 {
     cl->prepare(k, tag);
-    float *before = malloc(REGION * sizeof(float));
+    float *before = malloc(SEND_MAX * sizeof(float));
     if (!before) abort();
-    memcpy(before, k->recv, REGION * sizeof(float));
-    const uint64_t h0 = sim_fnv1a64(before, REGION * sizeof(float));
+    memcpy(before, k->send, SEND_MAX * sizeof(float));
+    const uint64_t h0 = sim_fnv1a64(before, SEND_MAX * sizeof(float));
     const int64_t world0 = k->world;
     for (int attempt = 1;; attempt++) {
         eccl_reduce_info info = {0};
@@ -492,12 +493,12 @@ static void survivor_call(rk *k, const coll *cl, uint64_t tag)
         eccl_result rc = cl->run(k, tag, &info);
         uint64_t dt = eccl_sg_now_ns() - t0;
         if (rc == ECCL_ERR_PEER_LOST) {
-            uint64_t h = sim_fnv1a64(k->recv, REGION * sizeof(float));
-            int kept = memcmp(k->recv, before, REGION * sizeof(float)) == 0 && h == h0;
-            CHECK(k->s, k->who, kept, "%s tag %llu: PEER_LOST but the output changed", cl->name,
+            uint64_t h = sim_fnv1a64(k->send, SEND_MAX * sizeof(float));
+            int kept = memcmp(k->send, before, SEND_MAX * sizeof(float)) == 0 && h == h0;
+            CHECK(k->s, k->who, kept, "%s tag %llu: PEER_LOST but the input changed", cl->name,
                   (unsigned long long)tag);
             eccl_sg_printf(k->who,
-                           "%s tag %llu attempt %d: %s after %.3f ms, output %016llx %s %016llx",
+                           "%s tag %llu attempt %d: %s after %.3f ms, input %016llx %s %016llx",
                            cl->name, (unsigned long long)tag, attempt, eccl_strerror(rc),
                            sim_ms(dt), (unsigned long long)h, kept ? "as before:" : "CHANGED, was",
                            (unsigned long long)h0);
