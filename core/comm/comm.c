@@ -90,10 +90,10 @@ eccl_result comm_master_send(eccl_comm *c, const eccl_msg *m)
  * it can still have taken the connection (its kernel did). Nothing was
  * decided about us yet, so this is a refusal like any other: the next
  * address, until connect_timeout (the caller schedules it). */
-static void master_attempt_failed(eccl_comm *c, const char *addr, eccl_result why)
+static void master_attempt_failed(eccl_comm *c, eccl_result why)
 {
-    ECCL_INFO(c->env, "registering through %s failed (%s): trying the next address", addr,
-              eccl_strerror(why));
+    ECCL_INFO(c->env, "registering through %s failed (%s): trying the next address",
+              c->master_addrs[(c->master_turn - 1) % c->n_master_addrs], eccl_strerror(why));
     eccl_chan_close(&c->master);
     c->master_open = 0;
 }
@@ -116,7 +116,7 @@ static eccl_result master_open(eccl_comm *c)
     m.u.reg.peer_timeout_ms = c->params.peer_timeout_ms;
     snprintf(m.u.reg.p2p_addr, sizeof m.u.reg.p2p_addr, "%s", c->p2p_addr);
     rc = comm_master_send(c, &m);
-    if (rc != ECCL_OK) master_attempt_failed(c, addr, rc);
+    if (rc != ECCL_OK) master_attempt_failed(c, rc);
     return rc == ECCL_ERR_NO_MEMORY ? rc : rc != ECCL_OK ? ECCL_ERR_CONNECT : ECCL_OK;
 }
 
@@ -258,7 +258,7 @@ static void master_service(eccl_comm *c)
     if (!c->master_open || c->phase == PHASE_FAILED) return;
     if ((rc == ECCL_ERR_CONNECT || rc == ECCL_ERR_CLOSED) && c->phase == PHASE_REGISTERING) {
         /* The master may not be up yet, or what we dialled went away. */
-        master_attempt_failed(c, c->master_addrs[(c->master_turn - 1) % c->n_master_addrs], rc);
+        master_attempt_failed(c, rc);
         master_retry_schedule(c);
         return;
     }
@@ -274,8 +274,7 @@ static uint64_t timers(eccl_comm *c)
     if (c->master_open && c->phase == PHASE_REGISTERING) {
         uint64_t timeout = (uint64_t)c->params.peer_timeout_ms * MS;
         if (now - c->master.last_rx_ns > timeout) {
-            master_attempt_failed(c, c->master_addrs[(c->master_turn - 1) % c->n_master_addrs],
-                                  ECCL_ERR_TIMEOUT);
+            master_attempt_failed(c, ECCL_ERR_TIMEOUT);
             master_retry_schedule(c);
         } else {
             next = min_deadline(next, c->master.last_rx_ns + timeout + 1);
@@ -525,9 +524,6 @@ eccl_result eccl_comm_connect(eccl_comm *c)
         if (rc != ECCL_OK) {
             if (rc != ECCL_ERR_CONNECT) goto fail;
             master_retry_schedule(c);
-            /* No event will bring the retry's time: the engine must look
-             * at the timers before it first waits. */
-            eccl_engine_kick(&c->eng);
         }
         if (c->progress_thread) ECCL_CHECK(c->env, eccl_engine_start(&c->eng, "eccl-comm"));
     }

@@ -22,7 +22,7 @@ eccl_result eccl_engine_init(eccl_engine *e, const eccl_env *env,
     e->env = env;
     e->ops = ops;
     e->owner = owner;
-    e->next_deadline = ECCL_NO_DEADLINE;
+    e->next_deadline = 0; /* the owner's timers are unknown until its first step */
     e->spin_ns = env->spin_ns;
     e->park_until_idle = eccl_config_uint(env, "ECCL_ENGINE_PARK_UNTIL_IDLE", 0, 1, 0) != 0;
     eccl_result rc = env->sync->mutex_create(env->sync_ctx, &e->mu);
