@@ -263,8 +263,7 @@ int eccl_worker_run(const eccl_launch *L, const eccl_worker_options *opts)
             /* The device input, read back into hrecv (free: the output is
              * written afresh before the retry). */
             const float *in = hsend;
-            if (device && L->buffer_read(L->ctx, hrecv, send, o.count * sizeof(float)) == ECCL_OK) in = hrecv;
-            else if (device) in = NULL;
+            if (device) in = L->buffer_read(L->ctx, hrecv, send, o.count * sizeof(float)) == ECCL_OK ? hrecv : NULL;
             int intact = phantom || (in && eccl_launch_hash_f32(in, o.count) == before);
             eccl_launch_emit(L, 0, "event=%s peer=%lld iter=%d world=%lld ms=%.1f intact=%s",
                  rc == ECCL_ERR_PEER_LOST ? "peer_lost"

@@ -206,9 +206,11 @@ static size_t backup_bytes(const eccl_request *r, size_t out_bytes)
     return c->kind == ECCL_COLL_RECV || eccl_coll_overlaps(c, input_bytes(c), out_bytes) ? out_bytes : 0;
 }
 
-/* Takes `bytes` of backup from the pool (none for 0): its pointer or NULL. */
-static eccl_result take_backup(eccl_comm *c, eccl_request *r, size_t bytes, uint8_t **backup)
+/* Takes from the pool the backup of a call of out_bytes of output
+ * (backup_bytes; none for 0): its pointer or NULL. */
+static eccl_result take_backup(eccl_comm *c, eccl_request *r, size_t out_bytes, uint8_t **backup)
 {
+    size_t bytes = backup_bytes(r, out_bytes);
     *backup = NULL;
     if (!bytes) return ECCL_OK;
     if (!(r->backup = eccl_bufpool_get(&c->pool, bytes))) return ECCL_ERR_NO_MEMORY;
@@ -222,7 +224,7 @@ static eccl_result rec_setup(eccl_comm *c, eccl_request *r, size_t bytes)
     int halving = eccl_rec_allreduce_halving(&r->call);
     size_t sb = eccl_rec_allreduce_scratch_bytes(&r->call, halving);
     uint8_t *backup;
-    if (take_backup(c, r, backup_bytes(r, bytes), &backup) != ECCL_OK) return ECCL_ERR_NO_MEMORY;
+    if (take_backup(c, r, bytes, &backup) != ECCL_OK) return ECCL_ERR_NO_MEMORY;
     if (sb && !(r->staging[0] = eccl_bufpool_get(&c->pool, sb))) return ECCL_ERR_NO_MEMORY;
     eccl_rec_allreduce_init(&r->u.rec, &r->call, sb ? r->staging[0]->ptr : NULL, backup);
     r->alg = &eccl_rec_allreduce_algo;
@@ -236,7 +238,7 @@ static eccl_result hier_setup(eccl_comm *c, eccl_request *r, size_t bytes)
 {
     size_t sb = eccl_hier_allreduce_scratch_bytes(&r->call);
     uint8_t *backup;
-    if (take_backup(c, r, backup_bytes(r, bytes), &backup) != ECCL_OK) return ECCL_ERR_NO_MEMORY;
+    if (take_backup(c, r, bytes, &backup) != ECCL_OK) return ECCL_ERR_NO_MEMORY;
     if (!(r->staging[0] = eccl_bufpool_get(&c->pool, sb))) return ECCL_ERR_NO_MEMORY;
     eccl_hier_allreduce_init(&r->u.hier, &r->call, r->staging[0]->ptr, backup);
     r->alg = &eccl_hier_allreduce_algo;
@@ -263,20 +265,20 @@ static eccl_result allreduce_setup(eccl_comm *c, eccl_request *r)
     if (algo == ECCL_ALGO_HIER) return hier_setup(c, r, bytes);
     uint8_t *staging[2] = {NULL, NULL}, *backup;
     size_t sb = eccl_ring_staging_bytes_q(r->call.count, r->call.dtype, r->call.quant);
-    size_t keep = backup_bytes(r, bytes);
     if (r->call.on_device) {
         /* Pinned staging (kernels read it) and send slots in one block, the
          * backup on the device. */
         const eccl_dev_ops *d = c->env->dev;
         r->pinned_bytes = (2 + ECCL_RING_DEV_SLOTS) * sb;
         eccl_result rc = d->host_alloc(c->env->dev_ctx, r->pinned_bytes, &r->pinned);
+        size_t keep = backup_bytes(r, bytes);
         if (rc == ECCL_OK && keep) rc = d->d_alloc(c->env->dev_ctx, r->call.device, keep, &r->dev_backup);
         if (rc != ECCL_OK) return rc == ECCL_ERR_NO_MEMORY ? rc : ECCL_ERR_DEVICE;
         staging[0] = r->pinned;
         staging[1] = (uint8_t *)r->pinned + sb;
         backup = r->dev_backup;
     } else {
-        if (take_backup(c, r, keep, &backup) != ECCL_OK) return ECCL_ERR_NO_MEMORY;
+        if (take_backup(c, r, bytes, &backup) != ECCL_OK) return ECCL_ERR_NO_MEMORY;
         for (int i = 0; i < 2; i++) {
             r->staging[i] = eccl_bufpool_get(&c->pool, sb);
             if (!r->staging[i]) return ECCL_ERR_NO_MEMORY;
@@ -300,14 +302,14 @@ static eccl_result allreduce_setup(eccl_comm *c, eccl_request *r)
 }
 
 /* Takes sb bytes of scratch (r->staging[0]) and the backup of a call of ob
- * bytes of output (backup_bytes) from the pool, each only if it is not 0,
- * and points *scratch and *backup at them (NULL: none). */
+ * bytes of output (take_backup) from the pool, and points *scratch and
+ * *backup at them (NULL: none). */
 static eccl_result take_scratch_backup(eccl_comm *c, eccl_request *r, size_t sb, size_t ob, uint8_t **scratch,
                                        uint8_t **backup)
 {
     if (sb && !(r->staging[0] = eccl_bufpool_get(&c->pool, sb))) return ECCL_ERR_NO_MEMORY;
     *scratch = sb ? r->staging[0]->ptr : NULL;
-    return take_backup(c, r, backup_bytes(r, ob), backup);
+    return take_backup(c, r, ob, backup);
 }
 
 /* The binomial tree's (coll/binomial.h): the reduce's child regions and
@@ -397,7 +399,7 @@ static eccl_result alltoall_setup(eccl_comm *c, eccl_request *r)
     r->amem = calloc(c->world, sizeof(eccl_a2a_peer));
     if (!r->amem) return ECCL_ERR_NO_MEMORY;
     uint8_t *backup;
-    if (take_backup(c, r, backup_bytes(r, re), &backup) != ECCL_OK) return ECCL_ERR_NO_MEMORY;
+    if (take_backup(c, r, re, &backup) != ECCL_OK) return ECCL_ERR_NO_MEMORY;
     if (overlaps && !(r->staging[0] = eccl_bufpool_get(&c->pool, se))) return ECCL_ERR_NO_MEMORY;
     eccl_a2a_init(&r->u.a2a, &r->call, r->amem, backup, overlaps ? r->staging[0]->ptr : NULL);
     r->alg = &eccl_a2a_algo;

@@ -45,6 +45,13 @@ void eccl_scn_dl_worker_starts(eccl_scn_dl *d, rank_state *r, uint64_t at_ns)
     d->live++;
 }
 
+void eccl_scn_dl_respawns(eccl_scn_dl *d, rank_state *r, uint64_t now)
+{
+    eccl_scn_job_add_event(d->job, now, r->idx, "host_on", -1, -1, NULL, NULL);
+    d->spawns++;
+    eccl_scn_dl_worker_starts(d, r, now);
+}
+
 static void worker_ended(eccl_scn_dl *d, rank_state *r)
 {
     r->running = 0;

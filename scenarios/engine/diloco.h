@@ -25,6 +25,9 @@ typedef struct eccl_scn_dl {
 int eccl_scn_dl_init(eccl_scn_dl *d, eccl_scn_job *j);
 /* Rank r's next worker, due at at_ns: a life of the checker. */
 void eccl_scn_dl_worker_starts(eccl_scn_dl *d, rank_state *r, uint64_t at_ns);
+/* The churn brings rank r back at now (its host on): the event, and its
+ * next worker's life (eccl_scn_dl_worker_starts); the runner starts it. */
+void eccl_scn_dl_respawns(eccl_scn_dl *d, rank_state *r, uint64_t now);
 /* Its worker returned with `status` (eccl_diloco_run's, or the process's). */
 void eccl_scn_dl_worker_returned(eccl_scn_dl *d, rank_state *r, int status);
 /* The churn crashed its worker at now. */

@@ -23,9 +23,8 @@ static void dl_kill(sim *s, rank_state *r)
 static void dl_respawn(sim *s, rank_state *r)
 {
     if (s->cfg->ranks_per_host == 1 && eccl_sg_world_host_on(s->w, r->host) != ECCL_OK) s->job.oom = 1;
-    eccl_scn_sg_add_event(s, r->idx, "host_on", -1, -1, NULL, NULL);
-    s->dl->spawns++;
-    dl_start_worker(s, r, eccl_sg_now_ns());
+    eccl_scn_dl_respawns(s->dl, r, eccl_sg_now_ns());
+    r->pid = eccl_scn_sg_start_actor(s->w, r->name, r->host, dl_rank_main, r);
 }
 
 /* The churn's decisions at their seeded simulated times. */

@@ -699,13 +699,14 @@ static void run_diloco(emu *e)
                 proc *p = &e->workers[r->idx - 1];
                 if (do_kill) {
                     pending[r->idx - 1] = 0;
-                    if (p->pid) kill(p->pid, SIGKILL), p->taken = 1;
+                    if (p->pid) {
+                        kill(p->pid, SIGKILL);
+                        p->taken = 1;
+                    }
                     eccl_scn_dl_killed(e->dl, r, now);
                 } else {
                     bury(p);
-                    eccl_scn_job_add_event(&e->job, now, r->idx, "host_on", -1, -1, NULL, NULL);
-                    e->dl->spawns++;
-                    eccl_scn_dl_worker_starts(e->dl, r, now);
+                    eccl_scn_dl_respawns(e->dl, r, now);
                     dl_launch(e, r);
                 }
             }
