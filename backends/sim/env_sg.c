@@ -1045,6 +1045,11 @@ eccl_result eccl_sg_world_set_net_model(eccl_sg_world *w, eccl_sg_net_model mode
     return ECCL_OK;
 }
 
+void eccl_sg_world_set_flow_min_bytes(eccl_sg_world *w, size_t bytes)
+{
+    if (w) w->flow_min_bytes = bytes;
+}
+
 eccl_result eccl_sg_env_create_master(eccl_sg_world *w, const char *name, eccl_env **out)
 {
     /* Every rank's control messages land here: lanes (sg_env.lanes). */

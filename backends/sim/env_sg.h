@@ -205,6 +205,22 @@ eccl_result eccl_sg_world_set_algo(eccl_sg_world *w, const char *spec);
 typedef enum eccl_sg_net_model { ECCL_SG_NET_FLOW, ECCL_SG_NET_LATENCY } eccl_sg_net_model;
 eccl_result eccl_sg_world_set_net_model(eccl_sg_world *w, eccl_sg_net_model model);
 
+/* FLOW model: messages to a rank's env with fewer than `bytes` bytes of
+ * payload (control frames, small collectives' data) travel as under
+ * LATENCY (route latency + size / narrowest link, no SimGrid comm), the
+ * rest as flows. A small message gets next to nothing from sharing a link
+ * (its bytes are a rounding error of the latency), but as a flow it is a
+ * variable of every link on its route, and at scale the solver that
+ * shares them walks one huge component at each message's start and end.
+ * A conn's messages stay in order whichever path each takes (per-conn
+ * sequence numbers). Only for runs whose links keep their capacity and
+ * state and whose streams are not paced: no slow_link, link_off,
+ * partition, tcp_window or RDMA (the scenario engine refuses the key
+ * there and leaves it 0). 0 (the default): every message is a flow.
+ * Messages to a coordinator (master, relay) are flows either way: its
+ * receiver actor takes them in put order. */
+void eccl_sg_world_set_flow_min_bytes(eccl_sg_world *w, size_t bytes);
+
 /* The connection-pool size of communicators made in this world from now on
  * (setting ECCL_P2P_POOL, 1..64; 0: not set, the library's default of 1).
  * Concurrent collectives then run over separate connections, each its own

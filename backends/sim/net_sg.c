@@ -472,11 +472,12 @@ static void arrivals_take(sg_env *e)
     if (any) eccl_sg_cv_broadcast(&e->cv);
 }
 
-/* Latency net: what is due reaches the env whatever its owner calls, as
- * the receiver actor would have delivered it meanwhile. */
+/* Latency path (the latency net, a flow model's small messages): what is
+ * due reaches the env whatever its owner calls, as the receiver actor
+ * would have delivered it meanwhile. */
 static void latency_catch_up(sg_env *e)
 {
-    if (e->w->latency_net && e->narr > 0) arrivals_take(e);
+    if (e->narr > 0) arrivals_take(e);
 }
 
 /* Seconds until the next arrival is due, or -1 without one. */
@@ -505,7 +506,7 @@ static void post_as(eccl_sg_world *w, uint64_t to, sg_msg *m, int detached)
         return;
     }
     w->messages++;
-    if (w->latency_net) {
+    if (w->latency_net || (d->shared_rx && m->len < w->flow_min_bytes)) {
         m->src_pid = -1;
         arrival_push(w, d, m);
         return;
@@ -1223,8 +1224,12 @@ void eccl_net_sg_stop(sg_env *e)
         arrivals_free(e);
         return;
     }
-    /* The host's receiver drops what comes for us from now on. */
-    if (e->shared_rx) e->rx_done = 1;
+    /* The host's receiver drops what comes for us from now on, and so
+     * does the latency path (post_target). */
+    if (e->shared_rx) {
+        e->rx_done = 1;
+        arrivals_free(e);
+    }
     if (!e->receiver) return;
     /* FIFO behind anything already queued for us. */
     sg_msg *m = msg_new(e, M_STOP, 0, 0, 0);

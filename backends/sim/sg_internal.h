@@ -137,6 +137,10 @@ struct eccl_sg_world {
      * straight into the destination env's arrivals (no SimGrid comm, no
      * receiver actor). */
     int latency_net;
+    /* Flow model, a rank's small messages (eccl_sg_world_set_flow_min_bytes):
+     * a message to a rank with fewer payload bytes than this takes the
+     * latency net's path (0: every message is a flow). */
+    size_t flow_min_bytes;
     uint64_t arrival_seq;    /* ties between equal arrival times: send order */
     struct sg_route_memo *route_memo; /* latency net: (host, host) -> cost */
     /* node-K -> its host, made on the first lookup: SimGrid 3.32 finds a

@@ -244,7 +244,7 @@ enum {
     K_OPTIMIZE_AT, K_EXPECT_SPEEDUP,
     K_DEV_COPY_RATE, K_DEV_COPY_LAT, K_DEVICE_RING,                 /* buffers = cuda */
     K_TRANSPORT, K_IB_QPS, K_IB_MIN_BYTES, K_IB_CHUNK_BYTES,
-    K_RELAYS, K_PROGRESS_THREAD, K_NET_MODEL,
+    K_RELAYS, K_PROGRESS_THREAD, K_NET_MODEL, K_FLOW_MIN_SIZE,
     K_NCCL2_STAGGER, K_NCCL2_TIMEOUT, K_NCCL2_ALLGATHER, K_NCCL2_CORRUPT, /* nccl2_bootstrap */
     K_COLL, K_MINBYTES, K_MAXBYTES, K_STEPFACTOR, K_WARMUP, K_ALGO, K_BENCH_CORRUPT, /* bench */
     K_CONCURRENT,
@@ -289,6 +289,7 @@ static const key_def key_defs[K_NKEYS] = {
     [K_RELAYS] = {"relays", KK_INT, CFG_OFF(relays), 0, MAX_RANKS},
     [K_PROGRESS_THREAD] = {"progress_thread", KK_INT, CFG_OFF(progress_thread), 0, 1},
     [K_NET_MODEL] = {"net_model", KK_SPECIAL, 0, 0, 0},
+    [K_FLOW_MIN_SIZE] = {"flow_min_size", KK_SPECIAL, 0, 0, 0},
     [K_STEP] = {"step", KK_TIME, CFG_OFF(step_s), 0, 0},
     [K_PEER_TIMEOUT] = {"peer_timeout", KK_TIME, CFG_OFF(peer_timeout_s), 0, 0},
     [K_EXPECT_SLOWDOWN] = {"expect_slowdown", KK_RATIO, CFG_OFF(expect_slowdown), 0, 0},
@@ -350,7 +351,7 @@ static const int common_optional[] = {K_EXPECT, K_SEED, K_JITTER, K_STAGGER, K_W
                                       K_DEV_COPY_LAT, K_DEVICE_RING, K_TRANSPORT, K_IB_QPS,
                                       K_IB_MIN_BYTES, K_IB_CHUNK_BYTES, K_NCCL2_STAGGER,
                                       K_NCCL2_TIMEOUT, K_NCCL2_ALLGATHER, K_NCCL2_CORRUPT, K_RELAYS,
-                                      K_PROGRESS_THREAD, K_NET_MODEL, K_COLL, K_MINBYTES, K_MAXBYTES,
+                                      K_PROGRESS_THREAD, K_NET_MODEL, K_FLOW_MIN_SIZE, K_COLL, K_MINBYTES, K_MAXBYTES,
                                       K_STEPFACTOR, K_WARMUP, K_ALGO, K_BENCH_CORRUPT, K_CONCURRENT,
                                       K_POOL, K_TCP_WINDOW, K_CHAOS, -1};
 static const int flat_required[] = {K_HOSTS, -1};
@@ -666,6 +667,30 @@ static int read_chaos_plan(const char *file, int lineno, const char *val, eccl_s
     return 0;
 }
 
+/* flow_min_size (backends/sim/env_sg.h, eccl_sg_world_set_flow_min_bytes):
+ * small messages off the flow model's solver, which is sound only where
+ * no link changes and no stream is paced. Given at `line` (0: not given,
+ * then FLOW_MIN_SIZE_DEFAULT where it is sound, else 0). */
+static int check_flow_min_size(const char *file, int line, eccl_scenario *c)
+{
+    const char *why = NULL;
+    for (int i = 0; i < c->nfaults; i++)
+        if (c->faults[i].kind == F_SLOW || c->faults[i].kind == F_LINK_OFF)
+            why = "a slow_link, link_off or partition changes links under it";
+    if (c->tcp_window > 0) why = "tcp_window paces every message of a stream";
+    if (c->ibv) why = "transport = ibv moves RDMA writes as flows";
+    if (!line) {
+        c->flow_min_bytes = c->latency_net || why ? 0 : FLOW_MIN_SIZE_DEFAULT;
+        return 0;
+    }
+    if (c->latency_net)
+        return eccl_scn_error(file, line, "flow_min_size: a key of net_model = flow (under latency no "
+                              "message is a flow)");
+    if (c->flow_min_bytes > 0 && why)
+        return eccl_scn_error(file, line, "flow_min_size: not with this scenario: %s", why);
+    return 0;
+}
+
 int eccl_scn_parse(const char *file, eccl_scenario *c)
 {
     memset(c, 0, sizeof *c);
@@ -810,6 +835,13 @@ int eccl_scn_parse(const char *file, eccl_scenario *c)
             if (strcmp(val, "flow") == 0) c->latency_net = 0;
             else if (strcmp(val, "latency") == 0) c->latency_net = 1;
             else rc = eccl_scn_error(file, lineno, "net_model: \"%s\": want flow or latency", val);
+        } else if (id == K_FLOW_MIN_SIZE) {
+            size_t v;
+            if (tool_parse_size(val, &v) || v > FLOW_MIN_SIZE_MAX)
+                rc = eccl_scn_error(file, lineno, "flow_min_size: \"%s\": want a size like 0, 256 or 1K "
+                                    "(0..64K)", val);
+            else
+                c->flow_min_bytes = (long)v;
         } else if (id == K_TRANSPORT) {
             if (strcmp(val, "tcp") == 0) c->ibv = 0;
             else if (strcmp(val, "ibv") == 0) c->ibv = 1;
@@ -1128,6 +1160,7 @@ int eccl_scn_parse(const char *file, eccl_scenario *c)
         if (c->faults[i].kind == F_SLOW || c->faults[i].kind == F_LINK_OFF)
             return eccl_scn_error(file, c->faults[i].line, "net_model = latency: links are not simulated, "
                              "so no slow_link or link_off");
+    if ((rc = check_flow_min_size(file, key_line[K_FLOW_MIN_SIZE], c)) != 0) return rc;
     if (c->relays > c->ranks)
         return eccl_scn_error(file, key_line[K_RELAYS], "relays = %d: more than the %d ranks", c->relays,
                          c->ranks);

@@ -44,6 +44,8 @@ typedef enum eccl_scn_fault_kind {
     F_SLOW      /* a link's bandwidth and/or latency change */
 } eccl_scn_fault_kind;
 
+#define FLOW_MIN_SIZE_DEFAULT 1024
+#define FLOW_MIN_SIZE_MAX 65536
 #define MAX_FAULT_LINKS 16 /* per line */
 #define LINK_NAME_MAX 64
 
@@ -121,6 +123,11 @@ typedef struct eccl_scenario {
     int relays;
     int progress_thread; /* ranks' ECCL_PROGRESS_THREAD (1, the default, or 0) */
     int latency_net;     /* net_model = latency (eccl_sg_world_set_net_model) */
+    /* flow_min_size: under net_model = flow, messages to a rank below this
+     * many bytes take the latency path (eccl_sg_world_set_flow_min_bytes);
+     * FLOW_MIN_SIZE_DEFAULT unless links change, streams are paced or the
+     * transport is ibv, where it is 0 (every message a flow) */
+    long flow_min_bytes;
     int n_relay_kills;
     struct {
         int relay;     /* 1..relays */

@@ -21,7 +21,14 @@
  * OTHER costs exactly its route's latency + bytes / narrowest link (there
  * is no flow, so no ACK cross-traffic either).
  *
- * Usage: sim_loopback PLATFORM.xml HOST OTHER BW_Bps LAT_s [latency]
+ * With `small` instead, the flow model with small messages on the latency
+ * path (eccl_sg_world_set_flow_min_bytes): every check above holds, and a
+ * conn that sends a large message (a flow) and at once a small one (the
+ * latency path, which would overtake it) delivers them in stream order,
+ * the small one's bytes after the large one's; a small message alone
+ * costs exactly its route (latency + (size + header) / narrowest link).
+ *
+ * Usage: sim_loopback PLATFORM.xml HOST OTHER BW_Bps LAT_s [latency|small]
  * Exit status: 0 when every check passed.
  */
 #include <math.h>
@@ -45,6 +52,8 @@
 #define S2 3000000u
 #define HEADER_MAX 256 /* the net's per-message header, at most (bytes) */
 #define NPAIRS 4
+#define S_SMALL 100u /* below SMALL_BYTES: the latency path in `small` mode */
+#define SMALL_BYTES 1024u
 
 typedef struct pair pair;
 typedef struct test {
@@ -63,6 +72,8 @@ struct pair {
     double start_s;
     unsigned sizes[2];
     int nsizes;
+    double gap_s;             /* between the sends (0: back to back) */
+    unsigned char fill[2];    /* every byte of each send */
     char addr[ECCL_ADDR_MAX]; /* the receiver's listener, once bound */
     uint64_t sent_ns[2], got_ns[2];
 };
@@ -107,6 +118,7 @@ static void receiver_main(int argc, char **argv)
         if (wait_for(p->t, env, p)) return;
     static unsigned char buf[S2];
     for (int i = 0; i < p->nsizes; i++) {
+        size_t wrong = 0;
         size_t have = 0;
         while (have < p->sizes[i]) {
             size_t got = 0;
@@ -115,10 +127,13 @@ static void receiver_main(int argc, char **argv)
                 CHECK(p->t, 0, "%s: recv: %s", p->name, eccl_strerror(rc));
                 return;
             }
+            for (size_t k = 0; k < got; k++) wrong += buf[k] != p->fill[i];
             have += got;
             if (have < p->sizes[i] && got == 0 && wait_for(p->t, env, &c)) return;
         }
         p->got_ns[i] = eccl_sg_now_ns();
+        CHECK(p->t, wrong == 0, "%s: send %d: %zu of its %u bytes are another send's", p->name, i,
+              wrong, p->sizes[i]);
     }
     env->net->close(env->net_ctx, c);
     env->net->close_listener(env->net_ctx, l);
@@ -138,10 +153,11 @@ static void sender_main(int argc, char **argv)
         CHECK(p->t, 0, "%s: connect", p->name);
         return;
     }
-    static const unsigned char zeros[S2];
+    static unsigned char bytes[S2];
     for (int i = 0; i < p->nsizes; i++) {
-        sg_actor_sleep_until(p->start_s + 0.01 * i);
-        eccl_iov iov = {zeros, p->sizes[i]};
+        sg_actor_sleep_until(p->start_s + p->gap_s * i);
+        memset(bytes, p->fill[i], p->sizes[i]);
+        eccl_iov iov = {bytes, p->sizes[i]};
         size_t sent = 0;
         p->sent_ns[i] = eccl_sg_now_ns();
         eccl_result rc = env->net->send(env->net_ctx, c, &iov, 1, &sent);
@@ -183,8 +199,9 @@ int main(int argc, char **argv)
 {
     simgrid_init(&argc, argv);
     int latency = argc == 7 && strcmp(argv[6], "latency") == 0;
-    if (argc != 6 && !latency) {
-        fprintf(stderr, "usage: %s PLATFORM.xml HOST OTHER BW_Bps LAT_s [latency]\n", argv[0]);
+    int small = argc == 7 && strcmp(argv[6], "small") == 0;
+    if (argc != 6 && !latency && !small) {
+        fprintf(stderr, "usage: %s PLATFORM.xml HOST OTHER BW_Bps LAT_s [latency|small]\n", argv[0]);
         return 2;
     }
     const char *host = argv[2], *other = argv[3];
@@ -219,14 +236,18 @@ int main(int argc, char **argv)
 
     if (eccl_sg_world_create(ECCL_LOG_WARN, &t.w) != ECCL_OK) return 1;
     if (latency && eccl_sg_world_set_net_model(t.w, ECCL_SG_NET_LATENCY) != ECCL_OK) return 1;
-    pair pairs[NPAIRS] = {
-        {&t, "one", host, host, 0.010, {S1, S2}, 2, "", {0, 0}, {0, 0}},
-        {&t, "both-a", host, host, 0.100, {S2, 0}, 1, "", {0, 0}, {0, 0}},
-        {&t, "both-b", host, host, 0.100, {S2, 0}, 1, "", {0, 0}, {0, 0}},
-        {&t, "other", host, other, 0.200, {S2, 0}, 1, "", {0, 0}, {0, 0}},
+    if (small) eccl_sg_world_set_flow_min_bytes(t.w, SMALL_BYTES);
+    pair pairs[NPAIRS + 2] = {
+        {&t, "one", host, host, 0.010, {S1, S2}, 2, 0.01, {1, 2}, "", {0, 0}, {0, 0}},
+        {&t, "both-a", host, host, 0.100, {S2, 0}, 1, 0.01, {3, 0}, "", {0, 0}, {0, 0}},
+        {&t, "both-b", host, host, 0.100, {S2, 0}, 1, 0.01, {4, 0}, "", {0, 0}, {0, 0}},
+        {&t, "other", host, other, 0.200, {S2, 0}, 1, 0.01, {5, 0}, "", {0, 0}, {0, 0}},
+        {&t, "order", host, other, 0.300, {S2, S_SMALL}, 2, 0, {6, 7}, "", {0, 0}, {0, 0}},
+        {&t, "small", host, other, 0.400, {S_SMALL, 0}, 1, 0.01, {8, 0}, "", {0, 0}, {0, 0}},
     };
+    const int npairs = small ? NPAIRS + 2 : NPAIRS;
     t.pairs = pairs;
-    for (int i = 0; i < NPAIRS; i++) {
+    for (int i = 0; i < npairs; i++) {
         char name[32];
         snprintf(name, sizeof name, "rx-%s", pairs[i].name);
         sg_actor_t a = sg_actor_init(name, sg_host_by_name(pairs[i].dst));
@@ -268,7 +289,21 @@ int main(int argc, char **argv)
     CHECK(&t, !latency || dother <= want + HEADER_MAX / obw + 2e-9,
           "latency net: %s -> %s: %.9f s, its route says %.9f s (+ at most %d header bytes)", host,
           other, dother, want, HEADER_MAX);
-    for (int i = 0; i < NPAIRS; i++)
+    if (small) {
+        /* Sent right behind the large one, due long before it: held for it. */
+        const pair *o = &pairs[NPAIRS];
+        eccl_sg_printf("loopback", "%u bytes then %u at once on one conn: arrived %.9f s and "
+                       "%.9f s after the first send", S2, S_SMALL,
+                       (double)(o->got_ns[0] - o->sent_ns[0]) / 1e9,
+                       (double)(o->got_ns[1] - o->sent_ns[0]) / 1e9);
+        CHECK(&t, o->got_ns[1] >= o->got_ns[0], "order: the small send arrived before the large one");
+        const double dsmall = delta_s(&pairs[NPAIRS + 1], 0);
+        const double want_small = olat + S_SMALL / obw;
+        CHECK(&t, dsmall >= want_small - 2e-9 && dsmall <= want_small + HEADER_MAX / obw + 2e-9,
+              "small: %.9f s, its route says %.9f s (+ at most %d header bytes)", dsmall, want_small,
+              HEADER_MAX);
+    }
+    for (int i = 0; i < npairs; i++)
         for (int j = 0; j < pairs[i].nsizes; j++)
             CHECK(&t, pairs[i].got_ns[j] > 0, "%s: size %d never arrived", pairs[i].name, j);
 
