@@ -488,6 +488,12 @@ int cluster_wait(cluster *cl, int index, uint64_t timeout_ms)
 {
     uint64_t deadline = cluster_now_ns() + timeout_ms * CL_MS;
     while (!reap(cl, index, 0)) {
+        /* A peer that died on its own (a failpoint's SIGKILL, a crash)
+         * is reaped here too: its slot turns FAILED, and the peer we wait
+         * for stops lingering on it (else 30 s for a dead victim). Its
+         * status stays in cl->status for the test to read. */
+        for (int i = 0; i < CLUSTER_MAX_PEERS; i++)
+            if (i != index) reap(cl, i, 0);
         if (cluster_now_ns() >= deadline) {
             kill(cl->pid[index], SIGKILL);
             reap(cl, index, 1);
