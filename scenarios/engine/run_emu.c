@@ -508,67 +508,79 @@ static void worker_ended(emu *e, proc *p)
     eccl_scn_job_worker_ended(r);
 }
 
+/* Waits until `wake_ns` on the emulation's clock (100 ms at most, so that
+ * the callers' deadlines are looked at) for output from the running
+ * processes (workers not stopped, relays, the master), echoes what came
+ * (drain), and hands each process whose output ended, that is that
+ * exited, to `ended`. */
+static void wait_output(emu *e, uint64_t wake_ns, void (*ended)(emu *, proc *, void *), void *arg)
+{
+    const eccl_scenario *c = e->cfg;
+    struct pollfd pf[2 * ECCL_EMU_MAX_RANKS + 1];
+    proc *who[2 * ECCL_EMU_MAX_RANKS + 1];
+    int n = 0;
+    for (int i = 0; i < c->ranks; i++)
+        if (e->workers[i].pid && e->workers[i].out >= 0 && !e->workers[i].stopped)
+            pf[n] = (struct pollfd){.fd = e->workers[i].out, .events = POLLIN}, who[n++] = &e->workers[i];
+    for (int k = 0; k < c->relays; k++)
+        if (e->relays[k].pid && e->relays[k].out >= 0)
+            pf[n] = (struct pollfd){.fd = e->relays[k].out, .events = POLLIN}, who[n++] = &e->relays[k];
+    if (e->master.out >= 0) pf[n] = (struct pollfd){.fd = e->master.out, .events = POLLIN}, who[n++] = &e->master;
+    const uint64_t now = now_ns(e);
+    uint64_t wait = wake_ns > now ? wake_ns - now : 0;
+    if (wait > 100000000u) wait = 100000000u;
+    const struct timespec ts = {.tv_sec = 0, .tv_nsec = (long)wait};
+    if (ppoll(pf, (nfds_t)n, &ts, NULL) <= 0) return;
+    for (int i = 0; i < n; i++)
+        if ((pf[i].revents & (POLLIN | POLLHUP | POLLERR)) && drain(e, who[i], NULL, 0)) ended(e, who[i], arg);
+}
+
+/* The job's: a worker's end is judged; a coordinator that ends before the
+ * job does died (a kill_relay): reaped. */
+static void job_ended(emu *e, proc *p, void *arg)
+{
+    (void)arg;
+    if (p->kind == P_WORKER) worker_ended(e, p);
+    else reap(p);
+}
+
 static void run_loop(emu *e)
 {
     const eccl_scenario *c = e->cfg;
     const uint64_t deadline = (uint64_t)llround(e->o->timeout_s * 1e9);
-    struct pollfd *pf = calloc((size_t)c->ranks + (size_t)c->relays + 1, sizeof *pf);
-    proc **who = calloc((size_t)c->ranks + (size_t)c->relays + 1, sizeof *who);
-    if (!pf || !who) {
-        e->failure = "out of memory";
-        free(pf);
-        free(who);
-        return;
-    }
     while (e->job.done < c->ranks) {
         const uint64_t next = fire_due(e);
         if (e->job.done >= c->ranks) break;
-        const uint64_t now = now_ns(e);
-        if (now >= deadline) {
+        if (now_ns(e) >= deadline) {
             eccl_scn_job_say(&e->job, "eccl-emu", "FAIL the run passed --timeout %gs: every process is killed",
                              e->o->timeout_s);
             e->failure = "timeout";
             break;
         }
-        int n = 0;
-        for (int i = 0; i < c->ranks; i++)
-            if (e->workers[i].pid && e->workers[i].out >= 0 && !e->workers[i].stopped) {
-                pf[n] = (struct pollfd){.fd = e->workers[i].out, .events = POLLIN};
-                who[n++] = &e->workers[i];
-            }
-        for (int k = 0; k < c->relays; k++)
-            if (e->relays[k].pid && e->relays[k].out >= 0) {
-                pf[n] = (struct pollfd){.fd = e->relays[k].out, .events = POLLIN};
-                who[n++] = &e->relays[k];
-            }
-        if (e->master.out >= 0) {
-            pf[n] = (struct pollfd){.fd = e->master.out, .events = POLLIN};
-            who[n++] = &e->master;
-        }
         /* To the nanosecond: a kill @ iter lands halfway through an
          * all-reduce that may take well under a millisecond. */
-        uint64_t wake = next < deadline ? next : deadline, wait = wake > now ? wake - now : 0;
-        if (wait > 100000000u) wait = 100000000u; /* 100 ms: the deadline is checked */
-        const struct timespec ts = {.tv_sec = 0, .tv_nsec = (long)wait};
-        if (ppoll(pf, (nfds_t)n, &ts, NULL) <= 0) continue;
-        for (int i = 0; i < n; i++) {
-            if (!(pf[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-            proc *p = who[i];
-            if (!drain(e, p, NULL, 0)) continue;
-            if (p->kind == P_WORKER) {
-                worker_ended(e, p);
-            } else {
-                /* A coordinator that ends before the job does died (a
-                 * kill_relay): reap it. */
-                reap(p);
-            }
-        }
+        wait_output(e, next < deadline ? next : deadline, job_ended, NULL);
     }
-    free(pf);
-    free(who);
 }
 
 /* ---- workload = bench ---------------------------------------------------- */
+
+typedef struct bench_run {
+    int live, failed; /* eccl-bench processes still running; one failed */
+} bench_run;
+
+static void bench_ended(emu *e, proc *p, void *arg)
+{
+    bench_run *b = arg;
+    const int status = reap(p);
+    if (p->kind != P_BENCH) return;
+    b->live--;
+    if (status != 0) {
+        eccl_scn_job_say(&e->job, "eccl-emu", "FAIL %s exited with status %d (see %s/%s.log)", p->name, status,
+                         e->logs, p->name);
+        b->failed = 1;
+    }
+}
 
 /* eccl-bench's rows with real processes: one `eccl-bench --master M
  * --world N` per rank (the comm's rank 0 writes bench.tsv, summary.tsv and
@@ -589,7 +601,7 @@ static int run_bench(emu *e, const char *outdir)
     snprintf(out, sizeof out, "%s", outdir);
     char *argv[] = {"eccl-bench", "--master", e->master_addr, "--world", world, "-b", minb, "-e", maxb, "-f", step,
                     "-n", iters, "-w", warm, "--coll", (char *)bench_coll_names[c->bench_coll], "--inflight", inflight, "--out", out, NULL};
-    int started = 0, failed = 0;
+    int started = 0;
     for (int i = 0; i < c->ranks; i++) {
         /* In rank order, each once the one before registered (launch_gate). */
         while (!launch_gate(e, now_ns(e))) {
@@ -602,35 +614,18 @@ static int run_bench(emu *e, const char *outdir)
         e->last_launch_ns = now_ns(e);
         started++;
     }
-    failed = started < c->ranks;
+    bench_run b = {started, started < c->ranks};
     const uint64_t deadline = (uint64_t)llround(e->o->timeout_s * 1e9);
-    for (int live = started; live > 0 && !failed;) {
+    while (b.live > 0 && !b.failed) {
         if (now_ns(e) >= deadline) {
             eccl_scn_job_say(&e->job, "eccl-emu", "FAIL the run passed --timeout %gs: every process is killed",
                              e->o->timeout_s);
-            failed = 1;
+            b.failed = 1;
             break;
         }
-        struct pollfd pf[ECCL_EMU_MAX_RANKS + 1];
-        proc *who[ECCL_EMU_MAX_RANKS + 1];
-        int n = 0;
-        for (int i = 0; i < c->ranks; i++)
-            if (e->workers[i].pid) pf[n] = (struct pollfd){.fd = e->workers[i].out, .events = POLLIN}, who[n++] = &e->workers[i];
-        pf[n] = (struct pollfd){.fd = e->master.out, .events = POLLIN}, who[n++] = &e->master;
-        if (poll(pf, (nfds_t)n, 100) <= 0) continue;
-        for (int i = 0; i < n; i++) {
-            if (!(pf[i].revents & (POLLIN | POLLHUP | POLLERR)) || !drain(e, who[i], NULL, 0)) continue;
-            const int status = reap(who[i]);
-            if (who[i]->kind != P_BENCH) continue;
-            live--;
-            if (status != 0) {
-                eccl_scn_job_say(&e->job, "eccl-emu", "FAIL %s exited with status %d (see %s/%s.log)", who[i]->name,
-                                 status, e->logs, who[i]->name);
-                failed = 1;
-            }
-        }
+        wait_output(e, UINT64_MAX, bench_ended, &b);
     }
-    return failed;
+    return b.failed;
 }
 
 /* ---- workload = diloco --------------------------------------------------- */
@@ -665,6 +660,14 @@ static void dl_launch(emu *e, rank_state *r)
     r->pid = p->pid;
     e->launched++;
     e->last_launch_ns = now_ns(e);
+}
+
+static void diloco_ended(emu *e, proc *p, void *arg)
+{
+    (void)arg;
+    const int taken = p->taken;
+    const int status = reap(p);
+    if (p->kind == P_DILOCO && !taken) eccl_scn_dl_worker_returned(e->dl, p->r, status);
 }
 
 /* The diloco loop: the workers start in rank order at their arrivals
@@ -720,24 +723,7 @@ static void run_diloco(emu *e)
             e->job.oom = 1; /* diloco's verdict: "internal" */
             break;
         }
-        struct pollfd pf[ECCL_EMU_MAX_RANKS + 1];
-        proc *who[ECCL_EMU_MAX_RANKS + 1];
-        int n = 0;
-        for (int i = 0; i < c->ranks; i++)
-            if (e->workers[i].pid && e->workers[i].out >= 0)
-                pf[n] = (struct pollfd){.fd = e->workers[i].out, .events = POLLIN}, who[n++] = &e->workers[i];
-        if (e->master.out >= 0) pf[n] = (struct pollfd){.fd = e->master.out, .events = POLLIN}, who[n++] = &e->master;
-        uint64_t wait = next > now ? next - now : 0;
-        if (wait > 100000000u) wait = 100000000u;
-        const struct timespec ts = {.tv_sec = 0, .tv_nsec = (long)wait};
-        if (ppoll(pf, (nfds_t)n, &ts, NULL) <= 0) continue;
-        for (int i = 0; i < n; i++) {
-            if (!(pf[i].revents & (POLLIN | POLLHUP | POLLERR)) || !drain(e, who[i], NULL, 0)) continue;
-            proc *p = who[i];
-            const int taken = p->taken;
-            const int status = reap(p);
-            if (p->kind == P_DILOCO && !taken) eccl_scn_dl_worker_returned(e->dl, p->r, status);
-        }
+        wait_output(e, next, diloco_ended, NULL);
     }
 }
 
