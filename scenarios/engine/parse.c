@@ -667,6 +667,15 @@ static int read_chaos_plan(const char *file, int lineno, const char *val, eccl_s
     return 0;
 }
 
+/* The first fault that changes a link (slow_link, link_off, a partition's
+ * cut), or NULL. */
+static const eccl_scn_fault *link_fault(const eccl_scenario *c)
+{
+    for (int i = 0; i < c->nfaults; i++)
+        if (c->faults[i].kind == F_SLOW || c->faults[i].kind == F_LINK_OFF) return &c->faults[i];
+    return NULL;
+}
+
 /* flow_min_size (backends/sim/env_sg.h, eccl_sg_world_set_flow_min_bytes):
  * small messages off the flow model's solver, which is sound only where
  * no link changes and no stream is paced. Given at `line` (0: not given,
@@ -674,9 +683,7 @@ static int read_chaos_plan(const char *file, int lineno, const char *val, eccl_s
 static int check_flow_min_size(const char *file, int line, eccl_scenario *c)
 {
     const char *why = NULL;
-    for (int i = 0; i < c->nfaults; i++)
-        if (c->faults[i].kind == F_SLOW || c->faults[i].kind == F_LINK_OFF)
-            why = "a slow_link, link_off or partition changes links under it";
+    if (link_fault(c)) why = "a slow_link, link_off or partition changes links under it";
     if (c->tcp_window > 0) why = "tcp_window paces every message of a stream";
     if (c->ibv) why = "transport = ibv moves RDMA writes as flows";
     if (!line) {
@@ -841,7 +848,7 @@ int eccl_scn_parse(const char *file, eccl_scenario *c)
                 rc = eccl_scn_error(file, lineno, "flow_min_size: \"%s\": want a size like 0, 256 or 1K "
                                     "(0..64K)", val);
             else
-                c->flow_min_bytes = (long)v;
+                c->flow_min_bytes = v;
         } else if (id == K_TRANSPORT) {
             if (strcmp(val, "tcp") == 0) c->ibv = 0;
             else if (strcmp(val, "ibv") == 0) c->ibv = 1;
@@ -1156,10 +1163,10 @@ int eccl_scn_parse(const char *file, eccl_scenario *c)
     if (c->latency_net && c->ibv)
         return eccl_scn_error(file, key_line[K_NET_MODEL], "net_model = latency: not with transport = ibv "
                          "(RDMA's bulk writes need flows that share links)");
-    for (int i = 0; c->latency_net && i < c->nfaults; i++)
-        if (c->faults[i].kind == F_SLOW || c->faults[i].kind == F_LINK_OFF)
-            return eccl_scn_error(file, c->faults[i].line, "net_model = latency: links are not simulated, "
-                             "so no slow_link or link_off");
+    const eccl_scn_fault *lf = link_fault(c);
+    if (c->latency_net && lf)
+        return eccl_scn_error(file, lf->line, "net_model = latency: links are not simulated, "
+                         "so no slow_link or link_off");
     if ((rc = check_flow_min_size(file, key_line[K_FLOW_MIN_SIZE], c)) != 0) return rc;
     if (c->relays > c->ranks)
         return eccl_scn_error(file, key_line[K_RELAYS], "relays = %d: more than the %d ranks", c->relays,

@@ -530,7 +530,7 @@ int eccl_scn_sg_run(eccl_scenario *cfg, const char *file, const char *outdir, co
         fprintf(stderr, "eccl-sim: cannot set the net model\n");
         return 1;
     }
-    eccl_sg_world_set_flow_min_bytes(s->w, (size_t)cfg->flow_min_bytes);
+    eccl_sg_world_set_flow_min_bytes(s->w, cfg->flow_min_bytes);
 
     if (cfg->diloco) {
         int status = eccl_scn_sg_diloco(s, cfg, outdir);

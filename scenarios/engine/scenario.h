@@ -127,7 +127,7 @@ typedef struct eccl_scenario {
      * many bytes take the latency path (eccl_sg_world_set_flow_min_bytes);
      * FLOW_MIN_SIZE_DEFAULT unless links change, streams are paced or the
      * transport is ibv, where it is 0 (every message a flow) */
-    long flow_min_bytes;
+    size_t flow_min_bytes;
     int n_relay_kills;
     struct {
         int relay;     /* 1..relays */
