@@ -59,24 +59,15 @@ static int fp_decide(const char *name, int *failnum, void **failinfo, unsigned i
     return 1;
 }
 
-/* Once CTL_REWIRING is up (and, with g_after_accept, once this process
- * has since entered accept): fail the first call in this process, once. */
-static atomic_int g_rewire_spent, g_after_accept, g_accepted;
+/* Once CTL_REWIRING is up: fail the first call in this process, once. */
+static atomic_int g_rewire_spent;
 
 static int rewiring(void) { return atomic_load(&cluster_shm()->ctl[CTL_REWIRING]) != 0; }
-
-static int fp_note_accept(const char *name, int *failnum, void **failinfo, unsigned int *flags)
-{
-    (void)name, (void)failnum, (void)failinfo, (void)flags;
-    if (rewiring()) atomic_store(&g_accepted, 1);
-    return 0;
-}
 
 static int fp_decide_rewiring(const char *name, int *failnum, void **failinfo, unsigned int *flags)
 {
     (void)failnum, (void)failinfo, (void)flags;
-    if (!rewiring() || (atomic_load(&g_after_accept) && !atomic_load(&g_accepted)) ||
-        atomic_exchange(&g_rewire_spent, 1))
+    if (!rewiring() || atomic_exchange(&g_rewire_spent, 1))
         return 0;
     atomic_fetch_add(&cluster_self()->val[V_FIRED], 1);
     if (getenv("FP_DEBUG"))
@@ -102,21 +93,11 @@ static int fp_arm(const char *name, int first, int second, int mark)
     return fiu_enable_external(name, 1, NULL, 0, fp_decide);
 }
 
-static int fp_arm_rewiring(const char *name, int after_accept)
+static int fp_arm_rewiring(const char *name)
 {
     if (fp_init() != 0) return -1;
     atomic_store(&g_rewire_spent, 0);
-    atomic_store(&g_after_accept, after_accept);
-    atomic_store(&g_accepted, 0);
-    if (after_accept && fiu_enable_external("eccl/net/accept", 1, NULL, 0, fp_note_accept) != 0)
-        return -1;
     return fiu_enable_external(name, 1, NULL, 0, fp_decide_rewiring);
-}
-
-static void fp_disarm_rewiring(const char *name)
-{
-    fiu_disable(name);
-    if (atomic_load(&g_after_accept)) fiu_disable("eccl/net/accept");
 }
 
 #define AR_COUNT (1u << 16)
@@ -162,9 +143,9 @@ static void record(const eccl_topo_info *in, eccl_result rc)
  * new next (its old next link is the unmeasured one):
  * FP_PROBE_AND_REWIRE fails that connect. FP_REWIRE_* let it pass, and then
  * fail once: the next accept in each other peer; the next send in rank 0
- * (the hello on its new link, as a rule); the first recv in each other
- * peer after it accepted (the new link's hello, as a rule: the master has
- * nothing to say until the ring is wired). */
+ * (the hello on its new link, as a rule); the first recv on an accepted
+ * link in each other peer (the new link's hello: a recv on the master's
+ * link, which the process dialled, is not a candidate). */
 enum fp_mode {
     FP_NONE,
     FP_PROBE,
@@ -176,7 +157,7 @@ enum fp_mode {
 static const char *const rewire_fp[] = {
     [FP_REWIRE_ACCEPT] = "eccl/net/accept",
     [FP_REWIRE_SEND] = "eccl/net/send",
-    [FP_REWIRE_RECV] = "eccl/net/recv",
+    [FP_REWIRE_RECV] = "eccl/net/recv_accepted",
 };
 
 /* Optimize, all-reduce, optimize again (only what failed to measure), all-reduce. */
@@ -201,11 +182,11 @@ static int opt_body(eccl_comm *c, int index, void *arg)
     }
     const char *late = mode >= FP_REWIRE_ACCEPT ? rewire_fp[mode] : NULL;
     int late_here = late && (mode == FP_REWIRE_SEND) == (rank == 0);
-    if (late_here) CL_CHECK(fp_arm_rewiring(late, mode == FP_REWIRE_RECV) == 0, "fiu");
+    if (late_here) CL_CHECK(fp_arm_rewiring(late) == 0, "fiu");
     eccl_topo_info info;
     eccl_result rc = eccl_comm_optimize_topology(c, &o, &info);
     if (armed) fiu_disable("eccl/net/connect");
-    if (late_here) fp_disarm_rewiring(late);
+    if (late_here) fiu_disable(late);
     record(&info, rc);
     CL_OK(rc);
     CL_CHECK(checked_allreduce(c, index, (int)world, 100) == 0, "first all-reduce");
