@@ -982,6 +982,145 @@ static void test_kill_reduce(void **state)
     run_fault(*state, &f);
 }
 
+/* ---- the commit rule: a replicated result any survivor holds commits -----------
+ *
+ * Small calls (at most ECCL_WIRE_MAX_REPAIR bytes of output) of the
+ * collectives whose output is the same on every rank. The victim dies at
+ * its K-th send of the faulted call, so some survivors may hold the result
+ * and others not when the loss is noticed. Whatever K: the survivors agree,
+ * all ECCL_OK with the full world's result (bit-identical) or all
+ * PEER_LOST with buffers as promised. Where a survivor surely holds it (the
+ * chain's root, before the victim forwards), the call must commit: the
+ * master hands the result to those that lack it (docs/protocol.md, "The
+ * commit rule"). */
+
+#define V_OK 4
+#define V_WORLD 5
+
+typedef struct repair_arg {
+    int kind, n;
+    size_t count;
+    int victim_rank, kill_after, in_place;
+    int must_commit;
+} repair_arg;
+
+static int repair_body(eccl_comm *c, int index, void *argp)
+{
+    const repair_arg *f = argp;
+    int64_t rank;
+    CL_OK(eccl_comm_get_attr(c, ECCL_ATTR_RANK, &rank));
+    call_bufs b;
+    CL_CHECK(bufs_alloc(&b, (size_t)f->n * f->count * 4) == 0, "oom");
+    coll_args a = {f->kind, ECCL_F32, ECCL_SUM, CL_PAT_SMALL, f->count, f->in_place, 0, 10};
+    CL_CHECK(one_call(c, &a, &b) == 0, "warm-up");
+    a.tag = TAG_FAULT;
+    cluster_shared *sh = cluster_shm();
+    if (rank == f->victim_rank) {
+        for (int i = 0; i < f->n; i++)
+            if (i != index)
+                while (!atomic_load(&sh->slot[i].val[V_ENTERED])) cluster_sleep_ms(1);
+        cluster_sleep_ms(30);
+        g_kill_after = f->kill_after;
+        CL_CHECK(fiu_init(0) == 0, "fiu_init");
+        CL_CHECK(fiu_enable_external("eccl/net/send", 1, NULL, 0, die_on_kth) == 0, "fiu");
+        CL_CHECK(fiu_enable_external("eccl/net_ibv/post", 1, NULL, 0, die_on_kth) == 0, "fiu");
+    }
+    const void *in;
+    void *out;
+    size_t ob;
+    prepare(&a, &b, (uint32_t)rank, (uint32_t)f->n, &in, &out, &ob);
+    size_t ib = input_bytes(&a, (uint32_t)rank, (uint32_t)f->n);
+    int in_place = cluster_overlaps(in, ib, out, ob);
+    uint64_t pre = in_place ? cluster_fnv1a(out, ob) : in ? cluster_fnv1a(in, ib) : 0;
+    atomic_store(&sh->slot[index].val[V_ENTERED], 1);
+    eccl_reduce_info info;
+    memset(&info, 0, sizeof info);
+    eccl_result rc = issue(c, &a, in, out, &info, NULL);
+    CL_CHECK(rank != f->victim_rank, "the victim survived its failpoint");
+    if (rc == ECCL_OK) {
+        atomic_store(&sh->slot[index].val[V_OK], 1);
+        atomic_store(&sh->slot[index].val[V_WORLD], info.world_size);
+        /* Run in the full world (committed or repaired): its result. */
+        if (info.world_size == (uint32_t)f->n && expect(&a, &b, (uint32_t)rank, (uint32_t)f->n) == 0) {
+            size_t first = 0, bad = cluster_mismatches(out, b.want, a.t, ob / 4, &first);
+            CL_CHECK(bad == 0, "%s committed with %zu wrong elements, first [%zu] = %.9g, want %.9g",
+                     kind_names[a.kind], bad, first, cluster_load(out, a.t, first), cluster_load(b.want, a.t, first));
+        }
+        cluster_push_hash(cluster_fnv1a(out, ob));
+        bufs_free(&b);
+        return 0;
+    }
+    CL_CHECK(rc == ECCL_ERR_PEER_LOST, "%s with a peer killed mid-call: %s", kind_names[a.kind], eccl_strerror(rc));
+    if (in_place) CL_CHECK(cluster_fnv1a(out, ob) == pre, "%s failed but its output changed", kind_names[a.kind]);
+    else CL_CHECK(!in || cluster_fnv1a(in, ib) == pre, "%s failed but its input changed", kind_names[a.kind]);
+    atomic_store(&sh->slot[index].val[V_LOST], 1);
+    CL_CHECK(one_call(c, &a, &b) == 0, "the retry");
+    bufs_free(&b);
+    return 0;
+}
+
+static void run_repair(cluster *cl, const repair_arg *f)
+{
+    assert_int_equal(cluster_init(cl, NULL), 0);
+    assert_int_equal(cluster_spawn_n(cl, f->n, repair_body, (void *)f), 0);
+    int victim = cluster_wait_self_killed(cl, f->n, f->victim_rank, 60000);
+    assert_true(victim >= 0);
+    assert_int_equal(cluster_wait_all(cl, 60000), 0);
+    int ok = 0, lost = 0, full = 0, first = -1;
+    for (int i = 0; i < f->n; i++) {
+        if (i == victim) continue;
+        ok += (int)atomic_load(&cl->sh->slot[i].val[V_OK]);
+        lost += (int)atomic_load(&cl->sh->slot[i].val[V_LOST]);
+        full += atomic_load(&cl->sh->slot[i].val[V_WORLD]) == f->n;
+        if (!atomic_load(&cl->sh->slot[i].val[V_OK])) continue;
+        /* Committed: the same bytes everywhere (the warm-up's hash first). */
+        if (first < 0) first = i;
+        assert_int_equal(cl->sh->slot[i].n_hash, cl->sh->slot[first].n_hash);
+        assert_true(cl->sh->slot[i].hash[cl->sh->slot[i].n_hash - 1] ==
+                    cl->sh->slot[first].hash[cl->sh->slot[first].n_hash - 1]);
+    }
+    printf("    %s, victim rank %d at its send %d: %d survivors OK (%d in the full world), %d PEER_LOST\n",
+           kind_names[f->kind], f->victim_rank, f->kill_after, ok, full, lost);
+    assert_true((ok == f->n - 1 && lost == 0) || (ok == 0 && lost == f->n - 1));
+    if (f->must_commit) {
+        assert_int_equal(ok, f->n - 1);
+        assert_int_equal(full, f->n - 1);
+    }
+    cluster_fini(cl);
+}
+
+/* The chain 0 -> 1 -> 2 -> 3: rank 1 dies as it forwards. The root holds
+ * the result, 2 and 3 do not: repaired from the root. */
+static void test_repair_broadcast_chain(void **state)
+{
+    repair_arg f = {K_BROADCAST, 4, 1000, 1, 1, 0, 1};
+    run_repair(*state, &f);
+}
+
+/* In place too: the output is the input of a retry, and is written whole. */
+static void test_repair_broadcast_chain_in_place(void **state)
+{
+    repair_arg f = {K_BROADCAST, 4, 1000, 2, 1, 1, 1};
+    run_repair(*state, &f);
+}
+
+/* Whatever the dispatcher runs and wherever the victim dies: agreement. */
+static void test_repair_allreduce_kill_points(void **state)
+{
+    for (int k = 1; k <= 4; k++) {
+        repair_arg f = {K_ALLREDUCE, 4, 1000, 3, k, k % 2, 0};
+        run_repair(*state, &f);
+    }
+}
+
+static void test_repair_allgather_kill_points(void **state)
+{
+    for (int k = 1; k <= 3; k++) {
+        repair_arg f = {K_ALLGATHER, 5, 300, 2, k, 0, 0};
+        run_repair(*state, &f);
+    }
+}
+
 /* ---- reduce-scatter by recursive halving ---------------------------------------- */
 
 #define RS (1u << K_REDUCE_SCATTER)
@@ -1099,6 +1238,12 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_kill_reduce_scatter, cluster_test_setup, cluster_test_teardown),
         cmocka_unit_test_setup_teardown(test_kill_broadcast, chain_setup, algo_teardown),
         cmocka_unit_test_setup_teardown(test_kill_reduce, chain_setup, algo_teardown),
+        cmocka_unit_test_setup_teardown(test_repair_broadcast_chain, chain_setup, algo_teardown),
+        cmocka_unit_test_setup_teardown(test_repair_broadcast_chain_in_place, chain_setup, algo_teardown),
+        cmocka_unit_test_setup_teardown(test_repair_allreduce_kill_points, cluster_test_setup,
+                                        cluster_test_teardown),
+        cmocka_unit_test_setup_teardown(test_repair_allgather_kill_points, cluster_test_setup,
+                                        cluster_test_teardown),
         cmocka_unit_test_setup_teardown(test_binomial_matrix_n3, binomial_setup, algo_teardown),
         cmocka_unit_test_setup_teardown(test_binomial_matrix_n5_slices, binomial_setup, algo_teardown),
         cmocka_unit_test_setup_teardown(test_binomial_matrix_n6, binomial_setup, algo_teardown),

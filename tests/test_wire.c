@@ -25,13 +25,14 @@ static const uint16_t control_types[] = {
     ECCL_MSG_SYNC_PLAN,    ECCL_MSG_SYNC_DONE,   ECCL_MSG_SYNC_FETCH,
     ECCL_MSG_OPT_REQ,      ECCL_MSG_OPT_BW,      ECCL_MSG_OPT_PROBE,
     ECCL_MSG_OPT_DONE,     ECCL_MSG_PEER_QUERY,  ECCL_MSG_PEER_REPLY,
-    ECCL_MSG_LEAVE,        ECCL_MSG_LEAVE_DONE,
+    ECCL_MSG_LEAVE,        ECCL_MSG_LEAVE_DONE,  ECCL_MSG_REPAIR_DATA,
+    ECCL_MSG_REPAIR_ASK,   ECCL_MSG_REPAIR_PUT,
 };
 #define N_CONTROL (sizeof(control_types) / sizeof(control_types[0]))
 
 /* Unused numbers: 0, a hole (6), the next free number of each range, and
  * the far ends. A new type takes its number out of this list. */
-static const uint16_t unknown_types[] = {0, 6, 15, 31, 45, 63, 67, 82, 0x100, 0xFFFF};
+static const uint16_t unknown_types[] = {0, 6, 16, 31, 47, 63, 67, 82, 0x100, 0xFFFF};
 #define N_UNKNOWN (sizeof(unknown_types) / sizeof(unknown_types[0]))
 
 /* ---- helpers ------------------------------------------------------------- */
@@ -56,6 +57,7 @@ static uint32_t below(rng *r, uint32_t n)
 /* The entries that fill_extreme / fill_random views point at: a view
  * carries no list of its own, its encoder reads the caller's array. */
 static eccl_wire_op_flag view_store[ECCL_WIRE_MAX_OPS];
+static uint8_t repair_store[ECCL_WIRE_MAX_REPAIR];
 /* ... and shared-state lists. */
 static eccl_wire_sync_key key_store[ECCL_WIRE_MAX_SYNC_KEYS];
 static eccl_wire_sync_fetch fetch_store[ECCL_WIRE_MAX_SYNC_KEYS];
@@ -167,6 +169,14 @@ static void assert_msg_equal(const eccl_msg *a, const eccl_msg *b)
         break;
     case ECCL_MSG_KICK:
         assert_int_equal(a->u.kick.reason, b->u.kick.reason);
+        break;
+    case ECCL_MSG_REPAIR_ASK:
+    case ECCL_MSG_REPAIR_DATA:
+    case ECCL_MSG_REPAIR_PUT:
+        assert_int_equal(a->u.repair.epoch, b->u.repair.epoch);
+        assert_int_equal(a->u.repair.tag, b->u.repair.tag);
+        assert_int_equal(a->u.repair.len, b->u.repair.len);
+        if (a->u.repair.len) assert_memory_equal(a->u.repair.bytes, b->u.repair.bytes, a->u.repair.len);
         break;
     case ECCL_MSG_LEAVE_DONE:
         assert_int_equal(a->u.leave_done.result, b->u.leave_done.result);
@@ -365,6 +375,15 @@ static void fill_extreme(eccl_msg *m, uint16_t type, int is_max)
     case ECCL_MSG_KICK:
         m->u.kick.reason = v32;
         break;
+    case ECCL_MSG_REPAIR_ASK:
+    case ECCL_MSG_REPAIR_DATA:
+    case ECCL_MSG_REPAIR_PUT:
+        m->u.repair.epoch = v32;
+        m->u.repair.tag = v64;
+        m->u.repair.len = is_max && type != ECCL_MSG_REPAIR_ASK ? ECCL_WIRE_MAX_REPAIR : 0;
+        m->u.repair.bytes = m->u.repair.len ? repair_store : NULL;
+        for (uint32_t i = 0; i < m->u.repair.len; i++) repair_store[i] = (uint8_t)(255 - i);
+        break;
     case ECCL_MSG_LEAVE_DONE:
         m->u.leave_done.result = v32;
         break;
@@ -525,6 +544,15 @@ static void fill_random(rng *r, eccl_msg *m)
         break;
     case ECCL_MSG_KICK:
         m->u.kick.reason = (uint32_t)next(r);
+        break;
+    case ECCL_MSG_REPAIR_ASK:
+    case ECCL_MSG_REPAIR_DATA:
+    case ECCL_MSG_REPAIR_PUT:
+        m->u.repair.epoch = (uint32_t)next(r);
+        m->u.repair.tag = next(r);
+        m->u.repair.len = type == ECCL_MSG_REPAIR_ASK ? 0 : below(r, ECCL_WIRE_MAX_REPAIR + 1);
+        m->u.repair.bytes = m->u.repair.len ? repair_store : NULL;
+        for (uint32_t i = 0; i < m->u.repair.len; i++) repair_store[i] = (uint8_t)next(r);
         break;
     case ECCL_MSG_LEAVE_DONE:
         m->u.leave_done.result = (uint32_t)next(r);
@@ -700,6 +728,9 @@ static void test_max_length(void **state)
         {ECCL_MSG_VIEW_QUERY, 4},
         {ECCL_MSG_VIEW_DECIDE, 8 + ECCL_WIRE_MAX_OPS * 9},
         {ECCL_MSG_KICK, 4},
+        {ECCL_MSG_REPAIR_ASK, 16},
+        {ECCL_MSG_REPAIR_DATA, 16 + ECCL_WIRE_MAX_REPAIR},
+        {ECCL_MSG_REPAIR_PUT, 16 + ECCL_WIRE_MAX_REPAIR},
         {ECCL_MSG_P2P_HELLO, 28},
         {ECCL_MSG_DATA, ECCL_WIRE_MAX_DATA},
         {ECCL_MSG_SYNC_REQ, 18 + ECCL_WIRE_MAX_SYNC_KEYS * (2 + ECCL_WIRE_MAX_KEY + 17)},
@@ -901,6 +932,18 @@ static void test_encode_rejects(void **state)
     memset(m->u.ring.prev.addr, 'x', ECCL_ADDR_MAX);
     assert_int_equal(eccl_wire_encode(m, frame, FRAME_CAP), 0);
 
+    /* Repairs: over the bound, bytes missing, an ASK with bytes. */
+    fill_extreme(m, ECCL_MSG_REPAIR_PUT, 1);
+    m->u.repair.len = ECCL_WIRE_MAX_REPAIR + 1;
+    assert_int_equal(eccl_wire_encode(m, frame, FRAME_CAP), 0);
+    m->u.repair.len = 1;
+    m->u.repair.bytes = NULL;
+    assert_int_equal(eccl_wire_encode(m, frame, FRAME_CAP), 0);
+    fill_extreme(m, ECCL_MSG_REPAIR_ASK, 0);
+    m->u.repair.len = 1;
+    m->u.repair.bytes = repair_store;
+    assert_int_equal(eccl_wire_encode(m, frame, FRAME_CAP), 0);
+
     fill_extreme(m, ECCL_MSG_RING, 0);
     m->u.ring.world_size = 0;
     assert_int_equal(eccl_wire_encode(m, frame, FRAME_CAP), 0);
@@ -1004,7 +1047,9 @@ static void test_encode_rejects(void **state)
     assert_int_equal(eccl_wire_encode(m, frame, FRAME_CAP), 0);
     m->type = ECCL_MSG_VIEW_REPORT; /* a receiving party's report may say so */
     assert_int_not_equal(eccl_wire_encode(m, frame, FRAME_CAP), 0);
-    view_store[ECCL_WIRE_MAX_OPS - 1].flag = 4;
+    view_store[ECCL_WIRE_MAX_OPS - 1].flag = ECCL_VIEW_HELD | ECCL_VIEW_SOURCE;
+    assert_int_not_equal(eccl_wire_encode(m, frame, FRAME_CAP), 0);
+    view_store[ECCL_WIRE_MAX_OPS - 1].flag = 16;
     assert_int_equal(eccl_wire_encode(m, frame, FRAME_CAP), 0);
     m->type = ECCL_MSG_VIEW_DECIDE;
     view_store[ECCL_WIRE_MAX_OPS - 1].flag = 1;
@@ -1217,6 +1262,22 @@ static void test_decode_rejects(void **state)
     le(buf + 12, UINT32_MAX, 4);
     assert_int_equal(decode_tail(&a, ECCL_MSG_RING, buf, (uint32_t)n, m), ECCL_ERR_PROTOCOL);
 
+    /* REPAIR_*: the length names exactly the bytes that follow; an ASK
+     * carries none. */
+    n = le(buf, 3, 4) + le(buf + 4, 77, 8) + le(buf + 12, 5, 4);
+    memcpy(buf + n, "abcde", 5);
+    assert_int_equal(decode_tail(&a, ECCL_MSG_REPAIR_PUT, buf, (uint32_t)n + 5, m), ECCL_OK);
+    assert_int_equal(m->u.repair.len, 5);
+    assert_memory_equal(m->u.repair.bytes, "abcde", 5);
+    assert_int_equal(decode_tail(&a, ECCL_MSG_REPAIR_PUT, buf, (uint32_t)n + 4, m), ECCL_ERR_PROTOCOL);
+    assert_int_equal(decode_tail(&a, ECCL_MSG_REPAIR_DATA, buf, (uint32_t)n + 6, m), ECCL_ERR_PROTOCOL);
+    assert_int_equal(decode_tail(&a, ECCL_MSG_REPAIR_ASK, buf, (uint32_t)n + 5, m), ECCL_ERR_PROTOCOL);
+    le(buf + 12, 0, 4);
+    assert_int_equal(decode_tail(&a, ECCL_MSG_REPAIR_ASK, buf, (uint32_t)n, m), ECCL_OK);
+    assert_null(m->u.repair.bytes);
+    le(buf + 12, ECCL_WIRE_MAX_REPAIR + 1, 4);
+    assert_int_equal(decode_tail(&a, ECCL_MSG_REPAIR_DATA, buf, (uint32_t)n, m), ECCL_ERR_PROTOCOL);
+
     /* P2P_HELLO: only known link purposes. */
     n = le(buf, 42, 8) + le(buf + 8, 0, 4) + le(buf + 12, 3, 4) + le(buf + 16, ECCL_LINK_TREE, 4);
     assert_int_equal(decode_tail(&a, ECCL_MSG_P2P_HELLO, buf, (uint32_t)n, m), ECCL_OK);
@@ -1348,7 +1409,11 @@ static void test_decode_rejects(void **state)
     assert_int_equal(decode_tail(&a, ECCL_MSG_VIEW_REPORT, buf, 8 + 3 * 9, m), ECCL_OK);
     assert_int_equal(eccl_wire_view_op(&m->u.view, 2).flag, 3);
     assert_int_equal(decode_tail(&a, ECCL_MSG_VIEW_DECIDE, buf, 8 + 3 * 9, m), ECCL_ERR_PROTOCOL);
-    buf[8 + 2 * 9 + 8] = 4;
+    /* ... or whether it can take or send a replicated result (bits 2, 3). */
+    buf[8 + 2 * 9 + 8] = ECCL_VIEW_REPAIRABLE;
+    assert_int_equal(decode_tail(&a, ECCL_MSG_VIEW_REPORT, buf, 8 + 3 * 9, m), ECCL_OK);
+    assert_int_equal(decode_tail(&a, ECCL_MSG_VIEW_DECIDE, buf, 8 + 3 * 9, m), ECCL_ERR_PROTOCOL);
+    buf[8 + 2 * 9 + 8] = 16;
     assert_int_equal(decode_tail(&a, ECCL_MSG_VIEW_REPORT, buf, 8 + 3 * 9, m), ECCL_ERR_PROTOCOL);
     buf[8 + 2 * 9 + 8] = 1;
     /* A failed decode leaves no pointer into the payload behind. */

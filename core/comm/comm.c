@@ -148,6 +148,10 @@ static eccl_result master_on_msg(void *owner, eccl_chan *ch, const eccl_msg *m)
         return comm_on_view_query(c, m->u.epoch.epoch);
     case ECCL_MSG_VIEW_DECIDE:
         return comm_on_view_decide(c, &m->u.view);
+    case ECCL_MSG_REPAIR_ASK:
+        return comm_on_repair_ask(c, &m->u.repair);
+    case ECCL_MSG_REPAIR_PUT:
+        return comm_on_repair_put(c, &m->u.repair);
     case ECCL_MSG_KICK:
         ECCL_WARN(c->env, "kicked by the master: %s", eccl_strerror((eccl_result)m->u.kick.reason));
         comm_fail(c, ECCL_ERR_KICKED);

@@ -98,6 +98,7 @@ struct eccl_request {
     size_t pinned_bytes;
     void *dev_backup;     /* device-resident ring: the backup, device memory */
     int started;          /* the algorithm owns recvbuf's restore from here */
+    int repaired;         /* frozen without the result, which a view change handed us */
     /* The world and rank the caller saw: a layout-bound call (all but
      * all-reduce) that starts in another fails rather than run on a layout
      * nobody meant. */
@@ -378,6 +379,8 @@ eccl_result comm_link_adopt(eccl_comm *c, p2p_link *l);
 eccl_result comm_on_ring(eccl_comm *c, const eccl_msg_ring *m);
 eccl_result comm_on_view_decide(eccl_comm *c, const eccl_msg_view *v);
 eccl_result comm_on_view_query(eccl_comm *c, uint32_t epoch);
+eccl_result comm_on_repair_ask(eccl_comm *c, const eccl_msg_repair *q);
+eccl_result comm_on_repair_put(eccl_comm *c, const eccl_msg_repair *p);
 eccl_result comm_pool_alloc(eccl_comm *c);
 
 /* peers.c: the address book and peer links */

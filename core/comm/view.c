@@ -116,11 +116,73 @@ eccl_result comm_on_ring(eccl_comm *c, const eccl_msg_ring *m)
 }
 
 
-static void report_add(eccl_wire_op_flag *ops, uint32_t cap, uint32_t *n, uint64_t tag,
-                       int have, int receiver)
+static void report_add(eccl_wire_op_flag *ops, uint32_t cap, uint32_t *n, uint64_t tag, uint8_t flag)
 {
-    uint8_t flag = (uint8_t)((have ? ECCL_VIEW_HELD : 0) | (receiver ? ECCL_VIEW_RECEIVER : 0));
     if (*n < cap) ops[(*n)++] = (eccl_wire_op_flag){tag, flag};
+}
+
+/* The bytes of r's result if a view change may hand it from one survivor
+ * to another (docs/protocol.md, "The commit rule"), else 0: a replicated
+ * output (all-reduce, all-gather, broadcast: every rank ends with the
+ * same bytes), exact, at most ECCL_WIRE_MAX_REPAIR, in host memory we can
+ * read and write (a device call runs on its host mirror; the
+ * device-resident ring and the simulator's phantom buffers do not). */
+static size_t repair_bytes(const eccl_comm *c, const eccl_request *r)
+{
+    const eccl_coll_call *k = &r->call;
+    if (!r->started || k->on_device || k->quant != ECCL_QUANT_NONE || eccl_dev_is_phantom(c->env, k->recvbuf))
+        return 0;
+    size_t es = eccl_dtype_size(k->dtype), n;
+    switch (k->kind) {
+    case ECCL_COLL_ALLREDUCE:
+    case ECCL_COLL_BROADCAST: n = k->count * es; break;
+    case ECCL_COLL_ALLGATHER: n = (k->vcounts ? k->count : k->count * k->nranks) * es; break;
+    default: return 0;
+    }
+    return n <= ECCL_WIRE_MAX_REPAIR ? n : 0;
+}
+
+static uint8_t report_flag(const eccl_comm *c, const eccl_request *r)
+{
+    int have = op_have_full(r);
+    uint8_t flag = (uint8_t)((have ? ECCL_VIEW_HELD : 0) | (r->call.kind == ECCL_COLL_RECV ? ECCL_VIEW_RECEIVER : 0));
+    if (repair_bytes(c, r)) flag |= have ? ECCL_VIEW_SOURCE : ECCL_VIEW_REPAIRABLE;
+    return flag;
+}
+
+/* The frozen op of `tag`, or NULL. */
+static eccl_request *frozen_op(eccl_comm *c, uint64_t tag)
+{
+    for (eccl_request *r = c->ops; r; r = r->next)
+        if (r->call.tag == tag && r->state == OP_FROZEN) return r;
+    return NULL;
+}
+
+eccl_result comm_on_repair_ask(eccl_comm *c, const eccl_msg_repair *q)
+{
+    eccl_request *r = frozen_op(c, q->tag);
+    eccl_msg d = {.type = ECCL_MSG_REPAIR_DATA};
+    d.u.repair.epoch = q->epoch;
+    d.u.repair.tag = q->tag;
+    /* Empty: we cannot (the op is gone); the master asks another holder. */
+    if (r && op_have_full(r)) {
+        d.u.repair.len = (uint32_t)repair_bytes(c, r);
+        d.u.repair.bytes = r->call.recvbuf;
+    }
+    return comm_master_send(c, &d);
+}
+
+eccl_result comm_on_repair_put(eccl_comm *c, const eccl_msg_repair *p)
+{
+    eccl_request *r = frozen_op(c, p->tag);
+    if (!r || op_have_full(r) || r->repaired || repair_bytes(c, r) != p->len) {
+        ECCL_WARN(c->env, "repair of tag %llu (%u bytes) fits no frozen op here: ignored",
+                  (unsigned long long)p->tag, p->len);
+        return ECCL_OK;
+    }
+    c->env->dev->copy(c->env->dev_ctx, r->call.recvbuf, p->bytes, p->len);
+    r->repaired = 1;
+    return ECCL_OK;
 }
 
 eccl_result comm_on_view_query(eccl_comm *c, uint32_t epoch)
@@ -154,12 +216,14 @@ eccl_result comm_on_view_query(eccl_comm *c, uint32_t epoch)
     for (eccl_request *r = c->ops; r; r = r->next) {
         if (r->state != OP_RUNNING) continue;
         r->state = OP_FROZEN;
-        report_add(ops, (uint32_t)cap, &n_ops, r->call.tag, op_have_full(r), r->call.kind == ECCL_COLL_RECV);
+        report_add(ops, (uint32_t)cap, &n_ops, r->call.tag, report_flag(c, r));
     }
     /* Ops we completed count as held: we returned success for them. */
     for (uint32_t i = 0; i < c->n_recent; i++) {
         uint32_t k = (c->recent_head + c->cap_recent - 1 - i) % c->cap_recent;
-        if (c->recent[k].ok) report_add(ops, (uint32_t)cap, &n_ops, c->recent[k].tag, 1, c->recent[k].receiver);
+        if (c->recent[k].ok)
+            report_add(ops, (uint32_t)cap, &n_ops, c->recent[k].tag,
+                       (uint8_t)(ECCL_VIEW_HELD | (c->recent[k].receiver ? ECCL_VIEW_RECEIVER : 0)));
     }
     eccl_msg m = {.type = ECCL_MSG_VIEW_REPORT};
     m.u.view.epoch = epoch;
@@ -238,7 +302,7 @@ eccl_result comm_on_view_decide(eccl_comm *c, const eccl_msg_view *v)
         }
         /* A point-to-point sender committed without its ACK: its receiver
          * holds every byte (core/coll/p2p.h), which is all a send owes. */
-        int done = op_have_full(r) || r->call.kind == ECCL_COLL_SEND;
+        int done = op_have_full(r) || r->repaired || r->call.kind == ECCL_COLL_SEND;
         comm_op_finish(c, r, commit && done ? ECCL_OK : ECCL_ERR_PEER_LOST);
     }
     return ECCL_OK;

@@ -126,6 +126,20 @@ struct mgroup {
     int left_together;      /* every member sent LEAVE: they go, no ring re-forms */
     int querying;
     int change_wanted;
+    /* The current query's decisions, once every member reported (tallied),
+     * and the replicated results they wait for (docs/protocol.md, "The
+     * commit rule"): each asked of one member that holds it. */
+    int tallied;
+    eccl_wire_op_flag *decided;
+    uint32_t n_decided;
+    struct mrepair {
+        uint64_t tag;
+        mpeer *source;      /* asked; NULL: nobody left to ask */
+        uint8_t *bytes;     /* its answer, once in */
+        uint32_t len;
+        uint32_t decision;  /* index in `decided` */
+    } *repairs;
+    uint32_t n_repairs, repairs_owed;
     /* shared state */
     enum mgroup_sync sync_phase;
     uint32_t n_sync;        /* COLLECTING: asked; TRANSFER: yet to report */
@@ -418,57 +432,179 @@ static int op_flag_cmp(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* Decides the frozen ops, then hands out the next ring. */
+static void check_query(eccl_master *m, mgroup *g);
+
+/* In a tally, before the decision goes out: commit once repaired. */
+#define REPAIR_MARK 2u
+
+/* Member p's report entry for `tag`, or NULL. */
+static eccl_wire_op_flag *report_entry(const mpeer *p, uint64_t tag)
+{
+    for (uint32_t i = 0; i < p->n_report; i++)
+        if (p->report[i].tag == tag) return &p->report[i];
+    return NULL;
+}
+
+/* Asks the first member that can send repair x's result (and was not
+ * asked in vain); none left: x is owed no more, and its tag aborts. */
+static void repair_ask(mgroup *g, struct mrepair *x)
+{
+    x->source = NULL;
+    for (uint32_t i = 0; i < g->n && !x->source; i++) {
+        eccl_wire_op_flag *e = report_entry(g->members[i], x->tag);
+        if (e && (e->flag & ECCL_VIEW_SOURCE)) x->source = g->members[i];
+    }
+    if (!x->source) {
+        g->decided[x->decision].flag = 0;
+        g->repairs_owed--;
+        return;
+    }
+    eccl_msg q = {.type = ECCL_MSG_REPAIR_ASK};
+    q.u.repair.epoch = g->epoch;
+    q.u.repair.tag = x->tag;
+    send_to(x->source, &q);
+}
+
+/* Every member reported: decides each reported tag. A tag commits iff
+ * every survivor holds its result, or, for a replicated result (the same
+ * bytes on every rank), iff every survivor reported it, each either holds
+ * it or can take it, and one that holds it can send it: the others then
+ * get it (REPAIR_PUT) before the decision. Returns 0 on no memory. */
+static int view_tally(mgroup *g)
+{
+    uint64_t total = 0;
+    for (uint32_t i = 0; i < g->n; i++) total += g->members[i]->n_report;
+    eccl_wire_op_flag *all = total ? malloc(total * sizeof *all) : NULL;
+    if (total && !all) return 0;
+    size_t k = 0;
+    for (uint32_t i = 0; i < g->n; i++) {
+        if (!g->members[i]->n_report) continue; /* report, all: maybe NULL */
+        memcpy(all + k, g->members[i]->report, g->members[i]->n_report * sizeof *all);
+        k += g->members[i]->n_report;
+    }
+    /* Sorted by tag, each tag's reports sit together (each member reports
+     * a tag once; one that completed it reports it as held). The
+     * decisions are compacted into the front of `all` itself (slot n_ops
+     * is never ahead of group start a). */
+    if (total) qsort(all, total, sizeof *all, op_flag_cmp);
+    uint32_t n_ops = 0, n_repairs = 0;
+    for (size_t a = 0, b; a < total && n_ops < ECCL_WIRE_MAX_OPS; a = b) {
+        uint32_t holders = 0, takers = 0, sources = 0;
+        int receiver = -1; /* a point-to-point tag's receiving party: held or not */
+        uint64_t tag = all[a].tag;
+        for (b = a; b < total && all[b].tag == tag; b++) {
+            holders += (all[b].flag & ECCL_VIEW_HELD) != 0;
+            takers += (all[b].flag & (ECCL_VIEW_HELD | ECCL_VIEW_REPAIRABLE)) == ECCL_VIEW_REPAIRABLE;
+            sources += (all[b].flag & ECCL_VIEW_SOURCE) != 0;
+            if (all[b].flag & ECCL_VIEW_RECEIVER) receiver = (all[b].flag & ECCL_VIEW_HELD) != 0;
+        }
+        /* A point-to-point tag (coll/p2p.h) has two parties, and only they
+         * report it: it is done iff its receiver holds every byte; with no
+         * receiver left, iff the sender saw its ACK. */
+        uint32_t need = tag & ECCL_P2P_TAG_BIT ? (uint32_t)(b - a) : g->n;
+        int commit = tag & ECCL_P2P_TAG_BIT && receiver >= 0 ? receiver : holders == need;
+        int repair = !commit && !(tag & ECCL_P2P_TAG_BIT) && b - a == g->n && holders + takers == g->n &&
+                     sources > 0;
+        all[n_ops].tag = tag;
+        all[n_ops].flag = (uint8_t)(commit ? 1 : repair ? REPAIR_MARK : 0);
+        n_repairs += (uint32_t)repair;
+        n_ops++;
+    }
+    g->decided = all;
+    g->n_decided = n_ops;
+    g->tallied = 1;
+    if (n_repairs && !(g->repairs = calloc(n_repairs, sizeof *g->repairs))) return 0;
+    for (uint32_t d = 0; d < n_ops; d++) {
+        if (g->decided[d].flag != REPAIR_MARK) continue;
+        g->decided[d].flag = 1; /* a commit that owes the takers a result */
+        struct mrepair *x = &g->repairs[g->n_repairs++];
+        x->tag = g->decided[d].tag;
+        x->decision = d;
+    }
+    g->repairs_owed = g->n_repairs;
+    for (uint32_t r = 0; r < g->n_repairs; r++) repair_ask(g, &g->repairs[r]);
+    return 1;
+}
+
+/* REPAIR_DATA from p: its answer (empty: it cannot) for its repair. */
+static eccl_result on_repair_data(eccl_master *m, mpeer *p, const eccl_msg_repair *d)
+{
+    mgroup *g = p->group;
+    if (p->state != MP_ACCEPTED || !g->tallied || d->epoch != g->epoch) return ECCL_OK; /* stale */
+    for (uint32_t r = 0; r < g->n_repairs; r++) {
+        struct mrepair *x = &g->repairs[r];
+        if (x->tag != d->tag || x->source != p || x->bytes) continue;
+        if (!d->len) {
+            eccl_wire_op_flag *e = report_entry(p, d->tag);
+            if (e) e->flag &= (uint8_t)~ECCL_VIEW_SOURCE; /* not again */
+            repair_ask(g, x);
+        } else {
+            if (!(x->bytes = malloc(d->len))) return ECCL_ERR_NO_MEMORY;
+            memcpy(x->bytes, d->bytes, d->len);
+            x->len = d->len;
+            g->repairs_owed--;
+        }
+        check_query(m, g);
+        return ECCL_OK;
+    }
+    return ECCL_OK; /* an answer it was not asked for (a repeat) */
+}
+
+/* Member p of g is gone: the repairs it owed go to another holder. */
+static void repair_on_drop(mgroup *g, const mpeer *p)
+{
+    for (uint32_t r = 0; g->tallied && r < g->n_repairs; r++)
+        if (g->repairs[r].source == p && !g->repairs[r].bytes) repair_ask(g, &g->repairs[r]);
+}
+
+static void view_reset(mgroup *g)
+{
+    for (uint32_t r = 0; r < g->n_repairs; r++) free(g->repairs[r].bytes);
+    free(g->repairs);
+    g->repairs = NULL;
+    g->n_repairs = g->repairs_owed = 0;
+    free(g->decided);
+    g->decided = NULL;
+    g->n_decided = 0;
+    g->tallied = 0;
+}
+
+/* Decides the frozen ops (every member reported, every repair is in),
+ * then hands out the next ring. */
 static void finish_view(eccl_master *m, mgroup *g)
 {
     if (g->querying) {
-        uint64_t total = 0;
-        for (uint32_t i = 0; i < g->n; i++) total += g->members[i]->n_report;
-        eccl_wire_op_flag *all = total ? malloc(total * sizeof *all) : NULL;
-        if (all || !total) {
-            size_t k = 0;
-            for (uint32_t i = 0; i < g->n; i++) {
-                if (!g->members[i]->n_report) continue; /* report, all: maybe NULL */
-                memcpy(all + k, g->members[i]->report,
-                       g->members[i]->n_report * sizeof *all);
-                k += g->members[i]->n_report;
-            }
-            /* Sorted by tag, each tag's reports sit together: commit it iff
-             * every surviving member holds the result (a member that
-             * completed it reports it as held; each reports a tag once).
-             * The decisions are compacted into the front of `all` itself
-             * (slot n_ops is never ahead of group start a), which the
-             * DECIDE message then points at. */
-            if (total) qsort(all, total, sizeof *all, op_flag_cmp);
-            uint32_t n_ops = 0;
-            for (size_t a = 0, b; a < total && n_ops < ECCL_WIRE_MAX_OPS; a = b) {
-                uint32_t holders = 0;
-                int receiver = -1; /* a point-to-point tag's receiving party: held or not */
-                uint64_t tag = all[a].tag;
-                for (b = a; b < total && all[b].tag == tag; b++) {
-                    holders += (all[b].flag & ECCL_VIEW_HELD) != 0;
-                    if (all[b].flag & ECCL_VIEW_RECEIVER) receiver = (all[b].flag & ECCL_VIEW_HELD) != 0;
-                }
-                /* A point-to-point tag (coll/p2p.h) has two parties, and
-                 * only they report it: it is done iff its receiver holds
-                 * every byte; with no receiver left, iff the sender saw
-                 * its ACK. */
-                uint32_t need = tag & ECCL_P2P_TAG_BIT ? (uint32_t)(b - a) : g->n;
-                int commit = tag & ECCL_P2P_TAG_BIT && receiver >= 0 ? receiver : holders == need;
-                all[n_ops].tag = tag;
-                all[n_ops].flag = (uint8_t)commit;
-                n_ops++;
-                ECCL_INFO(m->env, "group %u epoch %u: %s %s tag %llu", g->id, g->epoch,
-                          commit ? "commit" : "abort",
-                          tag & ECCL_P2P_TAG_BIT ? "point-to-point" : "collective", (unsigned long long)tag);
-            }
-            eccl_msg d = {.type = ECCL_MSG_VIEW_DECIDE};
-            d.u.view.epoch = g->epoch;
-            d.u.view.n_ops = n_ops;
-            d.u.view.ops = all;
-            for (uint32_t i = 0; i < g->n; i++) send_to(g->members[i], &d);
+        if (!g->tallied && !view_tally(g)) {
+            /* No memory for a tally: every tag aborts, as the old rule
+             * would on a lost report. */
+            view_reset(g);
+            g->tallied = 1;
         }
-        free(all);
+        if (g->repairs_owed) return; /* on_repair_data comes back here */
+        for (uint32_t r = 0; r < g->n_repairs; r++) {
+            const struct mrepair *x = &g->repairs[r];
+            if (!x->bytes) continue;
+            eccl_msg put = {.type = ECCL_MSG_REPAIR_PUT};
+            put.u.repair.epoch = g->epoch;
+            put.u.repair.tag = x->tag;
+            put.u.repair.len = x->len;
+            put.u.repair.bytes = x->bytes;
+            for (uint32_t i = 0; i < g->n; i++) {
+                const eccl_wire_op_flag *e = report_entry(g->members[i], x->tag);
+                if (e && !(e->flag & ECCL_VIEW_HELD)) send_to(g->members[i], &put);
+            }
+        }
+        for (uint32_t d = 0; d < g->n_decided; d++)
+            ECCL_INFO(m->env, "group %u epoch %u: %s %s tag %llu", g->id, g->epoch,
+                      g->decided[d].flag ? "commit" : "abort",
+                      g->decided[d].tag & ECCL_P2P_TAG_BIT ? "point-to-point" : "collective",
+                      (unsigned long long)g->decided[d].tag);
+        eccl_msg d = {.type = ECCL_MSG_VIEW_DECIDE};
+        d.u.view.epoch = g->epoch;
+        d.u.view.n_ops = g->n_decided;
+        d.u.view.ops = g->decided;
+        for (uint32_t i = 0; i < g->n; i++) send_to(g->members[i], &d);
+        view_reset(g);
         for (uint32_t i = 0; i < g->n; i++) {
             free(g->members[i]->report);
             g->members[i]->report = NULL;
@@ -517,7 +653,7 @@ static void start_view_changes(eccl_master *m)
 
 static void check_query(eccl_master *m, mgroup *g)
 {
-    if (g->querying && g->n_reported == g->n) finish_view(m, g);
+    if (g->querying && g->n_reported == g->n && (!g->tallied || !g->repairs_owed)) finish_view(m, g);
 }
 
 /* ---- leaving together (eccl_comm_leave) --------------------------------------- */
@@ -1242,6 +1378,7 @@ static void drop_peer(eccl_master *m, mpeer *p, eccl_result why)
         g->n_ready -= p->ready_epoch == g->epoch;
         g->n_reported -= g->querying && p->reported;
         group_remove(g, p);
+        repair_on_drop(g, p);
         sync_on_drop(m, g, sync_was, sync_src);
         opt_on_drop(m, g, opt_was);
         if (g->left_together) {
@@ -1492,6 +1629,8 @@ static eccl_result peer_on_msg(void *owner, eccl_chan *ch, const eccl_msg *msg)
         return on_sync_report(m, p, &msg->u.sync_result);
     case ECCL_MSG_PEER_QUERY:
         return on_peer_query(p, &msg->u.peer_query);
+    case ECCL_MSG_REPAIR_DATA:
+        return on_repair_data(m, p, &msg->u.repair);
     case ECCL_MSG_LEAVE:
         if (p->state != MP_ACCEPTED || p->leaving) return ECCL_ERR_PROTOCOL;
         p->leaving = 1;
@@ -1689,6 +1828,7 @@ void eccl_master_destroy(eccl_master *m)
     for (mgroup *g = m->groups, *n; g; g = n) {
         n = g->next;
         moon_reset(g);
+        view_reset(g);
         free(g->members);
         free(g);
     }

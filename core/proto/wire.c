@@ -144,6 +144,9 @@ static uint32_t max_length(uint16_t type)
     case ECCL_MSG_VIEW_REPORT:
     case ECCL_MSG_VIEW_DECIDE: return 8u + ECCL_WIRE_MAX_OPS * OP_FLAG_SIZE;
     case ECCL_MSG_WELCOME: return 12;
+    case ECCL_MSG_REPAIR_ASK: return 16;
+    case ECCL_MSG_REPAIR_DATA:
+    case ECCL_MSG_REPAIR_PUT: return 16u + ECCL_WIRE_MAX_REPAIR;
     case ECCL_MSG_PENDING_REPLY: return 4;
     case ECCL_MSG_RING: return 16u + 3u * PEER_REF_MAX + 16u + 8u;
     case ECCL_MSG_KICK:
@@ -173,6 +176,7 @@ _Static_assert(8u + ECCL_WIRE_MAX_OPS * OP_FLAG_SIZE <= ECCL_WIRE_MAX_CONTROL,
                "VIEW_* payload exceeds the control bound");
 _Static_assert(16u + 3u * PEER_REF_MAX + 16u <= ECCL_WIRE_MAX_CONTROL,
                "RING payload exceeds the control bound");
+_Static_assert(16u + ECCL_WIRE_MAX_REPAIR <= ECCL_WIRE_MAX_CONTROL, "REPAIR exceeds the control bound");
 _Static_assert(SYNC_REQ_MAX <= ECCL_WIRE_MAX_CONTROL, "SYNC_REQ exceeds the control bound");
 _Static_assert(SYNC_PLAN_MAX <= ECCL_WIRE_MAX_CONTROL, "SYNC_PLAN exceeds the control bound");
 _Static_assert(PEER_REPLY_MAX <= ECCL_WIRE_MAX_CONTROL, "PEER_REPLY exceeds the control bound");
@@ -216,7 +220,9 @@ static int hello_pool_ok(const eccl_msg_p2p_hello *m)
  * is 0 or 1. */
 static uint8_t view_flag_max(uint16_t type)
 {
-    return type == ECCL_MSG_VIEW_REPORT ? (uint8_t)(ECCL_VIEW_HELD | ECCL_VIEW_RECEIVER) : 1;
+    return type == ECCL_MSG_VIEW_REPORT
+               ? (uint8_t)(ECCL_VIEW_HELD | ECCL_VIEW_RECEIVER | ECCL_VIEW_REPAIRABLE | ECCL_VIEW_SOURCE)
+               : 1;
 }
 
 static int coll_ok(const eccl_msg_coll *m)
@@ -362,6 +368,22 @@ static void put_payload(wbuf *w, const eccl_msg *m)
     case ECCL_MSG_KICK:
         put_u32(w, m->u.kick.reason);
         break;
+    case ECCL_MSG_REPAIR_ASK:
+    case ECCL_MSG_REPAIR_DATA:
+    case ECCL_MSG_REPAIR_PUT: {
+        const eccl_msg_repair *q = &m->u.repair;
+        uint32_t max = m->type == ECCL_MSG_REPAIR_ASK ? 0 : ECCL_WIRE_MAX_REPAIR;
+        if (q->len > max || (q->len && !q->bytes) || w->cap - w->pos < 16u + q->len) {
+            w->bad = 1;
+            break;
+        }
+        put_u32(w, q->epoch);
+        put_u64(w, q->tag);
+        put_u32(w, q->len);
+        if (q->len) memcpy(w->p + w->pos, q->bytes, q->len);
+        w->pos += q->len;
+        break;
+    }
     case ECCL_MSG_LEAVE_DONE:
         put_u32(w, m->u.leave_done.result);
         break;
@@ -625,6 +647,21 @@ static void get_payload(rbuf *r, uint16_t type, eccl_msg *m)
         break;
     case ECCL_MSG_KICK:
         m->u.kick.reason = get_u32(r);
+        break;
+    case ECCL_MSG_REPAIR_ASK:
+    case ECCL_MSG_REPAIR_DATA:
+    case ECCL_MSG_REPAIR_PUT:
+        m->u.repair.epoch = get_u32(r);
+        m->u.repair.tag = get_u64(r);
+        m->u.repair.len = get_u32(r);
+        m->u.repair.bytes = NULL;
+        if (r->bad || m->u.repair.len > (type == ECCL_MSG_REPAIR_ASK ? 0 : ECCL_WIRE_MAX_REPAIR) ||
+            m->u.repair.len != r->len - r->pos) {
+            r->bad = 1;
+            break;
+        }
+        if (m->u.repair.len) m->u.repair.bytes = r->p + r->pos;
+        r->pos += m->u.repair.len;
         break;
     case ECCL_MSG_LEAVE_DONE:
         m->u.leave_done.result = get_u32(r);

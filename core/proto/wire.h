@@ -34,6 +34,9 @@
 #define ECCL_WIRE_MAX_ADDR (ECCL_ADDR_MAX - 1)
 /* Most entries in a VIEW_REPORT / VIEW_DECIDE list. */
 #define ECCL_WIRE_MAX_OPS 4096u
+/* Largest result a view change repairs (REPAIR_DATA / REPAIR_PUT): a
+ * replicated output this small is handed to survivors that lack it. */
+#define ECCL_WIRE_MAX_REPAIR 32768u
 
 enum eccl_msg_type {
     /* peer -> master */
@@ -51,6 +54,7 @@ enum eccl_msg_type {
     ECCL_MSG_PEER_QUERY = 13,  /* the address book: who are these ranks? */
     ECCL_MSG_LEAVE = 14,       /* eccl_comm_leave: my ops are settled; we go
                                   once every member says so */
+    ECCL_MSG_REPAIR_DATA = 15, /* answer to REPAIR_ASK: the result of `tag` */
     /* master -> peer */
     ECCL_MSG_WELCOME = 32,     /* your peer id; accepted at once or pending */
     ECCL_MSG_PENDING_REPLY = 33,
@@ -66,6 +70,8 @@ enum eccl_msg_type {
     ECCL_MSG_PEER_REPLY = 43,  /* the address book: these ranks are these peers */
     ECCL_MSG_LEAVE_DONE = 44,  /* every member sent LEAVE (`result` OK): go;
                                   or why the group cannot leave together */
+    ECCL_MSG_REPAIR_ASK = 45,  /* view change: send me your result of `tag` */
+    ECCL_MSG_REPAIR_PUT = 46,  /* view change: `tag` commits with these bytes */
     /* peer -> peer */
     ECCL_MSG_P2P_HELLO = 64,   /* first frame on a p2p connection */
     ECCL_MSG_DATA = 65,        /* collective payload: data header + bytes */
@@ -145,12 +151,17 @@ typedef struct eccl_msg_coll {  /* COLL_DONE */
 
 typedef struct eccl_wire_op_flag {
     uint64_t tag;
-    uint8_t flag; /* VIEW_REPORT: ECCL_VIEW_HELD = I hold the full result,
-                     | ECCL_VIEW_RECEIVER = I receive this point-to-point tag;
-                     VIEW_DECIDE: 1 = commit, 0 = abort */
+    uint8_t flag; /* VIEW_REPORT: ECCL_VIEW_* below; VIEW_DECIDE: 1 = commit,
+                     0 = abort */
 } eccl_wire_op_flag;
-#define ECCL_VIEW_HELD 1u
-#define ECCL_VIEW_RECEIVER 2u
+#define ECCL_VIEW_HELD 1u     /* I hold the full result */
+#define ECCL_VIEW_RECEIVER 2u /* I receive this point-to-point tag */
+/* A replicated output (every rank ends with the same bytes) that I lack and
+ * can take from another survivor (REPAIR_PUT). */
+#define ECCL_VIEW_REPAIRABLE 4u
+/* I hold it and can send its bytes (REPAIR_ASK): at most
+ * ECCL_WIRE_MAX_REPAIR, in host memory. */
+#define ECCL_VIEW_SOURCE 8u
 
 /* VIEW_REPORT, VIEW_DECIDE. The entry list is never held inline (up to
  * ECCL_WIRE_MAX_OPS entries would make every eccl_msg 64 KiB, and core keeps
@@ -171,6 +182,16 @@ typedef struct eccl_msg_view {
 typedef struct eccl_msg_kick {
     uint32_t reason;
 } eccl_msg_kick;
+
+/* REPAIR_ASK (len 0), REPAIR_DATA, REPAIR_PUT: a replicated result during
+ * the view change of `epoch` (docs/protocol.md, "The commit rule"). A
+ * decoded one BORROWS its bytes from the payload, as a view does. */
+typedef struct eccl_msg_repair {
+    uint32_t epoch;
+    uint64_t tag;
+    uint32_t len;
+    const uint8_t *bytes;
+} eccl_msg_repair;
 
 typedef struct eccl_msg_leave_done {
     uint32_t result; /* an eccl_result */
@@ -490,6 +511,7 @@ typedef struct eccl_msg {
         eccl_msg_coll coll;
         eccl_msg_view view;
         eccl_msg_kick kick;
+        eccl_msg_repair repair;
         eccl_msg_leave_done leave_done;
         eccl_msg_p2p_hello hello;
         eccl_msg_sync_req sync_req;
