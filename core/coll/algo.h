@@ -16,6 +16,11 @@
  *     (the completion round: done tokens or the tree's COMMIT) and every
  *     frame of ours has left, so a rank that returned success is never
  *     contradicted by the master, and the caller may reuse its buffers;
+ *   - settled() (NULL: never) says the output is final and every data
+ *     frame of ours has left, so nothing more reads or writes the caller's
+ *     buffers: what remains is the completion round's empty tokens. A
+ *     small replicated call may then return early (docs/protocol.md, "The
+ *     commit rule"), its op running on behind the caller;
  *   - expects(role) says whether more frames of this call will come over
  *     the link in that role: once 0, a frame with the same tag belongs to
  *     the caller's next call of the tag (OCCL's order freedom rests on it).
@@ -101,6 +106,7 @@ typedef struct eccl_coll_algo {
     int (*complete)(void *op);
     int (*expects)(const void *op, int role);
     int (*have_full)(const void *op);
+    int (*settled)(const void *op);
     void (*restore)(void *op);
     /* A failure of the op's own making (a device copy), ECCL_OK if none:
      * comm fails the op with it, never the link. NULL: it makes none. */

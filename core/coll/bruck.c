@@ -224,11 +224,13 @@ static eccl_result bruck_recv_done(void *op, int role, const eccl_wire_data *d)
     return ECCL_OK;
 }
 
-static int bruck_complete(void *op)
+static int bruck_settled(const void *op)
 {
     const eccl_bruck *b = op;
-    return b->have_full && all_sent(b) && b->inflight == 0 && eccl_dissem_done(&b->bar);
+    return b->have_full && all_sent(b) && b->inflight == 0;
 }
+
+static int bruck_complete(void *op) { return bruck_settled(op) && eccl_dissem_done(&((eccl_bruck *)op)->bar); }
 
 static int bruck_expects(const void *op, int role)
 {
@@ -279,6 +281,7 @@ const eccl_coll_algo eccl_bruck_algo = {
     .recv = bruck_recv,
     .recv_done = bruck_recv_done,
     .complete = bruck_complete,
+    .settled = bruck_settled,
     .expects = bruck_expects,
     .have_full = bruck_have_full,
     .restore = bruck_restore,

@@ -167,6 +167,13 @@ eccl_result eccl_peer_steps_recv_done(void *op, int role, const eccl_wire_data *
     return ECCL_OK;
 }
 
+/* Every step done and written; only the barrier's tokens may be left. */
+int eccl_peer_steps_settled(const void *op)
+{
+    const eccl_peer_steps *e = op;
+    return e->have_full && e->cur == e->nsteps && e->inflight == 0;
+}
+
 int eccl_peer_steps_complete(void *op)
 {
     const eccl_peer_steps *e = op;

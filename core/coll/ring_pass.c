@@ -413,12 +413,19 @@ static eccl_result pass_recv_done(void *op, int role, const eccl_wire_data *w)
 
 static int pass_have_full(const void *op) { return full(op); }
 
-static int pass_complete(void *op)
+static int pass_settled(const void *op)
 {
-    eccl_ring_pass *p = op;
+    const eccl_ring_pass *p = op;
     if (p->inflight > 0 || !full(p)) return 0;
     for (int d = 0; d < (int)p->nrings; d++)
         if (p->dir[d].sends && p->dir[d].send_i < total(p, d)) return 0;
+    return 1;
+}
+
+static int pass_complete(void *op)
+{
+    eccl_ring_pass *p = op;
+    if (!pass_settled(p)) return 0;
     uint32_t n = p->call.nranks;
     return n == 2 || (p->done_recv >= n - 1 && p->done_sent >= n - 1);
 }
@@ -465,6 +472,7 @@ static void pass_bytes(const void *op, uint64_t *tx, uint64_t *rx)
         .pump_needs = ECCL_ROLE_BIT(ECCL_ROLE_NEXT), .pump = pass_pump,                \
         .recv = pass_recv, .recv_done = pass_recv_done, .complete = pass_complete,     \
         .expects = pass_expects, .have_full = pass_have_full, .restore = pass_restore, \
+        .settled = pass_settled,                                                       \
         .bytes = pass_bytes,                                      \
     }
 const eccl_coll_algo eccl_ring_pass_algo = PASS_ALGO(ECCL_ALGO_RING);

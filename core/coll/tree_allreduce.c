@@ -196,6 +196,14 @@ static int algo_expects(const void *op, int role)
 }
 
 static int algo_have_full(const void *op) { return ((const eccl_tree_allreduce *)op)->have_full; }
+
+/* The result is ours and went down to our children: DONE and COMMIT,
+ * both empty, are all that is left. */
+static int algo_settled(const void *op)
+{
+    const eccl_tree_allreduce *t = op;
+    return t->have_full && t->down_sent && t->inflight == 0;
+}
 static void algo_restore(void *op) { eccl_tree_allreduce_restore(op); }
 
 static void algo_bytes(const void *op, uint64_t *tx, uint64_t *rx)
@@ -213,6 +221,7 @@ const eccl_coll_algo eccl_tree_allreduce_algo = {
     .recv = algo_recv,
     .recv_done = algo_recv_done,
     .complete = algo_complete,
+    .settled = algo_settled,
     .expects = algo_expects,
     .have_full = algo_have_full,
     .restore = algo_restore,

@@ -19,7 +19,9 @@ static eccl_result coll_submit(eccl_comm *c, const eccl_coll_call *call, uint32_
     int p2p = call->kind == ECCL_COLL_SEND || call->kind == ECCL_COLL_RECV;
     if ((call->tag & ECCL_P2P_TAG_BIT) && !p2p) return ECCL_ERR_INVALID_ARG; /* reserved (coll/p2p.h) */
     if (c->sync.active) return ECCL_ERR_BUSY; /* shared-state sync of this group */
-    if (comm_op_find(c, call->tag)) return ECCL_ERR_BUSY;
+    /* A call of the tag may only still be finishing behind its caller. */
+    for (const eccl_request *o = c->ops; o; o = o->next)
+        if (o->call.tag == call->tag && !comm_op_user_done(o)) return ECCL_ERR_BUSY;
     if (c->n_ops >= ECCL_WIRE_MAX_OPS) return ECCL_ERR_BUSY;
     eccl_request *r = calloc(1, sizeof *r);
     if (!r) return ECCL_ERR_NO_MEMORY;
@@ -99,7 +101,7 @@ static eccl_result allreduce_submit(eccl_comm *c, const void *sendbuf, void *rec
     return coll_submit(c, &call, c->world, c->rank, stage, 0, kick, out);
 }
 
-static int request_done(void *arg) { return ((eccl_request *)arg)->state == OP_DONE; }
+static int request_done(void *arg) { return comm_op_user_done(arg); }
 
 
 /* Frees a finished request; *stage gets its staging, to be ended by the
@@ -117,6 +119,13 @@ static eccl_result request_reap(eccl_request *r, eccl_reduce_info *info, eccl_st
             info->algorithm = r->alg->id;
             r->alg->bytes(&r->u, &info->tx_bytes, &info->rx_bytes);
         }
+    }
+    if (r->state != OP_DONE) {
+        /* Returned early: its round finishes behind the caller, who is done
+         * with it; comm_ops_sweep frees it then. */
+        r->orphan = 1;
+        memset(&r->stage, 0, sizeof r->stage);
+        return rc;
     }
     comm_op_unlink(r->comm, r);
     free(r->varr);
@@ -137,7 +146,7 @@ static eccl_result request_finish(eccl_comm *c, eccl_request *r, eccl_reduce_inf
                                   eccl_stage *stage)
 {
     eccl_engine_drive(&c->eng, request_done, r, ECCL_NO_DEADLINE);
-    if (r->state != OP_DONE) comm_op_finish(c, r, c->phase == PHASE_FAILED ? c->fatal : ECCL_ERR_CLOSED);
+    if (!comm_op_user_done(r)) comm_op_finish(c, r, c->phase == PHASE_FAILED ? c->fatal : ECCL_ERR_CLOSED);
     return request_reap(r, info, stage);
 }
 
@@ -159,8 +168,8 @@ eccl_result eccl_test(eccl_request *r, int *done, eccl_reduce_info *info)
     eccl_stage stage = {0};
     eccl_engine_lock(&c->eng);
     /* Nobody else moves the op forward: this test does, one look a call. */
-    if (!c->progress_thread && r->state != OP_DONE) eccl_engine_poll_once(&c->eng);
-    *done = r->state == OP_DONE;
+    if (!c->progress_thread && !comm_op_user_done(r)) eccl_engine_poll_once(&c->eng);
+    *done = comm_op_user_done(r);
     eccl_result rc = *done ? request_reap(r, info, &stage) : ECCL_OK;
     eccl_engine_unlock(&c->eng);
     return eccl_stage_end(&stage, rc);

@@ -332,15 +332,12 @@ static uint64_t timers(eccl_comm *c)
     if (c->opt.probing)
         next = min_deadline(next, now < c->opt.stop_ns ? c->opt.stop_ns : c->opt.give_up_ns);
     for (eccl_request *r = c->ops; r; r = r->next) {
-        if (r->state == OP_DONE) continue;
+        /* One that returned early is the master's to settle if stuck: the
+         * caller has its result. */
+        if (r->state == OP_DONE || r->returned) continue;
         if (now >= r->deadline_ns) {
-            if (r->state != OP_QUEUED) {
-                /* Our links may hold frames into this buffer, and neighbours
-                 * are stuck too: drop the links; the notice asks the master
-                 * to re-form the ring. */
-                comm_links_close_upto(c, UINT32_MAX);
-            }
-            comm_op_finish(c, r, ECCL_ERR_TIMEOUT);
+            comm_op_timed_out(c, r);
+            if (r->state != OP_DONE) next = min_deadline(next, r->deadline_ns);
         } else {
             next = min_deadline(next, r->deadline_ns);
         }
@@ -376,6 +373,7 @@ static uint64_t comm_step(void *owner, void **ready, int n, int *again)
     }
     comm_ops_advance(c);
     comm_flush_and_complete(c);
+    comm_ops_sweep(c);
     comm_probe_pump(c);
     return next;
 }
@@ -467,6 +465,10 @@ eccl_result eccl_comm_create_with_env(eccl_env *env, eccl_env_release_fn release
     c->params.p2p_pool_size = (uint32_t)eccl_config_uint(env, "ECCL_P2P_POOL", 1, ECCL_WIRE_MAX_POOL,
                                                          c->params.p2p_pool_size);
     c->pool_out = c->params.p2p_pool_size;
+    /* Small all-reduces and all-gathers return before their completion
+     * round (docs/protocol.md, "The commit rule"); 0 turns it off. */
+    c->early_max = (size_t)eccl_config_uint(env, "ECCL_EARLY_RETURN_BYTES", 0, ECCL_WIRE_MAX_REPAIR,
+                                            ECCL_WIRE_MAX_REPAIR);
     /* Plain all-reduces on device buffers of at least this many bytes run the
      * device-resident ring; smaller ones, quantised ones, and all of them by
      * default, a host mirror (docs/devices.md says why). 0: always the mirror. */
@@ -566,6 +568,7 @@ eccl_result eccl_comm_update_topology(eccl_comm *c)
     eccl_engine_lock(&c->eng);
     eccl_result rc = comm_usable(c);
     /* never mid-collective, never mid-sync */
+    if (rc == ECCL_OK) comm_ops_settle_returned(c);
     if (rc == ECCL_OK && (c->n_ops > 0 || c->sync.active)) rc = ECCL_ERR_BUSY;
     if (rc == ECCL_OK) {
         topo_wait w = {c, c->topo_done_seen + 1};
@@ -627,6 +630,7 @@ eccl_result eccl_comm_leave(eccl_comm *c)
     eccl_result rc = comm_usable(c);
     /* The vote promises the others that nothing of ours is still needed:
      * not with an op in flight, nor twice. */
+    if (rc == ECCL_OK) comm_ops_settle_returned(c);
     for (eccl_request *r = c->ops; rc == ECCL_OK && r; r = r->next)
         if (r->state != OP_DONE) rc = ECCL_ERR_BUSY;
     if (rc == ECCL_OK && (c->sync.active || c->leaving)) rc = ECCL_ERR_BUSY;

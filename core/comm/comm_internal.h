@@ -99,6 +99,14 @@ struct eccl_request {
     void *dev_backup;     /* device-resident ring: the backup, device memory */
     int started;          /* the algorithm owns recvbuf's restore from here */
     int repaired;         /* frozen without the result, which a view change handed us */
+    /* Returned early (docs/protocol.md, "The commit rule"): the caller has
+     * its result; the op runs on for its completion round, keeping a copy
+     * of the result (`kept`) for survivors that may lack it. `orphan`: the
+     * caller reaped it too; it is freed when it finishes. */
+    int returned, orphan;
+    uint8_t *kept;
+    size_t kept_bytes;
+    int timeout_told;     /* its deadline passed and the master was asked to settle it */
     /* The world and rank the caller saw: a layout-bound call (all but
      * all-reduce) that starts in another fails rather than run on a layout
      * nobody meant. */
@@ -312,6 +320,8 @@ struct eccl_comm {
 
     eccl_request *ops;
     uint32_t n_ops;
+    size_t early_max;           /* ECCL_EARLY_RETURN_BYTES */
+    size_t kept_total;          /* bytes kept by ops that returned early */
     /* Both ring buffers grow from COMM_RING_START entries as they fill
      * (ring_grow): a comm that finishes few ops holds a few hundred bytes,
      * not 24 KiB (a simulated 100k-rank run holds 100k comms). */
@@ -380,6 +390,18 @@ eccl_result comm_on_ring(eccl_comm *c, const eccl_msg_ring *m);
 eccl_result comm_on_view_decide(eccl_comm *c, const eccl_msg_view *v);
 eccl_result comm_on_view_query(eccl_comm *c, uint32_t epoch);
 eccl_result comm_on_repair_ask(eccl_comm *c, const eccl_msg_repair *q);
+/* The bytes of r's result a view change may hand between survivors (0:
+ * none may be: not replicated, too big, not host memory). */
+size_t comm_op_repair_bytes(const eccl_comm *c, const eccl_request *r);
+/* Frees the ops that finished after their caller reaped them. */
+void comm_ops_sweep(eccl_comm *c);
+/* r's deadline passed: fail it here, or ask the master to settle it. */
+void comm_op_timed_out(eccl_comm *c, eccl_request *r);
+/* Mutex held: lets the ops that returned early finish (bounded by the op
+ * timeout), for calls that need no op in flight. */
+void comm_ops_settle_returned(eccl_comm *c);
+/* The caller sees r finished (it may have returned early). */
+static inline int comm_op_user_done(const eccl_request *r) { return r->state == OP_DONE || r->returned; }
 eccl_result comm_on_repair_put(eccl_comm *c, const eccl_msg_repair *p);
 eccl_result comm_pool_alloc(eccl_comm *c);
 

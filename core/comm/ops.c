@@ -73,25 +73,66 @@ static const char *coll_name(eccl_coll_kind k)
     return (unsigned)k < ECCL_COLL_KIND_COUNT ? names[k] : "collective";
 }
 
+/* Tells the master our op failed here (or, TIMEOUT on a repairable op,
+ * is stuck): the others are stuck in it too, so it re-forms the ring,
+ * which settles it everywhere. */
+static void op_tell_master(eccl_comm *c, const eccl_request *r, eccl_result result)
+{
+    eccl_msg m = {.type = ECCL_MSG_COLL_DONE};
+    m.u.coll.tag = r->call.tag;
+    m.u.coll.epoch = r->call.epoch;
+    m.u.coll.count = r->call.count;
+    m.u.coll.dtype = (uint8_t)r->call.dtype;
+    m.u.coll.op = (uint8_t)r->call.op;
+    m.u.coll.result = (uint32_t)result;
+    if (c->master_open) comm_master_send(c, &m);
+}
+
+void comm_op_timed_out(eccl_comm *c, eccl_request *r)
+{
+    if (r->state == OP_RUNNING && !r->timeout_told && c->master_open && comm_op_repair_bytes(c, r)) {
+        /* Another survivor may hold this result, even have returned it
+         * early: not ours alone to fail. The master's view change settles
+         * it on every member (committed with those bytes, or aborted); we
+         * fail it ourselves only if that does not come within another
+         * timeout. */
+        r->timeout_told = 1;
+        r->deadline_ns = now_ns(c) + (uint64_t)c->params.op_timeout_ms * 1000000ull;
+        ECCL_INFO(c->env, "tag %llu timed out: asking the master to settle it", (unsigned long long)r->call.tag);
+        op_tell_master(c, r, ECCL_ERR_TIMEOUT);
+        return;
+    }
+    /* Our links may hold frames into this buffer, and neighbours are stuck
+     * too: drop the links; the notice asks the master to re-form the ring. */
+    if (r->state != OP_QUEUED) comm_links_close_upto(c, UINT32_MAX);
+    comm_op_finish(c, r, ECCL_ERR_TIMEOUT);
+}
+
 void comm_op_finish(eccl_comm *c, eccl_request *r, eccl_result result)
 {
     if (r->state == OP_DONE) return;
+    if (r->returned) {
+        /* The caller has had the result since the op returned early:
+         * whatever ends it now (its completion round, a view change, the
+         * comm's end) changes nothing for the caller, and its buffers are
+         * the caller's again. A view change commits it (we hold it). */
+        if (result != ECCL_OK && result != ECCL_ERR_MASTER_LOST && result != ECCL_ERR_KICKED &&
+            result != ECCL_ERR_CLOSED)
+            ECCL_WARN(c->env, "tag %llu, returned early, ended with %s after the caller had it",
+                      (unsigned long long)r->call.tag, eccl_strerror(result));
+        result = ECCL_OK;
+        free(r->kept);
+        r->kept = NULL;
+        c->kept_total -= r->kept_bytes;
+        r->kept_bytes = 0;
+    }
     /* The promise: on failure recvbuf holds what it held before. */
     if (result != ECCL_OK && r->started) op_restore(r);
     if (r->state != OP_QUEUED && result != ECCL_OK && result != ECCL_ERR_PEER_LOST &&
         result != ECCL_ERR_TOO_FEW_PEERS) {
-        /* We gave up on our own (timeout, no memory): the others are stuck
-         * in this op, so ask the master to re-form the ring, which settles
-         * it everywhere. Successes and losses need no word (the master
-         * decided the latter). */
-        eccl_msg m = {.type = ECCL_MSG_COLL_DONE};
-        m.u.coll.tag = r->call.tag;
-        m.u.coll.epoch = r->call.epoch;
-        m.u.coll.count = r->call.count;
-        m.u.coll.dtype = (uint8_t)r->call.dtype;
-        m.u.coll.op = (uint8_t)r->call.op;
-        m.u.coll.result = (uint32_t)result;
-        if (c->master_open) comm_master_send(c, &m);
+        /* We gave up on our own (timeout, no memory). Successes and losses
+         * need no word (the master decided the latter). */
+        op_tell_master(c, r, result);
     }
     if (r->state != OP_QUEUED) {
         /* Full and unable to grow: the oldest goes, as at COMM_RECENT. */
@@ -457,11 +498,82 @@ static eccl_result op_start(eccl_comm *c, eccl_request *r)
     return ECCL_OK;
 }
 
+/* The op of `tag` that frames belong to: a started one before one queued
+ * behind it (a call of a tag whose previous call returned early waits for
+ * that one to finish). */
 eccl_request *comm_op_find(eccl_comm *c, uint64_t tag)
 {
-    for (eccl_request *r = c->ops; r; r = r->next)
-        if (r->call.tag == tag && r->state != OP_DONE) return r;
-    return NULL;
+    eccl_request *queued = NULL;
+    for (eccl_request *r = c->ops; r; r = r->next) {
+        if (r->call.tag != tag || r->state == OP_DONE) continue;
+        if (r->state != OP_QUEUED) return r;
+        queued = r;
+    }
+    return queued;
+}
+
+/* ---- returning early (docs/protocol.md, "The commit rule") ----------------- */
+
+/* Most bytes the ops that returned early keep at once; past it a call
+ * waits for its completion round as before. */
+#define COMM_KEPT_MAX (4u * ECCL_WIRE_MAX_REPAIR)
+
+/* r holds its result and nothing more will touch the caller's buffers;
+ * may it return before its completion round? Only a call whose result
+ * every rank computes from every rank's input (all-reduce, all-gather: so
+ * every survivor has started it and will report it) and that a view
+ * change can hand over (comm_op_repair_bytes), in host memory of the
+ * caller's own (a device call's mirror goes back at the end of the call). */
+static size_t early_bytes(const eccl_comm *c, const eccl_request *r)
+{
+    if (r->returned || r->state != OP_RUNNING || r->call.nranks < 3 || r->stage.active || !r->alg->settled) return 0;
+    if (r->call.kind != ECCL_COLL_ALLREDUCE && r->call.kind != ECCL_COLL_ALLGATHER) return 0;
+    size_t bytes = comm_op_repair_bytes(c, r);
+    if (!bytes || bytes > c->early_max || c->kept_total + bytes > COMM_KEPT_MAX) return 0;
+    return r->alg->settled(&r->u) ? bytes : 0;
+}
+
+static void op_return_early(eccl_comm *c, eccl_request *r, size_t bytes)
+{
+    uint8_t *kept = malloc(bytes);
+    if (!kept) return; /* it returns at the end of its round, as any call */
+    c->env->dev->copy(c->env->dev_ctx, kept, r->call.recvbuf, bytes);
+    r->kept = kept;
+    r->kept_bytes = bytes;
+    c->kept_total += bytes;
+    r->returned = 1;
+    r->result = ECCL_OK;
+    ECCL_TRACE(c->env, "%s tag %llu returned early", coll_name(r->call.kind), (unsigned long long)r->call.tag);
+}
+
+void comm_ops_sweep(eccl_comm *c)
+{
+    for (eccl_request **p = &c->ops; *p;) {
+        eccl_request *r = *p;
+        if (!r->orphan || r->state != OP_DONE) {
+            p = &r->next;
+            continue;
+        }
+        *p = r->next;
+        c->n_ops--;
+        free(r->varr);
+        free(r);
+    }
+}
+
+static int none_returned(void *arg)
+{
+    const eccl_comm *c = arg;
+    for (const eccl_request *r = c->ops; r; r = r->next)
+        if (r->returned && r->state != OP_DONE) return 0;
+    return 1;
+}
+
+void comm_ops_settle_returned(eccl_comm *c)
+{
+    if (!none_returned(c))
+        eccl_engine_drive(&c->eng, none_returned, c, now_ns(c) + (uint64_t)c->params.op_timeout_ms * 1000000ull);
+    comm_ops_sweep(c);
 }
 
 void comm_op_unlink(eccl_comm *c, eccl_request *r)
@@ -480,6 +592,7 @@ void comm_ops_fail_all(eccl_comm *c, eccl_result why)
 {
     comm_links_close_upto(c, UINT32_MAX); /* no frame may still point at a buffer */
     for (eccl_request *r = c->ops; r; r = r->next) comm_op_finish(c, r, why);
+    comm_ops_sweep(c);
 }
 
 
@@ -539,7 +652,8 @@ void comm_ops_advance(eccl_comm *c)
     if (!c->ring_ready || c->frozen) return;
     int started = 0;
     for (eccl_request *r = c->ops; r; r = r->next) {
-        if (r->state == OP_QUEUED) {
+        if (r->state == OP_QUEUED && comm_op_find(c, r->call.tag) == r) {
+            /* (Not behind a call of its tag that returned early.) */
             op_start(c, r);
             started = 1;
         }
@@ -574,7 +688,9 @@ void comm_flush_and_complete(eccl_comm *c)
     for (eccl_request *r = c->ops; r; r = r->next) {
         if (r->state != OP_RUNNING) continue;
         eccl_result err = r->alg->error ? r->alg->error(&r->u) : ECCL_OK;
+        size_t early;
         if (err != ECCL_OK) comm_op_finish(c, r, err);
         else if (op_complete(r)) comm_op_finish(c, r, ECCL_OK);
+        else if ((early = early_bytes(c, r)) != 0) op_return_early(c, r, early);
     }
 }

@@ -294,6 +294,7 @@ static eccl_result sync_shared_state_host(eccl_comm *c, eccl_shared_state *st,
     eccl_engine_lock(&c->eng);
     rc = comm_usable(c);
     /* One major operation per peer group at a time (DESIGN.md). */
+    if (rc == ECCL_OK) comm_ops_settle_returned(c);
     if (rc == ECCL_OK && (c->n_ops > 0 || c->sync.active)) rc = ECCL_ERR_BUSY;
     if (rc != ECCL_OK) {
         eccl_engine_unlock(&c->eng);

@@ -190,6 +190,7 @@ eccl_result eccl_comm_optimize_topology(eccl_comm *c, const eccl_topo_opts *opts
     eccl_engine_lock(&c->eng);
     eccl_result rc = comm_usable(c);
     /* One major operation per peer group at a time (DESIGN.md). */
+    if (rc == ECCL_OK) comm_ops_settle_returned(c);
     if (rc == ECCL_OK && (c->n_ops > 0 || c->sync.active)) rc = ECCL_ERR_BUSY;
     if (rc != ECCL_OK) {
         eccl_engine_unlock(&c->eng);

@@ -121,13 +121,13 @@ static void report_add(eccl_wire_op_flag *ops, uint32_t cap, uint32_t *n, uint64
     if (*n < cap) ops[(*n)++] = (eccl_wire_op_flag){tag, flag};
 }
 
-/* The bytes of r's result if a view change may hand it from one survivor
- * to another (docs/protocol.md, "The commit rule"), else 0: a replicated
+/* (comm_internal.h) A view change may hand r's result from one survivor
+ * to another (docs/protocol.md, "The commit rule") if it is a replicated
  * output (all-reduce, all-gather, broadcast: every rank ends with the
  * same bytes), exact, at most ECCL_WIRE_MAX_REPAIR, in host memory we can
  * read and write (a device call runs on its host mirror; the
  * device-resident ring and the simulator's phantom buffers do not). */
-static size_t repair_bytes(const eccl_comm *c, const eccl_request *r)
+size_t comm_op_repair_bytes(const eccl_comm *c, const eccl_request *r)
 {
     const eccl_coll_call *k = &r->call;
     if (!r->started || k->on_device || k->quant != ECCL_QUANT_NONE || eccl_dev_is_phantom(c->env, k->recvbuf))
@@ -146,7 +146,7 @@ static uint8_t report_flag(const eccl_comm *c, const eccl_request *r)
 {
     int have = op_have_full(r);
     uint8_t flag = (uint8_t)((have ? ECCL_VIEW_HELD : 0) | (r->call.kind == ECCL_COLL_RECV ? ECCL_VIEW_RECEIVER : 0));
-    if (repair_bytes(c, r)) flag |= have ? ECCL_VIEW_SOURCE : ECCL_VIEW_REPAIRABLE;
+    if (comm_op_repair_bytes(c, r)) flag |= have ? ECCL_VIEW_SOURCE : ECCL_VIEW_REPAIRABLE;
     return flag;
 }
 
@@ -166,8 +166,9 @@ eccl_result comm_on_repair_ask(eccl_comm *c, const eccl_msg_repair *q)
     d.u.repair.tag = q->tag;
     /* Empty: we cannot (the op is gone); the master asks another holder. */
     if (r && op_have_full(r)) {
-        d.u.repair.len = (uint32_t)repair_bytes(c, r);
-        d.u.repair.bytes = r->call.recvbuf;
+        d.u.repair.len = (uint32_t)comm_op_repair_bytes(c, r);
+        /* Returned early: the caller owns recvbuf again; we kept a copy. */
+        d.u.repair.bytes = r->returned ? r->kept : r->call.recvbuf;
     }
     return comm_master_send(c, &d);
 }
@@ -175,7 +176,7 @@ eccl_result comm_on_repair_ask(eccl_comm *c, const eccl_msg_repair *q)
 eccl_result comm_on_repair_put(eccl_comm *c, const eccl_msg_repair *p)
 {
     eccl_request *r = frozen_op(c, p->tag);
-    if (!r || op_have_full(r) || r->repaired || repair_bytes(c, r) != p->len) {
+    if (!r || op_have_full(r) || r->repaired || comm_op_repair_bytes(c, r) != p->len) {
         ECCL_WARN(c->env, "repair of tag %llu (%u bytes) fits no frozen op here: ignored",
                   (unsigned long long)p->tag, p->len);
         return ECCL_OK;
