@@ -1,0 +1,360 @@
+/* The master's side of the commit rule (docs/protocol.md, "The commit
+ * rule"), driven by scripted peers over loopback TCP against the real
+ * master, so every interleaving is reached on purpose:
+ *
+ * - a replicated tag that some members hold and the rest can take commits:
+ *   the master asks the first holder in ring order for its bytes
+ *   (REPAIR_ASK), hands them to those that lack them (REPAIR_PUT, before
+ *   the decision) and commits it for all;
+ * - the holder it asked dies before answering (the holder killed during
+ *   the repair), or answers empty: it asks the next one; with none left
+ *   the tag aborts;
+ * - a tag one member did not report, or could not take, aborts as before;
+ * - two members lost at once: the survivors' view is decided as one.
+ *
+ * A scripted peer registers, is admitted by the first one's vote, wires
+ * its ring (RING_READY) and then answers VIEW_QUERY with the report the
+ * test writes for it. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "eccl.h"
+#include "proto/wire.h"
+
+#define N_PEERS 5
+#define TAG 77u
+
+typedef struct peer {
+    int fd;
+    uint32_t rank;
+    uint32_t epoch;
+} peer;
+
+static int dial(const char *addr)
+{
+    const char *colon = strrchr(addr, ':');
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(colon + 1)),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    return fd;
+}
+
+static void send_msg(int fd, const eccl_msg *m)
+{
+    static uint8_t buf[ECCL_WIRE_HEADER_SIZE + ECCL_WIRE_MAX_CONTROL];
+    size_t n = eccl_wire_encode(m, buf, sizeof buf);
+    assert_true(n > 0);
+    assert_int_equal(write(fd, buf, n), (ssize_t)n);
+}
+
+static int readable(int fd, int ms)
+{
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    return poll(&p, 1, ms) == 1;
+}
+
+static void read_full(int fd, uint8_t *p, size_t n)
+{
+    while (n) {
+        assert_true(readable(fd, 5000));
+        ssize_t k = read(fd, p, n);
+        assert_true(k > 0);
+        p += k;
+        n -= (size_t)k;
+    }
+}
+
+/* The next message that is not a heartbeat, decoded into *m; its frame
+ * (which a decoded view or repair borrows) goes in *keep, freed by the
+ * caller. */
+static void next_msg(int fd, eccl_msg *m, uint8_t **keep)
+{
+    for (;;) {
+        uint8_t head[ECCL_WIRE_HEADER_SIZE];
+        eccl_wire_header h;
+        read_full(fd, head, sizeof head);
+        assert_int_equal(eccl_wire_header_decode(head, &h), ECCL_OK);
+        uint8_t *p = malloc(h.length + 1);
+        assert_non_null(p);
+        read_full(fd, p, h.length);
+        if (h.type == ECCL_MSG_HEARTBEAT) {
+            free(p);
+            continue;
+        }
+        assert_int_equal(eccl_wire_decode(h.type, p, h.length, m), ECCL_OK);
+        *keep = p;
+        return;
+    }
+}
+
+static void expect(int fd, uint16_t type, eccl_msg *m, uint8_t **keep)
+{
+    next_msg(fd, m, keep);
+    if (m->type != type) fail_msg("message %u, want %u", m->type, type);
+}
+
+static void take_ring(peer *p)
+{
+    eccl_msg m;
+    uint8_t *k;
+    expect(p->fd, ECCL_MSG_RING, &m, &k);
+    p->rank = m.u.ring.rank;
+    p->epoch = m.u.ring.epoch;
+    free(k);
+    eccl_msg rr = {.type = ECCL_MSG_RING_READY};
+    rr.u.epoch.epoch = p->epoch;
+    send_msg(p->fd, &rr);
+}
+
+/* A master and N_PEERS scripted members in one group, wired. */
+static eccl_master *start(peer *p)
+{
+    char maddr[64];
+    eccl_master *mst = NULL;
+    assert_int_equal(eccl_master_create("127.0.0.1:0", &mst), ECCL_OK);
+    assert_int_equal(eccl_master_address(mst, maddr, sizeof maddr), ECCL_OK);
+    assert_int_equal(eccl_master_run(mst), ECCL_OK);
+    eccl_msg m;
+    uint8_t *k;
+    for (int i = 0; i < N_PEERS; i++) {
+        p[i].fd = dial(maddr);
+        eccl_msg reg = {.type = ECCL_MSG_REGISTER};
+        reg.u.reg.peer_timeout_ms = 60000; /* the script sends no heartbeats */
+        snprintf(reg.u.reg.p2p_addr, sizeof reg.u.reg.p2p_addr, "127.0.0.1:%d", 41000 + i);
+        send_msg(p[i].fd, &reg);
+        expect(p[i].fd, ECCL_MSG_WELCOME, &m, &k);
+        assert_int_equal(m.u.welcome.accepted, i == 0);
+        free(k);
+        if (i == 0) take_ring(&p[0]);
+    }
+    /* The first one votes the others in: a view change of its group of one. */
+    eccl_msg vote = {.type = ECCL_MSG_TOPO_VOTE};
+    send_msg(p[0].fd, &vote);
+    expect(p[0].fd, ECCL_MSG_VIEW_QUERY, &m, &k);
+    eccl_msg rep = {.type = ECCL_MSG_VIEW_REPORT};
+    rep.u.view.epoch = m.u.epoch.epoch;
+    free(k);
+    send_msg(p[0].fd, &rep);
+    expect(p[0].fd, ECCL_MSG_VIEW_DECIDE, &m, &k);
+    free(k);
+    for (int i = 0; i < N_PEERS; i++) take_ring(&p[i]);
+    for (int i = 0; i < N_PEERS; i++) {
+        expect(p[i].fd, ECCL_MSG_TOPO_DONE, &m, &k);
+        free(k);
+    }
+    return mst;
+}
+
+static void stop(eccl_master *mst, peer *p)
+{
+    for (int i = 0; i < N_PEERS; i++)
+        if (p[i].fd >= 0) close(p[i].fd);
+    eccl_master_stop(mst);
+    eccl_master_destroy(mst);
+}
+
+/* Drops the members in `gone` (a bitmask) at once; the survivors get the
+ * query. */
+static uint32_t lose(peer *p, unsigned gone)
+{
+    for (int i = 0; i < N_PEERS; i++) {
+        if (!(gone & (1u << i))) continue;
+        close(p[i].fd);
+        p[i].fd = -1;
+    }
+    uint32_t epoch = 0;
+    for (int i = 0; i < N_PEERS; i++) {
+        if (p[i].fd < 0) continue;
+        eccl_msg m;
+        uint8_t *k;
+        expect(p[i].fd, ECCL_MSG_VIEW_QUERY, &m, &k);
+        epoch = m.u.epoch.epoch;
+        free(k);
+    }
+    return epoch;
+}
+
+static void report(const peer *p, uint32_t epoch, uint8_t flag)
+{
+    eccl_wire_op_flag op = {TAG, flag};
+    eccl_msg rep = {.type = ECCL_MSG_VIEW_REPORT};
+    rep.u.view.epoch = epoch;
+    rep.u.view.n_ops = flag == 0xFF ? 0 : 1; /* 0xFF: does not report the tag */
+    rep.u.view.ops = &op;
+    send_msg(p->fd, &rep);
+}
+
+/* The survivor of lowest ring rank among `among` (bitmask), or -1. */
+static int first_in_ring(const peer *p, unsigned among)
+{
+    int best = -1;
+    for (int i = 0; i < N_PEERS; i++)
+        if ((among & (1u << i)) && p[i].fd >= 0 && (best < 0 || p[i].rank < p[best].rank)) best = i;
+    return best;
+}
+
+static void answer_ask(const peer *p, uint32_t epoch, const char *bytes)
+{
+    eccl_msg m;
+    uint8_t *k;
+    expect(p->fd, ECCL_MSG_REPAIR_ASK, &m, &k);
+    assert_int_equal(m.u.repair.tag, TAG);
+    assert_int_equal(m.u.repair.epoch, epoch);
+    free(k);
+    if (!bytes) return; /* it dies, or the caller answers otherwise */
+    eccl_msg d = {.type = ECCL_MSG_REPAIR_DATA};
+    d.u.repair.epoch = epoch;
+    d.u.repair.tag = TAG;
+    d.u.repair.len = (uint32_t)strlen(bytes);
+    d.u.repair.bytes = (const uint8_t *)bytes;
+    send_msg(p->fd, &d);
+}
+
+/* Each survivor's decision on TAG (and, for a taker, the PUT before it). */
+static void expect_decision(const peer *p, unsigned takers, int commit, const char *bytes)
+{
+    for (int i = 0; i < N_PEERS; i++) {
+        if (p[i].fd < 0) continue;
+        eccl_msg m;
+        uint8_t *k;
+        if (commit && (takers & (1u << i))) {
+            expect(p[i].fd, ECCL_MSG_REPAIR_PUT, &m, &k);
+            assert_int_equal(m.u.repair.tag, TAG);
+            assert_int_equal(m.u.repair.len, strlen(bytes));
+            assert_memory_equal(m.u.repair.bytes, bytes, strlen(bytes));
+            free(k);
+        }
+        expect(p[i].fd, ECCL_MSG_VIEW_DECIDE, &m, &k);
+        assert_int_equal(m.u.view.n_ops, 1);
+        assert_int_equal(eccl_wire_view_op(&m.u.view, 0).tag, TAG);
+        assert_int_equal(eccl_wire_view_op(&m.u.view, 0).flag, commit);
+        free(k);
+        expect(p[i].fd, ECCL_MSG_RING, &m, &k); /* the survivors' next epoch */
+        free(k);
+    }
+}
+
+#define HOLD (ECCL_VIEW_HELD | ECCL_VIEW_SOURCE)
+#define TAKE ECCL_VIEW_REPAIRABLE
+#define BIT(i) (1u << (i))
+
+/* Peer 4 is lost; 0 and 2 hold the result, 1 and 3 can take it: the first
+ * holder in ring order is asked, and 1 and 3 get its bytes. */
+static void test_repair_commits(void **state)
+{
+    (void)state;
+    peer p[N_PEERS];
+    eccl_master *mst = start(p);
+    uint32_t e = lose(p, BIT(4));
+    const uint8_t flags[N_PEERS] = {HOLD, TAKE, HOLD, TAKE, 0};
+    for (int i = 0; i < 4; i++) report(&p[i], e, flags[i]);
+    int src = first_in_ring(p, BIT(0) | BIT(2));
+    answer_ask(&p[src], e, "sum of five");
+    /* The other holder is not asked: its next message is the decision. */
+    expect_decision(p, BIT(1) | BIT(3), 1, "sum of five");
+    stop(mst, p);
+}
+
+/* The holder asked dies before it answers: the next one is asked; the
+ * dead one's loss does not start another query before this decision. */
+static void test_repair_holder_killed(void **state)
+{
+    (void)state;
+    peer p[N_PEERS];
+    eccl_master *mst = start(p);
+    uint32_t e = lose(p, BIT(4));
+    const uint8_t flags[N_PEERS] = {HOLD, TAKE, HOLD, TAKE, 0};
+    for (int i = 0; i < 4; i++) report(&p[i], e, flags[i]);
+    int first = first_in_ring(p, BIT(0) | BIT(2)), second = first == 0 ? 2 : 0;
+    answer_ask(&p[first], e, NULL);
+    close(p[first].fd);
+    p[first].fd = -1;
+    answer_ask(&p[second], e, "sum of five");
+    expect_decision(p, BIT(1) | BIT(3), 1, "sum of five");
+    stop(mst, p);
+}
+
+/* The holder asked answers empty (it no longer has the op), and so does
+ * the next: nobody is left to ask, and the tag aborts everywhere. */
+static void test_repair_no_holder_left(void **state)
+{
+    (void)state;
+    peer p[N_PEERS];
+    eccl_master *mst = start(p);
+    uint32_t e = lose(p, BIT(4));
+    const uint8_t flags[N_PEERS] = {HOLD, TAKE, HOLD, TAKE, 0};
+    for (int i = 0; i < 4; i++) report(&p[i], e, flags[i]);
+    int first = first_in_ring(p, BIT(0) | BIT(2)), second = first == 0 ? 2 : 0;
+    answer_ask(&p[first], e, "");
+    answer_ask(&p[second], e, "");
+    expect_decision(p, 0, 0, NULL);
+    stop(mst, p);
+}
+
+/* Two members lost at once, the only holders among them: the survivors
+ * hold nothing to hand over, and the tag aborts. A second case: the
+ * survivors include a holder, so the tag commits. */
+static void test_repair_two_losses(void **state)
+{
+    (void)state;
+    peer p[N_PEERS];
+    eccl_master *mst = start(p);
+    uint32_t e = lose(p, BIT(3) | BIT(4));
+    for (int i = 0; i < 3; i++) report(&p[i], e, TAKE);
+    expect_decision(p, 0, 0, NULL);
+    stop(mst, p);
+
+    mst = start(p);
+    e = lose(p, BIT(0) | BIT(4));
+    const uint8_t flags[N_PEERS] = {0, TAKE, TAKE, HOLD, 0};
+    for (int i = 1; i < 4; i++) report(&p[i], e, flags[i]);
+    answer_ask(&p[3], e, "x");
+    expect_decision(p, BIT(1) | BIT(2), 1, "x");
+    stop(mst, p);
+}
+
+/* The old rule where the new one does not apply: a member that did not
+ * report the tag (it never started it), or lacks it and cannot take it
+ * (not replicated, too big): abort, and nobody is asked. */
+static void test_repair_needs_every_member(void **state)
+{
+    (void)state;
+    for (int c = 0; c < 2; c++) {
+        peer p[N_PEERS];
+        eccl_master *mst = start(p);
+        uint32_t e = lose(p, BIT(4));
+        const uint8_t flags[N_PEERS] = {HOLD, TAKE, HOLD, (uint8_t)(c == 0 ? 0xFF : 0), 0};
+        for (int i = 0; i < 4; i++) report(&p[i], e, flags[i]);
+        expect_decision(p, 0, 0, NULL);
+        stop(mst, p);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_repair_commits),
+        cmocka_unit_test(test_repair_holder_killed),
+        cmocka_unit_test(test_repair_no_holder_left),
+        cmocka_unit_test(test_repair_two_losses),
+        cmocka_unit_test(test_repair_needs_every_member),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
