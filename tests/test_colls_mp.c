@@ -875,6 +875,22 @@ static int die_on_kth(const char *name, int *failnum, void **failinfo, unsigned 
     return 0; /* the send itself goes through */
 }
 
+/* The victim, once the n - 1 others entered the faulted call (so the loss
+ * finds them inside it): dies at its kill_after-th send from now on
+ * (0: KILL_AFTER_SENDS). */
+static int arm_victim(int n, int index, int kill_after)
+{
+    cluster_shared *sh = cluster_shm();
+    for (int i = 0; i < n; i++)
+        if (i != index)
+            while (!atomic_load(&sh->slot[i].val[V_ENTERED])) cluster_sleep_ms(1);
+    cluster_sleep_ms(30);
+    if (kill_after) g_kill_after = kill_after;
+    if (fiu_init(0) != 0) return -1;
+    if (fiu_enable_external("eccl/net/send", 1, NULL, 0, die_on_kth) != 0) return -1;
+    return fiu_enable_external("eccl/net_ibv/post", 1, NULL, 0, die_on_kth);
+}
+
 typedef struct fault_arg {
     int kind, n;
     size_t count;
@@ -894,17 +910,7 @@ static int fault_body(eccl_comm *c, int index, void *argp)
     CL_CHECK(one_call(c, &a, &b) == 0, "warm-up"); /* the full world works */
     a.tag = TAG_FAULT;
     cluster_shared *sh = cluster_shm();
-    if (rank == f->victim_rank) {
-        /* The survivors enter first, so the loss finds them inside the call. */
-        for (int i = 0; i < f->n; i++)
-            if (i != index)
-                while (!atomic_load(&sh->slot[i].val[V_ENTERED])) cluster_sleep_ms(1);
-        cluster_sleep_ms(30);
-        if (f->kill_after) g_kill_after = f->kill_after;
-        CL_CHECK(fiu_init(0) == 0, "fiu_init");
-        CL_CHECK(fiu_enable_external("eccl/net/send", 1, NULL, 0, die_on_kth) == 0, "fiu");
-        CL_CHECK(fiu_enable_external("eccl/net_ibv/post", 1, NULL, 0, die_on_kth) == 0, "fiu");
-    }
+    if (rank == f->victim_rank) CL_CHECK(arm_victim(f->n, index, f->kill_after) == 0, "fiu");
     const void *in;
     void *out;
     size_t ob;
@@ -1017,16 +1023,7 @@ static int repair_body(eccl_comm *c, int index, void *argp)
     CL_CHECK(one_call(c, &a, &b) == 0, "warm-up");
     a.tag = TAG_FAULT;
     cluster_shared *sh = cluster_shm();
-    if (rank == f->victim_rank) {
-        for (int i = 0; i < f->n; i++)
-            if (i != index)
-                while (!atomic_load(&sh->slot[i].val[V_ENTERED])) cluster_sleep_ms(1);
-        cluster_sleep_ms(30);
-        g_kill_after = f->kill_after;
-        CL_CHECK(fiu_init(0) == 0, "fiu_init");
-        CL_CHECK(fiu_enable_external("eccl/net/send", 1, NULL, 0, die_on_kth) == 0, "fiu");
-        CL_CHECK(fiu_enable_external("eccl/net_ibv/post", 1, NULL, 0, die_on_kth) == 0, "fiu");
-    }
+    if (rank == f->victim_rank) CL_CHECK(arm_victim(f->n, index, f->kill_after) == 0, "fiu");
     const void *in;
     void *out;
     size_t ob;

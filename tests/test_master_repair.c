@@ -21,18 +21,14 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include "eccl.h"
 #include "proto/wire.h"
+#include "raw_peer.h"
 
 #define N_PEERS 5
 #define TAG 77u
@@ -43,63 +39,20 @@ typedef struct peer {
     uint32_t epoch;
 } peer;
 
-static int dial(const char *addr)
-{
-    const char *colon = strrchr(addr, ':');
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(colon + 1)),
-                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    assert_true(fd >= 0);
-    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
-    int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    return fd;
-}
-
-static void send_msg(int fd, const eccl_msg *m)
-{
-    static uint8_t buf[ECCL_WIRE_HEADER_SIZE + ECCL_WIRE_MAX_CONTROL];
-    size_t n = eccl_wire_encode(m, buf, sizeof buf);
-    assert_true(n > 0);
-    assert_int_equal(write(fd, buf, n), (ssize_t)n);
-}
-
-static int readable(int fd, int ms)
-{
-    struct pollfd p = {.fd = fd, .events = POLLIN};
-    return poll(&p, 1, ms) == 1;
-}
-
-static void read_full(int fd, uint8_t *p, size_t n)
-{
-    while (n) {
-        assert_true(readable(fd, 5000));
-        ssize_t k = read(fd, p, n);
-        assert_true(k > 0);
-        p += k;
-        n -= (size_t)k;
-    }
-}
-
 /* The next message that is not a heartbeat, decoded into *m; its frame
  * (which a decoded view or repair borrows) goes in *keep, freed by the
  * caller. */
 static void next_msg(int fd, eccl_msg *m, uint8_t **keep)
 {
     for (;;) {
-        uint8_t head[ECCL_WIRE_HEADER_SIZE];
         eccl_wire_header h;
-        read_full(fd, head, sizeof head);
-        assert_int_equal(eccl_wire_header_decode(head, &h), ECCL_OK);
-        uint8_t *p = malloc(h.length + 1);
-        assert_non_null(p);
-        read_full(fd, p, h.length);
+        uint8_t *f = raw_read_frame(fd, &h);
         if (h.type == ECCL_MSG_HEARTBEAT) {
-            free(p);
+            free(f);
             continue;
         }
-        assert_int_equal(eccl_wire_decode(h.type, p, h.length, m), ECCL_OK);
-        *keep = p;
+        assert_int_equal(eccl_wire_decode(h.type, f + ECCL_WIRE_HEADER_SIZE, h.length, m), ECCL_OK);
+        *keep = f;
         return;
     }
 }
@@ -120,7 +73,7 @@ static void take_ring(peer *p)
     free(k);
     eccl_msg rr = {.type = ECCL_MSG_RING_READY};
     rr.u.epoch.epoch = p->epoch;
-    send_msg(p->fd, &rr);
+    raw_send(p->fd, &rr);
 }
 
 /* A master and N_PEERS scripted members in one group, wired. */
@@ -134,11 +87,11 @@ static eccl_master *start(peer *p)
     eccl_msg m;
     uint8_t *k;
     for (int i = 0; i < N_PEERS; i++) {
-        p[i].fd = dial(maddr);
+        p[i].fd = raw_dial(maddr);
         eccl_msg reg = {.type = ECCL_MSG_REGISTER};
         reg.u.reg.peer_timeout_ms = 60000; /* the script sends no heartbeats */
         snprintf(reg.u.reg.p2p_addr, sizeof reg.u.reg.p2p_addr, "127.0.0.1:%d", 41000 + i);
-        send_msg(p[i].fd, &reg);
+        raw_send(p[i].fd, &reg);
         expect(p[i].fd, ECCL_MSG_WELCOME, &m, &k);
         assert_int_equal(m.u.welcome.accepted, i == 0);
         free(k);
@@ -146,12 +99,12 @@ static eccl_master *start(peer *p)
     }
     /* The first one votes the others in: a view change of its group of one. */
     eccl_msg vote = {.type = ECCL_MSG_TOPO_VOTE};
-    send_msg(p[0].fd, &vote);
+    raw_send(p[0].fd, &vote);
     expect(p[0].fd, ECCL_MSG_VIEW_QUERY, &m, &k);
     eccl_msg rep = {.type = ECCL_MSG_VIEW_REPORT};
     rep.u.view.epoch = m.u.epoch.epoch;
     free(k);
-    send_msg(p[0].fd, &rep);
+    raw_send(p[0].fd, &rep);
     expect(p[0].fd, ECCL_MSG_VIEW_DECIDE, &m, &k);
     free(k);
     for (int i = 0; i < N_PEERS; i++) take_ring(&p[i]);
@@ -198,7 +151,7 @@ static void report(const peer *p, uint32_t epoch, uint8_t flag)
     rep.u.view.epoch = epoch;
     rep.u.view.n_ops = flag == 0xFF ? 0 : 1; /* 0xFF: does not report the tag */
     rep.u.view.ops = &op;
-    send_msg(p->fd, &rep);
+    raw_send(p->fd, &rep);
 }
 
 /* The survivor of lowest ring rank among `among` (bitmask), or -1. */
@@ -224,7 +177,7 @@ static void answer_ask(const peer *p, uint32_t epoch, const char *bytes)
     d.u.repair.tag = TAG;
     d.u.repair.len = (uint32_t)strlen(bytes);
     d.u.repair.bytes = (const uint8_t *)bytes;
-    send_msg(p->fd, &d);
+    raw_send(p->fd, &d);
 }
 
 /* Each survivor's decision on TAG (and, for a taker, the PUT before it). */
@@ -257,14 +210,22 @@ static void expect_decision(const peer *p, unsigned takers, int commit, const ch
 
 /* Peer 4 is lost; 0 and 2 hold the result, 1 and 3 can take it: the first
  * holder in ring order is asked, and 1 and 3 get its bytes. */
+/* Peer 4 lost; 0 and 2 report the tag held, 1 and 3 that they can take it. */
+static eccl_master *start_two_holders(peer *p, uint32_t *epoch)
+{
+    eccl_master *mst = start(p);
+    *epoch = lose(p, BIT(4));
+    const uint8_t flags[N_PEERS] = {HOLD, TAKE, HOLD, TAKE, 0};
+    for (int i = 0; i < 4; i++) report(&p[i], *epoch, flags[i]);
+    return mst;
+}
+
 static void test_repair_commits(void **state)
 {
     (void)state;
     peer p[N_PEERS];
-    eccl_master *mst = start(p);
-    uint32_t e = lose(p, BIT(4));
-    const uint8_t flags[N_PEERS] = {HOLD, TAKE, HOLD, TAKE, 0};
-    for (int i = 0; i < 4; i++) report(&p[i], e, flags[i]);
+    uint32_t e;
+    eccl_master *mst = start_two_holders(p, &e);
     int src = first_in_ring(p, BIT(0) | BIT(2));
     answer_ask(&p[src], e, "sum of five");
     /* The other holder is not asked: its next message is the decision. */
@@ -278,10 +239,8 @@ static void test_repair_holder_killed(void **state)
 {
     (void)state;
     peer p[N_PEERS];
-    eccl_master *mst = start(p);
-    uint32_t e = lose(p, BIT(4));
-    const uint8_t flags[N_PEERS] = {HOLD, TAKE, HOLD, TAKE, 0};
-    for (int i = 0; i < 4; i++) report(&p[i], e, flags[i]);
+    uint32_t e;
+    eccl_master *mst = start_two_holders(p, &e);
     int first = first_in_ring(p, BIT(0) | BIT(2)), second = first == 0 ? 2 : 0;
     answer_ask(&p[first], e, NULL);
     close(p[first].fd);
@@ -297,10 +256,8 @@ static void test_repair_no_holder_left(void **state)
 {
     (void)state;
     peer p[N_PEERS];
-    eccl_master *mst = start(p);
-    uint32_t e = lose(p, BIT(4));
-    const uint8_t flags[N_PEERS] = {HOLD, TAKE, HOLD, TAKE, 0};
-    for (int i = 0; i < 4; i++) report(&p[i], e, flags[i]);
+    uint32_t e;
+    eccl_master *mst = start_two_holders(p, &e);
     int first = first_in_ring(p, BIT(0) | BIT(2)), second = first == 0 ? 2 : 0;
     answer_ask(&p[first], e, "");
     answer_ask(&p[second], e, "");

@@ -30,85 +30,14 @@
 
 #include "eccl.h"
 #include "proto/wire.h"
-
-static int listen_any(char *addr, size_t len)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t sl = sizeof sa;
-    assert_true(fd >= 0);
-    assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
-    assert_int_equal(listen(fd, 16), 0);
-    assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &sl), 0);
-    snprintf(addr, len, "127.0.0.1:%u", ntohs(sa.sin_port));
-    return fd;
-}
-
-static int dial(const char *addr)
-{
-    const char *colon = strrchr(addr, ':');
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(colon + 1)),
-                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    for (int i = 0; i < 200; i++) {
-        int fd = socket(AF_INET, SOCK_STREAM, 0);
-        assert_true(fd >= 0);
-        if (connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0) {
-            int one = 1;
-            setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-            return fd;
-        }
-        close(fd);
-        usleep(10000);
-    }
-    fail_msg("cannot reach %s", addr);
-    return -1;
-}
-
-static void send_msg(int fd, const eccl_msg *m)
-{
-    uint8_t buf[512];
-    size_t n = eccl_wire_encode(m, buf, sizeof buf);
-    assert_true(n > 0);
-    assert_int_equal(write(fd, buf, n), (ssize_t)n);
-}
-
-/* Whether a frame arrives within ms. */
-static int readable(int fd, int ms)
-{
-    struct pollfd p = {.fd = fd, .events = POLLIN};
-    return poll(&p, 1, ms) == 1;
-}
-
-static void read_full(int fd, uint8_t *p, size_t n)
-{
-    while (n) {
-        assert_true(readable(fd, 5000));
-        ssize_t k = read(fd, p, n);
-        assert_true(k > 0);
-        p += k;
-        n -= (size_t)k;
-    }
-}
-
-/* The next frame (heap; the caller frees it), its header in *h. */
-static uint8_t *read_frame(int fd, eccl_wire_header *h)
-{
-    uint8_t head[ECCL_WIRE_HEADER_SIZE];
-    read_full(fd, head, sizeof head);
-    assert_int_equal(eccl_wire_header_decode(head, h), ECCL_OK);
-    uint8_t *f = malloc(ECCL_WIRE_HEADER_SIZE + h->length + 1);
-    assert_non_null(f);
-    memcpy(f, head, sizeof head);
-    read_full(fd, f + ECCL_WIRE_HEADER_SIZE, h->length);
-    return f;
-}
+#include "raw_peer.h"
 
 /* The next frame that is not a heartbeat. */
 static uint8_t *read_batch(int fd, eccl_msg *m)
 {
     for (;;) {
         eccl_wire_header h;
-        uint8_t *f = read_frame(fd, &h);
+        uint8_t *f = raw_read_frame(fd, &h);
         if (h.type == ECCL_MSG_HEARTBEAT) {
             free(f);
             continue;
@@ -149,23 +78,23 @@ static void test_relay_holds_one_batch_and_folds(void **state)
 {
     (void)state;
     char paddr[64], raddr[64];
-    int lfd = listen_any(paddr, sizeof paddr);
+    int lfd = raw_listen(paddr, sizeof paddr);
     eccl_relay *r = NULL;
     assert_int_equal(eccl_relay_create("127.0.0.1:0", paddr, &r), ECCL_OK);
     assert_int_equal(eccl_relay_address(r, raddr, sizeof raddr), ECCL_OK);
     assert_int_equal(eccl_relay_run(r), ECCL_OK);
-    assert_true(readable(lfd, 5000));
+    assert_true(raw_readable(lfd, 5000));
     int up = accept(lfd, NULL, NULL);
     assert_true(up >= 0);
     eccl_wire_header h;
-    free(read_frame(up, &h));
+    free(raw_read_frame(up, &h));
     assert_int_equal(h.type, ECCL_MSG_RELAY_HELLO);
 
     /* Child 0 registers: one batch goes up, and stays unanswered. */
     int kid[3];
-    kid[0] = dial(raddr);
+    kid[0] = raw_dial(raddr);
     eccl_msg m = reg_msg(0), b;
-    send_msg(kid[0], &m);
+    raw_send(kid[0], &m);
     entry e[8];
     uint8_t *f = read_batch(up, &b);
     assert_int_equal(entries(&b, e, 8), 1);
@@ -174,16 +103,16 @@ static void test_relay_holds_one_batch_and_folds(void **state)
     free(f);
     /* Children 1 and 2 register meanwhile: nothing goes up... */
     for (int i = 1; i < 3; i++) {
-        kid[i] = dial(raddr);
+        kid[i] = raw_dial(raddr);
         m = reg_msg(i);
-        send_msg(kid[i], &m);
+        raw_send(kid[i], &m);
         usleep(50000);
     }
     usleep(100000);
-    assert_false(readable(up, 0));
+    assert_false(raw_readable(up, 0));
     /* ...until the parent speaks: then both, in one batch, in handle order. */
     eccl_msg hb = {.type = ECCL_MSG_HEARTBEAT};
-    send_msg(up, &hb);
+    raw_send(up, &hb);
     f = read_batch(up, &b);
     assert_int_equal(entries(&b, e, 8), 2);
     assert_int_equal(e[0].handle, 1);
@@ -196,15 +125,15 @@ static void test_relay_holds_one_batch_and_folds(void **state)
     eccl_msg rr = {.type = ECCL_MSG_RING_READY};
     rr.u.epoch.epoch = 1;
     eccl_msg pq = {.type = ECCL_MSG_PENDING_QUERY};
-    send_msg(kid[2], &rr);
+    raw_send(kid[2], &rr);
     usleep(20000);
-    send_msg(kid[1], &rr);
+    raw_send(kid[1], &rr);
     usleep(20000);
-    send_msg(kid[0], &rr);
-    send_msg(kid[0], &pq);
+    raw_send(kid[0], &rr);
+    raw_send(kid[0], &pq);
     usleep(100000);
-    assert_false(readable(up, 0));
-    send_msg(up, &hb);
+    assert_false(raw_readable(up, 0));
+    raw_send(up, &hb);
     /* One span for the three votes, then child 0's query after its vote. */
     f = read_batch(up, &b);
     assert_int_equal(entries(&b, e, 8), 2);
@@ -232,7 +161,7 @@ static void test_relay_holds_one_batch_and_folds(void **state)
     for (int i = 0; i < 3; i++) {
         eccl_msg got;
         for (;;) {
-            f = read_frame(kid[i], &h);
+            f = raw_read_frame(kid[i], &h);
             if (h.type != ECCL_MSG_HEARTBEAT) break;
             free(f);
         }
@@ -243,15 +172,15 @@ static void test_relay_holds_one_batch_and_folds(void **state)
     }
 
     /* A child that hangs up is a gone entry, after what it said. */
-    send_msg(up, &hb);
-    send_msg(kid[1], &rr);
+    raw_send(up, &hb);
+    raw_send(kid[1], &rr);
     close(kid[1]);
     f = read_batch(up, &b);
     uint32_t n = entries(&b, e, 8);
     if (n == 1) { /* the hang-up came in the next batch */
         assert_int_equal(e[0].type, ECCL_MSG_RING_READY);
         free(f);
-        send_msg(up, &hb);
+        raw_send(up, &hb);
         f = read_batch(up, &b);
         n = entries(&b, e, 8);
         assert_int_equal(n, 1);
@@ -279,9 +208,9 @@ static void test_master_answers_every_batch(void **state)
     assert_int_equal(eccl_master_create("127.0.0.1:0", &mst), ECCL_OK);
     assert_int_equal(eccl_master_address(mst, maddr, sizeof maddr), ECCL_OK);
     assert_int_equal(eccl_master_run(mst), ECCL_OK);
-    int fd = dial(maddr);
+    int fd = raw_dial(maddr);
     eccl_msg hello = {.type = ECCL_MSG_RELAY_HELLO};
-    send_msg(fd, &hello);
+    raw_send(fd, &hello);
 
     /* Three registrations in one batch: the answer is a batch. The first
      * peer is accepted alone (its WELCOME, then its RING); the other two
@@ -314,9 +243,9 @@ static void test_master_answers_every_batch(void **state)
     frame = eccl_wire_batch_take(&wb, &len);
     assert_int_equal(write(fd, frame, len), (ssize_t)len);
     free(frame);
-    assert_true(readable(fd, 500));
+    assert_true(raw_readable(fd, 500));
     eccl_wire_header h;
-    f = read_frame(fd, &h);
+    f = raw_read_frame(fd, &h);
     assert_int_equal(h.type, ECCL_MSG_HEARTBEAT);
     free(f);
 
@@ -334,7 +263,7 @@ static void test_master_answers_every_batch(void **state)
     int closed = 0;
     for (int i = 0; i < 50 && !closed; i++) {
         uint8_t junk[256];
-        assert_true(readable(fd, 5000));
+        assert_true(raw_readable(fd, 5000));
         ssize_t k = read(fd, junk, sizeof junk);
         closed = k <= 0;
     }

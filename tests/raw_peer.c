@@ -1,0 +1,86 @@
+#include "raw_peer.h"
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+int raw_listen(char *addr, size_t len)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t sl = sizeof sa;
+    assert_true(fd >= 0);
+    assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    assert_int_equal(listen(fd, 16), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &sl), 0);
+    snprintf(addr, len, "127.0.0.1:%u", ntohs(sa.sin_port));
+    return fd;
+}
+
+int raw_dial(const char *addr)
+{
+    const char *colon = strrchr(addr, ':');
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(colon + 1)),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    for (int i = 0; i < 200; i++) {
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        assert_true(fd >= 0);
+        if (connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0) {
+            int one = 1;
+            setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+            return fd;
+        }
+        close(fd);
+        usleep(10000);
+    }
+    fail_msg("cannot reach %s", addr);
+    return -1;
+}
+
+void raw_send(int fd, const eccl_msg *m)
+{
+    static uint8_t buf[ECCL_WIRE_HEADER_SIZE + ECCL_WIRE_MAX_CONTROL];
+    size_t n = eccl_wire_encode(m, buf, sizeof buf);
+    assert_true(n > 0);
+    assert_int_equal(write(fd, buf, n), (ssize_t)n);
+}
+
+int raw_readable(int fd, int ms)
+{
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    return poll(&p, 1, ms) == 1;
+}
+
+void raw_read_full(int fd, uint8_t *p, size_t n)
+{
+    while (n) {
+        assert_true(raw_readable(fd, 5000));
+        ssize_t k = read(fd, p, n);
+        assert_true(k > 0);
+        p += k;
+        n -= (size_t)k;
+    }
+}
+
+uint8_t *raw_read_frame(int fd, eccl_wire_header *h)
+{
+    uint8_t head[ECCL_WIRE_HEADER_SIZE];
+    raw_read_full(fd, head, sizeof head);
+    assert_int_equal(eccl_wire_header_decode(head, h), ECCL_OK);
+    uint8_t *f = malloc(ECCL_WIRE_HEADER_SIZE + h->length + 1);
+    assert_non_null(f);
+    memcpy(f, head, sizeof head);
+    raw_read_full(fd, f + ECCL_WIRE_HEADER_SIZE, h->length);
+    return f;
+}

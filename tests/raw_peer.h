@@ -1,0 +1,27 @@
+/* A scripted end of an eccl control connection for tests: plain loopback
+ * sockets speaking the wire format (core/proto/wire.h), to play a master's
+ * peers or a relay's parent and children frame by frame. Failures are
+ * cmocka assertions. */
+#ifndef ECCL_TESTS_RAW_PEER_H
+#define ECCL_TESTS_RAW_PEER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "proto/wire.h"
+
+/* A listening socket on 127.0.0.1, any port; its address in addr. */
+int raw_listen(char *addr, size_t len);
+/* A connection to addr ("127.0.0.1:PORT"), retried for about 2 s. */
+int raw_dial(const char *addr);
+/* Encodes and writes one control message. */
+void raw_send(int fd, const eccl_msg *m);
+/* Whether the socket is readable within ms. */
+int raw_readable(int fd, int ms);
+/* Reads exactly n bytes (each piece within 5 s). */
+void raw_read_full(int fd, uint8_t *p, size_t n);
+/* The next frame, header included (heap; the caller frees it); its
+ * header in *h. */
+uint8_t *raw_read_frame(int fd, eccl_wire_header *h);
+
+#endif /* ECCL_TESTS_RAW_PEER_H */
