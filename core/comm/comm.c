@@ -373,6 +373,13 @@ static uint64_t comm_step(void *owner, void **ready, int n, int *again)
     }
     comm_ops_advance(c);
     comm_flush_and_complete(c);
+    while (c->returned_finished) {
+        /* A call queued behind it starts now: nothing else may come to
+         * wake us (its peers wait for its frames). */
+        c->returned_finished = 0;
+        comm_ops_advance(c);
+        comm_flush_and_complete(c);
+    }
     comm_ops_sweep(c);
     comm_probe_pump(c);
     return next;
@@ -697,6 +704,12 @@ eccl_result eccl_comm_get_attr(eccl_comm *c, eccl_attr attr, int64_t *value)
 void eccl_comm_destroy(eccl_comm *c)
 {
     if (!c) return;
+    /* Calls that returned early finish their completion round first: the
+     * others may still need our tokens or our copy of the result, and
+     * leaving now would be a loss to them. */
+    eccl_engine_lock(&c->eng);
+    if (c->phase != PHASE_FAILED) comm_ops_settle_returned(c);
+    eccl_engine_unlock(&c->eng);
     if (c->eng.thread) eccl_engine_stop(&c->eng);
     comm_ops_fail_all(c, ECCL_ERR_CLOSED);
     for (eccl_request *r = c->ops, *n; r; r = n) {

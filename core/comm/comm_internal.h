@@ -322,6 +322,7 @@ struct eccl_comm {
     uint32_t n_ops;
     size_t early_max;           /* ECCL_EARLY_RETURN_BYTES */
     size_t kept_total;          /* bytes kept by ops that returned early */
+    int returned_finished;      /* one of those finished: a call of its tag may start */
     /* Both ring buffers grow from COMM_RING_START entries as they fill
      * (ring_grow): a comm that finishes few ops holds a few hundred bytes,
      * not 24 KiB (a simulated 100k-rank run holds 100k comms). */

@@ -121,6 +121,7 @@ void comm_op_finish(eccl_comm *c, eccl_request *r, eccl_result result)
             ECCL_WARN(c->env, "tag %llu, returned early, ended with %s after the caller had it",
                       (unsigned long long)r->call.tag, eccl_strerror(result));
         result = ECCL_OK;
+        c->returned_finished = 1;
         free(r->kept);
         r->kept = NULL;
         c->kept_total -= r->kept_bytes;
