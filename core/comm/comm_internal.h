@@ -104,8 +104,7 @@ struct eccl_request {
      * of the result (`kept`) for survivors that may lack it. `orphan`: the
      * caller reaped it too; it is freed when it finishes. */
     int returned, orphan;
-    uint8_t *kept;
-    size_t kept_bytes;
+    eccl_buf *kept;       /* comm_op_repair_bytes(r) of them, from the comm's pool */
     int timeout_told;     /* its deadline passed and the master was asked to settle it */
     /* The world and rank the caller saw: a layout-bound call (all but
      * all-reduce) that starts in another fails rather than run on a layout

@@ -97,7 +97,7 @@ void comm_op_timed_out(eccl_comm *c, eccl_request *r)
          * fail it ourselves only if that does not come within another
          * timeout. */
         r->timeout_told = 1;
-        r->deadline_ns = now_ns(c) + (uint64_t)c->params.op_timeout_ms * 1000000ull;
+        r->deadline_ns = now_ns(c) + (uint64_t)c->params.op_timeout_ms * MS;
         ECCL_INFO(c->env, "tag %llu timed out: asking the master to settle it", (unsigned long long)r->call.tag);
         op_tell_master(c, r, ECCL_ERR_TIMEOUT);
         return;
@@ -122,10 +122,9 @@ void comm_op_finish(eccl_comm *c, eccl_request *r, eccl_result result)
                       (unsigned long long)r->call.tag, eccl_strerror(result));
         result = ECCL_OK;
         c->returned_finished = 1;
-        free(r->kept);
+        c->kept_total -= comm_op_repair_bytes(c, r);
+        eccl_bufpool_put(&c->pool, r->kept);
         r->kept = NULL;
-        c->kept_total -= r->kept_bytes;
-        r->kept_bytes = 0;
     }
     /* The promise: on failure recvbuf holds what it held before. */
     if (result != ECCL_OK && r->started) op_restore(r);
@@ -536,11 +535,9 @@ static size_t early_bytes(const eccl_comm *c, const eccl_request *r)
 
 static void op_return_early(eccl_comm *c, eccl_request *r, size_t bytes)
 {
-    uint8_t *kept = malloc(bytes);
-    if (!kept) return; /* it returns at the end of its round, as any call */
-    c->env->dev->copy(c->env->dev_ctx, kept, r->call.recvbuf, bytes);
-    r->kept = kept;
-    r->kept_bytes = bytes;
+    /* From the pool, as backups: a warm call path allocates nothing. */
+    if (!(r->kept = eccl_bufpool_get(&c->pool, bytes))) return; /* it returns after its round, as any call */
+    c->env->dev->copy(c->env->dev_ctx, r->kept->ptr, r->call.recvbuf, bytes);
     c->kept_total += bytes;
     r->returned = 1;
     r->result = ECCL_OK;
@@ -573,7 +570,7 @@ static int none_returned(void *arg)
 void comm_ops_settle_returned(eccl_comm *c)
 {
     if (!none_returned(c))
-        eccl_engine_drive(&c->eng, none_returned, c, now_ns(c) + (uint64_t)c->params.op_timeout_ms * 1000000ull);
+        eccl_engine_drive(&c->eng, none_returned, c, now_ns(c) + (uint64_t)c->params.op_timeout_ms * MS);
     comm_ops_sweep(c);
 }
 

@@ -168,7 +168,7 @@ eccl_result comm_on_repair_ask(eccl_comm *c, const eccl_msg_repair *q)
     if (r && op_have_full(r)) {
         d.u.repair.len = (uint32_t)comm_op_repair_bytes(c, r);
         /* Returned early: the caller owns recvbuf again; we kept a copy. */
-        d.u.repair.bytes = r->returned ? r->kept : r->call.recvbuf;
+        d.u.repair.bytes = r->returned ? r->kept->ptr : r->call.recvbuf;
     }
     return comm_master_send(c, &d);
 }
