@@ -84,3 +84,17 @@ uint8_t *raw_read_frame(int fd, eccl_wire_header *h)
     raw_read_full(fd, f + ECCL_WIRE_HEADER_SIZE, h->length);
     return f;
 }
+
+uint8_t *raw_read_msg(int fd, eccl_msg *m)
+{
+    for (;;) {
+        eccl_wire_header h;
+        uint8_t *f = raw_read_frame(fd, &h);
+        if (h.type == ECCL_MSG_HEARTBEAT) {
+            free(f);
+            continue;
+        }
+        assert_int_equal(eccl_wire_decode(h.type, f + ECCL_WIRE_HEADER_SIZE, h.length, m), ECCL_OK);
+        return f;
+    }
+}

@@ -23,5 +23,8 @@ void raw_read_full(int fd, uint8_t *p, size_t n);
 /* The next frame, header included (heap; the caller frees it); its
  * header in *h. */
 uint8_t *raw_read_frame(int fd, eccl_wire_header *h);
+/* The next frame that is not a heartbeat, decoded into *m (which may
+ * borrow from the frame); returns the frame, the caller frees it. */
+uint8_t *raw_read_msg(int fd, eccl_msg *m);
 
 #endif /* ECCL_TESTS_RAW_PEER_H */

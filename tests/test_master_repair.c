@@ -39,27 +39,9 @@ typedef struct peer {
     uint32_t epoch;
 } peer;
 
-/* The next message that is not a heartbeat, decoded into *m; its frame
- * (which a decoded view or repair borrows) goes in *keep, freed by the
- * caller. */
-static void next_msg(int fd, eccl_msg *m, uint8_t **keep)
-{
-    for (;;) {
-        eccl_wire_header h;
-        uint8_t *f = raw_read_frame(fd, &h);
-        if (h.type == ECCL_MSG_HEARTBEAT) {
-            free(f);
-            continue;
-        }
-        assert_int_equal(eccl_wire_decode(h.type, f + ECCL_WIRE_HEADER_SIZE, h.length, m), ECCL_OK);
-        *keep = f;
-        return;
-    }
-}
-
 static void expect(int fd, uint16_t type, eccl_msg *m, uint8_t **keep)
 {
-    next_msg(fd, m, keep);
+    *keep = raw_read_msg(fd, m);
     if (m->type != type) fail_msg("message %u, want %u", m->type, type);
 }
 

@@ -32,20 +32,12 @@
 #include "proto/wire.h"
 #include "raw_peer.h"
 
-/* The next frame that is not a heartbeat. */
+/* The next frame that is not a heartbeat: a batch. */
 static uint8_t *read_batch(int fd, eccl_msg *m)
 {
-    for (;;) {
-        eccl_wire_header h;
-        uint8_t *f = raw_read_frame(fd, &h);
-        if (h.type == ECCL_MSG_HEARTBEAT) {
-            free(f);
-            continue;
-        }
-        assert_int_equal(h.type, ECCL_MSG_BATCH);
-        assert_int_equal(eccl_wire_decode(h.type, f + ECCL_WIRE_HEADER_SIZE, h.length, m), ECCL_OK);
-        return f;
-    }
+    uint8_t *f = raw_read_msg(fd, m);
+    assert_int_equal(m->type, ECCL_MSG_BATCH);
+    return f;
 }
 
 typedef struct entry {
