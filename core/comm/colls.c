@@ -117,7 +117,7 @@ static eccl_result request_reap(eccl_request *r, eccl_reduce_info *info, eccl_st
         info->world_size = r->call.nranks;
         if (r->alg) {
             info->algorithm = r->alg->id;
-            r->alg->bytes(&r->u, &info->tx_bytes, &info->rx_bytes);
+            r->alg->bytes(op_state(r), &info->tx_bytes, &info->rx_bytes);
         }
     }
     if (r->state != OP_DONE) {
@@ -128,8 +128,7 @@ static eccl_result request_reap(eccl_request *r, eccl_reduce_info *info, eccl_st
         return rc;
     }
     comm_op_unlink(r->comm, r);
-    free(r->varr);
-    free(r);
+    comm_request_free(r->comm, r);
     return rc;
 }
 

@@ -501,6 +501,7 @@ eccl_result eccl_comm_create_with_env(eccl_env *env, eccl_env_release_fn release
     if ((rc = eccl_dispatch_init(&c->dispatch, env)) != ECCL_OK) goto fail;
     c->listener.kind = ECCL_HANDLE_LISTENER;
     eccl_bufpool_init(&c->pool, env);
+    eccl_bufpool_init(&c->states, NULL);
     ECCL_CHECK(env, eccl_engine_init(&c->eng, env, &comm_engine_ops, c));
     *out = c;
     return ECCL_OK;
@@ -715,7 +716,7 @@ void eccl_comm_destroy(eccl_comm *c)
     for (eccl_request *r = c->ops, *n; r; r = n) {
         n = r->next;
         eccl_stage_end(&r->stage, ECCL_ERR_CLOSED); /* frees a mirror never waited for */
-        free(r);
+        comm_request_free(c, r);
     }
     if (c->master_open) {
         eccl_chan_flush(&c->master);
@@ -724,6 +725,7 @@ void eccl_comm_destroy(eccl_comm *c)
     if (c->listener.l) c->env->net->close_listener(c->env->net_ctx, c->listener.l);
     comm_reap(c);
     eccl_bufpool_fini(&c->pool);
+    eccl_bufpool_fini(&c->states);
     eccl_engine_fini(&c->eng);
     c->env_release(c->env);
     free(c->recent);

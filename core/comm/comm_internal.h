@@ -114,19 +114,14 @@ struct eccl_request {
     size_t *varr;           /* the v layouts' counts and displacements (call.vcounts) */
     void *amem;             /* the algorithm's own bookkeeping (all-to-all: per peer) */
     const eccl_coll_algo *alg; /* NULL until the op starts */
-    union {
-        eccl_ring_allreduce ring;
-        eccl_tree_allreduce tree;
-        eccl_ring_pass pass;
-        eccl_a2a a2a;
-        eccl_p2p p2p;
-        eccl_binomial bino;
-        eccl_rec_allreduce rec;
-        eccl_bruck bruck;
-        eccl_rec_rs recrs;
-        eccl_hier_allreduce hier;
-    } u;
+    /* Its state (an eccl_tree_allreduce, ...: op_state), sized to the
+     * algorithm from the comm's state pool, so that a small call's request
+     * stays small (two are alive at once behind a call that returned
+     * early): NULL until the op starts. */
+    eccl_buf *alg_state;
 };
+
+static inline void *op_state(const eccl_request *r) { return r->alg_state->ptr; }
 
 /* What a link is to us in the current epoch (enum eccl_coll_role), or
  * ROLE_NONE: not (yet) part of the current epoch. */
@@ -334,12 +329,13 @@ struct eccl_comm {
     uint64_t *aborted_tags;                /* ring of cap_aborted, up to COMM_ABORTED_TAGS */
     uint32_t n_aborted_tags, aborted_head, cap_aborted;
     eccl_bufpool pool;
+    eccl_bufpool states; /* host memory: the ops' algorithm states (alg_state) */
 };
 
 static inline uint64_t now_ns(const eccl_comm *c) { return eccl_engine_now(&c->eng); }
 static inline int link_is_sync(const p2p_link *l) { return l->purpose == ECCL_LINK_SYNC; }
 static inline int link_is_probe(const p2p_link *l) { return l->purpose == ECCL_LINK_PROBE; }
-static inline int op_have_full(const eccl_request *r) { return r->alg->have_full(&r->u); }
+static inline int op_have_full(const eccl_request *r) { return r->alg->have_full(op_state(r)); }
 
 extern const eccl_chan_handler comm_link_handler;
 
@@ -395,6 +391,8 @@ eccl_result comm_on_repair_ask(eccl_comm *c, const eccl_msg_repair *q);
 size_t comm_op_repair_bytes(const eccl_comm *c, const eccl_request *r);
 /* Frees the ops that finished after their caller reaped them. */
 void comm_ops_sweep(eccl_comm *c);
+/* Frees a request unlinked from (or never on) c->ops. */
+void comm_request_free(eccl_comm *c, eccl_request *r);
 /* r's deadline passed: fail it here, or ask the master to settle it. */
 void comm_op_timed_out(eccl_comm *c, eccl_request *r);
 /* Mutex held: lets the ops that returned early finish (bounded by the op

@@ -6,18 +6,18 @@
 /* ---- ops ------------------------------------------------------------------- */
 
 /* The op's algorithm, behind one face (coll/algo.h). */
-static void op_restore(eccl_request *r) { r->alg->restore(&r->u); }
-static int op_complete(eccl_request *r) { return r->alg->complete(&r->u); }
-static int op_expects(const eccl_request *r, int role) { return r->alg->expects(&r->u, role); }
+static void op_restore(eccl_request *r) { r->alg->restore(op_state(r)); }
+static int op_complete(eccl_request *r) { return r->alg->complete(op_state(r)); }
+static int op_expects(const eccl_request *r, int role) { return r->alg->expects(op_state(r), role); }
 
 eccl_result comm_op_recv(eccl_request *r, int role, const eccl_wire_data *d, void **dst)
 {
-    return r->alg->recv(&r->u, role, d, dst);
+    return r->alg->recv(op_state(r), role, d, dst);
 }
 
 eccl_result comm_op_recv_done(eccl_request *r, int role, const eccl_wire_data *d)
 {
-    return r->alg->recv_done(&r->u, role, d);
+    return r->alg->recv_done(op_state(r), role, d);
 }
 
 /* Which connection of a pool of `size` carries the op with `tag`: the same
@@ -259,6 +259,15 @@ static eccl_result take_backup(eccl_comm *c, eccl_request *r, size_t out_bytes, 
     return ECCL_OK;
 }
 
+/* The op's algorithm state, `bytes` of it zeroed, from the comm's state
+ * pool (r->alg_state): NULL when there is no memory. */
+static void *take_state(eccl_comm *c, eccl_request *r, size_t bytes)
+{
+    if (!(r->alg_state = eccl_bufpool_get(&c->states, bytes))) return NULL;
+    memset(r->alg_state->ptr, 0, bytes);
+    return r->alg_state->ptr;
+}
+
 /* The recursive all-reduce's (coll/rec_allreduce.h): scratch and the backup. */
 static eccl_result rec_setup(eccl_comm *c, eccl_request *r, size_t bytes)
 {
@@ -267,7 +276,9 @@ static eccl_result rec_setup(eccl_comm *c, eccl_request *r, size_t bytes)
     uint8_t *backup;
     if (take_backup(c, r, bytes, &backup) != ECCL_OK) return ECCL_ERR_NO_MEMORY;
     if (sb && !(r->staging[0] = eccl_bufpool_get(&c->pool, sb))) return ECCL_ERR_NO_MEMORY;
-    eccl_rec_allreduce_init(&r->u.rec, &r->call, sb ? r->staging[0]->ptr : NULL, backup);
+    eccl_rec_allreduce *a = take_state(c, r, sizeof *a);
+    if (!a) return ECCL_ERR_NO_MEMORY;
+    eccl_rec_allreduce_init(a, &r->call, sb ? r->staging[0]->ptr : NULL, backup);
     r->alg = &eccl_rec_allreduce_algo;
     return ECCL_OK;
 }
@@ -281,7 +292,9 @@ static eccl_result hier_setup(eccl_comm *c, eccl_request *r, size_t bytes)
     uint8_t *backup;
     if (take_backup(c, r, bytes, &backup) != ECCL_OK) return ECCL_ERR_NO_MEMORY;
     if (!(r->staging[0] = eccl_bufpool_get(&c->pool, sb))) return ECCL_ERR_NO_MEMORY;
-    eccl_hier_allreduce_init(&r->u.hier, &r->call, r->staging[0]->ptr, backup);
+    eccl_hier_allreduce *a = take_state(c, r, sizeof *a);
+    if (!a) return ECCL_ERR_NO_MEMORY;
+    eccl_hier_allreduce_init(a, &r->call, r->staging[0]->ptr, backup);
     r->alg = &eccl_hier_allreduce_algo;
     return ECCL_OK;
 }
@@ -327,17 +340,21 @@ static eccl_result allreduce_setup(eccl_comm *c, eccl_request *r)
         }
     }
     if (algo == ECCL_ALGO_TREE) {
-        eccl_tree_allreduce_init(&r->u.tree, &r->call, staging, backup);
+        eccl_tree_allreduce *t = take_state(c, r, sizeof *t);
+        if (!t) return ECCL_ERR_NO_MEMORY;
+        eccl_tree_allreduce_init(t, &r->call, staging, backup);
         r->alg = &eccl_tree_allreduce_algo;
         return ECCL_OK;
     }
-    eccl_ring_allreduce_init(&r->u.ring, &r->call, staging, backup);
+    eccl_ring_allreduce *a = take_state(c, r, sizeof *a);
+    if (!a) return ECCL_ERR_NO_MEMORY;
+    eccl_ring_allreduce_init(a, &r->call, staging, backup);
     r->alg = &eccl_ring_allreduce_algo;
-    if (r->call.on_device) eccl_ring_allreduce_set_slots(&r->u.ring, (uint8_t *)r->pinned + 2 * sb);
+    if (r->call.on_device) eccl_ring_allreduce_set_slots(a, (uint8_t *)r->pinned + 2 * sb);
     if (r->call.quant != ECCL_QUANT_NONE) {
-        r->qimg = eccl_bufpool_get(&c->pool, eccl_ring_quant_bytes(&r->u.ring));
+        r->qimg = eccl_bufpool_get(&c->pool, eccl_ring_quant_bytes(a));
         if (!r->qimg) return ECCL_ERR_NO_MEMORY;
-        eccl_ring_allreduce_set_quant(&r->u.ring, r->qimg->ptr);
+        eccl_ring_allreduce_set_quant(a, r->qimg->ptr);
     }
     return ECCL_OK;
 }
@@ -360,8 +377,9 @@ static eccl_result binomial_setup(eccl_comm *c, eccl_request *r)
     uint8_t *scratch, *backup;
     eccl_result rc = take_scratch_backup(c, r, eccl_binomial_scratch_bytes(&r->call),
                                          eccl_binomial_output_bytes(&r->call), &scratch, &backup);
-    if (rc != ECCL_OK) return rc;
-    eccl_binomial_init(&r->u.bino, &r->call, scratch, backup);
+    eccl_binomial *a = rc == ECCL_OK ? take_state(c, r, sizeof *a) : NULL;
+    if (!a) return rc == ECCL_OK ? ECCL_ERR_NO_MEMORY : rc;
+    eccl_binomial_init(a, &r->call, scratch, backup);
     r->alg = &eccl_binomial_algo;
     return ECCL_OK;
 }
@@ -371,8 +389,9 @@ static eccl_result bruck_setup(eccl_comm *c, eccl_request *r)
 {
     uint8_t *scratch, *backup;
     eccl_result rc = take_scratch_backup(c, r, 0, eccl_bruck_output_bytes(&r->call), &scratch, &backup);
-    if (rc != ECCL_OK) return rc;
-    eccl_bruck_init(&r->u.bruck, &r->call, backup);
+    eccl_bruck *a = rc == ECCL_OK ? take_state(c, r, sizeof *a) : NULL;
+    if (!a) return rc == ECCL_OK ? ECCL_ERR_NO_MEMORY : rc;
+    eccl_bruck_init(a, &r->call, backup);
     r->alg = &eccl_bruck_algo;
     return ECCL_OK;
 }
@@ -383,8 +402,9 @@ static eccl_result recrs_setup(eccl_comm *c, eccl_request *r)
     uint8_t *scratch, *backup;
     eccl_result rc = take_scratch_backup(c, r, eccl_rec_rs_scratch_bytes(&r->call), eccl_rec_rs_output_bytes(&r->call),
                                          &scratch, &backup);
-    if (rc != ECCL_OK) return rc;
-    eccl_rec_rs_init(&r->u.recrs, &r->call, scratch, backup);
+    eccl_rec_rs *a = rc == ECCL_OK ? take_state(c, r, sizeof *a) : NULL;
+    if (!a) return rc == ECCL_OK ? ECCL_ERR_NO_MEMORY : rc;
+    eccl_rec_rs_init(a, &r->call, scratch, backup);
     r->alg = &eccl_rec_rs_algo;
     return ECCL_OK;
 }
@@ -419,13 +439,14 @@ static eccl_result pass_setup(eccl_comm *c, eccl_request *r)
     uint8_t *scratch, *backup;
     eccl_result rc = take_scratch_backup(c, r, eccl_ring_pass_scratch_bytes(&r->call),
                                          eccl_ring_pass_output_bytes(&r->call), &scratch, &backup);
-    if (rc != ECCL_OK) return rc;
-    eccl_ring_pass_init(&r->u.pass, &r->call, scratch, backup);
+    eccl_ring_pass *a = rc == ECCL_OK ? take_state(c, r, sizeof *a) : NULL;
+    if (!a) return rc == ECCL_OK ? ECCL_ERR_NO_MEMORY : rc;
+    eccl_ring_pass_init(a, &r->call, scratch, backup);
     if (r->call.quant != ECCL_QUANT_NONE) {
-        r->qimg = eccl_bufpool_get(&c->pool, eccl_ring_pass_quant_bytes(&r->u.pass));
-        r->staging[1] = eccl_bufpool_get(&c->pool, eccl_ring_pass_qstage_bytes(&r->u.pass));
+        r->qimg = eccl_bufpool_get(&c->pool, eccl_ring_pass_quant_bytes(a));
+        r->staging[1] = eccl_bufpool_get(&c->pool, eccl_ring_pass_qstage_bytes(a));
         if (!r->qimg || !r->staging[1]) return ECCL_ERR_NO_MEMORY;
-        eccl_ring_pass_set_quant(&r->u.pass, r->qimg->ptr, r->staging[1]->ptr);
+        eccl_ring_pass_set_quant(a, r->qimg->ptr, r->staging[1]->ptr);
     }
     r->alg = chain ? &eccl_chain_pass_algo : &eccl_ring_pass_algo;
     return ECCL_OK;
@@ -442,7 +463,9 @@ static eccl_result alltoall_setup(eccl_comm *c, eccl_request *r)
     uint8_t *backup;
     if (take_backup(c, r, re, &backup) != ECCL_OK) return ECCL_ERR_NO_MEMORY;
     if (overlaps && !(r->staging[0] = eccl_bufpool_get(&c->pool, se))) return ECCL_ERR_NO_MEMORY;
-    eccl_a2a_init(&r->u.a2a, &r->call, r->amem, backup, overlaps ? r->staging[0]->ptr : NULL);
+    eccl_a2a *a = take_state(c, r, sizeof *a);
+    if (!a) return ECCL_ERR_NO_MEMORY;
+    eccl_a2a_init(a, &r->call, r->amem, backup, overlaps ? r->staging[0]->ptr : NULL);
     r->alg = &eccl_a2a_algo;
     return ECCL_OK;
 }
@@ -453,7 +476,9 @@ static eccl_result p2p_setup(eccl_comm *c, eccl_request *r)
     size_t bytes = r->call.count * eccl_dtype_size(r->call.dtype);
     if (r->call.kind == ECCL_COLL_RECV && !(r->backup = eccl_bufpool_get(&c->pool, bytes)))
         return ECCL_ERR_NO_MEMORY;
-    eccl_p2p_init(&r->u.p2p, &r->call, r->backup ? r->backup->ptr : NULL);
+    eccl_p2p *a = take_state(c, r, sizeof *a);
+    if (!a) return ECCL_ERR_NO_MEMORY;
+    eccl_p2p_init(a, &r->call, r->backup ? r->backup->ptr : NULL);
     r->alg = &eccl_p2p_algo;
     return ECCL_OK;
 }
@@ -530,13 +555,21 @@ static size_t early_bytes(const eccl_comm *c, const eccl_request *r)
     if (r->call.kind != ECCL_COLL_ALLREDUCE && r->call.kind != ECCL_COLL_ALLGATHER) return 0;
     size_t bytes = comm_op_repair_bytes(c, r);
     if (!bytes || bytes > c->early_max || c->kept_total + bytes > COMM_KEPT_MAX) return 0;
-    return r->alg->settled(&r->u) ? bytes : 0;
+    return r->alg->settled(op_state(r)) ? bytes : 0;
 }
 
 static void op_return_early(eccl_comm *c, eccl_request *r, size_t bytes)
 {
-    /* From the pool, as backups: a warm call path allocates nothing. */
-    if (!(r->kept = eccl_bufpool_get(&c->pool, bytes))) return; /* it returns after its round, as any call */
+    /* An op that returned never restores: its backup, if any, keeps the
+     * result (one buffer fewer alive while the caller's next call runs);
+     * else one from the pool, as backups: a warm call path allocates
+     * nothing. */
+    if (r->backup && r->backup->cap >= bytes) {
+        r->kept = r->backup;
+        r->backup = NULL;
+    } else if (!(r->kept = eccl_bufpool_get(&c->pool, bytes))) {
+        return; /* it returns after its round, as any call */
+    }
     c->env->dev->copy(c->env->dev_ctx, r->kept->ptr, r->call.recvbuf, bytes);
     c->kept_total += bytes;
     r->returned = 1;
@@ -554,9 +587,15 @@ void comm_ops_sweep(eccl_comm *c)
         }
         *p = r->next;
         c->n_ops--;
-        free(r->varr);
-        free(r);
+        comm_request_free(c, r);
     }
+}
+
+void comm_request_free(eccl_comm *c, eccl_request *r)
+{
+    eccl_bufpool_put(&c->states, r->alg_state);
+    free(r->varr);
+    free(r);
 }
 
 static int none_returned(void *arg)
@@ -639,7 +678,7 @@ size_t comm_ops_pump(eccl_comm *c)
             links.role[i] = l[i] ? &l[i]->ch : NULL;
             if (!l[i] && (r->alg->pump_needs & ECCL_ROLE_BIT(i))) ready = 0;
         }
-        if (ready) r->alg->pump(&r->u, &links);
+        if (ready) r->alg->pump(op_state(r), &links);
     }
     comm_peers_flush_asks(c); /* the ranks the ops wanted and nobody knew */
     return links_queued(c) - before;
@@ -685,7 +724,7 @@ void comm_flush_and_complete(eccl_comm *c)
     }
     for (eccl_request *r = c->ops; r; r = r->next) {
         if (r->state != OP_RUNNING) continue;
-        eccl_result err = r->alg->error ? r->alg->error(&r->u) : ECCL_OK;
+        eccl_result err = r->alg->error ? r->alg->error(op_state(r)) : ECCL_OK;
         size_t early;
         if (err != ECCL_OK) comm_op_finish(c, r, err);
         else if (op_complete(r)) comm_op_finish(c, r, ECCL_OK);

@@ -1,6 +1,10 @@
 #include "util/bufpool.h"
 
+#include <stddef.h>
 #include <stdlib.h>
+
+/* A host pool's buffer: its bytes follow the header, aligned for any type. */
+#define HOST_HEAD ((sizeof(eccl_buf) + _Alignof(max_align_t) - 1) & ~(_Alignof(max_align_t) - 1))
 
 void eccl_bufpool_init(eccl_bufpool *p, const eccl_env *env)
 {
@@ -18,9 +22,17 @@ eccl_buf *eccl_bufpool_get(eccl_bufpool *p, size_t bytes)
         *best = b->next;
         return b;
     }
+    size_t cap = bytes ? bytes : 1;
+    if (!p->env) {
+        eccl_buf *b = malloc(HOST_HEAD + cap);
+        if (!b) return NULL;
+        b->cap = cap;
+        b->ptr = (char *)b + HOST_HEAD;
+        return b;
+    }
     eccl_buf *b = malloc(sizeof *b);
     if (!b) return NULL;
-    b->cap = bytes ? bytes : 1;
+    b->cap = cap;
     if (p->env->dev->alloc(p->env->dev_ctx, b->cap, &b->ptr) != ECCL_OK) {
         free(b);
         return NULL;
@@ -39,7 +51,7 @@ void eccl_bufpool_fini(eccl_bufpool *p)
 {
     for (eccl_buf *b = p->free_list, *n; b; b = n) {
         n = b->next;
-        p->env->dev->free(p->env->dev_ctx, b->ptr);
+        if (p->env) p->env->dev->free(p->env->dev_ctx, b->ptr);
         free(b);
     }
     p->free_list = NULL;

@@ -1,5 +1,6 @@
-/* A cache of device staging buffers, so the all-reduce path does not
- * allocate once warmed up: backups for restore-on-abort and staging slices. */
+/* A cache of buffers, so the call path does not allocate once warmed up:
+ * the env's staging memory (backups for restore-on-abort, staging slices)
+ * or, in a pool without an env, host memory (the ops' algorithm states). */
 #ifndef ECCL_CORE_UTIL_BUFPOOL_H
 #define ECCL_CORE_UTIL_BUFPOOL_H
 
@@ -16,6 +17,8 @@ typedef struct eccl_bufpool {
     eccl_buf *free_list;
 } eccl_bufpool;
 
+/* env NULL: host memory, header and bytes in one allocation, aligned for
+ * any type. */
 void eccl_bufpool_init(eccl_bufpool *p, const eccl_env *env);
 /* The smallest cached buffer of at least `bytes`, or a new one. */
 eccl_buf *eccl_bufpool_get(eccl_bufpool *p, size_t bytes);
