@@ -1004,12 +1004,16 @@ static void test_kill_reduce(void **state)
 
 #define V_OK 4
 #define V_WORLD 5
+#define V_DYING 6
 
 typedef struct repair_arg {
     int kind, n;
     size_t count;
     int victim_rank, kill_after, in_place;
     int must_commit;
+    /* This rank calls only once the victim is dead and the master had time
+     * to settle the tag without it (0: none; rank 0 is the root). */
+    int late_rank;
 } repair_arg;
 
 static int repair_body(eccl_comm *c, int index, void *argp)
@@ -1032,12 +1036,35 @@ static int repair_body(eccl_comm *c, int index, void *argp)
     int in_place = cluster_overlaps(in, ib, out, ob);
     uint64_t pre = in_place ? cluster_fnv1a(out, ob) : in ? cluster_fnv1a(in, ib) : 0;
     atomic_store(&sh->slot[index].val[V_ENTERED], 1);
+    if (f->late_rank && rank == f->late_rank) {
+        /* The victim returned, early, and died; so did the others return
+         * (they must not wait for us): the view change finds the tag
+         * committed elsewhere and not called here. */
+        for (int i = 0; i < f->n; i++) {
+            if (i == index) continue;
+            while (!atomic_load(&sh->slot[i].val[V_OK]) && !atomic_load(&sh->slot[i].val[V_DYING]))
+                cluster_sleep_ms(1);
+        }
+        cluster_sleep_ms(300);
+    }
     eccl_reduce_info info;
     memset(&info, 0, sizeof info);
     eccl_result rc = issue(c, &a, in, out, &info, NULL);
     /* A victim whose call returned (early: before its K-th send) dies
      * right after: a loss after one rank's return. */
-    if (rank == f->victim_rank) raise(SIGKILL);
+    if (rank == f->victim_rank) {
+        atomic_store(&sh->slot[index].val[V_DYING], 1);
+        raise(SIGKILL);
+    }
+    if (rc == ECCL_OK && f->late_rank && rank == f->late_rank) {
+        /* Handed the result the others committed: the full world's, though
+         * this call began after it shrank. */
+        CL_CHECK(expect(&a, &b, (uint32_t)rank, (uint32_t)f->n) == 0, "expect");
+        size_t first = 0, bad = cluster_mismatches(out, b.want, a.t, ob / 4, &first);
+        CL_CHECK(bad == 0, "the late %s got %zu wrong elements, first [%zu] = %.9g, want %.9g", kind_names[a.kind],
+                 bad, first, cluster_load(out, a.t, first), cluster_load(b.want, a.t, first));
+        info.world_size = (uint32_t)f->n;
+    }
     if (rc == ECCL_OK) {
         atomic_store(&sh->slot[index].val[V_OK], 1);
         atomic_store(&sh->slot[index].val[V_WORLD], info.world_size);
@@ -1094,22 +1121,34 @@ static void run_repair(cluster *cl, const repair_arg *f)
  * the result, 2 and 3 do not: repaired from the root. */
 static void test_repair_broadcast_chain(void **state)
 {
-    repair_arg f = {K_BROADCAST, 4, 1000, 1, 1, 0, 1};
+    repair_arg f = {K_BROADCAST, 4, 1000, 1, 1, 0, 1, 0};
     run_repair(*state, &f);
 }
 
 /* In place too: the output is the input of a retry, and is written whole. */
 static void test_repair_broadcast_chain_in_place(void **state)
 {
-    repair_arg f = {K_BROADCAST, 4, 1000, 2, 1, 1, 1};
+    repair_arg f = {K_BROADCAST, 4, 1000, 2, 1, 1, 1, 0};
     run_repair(*state, &f);
 }
+
+/* Broadcast returns early too (the root and each rank once its data went
+ * on): rank 3 calls only after the others returned and the victim died.
+ * The master hands it the result the others committed with, which its
+ * call then returns, whatever the tree (the chain or the binomial tree). */
+static void run_late_caller(void **state)
+{
+    repair_arg f = {K_BROADCAST, 4, 1000, 1, 1000, 0, 1, 3};
+    run_repair(*state, &f);
+}
+static void test_repair_broadcast_late_caller_chain(void **state) { run_late_caller(state); }
+static void test_repair_broadcast_late_caller_binomial(void **state) { run_late_caller(state); }
 
 /* Whatever the dispatcher runs and wherever the victim dies: agreement. */
 static void test_repair_allreduce_kill_points(void **state)
 {
     for (int k = 1; k <= 4; k++) {
-        repair_arg f = {K_ALLREDUCE, 4, 1000, 3, k, k % 2, 0};
+        repair_arg f = {K_ALLREDUCE, 4, 1000, 3, k, k % 2, 0, 0};
         run_repair(*state, &f);
     }
 }
@@ -1117,7 +1156,7 @@ static void test_repair_allreduce_kill_points(void **state)
 static void test_repair_allgather_kill_points(void **state)
 {
     for (int k = 1; k <= 3; k++) {
-        repair_arg f = {K_ALLGATHER, 5, 300, 2, k, 0, 0};
+        repair_arg f = {K_ALLGATHER, 5, 300, 2, k, 0, 0, 0};
         run_repair(*state, &f);
     }
 }
@@ -1241,6 +1280,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_kill_reduce, chain_setup, algo_teardown),
         cmocka_unit_test_setup_teardown(test_repair_broadcast_chain, chain_setup, algo_teardown),
         cmocka_unit_test_setup_teardown(test_repair_broadcast_chain_in_place, chain_setup, algo_teardown),
+        cmocka_unit_test_setup_teardown(test_repair_broadcast_late_caller_chain, chain_setup, algo_teardown),
+        cmocka_unit_test_setup_teardown(test_repair_broadcast_late_caller_binomial, binomial_setup, algo_teardown),
         cmocka_unit_test_setup_teardown(test_repair_allreduce_kill_points, cluster_test_setup,
                                         cluster_test_teardown),
         cmocka_unit_test_setup_teardown(test_repair_allgather_kill_points, cluster_test_setup,

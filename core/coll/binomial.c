@@ -286,10 +286,19 @@ static eccl_result bino_recv_done(void *op, int role, const eccl_wire_data *w)
 
 static int bino_have_full(const void *op) { return full(op); }
 
+/* Our output is final and every slice went down to our children (the
+ * reduce's non-roots: up to the parent): DONE and COMMIT, both empty, are
+ * all that is left. */
+static int bino_settled(const void *op)
+{
+    const eccl_binomial *b = op;
+    return b->inflight == 0 && full(b) && sends_queued(b);
+}
+
 static int bino_complete(void *op)
 {
     const eccl_binomial *b = op;
-    if (b->inflight > 0 || !full(b) || !sends_queued(b)) return 0;
+    if (!bino_settled(b)) return 0;
     return !waves(b) || (b->committed && b->commit_mask == all_children(b));
 }
 
@@ -338,6 +347,7 @@ const eccl_coll_algo eccl_binomial_algo = {
     .complete = bino_complete,
     .expects = bino_expects,
     .have_full = bino_have_full,
+    .settled = bino_settled,
     .restore = bino_restore,
     .error = bino_error,
     .bytes = bino_bytes,

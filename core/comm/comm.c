@@ -726,6 +726,7 @@ void eccl_comm_destroy(eccl_comm *c)
     comm_reap(c);
     eccl_bufpool_fini(&c->pool);
     eccl_bufpool_fini(&c->states);
+    comm_records_free(c);
     eccl_engine_fini(&c->eng);
     c->env_release(c->env);
     free(c->recent);

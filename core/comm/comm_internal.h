@@ -123,6 +123,20 @@ struct eccl_request {
 
 static inline void *op_state(const eccl_request *r) { return r->alg_state->ptr; }
 
+/* A replicated result the master handed us (REPAIR_PUT) for a tag we had
+ * not called when a view change committed it (docs/protocol.md, "The
+ * commit rule"): our next call of the tag returns these bytes instead of
+ * running. `committed` once the decision of its epoch came; a record whose
+ * decision did not commit the tag is dropped. */
+typedef struct comm_record {
+    struct comm_record *next;
+    uint64_t tag;
+    uint32_t epoch;
+    int committed;
+    uint32_t len;
+    uint8_t bytes[];
+} comm_record;
+
 /* What a link is to us in the current epoch (enum eccl_coll_role), or
  * ROLE_NONE: not (yet) part of the current epoch. */
 #define ROLE_NONE (-1)
@@ -316,6 +330,7 @@ struct eccl_comm {
     uint32_t n_ops;
     size_t early_max;           /* ECCL_EARLY_RETURN_BYTES */
     size_t kept_total;          /* bytes kept by ops that returned early */
+    struct comm_record *records; /* results handed over for tags not called yet */
     int returned_finished;      /* one of those finished: a call of its tag may start */
     /* Both ring buffers grow from COMM_RING_START entries as they fill
      * (ring_grow): a comm that finishes few ops holds a few hundred bytes,
@@ -401,6 +416,10 @@ void comm_ops_settle_returned(eccl_comm *c);
 /* The caller sees r finished (it may have returned early). */
 static inline int comm_op_user_done(const eccl_request *r) { return r->state == OP_DONE || r->returned; }
 eccl_result comm_on_repair_put(eccl_comm *c, const eccl_msg_repair *p);
+/* Ends r, which is starting, with the committed record of its tag if there
+ * is one (1; the record is used up), else 0. */
+int comm_record_take(eccl_comm *c, eccl_request *r);
+void comm_records_free(eccl_comm *c);
 eccl_result comm_pool_alloc(eccl_comm *c);
 
 /* peers.c: the address book and peer links */

@@ -490,6 +490,8 @@ static eccl_result op_start(eccl_comm *c, eccl_request *r)
     r->call.rank = c->rank;
     r->call.nranks = c->world;
     r->call.local_size = c->local_size;
+    /* Committed by a view change while we had not called it. */
+    if (c->records && comm_record_take(c, r)) return ECCL_OK;
     if (c->world < 2) {
         comm_op_finish(c, r, ECCL_ERR_TOO_FEW_PEERS);
         return ECCL_OK;
@@ -544,15 +546,17 @@ eccl_request *comm_op_find(eccl_comm *c, uint64_t tag)
 #define COMM_KEPT_MAX (4u * ECCL_WIRE_MAX_REPAIR)
 
 /* r holds its result and nothing more will touch the caller's buffers;
- * may it return before its completion round? Only a call whose result
- * every rank computes from every rank's input (all-reduce, all-gather: so
- * every survivor has started it and will report it) and that a view
- * change can hand over (comm_op_repair_bytes), in host memory of the
- * caller's own (a device call's mirror goes back at the end of the call). */
+ * may it return before its completion round? Only a call whose result is
+ * the same on every rank (all-reduce, all-gather, broadcast) and that a
+ * view change can hand over (comm_op_repair_bytes: to a survivor that
+ * reports it, or as a record to one that has not called it yet), in host
+ * memory of the caller's own (a device call's mirror goes back at the end
+ * of the call). */
 static size_t early_bytes(const eccl_comm *c, const eccl_request *r)
 {
     if (r->returned || r->state != OP_RUNNING || r->call.nranks < 3 || r->stage.active || !r->alg->settled) return 0;
-    if (r->call.kind != ECCL_COLL_ALLREDUCE && r->call.kind != ECCL_COLL_ALLGATHER) return 0;
+    eccl_coll_kind k = r->call.kind;
+    if (k != ECCL_COLL_ALLREDUCE && k != ECCL_COLL_ALLGATHER && k != ECCL_COLL_BROADCAST) return 0;
     size_t bytes = comm_op_repair_bytes(c, r);
     if (!bytes || bytes > c->early_max || c->kept_total + bytes > COMM_KEPT_MAX) return 0;
     return r->alg->settled(op_state(r)) ? bytes : 0;

@@ -116,22 +116,15 @@ eccl_result comm_on_ring(eccl_comm *c, const eccl_msg_ring *m)
 }
 
 
-static void report_add(eccl_wire_op_flag *ops, uint32_t cap, uint32_t *n, uint64_t tag, uint8_t flag)
-{
-    if (*n < cap) ops[(*n)++] = (eccl_wire_op_flag){tag, flag};
-}
-
-/* (comm_internal.h) A view change may hand r's result from one survivor
- * to another (docs/protocol.md, "The commit rule") if it is a replicated
+/* A view change may hand a call's result from one survivor to
+ * another (docs/protocol.md, "The commit rule") if it is a replicated
  * output (all-reduce, all-gather, broadcast: every rank ends with the
  * same bytes), exact, at most ECCL_WIRE_MAX_REPAIR, in host memory we can
  * read and write (a device call runs on its host mirror; the
  * device-resident ring and the simulator's phantom buffers do not). */
-size_t comm_op_repair_bytes(const eccl_comm *c, const eccl_request *r)
+static size_t call_repair_bytes(const eccl_comm *c, const eccl_coll_call *k)
 {
-    const eccl_coll_call *k = &r->call;
-    if (!r->started || k->on_device || k->quant != ECCL_QUANT_NONE || eccl_dev_is_phantom(c->env, k->recvbuf))
-        return 0;
+    if (k->on_device || k->quant != ECCL_QUANT_NONE || eccl_dev_is_phantom(c->env, k->recvbuf)) return 0;
     size_t es = eccl_dtype_size(k->dtype), n;
     switch (k->kind) {
     case ECCL_COLL_ALLREDUCE:
@@ -140,6 +133,17 @@ size_t comm_op_repair_bytes(const eccl_comm *c, const eccl_request *r)
     default: return 0;
     }
     return n <= ECCL_WIRE_MAX_REPAIR ? n : 0;
+}
+
+static void report_add(eccl_wire_op_flag *ops, uint32_t cap, uint32_t *n, uint64_t tag, uint8_t flag)
+{
+    if (*n < cap) ops[(*n)++] = (eccl_wire_op_flag){tag, flag};
+}
+
+/* (comm_internal.h) Of a started op: call_repair_bytes. */
+size_t comm_op_repair_bytes(const eccl_comm *c, const eccl_request *r)
+{
+    return r->started ? call_repair_bytes(c, &r->call) : 0;
 }
 
 static uint8_t report_flag(const eccl_comm *c, const eccl_request *r)
@@ -173,10 +177,92 @@ eccl_result comm_on_repair_ask(eccl_comm *c, const eccl_msg_repair *q)
     return comm_master_send(c, &d);
 }
 
+/* A result for a tag we have not started (not called yet, or queued): kept
+ * until the decision says whether the tag committed. */
+static eccl_result record_put(eccl_comm *c, const eccl_msg_repair *p)
+{
+    for (comm_record **q = &c->records; *q; q = &(*q)->next) {
+        if ((*q)->tag == p->tag && !(*q)->committed) { /* a repeat of this view change's */
+            comm_record *old = *q;
+            *q = old->next;
+            free(old);
+            break;
+        }
+    }
+    comm_record *rec = malloc(sizeof *rec + p->len);
+    if (!rec) return ECCL_ERR_NO_MEMORY; /* we drop the master: a loss to the others, never a wrong result */
+    rec->tag = p->tag;
+    rec->epoch = p->epoch;
+    rec->committed = 0;
+    rec->len = p->len;
+    memcpy(rec->bytes, p->bytes, p->len);
+    rec->next = c->records;
+    c->records = rec;
+    ECCL_DEBUG(c->env, "tag %llu: a result of %u bytes for our next call of it", (unsigned long long)p->tag, p->len);
+    return ECCL_OK;
+}
+
+/* The decision of `v` came: records of its epoch whose tag it committed
+ * stay, for our next call of the tag; the others go. */
+static void records_decide(eccl_comm *c, const eccl_msg_view *v)
+{
+    for (comm_record **q = &c->records; *q;) {
+        comm_record *rec = *q;
+        if (rec->committed) {
+            q = &rec->next;
+            continue;
+        }
+        for (uint32_t i = 0; i < v->n_ops && rec->epoch == v->epoch; i++) {
+            eccl_wire_op_flag e = eccl_wire_view_op(v, i);
+            if (e.tag == rec->tag) rec->committed = e.flag != 0;
+        }
+        if (rec->committed) {
+            q = &rec->next;
+        } else {
+            *q = rec->next;
+            free(rec);
+        }
+    }
+}
+
+int comm_record_take(eccl_comm *c, eccl_request *r)
+{
+    for (comm_record **q = &c->records; *q; q = &(*q)->next) {
+        comm_record *rec = *q;
+        if (rec->tag != r->call.tag || !rec->committed) continue;
+        *q = rec->next;
+        r->state = OP_RUNNING; /* nothing was sent: finishing restores nothing */
+        if (call_repair_bytes(c, &r->call) == rec->len) {
+            c->env->dev->copy(c->env->dev_ctx, r->call.recvbuf, rec->bytes, rec->len);
+            ECCL_DEBUG(c->env, "tag %llu: committed while not called here; its result handed over",
+                       (unsigned long long)r->call.tag);
+            comm_op_finish(c, r, ECCL_OK);
+        } else {
+            /* Not the call the others made (kind, size or buffer kind). */
+            ECCL_WARN(c->env, "tag %llu committed elsewhere with %u bytes of result; this call cannot take them",
+                      (unsigned long long)r->call.tag, rec->len);
+            comm_op_finish(c, r, ECCL_ERR_PEER_LOST);
+        }
+        free(rec);
+        return 1;
+    }
+    return 0;
+}
+
+void comm_records_free(eccl_comm *c)
+{
+    for (comm_record *rec = c->records, *n; rec; rec = n) {
+        n = rec->next;
+        free(rec);
+    }
+    c->records = NULL;
+}
+
 eccl_result comm_on_repair_put(eccl_comm *c, const eccl_msg_repair *p)
 {
     eccl_request *r = frozen_op(c, p->tag);
-    if (!r || op_have_full(r) || r->repaired || comm_op_repair_bytes(c, r) != p->len) {
+    if (!r) return record_put(c, p);
+    if (op_have_full(r) || r->repaired || comm_op_repair_bytes(c, r) != p->len) {
         ECCL_WARN(c->env, "repair of tag %llu (%u bytes) fits no frozen op here: ignored",
                   (unsigned long long)p->tag, p->len);
         return ECCL_OK;
@@ -280,6 +366,7 @@ eccl_result comm_on_view_decide(eccl_comm *c, const eccl_msg_view *v)
 {
     /* Queued frames may point into buffers an abort is about to restore. */
     comm_links_close_upto(c, v->epoch);
+    records_decide(c, v);
     /* A tag aborted elsewhere that we had not started fails here too: a
      * queued call of it now, or else our next call of it. */
     for (uint32_t i = 0; i < v->n_ops; i++) {

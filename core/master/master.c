@@ -467,9 +467,10 @@ static void repair_ask(mgroup *g, struct mrepair *x)
 
 /* Every member reported: decides each reported tag. A tag commits iff
  * every survivor holds its result, or, for a replicated result (the same
- * bytes on every rank), iff every survivor reported it, each either holds
- * it or can take it, and one that holds it can send it: the others then
- * get it (REPAIR_PUT) before the decision. Returns 0 on no memory. */
+ * bytes on every rank), iff every survivor that reported it either holds
+ * it or can take it, and one that holds it can send it: the others, those
+ * that have not called it included, then get it (REPAIR_PUT) before the
+ * decision. Returns 0 on no memory. */
 static int view_tally(mgroup *g)
 {
     uint64_t total = 0;
@@ -503,8 +504,11 @@ static int view_tally(mgroup *g)
          * receiver left, iff the sender saw its ACK. */
         uint32_t need = tag & ECCL_P2P_TAG_BIT ? (uint32_t)(b - a) : g->n;
         int commit = tag & ECCL_P2P_TAG_BIT && receiver >= 0 ? receiver : holders == need;
-        int repair = !commit && !(tag & ECCL_P2P_TAG_BIT) && b - a == g->n && holders + takers == g->n &&
-                     sources > 0;
+        /* Every member that reported it holds it or can take it; those
+         * that did not (a broadcast's rank that has not called it yet:
+         * the others may have returned early) take it as a record for
+         * their call of it. */
+        int repair = !commit && !(tag & ECCL_P2P_TAG_BIT) && holders + takers == b - a && sources > 0;
         all[n_ops].tag = tag;
         all[n_ops].flag = (uint8_t)(commit ? 1 : repair ? REPAIR_MARK : 0);
         n_repairs += (uint32_t)repair;
@@ -591,7 +595,7 @@ static void finish_view(eccl_master *m, mgroup *g)
             put.u.repair.bytes = x->bytes;
             for (uint32_t i = 0; i < g->n; i++) {
                 const eccl_wire_op_flag *e = report_entry(g->members[i], x->tag);
-                if (e && !(e->flag & ECCL_VIEW_HELD)) send_to(g->members[i], &put);
+                if (!e || !(e->flag & ECCL_VIEW_HELD)) send_to(g->members[i], &put);
             }
         }
         for (uint32_t d = 0; d < g->n_decided; d++)
