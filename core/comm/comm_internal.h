@@ -330,6 +330,7 @@ struct eccl_comm {
     uint32_t n_ops;
     size_t early_max;           /* ECCL_EARLY_RETURN_BYTES */
     size_t kept_total;          /* bytes kept by ops that returned early */
+    uint32_t n_returned;        /* ops that returned early, running on */
     struct comm_record *records; /* results handed over for tags not called yet */
     int returned_finished;      /* one of those finished: a call of its tag may start */
     /* Both ring buffers grow from COMM_RING_START entries as they fill

@@ -123,6 +123,7 @@ void comm_op_finish(eccl_comm *c, eccl_request *r, eccl_result result)
         result = ECCL_OK;
         c->returned_finished = 1;
         c->kept_total -= comm_op_repair_bytes(c, r);
+        c->n_returned--;
         eccl_bufpool_put(&c->pool, r->kept);
         r->kept = NULL;
     }
@@ -541,9 +542,15 @@ eccl_request *comm_op_find(eccl_comm *c, uint64_t tag)
 
 /* ---- returning early (docs/protocol.md, "The commit rule") ----------------- */
 
-/* Most bytes the ops that returned early keep at once; past it a call
- * waits for its completion round as before. */
+/* Most bytes the ops that returned early keep at once, and most such ops;
+ * past either a call waits for its completion round as before. The count
+ * bounds how far a rank runs ahead of its slowest peer's rounds, since
+ * every engine step walks the ops: a broadcast's root with 32 KiB of 8-byte
+ * copies let thousands of calls run ahead (2,000 8-byte broadcasts in a
+ * row, N = 4: 114-196 us a call; bounded at 16: 28-41 us; 4 and 64 measure
+ * the same as 16). */
 #define COMM_KEPT_MAX (4u * ECCL_WIRE_MAX_REPAIR)
+#define COMM_RETURNED_MAX 16u
 
 /* r holds its result and nothing more will touch the caller's buffers;
  * may it return before its completion round? Only a call whose result is
@@ -558,7 +565,8 @@ static size_t early_bytes(const eccl_comm *c, const eccl_request *r)
     eccl_coll_kind k = r->call.kind;
     if (k != ECCL_COLL_ALLREDUCE && k != ECCL_COLL_ALLGATHER && k != ECCL_COLL_BROADCAST) return 0;
     size_t bytes = comm_op_repair_bytes(c, r);
-    if (!bytes || bytes > c->early_max || c->kept_total + bytes > COMM_KEPT_MAX) return 0;
+    if (!bytes || bytes > c->early_max || c->kept_total + bytes > COMM_KEPT_MAX || c->n_returned >= COMM_RETURNED_MAX)
+        return 0;
     return r->alg->settled(op_state(r)) ? bytes : 0;
 }
 
@@ -576,6 +584,7 @@ static void op_return_early(eccl_comm *c, eccl_request *r, size_t bytes)
     }
     c->env->dev->copy(c->env->dev_ctx, r->kept->ptr, r->call.recvbuf, bytes);
     c->kept_total += bytes;
+    c->n_returned++;
     r->returned = 1;
     r->result = ECCL_OK;
     ECCL_TRACE(c->env, "%s tag %llu returned early", coll_name(r->call.kind), (unsigned long long)r->call.tag);
