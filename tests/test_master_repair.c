@@ -192,16 +192,20 @@ static void expect_decision(const peer *p, unsigned takers, int commit, const ch
 #define TAKE ECCL_VIEW_REPAIRABLE
 #define BIT(i) (1u << (i))
 
-/* Peer 4 is lost; 0 and 2 hold the result, 1 and 3 can take it: the first
- * holder in ring order is asked, and 1 and 3 get its bytes. */
-/* Peer 4 lost; 0 and 2 report the tag held, 1 and 3 that they can take it. */
-static eccl_master *start_two_holders(peer *p, uint32_t *epoch)
+/* Peer 4 lost; peers 0-3 report the tag with flags[0..3]. */
+static eccl_master *start_reported(peer *p, const uint8_t *flags, uint32_t *epoch)
 {
     eccl_master *mst = start(p);
     *epoch = lose(p, BIT(4));
-    const uint8_t flags[N_PEERS] = {HOLD, TAKE, HOLD, TAKE, 0};
     for (int i = 0; i < 4; i++) report(&p[i], *epoch, flags[i]);
     return mst;
+}
+
+/* 0 and 2 report the tag held, 1 and 3 that they can take it. */
+static eccl_master *start_two_holders(peer *p, uint32_t *epoch)
+{
+    static const uint8_t flags[4] = {HOLD, TAKE, HOLD, TAKE};
+    return start_reported(p, flags, epoch);
 }
 
 static void test_repair_commits(void **state)
@@ -278,10 +282,9 @@ static void test_repair_unreported_member_takes(void **state)
 {
     (void)state;
     peer p[N_PEERS];
-    eccl_master *mst = start(p);
-    uint32_t e = lose(p, BIT(4));
-    const uint8_t flags[N_PEERS] = {HOLD, TAKE, HOLD, 0xFF, 0};
-    for (int i = 0; i < 4; i++) report(&p[i], e, flags[i]);
+    static const uint8_t flags[4] = {HOLD, TAKE, HOLD, 0xFF};
+    uint32_t e;
+    eccl_master *mst = start_reported(p, flags, &e);
     answer_ask(&p[first_in_ring(p, BIT(0) | BIT(2))], e, "root's bytes");
     expect_decision(p, BIT(1) | BIT(3), 1, "root's bytes");
     stop(mst, p);
@@ -294,10 +297,9 @@ static void test_repair_needs_every_reporter(void **state)
 {
     (void)state;
     peer p[N_PEERS];
-    eccl_master *mst = start(p);
-    uint32_t e = lose(p, BIT(4));
-    const uint8_t flags[N_PEERS] = {HOLD, TAKE, HOLD, 0, 0};
-    for (int i = 0; i < 4; i++) report(&p[i], e, flags[i]);
+    static const uint8_t flags[4] = {HOLD, TAKE, HOLD, 0};
+    uint32_t e;
+    eccl_master *mst = start_reported(p, flags, &e);
     expect_decision(p, 0, 0, NULL);
     stop(mst, p);
 }
