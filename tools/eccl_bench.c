@@ -1245,8 +1245,17 @@ static int run_rank(const struct bench_opts *o)
         status = EXIT_FAILURE;
 out:
     free_buffers(&run);
-    if (run.comm != NULL)
+    if (run.comm != NULL) {
+        /* Every rank measured every size: the job ends together (no new
+         * ring among ranks that are leaving, nobody dials one already
+         * gone, nothing on the log). After a failure a rank just goes. */
+        eccl_result rc = status == EXIT_SUCCESS ? eccl_comm_leave(run.comm) : ECCL_OK;
+        if (rc != ECCL_OK) {
+            fprintf(stderr, "eccl-bench: rank %lld: leaving together: %s\n", (long long)run.rank, eccl_strerror(rc));
+            status = EXIT_FAILURE;
+        }
         eccl_comm_destroy(run.comm);
+    }
     return status;
 }
 
