@@ -62,20 +62,29 @@ static void free_buffers(const eccl_launch *L, float *send, float *recv)
     }
 }
 
-/* The step all members of the current ring agree on: the furthest one.
- * The tag is unique per ring epoch, which every member has just entered,
- * and far above the steps' own tags (iteration numbers); bit 63 is
- * reserved for point-to-point (eccl.h). */
-static eccl_result agree_on_step(eccl_comm *comm, int *iter)
+/* The step all members of the current ring agree on: the furthest one,
+ * and the world they agreed in (*world), which is the same on every
+ * member: whether there are enough members to go on is decided on it, not
+ * on the world each reads afterwards (a member that read it after a loss
+ * the others had not seen yet waited alone for the starting world while
+ * they went on without it, until every call timed out). The tag is unique
+ * per ring epoch, which every member has just entered, and far above the
+ * steps' own tags (iteration numbers); bit 63 is reserved for
+ * point-to-point (eccl.h). */
+static eccl_result agree_on_step(eccl_comm *comm, int *iter, int64_t *world)
 {
-    int64_t world = 0, epoch = 0;
-    eccl_comm_get_attr(comm, ECCL_ATTR_WORLD_SIZE, &world);
+    int64_t epoch = 0;
+    eccl_comm_get_attr(comm, ECCL_ATTR_WORLD_SIZE, world);
     eccl_comm_get_attr(comm, ECCL_ATTR_EPOCH, &epoch);
-    if (world < 2) return ECCL_OK;
+    if (*world < 2) return ECCL_OK;
     uint64_t step = (uint64_t)*iter;
+    eccl_reduce_info info = {0};
     eccl_result rc = eccl_allreduce(comm, &step, &step, 1, ECCL_U64, ECCL_MAX,
-                                    (1ull << 62) | (uint64_t)epoch, NULL);
-    if (rc == ECCL_OK) *iter = (int)step;
+                                    (1ull << 62) | (uint64_t)epoch, &info);
+    if (rc == ECCL_OK) {
+        *iter = (int)step;
+        *world = info.world_size;
+    }
     return rc;
 }
 
@@ -152,6 +161,7 @@ int eccl_worker_run(const eccl_launch *L, const eccl_worker_options *opts)
         }
     }
     int status = 0, iter = 0, agreed = 0, computed = -1, optimized = 0;
+    int64_t world = 0; /* the agreed step's (agree_on_step) */
     double waiting_since = 0;
     while (iter < o.iters) {
         uint32_t pending = 0;
@@ -172,7 +182,7 @@ int eccl_worker_run(const eccl_launch *L, const eccl_worker_options *opts)
             if (rc == ECCL_OK) continue;
         }
         if (rc == ECCL_OK && !agreed) {
-            rc = agree_on_step(comm, &iter);
+            rc = agree_on_step(comm, &iter, &world);
             agreed = rc == ECCL_OK;
             if (rc == ECCL_ERR_PEER_LOST) continue;
         }
@@ -186,8 +196,6 @@ int eccl_worker_run(const eccl_launch *L, const eccl_worker_options *opts)
             status = 1;
             break;
         }
-        int64_t world = 0;
-        eccl_comm_get_attr(comm, ECCL_ATTR_WORLD_SIZE, &world);
         if (world < o.world_min || world < o.start_world) {
             if (waiting_since == 0) waiting_since = L->now_ms(L->ctx);
             if (L->now_ms(L->ctx) - waiting_since > o.wait_ms) {
@@ -197,6 +205,7 @@ int eccl_worker_run(const eccl_launch *L, const eccl_worker_options *opts)
                 break;
             }
             L->sleep_ms(L->ctx, 10);
+            agreed = 0; /* every waiting member asks again, together */
             continue;
         }
         waiting_since = 0;
@@ -273,7 +282,8 @@ int eccl_worker_run(const eccl_launch *L, const eccl_worker_options *opts)
                  phantom ? "unchecked" : intact ? "yes" : "NO");
             if (!intact) status = 1;
             if (rc == ECCL_ERR_TOO_FEW_PEERS) L->sleep_ms(L->ctx, 10);
-            continue; /* retry this iteration with whoever is left */
+            agreed = 0; /* the world shrank: agreed afresh */
+            continue;   /* retry this iteration with whoever is left */
         }
         if (rc == ECCL_ERR_MASTER_LOST && rejoin(L, &o, &params, &comm, &id, iter)) {
             agreed = 0;
