@@ -58,11 +58,21 @@ void eccl_scn_job_rank_init(eccl_scn_job *j, rank_state *r, int idx, uint64_t *r
     const eccl_scenario *cfg = j->cfg;
     r->job = j;
     r->idx = idx;
+    r->pend_iter = -1;
     snprintf(r->name, sizeof r->name, "rank%d", idx);
     snprintf(r->host, sizeof r->host, "node-%d", eccl_scn_rank_host(cfg, idx));
     r->arrive_ns = (uint64_t)llround(cfg->stagger_s * 1e9) * (uint64_t)idx;
     uint64_t jitter_ns = (uint64_t)llround(cfg->jitter_s * 1e9);
     if (jitter_ns) r->arrive_ns += eccl_scn_prng_below(rng, jitter_ns);
+}
+
+/* r outlived the call of its last result hash: it counts (parity). */
+static void parity_settle(eccl_scn_job *j, rank_state *r)
+{
+    if (r->pend_iter < 0) return;
+    if (!j->ref_hash[r->pend_iter]) j->ref_hash[r->pend_iter] = r->pend_hash;
+    else if (j->ref_hash[r->pend_iter] != r->pend_hash) j->parity_bad++;
+    r->pend_iter = -1;
 }
 
 void eccl_scn_job_worker_starts(rank_state *r, uint64_t at_ns, int start_world)
@@ -76,6 +86,7 @@ void eccl_scn_job_worker_starts(rank_state *r, uint64_t at_ns, int start_world)
     r->status = 0;
     r->exit_status = -1;
     r->oks = r->phantom_oks = r->hashed_oks = 0;
+    parity_settle(r->job, r); /* a previous worker's, unless it was killed */
     r->first_ok_iter = r->last_ok_iter = -1;
     r->last_ok_world = r->min_ok_world = r->max_ok_world = -1;
     r->failed_ops = 0;
@@ -152,6 +163,7 @@ void eccl_scn_job_host_off(rank_state *r, uint64_t now, const char *event)
     eccl_scn_job *j = r->job;
     if (r->running) {
         r->killed++;
+        r->pend_iter = -1; /* killed: its last result binds nobody */
         /* Its finished steps no longer count towards the live workers' progress. */
         for (int i = 0; i <= r->last_ok_iter && i < j->cfg->iters; i++) j->oks_at[i]--;
         eccl_scn_job_worker_ended(r);
@@ -238,8 +250,9 @@ void eccl_scn_job_line(rank_state *r, uint64_t now, const char *line)
         if (iter >= 0 && iter < j->cfg->iters) {
             /* Every rank that finished an iteration holds the same bits. */
             if (hp && sscanf(hp + 6, "%llx", &h) == 1) {
-                if (!j->ref_hash[iter]) j->ref_hash[iter] = h;
-                else if (j->ref_hash[iter] != h) j->parity_bad++;
+                parity_settle(j, r); /* it lived on past its previous one */
+                r->pend_iter = iter;
+                r->pend_hash = h;
                 r->hashed_oks++;
             }
             /* A late worker's first step: it is through the ones before. */
@@ -660,6 +673,7 @@ int eccl_scn_job_finish(eccl_scn_job *s, const char *outdir, uint64_t end_ns, co
     if (cfg->phantom)
         eccl_scn_job_say(s, s->tool, "values unchecked: phantom buffers carry sizes, not bytes "
                        "(checked: completion, survivors, timing)");
+    for (int i = 0; i < cfg->ranks; i++) parity_settle(s, &s->rk[i]); /* those alive at the end */
     if (s->parity_bad) {
         eccl_scn_job_say(s, s->tool, "FAIL %d all-reduce results differ between ranks",
                        s->parity_bad);

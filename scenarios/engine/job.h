@@ -67,6 +67,13 @@ typedef struct rank_state {
     int rejoins;               /* master_lost lines: its relay died, it came back */
     int phantom_oks;           /* event=ok lines that said values=phantom */
     int hashed_oks;            /* event=ok lines with a result hash */
+    /* Its last result hash (of iteration pend_iter; -1: none), compared
+     * with the others' only once it is known to outlive the call: a rank
+     * whose call returned early and that died right after may hold a
+     * result the survivors then aborted (docs/protocol.md, "The commit
+     * rule": its outcome binds nobody). */
+    int pend_iter;
+    uint64_t pend_hash;
     uint64_t begin_ns, op_ns; /* last event=begin; last begin-to-ok time */
     uint64_t first_begin_ns;   /* its first worker's first event=begin; 0: none yet */
     size_t life;               /* diloco: the checker's index of its current worker */
@@ -102,7 +109,7 @@ struct eccl_scn_job {
     int running;        /* workers alive now */
     int next_milestone; /* the next iteration whose completion is announced */
     int *oks_at;        /* per iter: live ranks through it */
-    uint64_t *ref_hash; /* per iter: the first result hash seen; 0 none yet */
+    uint64_t *ref_hash; /* per iter: the first result hash that counts; 0 none yet */
     int parity_bad;     /* results that differ from ref_hash */
     /* Detection: the first kill/host_off/cut, and the first sign of it at a
      * survivor (a failed all-reduce, or one done in a smaller world). */
