@@ -1057,13 +1057,14 @@ static int repair_body(eccl_comm *c, int index, void *argp)
         raise(SIGKILL);
     }
     if (rc == ECCL_OK && f->late_rank && rank == f->late_rank) {
-        /* Handed the result the others committed: the full world's, though
-         * this call began after it shrank. */
+        /* Handed the result the others committed: the full world's (and so
+         * says its info), though this call began after it shrank. */
         CL_CHECK(expect(&a, &b, (uint32_t)rank, (uint32_t)f->n) == 0, "expect");
         size_t first = 0, bad = cluster_mismatches(out, b.want, a.t, ob / 4, &first);
         CL_CHECK(bad == 0, "the late %s got %zu wrong elements, first [%zu] = %.9g, want %.9g", kind_names[a.kind],
                  bad, first, cluster_load(out, a.t, first), cluster_load(b.want, a.t, first));
-        info.world_size = (uint32_t)f->n;
+        CL_CHECK(info.world_size == (uint32_t)f->n, "the late %s reports world %u, want the result's, %d",
+                 kind_names[a.kind], info.world_size, f->n);
     }
     if (rc == ECCL_OK) {
         atomic_store(&sh->slot[index].val[V_OK], 1);

@@ -132,6 +132,7 @@ typedef struct comm_record {
     struct comm_record *next;
     uint64_t tag;
     uint32_t epoch;
+    uint32_t world;     /* of that epoch: the world the others ran the call in */
     int committed;
     uint32_t len;
     uint8_t bytes[];

@@ -193,6 +193,7 @@ static eccl_result record_put(eccl_comm *c, const eccl_msg_repair *p)
     if (!rec) return ECCL_ERR_NO_MEMORY; /* we drop the master: a loss to the others, never a wrong result */
     rec->tag = p->tag;
     rec->epoch = p->epoch;
+    rec->world = c->world; /* the decision's epoch is still ours: its RING comes after it */
     rec->committed = 0;
     rec->len = p->len;
     memcpy(rec->bytes, p->bytes, p->len);
@@ -233,6 +234,7 @@ int comm_record_take(eccl_comm *c, eccl_request *r)
         *q = rec->next;
         r->state = OP_RUNNING; /* nothing was sent: finishing restores nothing */
         if (call_repair_bytes(c, &r->call) == rec->len) {
+            r->call.nranks = rec->world; /* what eccl_reduce_info reports: the result's world */
             c->env->dev->copy(c->env->dev_ctx, r->call.recvbuf, rec->bytes, rec->len);
             ECCL_DEBUG(c->env, "tag %llu: committed while not called here; its result handed over",
                        (unsigned long long)r->call.tag);
