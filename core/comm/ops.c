@@ -378,8 +378,9 @@ static eccl_result binomial_setup(eccl_comm *c, eccl_request *r)
     uint8_t *scratch, *backup;
     eccl_result rc = take_scratch_backup(c, r, eccl_binomial_scratch_bytes(&r->call),
                                          eccl_binomial_output_bytes(&r->call), &scratch, &backup);
-    eccl_binomial *a = rc == ECCL_OK ? take_state(c, r, sizeof *a) : NULL;
-    if (!a) return rc == ECCL_OK ? ECCL_ERR_NO_MEMORY : rc;
+    if (rc != ECCL_OK) return rc;
+    eccl_binomial *a = take_state(c, r, sizeof *a);
+    if (!a) return ECCL_ERR_NO_MEMORY;
     eccl_binomial_init(a, &r->call, scratch, backup);
     r->alg = &eccl_binomial_algo;
     return ECCL_OK;
@@ -390,8 +391,9 @@ static eccl_result bruck_setup(eccl_comm *c, eccl_request *r)
 {
     uint8_t *scratch, *backup;
     eccl_result rc = take_scratch_backup(c, r, 0, eccl_bruck_output_bytes(&r->call), &scratch, &backup);
-    eccl_bruck *a = rc == ECCL_OK ? take_state(c, r, sizeof *a) : NULL;
-    if (!a) return rc == ECCL_OK ? ECCL_ERR_NO_MEMORY : rc;
+    if (rc != ECCL_OK) return rc;
+    eccl_bruck *a = take_state(c, r, sizeof *a);
+    if (!a) return ECCL_ERR_NO_MEMORY;
     eccl_bruck_init(a, &r->call, backup);
     r->alg = &eccl_bruck_algo;
     return ECCL_OK;
@@ -403,8 +405,9 @@ static eccl_result recrs_setup(eccl_comm *c, eccl_request *r)
     uint8_t *scratch, *backup;
     eccl_result rc = take_scratch_backup(c, r, eccl_rec_rs_scratch_bytes(&r->call), eccl_rec_rs_output_bytes(&r->call),
                                          &scratch, &backup);
-    eccl_rec_rs *a = rc == ECCL_OK ? take_state(c, r, sizeof *a) : NULL;
-    if (!a) return rc == ECCL_OK ? ECCL_ERR_NO_MEMORY : rc;
+    if (rc != ECCL_OK) return rc;
+    eccl_rec_rs *a = take_state(c, r, sizeof *a);
+    if (!a) return ECCL_ERR_NO_MEMORY;
     eccl_rec_rs_init(a, &r->call, scratch, backup);
     r->alg = &eccl_rec_rs_algo;
     return ECCL_OK;
@@ -440,8 +443,9 @@ static eccl_result pass_setup(eccl_comm *c, eccl_request *r)
     uint8_t *scratch, *backup;
     eccl_result rc = take_scratch_backup(c, r, eccl_ring_pass_scratch_bytes(&r->call),
                                          eccl_ring_pass_output_bytes(&r->call), &scratch, &backup);
-    eccl_ring_pass *a = rc == ECCL_OK ? take_state(c, r, sizeof *a) : NULL;
-    if (!a) return rc == ECCL_OK ? ECCL_ERR_NO_MEMORY : rc;
+    if (rc != ECCL_OK) return rc;
+    eccl_ring_pass *a = take_state(c, r, sizeof *a);
+    if (!a) return ECCL_ERR_NO_MEMORY;
     eccl_ring_pass_init(a, &r->call, scratch, backup);
     if (r->call.quant != ECCL_QUANT_NONE) {
         r->qimg = eccl_bufpool_get(&c->pool, eccl_ring_pass_quant_bytes(a));
