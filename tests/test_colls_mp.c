@@ -1014,7 +1014,20 @@ typedef struct repair_arg {
     /* This rank calls only once the victim is dead and the master had time
      * to settle the tag without it (0: none; rank 0 is the root). */
     int late_rank;
+    /* The late rank cannot keep the result the master hands it (its
+     * staging allocations fail meanwhile): it drops out, the others
+     * commit. */
+    int fail_record;
 } repair_arg;
+
+static atomic_int g_failed_allocs;
+
+static int fail_and_count(const char *name, int *failnum, void **failinfo, unsigned int *flags)
+{
+    (void)name, (void)failnum, (void)failinfo, (void)flags;
+    atomic_fetch_add(&g_failed_allocs, 1);
+    return 1;
+}
 
 static int repair_body(eccl_comm *c, int index, void *argp)
 {
@@ -1045,6 +1058,16 @@ static int repair_body(eccl_comm *c, int index, void *argp)
             while (!atomic_load(&sh->slot[i].val[V_OK]) && !atomic_load(&sh->slot[i].val[V_DYING]))
                 cluster_sleep_ms(1);
         }
+        if (f->fail_record) {
+            /* The progress thread takes the master's REPAIR_PUT meanwhile:
+             * its record's allocation is the first to fail. */
+            CL_CHECK(fiu_init(0) == 0 && fiu_enable_external("eccl/dev/alloc", 1, NULL, 0, fail_and_count) == 0,
+                     "fiu");
+            for (int ms = 0; ms < 30000 && !atomic_load(&g_failed_allocs); ms++) cluster_sleep_ms(1);
+            fiu_disable("eccl/dev/alloc");
+            CL_CHECK(atomic_load(&g_failed_allocs) == 1, "%d record allocations failed, want 1",
+                     atomic_load(&g_failed_allocs));
+        }
         cluster_sleep_ms(300);
     }
     eccl_reduce_info info;
@@ -1055,6 +1078,14 @@ static int repair_body(eccl_comm *c, int index, void *argp)
     if (rank == f->victim_rank) {
         atomic_store(&sh->slot[index].val[V_DYING], 1);
         raise(SIGKILL);
+    }
+    if (f->fail_record && rank == f->late_rank) {
+        /* Without the record we left: our call fails, and says why. */
+        CL_CHECK(rc == ECCL_ERR_MASTER_LOST, "the late %s without its record: %s", kind_names[a.kind],
+                 eccl_strerror(rc));
+        atomic_store(&sh->slot[index].val[V_LOST], 1);
+        bufs_free(&b);
+        return 0;
     }
     if (rc == ECCL_OK && f->late_rank && rank == f->late_rank) {
         /* Handed the result the others committed: the full world's (and so
@@ -1110,6 +1141,14 @@ static void run_repair(cluster *cl, const repair_arg *f)
     }
     printf("    %s, victim rank %d at its send %d: %d survivors OK (%d in the full world), %d PEER_LOST\n",
            kind_names[f->kind], f->victim_rank, f->kill_after, ok, full, lost);
+    if (f->fail_record) {
+        /* The late rank's loss comes after the commit: it binds nobody. */
+        assert_int_equal(ok, f->n - 2);
+        assert_int_equal(full, f->n - 2);
+        assert_int_equal(lost, 1);
+        cluster_fini(cl);
+        return;
+    }
     assert_true((ok == f->n - 1 && lost == 0) || (ok == 0 && lost == f->n - 1));
     if (f->must_commit) {
         assert_int_equal(ok, f->n - 1);
@@ -1122,14 +1161,14 @@ static void run_repair(cluster *cl, const repair_arg *f)
  * the result, 2 and 3 do not: repaired from the root. */
 static void test_repair_broadcast_chain(void **state)
 {
-    repair_arg f = {K_BROADCAST, 4, 1000, 1, 1, 0, 1, 0};
+    repair_arg f = {K_BROADCAST, 4, 1000, 1, 1, 0, 1, 0, 0};
     run_repair(*state, &f);
 }
 
 /* In place too: the output is the input of a retry, and is written whole. */
 static void test_repair_broadcast_chain_in_place(void **state)
 {
-    repair_arg f = {K_BROADCAST, 4, 1000, 2, 1, 1, 1, 0};
+    repair_arg f = {K_BROADCAST, 4, 1000, 2, 1, 1, 1, 0, 0};
     run_repair(*state, &f);
 }
 
@@ -1139,17 +1178,26 @@ static void test_repair_broadcast_chain_in_place(void **state)
  * call then returns, whatever the tree (the chain or the binomial tree). */
 static void run_late_caller(void **state)
 {
-    repair_arg f = {K_BROADCAST, 4, 1000, 1, 1000, 0, 1, 3};
+    repair_arg f = {K_BROADCAST, 4, 1000, 1, 1000, 0, 1, 3, 0};
     run_repair(*state, &f);
 }
 static void test_repair_broadcast_late_caller_chain(void **state) { run_late_caller(state); }
+
+/* The record's staging allocation fails (eccl/dev/alloc): the late rank
+ * drops its master link, which fails its call with MASTER_LOST, and never
+ * returns bytes it does not hold; the others keep their commit. */
+static void test_repair_broadcast_late_caller_no_memory(void **state)
+{
+    repair_arg f = {K_BROADCAST, 4, 1000, 1, 1000, 0, 1, 3, 1};
+    run_repair(*state, &f);
+}
 static void test_repair_broadcast_late_caller_binomial(void **state) { run_late_caller(state); }
 
 /* Whatever the dispatcher runs and wherever the victim dies: agreement. */
 static void test_repair_allreduce_kill_points(void **state)
 {
     for (int k = 1; k <= 4; k++) {
-        repair_arg f = {K_ALLREDUCE, 4, 1000, 3, k, k % 2, 0, 0};
+        repair_arg f = {K_ALLREDUCE, 4, 1000, 3, k, k % 2, 0, 0, 0};
         run_repair(*state, &f);
     }
 }
@@ -1157,7 +1205,7 @@ static void test_repair_allreduce_kill_points(void **state)
 static void test_repair_allgather_kill_points(void **state)
 {
     for (int k = 1; k <= 3; k++) {
-        repair_arg f = {K_ALLGATHER, 5, 300, 2, k, 0, 0, 0};
+        repair_arg f = {K_ALLGATHER, 5, 300, 2, k, 0, 0, 0, 0};
         run_repair(*state, &f);
     }
 }
@@ -1283,6 +1331,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_repair_broadcast_chain_in_place, chain_setup, algo_teardown),
         cmocka_unit_test_setup_teardown(test_repair_broadcast_late_caller_chain, chain_setup, algo_teardown),
         cmocka_unit_test_setup_teardown(test_repair_broadcast_late_caller_binomial, binomial_setup, algo_teardown),
+        cmocka_unit_test_setup_teardown(test_repair_broadcast_late_caller_no_memory, chain_setup, algo_teardown),
         cmocka_unit_test_setup_teardown(test_repair_allreduce_kill_points, cluster_test_setup,
                                         cluster_test_teardown),
         cmocka_unit_test_setup_teardown(test_repair_allgather_kill_points, cluster_test_setup,

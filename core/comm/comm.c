@@ -724,9 +724,9 @@ void eccl_comm_destroy(eccl_comm *c)
     }
     if (c->listener.l) c->env->net->close_listener(c->env->net_ctx, c->listener.l);
     comm_reap(c);
+    comm_records_free(c); /* their bytes go back to the pool first */
     eccl_bufpool_fini(&c->pool);
     eccl_bufpool_fini(&c->states);
-    comm_records_free(c);
     eccl_engine_fini(&c->eng);
     c->env_release(c->env);
     free(c->recent);

@@ -127,7 +127,8 @@ static inline void *op_state(const eccl_request *r) { return r->alg_state->ptr; 
  * not called when a view change committed it (docs/protocol.md, "The
  * commit rule"): our next call of the tag returns these bytes instead of
  * running. `committed` once the decision of its epoch came; a record whose
- * decision did not commit the tag is dropped. */
+ * decision did not commit the tag is dropped. The bytes are staging memory
+ * from the comm's pool, as an op's backup is (and fail as it can). */
 typedef struct comm_record {
     struct comm_record *next;
     uint64_t tag;
@@ -135,7 +136,7 @@ typedef struct comm_record {
     uint32_t world;     /* of that epoch: the world the others ran the call in */
     int committed;
     uint32_t len;
-    uint8_t bytes[];
+    eccl_buf *bytes;
 } comm_record;
 
 /* What a link is to us in the current epoch (enum eccl_coll_role), or

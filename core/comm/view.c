@@ -177,6 +177,12 @@ eccl_result comm_on_repair_ask(eccl_comm *c, const eccl_msg_repair *q)
     return comm_master_send(c, &d);
 }
 
+static void record_free(eccl_comm *c, comm_record *rec)
+{
+    eccl_bufpool_put(&c->pool, rec->bytes);
+    free(rec);
+}
+
 /* A result for a tag we have not started (not called yet, or queued): kept
  * until the decision says whether the tag committed. */
 static eccl_result record_put(eccl_comm *c, const eccl_msg_repair *p)
@@ -185,18 +191,26 @@ static eccl_result record_put(eccl_comm *c, const eccl_msg_repair *p)
         if ((*q)->tag == p->tag && !(*q)->committed) { /* a repeat of this view change's */
             comm_record *old = *q;
             *q = old->next;
-            free(old);
+            record_free(c, old);
             break;
         }
     }
-    comm_record *rec = malloc(sizeof *rec + p->len);
-    if (!rec) return ECCL_ERR_NO_MEMORY; /* we drop the master: a loss to the others, never a wrong result */
+    comm_record *rec = malloc(sizeof *rec);
+    eccl_buf *bytes = rec ? eccl_bufpool_get(&c->pool, p->len) : NULL;
+    if (!bytes) {
+        /* We drop the master: a loss to the others, never a wrong result. */
+        ECCL_WARN(c->env, "tag %llu: no memory for the %u bytes of its committed result",
+                  (unsigned long long)p->tag, p->len);
+        free(rec);
+        return ECCL_ERR_NO_MEMORY;
+    }
     rec->tag = p->tag;
     rec->epoch = p->epoch;
     rec->world = c->world; /* the decision's epoch is still ours: its RING comes after it */
     rec->committed = 0;
     rec->len = p->len;
-    memcpy(rec->bytes, p->bytes, p->len);
+    rec->bytes = bytes;
+    c->env->dev->copy(c->env->dev_ctx, bytes->ptr, p->bytes, p->len);
     rec->next = c->records;
     c->records = rec;
     ECCL_DEBUG(c->env, "tag %llu: a result of %u bytes for our next call of it", (unsigned long long)p->tag, p->len);
@@ -221,7 +235,7 @@ static void records_decide(eccl_comm *c, const eccl_msg_view *v)
             q = &rec->next;
         } else {
             *q = rec->next;
-            free(rec);
+            record_free(c, rec);
         }
     }
 }
@@ -235,7 +249,7 @@ int comm_record_take(eccl_comm *c, eccl_request *r)
         r->state = OP_RUNNING; /* nothing was sent: finishing restores nothing */
         if (call_repair_bytes(c, &r->call) == rec->len) {
             r->call.nranks = rec->world; /* what eccl_reduce_info reports: the result's world */
-            c->env->dev->copy(c->env->dev_ctx, r->call.recvbuf, rec->bytes, rec->len);
+            c->env->dev->copy(c->env->dev_ctx, r->call.recvbuf, rec->bytes->ptr, rec->len);
             ECCL_DEBUG(c->env, "tag %llu: committed while not called here; its result handed over",
                        (unsigned long long)r->call.tag);
             comm_op_finish(c, r, ECCL_OK);
@@ -245,7 +259,7 @@ int comm_record_take(eccl_comm *c, eccl_request *r)
                       (unsigned long long)r->call.tag, rec->len);
             comm_op_finish(c, r, ECCL_ERR_PEER_LOST);
         }
-        free(rec);
+        record_free(c, rec);
         return 1;
     }
     return 0;
@@ -255,7 +269,7 @@ void comm_records_free(eccl_comm *c)
 {
     for (comm_record *rec = c->records, *n; rec; rec = n) {
         n = rec->next;
-        free(rec);
+        record_free(c, rec);
     }
     c->records = NULL;
 }
