@@ -16,6 +16,8 @@
 #   PEERS_ARGS     extra options for both peer programs, e.g. "-t 1" (the
 #                  per-size time budget) or "-n 50 -w 5" (fixed counts)
 #   PEERS_BUILD    where the peer programs are built (default OUTDIR/bin)
+#   PEERS_LIBS     which peers run (default "mpi gloo"; e.g. "mpi" for a
+#                  small-message sweep, where Gloo is 5-50x slower than both)
 #   ECCL_BENCH     eccl's own rows: a command taking eccl-bench's options
 #                  (see "ECCL JOIN POINT" below); default build/bin/eccl-bench,
 #                  built with cmake; "none": peers only
@@ -190,8 +192,8 @@ run_all() {
     for n in "${ns[@]}"; do
         for c in "${coll_list[@]}"; do
             echo "== N=$n $c (load $(loadavg))" >&2
-            run_mpi "$c" "$n"
-            run_gloo "$c" "$n"
+            case " ${PEERS_LIBS:-mpi gloo} " in *" mpi "*) run_mpi "$c" "$n" ;; esac
+            case " ${PEERS_LIBS:-mpi gloo} " in *" gloo "*) run_gloo "$c" "$n" ;; esac
             [ -n "$eccl" ] && run_eccl "$c" "$n"
         done
     done

@@ -3,7 +3,7 @@
 #include <string.h>
 
 const char *const bench_coll_names[COLL_COUNT] = {"allreduce", "allgather", "reduce_scatter",
-                                                  "broadcast", "reduce",    "alltoall"};
+                                                  "broadcast", "reduce",    "alltoall", "barrier"};
 
 int bench_coll_parse(const char *name)
 {
@@ -17,7 +17,10 @@ int bench_blocked(int coll)
     return coll == COLL_ALLGATHER || coll == COLL_REDUCE_SCATTER || coll == COLL_ALLTOALL;
 }
 
-int bench_reduces(int coll) { return coll != COLL_ALLGATHER && coll != COLL_BROADCAST && coll != COLL_ALLTOALL; }
+int bench_reduces(int coll)
+{
+    return coll != COLL_ALLGATHER && coll != COLL_BROADCAST && coll != COLL_ALLTOALL && coll != COLL_BARRIER;
+}
 
 double bench_busbw_factor(int coll, int64_t nranks)
 {

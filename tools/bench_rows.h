@@ -19,6 +19,7 @@ enum bench_coll {
     COLL_BROADCAST,
     COLL_REDUCE,
     COLL_ALLTOALL,
+    COLL_BARRIER, /* no data: one row of 0 bytes (eccl-bench only) */
     COLL_COUNT
 };
 
@@ -33,7 +34,7 @@ int bench_reduces(int coll);
 /* nccl-tests' bus bandwidth factors: what each rank's links carry per byte
  * of size, so the numbers compare across collectives and world sizes:
  * 2(n-1)/n for all-reduce, (n-1)/n for all-gather, reduce-scatter and
- * all-to-all, 1 for broadcast and reduce. */
+ * all-to-all, 1 for broadcast and reduce (and the barrier, of 0 bytes). */
 double bench_busbw_factor(int coll, int64_t nranks);
 /* A row's algorithm bandwidth in GB/s: `concurrent` calls of `bytes` each
  * (eccl-bench --inflight / --concurrent, eccl-sim's `concurrent`) done in

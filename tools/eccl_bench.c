@@ -249,7 +249,8 @@ static void usage(FILE *out)
             "  -o, --op NAME            sum avg prod min max (default sum)\n"
             "  -I, --inplace 0|1        in-place calls (default 0)\n"
             "      --coll NAME          allreduce allgather reduce_scatter broadcast reduce alltoall\n"
-            "                           (default allreduce)\n"
+            "                           barrier (default allreduce; barrier: one row of 0 bytes,\n"
+            "                           whatever -b/-e say, nothing to check)\n"
             "      --np N               start a master and N local rank processes\n"
             "      --master HOST:PORT   join this master as one rank\n"
             "      --world N            with --master: peers to admit before measuring\n"
@@ -440,7 +441,7 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
             while (k < COLL_COUNT && strcmp(optarg, bench_coll_names[k]) != 0) k++;
             if (k == COLL_COUNT)
                 return usage_error("unknown collective '%s' (allreduce allgather reduce_scatter "
-                                   "broadcast reduce alltoall)", optarg);
+                                   "broadcast reduce alltoall barrier)", optarg);
             o->coll = (enum bench_coll)k;
             break;
         }
@@ -745,6 +746,8 @@ static eccl_result issue(struct bench_run *run, const void *in, void *out, size_
         rc = req ? eccl_alltoall_async(c, in, out, ccount, o->dtype, tag, req)
                    : eccl_alltoall(c, in, out, ccount, o->dtype, tag, info);
         break;
+    case COLL_BARRIER:
+        return req ? eccl_barrier_async(c, tag, req) : eccl_barrier(c, tag);
     default:
         rc = req ? eccl_allreduce_async(c, in, out, ccount, o->dtype, o->op, tag, req)
                    : eccl_allreduce(c, in, out, ccount, o->dtype, o->op, tag, info);
@@ -837,6 +840,9 @@ static int checked_call(struct bench_run *run, size_t count, uint64_t *wrong)
     const void *in;
     void *out;
 
+    if (k == COLL_BARRIER) /* no bytes: nothing to check but that it returns */
+        return eccl_failed(issue(run, NULL, NULL, 0, run->next_tag++, NULL), "rank %" PRId64 ": checked barrier",
+                           run->rank);
     build_pattern(run, &p);
     call_bufs(run, ccount, run->recv, &in, &out);
     if (has_in) {
@@ -953,15 +959,16 @@ static void print_row(struct bench_run *run, size_t count, double time_us, uint6
     run->rows++;
     if (run->rank != 0)
         return;
-    if (run->opts->check)
+    if (run->opts->check && run->opts->coll != COLL_BARRIER)
         snprintf(wrong_text, sizeof wrong_text, "%" PRIu64, wrong);
     const char *redop = bench_reduces(run->opts->coll) ? op_names[run->opts->op] : "none";
-    bench_print_row(stdout, bytes, count, run->dt->name, redop, time_us, algbw, busbw, wrong_text,
-                    eccl_algorithm_name(run->algo));
+    /* eccl_barrier reports no algorithm (it takes no eccl_reduce_info). */
+    const char *algo = run->opts->coll == COLL_BARRIER ? "-" : eccl_algorithm_name(run->algo);
+    bench_print_row(stdout, bytes, count, run->dt->name, redop, time_us, algbw, busbw, wrong_text, algo);
     fflush(stdout);
     if (run->tsv)
         eccl_results_bench_row(run->tsv, bytes, count, run->dt->name, redop, time_us, algbw, busbw, wrong_text,
-                               eccl_algorithm_name(run->algo));
+                               algo);
 }
 
 static int run_size(struct bench_run *run, size_t size)
@@ -975,7 +982,7 @@ static int run_size(struct bench_run *run, size_t size)
     uint64_t wrong = 0, wrong_all = 0, start;
     double time_us, time_max;
 
-    if (count == 0)
+    if (count == 0 && o->coll != COLL_BARRIER)
         return 0;
     if (fill_steady(run, count))
         return 1;
@@ -1125,6 +1132,11 @@ static int run_sizes(struct bench_run *run)
     const struct bench_opts *o = run->opts;
 
     for (size_t size = o->minbytes;; size *= o->stepfactor) {
+        if (o->coll == COLL_BARRIER) {
+            if (run_size(run, 0))
+                return 1;
+            break;
+        }
         if (run_size(run, size))
             return 1;
         /* Stops before size * stepfactor passes maxbytes, or overflows. */

@@ -869,9 +869,10 @@ int eccl_scn_parse(const char *file, eccl_scenario *c)
                                 "nccl2_bootstrap or bench", val);
         } else if (id == K_COLL) {
             c->bench_coll = bench_coll_parse(val);
+            if (c->bench_coll == COLL_BARRIER) c->bench_coll = -1; /* eccl-bench's only: no bytes to price */
             if (c->bench_coll < 0)
                 rc = eccl_scn_error(file, lineno, "coll: \"%s\": want allreduce, allgather, reduce_scatter, "
-                               "broadcast, reduce or alltoall", val);
+                               "broadcast, reduce or alltoall (barrier: eccl-bench only, it has no bytes)", val);
         } else if (id == K_MINBYTES || id == K_MAXBYTES) {
             /* eccl-bench's -b / -e: K M G T are powers of 1024 */
             size_t *dst = id == K_MINBYTES ? &c->bench_minbytes : &c->bench_maxbytes;
