@@ -1131,17 +1131,17 @@ static int run_sizes(struct bench_run *run)
 {
     const struct bench_opts *o = run->opts;
 
-    for (size_t size = o->minbytes;; size *= o->stepfactor) {
-        if (o->coll == COLL_BARRIER) {
-            if (run_size(run, 0))
-                return 1;
-            break;
-        }
-        if (run_size(run, size))
+    if (o->coll == COLL_BARRIER) { /* no bytes: one row, whatever -b/-e say */
+        if (run_size(run, 0))
             return 1;
-        /* Stops before size * stepfactor passes maxbytes, or overflows. */
-        if (size > o->maxbytes / o->stepfactor)
-            break;
+    } else {
+        for (size_t size = o->minbytes;; size *= o->stepfactor) {
+            if (run_size(run, size))
+                return 1;
+            /* Stops before size * stepfactor passes maxbytes, or overflows. */
+            if (size > o->maxbytes / o->stepfactor)
+                break;
+        }
     }
     if (run->rank == 0) {
         if (o->check)
