@@ -145,7 +145,9 @@ static void record(const eccl_topo_info *in, eccl_result rc)
  * fail once: the next accept in each other peer; the next send in rank 0
  * (the hello on its new link, as a rule); the first recv on an accepted
  * link in each other peer (the new link's hello: a recv on the master's
- * link, which the process dialled, is not a candidate). */
+ * link, which the process dialled, is not a candidate, and neither is a
+ * link whose hello was read before the rewiring began, since its next
+ * bytes may be the first all-reduce's). */
 enum fp_mode {
     FP_NONE,
     FP_PROBE,

@@ -79,7 +79,7 @@ struct eccl_conn {
     int want_read, want_write; /* the core's set_interest */
     int want_hangup;           /* report a closing peer even while not reading */
     int registered;            /* in the epoll set (not while interest is 0) */
-    int accepted;              /* came from accept: "eccl/net/recv_accepted" applies */
+    int first_read_pending;    /* accepted, no byte read yet: "eccl/net/recv_accepted" applies */
     uint32_t events;           /* as registered with epoll now */
     void *user;
     char addr[ECCL_ADDR_MAX]; /* the peer, for log lines */
@@ -408,7 +408,7 @@ static eccl_result tcp_accept(void *ctx, eccl_listener *l, void *user,
     }
     c->fd = fd;
     c->state = CONN_UP;
-    c->accepted = 1;
+    c->first_read_pending = 1;
     c->user = user;
     format_addr(&sa, c->addr);
     tune_socket(t, fd, c->addr);
@@ -530,9 +530,10 @@ static eccl_result tcp_recv(void *ctx, eccl_conn *c, void *buf, size_t len,
     fiu_return_on("eccl/net/recv", ECCL_ERR_CLOSED);
     if (!t || !c || !got || (len > 0 && !buf))
         return ECCL_ERR_INVALID_ARG;
-    /* A recv on the accepting side only: a test can fail a new link's
-     * hello without reaching the links the process dialled (its master's). */
-    if (c->accepted)
+    /* The first read of an accepted connection only: a test can fail a new
+     * link's hello without reaching the links the process dialled (its
+     * master's) or a link that already carries an op's frames. */
+    if (c->first_read_pending)
         fiu_return_on("eccl/net/recv_accepted", ECCL_ERR_CLOSED);
     res = conn_check_connect(t, c);
     /* len 0 must not reach recv(), whose 0 would read as end of stream. */
@@ -542,6 +543,7 @@ static eccl_result tcp_recv(void *ctx, eccl_conn *c, void *buf, size_t len,
         r = recv(c->fd, buf, len, 0);
     } while (r < 0 && errno == EINTR);
     if (r > 0) {
+        c->first_read_pending = 0;
         *got = (size_t)r;
         return ECCL_OK;
     }
