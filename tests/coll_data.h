@@ -1,6 +1,6 @@
 /* Inputs and frames for the tests that drive the peer-link collectives'
  * state machines in one process (test_rec_allreduce, test_rec_reduce_scatter,
- * test_hier_allreduce, test_bruck):
+ * test_hier_allreduce, test_bruck, test_rec_allgather):
  * seeded data whose bits change with any other order of operations, and a
  * queued DATA frame's header. Include after cmocka.h. */
 #ifndef ECCL_TESTS_COLL_DATA_H

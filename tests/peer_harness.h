@@ -1,5 +1,5 @@
 /* The in-process harness of the tests that drive a peer-link collective's
- * state machines (test_rec_allreduce, test_rec_reduce_scatter,
+ * state machines (test_rec_allreduce, test_rec_reduce_scatter, test_rec_allgather,
  * test_hier_allreduce): N state machines of one call wired by per-pair
  * FIFO links that open the way comm's peer links do (only once the LOWER
  * rank of the pair asked, at once or, with LATE, some events later), each

@@ -17,13 +17,18 @@
  * a subtree (so some survivor cannot have its output): PEER_LOST with
  * every output as before, exact on the survivors.
  *
- * All-gathers run the ring pass or Bruck's all-gather over peer links
- * (coll/bruck.h), as the dispatcher picks; the Bruck tests force it with
+ * All-gathers run the ring pass, Bruck's all-gather over peer links
+ * (coll/bruck.h) or, uniform ones only, recursive doubling (coll/
+ * rec_allgather.h), as the dispatcher picks; the Bruck tests force it with
  * ECCL_ALGO=allgather=bruck: exact at N = 3, 5 (several slices per block),
  * 6, all-gatherv with empty blocks and gaps, async all-gathers of
  * different sizes in different orders, and a peer killed mid-call (no
  * survivor can hold its block): PEER_LOST with every output as before,
- * then the retry exact on the N-1 survivors.
+ * then the retry exact on the N-1 survivors. The recursive doubling tests
+ * force it ("allgather=recursive") and cover the same but all-gatherv:
+ * exact at N = 3, 5 (an extra rank folding in, several slices a piece), 6
+ * (two extras), async calls in different orders, a core rank killed mid
+ * DOUBLE (N = 4) and an extra mid FOLD (N = 5).
  *
  * Reduce-scatter runs the ring pass or recursive halving (coll/
  * rec_reduce_scatter.h), as the dispatcher picks; the recursive tests
@@ -61,7 +66,8 @@ static int reducing(int k) { return k == K_REDUCE_SCATTER || k == K_REDUCE || k 
  * as the dispatcher's table picks). Set in the parent before the ranks
  * fork (algo_setup), so every rank sees the test's value. */
 static int g_rooted_algo = -1;
-/* The same for all-gathers: forced, or -1 (the ring or Bruck's). */
+/* The same for all-gathers: forced, or -1 (the ring, Bruck's or, uniform
+ * only, recursive doubling). */
 static int g_allgather_algo = -1;
 
 static int algo_setup(void **state, const char *algo, int id)
@@ -89,11 +95,20 @@ static int bruck_setup(void **state)
     g_allgather_algo = ECCL_ALGO_BRUCK;
     return cluster_test_setup(state);
 }
-
-/* The algorithm an all-gather(v) may report. */
-static int allgather_algo_ok(uint32_t algo)
+static int recag_setup(void **state)
 {
-    return g_allgather_algo < 0 ? algo == ECCL_ALGO_RING || algo == ECCL_ALGO_BRUCK : algo == (uint32_t)g_allgather_algo;
+    setenv("ECCL_ALGO", "allgather=recursive", 1);
+    g_allgather_algo = ECCL_ALGO_RECURSIVE;
+    return cluster_test_setup(state);
+}
+
+/* The algorithm an all-gather (v: all-gatherv) may report: recursive
+ * doubling takes the uniform layout only. */
+static int allgather_algo_ok(uint32_t algo, int v)
+{
+    return g_allgather_algo < 0
+               ? algo == ECCL_ALGO_RING || algo == ECCL_ALGO_BRUCK || (!v && algo == ECCL_ALGO_RECURSIVE)
+               : algo == (uint32_t)g_allgather_algo;
 }
 
 /* The algorithm reduce-scatter must report: forced, or -1 (the ring or
@@ -276,7 +291,7 @@ static int one_call(eccl_comm *c, const coll_args *a, call_bufs *b)
                                    : info.algorithm == (uint32_t)g_rooted_algo,
                  "%s ran algorithm %u, want %d", kind_names[a->kind], info.algorithm, g_rooted_algo);
     else if (a->kind == K_ALLGATHER)
-        CL_CHECK(allgather_algo_ok(info.algorithm), "all-gather ran algorithm %u, want %d", info.algorithm,
+        CL_CHECK(allgather_algo_ok(info.algorithm, 0), "all-gather ran algorithm %u, want %d", info.algorithm,
                  g_allgather_algo);
     else if (a->kind == K_REDUCE_SCATTER)
         CL_CHECK(rs_algo_ok(info.algorithm), "reduce-scatter ran algorithm %u, want %d", info.algorithm, g_rs_algo);
@@ -483,7 +498,7 @@ static int v_body(eccl_comm *c, int index, void *argp)
                 eccl_reduce_info info;
                 eccl_result rc = eccl_allgatherv(c, in, recv, counts, displs, t, tag, &info);
                 CL_CHECK(rc == ECCL_OK, "allgatherv layout %d: %s", v, eccl_strerror(rc));
-                CL_CHECK(allgather_algo_ok(info.algorithm), "allgatherv ran algorithm %u, want %d", info.algorithm,
+                CL_CHECK(allgather_algo_ok(info.algorithm, 1), "allgatherv ran algorithm %u, want %d", info.algorithm,
                          g_allgather_algo);
                 size_t first = 0, bad = cluster_mismatches(recv, want, t, extent, &first);
                 CL_CHECK(bad == 0, "allgatherv layout %d %s %s: %zu wrong, first [%zu]", v, eccl_dtype_name(t),
@@ -1314,6 +1329,64 @@ static void test_bruck_kill_allgather_n5(void **state)
     run_fault(*state, &f);
 }
 
+/* ---- all-gathers by recursive doubling ------------------------------------------ */
+
+static void test_recag_matrix_n3(void **state)
+{
+    matrix_arg m = {3, 1031, ALL_DTYPES, 1, ALLGATHER};
+    run_matrix(*state, &m);
+}
+
+/* Several slices a piece (f32: 2.3 MiB blocks; bf16: two slices), rank 4
+ * folding into 0, whose second DOUBLE carries blocks 0, 1 and 4. */
+static void test_recag_matrix_n5_slices(void **state)
+{
+    matrix_arg m = {5, 600007, DT(ECCL_F32) | DT(ECCL_BF16), 0, ALLGATHER};
+    run_matrix(*state, &m);
+}
+
+/* Two extras: RESULT to rank 4 is two pieces (blocks 0..3, then 5). */
+static void test_recag_matrix_n6(void **state)
+{
+    matrix_arg m = {6, 77, DT(ECCL_I8) | DT(ECCL_U32) | DT(ECCL_F16) | DT(ECCL_F64), 1, ALLGATHER};
+    run_matrix(*state, &m);
+}
+
+static void test_recag_matrix_n6_one_element(void **state)
+{
+    matrix_arg m = {6, 1, DT(ECCL_U8) | DT(ECCL_F32), 0, ALLGATHER};
+    run_matrix(*state, &m);
+}
+
+/* Peer links open while all-gathers of other sizes (one of none) wait. */
+static void test_recag_orders_n5(void **state)
+{
+    cluster *cl = *state;
+    static int allgathers = ORDER_ALLGATHERS;
+    assert_int_equal(cluster_init(cl, NULL), 0);
+    assert_int_equal(cluster_spawn_n(cl, 5, order_body, &allgathers), 0);
+    assert_int_equal(cluster_wait_all(cl, 120000), 0);
+    cluster_fini(cl);
+}
+
+/* Core rank 1 of 4 killed at its second send of its first DOUBLE (8 MB:
+ * eight slices to rank 0): its block reaches ranks 2 and 3 only through
+ * rank 0, once rank 0 has all of it, so no survivor can be full. */
+static void test_recag_kill_allgather_n4(void **state)
+{
+    fault_arg f = {K_ALLGATHER, 4, 2000000, 1, 0, 0};
+    run_fault(*state, &f);
+}
+
+/* Extra rank 4 of 5 killed at its second send of its FOLD (8 MB, more
+ * than a link queues at once: some of it is still owed then): block 4
+ * leaves it only through that FOLD, so no survivor can be full. */
+static void test_recag_kill_allgather_n5(void **state)
+{
+    fault_arg f = {K_ALLGATHER, 5, 2000000, 4, 0, 0};
+    run_fault(*state, &f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1356,6 +1429,13 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_bruck_orders_n5, bruck_setup, algo_teardown),
         cmocka_unit_test_setup_teardown(test_bruck_kill_allgather_n4, bruck_setup, algo_teardown),
         cmocka_unit_test_setup_teardown(test_bruck_kill_allgather_n5, bruck_setup, algo_teardown),
+        cmocka_unit_test_setup_teardown(test_recag_matrix_n3, recag_setup, algo_teardown),
+        cmocka_unit_test_setup_teardown(test_recag_matrix_n5_slices, recag_setup, algo_teardown),
+        cmocka_unit_test_setup_teardown(test_recag_matrix_n6, recag_setup, algo_teardown),
+        cmocka_unit_test_setup_teardown(test_recag_matrix_n6_one_element, recag_setup, algo_teardown),
+        cmocka_unit_test_setup_teardown(test_recag_orders_n5, recag_setup, algo_teardown),
+        cmocka_unit_test_setup_teardown(test_recag_kill_allgather_n4, recag_setup, algo_teardown),
+        cmocka_unit_test_setup_teardown(test_recag_kill_allgather_n5, recag_setup, algo_teardown),
         cmocka_unit_test_setup_teardown(test_recursive_matrix_n3, recursive_setup, recursive_teardown),
         cmocka_unit_test_setup_teardown(test_recursive_matrix_n5_slices, recursive_setup, recursive_teardown),
         cmocka_unit_test_setup_teardown(test_recursive_matrix_n6, recursive_setup, recursive_teardown),
@@ -1367,7 +1447,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_recursive_kill_extra, recursive_setup, recursive_teardown),
         cmocka_unit_test_setup_teardown(test_recursive_kill_result, recursive_setup, recursive_teardown),
     };
-    /* ECCL_TEST_FILTER=test_binomial_* (test_recursive_*): a subset, as test_allreduce_mp. */
+    /* ECCL_TEST_FILTER=test_binomial_* (test_recursive_*, test_recag_*): a subset, as test_allreduce_mp. */
     const char *filter = getenv("ECCL_TEST_FILTER");
     if (filter && *filter) cmocka_set_test_filter(filter);
     return cmocka_run_group_tests(tests, NULL, NULL);

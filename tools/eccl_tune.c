@@ -52,7 +52,7 @@ static const struct coll_desc {
     const char *algos[MAX_ALGOS]; /* candidates, as ECCL_ALGO names them */
 } colls[N_COLLS] = {
     {"allreduce", {"ring", "tree", "recursive", HIER}},
-    {"allgather", {"ring", "bruck"}},
+    {"allgather", {"ring", "bruck", "recursive"}},
     {"reduce_scatter", {"ring", "recursive"}},
     {"broadcast", {"chain", "binomial"}},
     {"reduce", {"chain", "binomial"}},

@@ -20,6 +20,7 @@
 #include "coll/hier_allreduce.h"
 #include "coll/rec_allreduce.h"
 #include "coll/bruck.h"
+#include "coll/rec_allgather.h"
 #include "coll/rec_reduce_scatter.h"
 #include "coll/ring_allreduce.h"
 #include "coll/ring_pass.h"

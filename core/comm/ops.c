@@ -399,6 +399,19 @@ static eccl_result bruck_setup(eccl_comm *c, eccl_request *r)
     return ECCL_OK;
 }
 
+/* Recursive doubling's all-gather (coll/rec_allgather.h): the backup alone. */
+static eccl_result recag_setup(eccl_comm *c, eccl_request *r)
+{
+    uint8_t *scratch, *backup;
+    eccl_result rc = take_scratch_backup(c, r, 0, eccl_rec_ag_output_bytes(&r->call), &scratch, &backup);
+    if (rc != ECCL_OK) return rc;
+    eccl_rec_ag *a = take_state(c, r, sizeof *a);
+    if (!a) return ECCL_ERR_NO_MEMORY;
+    eccl_rec_ag_init(a, &r->call, backup);
+    r->alg = &eccl_rec_ag_algo;
+    return ECCL_OK;
+}
+
 /* Recursive halving's (coll/rec_reduce_scatter.h): scratch and the backup. */
 static eccl_result recrs_setup(eccl_comm *c, eccl_request *r)
 {
@@ -414,8 +427,9 @@ static eccl_result recrs_setup(eccl_comm *c, eccl_request *r)
 }
 
 /* The ring pass's (coll/ring_pass.h): partials and the backup. Broadcast
- * and reduce may take the binomial tree instead, all-gathers Bruck's,
- * reduce-scatter(v) recursive halving, as the dispatcher picks: they run
+ * and reduce may take the binomial tree instead, all-gathers Bruck's (and
+ * uniform ones recursive doubling), reduce-scatter(v) recursive halving,
+ * as the dispatcher picks: they run
  * on host memory (a device call's host mirror, comm/stage.h, included: it
  * is host memory laid out as the call's own buffers; on_device marks only
  * the device-resident all-reduce), exact values only. */
@@ -433,9 +447,12 @@ static eccl_result pass_setup(eccl_comm *c, eccl_request *r)
                                : k == ECCL_COLL_REDUCE_SCATTER ? ECCL_ALGO_RECURSIVE
                                                                : ECCL_ALGO_BINOMIAL;
         uint32_t can = ECCL_DISPATCH_BIT(chain ? ECCL_ALGO_CHAIN : ECCL_ALGO_RING) | ECCL_DISPATCH_BIT(other);
+        if (k == ECCL_COLL_ALLGATHER && !r->call.vcounts) can |= ECCL_DISPATCH_BIT(ECCL_ALGO_RECURSIVE);
         uint64_t bytes = (uint64_t)r->call.count * eccl_dtype_size(r->call.dtype) *
                          (chain || r->call.vcounts ? 1u : c->world);
-        if (eccl_dispatch_pick(&c->dispatch, k, c->world, c->local_size, bytes, can) == other)
+        eccl_algorithm pick = eccl_dispatch_pick(&c->dispatch, k, c->world, c->local_size, bytes, can);
+        if (k == ECCL_COLL_ALLGATHER && pick == ECCL_ALGO_RECURSIVE) return recag_setup(c, r);
+        if (pick == other)
             return other == ECCL_ALGO_BRUCK       ? bruck_setup(c, r)
                    : other == ECCL_ALGO_RECURSIVE ? recrs_setup(c, r)
                                                   : binomial_setup(c, r);

@@ -325,7 +325,15 @@ enum eccl_data_phase {
     ECCL_PHASE_HIER_INTER = 33, /* the sub-ring over hosts; step = its step (RS, then AG) */
     ECCL_PHASE_HIER_AG = 34,    /* a final shard, to a local rank; step = distance */
     ECCL_PHASE_HIER_DONE = 35,  /* barrier token of round `step`; len 0 */
-    ECCL_PHASE_LAST = ECCL_PHASE_HIER_DONE
+    /* the all-gather by recursive doubling (coll/rec_allgather.h): step =
+     * the step's number (FOLD 0, DOUBLE k at k + 1, RESULT last), offset =
+     * the byte offset in recvbuf of the range's first piece plus the
+     * slice's place in its pieces laid back to back */
+    ECCL_PHASE_RECAG_FOLD = 36,   /* an extra rank's block, to its core rank */
+    ECCL_PHASE_RECAG_DOUBLE = 37, /* a group's blocks, to the partner */
+    ECCL_PHASE_RECAG_RESULT = 38, /* every other block, to an extra rank */
+    ECCL_PHASE_RECAG_DONE = 39,   /* barrier token of round `step`; len 0 */
+    ECCL_PHASE_LAST = ECCL_PHASE_RECAG_DONE
 };
 
 /* ---- shared state (state/sync.h has the protocol) ----
