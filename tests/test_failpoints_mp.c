@@ -339,14 +339,18 @@ static int fault_body(eccl_comm *c, int index, void *argp)
         for (int j = 0; j < a->ops; j++) {
             pre[j] = cluster_fnv1a(b.send[j], bytes);
             t0[j] = cluster_now_ns();
-            eccl_result r = eccl_allreduce_async(c, b.send[j], b.recv[j], a->count, ECCL_F32,
-                                                 ECCL_SUM, TAG_FAULT + (uint64_t)j, &req[j]);
-            CL_CHECK(r == ECCL_OK, "eccl_allreduce_async tag %d: %s", TAG_FAULT + j, eccl_strerror(r));
+            rc[j] = eccl_allreduce_async(c, b.send[j], b.recv[j], a->count, ECCL_F32, ECCL_SUM,
+                                         TAG_FAULT + (uint64_t)j, &req[j]);
+            /* The victim's comm may have failed already: its broken ring
+             * link brings a view query it cannot read. */
+            CL_CHECK(rc[j] == ECCL_OK || (victim && rc[j] == ECCL_ERR_MASTER_LOST),
+                     "eccl_allreduce_async tag %d: %s", TAG_FAULT + j, eccl_strerror(rc[j]));
+            if (rc[j] != ECCL_OK) req[j] = NULL;
         }
         for (int j = 0; j < a->ops; j++) {
             eccl_reduce_info info;
             memset(&info, 0, sizeof info);
-            rc[j] = eccl_wait(req[j], &info);
+            if (req[j]) rc[j] = eccl_wait(req[j], &info);
             uint64_t t1 = cluster_now_ns();
             world[j] = info.world_size;
             uint64_t post = cluster_fnv1a(b.send[j], bytes);
@@ -434,8 +438,9 @@ static void run_fault(cluster *cl, fault_plan *p)
 static const char *rc_name(int32_t rc) { return eccl_strerror((eccl_result)rc); }
 
 /* Persistent failures of every recv or every send in one peer: its master
- * link breaks (the recv at the master's next heartbeat, or its own next
- * heartbeat), so its two all-reduces in flight and every later call fail
+ * link breaks (at the next message either way: a heartbeat, or the view
+ * query its broken ring links bring), so its two all-reduces in flight
+ * (or still being issued) and every later call fail
  * with MASTER_LOST, buffers restored; it closes the master link, the master
  * drops it, and the survivors' same two calls fail with PEER_LOST (restored)
  * and succeed on retry with world N-1. */
@@ -596,13 +601,14 @@ static void check_all_settled(cluster *cl, int n, uint64_t tag, const char *what
     }
 }
 
-/* One recv on a ring link of one peer fails: the link drops and the op
- * stalls in that peer until op_timeout (TIMEOUT, restored). It tells the
- * master, which re-forms the ring at once: the others' same call fails with
- * PEER_LOST (restored) right then, and everyone's retry succeeds on the
- * same N peers. The victim enters the call first, so its deadline is the
- * earliest; the master's heartbeats are made rare (peer_timeout 10 min) so
- * the one-shot recv failure lands on a ring link, not the master link. */
+/* One recv on a ring link of one peer fails mid-call: the link drops, and
+ * the frames on it with it. Both ends see the link break under a running
+ * op and tell the master (comm_ops_link_lost), which re-forms the ring at
+ * once: every peer's call fails with PEER_LOST, restored, long before
+ * op_timeout (before that notice the victim stalled to its own timeout),
+ * and everyone's retry succeeds on the same N peers. The victim enters the
+ * call first; the master's heartbeats are made rare (peer_timeout 10 min)
+ * so the one-shot recv failure lands on a ring link, not the master link. */
 static void test_ring_link_recv_once(void **state)
 {
     cluster *cl = *state;
@@ -610,7 +616,7 @@ static void test_ring_link_recv_once(void **state)
     memset(&p, 0, sizeof p);
     p.a = (fault_arg){.f = F_LINK_RECV, .n = 3, .victim = 1, .ops = 1, .warm_count = 262144,
                       .count = 262144};
-    p.o = (cluster_opts){.peer_timeout_ms = 600000, .op_timeout_ms = 2500};
+    p.o = (cluster_opts){.peer_timeout_ms = 600000, .op_timeout_ms = 20000};
     p.victim_first = 1;
     p.others_delay = 200;
     run_fault(cl, &p);
@@ -619,23 +625,18 @@ static void test_ring_link_recv_once(void **state)
     FCHECK(fired(cl, v) == 1);
     const cluster_event *ve = first_event(&cl->sh->slot[v], TAG_FAULT, 0);
     FCHECK(ve != NULL);
-    FCHECK(ve->result == ECCL_ERR_TIMEOUT);
-    FCHECK(ve->pre_hash == ve->post_hash);
-    FCHECK(ve->elapsed_ns >= (uint64_t)(p.o.op_timeout_ms - 50) * CL_MS);
-    FCHECK(ve->elapsed_ns < (uint64_t)(p.o.op_timeout_ms + 1000) * CL_MS);
     double worst = 0;
     for (int i = 0; i < n; i++) {
-        if (i == v) continue;
         const cluster_event *e = first_event(&cl->sh->slot[i], TAG_FAULT, 0);
         FCHECK(e != NULL);
-        FCHECK(e->result == ECCL_ERR_PEER_LOST);
+        FCHECK(e->result == ECCL_ERR_PEER_LOST); /* the re-formed ring settled it, not a timeout */
         FCHECK(e->pre_hash == e->post_hash);
+        FCHECK(e->elapsed_ns < (uint64_t)p.o.op_timeout_ms * CL_MS);
         double after = ((double)e->end_ns - (double)ve->end_ns) / 1e6;
         if (after > worst) worst = after;
-        FCHECK(after < 1000.0); /* the re-formed ring settled it, not its own timeout */
     }
     check_all_settled(cl, n, TAG_FAULT, what);
-    printf("    victim TIMEOUT after %.0f ms (op_timeout %u); others PEER_LOST at most %.1f ms later; "
+    printf("    victim PEER_LOST after %.0f ms (op_timeout %u); others at most %.1f ms later; "
            "outcomes of tag %d:\n",
            (double)ve->elapsed_ns / 1e6, p.o.op_timeout_ms, worst, TAG_FAULT);
     print_attempts(cl, n, TAG_FAULT);

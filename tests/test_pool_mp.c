@@ -524,9 +524,17 @@ static int fp_body(eccl_comm *c, int index, void *argp)
         cluster_sleep_ms(1);
     }
     if (index == victim) fiu_disable("eccl/net/recv");
+    /* The faulted op settles at once: both ends of the broken connection
+     * tell the master, whose re-formed ring aborts it everywhere. */
+    eccl_reduce_info info = {0};
+    eccl_result rl = eccl_wait(lr, &info);
+    uint64_t lpost = cluster_fnv1a(lsend, bytes);
+    cluster_record(TAG_F_L, rl, info.world_size, t0, cluster_now_ns(), lpre, lpost);
+    CL_CHECK(rl != ECCL_OK, "the faulted op succeeded");
+    CL_CHECK(lpost == lpre, "the faulted op failed (%s) but its input changed", eccl_strerror(rl));
+    /* The pool works on: an op over connection 0. */
     cluster_fill(s, ECCL_F32, FP_COUNT, index, TAG_F_S, CL_PAT_SMALL);
     uint64_t spre = cluster_fnv1a(s, bytes), ts = cluster_now_ns();
-    eccl_reduce_info info = {0};
     eccl_result rs = eccl_allreduce(c, s, s, FP_COUNT, ECCL_F32, ECCL_SUM, TAG_F_S, &info);
     cluster_record(TAG_F_S, rs, info.world_size, ts, cluster_now_ns(), spre, cluster_fnv1a(s, bytes));
     CL_CHECK(rs == ECCL_OK, "the op on the healthy connection: %s", eccl_strerror(rs));
@@ -534,14 +542,6 @@ static int fp_body(eccl_comm *c, int index, void *argp)
                              "beside the fault"))
         return 1;
     cluster_push_hash(cluster_fnv1a(s, bytes));
-    int done = 0;
-    eccl_result rl = eccl_test(lr, &done, &info);
-    atomic_store(&self->val[V_L_DONE_AT_S], done);
-    if (!done) rl = eccl_wait(lr, &info);
-    uint64_t lpost = cluster_fnv1a(lsend, bytes);
-    cluster_record(TAG_F_L, rl, info.world_size, t0, cluster_now_ns(), lpre, lpost);
-    CL_CHECK(rl != ECCL_OK, "the faulted op succeeded");
-    CL_CHECK(lpost == lpre, "the faulted op failed (%s) but its input changed", eccl_strerror(rl));
     /* The retry runs on everyone (a tag aborted elsewhere fails once more
      * on a peer that had not called it: not the case here). */
     for (int attempt = 0; attempt < 3; attempt++) {
@@ -561,17 +561,17 @@ static int fp_body(eccl_comm *c, int index, void *argp)
 }
 
 /* One recv on connection 1 of a pool of 2 fails in one peer (the only
- * traffic then is the op mapped to it): that op stalls and fails
- * (TIMEOUT where it was called first, PEER_LOST on the others through
- * the master's view change), buffers restored; an op over connection 0
- * started after the failure completes meanwhile, bit-identical; retries
- * succeed. Heartbeats are made rare so the recv lands on a data link. */
+ * traffic then is the op mapped to it): the connection breaks under that
+ * op, both its ends tell the master, and the re-formed ring fails the op
+ * with PEER_LOST on every peer long before op_timeout, buffers restored;
+ * an op over connection 0 then completes, bit-identical; retries succeed.
+ * Heartbeats are made rare so the recv lands on a data link. */
 static void test_pool_link_recv_fails(void **state)
 {
     cluster *cl = *state;
     const int n = 3;
     int victim = 1;
-    cluster_opts o = {.p2p_pool_size = 2, .peer_timeout_ms = 600000, .op_timeout_ms = 2500};
+    cluster_opts o = {.p2p_pool_size = 2, .peer_timeout_ms = 600000, .op_timeout_ms = 20000};
     assert_int_equal(cluster_init(cl, &o), 0);
     assert_int_equal(cluster_spawn_n(cl, n, fp_body, &victim), 0);
     /* Everyone warmed up, the victim enters first. */
@@ -591,20 +591,18 @@ static void test_pool_link_recv_fails(void **state)
     if (cluster_wait_all(cl, 90000) != 0) fail_msg("a peer failed (see above)");
     FCHECK(atomic_load(&cl->sh->slot[victim].val[V_FIRED]) == 1);
     const cluster_event *ve = event_of(&cl->sh->slot[victim], TAG_F_L, 0);
-    FCHECK(ve && ve->result == ECCL_ERR_TIMEOUT);
+    FCHECK(ve != NULL);
     for (int i = 0; i < n; i++) {
         const cluster_event *s = event_of(&cl->sh->slot[i], TAG_F_S, 0);
         const cluster_event *l = event_of(&cl->sh->slot[i], TAG_F_L, 0);
         FCHECK(s && s->result == ECCL_OK && s->world == 3);
-        FCHECK(l && l->result != ECCL_OK && l->pre_hash == l->post_hash);
-        FCHECK(l->result == ECCL_ERR_TIMEOUT || l->result == ECCL_ERR_PEER_LOST);
-        /* The op beside it returned while the faulted one was still stuck. */
-        FCHECK(atomic_load(&cl->sh->slot[i].val[V_L_DONE_AT_S]) == 0);
+        FCHECK(l && l->result == ECCL_ERR_PEER_LOST && l->pre_hash == l->post_hash);
+        FCHECK(l->elapsed_ns < (uint64_t)o.op_timeout_ms * CL_MS); /* settled, not timed out */
     }
     assert_parity(cl, all_idx, n);
-    printf("    recv failed once on pool connection 1: its op -> TIMEOUT at the victim after %.0f ms, "
-           "PEER_LOST elsewhere, restored; the op on connection 0 ok in %.1f ms meanwhile\n",
-           (double)ve->elapsed_ns / 1e6,
+    printf("    recv failed once on pool connection 1: its op -> PEER_LOST everywhere (the victim "
+           "after %.0f ms, op_timeout %u), restored; then the op on connection 0 ok in %.1f ms\n",
+           (double)ve->elapsed_ns / 1e6, o.op_timeout_ms,
            (double)event_of(&cl->sh->slot[0], TAG_F_S, 0)->elapsed_ns / 1e6);
     cluster_fini(cl);
 }

@@ -227,8 +227,8 @@ void comm_link_service(eccl_comm *c, p2p_link *l)
         return;
     }
     if (l->ch.error != ECCL_OK) {
-        /* A broken link stalls its ops; the master's view change (or the op
-         * timeout) resolves them. Until then keep trying to reach `next`:
+        /* A broken link stalls its ops; the master's view change resolves
+         * them (comm_ops_link_lost asks for one). Meanwhile keep trying to reach `next`:
          * a connect can fail after it started (refused, reset), and the
          * neighbour may well be alive. Not while leaving: the neighbour
          * most likely left too (a dial would be refused), and if it died
@@ -250,6 +250,7 @@ void comm_link_service(eccl_comm *c, p2p_link *l)
          * the next tree op needs the parent again. */
         if (l == c->link_tree[ECCL_TREE_PARENT] && redial)
             c->parent_retry_at = comm_retry_at(c, &c->parent_backoff);
+        if (redial) comm_ops_link_lost(c, l);
         comm_link_close(c, l);
     }
 }

@@ -414,6 +414,15 @@ void comm_ops_sweep(eccl_comm *c);
 void comm_request_free(eccl_comm *c, eccl_request *r);
 /* r's deadline passed: fail it here, or ask the master to settle it. */
 void comm_op_timed_out(eccl_comm *c, eccl_request *r);
+/* l, a link of this epoch, broke (not by our own doing). If an op runs
+ * over it (one that returned early excepted: the caller has its result,
+ * and its completion round is the master's to settle, as at its
+ * timeout), or it held frames for an op not called yet, those frames are
+ * gone and a redialled link cannot bring them back: the op would stall to
+ * its timeout. One notice asks the master to re-form the ring now, which
+ * settles every op in flight on every member (committed where the commit
+ * rule allows, else aborted with buffers restored). */
+void comm_ops_link_lost(eccl_comm *c, p2p_link *l);
 /* Mutex held: lets the ops that returned early finish (bounded by the op
  * timeout), for calls that need no op in flight. */
 void comm_ops_settle_returned(eccl_comm *c);

@@ -1593,14 +1593,20 @@ static eccl_result peer_on_msg(void *owner, eccl_chan *ch, const eccl_msg *msg)
         if (p->state == MP_ACCEPTED) opt_check_rewired(m, g);
         return ECCL_OK;
     case ECCL_MSG_COLL_DONE:
-        /* Peers report only local failures (timeout, no memory): the rest
-         * of the ring is stuck in that op. Re-forming the ring settles it
-         * and every other op in flight. */
+        /* Peers report only local failures (timeout, no memory) and links
+         * that broke under an op (CONNECT): the rest of the ring is stuck
+         * in that op. Re-forming the ring settles it and every other op in
+         * flight. A link also breaks when its far end leaves, which is
+         * routine: that report is no warning. */
         if (p->state != MP_ACCEPTED) return ECCL_ERR_PROTOCOL;
         if (msg->u.coll.result != ECCL_OK && msg->u.coll.epoch == g->epoch) {
-            ECCL_WARN(m->env, "peer %llu failed tag %llu (%s): re-forming group %u",
-                      (unsigned long long)p->id, (unsigned long long)msg->u.coll.tag,
-                      eccl_strerror((eccl_result)msg->u.coll.result), g->id);
+            if (msg->u.coll.result == ECCL_ERR_CONNECT)
+                ECCL_INFO(m->env, "peer %llu: a link broke under tag %llu: re-forming group %u",
+                          (unsigned long long)p->id, (unsigned long long)msg->u.coll.tag, g->id);
+            else
+                ECCL_WARN(m->env, "peer %llu failed tag %llu (%s): re-forming group %u",
+                          (unsigned long long)p->id, (unsigned long long)msg->u.coll.tag,
+                          eccl_strerror((eccl_result)msg->u.coll.result), g->id);
             g->change_wanted = 1;
             start_view_changes(m);
         }
