@@ -70,6 +70,16 @@ static void test_builtin_default(void **state)
     assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLGATHER, 6, 0, 262145, ring_bruck), ECCL_ALGO_RING);
     assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLGATHER, 4, 0, 64, ring_bruck), ECCL_ALGO_BRUCK);
     assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLGATHER, 2, 0, 64, ring_bruck), ECCL_ALGO_RING);
+    /* Uniform all-gathers may also take recursive doubling: above Bruck's
+     * 256 KiB up to 8 MiB at two to eight ranks, and at two ranks below;
+     * past eight ranks or 8 MiB the ring. */
+    uint32_t ag = ring_bruck | BIT(ECCL_ALGO_RECURSIVE);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLGATHER, 4, 0, 262144, ag), ECCL_ALGO_BRUCK);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLGATHER, 4, 0, 262145, ag), ECCL_ALGO_RECURSIVE);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLGATHER, 8, 0, 8388608, ag), ECCL_ALGO_RECURSIVE);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLGATHER, 8, 0, 8388609, ag), ECCL_ALGO_RING);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLGATHER, 2, 0, 64, ag), ECCL_ALGO_RECURSIVE);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLGATHER, 9, 0, 1 << 20, ag), ECCL_ALGO_RING);
     /* No rule: the first candidate. */
     assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_BROADCAST, 4, 0, 64, BIT(ECCL_ALGO_CHAIN) | BIT(ECCL_ALGO_BINOMIAL)),
                      ECCL_ALGO_CHAIN);
@@ -104,8 +114,9 @@ static void test_builtin_reduce_scatter(void **state)
             fail_msg("pick %zu: N=%u %llu bytes: not %s", i, picks[i].n, (unsigned long long)picks[i].bytes,
                      eccl_dispatch_algo_name(picks[i].want));
     assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_REDUCE_SCATTER, 8, 0, 64, BIT(ECCL_ALGO_RING)), ECCL_ALGO_RING);
-    /* The rule is reduce-scatter's alone. */
-    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLGATHER, 8, 0, 64, both), ECCL_ALGO_RING);
+    /* The rule is reduce-scatter's alone (the all-gather's own recursive
+     * rule stops at eight ranks). */
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLGATHER, 9, 0, 64, both), ECCL_ALGO_RING);
     eccl_dispatch_free(&d);
 
     e = env_with("reduce_scatter=recursive", NULL);

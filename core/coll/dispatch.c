@@ -98,6 +98,24 @@
  * broadcasts and all-reduces were mixed across the sweeps and keep their
  * rules.
  *
+ * All-gather by recursive doubling (coll/rec_allgather.h), session 11,
+ * on the idle box: Release eccl-bench --coll allgather -b 64K -e 8M -n 30
+ * -w 3, ECCL_ALGO forcing ring, bruck, recursive, interleaved, medians of
+ * 3 runs, µs of recursive / ring at 256 KiB / 512 KiB / 1 MiB / 2 MiB /
+ * 4 MiB / 8 MiB of output:
+ *   N=2 37/66 71/103 202/212 395/478 726/1078 1409/1809
+ *   N=3 165/186 275/294 537/536 1042/1084 1989/2201 4006/4308
+ *   N=4 366/402 288/659 587/924 1144/1309 2664/2948 4898/5588
+ *   N=6 485/525 695/803 1172/1142 1948/2364 4223/4875 8708/8923
+ *   N=8 745/841 1069/1241 1800/2167 3478/3600 6671/6963 15597/15317
+ * Against Open MPI's default in the same session (N=4: 0.85-1.29
+ * of its speed from 512 KiB, the ring 0.42-1.13; N=8: 0.75-0.95 from
+ * 128 KiB, the ring 0.62-0.92). Every world up to eight ranks won or tied
+ * from 256 KiB to 8 MiB, so: recursive doubling there, and for two
+ * ranks below too (tied with the ring at 64-128 KiB); Bruck keeps the
+ * smaller calls from three ranks (ahead at N=4 up to 256 KiB); past
+ * eight ranks and 8 MiB, unmeasured, the ring stays.
+ *
  * Host-regular worlds (eccl_coll_call.local_size = L >= 2 ranks on each of
  * H >= 2 hosts, so N >= 4; where the hierarchical all-reduce,
  * coll/hier_allreduce.h, may run) get rules of their own, from
@@ -186,6 +204,7 @@ static const eccl_dispatch_rule builtin[] = {
     RULE(BROADCAST, 3, ANY, 4194304, BINOMIAL, 0, ANY),
     RULE(REDUCE, 3, ANY, 2097152, BINOMIAL, 0, ANY),
     RULE(ALLGATHER, 3, ANY, 262144, BRUCK, 0, ANY),
+    RULE(ALLGATHER, 2, 8, 8388608, RECURSIVE, 0, ANY),
     RULE(REDUCE_SCATTER, 3, ANY, 262144, RECURSIVE, 0, ANY),
 };
 
