@@ -74,4 +74,21 @@ static void decode_frame(const eccl_frame *f, eccl_wire_data *w)
     assert_int_equal(f->payload_len, w->len);
 }
 
+/* The peer-link algorithms' geometry, as the tests' models see it: the
+ * largest power of two <= n, ceil(log2 p), and the rounds of the
+ * dissemination barrier (none for two ranks). */
+static inline int pow2_of(int n)
+{
+    int p = 1;
+    while (p * 2 <= n) p *= 2;
+    return p;
+}
+static inline int log2_of(int p)
+{
+    int l = 0;
+    while ((1 << l) < p) l++;
+    return l;
+}
+static inline int rounds_of(int n) { return n > 2 ? log2_of(n) : 0; }
+
 #endif /* ECCL_TESTS_COLL_DATA_H */

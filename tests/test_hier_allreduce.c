@@ -95,12 +95,6 @@ static hcase mk(int L, int H, eccl_dtype t, eccl_op op, size_t count, int in_pla
 
 static size_t es_of(const hcase *c) { return eccl_dtype_size(c->t); }
 static int n_of(const hcase *c) { return c->L * c->H; }
-static int rounds_of(int n)
-{
-    int r = 0;
-    while ((1 << r) < n) r++;
-    return r;
-}
 static size_t slice_of(const hcase *c)
 {
     size_t s = c->slice ? c->slice : ECCL_RING_PASS_SLICE_BYTES, es = es_of(c);

@@ -99,19 +99,6 @@ static rcase mk(int n, eccl_dtype t, eccl_op op, size_t count, int in_place, int
 }
 
 static size_t es_of(const rcase *c) { return eccl_dtype_size(c->t); }
-static int pow2_of(int n)
-{
-    int p = 1;
-    while (p * 2 <= n) p *= 2;
-    return p;
-}
-static int log2_of(int p)
-{
-    int l = 0;
-    while ((1 << l) < p) l++;
-    return l;
-}
-static int rounds_of(int n) { return n > 2 ? log2_of(n) : 0; }
 /* Slice bytes: the asked size in whole elements, at least one. */
 static size_t slice_of(const rcase *c)
 {

@@ -108,19 +108,6 @@ static size_t blk_at(const rcase *c, int b)
     return c->v ? c->vd[b] : (size_t)b * c->count;
 }
 static size_t total_of(const rcase *c) { return blk_at(c, c->n); }
-static int pow2_of(int n)
-{
-    int p = 1;
-    while (p * 2 <= n) p *= 2;
-    return p;
-}
-static int log2_of(int p)
-{
-    int l = 0;
-    while ((1 << l) < p) l++;
-    return l;
-}
-static int rounds_of(int n) { return n > 2 ? log2_of(n) : 0; }
 /* Slice bytes: the asked size in whole elements, at least one. */
 static size_t slice_of(const rcase *c)
 {
