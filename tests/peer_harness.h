@@ -208,6 +208,16 @@ static void expect_bytes(const sim *s, int r)
                  (unsigned long long)rx, (unsigned long long)want_tx, (unsigned long long)want_rx);
 }
 
+/* A rank whose call ran to the end: its byte counts, full and complete,
+ * expecting nothing more from anyone, every frame meant for it delivered. */
+static void check_rank_finished(const sim *s, int r)
+{
+    expect_bytes(s, r);
+    assert_true(s->full[r] && s->done[r]);
+    for (int i = 0; i <= s->n + 1; i++) assert_false(s->alg->expects(&s->a[r], ECCL_ROLE_PEER + i));
+    for (int i = 0; i < s->n; i++) assert_int_equal(s->rx[i][r], s->pair_total[i][r]);
+}
+
 /* The promises of coll/algo.h, checked after every event. */
 static void observe(sim *s)
 {

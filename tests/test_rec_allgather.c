@@ -324,10 +324,7 @@ static void check_results(sim *s)
         check_guards(s, r);
         if (s->send_reg[r] && memcmp(s->send_reg[r], s->orig_send[r], s->send_len[r]) != 0)
             fail_msg("%s: rank %d's sendbuf was written", case_str(&s->c), r);
-        expect_bytes(s, r);
-        assert_true(s->full[r] && s->done[r]);
-        for (int i = 0; i <= s->n + 1; i++) assert_false(s->alg->expects(&s->a[r], ECCL_ROLE_PEER + i));
-        for (int i = 0; i < s->n; i++) assert_int_equal(s->rx[i][r], s->pair_total[i][r]);
+        check_rank_finished(s, r);
     }
 }
 
