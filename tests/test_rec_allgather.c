@@ -41,7 +41,7 @@
 
 #include "coll/rec_allgather.h"
 #include "coll/ring_allreduce.h" /* ECCL_RING_MAX_QUEUED */
-#include "coll/ring_pass.h"      /* ECCL_RING_PASS_SLICE_BYTES */
+#include "coll/ring_pass.h"      /* ECCL_RING_PASS_SLICE_BYTES, the output extent */
 #include "proto/chan.h"
 #include "proto/wire.h"
 
@@ -265,7 +265,7 @@ static void sim_init(sim *s, const rcase *c, uint64_t sched_seed, int late)
         eccl_coll_call call = {.env = &s->env, .kind = ECCL_COLL_ALLGATHER, .tag = TAG, .epoch = EPOCH,
                                .sendbuf = s->send[r], .recvbuf = s->recv[r], .count = c->count, .dtype = c->t,
                                .rank = (uint32_t)r, .nranks = (uint32_t)s->n};
-        assert_int_equal(eccl_rec_ag_output_bytes(&call), s->total);
+        assert_int_equal(eccl_ring_pass_output_bytes(&call), s->total);
         uint8_t *backup = region(s->total, &s->aux_reg[r][AUX_BACKUP], &s->aux_len[r][AUX_BACKUP], AUX_GUARD);
         s->aux[r][AUX_BACKUP] = backup;
         s->aux_len[r][AUX_BACKUP] = s->total;
@@ -410,7 +410,7 @@ static void test_schedule(void **state)
     eccl_peer_step st;
     memset(recv, 0x11, sizeof recv);
     memset(backup, 0, sizeof backup);
-    assert_int_equal(eccl_rec_ag_output_bytes(&call), 12);
+    assert_int_equal(eccl_ring_pass_output_bytes(&call), 12);
     /* Extra 5: its block to 1, then blocks 0..4 back (no second piece). */
     call.rank = 5;
     eccl_rec_ag_init_ex(&a, &call, backup, 4);

@@ -99,11 +99,6 @@ static uint8_t phase_of(uint8_t kind)
 static int sends(uint8_t kind) { return kind == AG_FOLD_SEND || kind == AG_DOUBLE || kind == AG_RESULT_SEND; }
 static int receives(uint8_t kind) { return kind == AG_FOLD_RECV || kind == AG_DOUBLE || kind == AG_RESULT_RECV; }
 
-size_t eccl_rec_ag_output_bytes(const eccl_coll_call *c)
-{
-    return (size_t)c->nranks * c->count * eccl_dtype_size(c->dtype);
-}
-
 /* ---- init ------------------------------------------------------------------------ */
 
 static const eccl_peer_steps_ops ag_steps; /* the list, for the engine: below */

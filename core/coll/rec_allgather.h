@@ -74,13 +74,11 @@ typedef struct eccl_rec_ag {
     uint32_t counters[3 * ECCL_RECAG_MAX_STEPS]; /* the engine's, by step */
 } eccl_rec_ag;
 
-/* Bytes of recvbuf (all N blocks), which backup must hold. */
-size_t eccl_rec_ag_output_bytes(const eccl_coll_call *call);
-
 /* Plans `call` (a copy is kept; kind ECCL_COLL_ALLGATHER, uniform layout)
  * for call->rank of call->nranks (>= 2) with ECCL_RING_PASS_SLICE_BYTES
  * frames, and copies our own block into recvbuf (backed up first) unless
- * it is there. */
+ * it is there. backup: the output extent the ring pass's would hold
+ * (eccl_ring_pass_output_bytes), or NULL where nothing is restored. */
 void eccl_rec_ag_init(eccl_rec_ag *a, const eccl_coll_call *call, uint8_t *backup);
 /* The same with the frame size given (tests: every rank of a call must be
  * given the same), rounded down to whole elements, at least one. */

@@ -428,7 +428,7 @@ static eccl_result bruck_setup(eccl_comm *c, eccl_request *r)
 static eccl_result recag_setup(eccl_comm *c, eccl_request *r)
 {
     uint8_t *scratch, *backup;
-    eccl_result rc = take_scratch_backup(c, r, 0, eccl_rec_ag_output_bytes(&r->call), &scratch, &backup);
+    eccl_result rc = take_scratch_backup(c, r, 0, eccl_ring_pass_output_bytes(&r->call), &scratch, &backup);
     if (rc != ECCL_OK) return rc;
     eccl_rec_ag *a = take_state(c, r, sizeof *a);
     if (!a) return ECCL_ERR_NO_MEMORY;
@@ -468,19 +468,19 @@ static eccl_result pass_setup(eccl_comm *c, eccl_request *r)
          * all-gather and reduce-scatter, the former's output and the
          * latter's input, as eccl-bench reports them (v layouts: count is
          * already the blocks' sum). */
-        eccl_algorithm other = k == ECCL_COLL_ALLGATHER        ? ECCL_ALGO_BRUCK
-                               : k == ECCL_COLL_REDUCE_SCATTER ? ECCL_ALGO_RECURSIVE
-                                                               : ECCL_ALGO_BINOMIAL;
-        uint32_t can = ECCL_DISPATCH_BIT(chain ? ECCL_ALGO_CHAIN : ECCL_ALGO_RING) | ECCL_DISPATCH_BIT(other);
-        if (k == ECCL_COLL_ALLGATHER && !r->call.vcounts) can |= ECCL_DISPATCH_BIT(ECCL_ALGO_RECURSIVE);
+        uint32_t can = ECCL_DISPATCH_BIT(chain ? ECCL_ALGO_CHAIN : ECCL_ALGO_RING);
+        if (k == ECCL_COLL_ALLGATHER) /* recursive doubling: uniform layouts only */
+            can |= ECCL_DISPATCH_BIT(ECCL_ALGO_BRUCK) | (r->call.vcounts ? 0 : ECCL_DISPATCH_BIT(ECCL_ALGO_RECURSIVE));
+        else
+            can |= ECCL_DISPATCH_BIT(k == ECCL_COLL_REDUCE_SCATTER ? ECCL_ALGO_RECURSIVE : ECCL_ALGO_BINOMIAL);
         uint64_t bytes = (uint64_t)r->call.count * eccl_dtype_size(r->call.dtype) *
                          (chain || r->call.vcounts ? 1u : c->world);
-        eccl_algorithm pick = eccl_dispatch_pick(&c->dispatch, k, c->world, c->local_size, bytes, can);
-        if (k == ECCL_COLL_ALLGATHER && pick == ECCL_ALGO_RECURSIVE) return recag_setup(c, r);
-        if (pick == other)
-            return other == ECCL_ALGO_BRUCK       ? bruck_setup(c, r)
-                   : other == ECCL_ALGO_RECURSIVE ? recrs_setup(c, r)
-                                                  : binomial_setup(c, r);
+        switch (eccl_dispatch_pick(&c->dispatch, k, c->world, c->local_size, bytes, can)) {
+        case ECCL_ALGO_BRUCK: return bruck_setup(c, r);
+        case ECCL_ALGO_BINOMIAL: return binomial_setup(c, r);
+        case ECCL_ALGO_RECURSIVE: return k == ECCL_COLL_ALLGATHER ? recag_setup(c, r) : recrs_setup(c, r);
+        default: break; /* the ring pass or the chain, below */
+        }
     }
     uint8_t *scratch, *backup;
     eccl_result rc = take_scratch_backup(c, r, eccl_ring_pass_scratch_bytes(&r->call),
