@@ -228,9 +228,9 @@ void comm_link_service(eccl_comm *c, p2p_link *l)
     }
     if (l->ch.error != ECCL_OK) {
         /* A broken link stalls its ops; the master's view change resolves
-         * them (comm_ops_link_lost asks for one). Meanwhile keep trying to reach `next`:
-         * a connect can fail after it started (refused, reset), and the
-         * neighbour may well be alive. Not while leaving: the neighbour
+         * them (comm_ops_link_lost asks for one). Meanwhile keep trying to
+         * reach `next`: a connect can fail after it started (refused,
+         * reset), and the neighbour may well be alive. Not while leaving: the neighbour
          * most likely left too (a dial would be refused), and if it died
          * the master re-forms the ring anyway. */
         int redial = !c->frozen && !c->leaving;

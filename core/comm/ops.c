@@ -108,7 +108,10 @@ void comm_op_timed_out(eccl_comm *c, eccl_request *r)
     comm_op_finish(c, r, ECCL_ERR_TIMEOUT);
 }
 
-/* Whether r runs over l, a link in `role` (without opening any). */
+/* Whether r runs over l, a link in `role` (without opening any). A peer
+ * link counts for every op of a peer-link algorithm: which peers it still
+ * talks to is the algorithm's, and one re-form too many only fails calls
+ * their callers retry. */
 static int op_runs_over(const eccl_comm *c, const eccl_request *r, const p2p_link *l, int role)
 {
     if (ECCL_ROLE_IS_PEER(role)) return (r->alg->roles & ECCL_ROLES_PEERS) != 0;
@@ -122,8 +125,8 @@ void comm_ops_link_lost(eccl_comm *c, p2p_link *l)
     const eccl_request *hit = NULL;
     for (const eccl_request *r = c->ops; r && !hit; r = r->next)
         if (r->state == OP_RUNNING && !r->returned && op_runs_over(c, r, l, role)) hit = r;
-    uint64_t tag = hit ? hit->call.tag : l->early ? l->early->d.tag : l->receiving ? l->receiving->d.tag : 0;
     if (!hit && !l->early && !l->receiving) return;
+    uint64_t tag = hit ? hit->call.tag : l->early ? l->early->d.tag : l->receiving->d.tag;
     ECCL_INFO(c->env, "link to peer %llu broke with frames of tag %llu on it: asking the master to settle",
               (unsigned long long)l->peer_id, (unsigned long long)tag);
     eccl_msg m = {.type = ECCL_MSG_COLL_DONE};
