@@ -5,6 +5,7 @@
  * actors here and judge the outcome themselves.
  */
 #include "sim_sg.h"
+#include "actor_stacks.h"
 #include "diloco.h"
 
 /* ---- events and progress ------------------------------------------------- */
@@ -410,9 +411,10 @@ void eccl_scn_sg_write_transport(FILE *sf, const sim *s, const eccl_scenario *cf
  * the size but the memory maps: a stack with a guard page is 2, and Linux
  * allows vm.max_map_count (65,530 by default) per process, which with 3
  * actors per rank (worker, progress, receiver) stops at about 10,900
- * ranks. Beyond what the limit allows, stacks go without guard pages (one
- * plain allocation each): an overflow is then no longer caught, which the
- * margin above makes a remote risk; eccl-sim says so when it happens. */
+ * ranks. Beyond what the limit allows, stacks go without guard pages, as
+ * slices of one region (actor_stacks.h): an overflow is then no longer
+ * caught, which the margin above makes a remote risk; eccl-sim says so when
+ * it happens. */
 #define ACTOR_STACK_KIB 256
 #define MAP_MARGIN 4096 /* maps for everything else: libraries, heap, SimGrid */
 
@@ -431,19 +433,22 @@ static void set_actor_stacks(const eccl_scenario *c)
     long actors = (1L + c->progress_thread + !c->latency_net) * (c->ranks + (long)c->nfaults * c->ranks_per_host) + 2 + c->nfaults + 1;
     if (limit > 0 && 2 * actors + MAP_MARGIN > limit) {
         sg_cfg_set_int("contexts/guard-size", 0);
-        /* Without a guard, SimGrid callocs each stack. glibc raises its mmap
-         * threshold past a freed mmapped chunk, and a calloc from the heap
-         * clears the whole stack: 32k ranks touched 11 GB of zeros. A fixed
-         * threshold keeps every stack a fresh, untouched mapping (and the
-         * kernel merges adjacent ones, so they cost few maps). glibc also
-         * caps its mmapped chunks at 65536 and serves the rest from the
-         * heap, cleared: lift the cap, or 32k ranks and up pay 256 KiB of
-         * zeros per actor past the 65,536th. */
+        /* Without a guard, SimGrid callocs each stack, which the pool serves
+         * with 2 resident pages fewer each (at 96K ranks 0.8 GB). Past the
+         * pool, or without it, malloc does: glibc raises its mmap threshold
+         * past a freed mmapped chunk, and a calloc from the heap clears the
+         * whole stack (32k ranks touched 11 GB of zeros). A fixed threshold
+         * keeps every stack a fresh, untouched mapping (and the kernel merges
+         * adjacent ones, so they cost few maps). glibc also caps its mmapped
+         * chunks at 65536 and serves the rest from the heap, cleared: lift
+         * the cap, or 32k ranks and up pay 256 KiB of zeros per actor past
+         * the 65,536th. */
         mallopt(M_MMAP_THRESHOLD, 128 * 1024);
         mallopt(M_MMAP_MAX, INT_MAX);
-        eccl_sg_printf("eccl-sim", "actor stacks without guard pages: %ld actors need %ld maps "
-                       "with them, vm.max_map_count is %ld", actors, 2 * actors + MAP_MARGIN,
-                       limit);
+        const int pooled = eccl_actor_stacks_reserve((size_t)ACTOR_STACK_KIB * 1024, (size_t)actors) == 0;
+        eccl_sg_printf("eccl-sim", "actor stacks without guard pages%s: %ld actors need %ld maps "
+                       "with them, vm.max_map_count is %ld", pooled ? ", from one region" : "", actors,
+                       2 * actors + MAP_MARGIN, limit);
     }
 }
 
