@@ -89,6 +89,5 @@ static inline int log2_of(int p)
     while ((1 << l) < p) l++;
     return l;
 }
-static inline int rounds_of(int n) { return n > 2 ? log2_of(n) : 0; }
 
 #endif /* ECCL_TESTS_COLL_DATA_H */

@@ -37,9 +37,9 @@
  *     in recvbuf (a reduce rank off the root: once all its slices are
  *     queued);
  *   - DONE leaves a rank only when its whole subtree is full, COMMIT only
- *     when every rank is; complete() only once every rank is full (N > 2;
- *     two ranks have no completion waves), every frame of the rank's is
- *     queued, every frame for it arrived and no payload of its is queued;
+ *     when every rank is; complete() only once every rank is full (two
+ *     ranks included), every frame of the rank's is queued, every frame
+ *     for it arrived and no payload of its is queued;
  *   - tx/rx byte counts; guard bytes around every buffer (the caller's,
  *     scratch, backup) stay untouched; sendbuf is never written (but the
  *     reduce root's output in place).
@@ -216,7 +216,7 @@ static int child_idx(const bcase *c, int r, int x)
         if (ch[j] == x) return j;
     return -1;
 }
-static int waves(const bcase *c) { return c->n > 2; }
+static int waves(const bcase *c) { return c->n > 1; }
 static size_t slice_b(const bcase *c)
 {
     size_t cap = SLICE / es_of(c) * es_of(c);
@@ -694,11 +694,6 @@ static void fuzz_frame(sim *s, int from, int to, const eccl_wire_data *good, con
     }
     /* The frame the rank took last from this sender, again. */
     if (s->has_last[to][from]) try_bad(s, to, role, &s->last_rx[to][from]);
-    /* Tokens with two ranks (there are none), data where none flows. */
-    if (!waves(c)) {
-        BAD((w.phase = ECCL_PHASE_BINO_COMMIT, w.step = (uint16_t)c->kind, w.len = 0, w.offset = 0));
-        BAD((w.phase = ECCL_PHASE_BINO_DONE, w.step = (uint16_t)c->kind, w.len = 0, w.offset = 0));
-    }
     /* Tokens from every rank, unless one could be on its way now. */
     for (int x = 0; x < s->n; x++) {
         for (int k = 0; k < 2; k++) {
@@ -1186,7 +1181,7 @@ static void test_interleavings(void **state)
     }
 }
 
-/* Count 0: no data, the waves alone (N > 2), or nothing at all. */
+/* Count 0: no data, the waves alone. */
 static void test_count_zero(void **state)
 {
     (void)state;
@@ -1194,7 +1189,7 @@ static void test_count_zero(void **state)
         for (int k = 0; k < 2; k++) {
             bcase c = mk(k ? ECCL_COLL_REDUCE : ECCL_COLL_BROADCAST, n, (uint32_t)(n - 1), ECCL_F32, ECCL_SUM, 0, 0, 3);
             size_t frames = run_case(&c, (uint64_t)n, FUZZ);
-            assert_int_equal(frames, n > 2 ? (size_t)(n - 1) * (k ? 1 : 2) : 0);
+            assert_int_equal(frames, (size_t)(n - 1) * (k ? 1 : 2));
         }
 }
 

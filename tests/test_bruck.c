@@ -94,7 +94,7 @@ typedef struct pctx {
 struct sim {
     eccl_env env;
     bcase c;
-    int n, rounds, bar_rounds;
+    int n, rounds;
     size_t es, slice, extent;
     size_t vc[MAXN], vd[MAXN]; /* elements */
     const eccl_coll_algo *alg;
@@ -174,7 +174,7 @@ static void build_model(sim *s)
             }
             if (s->nmf[r] == before) add_frame(s, r, to, ECCL_PHASE_BRUCK, k, 0, 0);
         }
-        for (int k = 0; k < s->bar_rounds; k++) add_frame(s, r, (r + (1 << k)) % n, ECCL_PHASE_BRUCK_DONE, k, 0, 0);
+        for (int k = 0; k < s->rounds; k++) add_frame(s, r, (r + (1 << k)) % n, ECCL_PHASE_BRUCK_DONE, k, 0, 0);
     }
 }
 
@@ -246,7 +246,6 @@ static void sim_init(sim *s, const bcase *c, uint64_t sched_seed, int late)
     s->n = c->n;
     s->es = eccl_dtype_size(c->t);
     s->rounds = ceil_log2(c->n);
-    s->bar_rounds = c->n > 2 ? s->rounds : 0;
     s->env = host_env();
     s->alg = &eccl_bruck_algo;
     s->rng = sched_seed * 0x9E3779B97F4A7C15ull + 1;
@@ -341,13 +340,13 @@ static void inspect_queued(sim *s, int i)
             eccl_wire_data w;
             decode_frame(f, &w);
             if (w.phase != ECCL_PHASE_BRUCK_DONE) continue;
-            if ((int)w.step >= s->bar_rounds || j != (i + (1 << w.step)) % s->n || (fresh >> w.step & 1u))
+            if ((int)w.step >= s->rounds || j != (i + (1 << w.step)) % s->n || (fresh >> w.step & 1u))
                 fail_msg("rank %d sent a token of round %u to rank %d", i, w.step, j);
             fresh |= 1u << w.step;
         }
         s->q_seen[i][j] = k;
     }
-    for (uint32_t r = 0; r < (uint32_t)s->bar_rounds; r++) {
+    for (uint32_t r = 0; r < (uint32_t)s->rounds; r++) {
         if (!(fresh >> r & 1u)) continue;
         if (r != s->tok_q[i]) fail_msg("rank %d sent its round-%u token after %u tokens", i, r, s->tok_q[i]);
         int span = (1 << r) < s->n ? 1 << r : s->n;
@@ -465,7 +464,7 @@ static void check_complete(sim *s)
         if (!s->alg->complete(&s->a[r])) continue;
         for (int j = 0; j < s->n; j++)
             if (s->ch[r][j].out_head) fail_msg("rank %d complete with frames queued", r);
-        for (int o = 0; o < s->n && s->n > 2; o++)
+        for (int o = 0; o < s->n; o++)
             if (!is_full(s, o)) fail_msg("rank %d complete while rank %d is not full", r, o);
         if (!is_full(s, r)) fail_msg("rank %d complete but not full", r);
     }
@@ -561,7 +560,7 @@ static void check_end(sim *s)
         if (tx != want_tx || rx != want_rx) fail_msg("rank %d: tx %llu rx %llu", r, (unsigned long long)tx,
                                                      (unsigned long long)rx);
         assert_int_equal(s->alg->error(&s->a[r]), ECCL_OK);
-        assert_int_equal((int)s->tok_q[r], s->bar_rounds);
+        assert_int_equal((int)s->tok_q[r], s->rounds);
     }
     check_guards(s);
 }

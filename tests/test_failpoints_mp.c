@@ -643,6 +643,84 @@ static void test_ring_link_recv_once(void **state)
     cluster_fini(cl);
 }
 
+/* A link that breaks holding frames of a call not made here yet: two
+ * ranks, rank 0 broadcasts 4 KiB (tag 200, a chain of one hop: it returns
+ * once its frame is written) while rank 1 has not called it, so rank 1's
+ * progress thread holds the frame as an early frame on its accepted link
+ * from rank 0. Then one read on that link fails (rank 0's next broadcast,
+ * tag 201, brings it): the link and the early frame are gone, and rank 0's
+ * ops are done, so only rank 1 can tell the master (comm_ops_link_lost's
+ * early-frames branch). The re-formed ring commits both tags from rank 0's
+ * report, and rank 1's late calls take rank 0's bytes from the records, at
+ * once (before that notice the first of them stalled to op_timeout and
+ * only then asked the master). Heartbeats are rare so no read on the
+ * master link comes first. */
+enum { CTL_ROOT_SENT = 3, CTL_LATE_ARMED = 4 };
+#define EARLY_COUNT 1024u
+#define TAG_EARLY 200
+
+static int early_body(eccl_comm *c, int index, void *argp)
+{
+    (void)index, (void)argp;
+    int64_t rank = -1;
+    CL_OK(eccl_comm_get_attr(c, ECCL_ATTR_RANK, &rank));
+    float buf[EARLY_COUNT], want[EARLY_COUNT];
+    for (uint64_t tag = TAG_EARLY; tag < TAG_EARLY + 2; tag++) {
+        if (rank == 0 && tag == TAG_EARLY + 1)
+            CL_CHECK(cluster_wait_ctl(CTL_LATE_ARMED, 1, 30000) == 0, "rank 1 never armed");
+        if (rank != 0) continue;
+        cluster_fill(buf, ECCL_F32, EARLY_COUNT, 0, tag, CL_PAT_SMALL);
+        CL_OK(eccl_broadcast(c, buf, buf, EARLY_COUNT, ECCL_F32, 0, tag, NULL));
+        atomic_store(&cluster_shm()->ctl[CTL_ROOT_SENT], 1);
+    }
+    if (rank == 0) return 0;
+    CL_CHECK(cluster_wait_ctl(CTL_ROOT_SENT, 1, 30000) == 0, "rank 0 never broadcast");
+    cluster_sleep_ms(100); /* the progress thread takes the frame in */
+    CL_CHECK(fp_arm("eccl/net/recv_accepted", 1) == 0, "fiu");
+    atomic_store(&cluster_shm()->ctl[CTL_LATE_ARMED], 1);
+    uint64_t until = cluster_now_ns() + 10 * CL_SEC;
+    while (atomic_load(&cluster_self()->val[V_FIRED]) == 0 && cluster_now_ns() < until) cluster_sleep_ms(1);
+    fp_disarm("eccl/net/recv_accepted");
+    cluster_sleep_ms(300); /* the view change settles */
+    for (uint64_t tag = TAG_EARLY; tag < TAG_EARLY + 2; tag++) {
+        cluster_fill(want, ECCL_F32, EARLY_COUNT, 0, tag, CL_PAT_SMALL);
+        memset(buf, 0, sizeof buf);
+        eccl_reduce_info info = {0};
+        uint64_t t0 = cluster_now_ns();
+        eccl_result rc = eccl_broadcast(c, NULL, buf, EARLY_COUNT, ECCL_F32, 0, tag, &info);
+        cluster_record(tag, rc, info.world_size, t0, cluster_now_ns(), 0, 0);
+        CL_CHECK(rc == ECCL_OK, "late broadcast tag %llu: %s", (unsigned long long)tag, eccl_strerror(rc));
+        CL_CHECK(memcmp(buf, want, sizeof buf) == 0, "late broadcast tag %llu: not rank 0's bytes",
+                 (unsigned long long)tag);
+    }
+    return 0;
+}
+
+static void test_link_broke_holding_early_frames(void **state)
+{
+    cluster *cl = *state;
+    const int n = 2;
+    const char *what = "link broke holding early frames";
+    cluster_opts o = {.peer_timeout_ms = 600000, .op_timeout_ms = 20000};
+    assert_int_equal(cluster_init(cl, &o), 0);
+    assert_int_equal(cluster_spawn_n(cl, n, early_body, NULL), 0);
+    if (cluster_wait_all(cl, 90000) != 0) fail_msg("a peer failed (see above)");
+    int late = -1;
+    for (int i = 0; i < n; i++)
+        if (fired(cl, i)) late = i;
+    FCHECK(late >= 0 && fired(cl, late) == 1);
+    double worst = 0;
+    for (uint64_t tag = TAG_EARLY; tag < TAG_EARLY + 2; tag++) {
+        const cluster_event *e = first_event(&cl->sh->slot[late], tag, 0);
+        FCHECK(e != NULL && e->result == ECCL_OK && e->world == 2);
+        FCHECK(e->elapsed_ns < (uint64_t)o.op_timeout_ms * CL_MS / 2); /* settled, not timed out */
+        if ((double)e->elapsed_ns / 1e6 > worst) worst = (double)e->elapsed_ns / 1e6;
+    }
+    printf("    the late rank's link broke holding tag %d's frame: both late broadcasts took rank 0's bytes "
+           "in at most %.1f ms (op_timeout %u)\n", TAG_EARLY, worst, o.op_timeout_ms);
+    cluster_fini(cl);
+}
+
 /* One RDMA fault in one peer, in the middle of a call whose slices travel
  * as RDMA writes (ECCL_NET=ibv; skipped otherwise): the link it hits breaks
  * on both ends (the victim closes it, its peer sees the queue pairs or the
@@ -1118,6 +1196,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_master_link_recv_fails, cluster_test_setup, cluster_test_teardown),
         cmocka_unit_test_setup_teardown(test_master_link_send_fails, cluster_test_setup, cluster_test_teardown),
         cmocka_unit_test_setup_teardown(test_leave_master_send_fails, cluster_test_setup, cluster_test_teardown),
+        cmocka_unit_test_setup_teardown(test_link_broke_holding_early_frames, cluster_test_setup,
+                                        cluster_test_teardown),
         cmocka_unit_test_setup_teardown(test_ring_link_recv_once, cluster_test_setup, cluster_test_teardown),
         cmocka_unit_test_setup_teardown(test_alloc_fails, cluster_test_setup, cluster_test_teardown),
         cmocka_unit_test_setup_teardown(test_ibv_completion_error, cluster_test_setup, cluster_test_teardown),

@@ -284,7 +284,7 @@ static void sim_init(sim *s, const hcase *c, uint64_t sched_seed, int late)
     memset(s, 0, sizeof *s);
     s->c = *c;
     s->n = n_of(c);
-    s->rounds = rounds_of(s->n);
+    s->rounds = log2_of(s->n);
     s->bytes = c->count * es_of(c);
     s->env = host_env();
     s->alg = &eccl_hier_allreduce_algo;
@@ -294,7 +294,6 @@ static void sim_init(sim *s, const hcase *c, uint64_t sched_seed, int late)
     /* complete() only once every rank is full; a frame is tried with
      * every other phase, but not on another link that owes the same
      * header; the step counters outside the struct stay as they were. */
-    s->all_full_first = 1;
     s->owed_elsewhere = 1;
     s->side_state = side_state;
     case_data(c, &s->d);

@@ -235,7 +235,7 @@ static void sim_init(sim *s, const rcase *c, uint64_t sched_seed, int late)
     s->p = pow2_of(c->n);
     s->levels = log2_of(s->p);
     s->rem = c->n - s->p;
-    s->rounds = rounds_of(c->n);
+    s->rounds = log2_of(c->n);
     s->block = block_of(c);
     s->total = (size_t)c->n * s->block;
     s->env = host_env();
@@ -243,7 +243,6 @@ static void sim_init(sim *s, const rcase *c, uint64_t sched_seed, int late)
     s->rng = sched_seed;
     s->late = late;
     s->stop = SIZE_MAX;
-    s->all_full_first = c->n > 2;
     case_data(c, &s->d);
     size_t S = slice_of(c);
     for (int r = 0; r < s->n; r++) {
@@ -563,8 +562,7 @@ static void test_queue_cap(void **state)
 }
 
 /* The completion round, step by step: every data frame delivered and every
- * rank full, no rank completes before its last token; two ranks have no
- * round. */
+ * rank full, no rank completes before its last token, two ranks included. */
 static void test_completion(void **state)
 {
     (void)state;

@@ -287,7 +287,7 @@ static void sim_init(sim *s, const rcase *c, uint64_t sched_seed, int late)
     s->p = pow2_of(c->n);
     s->levels = log2_of(s->p);
     s->rem = c->n - s->p;
-    s->rounds = rounds_of(c->n);
+    s->rounds = log2_of(c->n);
     s->nsteps_core = c->halving ? 2 * s->levels : s->levels;
     s->bytes = c->count * es_of(c);
     s->env = host_env();
@@ -295,7 +295,6 @@ static void sim_init(sim *s, const rcase *c, uint64_t sched_seed, int late)
     s->rng = sched_seed;
     s->late = late;
     s->stop = SIZE_MAX;
-    s->all_full_first = c->n > 2;
     s->bad_phases = bad_phases;
     s->n_bad_phases = sizeof bad_phases;
     case_data(c, &s->d);
@@ -642,8 +641,7 @@ static void test_queue_cap(void **state)
 }
 
 /* The completion round, step by step: every data frame delivered and every
- * rank full, no rank completes before its last token; two ranks have no
- * round. */
+ * rank full, no rank completes before its last token, two ranks included. */
 static void test_completion(void **state)
 {
     (void)state;

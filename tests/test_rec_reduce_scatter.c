@@ -305,7 +305,7 @@ static void sim_init(sim *s, const rcase *c, uint64_t sched_seed, int late)
     s->p = pow2_of(c->n);
     s->levels = log2_of(s->p);
     s->rem = c->n - s->p;
-    s->rounds = rounds_of(c->n);
+    s->rounds = log2_of(c->n);
     size_t es = es_of(c);
     s->total = total_of(c) * es;
     s->env = host_env();
@@ -313,7 +313,6 @@ static void sim_init(sim *s, const rcase *c, uint64_t sched_seed, int late)
     s->rng = sched_seed;
     s->late = late;
     s->stop = SIZE_MAX;
-    s->all_full_first = c->n > 2;
     s->bad_phases = bad_phases;
     s->n_bad_phases = sizeof bad_phases;
     case_data(c, &s->d);
@@ -687,8 +686,7 @@ static void test_queue_cap(void **state)
 }
 
 /* The completion round, step by step: every data frame delivered and every
- * rank full, no rank completes before its last token; two ranks have no
- * round. */
+ * rank full, no rank completes before its last token, two ranks included. */
 static void test_completion(void **state)
 {
     (void)state;

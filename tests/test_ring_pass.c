@@ -41,8 +41,8 @@
  *   - have_full() never goes back, and turns 1 only with the final output
  *     in recvbuf (a reduce's non-root: once all its sends, both rings', are
  *     queued);
- *   - complete() only once every rank has its output (N > 2: with done
- *     token N-1; N == 2 has no tokens) and no payload of ours is queued;
+ *   - complete() only once every rank has its output (done token N-1,
+ *     two ranks included) and no payload of ours is queued;
  *   - done tokens travel ring 0 alone, and token s leaves a rank only when
  *     it and the s-1 ranks before it are full;
  *   - tx/rx byte counts; guard bytes around every buffer (the caller's, and
@@ -317,7 +317,7 @@ static int dist_of(const pcase *c, int d, int r)
     int q = pos_of(c, d, r) - pos_of(c, d, (int)c->root);
     return mod(c->kind == ECCL_COLL_BROADCAST ? q : q - 1, c->n);
 }
-static uint32_t tokens_of(const pcase *c) { return c->n > 2 ? (uint32_t)c->n - 1 : 0; }
+static uint32_t tokens_of(const pcase *c) { return (uint32_t)c->n - 1; }
 static int has_output(const pcase *c, int r) { return c->kind != ECCL_COLL_REDUCE || (uint32_t)r == c->root; }
 /* Bytes of rank r's output. */
 static size_t out_len(const pcase *c, int r)
@@ -447,7 +447,6 @@ typedef struct sim {
     eccl_wire_data last_rx[MAXN][2];         /* the last data frame rank i took */
     int has_last_rx[MAXN][2];
     int full[MAXN], done[MAXN];
-    int tokens_seen;
     uint32_t raw_seen; /* quantised calls: frames that travelled raw */
 } sim;
 
@@ -862,9 +861,7 @@ static void inspect_queued(sim *s, int i)
                              sends_of(s, i, side));
                 continue;
             }
-            s->tokens_seen = 1;
             if (side) fail_msg("rank %d sent a done token towards prev: tokens go ring 0 alone", i);
-            if (s->n == 2) fail_msg("rank %d sent a done token with two ranks", i);
             assert_int_equal(w.len, 0);
             assert_int_equal(w.ring, 0);
             assert_int_equal(w.step, s->tok_q[i] + 1);
@@ -933,10 +930,8 @@ static void observe(sim *s)
         if (!s->done[r] && s->alg->complete(&s->p[r])) {
             s->done[r] = 1;
             if (!f) fail_msg("rank %d complete without its own output", r);
-            /* N == 2 has no completion round: a loss leaves one survivor. */
-            if (s->n > 2)
-                for (int x = 0; x < s->n; x++)
-                    if (!is_full(s, x)) fail_msg("rank %d complete while rank %d is not full", r, x);
+            for (int x = 0; x < s->n; x++)
+                if (!is_full(s, x)) fail_msg("rank %d complete while rank %d is not full", r, x);
             for (int side = 0; side < 2; side++) {
                 for (const eccl_frame *q = s->link[r][side].out_head; q; q = q->next)
                     if (q->payload_len) fail_msg("rank %d complete with a payload still queued", r);
@@ -1095,9 +1090,7 @@ static void fuzz_frame(sim *s, int to, int d, const eccl_wire_data *good, const 
     }
     /* The frame the rank took last on this ring, again. */
     if (s->has_last_rx[to][d]) try_bad(s, to, role, &s->last_rx[to][d]);
-    /* A token with two ranks, where there is no completion round; a token
-     * on ring 1, where there are none. */
-    if (s->n == 2) BAD((w.phase = ECCL_PHASE_DONE, w.step = 1, w.len = 0, w.offset = 0, w.flags = 0));
+    /* A token on ring 1, where there are none. */
     if (!s->land[to][1].open) {
         eccl_wire_data t = {.tag = 77, .epoch = 3, .ring = 1, .phase = ECCL_PHASE_DONE,
                             .step = (uint16_t)(s->tok_rx[to] + 1)};
@@ -1353,7 +1346,6 @@ static void check_results(sim *s)
         assert_false(s->alg->expects(&s->p[r], ECCL_ROLE_NEXT));
         for (int d = 0; d < 2; d++) assert_int_equal(s->data_rx[r][d], recvs_of(s, r, d));
     }
-    if (s->n == 2) assert_false(s->tokens_seen);
 }
 
 /* Every rank's restore: recvbuf (and sendbuf) bit for bit as before. */
@@ -1702,8 +1694,10 @@ static void deliver_data_only(sim *s)
 }
 
 /* The completion round, step by step: with every data frame delivered and
- * every rank full, no rank completes until its token N-1; N == 2 has no
- * round. Only PREV waits for tokens: NEXT expects nothing more. */
+ * every rank full, no rank completes until its token N-1, two ranks
+ * included (one token each way: a link that breaks without a loss leaves
+ * both ranks, who must agree). Only PREV waits for tokens: NEXT expects
+ * nothing more. */
 static void test_completion(void **state)
 {
     (void)state;
@@ -1720,22 +1714,17 @@ static void test_completion(void **state)
                 for (int r = 0; r < n; r++) {
                     assert_true(is_full(s, r));
                     for (int d = 0; d < 2; d++) assert_int_equal(s->data_rx[r][d], recvs_of(s, r, d));
-                    /* Two ranks: full is enough; more wait for their tokens. */
-                    assert_int_equal(s->alg->complete(&s->p[r]), n == 2);
-                    assert_int_equal(s->alg->expects(&s->p[r], ECCL_ROLE_PREV), n > 2);
+                    assert_false(s->alg->complete(&s->p[r]));
+                    assert_true(s->alg->expects(&s->p[r], ECCL_ROLE_PREV));
                     assert_false(s->alg->expects(&s->p[r], ECCL_ROLE_NEXT));
                 }
-                if (n > 2) {
-                    /* Tokens now, ring 0 alone: each rank completes with token N-1 exactly. */
-                    for (int i = 0; i < n; i++) {
-                        assert_non_null(s->link[i][0].out_head);
-                        assert_null(s->link[i][1].out_head);
-                    }
-                    assert_int_equal(sim_run(s), ECCL_OK);
-                    for (int r = 0; r < n; r++) assert_int_equal(s->tok_rx[r], n - 1);
-                } else {
-                    for (int i = 0; i < n; i++) assert_true(!s->link[i][0].out_head && !s->link[i][1].out_head);
+                /* Tokens now, ring 0 alone: each rank completes with token N-1 exactly. */
+                for (int i = 0; i < n; i++) {
+                    assert_non_null(s->link[i][0].out_head);
+                    assert_null(s->link[i][1].out_head);
                 }
+                assert_int_equal(sim_run(s), ECCL_OK);
+                for (int r = 0; r < n; r++) assert_int_equal(s->tok_rx[r], n - 1);
                 check_results(s);
                 sim_fini(s);
                 free(s);

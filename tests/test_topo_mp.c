@@ -159,7 +159,7 @@ enum fp_mode {
 static const char *const rewire_fp[] = {
     [FP_REWIRE_ACCEPT] = "eccl/net/accept",
     [FP_REWIRE_SEND] = "eccl/net/send",
-    [FP_REWIRE_RECV] = "eccl/net/recv_accepted",
+    [FP_REWIRE_RECV] = "eccl/net/recv_hello",
 };
 
 /* Optimize, all-reduce, optimize again (only what failed to measure), all-reduce. */

@@ -79,7 +79,8 @@ struct eccl_conn {
     int want_read, want_write; /* the core's set_interest */
     int want_hangup;           /* report a closing peer even while not reading */
     int registered;            /* in the epoll set (not while interest is 0) */
-    int first_read_pending;    /* accepted, no byte read yet: "eccl/net/recv_accepted" applies */
+    int accepted;              /* came from accept: "eccl/net/recv_accepted" applies */
+    int first_read_pending;    /* accepted, no byte read yet: "eccl/net/recv_hello" applies */
     uint32_t events;           /* as registered with epoll now */
     void *user;
     char addr[ECCL_ADDR_MAX]; /* the peer, for log lines */
@@ -408,7 +409,7 @@ static eccl_result tcp_accept(void *ctx, eccl_listener *l, void *user,
     }
     c->fd = fd;
     c->state = CONN_UP;
-    c->first_read_pending = 1;
+    c->accepted = c->first_read_pending = 1;
     c->user = user;
     format_addr(&sa, c->addr);
     tune_socket(t, fd, c->addr);
@@ -530,11 +531,14 @@ static eccl_result tcp_recv(void *ctx, eccl_conn *c, void *buf, size_t len,
     fiu_return_on("eccl/net/recv", ECCL_ERR_CLOSED);
     if (!t || !c || !got || (len > 0 && !buf))
         return ECCL_ERR_INVALID_ARG;
-    /* The first read of an accepted connection only: a test can fail a new
-     * link's hello without reaching the links the process dialled (its
-     * master's) or a link that already carries an op's frames. */
-    if (c->first_read_pending)
+    /* Reads on the accepting side only: a test can fail a peer link
+     * without reaching the links the process dialled (its master's);
+     * "recv_hello" only the first read, a new link's hello, never one that
+     * already carries an op's frames. */
+    if (c->accepted)
         fiu_return_on("eccl/net/recv_accepted", ECCL_ERR_CLOSED);
+    if (c->first_read_pending)
+        fiu_return_on("eccl/net/recv_hello", ECCL_ERR_CLOSED);
     res = conn_check_connect(t, c);
     /* len 0 must not reach recv(), whose 0 would read as end of stream. */
     if (res != ECCL_OK || c->state != CONN_UP || len == 0)

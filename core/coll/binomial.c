@@ -95,7 +95,7 @@ static int sends_queued(const eccl_binomial *b)
     return 1;
 }
 
-static int waves(const eccl_binomial *b) { return b->call.nranks > 2; }
+static int waves(const eccl_binomial *b) { return b->call.nranks > 1; }
 
 /* Backs up slice i of recvbuf before its first byte is written. */
 static void save_slice(eccl_binomial *b, uint32_t i)

@@ -35,7 +35,7 @@
  *              where AVG divides once. So the result's bits depend on N and
  *              the root alone, never on timing.
  *
- * Completion (N > 2; two ranks need none, as the ring pass's): a rank
+ * Completion (two ranks included, as the ring pass's): a rank
  * returns only once every rank is known to hold its output, so the
  * master's "commit iff every survivor holds it" never contradicts a rank
  * that returned success.

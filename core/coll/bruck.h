@@ -33,7 +33,7 @@
  *
  * Completion: once a rank holds every block (have_full) and its data
  * frames are queued, the dissemination barrier of coll/dissem.h runs with
- * tokens of phase ECCL_PHASE_BRUCK_DONE (none at N = 2); complete() also
+ * tokens of phase ECCL_PHASE_BRUCK_DONE (one each way at N = 2); complete() also
  * waits for every frame of ours to be written. expects(PEER + r) is 1
  * while r owes us a round's frames or a token.
  *

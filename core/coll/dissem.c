@@ -4,7 +4,7 @@ void eccl_dissem_init(eccl_dissem *b, uint32_t rank, uint32_t nranks)
 {
     b->rank = rank;
     b->nranks = nranks;
-    b->rounds = nranks > 2 ? eccl_ceil_log2(nranks) : 0;
+    b->rounds = eccl_ceil_log2(nranks);
     b->sent = b->recv = 0;
 }
 

@@ -4,9 +4,11 @@
  * queued, round k = 0..ceil(log2 N)-1 sends an empty token to rank + 2^k
  * and waits for rank - 2^k's (mod N); the token of round k > 0 leaves only
  * after round k-1's arrived. After the last round every rank knows every
- * rank is full: the completion round of coll/algo.h. Two ranks skip it, as
- * the ring and the tree do: a loss leaves one survivor, who cannot
- * disagree with anyone.
+ * rank is full: the completion round of coll/algo.h. Two ranks run it
+ * too, one token each way, as the ring does: a loss leaves one survivor,
+ * but a link that breaks without one leaves both, who must agree (a rank
+ * that returned while its peer never got the data could not be
+ * contradicted by the master otherwise).
  *
  * Tokens are DATA frames of the algorithm's own phase with step = k,
  * offset and len 0. A partner sends its tokens after all its data, in
@@ -23,7 +25,7 @@
 
 typedef struct eccl_dissem {
     uint32_t rank, nranks;
-    uint32_t rounds;   /* ceil(log2 N), 0 at N == 2 */
+    uint32_t rounds;   /* ceil(log2 N) */
     uint64_t sent, recv; /* rounds' tokens, by bit */
 } eccl_dissem;
 

@@ -41,7 +41,7 @@
  * running ahead lands in blocks we neither hold nor send yet.
  *
  * Completion: the dissemination barrier of coll/dissem.h (tokens of phase
- * ECCL_PHASE_RECAG_DONE; none at N = 2) once a rank's output is final
+ * ECCL_PHASE_RECAG_DONE; one each way at N = 2) once a rank's output is final
  * (core: after the last DOUBLE; extra: after RESULT) and all its steps
  * are done. complete() also waits for every frame of ours to be written.
  *

@@ -41,10 +41,9 @@
  * rank + 2^k and waits for rank - 2^k's (mod N); the token of round k > 0
  * leaves only after round k-1's arrived. After the last round every rank is known to
  * be full, so a rank returns success only once the master's "commit iff
- * every survivor holds it" can no longer contradict it. Two ranks skip it,
- * as the ring and the tree do: a loss leaves one survivor, who cannot
- * disagree with anyone. complete() also waits for every frame of ours to
- * be written.
+ * every survivor holds it" can no longer contradict it. Two ranks run it
+ * too (coll/dissem.h says why). complete() also waits for every frame of
+ * ours to be written.
  *
  * Frames from one rank come in the order it sends them (one link per
  * pair), so a rank always knows the next frame each partner owes it:

@@ -63,7 +63,7 @@
  * phase (RECRS_DONE): once a rank's output is final (have_full) and all its steps are
  * done, round k = 0..ceil(log2 N)-1 sends an empty token to rank + 2^k and
  * waits for rank - 2^k's (mod N), round k > 0 leaving only after round
- * k-1's arrived; two ranks skip it. complete() also waits for every frame
+ * k-1's arrived (one round at two ranks). complete() also waits for every frame
  * of ours to be written.
  *
  * Frames from one rank come in the order it sends them, so a rank always

@@ -247,7 +247,7 @@ static int send_ready(const eccl_ring_allreduce *r, const eccl_ring_dir *d)
 
 static eccl_result pump_tokens(eccl_ring_allreduce *r, eccl_chan *link)
 {
-    if (!r->have_full || r->call.nranks == 2) return ECCL_OK;
+    if (!r->have_full) return ECCL_OK;
     uint32_t want = r->done_recv + 1 < r->call.nranks - 1 ? r->done_recv + 1 : r->call.nranks - 1;
     while (r->done_sent < want) {
         eccl_wire_data t = {.tag = r->call.tag, .epoch = r->call.epoch, .ring = 0,
@@ -316,6 +316,26 @@ static eccl_result pump_device(eccl_ring_allreduce *r, eccl_chan *link[2])
     return rc != ECCL_OK ? rc : pump_tokens(r, link[0]);
 }
 
+/* Both ranks compute (rank 0's data) op (rank 1's data): identical bits. */
+static void exchange_finish(eccl_ring_allreduce *r)
+{
+    const eccl_dev_ops *dev = r->call.env->dev;
+    void *ctx = r->call.env->dev_ctx;
+    size_t bytes = r->call.count * r->esize;
+    uint8_t *in = r->dir[0].staging;
+    if (r->backup) dev->copy(ctx, r->backup, r->call.recvbuf, bytes);
+    r->exchange_saved = r->backup != NULL;
+    if (r->call.rank == 0) {
+        if (r->call.sendbuf != r->call.recvbuf) dev->copy(ctx, r->call.recvbuf, r->call.sendbuf, bytes);
+        dev->reduce(ctx, r->call.recvbuf, in, r->call.count, r->call.dtype, r->call.op);
+    } else {
+        dev->reduce(ctx, in, r->call.sendbuf, r->call.count, r->call.dtype, r->call.op);
+        dev->copy(ctx, r->call.recvbuf, in, bytes);
+    }
+    if (r->call.op == ECCL_AVG) dev->scale_div(ctx, r->call.recvbuf, r->call.count, r->call.dtype, 2);
+    r->have_full = 1;
+}
+
 eccl_result eccl_ring_allreduce_pump(eccl_ring_allreduce *r, eccl_chan *link[2])
 {
     if (on_device(r)) return pump_device(r, link);
@@ -327,6 +347,10 @@ eccl_result eccl_ring_allreduce_pump(eccl_ring_allreduce *r, eccl_chan *link[2])
         r->tx_bytes += w.len;
         r->exchange_sent = 1;
     }
+    /* The result is written once our own frame has left (in place, it
+     * overwrites what the socket may still be sending); the done token,
+     * below, only after it. */
+    if (r->exchange && r->exchange_recvd && !r->have_full && r->inflight == 0) exchange_finish(r);
     for (uint32_t i = 0; i < r->nrings; i++) {
         eccl_ring_dir *d = &r->dir[i];
         while (send_ready(r, d) && link[i]->queued_bytes < ECCL_RING_MAX_QUEUED) {
@@ -435,8 +459,7 @@ eccl_result eccl_ring_allreduce_recv_done(eccl_ring_allreduce *r, int ring,
     const eccl_dev_ops *dev = r->call.env->dev;
     if (r->exchange) {
         /* The result is written once our own frame has left (see
-         * eccl_ring_allreduce_complete): in place, it overwrites what the
-         * socket may still be sending. */
+         * eccl_ring_allreduce_pump). */
         r->exchange_recvd = 1;
         return ECCL_OK;
     }
@@ -494,26 +517,6 @@ eccl_result eccl_ring_allreduce_recv_done(eccl_ring_allreduce *r, int ring,
     return ECCL_OK;
 }
 
-/* Both ranks compute (rank 0's data) op (rank 1's data): identical bits. */
-static void exchange_finish(eccl_ring_allreduce *r)
-{
-    const eccl_dev_ops *dev = r->call.env->dev;
-    void *ctx = r->call.env->dev_ctx;
-    size_t bytes = r->call.count * r->esize;
-    uint8_t *in = r->dir[0].staging;
-    if (r->backup) dev->copy(ctx, r->backup, r->call.recvbuf, bytes);
-    r->exchange_saved = r->backup != NULL;
-    if (r->call.rank == 0) {
-        if (r->call.sendbuf != r->call.recvbuf) dev->copy(ctx, r->call.recvbuf, r->call.sendbuf, bytes);
-        dev->reduce(ctx, r->call.recvbuf, in, r->call.count, r->call.dtype, r->call.op);
-    } else {
-        dev->reduce(ctx, in, r->call.sendbuf, r->call.count, r->call.dtype, r->call.op);
-        dev->copy(ctx, r->call.recvbuf, in, bytes);
-    }
-    if (r->call.op == ECCL_AVG) dev->scale_div(ctx, r->call.recvbuf, r->call.count, r->call.dtype, 2);
-    r->have_full = 1;
-}
-
 int eccl_ring_allreduce_complete(eccl_ring_allreduce *r)
 {
     /* Every frame of ours queued (back-pressure may still hold some) and
@@ -525,20 +528,15 @@ int eccl_ring_allreduce_complete(eccl_ring_allreduce *r)
         /* A failed device leaves the op to comm (ECCL_ERR_DEVICE). */
         if (r->dev_error != ECCL_OK) return 0;
     }
-    if (r->exchange) {
-        if (!r->exchange_sent || !r->exchange_recvd) return 0;
-        if (!r->have_full) exchange_finish(r);
-    } else if (r->dir[0].send_g < steps(r) || r->dir[1].send_g < steps(r) || !r->have_full) {
-        return 0;
-    }
-    return r->call.nranks == 2 || (r->done_recv >= r->call.nranks - 1 && r->done_sent >= r->call.nranks - 1);
+    if (!r->have_full || r->dir[0].send_g < steps(r) || r->dir[1].send_g < steps(r)) return 0;
+    return r->done_recv >= r->call.nranks - 1 && r->done_sent >= r->call.nranks - 1;
 }
 
 int eccl_ring_allreduce_expects(const eccl_ring_allreduce *r, int ring)
 {
-    if (r->exchange) return ring == 0 && !r->exchange_recvd;
+    if (r->exchange) return ring == 0 && (!r->exchange_recvd || r->done_recv < 1);
     if (ring != 0) return r->dir[1].recv_g < steps(r);
-    return r->dir[0].recv_g < steps(r) || (r->call.nranks > 2 && r->done_recv < r->call.nranks - 1);
+    return r->dir[0].recv_g < steps(r) || r->done_recv < r->call.nranks - 1;
 }
 
 void eccl_ring_allreduce_restore(eccl_ring_allreduce *r)
@@ -597,6 +595,16 @@ static eccl_result algo_recv_done(void *op, int role, const eccl_wire_data *d)
 
 static int algo_complete(void *op) { return eccl_ring_allreduce_complete(op); }
 
+/* Our output final and every frame of ours written (the done tokens
+ * aside): a small call may return early (coll/algo.h). Host buffers only:
+ * a device op's slots are in flight until its end. */
+static int algo_settled(const void *op)
+{
+    const eccl_ring_allreduce *r = op;
+    return !on_device(r) && r->inflight == 0 && r->have_full && r->dir[0].send_g >= steps(r) &&
+           r->dir[1].send_g >= steps(r);
+}
+
 static int algo_expects(const void *op, int role)
 {
     return (role == ECCL_ROLE_PREV || role == ECCL_ROLE_NEXT) && eccl_ring_allreduce_expects(op, role);
@@ -621,6 +629,7 @@ const eccl_coll_algo eccl_ring_allreduce_algo = {
     .recv = algo_recv,
     .recv_done = algo_recv_done,
     .complete = algo_complete,
+    .settled = algo_settled,
     .expects = algo_expects,
     .have_full = algo_have_full,
     .restore = algo_restore,

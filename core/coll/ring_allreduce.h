@@ -20,10 +20,13 @@
  * sender and the s-1 ranks before it hold the full result". A rank returns
  * once it holds the result and has token N-1. If a peer is lost first, the
  * master asks every survivor whether it holds the result and commits the op
- * only if all do (see core/comm), so survivors never disagree. With two
- * ranks a loss leaves one survivor, who cannot disagree with anyone: no
- * tokens. Either way a rank returns only once the socket has taken all its
- * frames, so the caller may reuse the buffers at once.
+ * only if all do (see core/comm), so survivors never disagree. Two ranks
+ * (the exchange too) pass one token each way: a loss leaves one survivor,
+ * but a link that breaks without one leaves both, and a rank that returned
+ * while the other never got its data would contradict the master. A small
+ * call returns before the tokens, keeping a copy of its result (settled,
+ * coll/algo.h). Either way a rank returns only once the socket has taken
+ * all its frames, so the caller may reuse the buffers at once.
  *
  * Quantised (call->quant != ECCL_QUANT_NONE; never the exchange): every
  * reduce-scatter slice travels as a quantised DATA frame (ECCL_WIRE_DATA_QUANT:

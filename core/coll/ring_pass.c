@@ -267,7 +267,7 @@ static const uint8_t *send_src(const eccl_ring_pass *p, int d, size_t off)
 static eccl_result pump_tokens(eccl_ring_pass *p, eccl_chan *next)
 {
     uint32_t n = p->call.nranks;
-    if (!full(p) || n == 2) return ECCL_OK;
+    if (!full(p)) return ECCL_OK;
     uint32_t want = p->done_recv + 1 < n - 1 ? p->done_recv + 1 : n - 1;
     while (p->done_sent < want) {
         eccl_wire_data t = {.tag = p->call.tag, .epoch = p->call.epoch, .phase = ECCL_PHASE_DONE,
@@ -344,8 +344,7 @@ static eccl_result pass_recv(void *op, int role, const eccl_wire_data *w, void *
     if (w->ring != d || (uint32_t)d >= p->nrings) return ECCL_ERR_PROTOCOL;
     eccl_ring_pass_dir *r = &p->dir[d];
     if (w->phase == ECCL_PHASE_DONE) {
-        if (d != 0 || w->len != 0 || w->step != p->done_recv + 1 || w->step > p->call.nranks - 1 ||
-            p->call.nranks == 2)
+        if (d != 0 || w->len != 0 || w->step != p->done_recv + 1 || w->step > p->call.nranks - 1)
             return ECCL_ERR_PROTOCOL;
         *dst = NULL;
         return ECCL_OK;
@@ -427,7 +426,7 @@ static int pass_complete(void *op)
     eccl_ring_pass *p = op;
     if (!pass_settled(p)) return 0;
     uint32_t n = p->call.nranks;
-    return n == 2 || (p->done_recv >= n - 1 && p->done_sent >= n - 1);
+    return p->done_recv >= n - 1 && p->done_sent >= n - 1;
 }
 
 static int pass_expects(const void *op, int role)
@@ -437,7 +436,7 @@ static int pass_expects(const void *op, int role)
     int d = role_dir(role);
     const eccl_ring_pass_dir *r = &p->dir[d];
     int data = (uint32_t)d < p->nrings && r->recvs && r->recv_i < total(p, d);
-    int tokens = d == 0 && p->call.nranks > 2 && p->done_recv < p->call.nranks - 1;
+    int tokens = d == 0 && p->done_recv < p->call.nranks - 1;
     return data || tokens;
 }
 

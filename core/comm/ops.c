@@ -610,7 +610,7 @@ eccl_request *comm_op_find(eccl_comm *c, uint64_t tag)
  * of the call). */
 static size_t early_bytes(const eccl_comm *c, const eccl_request *r)
 {
-    if (r->returned || r->state != OP_RUNNING || r->call.nranks < 3 || r->stage.active || !r->alg->settled) return 0;
+    if (r->returned || r->state != OP_RUNNING || r->call.nranks < 2 || r->stage.active || !r->alg->settled) return 0;
     eccl_coll_kind k = r->call.kind;
     if (k != ECCL_COLL_ALLREDUCE && k != ECCL_COLL_ALLGATHER && k != ECCL_COLL_BROADCAST) return 0;
     size_t bytes = comm_op_repair_bytes(c, r);
