@@ -271,7 +271,7 @@ static void open_asked(sim *s, int all)
 static void pump(sim *s, int i)
 {
     if (s->done[i]) return; /* comm retires an op once complete */
-    eccl_coll_links l = {{0}, peer_cb, &s->px[i]};
+    eccl_coll_links l = {{0}, peer_cb, &s->px[i], 0};
     assert_int_equal(s->alg->pump(&s->a[i], &l), ECCL_OK);
     inspect_queued(s, i);
     observe(s);

@@ -602,7 +602,7 @@ static void maybe_open(sim *s, int i)
 static void pump(sim *s, int i)
 {
     if (s->done[i]) return; /* comm retires an op once complete */
-    eccl_coll_links l = {{NULL}, h_peer, &s->pc[i]};
+    eccl_coll_links l = {{NULL}, h_peer, &s->pc[i], 0};
     assert_int_equal(s->alg->pump(&s->b[i], &l), ECCL_OK);
     inspect_queued(s, i);
     observe(s);

@@ -359,7 +359,7 @@ static void inspect_queued(sim *s, int i)
 
 static void do_pump(sim *s, int i)
 {
-    eccl_coll_links links = {{NULL}, peer_cb, &s->px[i]};
+    eccl_coll_links links = {{NULL}, peer_cb, &s->px[i], 0};
     assert_int_equal(s->alg->pump(&s->a[i], &links), ECCL_OK);
     inspect_queued(s, i);
 }

@@ -199,11 +199,135 @@ static void test_readahead_kept_unless_released(void **state)
     }
 }
 
+/* ---- lazy frames: a net that records each write ------------------------- */
+
+typedef struct wire_log {
+    uint8_t bytes[1024];
+    size_t len;
+    int writes;
+    int want_write; /* the interest last set */
+} wire_log;
+
+static eccl_result log_send(void *ctx, eccl_conn *c, const eccl_iov *iov, int n, size_t *sent)
+{
+    (void)c;
+    wire_log *w = ctx;
+    size_t total = 0;
+    for (int i = 0; i < n; i++) {
+        assert_true(w->len + iov[i].len <= sizeof w->bytes);
+        memcpy(w->bytes + w->len, iov[i].base, iov[i].len);
+        w->len += iov[i].len;
+        total += iov[i].len;
+    }
+    w->writes++;
+    *sent = total;
+    return ECCL_OK;
+}
+
+static void log_set_interest(void *ctx, eccl_conn *c, int rd, int wr)
+{
+    (void)c, (void)rd;
+    ((wire_log *)ctx)->want_write = wr;
+}
+
+static const eccl_net_ops log_net = {
+    .size = sizeof(eccl_net_ops),
+    .send = log_send,
+    .set_interest = log_set_interest,
+    .close = fake_close,
+};
+
+/* The DATA frame at *pos of the log: its header fields, its payload skipped. */
+static eccl_wire_data next_data(const wire_log *w, size_t *pos)
+{
+    eccl_wire_header h;
+    eccl_wire_data d;
+    assert_true(*pos + ECCL_WIRE_HEADER_SIZE <= w->len);
+    assert_int_equal(eccl_wire_header_decode(w->bytes + *pos, &h), ECCL_OK);
+    assert_int_equal(h.type, ECCL_MSG_DATA);
+    assert_int_equal(eccl_wire_data_decode(w->bytes + *pos + ECCL_WIRE_HEADER_SIZE, h.length, &d), ECCL_OK);
+    *pos += ECCL_WIRE_HEADER_SIZE + h.length;
+    return d;
+}
+
+/* Lazy tokens stay queued, unwritten and without write interest, until a
+ * frame queued behind them takes them along in the same write (in order),
+ * or eccl_chan_flush_lazy sends them; behind an eager frame a lazy one
+ * goes with it. */
+static void test_lazy_frames_ride_along(void **state)
+{
+    (void)state;
+    wire_log w = {0};
+    eccl_env env = {0};
+    env.net = &log_net;
+    env.net_ctx = &w;
+    env.clock = &fake_clock;
+    env.dev = &fake_dev;
+    env.log_level = ECCL_LOG_NONE;
+    eccl_chan ch;
+    assert_int_equal(eccl_chan_init(&ch, &env, (eccl_conn *)&w, 4096), ECCL_OK);
+    const uint8_t payload[5] = {1, 2, 3, 4, 5};
+    eccl_wire_data t = {.tag = 9, .phase = ECCL_PHASE_DONE, .step = 1};
+    eccl_wire_data d = {.tag = 10, .phase = ECCL_PHASE_EXCHANGE, .len = sizeof payload};
+
+    assert_int_equal(eccl_chan_send_lazy(&ch, &t), ECCL_OK);
+    t.step = 2;
+    assert_int_equal(eccl_chan_send_lazy(&ch, &t), ECCL_OK);
+    assert_false(eccl_chan_has_output(&ch));
+    assert_int_equal(eccl_chan_flush(&ch), ECCL_OK);
+    assert_int_equal(w.writes, 0);
+    assert_int_equal(w.want_write, 0);
+
+    assert_int_equal(eccl_chan_send_data(&ch, &d, payload, NULL), ECCL_OK);
+    assert_true(eccl_chan_has_output(&ch));
+    assert_int_equal(eccl_chan_flush(&ch), ECCL_OK);
+    assert_int_equal(w.writes, 1); /* both tokens and the data, one write */
+    size_t pos = 0;
+    eccl_wire_data got = next_data(&w, &pos);
+    assert_true(got.tag == 9 && got.step == 1 && got.len == 0);
+    got = next_data(&w, &pos);
+    assert_true(got.tag == 9 && got.step == 2 && got.len == 0);
+    got = next_data(&w, &pos);
+    assert_true(got.tag == 10 && got.len == sizeof payload);
+    assert_int_equal(pos, w.len);
+    assert_null(ch.out_head);
+
+    /* Alone, at flush_lazy. */
+    t.step = 3;
+    assert_int_equal(eccl_chan_send_lazy(&ch, &t), ECCL_OK);
+    assert_int_equal(eccl_chan_flush(&ch), ECCL_OK);
+    assert_int_equal(w.writes, 1);
+    assert_int_equal(eccl_chan_flush_lazy(&ch), ECCL_OK);
+    assert_int_equal(w.writes, 2);
+    got = next_data(&w, &pos);
+    assert_true(got.tag == 9 && got.step == 3);
+
+    /* Behind an eager frame not written yet: it goes with it. */
+    assert_int_equal(eccl_chan_send_data(&ch, &d, payload, NULL), ECCL_OK);
+    t.step = 4;
+    assert_int_equal(eccl_chan_send_lazy(&ch, &t), ECCL_OK);
+    assert_true(eccl_chan_has_output(&ch));
+    assert_int_equal(eccl_chan_flush(&ch), ECCL_OK);
+    assert_int_equal(w.writes, 3);
+    got = next_data(&w, &pos);
+    assert_true(got.tag == 10);
+    got = next_data(&w, &pos);
+    assert_true(got.tag == 9 && got.step == 4);
+    assert_int_equal(pos, w.len);
+
+    /* Closing drops a lazy queue like any other. */
+    assert_int_equal(eccl_chan_send_lazy(&ch, &t), ECCL_OK);
+    eccl_chan_close(&ch);
+    assert_false(eccl_chan_has_output(&ch));
+    assert_int_equal(w.writes, 3);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_view_payload_outlives_handler),
         cmocka_unit_test(test_readahead_kept_unless_released),
+        cmocka_unit_test(test_lazy_frames_ride_along),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

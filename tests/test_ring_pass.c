@@ -950,7 +950,7 @@ static void observe(sim *s)
 static void pump(sim *s, int i)
 {
     if (s->done[i]) return; /* comm retires an op once complete */
-    eccl_coll_links l = {{0}, NULL, NULL};
+    eccl_coll_links l = {{0}, NULL, NULL, 0};
     l.role[ECCL_ROLE_NEXT] = &s->link[i][0];
     l.role[ECCL_ROLE_PREV] = s->prev_open[i] ? &s->link[i][1] : NULL;
     assert_int_equal(s->alg->pump(&s->p[i], &l), ECCL_OK);

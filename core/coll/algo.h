@@ -68,7 +68,19 @@ typedef struct eccl_coll_links {
     eccl_chan *role[ECCL_ROLE_COUNT];
     eccl_chan *(*peer)(void *ctx, uint32_t rank);
     void *ctx;
+    /* The caller has, or may have before the round ends, returned early
+     * with a kept copy (docs/protocol.md, "Returning early"): the
+     * completion tokens are off its path and may wait for the next frame
+     * on their link (eccl_coll_send_token). */
+    int lazy_tokens;
 } eccl_coll_links;
+
+/* Queues an empty completion token on ch: lazily where links say so. */
+static inline eccl_result eccl_coll_send_token(const eccl_coll_links *links, eccl_chan *ch,
+                                               const eccl_wire_data *t)
+{
+    return links->lazy_tokens ? eccl_chan_send_lazy(ch, t) : eccl_chan_send_data(ch, t, NULL, NULL);
+}
 
 /* The link to rank r (NULL while it is not open yet: asking starts
  * opening it), for algorithms over peer links. */

@@ -253,7 +253,7 @@ static eccl_result pump_tokens(eccl_ring_allreduce *r, eccl_chan *link)
         eccl_wire_data t = {.tag = r->call.tag, .epoch = r->call.epoch, .ring = 0,
                             .phase = ECCL_PHASE_DONE,
                             .step = (uint16_t)(r->done_sent + 1)};
-        eccl_result rc = eccl_chan_send_data(link, &t, NULL, NULL);
+        eccl_result rc = r->lazy_tokens ? eccl_chan_send_lazy(link, &t) : eccl_chan_send_data(link, &t, NULL, NULL);
         if (rc != ECCL_OK) return rc;
         r->done_sent++;
     }
@@ -576,6 +576,7 @@ void eccl_ring_allreduce_restore(eccl_ring_allreduce *r)
 static eccl_result algo_pump(void *op, const eccl_coll_links *links)
 {
     eccl_chan *ring[2] = {links->role[ECCL_ROLE_NEXT], links->role[ECCL_ROLE_PREV]};
+    ((eccl_ring_allreduce *)op)->lazy_tokens = links->lazy_tokens;
     return eccl_ring_allreduce_pump(op, ring);
 }
 

@@ -264,7 +264,7 @@ static const uint8_t *send_src(const eccl_ring_pass *p, int d, size_t off)
     }
 }
 
-static eccl_result pump_tokens(eccl_ring_pass *p, eccl_chan *next)
+static eccl_result pump_tokens(eccl_ring_pass *p, const eccl_coll_links *links, eccl_chan *next)
 {
     uint32_t n = p->call.nranks;
     if (!full(p)) return ECCL_OK;
@@ -272,7 +272,7 @@ static eccl_result pump_tokens(eccl_ring_pass *p, eccl_chan *next)
     while (p->done_sent < want) {
         eccl_wire_data t = {.tag = p->call.tag, .epoch = p->call.epoch, .phase = ECCL_PHASE_DONE,
                             .step = (uint16_t)(p->done_sent + 1)};
-        eccl_result rc = eccl_chan_send_data(next, &t, NULL, NULL);
+        eccl_result rc = eccl_coll_send_token(links, next, &t);
         if (rc != ECCL_OK) return rc;
         p->done_sent++;
     }
@@ -320,7 +320,7 @@ static eccl_result pass_pump(void *op, const eccl_coll_links *links)
     eccl_result rc = pump_dir(p, 0, next);
     /* Ring 1 goes to prev, whose link may open a moment later: its frames wait. */
     if (rc == ECCL_OK && p->nrings == 2 && prev) rc = pump_dir(p, 1, prev);
-    return rc != ECCL_OK ? rc : pump_tokens(p, next);
+    return rc != ECCL_OK ? rc : pump_tokens(p, links, next);
 }
 
 /* Backs up the output range of received slot i of ring d if it writes one. */

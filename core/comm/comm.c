@@ -396,7 +396,17 @@ static void comm_reap(void *owner)
     c->graveyard = NULL;
 }
 
-static const eccl_engine_ops comm_engine_ops = {comm_step, comm_reap};
+/* Before the engine blocks: the completion tokens that were waiting to
+ * ride with the next call's data go now (eccl_chan_send_lazy), since the
+ * far end may be waiting for them to finish a call of its own. */
+static void comm_idle(void *owner)
+{
+    eccl_comm *c = owner;
+    for (p2p_link *l = c->links; l; l = l->next)
+        if (l->ch.lazy_only) eccl_chan_flush_lazy(&l->ch);
+}
+
+static const eccl_engine_ops comm_engine_ops = {comm_step, comm_reap, comm_idle};
 
 /* ---- public API ------------------------------------------------------------- */
 

@@ -608,7 +608,7 @@ eccl_request *comm_op_find(eccl_comm *c, uint64_t tag)
  * reports it, or as a record to one that has not called it yet), in host
  * memory of the caller's own (a device call's mirror goes back at the end
  * of the call). */
-static size_t early_bytes(const eccl_comm *c, const eccl_request *r)
+static size_t early_fit(const eccl_comm *c, const eccl_request *r)
 {
     if (r->returned || r->state != OP_RUNNING || r->call.nranks < 2 || r->stage.active || !r->alg->settled) return 0;
     eccl_coll_kind k = r->call.kind;
@@ -616,7 +616,23 @@ static size_t early_bytes(const eccl_comm *c, const eccl_request *r)
     size_t bytes = comm_op_repair_bytes(c, r);
     if (!bytes || bytes > c->early_max || c->kept_total + bytes > COMM_KEPT_MAX || c->n_returned >= COMM_RETURNED_MAX)
         return 0;
-    return r->alg->settled(op_state(r)) ? bytes : 0;
+    return bytes;
+}
+
+static size_t early_bytes(const eccl_comm *c, const eccl_request *r)
+{
+    size_t bytes = early_fit(c, r);
+    return bytes && r->alg->settled(op_state(r)) ? bytes : 0;
+}
+
+/* The completion tokens of an op whose caller has returned, or will as
+ * soon as its data is out, need not leave at once: queued lazily they go
+ * with the next frame on their link (the next call's data), or when the
+ * engine would otherwise wait (comm_idle): one write a call instead of two
+ * at two ranks. */
+static int lazy_tokens(const eccl_comm *c, const eccl_request *r)
+{
+    return r->returned || early_fit(c, r) != 0;
 }
 
 static void op_return_early(eccl_comm *c, eccl_request *r, size_t bytes)
@@ -733,7 +749,7 @@ size_t comm_ops_pump(eccl_comm *c)
         }
         if (r->alg->roles & ECCL_ROLES_TREE)
             for (int i = 0; i < 3; i++) l[ECCL_ROLE_PARENT + i] = c->link_tree[i];
-        eccl_coll_links links = {{NULL}, NULL, NULL};
+        eccl_coll_links links = {{NULL}, NULL, NULL, lazy_tokens(c, r)};
         if (r->alg->roles & ECCL_ROLES_PEERS) comm_peer_links(c, &links);
         int ready = 1;
         for (int i = 0; i < ECCL_ROLE_COUNT; i++) {
@@ -776,8 +792,8 @@ void comm_flush_and_complete(eccl_comm *c)
     for (;;) {
         int drained = 1;
         for (p2p_link *l = c->links; l; l = l->next) {
-            if (l->ch.out_head && l->ch.error == ECCL_OK) eccl_chan_flush(&l->ch);
-            if (l->ch.out_head && l->ch.error == ECCL_OK) drained = 0;
+            if (eccl_chan_has_output(&l->ch) && l->ch.error == ECCL_OK) eccl_chan_flush(&l->ch);
+            if (eccl_chan_has_output(&l->ch) && l->ch.error == ECCL_OK) drained = 0;
         }
         /* A queue the socket emptied leaves nothing to wake us for, though
          * the queue cap may have held back slices that are ready: queue

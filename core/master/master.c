@@ -1753,7 +1753,7 @@ static void master_reap(void *owner)
     m->graveyard = NULL;
 }
 
-static const eccl_engine_ops master_engine_ops = {master_step, master_reap};
+static const eccl_engine_ops master_engine_ops = {master_step, master_reap, NULL};
 
 /* ---- public API ---------------------------------------------------------------- */
 

@@ -634,7 +634,7 @@ static void relay_reap(void *owner)
     r->graveyard = NULL;
 }
 
-static const eccl_engine_ops relay_engine_ops = {relay_step, relay_reap};
+static const eccl_engine_ops relay_engine_ops = {relay_step, relay_reap, NULL};
 
 /* ---- public API ----------------------------------------------------------------- */
 

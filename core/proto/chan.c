@@ -22,7 +22,7 @@ static void chan_update_interest(eccl_chan *ch)
     /* A bulk payload on its way needs no stream bytes: its completion is
      * reported through `wait` whatever the interest. */
     int rd = !ch->paused && !ch->held && !ch->bulk_rx;
-    int wr = ch->out_head != NULL;
+    int wr = eccl_chan_has_output(ch);
     if (rd == ch->cur_read && wr == ch->cur_write) return;
     ch->cur_read = rd;
     ch->cur_write = wr;
@@ -85,6 +85,7 @@ void eccl_chan_close(eccl_chan *ch)
     }
     ch->out_head = ch->out_tail = NULL;
     ch->queued_bytes = 0;
+    ch->lazy_only = 0;
     for (eccl_frame *f = ch->free_frames, *n; f; f = n) {
         n = f->next;
         free(f);
@@ -116,8 +117,10 @@ static eccl_frame *frame_get(eccl_chan *ch)
     return f;
 }
 
+/* A frame queued behind lazy ones takes them along. */
 static void frame_enqueue(eccl_chan *ch, eccl_frame *f)
 {
+    ch->lazy_only = 0;
     if (ch->out_tail) ch->out_tail->next = f;
     else ch->out_head = f;
     ch->out_tail = f;
@@ -294,9 +297,25 @@ eccl_result eccl_chan_send_data(eccl_chan *ch, const eccl_wire_data *d,
     return ECCL_OK;
 }
 
+eccl_result eccl_chan_send_lazy(eccl_chan *ch, const eccl_wire_data *d)
+{
+    int lazy = !ch->out_head || ch->lazy_only;
+    eccl_wire_data w = *d;
+    w.len = 0;
+    eccl_result rc = eccl_chan_send_data(ch, &w, NULL, NULL);
+    if (rc == ECCL_OK) ch->lazy_only = lazy;
+    return rc;
+}
+
+eccl_result eccl_chan_flush_lazy(eccl_chan *ch)
+{
+    ch->lazy_only = 0;
+    return eccl_chan_flush(ch);
+}
+
 eccl_result eccl_chan_flush(eccl_chan *ch)
 {
-    while (ch->error == ECCL_OK && ch->out_head) {
+    while (ch->error == ECCL_OK && eccl_chan_has_output(ch)) {
         eccl_iov iov[CHAN_MAX_IOV];
         int n = 0;
         for (eccl_frame *f = ch->out_head; f && n + 2 <= CHAN_MAX_IOV; f = f->next) {

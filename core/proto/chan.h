@@ -66,6 +66,8 @@ struct eccl_chan {
     /* outbound */
     eccl_frame *out_head, *out_tail, *free_frames;
     size_t queued_bytes;
+    int lazy_only;         /* every queued frame is lazy (eccl_chan_send_lazy):
+                              eccl_chan_flush leaves them for later */
     /* inbound parser */
     uint8_t in_head[ECCL_WIRE_HEADER_SIZE + ECCL_WIRE_DATA_HEADER_SIZE];
     uint32_t in_head_got;
@@ -125,8 +127,18 @@ eccl_result eccl_chan_send_frame(eccl_chan *ch, uint8_t *frame, uint32_t len);
  * all of it (or the channel dropped it): only then may the payload change. */
 eccl_result eccl_chan_send_data(eccl_chan *ch, const eccl_wire_data *d,
                                 const void *payload, uint32_t *inflight);
-/* Writes what the socket takes now. */
+/* Queues an empty DATA frame (a completion token) that may wait: it
+ * leaves with the next frame queued behind it, or at eccl_chan_flush_lazy,
+ * so a stream of small calls sends each token in the same write as the
+ * next call's data instead of a write of its own. The owner must call
+ * eccl_chan_flush_lazy before it could wait for the far end. */
+eccl_result eccl_chan_send_lazy(eccl_chan *ch, const eccl_wire_data *d);
+/* Writes what the socket takes now; a queue of lazy frames alone stays. */
 eccl_result eccl_chan_flush(eccl_chan *ch);
+/* The same, lazy frames included. */
+eccl_result eccl_chan_flush_lazy(eccl_chan *ch);
+/* Frames wait that eccl_chan_flush would write. */
+static inline int eccl_chan_has_output(const eccl_chan *ch) { return ch->out_head && !ch->lazy_only; }
 /* Advances bulk transfers, then reads and dispatches frames until the
  * socket is dry, `budget` bytes were
  * read (then `more` is set: call again soon, `wait` will not report bytes

@@ -55,6 +55,7 @@ uint64_t eccl_engine_now(const eccl_engine *e)
 static int engine_poll(eccl_engine *e, uint64_t deadline, int bg)
 {
     void *ready[ENGINE_MAX_READY];
+    if (deadline != 0 && e->ops->idle) e->ops->idle(e->owner);
     if (bg) e->bg_polling = 1;
     else e->pollers++;
     eccl_engine_unlock(e);
@@ -65,6 +66,9 @@ static int engine_poll(eccl_engine *e, uint64_t deadline, int bg)
     int again = 0;
     e->next_deadline = e->ops->step(e->owner, ready, n < 0 ? 0 : n, &again);
     e->again = again;
+    /* A look that found nothing: idle as well (a spinning caller never
+     * blocks before its spin ends). */
+    if (n <= 0 && deadline == 0 && e->ops->idle) e->ops->idle(e->owner);
     if (e->pollers == 0 && !e->bg_polling) e->ops->reap(e->owner);
     /* Another caller inside `wait` may be waiting for what this step did. */
     if (e->pollers > 0) e->env->net->wake(e->env->net_ctx);

@@ -22,6 +22,10 @@ typedef struct eccl_engine_ops {
     uint64_t (*step)(void *owner, void **ready, int n, int *again);
     /* Frees what steps closed; called when no thread is inside `wait`. */
     void (*reap)(void *owner);
+    /* Optional: the engine is about to block in `wait` (a deadline in the
+     * future): whatever was left to go later must go now, or the far end
+     * may wait for it while we wait for the far end. */
+    void (*idle)(void *owner);
 } eccl_engine_ops;
 
 typedef struct eccl_engine {
