@@ -105,6 +105,12 @@ struct eccl_request {
      * of the result (`kept`) for survivors that may lack it. `orphan`: the
      * caller reaped it too; it is freed when it finishes. */
     int returned, orphan;
+    /* Its completion tokens may wait for the link's next frame
+     * (eccl_chan_send_lazy): it fit an early return when it started, so
+     * they are, or will soon be, off the caller's path. Decided once, not
+     * per pump: a call that ends up waiting for its round after all has
+     * them sent as soon as its engine finds nothing to do (comm_idle). */
+    int lazy_tokens;
     eccl_buf *kept;       /* comm_op_repair_bytes(r) of them, from the comm's pool */
     int timeout_told;     /* its deadline passed and the master was asked to settle it */
     /* The world and rank the caller saw: a layout-bound call (all but

@@ -533,6 +533,8 @@ static eccl_result p2p_setup(eccl_comm *c, eccl_request *r)
     return ECCL_OK;
 }
 
+static size_t early_fit(const eccl_comm *c, const eccl_request *r);
+
 static eccl_result op_start(eccl_comm *c, eccl_request *r)
 {
     r->call.env = c->env;
@@ -565,6 +567,14 @@ static eccl_result op_start(eccl_comm *c, eccl_request *r)
     if (r->alg->roles & ECCL_ROLES_TREE) comm_link_connect_parent(c);
     r->started = 1;
     r->state = OP_RUNNING;
+    /* The completion tokens of an op whose caller will return as soon as
+     * its data is out need not leave at once: queued lazily they go with
+     * the next frame on their link (the next call's data), or when the
+     * engine would otherwise wait (comm_idle): one write a call instead of
+     * two at two ranks. The budget of kept copies is left out: it frees up
+     * as earlier calls' tokens come in, and a call that ends up waiting for
+     * its round sends its tokens as soon as it has nothing else to do. */
+    r->lazy_tokens = early_fit(c, r) != 0;
     p2p_link *links[ECCL_ROLE_COUNT];
     for (int i = 0, n = op_links(c, r, links); i < n; i++)
         if (comm_replay_early(c, r, links[i]) != ECCL_OK) comm_link_close(c, links[i]);
@@ -608,32 +618,24 @@ eccl_request *comm_op_find(eccl_comm *c, uint64_t tag)
  * reports it, or as a record to one that has not called it yet), in host
  * memory of the caller's own (a device call's mirror goes back at the end
  * of the call). */
+/* The bytes r would keep, if its kind, size and memory let it return
+ * early at all (the budget aside); else 0. */
 static size_t early_fit(const eccl_comm *c, const eccl_request *r)
 {
     if (r->returned || r->state != OP_RUNNING || r->call.nranks < 2 || r->stage.active || !r->alg->settled) return 0;
     eccl_coll_kind k = r->call.kind;
     if (k != ECCL_COLL_ALLREDUCE && k != ECCL_COLL_ALLGATHER && k != ECCL_COLL_BROADCAST) return 0;
     size_t bytes = comm_op_repair_bytes(c, r);
-    if (!bytes || bytes > c->early_max || c->kept_total + bytes > COMM_KEPT_MAX || c->n_returned >= COMM_RETURNED_MAX)
-        return 0;
-    return bytes;
+    return bytes <= c->early_max ? bytes : 0;
 }
 
 static size_t early_bytes(const eccl_comm *c, const eccl_request *r)
 {
     size_t bytes = early_fit(c, r);
-    return bytes && r->alg->settled(op_state(r)) ? bytes : 0;
+    if (!bytes || c->kept_total + bytes > COMM_KEPT_MAX || c->n_returned >= COMM_RETURNED_MAX) return 0;
+    return r->alg->settled(op_state(r)) ? bytes : 0;
 }
 
-/* The completion tokens of an op whose caller has returned, or will as
- * soon as its data is out, need not leave at once: queued lazily they go
- * with the next frame on their link (the next call's data), or when the
- * engine would otherwise wait (comm_idle): one write a call instead of two
- * at two ranks. */
-static int lazy_tokens(const eccl_comm *c, const eccl_request *r)
-{
-    return r->returned || early_fit(c, r) != 0;
-}
 
 static void op_return_early(eccl_comm *c, eccl_request *r, size_t bytes)
 {
@@ -749,7 +751,7 @@ size_t comm_ops_pump(eccl_comm *c)
         }
         if (r->alg->roles & ECCL_ROLES_TREE)
             for (int i = 0; i < 3; i++) l[ECCL_ROLE_PARENT + i] = c->link_tree[i];
-        eccl_coll_links links = {{NULL}, NULL, NULL, lazy_tokens(c, r)};
+        eccl_coll_links links = {{NULL}, NULL, NULL, r->lazy_tokens};
         if (r->alg->roles & ECCL_ROLES_PEERS) comm_peer_links(c, &links);
         int ready = 1;
         for (int i = 0; i < ECCL_ROLE_COUNT; i++) {
