@@ -721,6 +721,65 @@ static void test_link_broke_holding_early_frames(void **state)
     cluster_fini(cl);
 }
 
+/* The write of a lazy completion token fails (chan.h, eccl_chan_send_lazy):
+ * two ranks, an 8-byte all-reduce (the exchange, returning early), then
+ * nothing more from either for a while, so rank 1's done token waits in its
+ * queue until its engine goes idle, and that write is the one that fails
+ * (the heartbeats are rare, the master link quiet). The link breaks with
+ * rank 0's op still waiting for the token: the re-formed ring settles it
+ * (both hold the result), so both calls stand as returned, and the next
+ * all-reduce runs on the new ring with the right sum. */
+enum { CTL_LAZY_ARMED = 5, CTL_LAZY_SETTLED = 6 };
+#define TAG_LAZY 300
+
+static int lazy_body(eccl_comm *c, int index, void *argp)
+{
+    (void)index, (void)argp;
+    int64_t rank = -1;
+    CL_OK(eccl_comm_get_attr(c, ECCL_ATTR_RANK, &rank));
+    for (uint64_t tag = TAG_LAZY; tag < TAG_LAZY + 2; tag++) {
+        float x[2] = {(float)(rank + 1), (float)tag}, y[2] = {0, 0};
+        eccl_reduce_info info = {0};
+        uint64_t t0 = cluster_now_ns();
+        eccl_result rc = eccl_allreduce(c, x, y, 2, ECCL_F32, ECCL_SUM, tag, &info);
+        cluster_record(tag, rc, info.world_size, t0, cluster_now_ns(), 0, 0);
+        CL_CHECK(rc == ECCL_OK, "all-reduce tag %llu: %s", (unsigned long long)tag, eccl_strerror(rc));
+        CL_CHECK(y[0] == 3.0f && y[1] == 2.0f * (float)tag, "all-reduce tag %llu: %g %g", (unsigned long long)tag,
+                 (double)y[0], (double)y[1]);
+        if (tag > TAG_LAZY) break;
+        if (rank == 1) {
+            CL_CHECK(fp_arm("eccl/net/send", 1) == 0, "fiu");
+            atomic_store(&cluster_shm()->ctl[CTL_LAZY_ARMED], 1);
+            uint64_t until = cluster_now_ns() + 10 * CL_SEC;
+            while (atomic_load(&cluster_self()->val[V_FIRED]) == 0 && cluster_now_ns() < until) cluster_sleep_ms(1);
+            fp_disarm("eccl/net/send");
+            cluster_sleep_ms(300); /* the view change settles */
+            atomic_store(&cluster_shm()->ctl[CTL_LAZY_SETTLED], 1);
+        } else {
+            CL_CHECK(cluster_wait_ctl(CTL_LAZY_SETTLED, 1, 30000) == 0, "rank 1 never settled");
+        }
+    }
+    return 0;
+}
+
+static void test_lazy_token_send_fails(void **state)
+{
+    cluster *cl = *state;
+    const int n = 2;
+    const char *what = "lazy token send fails";
+    cluster_opts o = {.peer_timeout_ms = 600000, .op_timeout_ms = 20000};
+    assert_int_equal(cluster_init(cl, &o), 0);
+    assert_int_equal(cluster_spawn_n(cl, n, lazy_body, NULL), 0);
+    if (cluster_wait_all(cl, 90000) != 0) fail_msg("a peer failed (see above)");
+    FCHECK(fired(cl, 0) + fired(cl, 1) == 1); /* in rank 1, whichever slot it took */
+    for (int i = 0; i < n; i++) {
+        const cluster_event *e = first_event(&cl->sh->slot[i], TAG_LAZY + 1, 0);
+        FCHECK(e != NULL && e->result == ECCL_OK && e->world == 2);
+    }
+    printf("    rank 1's lazy token write failed; both calls stood, the next one ran on the re-formed ring\n");
+    cluster_fini(cl);
+}
+
 /* One RDMA fault in one peer, in the middle of a call whose slices travel
  * as RDMA writes (ECCL_NET=ibv; skipped otherwise): the link it hits breaks
  * on both ends (the victim closes it, its peer sees the queue pairs or the
@@ -1198,6 +1257,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_leave_master_send_fails, cluster_test_setup, cluster_test_teardown),
         cmocka_unit_test_setup_teardown(test_link_broke_holding_early_frames, cluster_test_setup,
                                         cluster_test_teardown),
+        cmocka_unit_test_setup_teardown(test_lazy_token_send_fails, cluster_test_setup, cluster_test_teardown),
         cmocka_unit_test_setup_teardown(test_ring_link_recv_once, cluster_test_setup, cluster_test_teardown),
         cmocka_unit_test_setup_teardown(test_alloc_fails, cluster_test_setup, cluster_test_teardown),
         cmocka_unit_test_setup_teardown(test_ibv_completion_error, cluster_test_setup, cluster_test_teardown),
