@@ -100,6 +100,19 @@ static int count_events(const cluster_slot *s, uint64_t tag)
     return k;
 }
 
+/* Arms `name` for one failure, then sets the parent's ctl[armed_ctl] (if
+ * >= 0) for peers that wait to act until it is armed, waits up to 10 s for
+ * it to fire in this process and disarms it. -1 if it cannot be armed. */
+static int fail_once_and_wait(const char *name, int armed_ctl)
+{
+    if (fp_arm(name, 1) != 0) return -1;
+    if (armed_ctl >= 0) atomic_store(&cluster_shm()->ctl[armed_ctl], 1);
+    uint64_t until = cluster_now_ns() + 10 * CL_SEC;
+    while (atomic_load(&cluster_self()->val[V_FIRED]) == 0 && cluster_now_ns() < until) cluster_sleep_ms(1);
+    fp_disarm(name);
+    return 0;
+}
+
 static void dump_all(cluster *cl, int n)
 {
     for (int d = 0; d < n; d++) cluster_dump_slot(cl, d);
@@ -676,11 +689,7 @@ static int early_body(eccl_comm *c, int index, void *argp)
     if (rank == 0) return 0;
     CL_CHECK(cluster_wait_ctl(CTL_ROOT_SENT, 1, 30000) == 0, "rank 0 never broadcast");
     cluster_sleep_ms(100); /* the progress thread takes the frame in */
-    CL_CHECK(fp_arm("eccl/net/recv_accepted", 1) == 0, "fiu");
-    atomic_store(&cluster_shm()->ctl[CTL_LATE_ARMED], 1);
-    uint64_t until = cluster_now_ns() + 10 * CL_SEC;
-    while (atomic_load(&cluster_self()->val[V_FIRED]) == 0 && cluster_now_ns() < until) cluster_sleep_ms(1);
-    fp_disarm("eccl/net/recv_accepted");
+    CL_CHECK(fail_once_and_wait("eccl/net/recv_accepted", CTL_LATE_ARMED) == 0, "fiu");
     cluster_sleep_ms(300); /* the view change settles */
     for (uint64_t tag = TAG_EARLY; tag < TAG_EARLY + 2; tag++) {
         cluster_fill(want, ECCL_F32, EARLY_COUNT, 0, tag, CL_PAT_SMALL);
@@ -730,7 +739,7 @@ static void test_link_broke_holding_early_frames(void **state)
  * quiet). The link breaks with rank 0's op still waiting for the token:
  * the re-formed ring settles it (both hold the result), so both calls
  * stand as returned, and the next broadcast runs on the new ring. */
-enum { CTL_LAZY_ARMED = 5, CTL_LAZY_SETTLED = 6 };
+enum { CTL_LAZY_SETTLED = 5 };
 #define TAG_LAZY 300
 
 static int lazy_body(eccl_comm *c, int index, void *argp)
@@ -749,11 +758,7 @@ static int lazy_body(eccl_comm *c, int index, void *argp)
                  (double)y[0], (double)y[1]);
         if (tag > TAG_LAZY) break;
         if (rank == 1) {
-            CL_CHECK(fp_arm("eccl/net/send", 1) == 0, "fiu");
-            atomic_store(&cluster_shm()->ctl[CTL_LAZY_ARMED], 1);
-            uint64_t until = cluster_now_ns() + 10 * CL_SEC;
-            while (atomic_load(&cluster_self()->val[V_FIRED]) == 0 && cluster_now_ns() < until) cluster_sleep_ms(1);
-            fp_disarm("eccl/net/send");
+            CL_CHECK(fail_once_and_wait("eccl/net/send", -1) == 0, "fiu");
             cluster_sleep_ms(300); /* the view change settles */
             atomic_store(&cluster_shm()->ctl[CTL_LAZY_SETTLED], 1);
         } else {

@@ -75,11 +75,13 @@ typedef struct eccl_coll_links {
     int lazy_tokens;
 } eccl_coll_links;
 
-/* Queues an empty completion token on ch: lazily where links say so. */
-static inline eccl_result eccl_coll_send_token(const eccl_coll_links *links, eccl_chan *ch,
-                                               const eccl_wire_data *t)
+/* Queues an empty completion token on ch: lazily (links->lazy_tokens),
+ * and then never counted in `inflight`, since nothing waits for its write;
+ * otherwise at once, counted where `inflight` is given. */
+static inline eccl_result eccl_coll_send_token(int lazy, eccl_chan *ch, const eccl_wire_data *t,
+                                               uint32_t *inflight)
 {
-    return links->lazy_tokens ? eccl_chan_send_lazy(ch, t) : eccl_chan_send_data(ch, t, NULL, NULL);
+    return lazy ? eccl_chan_send_lazy(ch, t) : eccl_chan_send_data(ch, t, NULL, inflight);
 }
 
 /* The link to rank r (NULL while it is not open yet: asking starts

@@ -36,8 +36,7 @@ eccl_result eccl_dissem_pump(eccl_dissem *b, const eccl_coll_links *links, uint6
         eccl_chan *ch = eccl_coll_peer(links, eccl_dissem_dst(b, k));
         if (!ch) break;
         eccl_wire_data t = {.tag = tag, .epoch = epoch, .phase = phase, .step = (uint16_t)k};
-        /* A lazy token is not waited for: it goes with the link's next frame. */
-        eccl_result rc = links->lazy_tokens ? eccl_chan_send_lazy(ch, &t) : eccl_chan_send_data(ch, &t, NULL, inflight);
+        eccl_result rc = eccl_coll_send_token(links->lazy_tokens, ch, &t, inflight);
         if (rc != ECCL_OK) return rc;
         b->sent |= (uint64_t)1 << k;
     }

@@ -253,7 +253,7 @@ static eccl_result pump_tokens(eccl_ring_allreduce *r, eccl_chan *link)
         eccl_wire_data t = {.tag = r->call.tag, .epoch = r->call.epoch, .ring = 0,
                             .phase = ECCL_PHASE_DONE,
                             .step = (uint16_t)(r->done_sent + 1)};
-        eccl_result rc = r->lazy_tokens ? eccl_chan_send_lazy(link, &t) : eccl_chan_send_data(link, &t, NULL, NULL);
+        eccl_result rc = eccl_coll_send_token(r->lazy_tokens, link, &t, NULL);
         if (rc != ECCL_OK) return rc;
         r->done_sent++;
     }

@@ -99,7 +99,7 @@ typedef struct eccl_ring_allreduce {
     size_t esize;
     uint32_t nrings;
     int exchange;         /* two ranks, small buffer: one swap */
-    int lazy_tokens;      /* done tokens may wait (eccl_coll_links) */
+    int lazy_tokens;      /* done tokens may wait: eccl_coll_links's, at each pump */
     int exchange_sent;
     int exchange_recvd;   /* the peer's buffer is in staging */
     uint32_t inflight;    /* our frames the socket has not taken yet */

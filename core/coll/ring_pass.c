@@ -272,7 +272,7 @@ static eccl_result pump_tokens(eccl_ring_pass *p, const eccl_coll_links *links, 
     while (p->done_sent < want) {
         eccl_wire_data t = {.tag = p->call.tag, .epoch = p->call.epoch, .phase = ECCL_PHASE_DONE,
                             .step = (uint16_t)(p->done_sent + 1)};
-        eccl_result rc = eccl_coll_send_token(links, next, &t);
+        eccl_result rc = eccl_coll_send_token(links->lazy_tokens, next, &t, NULL);
         if (rc != ECCL_OK) return rc;
         p->done_sent++;
     }
