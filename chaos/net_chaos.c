@@ -131,9 +131,10 @@ static void unlock(chaos_net *n) { n->env->sync->unlock(n->env->sync_ctx, n->mu)
 /* The host of an address, as the master groups ranks (util/addr.h). */
 static void host_of(const char *addr, char *out)
 {
-    size_t len = eccl_addr_host_len(addr);
+    size_t len;
+    const char *host = eccl_addr_host(addr, &len);
     if (len >= HOST_MAX) len = HOST_MAX - 1;
-    memcpy(out, addr, len);
+    memcpy(out, host, len);
     out[len] = '\0';
 }
 

@@ -316,4 +316,12 @@ int cluster_job_until_join(eccl_comm *c, int index, int n0, int n1, uint64_t tim
  * hash pushed. */
 int cluster_after_join(eccl_comm *c, int index, int n, int ops, int in_place);
 
+/* Has fiu call `cb` (an external callback: fiu_enable_external's) at every
+ * send of the process, whatever carries it: a frame or payload written to
+ * the stream (eccl/net/send), a payload written by RDMA (eccl/net_ibv/post),
+ * a payload announced to a host-mate, who reads it out of our memory, or
+ * such a read acknowledged (eccl/net_shm/ctl). Call fiu_init first. 0 on
+ * success. Tests that kill a victim at its K-th send count them all. */
+int cluster_hook_sends(int (*cb)(const char *, int *, void **, unsigned int *));
+
 #endif

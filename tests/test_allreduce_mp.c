@@ -956,8 +956,7 @@ static int rec_kill_body(eccl_comm *c, int index, void *argp)
                 while (!atomic_load(&sh->slot[i].val[RV_ENTERED])) cluster_sleep_ms(1);
         cluster_sleep_ms(30);
         CL_CHECK(fiu_init(0) == 0, "fiu_init");
-        CL_CHECK(fiu_enable_external("eccl/net/send", 1, NULL, 0, rec_die_on_kth) == 0, "fiu");
-        CL_CHECK(fiu_enable_external("eccl/net_ibv/post", 1, NULL, 0, rec_die_on_kth) == 0, "fiu");
+        CL_CHECK(cluster_hook_sends(rec_die_on_kth) == 0, "fiu");
     }
     /* What the output holds before: the input in place, stale bytes else. */
     cluster_fill(send, ECCL_F32, f->count, (int)rank, REC_TAG_FAULT, CL_PAT_SMALL);

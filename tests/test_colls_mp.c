@@ -902,8 +902,7 @@ static int arm_victim(int n, int index, int kill_after)
     cluster_sleep_ms(30);
     if (kill_after) g_kill_after = kill_after;
     if (fiu_init(0) != 0) return -1;
-    if (fiu_enable_external("eccl/net/send", 1, NULL, 0, die_on_kth) != 0) return -1;
-    return fiu_enable_external("eccl/net_ibv/post", 1, NULL, 0, die_on_kth);
+    return cluster_hook_sends(die_on_kth);
 }
 
 typedef struct fault_arg {

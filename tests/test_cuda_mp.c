@@ -882,8 +882,7 @@ static int dfault_body(eccl_comm *c, int index, void *argp)
             if (i != index)
                 while (!atomic_load(&sh->slot[i].val[DV_ENTERED])) cluster_sleep_ms(1);
         cluster_sleep_ms(30);
-        CL_CHECK(fiu_enable_external("eccl/net/send", 1, NULL, 0, die_on_kth_send) == 0, "fiu");
-        CL_CHECK(fiu_enable_external("eccl/net_ibv/post", 1, NULL, 0, die_on_kth_send) == 0, "fiu");
+        CL_CHECK(cluster_hook_sends(die_on_kth_send) == 0, "fiu");
     }
     dmem m;
     if (dcall_prepare(&a, rank, n, &m)) return 1;

@@ -165,10 +165,16 @@ enum fault {
     F_IBV_QP_ERROR,   /* a queue pair goes to ERROR mid-transfer (mock) */
     F_IBV_PORT_DOWN,  /* the port goes down: every queue pair errors (mock) */
     F_IBV_REG,        /* registering a buffer fails (net_ibv) */
-    F_IBV_POST        /* posting a write fails (net_ibv) */
+    F_IBV_POST,       /* posting a write fails (net_ibv) */
+    /* net_shm only (the default between host-mates): one fault of a payload
+     * that moves through memory */
+    F_SHM_READ,       /* reading the sender's buffer fails */
+    F_SHM_CTL         /* a request-to-send or FIN cannot go */
 };
 
-static int ibv_fault(enum fault f) { return f >= F_IBV_COMPLETION; }
+/* A fault of the transport under one link: fires once, breaks that link. */
+static int net_fault(enum fault f) { return f >= F_IBV_COMPLETION; }
+static int shm_fault(enum fault f) { return f >= F_SHM_READ; }
 
 typedef struct fault_arg {
     enum fault f;
@@ -194,6 +200,8 @@ static const char *fault_fp(enum fault f)
     case F_IBV_PORT_DOWN: return "eccl/mock_ibv/port_down";
     case F_IBV_REG: return "eccl/net_ibv/reg_mr";
     case F_IBV_POST: return "eccl/net_ibv/post";
+    case F_SHM_READ: return "eccl/net_shm/read";
+    case F_SHM_CTL: return "eccl/net_shm/ctl";
     default:
         /* Device buffers of the resident ring's size (tests/CMakeLists.txt,
          * the _cuda_resident run) allocate pinned staging and, out of
@@ -331,7 +339,7 @@ static int fault_body(eccl_comm *c, int index, void *argp)
         cluster_fill(b.recv[j], ECCL_F32, a->count, index, 999 + tag, CL_PAT_SMALL); /* stale */
     }
     if (victim)
-        CL_CHECK(fp_arm(fault_fp(a->f), a->f == F_LINK_RECV || a->f == F_ALLOC || ibv_fault(a->f)) == 0,
+        CL_CHECK(fp_arm(fault_fp(a->f), a->f == F_LINK_RECV || a->f == F_ALLOC || net_fault(a->f)) == 0,
                  "fiu");
     atomic_store(&self->started, WARM + 1);
 
@@ -786,19 +794,26 @@ static void test_lazy_token_send_fails(void **state)
     cluster_fini(cl);
 }
 
-/* One RDMA fault in one peer, in the middle of a call whose slices travel
- * as RDMA writes (ECCL_NET=ibv; skipped otherwise): the link it hits breaks
- * on both ends (the victim closes it, its peer sees the queue pairs or the
- * stream go), the ops on it stall until the master re-forms the ring or
- * op_timeout, and every peer's first attempt fails with PEER_LOST or TIMEOUT
- * with its buffer restored bit for bit; no write lands after that (the
- * hashes would differ). The retry succeeds on the same N peers with
- * identical bits everywhere. */
-static void run_ibv_fault(cluster *cl, enum fault f)
+/* One transport fault in one peer, in the middle of a call whose slices
+ * travel outside the stream: as RDMA writes (ECCL_NET=ibv), or read out of
+ * the sender's memory (net_shm, the default between host-mates; ECCL_SHM=0
+ * turns it off); skipped where the transport under test is the other one.
+ * The link it hits breaks on both ends (the victim closes it, its peer
+ * sees the queue pairs, the control socket or the stream go), the ops on it
+ * stall until the master re-forms the ring or op_timeout, and every peer's
+ * first attempt fails with PEER_LOST or TIMEOUT with its buffer restored
+ * bit for bit; no byte lands after that (the hashes would differ). The
+ * retry succeeds on the same N peers with identical bits everywhere. */
+static void run_net_fault(cluster *cl, enum fault f)
 {
-    const char *net = getenv("ECCL_NET");
-    if (!net || strcmp(net, "ibv") != 0) {
+    const char *net = getenv("ECCL_NET"), *shm = getenv("ECCL_SHM");
+    int ibv = net && strcmp(net, "ibv") == 0, no_shm = ibv || (shm && strcmp(shm, "0") == 0);
+    if (!shm_fault(f) && !ibv) {
         printf("    skipped: RDMA faults run with ECCL_NET=ibv (ctest: test_failpoints_mp_ibv)\n");
+        skip();
+    }
+    if (shm_fault(f) && no_shm) {
+        printf("    skipped: shared-memory faults run with net_shm (ECCL_NET tcp or auto, ECCL_SHM not 0)\n");
         skip();
     }
     fault_plan p;
@@ -825,11 +840,13 @@ static void run_ibv_fault(cluster *cl, enum fault f)
     cluster_fini(cl);
 }
 
-static void test_ibv_completion_error(void **state) { run_ibv_fault(*state, F_IBV_COMPLETION); }
-static void test_ibv_qp_error(void **state) { run_ibv_fault(*state, F_IBV_QP_ERROR); }
-static void test_ibv_port_down(void **state) { run_ibv_fault(*state, F_IBV_PORT_DOWN); }
-static void test_ibv_reg_fails(void **state) { run_ibv_fault(*state, F_IBV_REG); }
-static void test_ibv_post_fails(void **state) { run_ibv_fault(*state, F_IBV_POST); }
+static void test_ibv_completion_error(void **state) { run_net_fault(*state, F_IBV_COMPLETION); }
+static void test_ibv_qp_error(void **state) { run_net_fault(*state, F_IBV_QP_ERROR); }
+static void test_ibv_port_down(void **state) { run_net_fault(*state, F_IBV_PORT_DOWN); }
+static void test_ibv_reg_fails(void **state) { run_net_fault(*state, F_IBV_REG); }
+static void test_ibv_post_fails(void **state) { run_net_fault(*state, F_IBV_POST); }
+static void test_shm_read_fails(void **state) { run_net_fault(*state, F_SHM_READ); }
+static void test_shm_ctl_fails(void **state) { run_net_fault(*state, F_SHM_CTL); }
 
 /* The backup allocation of one peer's call fails (its first call of a new,
  * larger size): NO_MEMORY at once, buffer untouched. It tells the master,
@@ -1271,6 +1288,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_ibv_port_down, cluster_test_setup, cluster_test_teardown),
         cmocka_unit_test_setup_teardown(test_ibv_reg_fails, cluster_test_setup, cluster_test_teardown),
         cmocka_unit_test_setup_teardown(test_ibv_post_fails, cluster_test_setup, cluster_test_teardown),
+        cmocka_unit_test_setup_teardown(test_shm_read_fails, cluster_test_setup, cluster_test_teardown),
+        cmocka_unit_test_setup_teardown(test_shm_ctl_fails, cluster_test_setup, cluster_test_teardown),
         cmocka_unit_test_setup_teardown(test_short_peer_timeout_idle, cluster_test_setup, cluster_test_teardown),
     };
     const char *filter = getenv("ECCL_TEST_FILTER");

@@ -301,8 +301,7 @@ static int kill_body(eccl_comm *c, int index, void *argp)
                 while (!atomic_load(&sh->slot[i].val[V_ENTERED])) cluster_sleep_ms(1);
         cluster_sleep_ms(30);
         CL_CHECK(fiu_init(0) == 0, "fiu_init");
-        CL_CHECK(fiu_enable_external("eccl/net/send", 1, NULL, 0, die_on_kth) == 0, "fiu");
-        CL_CHECK(fiu_enable_external("eccl/net_ibv/post", 1, NULL, 0, die_on_kth) == 0, "fiu");
+        CL_CHECK(cluster_hook_sends(die_on_kth) == 0, "fiu");
     }
     cluster_fill(send, ECCL_F32, f->count, (int)rank, TAG_FAULT, CL_PAT_SMALL);
     float *out = f->in_place ? send : recv;

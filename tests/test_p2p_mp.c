@@ -155,8 +155,7 @@ static int fault_body(eccl_comm *c, int index, void *arg)
                 while (!atomic_load(&sh->slot[i].val[V_ENTERED])) cluster_sleep_ms(1);
         cluster_sleep_ms(30);
         CL_CHECK(fiu_init(0) == 0, "fiu_init");
-        CL_CHECK(fiu_enable_external("eccl/net/send", 1, NULL, 0, die_on_fourth) == 0, "fiu");
-        CL_CHECK(fiu_enable_external("eccl/net_ibv/post", 1, NULL, 0, die_on_fourth) == 0, "fiu");
+        CL_CHECK(cluster_hook_sends(die_on_fourth) == 0, "fiu");
     }
     eccl_result rc;
     uint64_t pre = cluster_fnv1a(buf, bytes);

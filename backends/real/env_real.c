@@ -22,6 +22,7 @@
 #include "util/config.h"
 #include "dev_cuda.h"
 #include "net_ibv.h"
+#include "net_shm.h"
 #include "net_tcp.h"
 #include "chaos.h"
 #ifdef ECCL_HAVE_IBV
@@ -573,6 +574,17 @@ static eccl_result net_create(env_real *r)
         }
         eccl_real_log(&r->env, ECCL_LOG_INFO, "no RDMA (%s): using TCP", why);
     }
+    /* Host-mates' payloads through memory unless ECCL_SHM=0. */
+    if (eccl_config_uint(&r->env, "ECCL_SHM", 0, 1, 1)) {
+        char why[160] = "";
+        eccl_result rc = eccl_net_shm_create(&r->env, &r->env.net_ctx, why);
+        if (rc == ECCL_OK) {
+            r->env.net = &eccl_net_shm_ops;
+            return ECCL_OK;
+        }
+        if (rc != ECCL_ERR_UNSUPPORTED) return rc;
+        eccl_real_log(&r->env, ECCL_LOG_INFO, "no shared memory between processes (%s): TCP only", why);
+    }
     r->env.net = &eccl_net_tcp_ops;
     return eccl_net_tcp_create(&r->env, &r->env.net_ctx);
 }
@@ -582,10 +594,14 @@ static void destroy_net(eccl_env *env)
 {
     eccl_chaos_unwrap(env);
 #ifdef ECCL_HAVE_IBV
-    if (env->net == &eccl_ibv_net_ops)
+    if (env->net == &eccl_ibv_net_ops) {
         eccl_net_ibv_destroy(env->net_ctx);
-    else
+        return;
+    }
 #endif
+    if (env->net == &eccl_net_shm_ops)
+        eccl_net_shm_destroy(env->net_ctx);
+    else
         eccl_net_tcp_destroy(env->net_ctx);
 }
 

@@ -117,9 +117,10 @@ static eccl_result resolve(tcp_ctx *t, const char *addr, int passive,
     char *end;
     int rc;
 
-    /* A peer with RDMA listens as "ibv:HOST:PORT" and takes plain TCP too
-     * (net_ibv.h): a process without RDMA connects to HOST:PORT. */
-    if (addr && strncmp(addr, "ibv:", 4) == 0)
+    /* A peer with RDMA listens as "ibv:HOST:PORT", one with shared memory
+     * as "shm:HOST:PORT", and both take plain TCP too (net_ibv.h,
+     * net_shm.h): a process without them connects to HOST:PORT. */
+    if (addr && (strncmp(addr, "ibv:", 4) == 0 || strncmp(addr, "shm:", 4) == 0))
         addr += 4;
     if (!addr || !(colon = strrchr(addr, ':')))
         goto bad;

@@ -309,8 +309,9 @@ static void group_remove(mgroup *g, mpeer *p)
 
 static int host_cmp(const mpeer *a, const mpeer *b)
 {
-    size_t la = eccl_addr_host_len(a->p2p_addr), lb = eccl_addr_host_len(b->p2p_addr);
-    int c = memcmp(a->p2p_addr, b->p2p_addr, la < lb ? la : lb);
+    size_t la, lb;
+    const char *ha = eccl_addr_host(a->p2p_addr, &la), *hb = eccl_addr_host(b->p2p_addr, &lb);
+    int c = memcmp(ha, hb, la < lb ? la : lb);
     return c ? c : (la > lb) - (la < lb);
 }
 

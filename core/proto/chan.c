@@ -522,6 +522,11 @@ static int chan_parse(eccl_chan *ch, const eccl_chan_handler *h, void *owner,
                 rc = ch->env->net->irecv(ch->env->net_ctx, ch->conn, dst, ch->data.len,
                                          &ch->bulk_rx);
                 if (rc != ECCL_OK) goto fail;
+                /* What says where the bytes are may be here already
+                 * (net_shm's request-to-send, read off its socket by an
+                 * earlier progress): no readiness would come for it. */
+                chan_bulk_progress(ch);
+                if (ch->error != ECCL_OK) return -1;
             }
             ch->held = 0;
             ch->in_dst = dst;

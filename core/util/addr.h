@@ -1,5 +1,6 @@
-/* A rank's host is the HOST of the address peers reach it on, "HOST:PORT":
- * everything before the last ':'. Ranks that give one host share a machine
+/* A rank's host is the HOST of the address peers reach it on, "HOST:PORT"
+ * after the transport's prefix if any ("ibv:", "shm:"): everything before
+ * the last ':'. Ranks that give one host share a machine
  * (tests and eccl-emu emulate machines with 127.0.0.x; the simulator's
  * addresses name its hosts), and the chaos plan names hosts the same way. */
 #ifndef ECCL_CORE_UTIL_ADDR_H
@@ -8,10 +9,13 @@
 #include <stddef.h>
 #include <string.h>
 
-static inline size_t eccl_addr_host_len(const char *addr)
+/* The HOST of addr: where it starts, and its length in *len. */
+static inline const char *eccl_addr_host(const char *addr, size_t *len)
 {
+    if (strncmp(addr, "ibv:", 4) == 0 || strncmp(addr, "shm:", 4) == 0) addr += 4;
     const char *colon = strrchr(addr, ':');
-    return colon ? (size_t)(colon - addr) : strlen(addr);
+    *len = colon ? (size_t)(colon - addr) : strlen(addr);
+    return addr;
 }
 
 #endif

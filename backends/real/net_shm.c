@@ -1,0 +1,817 @@
+/* The real backend's transport for host-mates: net_tcp carries core's frames,
+ * and a payload of at least ECCL_SHM_MIN_BYTES between two processes of one
+ * machine moves with one copy, the receiver reading it straight out of the
+ * sender's buffer (cross-memory attach: process_vm_readv), instead of two
+ * kernel copies through TCP loopback (docs/transports.md, "net_shm").
+ *
+ * It fills the bulk half of the net contract (core/env.h) as net_ibv does:
+ *  - the sender's isend tells the receiver where its bytes are, in a
+ *    request-to-send (RTS) on the conn's control socket: a connected pair of
+ *    abstract unix datagram sockets, whose fd sits in net_tcp's epoll set;
+ *  - the receiver's irecv, once it has the RTS, reads the bytes into their
+ *    destination, then checks that the sender still held its buffer when the
+ *    read ended (the sender's live word for that message, read the same
+ *    way), and answers FIN: the sender's isend is done;
+ *  - the receiver writes nothing into the sender and the sender nothing into
+ *    the receiver: no stale write can land in a buffer whose call returned,
+ *    and a sender that let go of a buffer (its link closed: the call failed)
+ *    clears the live word first, so a read that overlapped it is refused.
+ *
+ * Set-up: a listener advertises "shm:HOST:PORT". A connector whose own
+ * listener has the same HOST writes a hello first (its pid, a probe word and
+ * where it lives, its control socket's name); the acceptor reads the peer's
+ * probe word through cross-memory attach, connects its control socket, and
+ * answers with its own hello and whether it managed; the connector does the
+ * same and answers with a 4-byte ack. Bulk goes through memory only when
+ * both managed; otherwise the conn is plain TCP (other PID namespace,
+ * ptrace rules, seccomp). Any other connection is plain TCP from the start,
+ * and an acceptor whose first 4 bytes are not the hello's magic replays them
+ * to core, so peers with and without shared memory mix.
+ */
+#include "net_shm.h"
+
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <fiu-local.h>
+
+#include "env_real.h"
+#include "net_tcp.h"
+#include "util/addr.h"
+#include "util/config.h"
+#include "util/log.h"
+
+#define HELLO_MAGIC "ESHM"
+#define HELLO_VERSION 1
+/* Messages in flight per conn and direction. Each control socket then
+ * holds at most SLOTS RTS and SLOTS FIN unread, within Linux's default
+ * queue of 10 datagrams (net.unix.max_dgram_qlen), so a control send never
+ * finds the queue full. */
+#define SLOTS 4
+#define DEFAULT_MIN_BYTES (256u << 10)
+#define CTL_NAME_MAX 24
+
+/* What each side writes first on a conn between host-mates (host order:
+ * both ends are one machine). */
+typedef struct hello {
+    char magic[4];
+    uint32_t version;
+    uint32_t pid;
+    uint32_t ok;          /* the acceptor's: it read our probe and reached our socket */
+    uint64_t probe_addr;  /* where `probe` lives in the writer */
+    uint64_t probe;
+    uint64_t live_addr;   /* the writer's live words (SLOTS of them) */
+    uint32_t ctl_len;     /* its control socket's abstract name, length */
+    char ctl[CTL_NAME_MAX];
+} hello;
+
+enum { CTL_RTS = 1, CTL_FIN = 2 };
+
+/* One datagram on the control socket. */
+typedef struct ctl_msg {
+    uint32_t type;
+    uint32_t pad;
+    uint64_t seq;
+    uint64_t addr; /* RTS: the sender's buffer */
+    uint64_t len;
+} ctl_msg;
+
+enum conn_mode { MODE_PLAIN, MODE_HELLO, MODE_READY };
+
+typedef struct shm_net {
+    eccl_env *env;
+    void *tcp;               /* the stream net */
+    size_t min_bytes;
+    char host[ECCL_ADDR_MAX]; /* our listener's HOST; "" before the first listen */
+    uint64_t probes;         /* makes each conn's probe word differ */
+} shm_net;
+
+struct eccl_bulk {
+    eccl_bulk *next; /* the conn's sends or receives, in seq order; or spare */
+    eccl_conn *c;
+    int is_send;
+    int done;
+    uint64_t seq;
+    uint8_t *buf;
+    size_t len;
+};
+
+struct eccl_conn {
+    shm_net *n;
+    eccl_conn *s; /* the TCP stream */
+    void *user;
+    int mode;
+    int acceptor;
+    int shm;      /* bulk through memory: both hellos said so */
+    int want_read, want_write;
+    eccl_result err;
+    char addr[ECCL_ADDR_MAX];
+    /* set-up */
+    hello out, in;
+    size_t out_sent, in_got;
+    int out_built;
+    uint32_t ack_out, ack_in;
+    size_t ack_sent, ack_got;
+    size_t prefix_len, prefix_pos; /* a plain peer's first bytes, kept in `in` */
+    uint64_t probe;
+    int ctl;       /* the control socket, -1 when none */
+    int watching;
+    pid_t peer;
+    /* sends: the peer reads live[seq % SLOTS] == seq + 1 while we hold
+     * message seq's buffer for it */
+    _Atomic uint64_t live[SLOTS];
+    eccl_bulk *tx_head, *tx_tail;
+    uint64_t tx_seq; /* the next isend */
+    uint64_t tx_rts; /* the next isend whose RTS has not gone */
+    uint64_t tx_fin; /* the next isend the peer has not finished */
+    /* receives */
+    ctl_msg rts[SLOTS];
+    uint64_t rts_got; /* RTS received */
+    eccl_bulk *rx_head, *rx_tail;
+    uint64_t rx_seq;  /* the next irecv */
+    uint64_t rx_done; /* the next irecv not read yet */
+    eccl_bulk *spare;
+};
+
+struct eccl_listener {
+    eccl_listener *s;
+};
+
+#define LOG(n, level, ...) ECCL_LOG((n)->env, (level), __VA_ARGS__)
+
+static void conn_break(eccl_conn *c, eccl_result why, const char *what)
+{
+    if (c->err != ECCL_OK) return;
+    c->err = why;
+    LOG(c->n, ECCL_LOG_WARN, "shared-memory link to %s lost: %s", c->addr, what);
+}
+
+/* ---- memory of the peer ------------------------------------------------------- */
+
+/* Reads len bytes at the peer's `from` into `to`; 0 when all of them came. */
+static int peer_read(const eccl_conn *c, void *to, uint64_t from, size_t len)
+{
+    struct iovec local = {to, len}, remote = {(void *)(uintptr_t)from, len};
+    ssize_t got = process_vm_readv(c->peer, &local, 1, &remote, 1, 0);
+    return got == (ssize_t)len ? 0 : -1;
+}
+
+/* ---- the control socket ------------------------------------------------------- */
+
+/* An unnamed datagram socket bound to an abstract name the kernel picks;
+ * its name goes into h. -1 when the system refuses. */
+static int ctl_open(hello *h)
+{
+    int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) return -1;
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    socklen_t len = sizeof(sa_family_t); /* autobind: a fresh abstract name */
+    if (bind(fd, (struct sockaddr *)&sa, len) != 0) goto fail;
+    len = sizeof sa;
+    if (getsockname(fd, (struct sockaddr *)&sa, &len) != 0) goto fail;
+    size_t name = len - offsetof(struct sockaddr_un, sun_path);
+    if (name < 2 || name > CTL_NAME_MAX || sa.sun_path[0] != '\0') goto fail;
+    h->ctl_len = (uint32_t)name;
+    memcpy(h->ctl, sa.sun_path, name);
+    return fd;
+fail:
+    close(fd);
+    return -1;
+}
+
+/* Only the peer's datagrams reach a connected datagram socket. */
+static int ctl_connect(eccl_conn *c)
+{
+    if (c->in.ctl_len < 2 || c->in.ctl_len > CTL_NAME_MAX || c->in.ctl[0] != '\0') return -1;
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    memcpy(sa.sun_path, c->in.ctl, c->in.ctl_len);
+    socklen_t len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + c->in.ctl_len);
+    return connect(c->ctl, (struct sockaddr *)&sa, len);
+}
+
+static void ctl_close(eccl_conn *c)
+{
+    if (c->ctl < 0) return;
+    if (c->watching) eccl_net_tcp_unwatch_fd(c->n->tcp, c->ctl);
+    c->watching = 0;
+    close(c->ctl);
+    c->ctl = -1;
+}
+
+static void ctl_send(eccl_conn *c, const ctl_msg *m)
+{
+    if (c->err != ECCL_OK) return;
+    int fail = 0;
+    fiu_do_on("eccl/net_shm/ctl", fail = 1);
+    if (fail || send(c->ctl, m, sizeof *m, MSG_NOSIGNAL) != (ssize_t)sizeof *m) {
+        char what[96];
+        snprintf(what, sizeof what, "control message: %s",
+                 fail ? "failpoint eccl/net_shm/ctl" : strerror(errno));
+        conn_break(c, ECCL_ERR_CLOSED, what);
+    }
+}
+
+/* ---- set-up: the hellos --------------------------------------------------------- */
+
+static void conn_apply_interest(eccl_conn *c);
+
+static void hello_build(eccl_conn *c, uint32_t ok)
+{
+    memcpy(c->out.magic, HELLO_MAGIC, 4);
+    c->out.version = HELLO_VERSION;
+    c->out.pid = (uint32_t)getpid();
+    c->out.ok = ok;
+    c->out.probe_addr = (uint64_t)(uintptr_t)&c->probe;
+    c->out.probe = c->probe;
+    c->out.live_addr = (uint64_t)(uintptr_t)c->live;
+    c->out_built = 1;
+}
+
+/* Whether this peer's memory and control socket are within reach: its
+ * probe word reads back, and our socket connects to its. */
+static int peer_reachable(eccl_conn *c)
+{
+    int fail = 0;
+    fiu_do_on("eccl/net_shm/probe", fail = 1);
+    c->peer = (pid_t)c->in.pid;
+    uint64_t word = 0;
+    if (fail || c->ctl < 0 || peer_read(c, &word, c->in.probe_addr, sizeof word) != 0 ||
+        word != c->in.probe || ctl_connect(c) != 0) {
+        LOG(c->n, ECCL_LOG_INFO, "link to %s: no shared memory with pid %u (%s); payloads over TCP",
+            c->addr, (unsigned)c->in.pid, fail ? "failpoint eccl/net_shm/probe" : strerror(errno));
+        return 0;
+    }
+    return 1;
+}
+
+static int hello_valid(const hello *h)
+{
+    return memcmp(h->magic, HELLO_MAGIC, 4) == 0 && h->version == HELLO_VERSION && h->pid != 0 &&
+           h->ok <= 1;
+}
+
+/* Both hellos and the ack went: bulk through memory if both ends reached
+ * the other, else the stream is all there is. */
+static eccl_result hello_finish(eccl_conn *c, int ok)
+{
+    c->shm = ok;
+    c->mode = MODE_READY;
+    if (!c->shm) {
+        ctl_close(c);
+        return ECCL_OK;
+    }
+    eccl_result rc = eccl_net_tcp_watch_fd(c->n->tcp, c->ctl, c->user);
+    if (rc != ECCL_OK) {
+        conn_break(c, ECCL_ERR_CLOSED, "cannot watch its control socket");
+        return c->err;
+    }
+    c->watching = 1;
+    LOG(c->n, ECCL_LOG_DEBUG, "link to %s: payloads of %zu bytes and up through memory (pid %u)",
+        c->addr, c->n->min_bytes, (unsigned)c->peer);
+    return ECCL_OK;
+}
+
+static eccl_result stream_send(eccl_conn *c, const void *p, size_t len, size_t *done, int *moved)
+{
+    size_t sent = 0;
+    eccl_iov iov = {(const uint8_t *)p + *done, len - *done};
+    eccl_result rc = eccl_net_tcp_ops.send(c->n->tcp, c->s, &iov, 1, &sent);
+    *done += sent;
+    *moved |= sent > 0;
+    return rc;
+}
+
+static eccl_result stream_recv(eccl_conn *c, void *p, size_t want, size_t *done, int *moved)
+{
+    size_t got = 0;
+    eccl_result rc = eccl_net_tcp_ops.recv(c->n->tcp, c->s, (uint8_t *)p + *done, want, &got);
+    *done += got;
+    *moved |= got > 0;
+    return rc;
+}
+
+/* Moves the set-up along; ECCL_OK while in progress or done. */
+static eccl_result hello_progress(eccl_conn *c)
+{
+    eccl_result rc = ECCL_OK;
+    while (c->mode == MODE_HELLO && c->err == ECCL_OK) {
+        int moved = 0;
+        if (c->out_built && c->out_sent < sizeof c->out &&
+            (rc = stream_send(c, &c->out, sizeof c->out, &c->out_sent, &moved)) != ECCL_OK)
+            return rc;
+        if (c->in_got < sizeof c->in) {
+            /* An acceptor reads the magic alone first: a plain peer sends
+             * its own frames, which must not be read past. */
+            size_t want = c->acceptor && c->in_got < 4 ? 4 - c->in_got : sizeof c->in - c->in_got;
+            if ((rc = stream_recv(c, &c->in, want, &c->in_got, &moved)) != ECCL_OK) return rc;
+            if (c->acceptor && c->in_got == 4 && memcmp(c->in.magic, HELLO_MAGIC, 4) != 0) {
+                c->prefix_len = 4; /* replayed to core by shm_recv */
+                c->mode = MODE_PLAIN;
+                break;
+            }
+            if (c->in_got < sizeof c->in) {
+                if (!moved) break;
+                continue;
+            }
+            if (!hello_valid(&c->in)) {
+                conn_break(c, ECCL_ERR_PROTOCOL, "malformed hello");
+                return c->err;
+            }
+            if (c->acceptor) {
+                c->ctl = ctl_open(&c->out);
+                hello_build(c, (uint32_t)peer_reachable(c));
+            } else {
+                c->ack_out = (uint32_t)peer_reachable(c);
+            }
+            continue;
+        }
+        if (!c->acceptor && c->out_sent == sizeof c->out) { /* the ack follows our hello */
+            if (c->ack_sent < sizeof c->ack_out &&
+                (rc = stream_send(c, &c->ack_out, sizeof c->ack_out, &c->ack_sent, &moved)) != ECCL_OK)
+                return rc;
+            if (c->ack_sent == sizeof c->ack_out) return hello_finish(c, c->ack_out && c->in.ok);
+        } else if (c->out_sent == sizeof c->out) {
+            if ((rc = stream_recv(c, &c->ack_in, sizeof c->ack_in - c->ack_got, &c->ack_got, &moved)) !=
+                ECCL_OK)
+                return rc;
+            if (c->ack_got == sizeof c->ack_in) {
+                if (c->ack_in > 1) {
+                    conn_break(c, ECCL_ERR_PROTOCOL, "malformed ack");
+                    return c->err;
+                }
+                return hello_finish(c, c->ack_in && c->out.ok);
+            }
+        }
+        if (!moved) break;
+    }
+    return c->err;
+}
+
+/* ---- bulk ------------------------------------------------------------------------ */
+
+static eccl_bulk *bulk_get(eccl_conn *c)
+{
+    eccl_bulk *b = c->spare;
+    if (b) c->spare = b->next;
+    else b = malloc(sizeof *b);
+    return b;
+}
+
+static void bulk_put(eccl_conn *c, eccl_bulk *b)
+{
+    b->next = c->spare;
+    c->spare = b;
+}
+
+/* RTS for the isends that fit the peer's slots, in order. */
+static void tx_pump(eccl_conn *c)
+{
+    eccl_bulk *b = c->tx_head;
+    while (b && b->seq < c->tx_rts) b = b->next;
+    for (; b && c->err == ECCL_OK && c->tx_rts - c->tx_fin < SLOTS; b = b->next) {
+        atomic_store_explicit(&c->live[b->seq % SLOTS], b->seq + 1, memory_order_release);
+        ctl_msg m = {.type = CTL_RTS, .seq = b->seq, .addr = (uint64_t)(uintptr_t)b->buf, .len = b->len};
+        ctl_send(c, &m);
+        c->tx_rts++;
+    }
+}
+
+/* Reads every irecv whose RTS is here, in order, and answers each. */
+static void rx_pump(eccl_conn *c)
+{
+    eccl_bulk *b = c->rx_head;
+    while (b && b->done) b = b->next;
+    for (; b && c->err == ECCL_OK && b->seq < c->rts_got; b = b->next) {
+        const ctl_msg *m = &c->rts[b->seq % SLOTS];
+        if (m->len != b->len) {
+            conn_break(c, ECCL_ERR_PROTOCOL, "a message of another length than its receive");
+            return;
+        }
+        int fail = 0;
+        fiu_do_on("eccl/net_shm/read", fail = 1);
+        if (fail || peer_read(c, b->buf, m->addr, b->len) != 0) {
+            char what[96];
+            snprintf(what, sizeof what, "cannot read the peer's memory: %s",
+                     fail ? "failpoint eccl/net_shm/read" : strerror(errno));
+            conn_break(c, ECCL_ERR_CLOSED, what);
+            return;
+        }
+        /* The sender clears the word before its buffer can change: still
+         * set now, the buffer held still during the whole read. */
+        uint64_t live = 0;
+        if (peer_read(c, &live, c->in.live_addr + (b->seq % SLOTS) * sizeof live, sizeof live) != 0) {
+            char what[96];
+            snprintf(what, sizeof what, "cannot read the peer's memory: %s", strerror(errno));
+            conn_break(c, ECCL_ERR_CLOSED, what);
+            return;
+        }
+        if (live != b->seq + 1) {
+            conn_break(c, ECCL_ERR_CLOSED, "the peer let go of a buffer while it was read");
+            return;
+        }
+        b->done = 1;
+        c->rx_done++;
+        ctl_msg fin = {.type = CTL_FIN, .seq = b->seq};
+        ctl_send(c, &fin);
+    }
+}
+
+static void on_fin(eccl_conn *c, uint64_t seq)
+{
+    eccl_bulk *b = c->tx_head;
+    while (b && b->done) b = b->next;
+    if (seq != c->tx_fin || seq >= c->tx_rts || !b || b->seq != seq) {
+        conn_break(c, ECCL_ERR_PROTOCOL, "a FIN out of order");
+        return;
+    }
+    atomic_store_explicit(&c->live[seq % SLOTS], 0, memory_order_release);
+    b->done = 1;
+    c->tx_fin++;
+}
+
+static void on_rts(eccl_conn *c, const ctl_msg *m)
+{
+    if (m->seq != c->rts_got || c->rts_got - c->rx_done >= SLOTS || m->len == 0) {
+        conn_break(c, ECCL_ERR_PROTOCOL, "an RTS out of order");
+        return;
+    }
+    c->rts[m->seq % SLOTS] = *m;
+    c->rts_got++;
+}
+
+/* Takes every control message waiting. */
+static void ctl_drain(eccl_conn *c)
+{
+    while (c->err == ECCL_OK && c->ctl >= 0) {
+        ctl_msg m;
+        ssize_t got = recv(c->ctl, &m, sizeof m, MSG_DONTWAIT);
+        if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+        if (got < 0 && errno == EINTR) continue;
+        if (got != (ssize_t)sizeof m) {
+            conn_break(c, got < 0 ? ECCL_ERR_CLOSED : ECCL_ERR_PROTOCOL, "control socket");
+            return;
+        }
+        if (m.type == CTL_RTS) on_rts(c, &m);
+        else if (m.type == CTL_FIN) on_fin(c, m.seq);
+        else conn_break(c, ECCL_ERR_PROTOCOL, "an unknown control message");
+    }
+}
+
+/* A transfer still owed by or to the peer. */
+static int bulk_waiting(const eccl_conn *c) { return c->tx_fin != c->tx_seq || c->rx_done != c->rx_seq; }
+
+static void conn_progress(eccl_conn *c)
+{
+    ctl_drain(c);
+    rx_pump(c);
+    tx_pump(c);
+    /* Core may not be reading the stream while a transfer waits: a peer
+     * that died meanwhile is seen here. */
+    if (c->err == ECCL_OK && bulk_waiting(c) && eccl_net_tcp_hung_up(c->s))
+        conn_break(c, ECCL_ERR_CLOSED, "the peer closed the stream");
+}
+
+/* ---- net ops ---------------------------------------------------------------------- */
+
+static void conn_apply_interest(eccl_conn *c)
+{
+    int rd = c->want_read, wr = c->want_write;
+    if (c->mode == MODE_HELLO) {
+        rd = 1;
+        wr = (c->out_built && c->out_sent < sizeof c->out) ||
+             (!c->acceptor && c->in_got == sizeof c->in && c->ack_sent < sizeof c->ack_out);
+    }
+    eccl_net_tcp_ops.set_interest(c->n->tcp, c->s, rd, wr);
+    eccl_net_tcp_watch_hangup(c->n->tcp, c->s, bulk_waiting(c));
+}
+
+static eccl_result shm_listen(void *ctx, const char *addr, void *user, eccl_listener **out,
+                              char *bound)
+{
+    shm_net *n = ctx;
+    eccl_listener *l = calloc(1, sizeof *l);
+    if (!l) return ECCL_ERR_NO_MEMORY;
+    char plain[ECCL_ADDR_MAX];
+    eccl_result rc = eccl_net_tcp_ops.listen(n->tcp, addr, user, &l->s, plain);
+    if (rc == ECCL_OK && strlen(plain) + strlen(ECCL_SHM_ADDR_PREFIX) >= ECCL_ADDR_MAX) {
+        eccl_net_tcp_ops.close_listener(n->tcp, l->s);
+        rc = ECCL_ERR_INVALID_ARG;
+    }
+    if (rc != ECCL_OK) {
+        free(l);
+        return rc;
+    }
+    if (!n->host[0]) {
+        size_t len;
+        const char *host = eccl_addr_host(plain, &len);
+        memcpy(n->host, host, len);
+        n->host[len] = '\0';
+    }
+    if (bound) snprintf(bound, ECCL_ADDR_MAX, "%s%s", ECCL_SHM_ADDR_PREFIX, plain);
+    *out = l;
+    return ECCL_OK;
+}
+
+static void shm_close_listener(void *ctx, eccl_listener *l)
+{
+    shm_net *n = ctx;
+    if (!l) return;
+    eccl_net_tcp_ops.close_listener(n->tcp, l->s);
+    free(l);
+}
+
+static eccl_conn *conn_new(shm_net *n, void *user)
+{
+    eccl_conn *c = calloc(1, sizeof *c);
+    if (!c) return NULL;
+    c->n = n;
+    c->user = user;
+    c->want_read = 1;
+    c->ctl = -1;
+    /* Any value that differs per conn: it proves the pid is the process
+     * that wrote the hello, not what the value is. */
+    c->probe = ++n->probes ^ ((uint64_t)(uintptr_t)c << 16) ^ (uint64_t)getpid() << 40;
+    return c;
+}
+
+static void shm_close(void *ctx, eccl_conn *c);
+
+static eccl_result shm_accept(void *ctx, eccl_listener *l, void *user, eccl_conn **out)
+{
+    shm_net *n = ctx;
+    eccl_conn *c = conn_new(n, user);
+    if (!c) return ECCL_ERR_NO_MEMORY;
+    eccl_result rc = eccl_net_tcp_ops.accept(n->tcp, l->s, user, &c->s);
+    if (rc != ECCL_OK) {
+        free(c);
+        return rc;
+    }
+    c->acceptor = 1;
+    c->mode = MODE_HELLO; /* until the first bytes say which kind of peer */
+    eccl_net_tcp_conn_addr(c->s, c->addr);
+    *out = c;
+    return ECCL_OK;
+}
+
+/* "shm:HOST:PORT" with our own listener's HOST: a host-mate. */
+static int is_host_mate(const shm_net *n, const char *addr)
+{
+    if (!n->host[0] || strncmp(addr, ECCL_SHM_ADDR_PREFIX, strlen(ECCL_SHM_ADDR_PREFIX)) != 0) return 0;
+    size_t len;
+    const char *host = eccl_addr_host(addr, &len);
+    return len == strlen(n->host) && memcmp(host, n->host, len) == 0;
+}
+
+static eccl_result shm_connect(void *ctx, const char *addr, void *user, eccl_conn **out)
+{
+    shm_net *n = ctx;
+    if (!addr) return ECCL_ERR_INVALID_ARG;
+    eccl_conn *c = conn_new(n, user);
+    if (!c) return ECCL_ERR_NO_MEMORY;
+    snprintf(c->addr, sizeof c->addr, "%s", addr);
+    int mate = is_host_mate(n, addr);
+    c->mode = mate ? MODE_HELLO : MODE_PLAIN;
+    eccl_result rc = eccl_net_tcp_ops.connect(n->tcp, addr, user, &c->s); /* net_tcp drops the prefix */
+    if (rc != ECCL_OK) {
+        free(c);
+        return rc;
+    }
+    if (mate) {
+        c->ctl = ctl_open(&c->out);
+        if (c->ctl < 0) {
+            c->mode = MODE_PLAIN; /* nothing written yet: the acceptor sees a plain peer */
+        } else {
+            hello_build(c, 0);
+            conn_apply_interest(c);
+        }
+    }
+    *out = c;
+    return ECCL_OK;
+}
+
+static eccl_result shm_send(void *ctx, eccl_conn *c, const eccl_iov *iov, int n, size_t *sent)
+{
+    shm_net *x = ctx;
+    *sent = 0;
+    if (c->err != ECCL_OK) return c->err;
+    if (c->mode == MODE_HELLO) {
+        eccl_result rc = hello_progress(c);
+        conn_apply_interest(c);
+        if (rc != ECCL_OK || c->mode == MODE_HELLO) return rc;
+    }
+    return eccl_net_tcp_ops.send(x->tcp, c->s, iov, n, sent);
+}
+
+static eccl_result shm_recv(void *ctx, eccl_conn *c, void *buf, size_t len, size_t *got)
+{
+    shm_net *x = ctx;
+    *got = 0;
+    if (c->err != ECCL_OK) return c->err;
+    if (c->mode == MODE_HELLO) {
+        eccl_result rc = hello_progress(c);
+        conn_apply_interest(c);
+        if (rc != ECCL_OK || c->mode == MODE_HELLO) return rc;
+    }
+    if (c->prefix_pos < c->prefix_len) {
+        size_t k = c->prefix_len - c->prefix_pos < len ? c->prefix_len - c->prefix_pos : len;
+        memcpy(buf, (const uint8_t *)&c->in + c->prefix_pos, k);
+        c->prefix_pos += k;
+        *got = k;
+        return ECCL_OK;
+    }
+    return eccl_net_tcp_ops.recv(x->tcp, c->s, buf, len, got);
+}
+
+static void shm_set_interest(void *ctx, eccl_conn *c, int read, int write)
+{
+    (void)ctx;
+    c->want_read = read != 0;
+    c->want_write = write != 0;
+    conn_apply_interest(c);
+}
+
+static void shm_close(void *ctx, eccl_conn *c)
+{
+    shm_net *n = ctx;
+    if (!c) return;
+    /* First the live words: a read of one of our buffers that is still
+     * going on in the peer is refused there, and core may reuse them once
+     * this returns. */
+    for (int i = 0; i < SLOTS; i++) atomic_store_explicit(&c->live[i], 0, memory_order_release);
+    atomic_thread_fence(memory_order_seq_cst);
+    ctl_close(c);
+    for (eccl_bulk **list = &c->tx_head; list; list = list == &c->tx_head ? &c->rx_head : NULL) {
+        while (*list) {
+            eccl_bulk *b = *list;
+            *list = b->next;
+            free(b);
+        }
+    }
+    while (c->spare) {
+        eccl_bulk *b = c->spare;
+        c->spare = b->next;
+        free(b);
+    }
+    if (c->s) eccl_net_tcp_ops.close(n->tcp, c->s);
+    free(c);
+}
+
+static int shm_wait(void *ctx, uint64_t deadline_ns, void **ready, int max)
+{
+    return eccl_net_tcp_ops.wait(((shm_net *)ctx)->tcp, deadline_ns, ready, max);
+}
+
+static void shm_wake(void *ctx) { eccl_net_tcp_ops.wake(((shm_net *)ctx)->tcp); }
+
+static size_t shm_bulk_min(void *ctx, eccl_conn *c)
+{
+    (void)ctx;
+    /* Until the set-up is through, payloads go in the stream: an acceptor
+     * does not know yet whether its peer shares its memory at all. */
+    return c->mode == MODE_READY && c->shm ? c->n->min_bytes : 0;
+}
+
+static eccl_result bulk_new(eccl_conn *c, const void *buf, size_t len, int is_send, eccl_bulk **out)
+{
+    if (c->err != ECCL_OK) return c->err;
+    if (c->mode != MODE_READY || !c->shm || len == 0) return ECCL_ERR_INVALID_ARG;
+    eccl_bulk *b = bulk_get(c);
+    if (!b) return ECCL_ERR_NO_MEMORY;
+    *b = (eccl_bulk){.c = c, .is_send = is_send, .buf = (uint8_t *)buf, .len = len};
+    eccl_bulk **head = is_send ? &c->tx_head : &c->rx_head, **tail = is_send ? &c->tx_tail : &c->rx_tail;
+    b->seq = is_send ? c->tx_seq++ : c->rx_seq++;
+    if (*tail) (*tail)->next = b;
+    else *head = b;
+    *tail = b;
+    *out = b;
+    return ECCL_OK;
+}
+
+static eccl_result shm_isend(void *ctx, eccl_conn *c, const void *buf, size_t len, eccl_bulk **req)
+{
+    (void)ctx;
+    eccl_result rc = bulk_new(c, buf, len, 1, req);
+    if (rc != ECCL_OK) return rc;
+    tx_pump(c);
+    conn_apply_interest(c);
+    return c->err;
+}
+
+static eccl_result shm_irecv(void *ctx, eccl_conn *c, void *buf, size_t len, eccl_bulk **req)
+{
+    (void)ctx;
+    /* Read at the next progress (core's channel calls it at once): a
+     * progress here would take readiness that core must see. */
+    eccl_result rc = bulk_new(c, buf, len, 0, req);
+    if (rc == ECCL_OK) conn_apply_interest(c);
+    return rc;
+}
+
+static eccl_result shm_progress(void *ctx, eccl_conn *c)
+{
+    (void)ctx;
+    if (c->err != ECCL_OK || c->mode != MODE_READY || !c->shm) return c->err;
+    conn_progress(c);
+    conn_apply_interest(c);
+    return c->err;
+}
+
+static eccl_result shm_test(void *ctx, eccl_bulk *b, int *done)
+{
+    (void)ctx;
+    eccl_conn *c = b->c;
+    *done = 0;
+    if (c->err != ECCL_OK) return c->err;
+    if (!b->done) return ECCL_OK;
+    eccl_bulk **head = b->is_send ? &c->tx_head : &c->rx_head, **tail = b->is_send ? &c->tx_tail : &c->rx_tail;
+    eccl_bulk *prev = NULL;
+    for (eccl_bulk *x = *head; x != b; x = x->next) prev = x;
+    if (prev) prev->next = b->next;
+    else *head = b->next;
+    if (*tail == b) *tail = prev;
+    bulk_put(c, b);
+    conn_apply_interest(c);
+    *done = 1;
+    return ECCL_OK;
+}
+
+const eccl_net_ops eccl_net_shm_ops = {
+    .size = sizeof(eccl_net_ops),
+    .listen = shm_listen,
+    .accept = shm_accept,
+    .close_listener = shm_close_listener,
+    .connect = shm_connect,
+    .send = shm_send,
+    .recv = shm_recv,
+    .set_interest = shm_set_interest,
+    .close = shm_close,
+    .wait = shm_wait,
+    .wake = shm_wake,
+    .bulk_min = shm_bulk_min,
+    .isend = shm_isend,
+    .irecv = shm_irecv,
+    .progress = shm_progress,
+    .test = shm_test,
+};
+
+/* ---- context ------------------------------------------------------------------------ */
+
+/* Whether this process may read another's memory at all: its own, read the
+ * same way (ENOSYS, EPERM under seccomp). Per peer, the hellos' probe
+ * decides. */
+static int cma_works(char *why)
+{
+    uint64_t word = 0x65636c6c, copy = 0;
+    struct iovec local = {&copy, sizeof copy}, remote = {&word, sizeof word};
+    if (process_vm_readv(getpid(), &local, 1, &remote, 1, 0) != (ssize_t)sizeof copy || copy != word) {
+        snprintf(why, 160, "process_vm_readv refused (%s)", strerror(errno));
+        return 0;
+    }
+    return 1;
+}
+
+/* The control sockets' queue must hold a conn's messages in flight. */
+static int dgram_queue_ok(char *why)
+{
+    FILE *f = fopen("/proc/sys/net/unix/max_dgram_qlen", "r");
+    long q = -1;
+    if (!f) return 1; /* not Linux's procfs: assume the default */
+    if (fscanf(f, "%ld", &q) != 1) q = -1;
+    fclose(f);
+    if (q >= 0 && q < 2 * SLOTS) {
+        snprintf(why, 160, "net.unix.max_dgram_qlen is %ld, below %d", q, 2 * SLOTS);
+        return 0;
+    }
+    return 1;
+}
+
+eccl_result eccl_net_shm_create(eccl_env *env, void **out, char *why)
+{
+    if (!cma_works(why) || !dgram_queue_ok(why)) return ECCL_ERR_UNSUPPORTED;
+    shm_net *n = calloc(1, sizeof *n);
+    if (!n) return ECCL_ERR_NO_MEMORY;
+    n->env = env;
+    n->min_bytes = (size_t)eccl_config_uint(env, "ECCL_SHM_MIN_BYTES", 1, 1ul << 30, DEFAULT_MIN_BYTES);
+    eccl_result rc = eccl_net_tcp_create(env, &n->tcp);
+    if (rc != ECCL_OK) {
+        free(n);
+        return rc;
+    }
+    *out = n;
+    return ECCL_OK;
+}
+
+void eccl_net_shm_destroy(void *ctx)
+{
+    shm_net *n = ctx;
+    if (!n) return;
+    eccl_net_tcp_destroy(n->tcp);
+    free(n);
+}

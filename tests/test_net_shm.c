@@ -1,0 +1,296 @@
+/* net_shm (backends/real/net_shm.c): host-mates' payloads through memory.
+ * Both ends live in this process, each with an env of its own: reading
+ * one's own memory through process_vm_readv is exactly what a host-mate
+ * does, and every step can be ordered at will. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <fiu-control.h>
+#include <fiu.h>
+
+#include "env.h"
+#include "env_real.h"
+#include "net_shm.h"
+#include "net_tcp.h"
+
+#define SEC 1000000000ull
+#define SOON (5 * SEC) /* "eventually", generous for a loaded box */
+#define MSG (1u << 20) /* above the default ECCL_SHM_MIN_BYTES */
+
+static uint64_t now_ns(const eccl_env *env) { return env->clock->now_ns(env->clock_ctx); }
+
+static int setup(void **state)
+{
+    (void)state;
+    unsetenv("ECCL_NET");
+    unsetenv("ECCL_SHM");
+    unsetenv("ECCL_SHM_MIN_BYTES");
+    setenv("ECCL_LOG_LEVEL", "error", 1);
+    return 0;
+}
+
+static eccl_env *mk_env(void)
+{
+    eccl_env *env = NULL;
+    assert_int_equal(eccl_env_real_create("t", 1, &env), ECCL_OK);
+    return env;
+}
+
+/* Two envs of one process, a listener on a's side and a conn each way of
+ * it: `ca` connected by b, `ac` accepted by a. */
+typedef struct pair {
+    eccl_env *a, *b;
+    eccl_listener *l;
+    eccl_conn *ac, *bc;
+    char bound[ECCL_ADDR_MAX];
+    int lu, au, bu; /* their addresses are the user pointers */
+} pair;
+
+/* A word each way settles the set-up (the hellos ride before core's first
+ * bytes; an acceptor reads 4 bytes before it knows what its peer speaks,
+ * and core's first frame is longer). */
+static void pair_settle(pair *p)
+{
+    const char out[4] = "word";
+    char in_a[4], in_b[4];
+    size_t a_got = 0, b_got = 0, a_sent = 0, b_sent = 0, k;
+    uint64_t deadline = now_ns(p->a) + SOON;
+    while (a_got < 4 || b_got < 4) {
+        eccl_iov ia = {out + a_sent, 4 - a_sent}, ib = {out + b_sent, 4 - b_sent};
+        if (b_sent < 4) {
+            assert_int_equal(p->b->net->send(p->b->net_ctx, p->bc, &ib, 1, &k), ECCL_OK);
+            b_sent += k;
+        }
+        if (a_sent < 4) {
+            assert_int_equal(p->a->net->send(p->a->net_ctx, p->ac, &ia, 1, &k), ECCL_OK);
+            a_sent += k;
+        }
+        assert_int_equal(p->a->net->recv(p->a->net_ctx, p->ac, in_a + a_got, 4 - a_got, &k), ECCL_OK);
+        a_got += k;
+        assert_int_equal(p->b->net->recv(p->b->net_ctx, p->bc, in_b + b_got, 4 - b_got, &k), ECCL_OK);
+        b_got += k;
+        assert_true(now_ns(p->a) < deadline);
+    }
+    assert_memory_equal(in_a, out, 4);
+    assert_memory_equal(in_b, out, 4);
+}
+
+/* b dials `addr` (NULL: a's listener as bound). */
+static void pair_open_to(pair *p, const char *listen, const char *addr)
+{
+    memset(p, 0, sizeof *p);
+    p->a = mk_env();
+    p->b = mk_env();
+    /* b's own listener names its host: only a host-mate gets a hello. */
+    eccl_listener *bl = NULL;
+    char bb[ECCL_ADDR_MAX];
+    assert_int_equal(p->b->net->listen(p->b->net_ctx, "127.0.0.1:0", &p->bu, &bl, bb), ECCL_OK);
+    p->b->net->close_listener(p->b->net_ctx, bl);
+    assert_int_equal(p->a->net->listen(p->a->net_ctx, listen, &p->lu, &p->l, p->bound), ECCL_OK);
+    assert_int_equal(p->b->net->connect(p->b->net_ctx, addr ? addr : p->bound, &p->bu, &p->bc), ECCL_OK);
+    uint64_t deadline = now_ns(p->a) + SOON;
+    eccl_result r;
+    while ((r = p->a->net->accept(p->a->net_ctx, p->l, &p->au, &p->ac)) == ECCL_ERR_AGAIN)
+        assert_true(now_ns(p->a) < deadline);
+    assert_int_equal(r, ECCL_OK);
+    pair_settle(p);
+}
+
+static void pair_close(pair *p)
+{
+    if (p->ac) p->a->net->close(p->a->net_ctx, p->ac);
+    if (p->bc) p->b->net->close(p->b->net_ctx, p->bc);
+    p->a->net->close_listener(p->a->net_ctx, p->l);
+    eccl_env_real_destroy(p->a);
+    eccl_env_real_destroy(p->b);
+}
+
+/* Progress both ends, and test req (of `env`) until it is done or fails;
+ * returns the outcome. */
+static eccl_result finish(pair *p, eccl_env *env, eccl_bulk *req)
+{
+    uint64_t deadline = now_ns(env) + SOON;
+    for (;;) {
+        int done = 0;
+        if (p->bc) p->b->net->progress(p->b->net_ctx, p->bc);
+        eccl_conn *c = env == p->a ? p->ac : p->bc;
+        eccl_result rc = env->net->progress(env->net_ctx, c);
+        if (rc == ECCL_OK) rc = env->net->test(env->net_ctx, req, &done);
+        if (rc != ECCL_OK || done) return rc;
+        if (p->ac) p->a->net->progress(p->a->net_ctx, p->ac);
+        assert_true(now_ns(env) < deadline);
+    }
+}
+
+static void fill(uint8_t *buf, size_t len, unsigned seed)
+{
+    for (size_t i = 0; i < len; i++) buf[i] = (uint8_t)(i * 31 + seed * 7 + (i >> 12));
+}
+
+/* Host-mates agree on memory; more messages than the slots in flight go,
+ * in order, each read once into its receive. */
+static void test_bulk_through_memory(void **state)
+{
+    (void)state;
+    pair p;
+    pair_open_to(&p, "127.0.0.1:0", NULL);
+    assert_int_equal(strncmp(p.bound, ECCL_SHM_ADDR_PREFIX, strlen(ECCL_SHM_ADDR_PREFIX)), 0);
+    assert_int_equal(p.a->net->bulk_min(p.a->net_ctx, p.ac), 256u << 10);
+    assert_int_equal(p.b->net->bulk_min(p.b->net_ctx, p.bc), 256u << 10);
+    enum { N = 9 };
+    uint8_t *src = malloc((size_t)N * MSG), *dst = calloc(N, MSG);
+    assert_non_null(src);
+    assert_non_null(dst);
+    eccl_bulk *tx[N], *rx[N];
+    for (int i = 0; i < N; i++) {
+        fill(src + (size_t)i * MSG, MSG, (unsigned)i);
+        assert_int_equal(p.b->net->isend(p.b->net_ctx, p.bc, src + (size_t)i * MSG, MSG, &tx[i]), ECCL_OK);
+    }
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(p.a->net->irecv(p.a->net_ctx, p.ac, dst + (size_t)i * MSG, MSG, &rx[i]), ECCL_OK);
+        assert_int_equal(finish(&p, p.a, rx[i]), ECCL_OK);
+    }
+    for (int i = 0; i < N; i++) assert_int_equal(finish(&p, p.b, tx[i]), ECCL_OK);
+    assert_memory_equal(src, dst, (size_t)N * MSG);
+    /* And the other way, on the same conn. */
+    memset(src, 0, MSG);
+    eccl_bulk *t, *r;
+    assert_int_equal(p.a->net->isend(p.a->net_ctx, p.ac, dst, MSG, &t), ECCL_OK);
+    assert_int_equal(p.b->net->irecv(p.b->net_ctx, p.bc, src, MSG, &r), ECCL_OK);
+    assert_int_equal(finish(&p, p.b, r), ECCL_OK);
+    assert_int_equal(finish(&p, p.a, t), ECCL_OK);
+    assert_memory_equal(src, dst, MSG);
+    free(src);
+    free(dst);
+    pair_close(&p);
+}
+
+/* A sender that lets go of its buffer (its conn closes: the call failed)
+ * while the receiver has not read it: the read is refused, never
+ * delivered as if whole. */
+static void test_sender_let_go(void **state)
+{
+    (void)state;
+    pair p;
+    pair_open_to(&p, "127.0.0.1:0", NULL);
+    uint8_t *src = malloc(MSG), *dst = calloc(1, MSG);
+    assert_non_null(src);
+    assert_non_null(dst);
+    fill(src, MSG, 1);
+    eccl_bulk *tx, *rx;
+    assert_int_equal(p.b->net->isend(p.b->net_ctx, p.bc, src, MSG, &tx), ECCL_OK);
+    p.b->net->close(p.b->net_ctx, p.bc); /* the RTS went; its live word is cleared */
+    p.bc = NULL;
+    assert_int_equal(p.a->net->irecv(p.a->net_ctx, p.ac, dst, MSG, &rx), ECCL_OK);
+    assert_int_equal(finish(&p, p.a, rx), ECCL_ERR_CLOSED);
+    free(src);
+    free(dst);
+    pair_close(&p);
+}
+
+/* Hosts differ (127.0.0.1 dials 127.0.0.2): plain TCP, no hello; and a
+ * failed probe: plain TCP after the hellos. Payloads then stay in the
+ * stream (bulk_min 0 both ends), and the stream works. */
+static void test_plain_when_not_host_mates(void **state)
+{
+    (void)state;
+    pair p;
+    pair_open_to(&p, "127.0.0.2:0", NULL);
+    assert_int_equal(p.a->net->bulk_min(p.a->net_ctx, p.ac), 0);
+    assert_int_equal(p.b->net->bulk_min(p.b->net_ctx, p.bc), 0);
+    pair_close(&p);
+
+    assert_int_equal(fiu_enable("eccl/net_shm/probe", 1, NULL, 0), 0);
+    pair_open_to(&p, "127.0.0.1:0", NULL);
+    fiu_disable("eccl/net_shm/probe");
+    assert_int_equal(p.a->net->bulk_min(p.a->net_ctx, p.ac), 0);
+    assert_int_equal(p.b->net->bulk_min(p.b->net_ctx, p.bc), 0);
+    pair_close(&p);
+}
+
+/* A process without net_shm (ECCL_SHM=0: net_tcp) dials "shm:HOST:PORT"
+ * as HOST:PORT; the acceptor hands its first bytes to core as they came. */
+static void test_plain_peer_replayed(void **state)
+{
+    (void)state;
+    pair p;
+    memset(&p, 0, sizeof p);
+    p.a = mk_env();
+    setenv("ECCL_SHM", "0", 1);
+    p.b = mk_env();
+    unsetenv("ECCL_SHM");
+    assert_ptr_equal(p.b->net, &eccl_net_tcp_ops);
+    assert_int_equal(p.a->net->listen(p.a->net_ctx, "127.0.0.1:0", &p.lu, &p.l, p.bound), ECCL_OK);
+    assert_int_equal(p.b->net->connect(p.b->net_ctx, p.bound, &p.bu, &p.bc), ECCL_OK);
+    uint64_t deadline = now_ns(p.a) + SOON;
+    eccl_result r;
+    while ((r = p.a->net->accept(p.a->net_ctx, p.l, &p.au, &p.ac)) == ECCL_ERR_AGAIN)
+        assert_true(now_ns(p.a) < deadline);
+    assert_int_equal(r, ECCL_OK);
+    const char msg[] = "core's first frame";
+    char in[sizeof msg] = "";
+    size_t sent = 0, got = 0, k;
+    while (got < sizeof msg) {
+        eccl_iov iov = {msg + sent, sizeof msg - sent};
+        if (sent < sizeof msg) {
+            assert_int_equal(p.b->net->send(p.b->net_ctx, p.bc, &iov, 1, &k), ECCL_OK);
+            sent += k;
+        }
+        assert_int_equal(p.a->net->recv(p.a->net_ctx, p.ac, in + got, sizeof msg - got, &k), ECCL_OK);
+        got += k;
+        assert_true(now_ns(p.a) < deadline);
+    }
+    assert_string_equal(in, msg);
+    assert_int_equal(p.a->net->bulk_min(p.a->net_ctx, p.ac), 0);
+    pair_close(&p);
+}
+
+/* The two failure paths of a transfer: the read of the peer's memory, and
+ * a control message. Each breaks the link with ECCL_ERR_CLOSED; the
+ * collectives above treat it as any broken link (test_failpoints_mp). */
+static void test_transfer_failpoints(void **state)
+{
+    (void)state;
+    const char *fps[] = {"eccl/net_shm/read", "eccl/net_shm/ctl"};
+    for (int f = 0; f < 2; f++) {
+        pair p;
+        pair_open_to(&p, "127.0.0.1:0", NULL);
+        uint8_t *src = calloc(1, MSG), *dst = calloc(1, MSG);
+        assert_non_null(src);
+        assert_non_null(dst);
+        eccl_bulk *tx, *rx;
+        assert_int_equal(fiu_enable(fps[f], 1, NULL, FIU_ONETIME), 0);
+        eccl_result rc = p.b->net->isend(p.b->net_ctx, p.bc, src, MSG, &tx);
+        if (f == 1) {
+            assert_int_equal(rc, ECCL_ERR_CLOSED); /* the RTS could not go */
+        } else {
+            assert_int_equal(rc, ECCL_OK);
+            assert_int_equal(p.a->net->irecv(p.a->net_ctx, p.ac, dst, MSG, &rx), ECCL_OK);
+            assert_int_equal(finish(&p, p.a, rx), ECCL_ERR_CLOSED);
+        }
+        fiu_disable(fps[f]);
+        free(src);
+        free(dst);
+        pair_close(&p);
+    }
+}
+
+int main(void)
+{
+    fiu_init(0);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup(test_bulk_through_memory, setup),
+        cmocka_unit_test_setup(test_sender_let_go, setup),
+        cmocka_unit_test_setup(test_plain_when_not_host_mates, setup),
+        cmocka_unit_test_setup(test_plain_peer_replayed, setup),
+        cmocka_unit_test_setup(test_transfer_failpoints, setup),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
