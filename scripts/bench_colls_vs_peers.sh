@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Every collective on loopback, side by side: Open MPI (TCP BTL over lo),
-# Gloo (TCP over lo) and, where available, eccl-bench, one run after the
-# other on this machine; then a summary table per collective and N.
+# Every collective on loopback, side by side: Open MPI (TCP BTL over lo, and
+# its shared-memory BTL, vader), Gloo (TCP over lo) and, where available,
+# eccl-bench, one run after the other on this machine; then a summary table
+# per collective and N. "best peer" is the faster of the TCP peers (Open MPI
+# over TCP, Gloo); Open MPI's shared-memory times have columns of their own.
 #
 # Usage: scripts/bench_colls_vs_peers.sh [-o OUTDIR] [-c COLLS] [-b MIN] [-e MAX] [N...]
 #   N...      rank counts (default: 2 4 8)
@@ -16,7 +18,8 @@
 #   PEERS_ARGS     extra options for both peer programs, e.g. "-t 1" (the
 #                  per-size time budget) or "-n 50 -w 5" (fixed counts)
 #   PEERS_BUILD    where the peer programs are built (default OUTDIR/bin)
-#   PEERS_LIBS     which peers run (default "mpi gloo"; e.g. "mpi" for a
+#   PEERS_LIBS     which peers run (default "mpi mpishm gloo": Open MPI over
+#                  TCP, Open MPI over shared memory, Gloo; e.g. "mpi" for a
 #                  small-message sweep, where Gloo is 5-50x slower than both)
 #   ECCL_BENCH     eccl's own rows: a command taking eccl-bench's options
 #                  (see "ECCL JOIN POINT" below); default build/bin/eccl-bench,
@@ -160,6 +163,14 @@ run_mpi() { # COLL N
     echo "mpi $1 $2 rc=$? load=$(loadavg)" >>"$out/status.txt"
 }
 
+run_mpishm() { # COLL N: Open MPI's shared-memory BTL, its lines labelled mpishm
+    local f="$out/raw/mpishm-$1-$2"
+    timeout -k 10 "$limit" mpirun --allow-run-as-root --oversubscribe -np "$2" --mca pml ob1 \
+        --mca btl self,vader "$bin/mpi_colls" "${peer_args[@]}" "$1" "$minb" "$maxb" 2>"$f.err" |
+        sed 's/^mpi /mpishm /' >"$f.txt"
+    echo "mpishm $1 $2 rc=${PIPESTATUS[0]} load=$(loadavg)" >>"$out/status.txt"
+}
+
 run_gloo() { # COLL N: ranks 1..N-1 in the background, rank 0 prints
     local f="$out/raw/gloo-$1-$2" st r rc
     st=$(mktemp -d "$out/store-XXXXXX")
@@ -192,8 +203,9 @@ run_all() {
     for n in "${ns[@]}"; do
         for c in "${coll_list[@]}"; do
             echo "== N=$n $c (load $(loadavg))" >&2
-            case " ${PEERS_LIBS:-mpi gloo} " in *" mpi "*) run_mpi "$c" "$n" ;; esac
-            case " ${PEERS_LIBS:-mpi gloo} " in *" gloo "*) run_gloo "$c" "$n" ;; esac
+            case " ${PEERS_LIBS:-mpi mpishm gloo} " in *" mpi "*) run_mpi "$c" "$n" ;; esac
+            case " ${PEERS_LIBS:-mpi mpishm gloo} " in *" mpishm "*) run_mpishm "$c" "$n" ;; esac
+            case " ${PEERS_LIBS:-mpi mpishm gloo} " in *" gloo "*) run_gloo "$c" "$n" ;; esac
             [ -n "$eccl" ] && run_eccl "$c" "$n"
         done
     done
@@ -220,7 +232,7 @@ summarize() {
         return m
     }
     /CHECK FAILED/ {
-        lib = ($1 ~ /^mpi/) ? "mpi" : (($1 ~ /^gloo/) ? "gloo" : "eccl")
+        lib = ($1 ~ /^mpishm/) ? "mpishm" : ($1 ~ /^mpi/) ? "mpi" : (($1 ~ /^gloo/) ? "gloo" : "eccl")
         bad[lib, kv($0, "coll") SUBSEP kv($0, "n") SUBSEP kv($0, "bytes")] = 1; nbad++; next
     }
     $2 ~ /^coll=/ {
@@ -276,24 +288,27 @@ summarize() {
             print ""
         }
 
-        print "## Per collective and N: both peers\n"
+        print "## Per collective and N: every peer\n"
+        print "`mpishm`: Open MPI over its shared-memory BTL (vader); best peer: the faster over TCP.\n"
         for (i = 1; i <= nc; i++) for (j = 1; j <= nn; j++) {
             c = cl[i]; n = nl[j]
             printf "### %s, N=%s\n\n", c, n
-            printf "| bytes | mpi time_us | gloo time_us | best peer | best time_us | best busbw_GBs |%s\n",
-                   have_eccl ? " eccl time_us | eccl busbw_GBs | eccl / best time |" : ""
-            printf "|---:|---:|---:|:---|---:|---:|%s\n", have_eccl ? "---:|---:|---:|" : ""
+            printf "| bytes | mpi time_us | gloo time_us | best peer | best time_us | best busbw_GBs | mpishm time_us |%s\n",
+                   have_eccl ? " eccl time_us | eccl busbw_GBs | eccl / best time | eccl / mpishm time |" : ""
+            printf "|---:|---:|---:|:---|---:|---:|---:|%s\n", have_eccl ? "---:|---:|---:|---:|" : ""
             m = sorted_sizes(c SUBSEP n, sz)
             if (m == 0) { print "| (no rows) | | | | | |\n"; continue }
             for (p = 1; p <= m; p++) {
                 k = c SUBSEP n SUBSEP sz[p]; b0 = best_of(k)
-                line = sprintf("| %s | %s%s | %s%s | %s | %s | %s |", sz[p], cell(t["mpi", k]), mark("mpi", k),
+                line = sprintf("| %s | %s%s | %s%s | %s | %s | %s | %s%s |", sz[p], cell(t["mpi", k]), mark("mpi", k),
                                cell(t["gloo", k]), mark("gloo", k), cell(b0),
-                               b0 == "" ? "-" : t[b0, k] mark(b0, k), b0 == "" ? "-" : bw[b0, k])
+                               b0 == "" ? "-" : t[b0, k] mark(b0, k), b0 == "" ? "-" : bw[b0, k],
+                               cell(t["mpishm", k]), mark("mpishm", k))
                 if (have_eccl) {
-                    te = t["eccl", k]
+                    te = t["eccl", k]; ts = t["mpishm", k]
                     ratio = (te != "" && b0 != "" && t[b0, k] > 0) ? sprintf("%.2f", te / t[b0, k]) : "-"
-                    line = line sprintf(" %s%s | %s | %s |", cell(te), mark("eccl", k), cell(bw["eccl", k]), ratio)
+                    rshm = (te != "" && ts != "" && ts > 0) ? sprintf("%.2f", te / ts) : "-"
+                    line = line sprintf(" %s%s | %s | %s | %s |", cell(te), mark("eccl", k), cell(bw["eccl", k]), ratio, rshm)
                 }
                 print line
             }
