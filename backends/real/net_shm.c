@@ -498,9 +498,9 @@ static eccl_result shm_listen(void *ctx, const char *addr, void *user, eccl_list
     shm_net *n = ctx;
     eccl_listener *l = calloc(1, sizeof *l);
     if (!l) return ECCL_ERR_NO_MEMORY;
-    char plain[ECCL_ADDR_MAX];
+    char plain[ECCL_ADDR_MAX], mine[ECCL_ADDR_MAX];
     eccl_result rc = eccl_net_tcp_ops.listen(n->tcp, addr, user, &l->s, plain);
-    if (rc == ECCL_OK && strlen(plain) + strlen(ECCL_SHM_ADDR_PREFIX) >= ECCL_ADDR_MAX) {
+    if (rc == ECCL_OK && eccl_addr_prefixed(mine, sizeof mine, ECCL_SHM_ADDR_PREFIX, plain) != 0) {
         eccl_net_tcp_ops.close_listener(n->tcp, l->s);
         rc = ECCL_ERR_INVALID_ARG;
     }
@@ -514,7 +514,7 @@ static eccl_result shm_listen(void *ctx, const char *addr, void *user, eccl_list
         memcpy(n->host, host, len);
         n->host[len] = '\0';
     }
-    if (bound) snprintf(bound, ECCL_ADDR_MAX, "%s%s", ECCL_SHM_ADDR_PREFIX, plain);
+    if (bound) memcpy(bound, mine, sizeof mine);
     *out = l;
     return ECCL_OK;
 }
@@ -596,16 +596,23 @@ static eccl_result shm_connect(void *ctx, const char *addr, void *user, eccl_con
     return ECCL_OK;
 }
 
+/* Core's bytes wait for the set-up: ECCL_OK once they may flow,
+ * ECCL_ERR_AGAIN while the hellos are still going, or the conn's error. */
+static eccl_result hello_gate(eccl_conn *c)
+{
+    if (c->err != ECCL_OK) return c->err;
+    if (c->mode != MODE_HELLO) return ECCL_OK;
+    eccl_result rc = hello_progress(c);
+    conn_apply_interest(c);
+    return rc != ECCL_OK ? rc : c->mode == MODE_HELLO ? ECCL_ERR_AGAIN : ECCL_OK;
+}
+
 static eccl_result shm_send(void *ctx, eccl_conn *c, const eccl_iov *iov, int n, size_t *sent)
 {
     shm_net *x = ctx;
     *sent = 0;
-    if (c->err != ECCL_OK) return c->err;
-    if (c->mode == MODE_HELLO) {
-        eccl_result rc = hello_progress(c);
-        conn_apply_interest(c);
-        if (rc != ECCL_OK || c->mode == MODE_HELLO) return rc;
-    }
+    eccl_result rc = hello_gate(c);
+    if (rc != ECCL_OK) return rc == ECCL_ERR_AGAIN ? ECCL_OK : rc;
     return eccl_net_tcp_ops.send(x->tcp, c->s, iov, n, sent);
 }
 
@@ -613,12 +620,8 @@ static eccl_result shm_recv(void *ctx, eccl_conn *c, void *buf, size_t len, size
 {
     shm_net *x = ctx;
     *got = 0;
-    if (c->err != ECCL_OK) return c->err;
-    if (c->mode == MODE_HELLO) {
-        eccl_result rc = hello_progress(c);
-        conn_apply_interest(c);
-        if (rc != ECCL_OK || c->mode == MODE_HELLO) return rc;
-    }
+    eccl_result rc = hello_gate(c);
+    if (rc != ECCL_OK) return rc == ECCL_ERR_AGAIN ? ECCL_OK : rc;
     if (c->prefix_pos < c->prefix_len) {
         size_t k = c->prefix_len - c->prefix_pos < len ? c->prefix_len - c->prefix_pos : len;
         memcpy(buf, (const uint8_t *)&c->in + c->prefix_pos, k);

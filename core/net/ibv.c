@@ -47,6 +47,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util/addr.h"
 #include "util/config.h"
 #include "util/log.h"
 
@@ -625,15 +626,13 @@ static eccl_result ibv_listen(void *ctx, const char *addr, void *user, eccl_list
         return rc;
     }
     l->user = user;
-    if (strlen(plain) + strlen(ECCL_IBV_ADDR_PREFIX) >= ECCL_ADDR_MAX) {
+    char mine[ECCL_ADDR_MAX];
+    if (eccl_addr_prefixed(mine, sizeof mine, ECCL_IBV_ADDR_PREFIX, plain) != 0) {
         n->p.stream->close_listener(n->p.stream_ctx, l->s);
         free(l);
         return ECCL_ERR_INVALID_ARG;
     }
-    if (bound) {
-        memcpy(bound, ECCL_IBV_ADDR_PREFIX, strlen(ECCL_IBV_ADDR_PREFIX));
-        memcpy(bound + strlen(ECCL_IBV_ADDR_PREFIX), plain, strlen(plain) + 1);
-    }
+    if (bound) memcpy(bound, mine, sizeof mine);
     *out = l;
     return ECCL_OK;
 }

@@ -18,4 +18,16 @@ static inline const char *eccl_addr_host(const char *addr, size_t *len)
     return addr;
 }
 
+/* prefix + addr into out (size bytes), as a net that takes plain stream
+ * connections too advertises its listener ("ibv:", "shm:"); -1 when it
+ * does not fit. */
+static inline int eccl_addr_prefixed(char *out, size_t size, const char *prefix, const char *addr)
+{
+    size_t lp = strlen(prefix), la = strlen(addr);
+    if (lp + la >= size) return -1;
+    memcpy(out, prefix, lp);
+    memcpy(out + lp, addr, la + 1);
+    return 0;
+}
+
 #endif
