@@ -252,6 +252,45 @@ static void test_plain_peer_replayed(void **state)
     pair_close(&p);
 }
 
+/* A dialler that opens with the hello's magic and then garbage (another
+ * version, a zero pid): the acceptor refuses the conn as malformed, with
+ * ECCL_ERR_PROTOCOL, and hands core none of its bytes. */
+static void test_malformed_hello(void **state)
+{
+    (void)state;
+    pair p;
+    memset(&p, 0, sizeof p);
+    p.a = mk_env();
+    setenv("ECCL_SHM", "0", 1);
+    p.b = mk_env(); /* net_tcp: writes exactly what it is given */
+    unsetenv("ECCL_SHM");
+    assert_int_equal(p.a->net->listen(p.a->net_ctx, "127.0.0.1:0", &p.lu, &p.l, p.bound), ECCL_OK);
+    assert_int_equal(p.b->net->connect(p.b->net_ctx, p.bound, &p.bu, &p.bc), ECCL_OK);
+    uint64_t deadline = now_ns(p.a) + SOON;
+    eccl_result r;
+    while ((r = p.a->net->accept(p.a->net_ctx, p.l, &p.au, &p.ac)) == ECCL_ERR_AGAIN)
+        assert_true(now_ns(p.a) < deadline);
+    assert_int_equal(r, ECCL_OK);
+    uint8_t junk[64];
+    memset(junk, 0xee, sizeof junk);
+    memcpy(junk, "ESHM", 4);
+    size_t sent = 0, k;
+    char in[8];
+    for (;;) {
+        eccl_iov iov = {junk + sent, sizeof junk - sent};
+        if (sent < sizeof junk) {
+            assert_int_equal(p.b->net->send(p.b->net_ctx, p.bc, &iov, 1, &k), ECCL_OK);
+            sent += k;
+        }
+        r = p.a->net->recv(p.a->net_ctx, p.ac, in, sizeof in, &k);
+        if (r != ECCL_OK) break;
+        assert_int_equal(k, 0);
+        assert_true(now_ns(p.a) < deadline);
+    }
+    assert_int_equal(r, ECCL_ERR_PROTOCOL);
+    pair_close(&p);
+}
+
 /* The two failure paths of a transfer: the read of the peer's memory, and
  * a control message. Each breaks the link with ECCL_ERR_CLOSED; the
  * collectives above treat it as any broken link (test_failpoints_mp). */
@@ -290,6 +329,7 @@ int main(void)
         cmocka_unit_test_setup(test_sender_let_go, setup),
         cmocka_unit_test_setup(test_plain_when_not_host_mates, setup),
         cmocka_unit_test_setup(test_plain_peer_replayed, setup),
+        cmocka_unit_test_setup(test_malformed_hello, setup),
         cmocka_unit_test_setup(test_transfer_failpoints, setup),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -56,7 +56,7 @@
  * finds the queue full. */
 #define SLOTS 4
 #define DEFAULT_MIN_BYTES (256u << 10)
-#define CTL_NAME_MAX 24
+#define CTL_NAME_MAX 20
 
 /* What each side writes first on a conn between host-mates (host order:
  * both ends are one machine). */
@@ -71,6 +71,7 @@ typedef struct hello {
     uint32_t ctl_len;     /* its control socket's abstract name, length */
     char ctl[CTL_NAME_MAX];
 } hello;
+_Static_assert(sizeof(hello) == 64, "the hello is 64 bytes on the wire");
 
 enum { CTL_RTS = 1, CTL_FIN = 2 };
 
