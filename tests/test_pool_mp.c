@@ -370,11 +370,15 @@ static int loss_body(eccl_comm *c, int index, void *argp)
         /* Dies mid-transfer: at its 16th recv after issuing, a few MiB
          * into 4 x 16 MiB, long before it could hold any result. Over
          * RDMA (ECCL_NET=ibv) the stream carries only headers, so count
-         * its RDMA writes instead (16 x 256 KiB pieces). */
+         * its RDMA writes instead (16 x 256 KiB pieces); between
+         * host-mates (net_shm) count its reads of a sender's memory too
+         * (1 MiB slices), which is how most of its bytes arrive. */
         const char *net = getenv("ECCL_NET");
-        const char *fp = net && strcmp(net, "ibv") == 0 ? "eccl/net_ibv/post" : "eccl/net/recv";
+        int ibv = net && strcmp(net, "ibv") == 0;
         CL_CHECK(fiu_init(0) == 0, "fiu_init");
-        CL_CHECK(fiu_enable_external(fp, 1, NULL, 0, die_at_16th) == 0, "fiu");
+        CL_CHECK(fiu_enable_external(ibv ? "eccl/net_ibv/post" : "eccl/net/recv", 1, NULL, 0, die_at_16th) == 0,
+                 "fiu");
+        CL_CHECK(ibv || fiu_enable_external("eccl/net_shm/read", 1, NULL, 0, die_at_16th) == 0, "fiu");
     }
     eccl_request *req[LOSS_K];
     uint64_t pre[LOSS_K], t0 = cluster_now_ns();
