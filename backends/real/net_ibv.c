@@ -138,7 +138,7 @@ static int port_hung_up(void *ctx, eccl_conn *s)
 
 static eccl_result port_watch_channel(void *ctx, struct ibv_comp_channel *ch, void *user)
 {
-    return eccl_net_tcp_watch_fd(((real_ibv *)ctx)->tcp, ch->fd, user);
+    return eccl_net_tcp_watch_fd(((real_ibv *)ctx)->tcp, ch->fd, user, 0);
 }
 
 static void port_unwatch_channel(void *ctx, struct ibv_comp_channel *ch)

@@ -268,7 +268,10 @@ static eccl_result hello_finish(eccl_conn *c, int ok)
         ctl_close(c);
         return ECCL_OK;
     }
-    eccl_result rc = eccl_net_tcp_watch_fd(c->n->tcp, c->ctl, c->user);
+    /* Edge-triggered: a message nobody waits for yet (an RTS ahead of
+     * its header) stays queued without waking us again and again; the
+     * receive that wants it reads it (conn_progress). */
+    eccl_result rc = eccl_net_tcp_watch_fd(c->n->tcp, c->ctl, c->user, 1);
     if (rc != ECCL_OK) {
         conn_break(c, ECCL_ERR_CLOSED, "cannot watch its control socket");
         return c->err;
@@ -468,8 +471,13 @@ static void ctl_drain(eccl_conn *c)
 /* A transfer still owed by or to the peer. */
 static int bulk_waiting(const eccl_conn *c) { return c->tx_fin != c->tx_seq || c->rx_done != c->rx_seq; }
 
+/* Only a conn with a transfer under way has anything to take: every RTS
+ * comes with a header that makes core post its receive first, and every
+ * FIN answers one of our sends. So a conn whose payloads all fit in the
+ * stream pays no system call here. */
 static void conn_progress(eccl_conn *c)
 {
+    if (!bulk_waiting(c)) return;
     ctl_drain(c);
     rx_pump(c);
     tx_pump(c);

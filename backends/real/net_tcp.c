@@ -793,13 +793,13 @@ int eccl_net_tcp_hung_up(const eccl_conn *c)
     return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
 }
 
-eccl_result eccl_net_tcp_watch_fd(void *ctx, int fd, void *user)
+eccl_result eccl_net_tcp_watch_fd(void *ctx, int fd, void *user, int edge)
 {
     tcp_ctx *t = ctx;
     struct epoll_event ev;
 
     memset(&ev, 0, sizeof(ev));
-    ev.events = EPOLLIN;
+    ev.events = EPOLLIN | (edge ? EPOLLET : 0);
     ev.data.ptr = user;
     if (epoll_ctl(t->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
         LOG(t, ECCL_LOG_WARN, "epoll_ctl ADD fd %d: %s", fd, strerror(errno));

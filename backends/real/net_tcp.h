@@ -22,9 +22,11 @@ void eccl_net_tcp_conn_addr(const eccl_conn *c, char *addr);
 void eccl_net_tcp_watch_hangup(void *ctx, eccl_conn *c, int on);
 /* 1 once the peer closed or reset the stream (reads nothing). */
 int eccl_net_tcp_hung_up(const eccl_conn *c);
-/* `wait` reports `user` whenever fd is readable (level-triggered), until
+/* `wait` reports `user` whenever fd is readable (level-triggered), or,
+ * with `edge`, once each time data arrives (edge-triggered: the caller need
+ * not drain it at once, but waits for the next arrival after that), until
  * unwatched; the caller owns fd. */
-eccl_result eccl_net_tcp_watch_fd(void *ctx, int fd, void *user);
+eccl_result eccl_net_tcp_watch_fd(void *ctx, int fd, void *user, int edge);
 void eccl_net_tcp_unwatch_fd(void *ctx, int fd);
 
 #endif /* ECCL_BACKENDS_REAL_NET_TCP_H */
