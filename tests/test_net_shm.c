@@ -11,6 +11,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include <fiu-control.h>
 #include <fiu.h>
@@ -82,6 +85,9 @@ static void pair_settle(pair *p)
     assert_memory_equal(in_b, out, 4);
 }
 
+/* Called between b's dial and a's accept, when set. */
+static void (*after_dial)(void);
+
 /* b dials `addr` (NULL: a's listener as bound). */
 static void pair_open_to(pair *p, const char *listen, const char *addr)
 {
@@ -95,6 +101,7 @@ static void pair_open_to(pair *p, const char *listen, const char *addr)
     p->b->net->close_listener(p->b->net_ctx, bl);
     assert_int_equal(p->a->net->listen(p->a->net_ctx, listen, &p->lu, &p->l, p->bound), ECCL_OK);
     assert_int_equal(p->b->net->connect(p->b->net_ctx, addr ? addr : p->bound, &p->bu, &p->bc), ECCL_OK);
+    if (after_dial) after_dial();
     uint64_t deadline = now_ns(p->a) + SOON;
     eccl_result r;
     while ((r = p->a->net->accept(p->a->net_ctx, p->l, &p->au, &p->ac)) == ECCL_ERR_AGAIN)
@@ -291,6 +298,86 @@ static void test_malformed_hello(void **state)
     pair_close(&p);
 }
 
+/* The abstract unix names on this host (autobound: "@" and 5 hex digits),
+ * at most max, into names[i] (without the '@'). */
+static int abstract_names(char names[][8], int max)
+{
+    FILE *f = fopen("/proc/net/unix", "r");
+    assert_non_null(f);
+    char line[512];
+    int n = 0;
+    while (fgets(line, sizeof line, f) && n < max) {
+        char *at = strchr(line, '@');
+        if (!at || strlen(at) < 7 || (at[6] != '\n' && at[6] != '\0')) continue;
+        memcpy(names[n], at + 1, 5);
+        names[n++][5] = '\0';
+    }
+    fclose(f);
+    return n;
+}
+
+static int known(char names[][8], int n, const char *name)
+{
+    for (int i = 0; i < n; i++)
+        if (!strcmp(names[i], name)) return 1;
+    return 0;
+}
+
+/* Anyone on the host can write to an abstract socket until it is
+ * connected (then the kernel refuses strangers): the dialler's control
+ * socket is open from its dial until the acceptor's hello names the peer.
+ * A stranger's request-to-send (seq 0, an address that is no buffer) sent
+ * in that window is dropped, and the first transfer to the dialler runs as
+ * if it never came. */
+static char g_names_before[256][8];
+static int g_nb, g_stranger_sent;
+
+static void send_stranger_rts(void)
+{
+    static char after[256][8];
+    int na = abstract_names(after, 256);
+    int s = socket(AF_UNIX, SOCK_DGRAM, 0);
+    assert_true(s >= 0);
+    struct {
+        uint32_t type, pad;
+        uint64_t seq, addr, len;
+    } fake = {1, 0, 0, 4096, MSG};
+    for (int i = 0; i < na; i++) {
+        if (known(g_names_before, g_nb, after[i])) continue;
+        struct sockaddr_un sa = {.sun_family = AF_UNIX};
+        memcpy(sa.sun_path + 1, after[i], 5);
+        socklen_t len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 6);
+        g_stranger_sent += sendto(s, &fake, sizeof fake, 0, (struct sockaddr *)&sa, len) == (ssize_t)sizeof fake;
+    }
+    close(s);
+}
+
+static void test_stranger_datagram_dropped(void **state)
+{
+    (void)state;
+    g_nb = abstract_names(g_names_before, 256);
+    g_stranger_sent = 0;
+    after_dial = send_stranger_rts;
+    pair p;
+    pair_open_to(&p, "127.0.0.1:0", NULL);
+    after_dial = NULL;
+    assert_true(g_stranger_sent >= 1); /* the dialler's control socket */
+    assert_int_equal(p.b->net->bulk_min(p.b->net_ctx, p.bc), 256u << 10);
+    uint8_t *src = malloc(MSG), *dst = calloc(1, MSG);
+    assert_non_null(src);
+    assert_non_null(dst);
+    fill(src, MSG, 3);
+    eccl_bulk *tx, *rx;
+    assert_int_equal(p.a->net->isend(p.a->net_ctx, p.ac, src, MSG, &tx), ECCL_OK);
+    assert_int_equal(p.b->net->irecv(p.b->net_ctx, p.bc, dst, MSG, &rx), ECCL_OK);
+    assert_int_equal(finish(&p, p.b, rx), ECCL_OK);
+    assert_int_equal(finish(&p, p.a, tx), ECCL_OK);
+    assert_memory_equal(src, dst, MSG);
+    free(src);
+    free(dst);
+    pair_close(&p);
+}
+
 /* The two failure paths of a transfer: the read of the peer's memory, and
  * a control message. Each breaks the link with ECCL_ERR_CLOSED; the
  * collectives above treat it as any broken link (test_failpoints_mp). */
@@ -330,6 +417,7 @@ int main(void)
         cmocka_unit_test_setup(test_plain_when_not_host_mates, setup),
         cmocka_unit_test_setup(test_plain_peer_replayed, setup),
         cmocka_unit_test_setup(test_malformed_hello, setup),
+        cmocka_unit_test_setup(test_stranger_datagram_dropped, setup),
         cmocka_unit_test_setup(test_transfer_failpoints, setup),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

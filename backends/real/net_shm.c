@@ -450,14 +450,29 @@ static void on_rts(eccl_conn *c, const ctl_msg *m)
     c->rts_got++;
 }
 
+/* Whether a datagram came from the peer's control socket: an abstract
+ * name anyone on the host may send to until ours was connected to the
+ * peer's (the hellos), so a stranger's datagram is dropped, not obeyed. */
+static int from_peer(const eccl_conn *c, const struct sockaddr_un *sa, socklen_t len)
+{
+    size_t name = len > offsetof(struct sockaddr_un, sun_path) ? len - offsetof(struct sockaddr_un, sun_path) : 0;
+    return name == c->in.ctl_len && memcmp(sa->sun_path, c->in.ctl, name) == 0;
+}
+
 /* Takes every control message waiting. */
 static void ctl_drain(eccl_conn *c)
 {
     while (c->err == ECCL_OK && c->ctl >= 0) {
         ctl_msg m;
-        ssize_t got = recv(c->ctl, &m, sizeof m, MSG_DONTWAIT);
+        struct sockaddr_un sa;
+        socklen_t len = sizeof sa;
+        ssize_t got = recvfrom(c->ctl, &m, sizeof m, MSG_DONTWAIT, (struct sockaddr *)&sa, &len);
         if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
         if (got < 0 && errno == EINTR) continue;
+        if (got >= 0 && !from_peer(c, &sa, len)) {
+            LOG(c->n, ECCL_LOG_DEBUG, "link to %s: a control datagram from a stranger, dropped", c->addr);
+            continue;
+        }
         if (got != (ssize_t)sizeof m) {
             conn_break(c, got < 0 ? ECCL_ERR_CLOSED : ECCL_ERR_PROTOCOL, "control socket");
             return;
