@@ -1050,6 +1050,11 @@ void eccl_sg_world_set_flow_min_bytes(eccl_sg_world *w, size_t bytes)
     if (w) w->flow_min_bytes = bytes;
 }
 
+void eccl_sg_world_set_shm(eccl_sg_world *w, double bytes_per_s)
+{
+    if (w) w->shm_bw = bytes_per_s > 0 ? bytes_per_s : 0;
+}
+
 eccl_result eccl_sg_env_create_master(eccl_sg_world *w, const char *name, eccl_env **out)
 {
     /* Every rank's control messages land here: lanes (sg_env.lanes). */

@@ -221,6 +221,19 @@ eccl_result eccl_sg_world_set_net_model(eccl_sg_world *w, eccl_sg_net_model mode
  * receiver actor takes them in put order. */
 void eccl_sg_world_set_flow_min_bytes(eccl_sg_world *w, size_t bytes);
 
+/* The real backend moves a payload of 256 KiB and up between processes of
+ * one host with one copy out of the sender's memory (backends/real/net_shm.c,
+ * ECCL_SHM_MIN_BYTES's default), announced and acknowledged by two control
+ * datagrams. Its twin here prices, from now on, a stream message of at
+ * least ECCL_SG_SHM_MIN_BYTES between two ranks of one host as the
+ * route's latency three times (the message, the announcement, the
+ * acknowledgement) plus its bytes at `bytes_per_s` (the host's memory copy
+ * rate), instead of at the loopback's bandwidth; smaller messages and other
+ * routes are unchanged. 0 (the default): not modelled, every message costs
+ * what its route says. */
+#define ECCL_SG_SHM_MIN_BYTES (256u << 10)
+void eccl_sg_world_set_shm(eccl_sg_world *w, double bytes_per_s);
+
 /* The connection-pool size of communicators made in this world from now on
  * (setting ECCL_P2P_POOL, 1..64; 0: not set, the library's default of 1).
  * Concurrent collectives then run over separate connections, each its own

@@ -32,6 +32,7 @@
  * of its behaviour for puts towards dead actors and off hosts.
  */
 #include <xbt/dynar.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -391,6 +392,19 @@ static int arrival_before(const sg_arrival *x, const sg_arrival *y)
     return x->t < y->t || (x->t == y->t && x->seq < y->seq);
 }
 
+/* The bytes the wire charges for m from host a to host b: its length
+ * (and header), or for a payload that net_shm would move through memory
+ * (eccl_sg_world_set_shm) what takes as long on the route: its bytes at the
+ * memory's rate and two more latencies. */
+static double wire_len(eccl_sg_world *w, const sg_msg *m, const_sg_host_t a, const_sg_host_t b)
+{
+    double len = (double)(m->len + MSG_OVERHEAD);
+    if (w->shm_bw <= 0 || a != b || m->type != M_DATA || m->len < ECCL_SG_SHM_MIN_BYTES) return len;
+    double lat, bw;
+    route_of(w, a, b, &lat, &bw);
+    return len * bw / w->shm_bw + 2 * lat * bw;
+}
+
 static void arrival_push(eccl_sg_world *w, sg_env *d, sg_msg *m)
 {
     if (d->dead) {
@@ -409,8 +423,7 @@ static void arrival_push(eccl_sg_world *w, sg_env *d, sg_msg *m)
     }
     double lat, bw;
     route_of(w, m->src_host, d->host, &lat, &bw);
-    sg_arrival x = {simgrid_get_clock() + lat + (double)(m->len + MSG_OVERHEAD) / bw,
-                    w->arrival_seq++, m};
+    sg_arrival x = {simgrid_get_clock() + lat + wire_len(w, m, m->src_host, d->host) / bw, w->arrival_seq++, m};
     size_t i = d->narr++;
     while (i > 0 && arrival_before(&x, &d->arr[(i - 1) / 2])) {
         d->arr[i] = d->arr[(i - 1) / 2];
@@ -511,7 +524,7 @@ static void post_as(eccl_sg_world *w, uint64_t to, sg_msg *m, int detached)
         arrival_push(w, d, m);
         return;
     }
-    long size = (long)(m->len + MSG_OVERHEAD);
+    long size = (long)llround(wire_len(w, m, m->src_host, d->host));
     long pid = sg_actor_self_get_pid();
     sg_outbox *ob = detached ? NULL : outbox_self(w, pid);
     if (ob && outbox_reserve(ob) == 0) {

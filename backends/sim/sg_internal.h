@@ -141,6 +141,10 @@ struct eccl_sg_world {
      * a message to a rank with fewer payload bytes than this takes the
      * latency net's path (0: every message is a flow). */
     size_t flow_min_bytes;
+    /* net_shm's twin (eccl_sg_world_set_shm): a stream message of
+     * ECCL_SG_SHM_MIN_BYTES or more between ranks of one host is charged
+     * at this bandwidth plus a control round trip; 0: the loopback's. */
+    double shm_bw;
     uint64_t arrival_seq;    /* ties between equal arrival times: send order */
     struct sg_route_memo *route_memo; /* latency net: (host, host) -> cost */
     /* node-K -> its host, made on the first lookup: SimGrid 3.32 finds a

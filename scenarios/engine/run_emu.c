@@ -755,9 +755,10 @@ static int refuse_or_note(const eccl_scenario *c, const char *file)
     if (c->phantom)
         fprintf(stderr, "eccl-emu: %s: buffers = phantom: real processes carry real bytes; values are checked\n",
                 file);
-    if (c->master_msg_cost_s > 0 || c->reduce_rate_Bps > 0 || c->copy_rate_Bps > 0 || c->latency_net)
-        fprintf(stderr, "eccl-emu: %s: master_msg_cost, reduce_rate, copy_rate and net_model price the "
-                        "simulation; real processes pay their own costs\n", file);
+    if (c->master_msg_cost_s > 0 || c->reduce_rate_Bps > 0 || c->copy_rate_Bps > 0 || c->latency_net ||
+        c->shm_bandwidth_Bps > 0)
+        fprintf(stderr, "eccl-emu: %s: master_msg_cost, reduce_rate, copy_rate, shm_bandwidth and net_model "
+                        "price the simulation; real processes pay their own costs\n", file);
     return 0;
 }
 

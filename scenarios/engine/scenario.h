@@ -73,6 +73,7 @@ typedef struct eccl_scenario {
     int ranks_per_host; /* rank R runs on node-(1 + (R-1) / ranks_per_host) */
     int loopback;       /* the clusters carry loopback links (host to itself) */
     double loopback_bandwidth_Bps, loopback_latency_s;
+    double shm_bandwidth_Bps; /* net_shm's twin (eccl_sg_world_set_shm); 0: off */
     long count;
     double bandwidth_Bps, latency_s, jitter_s, stagger_s;
     /* platform = clos: host-to-host latencies, same rack < zone < DC < other DC */
