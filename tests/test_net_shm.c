@@ -136,6 +136,20 @@ static eccl_result finish(pair *p, eccl_env *env, eccl_bulk *req)
     }
 }
 
+/* One message of MSG bytes from a to b (from_a) or b to a, both ends
+ * driven to the end; the bytes must arrive as sent. */
+static void one_transfer(pair *p, int from_a, const uint8_t *src, uint8_t *dst)
+{
+    eccl_env *se = from_a ? p->a : p->b, *re = from_a ? p->b : p->a;
+    eccl_conn *sc = from_a ? p->ac : p->bc, *rc = from_a ? p->bc : p->ac;
+    eccl_bulk *t, *r;
+    assert_int_equal(se->net->isend(se->net_ctx, sc, src, MSG, &t), ECCL_OK);
+    assert_int_equal(re->net->irecv(re->net_ctx, rc, dst, MSG, &r), ECCL_OK);
+    assert_int_equal(finish(p, re, r), ECCL_OK);
+    assert_int_equal(finish(p, se, t), ECCL_OK);
+    assert_memory_equal(src, dst, MSG);
+}
+
 static void fill(uint8_t *buf, size_t len, unsigned seed)
 {
     for (size_t i = 0; i < len; i++) buf[i] = (uint8_t)(i * 31 + seed * 7 + (i >> 12));
@@ -168,12 +182,7 @@ static void test_bulk_through_memory(void **state)
     assert_memory_equal(src, dst, (size_t)N * MSG);
     /* And the other way, on the same conn. */
     memset(src, 0, MSG);
-    eccl_bulk *t, *r;
-    assert_int_equal(p.a->net->isend(p.a->net_ctx, p.ac, dst, MSG, &t), ECCL_OK);
-    assert_int_equal(p.b->net->irecv(p.b->net_ctx, p.bc, src, MSG, &r), ECCL_OK);
-    assert_int_equal(finish(&p, p.b, r), ECCL_OK);
-    assert_int_equal(finish(&p, p.a, t), ECCL_OK);
-    assert_memory_equal(src, dst, MSG);
+    one_transfer(&p, 1, dst, src);
     free(src);
     free(dst);
     pair_close(&p);
@@ -367,12 +376,7 @@ static void test_stranger_datagram_dropped(void **state)
     assert_non_null(src);
     assert_non_null(dst);
     fill(src, MSG, 3);
-    eccl_bulk *tx, *rx;
-    assert_int_equal(p.a->net->isend(p.a->net_ctx, p.ac, src, MSG, &tx), ECCL_OK);
-    assert_int_equal(p.b->net->irecv(p.b->net_ctx, p.bc, dst, MSG, &rx), ECCL_OK);
-    assert_int_equal(finish(&p, p.b, rx), ECCL_OK);
-    assert_int_equal(finish(&p, p.a, tx), ECCL_OK);
-    assert_memory_equal(src, dst, MSG);
+    one_transfer(&p, 1, src, dst);
     free(src);
     free(dst);
     pair_close(&p);
