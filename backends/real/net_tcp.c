@@ -31,6 +31,7 @@
 #include <fiu-local.h>
 
 #include "env_real.h"
+#include "util/addr.h"
 #include "util/config.h"
 
 #if defined(__GLIBC__) && defined(__GLIBC_PREREQ)
@@ -117,11 +118,9 @@ static eccl_result resolve(tcp_ctx *t, const char *addr, int passive,
     char *end;
     int rc;
 
-    /* A peer with RDMA listens as "ibv:HOST:PORT", one with shared memory
-     * as "shm:HOST:PORT", and both take plain TCP too (net_ibv.h,
-     * net_shm.h): a process without them connects to HOST:PORT. */
-    if (addr && (strncmp(addr, "ibv:", 4) == 0 || strncmp(addr, "shm:", 4) == 0))
-        addr += 4;
+    /* A peer with RDMA or shared memory takes plain TCP too (util/addr.h). */
+    if (addr)
+        addr = eccl_addr_plain(addr);
     if (!addr || !(colon = strrchr(addr, ':')))
         goto bad;
     hlen = (size_t)(colon - addr);

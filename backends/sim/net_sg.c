@@ -40,6 +40,7 @@
 #include <simgrid/engine.h>
 
 #include "sg_internal.h"
+#include "util/addr.h"
 
 /* Bytes of header charged on the wire per message (TCP/IP + our envelope). */
 #define MSG_OVERHEAD 64
@@ -1386,7 +1387,7 @@ static eccl_result sg_connect(void *ctx, const char *addr, void *user, eccl_conn
     if (!addr || !out) return ECCL_ERR_INVALID_ARG;
     /* A listener that speaks RDMA advertises "ibv:HOST:PORT" and takes
      * plain streams too (core/net/ibv.h), as net_tcp connects to it. */
-    if (strncmp(addr, "ibv:", 4) == 0) addr += 4;
+    addr = eccl_addr_plain(addr);
     eccl_conn *c = conn_new(e, user, addr);
     if (!c) return ECCL_ERR_NO_MEMORY;
     e->w->conns++;

@@ -9,10 +9,18 @@
 #include <stddef.h>
 #include <string.h>
 
+/* addr without its transport's prefix: "HOST:PORT". A listener of a net
+ * that takes plain stream connections too advertises "ibv:HOST:PORT" or
+ * "shm:HOST:PORT", and a stream net dials it as HOST:PORT. */
+static inline const char *eccl_addr_plain(const char *addr)
+{
+    return strncmp(addr, "ibv:", 4) == 0 || strncmp(addr, "shm:", 4) == 0 ? addr + 4 : addr;
+}
+
 /* The HOST of addr: where it starts, and its length in *len. */
 static inline const char *eccl_addr_host(const char *addr, size_t *len)
 {
-    if (strncmp(addr, "ibv:", 4) == 0 || strncmp(addr, "shm:", 4) == 0) addr += 4;
+    addr = eccl_addr_plain(addr);
     const char *colon = strrchr(addr, ':');
     *len = colon ? (size_t)(colon - addr) : strlen(addr);
     return addr;
