@@ -31,6 +31,7 @@
 #include "net_shm.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -147,21 +148,25 @@ struct eccl_listener {
 
 #define LOG(n, level, ...) ECCL_LOG((n)->env, (level), __VA_ARGS__)
 
-static void conn_break(eccl_conn *c, eccl_result why, const char *what)
+__attribute__((format(printf, 3, 4))) static void conn_break(eccl_conn *c, eccl_result why, const char *fmt, ...)
 {
     if (c->err != ECCL_OK) return;
     c->err = why;
+    char what[160];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
     LOG(c->n, ECCL_LOG_WARN, "shared-memory link to %s lost: %s", c->addr, what);
 }
 
 /* ---- memory of the peer ------------------------------------------------------- */
 
-/* Reads len bytes at the peer's `from` into `to`; 0 when all of them came. */
-static int peer_read(const eccl_conn *c, void *to, uint64_t from, size_t len)
+/* Reads the peer's word at `from`; 0 when it came. */
+static int peer_read_word(const eccl_conn *c, uint64_t *to, uint64_t from)
 {
-    struct iovec local = {to, len}, remote = {(void *)(uintptr_t)from, len};
-    ssize_t got = process_vm_readv(c->peer, &local, 1, &remote, 1, 0);
-    return got == (ssize_t)len ? 0 : -1;
+    struct iovec local = {to, sizeof *to}, remote = {(void *)(uintptr_t)from, sizeof *to};
+    return process_vm_readv(c->peer, &local, 1, &remote, 1, 0) == (ssize_t)sizeof *to ? 0 : -1;
 }
 
 /* ---- the control socket ------------------------------------------------------- */
@@ -211,12 +216,8 @@ static void ctl_send(eccl_conn *c, const ctl_msg *m)
     if (c->err != ECCL_OK) return;
     int fail = 0;
     fiu_do_on("eccl/net_shm/ctl", fail = 1);
-    if (fail || send(c->ctl, m, sizeof *m, MSG_NOSIGNAL) != (ssize_t)sizeof *m) {
-        char what[96];
-        snprintf(what, sizeof what, "control message: %s",
-                 fail ? "failpoint eccl/net_shm/ctl" : strerror(errno));
-        conn_break(c, ECCL_ERR_CLOSED, what);
-    }
+    if (fail || send(c->ctl, m, sizeof *m, MSG_NOSIGNAL) != (ssize_t)sizeof *m)
+        conn_break(c, ECCL_ERR_CLOSED, "control message: %s", fail ? "failpoint eccl/net_shm/ctl" : strerror(errno));
 }
 
 /* ---- set-up: the hellos --------------------------------------------------------- */
@@ -243,7 +244,7 @@ static int peer_reachable(eccl_conn *c)
     fiu_do_on("eccl/net_shm/probe", fail = 1);
     c->peer = (pid_t)c->in.pid;
     uint64_t word = 0;
-    if (fail || c->ctl < 0 || peer_read(c, &word, c->in.probe_addr, sizeof word) != 0 ||
+    if (fail || c->ctl < 0 || peer_read_word(c, &word, c->in.probe_addr) != 0 ||
         word != c->in.probe || ctl_connect(c) != 0) {
         LOG(c->n, ECCL_LOG_INFO, "link to %s: no shared memory with pid %u (%s); payloads over TCP",
             c->addr, (unsigned)c->in.pid, fail ? "failpoint eccl/net_shm/probe" : strerror(errno));
@@ -398,22 +399,19 @@ static void rx_pump(eccl_conn *c)
             conn_break(c, ECCL_ERR_PROTOCOL, "a message of another length than its receive");
             return;
         }
+        /* The bytes, then the sender's live word for them, in one call
+         * (the kernel reads remote iovecs in order). The sender clears the
+         * word before its buffer can change: still set after the bytes,
+         * the buffer held still during the whole read. */
+        uint64_t live = 0;
+        struct iovec to[2] = {{b->buf, b->len}, {&live, sizeof live}};
+        struct iovec from[2] = {{(void *)(uintptr_t)m->addr, b->len},
+                                {(void *)(uintptr_t)(c->in.live_addr + (b->seq % SLOTS) * sizeof live), sizeof live}};
         int fail = 0;
         fiu_do_on("eccl/net_shm/read", fail = 1);
-        if (fail || peer_read(c, b->buf, m->addr, b->len) != 0) {
-            char what[96];
-            snprintf(what, sizeof what, "cannot read the peer's memory: %s",
-                     fail ? "failpoint eccl/net_shm/read" : strerror(errno));
-            conn_break(c, ECCL_ERR_CLOSED, what);
-            return;
-        }
-        /* The sender clears the word before its buffer can change: still
-         * set now, the buffer held still during the whole read. */
-        uint64_t live = 0;
-        if (peer_read(c, &live, c->in.live_addr + (b->seq % SLOTS) * sizeof live, sizeof live) != 0) {
-            char what[96];
-            snprintf(what, sizeof what, "cannot read the peer's memory: %s", strerror(errno));
-            conn_break(c, ECCL_ERR_CLOSED, what);
+        if (fail || process_vm_readv(c->peer, to, 2, from, 2, 0) != (ssize_t)(b->len + sizeof live)) {
+            conn_break(c, ECCL_ERR_CLOSED, "cannot read the peer's memory: %s",
+                       fail ? "failpoint eccl/net_shm/read" : strerror(errno));
             return;
         }
         if (live != b->seq + 1) {
