@@ -611,15 +611,13 @@ eccl_request *comm_op_find(eccl_comm *c, uint64_t tag)
 #define COMM_KEPT_MAX (4u * ECCL_WIRE_MAX_REPAIR)
 #define COMM_RETURNED_MAX 16u
 
-/* r holds its result and nothing more will touch the caller's buffers;
- * may it return before its completion round? Only a call whose result is
- * the same on every rank (all-reduce, all-gather, broadcast) and that a
- * view change can hand over (comm_op_repair_bytes: to a survivor that
- * reports it, or as a record to one that has not called it yet), in host
- * memory of the caller's own (a device call's mirror goes back at the end
- * of the call). */
-/* The bytes r would keep, if its kind, size and memory let it return
- * early at all (the budget aside); else 0. */
+/* The bytes r would keep if it returned before its completion round, or 0
+ * when its kind, size or memory rule that out (the budget of kept copies
+ * aside: early_bytes). Only a call whose result is the same on every rank
+ * (all-reduce, all-gather, broadcast) and that a view change can hand over
+ * (comm_op_repair_bytes: to a survivor that reports it, or as a record to
+ * one that has not called it yet), in host memory of the caller's own (a
+ * device call's mirror goes back at the end of the call). */
 static size_t early_fit(const eccl_comm *c, const eccl_request *r)
 {
     if (r->returned || r->state != OP_RUNNING || r->call.nranks < 2 || r->stage.active || !r->alg->settled) return 0;
@@ -629,13 +627,14 @@ static size_t early_fit(const eccl_comm *c, const eccl_request *r)
     return bytes <= c->early_max ? bytes : 0;
 }
 
+/* early_fit's bytes once r holds its result and nothing more will touch
+ * the caller's buffers, within the budget; else 0. */
 static size_t early_bytes(const eccl_comm *c, const eccl_request *r)
 {
     size_t bytes = early_fit(c, r);
     if (!bytes || c->kept_total + bytes > COMM_KEPT_MAX || c->n_returned >= COMM_RETURNED_MAX) return 0;
     return r->alg->settled(op_state(r)) ? bytes : 0;
 }
-
 
 static void op_return_early(eccl_comm *c, eccl_request *r, size_t bytes)
 {
