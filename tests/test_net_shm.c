@@ -88,12 +88,17 @@ static void pair_settle(pair *p)
 /* Called between b's dial and a's accept, when set. */
 static void (*after_dial)(void);
 
-/* b dials `addr` (NULL: a's listener as bound). */
-static void pair_open_to(pair *p, const char *listen, const char *addr)
+/* a listens on `listen`, b dials `addr` (NULL: a's listener as bound), a
+ * accepts. b is a host-mate with net_shm, or with `b_plain` a process with
+ * ECCL_SHM=0 (net_tcp: it writes exactly what it is given). */
+static void pair_dial(pair *p, const char *listen, const char *addr, int b_plain)
 {
     memset(p, 0, sizeof *p);
     p->a = mk_env();
+    if (b_plain) setenv("ECCL_SHM", "0", 1);
     p->b = mk_env();
+    unsetenv("ECCL_SHM");
+    assert_true(b_plain == (p->b->net == &eccl_net_tcp_ops));
     /* b's own listener names its host: only a host-mate gets a hello. */
     eccl_listener *bl = NULL;
     char bb[ECCL_ADDR_MAX];
@@ -107,6 +112,12 @@ static void pair_open_to(pair *p, const char *listen, const char *addr)
     while ((r = p->a->net->accept(p->a->net_ctx, p->l, &p->au, &p->ac)) == ECCL_ERR_AGAIN)
         assert_true(now_ns(p->a) < deadline);
     assert_int_equal(r, ECCL_OK);
+}
+
+/* Two host-mates' envs with a settled conn. */
+static void pair_open_to(pair *p, const char *listen, const char *addr)
+{
+    pair_dial(p, listen, addr, 0);
     pair_settle(p);
 }
 
@@ -237,19 +248,8 @@ static void test_plain_peer_replayed(void **state)
 {
     (void)state;
     pair p;
-    memset(&p, 0, sizeof p);
-    p.a = mk_env();
-    setenv("ECCL_SHM", "0", 1);
-    p.b = mk_env();
-    unsetenv("ECCL_SHM");
-    assert_ptr_equal(p.b->net, &eccl_net_tcp_ops);
-    assert_int_equal(p.a->net->listen(p.a->net_ctx, "127.0.0.1:0", &p.lu, &p.l, p.bound), ECCL_OK);
-    assert_int_equal(p.b->net->connect(p.b->net_ctx, p.bound, &p.bu, &p.bc), ECCL_OK);
+    pair_dial(&p, "127.0.0.1:0", NULL, 1);
     uint64_t deadline = now_ns(p.a) + SOON;
-    eccl_result r;
-    while ((r = p.a->net->accept(p.a->net_ctx, p.l, &p.au, &p.ac)) == ECCL_ERR_AGAIN)
-        assert_true(now_ns(p.a) < deadline);
-    assert_int_equal(r, ECCL_OK);
     const char msg[] = "core's first frame";
     char in[sizeof msg] = "";
     size_t sent = 0, got = 0, k;
@@ -275,18 +275,9 @@ static void test_malformed_hello(void **state)
 {
     (void)state;
     pair p;
-    memset(&p, 0, sizeof p);
-    p.a = mk_env();
-    setenv("ECCL_SHM", "0", 1);
-    p.b = mk_env(); /* net_tcp: writes exactly what it is given */
-    unsetenv("ECCL_SHM");
-    assert_int_equal(p.a->net->listen(p.a->net_ctx, "127.0.0.1:0", &p.lu, &p.l, p.bound), ECCL_OK);
-    assert_int_equal(p.b->net->connect(p.b->net_ctx, p.bound, &p.bu, &p.bc), ECCL_OK);
+    pair_dial(&p, "127.0.0.1:0", NULL, 1);
     uint64_t deadline = now_ns(p.a) + SOON;
     eccl_result r;
-    while ((r = p.a->net->accept(p.a->net_ctx, p.l, &p.au, &p.ac)) == ECCL_ERR_AGAIN)
-        assert_true(now_ns(p.a) < deadline);
-    assert_int_equal(r, ECCL_OK);
     uint8_t junk[64];
     memset(junk, 0xee, sizeof junk);
     memcpy(junk, "ESHM", 4);
