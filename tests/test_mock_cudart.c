@@ -525,6 +525,102 @@ static void test_fork_child_cannot_use_cuda(void **state)
     OK(cudaFree(p));
 }
 
+
+/* ---------------------------------------------------------------- IPC */
+
+/* The handle travels to a fresh process (a fork of a process with a context
+ * cannot use CUDA) as hex in its environment. */
+static char ipc_env[32 + 2 * CUDA_IPC_HANDLE_SIZE];
+
+static const char *handle_env(const cudaIpcMemHandle_t *h)
+{
+    int n = snprintf(ipc_env, sizeof ipc_env, "ECCL_TEST_IPC=");
+    for (int i = 0; i < CUDA_IPC_HANDLE_SIZE; i++)
+        n += snprintf(ipc_env + n, sizeof ipc_env - (size_t)n, "%02x", (unsigned char)h->reserved[i]);
+    return ipc_env;
+}
+
+static void fill(float *h, size_t n, float base)
+{
+    for (size_t i = 0; i < n; i++) h[i] = base + (float)i;
+}
+
+#define IPC_N 1000 /* floats: not a multiple of the page */
+
+typedef int (*addr_range_fn)(unsigned long long *base, size_t *size, unsigned long long p);
+
+static void test_ipc_export_rules(void **state)
+{
+    (void)state;
+    float *d, h[IPC_N];
+    OK(cudaMalloc((void **)&d, sizeof h));
+    cudaIpcMemHandle_t ih;
+    assert_int_equal(cudaIpcGetMemHandle(&ih, d + 1), cudaErrorInvalidValue); /* not the base */
+    assert_int_equal(cudaIpcGetMemHandle(&ih, h), cudaErrorInvalidValue);     /* host memory */
+    assert_int_equal(cudaGetLastError(), cudaErrorInvalidValue);
+    /* The base an interior pointer needs, from the driver entry point. */
+    void *fn = NULL;
+    enum cudaDriverEntryPointQueryResult st;
+    OK(cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &fn, 12000, cudaEnableDefault, &st));
+    assert_int_equal(st, cudaDriverEntryPointSuccess);
+    unsigned long long base = 0;
+    size_t size = 0;
+    assert_int_equal(((addr_range_fn)fn)(&base, &size, (unsigned long long)(uintptr_t)(d + 7)), 0);
+    assert_ptr_equal((void *)(uintptr_t)base, d);
+    assert_int_equal(size, sizeof h);
+    assert_int_equal(((addr_range_fn)fn)(&base, &size, (unsigned long long)(uintptr_t)h), 500);
+    OK(cudaGetDriverEntryPointByVersion("cuNoSuchThing", &fn, 12000, cudaEnableDefault, &st));
+    assert_null(fn);
+    assert_int_equal(st, cudaDriverEntryPointSymbolNotFound);
+
+    /* Export waits for queued work: the 10 ms-late memset is in the bytes. */
+    OK(cudaMemsetAsync(d, 0x11, sizeof h, 0));
+    OK(cudaIpcGetMemHandle(&ih, d));
+    unsigned char b[sizeof h];
+    OK(cudaMemcpy(b, d, sizeof b, cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < sizeof b; i++) assert_int_equal(b[i], 0x11);
+    /* The exporting process cannot open its own handle. */
+    void *mine;
+    assert_int_equal(cudaIpcOpenMemHandle(&mine, ih, cudaIpcMemLazyEnablePeerAccess), cudaErrorDeviceUninitialized);
+    /* Exporting twice is fine and names the same memory. */
+    cudaIpcMemHandle_t again;
+    OK(cudaIpcGetMemHandle(&again, d));
+    assert_memory_equal(&again, &ih, sizeof ih);
+    OK(cudaFree(d));
+}
+
+/* Another process maps the memory, reads what we wrote, and writes back. */
+static void test_ipc_shared_between_processes(void **state)
+{
+    (void)state;
+    float *d, h[IPC_N];
+    OK(cudaMalloc((void **)&d, sizeof h));
+    fill(h, IPC_N, 1.0f);
+    OK(cudaMemcpy(d, h, sizeof h, cudaMemcpyHostToDevice));
+    cudaIpcMemHandle_t ih;
+    OK(cudaIpcGetMemHandle(&ih, d));
+    assert_int_equal(run_child("ipc_import", handle_env(&ih)), 0);
+    OK(cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost));
+    for (int i = 0; i < IPC_N; i++) assert_true(h[i] == 2.0f * (1.0f + (float)i)); /* the child's axpy */
+    /* A failpoint makes the open fail. */
+    assert_int_equal(run_child("ipc_fp", handle_env(&ih)), 0);
+    /* Freed: the handle is invalid, and new memory gets a new handle. */
+    OK(cudaFree(d));
+    assert_int_equal(run_child("ipc_freed", handle_env(&ih)), 0);
+    OK(cudaMalloc((void **)&d, sizeof h));
+    cudaIpcMemHandle_t fresh;
+    OK(cudaIpcGetMemHandle(&fresh, d));
+    assert_memory_not_equal(&fresh, &ih, sizeof ih);
+    OK(cudaFree(d));
+}
+
+/* The exporter is gone: its handles are invalid. */
+static void test_ipc_exporter_dead(void **state)
+{
+    (void)state;
+    assert_int_equal(run_child("ipc_orphan", NULL), 0);
+}
+
 /* ------------------------------------------------- children (fresh processes) */
 
 #define CK(c)                                                                   \
@@ -647,6 +743,126 @@ static int child_fp_memcpy(void)
     return check_broken(cudaErrorLaunchFailure, s);
 }
 
+
+static int ipc_handle_from_env(cudaIpcMemHandle_t *h)
+{
+    const char *x = getenv("ECCL_TEST_IPC");
+    if (!x || strlen(x) != 2 * CUDA_IPC_HANDLE_SIZE) return -1;
+    for (int i = 0; i < CUDA_IPC_HANDLE_SIZE; i++) {
+        unsigned v;
+        if (sscanf(x + 2 * i, "%2x", &v) != 1) return -1;
+        h->reserved[i] = (char)v;
+    }
+    return 0;
+}
+
+/* Lines of /proc/self/maps that name an imported memfd. */
+static int mapped_imports(void)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    char line[512];
+    int n = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (strstr(line, "eccl-mock-cuda-")) n++;
+    if (f) fclose(f);
+    return n;
+}
+
+static int child_ipc_import(void)
+{
+    cudaIpcMemHandle_t ih, bad;
+    CK(ipc_handle_from_env(&ih) == 0);
+    float *p, *q, h[IPC_N];
+    CK(cudaIpcOpenMemHandle((void **)&p, ih, 0) == cudaErrorInvalidValue); /* flags */
+    memset(&bad, 0x5a, sizeof bad);
+    CK(cudaIpcOpenMemHandle((void **)&q, bad, cudaIpcMemLazyEnablePeerAccess) == cudaErrorInvalidResourceHandle);
+    CK(cudaIpcOpenMemHandle((void **)&p, ih, cudaIpcMemLazyEnablePeerAccess) == cudaSuccess);
+    /* Opened again: a reference more, the same pointer. */
+    CK(cudaIpcOpenMemHandle((void **)&q, ih, cudaIpcMemLazyEnablePeerAccess) == cudaSuccess && q == p);
+    struct cudaPointerAttributes at;
+    CK(cudaPointerGetAttributes(&at, p) == cudaSuccess && at.type == cudaMemoryTypeDevice);
+    CK(mapped_imports() > 0);
+    /* Device memory: the host cannot read it, copies and kernels can. */
+    CK(cudaMemcpy(h, p, sizeof h, cudaMemcpyDeviceToHost) == cudaSuccess);
+    for (int i = 0; i < IPC_N; i++) CK(h[i] == 1.0f + (float)i);
+    CK(cudaMemcpy(p + IPC_N, h, sizeof(float), cudaMemcpyHostToDevice) == cudaErrorInvalidValue); /* past the end */
+    CK(cudaGetLastError() == cudaErrorInvalidValue); /* the launch reports the last error */
+    CK(mock_launch_axpy(p, p, 1.0f, IPC_N, 4, 256, 0) == cudaSuccess); /* p += p */
+    CK(cudaFree(p) == cudaErrorInvalidValue); /* imported: closed, not freed */
+    CK(cudaIpcCloseMemHandle(p + 1) == cudaErrorInvalidValue);
+    CK(cudaIpcCloseMemHandle(p) == cudaSuccess);
+    CK(cudaMemcpy(h, p, sizeof(float), cudaMemcpyDeviceToHost) == cudaSuccess); /* one reference left */
+    CK(cudaIpcCloseMemHandle(p) == cudaSuccess); /* waits for the kernel, then unmaps */
+    CK(cudaIpcCloseMemHandle(p) == cudaErrorInvalidValue);
+    CK(cudaMemcpy(h, p, sizeof(float), cudaMemcpyDeviceToHost) == cudaErrorInvalidValue); /* gone */
+    CK(mapped_imports() == 0);
+    return 0;
+}
+
+static int child_ipc_fp(void)
+{
+    cudaIpcMemHandle_t ih;
+    void *p;
+    CK(ipc_handle_from_env(&ih) == 0);
+    CK(fiu_enable("eccl/mock_cudart/ipc", 1, NULL, FIU_ONETIME) == 0);
+    CK(cudaIpcOpenMemHandle(&p, ih, cudaIpcMemLazyEnablePeerAccess) == cudaErrorMapBufferObjectFailed);
+    CK(cudaIpcOpenMemHandle(&p, ih, cudaIpcMemLazyEnablePeerAccess) == cudaSuccess); /* not sticky */
+    CK(cudaIpcCloseMemHandle(p) == cudaSuccess);
+    return 0;
+}
+
+static int child_ipc_freed(void)
+{
+    cudaIpcMemHandle_t ih;
+    void *p;
+    CK(ipc_handle_from_env(&ih) == 0);
+    CK(cudaIpcOpenMemHandle(&p, ih, cudaIpcMemLazyEnablePeerAccess) == cudaErrorInvalidResourceHandle);
+    CK(mapped_imports() == 0);
+    return 0;
+}
+
+/* Exports in a grandchild that exits; its handle is then refused, while a
+ * mapping opened before the exit stays readable (the memory lives while
+ * mapped). */
+static int child_ipc_orphan(void)
+{
+    int pipefd[2], hold[2];
+    CK(pipe(pipefd) == 0 && pipe(hold) == 0);
+    fflush(NULL);
+    pid_t pid = fork(); /* before this process touches CUDA */
+    if (pid == 0) {
+        close(pipefd[0]);
+        close(hold[1]);
+        float *d, h[IPC_N];
+        cudaIpcMemHandle_t ih;
+        fill(h, IPC_N, 5.0f);
+        char go;
+        if (cudaMalloc((void **)&d, sizeof h) || cudaMemcpy(d, h, sizeof h, cudaMemcpyHostToDevice) ||
+            cudaIpcGetMemHandle(&ih, d) || write(pipefd[1], &ih, sizeof ih) != (ssize_t)sizeof ih)
+            _exit(1);
+        /* Holds the memory until the importer is done with set-up. */
+        while (read(hold[0], &go, 1) > 0) {}
+        _exit(0);
+    }
+    close(pipefd[1]);
+    close(hold[0]);
+    cudaIpcMemHandle_t ih;
+    CK(read(pipefd[0], &ih, sizeof ih) == (ssize_t)sizeof ih);
+    float *p, h[IPC_N];
+    CK(cudaIpcOpenMemHandle((void **)&p, ih, cudaIpcMemLazyEnablePeerAccess) == cudaSuccess);
+    close(pipefd[0]);
+    kill(pid, SIGKILL); /* mid-life, as a crash */
+    close(hold[1]);
+    int st;
+    CK(waitpid(pid, &st, 0) == pid);
+    CK(cudaMemcpy(h, p, sizeof h, cudaMemcpyDeviceToHost) == cudaSuccess);
+    for (int i = 0; i < IPC_N; i++) CK(h[i] == 5.0f + (float)i);
+    CK(cudaIpcCloseMemHandle(p) == cudaSuccess);
+    CK(cudaIpcOpenMemHandle((void **)&p, ih, cudaIpcMemLazyEnablePeerAccess) == cudaErrorInvalidResourceHandle);
+    CK(mapped_imports() == 0);
+    return 0;
+}
+
 static const struct {
     const char *name;
     int (*fn)(void);
@@ -654,6 +870,8 @@ static const struct {
     {"capacity", child_capacity},         {"devices", child_devices},
     {"sticky_kernel", child_sticky_kernel}, {"sticky_pageable", child_sticky_pageable},
     {"fp_sticky", child_fp_sticky},       {"fp_memcpy", child_fp_memcpy},
+    {"ipc_import", child_ipc_import},     {"ipc_fp", child_ipc_fp},
+    {"ipc_freed", child_ipc_freed},       {"ipc_orphan", child_ipc_orphan},
 };
 
 int main(int argc, char **argv)
@@ -686,6 +904,9 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_failpoint_sticky),
         cmocka_unit_test(test_failpoint_memcpy),
         cmocka_unit_test(test_fork_child_cannot_use_cuda),
+        cmocka_unit_test(test_ipc_export_rules),
+        cmocka_unit_test(test_ipc_shared_between_processes),
+        cmocka_unit_test(test_ipc_exporter_dead),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -22,7 +22,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -106,6 +109,8 @@ static struct {
     struct event *events;   /* every live event */
     _Atomic int used;       /* a context exists: fork() children may not use it */
     _Atomic int forked;
+    _Atomic uint64_t serials; /* IPC exports so far */
+    uint64_t nonce;           /* this process's, in its memfds' names */
 } g = {
     .once = PTHREAD_ONCE_INIT,
     .mu = PTHREAD_MUTEX_INITIALIZER,
@@ -145,6 +150,8 @@ static void init_once(void)
     cfg.delay_us = (unsigned)env_long("ECCL_MOCK_CUDA_DELAY_US", 0, 0, 10 * 1000 * 1000);
     cfg.poison = (int)env_long("ECCL_MOCK_CUDA_POISON", 1, 0, 1);
     cfg.hmm = (int)env_long("ECCL_MOCK_CUDA_HMM", 0, 0, 1);
+    if (getrandom(&g.nonce, sizeof g.nonce, GRND_NONBLOCK) != (ssize_t)sizeof g.nonce)
+        g.nonce = (uint64_t)time(NULL) ^ (uint64_t)getpid() << 32;
 }
 
 /* Every call that needs a context starts here. A fork()ed child of a
@@ -187,6 +194,13 @@ struct alloc {
     int kind, device;
     unsigned flags;
     int freeing;        /* cudaFreeAsync queued: a second free is an error */
+    /* IPC (A_DEVICE only). Exporter: the shadow was moved into a memfd,
+     * kept open so that importers can open it through /proc. */
+    int exported, ipc_fd;
+    uint64_t serial;    /* exported: names the memfd; imported: the exporter's */
+    /* Importer: the entry is another process's allocation, mapped here. */
+    int imported, refs;
+    pid_t peer;
 };
 
 static struct {
@@ -258,6 +272,7 @@ static void alloc_release(struct alloc *e)
     case A_DEVICE:
         munmap((void *)e->res, e->res_len);
         munmap(e->shadow_map, e->res_len);
+        if (e->exported) close(e->ipc_fd);
         break;
     case A_HOST:
     case A_MANAGED:
@@ -896,7 +911,7 @@ static cudaError_t take(void *p, int k1, int k2, struct alloc **out)
 {
     pthread_rwlock_wrlock(&T.lock);
     struct alloc *e = t_find((uintptr_t)p);
-    if (!e || e->ptr != (uintptr_t)p || (e->kind != k1 && e->kind != k2) || e->freeing) {
+    if (!e || e->ptr != (uintptr_t)p || (e->kind != k1 && e->kind != k2) || e->freeing || e->imported) {
         pthread_rwlock_unlock(&T.lock);
         return cudaErrorInvalidValue;
     }
@@ -940,7 +955,7 @@ EXPORT cudaError_t cudaFreeAsync(void *devPtr, cudaStream_t hStream)
     if (rc) goto out;
     pthread_rwlock_wrlock(&T.lock);
     struct alloc *e = t_find((uintptr_t)devPtr);
-    if (!e || e->ptr != (uintptr_t)devPtr || e->kind != A_DEVICE || e->freeing) {
+    if (!e || e->ptr != (uintptr_t)devPtr || e->kind != A_DEVICE || e->freeing || e->imported) {
         pthread_rwlock_unlock(&T.lock);
         rc = cudaErrorInvalidValue;
         goto out;
@@ -1076,6 +1091,263 @@ EXPORT cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *attrib
     }
     pthread_rwlock_unlock(&T.lock);
     return cudaSuccess;
+}
+
+/* ---------------------------------------------------- driver entry points */
+
+/* The driver functions the runtime hands out (cudaGetDriverEntryPointByVersion):
+ * cuMemGetAddressRange, which finds the base of an allocation that
+ * cudaIpcGetMemHandle needs. CUresult values are cuda.h's. */
+#define CU_SUCCESS 0
+#define CU_ERROR_INVALID_VALUE 1
+#define CU_ERROR_NOT_FOUND 500
+
+static int mock_cuMemGetAddressRange(unsigned long long *pbase, size_t *psize, unsigned long long dptr)
+{
+    if (enter() != cudaSuccess) return 3; /* CUDA_ERROR_NOT_INITIALIZED */
+    int rc = CU_ERROR_NOT_FOUND;
+    pthread_rwlock_rdlock(&T.lock);
+    struct alloc *e = t_find((uintptr_t)dptr);
+    if (e && e->kind == A_DEVICE && dptr >= e->ptr && dptr - e->ptr < e->size) {
+        if (pbase) *pbase = e->ptr;
+        if (psize) *psize = e->size;
+        rc = CU_SUCCESS;
+    }
+    pthread_rwlock_unlock(&T.lock);
+    return rc;
+}
+
+EXPORT cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void **funcPtr, unsigned int cudaVersion,
+                                                     unsigned long long flags,
+                                                     enum cudaDriverEntryPointQueryResult *driverStatus)
+{
+    ENTER();
+    (void)flags;
+    if (!symbol || !funcPtr) return rec(cudaErrorInvalidValue);
+    int v = 0;
+    cudaDriverGetVersion(&v);
+    if (cudaVersion > (unsigned)v) return rec(cudaErrorInvalidValue);
+    *funcPtr = NULL;
+    enum cudaDriverEntryPointQueryResult st = cudaDriverEntryPointSymbolNotFound;
+    if (strcmp(symbol, "cuMemGetAddressRange") == 0) {
+        /* _v2 (size_t sizes) since CUDA 3.2, the only one a 64-bit build has */
+        if (cudaVersion >= 3020) {
+            *funcPtr = (void *)mock_cuMemGetAddressRange;
+            st = cudaDriverEntryPointSuccess;
+        } else {
+            st = cudaDriverEntryPointVersionNotSufficent;
+        }
+    }
+    if (driverStatus) *driverStatus = st;
+    return cudaSuccess;
+}
+
+/* ---------------------------------------------------------------- IPC */
+
+/* What a cudaIpcMemHandle_t holds here: where the exporter's memfd is
+ * (pid, fd) and what it must be called there (nonce, serial), so a handle
+ * of freed memory, a dead exporter or a recycled pid or fd number is
+ * refused instead of mapping someone else's file. */
+#define IPC_MAGIC 0x4d434950u /* "PICM" */
+
+struct ipc_handle {
+    uint32_t magic;
+    int32_t pid;
+    int32_t fd;
+    int32_t device;
+    uint64_t nonce, serial;
+    uint64_t size;    /* what the exporter allocated */
+    uint64_t map_len; /* the shadow mapping's length, guard page excluded */
+    uint64_t off;     /* where the allocation starts in it */
+};
+_Static_assert(sizeof(struct ipc_handle) <= CUDA_IPC_HANDLE_SIZE, "fits cudaIpcMemHandle_t");
+
+static void memfd_name(char *out, size_t len, pid_t pid, uint64_t nonce, uint64_t serial)
+{
+    snprintf(out, len, "eccl-mock-cuda-%d-%016llx-%llu", (int)pid, (unsigned long long)nonce,
+             (unsigned long long)serial);
+}
+
+/* Moves e's shadow into a memfd mapped at the same address (MAP_FIXED
+ * replaces the private pages in one step; the guard page stays). T.lock
+ * held for writing, the device idle: nothing writes the old pages. */
+static cudaError_t make_shareable(struct alloc *e)
+{
+    size_t map_len = e->res_len - cfg.page;
+    uint64_t serial = atomic_fetch_add(&g.serials, 1) + 1;
+    char name[96];
+    memfd_name(name, sizeof name, getpid(), g.nonce, serial);
+    int fd = memfd_create(name, MFD_CLOEXEC);
+    if (fd < 0) return cudaErrorMapBufferObjectFailed;
+    size_t done = 0;
+    if (ftruncate(fd, (off_t)map_len) != 0) goto fail;
+    while (done < map_len) {
+        ssize_t k = pwrite(fd, e->shadow_map + done, map_len - done, (off_t)done);
+        if (k <= 0) goto fail;
+        done += (size_t)k;
+    }
+    if (mmap(e->shadow_map, map_len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED)
+        goto fail;
+    e->exported = 1;
+    e->ipc_fd = fd;
+    e->serial = serial;
+    return cudaSuccess;
+fail:
+    close(fd);
+    return cudaErrorMapBufferObjectFailed;
+}
+
+EXPORT cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *handle, void *devPtr)
+{
+    ENTER_DEV();
+    int kind, d;
+    if (!handle || !devPtr || classify(devPtr, 1, &kind, &d) || kind != A_DEVICE)
+        return rec(cudaErrorInvalidValue);
+    /* The first export moves the bytes: queued work must not be writing
+     * them meanwhile (the real call does not wait; only timing differs). */
+    pthread_mutex_lock(&g.mu);
+    cudaError_t rc = wait_device(d, 0);
+    pthread_mutex_unlock(&g.mu);
+    if (rc) return rec(rc);
+    pthread_rwlock_wrlock(&T.lock);
+    struct alloc *e = t_find((uintptr_t)devPtr);
+    /* The base of a cudaMalloc allocation of this process, as documented
+     * (a real runtime given an interior pointer exports the whole
+     * allocation, and the importer cannot tell the offset). */
+    if (!e || e->kind != A_DEVICE || e->ptr != (uintptr_t)devPtr || e->imported || e->freeing)
+        rc = cudaErrorInvalidValue;
+    else if (!e->exported)
+        rc = make_shareable(e);
+    if (rc == cudaSuccess) {
+        struct ipc_handle h = {.magic = IPC_MAGIC, .pid = getpid(), .fd = e->ipc_fd, .device = e->device,
+                               .nonce = g.nonce, .serial = e->serial, .size = e->size,
+                               .map_len = e->res_len - cfg.page, .off = e->ptr - e->res};
+        memset(handle, 0, sizeof *handle);
+        memcpy(handle->reserved, &h, sizeof h);
+    }
+    pthread_rwlock_unlock(&T.lock);
+    return rec(rc);
+}
+
+/* The exporter's memfd, opened through /proc (the same ptrace rule as
+ * process_vm_readv), if it still is the file the handle names. */
+static int ipc_open_file(const struct ipc_handle *h)
+{
+    char path[64], link[160], want[112];
+    snprintf(path, sizeof path, "/proc/%d/fd/%d", (int)h->pid, (int)h->fd);
+    ssize_t n = readlink(path, link, sizeof link - 1);
+    if (n <= 0) return -1;
+    link[n] = '\0';
+    char name[96];
+    memfd_name(name, sizeof name, h->pid, h->nonce, h->serial);
+    snprintf(want, sizeof want, "/memfd:%s", name);
+    size_t wl = strlen(want);
+    if (strncmp(link, want, wl) != 0 || (link[wl] != '\0' && link[wl] != ' ')) return -1;
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    struct stat st;
+    if (fd >= 0 && (fstat(fd, &st) != 0 || (uint64_t)st.st_size < h->map_len)) {
+        close(fd);
+        fd = -1;
+    }
+    return fd;
+}
+
+/* An import of (pid, serial) that is not being closed. T.lock held. */
+static struct alloc *t_find_import(pid_t pid, uint64_t serial)
+{
+    for (size_t i = 0; i < T.n; i++) {
+        struct alloc *e = T.v[i];
+        if (e->imported && !e->freeing && e->peer == pid && e->serial == serial) return e;
+    }
+    return NULL;
+}
+
+EXPORT cudaError_t cudaIpcOpenMemHandle(void **devPtr, cudaIpcMemHandle_t handle, unsigned int flags)
+{
+    ENTER_DEV();
+    if (!devPtr || flags != cudaIpcMemLazyEnablePeerAccess) return rec(cudaErrorInvalidValue);
+    struct ipc_handle h;
+    memcpy(&h, handle.reserved, sizeof h);
+    if (h.magic != IPC_MAGIC || h.pid <= 0 || h.fd < 0 || h.size == 0 || h.map_len == 0 ||
+        h.map_len % cfg.page || h.off >= h.map_len || h.size > h.map_len - h.off)
+        return rec(cudaErrorInvalidResourceHandle);
+    /* The exporting process itself may not open its own handle. */
+    if (h.pid == getpid()) return rec(cudaErrorDeviceUninitialized);
+    if (fiu_fail("eccl/mock_cudart/ipc")) return rec(cudaErrorMapBufferObjectFailed);
+    /* Opened before in this context: one more reference, the same pointer. */
+    pthread_rwlock_wrlock(&T.lock);
+    struct alloc *e = t_find_import(h.pid, h.serial);
+    if (e) {
+        e->refs++;
+        *devPtr = (void *)e->ptr;
+    }
+    pthread_rwlock_unlock(&T.lock);
+    if (e) return cudaSuccess;
+
+    int fd = ipc_open_file(&h);
+    if (fd < 0) return rec(cudaErrorInvalidResourceHandle); /* freed, or its process is gone */
+    size_t res_len = h.map_len + cfg.page;
+    e = calloc(1, sizeof *e);
+    void *res = mmap(NULL, res_len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    void *sh = mmap(NULL, res_len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    int mapped = res != MAP_FAILED && sh != MAP_FAILED &&
+                 mmap(sh, h.map_len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) != MAP_FAILED;
+    close(fd); /* the mapping keeps the memory */
+    if (!e || !mapped) {
+        if (res != MAP_FAILED) munmap(res, res_len);
+        if (sh != MAP_FAILED) munmap(sh, res_len);
+        free(e);
+        return rec(cudaErrorMapBufferObjectFailed);
+    }
+    e->res = (uintptr_t)res;
+    e->res_len = res_len;
+    e->ptr = e->res + h.off;
+    e->size = h.size;
+    e->shadow_map = sh;
+    e->shadow = (char *)sh + h.off;
+    e->kind = A_DEVICE;
+    e->device = tls_dev; /* mapped into the importer's current device */
+    e->imported = 1;
+    e->refs = 1;
+    e->peer = h.pid;
+    e->serial = h.serial;
+    pthread_rwlock_wrlock(&T.lock);
+    struct alloc *raced = t_find_import(h.pid, h.serial);
+    int rc = raced ? 0 : t_insert(e);
+    if (raced) {
+        raced->refs++;
+        *devPtr = (void *)raced->ptr;
+    } else if (rc == 0) {
+        *devPtr = (void *)e->ptr;
+    }
+    pthread_rwlock_unlock(&T.lock);
+    if (raced || rc) alloc_release(e);
+    return rc ? rec(cudaErrorMemoryAllocation) : cudaSuccess;
+}
+
+EXPORT cudaError_t cudaIpcCloseMemHandle(void *devPtr)
+{
+    ENTER_DEV();
+    pthread_rwlock_wrlock(&T.lock);
+    struct alloc *e = t_find((uintptr_t)devPtr);
+    if (!e || !e->imported || e->freeing || e->ptr != (uintptr_t)devPtr) {
+        pthread_rwlock_unlock(&T.lock);
+        return rec(cudaErrorInvalidValue);
+    }
+    int last = --e->refs == 0;
+    if (last) e->freeing = 1; /* an open from now on maps afresh */
+    int d = e->device;
+    pthread_rwlock_unlock(&T.lock);
+    if (!last) return cudaSuccess;
+    /* Queued work may still read it, as with cudaFree. */
+    pthread_mutex_lock(&g.mu);
+    cudaError_t rc = wait_device(d, 0);
+    pthread_mutex_unlock(&g.mu);
+    pthread_rwlock_wrlock(&T.lock);
+    t_remove(e);
+    pthread_rwlock_unlock(&T.lock);
+    alloc_release(e);
+    return rec(rc);
 }
 
 /* ------------------------------------------------------------- copies */
