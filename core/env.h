@@ -136,12 +136,31 @@ typedef struct eccl_net_ops {
      * (a completion taken here and tested nowhere would wait for a wake-up
      * that never comes). Errors: ECCL_ERR_CLOSED (the peer or the path to
      * it is lost: a failed completion, a queue pair in error, a port down,
-     * the stream closed while a bulk receive waits). */
+     * the stream closed while a bulk receive waits); ECCL_ERR_DEVICE (this
+     * rank's device failed a copy the net made with it: core fails the
+     * ops on the conn as its own device work would, and blames no peer). */
     eccl_result (*progress)(void *ctx, eccl_conn *c);
     /* *done = 1 once req has finished (req is then freed); reads what the
      * last progress found and consumes no readiness. An error is the
      * conn's (as progress); req then stays the conn's until close. */
     eccl_result (*test)(void *ctx, eccl_bulk *req, int *done);
+
+    /* ---- device payloads (added later; check eccl_net_has_device_bulk;
+     * NULL in a net that moves host memory only) ------------------------
+     * A conn may carry device memory as bulk with no host copy on the
+     * sender: a host-mate maps it (CUDA IPC, net_shm); GPUDirect RDMA would
+     * be another. The receiver's irecv is unchanged (host memory). */
+    /* 1 if isend_device may name memory of `device` in buf's allocation on
+     * this conn now. It may turn from 0 to 1 as the conn learns what its
+     * peer can do, never back while the conn lives. Payloads below
+     * bulk_min go in the stream, which cannot read device memory: the
+     * caller checks lengths too. */
+    int (*bulk_device)(void *ctx, eccl_conn *c, const void *buf, int device);
+    /* isend of device memory: buf[0..len) is memory of `device` that no
+     * queued device work writes any more (the caller waited for it) and
+     * that stays untouched until `test` says done. */
+    eccl_result (*isend_device)(void *ctx, eccl_conn *c, const void *buf, size_t len, int device,
+                                eccl_bulk **req);
 } eccl_net_ops;
 
 /* ---- clock --------------------------------------------------------------- */
@@ -365,6 +384,14 @@ static inline int eccl_net_has_bulk(const eccl_env *env)
 {
     const eccl_net_ops *n = env->net;
     return n->size >= offsetof(eccl_net_ops, test) + sizeof n->test && n->test != NULL;
+}
+
+/* Whether env's net can send device memory as bulk on some conns. */
+static inline int eccl_net_has_device_bulk(const eccl_env *env)
+{
+    const eccl_net_ops *n = env->net;
+    return eccl_net_has_bulk(env) &&
+           n->size >= offsetof(eccl_net_ops, isend_device) + sizeof n->isend_device && n->isend_device != NULL;
 }
 
 /* Whether p is phantom memory of env's dev. */

@@ -14,6 +14,7 @@
  *     every device buffer untouched, mixing refused, and a failed call (no
  *     mirror, a peer killed mid-call) writing no device byte.
  * Without a usable runtime (no device) every test skips with a message. */
+#include <errno.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -962,6 +963,119 @@ static void test_colls_device_kill_reduce(void **state)
     run_dfault(*state, &f);
 }
 
+
+/* ---- a host-mate killed while its device memory is mapped (CUDA IPC) ------ */
+
+/* Mappings of other processes' device memory in this one (the mock names
+ * each export's memfd "eccl-mock-cuda-PID-..."): *live counts those whose
+ * exporter runs, *dead those whose exporter is gone. */
+static void count_imports(int *live, int *dead)
+{
+    *live = *dead = 0;
+    FILE *f = fopen("/proc/self/maps", "r");
+    char line[512];
+    while (f && fgets(line, sizeof line, f)) {
+        const char *m = strstr(line, "eccl-mock-cuda-");
+        int pid;
+        if (!m || sscanf(m, "eccl-mock-cuda-%d-", &pid) != 1 || pid == (int)getpid()) continue;
+        if (kill(pid, 0) == 0 || errno != ESRCH) (*live)++;
+        else (*dead)++;
+    }
+    if (f) fclose(f);
+}
+
+#define RK_ENTERED 2
+#define RK_IMPORTS 3
+
+static int resident_kill_body(eccl_comm *c, int index, void *arg)
+{
+    (void)arg;
+    const size_t n = 4u << 20, bytes = n * 4; /* 16 MiB: many 1 MiB slices */
+    const int victim = 1, peers = 3;
+    cluster_shared *sh = cluster_shm();
+    int32_t *h = malloc(bytes), *back = malloc(bytes);
+    CL_CHECK(h && back, "malloc");
+    for (size_t i = 0; i < n; i++) h[i] = (int32_t)(i + (size_t)index);
+    void *d;
+    CUCHK(cudaMalloc(&d, bytes));
+    CUCHK(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice));
+    /* Two clean calls: the first tells each sender that its host-mates
+     * map device memory, the second sends straight from the device. */
+    for (uint64_t tag = 1; tag <= 2; tag++) CL_OK(eccl_allreduce(c, d, d, n, ECCL_I32, ECCL_SUM, tag, NULL));
+    CL_CHECK(read_back(d, h, bytes) == 0, "read back");
+    int live, dead;
+    count_imports(&live, &dead);
+    atomic_store(&sh->slot[index].val[RK_IMPORTS], live);
+    uint32_t rank, world;
+    if (dcall_where(c, &rank, &world)) return 1;
+    const int is_victim = (int)rank == victim;
+    if (is_victim) {
+        for (int i = 0; i < peers; i++)
+            if (i != index)
+                while (!atomic_load(&sh->slot[i].val[RK_ENTERED])) cluster_sleep_ms(1);
+        cluster_sleep_ms(30);
+        CL_CHECK(cluster_hook_sends(die_on_kth_send) == 0, "fiu");
+    }
+    atomic_store(&sh->slot[index].val[RK_ENTERED], 1);
+    eccl_result rc = eccl_allreduce(c, d, d, n, ECCL_I32, ECCL_SUM, 3, NULL);
+    CL_CHECK(!is_victim, "the victim survived its failpoint");
+    CL_EXPECT_RC(rc, ECCL_ERR_PEER_LOST);
+    CL_CHECK(read_back(d, back, bytes) == 0 && !memcmp(back, h, bytes),
+             "peer %d's device buffer changed by a failed call", index);
+    /* The links of the failed call are closed: nothing of the dead peer's
+     * memory stays mapped here. */
+    count_imports(&live, &dead);
+    CL_CHECK(dead == 0, "%d mappings of a dead host-mate's device memory left", dead);
+    /* The survivors' world re-forms; the same call again sums both inputs. */
+    eccl_result retry = ECCL_ERR_PEER_LOST;
+    for (int attempt = 0; attempt < 50 && retry == ECCL_ERR_PEER_LOST; attempt++) {
+        retry = eccl_allreduce(c, d, d, n, ECCL_I32, ECCL_SUM, 3, NULL);
+        if (retry == ECCL_ERR_PEER_LOST) cluster_sleep_ms(20);
+    }
+    CL_EXPECT_RC(retry, ECCL_OK);
+    CL_CHECK(read_back(d, back, bytes) == 0, "read back");
+    for (size_t i = 0; i < n; i++) {
+        /* h holds 3 * (3i + 3) after the two calls, the same at every peer */
+        CL_CHECK(back[i] == 2 * h[i], "retry: element %zu: %d, want %d", i, back[i], 2 * h[i]);
+    }
+    free(h);
+    free(back);
+    CUCHK(cudaFree(d));
+    return 0;
+}
+
+/* The resident ring between host-mates sends its slices straight from
+ * device memory, which the receivers map (CUDA IPC). A sender killed mid-call
+ * fails the call on both survivors with their buffers restored, leaves no
+ * mapping of its memory behind, and the retry on the two survivors sums. */
+static void test_resident_ring_kill_unmaps(void **state)
+{
+    SKIP_WITHOUT_RUNTIME();
+    if (!getenv("ECCL_TEST_MOCK_CUDA")) {
+        printf("SKIP: the mappings are counted by the mock's names\n");
+        skip();
+    }
+    const char *net = getenv("ECCL_NET"), *shm = getenv("ECCL_SHM");
+    if ((net && strcmp(net, "ibv") == 0) || (shm && strcmp(shm, "0") == 0)) {
+        printf("SKIP: CUDA IPC runs over net_shm\n");
+        skip();
+    }
+    cluster *cl = *state;
+    cluster_opts o = {.op_timeout_ms = 5000};
+    setenv("ECCL_DEVICE_RING_MIN_BYTES", "1048576", 1); /* children inherit it */
+    assert_int_equal(cluster_init(cl, &o), 0);
+    assert_int_equal(cluster_spawn_n(cl, 3, resident_kill_body, NULL), 0);
+    assert_true(cluster_wait_self_killed(cl, 3, 1, 60000) >= 0);
+    assert_int_equal(cluster_wait_all(cl, 60000), 0);
+    unsetenv("ECCL_DEVICE_RING_MIN_BYTES");
+    for (int i = 0; i < 3; i++) {
+        long k = (long)atomic_load(&cl->sh->slot[i].val[RK_IMPORTS]);
+        printf("    peer %d mapped %ld host-mate allocations after the clean calls\n", i, k);
+        assert_true(k >= 1); /* the device path ran */
+    }
+    cluster_fini(cl);
+}
+
 /* ---- the trap --------------------------------------------------------------- */
 
 static int deref_proc(cluster *cl, int index, void *arg)
@@ -1008,6 +1122,7 @@ int main(void)
                                         cluster_test_teardown),
         cmocka_unit_test_setup_teardown(test_colls_device_kill_broadcast, cluster_test_setup, cluster_test_teardown),
         cmocka_unit_test_setup_teardown(test_colls_device_kill_reduce, cluster_test_setup, cluster_test_teardown),
+        cmocka_unit_test_setup_teardown(test_resident_ring_kill_unmaps, cluster_test_setup, cluster_test_teardown),
         cmocka_unit_test_setup_teardown(test_host_dereference_traps, cluster_test_setup, cluster_test_teardown),
     };
     const char *filter = getenv("ECCL_TEST_FILTER");

@@ -200,7 +200,12 @@ static const char *fault_fp(enum fault f)
     case F_IBV_PORT_DOWN: return "eccl/mock_ibv/port_down";
     case F_IBV_REG: return "eccl/net_ibv/reg_mr";
     case F_IBV_POST: return "eccl/net_ibv/post";
-    case F_SHM_READ: return "eccl/net_shm/read";
+    case F_SHM_READ:
+        /* The resident ring's slices leave from device memory, which a
+         * host-mate maps (CUDA IPC) once its first call told the sender it
+         * can: the warm-up calls come first. */
+        return getenv("ECCL_TEST_MOCK_CUDA") && getenv("ECCL_DEVICE_RING_MIN_BYTES") ? "eccl/net_shm/ipc"
+                                                                                  : "eccl/net_shm/read";
     case F_SHM_CTL: return "eccl/net_shm/ctl";
     default:
         /* Device buffers of the resident ring's size (tests/CMakeLists.txt,

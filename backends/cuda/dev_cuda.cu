@@ -6,6 +6,7 @@
  * mutex serialises the context: the API threads of one communicator may
  * stage buffers concurrently. */
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -270,6 +271,84 @@ static const char *p_last_error(void *ctx)
     return ((cuda_ctx *)ctx)->last;
 }
 
+/* ---- IPC ---------------------------------------------------------------------- */
+
+/* cuMemGetAddressRange_v2, through the runtime (no link against libcuda). */
+typedef int (*addr_range_fn)(unsigned long long *base, size_t *size, unsigned long long p);
+
+static addr_range_fn addr_range(void)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    static addr_range_fn fn;
+    pthread_once(&once, [] {
+        void *p = NULL;
+        cudaDriverEntryPointQueryResult st;
+        if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &p, 12000, cudaEnableDefault, &st) ==
+                cudaSuccess &&
+            st == cudaDriverEntryPointSuccess)
+            fn = (addr_range_fn)p;
+        (void)cudaGetLastError();
+    });
+    return fn;
+}
+
+static eccl_result p_ipc_export(void *ctx, int device, const void *p, void *handle, size_t *offset)
+{
+    cuda_ctx *c = (cuda_ctx *)ctx;
+    addr_range_fn range = addr_range();
+    unsigned long long base = 0;
+    size_t size = 0;
+    cudaStream_t s;
+    pthread_mutex_lock(&c->mu);
+    eccl_result rc = stream_of(c, device, &s);
+    if (rc == ECCL_OK && (!range || range(&base, &size, (unsigned long long)(uintptr_t)p) != 0)) {
+        snprintf(c->last, sizeof c->last, "cuMemGetAddressRange: %p is not device memory", p);
+        rc = ECCL_ERR_UNSUPPORTED;
+    }
+    if (rc == ECCL_OK) {
+        cudaIpcMemHandle_t h;
+        cudaError_t e = cudaIpcGetMemHandle(&h, (void *)(uintptr_t)base);
+        if (e != cudaSuccess) {
+            fail(c, e, "cudaIpcGetMemHandle");
+            rc = ECCL_ERR_UNSUPPORTED;
+        } else {
+            memcpy(handle, &h, sizeof h);
+            *offset = (size_t)((uintptr_t)p - (uintptr_t)base);
+        }
+    }
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+static eccl_result p_ipc_open(void *ctx, int device, const void *handle, void **base)
+{
+    cuda_ctx *c = (cuda_ctx *)ctx;
+    cudaStream_t s;
+    pthread_mutex_lock(&c->mu);
+    eccl_result rc = stream_of(c, device, &s);
+    if (rc == ECCL_OK) {
+        cudaIpcMemHandle_t h;
+        memcpy(&h, handle, sizeof h);
+        cudaError_t e = cudaIpcOpenMemHandle(base, h, cudaIpcMemLazyEnablePeerAccess);
+        if (e != cudaSuccess) rc = fail(c, e, "cudaIpcOpenMemHandle");
+        /* The handle's fault (its memory or its process is gone), not this
+         * context's: */
+        if (e == cudaErrorInvalidResourceHandle || e == cudaErrorMapBufferObjectFailed || e == cudaErrorInvalidValue)
+            rc = ECCL_ERR_INVALID_ARG;
+    }
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+static void p_ipc_close(void *ctx, int device, void *base)
+{
+    cuda_ctx *c = (cuda_ctx *)ctx;
+    pthread_mutex_lock(&c->mu);
+    if (cudaSetDevice(device) == cudaSuccess) cudaIpcCloseMemHandle(base);
+    (void)cudaGetLastError();
+    pthread_mutex_unlock(&c->mu);
+}
+
 extern "C" __attribute__((visibility("default"))) const eccl_cuda_plugin eccl_cuda_plugin_v1 = {
     sizeof(eccl_cuda_plugin),
     p_open,
@@ -286,4 +365,7 @@ extern "C" __attribute__((visibility("default"))) const eccl_cuda_plugin eccl_cu
     p_scale_div,
     p_hash,
     p_last_error,
+    p_ipc_export,
+    p_ipc_open,
+    p_ipc_close,
 };

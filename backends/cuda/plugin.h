@@ -33,6 +33,8 @@ extern "C" {
 
 #define ECCL_CUDA_PLUGIN_SYMBOL "eccl_cuda_plugin_v1"
 #define ECCL_CUDA_PLUGIN_SONAME "libeccl_cuda.so.0"
+/* cudaIpcMemHandle_t's size (CUDA_IPC_HANDLE_SIZE). */
+#define ECCL_CUDA_IPC_HANDLE_BYTES 64
 
 typedef struct eccl_cuda_plugin {
     size_t size; /* sizeof(eccl_cuda_plugin) as the plugin was built */
@@ -83,6 +85,21 @@ typedef struct eccl_cuda_plugin {
     /* The CUDA error behind the context's last failed call ("cudaErrorX:
      * text"), for the caller's log; never NULL. */
     const char *(*last_error)(void *ctx);
+
+    /* ---- CUDA IPC between processes of one host (added later: check
+     * `size`). Synchronous, and never touch the context's stream. ---- */
+    /* A handle for the cudaMalloc allocation holding p (found with the
+     * driver's cuMemGetAddressRange, since cudaIpcGetMemHandle wants its
+     * base) and p's offset in it. ECCL_ERR_UNSUPPORTED: memory legacy IPC
+     * cannot export (not cudaMalloc's: a pool, a VMM mapping, an import). */
+    eccl_result (*ipc_export)(void *ctx, int device, const void *p, void *handle, size_t *offset);
+    /* Maps a host-mate's handle into `device`; *base is the allocation's
+     * start here. Opening a handle again returns the same base and counts.
+     * ECCL_ERR_INVALID_ARG: the handle cannot be mapped (its memory or its
+     * process is gone); ECCL_ERR_DEVICE: this context is broken. */
+    eccl_result (*ipc_open)(void *ctx, int device, const void *handle, void **base);
+    /* Undoes one ipc_open. */
+    void (*ipc_close)(void *ctx, int device, void *base);
 } eccl_cuda_plugin;
 
 #ifdef __cplusplus

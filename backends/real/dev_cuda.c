@@ -5,6 +5,7 @@
 #include <fiu-local.h>
 #include <limits.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -83,6 +84,7 @@ struct eccl_real_cuda {
     int tried;           /* open attempted (success or not) */
     eccl_result open_rc; /* its result */
     void *ctx;           /* the plugin's context, once open */
+    _Atomic int home;    /* device of the last device buffer seen: where imports map */
     int keep;            /* mirrors kept for reuse */
     int nfree;
     mirror free_list[MIRRORS_MAX];
@@ -188,6 +190,7 @@ eccl_result eccl_real_cuda_mem_kind(eccl_real_cuda *c, const void *p, size_t byt
     }
     eccl_result rc = plugin->mem_kind(c->ctx, p, kind, device);
     if (rc != ECCL_OK) return plugin_error(c, rc, "which memory");
+    if (*kind == ECCL_MEM_DEVICE) atomic_store(&c->home, *device);
     if (*kind == ECCL_MEM_HOST && host_readable(p) == 0) {
         eccl_real_log(c->env, ECCL_LOG_WARN, "%p is neither host memory nor known to CUDA", p);
         return ECCL_ERR_INVALID_ARG;
@@ -297,4 +300,41 @@ eccl_result eccl_real_cuda_d_sync(eccl_real_cuda *c, int device)
 eccl_result eccl_real_cuda_d_order(eccl_real_cuda *c, int device, void *stream, int library_waits)
 {
     return plugin_error(c, plugin->order(c->ctx, device, stream, library_waits), "stream order");
+}
+
+/* ---- CUDA IPC (net_shm's device payloads) ---------------------------------------- */
+
+int eccl_real_cuda_has_ipc(eccl_real_cuda *c)
+{
+    return c && cuda_is_open(c) &&
+           plugin->size >= offsetof(eccl_cuda_plugin, ipc_close) + sizeof plugin->ipc_close;
+}
+
+int eccl_real_cuda_home_device(eccl_real_cuda *c) { return atomic_load(&c->home); }
+
+eccl_result eccl_real_cuda_ipc_export(eccl_real_cuda *c, int device, const void *p, void *handle, size_t *offset)
+{
+    if (!eccl_real_cuda_has_ipc(c)) return ECCL_ERR_UNSUPPORTED;
+    eccl_result rc = plugin->ipc_export(c->ctx, device, p, handle, offset);
+    if (rc != ECCL_OK)
+        eccl_real_log(c->env, ECCL_LOG_DEBUG, "no CUDA IPC for %p: %s", p, plugin->last_error(c->ctx));
+    return rc;
+}
+
+eccl_result eccl_real_cuda_ipc_open(eccl_real_cuda *c, int device, const void *handle, void **base)
+{
+    if (!eccl_real_cuda_has_ipc(c)) return ECCL_ERR_UNSUPPORTED;
+    return plugin_error(c, plugin->ipc_open(c->ctx, device, handle, base), "a host-mate's device memory");
+}
+
+void eccl_real_cuda_ipc_close(eccl_real_cuda *c, int device, void *base)
+{
+    if (base && eccl_real_cuda_has_ipc(c)) plugin->ipc_close(c->ctx, device, base);
+}
+
+eccl_result eccl_real_cuda_ipc_read(eccl_real_cuda *c, int device, void *dst, const void *src, size_t bytes)
+{
+    eccl_result rc = plugin->copy(c->ctx, device, dst, src, bytes);
+    if (rc == ECCL_OK) rc = plugin->sync(c->ctx, device);
+    return plugin_error(c, rc, "reading a host-mate's device memory");
 }

@@ -40,4 +40,20 @@ eccl_result eccl_real_cuda_d_scale_div(eccl_real_cuda *c, int device, void *x, s
 eccl_result eccl_real_cuda_d_sync(eccl_real_cuda *c, int device);
 eccl_result eccl_real_cuda_d_order(eccl_real_cuda *c, int device, void *stream, int library_waits);
 
+/* CUDA IPC between host-mates (net_shm). Whether the plugin is open and can
+ * do it at all; never opens it (a process whose buffers are all host memory
+ * never loads CUDA for a peer's sake). */
+int eccl_real_cuda_has_ipc(eccl_real_cuda *c);
+/* The device of the last device buffer this env saw (0 before any): where a
+ * host-mate's memory is mapped, so a rank never opens a context on a GPU it
+ * does not use. */
+int eccl_real_cuda_home_device(eccl_real_cuda *c);
+/* The plugin's ipc_export/ipc_open/ipc_close (plugin.h);
+ * ECCL_ERR_UNSUPPORTED without IPC. */
+eccl_result eccl_real_cuda_ipc_export(eccl_real_cuda *c, int device, const void *p, void *handle, size_t *offset);
+eccl_result eccl_real_cuda_ipc_open(eccl_real_cuda *c, int device, const void *handle, void **base);
+void eccl_real_cuda_ipc_close(eccl_real_cuda *c, int device, void *base);
+/* dst = src (an imported pointer) on `device`, waited for. */
+eccl_result eccl_real_cuda_ipc_read(eccl_real_cuda *c, int device, void *dst, const void *src, size_t bytes);
+
 #endif /* ECCL_BACKENDS_REAL_DEV_CUDA_H */

@@ -577,7 +577,7 @@ static eccl_result net_create(env_real *r)
     /* Host-mates' payloads through memory unless ECCL_SHM=0. */
     if (eccl_config_uint(&r->env, "ECCL_SHM", 0, 1, 1)) {
         char why[160] = "";
-        eccl_result rc = eccl_net_shm_create(&r->env, &r->env.net_ctx, why);
+        eccl_result rc = eccl_net_shm_create(&r->env, r->cuda, &r->env.net_ctx, why);
         if (rc == ECCL_OK) {
             r->env.net = &eccl_net_shm_ops;
             return ECCL_OK;
@@ -733,6 +733,10 @@ eccl_result eccl_env_real_create(const char *name, int data_links, eccl_env **ou
     r->env.spin_ns = eccl_config_uint(&r->env, "ECCL_SPIN_NS", 0, UINT64_MAX, DEFAULT_SPIN_NS);
     r->env.ncpus = usable_cpus();
 
+    /* Before the net: net_shm moves device payloads through it. Opens
+     * nothing until a buffer needs it; NULL (out of memory) means host
+     * memory only. */
+    r->cuda = eccl_real_cuda_new(&r->env);
     if (data_links) {
         res = net_create(r);
     } else {
@@ -740,16 +744,17 @@ eccl_result eccl_env_real_create(const char *name, int data_links, eccl_env **ou
         res = eccl_net_tcp_create(&r->env, &r->env.net_ctx);
     }
     if (res != ECCL_OK) {
+        eccl_real_cuda_free(r->cuda);
         free(r);
         return res;
     }
     res = chaos_create(r);
     if (res != ECCL_OK) {
         destroy_net(&r->env);
+        eccl_real_cuda_free(r->cuda);
         free(r);
         return res;
     }
-    r->cuda = eccl_real_cuda_new(&r->env);
     *out = &r->env;
     return ECCL_OK;
 }

@@ -17,6 +17,12 @@
  *    and a sender that let go of a buffer (its link closed: the call failed)
  *    clears the live word first, so a read that overlapped it is refused.
  *
+ * Device memory (the device-resident ring's slices, isend_device) goes the
+ * same way with the allocation's CUDA IPC handle in the RTS: the receiver
+ * maps it (kept per conn, closed with it), copies out of it, then checks the
+ * live word. A receiver says in its FINs that it can map device memory, once
+ * its own CUDA is open.
+ *
  * Set-up: a listener advertises "shm:HOST:PORT". A connector whose own
  * listener has the same HOST writes a hello first (its pid, a probe word and
  * where it lives, its control socket's name); the acceptor reads the peer's
@@ -43,6 +49,8 @@
 
 #include <fiu-local.h>
 
+#include "../cuda/plugin.h"
+#include "dev_cuda.h"
 #include "env_real.h"
 #include "net_tcp.h"
 #include "util/addr.h"
@@ -75,20 +83,37 @@ typedef struct hello {
 _Static_assert(sizeof(hello) == 64, "the hello is 64 bytes on the wire");
 
 enum { CTL_RTS = 1, CTL_FIN = 2 };
+enum {
+    CTL_DEVICE = 1,    /* RTS: device memory; `ipc` names its allocation, `addr` is the offset in it */
+    CTL_CAN_IMPORT = 1 /* FIN: the receiver maps device memory (CUDA IPC) */
+};
 
 /* One datagram on the control socket. */
 typedef struct ctl_msg {
     uint32_t type;
-    uint32_t pad;
+    uint32_t flags;
     uint64_t seq;
     uint64_t addr; /* RTS: the sender's buffer */
     uint64_t len;
+    uint8_t ipc[ECCL_CUDA_IPC_HANDLE_BYTES];
 } ctl_msg;
+
+/* A host-mate's device allocations mapped here, per conn (most recently
+ * used kept; all closed with the conn). */
+#define IMPORTS 4
+
+typedef struct import {
+    uint8_t handle[ECCL_CUDA_IPC_HANDLE_BYTES];
+    uint8_t *base; /* NULL: a free entry */
+    int device;
+    uint64_t used;
+} import;
 
 enum conn_mode { MODE_PLAIN, MODE_HELLO, MODE_READY };
 
 typedef struct shm_net {
     eccl_env *env;
+    eccl_real_cuda *cuda;    /* device payloads through CUDA IPC (ECCL_SHM_IPC); NULL: none */
     void *tcp;               /* the stream net */
     size_t min_bytes;
     char host[ECCL_ADDR_MAX]; /* our listener's HOST; "" before the first listen */
@@ -103,6 +128,9 @@ struct eccl_bulk {
     uint64_t seq;
     uint8_t *buf;
     size_t len;
+    int device;   /* a send of device memory: its device, else -1 */
+    size_t off;   /* ...its offset in the allocation `ipc` names */
+    uint8_t ipc[ECCL_CUDA_IPC_HANDLE_BYTES];
 };
 
 struct eccl_conn {
@@ -140,6 +168,11 @@ struct eccl_conn {
     uint64_t rx_seq;  /* the next irecv */
     uint64_t rx_done; /* the next irecv not read yet */
     eccl_bulk *spare;
+    /* device memory: the peer maps ours (its last FIN said so); the
+     * peer's we mapped */
+    int peer_imports;
+    import imp[IMPORTS];
+    uint64_t imp_clock;
 };
 
 struct eccl_listener {
@@ -383,9 +416,99 @@ static void tx_pump(eccl_conn *c)
     for (; b && c->err == ECCL_OK && c->tx_rts - c->tx_fin < SLOTS; b = b->next) {
         atomic_store_explicit(&c->live[b->seq % SLOTS], b->seq + 1, memory_order_release);
         ctl_msg m = {.type = CTL_RTS, .seq = b->seq, .addr = (uint64_t)(uintptr_t)b->buf, .len = b->len};
+        if (b->device >= 0) {
+            m.flags = CTL_DEVICE;
+            m.addr = b->off;
+            memcpy(m.ipc, b->ipc, sizeof m.ipc);
+        }
         ctl_send(c, &m);
         c->tx_rts++;
     }
+}
+
+/* The peer's device allocation `handle` names, mapped here (opened on
+ * first use; the least recently used mapping makes room). NULL when it
+ * cannot be mapped (the conn is then broken). */
+static uint8_t *import_get(eccl_conn *c, const uint8_t *handle)
+{
+    import *slot = &c->imp[0];
+    for (int i = 0; i < IMPORTS; i++) {
+        import *x = &c->imp[i];
+        if (x->base && memcmp(x->handle, handle, sizeof x->handle) == 0) {
+            x->used = ++c->imp_clock;
+            return x->base;
+        }
+        if (!x->base || (slot->base && x->used < slot->used)) slot = x;
+    }
+    if (slot->base) eccl_real_cuda_ipc_close(c->n->cuda, slot->device, slot->base);
+    slot->base = NULL;
+    int device = eccl_real_cuda_home_device(c->n->cuda);
+    void *base = NULL;
+    eccl_result rc = eccl_real_cuda_ipc_open(c->n->cuda, device, handle, &base);
+    if (rc != ECCL_OK) {
+        /* A broken context of ours is this rank's device failure, which
+         * core reports as such (ECCL_ERR_DEVICE), not the link's. */
+        conn_break(c, rc == ECCL_ERR_DEVICE ? rc : ECCL_ERR_CLOSED, "cannot map the peer's device memory");
+        return NULL;
+    }
+    memcpy(slot->handle, handle, sizeof slot->handle);
+    slot->base = base;
+    slot->device = device;
+    slot->used = ++c->imp_clock;
+    return base;
+}
+
+static void imports_close(eccl_conn *c)
+{
+    for (int i = 0; i < IMPORTS; i++)
+        if (c->imp[i].base) eccl_real_cuda_ipc_close(c->n->cuda, c->imp[i].device, c->imp[i].base);
+    memset(c->imp, 0, sizeof c->imp);
+}
+
+/* Message m's bytes into b: out of the peer's address space (one
+ * process_vm_readv that also reads the sender's live word after them: the
+ * kernel reads remote iovecs in order), or out of its device memory
+ * mapped here, then the live word. Still set after the bytes: the sender
+ * held its buffer still during the whole read (it clears the word before
+ * its buffer can change). 0 when the bytes are good. */
+static int read_message(eccl_conn *c, eccl_bulk *b, const ctl_msg *m)
+{
+    uint64_t live = 0, live_addr = c->in.live_addr + (b->seq % SLOTS) * sizeof live;
+    int fail = 0;
+    if (m->flags & CTL_DEVICE) {
+        fiu_do_on("eccl/net_shm/ipc", fail = 1);
+        if (!eccl_real_cuda_has_ipc(c->n->cuda)) {
+            conn_break(c, ECCL_ERR_PROTOCOL, "device memory offered to a process that cannot map it");
+            return -1;
+        }
+        uint8_t *base = fail ? NULL : import_get(c, m->ipc);
+        if (fail || (base && eccl_real_cuda_ipc_read(c->n->cuda, eccl_real_cuda_home_device(c->n->cuda), b->buf,
+                                                     base + m->addr, b->len) != ECCL_OK)) {
+            /* a failed copy out of mapped memory is our device's */
+            conn_break(c, fail ? ECCL_ERR_CLOSED : ECCL_ERR_DEVICE, "cannot read the peer's device memory%s",
+                       fail ? ": failpoint eccl/net_shm/ipc" : "");
+            return -1;
+        }
+        if (!base) return -1; /* import_get broke the link */
+        if (peer_read_word(c, &live, live_addr) != 0) {
+            conn_break(c, ECCL_ERR_CLOSED, "cannot read the peer's live word: %s", strerror(errno));
+            return -1;
+        }
+    } else {
+        struct iovec to[2] = {{b->buf, b->len}, {&live, sizeof live}};
+        struct iovec from[2] = {{(void *)(uintptr_t)m->addr, b->len}, {(void *)(uintptr_t)live_addr, sizeof live}};
+        fiu_do_on("eccl/net_shm/read", fail = 1);
+        if (fail || process_vm_readv(c->peer, to, 2, from, 2, 0) != (ssize_t)(b->len + sizeof live)) {
+            conn_break(c, ECCL_ERR_CLOSED, "cannot read the peer's memory: %s",
+                       fail ? "failpoint eccl/net_shm/read" : strerror(errno));
+            return -1;
+        }
+    }
+    if (live != b->seq + 1) {
+        conn_break(c, ECCL_ERR_CLOSED, "the peer let go of a buffer while it was read");
+        return -1;
+    }
+    return 0;
 }
 
 /* Reads every irecv whose RTS is here, in order, and answers each. */
@@ -399,33 +522,16 @@ static void rx_pump(eccl_conn *c)
             conn_break(c, ECCL_ERR_PROTOCOL, "a message of another length than its receive");
             return;
         }
-        /* The bytes, then the sender's live word for them, in one call
-         * (the kernel reads remote iovecs in order). The sender clears the
-         * word before its buffer can change: still set after the bytes,
-         * the buffer held still during the whole read. */
-        uint64_t live = 0;
-        struct iovec to[2] = {{b->buf, b->len}, {&live, sizeof live}};
-        struct iovec from[2] = {{(void *)(uintptr_t)m->addr, b->len},
-                                {(void *)(uintptr_t)(c->in.live_addr + (b->seq % SLOTS) * sizeof live), sizeof live}};
-        int fail = 0;
-        fiu_do_on("eccl/net_shm/read", fail = 1);
-        if (fail || process_vm_readv(c->peer, to, 2, from, 2, 0) != (ssize_t)(b->len + sizeof live)) {
-            conn_break(c, ECCL_ERR_CLOSED, "cannot read the peer's memory: %s",
-                       fail ? "failpoint eccl/net_shm/read" : strerror(errno));
-            return;
-        }
-        if (live != b->seq + 1) {
-            conn_break(c, ECCL_ERR_CLOSED, "the peer let go of a buffer while it was read");
-            return;
-        }
+        if (read_message(c, b, m) != 0) return;
         b->done = 1;
         c->rx_done++;
-        ctl_msg fin = {.type = CTL_FIN, .seq = b->seq};
+        ctl_msg fin = {.type = CTL_FIN, .seq = b->seq,
+                       .flags = eccl_real_cuda_has_ipc(c->n->cuda) ? CTL_CAN_IMPORT : 0};
         ctl_send(c, &fin);
     }
 }
 
-static void on_fin(eccl_conn *c, uint64_t seq)
+static void on_fin(eccl_conn *c, uint64_t seq, uint32_t flags)
 {
     eccl_bulk *b = c->tx_head;
     while (b && b->done) b = b->next;
@@ -436,6 +542,9 @@ static void on_fin(eccl_conn *c, uint64_t seq)
     atomic_store_explicit(&c->live[seq % SLOTS], 0, memory_order_release);
     b->done = 1;
     c->tx_fin++;
+    /* Learnt once the peer has device memory of its own (its CUDA is
+     * open), never before: a host-only process does not load CUDA for us. */
+    if (flags & CTL_CAN_IMPORT) c->peer_imports = 1;
 }
 
 static void on_rts(eccl_conn *c, const ctl_msg *m)
@@ -476,7 +585,7 @@ static void ctl_drain(eccl_conn *c)
             return;
         }
         if (m.type == CTL_RTS) on_rts(c, &m);
-        else if (m.type == CTL_FIN) on_fin(c, m.seq);
+        else if (m.type == CTL_FIN) on_fin(c, m.seq, m.flags);
         else conn_break(c, ECCL_ERR_PROTOCOL, "an unknown control message");
     }
 }
@@ -672,6 +781,7 @@ static void shm_close(void *ctx, eccl_conn *c)
     for (int i = 0; i < SLOTS; i++) atomic_store_explicit(&c->live[i], 0, memory_order_release);
     atomic_thread_fence(memory_order_seq_cst);
     ctl_close(c);
+    imports_close(c);
     for (eccl_bulk **list = &c->tx_head; list; list = list == &c->tx_head ? &c->rx_head : NULL) {
         while (*list) {
             eccl_bulk *b = *list;
@@ -709,7 +819,7 @@ static eccl_result bulk_new(eccl_conn *c, const void *buf, size_t len, int is_se
     if (c->mode != MODE_READY || !c->shm || len == 0) return ECCL_ERR_INVALID_ARG;
     eccl_bulk *b = bulk_get(c);
     if (!b) return ECCL_ERR_NO_MEMORY;
-    *b = (eccl_bulk){.c = c, .is_send = is_send, .buf = (uint8_t *)buf, .len = len};
+    *b = (eccl_bulk){.c = c, .is_send = is_send, .buf = (uint8_t *)buf, .len = len, .device = -1};
     eccl_bulk **head = is_send ? &c->tx_head : &c->rx_head, **tail = is_send ? &c->tx_tail : &c->rx_tail;
     b->seq = is_send ? c->tx_seq++ : c->rx_seq++;
     if (*tail) (*tail)->next = b;
@@ -724,6 +834,37 @@ static eccl_result shm_isend(void *ctx, eccl_conn *c, const void *buf, size_t le
     (void)ctx;
     eccl_result rc = bulk_new(c, buf, len, 1, req);
     if (rc != ECCL_OK) return rc;
+    tx_pump(c);
+    conn_apply_interest(c);
+    return c->err;
+}
+
+/* Device memory goes as a handle to its allocation, which the peer maps
+ * (CUDA IPC): no copy on this side at all. Only once the peer said it can
+ * map device memory, and only for memory legacy IPC can export. */
+static int shm_bulk_device(void *ctx, eccl_conn *c, const void *buf, int device)
+{
+    shm_net *n = ctx;
+    uint8_t handle[ECCL_CUDA_IPC_HANDLE_BYTES];
+    size_t off;
+    return c->err == ECCL_OK && c->mode == MODE_READY && c->shm && c->peer_imports &&
+           eccl_real_cuda_ipc_export(n->cuda, device, buf, handle, &off) == ECCL_OK;
+}
+
+static eccl_result shm_isend_device(void *ctx, eccl_conn *c, const void *buf, size_t len, int device,
+                                    eccl_bulk **req)
+{
+    shm_net *n = ctx;
+    uint8_t handle[ECCL_CUDA_IPC_HANDLE_BYTES];
+    size_t off;
+    if (c->err != ECCL_OK) return c->err;
+    if (!c->peer_imports) return ECCL_ERR_INVALID_ARG;
+    if (eccl_real_cuda_ipc_export(n->cuda, device, buf, handle, &off) != ECCL_OK) return ECCL_ERR_DEVICE;
+    eccl_result rc = bulk_new(c, buf, len, 1, req);
+    if (rc != ECCL_OK) return rc;
+    (*req)->device = device;
+    (*req)->off = off;
+    memcpy((*req)->ipc, handle, sizeof handle);
     tx_pump(c);
     conn_apply_interest(c);
     return c->err;
@@ -784,6 +925,8 @@ const eccl_net_ops eccl_net_shm_ops = {
     .irecv = shm_irecv,
     .progress = shm_progress,
     .test = shm_test,
+    .bulk_device = shm_bulk_device,
+    .isend_device = shm_isend_device,
 };
 
 /* ---- context ------------------------------------------------------------------------ */
@@ -817,12 +960,13 @@ static int dgram_queue_ok(char *why)
     return 1;
 }
 
-eccl_result eccl_net_shm_create(eccl_env *env, void **out, char *why)
+eccl_result eccl_net_shm_create(eccl_env *env, eccl_real_cuda *cuda, void **out, char *why)
 {
     if (!cma_works(why) || !dgram_queue_ok(why)) return ECCL_ERR_UNSUPPORTED;
     shm_net *n = calloc(1, sizeof *n);
     if (!n) return ECCL_ERR_NO_MEMORY;
     n->env = env;
+    n->cuda = eccl_config_uint(env, "ECCL_SHM_IPC", 0, 1, 1) ? cuda : NULL;
     n->min_bytes = (size_t)eccl_config_uint(env, "ECCL_SHM_MIN_BYTES", 1, 1ul << 30, DEFAULT_MIN_BYTES);
     eccl_result rc = eccl_net_tcp_create(env, &n->tcp);
     if (rc != ECCL_OK) {

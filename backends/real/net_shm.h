@@ -4,6 +4,7 @@
 #ifndef ECCL_BACKENDS_REAL_NET_SHM_H
 #define ECCL_BACKENDS_REAL_NET_SHM_H
 
+#include "dev_cuda.h"
 #include "env.h"
 
 extern const eccl_net_ops eccl_net_shm_ops;
@@ -14,11 +15,12 @@ extern const eccl_net_ops eccl_net_shm_ops;
  * HOST:PORT. */
 #define ECCL_SHM_ADDR_PREFIX "shm:"
 
-/* The net context for `env`, with a net_tcp of its own for the streams.
+/* The net context for `env`, with a net_tcp of its own for the streams;
+ * device payloads go through `cuda`'s IPC (NULL: host memory only).
  * ECCL_ERR_UNSUPPORTED (and `why`, 160 bytes) when this machine cannot move
  * memory between processes (no cross-memory attach, a control queue too
  * short): the caller then uses plain TCP. */
-eccl_result eccl_net_shm_create(eccl_env *env, void **out, char *why);
+eccl_result eccl_net_shm_create(eccl_env *env, eccl_real_cuda *cuda, void **out, char *why);
 /* Every conn and listener must be closed first. NULL is fine. */
 void eccl_net_shm_destroy(void *ctx);
 

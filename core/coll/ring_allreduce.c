@@ -275,30 +275,49 @@ static const uint8_t *next_send(const eccl_ring_allreduce *r, uint32_t i, eccl_w
     return (d->send_g == 0 ? r->call.sendbuf : r->call.recvbuf) + off * r->esize;
 }
 
-/* The device-resident pump: every slice that is ready and has a free send
- * slot is copied from the device into its slot, one wait covers all the
- * copies, then the frames are queued. While they are on the wire, the next
- * pump copies the next slices. */
+/* Whether ring i's slices may leave from the device buffers themselves:
+ * both (the first step sends the input, later ones the output) are memory
+ * the link can carry. */
+static void ask_direct(eccl_ring_allreduce *r, eccl_chan *link[2])
+{
+    r->direct_asked = 1;
+    for (uint32_t i = 0; i < r->nrings; i++)
+        r->direct[i] = eccl_chan_device_bulk(link[i], r->call.sendbuf, r->call.device) &&
+                       (r->call.recvbuf == r->call.sendbuf ||
+                        eccl_chan_device_bulk(link[i], r->call.recvbuf, r->call.device));
+}
+
+/* The device-resident pump: every slice that is ready and has a way out
+ * (a free send slot it is copied into, or the link itself reading device
+ * memory) is taken; one wait covers all the copies and the device work
+ * that wrote the slices; then the frames are queued. While they are on the
+ * wire, the next pump takes the next slices. */
 static eccl_result pump_device(eccl_ring_allreduce *r, eccl_chan *link[2])
 {
     struct {
-        eccl_ring_slot *sl;
+        eccl_ring_slot *sl; /* NULL: straight from the device buffer */
+        const uint8_t *src;
         uint32_t ring;
         eccl_wire_data w;
     } out[ECCL_RING_DEV_SLOTS];
     int n = 0;
     eccl_result rc = ECCL_OK;
+    if (!r->direct_asked) ask_direct(r, link);
     for (uint32_t i = 0; i < r->nrings && r->dev_error == ECCL_OK; i++) {
         eccl_ring_dir *d = &r->dir[i];
         size_t queued = link[i]->queued_bytes;
-        eccl_ring_slot *sl;
-        while (send_ready(r, d) && queued < ECCL_RING_MAX_QUEUED && (sl = free_slot(r)) != NULL) {
+        size_t direct_min = r->direct[i] ? eccl_chan_bulk_min(link[i]) : 0;
+        while (send_ready(r, d) && queued < ECCL_RING_MAX_QUEUED && n < ECCL_RING_DEV_SLOTS) {
             size_t len;
             eccl_wire_data w;
             const uint8_t *src = next_send(r, i, &w, &len);
-            if (dcopy(r, sl->p, src, w.len) != ECCL_OK) break;
-            sl->filling = 1;
+            eccl_ring_slot *sl = NULL;
+            if (!direct_min || w.len < direct_min) {
+                if (!(sl = free_slot(r)) || dcopy(r, sl->p, src, w.len) != ECCL_OK) break;
+                sl->filling = 1;
+            }
             out[n].sl = sl;
+            out[n].src = src;
             out[n].ring = i;
             out[n++].w = w;
             queued += w.len;
@@ -308,11 +327,14 @@ static eccl_result pump_device(eccl_ring_allreduce *r, eccl_chan *link[2])
     }
     if (n && dsync(r) == ECCL_OK) {
         for (int k = 0; k < n && rc == ECCL_OK; k++) {
-            rc = eccl_chan_send_data(link[out[k].ring], &out[k].w, out[k].sl->p, &out[k].sl->inflight);
+            eccl_chan *ch = link[out[k].ring];
+            rc = out[k].sl ? eccl_chan_send_data(ch, &out[k].w, out[k].sl->p, &out[k].sl->inflight)
+                           : eccl_chan_send_data_device(ch, &out[k].w, out[k].src, r->call.device, &r->inflight);
             if (rc == ECCL_OK) r->tx_bytes += out[k].w.len;
         }
     }
-    for (int k = 0; k < n; k++) out[k].sl->filling = 0;
+    for (int k = 0; k < n; k++)
+        if (out[k].sl) out[k].sl->filling = 0;
     return rc != ECCL_OK ? rc : pump_tokens(r, link[0]);
 }
 

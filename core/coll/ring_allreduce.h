@@ -48,7 +48,9 @@
  * and recvbuf are device memory the host never touches. Each outgoing slice
  * is copied by the device into one of the op's pinned send slots and sent
  * from there once the copy is done (the next slice is copied while this
- * one is on the wire); each incoming slice lands in pinned staging and a
+ * one is on the wire), or, on a link that carries device memory (a
+ * host-mate maps it: eccl_chan_device_bulk), sent from the device buffer
+ * itself once the device work that wrote it is done; each incoming slice lands in pinned staging and a
  * kernel on the library's stream reduces it into recvbuf (or copies it, in
  * the all-gather), in the host path's operand order; the backup is device
  * memory, saved slice by slice before the first write as above. All of it
@@ -116,6 +118,11 @@ typedef struct eccl_ring_allreduce {
     /* device-resident: the send slots, and the first device failure */
     eccl_ring_slot slot[ECCL_RING_DEV_SLOTS];
     eccl_result dev_error;
+    /* ...and per ring, whether its slices may leave straight from the
+     * device buffers (the link carries device memory: a host-mate maps
+     * it), asked once, at the first pump */
+    int direct[2];
+    int direct_asked;
 } eccl_ring_allreduce;
 
 /* Plans `call` (a copy is kept) for call->rank of call->nranks (>= 2).

@@ -122,6 +122,18 @@ void comm_ops_link_lost(eccl_comm *c, p2p_link *l)
 {
     if (!l->hello_seen || l->epoch != c->epoch || !c->master_open) return;
     int role = comm_link_role(c, l);
+    if (l->ch.error == ECCL_ERR_DEVICE) {
+        /* Our own device broke while the net served this link (it copied
+         * out of a host-mate's device memory with our context): this rank
+         * fails its ops as their own device work would (ECCL_ERR_DEVICE,
+         * told to the master), the link is not to blame. */
+        for (eccl_request *r = c->ops, *next; r; r = next) {
+            next = r->next;
+            if (r->state == OP_RUNNING && !r->returned && op_runs_over(c, r, l, role))
+                comm_op_finish(c, r, ECCL_ERR_DEVICE);
+        }
+        return;
+    }
     const eccl_request *hit = NULL;
     for (const eccl_request *r = c->ops; r && !hit; r = r->next)
         if (r->state == OP_RUNNING && !r->returned && op_runs_over(c, r, l, role)) hit = r;

@@ -186,22 +186,30 @@ eccl_result eccl_chan_send_frame(eccl_chan *ch, uint8_t *frame, uint32_t len)
     return ECCL_OK;
 }
 
-/* The smallest payload this channel's conn moves as bulk; 0 = none. */
-static size_t chan_bulk_min(const eccl_chan *ch)
+size_t eccl_chan_bulk_min(const eccl_chan *ch)
 {
     if (!ch->conn || !eccl_net_has_bulk(ch->env)) return 0;
     return ch->env->net->bulk_min(ch->env->net_ctx, ch->conn);
 }
 
-/* Starts payload[0..len) as the conn's next bulk message; `inflight` is
- * held until it is done. */
-static eccl_result chan_bulk_send(eccl_chan *ch, const void *payload, size_t len,
+int eccl_chan_device_bulk(const eccl_chan *ch, const void *buf, int device)
+{
+    if (ch->error != ECCL_OK || !ch->conn || !eccl_net_has_device_bulk(ch->env) || eccl_chan_bulk_min(ch) == 0)
+        return 0;
+    return ch->env->net->bulk_device(ch->env->net_ctx, ch->conn, buf, device);
+}
+
+/* Starts payload[0..len) (memory of `device`; -1: host memory) as the
+ * conn's next bulk message; `inflight` is held until it is done. */
+static eccl_result chan_bulk_send(eccl_chan *ch, const void *payload, size_t len, int device,
                                   uint32_t *inflight)
 {
     eccl_chan_bulk *b = ch->bulk_free;
     if (b) ch->bulk_free = b->next;
     else if (!(b = malloc(sizeof *b))) return ECCL_ERR_NO_MEMORY;
-    eccl_result rc = ch->env->net->isend(ch->env->net_ctx, ch->conn, payload, len, &b->req);
+    const eccl_net_ops *net = ch->env->net;
+    eccl_result rc = device < 0 ? net->isend(ch->env->net_ctx, ch->conn, payload, len, &b->req)
+                                : net->isend_device(ch->env->net_ctx, ch->conn, payload, len, device, &b->req);
     if (rc != ECCL_OK) {
         b->next = ch->bulk_free;
         ch->bulk_free = b;
@@ -263,18 +271,24 @@ static void chan_bulk_progress(eccl_chan *ch)
     }
 }
 
-eccl_result eccl_chan_send_data(eccl_chan *ch, const eccl_wire_data *d,
-                                const void *payload, uint32_t *inflight)
+/* A DATA frame whose payload is host memory (device -1) or, as bulk only,
+ * memory of `device`. */
+static eccl_result send_data(eccl_chan *ch, const eccl_wire_data *d, const void *payload, int device,
+                             uint32_t *inflight)
 {
     if (ch->error != ECCL_OK) return ch->error;
     eccl_frame *f = frame_get(ch);
     if (!f) return ECCL_ERR_NO_MEMORY;
     /* Decided once per frame: the net is told by a NULL base (see env.h). */
-    f->phantom = d->len > 0 && ch->phantom_net && eccl_dev_is_phantom(ch->env, payload);
-    size_t bulk_min = f->phantom ? 0 : chan_bulk_min(ch);
+    f->phantom = device < 0 && d->len > 0 && ch->phantom_net && eccl_dev_is_phantom(ch->env, payload);
+    size_t bulk_min = f->phantom ? 0 : eccl_chan_bulk_min(ch);
     eccl_wire_data w = *d;
+    if (device >= 0 && (!bulk_min || d->len < bulk_min || !eccl_net_has_device_bulk(ch->env))) {
+        frame_release(ch, f);
+        return ECCL_ERR_INVALID_ARG; /* the stream cannot read device memory */
+    }
     if (bulk_min && d->len >= bulk_min) {
-        eccl_result rc = chan_bulk_send(ch, payload, d->len, inflight);
+        eccl_result rc = chan_bulk_send(ch, payload, d->len, device, inflight);
         if (rc != ECCL_OK) {
             frame_release(ch, f);
             chan_fail(ch, rc);
@@ -295,6 +309,17 @@ eccl_result eccl_chan_send_data(eccl_chan *ch, const eccl_wire_data *d,
     if (inflight) (*inflight)++;
     frame_enqueue(ch, f);
     return ECCL_OK;
+}
+
+eccl_result eccl_chan_send_data(eccl_chan *ch, const eccl_wire_data *d, const void *payload, uint32_t *inflight)
+{
+    return send_data(ch, d, payload, -1, inflight);
+}
+
+eccl_result eccl_chan_send_data_device(eccl_chan *ch, const eccl_wire_data *d, const void *payload, int device,
+                                       uint32_t *inflight)
+{
+    return send_data(ch, d, payload, device < 0 ? 0 : device, inflight);
 }
 
 eccl_result eccl_chan_send_lazy(eccl_chan *ch, const eccl_wire_data *d)
@@ -495,7 +520,7 @@ static int chan_parse(eccl_chan *ch, const eccl_chan_handler *h, void *owner,
             if (rc != ECCL_OK) goto fail;
             if (ch->data.flags & ECCL_WIRE_DATA_BULK) {
                 /* Only a conn that moves bulk may say so. */
-                if (chan_bulk_min(ch) == 0) {
+                if (eccl_chan_bulk_min(ch) == 0) {
                     rc = ECCL_ERR_PROTOCOL;
                     goto fail;
                 }

@@ -127,6 +127,18 @@ eccl_result eccl_chan_send_frame(eccl_chan *ch, uint8_t *frame, uint32_t len);
  * all of it (or the channel dropped it): only then may the payload change. */
 eccl_result eccl_chan_send_data(eccl_chan *ch, const eccl_wire_data *d,
                                 const void *payload, uint32_t *inflight);
+/* The smallest payload this channel's conn moves as bulk; 0 = none. */
+size_t eccl_chan_bulk_min(const eccl_chan *ch);
+/* Whether payloads of at least eccl_chan_bulk_min bytes in buf's device
+ * allocation (memory of `device`) may leave through
+ * eccl_chan_send_data_device: the conn carries device memory (env.h,
+ * bulk_device). */
+int eccl_chan_device_bulk(const eccl_chan *ch, const void *buf, int device);
+/* eccl_chan_send_data for a payload in device memory, sent as bulk
+ * straight from the device: only where eccl_chan_device_bulk said yes and
+ * d->len >= eccl_chan_bulk_min. */
+eccl_result eccl_chan_send_data_device(eccl_chan *ch, const eccl_wire_data *d, const void *payload, int device,
+                                       uint32_t *inflight);
 /* Queues an empty DATA frame (a completion token) that may wait: it
  * leaves with the next frame queued behind it, or at eccl_chan_flush_lazy,
  * so a stream of small calls sends each token in the same write as the
