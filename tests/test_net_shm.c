@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -278,7 +279,7 @@ static void test_malformed_hello(void **state)
     pair_dial(&p, "127.0.0.1:0", NULL, 1);
     uint64_t deadline = now_ns(p.a) + SOON;
     eccl_result r;
-    uint8_t junk[64];
+    uint8_t junk[72]; /* the hello's size */
     memset(junk, 0xee, sizeof junk);
     memcpy(junk, "ESHM", 4);
     size_t sent = 0, k;
@@ -403,6 +404,156 @@ static void test_transfer_failpoints(void **state)
     }
 }
 
+
+/* ---- core's bytes through the inboxes ------------------------------------------- */
+
+/* Mappings of inboxes in this process (both ends live here). */
+static int inbox_mappings(void)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    char line[512];
+    int n = 0;
+    while (f && fgets(line, sizeof line, f)) n += strstr(line, "eccl-shm-inbox") != NULL;
+    if (f) fclose(f);
+    return n;
+}
+
+/* 3 MiB each way through 4 KiB inboxes, in odd-sized pieces: every send
+ * that finds no room takes part of it (wrap-around, partial writes), `wait`
+ * reports a conn with bytes to read or room to write, and every byte
+ * arrives in order. */
+static void test_stream_through_inboxes(void **state)
+{
+    (void)state;
+    setenv("ECCL_SHM_RING_BYTES", "4096", 1);
+    pair p;
+    pair_open_to(&p, "127.0.0.1:0", NULL);
+    unsetenv("ECCL_SHM_RING_BYTES");
+    assert_int_equal(inbox_mappings(), 4); /* each end: its inbox and the peer's */
+    const size_t total = 3u << 20;
+    uint8_t *out = malloc(total), *in_a = malloc(total), *in_b = malloc(total);
+    assert_true(out && in_a && in_b);
+    fill(out, total, 11);
+    size_t sa = 0, sb = 0, ga = 0, gb = 0, k, piece = 1;
+    uint64_t deadline = now_ns(p.a) + 4 * SOON;
+    while (ga < total || gb < total) {
+        piece = piece * 7 % 9973 + 1;
+        eccl_iov ia = {out + sa, total - sa < piece ? total - sa : piece};
+        eccl_iov ib = {out + sb, total - sb < piece ? total - sb : piece};
+        if (sa < total) {
+            assert_int_equal(p.a->net->send(p.a->net_ctx, p.ac, &ia, 1, &k), ECCL_OK);
+            sa += k;
+        }
+        if (sb < total) {
+            assert_int_equal(p.b->net->send(p.b->net_ctx, p.bc, &ib, 1, &k), ECCL_OK);
+            sb += k;
+        }
+        /* what is waiting is reported without blocking */
+        void *ready[8];
+        int n = p.b->net->wait(p.b->net_ctx, 0, ready, 8);
+        int b_ready = 0;
+        for (int i = 0; i < n; i++) b_ready |= ready[i] == &p.bu;
+        if (sa > gb) assert_true(b_ready); /* a's bytes are in b's inbox */
+        size_t want = total - gb < 5000 ? total - gb : 5000;
+        assert_int_equal(p.b->net->recv(p.b->net_ctx, p.bc, in_b + gb, want, &k), ECCL_OK);
+        gb += k;
+        want = total - ga < 3000 ? total - ga : 3000;
+        assert_int_equal(p.a->net->recv(p.a->net_ctx, p.ac, in_a + ga, want, &k), ECCL_OK);
+        ga += k;
+        assert_true(now_ns(p.a) < deadline);
+    }
+    assert_memory_equal(in_a, out, total);
+    assert_memory_equal(in_b, out, total);
+    free(out);
+    free(in_a);
+    free(in_b);
+    pair_close(&p);
+    assert_int_equal(inbox_mappings(), 0); /* closing unmaps both */
+}
+
+/* A thread blocked in `wait` is woken by a host-mate's bytes (the bell). */
+static void *late_sender(void *arg)
+{
+    pair *p = arg;
+    usleep(50 * 1000);
+    const char w[5] = "bell!";
+    eccl_iov iov = {w, sizeof w};
+    size_t k = 0;
+    p->b->net->send(p->b->net_ctx, p->bc, &iov, 1, &k);
+    return (void *)(uintptr_t)k;
+}
+
+static void test_blocked_wait_rung(void **state)
+{
+    (void)state;
+    pair p;
+    pair_open_to(&p, "127.0.0.1:0", NULL);
+    assert_true(inbox_mappings() > 0);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, late_sender, &p), 0);
+    uint64_t t0 = now_ns(p.a);
+    void *ready[4];
+    int n = 0, seen = 0;
+    while (!seen && now_ns(p.a) - t0 < SOON) {
+        n = p.a->net->wait(p.a->net_ctx, now_ns(p.a) + SOON, ready, 4);
+        for (int i = 0; i < n; i++) seen |= ready[i] == &p.au;
+    }
+    void *sent;
+    pthread_join(t, &sent);
+    assert_int_equal((uintptr_t)sent, 5);
+    assert_true(seen);
+    assert_true(now_ns(p.a) - t0 < SOON);
+    char in[5];
+    size_t k = 0;
+    assert_int_equal(p.a->net->recv(p.a->net_ctx, p.ac, in, sizeof in, &k), ECCL_OK);
+    assert_int_equal(k, 5);
+    assert_memory_equal(in, "bell!", 5);
+    pair_close(&p);
+}
+
+/* A host-mate that corrupts the counters of our inbox (head runs past the
+ * ring): the conn breaks with ECCL_ERR_PROTOCOL, nothing is read. */
+static void test_inbox_counters_checked(void **state)
+{
+    (void)state;
+    pair p;
+    pair_open_to(&p, "127.0.0.1:0", NULL);
+    /* The inboxes are the only shared mappings named so; every one gets
+     * an impossible head. */
+    FILE *f = fopen("/proc/self/maps", "r");
+    char line[512];
+    int hit = 0;
+    while (f && fgets(line, sizeof line, f)) {
+        unsigned long lo, hi;
+        if (!strstr(line, "eccl-shm-inbox") || sscanf(line, "%lx-%lx", &lo, &hi) != 2) continue;
+        uint64_t *head = (uint64_t *)lo;
+        __atomic_store_n(head, *head + (1ull << 40), __ATOMIC_RELEASE);
+        hit++;
+    }
+    if (f) fclose(f);
+    assert_true(hit >= 2);
+    char in[8];
+    size_t k = 0;
+    assert_int_equal(p.a->net->recv(p.a->net_ctx, p.ac, in, sizeof in, &k), ECCL_ERR_PROTOCOL);
+    assert_int_equal(k, 0);
+    pair_close(&p);
+}
+
+/* ECCL_SHM_RING_BYTES=0 on one side: no inbox anywhere, frames over TCP,
+ * bulk payloads still through memory. */
+static void test_inboxes_off(void **state)
+{
+    (void)state;
+    setenv("ECCL_SHM_RING_BYTES", "0", 1);
+    pair p;
+    pair_dial(&p, "127.0.0.1:0", NULL, 0); /* both envs read it: a's too */
+    unsetenv("ECCL_SHM_RING_BYTES");
+    pair_settle(&p);
+    assert_int_equal(inbox_mappings(), 0);
+    assert_int_equal(p.b->net->bulk_min(p.b->net_ctx, p.bc), 256u << 10);
+    pair_close(&p);
+}
+
 int main(void)
 {
     fiu_init(0);
@@ -412,6 +563,10 @@ int main(void)
         cmocka_unit_test_setup(test_plain_when_not_host_mates, setup),
         cmocka_unit_test_setup(test_plain_peer_replayed, setup),
         cmocka_unit_test_setup(test_malformed_hello, setup),
+        cmocka_unit_test_setup(test_stream_through_inboxes, setup),
+        cmocka_unit_test_setup(test_blocked_wait_rung, setup),
+        cmocka_unit_test_setup(test_inbox_counters_checked, setup),
+        cmocka_unit_test_setup(test_inboxes_off, setup),
         cmocka_unit_test_setup(test_stranger_datagram_dropped, setup),
         cmocka_unit_test_setup(test_transfer_failpoints, setup),
     };

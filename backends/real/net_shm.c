@@ -37,12 +37,16 @@
 #include "net_shm.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/uio.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -58,13 +62,15 @@
 #include "util/log.h"
 
 #define HELLO_MAGIC "ESHM"
-#define HELLO_VERSION 1
+#define HELLO_VERSION 2
 /* Messages in flight per conn and direction. Each control socket then
  * holds at most SLOTS RTS and SLOTS FIN unread, within Linux's default
  * queue of 10 datagrams (net.unix.max_dgram_qlen), so a control send never
  * finds the queue full. */
 #define SLOTS 4
 #define DEFAULT_MIN_BYTES (256u << 10)
+#define DEFAULT_RING_BYTES (512u << 10)
+#define RING_MAX_BYTES (64u << 20)
 #define CTL_NAME_MAX 20
 
 /* What each side writes first on a conn between host-mates (host order:
@@ -79,8 +85,26 @@ typedef struct hello {
     uint64_t live_addr;   /* the writer's live words (SLOTS of them) */
     uint32_t ctl_len;     /* its control socket's abstract name, length */
     char ctl[CTL_NAME_MAX];
+    uint32_t inbox_fd;    /* the writer's inbox (a sealed memfd), as its fd there */
+    uint32_t inbox_bytes; /* its ring's size; 0: frames stay in the TCP stream */
 } hello;
-_Static_assert(sizeof(hello) == 64, "the hello is 64 bytes on the wire");
+_Static_assert(sizeof(hello) == 72, "the hello is 72 bytes on the wire");
+
+/* A conn's inbox: a ring that the peer writes core's bytes into and its
+ * owner reads, in a memfd both map. Counters only grow; each side writes
+ * one of them. The flags make a side that is about to block be woken: the
+ * other sends a byte (a "bell") on the TCP stream, which then carries
+ * nothing else, and still tells a closed or dead peer as before. */
+typedef struct inbox {
+    _Atomic uint64_t head; /* bytes the writer put in, ever */
+    uint8_t pad0[56];
+    _Atomic uint64_t tail; /* bytes the reader took out, ever */
+    uint8_t pad1[56];
+    _Atomic uint32_t reader_sleeps; /* a reader thread is about to block in wait: the writer rings */
+    _Atomic uint32_t writer_waits;  /* the writer found no room: the reader rings */
+} inbox;
+#define INBOX_HDR 4096u
+_Static_assert(sizeof(inbox) <= INBOX_HDR, "the header fits its page");
 
 enum { CTL_RTS = 1, CTL_FIN = 2 };
 enum {
@@ -116,6 +140,13 @@ typedef struct shm_net {
     eccl_real_cuda *cuda;    /* device payloads through CUDA IPC (ECCL_SHM_IPC); NULL: none */
     void *tcp;               /* the stream net */
     size_t min_bytes;
+    size_t ring_bytes;       /* our inboxes' size (ECCL_SHM_RING_BYTES); 0: none */
+    /* conns whose frames go through inboxes, for `wait` to look into; a
+     * conn leaves under the mutex before it is freed */
+    pthread_mutex_t mu;
+    eccl_conn **rings;
+    size_t nrings, cap_rings;
+    int sleepers; /* our threads about to block in `wait` (mu) */
     char host[ECCL_ADDR_MAX]; /* our listener's HOST; "" before the first listen */
     uint64_t probes;         /* makes each conn's probe word differ */
 } shm_net;
@@ -173,6 +204,13 @@ struct eccl_conn {
     int peer_imports;
     import imp[IMPORTS];
     uint64_t imp_clock;
+    /* frames through memory: our inbox (the peer writes it) and the
+     * peer's (we write it); `ring` once both hellos offered and mapped */
+    int ring;
+    int ibox_fd; /* our inbox's memfd until the peer mapped it; -1 after */
+    inbox *ibox, *obox;
+    size_t ibox_bytes, obox_bytes;
+    _Atomic int rd_interest, wr_interest; /* core's, for `wait` (no lock there) */
 };
 
 struct eccl_listener {
@@ -200,6 +238,262 @@ static int peer_read_word(const eccl_conn *c, uint64_t *to, uint64_t from)
 {
     struct iovec local = {to, sizeof *to}, remote = {(void *)(uintptr_t)from, sizeof *to};
     return process_vm_readv(c->peer, &local, 1, &remote, 1, 0) == (ssize_t)sizeof *to ? 0 : -1;
+}
+
+/* ---- inboxes: core's frames through memory ---------------------------------------- */
+
+static uint8_t *box_data(inbox *b) { return (uint8_t *)b + INBOX_HDR; }
+
+/* Our inbox, which the hello offers; none when rings are off or the system
+ * refuses a sealed memfd. */
+static void ibox_create(eccl_conn *c)
+{
+    size_t bytes = c->n->ring_bytes;
+    if (!bytes) return;
+    int fd = memfd_create("eccl-shm-inbox", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (fd < 0) return;
+    void *p = MAP_FAILED;
+    if (ftruncate(fd, (off_t)(INBOX_HDR + bytes)) == 0 &&
+        fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) == 0)
+        p = mmap(NULL, INBOX_HDR + bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) {
+        close(fd);
+        return;
+    }
+    c->ibox = p;
+    c->ibox_fd = fd;
+    c->ibox_bytes = bytes;
+}
+
+/* The peer's inbox, which its hello names: opened through /proc (a weaker
+ * ptrace rule than the probe's), and mapped only if sealed against
+ * shrinking (else the peer could make our writes fault). 0 when mapped or
+ * when either side offers none; -1 when it cannot be. */
+static int obox_map(eccl_conn *c)
+{
+    size_t bytes = c->in.inbox_bytes;
+    if (!c->ibox || !bytes) return 0;
+    if (bytes > RING_MAX_BYTES || bytes < 4096 || (bytes & (bytes - 1))) {
+        errno = EPROTO;
+        return -1;
+    }
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%u/fd/%u", (unsigned)c->in.pid, (unsigned)c->in.inbox_fd);
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0) return -1;
+    struct stat st;
+    int seals = fcntl(fd, F_GET_SEALS);
+    void *p = MAP_FAILED;
+    if (fstat(fd, &st) == 0 && (uint64_t)st.st_size == INBOX_HDR + bytes && seals >= 0 && (seals & F_SEAL_SHRINK))
+        p = mmap(NULL, INBOX_HDR + bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    else
+        errno = EPROTO;
+    close(fd);
+    if (p == MAP_FAILED) return -1;
+    c->obox = p;
+    c->obox_bytes = bytes;
+    return 0;
+}
+
+static void boxes_release(eccl_conn *c)
+{
+    if (c->ibox) munmap(c->ibox, INBOX_HDR + c->ibox_bytes);
+    if (c->obox) munmap(c->obox, INBOX_HDR + c->obox_bytes);
+    if (c->ibox_fd >= 0) close(c->ibox_fd);
+    c->ibox = c->obox = NULL;
+    c->ibox_fd = -1;
+}
+
+static int rings_add(shm_net *n, eccl_conn *c)
+{
+    pthread_mutex_lock(&n->mu);
+    if (n->nrings == n->cap_rings) {
+        size_t cap = n->cap_rings ? 2 * n->cap_rings : 16;
+        eccl_conn **v = realloc(n->rings, cap * sizeof *v);
+        if (!v) {
+            pthread_mutex_unlock(&n->mu);
+            return -1;
+        }
+        n->rings = v;
+        n->cap_rings = cap;
+    }
+    n->rings[n->nrings++] = c;
+    atomic_store_explicit(&c->ibox->reader_sleeps, n->sleepers > 0, memory_order_seq_cst);
+    pthread_mutex_unlock(&n->mu);
+    return 0;
+}
+
+static void rings_remove(shm_net *n, eccl_conn *c)
+{
+    pthread_mutex_lock(&n->mu);
+    for (size_t i = 0; i < n->nrings; i++)
+        if (n->rings[i] == c) {
+            n->rings[i] = n->rings[--n->nrings];
+            break;
+        }
+    pthread_mutex_unlock(&n->mu);
+}
+
+/* Room in the peer's inbox, as far as we can tell. */
+static size_t obox_room(const eccl_conn *c)
+{
+    uint64_t head = atomic_load_explicit(&c->obox->head, memory_order_relaxed);
+    uint64_t tail = atomic_load_explicit(&c->obox->tail, memory_order_acquire);
+    return head - tail <= c->obox_bytes ? c->obox_bytes - (size_t)(head - tail) : 0;
+}
+
+static int ibox_has_bytes(const eccl_conn *c)
+{
+    return atomic_load_explicit(&c->ibox->head, memory_order_acquire) !=
+           atomic_load_explicit(&c->ibox->tail, memory_order_relaxed);
+}
+
+#define BELL 0xb1
+
+/* Wakes the peer: one byte on the stream. A full socket buffer holds bells
+ * already, so a byte the socket does not take is not missed. The socket
+ * directly: bells are not core's sends, and the stream's failpoints
+ * (eccl/net/send, .../recv) count core's, in ring_send and ring_recv. */
+static eccl_result bell(eccl_conn *c)
+{
+    static const uint8_t b = BELL;
+    ssize_t w;
+    do {
+        w = send(eccl_net_tcp_conn_fd(c->s), &b, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+    } while (w < 0 && errno == EINTR);
+    if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
+        /* as net_tcp: a peer gone is core's business, said quietly */
+        LOG(c->n, errno == EPIPE || errno == ECONNRESET ? ECCL_LOG_DEBUG : ECCL_LOG_WARN, "bell to %s: %s",
+            c->addr, strerror(errno));
+        return ECCL_ERR_CLOSED;
+    }
+    return ECCL_OK;
+}
+
+/* Takes the bells waiting on the stream (it carries nothing else now);
+ * ECCL_ERR_CLOSED once the peer closed it or died. */
+static eccl_result bells_drain(eccl_conn *c)
+{
+    uint8_t junk[64];
+    for (;;) {
+        ssize_t r;
+        do {
+            r = recv(eccl_net_tcp_conn_fd(c->s), junk, sizeof junk, MSG_DONTWAIT);
+        } while (r < 0 && errno == EINTR);
+        if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {
+            LOG(c->n, r == 0 || errno == ECONNRESET ? ECCL_LOG_DEBUG : ECCL_LOG_WARN, "stream from %s: %s", c->addr,
+                r == 0 ? "end of stream" : strerror(errno));
+            return ECCL_ERR_CLOSED;
+        }
+        size_t got = r > 0 ? (size_t)r : 0;
+        for (size_t i = 0; i < got; i++)
+            if (junk[i] != BELL) {
+                conn_break(c, ECCL_ERR_PROTOCOL, "bytes on the stream of a conn whose frames go through memory");
+                return c->err;
+            }
+        if (got < sizeof junk) return ECCL_OK;
+    }
+}
+
+/* Core's bytes into the peer's inbox, as much as fits; published (head)
+ * only after they are all there, so a sender killed mid-copy leaves
+ * nothing half-written for the peer to read. */
+static eccl_result ring_send(eccl_conn *c, const eccl_iov *iov, int n, size_t *sent)
+{
+    fiu_return_on("eccl/net/send", ECCL_ERR_CLOSED); /* the stream's, as net_tcp's */
+    inbox *b = c->obox;
+    uint8_t *data = box_data(b);
+    size_t cap = c->obox_bytes, want = 0, done = 0;
+    uint64_t head = atomic_load_explicit(&b->head, memory_order_relaxed);
+    uint64_t tail = atomic_load_explicit(&b->tail, memory_order_acquire);
+    if (head - tail > cap) {
+        conn_break(c, ECCL_ERR_PROTOCOL, "the peer's inbox counters are inconsistent");
+        return c->err;
+    }
+    size_t room = cap - (size_t)(head - tail);
+    for (int i = 0; i < n; i++) want += iov[i].len;
+    for (int i = 0; i < n && room; i++) {
+        const uint8_t *p = iov[i].base;
+        size_t k = iov[i].len < room ? iov[i].len : room;
+        size_t off = (size_t)((head + done) & (cap - 1)), first = cap - off < k ? cap - off : k;
+        memcpy(data + off, p, first);
+        memcpy(data, p + first, k - first);
+        done += k;
+        room -= k;
+    }
+    *sent = done;
+    eccl_result rc = ECCL_OK;
+    if (done) {
+        atomic_store_explicit(&b->head, head + done, memory_order_release);
+        atomic_thread_fence(memory_order_seq_cst);
+        if (atomic_load_explicit(&b->reader_sleeps, memory_order_relaxed)) rc = bell(c);
+    }
+    if (rc == ECCL_OK && done < want) {
+        /* Ask for a bell once there is room (`wait` also looks for room
+         * before it blocks: one of the two sees the other's write). */
+        atomic_store_explicit(&b->writer_waits, 1, memory_order_seq_cst);
+        if (!done) rc = bells_drain(c); /* a peer that is gone */
+    }
+    return rc;
+}
+
+/* Core's bytes out of our inbox; when it is empty, the stream says
+ * whether the peer is still there. */
+static eccl_result ring_recv(eccl_conn *c, void *buf, size_t len, size_t *got)
+{
+    fiu_return_on("eccl/net/recv", ECCL_ERR_CLOSED); /* the stream's, as net_tcp's */
+    if (c->acceptor) fiu_return_on("eccl/net/recv_accepted", ECCL_ERR_CLOSED);
+    inbox *b = c->ibox;
+    uint8_t *data = box_data(b);
+    size_t cap = c->ibox_bytes;
+    uint64_t tail = atomic_load_explicit(&b->tail, memory_order_relaxed);
+    uint64_t head = atomic_load_explicit(&b->head, memory_order_acquire);
+    if (head == tail) {
+        eccl_result rc = bells_drain(c);
+        if (rc != ECCL_OK) return rc;
+        head = atomic_load_explicit(&b->head, memory_order_acquire);
+    }
+    if (head - tail > cap) {
+        conn_break(c, ECCL_ERR_PROTOCOL, "our inbox's counters are inconsistent");
+        return c->err;
+    }
+    size_t k = (size_t)(head - tail) < len ? (size_t)(head - tail) : len;
+    size_t off = (size_t)(tail & (cap - 1)), first = cap - off < k ? cap - off : k;
+    memcpy(buf, data + off, first);
+    memcpy((uint8_t *)buf + first, data, k - first);
+    *got = k;
+    if (!k) return ECCL_OK;
+    atomic_store_explicit(&b->tail, tail + k, memory_order_release);
+    atomic_thread_fence(memory_order_seq_cst);
+    if (atomic_load_explicit(&b->writer_waits, memory_order_relaxed) &&
+        atomic_exchange_explicit(&b->writer_waits, 0, memory_order_seq_cst))
+        return bell(c);
+    return ECCL_OK;
+}
+
+/* Adds the user pointers of ring conns that core may read or write now to
+ * ready[count..max), once each. `sleeps` (+1, -1, 0) first counts a thread
+ * of ours that is about to block, or no longer is, and tells every inbox
+ * whether any is. */
+static int rings_scan(shm_net *n, void **ready, int count, int max, int sleeps)
+{
+    pthread_mutex_lock(&n->mu);
+    if (sleeps) {
+        n->sleepers += sleeps;
+        for (size_t i = 0; i < n->nrings; i++)
+            atomic_store_explicit(&n->rings[i]->ibox->reader_sleeps, n->sleepers > 0, memory_order_seq_cst);
+        atomic_thread_fence(memory_order_seq_cst);
+    }
+    for (size_t i = 0; i < n->nrings && count < max; i++) {
+        eccl_conn *c = n->rings[i];
+        int rd = atomic_load_explicit(&c->rd_interest, memory_order_relaxed) && ibox_has_bytes(c);
+        int wr = atomic_load_explicit(&c->wr_interest, memory_order_relaxed) && obox_room(c) > 0;
+        int dup = 0;
+        for (int j = 0; j < count && !dup; j++) dup = ready[j] == c->user;
+        if ((rd || wr) && !dup) ready[count++] = c->user;
+    }
+    pthread_mutex_unlock(&n->mu);
+    return count;
 }
 
 /* ---- the control socket ------------------------------------------------------- */
@@ -266,6 +560,8 @@ static void hello_build(eccl_conn *c, uint32_t ok)
     c->out.probe_addr = (uint64_t)(uintptr_t)&c->probe;
     c->out.probe = c->probe;
     c->out.live_addr = (uint64_t)(uintptr_t)c->live;
+    c->out.inbox_fd = c->ibox ? (uint32_t)c->ibox_fd : 0;
+    c->out.inbox_bytes = c->ibox ? (uint32_t)c->ibox_bytes : 0;
     c->out_built = 1;
 }
 
@@ -278,7 +574,7 @@ static int peer_reachable(eccl_conn *c)
     c->peer = (pid_t)c->in.pid;
     uint64_t word = 0;
     if (fail || c->ctl < 0 || peer_read_word(c, &word, c->in.probe_addr) != 0 ||
-        word != c->in.probe || ctl_connect(c) != 0) {
+        word != c->in.probe || ctl_connect(c) != 0 || obox_map(c) != 0) {
         LOG(c->n, ECCL_LOG_INFO, "link to %s: no shared memory with pid %u (%s); payloads over TCP",
             c->addr, (unsigned)c->in.pid, fail ? "failpoint eccl/net_shm/probe" : strerror(errno));
         return 0;
@@ -300,7 +596,22 @@ static eccl_result hello_finish(eccl_conn *c, int ok)
     c->mode = MODE_READY;
     if (!c->shm) {
         ctl_close(c);
+        boxes_release(c);
         return ECCL_OK;
+    }
+    /* Frames through the inboxes when both offered one and both mapped the
+     * other's (the peer has it mapped by now: it did before its hello or
+     * its ack). */
+    if (c->ibox && c->obox && rings_add(c->n, c) == 0) {
+        c->ring = 1;
+        close(c->ibox_fd);
+        c->ibox_fd = -1;
+    } else if (c->ibox || c->obox) {
+        if (c->ibox && c->obox) {
+            conn_break(c, ECCL_ERR_NO_MEMORY, "no memory to list its inbox");
+            return c->err;
+        }
+        boxes_release(c);
     }
     /* Edge-triggered: a message nobody waits for yet (an RTS ahead of
      * its header) stays queued without waking us again and again; the
@@ -364,6 +675,7 @@ static eccl_result hello_progress(eccl_conn *c)
             }
             if (c->acceptor) {
                 c->ctl = ctl_open(&c->out);
+                ibox_create(c);
                 hello_build(c, (uint32_t)peer_reachable(c));
             } else {
                 c->ack_out = (uint32_t)peer_reachable(c);
@@ -614,6 +926,12 @@ static void conn_progress(eccl_conn *c)
 static void conn_apply_interest(eccl_conn *c)
 {
     int rd = c->want_read, wr = c->want_write;
+    if (c->ring) {
+        /* The stream carries bells (and the peer's end): read it while
+         * core waits for bytes or for room; it is always writable. */
+        rd = rd || wr;
+        wr = 0;
+    }
     if (c->mode == MODE_HELLO) {
         rd = 1;
         wr = (c->out_built && c->out_sent < sizeof c->out) ||
@@ -665,7 +983,9 @@ static eccl_conn *conn_new(shm_net *n, void *user)
     c->n = n;
     c->user = user;
     c->want_read = 1;
+    c->rd_interest = 1;
     c->ctl = -1;
+    c->ibox_fd = -1;
     /* Any value that differs per conn: it proves the pid is the process
      * that wrote the hello, not what the value is. */
     c->probe = ++n->probes ^ ((uint64_t)(uintptr_t)c << 16) ^ (uint64_t)getpid() << 40;
@@ -719,6 +1039,7 @@ static eccl_result shm_connect(void *ctx, const char *addr, void *user, eccl_con
         if (c->ctl < 0) {
             c->mode = MODE_PLAIN; /* nothing written yet: the acceptor sees a plain peer */
         } else {
+            ibox_create(c);
             hello_build(c, 0);
             conn_apply_interest(c);
         }
@@ -744,6 +1065,7 @@ static eccl_result shm_send(void *ctx, eccl_conn *c, const eccl_iov *iov, int n,
     *sent = 0;
     eccl_result rc = hello_gate(c);
     if (rc != ECCL_OK) return rc == ECCL_ERR_AGAIN ? ECCL_OK : rc;
+    if (c->ring) return ring_send(c, iov, n, sent);
     return eccl_net_tcp_ops.send(x->tcp, c->s, iov, n, sent);
 }
 
@@ -760,6 +1082,7 @@ static eccl_result shm_recv(void *ctx, eccl_conn *c, void *buf, size_t len, size
         *got = k;
         return ECCL_OK;
     }
+    if (c->ring) return ring_recv(c, buf, len, got);
     return eccl_net_tcp_ops.recv(x->tcp, c->s, buf, len, got);
 }
 
@@ -768,6 +1091,8 @@ static void shm_set_interest(void *ctx, eccl_conn *c, int read, int write)
     (void)ctx;
     c->want_read = read != 0;
     c->want_write = write != 0;
+    atomic_store_explicit(&c->rd_interest, c->want_read, memory_order_relaxed);
+    atomic_store_explicit(&c->wr_interest, c->want_write, memory_order_relaxed);
     conn_apply_interest(c);
 }
 
@@ -782,6 +1107,8 @@ static void shm_close(void *ctx, eccl_conn *c)
     atomic_thread_fence(memory_order_seq_cst);
     ctl_close(c);
     imports_close(c);
+    if (c->ring) rings_remove(c->n, c); /* before `wait` could look into a freed inbox */
+    boxes_release(c);
     for (eccl_bulk **list = &c->tx_head; list; list = list == &c->tx_head ? &c->rx_head : NULL) {
         while (*list) {
             eccl_bulk *b = *list;
@@ -798,9 +1125,32 @@ static void shm_close(void *ctx, eccl_conn *c)
     free(c);
 }
 
+/* The sockets' readiness (tcp's wait) added to ready[count..max), once each. */
+static int sockets_wait(shm_net *n, uint64_t deadline_ns, void **ready, int count, int max)
+{
+    void *got[64];
+    int k = eccl_net_tcp_ops.wait(n->tcp, deadline_ns, got, max - count < 64 ? max - count : 64);
+    for (int i = 0; i < k; i++) {
+        int dup = 0;
+        for (int j = 0; j < count && !dup; j++) dup = ready[j] == got[i];
+        if (!dup) ready[count++] = got[i];
+    }
+    return count;
+}
+
+/* Inboxes are looked into without a system call: a thread that polls
+ * (deadline 0) sees a host-mate's frame as soon as it is there. One that
+ * would block first tells every inbox so (their writers then ring), looks
+ * once more, and only then sleeps in epoll. */
 static int shm_wait(void *ctx, uint64_t deadline_ns, void **ready, int max)
 {
-    return eccl_net_tcp_ops.wait(((shm_net *)ctx)->tcp, deadline_ns, ready, max);
+    shm_net *n = ctx;
+    if (max <= 0) return 0;
+    int count = rings_scan(n, ready, 0, max, 0);
+    if (count > 0 || deadline_ns == 0) return count < max ? sockets_wait(n, 0, ready, count, max) : count;
+    count = rings_scan(n, ready, 0, max, +1);
+    if (count == 0) count = sockets_wait(n, deadline_ns, ready, 0, max);
+    return rings_scan(n, ready, count, max, -1);
 }
 
 static void shm_wake(void *ctx) { eccl_net_tcp_ops.wake(((shm_net *)ctx)->tcp); }
@@ -967,9 +1317,16 @@ eccl_result eccl_net_shm_create(eccl_env *env, eccl_real_cuda *cuda, void **out,
     if (!n) return ECCL_ERR_NO_MEMORY;
     n->env = env;
     n->cuda = eccl_config_uint(env, "ECCL_SHM_IPC", 0, 1, 1) ? cuda : NULL;
+    size_t ring = (size_t)eccl_config_uint(env, "ECCL_SHM_RING_BYTES", 0, RING_MAX_BYTES, DEFAULT_RING_BYTES);
+    if (ring) {
+        n->ring_bytes = 4096;
+        while (n->ring_bytes < ring) n->ring_bytes *= 2; /* a power of two */
+    }
+    pthread_mutex_init(&n->mu, NULL);
     n->min_bytes = (size_t)eccl_config_uint(env, "ECCL_SHM_MIN_BYTES", 1, 1ul << 30, DEFAULT_MIN_BYTES);
     eccl_result rc = eccl_net_tcp_create(env, &n->tcp);
     if (rc != ECCL_OK) {
+        pthread_mutex_destroy(&n->mu);
         free(n);
         return rc;
     }
@@ -982,5 +1339,7 @@ void eccl_net_shm_destroy(void *ctx)
     shm_net *n = ctx;
     if (!n) return;
     eccl_net_tcp_destroy(n->tcp);
+    pthread_mutex_destroy(&n->mu);
+    free(n->rings);
     free(n);
 }

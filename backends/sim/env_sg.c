@@ -930,6 +930,7 @@ static eccl_result env_create(eccl_sg_world *w, const char *name, eccl_sg_device
      * anywhere. */
     const int ibv = data_links && w->net.ibv;
     e->ibv = ibv;
+    e->data_links = data_links;
     e->env.config = &sg_config_ops;
     e->env.config_ctx = e;
     eccl_result rc = eccl_net_sg_start(e, nlanes);

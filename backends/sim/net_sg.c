@@ -79,6 +79,7 @@ typedef struct sg_msg {
     size_t real;        /* DATA: the real bytes of len, data[0..real) */
     int nseg;           /* DATA: segments in seg; 0 = data holds all len bytes */
     size_t fabric_len; /* FABRIC: bytes of data (len is the wire cost) */
+    int shm;            /* sent by a comm's env (net_shm's twin may apply) */
     sg_seg *seg;        /* points into this allocation, after data */
     unsigned char data[];
 } sg_msg;
@@ -393,17 +394,23 @@ static int arrival_before(const sg_arrival *x, const sg_arrival *y)
     return x->t < y->t || (x->t == y->t && x->seq < y->seq);
 }
 
-/* The bytes the wire charges for m from host a to host b: its length
- * (and header), or for a payload that net_shm would move through memory
- * (eccl_sg_world_set_shm) what takes as long on the route: its bytes at the
- * memory's rate and two more latencies. */
-static double wire_len(eccl_sg_world *w, const sg_msg *m, const_sg_host_t a, const_sg_host_t b)
+/* The bytes the wire charges for m on its way to env d: its length (and
+ * header); between two comm envs of one host with net_shm's twin on
+ * (eccl_sg_world_set_shm) what takes as long on the route: a payload of
+ * ECCL_SG_SHM_MIN_BYTES or more, its bytes at the memory's rate and two
+ * more latencies (one copy, an announcement, an acknowledgement); anything
+ * smaller, its bytes twice at that rate (a copy into the peer's inbox, one
+ * out). Master links are TCP in the real backend: unchanged. */
+static double wire_len(eccl_sg_world *w, const sg_msg *m, const sg_env *d)
 {
     double len = (double)(m->len + MSG_OVERHEAD);
-    if (w->shm_bw <= 0 || a != b || m->type != M_DATA || m->len < ECCL_SG_SHM_MIN_BYTES) return len;
+    if (w->shm_bw <= 0 || m->src_host != d->host || !m->shm || !d->data_links ||
+        (m->type != M_DATA && m->type != M_FIN))
+        return len;
     double lat, bw;
-    route_of(w, a, b, &lat, &bw);
-    return len * bw / w->shm_bw + 2 * lat * bw;
+    route_of(w, m->src_host, d->host, &lat, &bw);
+    if (m->type == M_DATA && m->len >= ECCL_SG_SHM_MIN_BYTES) return len * bw / w->shm_bw + 2 * lat * bw;
+    return 2 * len * bw / w->shm_bw;
 }
 
 static void arrival_push(eccl_sg_world *w, sg_env *d, sg_msg *m)
@@ -424,7 +431,7 @@ static void arrival_push(eccl_sg_world *w, sg_env *d, sg_msg *m)
     }
     double lat, bw;
     route_of(w, m->src_host, d->host, &lat, &bw);
-    sg_arrival x = {simgrid_get_clock() + lat + wire_len(w, m, m->src_host, d->host) / bw, w->arrival_seq++, m};
+    sg_arrival x = {simgrid_get_clock() + lat + wire_len(w, m, d) / bw, w->arrival_seq++, m};
     size_t i = d->narr++;
     while (i > 0 && arrival_before(&x, &d->arr[(i - 1) / 2])) {
         d->arr[i] = d->arr[(i - 1) / 2];
@@ -525,7 +532,7 @@ static void post_as(eccl_sg_world *w, uint64_t to, sg_msg *m, int detached)
         arrival_push(w, d, m);
         return;
     }
-    long size = (long)llround(wire_len(w, m, m->src_host, d->host));
+    long size = (long)llround(wire_len(w, m, d));
     long pid = sg_actor_self_get_pid();
     sg_outbox *ob = detached ? NULL : outbox_self(w, pid);
     if (ob && outbox_reserve(ob) == 0) {
@@ -570,6 +577,7 @@ static sg_msg *msg_new(sg_env *e, int type, uint64_t dst, uint64_t src, size_t l
     m->src_env = e->id;
     m->src_host = e->host;
     m->src_boot = e->boot;
+    m->shm = e->data_links;
     m->to_env = 0;
     m->len = len;
     m->real = 0;

@@ -212,6 +212,7 @@ struct sg_env {
     sg_event_source *sources; /* completion channels wait watches */
     struct sg_nic *nic;     /* the env's simulated RDMA NIC (transport ibv) */
     int ibv;                /* a comm's env in a transport ibv world */
+    int data_links;         /* a comm's env: its host-mates' streams are net_shm's (shm_bandwidth) */
     /* Takes a fabric message (eccl_net_sg_fabric_post) in the receiver
      * actor; NULL: such messages are dropped. */
     void (*fabric_rx)(sg_env *e, const void *data, size_t len);
