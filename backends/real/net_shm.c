@@ -441,8 +441,6 @@ static eccl_result ring_send(eccl_conn *c, const eccl_iov *iov, int n, size_t *s
  * whether the peer is still there. */
 static eccl_result ring_recv(eccl_conn *c, void *buf, size_t len, size_t *got)
 {
-    fiu_return_on("eccl/net/recv", ECCL_ERR_CLOSED); /* the stream's, as net_tcp's */
-    if (c->acceptor) fiu_return_on("eccl/net/recv_accepted", ECCL_ERR_CLOSED);
     inbox *b = c->ibox;
     uint8_t *data = box_data(b);
     size_t cap = c->ibox_bytes;
@@ -456,6 +454,14 @@ static eccl_result ring_recv(eccl_conn *c, void *buf, size_t len, size_t *got)
     if (head - tail > cap) {
         conn_break(c, ECCL_ERR_PROTOCOL, "our inbox's counters are inconsistent");
         return c->err;
+    }
+    if (head != tail) {
+        /* The stream's failpoints, as net_tcp's, on a receive that has
+         * bytes to deliver: a bell makes core look at a conn with nothing
+         * new more often than TCP readiness did, and a one-shot fault
+         * must land on traffic, as it did there. */
+        fiu_return_on("eccl/net/recv", ECCL_ERR_CLOSED);
+        if (c->acceptor) fiu_return_on("eccl/net/recv_accepted", ECCL_ERR_CLOSED);
     }
     size_t k = (size_t)(head - tail) < len ? (size_t)(head - tail) : len;
     size_t off = (size_t)(tail & (cap - 1)), first = cap - off < k ? cap - off : k;
