@@ -339,10 +339,11 @@ static void send_stranger_rts(void)
     int na = abstract_names(after, 256);
     int s = socket(AF_UNIX, SOCK_DGRAM, 0);
     assert_true(s >= 0);
-    struct {
-        uint32_t type, pad;
+    struct { /* net_shm's ctl_msg, whole: only the sender check can drop it */
+        uint32_t type, flags;
         uint64_t seq, addr, len;
-    } fake = {1, 0, 0, 4096, MSG};
+        uint8_t ipc[64];
+    } fake = {1, 0, 0, 4096, MSG, {0}};
     for (int i = 0; i < na; i++) {
         if (known(g_names_before, g_nb, after[i])) continue;
         struct sockaddr_un sa = {.sun_family = AF_UNIX};
@@ -539,6 +540,22 @@ static void test_inbox_counters_checked(void **state)
     pair_close(&p);
 }
 
+/* The peer's inbox cannot be mapped (another mount namespace's /proc, a
+ * file that is not what the hello says): the conn is plain TCP, bulk
+ * included, and no inbox stays mapped. */
+static void test_inbox_unmappable(void **state)
+{
+    (void)state;
+    assert_int_equal(fiu_enable("eccl/net_shm/inbox", 1, NULL, 0), 0);
+    pair p;
+    pair_open_to(&p, "127.0.0.1:0", NULL);
+    fiu_disable("eccl/net_shm/inbox");
+    assert_int_equal(p.b->net->bulk_min(p.b->net_ctx, p.bc), 0);
+    assert_int_equal(p.a->net->bulk_min(p.a->net_ctx, p.ac), 0);
+    assert_int_equal(inbox_mappings(), 0);
+    pair_close(&p);
+}
+
 /* ECCL_SHM_RING_BYTES=0 on one side: no inbox anywhere, frames over TCP,
  * bulk payloads still through memory. */
 static void test_inboxes_off(void **state)
@@ -567,6 +584,7 @@ int main(void)
         cmocka_unit_test_setup(test_blocked_wait_rung, setup),
         cmocka_unit_test_setup(test_inbox_counters_checked, setup),
         cmocka_unit_test_setup(test_inboxes_off, setup),
+        cmocka_unit_test_setup(test_inbox_unmappable, setup),
         cmocka_unit_test_setup(test_stranger_datagram_dropped, setup),
         cmocka_unit_test_setup(test_transfer_failpoints, setup),
     };

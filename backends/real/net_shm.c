@@ -273,7 +273,9 @@ static int obox_map(eccl_conn *c)
 {
     size_t bytes = c->in.inbox_bytes;
     if (!c->ibox || !bytes) return 0;
-    if (bytes > RING_MAX_BYTES || bytes < 4096 || (bytes & (bytes - 1))) {
+    int fail = 0;
+    fiu_do_on("eccl/net_shm/inbox", fail = 1);
+    if (fail || bytes > RING_MAX_BYTES || bytes < 4096 || (bytes & (bytes - 1))) {
         errno = EPROTO;
         return -1;
     }
