@@ -171,7 +171,7 @@ struct eccl_conn {
     int mode;
     int acceptor;
     int shm;      /* bulk through memory: both hellos said so */
-    int want_read, want_write;
+    _Atomic int want_read, want_write; /* core's; `wait` reads them without a lock */
     eccl_result err;
     char addr[ECCL_ADDR_MAX];
     /* set-up */
@@ -210,7 +210,6 @@ struct eccl_conn {
     int ibox_fd; /* our inbox's memfd until the peer mapped it; -1 after */
     inbox *ibox, *obox;
     size_t ibox_bytes, obox_bytes;
-    _Atomic int rd_interest, wr_interest; /* core's, for `wait` (no lock there) */
 };
 
 struct eccl_listener {
@@ -494,8 +493,8 @@ static int rings_scan(shm_net *n, void **ready, int count, int max, int sleeps)
     }
     for (size_t i = 0; i < n->nrings && count < max; i++) {
         eccl_conn *c = n->rings[i];
-        int rd = atomic_load_explicit(&c->rd_interest, memory_order_relaxed) && ibox_has_bytes(c);
-        int wr = atomic_load_explicit(&c->wr_interest, memory_order_relaxed) && obox_room(c) > 0;
+        int rd = atomic_load_explicit(&c->want_read, memory_order_relaxed) && ibox_has_bytes(c);
+        int wr = atomic_load_explicit(&c->want_write, memory_order_relaxed) && obox_room(c) > 0;
         int dup = 0;
         for (int j = 0; j < count && !dup; j++) dup = ready[j] == c->user;
         if ((rd || wr) && !dup) ready[count++] = c->user;
@@ -991,7 +990,6 @@ static eccl_conn *conn_new(shm_net *n, void *user)
     c->n = n;
     c->user = user;
     c->want_read = 1;
-    c->rd_interest = 1;
     c->ctl = -1;
     c->ibox_fd = -1;
     /* Any value that differs per conn: it proves the pid is the process
@@ -1097,10 +1095,8 @@ static eccl_result shm_recv(void *ctx, eccl_conn *c, void *buf, size_t len, size
 static void shm_set_interest(void *ctx, eccl_conn *c, int read, int write)
 {
     (void)ctx;
-    c->want_read = read != 0;
-    c->want_write = write != 0;
-    atomic_store_explicit(&c->rd_interest, c->want_read, memory_order_relaxed);
-    atomic_store_explicit(&c->wr_interest, c->want_write, memory_order_relaxed);
+    atomic_store_explicit(&c->want_read, read != 0, memory_order_relaxed);
+    atomic_store_explicit(&c->want_write, write != 0, memory_order_relaxed);
     conn_apply_interest(c);
 }
 

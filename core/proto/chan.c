@@ -319,7 +319,8 @@ eccl_result eccl_chan_send_data(eccl_chan *ch, const eccl_wire_data *d, const vo
 eccl_result eccl_chan_send_data_device(eccl_chan *ch, const eccl_wire_data *d, const void *payload, int device,
                                        uint32_t *inflight)
 {
-    return send_data(ch, d, payload, device < 0 ? 0 : device, inflight);
+    if (device < 0) return ECCL_ERR_INVALID_ARG; /* host memory: eccl_chan_send_data */
+    return send_data(ch, d, payload, device, inflight);
 }
 
 eccl_result eccl_chan_send_lazy(eccl_chan *ch, const eccl_wire_data *d)

@@ -1204,11 +1204,19 @@ EXPORT cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *handle, void *devPtr)
     if (!handle || !devPtr || classify(devPtr, 1, &kind, &d) || kind != A_DEVICE)
         return rec(cudaErrorInvalidValue);
     /* The first export moves the bytes: queued work must not be writing
-     * them meanwhile (the real call does not wait; only timing differs). */
-    pthread_mutex_lock(&g.mu);
-    cudaError_t rc = wait_device(d, 0);
-    pthread_mutex_unlock(&g.mu);
-    if (rc) return rec(rc);
+     * them meanwhile (the real call does not wait; only timing differs).
+     * Later exports, one per message in eccl, return at once. */
+    pthread_rwlock_rdlock(&T.lock);
+    struct alloc *x = t_find((uintptr_t)devPtr);
+    int shared = x && x->exported;
+    pthread_rwlock_unlock(&T.lock);
+    cudaError_t rc = cudaSuccess;
+    if (!shared) {
+        pthread_mutex_lock(&g.mu);
+        rc = wait_device(d, 0);
+        pthread_mutex_unlock(&g.mu);
+        if (rc) return rec(rc);
+    }
     pthread_rwlock_wrlock(&T.lock);
     struct alloc *e = t_find((uintptr_t)devPtr);
     /* The base of a cudaMalloc allocation of this process, as documented
