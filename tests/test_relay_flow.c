@@ -9,6 +9,10 @@
  *   order; a handle's first entry comes in handle order.
  * - A stepping span of WELCOMEs from the parent reaches each child as its
  *   own WELCOME.
+ * - A RING_SEG from the parent reaches each child of its run as that
+ *   child's own RING, filled in from the relay's book (the addresses its
+ *   children registered, the ids their WELCOMEs carried); one that names a
+ *   child the relay never booked breaks the parent link and reaches no one.
  * - The master answers every batch of a relay, with a heartbeat when it
  *   has nothing to say, and drops a relay that sends a stepping span up. */
 #include <stdarg.h>
@@ -192,6 +196,146 @@ static void test_relay_holds_one_batch_and_folds(void **state)
     eccl_relay_destroy(r);
 }
 
+/* The next frame of fd that is not a heartbeat, decoded into m. */
+static void read_decoded(int fd, eccl_msg *m)
+{
+    eccl_wire_header h;
+    uint8_t *f;
+    for (;;) {
+        f = raw_read_frame(fd, &h);
+        if (h.type != ECCL_MSG_HEARTBEAT) break;
+        free(f);
+    }
+    assert_int_equal(eccl_wire_decode(h.type, f + ECCL_WIRE_HEADER_SIZE, h.length, m), ECCL_OK);
+    free(f);
+}
+
+static void send_one(int up, uint32_t handle, const eccl_msg *m)
+{
+    eccl_wire_batch wb = {0};
+    assert_int_equal(eccl_wire_batch_add(&wb, handle, m), ECCL_OK);
+    uint32_t len;
+    uint8_t *f = eccl_wire_batch_take(&wb, &len);
+    assert_int_equal(write(up, f, len), (ssize_t)len);
+    free(f);
+}
+
+static void assert_ref(const eccl_wire_peer_ref *r, uint64_t id, const char *addr)
+{
+    assert_int_equal(r->peer_id, id);
+    assert_string_equal(r->addr, addr);
+}
+
+static void test_relay_expands_ring_seg(void **state)
+{
+    (void)state;
+    char paddr[64], raddr[64];
+    int lfd = raw_listen(paddr, sizeof paddr);
+    eccl_relay *r = NULL;
+    assert_int_equal(eccl_relay_create("127.0.0.1:0", paddr, &r), ECCL_OK);
+    assert_int_equal(eccl_relay_address(r, raddr, sizeof raddr), ECCL_OK);
+    assert_int_equal(eccl_relay_run(r), ECCL_OK);
+    assert_true(raw_readable(lfd, 5000));
+    int up = accept(lfd, NULL, NULL);
+    assert_true(up >= 0);
+    eccl_wire_header h;
+    free(raw_read_frame(up, &h));
+    assert_int_equal(h.type, ECCL_MSG_RELAY_HELLO);
+
+    /* Three children register (handles 0..2) and are welcomed as 50..52. */
+    int kid[3];
+    eccl_msg b, hb = {.type = ECCL_MSG_HEARTBEAT};
+    for (int i = 0; i < 3; i++) {
+        kid[i] = raw_dial(raddr);
+        eccl_msg m = reg_msg(i);
+        raw_send(kid[i], &m);
+        free(read_batch(up, &b));
+        raw_send(up, &hb);
+    }
+    eccl_wire_batch wb = {0};
+    eccl_msg w = {.type = ECCL_MSG_WELCOME};
+    for (uint32_t i = 0; i < 3; i++) {
+        w.u.welcome.peer_id = 50 + i;
+        assert_int_equal(eccl_wire_batch_add(&wb, i, &w), ECCL_OK);
+    }
+    uint32_t blen;
+    uint8_t *bf = eccl_wire_batch_take(&wb, &blen);
+    assert_int_equal(write(up, bf, blen), (ssize_t)blen);
+    free(bf);
+    eccl_msg got;
+    for (int i = 0; i < 3; i++) read_decoded(kid[i], &got);
+
+    /* Ranks 1..3 of 5 are handles 2, 0, 1 in that order: rank 1 is the
+     * run's root (parent 11 outside; children ranks 2 and 3, then run root
+     * 12), and the run's ends lead to 9 and 10. */
+    const uint32_t handles[] = {2, 0, 1};
+    eccl_msg seg = {.type = ECCL_MSG_RING_SEG};
+    seg.u.ring_seg = (eccl_msg_ring_seg){.peer_group = 0, .epoch = 4, .world_size = 5, .first_rank = 1,
+                                         .host_ranks = 3, .root_child = {12, 0}, .n = 3,
+                                         .handles = handles};
+    seg.u.ring_seg.prev.peer_id = 9;
+    strcpy(seg.u.ring_seg.prev.addr, "p:9");
+    seg.u.ring_seg.next.peer_id = 10;
+    strcpy(seg.u.ring_seg.next.addr, "n:10");
+    seg.u.ring_seg.root_parent.peer_id = 11;
+    strcpy(seg.u.ring_seg.root_parent.addr, "r:11");
+    send_one(up, 2, &seg);
+    const struct {
+        int kid;
+        uint32_t rank;
+        uint64_t prev, next, parent, child[3];
+        const char *prev_addr, *next_addr, *parent_addr;
+    } want[] = {
+        {2, 1, 9, 50, 11, {50, 51, 12}, "p:9", "127.0.0.1:40000", "r:11"},
+        {0, 2, 52, 51, 52, {0, 0, 0}, "127.0.0.1:40002", "127.0.0.1:40001", "127.0.0.1:40002"},
+        {1, 3, 50, 10, 52, {0, 0, 0}, "127.0.0.1:40000", "n:10", "127.0.0.1:40002"},
+    };
+    for (int i = 0; i < 3; i++) {
+        memset(&got, 0, sizeof got);
+        read_decoded(kid[want[i].kid], &got);
+        assert_int_equal(got.type, ECCL_MSG_RING);
+        const eccl_msg_ring *g = &got.u.ring;
+        assert_int_equal(g->epoch, 4);
+        assert_int_equal(g->world_size, 5);
+        assert_int_equal(g->rank, want[i].rank);
+        assert_int_equal(g->host_ranks, 3);
+        assert_ref(&g->prev, want[i].prev, want[i].prev_addr);
+        assert_ref(&g->next, want[i].next, want[i].next_addr);
+        assert_ref(&g->tree_parent, want[i].parent, want[i].parent_addr);
+        for (int k = 0; k < 3; k++) assert_int_equal(g->tree_child[k], want[i].child[k]);
+        assert_int_equal(g->tree_child[3], 0);
+    }
+
+    /* A run naming handle 3, which no child registered: the relay breaks
+     * its parent link (the parent sees the end of the stream) and none of
+     * its children hears a thing. */
+    const uint32_t stranger[] = {1, 3};
+    seg.u.ring_seg.n = 2;
+    seg.u.ring_seg.handles = stranger;
+    send_one(up, 1, &seg);
+    assert_true(raw_readable(up, 5000));
+    uint8_t byte;
+    ssize_t n;
+    while ((n = read(up, &byte, 1)) > 0) {
+    }
+    assert_int_equal(n, 0);
+    for (int i = 0; i < 3; i++) {
+        uint8_t head[ECCL_WIRE_HEADER_SIZE];
+        while (raw_readable(kid[i], 200)) {
+            n = recv(kid[i], head, sizeof head, MSG_WAITALL);
+            if (n <= 0) break; /* the relay let its children go with the parent */
+            eccl_wire_header kh;
+            assert_int_equal(n, (ssize_t)sizeof head);
+            assert_int_equal(eccl_wire_header_decode(head, &kh), ECCL_OK);
+            assert_int_equal(kh.type, ECCL_MSG_HEARTBEAT); /* no payload */
+        }
+        close(kid[i]);
+    }
+    close(up);
+    close(lfd);
+    eccl_relay_destroy(r);
+}
+
 static void test_master_answers_every_batch(void **state)
 {
     (void)state;
@@ -205,7 +349,8 @@ static void test_master_answers_every_batch(void **state)
     raw_send(fd, &hello);
 
     /* Three registrations in one batch: the answer is a batch. The first
-     * peer is accepted alone (its WELCOME, then its RING); the other two
+     * peer is accepted alone (its WELCOME, then its ring as a RING_SEG of
+     * one rank, which the relay expands, addressed by its handle); the other two
      * get consecutive ids, so their WELCOMEs are one stepping span. */
     eccl_wire_batch wb = {0};
     for (int i = 0; i < 3; i++) {
@@ -221,7 +366,8 @@ static void test_master_answers_every_batch(void **state)
     uint8_t *f = read_batch(fd, &b);
     assert_int_equal(entries(&b, e, 4), 3);
     assert_int_equal(e[0].type, ECCL_MSG_WELCOME);
-    assert_int_equal(e[1].type, ECCL_MSG_RING);
+    assert_int_equal(e[1].type, ECCL_MSG_RING_SEG);
+    assert_int_equal(e[1].handle, 0);
     assert_int_equal(e[2].type, ECCL_MSG_WELCOME);
     assert_int_equal(e[2].handle, 1);
     assert_int_equal(e[2].count, 2);
@@ -269,6 +415,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_relay_holds_one_batch_and_folds),
+        cmocka_unit_test(test_relay_expands_ring_seg),
         cmocka_unit_test(test_master_answers_every_batch),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -26,13 +26,13 @@ static const uint16_t control_types[] = {
     ECCL_MSG_OPT_REQ,      ECCL_MSG_OPT_BW,      ECCL_MSG_OPT_PROBE,
     ECCL_MSG_OPT_DONE,     ECCL_MSG_PEER_QUERY,  ECCL_MSG_PEER_REPLY,
     ECCL_MSG_LEAVE,        ECCL_MSG_LEAVE_DONE,  ECCL_MSG_REPAIR_DATA,
-    ECCL_MSG_REPAIR_ASK,   ECCL_MSG_REPAIR_PUT,
+    ECCL_MSG_REPAIR_ASK,   ECCL_MSG_REPAIR_PUT,  ECCL_MSG_RING_SEG,
 };
 #define N_CONTROL (sizeof(control_types) / sizeof(control_types[0]))
 
 /* Unused numbers: 0, a hole (6), the next free number of each range, and
  * the far ends. A new type takes its number out of this list. */
-static const uint16_t unknown_types[] = {0, 6, 16, 31, 47, 63, 67, 82, 0x100, 0xFFFF};
+static const uint16_t unknown_types[] = {0, 6, 16, 31, 48, 63, 67, 82, 0x100, 0xFFFF};
 #define N_UNKNOWN (sizeof(unknown_types) / sizeof(unknown_types[0]))
 
 /* ---- helpers ------------------------------------------------------------- */
@@ -67,6 +67,7 @@ static eccl_wire_peer_ref src_store[ECCL_WIRE_MAX_SYNC_SRCS];
  * test can see, instead of reading past the array. */
 static uint32_t rank_store[ECCL_WIRE_MAX_PEER_REFS + 1];
 static eccl_wire_peer_entry entry_store[ECCL_WIRE_MAX_PEER_REFS + 1];
+static uint32_t handle_store[ECCL_WIRE_MAX_SEG + 1];
 
 static eccl_msg *new_msg(uint16_t type)
 {
@@ -138,11 +139,32 @@ static void assert_msg_equal(const eccl_msg *a, const eccl_msg *b)
         assert_string_equal(a->u.ring.prev.addr, b->u.ring.prev.addr);
         assert_int_equal(a->u.ring.tree_parent.peer_id, b->u.ring.tree_parent.peer_id);
         assert_string_equal(a->u.ring.tree_parent.addr, b->u.ring.tree_parent.addr);
-        assert_int_equal(a->u.ring.tree_child[0], b->u.ring.tree_child[0]);
-        assert_int_equal(a->u.ring.tree_child[1], b->u.ring.tree_child[1]);
+        for (uint32_t k = 0; k < ECCL_WIRE_TREE_CHILDREN; k++)
+            assert_int_equal(a->u.ring.tree_child[k], b->u.ring.tree_child[k]);
         assert_int_equal(a->u.ring.local_size, b->u.ring.local_size);
         assert_int_equal(a->u.ring.host_ranks, b->u.ring.host_ranks);
         break;
+    case ECCL_MSG_RING_SEG: {
+        const eccl_msg_ring_seg *x = &a->u.ring_seg, *y = &b->u.ring_seg;
+        assert_int_equal(x->peer_group, y->peer_group);
+        assert_int_equal(x->epoch, y->epoch);
+        assert_int_equal(x->world_size, y->world_size);
+        assert_int_equal(x->first_rank, y->first_rank);
+        assert_int_equal(x->local_size, y->local_size);
+        assert_int_equal(x->host_ranks, y->host_ranks);
+        const eccl_wire_peer_ref *rx[3] = {&x->prev, &x->next, &x->root_parent};
+        const eccl_wire_peer_ref *ry[3] = {&y->prev, &y->next, &y->root_parent};
+        for (int k = 0; k < 3; k++) {
+            assert_int_equal(rx[k]->peer_id, ry[k]->peer_id);
+            assert_string_equal(rx[k]->addr, ry[k]->addr);
+        }
+        assert_int_equal(x->root_child[0], y->root_child[0]);
+        assert_int_equal(x->root_child[1], y->root_child[1]);
+        assert_int_equal(x->n, y->n);
+        for (uint32_t i = 0; i < x->n; i++)
+            assert_int_equal(eccl_wire_ring_seg_handle(x, i), eccl_wire_ring_seg_handle(y, i));
+        break;
+    }
     case ECCL_MSG_RING_READY:
     case ECCL_MSG_TOPO_DONE:
     case ECCL_MSG_VIEW_QUERY:
@@ -343,12 +365,28 @@ static void fill_extreme(eccl_msg *m, uint16_t type, int is_max)
         fill_str(m->u.ring.prev.addr, slen, 'p');
         m->u.ring.tree_parent.peer_id = v64;
         fill_str(m->u.ring.tree_parent.addr, slen, 't');
-        m->u.ring.tree_child[0] = v64;
-        m->u.ring.tree_child[1] = v64;
+        for (uint32_t k = 0; k < ECCL_WIRE_TREE_CHILDREN; k++) m->u.ring.tree_child[k] = v64;
         /* UINT32_MAX = 65537 x 65535: hosts of 65537 ranks. */
         m->u.ring.local_size = is_max ? 65537u : 0;
         m->u.ring.host_ranks = is_max ? m->u.ring.world_size : 0;
         break;
+    case ECCL_MSG_RING_SEG: {
+        eccl_msg_ring_seg *g = &m->u.ring_seg;
+        g->peer_group = g->epoch = v32;
+        g->world_size = is_max ? UINT32_MAX : 1;
+        g->n = is_max ? ECCL_WIRE_MAX_SEG : 1;
+        g->first_rank = g->world_size - g->n; /* the run ends the world */
+        g->local_size = is_max ? 65537u : 0;
+        g->host_ranks = is_max ? g->world_size : 0;
+        g->prev.peer_id = g->next.peer_id = g->root_parent.peer_id = v64;
+        fill_str(g->prev.addr, slen, 'p');
+        fill_str(g->next.addr, slen, 'n');
+        fill_str(g->root_parent.addr, slen, 'r');
+        g->root_child[0] = g->root_child[1] = v64;
+        g->handles = handle_store;
+        for (uint32_t i = 0; i < g->n; i++) handle_store[i] = is_max ? UINT32_MAX - i : 0;
+        break;
+    }
     case ECCL_MSG_RING_READY:
     case ECCL_MSG_TOPO_DONE:
     case ECCL_MSG_VIEW_QUERY:
@@ -519,7 +557,31 @@ static void fill_random(rng *r, eccl_msg *m)
             m->u.ring.local_size = L;
         }
         m->u.ring.host_ranks = below(r, m->u.ring.world_size) + (uint32_t)(next(r) % 2);
+        for (uint32_t k = 0, nc = below(r, ECCL_WIRE_TREE_CHILDREN + 1); k < nc; k++)
+            m->u.ring.tree_child[k] = next(r);
         break;
+    case ECCL_MSG_RING_SEG: {
+        eccl_msg_ring_seg *g = &m->u.ring_seg;
+        g->peer_group = (uint32_t)next(r);
+        g->epoch = (uint32_t)next(r);
+        g->world_size = 1 + below(r, UINT32_MAX);
+        g->n = 1 + below(r, g->world_size < ECCL_WIRE_MAX_SEG ? g->world_size : ECCL_WIRE_MAX_SEG);
+        g->first_rank = below(r, g->world_size - g->n + 1);
+        g->host_ranks = below(r, g->world_size) + (uint32_t)(next(r) % 2);
+        g->prev.peer_id = next(r);
+        rand_str(r, g->prev.addr);
+        g->next.peer_id = next(r);
+        rand_str(r, g->next.addr);
+        if (next(r) % 2) {
+            g->root_parent.peer_id = next(r);
+            rand_str(r, g->root_parent.addr);
+        }
+        g->root_child[0] = next(r) % 2 ? next(r) : 0;
+        g->root_child[1] = g->root_child[0] && next(r) % 2 ? next(r) : 0;
+        g->handles = handle_store;
+        for (uint32_t i = 0; i < g->n; i++) handle_store[i] = (uint32_t)next(r);
+        break;
+    }
     case ECCL_MSG_RING_READY:
     case ECCL_MSG_TOPO_DONE:
     case ECCL_MSG_VIEW_QUERY:
@@ -723,7 +785,8 @@ static void test_max_length(void **state)
         {ECCL_MSG_VIEW_REPORT, 8 + ECCL_WIRE_MAX_OPS * 9},
         {ECCL_MSG_WELCOME, 12},
         {ECCL_MSG_PENDING_REPLY, 4},
-        {ECCL_MSG_RING, 16 + 3 * (8 + 2 + ECCL_WIRE_MAX_ADDR) + 16 + 8},
+        {ECCL_MSG_RING, 16 + 3 * (8 + 2 + ECCL_WIRE_MAX_ADDR) + ECCL_WIRE_TREE_CHILDREN * 8 + 8},
+        {ECCL_MSG_RING_SEG, 24 + 3 * (8 + 2 + ECCL_WIRE_MAX_ADDR) + 16 + 4 + ECCL_WIRE_MAX_SEG * 4},
         {ECCL_MSG_TOPO_DONE, 4},
         {ECCL_MSG_VIEW_QUERY, 4},
         {ECCL_MSG_VIEW_DECIDE, 8 + ECCL_WIRE_MAX_OPS * 9},
@@ -783,7 +846,7 @@ static void test_golden_bytes(void **state)
     strcpy(m->u.reg.p2p_addr, "h:1");
     uint8_t frame[64];
     static const uint8_t want[] = {
-        'E', 'C', 'C', 'L', 1, 0, 1, 0, 13, 0, 0, 0, 0, 0, 0, 0,
+        'E', 'C', 'C', 'L', 2, 0, 1, 0, 13, 0, 0, 0, 0, 0, 0, 0,
         0x0D, 0x0C, 0x0B, 0x0A, 0x88, 0x13, 0, 0, 3, 0, 'h', ':', '1',
     };
     assert_int_equal(eccl_wire_encode(m, frame, sizeof(frame)), sizeof(want));
@@ -807,7 +870,7 @@ static void test_golden_bytes(void **state)
     m->type = ECCL_MSG_PEER_QUERY;
     m->u.peer_query = (eccl_msg_peer_query){.epoch = 0x01020304u, .n = 3, .ranks = ranks};
     static const uint8_t query[] = {
-        'E', 'C', 'C', 'L', 1, 0, 13, 0, 20, 0, 0, 0, 0, 0, 0, 0,
+        'E', 'C', 'C', 'L', 2, 0, 13, 0, 20, 0, 0, 0, 0, 0, 0, 0,
         4, 3, 2, 1, 3, 0, 0, 0,
         0, 0, 0, 0, 0, 1, 0, 0, 0xD0, 0xC0, 0xB0, 0xA0,
     };
@@ -821,7 +884,7 @@ static void test_golden_bytes(void **state)
     m->type = ECCL_MSG_PEER_REPLY;
     m->u.peer_reply = (eccl_msg_peer_reply){.epoch = 7, .n = 2, .entries = entries};
     static const uint8_t reply[] = {
-        'E', 'C', 'C', 'L', 1, 0, 43, 0, 39, 0, 0, 0, 0, 0, 0, 0,
+        'E', 'C', 'C', 'L', 2, 0, 43, 0, 39, 0, 0, 0, 0, 0, 0, 0,
         7, 0, 0, 0, 2, 0, 0, 0,
         2, 0, 0, 0, 0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11, 3, 0, 'h', ':', '1',
         5, 1, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0, 0, 0,
@@ -836,7 +899,7 @@ static void test_golden_bytes(void **state)
                                       .epoch = 0x21222324u, .purpose = ECCL_LINK_PEER,
                                       .pool_size = 1, .rank = 0x31323334u};
     static const uint8_t hello[] = {
-        'E', 'C', 'C', 'L', 1, 0, 64, 0, 24, 0, 0, 0, 0, 0, 0, 0,
+        'E', 'C', 'C', 'L', 2, 0, 64, 0, 24, 0, 0, 0, 0, 0, 0, 0,
         8, 7, 6, 5, 4, 3, 2, 1, 0x14, 0x13, 0x12, 0x11, 0x24, 0x23, 0x22, 0x21,
         ECCL_LINK_PEER, 0, 0, 0, 0x34, 0x33, 0x32, 0x31,
     };
@@ -872,14 +935,14 @@ static void test_header_rejects(void **state)
     assert_int_equal(h.type, ECCL_MSG_RING);
     assert_int_equal(h.length, 40);
     assert_int_equal(h.reserved, 0);
-    assert_memory_equal(good, "ECCL\x01\x00\x22\x00\x28\x00\x00\x00\x00\x00\x00\x00", 16);
+    assert_memory_equal(good, "ECCL\x02\x00\x22\x00\x28\x00\x00\x00\x00\x00\x00\x00", 16);
 
     for (size_t byte = 0; byte < 4; byte++) { /* magic */
         memcpy(bad, good, sizeof(bad));
         bad[byte] ^= 0x20;
         assert_int_equal(eccl_wire_header_decode(bad, &h), ECCL_ERR_PROTOCOL);
     }
-    const uint16_t versions[] = {0, 2, 0x100, 0xFFFF};
+    const uint16_t versions[] = {0, 1, 3, 0xFFFF}; /* 1: before RING_SEG */
     for (size_t i = 0; i < 4; i++) {
         memcpy(bad, good, sizeof(bad));
         bad[4] = (uint8_t)versions[i];
@@ -930,6 +993,22 @@ static void test_encode_rejects(void **state)
     assert_int_equal(eccl_wire_encode(m, frame, FRAME_CAP), 0);
     fill_extreme(m, ECCL_MSG_RING, 1);
     memset(m->u.ring.prev.addr, 'x', ECCL_ADDR_MAX);
+    assert_int_equal(eccl_wire_encode(m, frame, FRAME_CAP), 0);
+
+    /* RING_SEG: a run out of the world, too long, or without handles. */
+    fill_extreme(m, ECCL_MSG_RING_SEG, 1);
+    assert_true(eccl_wire_encode(m, frame, FRAME_CAP) > 0);
+    m->u.ring_seg.first_rank++;
+    assert_int_equal(eccl_wire_encode(m, frame, FRAME_CAP), 0);
+    fill_extreme(m, ECCL_MSG_RING_SEG, 1);
+    m->u.ring_seg.n = ECCL_WIRE_MAX_SEG + 1;
+    m->u.ring_seg.first_rank--;
+    assert_int_equal(eccl_wire_encode(m, frame, FRAME_CAP), 0);
+    fill_extreme(m, ECCL_MSG_RING_SEG, 0);
+    m->u.ring_seg.handles = NULL;
+    assert_int_equal(eccl_wire_encode(m, frame, FRAME_CAP), 0);
+    m->u.ring_seg.handles = handle_store;
+    m->u.ring_seg.n = 0;
     assert_int_equal(eccl_wire_encode(m, frame, FRAME_CAP), 0);
 
     /* Repairs: over the bound, bytes missing, an ASK with bytes. */
@@ -1098,9 +1177,27 @@ static size_t ring_frame(uint8_t *buf, size_t next_len)
     n += raw_str(buf + n, 0, 0);
     n += le(buf + n, 8, 8); /* tree children */
     n += le(buf + n, 9, 8);
+    n += le(buf + n, 10, 8);
+    n += le(buf + n, 0, 8);
     n += le(buf + n, 0, 4); /* local_size: not host-regular */
     n += le(buf + n, 0, 4); /* host_ranks: not told */
     return n;
+}
+
+/* A RING_SEG payload of `n` handles 100, 101, ... from first_rank on in a
+ * world of `world`, not host-regular, refs with empty addresses. */
+static size_t ring_seg_frame(uint8_t *buf, uint32_t world, uint32_t first_rank, uint32_t n)
+{
+    size_t at = le(buf, 7, 4) + le(buf + 4, 1, 4) + le(buf + 8, world, 4) + le(buf + 12, first_rank, 4);
+    at += le(buf + at, 0, 4) + le(buf + at + 4, 0, 4); /* local_size, host_ranks */
+    for (int k = 0; k < 3; k++) {
+        at += le(buf + at, 5u + (unsigned)k, 8);
+        at += raw_str(buf + at, 0, 0);
+    }
+    at += le(buf + at, 0, 8) + le(buf + at + 8, 0, 8); /* root children */
+    at += le(buf + at, n, 4);
+    for (uint32_t i = 0; i < n; i++) at += le(buf + at, 100 + i, 4);
+    return at;
 }
 
 /* Shared-state messages: everything a decoder must refuse beyond lengths. */
@@ -1251,6 +1348,8 @@ static void test_decode_rejects(void **state)
     assert_int_equal(strlen(m->u.ring.next.addr), ECCL_WIRE_MAX_ADDR);
     assert_int_equal(m->u.ring.prev.addr[0], '\0');
     assert_int_equal(m->u.ring.tree_child[1], 9);
+    assert_int_equal(m->u.ring.tree_child[2], 10);
+    assert_int_equal(m->u.ring.tree_child[3], 0);
 
     /* Semantic RING checks. */
     le(buf + 8, 0, 4);
@@ -1261,6 +1360,23 @@ static void test_decode_rejects(void **state)
     assert_int_equal(decode_tail(&a, ECCL_MSG_RING, buf, (uint32_t)n, m), ECCL_ERR_PROTOCOL);
     le(buf + 12, UINT32_MAX, 4);
     assert_int_equal(decode_tail(&a, ECCL_MSG_RING, buf, (uint32_t)n, m), ECCL_ERR_PROTOCOL);
+
+    /* RING_SEG: a run of 1..ECCL_WIRE_MAX_SEG ranks inside the world, and
+     * exactly its handles. */
+    n = ring_seg_frame(buf, 8, 6, 2);
+    assert_int_equal(decode_tail(&a, ECCL_MSG_RING_SEG, buf, (uint32_t)n, m), ECCL_OK);
+    assert_int_equal(m->u.ring_seg.n, 2);
+    assert_int_equal(eccl_wire_ring_seg_handle(&m->u.ring_seg, 1), 101);
+    assert_int_equal(decode_tail(&a, ECCL_MSG_RING_SEG, buf, (uint32_t)n - 4, m), ECCL_ERR_PROTOCOL);
+    assert_int_equal(decode_tail(&a, ECCL_MSG_RING_SEG, buf, (uint32_t)n + 4, m), ECCL_ERR_PROTOCOL);
+    n = ring_seg_frame(buf, 8, 7, 2); /* past the world's end */
+    assert_int_equal(decode_tail(&a, ECCL_MSG_RING_SEG, buf, (uint32_t)n, m), ECCL_ERR_PROTOCOL);
+    n = ring_seg_frame(buf, 8, 8, 0);
+    assert_int_equal(decode_tail(&a, ECCL_MSG_RING_SEG, buf, (uint32_t)n, m), ECCL_ERR_PROTOCOL);
+    n = ring_seg_frame(buf, 8, 0, 0); /* an empty run */
+    assert_int_equal(decode_tail(&a, ECCL_MSG_RING_SEG, buf, (uint32_t)n, m), ECCL_ERR_PROTOCOL);
+    n = ring_seg_frame(buf, UINT32_MAX, UINT32_MAX - 1, 2); /* wraps */
+    assert_int_equal(decode_tail(&a, ECCL_MSG_RING_SEG, buf, (uint32_t)n, m), ECCL_ERR_PROTOCOL);
 
     /* REPAIR_*: the length names exactly the bytes that follow; an ASK
      * carries none. */

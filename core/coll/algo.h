@@ -36,10 +36,9 @@
 enum eccl_coll_role {
     ECCL_ROLE_PREV = 0,   /* ring: receives ring 0, sends ring 1 */
     ECCL_ROLE_NEXT = 1,   /* ring: sends ring 0, receives ring 1 */
-    ECCL_ROLE_PARENT = 2, /* the binary tree of coll/tree_allreduce.h */
-    ECCL_ROLE_CHILD0 = 3,
-    ECCL_ROLE_CHILD1 = 4,
-    ECCL_ROLE_COUNT = 5
+    ECCL_ROLE_PARENT = 2, /* the tree of coll/tree_allreduce.h */
+    ECCL_ROLE_CHILD0 = 3, /* its children: CHILD0 + k, k < ECCL_WIRE_TREE_CHILDREN */
+    ECCL_ROLE_COUNT = ECCL_ROLE_CHILD0 + ECCL_WIRE_TREE_CHILDREN
 };
 
 /* Role ECCL_ROLE_PEER + r is the link to rank r of the epoch: algorithms
@@ -50,14 +49,13 @@ enum eccl_coll_role {
 #define ECCL_ROLE_PEER 8
 #define ECCL_ROLE_IS_PEER(role) ((role) >= ECCL_ROLE_PEER)
 #define ECCL_ROLE_PEER_RANK(role) ((uint32_t)((role) - ECCL_ROLE_PEER))
+_Static_assert(ECCL_ROLE_COUNT <= ECCL_ROLE_PEER, "the fixed roles overlap the peer roles");
 
 #define ECCL_ROLE_BIT(role) (1u << (role))
 /* In `roles`: the op runs over peer links (any rank). */
 #define ECCL_ROLES_PEERS (1u << 31)
 #define ECCL_ROLES_RING (ECCL_ROLE_BIT(ECCL_ROLE_PREV) | ECCL_ROLE_BIT(ECCL_ROLE_NEXT))
-#define ECCL_ROLES_TREE                                                                  \
-    (ECCL_ROLE_BIT(ECCL_ROLE_PARENT) | ECCL_ROLE_BIT(ECCL_ROLE_CHILD0) |                \
-     ECCL_ROLE_BIT(ECCL_ROLE_CHILD1))
+#define ECCL_ROLES_TREE (ECCL_ROLE_BIT(ECCL_ROLE_COUNT) - ECCL_ROLE_BIT(ECCL_ROLE_PARENT))
 
 /* What pump sends over: the fixed roles' links (NULL: not open), and the
  * peer links by rank. peer(ctx, r) returns the link to rank r, or NULL

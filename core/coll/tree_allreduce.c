@@ -2,27 +2,60 @@
 
 #include <string.h>
 
-uint32_t eccl_tree_peer(uint32_t rank, uint32_t nranks, enum eccl_tree_role role)
+uint32_t eccl_tree_seg_parent(uint32_t j) { return j == 0 ? UINT32_MAX : (j - 1) / 2; }
+
+uint32_t eccl_tree_seg_child(uint32_t j, uint32_t n, int k)
 {
-    if (role == ECCL_TREE_PARENT) return rank == 0 ? UINT32_MAX : (rank - 1) / 2;
-    uint64_t child = 2ull * rank + (role == ECCL_TREE_CHILD0 ? 1 : 2);
-    return child < nranks ? (uint32_t)child : UINT32_MAX;
+    uint64_t child = 2ull * j + 1 + (uint32_t)k;
+    return child < n ? (uint32_t)child : UINT32_MAX;
 }
 
-void eccl_tree_allreduce_init(eccl_tree_allreduce *t, const eccl_coll_call *call,
-                              uint8_t *partial[2], uint8_t *backup)
+uint32_t eccl_tree_seg_run(const eccl_tree_seg *t, uint32_t rank)
+{
+    uint32_t lo = 0, hi = t->runs; /* starts[lo] <= rank < starts[hi] */
+    while (hi - lo > 1) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (t->starts[mid] <= rank) lo = mid;
+        else hi = mid;
+    }
+    return lo;
+}
+
+uint32_t eccl_tree_seg_parent_of(const eccl_tree_seg *t, uint32_t rank)
+{
+    uint32_t s = eccl_tree_seg_run(t, rank), j = rank - t->starts[s];
+    if (j) return t->starts[s] + eccl_tree_seg_parent(j);
+    return s ? t->starts[eccl_tree_seg_parent(s)] : UINT32_MAX;
+}
+
+uint32_t eccl_tree_seg_children_of(const eccl_tree_seg *t, uint32_t rank,
+                                   uint32_t child[ECCL_WIRE_TREE_CHILDREN])
+{
+    uint32_t s = eccl_tree_seg_run(t, rank), a = t->starts[s], j = rank - a, n = 0;
+    uint32_t k_len = (s + 1 < t->runs ? t->starts[s + 1] : t->world) - a;
+    for (int k = 0; k < 2; k++) {
+        uint32_t c = eccl_tree_seg_child(j, k_len, k);
+        if (c != UINT32_MAX) child[n++] = a + c;
+    }
+    for (int k = 0; j == 0 && k < 2; k++) {
+        uint32_t c = eccl_tree_seg_child(s, t->runs, k);
+        if (c != UINT32_MAX) child[n++] = t->starts[c];
+    }
+    return n;
+}
+
+void eccl_tree_allreduce_init(eccl_tree_allreduce *t, const eccl_coll_call *call, int nchildren,
+                              uint8_t *const partial[], uint8_t *backup)
 {
     memset(t, 0, sizeof *t);
     t->call = *call;
     t->backup = backup;
-    t->partial[0] = partial[0];
-    t->partial[1] = partial[1];
+    t->nchildren = nchildren;
+    for (int i = 0; i < nchildren; i++) t->partial[i] = partial[i];
     t->bytes = call->count * eccl_dtype_size(call->dtype);
-    t->nchildren = (eccl_tree_peer(call->rank, call->nranks, ECCL_TREE_CHILD0) != UINT32_MAX) +
-                   (eccl_tree_peer(call->rank, call->nranks, ECCL_TREE_CHILD1) != UINT32_MAX);
 }
 
-static int all_children(const eccl_tree_allreduce *t, const int flag[2])
+static int all_children(const eccl_tree_allreduce *t, const int flag[])
 {
     for (int i = 0; i < t->nchildren; i++)
         if (!flag[i]) return 0;
@@ -44,8 +77,8 @@ static const uint8_t *reduce_subtree(eccl_tree_allreduce *t)
     if (t->nchildren == 0) return t->call.sendbuf;
     const eccl_dev_ops *dev = t->call.env->dev;
     dev->reduce(t->call.env->dev_ctx, t->partial[0], t->call.sendbuf, t->call.count, t->call.dtype, t->call.op);
-    if (t->nchildren == 2)
-        dev->reduce(t->call.env->dev_ctx, t->partial[0], t->partial[1], t->call.count, t->call.dtype, t->call.op);
+    for (int i = 1; i < t->nchildren; i++)
+        dev->reduce(t->call.env->dev_ctx, t->partial[0], t->partial[i], t->call.count, t->call.dtype, t->call.op);
     return t->partial[0];
 }
 
@@ -58,7 +91,7 @@ static eccl_result tree_send(eccl_tree_allreduce *t, eccl_chan *link, uint8_t ph
     return rc;
 }
 
-eccl_result eccl_tree_allreduce_pump(eccl_tree_allreduce *t, eccl_chan *link[3])
+eccl_result eccl_tree_allreduce_pump(eccl_tree_allreduce *t, eccl_chan *link[ECCL_TREE_ROLES])
 {
     eccl_result rc;
     eccl_chan *parent = link[ECCL_TREE_PARENT];
@@ -123,8 +156,8 @@ eccl_result eccl_tree_allreduce_recv(eccl_tree_allreduce *t, enum eccl_tree_role
             return ECCL_OK;
         return ECCL_ERR_PROTOCOL;
     }
-    int i = role == ECCL_TREE_CHILD0 ? 0 : 1;
-    if (i >= t->nchildren) return ECCL_ERR_PROTOCOL;
+    int i = (int)role - ECCL_TREE_CHILD0;
+    if (i < 0 || i >= t->nchildren) return ECCL_ERR_PROTOCOL;
     if (d->phase == ECCL_PHASE_TREE_UP && !t->up_recvd[i] && d->len == t->bytes) {
         *dst = t->partial[i];
         return ECCL_OK;
@@ -137,7 +170,7 @@ eccl_result eccl_tree_allreduce_recv(eccl_tree_allreduce *t, enum eccl_tree_role
 eccl_result eccl_tree_allreduce_recv_done(eccl_tree_allreduce *t, enum eccl_tree_role role,
                                           const eccl_wire_data *d)
 {
-    int i = role == ECCL_TREE_CHILD1 ? 1 : 0;
+    int i = role == ECCL_TREE_PARENT ? 0 : (int)role - ECCL_TREE_CHILD0;
     t->rx_bytes += d->len;
     switch (d->phase) {
     case ECCL_PHASE_TREE_UP: t->up_recvd[i] = 1; break;
@@ -157,8 +190,8 @@ int eccl_tree_allreduce_complete(const eccl_tree_allreduce *t)
 int eccl_tree_allreduce_expects(const eccl_tree_allreduce *t, enum eccl_tree_role role)
 {
     if (role == ECCL_TREE_PARENT) return t->call.rank != 0 && !t->committed;
-    int i = role == ECCL_TREE_CHILD0 ? 0 : 1;
-    return i < t->nchildren && !t->done_recvd[i];
+    int i = (int)role - ECCL_TREE_CHILD0;
+    return i >= 0 && i < t->nchildren && !t->done_recvd[i];
 }
 
 void eccl_tree_allreduce_restore(eccl_tree_allreduce *t)
@@ -172,8 +205,8 @@ static enum eccl_tree_role tree_role(int role) { return (enum eccl_tree_role)(ro
 
 static eccl_result algo_pump(void *op, const eccl_coll_links *links)
 {
-    eccl_chan *tree[3] = {links->role[ECCL_ROLE_PARENT], links->role[ECCL_ROLE_CHILD0],
-                          links->role[ECCL_ROLE_CHILD1]};
+    eccl_chan *tree[ECCL_TREE_ROLES];
+    for (int i = 0; i < ECCL_TREE_ROLES; i++) tree[i] = links->role[ECCL_ROLE_PARENT + i];
     return eccl_tree_allreduce_pump(op, tree);
 }
 

@@ -1,11 +1,21 @@
 /* Tree all-reduce for small buffers: log-depth in messages and latency.
  *
- * The ranks form a binary tree in rank order (rank r's parent is (r-1)/2, its
- * children 2r+1 and 2r+2). Four waves, each one message per tree edge:
+ * The tree (eccl_tree_seg_*): rank order is cut into runs (the ranks behind
+ * one relay that the master hands out as one RING_SEG, docs/protocol.md;
+ * every rank is a run of its own where there are no relays). Inside a run
+ * of k ranks, local rank j has parent (j-1)/2 and children 2j+1, 2j+2; the
+ * runs' first ranks (their roots) form the same heap over run order, so
+ * run s's root has run (s-1)/2's root as parent and runs 2s+1 and 2s+2's
+ * roots as children besides its own two: up to four children, depth about
+ * log2(k) + log2(runs). A relay can thus fill in every edge inside its run
+ * and the master sends only the root's. With runs of one rank this is the
+ * plain heap (rank r's parent (r-1)/2, children 2r+1, 2r+2). Rank 0 is the
+ * root. Four waves, each one message per tree edge:
  *
- *   UP      a rank reduces its children's partials into its own (own op
- *           child 1 op child 2, always in that order) and sends the partial
- *           to its parent; the root ends up with the full result
+ *   UP      a rank reduces its children's partials into its own (child 0
+ *           op own op child 1 op child 2 ..., always in that order) and
+ *           sends the partial to its parent; the root ends up with the full
+ *           result
  *   DOWN    the root's result travels to every rank unchanged, so every
  *           rank holds the very same bits (AVG divides once, at the root)
  *   DONE    a rank that holds the result and has DONE from its children
@@ -35,20 +45,39 @@
  * buffers per hop cost less than the ring's 3(N-1) latencies. */
 #define ECCL_TREE_MAX_BYTES (64u << 10)
 
-enum eccl_tree_role { ECCL_TREE_PARENT = 0, ECCL_TREE_CHILD0 = 1, ECCL_TREE_CHILD1 = 2 };
+/* Links by role: TREE_PARENT, then child k at TREE_CHILD0 + k. */
+enum eccl_tree_role { ECCL_TREE_PARENT = 0, ECCL_TREE_CHILD0 = 1, ECCL_TREE_ROLES = 1 + ECCL_WIRE_TREE_CHILDREN };
 
-/* Rank of the peer in `role` of `rank` in a tree of `nranks`, or UINT32_MAX
- * when there is none (the root's parent, a leaf's children). */
-uint32_t eccl_tree_peer(uint32_t rank, uint32_t nranks, enum eccl_tree_role role);
+/* The heap over `n` places: the parent of place j (UINT32_MAX for j = 0)
+ * and its children 2j+1, 2j+2 (UINT32_MAX past n). Used for the places of
+ * a run and for the runs. */
+uint32_t eccl_tree_seg_parent(uint32_t j);
+uint32_t eccl_tree_seg_child(uint32_t j, uint32_t n, int k);
+
+/* The tree of a whole world, for whoever holds every rank (the master):
+ * runs given by their first ranks, starts[0] = 0 < starts[1] < ... <
+ * starts[runs - 1] < world. */
+typedef struct eccl_tree_seg {
+    const uint32_t *starts;
+    uint32_t runs, world;
+} eccl_tree_seg;
+/* The run `rank` lies in (binary search). */
+uint32_t eccl_tree_seg_run(const eccl_tree_seg *t, uint32_t rank);
+/* Its parent's rank, UINT32_MAX for rank 0; its children's ranks in the
+ * order of eccl_msg_ring.tree_child (the run's, then the runs'), returning
+ * how many. */
+uint32_t eccl_tree_seg_parent_of(const eccl_tree_seg *t, uint32_t rank);
+uint32_t eccl_tree_seg_children_of(const eccl_tree_seg *t, uint32_t rank,
+                                   uint32_t child[ECCL_WIRE_TREE_CHILDREN]);
 
 typedef struct eccl_tree_allreduce {
     eccl_coll_call call;
     uint8_t *backup;       /* recvbuf as it was, saved before the first write */
-    uint8_t *partial[2];   /* children's partials land here; [0] then holds ours */
+    uint8_t *partial[ECCL_WIRE_TREE_CHILDREN]; /* children's partials land here; [0] then holds ours */
     size_t bytes;
     int nchildren;
-    int up_recvd[2];       /* child i's partial is in partial[i] */
-    int done_recvd[2];     /* child i holds the result, and so does its subtree */
+    int up_recvd[ECCL_WIRE_TREE_CHILDREN];   /* child i's partial is in partial[i] */
+    int done_recvd[ECCL_WIRE_TREE_CHILDREN]; /* child i holds the result, and so does its subtree */
     int up_sent, down_sent, done_sent, commit_sent;
     int saved;             /* backup taken */
     int have_full;         /* recvbuf holds the result */
@@ -57,14 +86,15 @@ typedef struct eccl_tree_allreduce {
     uint64_t tx_bytes, rx_bytes;
 } eccl_tree_allreduce;
 
-/* Plans `call` (a copy is kept) for call->rank of call->nranks (>= 2).
- * partial[2] must each hold call->count elements, backup as many bytes as
- * recvbuf. */
-void eccl_tree_allreduce_init(eccl_tree_allreduce *t, const eccl_coll_call *call,
-                              uint8_t *partial[2], uint8_t *backup);
+/* Plans `call` (a copy is kept) for call->rank of call->nranks (>= 2),
+ * with `nchildren` children (eccl_msg_ring.tree_child). partial[i], i <
+ * nchildren, must each hold call->count elements, backup as
+ * many bytes as recvbuf. */
+void eccl_tree_allreduce_init(eccl_tree_allreduce *t, const eccl_coll_call *call, int nchildren,
+                              uint8_t *const partial[], uint8_t *backup);
 /* Queues every frame that is ready; link[role] may be NULL when that link
  * is not up (its frames wait). */
-eccl_result eccl_tree_allreduce_pump(eccl_tree_allreduce *t, eccl_chan *link[3]);
+eccl_result eccl_tree_allreduce_pump(eccl_tree_allreduce *t, eccl_chan *link[ECCL_TREE_ROLES]);
 /* A DATA frame for this op arrived from `role`: check it is one that role
  * may send now and say where its bytes go. */
 eccl_result eccl_tree_allreduce_recv(eccl_tree_allreduce *t, enum eccl_tree_role role,

@@ -92,7 +92,7 @@ struct eccl_request {
     eccl_result result;
     uint64_t deadline_ns;
     eccl_buf *backup;
-    eccl_buf *staging[2];
+    eccl_buf *staging[ECCL_WIRE_TREE_CHILDREN]; /* a tree op's partials; others use [0], [1] */
     eccl_buf *qimg;       /* quantised ring: the two code images */
     eccl_stage stage;     /* device buffers: the host mirror the op runs on */
     void *pinned;         /* device-resident ring: staging + send slots (pinned) */
@@ -295,8 +295,8 @@ struct eccl_comm {
     int frozen;                 /* between VIEW_QUERY and RING */
     /* tree of the current epoch: link_tree[eccl_tree_role] */
     eccl_wire_peer_ref parent_ref;
-    uint64_t child_id[2];
-    p2p_link *link_tree[3];
+    uint64_t child_id[ECCL_WIRE_TREE_CHILDREN]; /* 0 past the last */
+    p2p_link *link_tree[ECCL_TREE_ROLES];
     uint64_t parent_retry_at;   /* reconnect to the parent after a refusal */
     uint64_t parent_backoff;
     /* The pool of ring connections per neighbour (p2p_pool_size): an op

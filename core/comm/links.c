@@ -54,7 +54,7 @@ void comm_link_close(eccl_comm *c, p2p_link *l)
         if (c->link_next == l) c->link_next = NULL;
         if (c->link_prev == l) c->link_prev = NULL;
     }
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < ECCL_TREE_ROLES; i++)
         if (c->link_tree[i] == l) c->link_tree[i] = NULL;
     if (l->purpose == ECCL_LINK_PEER && l->hello_seen) comm_peer_link_lost(c, l);
     if (c->pslot && l->pool) {
@@ -168,9 +168,7 @@ p2p_link *comm_pool_link_next(eccl_comm *c, uint32_t k)
 void comm_link_connect_parent(eccl_comm *c)
 {
     eccl_result rc;
-    if (c->link_tree[ECCL_TREE_PARENT] || c->parent_retry_at || c->frozen ||
-        eccl_tree_peer(c->rank, c->world, ECCL_TREE_PARENT) == UINT32_MAX)
-        return;
+    if (c->link_tree[ECCL_TREE_PARENT] || c->parent_retry_at || c->frozen || c->rank == 0) return;
     c->link_tree[ECCL_TREE_PARENT] = link_connect(c, &c->parent_ref, ECCL_LINK_TREE, &rc);
     if (!c->link_tree[ECCL_TREE_PARENT]) c->parent_retry_at = comm_retry_at(c, &c->parent_backoff);
 }
@@ -208,7 +206,7 @@ int comm_link_role(const eccl_comm *c, const p2p_link *l)
 {
     if (l == c->link_prev) return ECCL_ROLE_PREV; /* ring 0 flows from prev */
     if (l == c->link_next) return ECCL_ROLE_NEXT; /* ring 1 from next */
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < ECCL_TREE_ROLES; i++)
         if (l == c->link_tree[i]) return ECCL_ROLE_PARENT + i;
     if (c->pslot && l->pool) {
         if (l == c->pslot[l->pool].prev) return ECCL_ROLE_PREV;

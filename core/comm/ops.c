@@ -54,10 +54,12 @@ int comm_op_expects_on(const eccl_comm *c, const eccl_request *r, const p2p_link
 static void op_release_buffers(eccl_comm *c, eccl_request *r)
 {
     eccl_bufpool_put(&c->pool, r->backup);
-    eccl_bufpool_put(&c->pool, r->staging[0]);
-    eccl_bufpool_put(&c->pool, r->staging[1]);
+    for (uint32_t i = 0; i < ECCL_WIRE_TREE_CHILDREN; i++) {
+        eccl_bufpool_put(&c->pool, r->staging[i]);
+        r->staging[i] = NULL;
+    }
     eccl_bufpool_put(&c->pool, r->qimg);
-    r->backup = r->staging[0] = r->staging[1] = r->qimg = NULL;
+    r->backup = r->qimg = NULL;
     const eccl_dev_ops *d = c->env->dev;
     if (r->pinned) d->host_free(c->env->dev_ctx, r->pinned, r->pinned_bytes);
     if (r->dev_backup) d->d_free(c->env->dev_ctx, r->dev_backup);
@@ -229,13 +231,13 @@ eccl_result comm_replay_early(eccl_comm *c, eccl_request *r, p2p_link *l)
 }
 
 /* Every link that carries ops' frames in this epoch, one per index below
- * comm_role_links_n (NULL: none there): prev, next, the tree's three, the
+ * comm_role_links_n (NULL: none there): prev, next, the tree's links, the
  * pools' other connections, then the peer links. Looked up afresh at each
  * index, so a caller may close links as it goes. */
 uint32_t comm_role_links_n(const eccl_comm *c)
 {
     uint32_t extra = c->pslot ? 2 * (ECCL_WIRE_MAX_POOL - 1) : 0;
-    return 5 + extra + comm_peer_slots(c);
+    return ECCL_ROLE_COUNT + extra + comm_peer_slots(c);
 }
 
 p2p_link *comm_role_link_at(const eccl_comm *c, uint32_t i)
@@ -243,10 +245,10 @@ p2p_link *comm_role_link_at(const eccl_comm *c, uint32_t i)
     switch (i) {
     case 0: return c->link_prev;
     case 1: return c->link_next;
-    case 2: case 3: case 4: return c->link_tree[i - 2];
     default: break;
     }
-    i -= 5;
+    if (i < ECCL_ROLE_COUNT) return c->link_tree[i - ECCL_ROLE_PARENT];
+    i -= ECCL_ROLE_COUNT;
     uint32_t pooled = c->pslot ? 2 * (ECCL_WIRE_MAX_POOL - 1) : 0;
     if (i >= pooled) return comm_peer_slot_link(c, i - pooled);
     return i % 2 ? c->pslot[1 + i / 2].next : c->pslot[1 + i / 2].prev;
@@ -358,7 +360,7 @@ static eccl_result allreduce_setup(eccl_comm *c, eccl_request *r)
     eccl_algorithm algo = eccl_dispatch_pick(&c->dispatch, ECCL_COLL_ALLREDUCE, c->world, c->local_size, bytes, can);
     if (algo == ECCL_ALGO_RECURSIVE) return rec_setup(c, r, bytes);
     if (algo == ECCL_ALGO_HIER) return hier_setup(c, r, bytes);
-    uint8_t *staging[2] = {NULL, NULL}, *backup;
+    uint8_t *staging[ECCL_WIRE_TREE_CHILDREN] = {NULL}, *backup;
     size_t sb = eccl_ring_staging_bytes_q(r->call.count, r->call.dtype, r->call.quant);
     if (r->call.on_device) {
         /* Pinned staging (kernels read it) and send slots in one block, the
@@ -381,9 +383,17 @@ static eccl_result allreduce_setup(eccl_comm *c, eccl_request *r)
         }
     }
     if (algo == ECCL_ALGO_TREE) {
+        /* A run's root has up to four children (coll/tree_allreduce.h):
+         * a partial each. (Host memory: the tree takes no device calls.) */
+        int nchildren = 0;
+        while (nchildren < (int)ECCL_WIRE_TREE_CHILDREN && c->child_id[nchildren]) nchildren++;
+        for (int i = 2; i < nchildren; i++) {
+            if (!(r->staging[i] = eccl_bufpool_get(&c->pool, sb))) return ECCL_ERR_NO_MEMORY;
+            staging[i] = r->staging[i]->ptr;
+        }
         eccl_tree_allreduce *t = take_state(c, r, sizeof *t);
         if (!t) return ECCL_ERR_NO_MEMORY;
-        eccl_tree_allreduce_init(t, &r->call, staging, backup);
+        eccl_tree_allreduce_init(t, &r->call, nchildren, staging, backup);
         r->alg = &eccl_tree_allreduce_algo;
         return ECCL_OK;
     }
@@ -761,7 +771,7 @@ size_t comm_ops_pump(eccl_comm *c)
             l[ECCL_ROLE_PREV] = op_link(c, r, ECCL_ROLE_PREV);
         }
         if (r->alg->roles & ECCL_ROLES_TREE)
-            for (int i = 0; i < 3; i++) l[ECCL_ROLE_PARENT + i] = c->link_tree[i];
+            for (int i = 0; i < ECCL_TREE_ROLES; i++) l[ECCL_ROLE_PARENT + i] = c->link_tree[i];
         eccl_coll_links links = {{NULL}, NULL, NULL, r->lazy_tokens};
         if (r->alg->roles & ECCL_ROLES_PEERS) comm_peer_links(c, &links);
         int ready = 1;

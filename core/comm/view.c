@@ -2,6 +2,8 @@
  * epoch, VIEW_QUERY freezes and reports, VIEW_DECIDE commits or aborts. */
 #include "comm/comm_internal.h"
 
+#include <string.h>
+
 /* ---- ring epochs and the view-change protocol ------------------------------ */
 
 void comm_check_ring_ready(eccl_comm *c)
@@ -65,7 +67,7 @@ eccl_result comm_link_adopt(eccl_comm *c, p2p_link *l)
         }
         comm_check_ring_ready(c);
     }
-    for (int k = 0; k < 2; k++) {
+    for (uint32_t k = 0; k < ECCL_WIRE_TREE_CHILDREN; k++) {
         p2p_link **slot = &c->link_tree[ECCL_TREE_CHILD0 + k];
         if (l->purpose == ECCL_LINK_TREE && c->child_id[k] && l->peer_id == c->child_id[k] &&
             !*slot)
@@ -89,8 +91,7 @@ eccl_result comm_on_ring(eccl_comm *c, const eccl_msg_ring *m)
     c->next_ref = m->next;
     c->prev_ref = m->prev;
     c->parent_ref = m->tree_parent;
-    c->child_id[0] = m->tree_child[0];
-    c->child_id[1] = m->tree_child[1];
+    memcpy(c->child_id, m->tree_child, sizeof c->child_id);
     c->frozen = 0;
     c->ring_ready = 0;
     c->next_retry_at = 0;

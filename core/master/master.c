@@ -118,6 +118,7 @@ struct mgroup {
     uint32_t id;
     uint32_t epoch;
     mpeer **members;        /* ring order */
+    uint32_t *starts;       /* send_rings' runs: their first ranks (room for cap) */
     uint32_t n, cap;
     uint32_t local_size;    /* this epoch's (eccl_msg_ring.local_size) */
     uint32_t n_ready;       /* members wired for `epoch` (RING_READY) */
@@ -191,6 +192,7 @@ struct eccl_master {
     eccl_bw_store bw;       /* measured links, kept across optimize calls */
     uint64_t opt_work;      /* ECCL_TOPO_SOLVE_WORK */
     uint64_t moon_budget;   /* ECCL_TOPO_MOONSHOT_KICKS: kicks per solved ring */
+    uint32_t seg_handles[ECCL_WIRE_MAX_SEG]; /* send_rings' scratch */
 };
 
 static const eccl_chan_handler peer_handler;
@@ -285,6 +287,9 @@ static int group_add(mgroup *g, mpeer *p)
         mpeer **n = realloc(g->members, cap * sizeof *n);
         if (!n) return -1;
         g->members = n;
+        uint32_t *s = realloc(g->starts, cap * sizeof *s);
+        if (!s) return -1;
+        g->starts = s;
         g->cap = cap;
     }
     g->members[g->n++] = p;
@@ -383,6 +388,38 @@ static void group_by_host(mgroup *g, uint32_t n0)
     free(k), free(order);
 }
 
+/* A newcomer and its place in admission order. */
+typedef struct newcomer_key {
+    mpeer *p;
+    uint32_t pos;
+} newcomer_key;
+
+static int newcomer_cmp(const void *a, const void *b)
+{
+    const newcomer_key *x = a, *y = b;
+    uint64_t rx = x->p->via ? x->p->via->id : 0, ry = y->p->via ? y->p->via->id : 0;
+    if (rx != ry) return rx < ry ? -1 : 1;
+    uint32_t kx = x->p->via ? x->p->handle : x->pos, ky = y->p->via ? y->p->handle : y->pos;
+    return (kx > ky) - (kx < ky);
+}
+
+/* Newcomers (from position n0 on) behind one relay go next to each other,
+ * in its handle order, so that a relay's share of a ring is one run
+ * (send_rings) however the registrations through many relays interleaved;
+ * those on the master itself come first, in admission order. Before
+ * group_by_host, which keeps this order but for host-mates. Without
+ * memory the order stays: only the runs are shorter. */
+static void order_newcomers(mgroup *g, uint32_t n0)
+{
+    uint32_t k = g->n - n0;
+    newcomer_key *key = k >= 2 ? malloc(k * sizeof *key) : NULL;
+    if (!key) return;
+    for (uint32_t i = 0; i < k; i++) key[i] = (newcomer_key){g->members[n0 + i], i};
+    qsort(key, k, sizeof *key, newcomer_cmp);
+    for (uint32_t i = 0; i < k; i++) g->members[n0 + i] = key[i].p;
+    free(key);
+}
+
 /* L if the world is host-regular: every host's ranks contiguous in rank
  * order, every host with the same L >= 2 of them, two hosts or more; else
  * 0 (the hierarchical all-reduce does not run). From this epoch's
@@ -398,31 +435,82 @@ static uint32_t group_local_size(const mgroup *g)
     return L;
 }
 
-static void send_ring(mgroup *g, uint32_t i)
+static void ref_of(eccl_wire_peer_ref *r, const mpeer *p)
+{
+    r->peer_id = p->id;
+    memcpy(r->addr, p->p2p_addr, sizeof r->addr);
+}
+
+/* This epoch's runs (coll/tree_allreduce.h) into g->starts: the longest
+ * stretches of consecutive members behind one relay with one host count,
+ * at most ECCL_WIRE_MAX_SEG each; a member on the master itself is a run
+ * of its own. */
+static uint32_t group_runs(mgroup *g)
+{
+    uint32_t runs = 0;
+    for (uint32_t i = 0; i < g->n; i++) {
+        const mpeer *p = g->members[i], *q = i ? g->members[i - 1] : NULL;
+        if (!q || !p->via || p->via != q->via || p->host_ranks != q->host_ranks ||
+            i - g->starts[runs - 1] == ECCL_WIRE_MAX_SEG)
+            g->starts[runs++] = i;
+    }
+    return runs;
+}
+
+/* A member on the master itself: its RING. */
+static void send_ring(mgroup *g, const eccl_tree_seg *t, uint32_t i)
 {
     eccl_msg msg = {.type = ECCL_MSG_RING};
     eccl_msg_ring *r = &msg.u.ring;
-    mpeer *next = g->members[(i + 1) % g->n], *prev = g->members[(i + g->n - 1) % g->n];
     r->peer_group = g->id;
     r->epoch = g->epoch;
     r->world_size = g->n;
     r->rank = i;
-    r->next.peer_id = next->id;
-    memcpy(r->next.addr, next->p2p_addr, sizeof r->next.addr);
-    r->prev.peer_id = prev->id;
-    memcpy(r->prev.addr, prev->p2p_addr, sizeof r->prev.addr);
-    uint32_t parent = eccl_tree_peer(i, g->n, ECCL_TREE_PARENT);
-    if (parent != UINT32_MAX) {
-        r->tree_parent.peer_id = g->members[parent]->id;
-        memcpy(r->tree_parent.addr, g->members[parent]->p2p_addr, sizeof r->tree_parent.addr);
-    }
-    for (int k = 0; k < 2; k++) {
-        uint32_t child = eccl_tree_peer(i, g->n, k == 0 ? ECCL_TREE_CHILD0 : ECCL_TREE_CHILD1);
-        if (child != UINT32_MAX) r->tree_child[k] = g->members[child]->id;
-    }
+    ref_of(&r->next, g->members[(i + 1) % g->n]);
+    ref_of(&r->prev, g->members[(i + g->n - 1) % g->n]);
+    uint32_t parent = eccl_tree_seg_parent_of(t, i), child[ECCL_WIRE_TREE_CHILDREN];
+    if (parent != UINT32_MAX) ref_of(&r->tree_parent, g->members[parent]);
+    uint32_t nc = eccl_tree_seg_children_of(t, i, child);
+    for (uint32_t k = 0; k < nc; k++) r->tree_child[k] = g->members[child[k]]->id;
     r->local_size = g->local_size;
     r->host_ranks = g->members[i]->host_ranks;
     send_to(g->members[i], &msg);
+}
+
+/* Run s, behind a relay: one RING_SEG for the relay to expand, with what
+ * lies outside the run (wire.h). */
+static void send_ring_seg(eccl_master *m, mgroup *g, const eccl_tree_seg *t, uint32_t s)
+{
+    uint32_t a = t->starts[s], k = (s + 1 < t->runs ? t->starts[s + 1] : g->n) - a;
+    eccl_msg msg = {.type = ECCL_MSG_RING_SEG};
+    eccl_msg_ring_seg *r = &msg.u.ring_seg;
+    r->peer_group = g->id;
+    r->epoch = g->epoch;
+    r->world_size = g->n;
+    r->first_rank = a;
+    r->local_size = g->local_size;
+    r->host_ranks = g->members[a]->host_ranks;
+    ref_of(&r->prev, g->members[(a + g->n - 1) % g->n]);
+    ref_of(&r->next, g->members[(a + k) % g->n]);
+    if (s) ref_of(&r->root_parent, g->members[t->starts[eccl_tree_seg_parent(s)]]);
+    for (int c = 0; c < 2; c++) {
+        uint32_t run = eccl_tree_seg_child(s, t->runs, c);
+        if (run != UINT32_MAX) r->root_child[c] = g->members[t->starts[run]]->id;
+    }
+    for (uint32_t i = 0; i < k; i++) m->seg_handles[i] = g->members[a + i]->handle;
+    r->n = k;
+    r->handles = m->seg_handles;
+    send_to(g->members[a], &msg); /* an entry the relay reads itself */
+}
+
+/* Every member's ring for g's new epoch: an entry per run at most. */
+static void send_rings(eccl_master *m, mgroup *g)
+{
+    eccl_tree_seg t = {g->starts, group_runs(g), g->n};
+    for (uint32_t s = 0; s < t.runs; s++) {
+        if (g->members[t.starts[s]]->via) send_ring_seg(m, g, &t, s);
+        else send_ring(g, &t, t.starts[s]);
+    }
 }
 
 static void check_admission_done(eccl_master *m);
@@ -628,12 +716,13 @@ static void finish_view(eccl_master *m, mgroup *g)
             m->n_admitting--;
         }
     }
+    order_newcomers(g, n0);
     group_by_host(g, n0);
     g->local_size = group_local_size(g);
     g->epoch++;
     g->n_ready = 0;
     ECCL_INFO(m->env, "group %u: ring epoch %u with %u peers", g->id, g->epoch, g->n);
-    for (uint32_t i = 0; i < g->n; i++) send_ring(g, i);
+    send_rings(m, g);
     check_admission_done(m);
 }
 
@@ -746,7 +835,7 @@ static void accept_alone_if_empty(eccl_master *m, const mpeer *welcomed)
     g->n_ready = 0;
     ECCL_INFO(m->env, "peer %llu starts the run in group %u", (unsigned long long)first->id,
               g->id);
-    send_ring(g, g->n - 1);
+    send_rings(m, g);
     if (first != welcomed) {
         eccl_msg done = {.type = ECCL_MSG_TOPO_DONE};
         done.u.epoch.epoch = g->epoch;
@@ -1841,6 +1930,7 @@ void eccl_master_destroy(eccl_master *m)
         moon_reset(g);
         view_reset(g);
         free(g->members);
+        free(g->starts);
         free(g);
     }
     eccl_bw_store_fini(&m->bw);

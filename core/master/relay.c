@@ -10,6 +10,10 @@
  * fan-out, not the job's size. The relay decides nothing: it holds no
  * membership, so its death loses no decision. The parent drops the peers
  * behind a dead relay and they come back through another coordinator.
+ *
+ * It does keep a book of its peers (id and address, from the WELCOMEs and
+ * REGISTERs that pass it), so that the master can hand it a new ring's
+ * share as one RING_SEG, which it expands into its peers' RINGs (wire.h).
  */
 #include "eccl_core.h"
 
@@ -17,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "coll/tree_allreduce.h"
 #include "proto/chan.h"
 #include "proto/wire.h"
 #include "sched/engine.h"
@@ -43,6 +48,7 @@ typedef struct rroute {
     uint32_t sub; /* the child relay's handle, NO_HANDLE for the child itself */
     uint32_t gen, n_gen; /* entries staged for it in staging generation `gen` */
     int told;            /* the parent has had an entry for it: it knows the handle */
+    eccl_wire_peer_ref book; /* its id (0 until its WELCOME passed) and address */
 } rroute;
 
 /* An entry staged for the parent's next batch (see up_put). */
@@ -241,7 +247,7 @@ static uint32_t route_new(eccl_relay *r, rkid *kid, uint32_t sub)
         r->route = n;
         r->cap_route = cap;
     }
-    r->route[r->n_route] = (rroute){kid, sub, 0, 0, 0};
+    r->route[r->n_route] = (rroute){.kid = kid, .sub = sub};
     return r->n_route++;
 }
 
@@ -294,6 +300,28 @@ static void kid_drop(eccl_relay *r, rkid *k, int tell)
     r->graveyard = k;
 }
 
+/* ---- the book ----------------------------------------------------------------- */
+
+/* A whole frame's type (the batch decoder checked its header). */
+static uint16_t frame_type(const uint8_t *f)
+{
+    eccl_wire_header hdr;
+    return eccl_wire_header_decode(f, &hdr) == ECCL_OK ? hdr.type : 0;
+}
+
+static eccl_result frame_decode(const uint8_t *f, uint32_t len, eccl_msg *m)
+{
+    eccl_wire_header hdr;
+    eccl_result rc = eccl_wire_header_decode(f, &hdr);
+    if (rc == ECCL_OK && (size_t)ECCL_WIRE_HEADER_SIZE + hdr.length != len) rc = ECCL_ERR_PROTOCOL;
+    return rc == ECCL_OK ? eccl_wire_decode(hdr.type, f + ECCL_WIRE_HEADER_SIZE, hdr.length, m) : rc;
+}
+
+static void book_address(rroute *rt, const eccl_msg_register *reg)
+{
+    memcpy(rt->book.addr, reg->p2p_addr, sizeof rt->book.addr);
+}
+
 /* A child relay's entry: its handle `h` becomes one of ours. */
 static eccl_result kid_relay_entry(eccl_relay *r, rkid *k, uint32_t h, const uint8_t *f,
                                    uint32_t len)
@@ -318,6 +346,9 @@ static eccl_result kid_relay_entry(eccl_relay *r, rkid *k, uint32_t h, const uin
         r->route[ours].kid = NULL;
         k->map[h] = NO_HANDLE;
     }
+    eccl_msg m;
+    if (len && frame_type(f) == ECCL_MSG_REGISTER && frame_decode(f, len, &m) == ECCL_OK)
+        book_address(&r->route[ours], &m.u.reg);
     up_put(r, ours, NULL, f, len);
     return ECCL_OK;
 }
@@ -357,6 +388,7 @@ static eccl_result kid_on_msg(void *owner, eccl_chan *ch, const eccl_msg *m)
         k->timeout_ns = (uint64_t)m->u.reg.peer_timeout_ms * MS; /* we watch it now */
     if (k->handle == NO_HANDLE && (k->handle = route_new(r, k, NO_HANDLE)) == NO_HANDLE)
         return ECCL_ERR_NO_MEMORY;
+    if (m->type == ECCL_MSG_REGISTER) book_address(&r->route[k->handle], &m->u.reg);
     up_put(r, k->handle, m, NULL, 0);
     return ECCL_OK;
 }
@@ -411,6 +443,80 @@ static void kid_service(eccl_relay *r, rkid *k)
 
 static void up_close(eccl_relay *r, eccl_result why);
 
+/* Frame f (len 0: a gone entry) from the parent for our handle h: to the
+ * child, or into a child relay's batch. */
+static eccl_result down_deliver(eccl_relay *r, uint32_t h, const uint8_t *f, uint32_t len)
+{
+    rroute *rt = &r->route[h];
+    rkid *k = rt->kid;
+    if (!k) return ECCL_OK; /* gone here: the parent hears it from us */
+    if (rt->sub != NO_HANDLE) {
+        eccl_result rc = eccl_wire_batch_put(&k->out, kid_batch_flush_cb, k, rt->sub, NULL, f, len);
+        if (rc != ECCL_OK || !k->out.folded) eccl_clock_work(r->env, 1);
+        if (rc != ECCL_OK && k->out_err == ECCL_OK) k->out_err = rc;
+        kid_mark_dirty(r, k);
+        if (!len) {
+            rt->kid = NULL;
+            k->map[rt->sub] = NO_HANDLE;
+        }
+        return ECCL_OK;
+    }
+    if (!len) { /* the parent dropped it: it knows */
+        kid_drop(r, k, 0);
+        return ECCL_OK;
+    }
+    uint8_t *copy = malloc(len);
+    if (!copy) return ECCL_ERR_NO_MEMORY;
+    memcpy(copy, f, len);
+    if (eccl_chan_send_frame(&k->ch, copy, len) == ECCL_OK) eccl_chan_flush(&k->ch);
+    return ECCL_OK;
+}
+
+/* A RING_SEG (wire.h): each of its ranks' RING, from our book inside the
+ * run (ring neighbours, the run's tree, coll/tree_allreduce.h) and from
+ * the master's refs at its edges. Every handle must be ours and booked
+ * before anything goes: the master named peers we never saw register. */
+static eccl_result ring_seg_expand(eccl_relay *r, const uint8_t *f, uint32_t len)
+{
+    eccl_msg in;
+    if (frame_decode(f, len, &in) != ECCL_OK) return ECCL_ERR_PROTOCOL;
+    const eccl_msg_ring_seg *s = &in.u.ring_seg;
+    for (uint32_t i = 0; i < s->n; i++) {
+        uint32_t h = eccl_wire_ring_seg_handle(s, i);
+        if (h >= r->n_route || !r->route[h].book.peer_id) return ECCL_ERR_PROTOCOL;
+    }
+#define BOOK(i) (r->route[eccl_wire_ring_seg_handle(s, (i))].book)
+    eccl_msg out = {.type = ECCL_MSG_RING};
+    eccl_msg_ring *g = &out.u.ring;
+    g->peer_group = s->peer_group;
+    g->epoch = s->epoch;
+    g->world_size = s->world_size;
+    g->local_size = s->local_size;
+    g->host_ranks = s->host_ranks;
+    uint8_t frame[ECCL_WIRE_HEADER_SIZE + sizeof(eccl_msg_ring) + 64];
+    for (uint32_t i = 0; i < s->n; i++) {
+        g->rank = s->first_rank + i;
+        g->prev = i ? BOOK(i - 1) : s->prev;
+        g->next = i + 1 < s->n ? BOOK(i + 1) : s->next;
+        uint32_t up = eccl_tree_seg_parent(i), nc = 0;
+        g->tree_parent = i ? BOOK(up) : s->root_parent;
+        memset(g->tree_child, 0, sizeof g->tree_child);
+        for (int c = 0; c < 2; c++) {
+            uint32_t j = eccl_tree_seg_child(i, s->n, c);
+            if (j != UINT32_MAX) g->tree_child[nc++] = BOOK(j).peer_id;
+        }
+        for (int c = 0; i == 0 && c < 2; c++)
+            if (s->root_child[c]) g->tree_child[nc++] = s->root_child[c];
+        size_t flen = eccl_wire_encode(&out, frame, sizeof frame);
+        if (!flen) return ECCL_ERR_PROTOCOL;
+        eccl_clock_work(r->env, 1);
+        eccl_result rc = down_deliver(r, eccl_wire_ring_seg_handle(s, i), frame, (uint32_t)flen);
+        if (rc != ECCL_OK) return rc;
+    }
+#undef BOOK
+    return ECCL_OK;
+}
+
 static eccl_result up_on_msg(void *owner, eccl_chan *ch, const eccl_msg *m)
 {
     eccl_relay *r = owner;
@@ -425,14 +531,17 @@ static eccl_result up_on_msg(void *owner, eccl_chan *ch, const eccl_msg *m)
     while (eccl_wire_batch_next_step(&m->u.batch, &pos, &h0, &count, &step, &f0, &len)) {
         if (h0 >= r->n_route || count > r->n_route - h0) return ECCL_ERR_PROTOCOL;
         if (step && len != sizeof stepped) return ECCL_ERR_PROTOCOL;
+        uint16_t type = len ? frame_type(f0) : 0;
+        if (type == ECCL_MSG_RING_SEG) { /* ours to expand, once */
+            eccl_result rc = count == 1 && !step ? ring_seg_expand(r, f0, len) : ECCL_ERR_PROTOCOL;
+            if (rc != ECCL_OK) return rc;
+            continue;
+        }
         /* A span is one decision for each of its handles: expanded here,
          * where each is a child's frame or an entry for a child relay
          * (folding again where its handles are consecutive). */
         for (uint32_t h = h0; h - h0 < count; h++) {
-            rroute *rt = &r->route[h];
-            rkid *k = rt->kid;
             const uint8_t *f = f0;
-            if (!k) continue; /* gone here: the parent hears it from us */
             if (step) {
                 /* A stepping span (WELCOMEs of consecutive ids): this
                  * handle's own frame. */
@@ -440,26 +549,11 @@ static eccl_result up_on_msg(void *owner, eccl_chan *ch, const eccl_msg *m)
                     return ECCL_ERR_PROTOCOL;
                 f = stepped;
             }
-            if (rt->sub != NO_HANDLE) {
-                eccl_result rc =
-                    eccl_wire_batch_put(&k->out, kid_batch_flush_cb, k, rt->sub, NULL, f, len);
-                if (rc != ECCL_OK || !k->out.folded) eccl_clock_work(r->env, 1);
-                if (rc != ECCL_OK && k->out_err == ECCL_OK) k->out_err = rc;
-                kid_mark_dirty(r, k);
-                if (!len) {
-                    rt->kid = NULL;
-                    k->map[rt->sub] = NO_HANDLE;
-                }
-                continue;
-            }
-            if (!len) { /* the parent dropped it: it knows */
-                kid_drop(r, k, 0);
-                continue;
-            }
-            uint8_t *copy = malloc(len);
-            if (!copy) return ECCL_ERR_NO_MEMORY;
-            memcpy(copy, f, len);
-            if (eccl_chan_send_frame(&k->ch, copy, len) == ECCL_OK) eccl_chan_flush(&k->ch);
+            eccl_msg w;
+            if (type == ECCL_MSG_WELCOME && frame_decode(f, len, &w) == ECCL_OK)
+                r->route[h].book.peer_id = w.u.welcome.peer_id;
+            eccl_result rc = down_deliver(r, h, f, len);
+            if (rc != ECCL_OK) return rc;
         }
     }
     return ECCL_OK;

@@ -128,6 +128,8 @@ static void get_str(rbuf *r, char *dst)
 
 #define PEER_QUERY_MAX (8u + ECCL_WIRE_MAX_PEER_REFS * 4u)
 #define PEER_REPLY_MAX (8u + ECCL_WIRE_MAX_PEER_REFS * (4u + PEER_REF_MAX))
+#define RING_MAX (16u + 3u * PEER_REF_MAX + ECCL_WIRE_TREE_CHILDREN * 8u + 8u)
+#define RING_SEG_MAX (24u + 3u * PEER_REF_MAX + 16u + 4u + ECCL_WIRE_MAX_SEG * 4u)
 
 static uint32_t max_length(uint16_t type)
 {
@@ -148,7 +150,8 @@ static uint32_t max_length(uint16_t type)
     case ECCL_MSG_REPAIR_DATA:
     case ECCL_MSG_REPAIR_PUT: return 16u + ECCL_WIRE_MAX_REPAIR;
     case ECCL_MSG_PENDING_REPLY: return 4;
-    case ECCL_MSG_RING: return 16u + 3u * PEER_REF_MAX + 16u + 8u;
+    case ECCL_MSG_RING: return RING_MAX;
+    case ECCL_MSG_RING_SEG: return RING_SEG_MAX;
     case ECCL_MSG_KICK:
     case ECCL_MSG_LEAVE_DONE: return 4;
     case ECCL_MSG_P2P_HELLO: return 28; /* 20 without a pool, 24 for PEER */
@@ -174,8 +177,8 @@ static uint32_t max_length(uint16_t type)
  * the build instead of a frame at run time. */
 _Static_assert(8u + ECCL_WIRE_MAX_OPS * OP_FLAG_SIZE <= ECCL_WIRE_MAX_CONTROL,
                "VIEW_* payload exceeds the control bound");
-_Static_assert(16u + 3u * PEER_REF_MAX + 16u <= ECCL_WIRE_MAX_CONTROL,
-               "RING payload exceeds the control bound");
+_Static_assert(RING_MAX <= ECCL_WIRE_MAX_CONTROL, "RING payload exceeds the control bound");
+_Static_assert(RING_SEG_MAX <= ECCL_WIRE_MAX_CONTROL, "RING_SEG payload exceeds the control bound");
 _Static_assert(16u + ECCL_WIRE_MAX_REPAIR <= ECCL_WIRE_MAX_CONTROL, "REPAIR exceeds the control bound");
 _Static_assert(SYNC_REQ_MAX <= ECCL_WIRE_MAX_CONTROL, "SYNC_REQ exceeds the control bound");
 _Static_assert(SYNC_PLAN_MAX <= ECCL_WIRE_MAX_CONTROL, "SYNC_PLAN exceeds the control bound");
@@ -200,12 +203,25 @@ uint32_t eccl_wire_max_length(uint16_t type)
 
 /* The semantic checks shared by encode and decode, so both sides agree on
  * what a valid message is. */
+static int local_size_ok(uint32_t local_size, uint32_t world_size)
+{
+    return local_size == 0 ||
+           (local_size >= 2 && world_size % local_size == 0 && world_size / local_size >= 2);
+}
+
 static int ring_ok(const eccl_msg_ring *m)
 {
     /* local_size: 0, or L >= 2 dividing the world into two hosts or more. */
     return m->world_size != 0 && m->rank < m->world_size && m->host_ranks <= m->world_size &&
-           (m->local_size == 0 ||
-            (m->local_size >= 2 && m->world_size % m->local_size == 0 && m->world_size / m->local_size >= 2));
+           local_size_ok(m->local_size, m->world_size);
+}
+
+/* A run of 1..ECCL_WIRE_MAX_SEG ranks inside the world. */
+static int ring_seg_ok(const eccl_msg_ring_seg *m)
+{
+    return m->n >= 1 && m->n <= ECCL_WIRE_MAX_SEG && m->first_rank < m->world_size &&
+           m->n <= m->world_size - m->first_rank && m->host_ranks <= m->world_size &&
+           local_size_ok(m->local_size, m->world_size);
 }
 
 /* A hello that carries pool fields: a real pool, this connection inside it,
@@ -328,11 +344,31 @@ static void put_payload(wbuf *w, const eccl_msg *m)
         put_peer_ref(w, &m->u.ring.next);
         put_peer_ref(w, &m->u.ring.prev);
         put_peer_ref(w, &m->u.ring.tree_parent);
-        put_u64(w, m->u.ring.tree_child[0]);
-        put_u64(w, m->u.ring.tree_child[1]);
+        for (uint32_t k = 0; k < ECCL_WIRE_TREE_CHILDREN; k++) put_u64(w, m->u.ring.tree_child[k]);
         put_u32(w, m->u.ring.local_size);
         put_u32(w, m->u.ring.host_ranks);
         break;
+    case ECCL_MSG_RING_SEG: {
+        const eccl_msg_ring_seg *g = &m->u.ring_seg;
+        if (!ring_seg_ok(g) || !g->handles == !g->packed) {
+            w->bad = 1;
+            break;
+        }
+        put_u32(w, g->peer_group);
+        put_u32(w, g->epoch);
+        put_u32(w, g->world_size);
+        put_u32(w, g->first_rank);
+        put_u32(w, g->local_size);
+        put_u32(w, g->host_ranks);
+        put_peer_ref(w, &g->prev);
+        put_peer_ref(w, &g->next);
+        put_peer_ref(w, &g->root_parent);
+        put_u64(w, g->root_child[0]);
+        put_u64(w, g->root_child[1]);
+        put_u32(w, g->n);
+        for (uint32_t i = 0; i < g->n; i++) put_u32(w, eccl_wire_ring_seg_handle(g, i));
+        break;
+    }
     case ECCL_MSG_RING_READY:
     case ECCL_MSG_TOPO_DONE:
     case ECCL_MSG_VIEW_QUERY:
@@ -600,13 +636,35 @@ static void get_payload(rbuf *r, uint16_t type, eccl_msg *m)
         get_peer_ref(r, &m->u.ring.next);
         get_peer_ref(r, &m->u.ring.prev);
         get_peer_ref(r, &m->u.ring.tree_parent);
-        m->u.ring.tree_child[0] = get_u64(r);
-        m->u.ring.tree_child[1] = get_u64(r);
+        for (uint32_t k = 0; k < ECCL_WIRE_TREE_CHILDREN; k++) m->u.ring.tree_child[k] = get_u64(r);
         m->u.ring.local_size = get_u32(r);
         m->u.ring.host_ranks = get_u32(r);
         if (!ring_ok(&m->u.ring))
             r->bad = 1;
         break;
+    case ECCL_MSG_RING_SEG: {
+        eccl_msg_ring_seg *g = &m->u.ring_seg;
+        g->peer_group = get_u32(r);
+        g->epoch = get_u32(r);
+        g->world_size = get_u32(r);
+        g->first_rank = get_u32(r);
+        g->local_size = get_u32(r);
+        g->host_ranks = get_u32(r);
+        get_peer_ref(r, &g->prev);
+        get_peer_ref(r, &g->next);
+        get_peer_ref(r, &g->root_parent);
+        g->root_child[0] = get_u64(r);
+        g->root_child[1] = get_u64(r);
+        g->n = get_u32(r);
+        g->handles = NULL;
+        if (r->bad || !ring_seg_ok(g) || (size_t)g->n * 4u != r->len - r->pos) {
+            r->bad = 1;
+            break;
+        }
+        g->packed = r->p + r->pos;
+        r->pos = r->len;
+        break;
+    }
     case ECCL_MSG_RING_READY:
     case ECCL_MSG_TOPO_DONE:
     case ECCL_MSG_VIEW_QUERY:
@@ -1124,6 +1182,13 @@ int eccl_wire_sync_req_next(const eccl_msg_sync_req *m, uint32_t *pos, uint32_t 
 uint32_t eccl_wire_peer_query_rank(const eccl_msg_peer_query *m, uint32_t i)
 {
     if (!m->packed) return m->ranks[i];
+    rbuf r = {m->packed + (size_t)i * 4u, 4, 0, 0};
+    return get_u32(&r);
+}
+
+uint32_t eccl_wire_ring_seg_handle(const eccl_msg_ring_seg *m, uint32_t i)
+{
+    if (!m->packed) return m->handles[i];
     rbuf r = {m->packed + (size_t)i * 4u, 4, 0, 0};
     return get_u32(&r);
 }

@@ -24,7 +24,7 @@
 #include "quant/quant.h"
 
 #define ECCL_WIRE_MAGIC 0x4C434345u /* "ECCL" read as little-endian bytes */
-#define ECCL_WIRE_VERSION 1u
+#define ECCL_WIRE_VERSION 2u /* 2: RING has four tree children; RING_SEG */
 #define ECCL_WIRE_HEADER_SIZE 16u
 /* Largest control payload (everything but DATA). */
 #define ECCL_WIRE_MAX_CONTROL 65536u
@@ -37,6 +37,9 @@
 /* Largest result a view change repairs (REPAIR_DATA / REPAIR_PUT): a
  * replicated output this small is handed to survivors that lack it. */
 #define ECCL_WIRE_MAX_REPAIR 32768u
+/* Most children of a rank in the small collectives' tree: two in its run,
+ * two runs' roots under a run's root (coll/tree_allreduce.h). */
+#define ECCL_WIRE_TREE_CHILDREN 4u
 
 enum eccl_msg_type {
     /* peer -> master */
@@ -72,6 +75,7 @@ enum eccl_msg_type {
                                   or why the group cannot leave together */
     ECCL_MSG_REPAIR_ASK = 45,  /* view change: send me your result of `tag` */
     ECCL_MSG_REPAIR_PUT = 46,  /* view change: `tag` commits with these bytes */
+    ECCL_MSG_RING_SEG = 47,    /* to a relay: its peers' RINGs, for it to expand */
     /* peer -> peer */
     ECCL_MSG_P2P_HELLO = 64,   /* first frame on a p2p connection */
     ECCL_MSG_DATA = 65,        /* collective payload: data header + bytes */
@@ -119,11 +123,12 @@ typedef struct eccl_msg_ring {
     uint32_t rank;
     eccl_wire_peer_ref next; /* we connect to it */
     eccl_wire_peer_ref prev; /* it connects to us */
-    /* Small collectives run over a binary tree in rank order
+    /* Small collectives run over a tree in rank order
      * (coll/tree_allreduce.h): we connect to the parent when we first need
-     * it; the children connect to us. Unused for rank 0 / for leaves. */
+     * it; the children connect to us. Children first, 0 past the last;
+     * unused for rank 0 / for leaves. */
     eccl_wire_peer_ref tree_parent;
-    uint64_t tree_child[2];
+    uint64_t tree_child[ECCL_WIRE_TREE_CHILDREN];
     /* Ranks per host when the world is host-regular (ranks of a host
      * contiguous in rank order, every host the same number L >= 2 of them,
      * two hosts or more; a host is the HOST of a peer's p2p address), 0
@@ -135,6 +140,32 @@ typedef struct eccl_msg_ring {
      * (sched/engine.h, eccl_engine_set_host_ranks). */
     uint32_t host_ranks;
 } eccl_msg_ring;
+
+/* RING_SEG: the RINGs of a run of consecutive ranks behind one relay,
+ * which the relay expands (docs/protocol.md, "Rings through relays"): rank
+ * first_rank + i is the peer of the relay's handle handles[i]. The relay
+ * knows its peers' ids and addresses (their WELCOMEs and REGISTERs passed
+ * it), so neighbours and tree edges inside the run are its to fill in; the
+ * master sends what lies outside: the rank before the run and the one
+ * after it, and the run's tree root's parent and children among the other
+ * runs' roots (coll/tree_allreduce.h). A master's entries per ring are thus
+ * one per run, not one per rank. Handles: `handles` to encode, `packed`
+ * once decoded (eccl_wire_ring_seg_handle). */
+#define ECCL_WIRE_MAX_SEG 4096u
+typedef struct eccl_msg_ring_seg {
+    uint32_t peer_group;
+    uint32_t epoch;
+    uint32_t world_size;
+    uint32_t first_rank;
+    uint32_t local_size;
+    uint32_t host_ranks;           /* every rank of the run's */
+    eccl_wire_peer_ref prev, next; /* of the run's first and last rank */
+    eccl_wire_peer_ref root_parent; /* peer_id 0: the run's root is rank 0 */
+    uint64_t root_child[2];        /* other runs' roots under ours; 0: none */
+    uint32_t n;
+    const uint32_t *handles; /* encode */
+    const uint8_t *packed;   /* decoded: n u32 */
+} eccl_msg_ring_seg;
 
 typedef struct eccl_msg_epoch { /* RING_READY, TOPO_DONE, VIEW_QUERY */
     uint32_t epoch;
@@ -515,6 +546,7 @@ typedef struct eccl_msg {
         eccl_msg_welcome welcome;
         eccl_msg_pending_reply pending;
         eccl_msg_ring ring;
+        eccl_msg_ring_seg ring_seg;
         eccl_msg_epoch epoch;
         eccl_msg_coll coll;
         eccl_msg_view view;
@@ -569,6 +601,8 @@ void eccl_wire_sync_plan_src(const eccl_msg_sync_plan *m, uint32_t i, eccl_wire_
 
 /* Rank i (< n) of a PEER_QUERY, encoded or decoded. */
 uint32_t eccl_wire_peer_query_rank(const eccl_msg_peer_query *m, uint32_t i);
+/* The handle of a RING_SEG's i-th rank (i < n), encoded or decoded. */
+uint32_t eccl_wire_ring_seg_handle(const eccl_msg_ring_seg *m, uint32_t i);
 /* Reads the next entry of a PEER_REPLY (encoded or decoded); *pos and *i
  * start at 0. Returns 0 past the end. */
 int eccl_wire_peer_reply_next(const eccl_msg_peer_reply *m, uint32_t *pos, uint32_t *i,
