@@ -391,7 +391,8 @@ static int relay_proc(cluster *cl, int index, void *arg)
     (void)arg;
     cluster_slot *s = &cl->sh->slot[index];
     eccl_relay *r = NULL;
-    eccl_result rc = eccl_relay_create("127.0.0.1:0", cl->sh->master_addr, &r);
+    const char *parent = s->master_of[0] ? s->master_of : cl->sh->master_addr;
+    eccl_result rc = eccl_relay_create("127.0.0.1:0", parent, &r);
     char addr[sizeof s->addr];
     if (rc == ECCL_OK) rc = eccl_relay_address(r, addr, sizeof addr);
     if (rc == ECCL_OK) rc = eccl_relay_run(r);
@@ -408,6 +409,14 @@ static int relay_proc(cluster *cl, int index, void *arg)
 
 int cluster_fork_relay(cluster *cl, int index)
 {
+    return cluster_fork_relay_under(cl, index, -1);
+}
+
+int cluster_fork_relay_under(cluster *cl, int index, int parent)
+{
+    cluster_slot *s = &cl->sh->slot[index];
+    if (parent >= 0) memcpy(s->master_of, cl->sh->slot[parent].addr, sizeof cl->sh->slot[parent].addr);
+    else s->master_of[0] = '\0';
     if (cluster_fork(cl, index, relay_proc, NULL) != 0) return -1;
     for (int i = 0; i < 5000 && !__atomic_load_n(&cl->sh->slot[index].addr[0], __ATOMIC_ACQUIRE); i++) {
         if (!cluster_alive(cl, index)) return -1;

@@ -80,7 +80,7 @@ typedef struct cluster_slot {
     atomic_llong val[16]; /* body-defined */
     char msg[CLUSTER_MSG];
     char addr[64];        /* a relay's address (cluster_fork_relay) */
-    char master_of[256];  /* set: this peer's master_addr ("A,B,...") */
+    char master_of[256];  /* set: this peer's master_addr ("A,B,..."), a relay's parent */
 } cluster_slot;
 
 typedef struct cluster_shared {
@@ -159,6 +159,9 @@ int cluster_fork(cluster *cl, int index, cluster_proc fn, void *arg);
 /* Forks a relay of the master into slot `index` (which holds no peer) and
  * waits until it listens; its address is then in slot[index].addr. */
 int cluster_fork_relay(cluster *cl, int index);
+/* The same under the relay of slot `parent` (-1: the master), whose
+ * address becomes slot[index].master_of. */
+int cluster_fork_relay_under(cluster *cl, int index, int parent);
 /* Waits for one child; SIGKILLs it at the deadline. 0 iff it exited 0. */
 int cluster_wait(cluster *cl, int index, uint64_t timeout_ms);
 /* Waits for every spawned child not reaped yet; returns how many failed

@@ -15,6 +15,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -101,6 +102,32 @@ static void test_relay_job(void **state)
     /* Two peers per relay, two straight to the master. */
     for (int i = 0; i < 4; i++) route_peer(&cl, i, cl.sh->slot[i < 2 ? RELAY_A : RELAY_B].addr, 0);
     for (int i = 0; i < 6; i++) assert_int_equal(cluster_spawn(&cl, i, 6, six_body, NULL), 0);
+    int rc = wait_peers(&cl, 6, 60000);
+    for (int i = 0; i < 6; i++) cluster_dump_slot(&cl, i);
+    assert_int_equal(rc, 0);
+    for (int i = 0; i < 6; i++) assert_int_equal(cl.sh->slot[i].world, 6);
+    assert_true(same_hashes(&cl, 6));
+    cluster_fini(&cl);
+}
+
+/* ---- a relay under a relay ------------------------------------------------------ */
+
+/* The master sees the peers behind both relays as relay A's, so A's
+ * RING_SEG names handles that lead to relay B: A fills in their RINGs from
+ * the addresses and ids it booked as B's batches and the WELCOMEs passed
+ * it, and B passes them on. The tree (forced) runs over those edges. */
+static void test_relay_under_relay(void **state)
+{
+    (void)state;
+    cluster cl;
+    cluster_opts o = {.no_linger = 1}; /* relays never finish: nobody to wait for */
+    assert_int_equal(cluster_init(&cl, &o), 0);
+    assert_int_equal(cluster_fork_relay(&cl, RELAY_A), 0);
+    assert_int_equal(cluster_fork_relay_under(&cl, RELAY_B, RELAY_A), 0);
+    for (int i = 0; i < 4; i++) route_peer(&cl, i, cl.sh->slot[i < 2 ? RELAY_A : RELAY_B].addr, 0);
+    setenv("ECCL_ALGO", "allreduce=tree", 1);
+    for (int i = 0; i < 6; i++) assert_int_equal(cluster_spawn(&cl, i, 6, six_body, NULL), 0);
+    unsetenv("ECCL_ALGO");
     int rc = wait_peers(&cl, 6, 60000);
     for (int i = 0; i < 6; i++) cluster_dump_slot(&cl, i);
     assert_int_equal(rc, 0);
@@ -468,6 +495,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_relay_job, cluster_test_setup, cluster_test_teardown),
+        cmocka_unit_test_setup_teardown(test_relay_under_relay, cluster_test_setup,
+                                        cluster_test_teardown),
         cmocka_unit_test_setup_teardown(test_relay_killed_mid_job, cluster_test_setup,
                                         cluster_test_teardown),
         cmocka_unit_test_setup_teardown(test_relay_killed_mid_vote, cluster_test_setup,
