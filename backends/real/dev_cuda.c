@@ -148,6 +148,26 @@ static int cuda_is_open(eccl_real_cuda *c)
     return open;
 }
 
+/* Our pid, for host_readable: read once, not per probe (getpid is a system
+ * call of its own, and a call probes each of its buffers). A forked child
+ * reads its own again (pthread_atfork): with the parent's it would probe
+ * the parent's memory. */
+static atomic_int self_pid;
+static pthread_once_t self_pid_once = PTHREAD_ONCE_INIT;
+static void self_pid_forget(void) { atomic_store(&self_pid, 0); }
+static void self_pid_watch_forks(void) { pthread_atfork(NULL, NULL, self_pid_forget); }
+
+static pid_t self_pid_get(void)
+{
+    pthread_once(&self_pid_once, self_pid_watch_forks);
+    int pid = atomic_load_explicit(&self_pid, memory_order_relaxed);
+    if (!pid) {
+        pid = (int)getpid();
+        atomic_store_explicit(&self_pid, pid, memory_order_relaxed);
+    }
+    return (pid_t)pid;
+}
+
 /* 1 if the host can read the byte at p, 0 if it cannot (device memory is
  * mapped inaccessible to the host), -1 if the kernel will not say. One
  * system call, and no signal: a fault is reported as EFAULT. */
@@ -155,7 +175,7 @@ static int host_readable(const void *p)
 {
     char b;
     struct iovec local = {&b, 1}, remote = {(void *)p, 1};
-    if (process_vm_readv(getpid(), &local, 1, &remote, 1, 0) == 1) return 1;
+    if (process_vm_readv(self_pid_get(), &local, 1, &remote, 1, 0) == 1) return 1;
     return errno == EFAULT ? 0 : -1;
 }
 
