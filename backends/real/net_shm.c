@@ -49,6 +49,7 @@
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <fiu-local.h>
@@ -147,6 +148,8 @@ typedef struct shm_net {
     eccl_conn **rings;
     size_t nrings, cap_rings;
     int sleepers; /* our threads about to block in `wait` (mu) */
+    _Atomic uint64_t sockets_at; /* when a polling `wait` last looked at the sockets */
+    atomic_int prompt;           /* conns whose news the sockets carry (conn_apply_interest) */
     char host[ECCL_ADDR_MAX]; /* our listener's HOST; "" before the first listen */
     uint64_t probes;         /* makes each conn's probe word differ */
 } shm_net;
@@ -172,6 +175,7 @@ struct eccl_conn {
     int acceptor;
     int shm;      /* bulk through memory: both hellos said so */
     _Atomic int want_read, want_write; /* core's; `wait` reads them without a lock */
+    atomic_int prompt; /* counted in n->prompt */
     eccl_result err;
     char addr[ECCL_ADDR_MAX];
     /* set-up */
@@ -481,10 +485,11 @@ static eccl_result ring_recv(eccl_conn *c, void *buf, size_t len, size_t *got)
 /* Adds the user pointers of ring conns that core may read or write now to
  * ready[count..max), once each. `sleeps` (+1, -1, 0) first counts a thread
  * of ours that is about to block, or no longer is, and tells every inbox
- * whether any is. */
-static int rings_scan(shm_net *n, void **ready, int count, int max, int sleeps)
+ * whether any is. *inboxes (if asked): whether there are any. */
+static int rings_scan(shm_net *n, void **ready, int count, int max, int sleeps, int *inboxes)
 {
     pthread_mutex_lock(&n->mu);
+    if (inboxes) *inboxes = n->nrings > 0;
     if (sleeps) {
         n->sleepers += sleeps;
         for (size_t i = 0; i < n->nrings; i++)
@@ -930,6 +935,16 @@ static void conn_progress(eccl_conn *c)
 
 /* ---- net ops ---------------------------------------------------------------------- */
 
+/* Whether news of this conn may soon come through the sockets alone: a
+ * plain stream core reads, a hello under way, a transfer whose datagrams
+ * (RTS, FIN) are due. While no conn's may, a polling `wait` looks at the
+ * sockets less often (shm_wait). */
+static void conn_count_prompt(eccl_conn *c, int prompt)
+{
+    if (atomic_exchange_explicit(&c->prompt, prompt, memory_order_relaxed) != prompt)
+        atomic_fetch_add_explicit(&c->n->prompt, prompt ? 1 : -1, memory_order_relaxed);
+}
+
 static void conn_apply_interest(eccl_conn *c)
 {
     int rd = c->want_read, wr = c->want_write;
@@ -946,6 +961,7 @@ static void conn_apply_interest(eccl_conn *c)
     }
     eccl_net_tcp_ops.set_interest(c->n->tcp, c->s, rd, wr);
     eccl_net_tcp_watch_hangup(c->n->tcp, c->s, bulk_waiting(c));
+    conn_count_prompt(c, (!c->ring && c->want_read) || c->mode == MODE_HELLO || bulk_waiting(c));
 }
 
 static eccl_result shm_listen(void *ctx, const char *addr, void *user, eccl_listener **out,
@@ -1111,6 +1127,7 @@ static void shm_close(void *ctx, eccl_conn *c)
     atomic_thread_fence(memory_order_seq_cst);
     ctl_close(c);
     imports_close(c);
+    conn_count_prompt(c, 0);
     if (c->ring) rings_remove(c->n, c); /* before `wait` could look into a freed inbox */
     boxes_release(c);
     for (eccl_bulk **list = &c->tx_head; list; list = list == &c->tx_head ? &c->rx_head : NULL) {
@@ -1142,6 +1159,26 @@ static int sockets_wait(shm_net *n, uint64_t deadline_ns, void **ready, int coun
     return count;
 }
 
+/* While a thread polls (deadline 0), every conn talks through an inbox and
+ * none waits for a datagram (conn_count_prompt), it looks at the sockets
+ * (epoll: a system call) once per SHM_SOCKETS_EVERY_NS at most: a spinning
+ * caller otherwise spent its spin inside epoll_pwait2 (1-2 us each on a
+ * VM) and saw a host-mate's frame only between two of them. What is left
+ * to the sockets then (a new connection, a peer's hang-up, a bell, which
+ * only a sleeping reader needs) waits that much longer at most while it
+ * spins; a thread about to block always looks. */
+#define SHM_SOCKETS_EVERY_NS 20000u
+
+static int sockets_due(shm_net *n)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    uint64_t now = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+    if (now - atomic_load_explicit(&n->sockets_at, memory_order_relaxed) < SHM_SOCKETS_EVERY_NS) return 0;
+    atomic_store_explicit(&n->sockets_at, now, memory_order_relaxed);
+    return 1;
+}
+
 /* Inboxes are looked into without a system call: a thread that polls
  * (deadline 0) sees a host-mate's frame as soon as it is there. One that
  * would block first tells every inbox so (their writers then ring), looks
@@ -1150,11 +1187,16 @@ static int shm_wait(void *ctx, uint64_t deadline_ns, void **ready, int max)
 {
     shm_net *n = ctx;
     if (max <= 0) return 0;
-    int count = rings_scan(n, ready, 0, max, 0);
-    if (count > 0 || deadline_ns == 0) return count < max ? sockets_wait(n, 0, ready, count, max) : count;
-    count = rings_scan(n, ready, 0, max, +1);
+    int inboxes;
+    int count = rings_scan(n, ready, 0, max, 0, &inboxes);
+    if (count > 0 || deadline_ns == 0)
+        return count < max && (!inboxes || atomic_load_explicit(&n->prompt, memory_order_relaxed) ||
+                               sockets_due(n))
+                   ? sockets_wait(n, 0, ready, count, max)
+                   : count;
+    count = rings_scan(n, ready, 0, max, +1, NULL);
     if (count == 0) count = sockets_wait(n, deadline_ns, ready, 0, max);
-    return rings_scan(n, ready, count, max, -1);
+    return rings_scan(n, ready, count, max, -1, NULL);
 }
 
 static void shm_wake(void *ctx) { eccl_net_tcp_ops.wake(((shm_net *)ctx)->tcp); }
