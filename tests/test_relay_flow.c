@@ -70,21 +70,33 @@ static eccl_msg reg_msg(int i)
     return m;
 }
 
-static void test_relay_holds_one_batch_and_folds(void **state)
+/* A relay whose parent is the test: its address into raddr, the parent's
+ * listener into *lfd; returns the parent's end of the relay's link, its
+ * RELAY_HELLO read. */
+static int relay_under_test(char raddr[64], int *lfd, eccl_relay **r)
 {
-    (void)state;
-    char paddr[64], raddr[64];
-    int lfd = raw_listen(paddr, sizeof paddr);
-    eccl_relay *r = NULL;
-    assert_int_equal(eccl_relay_create("127.0.0.1:0", paddr, &r), ECCL_OK);
-    assert_int_equal(eccl_relay_address(r, raddr, sizeof raddr), ECCL_OK);
-    assert_int_equal(eccl_relay_run(r), ECCL_OK);
-    assert_true(raw_readable(lfd, 5000));
-    int up = accept(lfd, NULL, NULL);
+    char paddr[64];
+    *lfd = raw_listen(paddr, sizeof paddr);
+    assert_int_equal(eccl_relay_create("127.0.0.1:0", paddr, r), ECCL_OK);
+    assert_int_equal(eccl_relay_address(*r, raddr, 64), ECCL_OK);
+    assert_int_equal(eccl_relay_run(*r), ECCL_OK);
+    assert_true(raw_readable(*lfd, 5000));
+    int up = accept(*lfd, NULL, NULL);
     assert_true(up >= 0);
     eccl_wire_header h;
     free(raw_read_frame(up, &h));
     assert_int_equal(h.type, ECCL_MSG_RELAY_HELLO);
+    return up;
+}
+
+static void test_relay_holds_one_batch_and_folds(void **state)
+{
+    (void)state;
+    char raddr[64];
+    int lfd;
+    eccl_relay *r = NULL;
+    int up = relay_under_test(raddr, &lfd, &r);
+    eccl_wire_header h;
 
     /* Child 0 registers: one batch goes up, and stays unanswered. */
     int kid[3];
@@ -229,18 +241,10 @@ static void assert_ref(const eccl_wire_peer_ref *r, uint64_t id, const char *add
 static void test_relay_expands_ring_seg(void **state)
 {
     (void)state;
-    char paddr[64], raddr[64];
-    int lfd = raw_listen(paddr, sizeof paddr);
+    char raddr[64];
+    int lfd;
     eccl_relay *r = NULL;
-    assert_int_equal(eccl_relay_create("127.0.0.1:0", paddr, &r), ECCL_OK);
-    assert_int_equal(eccl_relay_address(r, raddr, sizeof raddr), ECCL_OK);
-    assert_int_equal(eccl_relay_run(r), ECCL_OK);
-    assert_true(raw_readable(lfd, 5000));
-    int up = accept(lfd, NULL, NULL);
-    assert_true(up >= 0);
-    eccl_wire_header h;
-    free(raw_read_frame(up, &h));
-    assert_int_equal(h.type, ECCL_MSG_RELAY_HELLO);
+    int up = relay_under_test(raddr, &lfd, &r);
 
     /* Three children register (handles 0..2) and are welcomed as 50..52. */
     int kid[3];

@@ -91,15 +91,15 @@ static int six_body(eccl_comm *c, int index, void *arg)
     return cluster_after_join(c, index, 6, 4, index % 2);
 }
 
-static void test_relay_job(void **state)
+/* Six peers: two behind relay A, two behind relay B (under the master, or
+ * under A when `nested`), two straight to the master; four all-reduces. */
+static void six_peer_job(int nested)
 {
-    (void)state;
     cluster cl;
     cluster_opts o = {.no_linger = 1}; /* relays never finish: nobody to wait for */
     assert_int_equal(cluster_init(&cl, &o), 0);
     assert_int_equal(cluster_fork_relay(&cl, RELAY_A), 0);
-    assert_int_equal(cluster_fork_relay(&cl, RELAY_B), 0);
-    /* Two peers per relay, two straight to the master. */
+    assert_int_equal(cluster_fork_relay_under(&cl, RELAY_B, nested ? RELAY_A : -1), 0);
     for (int i = 0; i < 4; i++) route_peer(&cl, i, cl.sh->slot[i < 2 ? RELAY_A : RELAY_B].addr, 0);
     for (int i = 0; i < 6; i++) assert_int_equal(cluster_spawn(&cl, i, 6, six_body, NULL), 0);
     int rc = wait_peers(&cl, 6, 60000);
@@ -108,6 +108,12 @@ static void test_relay_job(void **state)
     for (int i = 0; i < 6; i++) assert_int_equal(cl.sh->slot[i].world, 6);
     assert_true(same_hashes(&cl, 6));
     cluster_fini(&cl);
+}
+
+static void test_relay_job(void **state)
+{
+    (void)state;
+    six_peer_job(0);
 }
 
 /* ---- a relay under a relay ------------------------------------------------------ */
@@ -119,21 +125,9 @@ static void test_relay_job(void **state)
 static void test_relay_under_relay(void **state)
 {
     (void)state;
-    cluster cl;
-    cluster_opts o = {.no_linger = 1}; /* relays never finish: nobody to wait for */
-    assert_int_equal(cluster_init(&cl, &o), 0);
-    assert_int_equal(cluster_fork_relay(&cl, RELAY_A), 0);
-    assert_int_equal(cluster_fork_relay_under(&cl, RELAY_B, RELAY_A), 0);
-    for (int i = 0; i < 4; i++) route_peer(&cl, i, cl.sh->slot[i < 2 ? RELAY_A : RELAY_B].addr, 0);
-    setenv("ECCL_ALGO", "allreduce=tree", 1);
-    for (int i = 0; i < 6; i++) assert_int_equal(cluster_spawn(&cl, i, 6, six_body, NULL), 0);
+    setenv("ECCL_ALGO", "allreduce=tree", 1); /* the peers inherit it */
+    six_peer_job(1);
     unsetenv("ECCL_ALGO");
-    int rc = wait_peers(&cl, 6, 60000);
-    for (int i = 0; i < 6; i++) cluster_dump_slot(&cl, i);
-    assert_int_equal(rc, 0);
-    for (int i = 0; i < 6; i++) assert_int_equal(cl.sh->slot[i].world, 6);
-    assert_true(same_hashes(&cl, 6));
-    cluster_fini(&cl);
 }
 
 /* ---- a relay dies mid-job --------------------------------------------------- */
