@@ -372,7 +372,8 @@ static inline int eccl_dev_has_dring(const eccl_env *env)
            d->size >= offsetof(eccl_dev_ops, d_order) + sizeof d->d_order && d->d_order != NULL;
 }
 
-/* Whether env's net can move payloads as bulk (eccl_net_ops.isend...). */
+/* Bookkeeping a coordinator did (eccl_clock_ops.work), where the env
+ * counts it; a no-op elsewhere. */
 static inline void eccl_clock_work(const eccl_env *env, uint64_t units)
 {
     const eccl_clock_ops *c = env->clock;
@@ -380,6 +381,7 @@ static inline void eccl_clock_work(const eccl_env *env, uint64_t units)
         c->work(env->clock_ctx, units);
 }
 
+/* Whether env's net can move payloads as bulk (eccl_net_ops.isend...). */
 static inline int eccl_net_has_bulk(const eccl_env *env)
 {
     const eccl_net_ops *n = env->net;
