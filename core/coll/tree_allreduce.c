@@ -2,46 +2,12 @@
 
 #include <string.h>
 
-uint32_t eccl_tree_seg_parent(uint32_t j) { return j == 0 ? UINT32_MAX : (j - 1) / 2; }
+uint32_t eccl_tree_heap_parent(uint32_t j) { return j == 0 ? UINT32_MAX : (j - 1) / 2; }
 
-uint32_t eccl_tree_seg_child(uint32_t j, uint32_t n, int k)
+uint32_t eccl_tree_heap_child(uint32_t j, uint32_t n, int k)
 {
     uint64_t child = 2ull * j + 1 + (uint32_t)k;
     return child < n ? (uint32_t)child : UINT32_MAX;
-}
-
-uint32_t eccl_tree_seg_run(const eccl_tree_seg *t, uint32_t rank)
-{
-    uint32_t lo = 0, hi = t->runs; /* starts[lo] <= rank < starts[hi] */
-    while (hi - lo > 1) {
-        uint32_t mid = lo + (hi - lo) / 2;
-        if (t->starts[mid] <= rank) lo = mid;
-        else hi = mid;
-    }
-    return lo;
-}
-
-uint32_t eccl_tree_seg_parent_of(const eccl_tree_seg *t, uint32_t rank)
-{
-    uint32_t s = eccl_tree_seg_run(t, rank), j = rank - t->starts[s];
-    if (j) return t->starts[s] + eccl_tree_seg_parent(j);
-    return s ? t->starts[eccl_tree_seg_parent(s)] : UINT32_MAX;
-}
-
-uint32_t eccl_tree_seg_children_of(const eccl_tree_seg *t, uint32_t rank,
-                                   uint32_t child[ECCL_WIRE_TREE_CHILDREN])
-{
-    uint32_t s = eccl_tree_seg_run(t, rank), a = t->starts[s], j = rank - a, n = 0;
-    uint32_t k_len = (s + 1 < t->runs ? t->starts[s + 1] : t->world) - a;
-    for (int k = 0; k < 2; k++) {
-        uint32_t c = eccl_tree_seg_child(j, k_len, k);
-        if (c != UINT32_MAX) child[n++] = a + c;
-    }
-    for (int k = 0; j == 0 && k < 2; k++) {
-        uint32_t c = eccl_tree_seg_child(s, t->runs, k);
-        if (c != UINT32_MAX) child[n++] = t->starts[c];
-    }
-    return n;
 }
 
 void eccl_tree_allreduce_init(eccl_tree_allreduce *t, const eccl_coll_call *call, int nchildren,

@@ -1,6 +1,6 @@
 /* Tree all-reduce for small buffers: log-depth in messages and latency.
  *
- * The tree (eccl_tree_seg_*): rank order is cut into runs (the ranks behind
+ * The tree: rank order is cut into runs (the ranks behind
  * one relay that the master hands out as one RING_SEG, docs/protocol.md;
  * every rank is a run of its own where there are no relays). Inside a run
  * of k ranks, local rank j has parent (j-1)/2 and children 2j+1, 2j+2; the
@@ -48,27 +48,13 @@
 /* Links by role: TREE_PARENT, then child k at TREE_CHILD0 + k. */
 enum eccl_tree_role { ECCL_TREE_PARENT = 0, ECCL_TREE_CHILD0 = 1, ECCL_TREE_ROLES = 1 + ECCL_WIRE_TREE_CHILDREN };
 
-/* The heap over `n` places: the parent of place j (UINT32_MAX for j = 0)
- * and its children 2j+1, 2j+2 (UINT32_MAX past n). Used for the places of
- * a run and for the runs. */
-uint32_t eccl_tree_seg_parent(uint32_t j);
-uint32_t eccl_tree_seg_child(uint32_t j, uint32_t n, int k);
-
-/* The tree of a whole world, for whoever holds every rank (the master):
- * runs given by their first ranks, starts[0] = 0 < starts[1] < ... <
- * starts[runs - 1] < world. */
-typedef struct eccl_tree_seg {
-    const uint32_t *starts;
-    uint32_t runs, world;
-} eccl_tree_seg;
-/* The run `rank` lies in (binary search). */
-uint32_t eccl_tree_seg_run(const eccl_tree_seg *t, uint32_t rank);
-/* Its parent's rank, UINT32_MAX for rank 0; its children's ranks in the
- * order of eccl_msg_ring.tree_child (the run's, then the runs'), returning
- * how many. */
-uint32_t eccl_tree_seg_parent_of(const eccl_tree_seg *t, uint32_t rank);
-uint32_t eccl_tree_seg_children_of(const eccl_tree_seg *t, uint32_t rank,
-                                   uint32_t child[ECCL_WIRE_TREE_CHILDREN]);
+/* The heap over `n` places, the tree inside a run (places: its ranks) and
+ * over the runs (places: their roots): the parent of place j (UINT32_MAX
+ * for j = 0) and its child k < 2, 2j+1+k (UINT32_MAX past n). A rank's
+ * children in eccl_msg_ring.tree_child: its run's first, then, for a run's
+ * root, the other runs' roots. */
+uint32_t eccl_tree_heap_parent(uint32_t j);
+uint32_t eccl_tree_heap_child(uint32_t j, uint32_t n, int k);
 
 typedef struct eccl_tree_allreduce {
     eccl_coll_call call;

@@ -457,9 +457,24 @@ static uint32_t group_runs(mgroup *g)
     return runs;
 }
 
-/* A member on the master itself: its RING. */
-static void send_ring(mgroup *g, const eccl_tree_seg *t, uint32_t i)
+/* Run s's root's tree edges to the other runs (coll/tree_allreduce.h):
+ * its parent (none for run 0) and the roots of runs 2s+1 and 2s+2 (0 past
+ * the last). */
+static void run_root_edges(const mgroup *g, uint32_t runs, uint32_t s, eccl_wire_peer_ref *parent,
+                           uint64_t child[2])
 {
+    if (s) ref_of(parent, g->members[g->starts[eccl_tree_heap_parent(s)]]);
+    for (int c = 0; c < 2; c++) {
+        uint32_t run = eccl_tree_heap_child(s, runs, c);
+        child[c] = run != UINT32_MAX ? g->members[g->starts[run]]->id : 0;
+    }
+}
+
+/* Run s of one member on the master itself: its RING (no children in its
+ * run: its tree edges are the run root's). */
+static void send_ring(mgroup *g, uint32_t runs, uint32_t s)
+{
+    uint32_t i = g->starts[s];
     eccl_msg msg = {.type = ECCL_MSG_RING};
     eccl_msg_ring *r = &msg.u.ring;
     r->peer_group = g->id;
@@ -468,10 +483,7 @@ static void send_ring(mgroup *g, const eccl_tree_seg *t, uint32_t i)
     r->rank = i;
     ref_of(&r->next, g->members[(i + 1) % g->n]);
     ref_of(&r->prev, g->members[(i + g->n - 1) % g->n]);
-    uint32_t parent = eccl_tree_seg_parent_of(t, i), child[ECCL_WIRE_TREE_CHILDREN];
-    if (parent != UINT32_MAX) ref_of(&r->tree_parent, g->members[parent]);
-    uint32_t nc = eccl_tree_seg_children_of(t, i, child);
-    for (uint32_t k = 0; k < nc; k++) r->tree_child[k] = g->members[child[k]]->id;
+    run_root_edges(g, runs, s, &r->tree_parent, r->tree_child);
     r->local_size = g->local_size;
     r->host_ranks = g->members[i]->host_ranks;
     send_to(g->members[i], &msg);
@@ -479,9 +491,9 @@ static void send_ring(mgroup *g, const eccl_tree_seg *t, uint32_t i)
 
 /* Run s, behind a relay: one RING_SEG for the relay to expand, with what
  * lies outside the run (wire.h). */
-static void send_ring_seg(eccl_master *m, mgroup *g, const eccl_tree_seg *t, uint32_t s)
+static void send_ring_seg(eccl_master *m, mgroup *g, uint32_t runs, uint32_t s)
 {
-    uint32_t a = t->starts[s], k = (s + 1 < t->runs ? t->starts[s + 1] : g->n) - a;
+    uint32_t a = g->starts[s], k = (s + 1 < runs ? g->starts[s + 1] : g->n) - a;
     eccl_msg msg = {.type = ECCL_MSG_RING_SEG};
     eccl_msg_ring_seg *r = &msg.u.ring_seg;
     r->peer_group = g->id;
@@ -492,11 +504,7 @@ static void send_ring_seg(eccl_master *m, mgroup *g, const eccl_tree_seg *t, uin
     r->host_ranks = g->members[a]->host_ranks;
     ref_of(&r->prev, g->members[(a + g->n - 1) % g->n]);
     ref_of(&r->next, g->members[(a + k) % g->n]);
-    if (s) ref_of(&r->root_parent, g->members[t->starts[eccl_tree_seg_parent(s)]]);
-    for (int c = 0; c < 2; c++) {
-        uint32_t run = eccl_tree_seg_child(s, t->runs, c);
-        if (run != UINT32_MAX) r->root_child[c] = g->members[t->starts[run]]->id;
-    }
+    run_root_edges(g, runs, s, &r->root_parent, r->root_child);
     for (uint32_t i = 0; i < k; i++) m->seg_handles[i] = g->members[a + i]->handle;
     r->n = k;
     r->handles = m->seg_handles;
@@ -506,10 +514,10 @@ static void send_ring_seg(eccl_master *m, mgroup *g, const eccl_tree_seg *t, uin
 /* Every member's ring for g's new epoch: an entry per run at most. */
 static void send_rings(eccl_master *m, mgroup *g)
 {
-    eccl_tree_seg t = {g->starts, group_runs(g), g->n};
-    for (uint32_t s = 0; s < t.runs; s++) {
-        if (g->members[t.starts[s]]->via) send_ring_seg(m, g, &t, s);
-        else send_ring(g, &t, t.starts[s]);
+    uint32_t runs = group_runs(g);
+    for (uint32_t s = 0; s < runs; s++) {
+        if (g->members[g->starts[s]]->via) send_ring_seg(m, g, runs, s);
+        else send_ring(g, runs, s);
     }
 }
 
@@ -1569,13 +1577,8 @@ static eccl_result on_batch(eccl_master *m, mpeer *r, const eccl_msg_batch *b)
         /* An entry is decoded once, a span's frame too (the same vote of
          * `count` peers), then applied to each of its peers. */
         eccl_clock_work(m->env, 1);
-        eccl_wire_header hdr;
         eccl_msg msg;
-        eccl_result drc = ECCL_OK;
-        if (len) {
-            drc = eccl_wire_header_decode(f, &hdr);
-            if (drc == ECCL_OK) drc = eccl_wire_decode(hdr.type, f + ECCL_WIRE_HEADER_SIZE, hdr.length, &msg);
-        }
+        eccl_result drc = len ? eccl_wire_decode_entry(f, len, &msg) : ECCL_OK;
         for (uint32_t h = h0; h - h0 < count && !r->ch.closed; h++) {
             mpeer *p = h < r->n_kids ? r->kids[h] : NULL;
             if (!len) { /* the relay lost it */

@@ -302,21 +302,6 @@ static void kid_drop(eccl_relay *r, rkid *k, int tell)
 
 /* ---- the book ----------------------------------------------------------------- */
 
-/* A whole frame's type (the batch decoder checked its header). */
-static uint16_t frame_type(const uint8_t *f)
-{
-    eccl_wire_header hdr;
-    return eccl_wire_header_decode(f, &hdr) == ECCL_OK ? hdr.type : 0;
-}
-
-static eccl_result frame_decode(const uint8_t *f, uint32_t len, eccl_msg *m)
-{
-    eccl_wire_header hdr;
-    eccl_result rc = eccl_wire_header_decode(f, &hdr);
-    if (rc == ECCL_OK && (size_t)ECCL_WIRE_HEADER_SIZE + hdr.length != len) rc = ECCL_ERR_PROTOCOL;
-    return rc == ECCL_OK ? eccl_wire_decode(hdr.type, f + ECCL_WIRE_HEADER_SIZE, hdr.length, m) : rc;
-}
-
 static void book_address(rroute *rt, const eccl_msg_register *reg)
 {
     memcpy(rt->book.addr, reg->p2p_addr, sizeof rt->book.addr);
@@ -347,7 +332,7 @@ static eccl_result kid_relay_entry(eccl_relay *r, rkid *k, uint32_t h, const uin
         k->map[h] = NO_HANDLE;
     }
     eccl_msg m;
-    if (len && frame_type(f) == ECCL_MSG_REGISTER && frame_decode(f, len, &m) == ECCL_OK)
+    if (len && eccl_wire_entry_type(f) == ECCL_MSG_REGISTER && eccl_wire_decode_entry(f, len, &m) == ECCL_OK)
         book_address(&r->route[ours], &m.u.reg);
     up_put(r, ours, NULL, f, len);
     return ECCL_OK;
@@ -472,6 +457,12 @@ static eccl_result down_deliver(eccl_relay *r, uint32_t h, const uint8_t *f, uin
     return ECCL_OK;
 }
 
+/* The book's entry for rank first_rank + i of a RING_SEG. */
+static const eccl_wire_peer_ref *booked(const eccl_relay *r, const eccl_msg_ring_seg *s, uint32_t i)
+{
+    return &r->route[eccl_wire_ring_seg_handle(s, i)].book;
+}
+
 /* A RING_SEG (wire.h): each of its ranks' RING, from our book inside the
  * run (ring neighbours, the run's tree, coll/tree_allreduce.h) and from
  * the master's refs at its edges. Every handle must be ours and booked
@@ -479,13 +470,12 @@ static eccl_result down_deliver(eccl_relay *r, uint32_t h, const uint8_t *f, uin
 static eccl_result ring_seg_expand(eccl_relay *r, const uint8_t *f, uint32_t len)
 {
     eccl_msg in;
-    if (frame_decode(f, len, &in) != ECCL_OK) return ECCL_ERR_PROTOCOL;
+    if (eccl_wire_decode_entry(f, len, &in) != ECCL_OK) return ECCL_ERR_PROTOCOL;
     const eccl_msg_ring_seg *s = &in.u.ring_seg;
     for (uint32_t i = 0; i < s->n; i++) {
         uint32_t h = eccl_wire_ring_seg_handle(s, i);
         if (h >= r->n_route || !r->route[h].book.peer_id) return ECCL_ERR_PROTOCOL;
     }
-#define BOOK(i) (r->route[eccl_wire_ring_seg_handle(s, (i))].book)
     eccl_msg out = {.type = ECCL_MSG_RING};
     eccl_msg_ring *g = &out.u.ring;
     g->peer_group = s->peer_group;
@@ -496,14 +486,14 @@ static eccl_result ring_seg_expand(eccl_relay *r, const uint8_t *f, uint32_t len
     uint8_t frame[ECCL_WIRE_HEADER_SIZE + sizeof(eccl_msg_ring) + 64];
     for (uint32_t i = 0; i < s->n; i++) {
         g->rank = s->first_rank + i;
-        g->prev = i ? BOOK(i - 1) : s->prev;
-        g->next = i + 1 < s->n ? BOOK(i + 1) : s->next;
-        uint32_t up = eccl_tree_seg_parent(i), nc = 0;
-        g->tree_parent = i ? BOOK(up) : s->root_parent;
+        g->prev = i ? *booked(r, s, i - 1) : s->prev;
+        g->next = i + 1 < s->n ? *booked(r, s, i + 1) : s->next;
+        g->tree_parent = i ? *booked(r, s, eccl_tree_heap_parent(i)) : s->root_parent;
         memset(g->tree_child, 0, sizeof g->tree_child);
+        uint32_t nc = 0;
         for (int c = 0; c < 2; c++) {
-            uint32_t j = eccl_tree_seg_child(i, s->n, c);
-            if (j != UINT32_MAX) g->tree_child[nc++] = BOOK(j).peer_id;
+            uint32_t j = eccl_tree_heap_child(i, s->n, c);
+            if (j != UINT32_MAX) g->tree_child[nc++] = booked(r, s, j)->peer_id;
         }
         for (int c = 0; i == 0 && c < 2; c++)
             if (s->root_child[c]) g->tree_child[nc++] = s->root_child[c];
@@ -513,7 +503,6 @@ static eccl_result ring_seg_expand(eccl_relay *r, const uint8_t *f, uint32_t len
         eccl_result rc = down_deliver(r, eccl_wire_ring_seg_handle(s, i), frame, (uint32_t)flen);
         if (rc != ECCL_OK) return rc;
     }
-#undef BOOK
     return ECCL_OK;
 }
 
@@ -531,12 +520,18 @@ static eccl_result up_on_msg(void *owner, eccl_chan *ch, const eccl_msg *m)
     while (eccl_wire_batch_next_step(&m->u.batch, &pos, &h0, &count, &step, &f0, &len)) {
         if (h0 >= r->n_route || count > r->n_route - h0) return ECCL_ERR_PROTOCOL;
         if (step && len != sizeof stepped) return ECCL_ERR_PROTOCOL;
-        uint16_t type = len ? frame_type(f0) : 0;
+        uint16_t type = len ? eccl_wire_entry_type(f0) : 0;
         if (type == ECCL_MSG_RING_SEG) { /* ours to expand, once */
             eccl_result rc = count == 1 && !step ? ring_seg_expand(r, f0, len) : ECCL_ERR_PROTOCOL;
             if (rc != ECCL_OK) return rc;
             continue;
         }
+        /* Our children's ids, for the book: a stepping span's go up by one
+         * a handle. */
+        eccl_msg w;
+        uint64_t id0 = type == ECCL_MSG_WELCOME && eccl_wire_decode_entry(f0, len, &w) == ECCL_OK
+                           ? w.u.welcome.peer_id
+                           : 0;
         /* A span is one decision for each of its handles: expanded here,
          * where each is a child's frame or an entry for a child relay
          * (folding again where its handles are consecutive). */
@@ -549,9 +544,7 @@ static eccl_result up_on_msg(void *owner, eccl_chan *ch, const eccl_msg *m)
                     return ECCL_ERR_PROTOCOL;
                 f = stepped;
             }
-            eccl_msg w;
-            if (type == ECCL_MSG_WELCOME && frame_decode(f, len, &w) == ECCL_OK)
-                r->route[h].book.peer_id = w.u.welcome.peer_id;
+            if (id0) r->route[h].book.peer_id = id0 + (step ? h - h0 : 0);
             eccl_result rc = down_deliver(r, h, f, len);
             if (rc != ECCL_OK) return rc;
         }

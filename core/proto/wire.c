@@ -925,16 +925,25 @@ static int batch_frame_ok(const uint8_t *f, uint32_t len)
            h.type != ECCL_MSG_RELAY_HELLO && h.length == len - ECCL_WIRE_HEADER_SIZE;
 }
 
+uint16_t eccl_wire_entry_type(const uint8_t *f)
+{
+    return (uint16_t)(f[6] | f[7] << 8);
+}
+
+eccl_result eccl_wire_decode_entry(const uint8_t *f, uint32_t len, eccl_msg *out)
+{
+    if (!batch_frame_ok(f, len)) return ECCL_ERR_PROTOCOL;
+    return eccl_wire_decode(eccl_wire_entry_type(f), f + ECCL_WIRE_HEADER_SIZE, len - ECCL_WIRE_HEADER_SIZE, out);
+}
+
 /* A WELCOME frame's peer id (the frame checked by batch_frame_ok), or 0
  * when it is another frame. */
 static uint64_t welcome_id(const uint8_t *f, uint32_t len, uint32_t *accepted)
 {
-    eccl_wire_header h;
     eccl_msg m;
     *accepted = 0; /* read by the caller even when this is no WELCOME */
-    if (len != ECCL_WIRE_HEADER_SIZE + 12u || eccl_wire_header_decode(f, &h) != ECCL_OK ||
-        h.type != ECCL_MSG_WELCOME ||
-        eccl_wire_decode(h.type, f + ECCL_WIRE_HEADER_SIZE, h.length, &m) != ECCL_OK)
+    if (len != ECCL_WIRE_HEADER_SIZE + 12u || eccl_wire_entry_type(f) != ECCL_MSG_WELCOME ||
+        eccl_wire_decode_entry(f, len, &m) != ECCL_OK)
         return 0;
     *accepted = m.u.welcome.accepted;
     return m.u.welcome.peer_id;

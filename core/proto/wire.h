@@ -620,6 +620,10 @@ int eccl_wire_batch_next(const eccl_msg_batch *b, uint32_t *pos, uint32_t *handl
 int eccl_wire_batch_next_step(const eccl_msg_batch *b, uint32_t *pos, uint32_t *handle,
                               uint32_t *count, int *step, const uint8_t **frame,
                               uint32_t *frame_len);
+/* An entry's frame (as the walks above give it, its header checked): its
+ * type, and the whole message decoded (payload checks as eccl_wire_decode). */
+uint16_t eccl_wire_entry_type(const uint8_t *frame);
+eccl_result eccl_wire_decode_entry(const uint8_t *frame, uint32_t len, eccl_msg *out);
 /* Writes into out[len] the frame of a stepping span's i-th handle (its
  * WELCOME with peer id + i); ECCL_ERR_PROTOCOL for a frame that is no
  * WELCOME. */
