@@ -49,7 +49,6 @@
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <sys/un.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <fiu-local.h>
@@ -247,6 +246,22 @@ static int peer_read_word(const eccl_conn *c, uint64_t *to, uint64_t from)
 
 static uint8_t *box_data(inbox *b) { return (uint8_t *)b + INBOX_HDR; }
 
+/* k bytes at ring position pos (counters grow; cap a power of two), in
+ * two parts where they wrap. */
+static void box_put(inbox *b, size_t cap, uint64_t pos, const uint8_t *src, size_t k)
+{
+    size_t off = (size_t)(pos & (cap - 1)), first = cap - off < k ? cap - off : k;
+    memcpy(box_data(b) + off, src, first);
+    memcpy(box_data(b), src + first, k - first);
+}
+
+static void box_get(inbox *b, size_t cap, uint64_t pos, uint8_t *dst, size_t k)
+{
+    size_t off = (size_t)(pos & (cap - 1)), first = cap - off < k ? cap - off : k;
+    memcpy(dst, box_data(b) + off, first);
+    memcpy(dst + first, box_data(b), k - first);
+}
+
 /* Our inbox, which the hello offers; none when rings are off or the system
  * refuses a sealed memfd. */
 static void ibox_create(eccl_conn *c)
@@ -407,7 +422,6 @@ static eccl_result ring_send(eccl_conn *c, const eccl_iov *iov, int n, size_t *s
 {
     fiu_return_on("eccl/net/send", ECCL_ERR_CLOSED); /* the stream's, as net_tcp's */
     inbox *b = c->obox;
-    uint8_t *data = box_data(b);
     size_t cap = c->obox_bytes, want = 0, done = 0;
     uint64_t head = atomic_load_explicit(&b->head, memory_order_relaxed);
     uint64_t tail = atomic_load_explicit(&b->tail, memory_order_acquire);
@@ -418,11 +432,8 @@ static eccl_result ring_send(eccl_conn *c, const eccl_iov *iov, int n, size_t *s
     size_t room = cap - (size_t)(head - tail);
     for (int i = 0; i < n; i++) want += iov[i].len;
     for (int i = 0; i < n && room; i++) {
-        const uint8_t *p = iov[i].base;
         size_t k = iov[i].len < room ? iov[i].len : room;
-        size_t off = (size_t)((head + done) & (cap - 1)), first = cap - off < k ? cap - off : k;
-        memcpy(data + off, p, first);
-        memcpy(data, p + first, k - first);
+        box_put(b, cap, head + done, iov[i].base, k);
         done += k;
         room -= k;
     }
@@ -447,7 +458,6 @@ static eccl_result ring_send(eccl_conn *c, const eccl_iov *iov, int n, size_t *s
 static eccl_result ring_recv(eccl_conn *c, void *buf, size_t len, size_t *got)
 {
     inbox *b = c->ibox;
-    uint8_t *data = box_data(b);
     size_t cap = c->ibox_bytes;
     uint64_t tail = atomic_load_explicit(&b->tail, memory_order_relaxed);
     uint64_t head = atomic_load_explicit(&b->head, memory_order_acquire);
@@ -469,9 +479,7 @@ static eccl_result ring_recv(eccl_conn *c, void *buf, size_t len, size_t *got)
         if (c->acceptor) fiu_return_on("eccl/net/recv_accepted", ECCL_ERR_CLOSED);
     }
     size_t k = (size_t)(head - tail) < len ? (size_t)(head - tail) : len;
-    size_t off = (size_t)(tail & (cap - 1)), first = cap - off < k ? cap - off : k;
-    memcpy(buf, data + off, first);
-    memcpy((uint8_t *)buf + first, data, k - first);
+    box_get(b, cap, tail, buf, k);
     *got = k;
     if (!k) return ECCL_OK;
     atomic_store_explicit(&b->tail, tail + k, memory_order_release);
@@ -1171,9 +1179,7 @@ static int sockets_wait(shm_net *n, uint64_t deadline_ns, void **ready, int coun
 
 static int sockets_due(shm_net *n)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    uint64_t now = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+    uint64_t now = eccl_real_now_ns();
     if (now - atomic_load_explicit(&n->sockets_at, memory_order_relaxed) < SHM_SOCKETS_EVERY_NS) return 0;
     atomic_store_explicit(&n->sockets_at, now, memory_order_relaxed);
     return 1;
