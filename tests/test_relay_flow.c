@@ -14,7 +14,11 @@
  *   children registered, the ids their WELCOMEs carried); one that names a
  *   child the relay never booked breaks the parent link and reaches no one.
  * - The master answers every batch of a relay, with a heartbeat when it
- *   has nothing to say, and drops a relay that sends a stepping span up. */
+ *   has nothing to say, and drops a relay that sends a stepping span up.
+ * - Newcomers that register during one batch go up as one REGISTER_SEG; a
+ *   child relay's passes its parent relay refolded; the master registers
+ *   its newcomers as their REGISTERs would, and drops a relay whose
+ *   REGISTER_SEG names a handle it knows, or a peer that sends one. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -61,6 +65,22 @@ static uint32_t entries(const eccl_msg *b, entry *e, uint32_t max)
         e[n++] = (entry){h, c, len ? hdr.type : 0};
     }
     return n;
+}
+
+/* Entry `at` of batch b is a REGISTER_SEG of these n addresses. */
+static void assert_register_seg(const eccl_msg *b, uint32_t at, const char *const *addr, uint32_t n)
+{
+    uint32_t pos = 0, h, c, len;
+    const uint8_t *f = NULL;
+    for (uint32_t k = 0; k <= at; k++) assert_true(eccl_wire_batch_next(&b->u.batch, &pos, &h, &c, &f, &len));
+    eccl_msg m;
+    assert_int_equal(eccl_wire_decode_entry(f, len, &m), ECCL_OK);
+    assert_int_equal(m.type, ECCL_MSG_REGISTER_SEG);
+    assert_int_equal(m.u.register_seg.n, n);
+    char got[ECCL_ADDR_MAX];
+    uint32_t p = 0, i = 0;
+    while (eccl_wire_register_seg_next(&m.u.register_seg, &p, &i, got)) assert_string_equal(got, addr[i - 1]);
+    assert_int_equal(i, n);
 }
 
 static eccl_msg reg_msg(int i)
@@ -118,14 +138,16 @@ static void test_relay_holds_one_batch_and_folds(void **state)
     }
     usleep(100000);
     assert_false(raw_readable(up, 0));
-    /* ...until the parent speaks: then both, in one batch, in handle order. */
+    /* ...until the parent speaks: then both, in one batch, as one
+     * REGISTER_SEG for handles 1 and 2 with their addresses in order. */
     eccl_msg hb = {.type = ECCL_MSG_HEARTBEAT};
     raw_send(up, &hb);
     f = read_batch(up, &b);
-    assert_int_equal(entries(&b, e, 8), 2);
+    assert_int_equal(entries(&b, e, 8), 1);
     assert_int_equal(e[0].handle, 1);
-    assert_int_equal(e[1].handle, 2);
-    assert_int_equal(e[0].type, ECCL_MSG_REGISTER);
+    assert_int_equal(e[0].count, 1);
+    assert_int_equal(e[0].type, ECCL_MSG_REGISTER_SEG);
+    assert_register_seg(&b, 0, (const char *[]){"127.0.0.1:40001", "127.0.0.1:40002"}, 2);
     free(f);
 
     /* Unanswered again: the children say RING_READY in reverse handle
@@ -340,6 +362,109 @@ static void test_relay_expands_ring_seg(void **state)
     eccl_relay_destroy(r);
 }
 
+/* The far end closes fd (what it still sends meanwhile is read away). */
+static void assert_closes(int fd)
+{
+    int closed = 0;
+    for (int i = 0; i < 50 && !closed; i++) {
+        uint8_t junk[256];
+        assert_true(raw_readable(fd, 5000));
+        ssize_t k = read(fd, junk, sizeof junk);
+        closed = k <= 0;
+    }
+    assert_true(closed);
+}
+
+/* A REGISTER_SEG of reg_msg(first .. first + n - 1)'s addresses. */
+static eccl_msg seg_msg(int first, uint32_t n, char (*store)[ECCL_ADDR_MAX], const char **addrs)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        eccl_msg r = reg_msg(first + (int)i);
+        memcpy(store[i], r.u.reg.p2p_addr, ECCL_ADDR_MAX);
+        addrs[i] = store[i];
+    }
+    eccl_msg m = {.type = ECCL_MSG_REGISTER_SEG};
+    m.u.register_seg.n = n;
+    m.u.register_seg.addrs = addrs;
+    return m;
+}
+
+/* A child relay's REGISTER_SEG passes a relay refolded into the relay's
+ * own handles (one entry again); a plain peer that sends one speaks for
+ * others, and is dropped before it gets a handle. */
+static void test_relay_refolds_register_seg(void **state)
+{
+    (void)state;
+    char raddr[64];
+    int lfd;
+    eccl_relay *r = NULL;
+    int up = relay_under_test(raddr, &lfd, &r);
+    char store[3][ECCL_ADDR_MAX];
+    const char *addrs[3];
+
+    /* A peer first, so the child relay's handles are not ours. */
+    int peer = raw_dial(raddr);
+    eccl_msg m = reg_msg(9), b;
+    raw_send(peer, &m);
+    entry e[4];
+    uint8_t *f = read_batch(up, &b);
+    assert_int_equal(entries(&b, e, 4), 1);
+    assert_int_equal(e[0].type, ECCL_MSG_REGISTER);
+    free(f);
+
+    int sub = raw_dial(raddr);
+    eccl_msg hello = {.type = ECCL_MSG_RELAY_HELLO};
+    raw_send(sub, &hello);
+    m = seg_msg(0, 3, store, addrs);
+    send_one(sub, 0, &m);
+    usleep(100000);
+    eccl_msg hb = {.type = ECCL_MSG_HEARTBEAT};
+    raw_send(up, &hb);
+    f = read_batch(up, &b);
+    assert_int_equal(entries(&b, e, 4), 1);
+    assert_int_equal(e[0].handle, 1);
+    assert_int_equal(e[0].type, ECCL_MSG_REGISTER_SEG);
+    assert_register_seg(&b, 0, addrs, 3);
+    free(f);
+
+    /* A span of REGISTER_SEGs means nothing: the child relay goes (a
+     * gone entry for each of its three handles). */
+    eccl_wire_batch wb = {0};
+    m = seg_msg(3, 2, store, addrs);
+    assert_int_equal(eccl_wire_batch_add(&wb, 3, &m), ECCL_OK);
+    assert_int_equal(eccl_wire_batch_add(&wb, 4, &m), ECCL_OK);
+    assert_int_equal(wb.n, 1);
+    uint32_t len;
+    uint8_t *frame = eccl_wire_batch_take(&wb, &len);
+    assert_int_equal(write(sub, frame, len), (ssize_t)len);
+    free(frame);
+    assert_closes(sub);
+    close(sub);
+    raw_send(up, &hb);
+    f = read_batch(up, &b);
+    assert_int_equal(entries(&b, e, 4), 3);
+    for (uint32_t i = 0; i < 3; i++) {
+        assert_int_equal(e[i].handle, 1 + i);
+        assert_int_equal(e[i].type, 0);
+    }
+    free(f);
+
+    /* A peer's own REGISTER_SEG: dropped, and nothing goes up for it. */
+    int liar = raw_dial(raddr);
+    m = seg_msg(5, 2, store, addrs);
+    raw_send(liar, &m);
+    assert_closes(liar);
+    close(liar);
+    raw_send(up, &hb);
+    usleep(100000);
+    assert_false(raw_readable(up, 0));
+
+    close(peer);
+    close(up);
+    close(lfd);
+    eccl_relay_destroy(r);
+}
+
 static void test_master_answers_every_batch(void **state)
 {
     (void)state;
@@ -402,14 +527,51 @@ static void test_master_answers_every_batch(void **state)
     frame = eccl_wire_batch_take(&wb, &len);
     assert_int_equal(write(fd, frame, len), (ssize_t)len);
     free(frame);
-    int closed = 0;
-    for (int i = 0; i < 50 && !closed; i++) {
-        uint8_t junk[256];
-        assert_true(raw_readable(fd, 5000));
-        ssize_t k = read(fd, junk, sizeof junk);
-        closed = k <= 0;
-    }
-    assert_true(closed);
+    assert_closes(fd);
+    close(fd);
+    eccl_master_stop(mst);
+    eccl_master_destroy(mst);
+}
+
+/* A relay's REGISTER_SEG registers its newcomers as their REGISTERs would
+ * (the same answer); one that names a handle the master knows already
+ * breaks the protocol, and the master drops the relay. */
+static void test_master_takes_register_seg(void **state)
+{
+    (void)state;
+    char maddr[64];
+    eccl_master *mst = NULL;
+    assert_int_equal(eccl_master_create("127.0.0.1:0", &mst), ECCL_OK);
+    assert_int_equal(eccl_master_address(mst, maddr, sizeof maddr), ECCL_OK);
+    assert_int_equal(eccl_master_run(mst), ECCL_OK);
+    int fd = raw_dial(maddr);
+    eccl_msg hello = {.type = ECCL_MSG_RELAY_HELLO};
+    raw_send(fd, &hello);
+    char store[3][ECCL_ADDR_MAX];
+    const char *addrs[3];
+    eccl_msg m = seg_msg(0, 3, store, addrs), b;
+    send_one(fd, 0, &m);
+    entry e[4];
+    uint8_t *f = read_batch(fd, &b);
+    assert_int_equal(entries(&b, e, 4), 3);
+    assert_int_equal(e[0].type, ECCL_MSG_WELCOME);
+    assert_int_equal(e[1].type, ECCL_MSG_RING_SEG);
+    assert_int_equal(e[1].handle, 0);
+    assert_int_equal(e[2].type, ECCL_MSG_WELCOME);
+    assert_int_equal(e[2].handle, 1);
+    assert_int_equal(e[2].count, 2);
+    /* The first newcomer's ring is itself: its address, as registered. */
+    uint32_t pos = 0, h, c, len;
+    const uint8_t *rf = NULL;
+    for (int k = 0; k < 2; k++) assert_true(eccl_wire_batch_next(&b.u.batch, &pos, &h, &c, &rf, &len));
+    eccl_msg ring;
+    assert_int_equal(eccl_wire_decode_entry(rf, len, &ring), ECCL_OK);
+    assert_string_equal(ring.u.ring_seg.prev.addr, "127.0.0.1:40000");
+    free(f);
+
+    m = seg_msg(3, 2, store, addrs);
+    send_one(fd, 2, &m); /* handle 2 is known: a newcomer's cannot be */
+    assert_closes(fd);
     close(fd);
     eccl_master_stop(mst);
     eccl_master_destroy(mst);
@@ -421,6 +583,8 @@ int main(void)
         cmocka_unit_test(test_relay_holds_one_batch_and_folds),
         cmocka_unit_test(test_relay_expands_ring_seg),
         cmocka_unit_test(test_master_answers_every_batch),
+        cmocka_unit_test(test_relay_refolds_register_seg),
+        cmocka_unit_test(test_master_takes_register_seg),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

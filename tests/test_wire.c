@@ -27,12 +27,13 @@ static const uint16_t control_types[] = {
     ECCL_MSG_OPT_DONE,     ECCL_MSG_PEER_QUERY,  ECCL_MSG_PEER_REPLY,
     ECCL_MSG_LEAVE,        ECCL_MSG_LEAVE_DONE,  ECCL_MSG_REPAIR_DATA,
     ECCL_MSG_REPAIR_ASK,   ECCL_MSG_REPAIR_PUT,  ECCL_MSG_RING_SEG,
+    ECCL_MSG_REGISTER_SEG,
 };
 #define N_CONTROL (sizeof(control_types) / sizeof(control_types[0]))
 
 /* Unused numbers: 0, a hole (6), the next free number of each range, and
  * the far ends. A new type takes its number out of this list. */
-static const uint16_t unknown_types[] = {0, 6, 16, 31, 48, 63, 67, 82, 0x100, 0xFFFF};
+static const uint16_t unknown_types[] = {0, 6, 16, 31, 48, 63, 67, 83, 0x100, 0xFFFF};
 #define N_UNKNOWN (sizeof(unknown_types) / sizeof(unknown_types[0]))
 
 /* ---- helpers ------------------------------------------------------------- */
@@ -68,6 +69,10 @@ static eccl_wire_peer_ref src_store[ECCL_WIRE_MAX_SYNC_SRCS];
 static uint32_t rank_store[ECCL_WIRE_MAX_PEER_REFS + 1];
 static eccl_wire_peer_entry entry_store[ECCL_WIRE_MAX_PEER_REFS + 1];
 static uint32_t handle_store[ECCL_WIRE_MAX_SEG + 1];
+static char addr_store[ECCL_WIRE_MAX_SEG + 1][ECCL_ADDR_MAX];
+static const char *addr_ptrs[ECCL_WIRE_MAX_SEG + 1];
+/* The most REGISTER_SEG addresses of the longest length the bound takes. */
+#define REG_SEG_MAX_LONG ((ECCL_WIRE_MAX_CONTROL - 12u) / (2u + ECCL_WIRE_MAX_ADDR))
 
 static eccl_msg *new_msg(uint16_t type)
 {
@@ -144,6 +149,21 @@ static void assert_msg_equal(const eccl_msg *a, const eccl_msg *b)
         assert_int_equal(a->u.ring.local_size, b->u.ring.local_size);
         assert_int_equal(a->u.ring.host_ranks, b->u.ring.host_ranks);
         break;
+    case ECCL_MSG_REGISTER_SEG: {
+        const eccl_msg_register_seg *x = &a->u.register_seg, *y = &b->u.register_seg;
+        assert_int_equal(x->peer_group, y->peer_group);
+        assert_int_equal(x->peer_timeout_ms, y->peer_timeout_ms);
+        assert_int_equal(x->n, y->n);
+        uint32_t px = 0, ix = 0, py = 0, iy = 0;
+        char ax[ECCL_ADDR_MAX], ay[ECCL_ADDR_MAX];
+        while (eccl_wire_register_seg_next(x, &px, &ix, ax)) {
+            assert_true(eccl_wire_register_seg_next(y, &py, &iy, ay));
+            assert_memory_equal(ax, ay, ECCL_ADDR_MAX);
+        }
+        assert_int_equal(ix, x->n);
+        assert_int_equal(iy, y->n);
+        break;
+    }
     case ECCL_MSG_RING_SEG: {
         const eccl_msg_ring_seg *x = &a->u.ring_seg, *y = &b->u.ring_seg;
         assert_int_equal(x->peer_group, y->peer_group);
@@ -370,6 +390,17 @@ static void fill_extreme(eccl_msg *m, uint16_t type, int is_max)
         m->u.ring.local_size = is_max ? 65537u : 0;
         m->u.ring.host_ranks = is_max ? m->u.ring.world_size : 0;
         break;
+    case ECCL_MSG_REGISTER_SEG: {
+        eccl_msg_register_seg *g = &m->u.register_seg;
+        g->peer_group = g->peer_timeout_ms = v32;
+        g->n = is_max ? REG_SEG_MAX_LONG : 1;
+        for (uint32_t i = 0; i < g->n; i++) {
+            fill_str(addr_store[i], slen, (char)('a' + i % 26));
+            addr_ptrs[i] = addr_store[i];
+        }
+        g->addrs = addr_ptrs;
+        break;
+    }
     case ECCL_MSG_RING_SEG: {
         eccl_msg_ring_seg *g = &m->u.ring_seg;
         g->peer_group = g->epoch = v32;
@@ -560,6 +591,18 @@ static void fill_random(rng *r, eccl_msg *m)
         for (uint32_t k = 0, nc = below(r, ECCL_WIRE_TREE_CHILDREN + 1); k < nc; k++)
             m->u.ring.tree_child[k] = next(r);
         break;
+    case ECCL_MSG_REGISTER_SEG: {
+        eccl_msg_register_seg *g = &m->u.register_seg;
+        g->peer_group = (uint32_t)next(r);
+        g->peer_timeout_ms = (uint32_t)next(r);
+        g->n = 1 + below(r, REG_SEG_MAX_LONG);
+        for (uint32_t i = 0; i < g->n; i++) {
+            rand_str(r, addr_store[i]);
+            addr_ptrs[i] = addr_store[i];
+        }
+        g->addrs = addr_ptrs;
+        break;
+    }
     case ECCL_MSG_RING_SEG: {
         eccl_msg_ring_seg *g = &m->u.ring_seg;
         g->peer_group = (uint32_t)next(r);
@@ -808,6 +851,7 @@ static void test_max_length(void **state)
         {ECCL_MSG_OPT_DONE, 39},
         {ECCL_MSG_PEER_QUERY, 8 + ECCL_WIRE_MAX_PEER_REFS * 4},
         {ECCL_MSG_PEER_REPLY, 8 + ECCL_WIRE_MAX_PEER_REFS * (4 + 8 + 2 + ECCL_WIRE_MAX_ADDR)},
+        {ECCL_MSG_REGISTER_SEG, 12 + (ECCL_WIRE_MAX_CONTROL - 12) / (2 + ECCL_WIRE_MAX_ADDR) * (2 + ECCL_WIRE_MAX_ADDR)},
     };
     for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
         assert_int_equal(eccl_wire_max_length(want[i].type), want[i].max);
@@ -846,7 +890,7 @@ static void test_golden_bytes(void **state)
     strcpy(m->u.reg.p2p_addr, "h:1");
     uint8_t frame[64];
     static const uint8_t want[] = {
-        'E', 'C', 'C', 'L', 2, 0, 1, 0, 13, 0, 0, 0, 0, 0, 0, 0,
+        'E', 'C', 'C', 'L', 3, 0, 1, 0, 13, 0, 0, 0, 0, 0, 0, 0,
         0x0D, 0x0C, 0x0B, 0x0A, 0x88, 0x13, 0, 0, 3, 0, 'h', ':', '1',
     };
     assert_int_equal(eccl_wire_encode(m, frame, sizeof(frame)), sizeof(want));
@@ -870,7 +914,7 @@ static void test_golden_bytes(void **state)
     m->type = ECCL_MSG_PEER_QUERY;
     m->u.peer_query = (eccl_msg_peer_query){.epoch = 0x01020304u, .n = 3, .ranks = ranks};
     static const uint8_t query[] = {
-        'E', 'C', 'C', 'L', 2, 0, 13, 0, 20, 0, 0, 0, 0, 0, 0, 0,
+        'E', 'C', 'C', 'L', 3, 0, 13, 0, 20, 0, 0, 0, 0, 0, 0, 0,
         4, 3, 2, 1, 3, 0, 0, 0,
         0, 0, 0, 0, 0, 1, 0, 0, 0xD0, 0xC0, 0xB0, 0xA0,
     };
@@ -884,7 +928,7 @@ static void test_golden_bytes(void **state)
     m->type = ECCL_MSG_PEER_REPLY;
     m->u.peer_reply = (eccl_msg_peer_reply){.epoch = 7, .n = 2, .entries = entries};
     static const uint8_t reply[] = {
-        'E', 'C', 'C', 'L', 2, 0, 43, 0, 39, 0, 0, 0, 0, 0, 0, 0,
+        'E', 'C', 'C', 'L', 3, 0, 43, 0, 39, 0, 0, 0, 0, 0, 0, 0,
         7, 0, 0, 0, 2, 0, 0, 0,
         2, 0, 0, 0, 0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11, 3, 0, 'h', ':', '1',
         5, 1, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0, 0, 0,
@@ -899,7 +943,7 @@ static void test_golden_bytes(void **state)
                                       .epoch = 0x21222324u, .purpose = ECCL_LINK_PEER,
                                       .pool_size = 1, .rank = 0x31323334u};
     static const uint8_t hello[] = {
-        'E', 'C', 'C', 'L', 2, 0, 64, 0, 24, 0, 0, 0, 0, 0, 0, 0,
+        'E', 'C', 'C', 'L', 3, 0, 64, 0, 24, 0, 0, 0, 0, 0, 0, 0,
         8, 7, 6, 5, 4, 3, 2, 1, 0x14, 0x13, 0x12, 0x11, 0x24, 0x23, 0x22, 0x21,
         ECCL_LINK_PEER, 0, 0, 0, 0x34, 0x33, 0x32, 0x31,
     };
@@ -935,14 +979,14 @@ static void test_header_rejects(void **state)
     assert_int_equal(h.type, ECCL_MSG_RING);
     assert_int_equal(h.length, 40);
     assert_int_equal(h.reserved, 0);
-    assert_memory_equal(good, "ECCL\x02\x00\x22\x00\x28\x00\x00\x00\x00\x00\x00\x00", 16);
+    assert_memory_equal(good, "ECCL\x03\x00\x22\x00\x28\x00\x00\x00\x00\x00\x00\x00", 16);
 
     for (size_t byte = 0; byte < 4; byte++) { /* magic */
         memcpy(bad, good, sizeof(bad));
         bad[byte] ^= 0x20;
         assert_int_equal(eccl_wire_header_decode(bad, &h), ECCL_ERR_PROTOCOL);
     }
-    const uint16_t versions[] = {0, 1, 3, 0xFFFF}; /* 1: before RING_SEG */
+    const uint16_t versions[] = {0, 2, 4, 0xFFFF}; /* 2: before REGISTER_SEG */
     for (size_t i = 0; i < 4; i++) {
         memcpy(bad, good, sizeof(bad));
         bad[4] = (uint8_t)versions[i];
@@ -993,6 +1037,24 @@ static void test_encode_rejects(void **state)
     assert_int_equal(eccl_wire_encode(m, frame, FRAME_CAP), 0);
     fill_extreme(m, ECCL_MSG_RING, 1);
     memset(m->u.ring.prev.addr, 'x', ECCL_ADDR_MAX);
+    assert_int_equal(eccl_wire_encode(m, frame, FRAME_CAP), 0);
+
+    /* REGISTER_SEG: none, too many, an address over the bound, or both
+     * lists. */
+    fill_extreme(m, ECCL_MSG_REGISTER_SEG, 0);
+    m->u.register_seg.n = 0;
+    assert_int_equal(eccl_wire_encode(m, frame, FRAME_CAP), 0);
+    m->u.register_seg.n = ECCL_WIRE_MAX_SEG + 1;
+    assert_int_equal(eccl_wire_encode(m, frame, FRAME_CAP), 0);
+    m->u.register_seg.n = 1;
+    memset(addr_store[0], 'x', ECCL_ADDR_MAX); /* no NUL: 64 bytes */
+    assert_int_equal(eccl_wire_encode(m, frame, FRAME_CAP), 0);
+    fill_extreme(m, ECCL_MSG_REGISTER_SEG, 1);
+    m->u.register_seg.n++; /* one more long address: past the control bound */
+    addr_ptrs[m->u.register_seg.n - 1] = addr_store[0];
+    assert_int_equal(eccl_wire_encode(m, frame, FRAME_CAP), 0);
+    fill_extreme(m, ECCL_MSG_REGISTER_SEG, 0);
+    m->u.register_seg.packed = (const uint8_t *)"";
     assert_int_equal(eccl_wire_encode(m, frame, FRAME_CAP), 0);
 
     /* RING_SEG: a run out of the world, too long, or without handles. */
@@ -1377,6 +1439,38 @@ static void test_decode_rejects(void **state)
     assert_int_equal(decode_tail(&a, ECCL_MSG_RING_SEG, buf, (uint32_t)n, m), ECCL_ERR_PROTOCOL);
     n = ring_seg_frame(buf, UINT32_MAX, UINT32_MAX - 1, 2); /* wraps */
     assert_int_equal(decode_tail(&a, ECCL_MSG_RING_SEG, buf, (uint32_t)n, m), ECCL_ERR_PROTOCOL);
+
+    /* REGISTER_SEG: 1..ECCL_WIRE_MAX_SEG addresses, exactly, none with a
+     * NUL inside. */
+    n = le(buf, 7, 4) + le(buf + 4, 9, 4) + le(buf + 8, 2, 4);
+    n += le(buf + n, 3, 2);
+    memcpy(buf + n, "a:1", 3);
+    n += 3;
+    n += le(buf + n, 4, 2);
+    memcpy(buf + n, "bb:2", 4);
+    n += 4;
+    assert_int_equal(decode_tail(&a, ECCL_MSG_REGISTER_SEG, buf, (uint32_t)n, m), ECCL_OK);
+    assert_int_equal(m->u.register_seg.n, 2);
+    {
+        char got[ECCL_ADDR_MAX];
+        uint32_t p = 0, i = 0;
+        assert_true(eccl_wire_register_seg_next(&m->u.register_seg, &p, &i, got));
+        assert_string_equal(got, "a:1");
+        assert_true(eccl_wire_register_seg_next(&m->u.register_seg, &p, &i, got));
+        assert_string_equal(got, "bb:2");
+        assert_false(eccl_wire_register_seg_next(&m->u.register_seg, &p, &i, got));
+    }
+    assert_int_equal(decode_tail(&a, ECCL_MSG_REGISTER_SEG, buf, (uint32_t)n - 1, m), ECCL_ERR_PROTOCOL);
+    assert_int_equal(decode_tail(&a, ECCL_MSG_REGISTER_SEG, buf, (uint32_t)n + 2, m), ECCL_ERR_PROTOCOL);
+    buf[n - 3] = '\0'; /* "b\0:2" */
+    assert_int_equal(decode_tail(&a, ECCL_MSG_REGISTER_SEG, buf, (uint32_t)n, m), ECCL_ERR_PROTOCOL);
+    buf[n - 3] = 'b';
+    le(buf + 8, 3, 4); /* says three */
+    assert_int_equal(decode_tail(&a, ECCL_MSG_REGISTER_SEG, buf, (uint32_t)n, m), ECCL_ERR_PROTOCOL);
+    le(buf + 8, 0, 4);
+    assert_int_equal(decode_tail(&a, ECCL_MSG_REGISTER_SEG, buf, 12, m), ECCL_ERR_PROTOCOL);
+    le(buf + 8, ECCL_WIRE_MAX_SEG + 1, 4);
+    assert_int_equal(decode_tail(&a, ECCL_MSG_REGISTER_SEG, buf, (uint32_t)n, m), ECCL_ERR_PROTOCOL);
 
     /* REPAIR_*: the length names exactly the bytes that follow; an ASK
      * carries none. */

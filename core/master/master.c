@@ -1569,6 +1569,25 @@ static mpeer *relay_kid_new(eccl_master *m, mpeer *r, uint32_t h)
     return p;
 }
 
+/* A relay's REGISTER_SEG (wire.h) at handle h0: newcomer i is the peer of
+ * handle h0 + i and registers as if alone; what it breaks drops it alone.
+ * The handles are new (a peer's first frame is its REGISTER), so an old one
+ * is the relay's violation, like any handle out of order. */
+static eccl_result on_register_seg(eccl_master *m, mpeer *r, uint32_t h0, const eccl_msg_register_seg *s)
+{
+    eccl_msg reg = {.type = ECCL_MSG_REGISTER};
+    reg.u.reg.peer_group = s->peer_group;
+    reg.u.reg.peer_timeout_ms = s->peer_timeout_ms;
+    uint32_t pos = 0, i = 0;
+    while (!r->ch.closed && eccl_wire_register_seg_next(s, &pos, &i, reg.u.reg.p2p_addr)) {
+        mpeer *p = relay_kid_new(m, r, h0 + i - 1);
+        if (!p) return ECCL_ERR_PROTOCOL;
+        eccl_result rc = peer_on_msg(m, &p->ch, &reg);
+        if (rc != ECCL_OK) drop_peer(m, p, rc == ECCL_ERR_PROTOCOL ? ECCL_ERR_PROTOCOL : ECCL_ERR_CLOSED);
+    }
+    return ECCL_OK;
+}
+
 static eccl_result on_batch(eccl_master *m, mpeer *r, const eccl_msg_batch *b)
 {
     uint32_t pos = 0, h0, count, len;
@@ -1579,6 +1598,12 @@ static eccl_result on_batch(eccl_master *m, mpeer *r, const eccl_msg_batch *b)
         eccl_clock_work(m->env, 1);
         eccl_msg msg;
         eccl_result drc = len ? eccl_wire_decode_entry(f, len, &msg) : ECCL_OK;
+        if (drc == ECCL_OK && len && msg.type == ECCL_MSG_REGISTER_SEG) {
+            if (count != 1) return ECCL_ERR_PROTOCOL;
+            eccl_result rc = on_register_seg(m, r, h0, &msg.u.register_seg);
+            if (rc != ECCL_OK) return rc;
+            continue;
+        }
         for (uint32_t h = h0; h - h0 < count && !r->ch.closed; h++) {
             mpeer *p = h < r->n_kids ? r->kids[h] : NULL;
             if (!len) { /* the relay lost it */

@@ -160,16 +160,82 @@ static int staged_cmp(const void *a, const void *b)
     return (x->handle > y->handle) - (x->handle < y->handle);
 }
 
+/* Staged entry i as its handle's first REGISTER (0: it is something else;
+ * a second REGISTER goes alone, for the parent to drop its peer alone). */
+static int staged_register(const eccl_relay *r, uint32_t i, eccl_msg_register *out)
+{
+    const rstaged *e = &r->staged[i];
+    eccl_msg m;
+    if (!e->len || e->cls != 0 || eccl_wire_entry_type(r->arena + e->off) != ECCL_MSG_REGISTER ||
+        eccl_wire_decode_entry(r->arena + e->off, e->len, &m) != ECCL_OK)
+        return 0;
+    *out = m.u.reg;
+    return 1;
+}
+
+/* The sorted staging area's REGISTERs from entry i on, for handles h,
+ * h+1, ... with one group and timeout (a job's start-up burst: newcomers
+ * get handles as they first speak, so theirs are consecutive), as one
+ * REGISTER_SEG (wire.h) into *frame; returns how many entries it took, 0
+ * when fewer than two would go (the entry goes as it is). */
+static uint32_t register_seg(eccl_relay *r, uint32_t i, uint8_t **frame, uint32_t *frame_len)
+{
+    eccl_msg_register first, next;
+    if (!staged_register(r, i, &first)) return 0;
+    uint32_t h0 = r->staged[i].handle, n = 1;
+    size_t bytes = 12u + 2u + strlen(first.p2p_addr);
+    while (i + n < r->n_staged && n < ECCL_WIRE_MAX_SEG && r->staged[i + n].handle == h0 + n &&
+           staged_register(r, i + n, &next) && next.peer_group == first.peer_group &&
+           next.peer_timeout_ms == first.peer_timeout_ms &&
+           bytes + 2u + strlen(next.p2p_addr) <= ECCL_WIRE_REGISTER_SEG_MAX) {
+        bytes += 2u + strlen(next.p2p_addr);
+        n++;
+    }
+    if (n < 2) return 0;
+    char(*addr)[ECCL_ADDR_MAX] = malloc(n * sizeof *addr);
+    const char **addrs = malloc(n * sizeof *addrs);
+    size_t cap = ECCL_WIRE_HEADER_SIZE + bytes;
+    uint8_t *f = malloc(cap);
+    size_t len = 0;
+    if (addr && addrs && f) {
+        for (uint32_t k = 0; k < n; k++) {
+            staged_register(r, i + k, &next);
+            memcpy(addr[k], next.p2p_addr, ECCL_ADDR_MAX);
+            addrs[k] = addr[k];
+        }
+        eccl_msg m = {.type = ECCL_MSG_REGISTER_SEG};
+        m.u.register_seg = (eccl_msg_register_seg){.peer_group = first.peer_group,
+                                                   .peer_timeout_ms = first.peer_timeout_ms,
+                                                   .n = n,
+                                                   .addrs = addrs};
+        len = eccl_wire_encode(&m, f, cap);
+    }
+    free(addr);
+    free(addrs);
+    if (!len) { /* out of memory: they go one by one */
+        free(f);
+        return 0;
+    }
+    *frame = f;
+    *frame_len = (uint32_t)len;
+    return n;
+}
+
 /* Sends what is staged, sorted (above), in as many batches as it takes. */
 static void up_flush(eccl_relay *r)
 {
     if (!r->n_staged) return;
     qsort(r->staged, r->n_staged, sizeof *r->staged, staged_cmp);
-    for (uint32_t i = 0; i < r->n_staged && r->up_err == ECCL_OK; i++) {
+    for (uint32_t i = 0; i < r->n_staged && r->up_err == ECCL_OK;) {
         const rstaged *e = &r->staged[i];
-        eccl_result rc = eccl_wire_batch_put(&r->out, up_send_cb, r, e->handle, NULL,
-                                             e->len ? r->arena + e->off : NULL, e->len);
+        uint8_t *seg = NULL;
+        uint32_t seg_len = 0, took = register_seg(r, i, &seg, &seg_len);
+        eccl_result rc = took ? eccl_wire_batch_put(&r->out, up_send_cb, r, e->handle, NULL, seg, seg_len)
+                              : eccl_wire_batch_put(&r->out, up_send_cb, r, e->handle, NULL,
+                                                    e->len ? r->arena + e->off : NULL, e->len);
+        free(seg);
         if (rc != ECCL_OK) r->up_err = rc;
+        i += took ? took : 1;
     }
     r->n_staged = 0;
     r->arena_len = 0;
@@ -307,13 +373,16 @@ static void book_address(rroute *rt, const eccl_msg_register *reg)
     memcpy(rt->book.addr, reg->p2p_addr, sizeof rt->book.addr);
 }
 
-/* A child relay's entry: its handle `h` becomes one of ours. */
-static eccl_result kid_relay_entry(eccl_relay *r, rkid *k, uint32_t h, const uint8_t *f,
-                                   uint32_t len)
+/* A child relay's entry: its handle `h` becomes one of ours. The entry is
+ * frame f (len 0: gone) as the child sent it, or message m (a newcomer of
+ * the child's REGISTER_SEG, which we fold again with ours). */
+static eccl_result kid_relay_entry(eccl_relay *r, rkid *k, uint32_t h, const eccl_msg *m,
+                                   const uint8_t *f, uint32_t len)
 {
+    int gone = !m && !len;
     if (h > k->n_map) return ECCL_ERR_PROTOCOL; /* handles come in order */
     if (h == k->n_map) {
-        if (!len) return ECCL_OK; /* gone before it said anything */
+        if (gone) return ECCL_OK; /* gone before it said anything */
         if (k->n_map == k->cap_map) {
             uint32_t cap = k->cap_map ? 2 * k->cap_map : 64;
             uint32_t *n = realloc(k->map, cap * sizeof *n);
@@ -327,14 +396,33 @@ static eccl_result kid_relay_entry(eccl_relay *r, rkid *k, uint32_t h, const uin
     }
     uint32_t ours = k->map[h];
     if (ours == NO_HANDLE || r->route[ours].kid != k) return ECCL_OK; /* dropped above */
-    if (!len) {
+    if (gone) {
         r->route[ours].kid = NULL;
         k->map[h] = NO_HANDLE;
     }
-    eccl_msg m;
-    if (len && eccl_wire_entry_type(f) == ECCL_MSG_REGISTER && eccl_wire_decode_entry(f, len, &m) == ECCL_OK)
-        book_address(&r->route[ours], &m.u.reg);
-    up_put(r, ours, NULL, f, len);
+    eccl_msg d;
+    if (!m && len && eccl_wire_entry_type(f) == ECCL_MSG_REGISTER && eccl_wire_decode_entry(f, len, &d) == ECCL_OK)
+        m = &d;
+    if (m && m->type == ECCL_MSG_REGISTER) book_address(&r->route[ours], &m->u.reg);
+    up_put(r, ours, m == &d ? NULL : m, f, len);
+    return ECCL_OK;
+}
+
+/* A child relay's REGISTER_SEG at its handle h: each newcomer as if it had
+ * come alone. */
+static eccl_result kid_register_seg(eccl_relay *r, rkid *k, uint32_t h, const uint8_t *f, uint32_t len)
+{
+    eccl_msg seg;
+    if (eccl_wire_decode_entry(f, len, &seg) != ECCL_OK) return ECCL_ERR_PROTOCOL;
+    const eccl_msg_register_seg *s = &seg.u.register_seg;
+    eccl_msg m = {.type = ECCL_MSG_REGISTER};
+    m.u.reg.peer_group = s->peer_group;
+    m.u.reg.peer_timeout_ms = s->peer_timeout_ms;
+    uint32_t pos = 0, i = 0;
+    while (eccl_wire_register_seg_next(s, &pos, &i, m.u.reg.p2p_addr)) {
+        eccl_result rc = kid_relay_entry(r, k, h + i - 1, &m, NULL, 0);
+        if (rc != ECCL_OK) return rc;
+    }
     return ECCL_OK;
 }
 
@@ -360,15 +448,21 @@ static eccl_result kid_on_msg(void *owner, eccl_chan *ch, const eccl_msg *m)
             /* A span: its handles map to ours one by one, and fold again
              * upward where ours are consecutive too. */
             eccl_clock_work(r->env, 1);
+            if (len && eccl_wire_entry_type(f) == ECCL_MSG_REGISTER_SEG) {
+                eccl_result rc = count == 1 ? kid_register_seg(r, k, h, f, len) : ECCL_ERR_PROTOCOL;
+                if (rc != ECCL_OK) return rc;
+                continue;
+            }
             for (uint32_t i = 0; i < count; i++) {
-                eccl_result rc = kid_relay_entry(r, k, h + i, f, len);
+                eccl_result rc = kid_relay_entry(r, k, h + i, NULL, f, len);
                 if (rc != ECCL_OK) return rc;
             }
         }
         /* Stopped early: a stepping span, which only goes down. */
         return pos == m->u.batch.len ? ECCL_OK : ECCL_ERR_PROTOCOL;
     }
-    if (m->type == ECCL_MSG_BATCH) return ECCL_ERR_PROTOCOL;
+    /* A peer speaks for itself only. */
+    if (m->type == ECCL_MSG_BATCH || m->type == ECCL_MSG_REGISTER_SEG) return ECCL_ERR_PROTOCOL;
     if (m->type == ECCL_MSG_REGISTER && m->u.reg.peer_timeout_ms)
         k->timeout_ns = (uint64_t)m->u.reg.peer_timeout_ms * MS; /* we watch it now */
     if (k->handle == NO_HANDLE && (k->handle = route_new(r, k, NO_HANDLE)) == NO_HANDLE)

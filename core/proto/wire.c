@@ -169,6 +169,7 @@ static uint32_t max_length(uint16_t type)
     case ECCL_MSG_BATCH: return ECCL_WIRE_MAX_BATCH;
     case ECCL_MSG_PEER_QUERY: return PEER_QUERY_MAX;
     case ECCL_MSG_PEER_REPLY: return PEER_REPLY_MAX;
+    case ECCL_MSG_REGISTER_SEG: return ECCL_WIRE_REGISTER_SEG_MAX;
     default: return 0;
     }
 }
@@ -348,6 +349,21 @@ static void put_payload(wbuf *w, const eccl_msg *m)
         put_u32(w, m->u.ring.local_size);
         put_u32(w, m->u.ring.host_ranks);
         break;
+    case ECCL_MSG_REGISTER_SEG: {
+        const eccl_msg_register_seg *g = &m->u.register_seg;
+        if (g->n < 1 || g->n > ECCL_WIRE_MAX_SEG || !g->addrs == !g->packed) {
+            w->bad = 1;
+            break;
+        }
+        put_u32(w, g->peer_group);
+        put_u32(w, g->peer_timeout_ms);
+        put_u32(w, g->n);
+        uint32_t pos = 0, i = 0;
+        char addr[ECCL_ADDR_MAX];
+        while (!w->bad && eccl_wire_register_seg_next(g, &pos, &i, addr)) put_str(w, addr);
+        if (i != g->n) w->bad = 1;
+        break;
+    }
     case ECCL_MSG_RING_SEG: {
         const eccl_msg_ring_seg *g = &m->u.ring_seg;
         if (!ring_seg_ok(g) || !g->handles == !g->packed) {
@@ -642,6 +658,24 @@ static void get_payload(rbuf *r, uint16_t type, eccl_msg *m)
         if (!ring_ok(&m->u.ring))
             r->bad = 1;
         break;
+    case ECCL_MSG_REGISTER_SEG: {
+        /* The whole list is checked here, so that a walk over it cannot fail. */
+        eccl_msg_register_seg *g = &m->u.register_seg;
+        g->peer_group = get_u32(r);
+        g->peer_timeout_ms = get_u32(r);
+        g->n = get_u32(r);
+        g->addrs = NULL;
+        g->packed = r->p + r->pos;
+        g->packed_len = (uint32_t)(r->len - r->pos);
+        if (r->bad || g->n < 1 || g->n > ECCL_WIRE_MAX_SEG) {
+            r->bad = 1;
+            break;
+        }
+        char addr[ECCL_ADDR_MAX];
+        for (uint32_t i = 0; i < g->n && !r->bad; i++) get_str(r, addr);
+        if (r->pos != r->len) r->bad = 1;
+        break;
+    }
     case ECCL_MSG_RING_SEG: {
         eccl_msg_ring_seg *g = &m->u.ring_seg;
         g->peer_group = get_u32(r);
@@ -1200,6 +1234,27 @@ uint32_t eccl_wire_ring_seg_handle(const eccl_msg_ring_seg *m, uint32_t i)
     if (!m->packed) return m->handles[i];
     rbuf r = {m->packed + (size_t)i * 4u, 4, 0, 0};
     return get_u32(&r);
+}
+
+int eccl_wire_register_seg_next(const eccl_msg_register_seg *m, uint32_t *pos, uint32_t *i,
+                                char *out)
+{
+    if (*i >= m->n) return 0;
+    if (!m->packed) {
+        const char *a = m->addrs[(*i)++];
+        /* 64 bytes without a NUL: put_str refuses it (never cut short). */
+        size_t n = 0;
+        while (n < ECCL_ADDR_MAX && a[n]) n++;
+        memcpy(out, a, n);
+        memset(out + n, 0, ECCL_ADDR_MAX - n);
+        return 1;
+    }
+    rbuf r = {m->packed, m->packed_len, *pos, 0};
+    get_str(&r, out);
+    if (r.bad) return 0; /* past a list shorter than it says: *i tells */
+    *pos = (uint32_t)r.pos;
+    (*i)++;
+    return 1;
 }
 
 int eccl_wire_peer_reply_next(const eccl_msg_peer_reply *m, uint32_t *pos, uint32_t *i,

@@ -24,7 +24,7 @@
 #include "quant/quant.h"
 
 #define ECCL_WIRE_MAGIC 0x4C434345u /* "ECCL" read as little-endian bytes */
-#define ECCL_WIRE_VERSION 2u /* 2: RING has four tree children; RING_SEG */
+#define ECCL_WIRE_VERSION 3u /* 2: RING has four tree children; RING_SEG. 3: REGISTER_SEG */
 #define ECCL_WIRE_HEADER_SIZE 16u
 /* Largest control payload (everything but DATA). */
 #define ECCL_WIRE_MAX_CONTROL 65536u
@@ -82,7 +82,8 @@ enum eccl_msg_type {
     ECCL_MSG_SYNC_FETCH = 66,  /* on a SYNC link: send me this key */
     /* relay <-> its parent coordinator (docs/protocol.md, "Relays") */
     ECCL_MSG_RELAY_HELLO = 80, /* relay -> parent, first frame: I speak for others */
-    ECCL_MSG_BATCH = 81        /* either way: frames of the peers behind a relay */
+    ECCL_MSG_BATCH = 81,       /* either way: frames of the peers behind a relay */
+    ECCL_MSG_REGISTER_SEG = 82 /* relay -> parent, in a batch: its newcomers' REGISTERs */
 };
 
 /* Largest BATCH payload: a relay flushes before it would pass this. */
@@ -497,6 +498,24 @@ typedef struct eccl_msg_peer_reply { /* PEER_REPLY */
     uint32_t packed_len;
 } eccl_msg_peer_reply;
 
+/* REGISTER_SEG: the REGISTERs of n (1..ECCL_WIRE_MAX_SEG) newcomers behind
+ * a relay with one group and timeout, as one batch entry for its first
+ * handle: handle + i registers with address i (docs/protocol.md,
+ * "Registrations by the relay"). A relay's registration burst is thus an
+ * entry per batch at its parent, not one per peer. Addresses: `addrs` to encode, `packed` once decoded
+ * (eccl_wire_register_seg_next). Never sent outside a batch. Its payload
+ * bound: as many of the longest addresses as the control bound takes. */
+#define ECCL_WIRE_REGISTER_SEG_MAX \
+    (12u + (ECCL_WIRE_MAX_CONTROL - 12u) / (2u + ECCL_WIRE_MAX_ADDR) * (2u + ECCL_WIRE_MAX_ADDR))
+typedef struct eccl_msg_register_seg {
+    uint32_t peer_group;
+    uint32_t peer_timeout_ms;
+    uint32_t n;
+    const char *const *addrs; /* encode: n NUL-terminated addresses */
+    const uint8_t *packed;    /* decoded */
+    uint32_t packed_len;
+} eccl_msg_register_seg;
+
 typedef struct eccl_msg_relay_hello { /* RELAY_HELLO */
     uint32_t timeout_ms;  /* silence after which the parent drops the relay */
 } eccl_msg_relay_hello;
@@ -566,6 +585,7 @@ typedef struct eccl_msg {
         eccl_msg_batch batch;
         eccl_msg_peer_query peer_query;
         eccl_msg_peer_reply peer_reply;
+        eccl_msg_register_seg register_seg;
     } u;
 } eccl_msg;
 
@@ -603,6 +623,10 @@ void eccl_wire_sync_plan_src(const eccl_msg_sync_plan *m, uint32_t i, eccl_wire_
 uint32_t eccl_wire_peer_query_rank(const eccl_msg_peer_query *m, uint32_t i);
 /* The handle of a RING_SEG's i-th rank (i < n), encoded or decoded. */
 uint32_t eccl_wire_ring_seg_handle(const eccl_msg_ring_seg *m, uint32_t i);
+/* Reads the next newcomer of a REGISTER_SEG (encoded or decoded) into
+ * out[ECCL_ADDR_MAX]; *pos and *i start at 0. Returns 0 past the end. */
+int eccl_wire_register_seg_next(const eccl_msg_register_seg *m, uint32_t *pos, uint32_t *i,
+                                char *out);
 /* Reads the next entry of a PEER_REPLY (encoded or decoded); *pos and *i
  * start at 0. Returns 0 past the end. */
 int eccl_wire_peer_reply_next(const eccl_msg_peer_reply *m, uint32_t *pos, uint32_t *i,
