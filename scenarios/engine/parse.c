@@ -244,7 +244,7 @@ enum {
     K_OPTIMIZE_AT, K_EXPECT_SPEEDUP,
     K_DEV_COPY_RATE, K_DEV_COPY_LAT, K_DEVICE_RING,                 /* buffers = cuda */
     K_TRANSPORT, K_IB_QPS, K_IB_MIN_BYTES, K_IB_CHUNK_BYTES,
-    K_RELAYS, K_PROGRESS_THREAD, K_NET_MODEL, K_FLOW_MIN_SIZE,
+    K_RELAYS, K_RELAY_FANOUT, K_PROGRESS_THREAD, K_NET_MODEL, K_FLOW_MIN_SIZE,
     K_NCCL2_STAGGER, K_NCCL2_TIMEOUT, K_NCCL2_ALLGATHER, K_NCCL2_CORRUPT, /* nccl2_bootstrap */
     K_COLL, K_MINBYTES, K_MAXBYTES, K_STEPFACTOR, K_WARMUP, K_ALGO, K_BENCH_CORRUPT, /* bench */
     K_CONCURRENT,
@@ -287,6 +287,7 @@ static const key_def key_defs[K_NKEYS] = {
     [K_IB_MIN_BYTES] = {"ib_min_bytes", KK_SPECIAL, 0, 0, 0},
     [K_IB_CHUNK_BYTES] = {"ib_chunk_bytes", KK_SPECIAL, 0, 0, 0},
     [K_RELAYS] = {"relays", KK_INT, CFG_OFF(relays), 0, MAX_RANKS},
+    [K_RELAY_FANOUT] = {"relay_fanout", KK_INT, CFG_OFF(relay_fanout), 2, MAX_RANKS},
     [K_PROGRESS_THREAD] = {"progress_thread", KK_INT, CFG_OFF(progress_thread), 0, 1},
     [K_NET_MODEL] = {"net_model", KK_SPECIAL, 0, 0, 0},
     [K_FLOW_MIN_SIZE] = {"flow_min_size", KK_SPECIAL, 0, 0, 0},
@@ -352,7 +353,7 @@ static const int common_optional[] = {K_EXPECT, K_SEED, K_JITTER, K_STAGGER, K_W
                                       K_DEV_COPY_LAT, K_DEVICE_RING, K_TRANSPORT, K_IB_QPS,
                                       K_IB_MIN_BYTES, K_IB_CHUNK_BYTES, K_NCCL2_STAGGER,
                                       K_NCCL2_TIMEOUT, K_NCCL2_ALLGATHER, K_NCCL2_CORRUPT, K_RELAYS,
-                                      K_PROGRESS_THREAD, K_NET_MODEL, K_FLOW_MIN_SIZE, K_COLL, K_MINBYTES, K_MAXBYTES,
+                                      K_RELAY_FANOUT, K_PROGRESS_THREAD, K_NET_MODEL, K_FLOW_MIN_SIZE, K_COLL, K_MINBYTES, K_MAXBYTES,
                                       K_STEPFACTOR, K_WARMUP, K_ALGO, K_BENCH_CORRUPT, K_CONCURRENT,
                                       K_POOL, K_TCP_WINDOW, K_CHAOS, -1};
 static const int flat_required[] = {K_HOSTS, -1};
@@ -978,7 +979,7 @@ int eccl_scn_parse(const char *file, eccl_scenario *c)
          * of a job (the rows' #wrong is the check). */
         static const int not_bench[] = {K_COUNT, K_EXPECT, K_EXPECT_SLOWDOWN, K_WORLD_MIN, K_OPTIMIZE_AT,
                                         K_EXPECT_SPEEDUP, K_STEP, K_PEER_TIMEOUT, K_RELAYS,
-                                        K_DEV_COPY_RATE, K_DEV_COPY_LAT, K_DEVICE_RING, -1};
+                                        K_RELAY_FANOUT, K_DEV_COPY_RATE, K_DEV_COPY_LAT, K_DEVICE_RING, -1};
         for (const int *k = not_bench; *k >= 0; k++)
             if (key_line[*k])
                 return eccl_scn_error(file, key_line[*k], "%s: not a key of workload = bench",
@@ -1175,6 +1176,11 @@ int eccl_scn_parse(const char *file, eccl_scenario *c)
                          c->ranks);
     if (c->relays && c->nccl2)
         return eccl_scn_error(file, key_line[K_RELAYS], "relays: not a key of workload = nccl2_bootstrap");
+    if (key_line[K_RELAY_FANOUT] && !c->relays)
+        return eccl_scn_error(file, key_line[K_RELAY_FANOUT], "relay_fanout: no relays");
+    if (key_line[K_RELAY_FANOUT] && c->diloco)
+        return eccl_scn_error(file, key_line[K_RELAY_FANOUT],
+                              "relay_fanout with workload = diloco: its relays sit on spare hosts, one a relay");
     if (c->relays && c->diloco && c->hosts - 1 - eccl_scn_rank_host(c, c->ranks) < c->relays)
         return eccl_scn_error(file, key_line[K_RELAYS],
                          "relays = %d with workload = diloco: needs as many hosts beyond the ranks' "
@@ -1182,9 +1188,9 @@ int eccl_scn_parse(const char *file, eccl_scenario *c)
     if (c->n_relay_kills && c->diloco)
         return eccl_scn_error(file, c->relay_kills[0].line, "kill_relay: workload = diloco makes its own faults");
     for (int i = 0; i < c->n_relay_kills; i++)
-        if (c->relay_kills[i].relay > c->relays)
+        if (c->relay_kills[i].relay > eccl_scn_relay_count(c))
             return eccl_scn_error(file, c->relay_kills[i].line, "kill_relay: relay %d of %d",
-                             c->relay_kills[i].relay, c->relays);
+                             c->relay_kills[i].relay, eccl_scn_relay_count(c));
     if (key_line[K_EXPECT_SPEEDUP] && !c->optimize_at)
         return eccl_scn_error(file, key_line[K_EXPECT_SPEEDUP], "expect_speedup: no optimize_at");
     if (c->expect_survivors > c->ranks)

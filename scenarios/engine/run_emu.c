@@ -522,7 +522,7 @@ static void wait_output(emu *e, uint64_t wake_ns, void (*ended)(emu *, proc *, v
     for (int i = 0; i < c->ranks; i++)
         if (e->workers[i].pid && e->workers[i].out >= 0 && !e->workers[i].stopped)
             pf[n] = (struct pollfd){.fd = e->workers[i].out, .events = POLLIN}, who[n++] = &e->workers[i];
-    for (int k = 0; k < c->relays; k++)
+    for (int k = 0; k < eccl_scn_relay_count(c); k++)
         if (e->relays[k].pid && e->relays[k].out >= 0)
             pf[n] = (struct pollfd){.fd = e->relays[k].out, .events = POLLIN}, who[n++] = &e->relays[k];
     if (e->master.out >= 0) pf[n] = (struct pollfd){.fd = e->master.out, .events = POLLIN}, who[n++] = &e->master;
@@ -864,8 +864,8 @@ int eccl_scn_emu_run(eccl_scenario *cfg, const char *file, const char *outdir, c
     e.kill_at = calloc((size_t)cfg->ranks, sizeof *e.kill_at);
     e.pending = calloc((size_t)cfg->ranks, sizeof *e.pending);
     e.order = calloc((size_t)cfg->nfaults + 1, sizeof *e.order);
-    e.relays = calloc((size_t)cfg->relays + 1, sizeof *e.relays);
-    e.relay_addr = calloc((size_t)cfg->relays + 1, sizeof *e.relay_addr);
+    e.relays = calloc((size_t)eccl_scn_relay_count(cfg) + 1, sizeof *e.relays);
+    e.relay_addr = calloc((size_t)eccl_scn_relay_count(cfg) + 1, sizeof *e.relay_addr);
     if (!e.workers || !e.kill_at || !e.pending || !e.order || !e.relays || !e.relay_addr) {
         fprintf(stderr, "eccl-emu: out of memory\n");
         free_emu(&e);
@@ -927,13 +927,18 @@ int eccl_scn_emu_run(eccl_scenario *cfg, const char *file, const char *outdir, c
     int rc = 1;
     if (start_coordinator(&e, &e.master, "master", 0, NULL, e.master_addr)) goto out;
     if (cfg->relays) {
+        /* The tree above the shares' relays (relay_fanout) first: a
+         * relay needs its parent's address. */
         e.relay_share = (cfg->ranks + cfg->relays - 1) / cfg->relays;
-        for (int k = 0; k < cfg->relays; k++) {
-            const int first = k * e.relay_share < cfg->ranks ? k * e.relay_share : cfg->ranks - 1;
+        for (int k = eccl_scn_relay_count(cfg) - 1; k >= 0; k--) {
+            int level;
+            const int r0 = eccl_scn_relay_first_leaf(cfg, k, &level) * e.relay_share;
+            const int first = r0 < cfg->ranks ? r0 : cfg->ranks - 1;
+            const int parent = eccl_scn_relay_parent(cfg, k);
             char name[32];
             snprintf(name, sizeof name, "relay-%d", k + 1);
-            if (start_coordinator(&e, &e.relays[k], name, eccl_scn_rank_host(cfg, first + 1), e.master_addr,
-                                  e.relay_addr[k]))
+            if (start_coordinator(&e, &e.relays[k], name, eccl_scn_rank_host(cfg, first + 1),
+                                  parent < 0 ? e.master_addr : e.relay_addr[parent], e.relay_addr[k]))
                 goto out;
         }
     }
@@ -975,7 +980,7 @@ int eccl_scn_emu_run(eccl_scenario *cfg, const char *file, const char *outdir, c
     rc = 0;
 out:
     for (int i = 0; i < cfg->ranks; i++) bury(&e.workers[i]);
-    for (int k = 0; k < cfg->relays; k++) stop_coordinator(&e.relays[k]);
+    for (int k = 0; k < eccl_scn_relay_count(cfg); k++) stop_coordinator(&e.relays[k]);
     stop_coordinator(&e.master);
     unlink(e.wires);
     if (rc) {

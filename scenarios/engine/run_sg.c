@@ -121,30 +121,36 @@ typedef struct relay_arg {
 
 
 /* relays = K: relay k on the host of the first rank of its share, which
- * its ranks reach first (the master next). -1: out of memory. */
+ * its ranks reach first (the master next); relays above them
+ * (relay_fanout) on the host of their first leaf's, on a port of their
+ * level's. Parents start before their children. -1: out of memory. */
 int eccl_scn_sg_start_relays(sim *s)
 {
     const eccl_scenario *c = s->cfg;
     if (!c->relays) return 0;
+    const int total = eccl_scn_relay_count(c);
     s->relay_share = (c->ranks + c->relays - 1) / c->relays;
-    s->relay_addr = calloc((size_t)c->relays, sizeof *s->relay_addr);
-    s->relay_pid = calloc((size_t)c->relays, sizeof *s->relay_pid);
-    relay_arg *args = s->relay_args = calloc((size_t)c->relays, sizeof *args);
+    s->relay_addr = calloc((size_t)total, sizeof *s->relay_addr);
+    s->relay_pid = calloc((size_t)total, sizeof *s->relay_pid);
+    relay_arg *args = s->relay_args = calloc((size_t)total, sizeof *args);
     if (!s->relay_addr || !s->relay_pid || !args) return -1;
     /* A relay runs on a host of its share (the first rank's: the same rack
      * as most of its ranks), except under the diloco churn, which crashes
      * ranks' hosts at random: there it takes a spare host (checked). */
     const int spare0 = 1 + eccl_scn_rank_host(c, c->ranks);
     const int spare = c->diloco;
-    for (int k = 0; k < c->relays; k++) {
+    for (int k = total - 1; k >= 0; k--) {
         char host[24];
+        int level;
+        const int leaf = eccl_scn_relay_first_leaf(c, k, &level);
         if (spare) {
             snprintf(host, sizeof host, "node-%d", spare0 + k);
         } else {
-            const rank_state *first = &s->job.rk[k * s->relay_share < c->ranks ? k * s->relay_share : c->ranks - 1];
+            const int r0 = leaf * s->relay_share;
+            const rank_state *first = &s->job.rk[r0 < c->ranks ? r0 : c->ranks - 1];
             snprintf(host, sizeof host, "%s", first->host);
         }
-        snprintf(s->relay_addr[k], sizeof s->relay_addr[k], "%s:%d", host, RELAY_PORT);
+        snprintf(s->relay_addr[k], sizeof s->relay_addr[k], "%s:%d", host, RELAY_PORT + level);
         args[k] = (relay_arg){s, k};
         char name[32];
         snprintf(name, sizeof name, "relay-%d", k + 1);
@@ -299,7 +305,9 @@ static void relay_main(int argc, char **argv)
     sim *s = a->s;
     sg_actor_on_exit(relay_exited, s);
     eccl_relay *relay = NULL;
-    eccl_result rc = eccl_sg_relay_create(s->w, s->relay_addr[a->k], s->master_addr, &relay);
+    const int parent = eccl_scn_relay_parent(s->cfg, a->k);
+    eccl_result rc = eccl_sg_relay_create(s->w, s->relay_addr[a->k],
+                                          parent < 0 ? s->master_addr : s->relay_addr[parent], &relay);
     if (rc == ECCL_OK) rc = eccl_relay_run(relay);
     if (rc != ECCL_OK) {
         eccl_sg_printf("relay", "FAIL relay %d start: %s", a->k + 1, eccl_strerror(rc));

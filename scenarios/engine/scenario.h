@@ -122,6 +122,10 @@ typedef struct eccl_scenario {
     /* relays = K: ranks in K contiguous shares, each reaching the master
      * through a relay on the host of its share's first rank */
     int relays;
+    /* relay_fanout = F: the K relays hang under a tree of relays with at
+     * most F children each, so that no coordinator talks to more than F
+     * relays (eccl_scn_relay_parent); 0: all K under the master */
+    int relay_fanout;
     int progress_thread; /* ranks' ECCL_PROGRESS_THREAD (1, the default, or 0) */
     int latency_net;     /* net_model = latency (eccl_sg_world_set_net_model) */
     /* flow_min_size: under net_model = flow, messages to a rank below this
@@ -131,7 +135,7 @@ typedef struct eccl_scenario {
     size_t flow_min_bytes;
     int n_relay_kills;
     struct {
-        int relay;     /* 1..relays */
+        int relay;     /* 1..eccl_scn_relay_count: the tree above the shares too */
         uint64_t at_ns;
         int line;
     } relay_kills[MAX_RELAY_KILLS];
@@ -211,6 +215,50 @@ static inline uint64_t eccl_scn_prng_below(uint64_t *state, uint64_t n) { return
 /* Rank R runs on host node-(1 + (R-1) / ranks_per_host); host K >= 1 runs
  * ranks first..last (host 0 runs the master). */
 static inline int eccl_scn_rank_host(const eccl_scenario *c, int rank) { return 1 + (rank - 1) / c->ranks_per_host; }
+
+/* The relay tree (relay_fanout): relays 0 .. relays-1 take the ranks'
+ * shares; while a level has more than F relays, the next level has one per
+ * F of them (relay j of a level over relays j*F .. j*F+F-1 of the level
+ * below), numbered after it; the top level hangs under the master. Every
+ * coordinator so has at most F relays under it, and the depth is
+ * log_F(relays). How many relays there are in all: */
+static inline int eccl_scn_relay_count(const eccl_scenario *c)
+{
+    int total = c->relays;
+    for (int level = c->relays; c->relay_fanout && level > c->relay_fanout;) {
+        level = (level + c->relay_fanout - 1) / c->relay_fanout;
+        total += level;
+    }
+    return total;
+}
+
+/* Relay k's parent: another relay's index, or -1 for the master. */
+static inline int eccl_scn_relay_parent(const eccl_scenario *c, int k)
+{
+    int first = 0;
+    for (int level = c->relays; c->relay_fanout && level > c->relay_fanout;) {
+        int up = (level + c->relay_fanout - 1) / c->relay_fanout;
+        if (k < first + level) return first + level + (k - first) / c->relay_fanout;
+        first += level;
+        level = up;
+    }
+    return -1;
+}
+
+/* Relay k's level (0: a relay of the ranks' shares) into *level, and its
+ * first leaf (where it runs). */
+static inline int eccl_scn_relay_first_leaf(const eccl_scenario *c, int k, int *level)
+{
+    int first = 0, span = 1;
+    *level = 0;
+    for (int n = c->relays; k >= first + n;) {
+        first += n;
+        span *= c->relay_fanout;
+        n = (n + c->relay_fanout - 1) / c->relay_fanout;
+        ++*level;
+    }
+    return (k - first) * span;
+}
 
 static inline void eccl_scn_host_ranks(const eccl_scenario *c, int host, int *first, int *last)
 {

@@ -70,7 +70,9 @@ struct sim {
     eccl_scn_job job;
     eccl_sg_world *w;
     const char *master_addr;
-    /* relays: relay k serves ranks [k * relay_share + 1, (k + 1) * relay_share] */
+    /* relays: relay k < cfg->relays serves ranks [k * relay_share + 1,
+     * (k + 1) * relay_share]; the rest are the tree above them
+     * (eccl_scn_relay_parent) */
     int relay_share;
     char (*relay_addr)[ECCL_ADDR_MAX];
     aid_t *relay_pid;
