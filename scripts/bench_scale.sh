@@ -6,7 +6,12 @@
 # load; its rows go in notes. CI guards the deterministic figures instead
 # (tests/sim/check_scale_guard.sh on scenarios/ci/clos2k_gpu8.scn).
 #
-#   scripts/bench_scale.sh [--build DIR] [--model latency|flow] [RANKS ...]
+#   scripts/bench_scale.sh [--build DIR] [--model latency|flow] [--share S --fanout F] [RANKS ...]
+#
+# Relays: about sqrt(N), all under the master, by default; --share S gives
+# one relay per S ranks instead, and --fanout F hangs them under a tree of
+# relays with at most F children each (relay_fanout: scenarios/README.md,
+# "Relays"), so that no coordinator's fan-out grows with N.
 #
 # RANKS defaults to 10000 32000 96000; 250000 and 1000000 work too (about
 # 40 KB a rank of memory: 1M needs some 40 GB). Prints one row a size: ranks,
@@ -17,12 +22,14 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-build=build model=latency sizes=()
+build=build model=latency share=0 fanout=0 sizes=()
 while [ $# -gt 0 ]; do
     case $1 in
         --build) build=$2; shift 2 ;;
         --model) model=$2; shift 2 ;;
-        -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+        --share) share=$2; shift 2 ;;
+        --fanout) fanout=$2; shift 2 ;;
+        -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
         *) sizes+=("$1"); shift ;;
     esac
 done
@@ -36,7 +43,8 @@ mkdir -p "$root"
 printf '%-9s %-6s %-5s %9s %9s %9s %12s %12s %10s %8s %8s %10s\n' ranks relays model wall_s user_s rss_MB \
     bootstrap_s allreduce_s msgs/rank conns/r waits/r heap_KB/r
 for n in "${sizes[@]}"; do
-    relays=$(awk -v n="$n" 'BEGIN { printf "%d", sqrt(n) + 0.5 }')
+    if [ "$share" -gt 0 ]; then relays=$(( (n + share - 1) / share ))
+    else relays=$(awk -v n="$n" 'BEGIN { printf "%d", sqrt(n) + 0.5 }'); fi
     # Racks grow with N past the 96K platform's 12,288 hosts.
     hosts=$(( (n + 7) / 8 + 1 ))
     per_rack=$(( hosts > 12288 ? (hosts + 383) / 384 : 32 ))
@@ -44,6 +52,7 @@ for n in "${sizes[@]}"; do
     sed -e "s/^name = .*/name = clos_${n}_gpu8/" -e "s/^ranks = .*/ranks = $n/" \
         -e "s/^relays = .*/relays = $relays/" -e "s/^hosts_per_rack = .*/hosts_per_rack = $per_rack/" \
         -e "s/^net_model = .*/net_model = $model/" scenarios/scale/clos_96k_gpu8.scn >"$scn"
+    if [ "$fanout" -gt 0 ]; then echo "relay_fanout = $fanout" >>"$scn"; fi
     out=$root/$n
     rm -rf "$out"
     if ! /usr/bin/time -f "%e %U %M" -o "$root/$n.time" "$sim" run "$scn" --out "$out" >"$root/$n.log" 2>&1; then

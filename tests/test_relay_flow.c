@@ -465,17 +465,25 @@ static void test_relay_refolds_register_seg(void **state)
     eccl_relay_destroy(r);
 }
 
-static void test_master_answers_every_batch(void **state)
+/* A running master, and the test's end of a relay link to it (its
+ * RELAY_HELLO sent). */
+static int relay_of_master(eccl_master **mst)
 {
-    (void)state;
     char maddr[64];
-    eccl_master *mst = NULL;
-    assert_int_equal(eccl_master_create("127.0.0.1:0", &mst), ECCL_OK);
-    assert_int_equal(eccl_master_address(mst, maddr, sizeof maddr), ECCL_OK);
-    assert_int_equal(eccl_master_run(mst), ECCL_OK);
+    assert_int_equal(eccl_master_create("127.0.0.1:0", mst), ECCL_OK);
+    assert_int_equal(eccl_master_address(*mst, maddr, sizeof maddr), ECCL_OK);
+    assert_int_equal(eccl_master_run(*mst), ECCL_OK);
     int fd = raw_dial(maddr);
     eccl_msg hello = {.type = ECCL_MSG_RELAY_HELLO};
     raw_send(fd, &hello);
+    return fd;
+}
+
+static void test_master_answers_every_batch(void **state)
+{
+    (void)state;
+    eccl_master *mst = NULL;
+    int fd = relay_of_master(&mst);
 
     /* Three registrations in one batch: the answer is a batch. The first
      * peer is accepted alone (its WELCOME, then its ring as a RING_SEG of
@@ -539,14 +547,8 @@ static void test_master_answers_every_batch(void **state)
 static void test_master_takes_register_seg(void **state)
 {
     (void)state;
-    char maddr[64];
     eccl_master *mst = NULL;
-    assert_int_equal(eccl_master_create("127.0.0.1:0", &mst), ECCL_OK);
-    assert_int_equal(eccl_master_address(mst, maddr, sizeof maddr), ECCL_OK);
-    assert_int_equal(eccl_master_run(mst), ECCL_OK);
-    int fd = raw_dial(maddr);
-    eccl_msg hello = {.type = ECCL_MSG_RELAY_HELLO};
-    raw_send(fd, &hello);
+    int fd = relay_of_master(&mst);
     char store[3][ECCL_ADDR_MAX];
     const char *addrs[3];
     eccl_msg m = seg_msg(0, 3, store, addrs), b;
