@@ -479,16 +479,32 @@ static int relay_of_master(eccl_master **mst)
     return fd;
 }
 
+/* The master's answer to three newcomers' registrations, read into b:
+ * the first accepted alone (its WELCOME, then its ring as a RING_SEG of
+ * one rank, which the relay expands, addressed by its handle), the other
+ * two with consecutive ids, so their WELCOMEs are one stepping span. */
+static uint8_t *read_three_newcomers(int fd, eccl_msg *b)
+{
+    entry e[4];
+    uint8_t *f = read_batch(fd, b);
+    assert_int_equal(entries(b, e, 4), 3);
+    assert_int_equal(e[0].type, ECCL_MSG_WELCOME);
+    assert_int_equal(e[1].type, ECCL_MSG_RING_SEG);
+    assert_int_equal(e[1].handle, 0);
+    assert_int_equal(e[2].type, ECCL_MSG_WELCOME);
+    assert_int_equal(e[2].handle, 1);
+    assert_int_equal(e[2].count, 2);
+    return f;
+}
+
 static void test_master_answers_every_batch(void **state)
 {
     (void)state;
     eccl_master *mst = NULL;
     int fd = relay_of_master(&mst);
 
-    /* Three registrations in one batch: the answer is a batch. The first
-     * peer is accepted alone (its WELCOME, then its ring as a RING_SEG of
-     * one rank, which the relay expands, addressed by its handle); the other two
-     * get consecutive ids, so their WELCOMEs are one stepping span. */
+    /* Three registrations in one batch: the answer is a batch
+     * (read_three_newcomers). */
     eccl_wire_batch wb = {0};
     for (int i = 0; i < 3; i++) {
         eccl_msg reg = reg_msg(i);
@@ -499,15 +515,7 @@ static void test_master_answers_every_batch(void **state)
     assert_int_equal(write(fd, frame, len), (ssize_t)len);
     free(frame);
     eccl_msg b;
-    entry e[4];
-    uint8_t *f = read_batch(fd, &b);
-    assert_int_equal(entries(&b, e, 4), 3);
-    assert_int_equal(e[0].type, ECCL_MSG_WELCOME);
-    assert_int_equal(e[1].type, ECCL_MSG_RING_SEG);
-    assert_int_equal(e[1].handle, 0);
-    assert_int_equal(e[2].type, ECCL_MSG_WELCOME);
-    assert_int_equal(e[2].handle, 1);
-    assert_int_equal(e[2].count, 2);
+    uint8_t *f = read_three_newcomers(fd, &b);
     free(f);
 
     /* A stale RING_READY: nothing to say, yet a heartbeat answers it at
@@ -553,15 +561,7 @@ static void test_master_takes_register_seg(void **state)
     const char *addrs[3];
     eccl_msg m = seg_msg(0, 3, store, addrs), b;
     send_one(fd, 0, &m);
-    entry e[4];
-    uint8_t *f = read_batch(fd, &b);
-    assert_int_equal(entries(&b, e, 4), 3);
-    assert_int_equal(e[0].type, ECCL_MSG_WELCOME);
-    assert_int_equal(e[1].type, ECCL_MSG_RING_SEG);
-    assert_int_equal(e[1].handle, 0);
-    assert_int_equal(e[2].type, ECCL_MSG_WELCOME);
-    assert_int_equal(e[2].handle, 1);
-    assert_int_equal(e[2].count, 2);
+    uint8_t *f = read_three_newcomers(fd, &b);
     /* The first newcomer's ring is itself: its address, as registered. */
     uint32_t pos = 0, h, c, len;
     const uint8_t *rf = NULL;
