@@ -39,6 +39,7 @@
 #include <unistd.h>
 
 #include "eccl.h"
+#include "ops.h"
 #include "tool_util.h"
 
 /* The library is built with hidden visibility; only MPI's names leave it
@@ -228,37 +229,62 @@ _Static_assert(sizeof(long long) == 8, "MPI_LONG_LONG maps to a 64-bit eccl type
 
 struct mpi_type {
     const char *name;
-    size_t size;
-    int reducible;    /* MPI defines arithmetic on it */
-    eccl_dtype dtype; /* when reducible */
+    size_t extent;       /* its C layout's size, padding included: what buffers hold */
+    size_t data_size;    /* MPI_Type_size: the bytes of data in it */
+    enum mpi_ctype ctype; /* for the local reductions (ops.h) */
+    int on_eccl;         /* eccl has MPI_SUM/PROD/MIN/MAX on it, as dtype */
+    eccl_dtype dtype;
 };
+
+/* The pair types' C layouts (MPI 4.1, 6.9.4), as ops.c has them. */
+struct float_int { float v; int i; };
+struct double_int { double v; int i; };
+struct long_int { long v; int i; };
+struct two_int { int v; int i; };
+struct short_int { short v; int i; };
+struct ldouble_int { long double v; int i; };
+
+#define PLAIN(handle, T, ct, on, dt) {#handle, sizeof(T), sizeof(T), ct, on, dt}
+#define PAIR(handle, S, T, ct) {#handle, sizeof(struct S), sizeof(T) + sizeof(int), ct, 0, ECCL_U8}
 
 /* Indexed by handle - MPI_CHAR. MPI_CHAR is not one of MPI's reducible
  * types, but programs reduce it anyway and other MPIs let them: it reduces
- * as the platform's char. MPI_BYTE is raw memory, never arithmetic. */
+ * as the platform's char. MPI_BYTE is raw memory: the bitwise operations
+ * only. The types eccl has no arithmetic on reduce here (ops.h). */
 static const struct mpi_type mpi_types[] = {
-    {"MPI_CHAR", 1, 1, (char)-1 < 0 ? ECCL_I8 : ECCL_U8},
-    {"MPI_SIGNED_CHAR", 1, 1, ECCL_I8},
-    {"MPI_UNSIGNED_CHAR", 1, 1, ECCL_U8},
-    {"MPI_BYTE", 1, 0, ECCL_U8},
-    {"MPI_SHORT", sizeof(short), 1, SIGNED_DTYPE(short)},
-    {"MPI_UNSIGNED_SHORT", sizeof(unsigned short), 1, UNSIGNED_DTYPE(unsigned short)},
-    {"MPI_INT", sizeof(int), 1, SIGNED_DTYPE(int)},
-    {"MPI_UNSIGNED", sizeof(unsigned), 1, UNSIGNED_DTYPE(unsigned)},
-    {"MPI_LONG", sizeof(long), 1, SIGNED_DTYPE(long)},
-    {"MPI_UNSIGNED_LONG", sizeof(unsigned long), 1, UNSIGNED_DTYPE(unsigned long)},
-    {"MPI_LONG_LONG", sizeof(long long), 1, SIGNED_DTYPE(long long)},
-    {"MPI_UNSIGNED_LONG_LONG", sizeof(unsigned long long), 1, UNSIGNED_DTYPE(unsigned long long)},
-    {"MPI_FLOAT", sizeof(float), 1, ECCL_F32},
-    {"MPI_DOUBLE", sizeof(double), 1, ECCL_F64},
-    {"MPI_INT8_T", 1, 1, ECCL_I8},
-    {"MPI_INT16_T", 2, 1, ECCL_I16},
-    {"MPI_INT32_T", 4, 1, ECCL_I32},
-    {"MPI_INT64_T", 8, 1, ECCL_I64},
-    {"MPI_UINT8_T", 1, 1, ECCL_U8},
-    {"MPI_UINT16_T", 2, 1, ECCL_U16},
-    {"MPI_UINT32_T", 4, 1, ECCL_U32},
-    {"MPI_UINT64_T", 8, 1, ECCL_U64},
+    PLAIN(MPI_CHAR, char, (char)-1 < 0 ? CT_SCHAR : CT_UCHAR, 1, (char)-1 < 0 ? ECCL_I8 : ECCL_U8),
+    PLAIN(MPI_SIGNED_CHAR, signed char, CT_SCHAR, 1, ECCL_I8),
+    PLAIN(MPI_UNSIGNED_CHAR, unsigned char, CT_UCHAR, 1, ECCL_U8),
+    PLAIN(MPI_BYTE, unsigned char, CT_BYTE, 0, ECCL_U8),
+    PLAIN(MPI_SHORT, short, CT_SHORT, 1, SIGNED_DTYPE(short)),
+    PLAIN(MPI_UNSIGNED_SHORT, unsigned short, CT_USHORT, 1, UNSIGNED_DTYPE(unsigned short)),
+    PLAIN(MPI_INT, int, CT_INT, 1, SIGNED_DTYPE(int)),
+    PLAIN(MPI_UNSIGNED, unsigned, CT_UINT, 1, UNSIGNED_DTYPE(unsigned)),
+    PLAIN(MPI_LONG, long, CT_LONG, 1, SIGNED_DTYPE(long)),
+    PLAIN(MPI_UNSIGNED_LONG, unsigned long, CT_ULONG, 1, UNSIGNED_DTYPE(unsigned long)),
+    PLAIN(MPI_LONG_LONG, long long, CT_LLONG, 1, SIGNED_DTYPE(long long)),
+    PLAIN(MPI_UNSIGNED_LONG_LONG, unsigned long long, CT_ULLONG, 1, UNSIGNED_DTYPE(unsigned long long)),
+    PLAIN(MPI_FLOAT, float, CT_FLOAT, 1, ECCL_F32),
+    PLAIN(MPI_DOUBLE, double, CT_DOUBLE, 1, ECCL_F64),
+    PLAIN(MPI_INT8_T, int8_t, CT_I8, 1, ECCL_I8),
+    PLAIN(MPI_INT16_T, int16_t, CT_I16, 1, ECCL_I16),
+    PLAIN(MPI_INT32_T, int32_t, CT_I32, 1, ECCL_I32),
+    PLAIN(MPI_INT64_T, int64_t, CT_I64, 1, ECCL_I64),
+    PLAIN(MPI_UINT8_T, uint8_t, CT_U8, 1, ECCL_U8),
+    PLAIN(MPI_UINT16_T, uint16_t, CT_U16, 1, ECCL_U16),
+    PLAIN(MPI_UINT32_T, uint32_t, CT_U32, 1, ECCL_U32),
+    PLAIN(MPI_UINT64_T, uint64_t, CT_U64, 1, ECCL_U64),
+    PLAIN(MPI_LONG_DOUBLE, long double, CT_LDOUBLE, 0, ECCL_U8),
+    PLAIN(MPI_C_BOOL, _Bool, CT_BOOL, 0, ECCL_U8),
+    PLAIN(MPI_C_FLOAT_COMPLEX, float _Complex, CT_CFLOAT, 0, ECCL_U8),
+    PLAIN(MPI_C_DOUBLE_COMPLEX, double _Complex, CT_CDOUBLE, 0, ECCL_U8),
+    PLAIN(MPI_C_LONG_DOUBLE_COMPLEX, long double _Complex, CT_CLDOUBLE, 0, ECCL_U8),
+    PAIR(MPI_FLOAT_INT, float_int, float, CT_FLOAT_INT),
+    PAIR(MPI_DOUBLE_INT, double_int, double, CT_DOUBLE_INT),
+    PAIR(MPI_LONG_INT, long_int, long, CT_LONG_INT),
+    PAIR(MPI_2INT, two_int, int, CT_2INT),
+    PAIR(MPI_SHORT_INT, short_int, short, CT_SHORT_INT),
+    PAIR(MPI_LONG_DOUBLE_INT, ldouble_int, long double, CT_LDOUBLE_INT),
 };
 
 static const struct mpi_type *type_of(const char *call, MPI_Datatype datatype)
@@ -270,32 +296,66 @@ static const struct mpi_type *type_of(const char *call, MPI_Datatype datatype)
     return &mpi_types[index];
 }
 
-static const struct {
-    const char *name;
-    int supported;
-    eccl_op op;
-} mpi_ops[] = {
-    {"MPI_SUM", 1, ECCL_SUM},   {"MPI_PROD", 1, ECCL_PROD}, {"MPI_MIN", 1, ECCL_MIN},
-    {"MPI_MAX", 1, ECCL_MAX},   {"MPI_LAND", 0, ECCL_SUM},  {"MPI_BAND", 0, ECCL_SUM},
-    {"MPI_LOR", 0, ECCL_SUM},   {"MPI_BOR", 0, ECCL_SUM},   {"MPI_LXOR", 0, ECCL_SUM},
-    {"MPI_BXOR", 0, ECCL_SUM},  {"MPI_MAXLOC", 0, ECCL_SUM}, {"MPI_MINLOC", 0, ECCL_SUM},
+/* The predefined operations, in handle order (ops.h's enum mpi_opcode):
+ * the first four are eccl's. */
+static const char *const op_names[OPC_COUNT] = {
+    "MPI_SUM",  "MPI_PROD", "MPI_MIN",  "MPI_MAX",    "MPI_LAND",   "MPI_BAND",
+    "MPI_LOR",  "MPI_BOR",  "MPI_LXOR", "MPI_BXOR",   "MPI_MAXLOC", "MPI_MINLOC",
+};
+static const eccl_op eccl_ops[] = {ECCL_SUM, ECCL_PROD, ECCL_MIN, ECCL_MAX};
+
+/* Operations of MPI_Op_create: handles from USER_OP_BASE on, an index
+ * into user_ops; a freed slot has fn NULL and is taken again. */
+#define USER_OP_BASE 0x58001000
+#define USER_OP_MAX 1024
+static struct user_op {
+    MPI_User_function *fn;
+    int commute;
+} user_ops[USER_OP_MAX];
+
+/* How a reduction runs: on eccl (its kernel), or here in rank order (a
+ * predefined operation eccl lacks, or a user's function). */
+struct reduction {
+    int on_eccl;
+    eccl_op eop;
+    mpi_local_fn local;
+    MPI_User_function *user;
+    MPI_Datatype datatype; /* what a user's function is told */
 };
 
-/* The eccl reduction of (op, type), or a fatal error for a pair eccl
- * cannot compute. */
-static eccl_op reduction_of(const char *call, MPI_Op op, const struct mpi_type *type)
+/* The reduction of (op, type), or a fatal error where MPI defines none. */
+static struct reduction reduction_of(const char *call, MPI_Op op, MPI_Datatype datatype,
+                                     const struct mpi_type *type)
 {
-    unsigned index = (unsigned)op - (unsigned)MPI_SUM;
+    struct reduction r = {0};
+    unsigned index = (unsigned)op - (unsigned)MPI_SUM, user = (unsigned)op - USER_OP_BASE;
 
-    if (index >= sizeof mpi_ops / sizeof mpi_ops[0])
+    if (user < USER_OP_MAX && user_ops[user].fn != NULL) {
+        r.user = user_ops[user].fn;
+        r.datatype = datatype;
+        return r;
+    }
+    if (index >= OPC_COUNT)
         fatal(MPI_ERR_OP, "%s: invalid op handle 0x%x", call, (unsigned)op);
-    if (!mpi_ops[index].supported)
-        fatal(MPI_ERR_OP, "%s: %s is not supported by eccl yet (only MPI_SUM, MPI_PROD, "
-              "MPI_MIN and MPI_MAX)", call, mpi_ops[index].name);
-    if (!type->reducible)
-        fatal(MPI_ERR_OP, "%s: %s on %s: MPI defines no arithmetic on %s", call,
-              mpi_ops[index].name, type->name, type->name);
-    return mpi_ops[index].op;
+    r.local = mpi_local_op((enum mpi_opcode)index, type->ctype);
+    if (r.local == NULL)
+        fatal(MPI_ERR_OP, "%s: %s on %s: MPI defines no such operation on %s", call, op_names[index],
+              type->name, type->name);
+    r.on_eccl = index < sizeof eccl_ops / sizeof eccl_ops[0] && type->on_eccl;
+    r.eop = r.on_eccl ? eccl_ops[index] : ECCL_SUM;
+    return r;
+}
+
+/* inout = in op inout, n elements. */
+static void reduce_here(const struct reduction *r, const void *in, void *inout, size_t n)
+{
+    if (r->user != NULL) {
+        int len = (int)n; /* n comes from an int count */
+        MPI_Datatype dt = r->datatype;
+        r->user((void *)in, inout, &len, &dt);
+    } else {
+        r->local(in, inout, n);
+    }
 }
 
 static struct comm_view view_of(const char *call, MPI_Comm comm)
@@ -339,7 +399,7 @@ static size_t mul_size(const char *call, size_t a, size_t b)
 /* count elements of `type`, in bytes. */
 static size_t bytes_of(const char *call, const char *what, int count, const struct mpi_type *type)
 {
-    return mul_size(call, count_of(call, what, count), type->size);
+    return mul_size(call, count_of(call, what, count), type->extent);
 }
 
 static void check_buffer(const char *call, const char *what, const void *buf, size_t bytes)
@@ -1177,7 +1237,29 @@ int MPI_Type_size(MPI_Datatype datatype, int *size)
 
     if (size == NULL)
         fatal(MPI_ERR_ARG, "MPI_Type_size: size is NULL");
-    *size = (int)type->size;
+    *size = (int)type->data_size;
+    return MPI_SUCCESS;
+}
+
+int MPI_Type_get_extent(MPI_Datatype datatype, MPI_Aint *lb, MPI_Aint *extent)
+{
+    const struct mpi_type *type = type_of("MPI_Type_get_extent", datatype);
+
+    if (lb == NULL || extent == NULL)
+        fatal(MPI_ERR_ARG, "MPI_Type_get_extent: NULL argument");
+    *lb = 0;
+    *extent = (MPI_Aint)type->extent;
+    return MPI_SUCCESS;
+}
+
+/* Every error code of this library is an error class of its own. */
+int MPI_Error_class(int errorcode, int *errorclass)
+{
+    if (errorclass == NULL)
+        fatal(MPI_ERR_ARG, "MPI_Error_class: errorclass is NULL");
+    if (errorcode < MPI_SUCCESS || errorcode > MPI_ERR_LASTCODE)
+        fatal(MPI_ERR_ARG, "MPI_Error_class: %d is no error code", errorcode);
+    *errorclass = errorcode;
     return MPI_SUCCESS;
 }
 
@@ -1187,11 +1269,11 @@ int MPI_Get_count(const MPI_Status *status, MPI_Datatype datatype, int *count)
 
     if (status == NULL || count == NULL)
         fatal(MPI_ERR_ARG, "MPI_Get_count: NULL argument");
-    if (status->eccl_mpi_bytes < 0 || status->eccl_mpi_bytes % (long long)type->size != 0 ||
-        status->eccl_mpi_bytes / (long long)type->size > INT_MAX)
+    if (status->eccl_mpi_bytes < 0 || status->eccl_mpi_bytes % (long long)type->extent != 0 ||
+        status->eccl_mpi_bytes / (long long)type->extent > INT_MAX)
         *count = MPI_UNDEFINED;
     else
-        *count = (int)(status->eccl_mpi_bytes / (long long)type->size);
+        *count = (int)(status->eccl_mpi_bytes / (long long)type->extent);
     return MPI_SUCCESS;
 }
 
@@ -1236,14 +1318,88 @@ int MPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm
     return MPI_SUCCESS;
 }
 
+/* ---- reductions here ------------------------------------------------------------------
+ *
+ * What eccl has no kernel for (struct reduction's local or user function)
+ * and the prefix reductions run here: every rank's input travels to every
+ * rank that needs a result (an all-gather, N times the input in scratch,
+ * or a gather to the root), and each folds the ranks' blocks in rank order,
+ * the same order everywhere, so every rank gets the same bits and a
+ * non-commutative operation is applied as MPI orders it:
+ * x_lo op (x_lo+1 op (... op x_hi)). */
+
+/* out = the fold of ranks lo..hi's blocks of `all` (one per `stride`
+ * bytes), n elements of `ext` bytes from byte `off` of each. */
+static void fold_ranks(const struct reduction *r, const char *all, size_t stride, size_t off,
+                       size_t n, size_t ext, int lo, int hi, void *out)
+{
+    memcpy(out, all + (size_t)hi * stride + off, n * ext);
+    for (int k = hi - 1; k >= lo; k--)
+        reduce_here(r, all + (size_t)k * stride + off, out, n);
+}
+
+/* Every rank's `block` bytes at sendbuf, in rank order, into new scratch
+ * (the caller frees it). */
+static char *gather_all(const char *call, struct comm_view *v, const void *sendbuf, size_t block)
+{
+    char *all = scratch_alloc(call, mul_size(call, block, (size_t)v->size));
+
+    RUN_COLL(call, eccl_allgather, v->ecomm, sendbuf, all, block, ECCL_U8, take_tag(v));
+    return all;
+}
+
+/* A rooted gather (gather 1) or scatter (0) in bytes, on eccl_alltoallv:
+ * each rank sends `mine` bytes at mine_buf to the root, or receives them
+ * there; at the root, rank r's share is counts[r] bytes at displs[r] of
+ * root_buf. The root's own share (its counts[root] and its `mine`) is 0
+ * when it is in place. */
+static void rooted_bytes(const char *call, struct comm_view *v, int root, int gather,
+                         void *mine_buf, size_t mine, void *root_buf, const size_t *counts,
+                         const size_t *displs)
+{
+    /* Stand-ins for buffers with nothing in them: eccl wants a pointer,
+     * and two distinct ones (equal ones would read as in place). */
+    static char no_send, no_recv;
+    size_t size = (size_t)v->size;
+    size_t *zero = scratch_alloc(call, mul_size(call, 3 * size, sizeof *zero));
+    size_t *one = zero + size, *one_displs = zero + 2 * size;
+    int is_root = v->rank == root;
+
+    memset(zero, 0, 3 * size * sizeof *zero);
+    one[root] = mine;
+    const size_t *rc = is_root ? counts : zero, *rd = is_root ? displs : zero;
+    void *rbuf = is_root && root_buf != NULL ? root_buf : NULL;
+    void *mbuf = mine != 0 ? mine_buf : NULL;
+    if (gather)
+        RUN_COLL(call, eccl_alltoallv, v->ecomm, mbuf != NULL ? mbuf : &no_send, one, one_displs,
+                 rbuf != NULL ? rbuf : &no_recv, rc, rd, ECCL_U8, take_tag(v));
+    else
+        RUN_COLL(call, eccl_alltoallv, v->ecomm, rbuf != NULL ? rbuf : &no_send, rc, rd,
+                 mbuf != NULL ? mbuf : &no_recv, one, one_displs, ECCL_U8, take_tag(v));
+    free(zero);
+}
+
+/* Rank r's share of n * ext bytes each, at r * n * ext: counts and
+ * displacements for rooted_bytes, in new scratch. */
+static size_t *even_shares(const char *call, size_t size, size_t bytes)
+{
+    size_t *c = scratch_alloc(call, mul_size(call, 2 * size, sizeof *c));
+
+    for (size_t r = 0; r < size; r++) {
+        c[r] = bytes;
+        c[size + r] = mul_size(call, r, bytes);
+    }
+    return c;
+}
+
 int MPI_Reduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
                int root, MPI_Comm comm)
 {
     static const char call[] = "MPI_Reduce";
     struct comm_view v = view_of(call, comm);
     const struct mpi_type *type = type_of(call, datatype);
-    eccl_op eop = reduction_of(call, op, type);
-    size_t n = count_of(call, "count", count), bytes = mul_size(call, n, type->size);
+    struct reduction red = reduction_of(call, op, datatype, type);
+    size_t n = count_of(call, "count", count), bytes = mul_size(call, n, type->extent);
     int is_root = v.rank == root;
 
     check_root(call, root, &v);
@@ -1259,31 +1415,135 @@ int MPI_Reduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datat
         return MPI_SUCCESS;
     if (n == 0)
         return MPI_SUCCESS;
+    if (!red.on_eccl) {
+        size_t *shares = even_shares(call, (size_t)v.size, bytes);
+        char *all = is_root ? scratch_alloc(call, mul_size(call, bytes, (size_t)v.size)) : NULL;
+
+        rooted_bytes(call, &v, root, 1, (void *)sendbuf, bytes, all, shares, shares + v.size);
+        if (is_root)
+            fold_ranks(&red, all, bytes, 0, n, type->extent, 0, v.size - 1, recvbuf);
+        free(all);
+        free(shares);
+        return MPI_SUCCESS;
+    }
     /* recvbuf is significant at the root only: the others may pass
      * anything, so eccl gets NULL there. */
-    RUN_COLL(call, eccl_reduce, v.ecomm, sendbuf, is_root ? recvbuf : NULL, n, type->dtype, eop,
-             (uint32_t)root, take_tag(&v));
+    RUN_COLL(call, eccl_reduce, v.ecomm, sendbuf, is_root ? recvbuf : NULL, n, type->dtype,
+             red.eop, (uint32_t)root, take_tag(&v));
+    return MPI_SUCCESS;
+}
+
+/* The reductions whose result every rank gets: rank i's result folds
+ * ranks 0 .. size - 1 (MPI_Allreduce), 0 .. i (MPI_Scan) or 0 .. i - 1
+ * (MPI_Exscan, which leaves rank 0's recvbuf as it was: MPI says it is
+ * undefined there). Only MPI_Allreduce has an eccl kernel. */
+enum fold_upto { FOLD_ALL, FOLD_TO_ME, FOLD_BELOW_ME };
+
+static int fold_reduce(const char *call, const void *sendbuf, void *recvbuf, int count,
+                       MPI_Datatype datatype, MPI_Op op, MPI_Comm comm, enum fold_upto upto)
+{
+    struct comm_view v = view_of(call, comm);
+    const struct mpi_type *type = type_of(call, datatype);
+    struct reduction red = reduction_of(call, op, datatype, type);
+    size_t n = count_of(call, "count", count), bytes = mul_size(call, n, type->extent);
+
+    if (sendbuf == MPI_IN_PLACE)
+        sendbuf = recvbuf;
+    check_buffer(call, "sendbuf", sendbuf, bytes);
+    check_buffer(call, "recvbuf", recvbuf, bytes);
+    if (n == 0)
+        return MPI_SUCCESS;
+    if (v.ecomm == NULL) {
+        if (upto != FOLD_BELOW_ME && sendbuf != recvbuf)
+            memcpy(recvbuf, sendbuf, bytes);
+        return MPI_SUCCESS;
+    }
+    if (upto == FOLD_ALL && red.on_eccl) {
+        RUN_COLL(call, eccl_allreduce, v.ecomm, sendbuf, recvbuf, n, type->dtype, red.eop,
+                 take_tag(&v));
+        return MPI_SUCCESS;
+    }
+    char *all = gather_all(call, &v, sendbuf, bytes);
+    int hi = upto == FOLD_ALL ? v.size - 1 : upto == FOLD_TO_ME ? v.rank : v.rank - 1;
+
+    if (hi >= 0)
+        fold_ranks(&red, all, bytes, 0, n, type->extent, 0, hi, recvbuf);
+    free(all);
     return MPI_SUCCESS;
 }
 
 int MPI_Allreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype,
                   MPI_Op op, MPI_Comm comm)
 {
-    static const char call[] = "MPI_Allreduce";
-    struct comm_view v = view_of(call, comm);
-    const struct mpi_type *type = type_of(call, datatype);
-    eccl_op eop = reduction_of(call, op, type);
-    size_t n = count_of(call, "count", count), bytes = mul_size(call, n, type->size);
+    return fold_reduce("MPI_Allreduce", sendbuf, recvbuf, count, datatype, op, comm, FOLD_ALL);
+}
 
-    if (sendbuf == MPI_IN_PLACE)
-        sendbuf = recvbuf;
-    check_buffer(call, "sendbuf", sendbuf, bytes);
-    check_buffer(call, "recvbuf", recvbuf, bytes);
-    if (alone(&v, recvbuf, sendbuf, bytes))
-        return MPI_SUCCESS;
-    if (n == 0)
-        return MPI_SUCCESS;
-    RUN_COLL(call, eccl_allreduce, v.ecomm, sendbuf, recvbuf, n, type->dtype, eop, take_tag(&v));
+int MPI_Scan(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
+             MPI_Comm comm)
+{
+    return fold_reduce("MPI_Scan", sendbuf, recvbuf, count, datatype, op, comm, FOLD_TO_ME);
+}
+
+int MPI_Exscan(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
+               MPI_Comm comm)
+{
+    return fold_reduce("MPI_Exscan", sendbuf, recvbuf, count, datatype, op, comm, FOLD_BELOW_ME);
+}
+
+int MPI_Reduce_local(const void *inbuf, void *inoutbuf, int count, MPI_Datatype datatype,
+                     MPI_Op op)
+{
+    static const char call[] = "MPI_Reduce_local";
+    const struct mpi_type *type = type_of(call, datatype);
+    struct reduction red = reduction_of(call, op, datatype, type);
+    size_t n = count_of(call, "count", count), bytes = mul_size(call, n, type->extent);
+
+    require_initialized(call);
+    check_buffer(call, "inbuf", inbuf, bytes);
+    check_buffer(call, "inoutbuf", inoutbuf, bytes);
+    if (n != 0)
+        reduce_here(&red, inbuf, inoutbuf, n);
+    return MPI_SUCCESS;
+}
+
+int MPI_Op_create(MPI_User_function *user_fn, int commute, MPI_Op *op)
+{
+    require_initialized("MPI_Op_create");
+    if (user_fn == NULL || op == NULL)
+        fatal(MPI_ERR_ARG, "MPI_Op_create: NULL argument");
+    for (int i = 0; i < USER_OP_MAX; i++)
+        if (user_ops[i].fn == NULL) {
+            user_ops[i] = (struct user_op){user_fn, commute};
+            *op = (MPI_Op)(USER_OP_BASE + i);
+            return MPI_SUCCESS;
+        }
+    fatal(MPI_ERR_NO_MEM, "MPI_Op_create: %d operations exist already", USER_OP_MAX);
+}
+
+int MPI_Op_free(MPI_Op *op)
+{
+    unsigned user = op != NULL ? (unsigned)*op - USER_OP_BASE : USER_OP_MAX;
+
+    require_initialized("MPI_Op_free");
+    if (user >= USER_OP_MAX || user_ops[user].fn == NULL)
+        fatal(MPI_ERR_OP, "MPI_Op_free: not an operation of MPI_Op_create");
+    user_ops[user].fn = NULL;
+    *op = MPI_OP_NULL;
+    return MPI_SUCCESS;
+}
+
+int MPI_Op_commutative(MPI_Op op, int *commute)
+{
+    unsigned user = (unsigned)op - USER_OP_BASE, index = (unsigned)op - (unsigned)MPI_SUM;
+
+    if (commute == NULL)
+        fatal(MPI_ERR_ARG, "MPI_Op_commutative: commute is NULL");
+    if (user < USER_OP_MAX && user_ops[user].fn != NULL)
+        *commute = user_ops[user].commute;
+    else if (index < OPC_COUNT)
+        *commute = 1;
+    else
+        fatal(MPI_ERR_OP, "MPI_Op_commutative: invalid op handle 0x%x", (unsigned)op);
     return MPI_SUCCESS;
 }
 
@@ -1342,9 +1602,9 @@ int MPI_Allgatherv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, vo
         total += b;
         lowest = displs[r] < lowest ? displs[r] : lowest;
     }
-    mine_bytes = (size_t)recvcounts[v.rank] * rtype->size;
+    mine_bytes = (size_t)recvcounts[v.rank] * rtype->extent;
     if (sendbuf == MPI_IN_PLACE) {
-        mine = at(recvbuf, displs[v.rank], rtype->size);
+        mine = at(recvbuf, displs[v.rank], rtype->extent);
     } else {
         check_match(call, bytes_of(call, "sendcount", sendcount, type_of(call, sendtype)),
                     mine_bytes);
@@ -1353,19 +1613,19 @@ int MPI_Allgatherv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, vo
     }
     if (v.ecomm == NULL) {
         if (sendbuf != MPI_IN_PLACE && mine_bytes != 0)
-            memcpy(at(recvbuf, displs[0], rtype->size), mine, mine_bytes);
+            memcpy(at(recvbuf, displs[0], rtype->extent), mine, mine_bytes);
         return MPI_SUCCESS;
     }
     if (total == 0)
         return MPI_SUCCESS;
     /* eccl_allgatherv in bytes. Its displacements are unsigned and MPI's
      * may be negative, so they are taken from the lowest block on. */
-    base = at(recvbuf, lowest, rtype->size);
+    base = at(recvbuf, lowest, rtype->extent);
     counts = scratch_alloc(call, mul_size(call, 2 * size, sizeof *counts));
     offsets = counts + size;
     for (size_t r = 0; r < size; r++) {
-        counts[r] = (size_t)recvcounts[r] * rtype->size;
-        offsets[r] = (size_t)((long long)displs[r] - lowest) * rtype->size;
+        counts[r] = (size_t)recvcounts[r] * rtype->extent;
+        offsets[r] = (size_t)((long long)displs[r] - lowest) * rtype->extent;
     }
     RUN_COLL(call, eccl_allgatherv, v.ecomm, mine, base, counts, offsets, ECCL_U8, take_tag(&v));
     free(counts);
@@ -1378,22 +1638,30 @@ int MPI_Reduce_scatter_block(const void *sendbuf, void *recvbuf, int recvcount,
     static const char call[] = "MPI_Reduce_scatter_block";
     struct comm_view v = view_of(call, comm);
     const struct mpi_type *type = type_of(call, datatype);
-    eccl_op eop = reduction_of(call, op, type);
-    size_t n = count_of(call, "recvcount", recvcount), block = mul_size(call, n, type->size);
+    struct reduction red = reduction_of(call, op, datatype, type);
+    size_t n = count_of(call, "recvcount", recvcount), block = mul_size(call, n, type->extent);
+    size_t row = mul_size(call, block, (size_t)v.size);
     char *result;
 
     check_buffer(call, "recvbuf", recvbuf, block);
     if (sendbuf != MPI_IN_PLACE)
-        check_buffer(call, "sendbuf", sendbuf, mul_size(call, block, (size_t)v.size));
+        check_buffer(call, "sendbuf", sendbuf, row);
     if (alone(&v, recvbuf, sendbuf, block))
         return MPI_SUCCESS;
     if (n == 0)
         return MPI_SUCCESS;
+    if (!red.on_eccl) { /* every rank's whole input, this rank's block of it */
+        char *all = gather_all(call, &v, sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf, row);
+
+        fold_ranks(&red, all, row, (size_t)v.rank * block, n, type->extent, 0, v.size - 1, recvbuf);
+        free(all);
+        return MPI_SUCCESS;
+    }
     /* MPI in place: the blocks fill recvbuf and the result goes to its
      * front; eccl's in-place result lands where this rank's block was. */
     result = sendbuf == MPI_IN_PLACE ? (char *)recvbuf + (size_t)v.rank * block : recvbuf;
     RUN_COLL(call, eccl_reduce_scatter, v.ecomm, sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf,
-             result, n, type->dtype, eop, take_tag(&v));
+             result, n, type->dtype, red.eop, take_tag(&v));
     if (result != recvbuf)
         memmove(recvbuf, result, block);
     return MPI_SUCCESS;
@@ -1405,8 +1673,8 @@ int MPI_Reduce_scatter(const void *sendbuf, void *recvbuf, const int recvcounts[
     static const char call[] = "MPI_Reduce_scatter";
     struct comm_view v = view_of(call, comm);
     const struct mpi_type *type = type_of(call, datatype);
-    eccl_op eop = reduction_of(call, op, type);
-    size_t size = (size_t)v.size, total = 0, before = 0, esize = type->size, mine, *counts;
+    struct reduction red = reduction_of(call, op, datatype, type);
+    size_t size = (size_t)v.size, total = 0, before = 0, esize = type->extent, mine, *counts;
     char *result;
 
     if (recvcounts == NULL)
@@ -1428,11 +1696,22 @@ int MPI_Reduce_scatter(const void *sendbuf, void *recvbuf, const int recvcounts[
         free(counts);
         return MPI_SUCCESS;
     }
+    if (!red.on_eccl) { /* every rank's whole input, this rank's share of it */
+        size_t row = mul_size(call, total, esize);
+        char *all = gather_all(call, &v, sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf, row);
+
+        if (counts[v.rank] != 0)
+            fold_ranks(&red, all, row, before * esize, counts[v.rank], esize, 0, v.size - 1,
+                       recvbuf);
+        free(all);
+        free(counts);
+        return MPI_SUCCESS;
+    }
     /* MPI in place: the blocks fill recvbuf and the result goes to its
      * front; eccl's in-place result lands where this rank's block was. */
     result = sendbuf == MPI_IN_PLACE ? (char *)recvbuf + before * esize : recvbuf;
     RUN_COLL(call, eccl_reduce_scatterv, v.ecomm, sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf,
-             result, counts, type->dtype, eop, take_tag(&v));
+             result, counts, type->dtype, red.eop, take_tag(&v));
     if (result != recvbuf)
         memmove(recvbuf, result, mine);
     free(counts);
@@ -1485,8 +1764,8 @@ static char *bytes_layout(const char *call, const char *name, void *buf, const c
     for (size_t r = 0; r < size; r++)
         bdispls[r] = bcounts[r] == 0 ? 0
                                      : mul_size(call, (size_t)((long long)displs[r] - lowest),
-                                                type->size);
-    return buf == NULL ? NULL : at(buf, lowest, type->size);
+                                                type->extent);
+    return buf == NULL ? NULL : at(buf, lowest, type->extent);
 }
 
 /* eccl_alltoallv in bytes. MPI requires rank i's send block for rank j
@@ -1527,8 +1806,8 @@ int MPI_Alltoallv(const void *sendbuf, const int sendcounts[], const int sdispls
                              stype, size, counts + 2 * size, counts + 3 * size);
     if (v.ecomm == NULL) {
         if (!in_place && counts[0] != 0)
-            memcpy(at(recvbuf, rdispls[0], rtype->size),
-                   at((void *)sendbuf, sdispls[0], stype->size), counts[0]);
+            memcpy(at(recvbuf, rdispls[0], rtype->extent),
+                   at((void *)sendbuf, sdispls[0], stype->extent), counts[0]);
         free(counts);
         return MPI_SUCCESS;
     }
@@ -1746,16 +2025,106 @@ int MPI_Test(MPI_Request *request, int *flag, MPI_Status *status)
 
 /* ---- fail loudly --------------------------------------------------------------------- */
 
+/* ---- rooted gathers and scatters ----------------------------------------------------
+ *
+ * On eccl_alltoallv (rooted_bytes): only the root's blocks are non-empty,
+ * so each byte travels once, rank to root or root to rank. The root's
+ * buffer arguments (recvbuf of a gather, sendbuf of a scatter, their
+ * counts, displacements and type) are read at the root only, as MPI says
+ * they are significant there only. MPI_IN_PLACE at the root: its own block
+ * stays where it is. */
+
+/* The root's side in bytes: `count` elements of `type` a rank in rank
+ * order, or (the v variants, `varying`) counts[] at displs[], as byte
+ * counts and offsets from the returned base (MPI's displacements may be
+ * negative). */
+static char *root_layout(const char *call, const char *name, void *buf, int count, int varying,
+                         const int counts[], const int displs[], const struct mpi_type *type,
+                         size_t size, size_t *bcounts, size_t *bdispls)
+{
+    if (varying && (counts == NULL || displs == NULL))
+        fatal(MPI_ERR_ARG, "%s: the root's counts or displs is NULL", call);
+    if (varying)
+        return bytes_layout(call, name, buf, "counts[]", counts, displs, type, size, bcounts, bdispls);
+    size_t block = bytes_of(call, "count", count, type);
+    check_buffer(call, name, buf, mul_size(call, block, size));
+    for (size_t r = 0; r < size; r++) {
+        bcounts[r] = block;
+        bdispls[r] = mul_size(call, r, block);
+    }
+    return buf;
+}
+
+/* MPI_Gather(v) (gather 1) and MPI_Scatter(v) (0): `mine` is this rank's
+ * own buffer (a gather's send side, a scatter's receive side), `at_root`
+ * the root's. */
+static int rooted(const char *call, int gather, const void *mine, int mine_count,
+                  MPI_Datatype mine_type, void *at_root, int root_count, int varying,
+                  const int root_counts[], const int root_displs[], MPI_Datatype root_type,
+                  int root, MPI_Comm comm)
+{
+    struct comm_view v = view_of(call, comm);
+    size_t size = (size_t)v.size, me;
+    int is_root, in_place = mine == MPI_IN_PLACE;
+
+    check_root(call, root, &v);
+    is_root = v.rank == root;
+    me = (size_t)v.rank;
+    if (in_place && !is_root)
+        fatal(MPI_ERR_BUFFER, "%s: MPI_IN_PLACE is for the root only", call);
+    size_t mine_bytes = in_place ? 0 : bytes_of(call, "count", mine_count, type_of(call, mine_type));
+    if (!in_place)
+        check_buffer(call, gather ? "sendbuf" : "recvbuf", mine, mine_bytes);
+    size_t *shares = scratch_alloc(call, mul_size(call, 2 * size, sizeof *shares));
+    char *base = NULL;
+    if (is_root) {
+        base = root_layout(call, gather ? "recvbuf" : "sendbuf", at_root, root_count, varying,
+                           root_counts, root_displs, type_of(call, root_type), size, shares,
+                           shares + size);
+        if (in_place)
+            shares[me] = 0; /* its block stays where it is */
+        else
+            check_match(call, gather ? mine_bytes : shares[me], gather ? shares[me] : mine_bytes);
+    }
+    if (v.ecomm == NULL) {
+        if (!in_place && mine_bytes != 0)
+            memcpy(gather ? base + shares[size] : (char *)mine, gather ? mine : base + shares[size],
+                   mine_bytes);
+    } else {
+        rooted_bytes(call, &v, root, gather, (void *)mine, mine_bytes, base, shares, shares + size);
+    }
+    free(shares);
+    return MPI_SUCCESS;
+}
+
 int MPI_Gather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
                int recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm)
 {
-    unsupported("MPI_Gather");
+    return rooted("MPI_Gather", 1, sendbuf, sendcount, sendtype, recvbuf, recvcount, 0, NULL, NULL,
+                  recvtype, root, comm);
+}
+
+int MPI_Gatherv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
+                const int recvcounts[], const int displs[], MPI_Datatype recvtype, int root,
+                MPI_Comm comm)
+{
+    return rooted("MPI_Gatherv", 1, sendbuf, sendcount, sendtype, recvbuf, 0, 1, recvcounts,
+                  displs, recvtype, root, comm);
 }
 
 int MPI_Scatter(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
                 int recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm)
 {
-    unsupported("MPI_Scatter");
+    return rooted("MPI_Scatter", 0, recvbuf, recvcount, recvtype, (void *)sendbuf, sendcount, 0,
+                  NULL, NULL, sendtype, root, comm);
+}
+
+int MPI_Scatterv(const void *sendbuf, const int sendcounts[], const int displs[],
+                 MPI_Datatype sendtype, void *recvbuf, int recvcount, MPI_Datatype recvtype,
+                 int root, MPI_Comm comm)
+{
+    return rooted("MPI_Scatterv", 0, recvbuf, recvcount, recvtype, (void *)sendbuf, 0, 1,
+                  sendcounts, displs, sendtype, root, comm);
 }
 
 int MPI_Comm_dup(MPI_Comm comm, MPI_Comm *newcomm)

@@ -111,14 +111,31 @@ typedef struct MPI_Status {
 #define MPI_UINT16_T ((MPI_Datatype)0x4c000014)
 #define MPI_UINT32_T ((MPI_Datatype)0x4c000015)
 #define MPI_UINT64_T ((MPI_Datatype)0x4c000016)
+#define MPI_LONG_DOUBLE ((MPI_Datatype)0x4c000017)
+#define MPI_C_BOOL ((MPI_Datatype)0x4c000018)
+#define MPI_C_FLOAT_COMPLEX ((MPI_Datatype)0x4c000019)
+#define MPI_C_COMPLEX MPI_C_FLOAT_COMPLEX
+#define MPI_C_DOUBLE_COMPLEX ((MPI_Datatype)0x4c00001a)
+#define MPI_C_LONG_DOUBLE_COMPLEX ((MPI_Datatype)0x4c00001b)
+/* The pairs of MPI_MAXLOC and MPI_MINLOC: struct { T value; int index; },
+ * padding included (MPI_Type_get_extent says how much). */
+#define MPI_FLOAT_INT ((MPI_Datatype)0x4c00001c)
+#define MPI_DOUBLE_INT ((MPI_Datatype)0x4c00001d)
+#define MPI_LONG_INT ((MPI_Datatype)0x4c00001e)
+#define MPI_2INT ((MPI_Datatype)0x4c00001f)
+#define MPI_SHORT_INT ((MPI_Datatype)0x4c000020)
+#define MPI_LONG_DOUBLE_INT ((MPI_Datatype)0x4c000021)
 
+/* Every predefined operation on the types MPI defines it for (MPI 4.1,
+ * 6.9.2): MPI_SUM, PROD, MIN and MAX on eccl's kernels where eccl has the
+ * type; the rest, the prefix reductions and MPI_Op_create's functions are
+ * computed on each rank from every rank's input (an all-gather, or a gather
+ * to the root), in rank order: the same bits on every rank. */
 #define MPI_OP_NULL ((MPI_Op)0)
 #define MPI_SUM ((MPI_Op)0x58000001)
 #define MPI_PROD ((MPI_Op)0x58000002)
 #define MPI_MIN ((MPI_Op)0x58000003)
 #define MPI_MAX ((MPI_Op)0x58000004)
-/* Defined so that programs naming them compile; eccl has no such
- * reduction, and a collective given one fails loudly. */
 #define MPI_LAND ((MPI_Op)0x58000005)
 #define MPI_BAND ((MPI_Op)0x58000006)
 #define MPI_LOR ((MPI_Op)0x58000007)
@@ -145,6 +162,15 @@ double MPI_Wtick(void);
 int MPI_Comm_rank(MPI_Comm comm, int *rank);
 int MPI_Comm_size(MPI_Comm comm, int *size);
 int MPI_Type_size(MPI_Datatype datatype, int *size);
+int MPI_Type_get_extent(MPI_Datatype datatype, MPI_Aint *lb, MPI_Aint *extent);
+int MPI_Error_class(int errorcode, int *errorclass);
+
+typedef void MPI_User_function(void *invec, void *inoutvec, int *len, MPI_Datatype *datatype);
+int MPI_Op_create(MPI_User_function *user_fn, int commute, MPI_Op *op);
+int MPI_Op_free(MPI_Op *op);
+int MPI_Op_commutative(MPI_Op op, int *commute);
+int MPI_Reduce_local(const void *inbuf, void *inoutbuf, int count, MPI_Datatype datatype,
+                     MPI_Op op);
 int MPI_Get_count(const MPI_Status *status, MPI_Datatype datatype, int *count);
 
 /* ---- collectives ------------------------------------------------------------ */
@@ -169,6 +195,20 @@ int MPI_Alltoall(const void *sendbuf, int sendcount, MPI_Datatype sendtype,
 int MPI_Alltoallv(const void *sendbuf, const int sendcounts[], const int sdispls[],
                   MPI_Datatype sendtype, void *recvbuf, const int recvcounts[],
                   const int rdispls[], MPI_Datatype recvtype, MPI_Comm comm);
+int MPI_Gather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
+               int recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm);
+int MPI_Gatherv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
+                const int recvcounts[], const int displs[], MPI_Datatype recvtype, int root,
+                MPI_Comm comm);
+int MPI_Scatter(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
+                int recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm);
+int MPI_Scatterv(const void *sendbuf, const int sendcounts[], const int displs[],
+                 MPI_Datatype sendtype, void *recvbuf, int recvcount, MPI_Datatype recvtype,
+                 int root, MPI_Comm comm);
+int MPI_Scan(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
+             MPI_Comm comm);
+int MPI_Exscan(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
+               MPI_Comm comm);
 
 /* ---- point-to-point ----------------------------------------------------------
  *
@@ -203,15 +243,11 @@ int MPI_Test(MPI_Request *request, int *flag, MPI_Status *status);
 
 /* ---- fail loudly -------------------------------------------------------------
  *
- * The rooted gathers are not in eccl yet, and the communicator calls below
- * need communicators other than MPI_COMM_WORLD and MPI_COMM_SELF. Each of
- * these prints "eccl_mpi: <call> is not supported by eccl yet" and ends the
- * process with a non-zero status; it never returns. */
+ * The communicator calls below need communicators other than
+ * MPI_COMM_WORLD and MPI_COMM_SELF. Each of these prints "eccl_mpi: <call>
+ * is not supported by eccl yet" and ends the process with a non-zero
+ * status; it never returns. */
 
-int MPI_Gather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
-               int recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm);
-int MPI_Scatter(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
-                int recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm);
 int MPI_Comm_dup(MPI_Comm comm, MPI_Comm *newcomm);
 int MPI_Comm_split(MPI_Comm comm, int color, int key, MPI_Comm *newcomm);
 int MPI_Comm_free(MPI_Comm *comm);

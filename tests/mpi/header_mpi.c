@@ -7,6 +7,14 @@
 
 typedef char mpi_check_version[MPI_VERSION >= 3 ? 1 : -1];
 
+static void header_op(void *in, void *inout, int *len, MPI_Datatype *type)
+{
+    (void)in;
+    (void)inout;
+    (void)len;
+    (void)type;
+}
+
 static int header_use(int *argc, char ***argv)
 {
     int rank = 0, size = 0, provided = 0, flag = 0, len = 0, counts[1] = {1}, displs[1] = {0};
@@ -18,7 +26,11 @@ static int header_use(int *argc, char ***argv)
                             MPI_UNSIGNED_LONG, MPI_LONG_LONG, MPI_LONG_LONG_INT,
                             MPI_UNSIGNED_LONG_LONG, MPI_FLOAT, MPI_DOUBLE, MPI_INT8_T,
                             MPI_INT16_T, MPI_INT32_T, MPI_INT64_T, MPI_UINT8_T, MPI_UINT16_T,
-                            MPI_UINT32_T, MPI_UINT64_T, MPI_DATATYPE_NULL};
+                            MPI_UINT32_T, MPI_UINT64_T, MPI_LONG_DOUBLE, MPI_C_BOOL,
+                            MPI_C_COMPLEX, MPI_C_FLOAT_COMPLEX, MPI_C_DOUBLE_COMPLEX,
+                            MPI_C_LONG_DOUBLE_COMPLEX, MPI_FLOAT_INT, MPI_DOUBLE_INT,
+                            MPI_LONG_INT, MPI_2INT, MPI_SHORT_INT, MPI_LONG_DOUBLE_INT,
+                            MPI_DATATYPE_NULL};
     MPI_Op ops[] = {MPI_SUM, MPI_PROD, MPI_MIN, MPI_MAX, MPI_LAND, MPI_BAND, MPI_LOR,
                     MPI_BOR, MPI_LXOR, MPI_BXOR, MPI_MAXLOC, MPI_MINLOC, MPI_OP_NULL};
     MPI_Request req = MPI_REQUEST_NULL;
@@ -56,6 +68,22 @@ static int header_use(int *argc, char ***argv)
     MPI_Reduce_scatter_block(&x, &y, 1, MPI_DOUBLE, MPI_SUM, comm);
     MPI_Alltoall(&x, 1, MPI_DOUBLE, &y, 1, MPI_DOUBLE, comm);
     MPI_Alltoallv(&x, counts, displs, MPI_DOUBLE, &y, counts, displs, MPI_DOUBLE, comm);
+    MPI_Gather(&x, 1, MPI_DOUBLE, &y, 1, MPI_DOUBLE, 0, comm);
+    MPI_Gatherv(&x, 1, MPI_DOUBLE, &y, counts, displs, MPI_DOUBLE, 0, comm);
+    MPI_Scatter(&x, 1, MPI_DOUBLE, &y, 1, MPI_DOUBLE, 0, comm);
+    MPI_Scatterv(&x, counts, displs, MPI_DOUBLE, &y, 1, MPI_DOUBLE, 0, comm);
+    MPI_Scan(&x, &y, 1, MPI_DOUBLE, MPI_SUM, comm);
+    MPI_Exscan(&x, &y, 1, MPI_DOUBLE, MPI_SUM, comm);
+    {
+        MPI_Op user = MPI_OP_NULL;
+        MPI_Aint lb = 0;
+        MPI_Op_create(header_op, 1, &user);
+        MPI_Op_commutative(user, &flag);
+        MPI_Reduce_local(&x, &y, 1, MPI_DOUBLE, user);
+        MPI_Op_free(&user);
+        MPI_Type_get_extent(MPI_DOUBLE_INT, &lb, &extent);
+        MPI_Error_class(MPI_ERR_OP, &flag);
+    }
     MPI_Wait(&req, MPI_STATUS_IGNORE);
     MPI_Waitall(1, &req, MPI_STATUSES_IGNORE);
     if (flag) {

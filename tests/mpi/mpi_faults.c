@@ -2,8 +2,8 @@
  * tests/mpi/expect_fail.sh runs each under eccl-run and checks the exit
  * status and the message. An ordinary MPI program (mpi.h only).
  *
- *   gather      rank 0 calls MPI_Gather (not in eccl yet): it must end
- *               the job loudly
+ *   split       rank 0 calls MPI_Comm_split (not in eccl yet): it must
+ *               end the job loudly
  *   anysource   rank 1 receives from MPI_ANY_SOURCE, which eccl cannot
  *               match: loudly, never silently
  *   anytag      rank 1 posts a receive of MPI_ANY_TAG, likewise
@@ -11,8 +11,8 @@
  *               1 receives them into 40: MPI_ERR_TRUNCATE
  *   selfwait    rank 1 waits for a message from itself that it never sent
  *               (a certain deadlock)
- *   badop       rank 0 calls MPI_Allreduce with MPI_BAND, an op eccl
- *               does not have
+ *   badop       rank 0 calls MPI_Allreduce with MPI_BAND on MPI_FLOAT, an
+ *               operation MPI does not define on floats
  *   abort       rank 1 calls MPI_Abort(MPI_COMM_WORLD, 3)
  *   kill        the last rank dies of SIGKILL
  *               (in these modes the other ranks wait outside any MPI call,
@@ -73,10 +73,12 @@ int main(int argc, char **argv)
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     MPI_Barrier(MPI_COMM_WORLD);
 
-    if (strcmp(mode, "gather") == 0) {
+    if (strcmp(mode, "split") == 0) {
         if (rank == 0) {
+            MPI_Comm part;
+
             let_others_settle();
-            MPI_Gather(&value, 1, MPI_INT, buf, 1, MPI_INT, 0, MPI_COMM_WORLD);
+            MPI_Comm_split(MPI_COMM_WORLD, 0, rank, &part);
         }
         sleep_for_a_while();
     } else if (strcmp(mode, "anysource") == 0) {
@@ -113,7 +115,9 @@ int main(int argc, char **argv)
     } else if (strcmp(mode, "badop") == 0) {
         if (rank == 0) {
             let_others_settle();
-            MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_INT, MPI_BAND, MPI_COMM_WORLD);
+            float f = 1.0f;
+
+            MPI_Allreduce(MPI_IN_PLACE, &f, 1, MPI_FLOAT, MPI_BAND, MPI_COMM_WORLD);
         }
         sleep_for_a_while();
     } else if (strcmp(mode, "abort") == 0) {
@@ -140,7 +144,7 @@ int main(int argc, char **argv)
         const struct timespec hour = {3600, 0};
         nanosleep(&hour, NULL);
     } else {
-        fprintf(stderr, "usage: mpi_faults gather|anysource|anytag|truncate|selfwait|badop|abort|"
+        fprintf(stderr, "usage: mpi_faults split|anysource|anytag|truncate|selfwait|badop|abort|"
                         "kill|vanish|unreceived|nofinalize|hang\n");
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
