@@ -263,7 +263,8 @@ static const struct mpi_type mpi_types[] = {
     PLAIN(MPI_LONG, long, CT_LONG, 1, SIGNED_DTYPE(long)),
     PLAIN(MPI_UNSIGNED_LONG, unsigned long, CT_ULONG, 1, UNSIGNED_DTYPE(unsigned long)),
     PLAIN(MPI_LONG_LONG, long long, CT_LLONG, 1, SIGNED_DTYPE(long long)),
-    PLAIN(MPI_UNSIGNED_LONG_LONG, unsigned long long, CT_ULLONG, 1, UNSIGNED_DTYPE(unsigned long long)),
+    PLAIN(MPI_UNSIGNED_LONG_LONG, unsigned long long, CT_ULLONG, 1,
+          UNSIGNED_DTYPE(unsigned long long)),
     PLAIN(MPI_FLOAT, float, CT_FLOAT, 1, ECCL_F32),
     PLAIN(MPI_DOUBLE, double, CT_DOUBLE, 1, ECCL_F64),
     PLAIN(MPI_INT8_T, int8_t, CT_I8, 1, ECCL_I8),
@@ -339,7 +340,8 @@ static struct reduction reduction_of(const char *call, MPI_Op op, MPI_Datatype d
         fatal(MPI_ERR_OP, "%s: invalid op handle 0x%x", call, (unsigned)op);
     r.local = mpi_local_op((enum mpi_opcode)index, type->ctype);
     if (r.local == NULL)
-        fatal(MPI_ERR_OP, "%s: %s on %s: MPI defines no such operation on %s", call, op_names[index],
+        fatal(MPI_ERR_OP, "%s: %s on %s: MPI defines no such operation on %s", call,
+              op_names[index], 
               type->name, type->name);
     r.on_eccl = index < sizeof eccl_ops / sizeof eccl_ops[0] && type->on_eccl;
     r.eop = r.on_eccl ? eccl_ops[index] : ECCL_SUM;
@@ -505,11 +507,22 @@ struct p2p_header {
 _Static_assert(sizeof(struct p2p_header) == P2P_HEADER_BYTES, "the header has no padding");
 #define P2P_INLINE sizeof(((struct p2p_header *)0)->data)
 
-enum { REQ_SEND, REQ_RECV };
+enum { REQ_SEND, REQ_RECV, REQ_COLL };
+
+/* What a collective leaves to do once eccl is done with it: scratch that
+ * eccl reads until then (counts, layouts), and a block to move into place
+ * (an in-place reduce-scatter's result, to the front of recvbuf). */
+struct coll_after {
+    void *scratch[2];
+    char *move_to;
+    const char *move_from;
+    size_t move_bytes;
+};
+#define NOTHING_AFTER ((struct coll_after){{NULL, NULL}, NULL, NULL, 0})
 enum { STEP_HEADER, STEP_PAYLOAD, STEP_DONE };
 
 struct request {
-    int kind;       /* REQ_SEND or REQ_RECV */
+    int kind;       /* REQ_SEND, REQ_RECV, or REQ_COLL (a nonblocking collective) */
     int step;
     int self;       /* to or from this rank itself: never on eccl */
     int handle;     /* index in the handle table while the program holds it, or -1 */
@@ -523,6 +536,8 @@ struct request {
     size_t got;     /* receive: the message's size */
     eccl_request *op; /* the eccl op in flight */
     struct request *prev, *next; /* on p2p.active while op is, or on p2p.self_waiting */
+    const char *call;             /* REQ_COLL: the MPI call that started it */
+    struct coll_after after;      /* REQ_COLL */
     struct p2p_header hdr;
 };
 
@@ -685,10 +700,16 @@ static void post_step(const char *call, struct request *r, int fresh)
 }
 
 /* r's eccl op ended with rc: on to the next step. */
+static void coll_finish(struct request *r, eccl_result rc);
+
 static void step_done(struct request *r, eccl_result rc)
 {
     char call[96];
 
+    if (r->kind == REQ_COLL) {
+        coll_finish(r, rc);
+        return;
+    }
     snprintf(call, sizeof call, "%s rank %d (tag %d)",
              r->kind == REQ_SEND ? "a send to" : "a receive from", r->peer, r->tag);
     r->op = NULL;
@@ -793,6 +814,98 @@ static eccl_result wait_progressing(eccl_request *op, eccl_reduce_info *info)
             check_coll(call, #fn, wait_progressing(coll_op_, NULL));                      \
         } else {                                                                          \
             check_coll(call, #fn, fn(__VA_ARGS__, NULL));                                 \
+        }                                                                                 \
+    } while (0)
+
+static struct request *new_request(const char *call, int kind, MPI_Comm comm, int peer, int tag,
+                                   void *buf, size_t bytes);
+static MPI_Request handle_of(const char *call, struct request *r);
+
+/* ---- nonblocking collectives ----------------------------------------------------------
+ *
+ * MPI_I<coll> runs the blocking call's code with an MPI_Request to fill:
+ * the eccl collective starts as fn##_async and its op joins the requests
+ * in flight (progress_all tests it with the point-to-point ones; eccl's
+ * thread moves it), and what the blocking call does after eccl returns
+ * (struct coll_after) waits for the op's end. A collective's status is
+ * empty. Calls that are done before they reach eccl (a world of one, no
+ * data) return a request that is complete at once. */
+
+static void run_after(struct coll_after *a)
+{
+    if (a->move_bytes != 0 && a->move_to != a->move_from)
+        memmove(a->move_to, a->move_from, a->move_bytes);
+    free(a->scratch[0]);
+    free(a->scratch[1]);
+    *a = NOTHING_AFTER;
+}
+
+static void coll_finish(struct request *r, eccl_result rc)
+{
+    r->op = NULL;
+    unlink_request(&p2p.active, r);
+    p2p.active_ops--;
+    check_coll(r->call, r->call, rc);
+    run_after(&r->after);
+    finish_request(r);
+}
+
+static MPI_Request coll_request(const char *call, eccl_request *op, struct coll_after after)
+{
+    struct request *r = new_request(call, REQ_COLL, MPI_COMM_NULL, MPI_PROC_NULL, 0, NULL, 0);
+
+    r->call = call;
+    r->after = after;
+    if (op == NULL) {
+        run_after(&r->after);
+        r->step = STEP_DONE;
+    } else {
+        r->op = op;
+        r->step = STEP_PAYLOAD; /* nothing for the shim to post */
+        push_request(&p2p.active, r);
+        p2p.active_ops++;
+    }
+    return handle_of(call, r);
+}
+
+/* A call done before it reached eccl: MPI_SUCCESS, and for a nonblocking
+ * one a request complete at once. */
+static int done_now(const char *call, MPI_Request *nb)
+{
+    if (nb != NULL)
+        *nb = coll_request(call, NULL, NOTHING_AFTER);
+    return MPI_SUCCESS;
+}
+
+/* The request argument of an MPI_I<coll>. */
+static MPI_Request *nb_arg(const char *call, MPI_Request *request)
+{
+    if (request == NULL)
+        fatal(MPI_ERR_REQUEST, "%s: request is NULL", call);
+    return request;
+}
+
+/* A collective that is several eccl calls and work between them (a
+ * reduction computed here) has no nonblocking form yet. */
+static void blocking_only(const char *call, MPI_Request *nb, const char *what)
+{
+    if (nb != NULL)
+        fatal(MPI_ERR_UNSUPPORTED_OPERATION, "%s: %s is computed here from every rank's input, "
+              "which has no nonblocking form yet (the blocking call does it)", call, what);
+}
+
+/* Collective fn of eccl, blocking (nb NULL: RUN_COLL, then `after`) or
+ * started for MPI request *nb. */
+#define COLL(call, nb, after, fn, ...)                                                    \
+    do {                                                                                  \
+        struct coll_after after_ = (after);                                               \
+        if ((nb) == NULL) {                                                               \
+            RUN_COLL(call, fn, __VA_ARGS__);                                              \
+            run_after(&after_);                                                           \
+        } else {                                                                          \
+            eccl_request *nb_op_ = NULL;                                                  \
+            check_eccl(call, #fn "_async", fn##_async(__VA_ARGS__, &nb_op_));             \
+            *(nb) = coll_request(call, nb_op_, after_);                                   \
         }                                                                                 \
     } while (0)
 
@@ -1002,7 +1115,8 @@ static void join_world(const char *master, int size, uint32_t timeout_ms)
     if (accepted != size)
         fatal(MPI_ERR_OTHER, "MPI_Init: %lld ranks joined, %d expected", (long long)accepted,
               size);
-    check_eccl("MPI_Init", "reading the rank", eccl_comm_get_attr(world.comm, ECCL_ATTR_RANK, &rank));
+    check_eccl("MPI_Init", "reading the rank",
+               eccl_comm_get_attr(world.comm, ECCL_ATTR_RANK, &rank));
     check_eccl("MPI_Init", "reading the ring epoch",
                eccl_comm_get_attr(world.comm, ECCL_ATTR_EPOCH, &world.epoch));
     world.rank = (int)rank;
@@ -1284,38 +1398,61 @@ int MPI_Get_count(const MPI_Status *status, MPI_Datatype datatype, int *count)
  * the byte counts agree. Reductions go with the element type. A count of 0
  * skips eccl on every rank alike (MPI requires the counts to agree). */
 
-int MPI_Barrier(MPI_Comm comm)
+static int barrier(const char *call, MPI_Comm comm, MPI_Request *nb)
 {
-    struct comm_view v = view_of("MPI_Barrier", comm);
+    struct comm_view v = view_of(call, comm);
 
     eccl_request *op = NULL;
 
     if (v.ecomm == NULL)
-        return MPI_SUCCESS;
-    /* RUN_COLL's two ways by hand: eccl_barrier has no info argument. */
-    if (p2p_needs_progress(NULL)) {
-        check_eccl("MPI_Barrier", "eccl_barrier_async",
-                   eccl_barrier_async(v.ecomm, take_tag(&v), &op));
-        check_coll("MPI_Barrier", "eccl_barrier", wait_progressing(op, NULL));
+        return done_now(call, nb);
+    /* COLL's ways by hand: eccl_barrier has no info argument. */
+    if (nb != NULL) {
+        check_eccl(call, "eccl_barrier_async", eccl_barrier_async(v.ecomm, take_tag(&v), &op));
+        *nb = coll_request(call, op, NOTHING_AFTER);
+    } else if (p2p_needs_progress(NULL)) {
+        check_eccl(call, "eccl_barrier_async", eccl_barrier_async(v.ecomm, take_tag(&v), &op));
+        check_coll(call, "eccl_barrier", wait_progressing(op, NULL));
     } else {
-        check_coll("MPI_Barrier", "eccl_barrier", eccl_barrier(v.ecomm, take_tag(&v)));
+        check_coll(call, "eccl_barrier", eccl_barrier(v.ecomm, take_tag(&v)));
     }
     return MPI_SUCCESS;
 }
 
-int MPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm)
+int MPI_Barrier(MPI_Comm comm)
 {
-    static const char call[] = "MPI_Bcast";
+    return barrier("MPI_Barrier", comm, NULL);
+}
+
+int MPI_Ibarrier(MPI_Comm comm, MPI_Request *request)
+{
+    return barrier("MPI_Ibarrier", comm, nb_arg("MPI_Ibarrier", request));
+}
+
+static int bcast(const char *call, void *buffer, int count, MPI_Datatype datatype, int root,
+                 MPI_Comm comm, MPI_Request *nb)
+{
     struct comm_view v = view_of(call, comm);
     size_t bytes = bytes_of(call, "count", count, type_of(call, datatype));
 
     check_root(call, root, &v);
     check_buffer(call, "buffer", buffer, bytes);
     if (v.ecomm == NULL || bytes == 0)
-        return MPI_SUCCESS;
-    RUN_COLL(call, eccl_broadcast, v.ecomm, buffer, buffer, bytes, ECCL_U8, (uint32_t)root,
-             take_tag(&v));
+        return done_now(call, nb);
+    COLL(call, nb, NOTHING_AFTER, eccl_broadcast, v.ecomm, buffer, buffer, bytes, ECCL_U8,
+         (uint32_t)root, take_tag(&v));
     return MPI_SUCCESS;
+}
+
+int MPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm)
+{
+    return bcast("MPI_Bcast", buffer, count, datatype, root, comm, NULL);
+}
+
+int MPI_Ibcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm,
+               MPI_Request *request)
+{
+    return bcast("MPI_Ibcast", buffer, count, datatype, root, comm, nb_arg("MPI_Ibcast", request));
 }
 
 /* ---- reductions here ------------------------------------------------------------------
@@ -1352,10 +1489,11 @@ static char *gather_all(const char *call, struct comm_view *v, const void *sendb
  * each rank sends `mine` bytes at mine_buf to the root, or receives them
  * there; at the root, rank r's share is counts[r] bytes at displs[r] of
  * root_buf. The root's own share (its counts[root] and its `mine`) is 0
- * when it is in place. */
+ * when it is in place. `counts` is scratch, freed once eccl is done (with
+ * displs, which must live in the same allocation). */
 static void rooted_bytes(const char *call, struct comm_view *v, int root, int gather,
-                         void *mine_buf, size_t mine, void *root_buf, const size_t *counts,
-                         const size_t *displs)
+                         void *mine_buf, size_t mine, void *root_buf, size_t *counts,
+                         const size_t *displs, MPI_Request *nb)
 {
     /* Stand-ins for buffers with nothing in them: eccl wants a pointer,
      * and two distinct ones (equal ones would read as in place). */
@@ -1370,13 +1508,14 @@ static void rooted_bytes(const char *call, struct comm_view *v, int root, int ga
     const size_t *rc = is_root ? counts : zero, *rd = is_root ? displs : zero;
     void *rbuf = is_root && root_buf != NULL ? root_buf : NULL;
     void *mbuf = mine != 0 ? mine_buf : NULL;
+    /* counts (displs in the same scratch) and ours: eccl reads them until the end. */
+    struct coll_after after = {{zero, counts}, NULL, NULL, 0};
     if (gather)
-        RUN_COLL(call, eccl_alltoallv, v->ecomm, mbuf != NULL ? mbuf : &no_send, one, one_displs,
-                 rbuf != NULL ? rbuf : &no_recv, rc, rd, ECCL_U8, take_tag(v));
+        COLL(call, nb, after, eccl_alltoallv, v->ecomm, mbuf != NULL ? mbuf : &no_send, one,
+             one_displs, rbuf != NULL ? rbuf : &no_recv, rc, rd, ECCL_U8, take_tag(v));
     else
-        RUN_COLL(call, eccl_alltoallv, v->ecomm, rbuf != NULL ? rbuf : &no_send, rc, rd,
-                 mbuf != NULL ? mbuf : &no_recv, one, one_displs, ECCL_U8, take_tag(v));
-    free(zero);
+        COLL(call, nb, after, eccl_alltoallv, v->ecomm, rbuf != NULL ? rbuf : &no_send, rc, rd,
+             mbuf != NULL ? mbuf : &no_recv, one, one_displs, ECCL_U8, take_tag(v));
 }
 
 /* Rank r's share of n * ext bytes each, at r * n * ext: counts and
@@ -1392,10 +1531,9 @@ static size_t *even_shares(const char *call, size_t size, size_t bytes)
     return c;
 }
 
-int MPI_Reduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
-               int root, MPI_Comm comm)
+static int reduce(const char *call, const void *sendbuf, void *recvbuf, int count,
+                  MPI_Datatype datatype, MPI_Op op, int root, MPI_Comm comm, MPI_Request *nb)
 {
-    static const char call[] = "MPI_Reduce";
     struct comm_view v = view_of(call, comm);
     const struct mpi_type *type = type_of(call, datatype);
     struct reduction red = reduction_of(call, op, datatype, type);
@@ -1411,26 +1549,37 @@ int MPI_Reduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datat
     check_buffer(call, "sendbuf", sendbuf, bytes);
     if (is_root)
         check_buffer(call, "recvbuf", recvbuf, bytes);
-    if (alone(&v, recvbuf, sendbuf, bytes))
-        return MPI_SUCCESS;
-    if (n == 0)
-        return MPI_SUCCESS;
+    if (alone(&v, recvbuf, sendbuf, bytes) || n == 0)
+        return done_now(call, nb);
     if (!red.on_eccl) {
+        blocking_only(call, nb, "this operation");
         size_t *shares = even_shares(call, (size_t)v.size, bytes);
         char *all = is_root ? scratch_alloc(call, mul_size(call, bytes, (size_t)v.size)) : NULL;
 
-        rooted_bytes(call, &v, root, 1, (void *)sendbuf, bytes, all, shares, shares + v.size);
+        rooted_bytes(call, &v, root, 1, (void *)sendbuf, bytes, all, shares, shares + v.size, NULL);
         if (is_root)
             fold_ranks(&red, all, bytes, 0, n, type->extent, 0, v.size - 1, recvbuf);
         free(all);
-        free(shares);
         return MPI_SUCCESS;
     }
     /* recvbuf is significant at the root only: the others may pass
      * anything, so eccl gets NULL there. */
-    RUN_COLL(call, eccl_reduce, v.ecomm, sendbuf, is_root ? recvbuf : NULL, n, type->dtype,
-             red.eop, (uint32_t)root, take_tag(&v));
+    COLL(call, nb, NOTHING_AFTER, eccl_reduce, v.ecomm, sendbuf, is_root ? recvbuf : NULL, n,
+         type->dtype, red.eop, (uint32_t)root, take_tag(&v));
     return MPI_SUCCESS;
+}
+
+int MPI_Reduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
+               int root, MPI_Comm comm)
+{
+    return reduce("MPI_Reduce", sendbuf, recvbuf, count, datatype, op, root, comm, NULL);
+}
+
+int MPI_Ireduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
+                int root, MPI_Comm comm, MPI_Request *request)
+{
+    return reduce("MPI_Ireduce", sendbuf, recvbuf, count, datatype, op, root, comm,
+                  nb_arg("MPI_Ireduce", request));
 }
 
 /* The reductions whose result every rank gets: rank i's result folds
@@ -1440,7 +1589,8 @@ int MPI_Reduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datat
 enum fold_upto { FOLD_ALL, FOLD_TO_ME, FOLD_BELOW_ME };
 
 static int fold_reduce(const char *call, const void *sendbuf, void *recvbuf, int count,
-                       MPI_Datatype datatype, MPI_Op op, MPI_Comm comm, enum fold_upto upto)
+                       MPI_Datatype datatype, MPI_Op op, MPI_Comm comm, enum fold_upto upto,
+                       MPI_Request *nb)
 {
     struct comm_view v = view_of(call, comm);
     const struct mpi_type *type = type_of(call, datatype);
@@ -1452,17 +1602,18 @@ static int fold_reduce(const char *call, const void *sendbuf, void *recvbuf, int
     check_buffer(call, "sendbuf", sendbuf, bytes);
     check_buffer(call, "recvbuf", recvbuf, bytes);
     if (n == 0)
-        return MPI_SUCCESS;
+        return done_now(call, nb);
     if (v.ecomm == NULL) {
         if (upto != FOLD_BELOW_ME && sendbuf != recvbuf)
             memcpy(recvbuf, sendbuf, bytes);
-        return MPI_SUCCESS;
+        return done_now(call, nb);
     }
     if (upto == FOLD_ALL && red.on_eccl) {
-        RUN_COLL(call, eccl_allreduce, v.ecomm, sendbuf, recvbuf, n, type->dtype, red.eop,
-                 take_tag(&v));
+        COLL(call, nb, NOTHING_AFTER, eccl_allreduce, v.ecomm, sendbuf, recvbuf, n, type->dtype,
+             red.eop, take_tag(&v));
         return MPI_SUCCESS;
     }
+    blocking_only(call, nb, "this operation");
     char *all = gather_all(call, &v, sendbuf, bytes);
     int hi = upto == FOLD_ALL ? v.size - 1 : upto == FOLD_TO_ME ? v.rank : v.rank - 1;
 
@@ -1475,19 +1626,28 @@ static int fold_reduce(const char *call, const void *sendbuf, void *recvbuf, int
 int MPI_Allreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype,
                   MPI_Op op, MPI_Comm comm)
 {
-    return fold_reduce("MPI_Allreduce", sendbuf, recvbuf, count, datatype, op, comm, FOLD_ALL);
+    return fold_reduce("MPI_Allreduce", sendbuf, recvbuf, count, datatype, op, comm, FOLD_ALL,
+                       NULL);
+}
+
+int MPI_Iallreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype,
+                   MPI_Op op, MPI_Comm comm, MPI_Request *request)
+{
+    return fold_reduce("MPI_Iallreduce", sendbuf, recvbuf, count, datatype, op, comm, FOLD_ALL,
+                       nb_arg("MPI_Iallreduce", request));
 }
 
 int MPI_Scan(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
              MPI_Comm comm)
 {
-    return fold_reduce("MPI_Scan", sendbuf, recvbuf, count, datatype, op, comm, FOLD_TO_ME);
+    return fold_reduce("MPI_Scan", sendbuf, recvbuf, count, datatype, op, comm, FOLD_TO_ME, NULL);
 }
 
 int MPI_Exscan(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
                MPI_Comm comm)
 {
-    return fold_reduce("MPI_Exscan", sendbuf, recvbuf, count, datatype, op, comm, FOLD_BELOW_ME);
+    return fold_reduce("MPI_Exscan", sendbuf, recvbuf, count, datatype, op, comm, FOLD_BELOW_ME,
+                       NULL);
 }
 
 int MPI_Reduce_local(const void *inbuf, void *inoutbuf, int count, MPI_Datatype datatype,
@@ -1556,10 +1716,10 @@ static void check_match(const char *call, size_t send_bytes, size_t recv_bytes)
               send_bytes, recv_bytes);
 }
 
-int MPI_Allgather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
-                  int recvcount, MPI_Datatype recvtype, MPI_Comm comm)
+static int allgather(const char *call, const void *sendbuf, int sendcount, MPI_Datatype sendtype,
+                     void *recvbuf, int recvcount, MPI_Datatype recvtype, MPI_Comm comm,
+                     MPI_Request *nb)
 {
-    static const char call[] = "MPI_Allgather";
     struct comm_view v = view_of(call, comm);
     size_t block = bytes_of(call, "recvcount", recvcount, type_of(call, recvtype));
 
@@ -1569,22 +1729,36 @@ int MPI_Allgather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, voi
         check_buffer(call, "sendbuf", sendbuf, block);
     }
     if (alone(&v, recvbuf, sendbuf, block))
-        return MPI_SUCCESS;
+        return done_now(call, nb);
     if (block == 0)
-        return MPI_SUCCESS;
+        return done_now(call, nb);
     /* In place, this rank's block already sits at its slot of recvbuf:
      * eccl's in-place form. */
     if (sendbuf == MPI_IN_PLACE)
         sendbuf = (char *)recvbuf + (size_t)v.rank * block;
-    RUN_COLL(call, eccl_allgather, v.ecomm, sendbuf, recvbuf, block, ECCL_U8, take_tag(&v));
+    COLL(call, nb, NOTHING_AFTER, eccl_allgather, v.ecomm, sendbuf, recvbuf, block, ECCL_U8,
+         take_tag(&v));
     return MPI_SUCCESS;
 }
 
-int MPI_Allgatherv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
-                   const int recvcounts[], const int displs[], MPI_Datatype recvtype,
-                   MPI_Comm comm)
+int MPI_Allgather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
+                  int recvcount, MPI_Datatype recvtype, MPI_Comm comm)
 {
-    static const char call[] = "MPI_Allgatherv";
+    return allgather("MPI_Allgather", sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype,
+                     comm, NULL);
+}
+
+int MPI_Iallgather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
+                   int recvcount, MPI_Datatype recvtype, MPI_Comm comm, MPI_Request *request)
+{
+    return allgather("MPI_Iallgather", sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype,
+                     comm, nb_arg("MPI_Iallgather", request));
+}
+
+static int allgatherv(const char *call, const void *sendbuf, int sendcount, MPI_Datatype sendtype,
+                      void *recvbuf, const int recvcounts[], const int displs[],
+                      MPI_Datatype recvtype, MPI_Comm comm, MPI_Request *nb)
+{
     struct comm_view v = view_of(call, comm);
     const struct mpi_type *rtype = type_of(call, recvtype);
     size_t size = (size_t)v.size, total = 0, mine_bytes, *counts, *offsets;
@@ -1614,10 +1788,10 @@ int MPI_Allgatherv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, vo
     if (v.ecomm == NULL) {
         if (sendbuf != MPI_IN_PLACE && mine_bytes != 0)
             memcpy(at(recvbuf, displs[0], rtype->extent), mine, mine_bytes);
-        return MPI_SUCCESS;
+        return done_now(call, nb);
     }
     if (total == 0)
-        return MPI_SUCCESS;
+        return done_now(call, nb);
     /* eccl_allgatherv in bytes. Its displacements are unsigned and MPI's
      * may be negative, so they are taken from the lowest block on. */
     base = at(recvbuf, lowest, rtype->extent);
@@ -1627,15 +1801,30 @@ int MPI_Allgatherv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, vo
         counts[r] = (size_t)recvcounts[r] * rtype->extent;
         offsets[r] = (size_t)((long long)displs[r] - lowest) * rtype->extent;
     }
-    RUN_COLL(call, eccl_allgatherv, v.ecomm, mine, base, counts, offsets, ECCL_U8, take_tag(&v));
-    free(counts);
+    COLL(call, nb, ((struct coll_after){{counts, NULL}, NULL, NULL, 0}), eccl_allgatherv, v.ecomm,
+         mine, base, counts, offsets, ECCL_U8, take_tag(&v));
     return MPI_SUCCESS;
 }
 
-int MPI_Reduce_scatter_block(const void *sendbuf, void *recvbuf, int recvcount,
-                             MPI_Datatype datatype, MPI_Op op, MPI_Comm comm)
+int MPI_Allgatherv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
+                   const int recvcounts[], const int displs[], MPI_Datatype recvtype, MPI_Comm comm)
 {
-    static const char call[] = "MPI_Reduce_scatter_block";
+    return allgatherv("MPI_Allgatherv", sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs,
+                      recvtype, comm, NULL);
+}
+
+int MPI_Iallgatherv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
+                    const int recvcounts[], const int displs[], MPI_Datatype recvtype,
+                    MPI_Comm comm, MPI_Request *request)
+{
+    return allgatherv("MPI_Iallgatherv", sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs,
+                      recvtype, comm, nb_arg("MPI_Iallgatherv", request));
+}
+
+static int reduce_scatter_block(const char *call, const void *sendbuf, void *recvbuf,
+                                int recvcount, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm,
+                                MPI_Request *nb)
+{
     struct comm_view v = view_of(call, comm);
     const struct mpi_type *type = type_of(call, datatype);
     struct reduction red = reduction_of(call, op, datatype, type);
@@ -1646,11 +1835,10 @@ int MPI_Reduce_scatter_block(const void *sendbuf, void *recvbuf, int recvcount,
     check_buffer(call, "recvbuf", recvbuf, block);
     if (sendbuf != MPI_IN_PLACE)
         check_buffer(call, "sendbuf", sendbuf, row);
-    if (alone(&v, recvbuf, sendbuf, block))
-        return MPI_SUCCESS;
-    if (n == 0)
-        return MPI_SUCCESS;
+    if (alone(&v, recvbuf, sendbuf, block) || n == 0)
+        return done_now(call, nb);
     if (!red.on_eccl) { /* every rank's whole input, this rank's block of it */
+        blocking_only(call, nb, "this operation");
         char *all = gather_all(call, &v, sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf, row);
 
         fold_ranks(&red, all, row, (size_t)v.rank * block, n, type->extent, 0, v.size - 1, recvbuf);
@@ -1660,17 +1848,30 @@ int MPI_Reduce_scatter_block(const void *sendbuf, void *recvbuf, int recvcount,
     /* MPI in place: the blocks fill recvbuf and the result goes to its
      * front; eccl's in-place result lands where this rank's block was. */
     result = sendbuf == MPI_IN_PLACE ? (char *)recvbuf + (size_t)v.rank * block : recvbuf;
-    RUN_COLL(call, eccl_reduce_scatter, v.ecomm, sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf,
-             result, n, type->dtype, red.eop, take_tag(&v));
-    if (result != recvbuf)
-        memmove(recvbuf, result, block);
+    COLL(call, nb, ((struct coll_after){{NULL, NULL}, recvbuf, result, block}), eccl_reduce_scatter,
+         v.ecomm, sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf, result, n, type->dtype, red.eop,
+         take_tag(&v));
     return MPI_SUCCESS;
 }
 
-int MPI_Reduce_scatter(const void *sendbuf, void *recvbuf, const int recvcounts[],
-                       MPI_Datatype datatype, MPI_Op op, MPI_Comm comm)
+int MPI_Reduce_scatter_block(const void *sendbuf, void *recvbuf, int recvcount,
+                             MPI_Datatype datatype, MPI_Op op, MPI_Comm comm)
 {
-    static const char call[] = "MPI_Reduce_scatter";
+    return reduce_scatter_block("MPI_Reduce_scatter_block", sendbuf, recvbuf, recvcount, datatype,
+                                op, comm, NULL);
+}
+
+int MPI_Ireduce_scatter_block(const void *sendbuf, void *recvbuf, int recvcount,
+                              MPI_Datatype datatype, MPI_Op op, MPI_Comm comm, MPI_Request *request)
+{
+    return reduce_scatter_block("MPI_Ireduce_scatter_block", sendbuf, recvbuf, recvcount, datatype,
+                                op, comm, nb_arg("MPI_Ireduce_scatter_block", request));
+}
+
+static int reduce_scatter(const char *call, const void *sendbuf, void *recvbuf,
+                          const int recvcounts[], MPI_Datatype datatype, MPI_Op op, MPI_Comm comm,
+                          MPI_Request *nb)
+{
     struct comm_view v = view_of(call, comm);
     const struct mpi_type *type = type_of(call, datatype);
     struct reduction red = reduction_of(call, op, datatype, type);
@@ -1694,9 +1895,10 @@ int MPI_Reduce_scatter(const void *sendbuf, void *recvbuf, const int recvcounts[
         if (v.ecomm == NULL && sendbuf != MPI_IN_PLACE && mine != 0)
             memcpy(recvbuf, sendbuf, mine);
         free(counts);
-        return MPI_SUCCESS;
+        return done_now(call, nb);
     }
     if (!red.on_eccl) { /* every rank's whole input, this rank's share of it */
+        blocking_only(call, nb, "this operation");
         size_t row = mul_size(call, total, esize);
         char *all = gather_all(call, &v, sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf, row);
 
@@ -1710,20 +1912,32 @@ int MPI_Reduce_scatter(const void *sendbuf, void *recvbuf, const int recvcounts[
     /* MPI in place: the blocks fill recvbuf and the result goes to its
      * front; eccl's in-place result lands where this rank's block was. */
     result = sendbuf == MPI_IN_PLACE ? (char *)recvbuf + before * esize : recvbuf;
-    RUN_COLL(call, eccl_reduce_scatterv, v.ecomm, sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf,
-             result, counts, type->dtype, red.eop, take_tag(&v));
-    if (result != recvbuf)
-        memmove(recvbuf, result, mine);
-    free(counts);
+    COLL(call, nb, ((struct coll_after){{counts, NULL}, recvbuf, result, mine}),
+         eccl_reduce_scatterv, v.ecomm, sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf, result, counts,
+         type->dtype, red.eop, take_tag(&v));
     return MPI_SUCCESS;
+}
+
+int MPI_Reduce_scatter(const void *sendbuf, void *recvbuf, const int recvcounts[],
+                       MPI_Datatype datatype, MPI_Op op, MPI_Comm comm)
+{
+    return reduce_scatter("MPI_Reduce_scatter", sendbuf, recvbuf, recvcounts, datatype, op, comm,
+                          NULL);
+}
+
+int MPI_Ireduce_scatter(const void *sendbuf, void *recvbuf, const int recvcounts[],
+                        MPI_Datatype datatype, MPI_Op op, MPI_Comm comm, MPI_Request *request)
+{
+    return reduce_scatter("MPI_Ireduce_scatter", sendbuf, recvbuf, recvcounts, datatype, op, comm,
+                          nb_arg("MPI_Ireduce_scatter", request));
 }
 
 /* All-to-all on eccl's own (pairwise exchange over peer links), in bytes.
  * In place, recvbuf holds the blocks to send, as eccl's in-place form. */
-int MPI_Alltoall(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
-                 int recvcount, MPI_Datatype recvtype, MPI_Comm comm)
+static int alltoall(const char *call, const void *sendbuf, int sendcount, MPI_Datatype sendtype,
+                    void *recvbuf, int recvcount, MPI_Datatype recvtype, MPI_Comm comm,
+                    MPI_Request *nb)
 {
-    static const char call[] = "MPI_Alltoall";
     struct comm_view v = view_of(call, comm);
     size_t block = bytes_of(call, "recvcount", recvcount, type_of(call, recvtype));
     size_t row = mul_size(call, block, (size_t)v.size);
@@ -1734,14 +1948,29 @@ int MPI_Alltoall(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void
         check_buffer(call, "sendbuf", sendbuf, row);
     }
     if (alone(&v, recvbuf, sendbuf, block))
-        return MPI_SUCCESS;
+        return done_now(call, nb);
     /* MPI requires every rank's block to be the same size: 0 on one is 0
      * on all, and they all skip eccl alike. */
     if (block == 0)
-        return MPI_SUCCESS;
-    RUN_COLL(call, eccl_alltoall, v.ecomm, sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf, recvbuf,
+        return done_now(call, nb);
+    COLL(call, nb, NOTHING_AFTER, eccl_alltoall, v.ecomm,
+         sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf, recvbuf, 
              block, ECCL_U8, take_tag(&v));
     return MPI_SUCCESS;
+}
+
+int MPI_Alltoall(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
+                 int recvcount, MPI_Datatype recvtype, MPI_Comm comm)
+{
+    return alltoall("MPI_Alltoall", sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype,
+                    comm, NULL);
+}
+
+int MPI_Ialltoall(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
+                  int recvcount, MPI_Datatype recvtype, MPI_Comm comm, MPI_Request *request)
+{
+    return alltoall("MPI_Ialltoall", sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype,
+                    comm, nb_arg("MPI_Ialltoall", request));
 }
 
 /* One side of an all-to-allv layout in bytes, for eccl: displacements
@@ -1774,11 +2003,11 @@ static char *bytes_layout(const char *call, const char *name, void *buf, const c
  * This rank's own block, the one pair a rank can check alone, is checked
  * here. In place (MPI_IN_PLACE: the data to send is in recvbuf, laid out
  * as received) is eccl's in-place form. */
-int MPI_Alltoallv(const void *sendbuf, const int sendcounts[], const int sdispls[],
-                  MPI_Datatype sendtype, void *recvbuf, const int recvcounts[],
-                  const int rdispls[], MPI_Datatype recvtype, MPI_Comm comm)
+static int alltoallv(const char *call, const void *sendbuf, const int sendcounts[],
+                     const int sdispls[], MPI_Datatype sendtype, void *recvbuf,
+                     const int recvcounts[], const int rdispls[], MPI_Datatype recvtype,
+                     MPI_Comm comm, MPI_Request *nb)
 {
-    static const char call[] = "MPI_Alltoallv";
     struct comm_view v = view_of(call, comm);
     const struct mpi_type *rtype = type_of(call, recvtype), *stype = NULL;
     size_t size = (size_t)v.size, me = (size_t)v.rank, *counts;
@@ -1809,19 +2038,35 @@ int MPI_Alltoallv(const void *sendbuf, const int sendcounts[], const int sdispls
             memcpy(at(recvbuf, rdispls[0], rtype->extent),
                    at((void *)sendbuf, sdispls[0], stype->extent), counts[0]);
         free(counts);
-        return MPI_SUCCESS;
+        return done_now(call, nb);
     }
     /* Every rank calls eccl, even with nothing to send or receive: the
      * others' blocks are theirs to know, not ours. */
+    struct coll_after after = {{counts, NULL}, NULL, NULL, 0};
     if (in_place)
-        RUN_COLL(call, eccl_alltoallv, v.ecomm, rbase != NULL ? rbase : &no_recv, NULL, NULL,
-                 rbase != NULL ? rbase : &no_recv, counts, counts + size, ECCL_U8, take_tag(&v));
+        COLL(call, nb, after, eccl_alltoallv, v.ecomm, rbase != NULL ? rbase : &no_recv, NULL, NULL,
+             rbase != NULL ? rbase : &no_recv, counts, counts + size, ECCL_U8, take_tag(&v));
     else
-        RUN_COLL(call, eccl_alltoallv, v.ecomm, sbase != NULL ? sbase : &no_send, counts + 2 * size,
-                 counts + 3 * size, rbase != NULL ? rbase : &no_recv, counts, counts + size,
-                 ECCL_U8, take_tag(&v));
-    free(counts);
+        COLL(call, nb, after, eccl_alltoallv, v.ecomm, sbase != NULL ? sbase : &no_send,
+             counts + 2 * size, counts + 3 * size, rbase != NULL ? rbase : &no_recv, counts,
+             counts + size, ECCL_U8, take_tag(&v));
     return MPI_SUCCESS;
+}
+
+int MPI_Alltoallv(const void *sendbuf, const int sendcounts[], const int sdispls[],
+                  MPI_Datatype sendtype, void *recvbuf, const int recvcounts[], const int rdispls[],
+                  MPI_Datatype recvtype, MPI_Comm comm)
+{
+    return alltoallv("MPI_Alltoallv", sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts,
+                     rdispls, recvtype, comm, NULL);
+}
+
+int MPI_Ialltoallv(const void *sendbuf, const int sendcounts[], const int sdispls[],
+                   MPI_Datatype sendtype, void *recvbuf, const int recvcounts[],
+                   const int rdispls[], MPI_Datatype recvtype, MPI_Comm comm, MPI_Request *request)
+{
+    return alltoallv("MPI_Ialltoallv", sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts,
+                     rdispls, recvtype, comm, nb_arg("MPI_Ialltoallv", request));
 }
 
 /* ---- point-to-point ------------------------------------------------------------------ */
@@ -2023,7 +2268,77 @@ int MPI_Test(MPI_Request *request, int *flag, MPI_Status *status)
     return MPI_SUCCESS;
 }
 
-/* ---- fail loudly --------------------------------------------------------------------- */
+
+/* MPI_Waitany: the first of the active requests to complete (MPI_UNDEFINED
+ * when none is active); polled, since it may be any of them. */
+int MPI_Waitany(int count, MPI_Request requests[], int *index, MPI_Status *status)
+{
+    static const char call[] = "MPI_Waitany";
+    size_t n = count_of(call, "count", count);
+    unsigned round = 0;
+
+    require_initialized(call);
+    if (index == NULL || (n != 0 && requests == NULL))
+        fatal(MPI_ERR_ARG, "%s: index or requests is NULL", call);
+    for (;;) {
+        int active = 0;
+
+        for (size_t i = 0; i < n; i++) {
+            struct request *r;
+
+            if (requests[i] == MPI_REQUEST_NULL)
+                continue;
+            active = 1;
+            r = request_of(call, requests[i]);
+            if (user_done(r)) {
+                fill_status(r, status);
+                drop_handle(r);
+                requests[i] = MPI_REQUEST_NULL;
+                *index = (int)i;
+                return MPI_SUCCESS;
+            }
+        }
+        if (!active) {
+            *index = MPI_UNDEFINED;
+            empty_status(status);
+            return MPI_SUCCESS;
+        }
+        if (progress_all() != 0)
+            round = 0;
+        else
+            poll_pause(&round);
+    }
+}
+
+/* MPI_Testall: all complete (each then released, its status filled), or
+ * none released. */
+int MPI_Testall(int count, MPI_Request requests[], int *flag, MPI_Status statuses[])
+{
+    static const char call[] = "MPI_Testall";
+    size_t n = count_of(call, "count", count);
+
+    require_initialized(call);
+    if (flag == NULL || (n != 0 && requests == NULL))
+        fatal(MPI_ERR_ARG, "%s: flag or requests is NULL", call);
+    progress_all();
+    *flag = 1;
+    for (size_t i = 0; i < n && *flag; i++)
+        if (requests[i] != MPI_REQUEST_NULL && !user_done(request_of(call, requests[i])))
+            *flag = 0;
+    for (size_t i = 0; i < n && *flag; i++) {
+        MPI_Status *st = statuses == MPI_STATUSES_IGNORE ? MPI_STATUS_IGNORE : &statuses[i];
+
+        if (requests[i] == MPI_REQUEST_NULL) {
+            empty_status(st);
+            continue;
+        }
+        struct request *r = request_of(call, requests[i]);
+        fill_status(r, st);
+        drop_handle(r);
+        requests[i] = MPI_REQUEST_NULL;
+    }
+    return MPI_SUCCESS;
+}
 
 /* ---- rooted gathers and scatters ----------------------------------------------------
  *
@@ -2045,7 +2360,8 @@ static char *root_layout(const char *call, const char *name, void *buf, int coun
     if (varying && (counts == NULL || displs == NULL))
         fatal(MPI_ERR_ARG, "%s: the root's counts or displs is NULL", call);
     if (varying)
-        return bytes_layout(call, name, buf, "counts[]", counts, displs, type, size, bcounts, bdispls);
+        return bytes_layout(call, name, buf, "counts[]", counts, displs, type, size, bcounts,
+                            bdispls);
     size_t block = bytes_of(call, "count", count, type);
     check_buffer(call, name, buf, mul_size(call, block, size));
     for (size_t r = 0; r < size; r++) {
@@ -2061,7 +2377,7 @@ static char *root_layout(const char *call, const char *name, void *buf, int coun
 static int rooted(const char *call, int gather, const void *mine, int mine_count,
                   MPI_Datatype mine_type, void *at_root, int root_count, int varying,
                   const int root_counts[], const int root_displs[], MPI_Datatype root_type,
-                  int root, MPI_Comm comm)
+                  int root, MPI_Comm comm, MPI_Request *nb)
 {
     struct comm_view v = view_of(call, comm);
     size_t size = (size_t)v.size, me;
@@ -2072,7 +2388,8 @@ static int rooted(const char *call, int gather, const void *mine, int mine_count
     me = (size_t)v.rank;
     if (in_place && !is_root)
         fatal(MPI_ERR_BUFFER, "%s: MPI_IN_PLACE is for the root only", call);
-    size_t mine_bytes = in_place ? 0 : bytes_of(call, "count", mine_count, type_of(call, mine_type));
+    size_t mine_bytes = in_place ? 0 : bytes_of(call, "count", mine_count,
+                                                type_of(call, mine_type));
     if (!in_place)
         check_buffer(call, gather ? "sendbuf" : "recvbuf", mine, mine_bytes);
     size_t *shares = scratch_alloc(call, mul_size(call, 2 * size, sizeof *shares));
@@ -2090,10 +2407,10 @@ static int rooted(const char *call, int gather, const void *mine, int mine_count
         if (!in_place && mine_bytes != 0)
             memcpy(gather ? base + shares[size] : (char *)mine, gather ? mine : base + shares[size],
                    mine_bytes);
-    } else {
-        rooted_bytes(call, &v, root, gather, (void *)mine, mine_bytes, base, shares, shares + size);
+        free(shares);
+        return done_now(call, nb);
     }
-    free(shares);
+    rooted_bytes(call, &v, root, gather, (void *)mine, mine_bytes, base, shares, shares + size, nb);
     return MPI_SUCCESS;
 }
 
@@ -2101,22 +2418,45 @@ int MPI_Gather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *
                int recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm)
 {
     return rooted("MPI_Gather", 1, sendbuf, sendcount, sendtype, recvbuf, recvcount, 0, NULL, NULL,
-                  recvtype, root, comm);
+                  recvtype, root, comm, NULL);
+}
+
+int MPI_Igather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
+                int recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm, MPI_Request *request)
+{
+    return rooted("MPI_Igather", 1, sendbuf, sendcount, sendtype, recvbuf, recvcount, 0, NULL, NULL,
+                  recvtype, root, comm, nb_arg("MPI_Igather", request));
 }
 
 int MPI_Gatherv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
                 const int recvcounts[], const int displs[], MPI_Datatype recvtype, int root,
                 MPI_Comm comm)
 {
-    return rooted("MPI_Gatherv", 1, sendbuf, sendcount, sendtype, recvbuf, 0, 1, recvcounts,
-                  displs, recvtype, root, comm);
+    return rooted("MPI_Gatherv", 1, sendbuf, sendcount, sendtype, recvbuf, 0, 1, recvcounts, displs,
+                  recvtype, root, comm, NULL);
+}
+
+int MPI_Igatherv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
+                 const int recvcounts[], const int displs[], MPI_Datatype recvtype, int root,
+                 MPI_Comm comm, MPI_Request *request)
+{
+    return rooted("MPI_Igatherv", 1, sendbuf, sendcount, sendtype, recvbuf, 0, 1, recvcounts,
+                  displs, recvtype, root, comm, nb_arg("MPI_Igatherv", request));
 }
 
 int MPI_Scatter(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
                 int recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm)
 {
     return rooted("MPI_Scatter", 0, recvbuf, recvcount, recvtype, (void *)sendbuf, sendcount, 0,
-                  NULL, NULL, sendtype, root, comm);
+                  NULL, NULL, sendtype, root, comm, NULL);
+}
+
+int MPI_Iscatter(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
+                 int recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm,
+                 MPI_Request *request)
+{
+    return rooted("MPI_Iscatter", 0, recvbuf, recvcount, recvtype, (void *)sendbuf, sendcount, 0,
+                  NULL, NULL, sendtype, root, comm, nb_arg("MPI_Iscatter", request));
 }
 
 int MPI_Scatterv(const void *sendbuf, const int sendcounts[], const int displs[],
@@ -2124,8 +2464,18 @@ int MPI_Scatterv(const void *sendbuf, const int sendcounts[], const int displs[]
                  int root, MPI_Comm comm)
 {
     return rooted("MPI_Scatterv", 0, recvbuf, recvcount, recvtype, (void *)sendbuf, 0, 1,
-                  sendcounts, displs, sendtype, root, comm);
+                  sendcounts, displs, sendtype, root, comm, NULL);
 }
+
+int MPI_Iscatterv(const void *sendbuf, const int sendcounts[], const int displs[],
+                  MPI_Datatype sendtype, void *recvbuf, int recvcount, MPI_Datatype recvtype,
+                  int root, MPI_Comm comm, MPI_Request *request)
+{
+    return rooted("MPI_Iscatterv", 0, recvbuf, recvcount, recvtype, (void *)sendbuf, 0, 1,
+                  sendcounts, displs, sendtype, root, comm, nb_arg("MPI_Iscatterv", request));
+}
+
+/* ---- fail loudly --------------------------------------------------------------------- */
 
 int MPI_Comm_dup(MPI_Comm comm, MPI_Comm *newcomm)
 {

@@ -84,6 +84,22 @@ static int header_use(int *argc, char ***argv)
         MPI_Type_get_extent(MPI_DOUBLE_INT, &lb, &extent);
         MPI_Error_class(MPI_ERR_OP, &flag);
     }
+    MPI_Ibarrier(comm, &req);
+    MPI_Ibcast(&x, 1, MPI_DOUBLE, 0, comm, &req);
+    MPI_Ireduce(&x, &y, 1, MPI_DOUBLE, MPI_SUM, 0, comm, &req);
+    MPI_Iallreduce(&x, &y, 1, MPI_DOUBLE, MPI_SUM, comm, &req);
+    MPI_Iallgather(&x, 1, MPI_DOUBLE, &y, 1, MPI_DOUBLE, comm, &req);
+    MPI_Iallgatherv(&x, 1, MPI_DOUBLE, &y, counts, displs, MPI_DOUBLE, comm, &req);
+    MPI_Ireduce_scatter_block(&x, &y, 1, MPI_DOUBLE, MPI_SUM, comm, &req);
+    MPI_Ireduce_scatter(&x, &y, counts, MPI_DOUBLE, MPI_SUM, comm, &req);
+    MPI_Ialltoall(&x, 1, MPI_DOUBLE, &y, 1, MPI_DOUBLE, comm, &req);
+    MPI_Ialltoallv(&x, counts, displs, MPI_DOUBLE, &y, counts, displs, MPI_DOUBLE, comm, &req);
+    MPI_Igather(&x, 1, MPI_DOUBLE, &y, 1, MPI_DOUBLE, 0, comm, &req);
+    MPI_Igatherv(&x, 1, MPI_DOUBLE, &y, counts, displs, MPI_DOUBLE, 0, comm, &req);
+    MPI_Iscatter(&x, 1, MPI_DOUBLE, &y, 1, MPI_DOUBLE, 0, comm, &req);
+    MPI_Iscatterv(&x, counts, displs, MPI_DOUBLE, &y, 1, MPI_DOUBLE, 0, comm, &req);
+    MPI_Waitany(1, &req, &len, &status);
+    MPI_Testall(1, &req, &flag, MPI_STATUSES_IGNORE);
     MPI_Wait(&req, MPI_STATUS_IGNORE);
     MPI_Waitall(1, &req, MPI_STATUSES_IGNORE);
     if (flag) {

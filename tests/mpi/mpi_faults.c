@@ -13,6 +13,8 @@
  *               (a certain deadlock)
  *   badop       rank 0 calls MPI_Allreduce with MPI_BAND on MPI_FLOAT, an
  *               operation MPI does not define on floats
+ *   ibadop      rank 0 calls MPI_Iallreduce with MPI_BAND, which is
+ *               computed in the shim and has no nonblocking form yet
  *   abort       rank 1 calls MPI_Abort(MPI_COMM_WORLD, 3)
  *   kill        the last rank dies of SIGKILL
  *               (in these modes the other ranks wait outside any MPI call,
@@ -120,6 +122,14 @@ int main(int argc, char **argv)
             MPI_Allreduce(MPI_IN_PLACE, &f, 1, MPI_FLOAT, MPI_BAND, MPI_COMM_WORLD);
         }
         sleep_for_a_while();
+    } else if (strcmp(mode, "ibadop") == 0) {
+        if (rank == 0) {
+            MPI_Request req;
+
+            let_others_settle();
+            MPI_Iallreduce(MPI_IN_PLACE, &value, 1, MPI_INT, MPI_BAND, MPI_COMM_WORLD, &req);
+        }
+        sleep_for_a_while();
     } else if (strcmp(mode, "abort") == 0) {
         if (rank == 1) {
             let_others_settle();
@@ -144,7 +154,7 @@ int main(int argc, char **argv)
         const struct timespec hour = {3600, 0};
         nanosleep(&hour, NULL);
     } else {
-        fprintf(stderr, "usage: mpi_faults split|anysource|anytag|truncate|selfwait|badop|abort|"
+        fprintf(stderr, "usage: mpi_faults split|ibadop|anysource|anytag|truncate|selfwait|badop|abort|"
                         "kill|vanish|unreceived|nofinalize|hang\n");
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
