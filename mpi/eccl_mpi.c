@@ -62,6 +62,26 @@ static struct {
     uint64_t next_tag; /* the world's collective call counter */
 } world;
 
+/* Communicators made by MPI_Comm_dup/split/split_type: each has every rank
+ * of the one it came from, in the same order (the one kind eccl's single
+ * communicator can serve: see MPI_Comm_split), and a space of eccl tags of
+ * its own, so that its collectives and messages never meet another's. The
+ * space is its id, taken from a counter that every rank bumps alike, since
+ * MPI makes every rank create a communicator's children in the same order.
+ * Those of MPI_COMM_SELF (a world of one, never on eccl) take no id. */
+#define COMM_HANDLE_BASE 0x44000100
+#define COMM_ID_MAX 0x7fff /* 15 bits of an eccl tag (take_tag, p2p_tag) */
+static struct {
+    struct mpi_comm {
+        int used;
+        int of_self;       /* made from MPI_COMM_SELF: a world of one */
+        uint32_t id;       /* its tag space */
+        uint64_t next_tag; /* its collective call counter */
+    } *slots;
+    int n, cap;
+    uint32_t next_id; /* ids 1 .. COMM_ID_MAX; the world's is 0 */
+} comms;
+
 /* A communicator as a collective sees it. MPI_COMM_SELF is a world of one
  * and never reaches eccl, so it needs no tag counter. */
 struct comm_view {
@@ -69,6 +89,7 @@ struct comm_view {
     int size;
     eccl_comm *ecomm;
     uint64_t *next_tag;
+    uint32_t id; /* its eccl tag space */
 };
 
 /* A world of one (no eccl communicator): every collective is the local copy
@@ -165,12 +186,6 @@ static void fatal(int mpi_error, const char *fmt, ...)
     else
         sayf("eccl_mpi: %s (%s)", what, error_name(mpi_error));
     _exit(mpi_error);
-}
-
-__attribute__((noreturn))
-static void unsupported(const char *call)
-{
-    fatal(MPI_ERR_UNSUPPORTED_OPERATION, "%s is not supported by eccl yet", call);
 }
 
 static int mpi_error_of(eccl_result rc)
@@ -362,24 +377,30 @@ static void reduce_here(const struct reduction *r, const void *in, void *inout, 
 
 static struct comm_view view_of(const char *call, MPI_Comm comm)
 {
-    struct comm_view v = {0, 1, NULL, NULL};
+    struct comm_view v = {0, 1, NULL, NULL, 0};
 
     require_initialized(call);
-    if (comm == MPI_COMM_WORLD) {
+    unsigned slot = (unsigned)comm - COMM_HANDLE_BASE;
+    struct mpi_comm *c = slot < (unsigned)comms.n && comms.slots[slot].used ? &comms.slots[slot] : NULL;
+
+    if (comm == MPI_COMM_WORLD || (c != NULL && !c->of_self)) {
         v.rank = world.rank;
         v.size = world.size;
         v.ecomm = world.comm;
-        v.next_tag = &world.next_tag;
-    } else if (comm != MPI_COMM_SELF) {
-        fatal(MPI_ERR_COMM, "%s: invalid communicator 0x%x (this subset has MPI_COMM_WORLD "
-              "and MPI_COMM_SELF)", call, (unsigned)comm);
+        v.next_tag = c != NULL ? &c->next_tag : &world.next_tag;
+        v.id = c != NULL ? c->id : 0;
+    } else if (comm != MPI_COMM_SELF && c == NULL) {
+        fatal(MPI_ERR_COMM, "%s: invalid communicator 0x%x (not MPI_COMM_WORLD, MPI_COMM_SELF or "
+              "one made from them and not freed)", call, (unsigned)comm);
     }
     return v;
 }
 
+/* The next collective's eccl tag: the communicator's id above 40 bits of
+ * its call counter. */
 static uint64_t take_tag(const struct comm_view *v)
 {
-    return (*v->next_tag)++;
+    return (uint64_t)v->id << 40 | ((*v->next_tag)++ & ((1ull << 40) - 1));
 }
 
 /* ---- argument checks and sizes ------------------------------------------------ */
@@ -459,14 +480,15 @@ static char *at(void *base, int displ, size_t esize)
  * once (the 1 MiB).
  *
  * eccl tags (bit 63 is eccl's): bit 62 payload, bits 31..61 the MPI tag,
- * bits 0..30 the message's sequence number among the messages of its
- * (peer, MPI tag, direction), counted alike by sender and receiver. eccl
+ * bits 16..30 the communicator's id (struct comm_view), bits 0..15 the
+ * message's sequence number among the messages of its (communicator, peer,
+ * MPI tag, direction), counted alike by sender and receiver. eccl
  * folds the two ranks (and which one sends) into the tag it runs the pair
  * under, so tags need not name the peer, and a send and a receive of one
  * MPI tag between the same two ranks never meet. The k-th send of (rank,
  * tag) pairs with the k-th receive posted for it: MPI's non-overtaking
- * order. Sequence numbers wrap at 2^31, far beyond the messages that can
- * be in flight at once.
+ * order. Sequence numbers wrap at 2^16, beyond the messages that can be
+ * in flight at once (P2P_MAX_OPS, and about 3000 parked headers a pair).
  *
  * Eager sends: a message that fits in the header (P2P_INLINE bytes or
  * fewer) is copied there, so MPI_Send returns at once and an MPI_Isend's
@@ -490,7 +512,7 @@ static char *at(void *base, int displ, size_t esize)
 
 #define P2P_HEADER_BYTES 256
 #define P2P_TAG_PAYLOAD (1ull << 62)
-#define P2P_SEQ_MASK 0x7fffffffu
+#define P2P_SEQ_MASK 0xffffu
 /* eccl runs at most ECCL_WIRE_MAX_OPS (4096) ops per communicator at once;
  * past this many of the shim's, a new one first waits for older ones. */
 #define P2P_MAX_OPS 4000
@@ -528,6 +550,7 @@ struct request {
     int handle;     /* index in the handle table while the program holds it, or -1 */
     int detached;   /* nobody waits for it any more: freed once done */
     MPI_Comm comm;
+    uint32_t comm_id; /* its tag space (struct comm_view) */
     int peer;       /* MPI rank, or MPI_PROC_NULL */
     int tag;
     uint32_t seq;
@@ -550,9 +573,9 @@ struct self_msg {
     unsigned char data[];
 };
 
-/* Sequence numbers of one (peer, MPI tag). */
+/* Sequence numbers of one (communicator, peer, MPI tag). */
 struct seq_entry {
-    uint64_t key; /* peer << 32 | tag; the table's empty slots are key 0 with used 0 */
+    uint64_t key; /* comm id << 48 | peer << 31 | tag; empty slots: key 0 with used 0 */
     uint32_t sent, received;
     int used;
 };
@@ -570,9 +593,9 @@ static struct {
     long long sent, received; /* messages, for MPI_Finalize's check */
 } p2p;
 
-static struct seq_entry *seq_of(int peer, int tag)
+static struct seq_entry *seq_of(uint32_t comm_id, int peer, int tag)
 {
-    uint64_t key = (uint64_t)(uint32_t)peer << 32 | (uint32_t)tag;
+    uint64_t key = (uint64_t)comm_id << 48 | (uint64_t)(uint32_t)peer << 31 | (uint32_t)tag;
     size_t i;
 
     if (2 * (p2p.n_seqs + 1) > p2p.cap_seqs) {
@@ -607,7 +630,7 @@ static struct seq_entry *seq_of(int peer, int tag)
 static uint64_t p2p_tag(const struct request *r, int payload)
 {
     return (payload ? P2P_TAG_PAYLOAD : 0) | (uint64_t)(uint32_t)r->tag << 31 |
-           (r->seq & P2P_SEQ_MASK);
+           (uint64_t)r->comm_id << 16 | (r->seq & P2P_SEQ_MASK);
 }
 
 static void unlink_request(struct request **list, struct request *r)
@@ -2114,7 +2137,8 @@ static struct request *start_send(const char *call, const void *buf, int count,
         r->step = STEP_DONE;
         return r;
     }
-    r->seq = seq_of(dest, tag)->sent++;
+    r->comm_id = v.id;
+    r->seq = seq_of(v.id, dest, tag)->sent++;
     r->hdr.bytes = bytes;
     r->hdr.tag = (uint32_t)tag;
     r->hdr.seq = r->seq & P2P_SEQ_MASK;
@@ -2146,7 +2170,8 @@ static struct request *start_recv(const char *call, void *buf, int count, MPI_Da
         self_recv(call, r);
         return r;
     }
-    r->seq = seq_of(source, tag)->received++;
+    r->comm_id = v.id;
+    r->seq = seq_of(v.id, source, tag)->received++;
     post_step(call, r, 1);
     return r;
 }
@@ -2475,19 +2500,150 @@ int MPI_Iscatterv(const void *sendbuf, const int sendcounts[], const int displs[
                   sendcounts, displs, sendtype, root, comm, nb_arg("MPI_Iscatterv", request));
 }
 
-/* ---- fail loudly --------------------------------------------------------------------- */
+/* ---- communicators ----------------------------------------------------------------------
+ *
+ * Every communicator here has all the ranks of MPI_COMM_WORLD in world
+ * order, or is a world of one (MPI_COMM_SELF's): eccl runs one
+ * communicator per process, and a subset or a reordering of its ranks
+ * would need one of its own (MPI_Comm_split says which splits exist). */
+
+/* A new communicator like `parent` (its kind: the world's ranks, or one). */
+static MPI_Comm comm_new(const char *call, const struct comm_view *parent)
+{
+    int slot = -1;
+
+    for (int i = 0; i < comms.n && slot < 0; i++)
+        if (!comms.slots[i].used)
+            slot = i;
+    if (slot < 0) {
+        if (comms.n == comms.cap) {
+            int cap = comms.cap != 0 ? 2 * comms.cap : 16;
+            struct mpi_comm *n = realloc(comms.slots, (size_t)cap * sizeof *n);
+
+            if (n == NULL)
+                fatal(MPI_ERR_NO_MEM, "%s: cannot hold %d communicators", call, cap);
+            comms.slots = n;
+            comms.cap = cap;
+        }
+        slot = comms.n++;
+    }
+    struct mpi_comm *c = &comms.slots[slot];
+    *c = (struct mpi_comm){.used = 1, .of_self = parent->ecomm == NULL && parent->size == 1};
+    if (!c->of_self) {
+        /* Every rank creates the world's communicators in one order: the
+         * same id everywhere. */
+        if (comms.next_id == COMM_ID_MAX)
+            fatal(MPI_ERR_NO_MEM, "%s: %d communicators were made from MPI_COMM_WORLD, the most "
+                  "eccl's tags can tell apart", call, COMM_ID_MAX);
+        c->id = ++comms.next_id;
+    }
+    return (MPI_Comm)(COMM_HANDLE_BASE + slot);
+}
 
 int MPI_Comm_dup(MPI_Comm comm, MPI_Comm *newcomm)
 {
-    unsupported("MPI_Comm_dup");
-}
+    struct comm_view v = view_of("MPI_Comm_dup", comm);
 
-int MPI_Comm_split(MPI_Comm comm, int color, int key, MPI_Comm *newcomm)
-{
-    unsupported("MPI_Comm_split");
+    if (newcomm == NULL)
+        fatal(MPI_ERR_ARG, "MPI_Comm_dup: newcomm is NULL");
+    *newcomm = comm_new("MPI_Comm_dup", &v);
+    return MPI_SUCCESS;
 }
 
 int MPI_Comm_free(MPI_Comm *comm)
 {
-    unsupported("MPI_Comm_free");
+    unsigned slot = comm != NULL ? (unsigned)*comm - COMM_HANDLE_BASE : ~0u;
+
+    require_initialized("MPI_Comm_free");
+    if (comm == NULL || slot >= (unsigned)comms.n || !comms.slots[slot].used)
+        fatal(MPI_ERR_COMM, "MPI_Comm_free: not a communicator of MPI_Comm_dup or MPI_Comm_split "
+              "(MPI_COMM_WORLD and MPI_COMM_SELF are never freed)");
+    comms.slots[slot].used = 0;
+    *comm = MPI_COMM_NULL;
+    return MPI_SUCCESS;
+}
+
+/* MPI_IDENT for one handle; MPI_CONGRUENT for two with the same ranks in
+ * the same order (here: both the world's, or both a world of one). */
+int MPI_Comm_compare(MPI_Comm comm1, MPI_Comm comm2, int *result)
+{
+    struct comm_view a = view_of("MPI_Comm_compare", comm1), b = view_of("MPI_Comm_compare", comm2);
+
+    if (result == NULL)
+        fatal(MPI_ERR_ARG, "MPI_Comm_compare: result is NULL");
+    if (comm1 == comm2)
+        *result = MPI_IDENT;
+    else
+        *result = a.size == b.size && a.ecomm == b.ecomm ? MPI_CONGRUENT : MPI_UNEQUAL;
+    return MPI_SUCCESS;
+}
+
+/* The split every rank asked for, from each rank's (color, key): all in
+ * one communicator in their old order (a duplicate), or none in any
+ * (MPI_UNDEFINED everywhere); anything else would be a communicator of a
+ * subset or another order, which eccl cannot run yet. */
+static int split(const char *call, MPI_Comm comm, int color, int key, MPI_Comm *newcomm)
+{
+    struct comm_view v = view_of(call, comm);
+    int mine[2] = {color, key}, *all;
+
+    if (newcomm == NULL)
+        fatal(MPI_ERR_ARG, "%s: newcomm is NULL", call);
+    if (color < 0 && color != MPI_UNDEFINED)
+        fatal(MPI_ERR_ARG, "%s: color %d is negative", call, color);
+    all = scratch_alloc(call, mul_size(call, (size_t)v.size, sizeof mine));
+    if (v.ecomm == NULL)
+        memcpy(all, mine, sizeof mine);
+    else
+        RUN_COLL(call, eccl_allgather, v.ecomm, mine, all, sizeof mine, ECCL_U8, take_tag(&v));
+    int same = 1, undefined = 1;
+    for (int r = 0; r < v.size; r++) {
+        same &= all[2 * r] == all[0];
+        undefined &= all[2 * r] == MPI_UNDEFINED;
+        /* The new order is by key, ties by old rank: the old one if the
+         * keys never go down. */
+        same &= r == 0 || all[2 * r + 1] >= all[2 * r - 1];
+    }
+    free(all);
+    if (undefined) {
+        *newcomm = MPI_COMM_NULL;
+        return MPI_SUCCESS;
+    }
+    if (!same)
+        fatal(MPI_ERR_UNSUPPORTED_OPERATION, "%s: a split into several communicators, or into one "
+              "in another order, is not supported by eccl yet (every communicator here has all the "
+              "ranks of the one it came from, in order)", call);
+    *newcomm = comm_new(call, &v);
+    return MPI_SUCCESS;
+}
+
+int MPI_Comm_split(MPI_Comm comm, int color, int key, MPI_Comm *newcomm)
+{
+    return split("MPI_Comm_split", comm, color, key, newcomm);
+}
+
+/* MPI_COMM_TYPE_SHARED: the ranks that share this host's memory. The
+ * color is a hash of the host's name, so ranks on one host (all of an
+ * eccl-run job's) split as one, and ranks on several hosts fail loudly as
+ * a split into several communicators. */
+int MPI_Comm_split_type(MPI_Comm comm, int split_type, int key, MPI_Info info, MPI_Comm *newcomm)
+{
+    static const char call[] = "MPI_Comm_split_type";
+    char host[MPI_MAX_PROCESSOR_NAME] = "";
+    int len = 0, color = MPI_UNDEFINED;
+
+    if (info != MPI_INFO_NULL)
+        fatal(MPI_ERR_ARG, "%s: info must be MPI_INFO_NULL (this subset has no info objects)", call);
+    if (split_type != MPI_COMM_TYPE_SHARED && split_type != MPI_UNDEFINED)
+        fatal(MPI_ERR_ARG, "%s: split type %d (MPI_COMM_TYPE_SHARED or MPI_UNDEFINED)", call,
+              split_type);
+    if (split_type == MPI_COMM_TYPE_SHARED) {
+        uint32_t h = 2166136261u; /* FNV-1a: a color >= 0 */
+
+        MPI_Get_processor_name(host, &len);
+        for (int i = 0; i < len; i++)
+            h = (h ^ (unsigned char)host[i]) * 16777619u;
+        color = (int)(h & 0x7fffffff);
+    }
+    return split(call, comm, color, key, newcomm);
 }

@@ -32,6 +32,7 @@ typedef int MPI_Comm;
 typedef int MPI_Datatype;
 typedef int MPI_Op;
 typedef int MPI_Request;
+typedef int MPI_Info;
 typedef ptrdiff_t MPI_Aint;
 
 typedef struct MPI_Status {
@@ -86,6 +87,14 @@ typedef struct MPI_Status {
 #define MPI_COMM_SELF ((MPI_Comm)0x44000002)
 
 #define MPI_REQUEST_NULL ((MPI_Request)0)
+#define MPI_INFO_NULL ((MPI_Info)0)
+
+/* MPI_Comm_compare's results; MPI_Comm_split_type's type. */
+#define MPI_IDENT 0
+#define MPI_CONGRUENT 1
+#define MPI_SIMILAR 2
+#define MPI_UNEQUAL 3
+#define MPI_COMM_TYPE_SHARED 1
 
 #define MPI_DATATYPE_NULL ((MPI_Datatype)0)
 #define MPI_CHAR ((MPI_Datatype)0x4c000001)
@@ -288,15 +297,20 @@ int MPI_Waitany(int count, MPI_Request requests[], int *index, MPI_Status *statu
 int MPI_Test(MPI_Request *request, int *flag, MPI_Status *status);
 int MPI_Testall(int count, MPI_Request requests[], int *flag, MPI_Status statuses[]);
 
-/* ---- fail loudly -------------------------------------------------------------
+/* ---- communicators ------------------------------------------------------------
  *
- * The communicator calls below need communicators other than
- * MPI_COMM_WORLD and MPI_COMM_SELF. Each of these prints "eccl_mpi: <call>
- * is not supported by eccl yet" and ends the process with a non-zero
- * status; it never returns. */
+ * Every communicator has all the ranks of MPI_COMM_WORLD in their order,
+ * or is a world of one (MPI_COMM_SELF and its duplicates); each has its
+ * own collectives and messages. MPI_Comm_split and MPI_Comm_split_type make
+ * one when every rank gives the same color and keys that keep the order
+ * (MPI_COMM_NULL when every color is MPI_UNDEFINED); any other split fails
+ * loudly (MPI_ERR_UNSUPPORTED_OPERATION). */
 
 int MPI_Comm_dup(MPI_Comm comm, MPI_Comm *newcomm);
 int MPI_Comm_split(MPI_Comm comm, int color, int key, MPI_Comm *newcomm);
+int MPI_Comm_split_type(MPI_Comm comm, int split_type, int key, MPI_Info info,
+                        MPI_Comm *newcomm);
+int MPI_Comm_compare(MPI_Comm comm1, MPI_Comm comm2, int *result);
 int MPI_Comm_free(MPI_Comm *comm);
 
 #ifdef __cplusplus

@@ -99,6 +99,8 @@ static int header_use(int *argc, char ***argv)
     MPI_Iscatter(&x, 1, MPI_DOUBLE, &y, 1, MPI_DOUBLE, 0, comm, &req);
     MPI_Iscatterv(&x, counts, displs, MPI_DOUBLE, &y, 1, MPI_DOUBLE, 0, comm, &req);
     MPI_Waitany(1, &req, &len, &status);
+    MPI_Comm_compare(comm, MPI_COMM_SELF, &flag);
+    flag = MPI_IDENT + MPI_CONGRUENT + MPI_SIMILAR + MPI_UNEQUAL;
     MPI_Testall(1, &req, &flag, MPI_STATUSES_IGNORE);
     MPI_Wait(&req, MPI_STATUS_IGNORE);
     MPI_Waitall(1, &req, MPI_STATUSES_IGNORE);
@@ -113,6 +115,7 @@ static int header_use(int *argc, char ***argv)
         MPI_Scatter(&x, 1, MPI_DOUBLE, &y, 1, MPI_DOUBLE, 0, comm);
         MPI_Comm_dup(comm, &comm);
         MPI_Comm_split(comm, 0, 0, &comm);
+        MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &comm);
         MPI_Comm_free(&comm);
         MPI_Abort(comm, 1);
     }

@@ -2,8 +2,9 @@
  * tests/mpi/expect_fail.sh runs each under eccl-run and checks the exit
  * status and the message. An ordinary MPI program (mpi.h only).
  *
- *   split       rank 0 calls MPI_Comm_split (not in eccl yet): it must
- *               end the job loudly
+ *   split       every rank calls MPI_Comm_split with its rank's parity as
+ *               color: two communicators, which eccl cannot run yet; the
+ *               job must end loudly
  *   anysource   rank 1 receives from MPI_ANY_SOURCE, which eccl cannot
  *               match: loudly, never silently
  *   anytag      rank 1 posts a receive of MPI_ANY_TAG, likewise
@@ -76,12 +77,9 @@ int main(int argc, char **argv)
     MPI_Barrier(MPI_COMM_WORLD);
 
     if (strcmp(mode, "split") == 0) {
-        if (rank == 0) {
-            MPI_Comm part;
+        MPI_Comm part;
 
-            let_others_settle();
-            MPI_Comm_split(MPI_COMM_WORLD, 0, rank, &part);
-        }
+        MPI_Comm_split(MPI_COMM_WORLD, rank % 2, rank, &part);
         sleep_for_a_while();
     } else if (strcmp(mode, "anysource") == 0) {
         if (rank == 1) {
