@@ -70,17 +70,37 @@ static struct {
  * MPI makes every rank create a communicator's children in the same order.
  * Those of MPI_COMM_SELF (a world of one, never on eccl) take no id. */
 #define COMM_HANDLE_BASE 0x44000100
-#define COMM_ID_MAX 0x7fff /* 15 bits of an eccl tag (take_tag, p2p_tag) */
+#define COMM_ID_MAX 0x7ffd /* 15 bits of an eccl tag (take_tag, p2p_tag) */
+/* Tag spaces past the ids: MPIX_Comm_shrink's and MPIX_Comm_agree's votes
+ * (and MPI_Finalize's after a loss), whose tags every survivor can name
+ * alike however many calls the failure cut short on each. */
+#define SHRINK_SPACE 0x7ffeull
+#define AGREE_SPACE 0x7fffull
+struct mpi_comm {
+    int used;
+    int of_self;       /* made from MPI_COMM_SELF: a world of one */
+    uint32_t id;       /* its tag space */
+    uint64_t next_tag; /* its collective call counter */
+    int errors_return; /* MPI_ERRORS_RETURN: a process failure is returned, not fatal */
+    int failed;        /* a rank of it was lost (MPIX_ERR_PROC_FAILED from now on) */
+    int acked;         /* MPIX_Comm_failure_ack since */
+    /* Made by MPIX_Comm_shrink: the survivors of eccl's ring `epoch`, this
+     * rank `rank` of `size` there; otherwise the world's (world.epoch). */
+    int shrunk, rank, size;
+    int64_t epoch;
+    uint32_t agreements, shrinks; /* MPIX_Comm_agree/shrink calls on it: their tags */
+};
+
 static struct {
-    struct mpi_comm {
-        int used;
-        int of_self;       /* made from MPI_COMM_SELF: a world of one */
-        uint32_t id;       /* its tag space */
-        uint64_t next_tag; /* its collective call counter */
-    } *slots;
+    struct mpi_comm *slots;
     int n, cap;
     uint32_t next_id; /* ids 1 .. COMM_ID_MAX; the world's is 0 */
-} comms;
+    struct mpi_comm world, self; /* MPI_COMM_WORLD's and MPI_COMM_SELF's state */
+    MPI_Comm current;            /* the communicator of the call under way */
+    int error;                   /* its process-failure error, returned at its end */
+    int retrying;                /* RUN_COLL runs its eccl op again: take_tag's last tag */
+    uint64_t last_tag;
+} comms = {.world = {.used = 1}, .self = {.used = 1, .of_self = 1}};
 
 /* A communicator as a collective sees it. MPI_COMM_SELF is a world of one
  * and never reaches eccl, so it needs no tag counter. */
@@ -128,6 +148,8 @@ static const struct {
     {MPI_ERR_OTHER, "MPI_ERR_OTHER", "eccl failed (see the message before)"},
     {MPI_ERR_INTERN, "MPI_ERR_INTERN", "internal error"},
     {MPI_ERR_UNKNOWN, "MPI_ERR_UNKNOWN", "unknown error"},
+    {MPI_ERR_IN_STATUS, "MPI_ERR_IN_STATUS", "error code is in status"},
+    {MPIX_ERR_PROC_FAILED, "MPIX_ERR_PROC_FAILED", "a process of the communicator failed"},
 };
 
 static const char *error_name(int code)
@@ -204,21 +226,39 @@ static void check_eccl(const char *call, const char *what, eccl_result rc)
         fatal(mpi_error_of(rc), "%s: %s failed: %s", call, what, eccl_strerror(rc));
 }
 
-/* After an eccl collective on the world. A failure is fatal; so is a
- * success on a ring that changed since MPI_Init: eccl drops a lost rank
- * and runs the next call on the survivors, renumbered, which MPI cannot
- * express (the data of such a call is already wrong for MPI). */
+static struct mpi_comm *comm_state(MPI_Comm comm);
+
+/* After an eccl op of the current call's communicator (comms.current). A
+ * lost rank (eccl's ECCL_ERR_PEER_LOST, a link broken under the op, a ring
+ * left with this rank alone) fails it; so does a success on a ring that
+ * changed since the communicator was
+ * made: eccl drops a lost rank and runs the next call on the survivors,
+ * renumbered, which the communicator's ranks no longer name. Under
+ * MPI_ERRORS_RETURN that is MPIX_ERR_PROC_FAILED for this call and every
+ * later one on the communicator (ULFM); otherwise, and for every other
+ * failure, fatal. */
 static void check_coll(const char *call, const char *what, eccl_result rc)
 {
-    int64_t epoch = -1;
+    struct mpi_comm *c = comm_state(comms.current);
+    int64_t epoch = -1, want = c != NULL && c->shrunk ? c->epoch : world.epoch;
 
+    if (rc == ECCL_OK)
+        check_eccl(call, "reading the ring epoch",
+                   eccl_comm_get_attr(world.comm, ECCL_ATTR_EPOCH, &epoch));
+    if (rc == ECCL_OK && epoch == want)
+        return;
+    if ((rc == ECCL_OK || rc == ECCL_ERR_PEER_LOST || rc == ECCL_ERR_CONNECT ||
+         rc == ECCL_ERR_TOO_FEW_PEERS) &&
+        c != NULL && c->errors_return) {
+        c->failed = 1;
+        if (comms.error == MPI_SUCCESS)
+            comms.error = MPIX_ERR_PROC_FAILED;
+        return;
+    }
     check_eccl(call, what, rc);
-    check_eccl(call, "reading the ring epoch",
-               eccl_comm_get_attr(world.comm, ECCL_ATTR_EPOCH, &epoch));
-    if (epoch != world.epoch)
-        fatal(MPI_ERR_OTHER, "%s: a rank left the world (eccl ring epoch %lld, %lld at "
-              "MPI_Init); MPI cannot go on with fewer ranks", call, (long long)epoch,
-              (long long)world.epoch);
+    fatal(MPI_ERR_OTHER, "%s: a rank left the world (eccl ring epoch %lld, %lld when the "
+          "communicator was made); MPI cannot go on with fewer ranks (MPI_ERRORS_RETURN and "
+          "MPIX_Comm_shrink can)", call, (long long)epoch, (long long)want);
 }
 
 static void require_initialized(const char *call)
@@ -375,24 +415,54 @@ static void reduce_here(const struct reduction *r, const void *in, void *inout, 
     }
 }
 
+/* The state of a communicator handle, or NULL for none. */
+static struct mpi_comm *comm_state(MPI_Comm comm)
+{
+    unsigned slot = (unsigned)comm - COMM_HANDLE_BASE;
+
+    if (comm == MPI_COMM_WORLD)
+        return &comms.world;
+    if (comm == MPI_COMM_SELF)
+        return &comms.self;
+    return slot < (unsigned)comms.n && comms.slots[slot].used ? &comms.slots[slot] : NULL;
+}
+
+/* What the call under way returns, the process failure it met or
+ * MPI_SUCCESS; the next call starts clean. */
+static int call_result(void)
+{
+    int e = comms.error;
+
+    comms.error = MPI_SUCCESS;
+    return e;
+}
+
 static struct comm_view view_of(const char *call, MPI_Comm comm)
 {
     struct comm_view v = {0, 1, NULL, NULL, 0};
 
     require_initialized(call);
-    unsigned slot = (unsigned)comm - COMM_HANDLE_BASE;
-    struct mpi_comm *c = slot < (unsigned)comms.n && comms.slots[slot].used ? &comms.slots[slot] : NULL;
+    struct mpi_comm *c = comm_state(comm);
 
-    if (comm == MPI_COMM_WORLD || (c != NULL && !c->of_self)) {
+    if (c == NULL)
+        fatal(MPI_ERR_COMM, "%s: invalid communicator 0x%x (not MPI_COMM_WORLD, MPI_COMM_SELF or "
+              "one made from them and not freed)", call, (unsigned)comm);
+    comms.current = comm;
+    if (c->shrunk) {
+        v.rank = c->rank;
+        v.size = c->size;
+        v.ecomm = c->size > 1 ? world.comm : NULL;
+    } else if (!c->of_self) {
         v.rank = world.rank;
         v.size = world.size;
         v.ecomm = world.comm;
-        v.next_tag = c != NULL ? &c->next_tag : &world.next_tag;
-        v.id = c != NULL ? c->id : 0;
-    } else if (comm != MPI_COMM_SELF && c == NULL) {
-        fatal(MPI_ERR_COMM, "%s: invalid communicator 0x%x (not MPI_COMM_WORLD, MPI_COMM_SELF or "
-              "one made from them and not freed)", call, (unsigned)comm);
     }
+    v.next_tag = comm == MPI_COMM_WORLD ? &world.next_tag : &c->next_tag;
+    v.id = c->id;
+    /* A communicator that lost a rank fails every call on it (the ranks
+     * MPI names are no longer eccl's) until the program shrinks it. */
+    if (c->failed && comms.error == MPI_SUCCESS)
+        comms.error = MPIX_ERR_PROC_FAILED;
     return v;
 }
 
@@ -400,7 +470,9 @@ static struct comm_view view_of(const char *call, MPI_Comm comm)
  * its call counter. */
 static uint64_t take_tag(const struct comm_view *v)
 {
-    return (uint64_t)v->id << 40 | ((*v->next_tag)++ & ((1ull << 40) - 1));
+    if (!comms.retrying)
+        comms.last_tag = (uint64_t)v->id << 40 | ((*v->next_tag)++ & ((1ull << 40) - 1));
+    return comms.last_tag;
 }
 
 /* ---- argument checks and sizes ------------------------------------------------ */
@@ -545,6 +617,7 @@ enum { STEP_HEADER, STEP_PAYLOAD, STEP_DONE };
 
 struct request {
     int kind;       /* REQ_SEND, REQ_RECV, or REQ_COLL (a nonblocking collective) */
+    int error;      /* its result: MPI_SUCCESS, or a process failure (ERRORS_RETURN) */
     int step;
     int self;       /* to or from this rank itself: never on eccl */
     int handle;     /* index in the handle table while the program holds it, or -1 */
@@ -738,7 +811,19 @@ static void step_done(struct request *r, eccl_result rc)
     r->op = NULL;
     unlink_request(&p2p.active, r);
     p2p.active_ops--;
+    /* Checked as its communicator's: a process failure ends the message. */
+    MPI_Comm was = comms.current;
+    int pending = comms.error;
+    comms.current = r->comm;
+    comms.error = MPI_SUCCESS;
     check_coll(call, r->kind == REQ_SEND ? "eccl_send" : "eccl_recv", rc);
+    r->error = call_result();
+    comms.current = was;
+    comms.error = pending;
+    if (r->error != MPI_SUCCESS) {
+        finish_request(r);
+        return;
+    }
     if (r->kind == REQ_RECV && r->step == STEP_HEADER) {
         if (r->hdr.tag != (uint32_t)r->tag || r->hdr.seq != (r->seq & P2P_SEQ_MASK))
             fatal(MPI_ERR_INTERN, "%s: the header says tag %u message %u, message %u expected",
@@ -825,19 +910,44 @@ static eccl_result wait_progressing(eccl_request *op, eccl_reduce_info *info)
     }
 }
 
+/* Under MPI_ERRORS_RETURN, an eccl collective cut short by a lost rank
+ * runs again, under its tag, on the ring of the survivors, before the call
+ * returns MPIX_ERR_PROC_FAILED (check_coll): a survivor that started it
+ * only after the ring changed runs it on the new ring and waits for the
+ * others there, which would otherwise have left it for MPIX_Comm_shrink.
+ * Each survivor so runs it to its end once (inputs intact: eccl restored
+ * them), and every survivor's call returns the failure. */
+static int retry_on_survivors(eccl_result rc)
+{
+    struct mpi_comm *c = comm_state(comms.current);
+
+    return (rc == ECCL_ERR_PEER_LOST || rc == ECCL_ERR_CONNECT) && c != NULL && c->errors_return;
+}
+
 /* Runs collective `fn` of eccl: as it is, unless a point-to-point request
  * may need this rank's help meanwhile (p2p_needs_progress); then as
- * fn##_async, waited for while those requests move on. The arguments are
- * fn's but the last (info). */
+ * fn##_async, waited for while those requests move on (and again on the
+ * survivors: retry_on_survivors). The arguments are fn's but the last
+ * (info). */
 #define RUN_COLL(call, fn, ...)                                                           \
     do {                                                                                  \
-        if (p2p_needs_progress(NULL)) {                                                   \
-            eccl_request *coll_op_ = NULL;                                                \
-            check_eccl(call, #fn "_async", fn##_async(__VA_ARGS__, &coll_op_));           \
-            check_coll(call, #fn, wait_progressing(coll_op_, NULL));                      \
-        } else {                                                                          \
-            check_coll(call, #fn, fn(__VA_ARGS__, NULL));                                 \
+        comms.retrying = 0;                                                               \
+        while (comms.error == MPI_SUCCESS) { /* failed already: no more eccl calls */     \
+            eccl_result rc_;                                                              \
+            if (p2p_needs_progress(NULL)) {                                               \
+                eccl_request *coll_op_ = NULL;                                            \
+                check_eccl(call, #fn "_async", fn##_async(__VA_ARGS__, &coll_op_));       \
+                rc_ = wait_progressing(coll_op_, NULL);                                   \
+            } else {                                                                      \
+                rc_ = fn(__VA_ARGS__, NULL);                                              \
+            }                                                                             \
+            if (!retry_on_survivors(rc_)) {                                               \
+                check_coll(call, #fn, rc_);                                               \
+                break;                                                                    \
+            }                                                                             \
+            comms.retrying = 1; /* the same tag again (take_tag) */                       \
         }                                                                                 \
+        comms.retrying = 0;                                                               \
     } while (0)
 
 static struct request *new_request(const char *call, int kind, MPI_Comm comm, int peer, int tag,
@@ -865,17 +975,26 @@ static void run_after(struct coll_after *a)
 
 static void coll_finish(struct request *r, eccl_result rc)
 {
+    MPI_Comm was = comms.current;
+    int pending = comms.error;
+
     r->op = NULL;
     unlink_request(&p2p.active, r);
     p2p.active_ops--;
+    /* Checked as its communicator's: a process failure is its error. */
+    comms.current = r->comm;
+    comms.error = MPI_SUCCESS;
     check_coll(r->call, r->call, rc);
+    r->error = call_result();
+    comms.current = was;
+    comms.error = pending;
     run_after(&r->after);
     finish_request(r);
 }
 
 static MPI_Request coll_request(const char *call, eccl_request *op, struct coll_after after)
 {
-    struct request *r = new_request(call, REQ_COLL, MPI_COMM_NULL, MPI_PROC_NULL, 0, NULL, 0);
+    struct request *r = new_request(call, REQ_COLL, comms.current, MPI_PROC_NULL, 0, NULL, 0);
 
     r->call = call;
     r->after = after;
@@ -891,13 +1010,16 @@ static MPI_Request coll_request(const char *call, eccl_request *op, struct coll_
     return handle_of(call, r);
 }
 
-/* A call done before it reached eccl: MPI_SUCCESS, and for a nonblocking
- * one a request complete at once. */
+/* A call done before it reached eccl: its result (a process failure of
+ * its communicator, or MPI_SUCCESS), and for a nonblocking one a request
+ * complete at once (none on failure). */
 static int done_now(const char *call, MPI_Request *nb)
 {
+    int e = call_result();
+
     if (nb != NULL)
-        *nb = coll_request(call, NULL, NOTHING_AFTER);
-    return MPI_SUCCESS;
+        *nb = e != MPI_SUCCESS ? MPI_REQUEST_NULL : coll_request(call, NULL, NOTHING_AFTER);
+    return e;
 }
 
 /* The request argument of an MPI_I<coll>. */
@@ -917,6 +1039,19 @@ static void blocking_only(const char *call, MPI_Request *nb, const char *what)
               "which has no nonblocking form yet (the blocking call does it)", call, what);
 }
 
+/* A nonblocking collective cut short by a lost rank cannot run again on
+ * the survivors as a blocking one does (retry_on_survivors): its arguments
+ * are gone by then, and a survivor that started it on the new ring would
+ * wait. So under MPI_ERRORS_RETURN there are none yet. */
+static void nonblocking_allowed(const char *call)
+{
+    struct mpi_comm *c = comm_state(comms.current);
+
+    if (c != NULL && c->errors_return)
+        fatal(MPI_ERR_UNSUPPORTED_OPERATION, "%s: nonblocking collectives on a communicator with "
+              "MPI_ERRORS_RETURN are not supported by eccl yet", call);
+}
+
 /* Collective fn of eccl, blocking (nb NULL: RUN_COLL, then `after`) or
  * started for MPI request *nb. */
 #define COLL(call, nb, after, fn, ...)                                                    \
@@ -927,8 +1062,14 @@ static void blocking_only(const char *call, MPI_Request *nb, const char *what)
             run_after(&after_);                                                           \
         } else {                                                                          \
             eccl_request *nb_op_ = NULL;                                                  \
-            check_eccl(call, #fn "_async", fn##_async(__VA_ARGS__, &nb_op_));             \
-            *(nb) = coll_request(call, nb_op_, after_);                                   \
+            nonblocking_allowed(call);                                                    \
+            if (comms.error != MPI_SUCCESS) {                                             \
+                run_after(&after_);                                                       \
+                *(nb) = MPI_REQUEST_NULL;                                                 \
+            } else {                                                                      \
+                check_eccl(call, #fn "_async", fn##_async(__VA_ARGS__, &nb_op_));         \
+                *(nb) = coll_request(call, nb_op_, after_);                               \
+            }                                                                             \
         }                                                                                 \
     } while (0)
 
@@ -1036,6 +1177,7 @@ static void fill_status(const struct request *r, MPI_Status *status)
     if (status == MPI_STATUS_IGNORE)
         return;
     empty_status(status);
+    status->MPI_ERROR = r->error;
     if (r->kind != REQ_RECV)
         return;
     status->MPI_SOURCE = r->peer;
@@ -1143,6 +1285,14 @@ static void join_world(const char *master, int size, uint32_t timeout_ms)
     check_eccl("MPI_Init", "reading the ring epoch",
                eccl_comm_get_attr(world.comm, ECCL_ATTR_EPOCH, &world.epoch));
     world.rank = (int)rank;
+    /* Out of MPI_Init only once every rank is: one that saw the world
+     * complete and went on could otherwise be lost (killed, say) while the
+     * others still wait for the world to fill, which it never would again.
+     * A rank lost before this barrier ends the job, whatever the error
+     * handler: none is set yet. One lost after it (the ring may have
+     * changed by the time this rank looks) is the next call's to see: the
+     * world's epoch is the one read above, when all were in. */
+    check_eccl("MPI_Init", "eccl_barrier", eccl_barrier(world.comm, world.next_tag++));
 }
 
 /* A rank of a multi-rank world that exits with status 0 without
@@ -1224,6 +1374,10 @@ int MPI_Finalized(int *flag)
     return MPI_SUCCESS;
 }
 
+static int64_t survivors_allreduce(const char *call, uint64_t space, uint32_t which, void *in,
+                                   void *out, size_t n, eccl_dtype dtype, size_t esize,
+                                   eccl_op op, int vote_epoch, int64_t *rank, int64_t *size);
+
 int MPI_Finalize(void)
 {
     /* Messages sent and receives posted, this rank's, then the world's. */
@@ -1240,7 +1394,23 @@ int MPI_Finalize(void)
               "never completed by MPI_Wait, MPI_Waitall or MPI_Test", pending);
     mine[1] = p2p.sent;
     mine[2] = p2p.received;
-    if (world.comm != NULL) {
+    int lost = comms.world.failed;
+    for (int i = 0; i < comms.n; i++)
+        lost |= comms.slots[i].used && comms.slots[i].failed;
+    if (lost) {
+        /* Ranks were lost, and the program went on without them
+         * (MPI_ERRORS_RETURN): the survivors finish together. Messages to
+         * or from the lost ones can never be matched, and each survivor's
+         * calls were cut short at its own point: no counts to compare, a
+         * vote of whoever is left, and their messages in flight end as
+         * they may (the lost rank's with it). */
+        int64_t rank, size;
+        long long one = 1, here = 0;
+
+        survivors_allreduce("MPI_Finalize", AGREE_SPACE, 0xffffffffu, &one, &here, 1, ECCL_I64,
+                            sizeof one, ECCL_SUM, 0, &rank, &size);
+        comms.world.errors_return = 1;
+    } else if (world.comm != NULL) {
         /* Every rank has finished its collectives and its receives, and
          * nobody was lost before: this call's own world size says so. No
          * request needs this rank's help now (the eager sends still in
@@ -1259,7 +1429,7 @@ int MPI_Finalize(void)
     /* Every receive posted is done (above, on every rank), each with its
      * own send: any send more is one nobody received, and an eager one of
      * them would keep its sender here until the timeout. */
-    if (all[1] != all[2])
+    if (!lost && all[1] != all[2])
         fatal(MPI_ERR_OTHER, "MPI_Finalize: %lld message(s) sent were never received (MPI "
               "requires every send to be matched before MPI_Finalize)", all[1] - all[2]);
     /* The eager sends still in flight: their receivers hold them. No rank
@@ -1276,9 +1446,13 @@ int MPI_Finalize(void)
          * loop above, on each), so nothing of a rank that left is needed
          * any more, and its going is no loss: no ring re-forms among the
          * others, nobody dials a rank already gone. A rank lost before
-         * the agreement fails it. The ring epoch is not read after it,
-         * since ranks go at once. */
-        check_eccl("MPI_Finalize", "eccl_comm_leave", eccl_comm_leave(world.comm));
+         * the agreement fails it (after earlier losses the survivors go
+         * all the same). The ring epoch is not read after it, since ranks
+         * go at once. */
+        eccl_result rc = eccl_comm_leave(world.comm);
+
+        if (!lost || rc != ECCL_ERR_PEER_LOST)
+            check_eccl("MPI_Finalize", "eccl_comm_leave", rc);
         eccl_comm_destroy(world.comm);
         world.comm = NULL;
     }
@@ -1421,25 +1595,27 @@ int MPI_Get_count(const MPI_Status *status, MPI_Datatype datatype, int *count)
  * the byte counts agree. Reductions go with the element type. A count of 0
  * skips eccl on every rank alike (MPI requires the counts to agree). */
 
+/* eccl_barrier in the shape of the other collectives (an info argument),
+ * for COLL. */
+static eccl_result barrier_op(eccl_comm *comm, uint64_t tag, eccl_reduce_info *info)
+{
+    (void)info;
+    return eccl_barrier(comm, tag);
+}
+
+static eccl_result barrier_op_async(eccl_comm *comm, uint64_t tag, eccl_request **op)
+{
+    return eccl_barrier_async(comm, tag, op);
+}
+
 static int barrier(const char *call, MPI_Comm comm, MPI_Request *nb)
 {
     struct comm_view v = view_of(call, comm);
 
-    eccl_request *op = NULL;
-
     if (v.ecomm == NULL)
         return done_now(call, nb);
-    /* COLL's ways by hand: eccl_barrier has no info argument. */
-    if (nb != NULL) {
-        check_eccl(call, "eccl_barrier_async", eccl_barrier_async(v.ecomm, take_tag(&v), &op));
-        *nb = coll_request(call, op, NOTHING_AFTER);
-    } else if (p2p_needs_progress(NULL)) {
-        check_eccl(call, "eccl_barrier_async", eccl_barrier_async(v.ecomm, take_tag(&v), &op));
-        check_coll(call, "eccl_barrier", wait_progressing(op, NULL));
-    } else {
-        check_coll(call, "eccl_barrier", eccl_barrier(v.ecomm, take_tag(&v)));
-    }
-    return MPI_SUCCESS;
+    COLL(call, nb, NOTHING_AFTER, barrier_op, v.ecomm, take_tag(&v));
+    return call_result();
 }
 
 int MPI_Barrier(MPI_Comm comm)
@@ -1464,7 +1640,7 @@ static int bcast(const char *call, void *buffer, int count, MPI_Datatype datatyp
         return done_now(call, nb);
     COLL(call, nb, NOTHING_AFTER, eccl_broadcast, v.ecomm, buffer, buffer, bytes, ECCL_U8,
          (uint32_t)root, take_tag(&v));
-    return MPI_SUCCESS;
+    return call_result();
 }
 
 int MPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm)
@@ -1583,13 +1759,13 @@ static int reduce(const char *call, const void *sendbuf, void *recvbuf, int coun
         if (is_root)
             fold_ranks(&red, all, bytes, 0, n, type->extent, 0, v.size - 1, recvbuf);
         free(all);
-        return MPI_SUCCESS;
+        return call_result();
     }
     /* recvbuf is significant at the root only: the others may pass
      * anything, so eccl gets NULL there. */
     COLL(call, nb, NOTHING_AFTER, eccl_reduce, v.ecomm, sendbuf, is_root ? recvbuf : NULL, n,
          type->dtype, red.eop, (uint32_t)root, take_tag(&v));
-    return MPI_SUCCESS;
+    return call_result();
 }
 
 int MPI_Reduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
@@ -1634,7 +1810,7 @@ static int fold_reduce(const char *call, const void *sendbuf, void *recvbuf, int
     if (upto == FOLD_ALL && red.on_eccl) {
         COLL(call, nb, NOTHING_AFTER, eccl_allreduce, v.ecomm, sendbuf, recvbuf, n, type->dtype,
              red.eop, take_tag(&v));
-        return MPI_SUCCESS;
+        return call_result();
     }
     blocking_only(call, nb, "this operation");
     char *all = gather_all(call, &v, sendbuf, bytes);
@@ -1643,7 +1819,7 @@ static int fold_reduce(const char *call, const void *sendbuf, void *recvbuf, int
     if (hi >= 0)
         fold_ranks(&red, all, bytes, 0, n, type->extent, 0, hi, recvbuf);
     free(all);
-    return MPI_SUCCESS;
+    return call_result();
 }
 
 int MPI_Allreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype,
@@ -1761,7 +1937,7 @@ static int allgather(const char *call, const void *sendbuf, int sendcount, MPI_D
         sendbuf = (char *)recvbuf + (size_t)v.rank * block;
     COLL(call, nb, NOTHING_AFTER, eccl_allgather, v.ecomm, sendbuf, recvbuf, block, ECCL_U8,
          take_tag(&v));
-    return MPI_SUCCESS;
+    return call_result();
 }
 
 int MPI_Allgather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
@@ -1826,7 +2002,7 @@ static int allgatherv(const char *call, const void *sendbuf, int sendcount, MPI_
     }
     COLL(call, nb, ((struct coll_after){{counts, NULL}, NULL, NULL, 0}), eccl_allgatherv, v.ecomm,
          mine, base, counts, offsets, ECCL_U8, take_tag(&v));
-    return MPI_SUCCESS;
+    return call_result();
 }
 
 int MPI_Allgatherv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
@@ -1866,7 +2042,7 @@ static int reduce_scatter_block(const char *call, const void *sendbuf, void *rec
 
         fold_ranks(&red, all, row, (size_t)v.rank * block, n, type->extent, 0, v.size - 1, recvbuf);
         free(all);
-        return MPI_SUCCESS;
+        return call_result();
     }
     /* MPI in place: the blocks fill recvbuf and the result goes to its
      * front; eccl's in-place result lands where this rank's block was. */
@@ -1874,7 +2050,7 @@ static int reduce_scatter_block(const char *call, const void *sendbuf, void *rec
     COLL(call, nb, ((struct coll_after){{NULL, NULL}, recvbuf, result, block}), eccl_reduce_scatter,
          v.ecomm, sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf, result, n, type->dtype, red.eop,
          take_tag(&v));
-    return MPI_SUCCESS;
+    return call_result();
 }
 
 int MPI_Reduce_scatter_block(const void *sendbuf, void *recvbuf, int recvcount,
@@ -1930,7 +2106,7 @@ static int reduce_scatter(const char *call, const void *sendbuf, void *recvbuf,
                        recvbuf);
         free(all);
         free(counts);
-        return MPI_SUCCESS;
+        return call_result();
     }
     /* MPI in place: the blocks fill recvbuf and the result goes to its
      * front; eccl's in-place result lands where this rank's block was. */
@@ -1938,7 +2114,7 @@ static int reduce_scatter(const char *call, const void *sendbuf, void *recvbuf,
     COLL(call, nb, ((struct coll_after){{counts, NULL}, recvbuf, result, mine}),
          eccl_reduce_scatterv, v.ecomm, sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf, result, counts,
          type->dtype, red.eop, take_tag(&v));
-    return MPI_SUCCESS;
+    return call_result();
 }
 
 int MPI_Reduce_scatter(const void *sendbuf, void *recvbuf, const int recvcounts[],
@@ -1979,7 +2155,7 @@ static int alltoall(const char *call, const void *sendbuf, int sendcount, MPI_Da
     COLL(call, nb, NOTHING_AFTER, eccl_alltoall, v.ecomm,
          sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf, recvbuf, 
              block, ECCL_U8, take_tag(&v));
-    return MPI_SUCCESS;
+    return call_result();
 }
 
 int MPI_Alltoall(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
@@ -2073,7 +2249,7 @@ static int alltoallv(const char *call, const void *sendbuf, const int sendcounts
         COLL(call, nb, after, eccl_alltoallv, v.ecomm, sbase != NULL ? sbase : &no_send,
              counts + 2 * size, counts + 3 * size, rbase != NULL ? rbase : &no_recv, counts,
              counts + size, ECCL_U8, take_tag(&v));
-    return MPI_SUCCESS;
+    return call_result();
 }
 
 int MPI_Alltoallv(const void *sendbuf, const int sendcounts[], const int sdispls[],
@@ -2126,6 +2302,10 @@ static struct request *start_send(const char *call, const void *buf, int count,
     check_tag(call, tag, 0);
     check_buffer(call, "buf", buf, bytes);
     r = new_request(call, REQ_SEND, comm, dest, tag, (void *)buf, bytes);
+    if ((r->error = call_result()) != MPI_SUCCESS) {
+        r->step = STEP_DONE; /* its communicator failed: nothing to send to */
+        return r;
+    }
     if (dest == MPI_PROC_NULL) {
         r->step = STEP_DONE;
         return r;
@@ -2160,6 +2340,10 @@ static struct request *start_recv(const char *call, void *buf, int count, MPI_Da
     check_tag(call, tag, 1);
     check_buffer(call, "buf", buf, bytes);
     r = new_request(call, REQ_RECV, comm, source, tag, buf, bytes);
+    if ((r->error = call_result()) != MPI_SUCCESS) {
+        r->step = STEP_DONE; /* its communicator failed: nothing will come */
+        return r;
+    }
     if (source == MPI_PROC_NULL) {
         r->step = STEP_DONE;
         return r;
@@ -2179,21 +2363,25 @@ static struct request *start_recv(const char *call, void *buf, int count, MPI_Da
 int MPI_Send(const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm)
 {
     struct request *r = start_send("MPI_Send", buf, count, datatype, dest, tag, comm);
+    int e;
 
     wait_request("MPI_Send", r);
+    e = r->error;
     let_go(r);
-    return MPI_SUCCESS;
+    return e;
 }
 
 int MPI_Recv(void *buf, int count, MPI_Datatype datatype, int source, int tag, MPI_Comm comm,
              MPI_Status *status)
 {
     struct request *r = start_recv("MPI_Recv", buf, count, datatype, source, tag, comm);
+    int e;
 
     wait_request("MPI_Recv", r);
     fill_status(r, status);
+    e = r->error;
     let_go(r);
-    return MPI_SUCCESS;
+    return e;
 }
 
 int MPI_Isend(const void *buf, int count, MPI_Datatype datatype, int dest, int tag,
@@ -2225,27 +2413,34 @@ int MPI_Sendrecv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, int 
     struct request *rr = start_recv(call, recvbuf, recvcount, recvtype, source, recvtag, comm);
     struct request *sr = start_send(call, sendbuf, sendcount, sendtype, dest, sendtag, comm);
 
+    int e;
+
     wait_request(call, sr);
     wait_request(call, rr);
     fill_status(rr, status);
+    e = sr->error != MPI_SUCCESS ? sr->error : rr->error;
     let_go(sr);
     let_go(rr);
-    return MPI_SUCCESS;
+    return e;
 }
 
-static void wait_handle(const char *call, MPI_Request *request, MPI_Status *status)
+/* Waits for *request and releases it; its result. */
+static int wait_handle(const char *call, MPI_Request *request, MPI_Status *status)
 {
     struct request *r;
+    int e;
 
     if (*request == MPI_REQUEST_NULL) {
         empty_status(status);
-        return;
+        return MPI_SUCCESS;
     }
     r = request_of(call, *request);
     wait_request(call, r);
     fill_status(r, status);
+    e = r->error;
     drop_handle(r);
     *request = MPI_REQUEST_NULL;
+    return e;
 }
 
 int MPI_Wait(MPI_Request *request, MPI_Status *status)
@@ -2253,8 +2448,7 @@ int MPI_Wait(MPI_Request *request, MPI_Status *status)
     require_initialized("MPI_Wait");
     if (request == NULL)
         fatal(MPI_ERR_REQUEST, "MPI_Wait: request is NULL");
-    wait_handle("MPI_Wait", request, status);
-    return MPI_SUCCESS;
+    return wait_handle("MPI_Wait", request, status);
 }
 
 int MPI_Waitall(int count, MPI_Request requests[], MPI_Status statuses[])
@@ -2264,10 +2458,15 @@ int MPI_Waitall(int count, MPI_Request requests[], MPI_Status statuses[])
     require_initialized("MPI_Waitall");
     if (n != 0 && requests == NULL)
         fatal(MPI_ERR_REQUEST, "MPI_Waitall: requests is NULL");
+    /* Every request ends; a failed one makes it MPI_ERR_IN_STATUS, each
+     * status's MPI_ERROR saying which. */
+    int e = MPI_SUCCESS;
     for (size_t i = 0; i < n; i++)
-        wait_handle("MPI_Waitall", &requests[i],
-                    statuses == MPI_STATUSES_IGNORE ? MPI_STATUS_IGNORE : &statuses[i]);
-    return MPI_SUCCESS;
+        if (wait_handle("MPI_Waitall", &requests[i],
+                        statuses == MPI_STATUSES_IGNORE ? MPI_STATUS_IGNORE : &statuses[i]) !=
+            MPI_SUCCESS)
+            e = MPI_ERR_IN_STATUS;
+    return e;
 }
 
 int MPI_Test(MPI_Request *request, int *flag, MPI_Status *status)
@@ -2285,12 +2484,14 @@ int MPI_Test(MPI_Request *request, int *flag, MPI_Status *status)
     r = request_of("MPI_Test", *request);
     progress_all();
     *flag = user_done(r);
+    int e = MPI_SUCCESS;
     if (*flag) {
         fill_status(r, status);
+        e = r->error;
         drop_handle(r);
         *request = MPI_REQUEST_NULL;
     }
-    return MPI_SUCCESS;
+    return e;
 }
 
 
@@ -2316,11 +2517,13 @@ int MPI_Waitany(int count, MPI_Request requests[], int *index, MPI_Status *statu
             active = 1;
             r = request_of(call, requests[i]);
             if (user_done(r)) {
+                int e = r->error;
+
                 fill_status(r, status);
                 drop_handle(r);
                 requests[i] = MPI_REQUEST_NULL;
                 *index = (int)i;
-                return MPI_SUCCESS;
+                return e;
             }
         }
         if (!active) {
@@ -2345,6 +2548,8 @@ int MPI_Testall(int count, MPI_Request requests[], int *flag, MPI_Status statuse
     require_initialized(call);
     if (flag == NULL || (n != 0 && requests == NULL))
         fatal(MPI_ERR_ARG, "%s: flag or requests is NULL", call);
+    int e = MPI_SUCCESS;
+
     progress_all();
     *flag = 1;
     for (size_t i = 0; i < n && *flag; i++)
@@ -2359,10 +2564,12 @@ int MPI_Testall(int count, MPI_Request requests[], int *flag, MPI_Status statuse
         }
         struct request *r = request_of(call, requests[i]);
         fill_status(r, st);
+        if (r->error != MPI_SUCCESS)
+            e = MPI_ERR_IN_STATUS;
         drop_handle(r);
         requests[i] = MPI_REQUEST_NULL;
     }
-    return MPI_SUCCESS;
+    return e;
 }
 
 /* ---- rooted gathers and scatters ----------------------------------------------------
@@ -2436,7 +2643,7 @@ static int rooted(const char *call, int gather, const void *mine, int mine_count
         return done_now(call, nb);
     }
     rooted_bytes(call, &v, root, gather, (void *)mine, mine_bytes, base, shares, shares + size, nb);
-    return MPI_SUCCESS;
+    return call_result();
 }
 
 int MPI_Gather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
@@ -2527,8 +2734,17 @@ static MPI_Comm comm_new(const char *call, const struct comm_view *parent)
         }
         slot = comms.n++;
     }
+    /* Its kind, its ranks and its error handler are its parent's (the
+     * call under way's communicator). */
+    const struct mpi_comm *from = comm_state(comms.current);
     struct mpi_comm *c = &comms.slots[slot];
-    *c = (struct mpi_comm){.used = 1, .of_self = parent->ecomm == NULL && parent->size == 1};
+    *c = (struct mpi_comm){.used = 1,
+                           .of_self = parent->ecomm == NULL && parent->size == 1,
+                           .errors_return = from->errors_return,
+                           .shrunk = from->shrunk,
+                           .rank = from->rank,
+                           .size = from->size,
+                           .epoch = from->epoch};
     if (!c->of_self) {
         /* Every rank creates the world's communicators in one order: the
          * same id everywhere. */
@@ -2546,8 +2762,8 @@ int MPI_Comm_dup(MPI_Comm comm, MPI_Comm *newcomm)
 
     if (newcomm == NULL)
         fatal(MPI_ERR_ARG, "MPI_Comm_dup: newcomm is NULL");
-    *newcomm = comm_new("MPI_Comm_dup", &v);
-    return MPI_SUCCESS;
+    *newcomm = comms.error == MPI_SUCCESS ? comm_new("MPI_Comm_dup", &v) : MPI_COMM_NULL;
+    return call_result();
 }
 
 int MPI_Comm_free(MPI_Comm *comm)
@@ -2596,6 +2812,11 @@ static int split(const char *call, MPI_Comm comm, int color, int key, MPI_Comm *
         memcpy(all, mine, sizeof mine);
     else
         RUN_COLL(call, eccl_allgather, v.ecomm, mine, all, sizeof mine, ECCL_U8, take_tag(&v));
+    if (comms.error != MPI_SUCCESS) { /* a process failure: no new communicator */
+        free(all);
+        *newcomm = MPI_COMM_NULL;
+        return call_result();
+    }
     int same = 1, undefined = 1;
     for (int r = 0; r < v.size; r++) {
         same &= all[2 * r] == all[0];
@@ -2607,14 +2828,14 @@ static int split(const char *call, MPI_Comm comm, int color, int key, MPI_Comm *
     free(all);
     if (undefined) {
         *newcomm = MPI_COMM_NULL;
-        return MPI_SUCCESS;
+        return call_result();
     }
     if (!same)
         fatal(MPI_ERR_UNSUPPORTED_OPERATION, "%s: a split into several communicators, or into one "
               "in another order, is not supported by eccl yet (every communicator here has all the "
               "ranks of the one it came from, in order)", call);
     *newcomm = comm_new(call, &v);
-    return MPI_SUCCESS;
+    return call_result();
 }
 
 int MPI_Comm_split(MPI_Comm comm, int color, int key, MPI_Comm *newcomm)
@@ -2646,4 +2867,182 @@ int MPI_Comm_split_type(MPI_Comm comm, int split_type, int key, MPI_Info info, M
         color = (int)(h & 0x7fffffff);
     }
     return split(call, comm, color, key, newcomm);
+}
+
+/* ---- error handlers and ULFM ---------------------------------------------------------------
+ *
+ * MPI_ERRORS_RETURN on a communicator makes a process failure (a rank
+ * lost under a call, or before it: check_coll) MPIX_ERR_PROC_FAILED, for
+ * that call and every later one on the communicator, on every rank that
+ * sees it; other errors still end the job, as under MPI_ERRORS_ARE_FATAL.
+ * The survivors go on with MPIX_Comm_shrink (eccl has re-formed its ring
+ * without the lost rank: the new communicator is that ring) and agree with
+ * MPIX_Comm_agree. */
+
+int MPI_Comm_set_errhandler(MPI_Comm comm, MPI_Errhandler errhandler)
+{
+    struct mpi_comm *c = comm_state(comm);
+
+    require_initialized("MPI_Comm_set_errhandler");
+    if (c == NULL)
+        fatal(MPI_ERR_COMM, "MPI_Comm_set_errhandler: invalid communicator 0x%x", (unsigned)comm);
+    if (errhandler != MPI_ERRORS_ARE_FATAL && errhandler != MPI_ERRORS_RETURN)
+        fatal(MPI_ERR_ARG, "MPI_Comm_set_errhandler: MPI_ERRORS_ARE_FATAL or MPI_ERRORS_RETURN "
+              "(this subset has no user handlers)");
+    c->errors_return = errhandler == MPI_ERRORS_RETURN;
+    return MPI_SUCCESS;
+}
+
+int MPI_Comm_get_errhandler(MPI_Comm comm, MPI_Errhandler *errhandler)
+{
+    struct mpi_comm *c = comm_state(comm);
+
+    require_initialized("MPI_Comm_get_errhandler");
+    if (c == NULL || errhandler == NULL)
+        fatal(MPI_ERR_ARG, "MPI_Comm_get_errhandler: invalid communicator or NULL errhandler");
+    *errhandler = c->errors_return ? MPI_ERRORS_RETURN : MPI_ERRORS_ARE_FATAL;
+    return MPI_SUCCESS;
+}
+
+/* The predefined handlers are never freed: the handle just goes. */
+int MPI_Errhandler_free(MPI_Errhandler *errhandler)
+{
+    if (errhandler == NULL)
+        fatal(MPI_ERR_ARG, "MPI_Errhandler_free: errhandler is NULL");
+    *errhandler = MPI_ERRHANDLER_NULL;
+    return MPI_SUCCESS;
+}
+
+/* The ring the next eccl call runs on (waiting for one being re-formed). */
+static void current_ring(const char *call, int64_t *epoch, int64_t *rank, int64_t *size)
+{
+    check_eccl(call, "reading the ring epoch", eccl_comm_get_attr(world.comm, ECCL_ATTR_EPOCH, epoch));
+    check_eccl(call, "reading the rank", eccl_comm_get_attr(world.comm, ECCL_ATTR_RANK, rank));
+    check_eccl(call, "reading the world size",
+               eccl_comm_get_attr(world.comm, ECCL_ATTR_WORLD_SIZE, size));
+}
+
+/* An all-reduce of every survivor's `in` into `out` (n elements, op) on the
+ * ring of the moment, under a tag of `space` that names the call (`which`,
+ * the same on every survivor) and the ring: tried again on the next ring
+ * while ranks are lost under it. With `vote_epoch`, `in` is two int64s set
+ * to the ring's epoch and its negation (MPIX_Comm_shrink's vote). Returns
+ * the ring's epoch, and its rank and size. A world of one (or a ring of
+ * one) just copies. */
+static int64_t survivors_allreduce(const char *call, uint64_t space, uint32_t which, void *in,
+                                   void *out, size_t n, eccl_dtype dtype, size_t esize,
+                                   eccl_op op, int vote_epoch, int64_t *rank, int64_t *size)
+{
+    int64_t epoch = 0;
+
+    *rank = 0;
+    *size = 1;
+    if (world.comm == NULL) {
+        memcpy(out, in, n * esize);
+        return 0;
+    }
+    for (int attempt = 0;; attempt++) {
+        eccl_reduce_info info;
+        eccl_result rc;
+
+        current_ring(call, &epoch, rank, size);
+        if (vote_epoch) {
+            ((int64_t *)in)[0] = epoch;
+            ((int64_t *)in)[1] = -epoch;
+        }
+        if (*size == 1) {
+            memcpy(out, in, n * esize);
+            return epoch;
+        }
+        rc = eccl_allreduce(world.comm, in, out, n, dtype, op,
+                            space << 40 | (uint64_t)which << 8 | (uint64_t)(epoch & 0xff), &info);
+        if (rc == ECCL_OK && info.world_size == (uint32_t)*size)
+            return epoch;
+        if (rc != ECCL_OK && rc != ECCL_ERR_PEER_LOST && rc != ECCL_ERR_CONNECT)
+            check_eccl(call, "eccl_allreduce", rc);
+        if (attempt == 1000)
+            fatal(MPI_ERR_OTHER, "%s: the ring kept changing under 1000 tries", call);
+    }
+}
+
+int MPIX_Comm_failure_ack(MPI_Comm comm)
+{
+    struct mpi_comm *c = comm_state(comm);
+
+    require_initialized("MPIX_Comm_failure_ack");
+    if (c == NULL)
+        fatal(MPI_ERR_COMM, "MPIX_Comm_failure_ack: invalid communicator 0x%x", (unsigned)comm);
+    c->acked = c->failed;
+    return MPI_SUCCESS;
+}
+
+/* The bitwise AND of every surviving rank's *flag, the same on each of
+ * them; MPIX_ERR_PROC_FAILED (with the value agreed all the same) where a
+ * rank of comm was lost and this rank has not acknowledged it. */
+int MPIX_Comm_agree(MPI_Comm comm, int *flag)
+{
+    static const char call[] = "MPIX_Comm_agree";
+    struct comm_view v = view_of(call, comm);
+    struct mpi_comm *c = comm_state(comm);
+    uint8_t bits[32], all[32];
+    int64_t rank, size, epoch;
+
+    (void)call_result(); /* agreeing is what a failed communicator may still do */
+    if (flag == NULL)
+        fatal(MPI_ERR_ARG, "%s: flag is NULL", call);
+    for (int i = 0; i < 32; i++)
+        bits[i] = (uint8_t)((unsigned)*flag >> i & 1u);
+    if (v.ecomm == NULL && v.size == 1) {
+        memcpy(all, bits, sizeof all);
+    } else {
+        uint32_t which = (c->id << 16 | (c->agreements++ & 0xffffu)) & 0xffffffffu;
+        epoch = survivors_allreduce(call, AGREE_SPACE, which, bits, all, 32, ECCL_U8, 1, ECCL_MIN,
+                                    0, &rank, &size);
+        if (epoch != (c->shrunk ? c->epoch : world.epoch))
+            c->failed = 1;
+    }
+    unsigned out = 0;
+    for (int i = 0; i < 32; i++)
+        out |= (unsigned)(all[i] != 0) << i;
+    *flag = (int)out;
+    return c->failed && !c->acked ? MPIX_ERR_PROC_FAILED : MPI_SUCCESS;
+}
+
+/* A communicator of comm's surviving ranks: eccl's ring once it has dropped
+ * the lost ones, as every survivor sees it (a vote on the ring's epoch,
+ * tried again while ranks are still being lost), ranks in ring order. */
+int MPIX_Comm_shrink(MPI_Comm comm, MPI_Comm *newcomm)
+{
+    static const char call[] = "MPIX_Comm_shrink";
+    struct comm_view v = view_of(call, comm);
+    struct mpi_comm *c = comm_state(comm);
+    int64_t rank, size, epoch = 0;
+
+    (void)call_result(); /* shrinking is what a failed communicator is for */
+    if (newcomm == NULL)
+        fatal(MPI_ERR_ARG, "%s: newcomm is NULL", call);
+    if (v.ecomm == NULL && v.size == 1) {
+        *newcomm = comm_new(call, &v);
+        return MPI_SUCCESS;
+    }
+    for (;;) {
+        int64_t vote[2], got[2];
+        uint32_t which = (c->id << 16 | (c->shrinks & 0xffffu)) & 0xffffffffu;
+
+        epoch = survivors_allreduce(call, SHRINK_SPACE, which, vote, got, 2, ECCL_I64,
+                                    sizeof vote[0], ECCL_MAX, 1, &rank, &size);
+        if (got[0] == epoch && -got[1] == epoch)
+            break; /* every survivor is on this ring */
+    }
+    c->shrinks++;
+    struct comm_view shrunk = {(int)rank, (int)size, size > 1 ? world.comm : NULL, NULL, 0};
+    *newcomm = comm_new(call, &shrunk);
+    struct mpi_comm *n = comm_state(*newcomm);
+    n->of_self = 0;
+    n->shrunk = 1;
+    n->rank = (int)rank;
+    n->size = (int)size;
+    n->epoch = epoch;
+    n->failed = 0;
+    return MPI_SUCCESS;
 }

@@ -32,12 +32,13 @@ struct run_opts {
     uint64_t np;
     uint64_t timeout_s;
     char **prog_argv; /* the program and its arguments, NULL-terminated */
+    int keep_going;   /* --keep-going: a failed process does not stop the others */
 };
 
 static void usage(FILE *out)
 {
     fprintf(out,
-            "usage: eccl-run -np N [--timeout S] [--] PROGRAM [ARGS...]\n"
+            "usage: eccl-run -np N [--timeout S] [--keep-going] [--] PROGRAM [ARGS...]\n"
             "\n"
             "Runs N copies of PROGRAM, an MPI program linked with libeccl_mpi, on this\n"
             "machine as one MPI_COMM_WORLD of N ranks over eccl (an eccl master runs\n"
@@ -47,13 +48,17 @@ static void usage(FILE *out)
             "  -np N, -n N, --np N  number of processes, 1..%d\n"
             "  --timeout S          stop every process after S seconds (default %d,\n"
             "                       at most %u)\n"
+            "  --keep-going         a process that fails does not stop the others (for\n"
+            "                       programs that survive lost ranks: MPI_ERRORS_RETURN\n"
+            "                       and MPIX_Comm_shrink)\n"
             "  -h, --help           show this help\n"
             "\n"
             "Exit status: 0 when every process exits 0; otherwise the first failed\n"
             "process's exit status, or 128 + the signal that killed it (the others are\n"
             "then stopped: SIGTERM, SIGKILL %d ms later); 124 after --timeout; 127\n"
             "when PROGRAM cannot be run; 2 for a usage error; 1 when eccl-run itself\n"
-            "fails.\n",
+            "fails. With --keep-going: the number of processes that failed (at most\n"
+            "100), each reported as it ends, or 0.\n",
             RUN_MAX_NP, RUN_DEFAULT_TIMEOUT_S, RUN_MAX_TIMEOUT_S, TOOL_STOP_GRACE_MS);
 }
 
@@ -79,6 +84,7 @@ static int parse_args(int argc, char **argv, struct run_opts *o)
 
     o->np = 0;
     o->timeout_s = RUN_DEFAULT_TIMEOUT_S;
+    o->keep_going = 0;
     for (i = 1; i < argc; i++) {
         const char *a = argv[i];
 
@@ -99,6 +105,8 @@ static int parse_args(int argc, char **argv, struct run_opts *o)
                 return usage_error("%s wants a process count in 1..%d, got '%s'", a, RUN_MAX_NP,
                                    argv[i]);
             np_set = 1;
+        } else if (strcmp(a, "--keep-going") == 0) {
+            o->keep_going = 1;
         } else if (strcmp(a, "--timeout") == 0) {
             if (i + 1 >= argc)
                 return usage_error("%s needs an argument", a);
@@ -203,7 +211,8 @@ int main(int argc, char **argv)
         status = EXIT_CANNOT_RUN;
         goto out;
     }
-    status = tool_reap("eccl-run", pids, opts.np, opts.timeout_s * 1000u, &stop_signal);
+    status = tool_reap("eccl-run", pids, opts.np, opts.timeout_s * 1000u, opts.keep_going,
+                       &stop_signal);
 out:
     if (eccl_master_stop(master) != ECCL_OK && status == EXIT_SUCCESS)
         status = EXIT_FAILURE;

@@ -1349,7 +1349,7 @@ static int spawn_hosts(const struct bench_opts *o, struct child_argv *child, pid
         if (tool_spawn("eccl-bench", "/proc/self/exe", child->argv, 0, pids + i, 1) != 0) {
             for (uint64_t j = 0; j < i; j++)
                 kill(pids[j], SIGKILL);
-            tool_reap("eccl-bench", pids, i, 0, NULL);
+            tool_reap("eccl-bench", pids, i, 0, 0, NULL);
             return -1;
         }
     }
@@ -1382,7 +1382,7 @@ static int launch_local(const struct bench_opts *o)
     build_child_argv(o, addr, &child);
     if ((o->hosts ? spawn_hosts(o, &child, pids)
                   : tool_spawn("eccl-bench", "/proc/self/exe", child.argv, 0, pids, o->np)) == 0 &&
-        tool_reap("eccl-bench", pids, o->np, 0, NULL) == 0)
+        tool_reap("eccl-bench", pids, o->np, 0, 0, NULL) == 0)
         status = EXIT_SUCCESS;
 out:
     free(pids);

@@ -228,11 +228,11 @@ static size_t signal_children(const pid_t *pids, size_t n, int sig)
     return alive;
 }
 
-int tool_reap(const char *who, pid_t *pids, size_t n, uint64_t timeout_ms,
+int tool_reap(const char *who, pid_t *pids, size_t n, uint64_t timeout_ms, int keep_going,
               volatile sig_atomic_t *stop)
 {
     uint64_t start = now_ms(), kill_at = 0;
-    int stopping = 0, killed = 0, result = 0;
+    int stopping = 0, killed = 0, result = 0, failed = 0;
     size_t left = 0;
 
     for (size_t i = 0; i < n; i++)
@@ -275,7 +275,11 @@ int tool_reap(const char *who, pid_t *pids, size_t n, uint64_t timeout_ms,
             else
                 fprintf(stderr, "%s: process %zu of %zu (pid %d) exited with status %d",
                         who, i, n, (int)pid, WEXITSTATUS(status));
-            if (!stopping) {
+            if (!stopping && keep_going) {
+                failed++;
+                if (left > 0)
+                    fprintf(stderr, "; the other %zu go on (--keep-going)", left);
+            } else if (!stopping) {
                 result = WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
                 if (left > 0)
                     fprintf(stderr, "; stopping the other %zu", left);
@@ -303,6 +307,10 @@ int tool_reap(const char *who, pid_t *pids, size_t n, uint64_t timeout_ms,
             kill_at = now_ms() + TOOL_STOP_GRACE_MS;
             signal_children(pids, n, SIGTERM);
         }
+    }
+    if (result == 0 && failed != 0) {
+        fprintf(stderr, "%s: %d of %zu processes failed\n", who, failed, n);
+        result = failed < 100 ? failed : 100;
     }
     return result;
 }

@@ -57,9 +57,11 @@ int tool_spawn(const char *who, const char *file, char *const argv[], int search
  * handler stores its signal number there) is non-zero. Returns 0 when
  * every process exited with status 0; otherwise the status a launcher
  * should exit with: the first failure's exit status, or 128 + its signal;
- * 124 after a timeout; 128 + *stop when stopped. */
+ * 124 after a timeout; 128 + *stop when stopped. With keep_going, a failed
+ * process does not stop the others: each is reported as it ends, and the
+ * status is then the number of processes that failed (at most 100). */
 #define TOOL_STOP_GRACE_MS 5000
-int tool_reap(const char *who, pid_t *pids, size_t n, uint64_t timeout_ms,
+int tool_reap(const char *who, pid_t *pids, size_t n, uint64_t timeout_ms, int keep_going,
               volatile sig_atomic_t *stop);
 
 #endif /* ECCL_TOOL_UTIL_H */

@@ -33,6 +33,7 @@ typedef int MPI_Datatype;
 typedef int MPI_Op;
 typedef int MPI_Request;
 typedef int MPI_Info;
+typedef int MPI_Errhandler;
 typedef ptrdiff_t MPI_Aint;
 
 typedef struct MPI_Status {
@@ -62,7 +63,10 @@ typedef struct MPI_Status {
 #define MPI_ERR_OTHER 14
 #define MPI_ERR_INTERN 15
 #define MPI_ERR_UNKNOWN 16
-#define MPI_ERR_LASTCODE 16
+#define MPI_ERR_IN_STATUS 17
+/* ULFM (mpi-ext.h): a rank of the communicator was lost. */
+#define MPIX_ERR_PROC_FAILED 18
+#define MPI_ERR_LASTCODE 18
 
 #define MPI_ANY_SOURCE (-1)
 #define MPI_ANY_TAG (-1)
@@ -88,6 +92,9 @@ typedef struct MPI_Status {
 
 #define MPI_REQUEST_NULL ((MPI_Request)0)
 #define MPI_INFO_NULL ((MPI_Info)0)
+#define MPI_ERRHANDLER_NULL ((MPI_Errhandler)0)
+#define MPI_ERRORS_ARE_FATAL ((MPI_Errhandler)0x54000001)
+#define MPI_ERRORS_RETURN ((MPI_Errhandler)0x54000002)
 
 /* MPI_Comm_compare's results; MPI_Comm_split_type's type. */
 #define MPI_IDENT 0
@@ -312,6 +319,29 @@ int MPI_Comm_split_type(MPI_Comm comm, int split_type, int key, MPI_Info info,
                         MPI_Comm *newcomm);
 int MPI_Comm_compare(MPI_Comm comm1, MPI_Comm comm2, int *result);
 int MPI_Comm_free(MPI_Comm *comm);
+
+/* ---- error handlers and fault tolerance (ULFM) ---------------------------------
+ *
+ * MPI_ERRORS_ARE_FATAL (the default) or MPI_ERRORS_RETURN, per
+ * communicator (a new one takes its parent's). Under MPI_ERRORS_RETURN a
+ * lost rank makes the calls on the communicator return
+ * MPIX_ERR_PROC_FAILED (buffers as eccl leaves them: inputs intact, outputs
+ * undefined) instead of ending the job; every other error still ends it.
+ * Run such a program with `eccl-run --keep-going`. The User-Level Failure
+ * Mitigation calls (Open MPI and MPICH ship them; mpi-ext.h includes this
+ * header) continue the job: */
+
+int MPI_Comm_set_errhandler(MPI_Comm comm, MPI_Errhandler errhandler);
+int MPI_Comm_get_errhandler(MPI_Comm comm, MPI_Errhandler *errhandler);
+int MPI_Errhandler_free(MPI_Errhandler *errhandler);
+/* A communicator of the surviving ranks, in their order. */
+int MPIX_Comm_shrink(MPI_Comm comm, MPI_Comm *newcomm);
+/* The bitwise AND of every survivor's *flag, the same on each; returns
+ * MPIX_ERR_PROC_FAILED (the value agreed all the same) while a failure
+ * of comm is not acknowledged. */
+int MPIX_Comm_agree(MPI_Comm comm, int *flag);
+/* Acknowledges the failures of comm seen so far (for MPIX_Comm_agree). */
+int MPIX_Comm_failure_ack(MPI_Comm comm);
 
 #ifdef __cplusplus
 }

@@ -4,6 +4,7 @@
 #include <mpi.h>
 
 #include <mpi.h> /* the include guard must hold */
+#include <mpi-ext.h>
 
 typedef char mpi_check_version[MPI_VERSION >= 3 ? 1 : -1];
 
@@ -100,6 +101,18 @@ static int header_use(int *argc, char ***argv)
     MPI_Iscatterv(&x, counts, displs, MPI_DOUBLE, &y, 1, MPI_DOUBLE, 0, comm, &req);
     MPI_Waitany(1, &req, &len, &status);
     MPI_Comm_compare(comm, MPI_COMM_SELF, &flag);
+    {
+        MPI_Errhandler eh = MPI_ERRHANDLER_NULL;
+        MPI_Comm survivors = MPI_COMM_NULL;
+        MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+        MPI_Comm_get_errhandler(comm, &eh);
+        MPI_Errhandler_free(&eh);
+        MPI_Comm_set_errhandler(comm, MPI_ERRORS_ARE_FATAL);
+        MPIX_Comm_failure_ack(comm);
+        if (MPIX_Comm_agree(comm, &flag) == MPIX_ERR_PROC_FAILED)
+            MPIX_Comm_shrink(comm, &survivors);
+        flag = MPI_ERR_IN_STATUS;
+    }
     flag = MPI_IDENT + MPI_CONGRUENT + MPI_SIMILAR + MPI_UNEQUAL;
     MPI_Testall(1, &req, &flag, MPI_STATUSES_IGNORE);
     MPI_Wait(&req, MPI_STATUS_IGNORE);
