@@ -3026,7 +3026,7 @@ int MPIX_Comm_shrink(MPI_Comm comm, MPI_Comm *newcomm)
         return MPI_SUCCESS;
     }
     for (;;) {
-        int64_t vote[2], got[2];
+        int64_t vote[2] = {0, 0}, got[2] = {0, 0};
         uint32_t which = (c->id << 16 | (c->shrinks & 0xffffu)) & 0xffffffffu;
 
         epoch = survivors_allreduce(call, SHRINK_SPACE, which, vote, got, 2, ECCL_I64,
