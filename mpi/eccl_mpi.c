@@ -237,15 +237,23 @@ static struct mpi_comm *comm_state(MPI_Comm comm);
  * MPI_ERRORS_RETURN that is MPIX_ERR_PROC_FAILED for this call and every
  * later one on the communicator (ULFM); otherwise, and for every other
  * failure, fatal. */
-static void check_coll(const char *call, const char *what, eccl_result rc)
+static void check_coll(const char *call, const char *what, eccl_result rc, uint32_t ran_world)
 {
     struct mpi_comm *c = comm_state(comms.current);
     int64_t epoch = -1, want = c != NULL && c->shrunk ? c->epoch : world.epoch;
+    int size = c != NULL && c->shrunk ? c->size : world.size;
 
-    if (rc == ECCL_OK)
+    /* A collective's own world (eccl_reduce_info) says whether every rank
+     * took part, the same on every survivor; the ring's epoch, read after
+     * the op, may have moved on since on some of them and not on others,
+     * so it serves only where the op has no world to tell (a barrier, a
+     * message). */
+    if (rc == ECCL_OK && ran_world != 0 && ran_world == (uint32_t)size)
+        return;
+    if (rc == ECCL_OK && ran_world == 0)
         check_eccl(call, "reading the ring epoch",
                    eccl_comm_get_attr(world.comm, ECCL_ATTR_EPOCH, &epoch));
-    if (rc == ECCL_OK && epoch == want)
+    if (rc == ECCL_OK && ran_world == 0 && epoch == want)
         return;
     if ((rc == ECCL_OK || rc == ECCL_ERR_PEER_LOST || rc == ECCL_ERR_CONNECT ||
          rc == ECCL_ERR_TOO_FEW_PEERS) &&
@@ -816,7 +824,7 @@ static void step_done(struct request *r, eccl_result rc)
     int pending = comms.error;
     comms.current = r->comm;
     comms.error = MPI_SUCCESS;
-    check_coll(call, r->kind == REQ_SEND ? "eccl_send" : "eccl_recv", rc);
+    check_coll(call, r->kind == REQ_SEND ? "eccl_send" : "eccl_recv", rc, 0);
     r->error = call_result();
     comms.current = was;
     comms.error = pending;
@@ -934,15 +942,16 @@ static int retry_on_survivors(eccl_result rc)
         comms.retrying = 0;                                                               \
         while (comms.error == MPI_SUCCESS) { /* failed already: no more eccl calls */     \
             eccl_result rc_;                                                              \
+            eccl_reduce_info info_ = {0};                                                 \
             if (p2p_needs_progress(NULL)) {                                               \
                 eccl_request *coll_op_ = NULL;                                            \
                 check_eccl(call, #fn "_async", fn##_async(__VA_ARGS__, &coll_op_));       \
-                rc_ = wait_progressing(coll_op_, NULL);                                   \
+                rc_ = wait_progressing(coll_op_, &info_);                                 \
             } else {                                                                      \
-                rc_ = fn(__VA_ARGS__, NULL);                                              \
+                rc_ = fn(__VA_ARGS__, &info_);                                            \
             }                                                                             \
             if (!retry_on_survivors(rc_)) {                                               \
-                check_coll(call, #fn, rc_);                                               \
+                check_coll(call, #fn, rc_, info_.world_size);                             \
                 break;                                                                    \
             }                                                                             \
             comms.retrying = 1; /* the same tag again (take_tag) */                       \
@@ -984,7 +993,7 @@ static void coll_finish(struct request *r, eccl_result rc)
     /* Checked as its communicator's: a process failure is its error. */
     comms.current = r->comm;
     comms.error = MPI_SUCCESS;
-    check_coll(r->call, r->call, rc);
+    check_coll(r->call, r->call, rc, 0);
     r->error = call_result();
     comms.current = was;
     comms.error = pending;
@@ -1599,7 +1608,7 @@ int MPI_Get_count(const MPI_Status *status, MPI_Datatype datatype, int *count)
  * for COLL. */
 static eccl_result barrier_op(eccl_comm *comm, uint64_t tag, eccl_reduce_info *info)
 {
-    (void)info;
+    info->world_size = 0; /* none to tell: check_coll reads the ring's epoch */
     return eccl_barrier(comm, tag);
 }
 
