@@ -806,6 +806,22 @@ static void post_step(const char *call, struct request *r, int fresh)
 /* r's eccl op ended with rc: on to the next step. */
 static void coll_finish(struct request *r, eccl_result rc);
 
+/* r's eccl op ended with rc: checked as a call on r's communicator (a
+ * process failure there is r's error, MPI_SUCCESS otherwise), without
+ * touching the call under way, inside which the op may have ended. */
+static void check_request(struct request *r, const char *call, const char *what, eccl_result rc)
+{
+    MPI_Comm was = comms.current;
+    int pending = comms.error;
+
+    comms.current = r->comm;
+    comms.error = MPI_SUCCESS;
+    check_coll(call, what, rc, 0);
+    r->error = call_result();
+    comms.current = was;
+    comms.error = pending;
+}
+
 static void step_done(struct request *r, eccl_result rc)
 {
     char call[96];
@@ -819,15 +835,8 @@ static void step_done(struct request *r, eccl_result rc)
     r->op = NULL;
     unlink_request(&p2p.active, r);
     p2p.active_ops--;
-    /* Checked as its communicator's: a process failure ends the message. */
-    MPI_Comm was = comms.current;
-    int pending = comms.error;
-    comms.current = r->comm;
-    comms.error = MPI_SUCCESS;
-    check_coll(call, r->kind == REQ_SEND ? "eccl_send" : "eccl_recv", rc, 0);
-    r->error = call_result();
-    comms.current = was;
-    comms.error = pending;
+    /* A process failure ends the message. */
+    check_request(r, call, r->kind == REQ_SEND ? "eccl_send" : "eccl_recv", rc);
     if (r->error != MPI_SUCCESS) {
         finish_request(r);
         return;
@@ -984,19 +993,10 @@ static void run_after(struct coll_after *a)
 
 static void coll_finish(struct request *r, eccl_result rc)
 {
-    MPI_Comm was = comms.current;
-    int pending = comms.error;
-
     r->op = NULL;
     unlink_request(&p2p.active, r);
     p2p.active_ops--;
-    /* Checked as its communicator's: a process failure is its error. */
-    comms.current = r->comm;
-    comms.error = MPI_SUCCESS;
-    check_coll(r->call, r->call, rc, 0);
-    r->error = call_result();
-    comms.current = was;
-    comms.error = pending;
+    check_request(r, r->call, r->call, rc);
     run_after(&r->after);
     finish_request(r);
 }
