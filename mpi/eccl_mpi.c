@@ -40,6 +40,7 @@
 
 #include "eccl.h"
 #include "ops.h"
+#include "shim.h"
 #include "tool_util.h"
 
 /* The library is built with hidden visibility; only MPI's names leave it
@@ -47,6 +48,8 @@
 #pragma GCC visibility push(default)
 #include "mpi.h"
 #pragma GCC visibility pop
+
+#include "types.h"
 
 /* ---- state ------------------------------------------------------------------ */
 
@@ -192,8 +195,7 @@ static void sayf(const char *fmt, ...)
  * process: exit status = the error class, never 0. stdout is flushed so
  * the program's output up to the failure is not lost, but no atexit
  * handler runs: eccl's threads are still going. */
-__attribute__((noreturn, format(printf, 2, 3)))
-static void fatal(int mpi_error, const char *fmt, ...)
+void mpi_fatal(int mpi_error, const char *fmt, ...)
 {
     char what[768];
     va_list ap;
@@ -223,7 +225,7 @@ static int mpi_error_of(eccl_result rc)
 static void check_eccl(const char *call, const char *what, eccl_result rc)
 {
     if (rc != ECCL_OK)
-        fatal(mpi_error_of(rc), "%s: %s failed: %s", call, what, eccl_strerror(rc));
+        mpi_fatal(mpi_error_of(rc), "%s: %s failed: %s", call, what, eccl_strerror(rc));
 }
 
 static struct mpi_comm *comm_state(MPI_Comm comm);
@@ -264,100 +266,28 @@ static void check_coll(const char *call, const char *what, eccl_result rc, uint3
         return;
     }
     check_eccl(call, what, rc);
-    fatal(MPI_ERR_OTHER, "%s: a rank left the world (eccl ring epoch %lld, %lld when the "
+    mpi_fatal(MPI_ERR_OTHER, "%s: a rank left the world (eccl ring epoch %lld, %lld when the "
           "communicator was made); MPI cannot go on with fewer ranks (MPI_ERRORS_RETURN and "
           "MPIX_Comm_shrink can)", call, (long long)epoch, (long long)want);
 }
 
-static void require_initialized(const char *call)
+void mpi_require_initialized(const char *call)
 {
     if (!world.initialized)
-        fatal(MPI_ERR_OTHER, "%s called before MPI_Init", call);
+        mpi_fatal(MPI_ERR_OTHER, "%s called before MPI_Init", call);
     if (world.finalized)
-        fatal(MPI_ERR_OTHER, "%s called after MPI_Finalize", call);
+        mpi_fatal(MPI_ERR_OTHER, "%s called after MPI_Finalize", call);
 }
 
 /* ---- handles ------------------------------------------------------------------ */
 
-/* eccl's element type of a C type of this size and signedness. */
-#define SIGNED_DTYPE(t)                                                                  \
-    (sizeof(t) == 1 ? ECCL_I8 : sizeof(t) == 2 ? ECCL_I16 : sizeof(t) == 4 ? ECCL_I32 \
-                                                                           : ECCL_I64)
-#define UNSIGNED_DTYPE(t)                                                                \
-    (sizeof(t) == 1 ? ECCL_U8 : sizeof(t) == 2 ? ECCL_U16 : sizeof(t) == 4 ? ECCL_U32 \
-                                                                           : ECCL_U64)
-
-_Static_assert(sizeof(float) == 4 && sizeof(double) == 8, "MPI_FLOAT/MPI_DOUBLE map to f32/f64");
-_Static_assert(sizeof(long long) == 8, "MPI_LONG_LONG maps to a 64-bit eccl type");
-
-struct mpi_type {
-    const char *name;
-    size_t extent;       /* its C layout's size, padding included: what buffers hold */
-    size_t data_size;    /* MPI_Type_size: the bytes of data in it */
-    enum mpi_ctype ctype; /* for the local reductions (ops.h) */
-    int on_eccl;         /* eccl has MPI_SUM/PROD/MIN/MAX on it, as dtype */
-    eccl_dtype dtype;
-};
-
-/* The pair types' C layouts (MPI 4.1, 6.9.4), as ops.c has them. */
-struct float_int { float v; int i; };
-struct double_int { double v; int i; };
-struct long_int { long v; int i; };
-struct two_int { int v; int i; };
-struct short_int { short v; int i; };
-struct ldouble_int { long double v; int i; };
-
-#define PLAIN(handle, T, ct, on, dt) {#handle, sizeof(T), sizeof(T), ct, on, dt}
-#define PAIR(handle, S, T, ct) {#handle, sizeof(struct S), sizeof(T) + sizeof(int), ct, 0, ECCL_U8}
-
-/* Indexed by handle - MPI_CHAR. MPI_CHAR is not one of MPI's reducible
- * types, but programs reduce it anyway and other MPIs let them: it reduces
- * as the platform's char. MPI_BYTE is raw memory: the bitwise operations
- * only. The types eccl has no arithmetic on reduce here (ops.h). */
-static const struct mpi_type mpi_types[] = {
-    PLAIN(MPI_CHAR, char, (char)-1 < 0 ? CT_SCHAR : CT_UCHAR, 1, (char)-1 < 0 ? ECCL_I8 : ECCL_U8),
-    PLAIN(MPI_SIGNED_CHAR, signed char, CT_SCHAR, 1, ECCL_I8),
-    PLAIN(MPI_UNSIGNED_CHAR, unsigned char, CT_UCHAR, 1, ECCL_U8),
-    PLAIN(MPI_BYTE, unsigned char, CT_BYTE, 0, ECCL_U8),
-    PLAIN(MPI_SHORT, short, CT_SHORT, 1, SIGNED_DTYPE(short)),
-    PLAIN(MPI_UNSIGNED_SHORT, unsigned short, CT_USHORT, 1, UNSIGNED_DTYPE(unsigned short)),
-    PLAIN(MPI_INT, int, CT_INT, 1, SIGNED_DTYPE(int)),
-    PLAIN(MPI_UNSIGNED, unsigned, CT_UINT, 1, UNSIGNED_DTYPE(unsigned)),
-    PLAIN(MPI_LONG, long, CT_LONG, 1, SIGNED_DTYPE(long)),
-    PLAIN(MPI_UNSIGNED_LONG, unsigned long, CT_ULONG, 1, UNSIGNED_DTYPE(unsigned long)),
-    PLAIN(MPI_LONG_LONG, long long, CT_LLONG, 1, SIGNED_DTYPE(long long)),
-    PLAIN(MPI_UNSIGNED_LONG_LONG, unsigned long long, CT_ULLONG, 1,
-          UNSIGNED_DTYPE(unsigned long long)),
-    PLAIN(MPI_FLOAT, float, CT_FLOAT, 1, ECCL_F32),
-    PLAIN(MPI_DOUBLE, double, CT_DOUBLE, 1, ECCL_F64),
-    PLAIN(MPI_INT8_T, int8_t, CT_I8, 1, ECCL_I8),
-    PLAIN(MPI_INT16_T, int16_t, CT_I16, 1, ECCL_I16),
-    PLAIN(MPI_INT32_T, int32_t, CT_I32, 1, ECCL_I32),
-    PLAIN(MPI_INT64_T, int64_t, CT_I64, 1, ECCL_I64),
-    PLAIN(MPI_UINT8_T, uint8_t, CT_U8, 1, ECCL_U8),
-    PLAIN(MPI_UINT16_T, uint16_t, CT_U16, 1, ECCL_U16),
-    PLAIN(MPI_UINT32_T, uint32_t, CT_U32, 1, ECCL_U32),
-    PLAIN(MPI_UINT64_T, uint64_t, CT_U64, 1, ECCL_U64),
-    PLAIN(MPI_LONG_DOUBLE, long double, CT_LDOUBLE, 0, ECCL_U8),
-    PLAIN(MPI_C_BOOL, _Bool, CT_BOOL, 0, ECCL_U8),
-    PLAIN(MPI_C_FLOAT_COMPLEX, float _Complex, CT_CFLOAT, 0, ECCL_U8),
-    PLAIN(MPI_C_DOUBLE_COMPLEX, double _Complex, CT_CDOUBLE, 0, ECCL_U8),
-    PLAIN(MPI_C_LONG_DOUBLE_COMPLEX, long double _Complex, CT_CLDOUBLE, 0, ECCL_U8),
-    PAIR(MPI_FLOAT_INT, float_int, float, CT_FLOAT_INT),
-    PAIR(MPI_DOUBLE_INT, double_int, double, CT_DOUBLE_INT),
-    PAIR(MPI_LONG_INT, long_int, long, CT_LONG_INT),
-    PAIR(MPI_2INT, two_int, int, CT_2INT),
-    PAIR(MPI_SHORT_INT, short_int, short, CT_SHORT_INT),
-    PAIR(MPI_LONG_DOUBLE_INT, ldouble_int, long double, CT_LDOUBLE_INT),
-};
-
 static const struct mpi_type *type_of(const char *call, MPI_Datatype datatype)
 {
-    unsigned index = (unsigned)datatype - (unsigned)MPI_CHAR;
+    const struct mpi_type *t = mpi_type_get(datatype);
 
-    if (index >= sizeof mpi_types / sizeof mpi_types[0])
-        fatal(MPI_ERR_TYPE, "%s: invalid datatype handle 0x%x", call, (unsigned)datatype);
-    return &mpi_types[index];
+    if (t == NULL)
+        mpi_fatal(MPI_ERR_TYPE, "%s: invalid datatype handle 0x%x", call, (unsigned)datatype);
+    return t;
 }
 
 /* The predefined operations, in handle order (ops.h's enum mpi_opcode):
@@ -387,6 +317,14 @@ struct reduction {
     MPI_Datatype datatype; /* what a user's function is told */
 };
 
+/* An operation of MPI_Op_create, not freed. */
+static int user_op(MPI_Op op)
+{
+    unsigned user = (unsigned)op - USER_OP_BASE;
+
+    return user < USER_OP_MAX && user_ops[user].fn != NULL;
+}
+
 /* The reduction of (op, type), or a fatal error where MPI defines none. */
 static struct reduction reduction_of(const char *call, MPI_Op op, MPI_Datatype datatype,
                                      const struct mpi_type *type)
@@ -394,16 +332,16 @@ static struct reduction reduction_of(const char *call, MPI_Op op, MPI_Datatype d
     struct reduction r = {0};
     unsigned index = (unsigned)op - (unsigned)MPI_SUM, user = (unsigned)op - USER_OP_BASE;
 
-    if (user < USER_OP_MAX && user_ops[user].fn != NULL) {
+    if (user_op(op)) {
         r.user = user_ops[user].fn;
         r.datatype = datatype;
         return r;
     }
     if (index >= OPC_COUNT)
-        fatal(MPI_ERR_OP, "%s: invalid op handle 0x%x", call, (unsigned)op);
+        mpi_fatal(MPI_ERR_OP, "%s: invalid op handle 0x%x", call, (unsigned)op);
     r.local = mpi_local_op((enum mpi_opcode)index, type->ctype);
     if (r.local == NULL)
-        fatal(MPI_ERR_OP, "%s: %s on %s: MPI defines no such operation on %s", call,
+        mpi_fatal(MPI_ERR_OP, "%s: %s on %s: MPI defines no such operation on %s", call,
               op_names[index], 
               type->name, type->name);
     r.on_eccl = index < sizeof eccl_ops / sizeof eccl_ops[0] && type->on_eccl;
@@ -449,11 +387,11 @@ static struct comm_view view_of(const char *call, MPI_Comm comm)
 {
     struct comm_view v = {0, 1, NULL, NULL, 0};
 
-    require_initialized(call);
+    mpi_require_initialized(call);
     struct mpi_comm *c = comm_state(comm);
 
     if (c == NULL)
-        fatal(MPI_ERR_COMM, "%s: invalid communicator 0x%x (not MPI_COMM_WORLD, MPI_COMM_SELF or "
+        mpi_fatal(MPI_ERR_COMM, "%s: invalid communicator 0x%x (not MPI_COMM_WORLD, MPI_COMM_SELF or "
               "one made from them and not freed)", call, (unsigned)comm);
     comms.current = comm;
     if (c->shrunk) {
@@ -488,14 +426,14 @@ static uint64_t take_tag(const struct comm_view *v)
 static size_t count_of(const char *call, const char *what, int count)
 {
     if (count < 0)
-        fatal(MPI_ERR_COUNT, "%s: negative %s %d", call, what, count);
+        mpi_fatal(MPI_ERR_COUNT, "%s: negative %s %d", call, what, count);
     return (size_t)count;
 }
 
 static size_t mul_size(const char *call, size_t a, size_t b)
 {
     if (b != 0 && a > SIZE_MAX / b)
-        fatal(MPI_ERR_COUNT, "%s: buffer size overflows (%zu x %zu)", call, a, b);
+        mpi_fatal(MPI_ERR_COUNT, "%s: buffer size overflows (%zu x %zu)", call, a, b);
     return a * b;
 }
 
@@ -508,13 +446,13 @@ static size_t bytes_of(const char *call, const char *what, int count, const stru
 static void check_buffer(const char *call, const char *what, const void *buf, size_t bytes)
 {
     if (bytes != 0 && buf == NULL)
-        fatal(MPI_ERR_BUFFER, "%s: %s is NULL", call, what);
+        mpi_fatal(MPI_ERR_BUFFER, "%s: %s is NULL", call, what);
 }
 
 static void check_root(const char *call, int root, const struct comm_view *v)
 {
     if (root < 0 || root >= v->size)
-        fatal(MPI_ERR_ROOT, "%s: root %d is not a rank of a communicator of %d", call, root,
+        mpi_fatal(MPI_ERR_ROOT, "%s: root %d is not a rank of a communicator of %d", call, root,
               v->size);
 }
 
@@ -523,7 +461,7 @@ static void *scratch_alloc(const char *call, size_t bytes)
     void *p = malloc(bytes != 0 ? bytes : 1);
 
     if (p == NULL)
-        fatal(MPI_ERR_NO_MEM, "%s: cannot allocate %zu bytes of scratch", call, bytes);
+        mpi_fatal(MPI_ERR_NO_MEM, "%s: cannot allocate %zu bytes of scratch", call, bytes);
     return p;
 }
 
@@ -614,13 +552,15 @@ enum { REQ_SEND, REQ_RECV, REQ_COLL };
 /* What a collective leaves to do once eccl is done with it: scratch that
  * eccl reads until then (counts, layouts), and a block to move into place
  * (an in-place reduce-scatter's result, to the front of recvbuf). */
+struct stage;
 struct coll_after {
     void *scratch[2];
     char *move_to;
     const char *move_from;
     size_t move_bytes;
+    struct stage *stages; /* derived datatypes' buffers, unpacked last (set by coll_request) */
 };
-#define NOTHING_AFTER ((struct coll_after){{NULL, NULL}, NULL, NULL, 0})
+#define NOTHING_AFTER ((struct coll_after){{NULL, NULL}, NULL, NULL, 0, NULL})
 enum { STEP_HEADER, STEP_PAYLOAD, STEP_DONE };
 
 struct request {
@@ -642,6 +582,7 @@ struct request {
     struct request *prev, *next; /* on p2p.active while op is, or on p2p.self_waiting */
     const char *call;             /* REQ_COLL: the MPI call that started it */
     struct coll_after after;      /* REQ_COLL */
+    struct stage *stages;         /* REQ_SEND, REQ_RECV: a derived datatype's scratch */
     struct p2p_header hdr;
 };
 
@@ -684,7 +625,7 @@ static struct seq_entry *seq_of(uint32_t comm_id, int peer, int tag)
         struct seq_entry *old = p2p.seqs, *fresh = calloc(cap, sizeof *fresh);
 
         if (fresh == NULL)
-            fatal(MPI_ERR_NO_MEM, "point-to-point: cannot grow the sequence table to %zu", cap);
+            mpi_fatal(MPI_ERR_NO_MEM, "point-to-point: cannot grow the sequence table to %zu", cap);
         for (size_t j = 0; j < p2p.cap_seqs; j++) {
             if (!old[j].used)
                 continue;
@@ -748,6 +689,246 @@ static void append_request(struct request **list, struct request *r)
     *p = r;
 }
 
+/* ---- derived datatypes in calls ----------------------------------------------------
+ *
+ * The calls below work on predefined types in buffers that hold elements
+ * one after the other. A derived type reaches them as its twin (types.h):
+ * k = nbase elements of its base type per element, or k = its packed
+ * bytes as MPI_BYTE where its leaves differ. The program's data is packed
+ * into scratch before the call (in) and unpacked from it at the call's end
+ * (out: when a blocking call returns, when a nonblocking one's request
+ * completes, when a receive arrives); a dense type's twin is the program's
+ * buffer itself. A reduction with a user's operation keeps the derived type,
+ * whose handle its function is given, in scratch of the program's layout
+ * that holds the type's data and nothing else. */
+
+struct stage {
+    struct stage *next;
+    const struct mpi_type *type; /* held until the stage ends */
+    char *user, *scratch;
+    int out;         /* unpacked at the end */
+    int same_layout; /* scratch in the program's layout (a user's operation) */
+    size_t n;        /* ranges of elements: first[i] .. first[i] + count[i] - 1, */
+    size_t *first, *count; /* packed from (first[i] - lo) * packed in scratch */
+    size_t lo;
+    void *owned;     /* arrays that live as long as the stage (counts, displacements) */
+};
+
+/* The stages of the call under way, until a request takes them. */
+static struct stage *staged;
+
+struct twin {
+    void *buf;
+    MPI_Datatype type;
+    int k; /* twin elements per element */
+};
+
+/* count * k as a count of the twin; fatal past an int. */
+static int scaled(const char *call, int count, int k)
+{
+    int n;
+
+    if (count < 0)
+        mpi_fatal(MPI_ERR_COUNT, "%s: negative count %d", call, count);
+    if (__builtin_mul_overflow(count, k, &n))
+        mpi_fatal(MPI_ERR_COUNT, "%s: %d elements of this derived datatype are more than %d of "
+                  "its base type", call, count, INT_MAX);
+    return n;
+}
+
+/* A derived type fit for communication: committed. */
+static const struct mpi_type *committed_type(const char *call, MPI_Datatype datatype)
+{
+    const struct mpi_type *t = type_of(call, datatype);
+
+    if (t->derived && !t->committed)
+        mpi_fatal(MPI_ERR_TYPE, "%s: a derived datatype used before MPI_Type_commit", call);
+    return t;
+}
+
+static struct twin twin_of(const char *call, const struct mpi_type *t, void *buf,
+                           MPI_Datatype datatype)
+{
+    if (!t->derived)
+        return (struct twin){buf, datatype, 1};
+    if (t->base != MPI_DATATYPE_NULL) {
+        if (t->nbase > INT_MAX)
+            mpi_fatal(MPI_ERR_TYPE, "%s: a derived datatype of more than %d elements", call, INT_MAX);
+        return (struct twin){buf, t->base, (int)t->nbase};
+    }
+    if (t->packed > INT_MAX)
+        mpi_fatal(MPI_ERR_TYPE, "%s: a derived datatype of more than %d bytes", call, INT_MAX);
+    return (struct twin){buf, MPI_BYTE, (int)t->packed};
+}
+
+/* A new stage of `ranges` ranges for buf, its scratch `bytes`. */
+static struct stage *new_stage(const char *call, const struct mpi_type *t, void *buf,
+                               size_t ranges, size_t bytes, int in, int out)
+{
+    struct stage *st = scratch_alloc(call, sizeof *st + 2 * ranges * sizeof(size_t));
+
+    memset(st, 0, sizeof *st + 2 * ranges * sizeof(size_t));
+    st->type = t;
+    st->user = buf;
+    st->out = out;
+    st->n = ranges;
+    st->first = (size_t *)(st + 1);
+    st->count = st->first + ranges;
+    st->scratch = scratch_alloc(call, bytes ? bytes : 1);
+    if (!in)
+        memset(st->scratch, 0, bytes); /* nothing of the program's, and nothing stale */
+    mpi_type_hold(t);
+    st->next = staged;
+    staged = st;
+    return st;
+}
+
+static void stage_pack(struct stage *st)
+{
+    for (size_t i = 0; i < st->n; i++)
+        if (st->count[i] != 0)
+            mpi_type_pack(st->type, st->user, st->first[i], st->count[i],
+                          st->scratch + (st->first[i] - st->lo) * st->type->packed);
+}
+
+/* `elems` elements of datatype at buf, for a call that reads them (in)
+ * and/or writes them (out). MPI_IN_PLACE, NULL and no elements stay as
+ * they are. */
+static struct twin stage(const char *call, void *buf, MPI_Datatype datatype, size_t elems, int in,
+                         int out)
+{
+    const struct mpi_type *t = committed_type(call, datatype);
+    struct twin tw = twin_of(call, t, buf, datatype);
+
+    if (!t->derived || mpi_type_dense(t) || buf == NULL || buf == MPI_IN_PLACE || elems == 0)
+        return tw;
+    if (t->packed != 0 && elems > SIZE_MAX / t->packed)
+        mpi_fatal(MPI_ERR_COUNT, "%s: buffer size overflows", call);
+    struct stage *st = new_stage(call, t, buf, 1, elems * t->packed, in, out);
+    st->count[0] = elems;
+    if (in)
+        stage_pack(st);
+    tw.buf = st->scratch;
+    return tw;
+}
+
+/* The same for a `v` layout: n blocks, block i counts[i] elements at
+ * element displs[i]; the twin's counts and displacements (in its elements)
+ * into *tcounts and *tdispls, alive until the stage ends. */
+static struct twin stage_v(const char *call, void *buf, MPI_Datatype datatype, size_t n,
+                           const int counts[], const int displs[], int in, int out,
+                           const int **tcounts, const int **tdispls)
+{
+    const struct mpi_type *t = committed_type(call, datatype);
+    struct twin tw = twin_of(call, t, buf, datatype);
+    long long lo = 0, hi = 0;
+    int any = 0;
+
+    *tcounts = counts;
+    *tdispls = displs;
+    if (!t->derived || counts == NULL || displs == NULL)
+        return tw;
+    for (size_t i = 0; i < n; i++)
+        if (counts[i] > 0) {
+            if (!any || displs[i] < lo) lo = displs[i];
+            if (!any || (long long)displs[i] + counts[i] > hi) hi = (long long)displs[i] + counts[i];
+            any = 1;
+        }
+    int dense = mpi_type_dense(t) || buf == NULL || buf == MPI_IN_PLACE || !any;
+    int *arrays = scratch_alloc(call, mul_size(call, 2 * n, sizeof *arrays));
+    for (size_t i = 0; i < n; i++) {
+        arrays[i] = scaled(call, counts[i], tw.k);
+        arrays[n + i] = scaled(call, dense ? displs[i] : (int)(displs[i] - lo), tw.k);
+    }
+    *tcounts = arrays;
+    *tdispls = arrays + n;
+    size_t bytes = dense ? 0 : mul_size(call, (size_t)(hi - lo), t->packed);
+    struct stage *st = dense ? new_stage(call, t, buf, 0, 0, 0, 0) : new_stage(call, t, buf, n, bytes, in, out);
+    st->owned = arrays;
+    if (dense)
+        return tw;
+    st->lo = (size_t)lo;
+    for (size_t i = 0; i < n; i++) {
+        st->first[i] = (size_t)displs[i];
+        st->count[i] = counts[i] > 0 ? (size_t)counts[i] : 0;
+    }
+    if (in)
+        stage_pack(st);
+    tw.buf = st->scratch;
+    return tw;
+}
+
+/* A reduction's buffer: a predefined operation runs on the twin, which
+ * must be of one base type; a user's operation on the derived type itself,
+ * in scratch of the program's layout (its data within the extent). */
+static struct twin stage_reduce(const char *call, void *buf, MPI_Datatype datatype, MPI_Op op,
+                                size_t elems, int in, int out)
+{
+    const struct mpi_type *t = committed_type(call, datatype);
+
+    if (!t->derived)
+        return (struct twin){buf, datatype, 1};
+    if (!user_op(op)) {
+        if (t->base == MPI_DATATYPE_NULL)
+            mpi_fatal(MPI_ERR_OP, "%s: a predefined operation on a derived datatype whose "
+                      "elements are not all of one predefined type", call);
+        return stage(call, buf, datatype, elems, in, out);
+    }
+    if (mpi_type_dense(t) || buf == NULL || buf == MPI_IN_PLACE || elems == 0)
+        return (struct twin){buf, datatype, 1};
+    if (t->true_lb < 0 || t->true_ub > (MPI_Aint)t->extent)
+        mpi_fatal(MPI_ERR_UNSUPPORTED_OPERATION, "%s: a user operation on a derived datatype "
+                  "with data outside [0, extent) is not supported by eccl", call);
+    struct stage *st = new_stage(call, t, buf, 1, mul_size(call, elems, t->extent), 0, out);
+    st->same_layout = 1;
+    st->count[0] = elems;
+    if (in)
+        mpi_type_copy_blocks(t, buf, elems, st->scratch);
+    return (struct twin){st->scratch, datatype, 1};
+}
+
+/* Ends the stages of list s: unpacks those that write (when `unpack`, at
+ * most `bytes` packed bytes: a short message) and frees them. */
+static void end_stages(struct stage *s, int unpack, size_t bytes)
+{
+    while (s != NULL) {
+        struct stage *next = s->next;
+        for (size_t i = 0; unpack && s->out && i < s->n; i++) {
+            if (s->count[i] == 0)
+                continue;
+            if (s->same_layout) {
+                mpi_type_copy_blocks(s->type, s->scratch, s->count[i], s->user);
+                continue;
+            }
+            size_t at = (s->first[i] - s->lo) * s->type->packed;
+            if (at >= bytes)
+                continue;
+            mpi_type_unpack(s->type, s->scratch + at, s->first[i], s->count[i], s->user, bytes - at);
+        }
+        mpi_type_drop(s->type);
+        free(s->scratch);
+        free(s->owned);
+        free(s);
+        s = next;
+    }
+}
+
+/* The stages of the call under way, for the request that now owns them. */
+static struct stage *take_stages(void)
+{
+    struct stage *s = staged;
+
+    staged = NULL;
+    return s;
+}
+
+/* The end of a call that staged: its output unpacked if it succeeded. */
+static int staged_end(int result)
+{
+    end_stages(take_stages(), result == MPI_SUCCESS, SIZE_MAX);
+    return result;
+}
+
 /* A send whose buffer the program may reuse: done, or eager (copied into
  * its header). A receive: done. */
 static int user_done(const struct request *r)
@@ -755,18 +936,29 @@ static int user_done(const struct request *r)
     return r->step == STEP_DONE || (r->kind == REQ_SEND && r->bytes <= P2P_INLINE);
 }
 
+static void free_request(struct request *r)
+{
+    end_stages(r->stages, 0, 0);
+    free(r);
+}
+
+/* A receive into a derived datatype's scratch unpacks what arrived. */
 static void finish_request(struct request *r)
 {
     r->step = STEP_DONE;
+    if (r->kind == REQ_RECV && r->error == MPI_SUCCESS) {
+        end_stages(r->stages, 1, r->got);
+        r->stages = NULL;
+    }
     if (r->detached)
-        free(r);
+        free_request(r);
 }
 
 /* Whoever waited for r is done with it: freed now, or once its op ends. */
 static void let_go(struct request *r)
 {
     if (r->step == STEP_DONE)
-        free(r);
+        free_request(r);
     else
         r->detached = 1;
 }
@@ -843,10 +1035,10 @@ static void step_done(struct request *r, eccl_result rc)
     }
     if (r->kind == REQ_RECV && r->step == STEP_HEADER) {
         if (r->hdr.tag != (uint32_t)r->tag || r->hdr.seq != (r->seq & P2P_SEQ_MASK))
-            fatal(MPI_ERR_INTERN, "%s: the header says tag %u message %u, message %u expected",
+            mpi_fatal(MPI_ERR_INTERN, "%s: the header says tag %u message %u, message %u expected",
                   call, r->hdr.tag, r->hdr.seq, r->seq & P2P_SEQ_MASK);
         if (r->hdr.bytes > r->bytes)
-            fatal(MPI_ERR_TRUNCATE, "%s: the message has %llu bytes, more than the receive "
+            mpi_fatal(MPI_ERR_TRUNCATE, "%s: the message has %llu bytes, more than the receive "
                   "buffer's %zu", call, (unsigned long long)r->hdr.bytes, r->bytes);
         r->got = (size_t)r->hdr.bytes;
         if (r->got != 0)
@@ -988,6 +1180,7 @@ static void run_after(struct coll_after *a)
         memmove(a->move_to, a->move_from, a->move_bytes);
     free(a->scratch[0]);
     free(a->scratch[1]);
+    end_stages(a->stages, 1, SIZE_MAX);
     *a = NOTHING_AFTER;
 }
 
@@ -1007,6 +1200,7 @@ static MPI_Request coll_request(const char *call, eccl_request *op, struct coll_
 
     r->call = call;
     r->after = after;
+    r->after.stages = take_stages();
     if (op == NULL) {
         run_after(&r->after);
         r->step = STEP_DONE;
@@ -1035,7 +1229,7 @@ static int done_now(const char *call, MPI_Request *nb)
 static MPI_Request *nb_arg(const char *call, MPI_Request *request)
 {
     if (request == NULL)
-        fatal(MPI_ERR_REQUEST, "%s: request is NULL", call);
+        mpi_fatal(MPI_ERR_REQUEST, "%s: request is NULL", call);
     return request;
 }
 
@@ -1044,7 +1238,7 @@ static MPI_Request *nb_arg(const char *call, MPI_Request *request)
 static void blocking_only(const char *call, MPI_Request *nb, const char *what)
 {
     if (nb != NULL)
-        fatal(MPI_ERR_UNSUPPORTED_OPERATION, "%s: %s is computed here from every rank's input, "
+        mpi_fatal(MPI_ERR_UNSUPPORTED_OPERATION, "%s: %s is computed here from every rank's input, "
               "which has no nonblocking form yet (the blocking call does it)", call, what);
 }
 
@@ -1057,7 +1251,7 @@ static void nonblocking_allowed(const char *call)
     struct mpi_comm *c = comm_state(comms.current);
 
     if (c != NULL && c->errors_return)
-        fatal(MPI_ERR_UNSUPPORTED_OPERATION, "%s: nonblocking collectives on a communicator with "
+        mpi_fatal(MPI_ERR_UNSUPPORTED_OPERATION, "%s: nonblocking collectives on a communicator with "
               "MPI_ERRORS_RETURN are not supported by eccl yet", call);
 }
 
@@ -1089,7 +1283,7 @@ static void wait_request(const char *call, struct request *r)
 
     while (!user_done(r)) {
         if (r->self)
-            fatal(MPI_ERR_OTHER, "%s: a receive from this rank itself (tag %d) has no matching "
+            mpi_fatal(MPI_ERR_OTHER, "%s: a receive from this rank itself (tag %d) has no matching "
                   "send, and none can come while this rank waits (a deadlock)", call, r->tag);
         if (progress_all() != 0) {
             round = 0;
@@ -1113,7 +1307,7 @@ static struct request *new_request(const char *call, int kind, MPI_Comm comm, in
     struct request *r = calloc(1, sizeof *r);
 
     if (r == NULL)
-        fatal(MPI_ERR_NO_MEM, "%s: cannot allocate a request", call);
+        mpi_fatal(MPI_ERR_NO_MEM, "%s: cannot allocate a request", call);
     r->kind = kind;
     r->step = STEP_HEADER;
     r->handle = -1;
@@ -1141,7 +1335,7 @@ static MPI_Request handle_of(const char *call, struct request *r)
             if (h != NULL)
                 p2p.handles = h;
             if (f == NULL || cap > REQUEST_HANDLE_MAX)
-                fatal(MPI_ERR_NO_MEM, "%s: cannot hold %d requests", call, cap);
+                mpi_fatal(MPI_ERR_NO_MEM, "%s: cannot hold %d requests", call, cap);
             p2p.free_handles = f;
             p2p.cap_handles = cap;
         }
@@ -1157,7 +1351,7 @@ static struct request *request_of(const char *call, MPI_Request handle)
     unsigned index = (unsigned)handle - (unsigned)REQUEST_HANDLE_BASE;
 
     if (index >= (unsigned)p2p.n_handles || p2p.handles[index] == NULL)
-        fatal(MPI_ERR_REQUEST, "%s: invalid request 0x%x (not made by MPI_Isend or MPI_Irecv, "
+        mpi_fatal(MPI_ERR_REQUEST, "%s: invalid request 0x%x (not made by MPI_Isend or MPI_Irecv, "
               "or already completed)", call, (unsigned)handle);
     return p2p.handles[index];
 }
@@ -1199,7 +1393,7 @@ static void fill_status(const struct request *r, MPI_Status *status)
 static void self_deliver(const char *call, struct request *r, const void *data, size_t bytes)
 {
     if (bytes > r->bytes)
-        fatal(MPI_ERR_TRUNCATE, "%s: a message of %zu bytes from this rank itself (tag %d) is "
+        mpi_fatal(MPI_ERR_TRUNCATE, "%s: a message of %zu bytes from this rank itself (tag %d) is "
               "more than the receive buffer's %zu", call, bytes, r->tag, r->bytes);
     if (bytes != 0)
         memcpy(r->buf, data, bytes);
@@ -1220,7 +1414,7 @@ static void self_send(const char *call, MPI_Comm comm, int tag, const void *buf,
             return;
         }
     if (bytes > SIZE_MAX - sizeof *m || (m = malloc(sizeof *m + bytes)) == NULL)
-        fatal(MPI_ERR_NO_MEM, "%s: cannot hold a message of %zu bytes to this rank itself", call,
+        mpi_fatal(MPI_ERR_NO_MEM, "%s: cannot hold a message of %zu bytes to this rank itself", call,
               bytes);
     m->next = NULL;
     m->comm = comm;
@@ -1259,7 +1453,7 @@ static uint64_t env_number(const char *name, const char *text, uint64_t min, uin
     uint64_t value;
 
     if (tool_parse_u64(text, min, max, &value) != 0)
-        fatal(MPI_ERR_ARG, "MPI_Init: %s=\"%s\" is not a number in %llu..%llu", name, text,
+        mpi_fatal(MPI_ERR_ARG, "MPI_Init: %s=\"%s\" is not a number in %llu..%llu", name, text,
               (unsigned long long)min, (unsigned long long)max);
     return value;
 }
@@ -1280,14 +1474,14 @@ static void join_world(const char *master, int size, uint32_t timeout_ms)
     check_eccl("MPI_Init", "eccl_comm_create", eccl_comm_create(&params, &world.comm));
     rc = eccl_comm_connect(world.comm);
     if (rc != ECCL_OK)
-        fatal(mpi_error_of(rc), "MPI_Init: cannot join the eccl master at %s: %s", master,
+        mpi_fatal(mpi_error_of(rc), "MPI_Init: cannot join the eccl master at %s: %s", master,
               eccl_strerror(rc));
     rc = tool_admit_world(world.comm, size, timeout_ms, &accepted);
     if (rc != ECCL_OK)
-        fatal(mpi_error_of(rc), "MPI_Init: waiting for %d ranks (%lld joined): %s", size,
+        mpi_fatal(mpi_error_of(rc), "MPI_Init: waiting for %d ranks (%lld joined): %s", size,
               (long long)accepted, eccl_strerror(rc));
     if (accepted != size)
-        fatal(MPI_ERR_OTHER, "MPI_Init: %lld ranks joined, %d expected", (long long)accepted,
+        mpi_fatal(MPI_ERR_OTHER, "MPI_Init: %lld ranks joined, %d expected", (long long)accepted,
               size);
     check_eccl("MPI_Init", "reading the rank",
                eccl_comm_get_attr(world.comm, ECCL_ATTR_RANK, &rank));
@@ -1311,7 +1505,7 @@ static void exit_without_finalize(int status, void *unused)
 {
     if (status != 0 || world.comm == NULL || world.finalized)
         return;
-    fatal(MPI_ERR_OTHER, "the process exited without calling MPI_Finalize");
+    mpi_fatal(MPI_ERR_OTHER, "the process exited without calling MPI_Finalize");
 }
 
 static void init_world(const char *call)
@@ -1323,14 +1517,14 @@ static void init_world(const char *call)
     eccl_comm_params defaults;
 
     if (world.finalized)
-        fatal(MPI_ERR_OTHER, "%s called after MPI_Finalize", call);
+        mpi_fatal(MPI_ERR_OTHER, "%s called after MPI_Finalize", call);
     if (world.initialized)
-        fatal(MPI_ERR_OTHER, "%s called twice", call);
+        mpi_fatal(MPI_ERR_OTHER, "%s called twice", call);
     world.rank = 0;
     world.size = 1;
     world.next_tag = 1;
     if ((master == NULL) != (size_text == NULL))
-        fatal(MPI_ERR_ARG, "%s: ECCL_MPI_MASTER and ECCL_MPI_SIZE go together (eccl-run sets "
+        mpi_fatal(MPI_ERR_ARG, "%s: ECCL_MPI_MASTER and ECCL_MPI_SIZE go together (eccl-run sets "
               "both)", call);
     if (master != NULL)
         world.size = (int)env_number("ECCL_MPI_SIZE", size_text, 1, INT_MAX);
@@ -1342,7 +1536,7 @@ static void init_world(const char *call)
     if (world.size > 1) {
         join_world(master, world.size, timeout_ms);
         if (on_exit(exit_without_finalize, NULL) != 0)
-            fatal(MPI_ERR_INTERN, "%s: on_exit failed", call);
+            mpi_fatal(MPI_ERR_INTERN, "%s: on_exit failed", call);
     }
     world.initialized = 1;
 }
@@ -1356,9 +1550,9 @@ int MPI_Init(int *argc, char ***argv)
 int MPI_Init_thread(int *argc, char ***argv, int required, int *provided)
 {
     if (required < MPI_THREAD_SINGLE || required > MPI_THREAD_MULTIPLE)
-        fatal(MPI_ERR_ARG, "MPI_Init_thread: invalid thread level %d", required);
+        mpi_fatal(MPI_ERR_ARG, "MPI_Init_thread: invalid thread level %d", required);
     if (provided == NULL)
-        fatal(MPI_ERR_ARG, "MPI_Init_thread: provided is NULL");
+        mpi_fatal(MPI_ERR_ARG, "MPI_Init_thread: provided is NULL");
     init_world("MPI_Init_thread");
     /* eccl itself is thread-safe, but the world's tag counter is not: MPI
      * calls from several threads must be serialized by the program. MPI
@@ -1370,7 +1564,7 @@ int MPI_Init_thread(int *argc, char ***argv, int required, int *provided)
 int MPI_Initialized(int *flag)
 {
     if (flag == NULL)
-        fatal(MPI_ERR_ARG, "MPI_Initialized: flag is NULL");
+        mpi_fatal(MPI_ERR_ARG, "MPI_Initialized: flag is NULL");
     *flag = world.initialized;
     return MPI_SUCCESS;
 }
@@ -1378,7 +1572,7 @@ int MPI_Initialized(int *flag)
 int MPI_Finalized(int *flag)
 {
     if (flag == NULL)
-        fatal(MPI_ERR_ARG, "MPI_Finalized: flag is NULL");
+        mpi_fatal(MPI_ERR_ARG, "MPI_Finalized: flag is NULL");
     *flag = world.finalized;
     return MPI_SUCCESS;
 }
@@ -1393,13 +1587,13 @@ int MPI_Finalize(void)
     long long mine[3] = {1, 0, 0}, all[3] = {0, 0, 0};
     int pending = 0;
 
-    require_initialized("MPI_Finalize");
+    mpi_require_initialized("MPI_Finalize");
     /* MPI: every request is completed before MPI_Finalize. One that is not
      * could never be, and its peer would wait for it until the timeout. */
     for (int i = 0; i < p2p.n_handles; i++)
         pending += p2p.handles[i] != NULL && !user_done(p2p.handles[i]);
     if (pending != 0)
-        fatal(MPI_ERR_REQUEST, "MPI_Finalize: %d request(s) of MPI_Isend or MPI_Irecv were "
+        mpi_fatal(MPI_ERR_REQUEST, "MPI_Finalize: %d request(s) of MPI_Isend or MPI_Irecv were "
               "never completed by MPI_Wait, MPI_Waitall or MPI_Test", pending);
     mine[1] = p2p.sent;
     mine[2] = p2p.received;
@@ -1430,7 +1624,7 @@ int MPI_Finalize(void)
                    eccl_allreduce(world.comm, mine, all, 3, ECCL_I64, ECCL_SUM,
                                   world.next_tag++, &info));
         if (all[0] != world.size || info.world_size != (uint32_t)world.size)
-            fatal(MPI_ERR_OTHER, "MPI_Finalize: only %lld of %d ranks got here: the others were "
+            mpi_fatal(MPI_ERR_OTHER, "MPI_Finalize: only %lld of %d ranks got here: the others were "
                   "lost", all[0], world.size);
     } else {
         memcpy(all, mine, sizeof all);
@@ -1439,7 +1633,7 @@ int MPI_Finalize(void)
      * own send: any send more is one nobody received, and an eager one of
      * them would keep its sender here until the timeout. */
     if (!lost && all[1] != all[2])
-        fatal(MPI_ERR_OTHER, "MPI_Finalize: %lld message(s) sent were never received (MPI "
+        mpi_fatal(MPI_ERR_OTHER, "MPI_Finalize: %lld message(s) sent were never received (MPI "
               "requires every send to be matched before MPI_Finalize)", all[1] - all[2]);
     /* The eager sends still in flight: their receivers hold them. No rank
      * has left yet (none gets past eccl_comm_leave below before this loop
@@ -1483,7 +1677,7 @@ int MPI_Abort(MPI_Comm comm, int errorcode)
 int MPI_Get_version(int *version, int *subversion)
 {
     if (version == NULL || subversion == NULL)
-        fatal(MPI_ERR_ARG, "MPI_Get_version: NULL argument");
+        mpi_fatal(MPI_ERR_ARG, "MPI_Get_version: NULL argument");
     *version = MPI_VERSION;
     *subversion = MPI_SUBVERSION;
     return MPI_SUCCESS;
@@ -1492,9 +1686,9 @@ int MPI_Get_version(int *version, int *subversion)
 int MPI_Get_processor_name(char *name, int *resultlen)
 {
     if (name == NULL || resultlen == NULL)
-        fatal(MPI_ERR_ARG, "MPI_Get_processor_name: NULL argument");
+        mpi_fatal(MPI_ERR_ARG, "MPI_Get_processor_name: NULL argument");
     if (gethostname(name, MPI_MAX_PROCESSOR_NAME) != 0)
-        fatal(MPI_ERR_OTHER, "MPI_Get_processor_name: gethostname: %s", strerror(errno));
+        mpi_fatal(MPI_ERR_OTHER, "MPI_Get_processor_name: gethostname: %s", strerror(errno));
     /* gethostname need not terminate a truncated name. */
     name[MPI_MAX_PROCESSOR_NAME - 1] = '\0';
     *resultlen = (int)strlen(name);
@@ -1504,14 +1698,14 @@ int MPI_Get_processor_name(char *name, int *resultlen)
 int MPI_Error_string(int errorcode, char *string, int *resultlen)
 {
     if (string == NULL || resultlen == NULL)
-        fatal(MPI_ERR_ARG, "MPI_Error_string: NULL argument");
+        mpi_fatal(MPI_ERR_ARG, "MPI_Error_string: NULL argument");
     for (size_t i = 0; i < sizeof error_classes / sizeof error_classes[0]; i++)
         if (error_classes[i].code == errorcode) {
             *resultlen = snprintf(string, MPI_MAX_ERROR_STRING, "%s: %s", error_classes[i].name,
                                   error_classes[i].text);
             return MPI_SUCCESS;
         }
-    fatal(MPI_ERR_ARG, "MPI_Error_string: %d is not an error code", errorcode);
+    mpi_fatal(MPI_ERR_ARG, "MPI_Error_string: %d is not an error code", errorcode);
 }
 
 double MPI_Wtime(void)
@@ -1536,7 +1730,7 @@ int MPI_Comm_rank(MPI_Comm comm, int *rank)
     struct comm_view v = view_of("MPI_Comm_rank", comm);
 
     if (rank == NULL)
-        fatal(MPI_ERR_ARG, "MPI_Comm_rank: rank is NULL");
+        mpi_fatal(MPI_ERR_ARG, "MPI_Comm_rank: rank is NULL");
     *rank = v.rank;
     return MPI_SUCCESS;
 }
@@ -1546,29 +1740,8 @@ int MPI_Comm_size(MPI_Comm comm, int *size)
     struct comm_view v = view_of("MPI_Comm_size", comm);
 
     if (size == NULL)
-        fatal(MPI_ERR_ARG, "MPI_Comm_size: size is NULL");
+        mpi_fatal(MPI_ERR_ARG, "MPI_Comm_size: size is NULL");
     *size = v.size;
-    return MPI_SUCCESS;
-}
-
-int MPI_Type_size(MPI_Datatype datatype, int *size)
-{
-    const struct mpi_type *type = type_of("MPI_Type_size", datatype);
-
-    if (size == NULL)
-        fatal(MPI_ERR_ARG, "MPI_Type_size: size is NULL");
-    *size = (int)type->data_size;
-    return MPI_SUCCESS;
-}
-
-int MPI_Type_get_extent(MPI_Datatype datatype, MPI_Aint *lb, MPI_Aint *extent)
-{
-    const struct mpi_type *type = type_of("MPI_Type_get_extent", datatype);
-
-    if (lb == NULL || extent == NULL)
-        fatal(MPI_ERR_ARG, "MPI_Type_get_extent: NULL argument");
-    *lb = 0;
-    *extent = (MPI_Aint)type->extent;
     return MPI_SUCCESS;
 }
 
@@ -1576,9 +1749,9 @@ int MPI_Type_get_extent(MPI_Datatype datatype, MPI_Aint *lb, MPI_Aint *extent)
 int MPI_Error_class(int errorcode, int *errorclass)
 {
     if (errorclass == NULL)
-        fatal(MPI_ERR_ARG, "MPI_Error_class: errorclass is NULL");
+        mpi_fatal(MPI_ERR_ARG, "MPI_Error_class: errorclass is NULL");
     if (errorcode < MPI_SUCCESS || errorcode > MPI_ERR_LASTCODE)
-        fatal(MPI_ERR_ARG, "MPI_Error_class: %d is no error code", errorcode);
+        mpi_fatal(MPI_ERR_ARG, "MPI_Error_class: %d is no error code", errorcode);
     *errorclass = errorcode;
     return MPI_SUCCESS;
 }
@@ -1588,12 +1761,14 @@ int MPI_Get_count(const MPI_Status *status, MPI_Datatype datatype, int *count)
     const struct mpi_type *type = type_of("MPI_Get_count", datatype);
 
     if (status == NULL || count == NULL)
-        fatal(MPI_ERR_ARG, "MPI_Get_count: NULL argument");
-    if (status->eccl_mpi_bytes < 0 || status->eccl_mpi_bytes % (long long)type->extent != 0 ||
-        status->eccl_mpi_bytes / (long long)type->extent > INT_MAX)
-        *count = MPI_UNDEFINED;
+        mpi_fatal(MPI_ERR_ARG, "MPI_Get_count: NULL argument");
+    /* Messages travel packed (a derived type's data without its gaps). */
+    long long packed = (long long)type->packed;
+    if (status->eccl_mpi_bytes < 0 || packed == 0 || status->eccl_mpi_bytes % packed != 0 ||
+        status->eccl_mpi_bytes / packed > INT_MAX)
+        *count = status->eccl_mpi_bytes == 0 ? 0 : MPI_UNDEFINED;
     else
-        *count = (int)(status->eccl_mpi_bytes / (long long)type->extent);
+        *count = (int)(status->eccl_mpi_bytes / packed);
     return MPI_SUCCESS;
 }
 
@@ -1637,7 +1812,7 @@ int MPI_Ibarrier(MPI_Comm comm, MPI_Request *request)
     return barrier("MPI_Ibarrier", comm, nb_arg("MPI_Ibarrier", request));
 }
 
-static int bcast(const char *call, void *buffer, int count, MPI_Datatype datatype, int root,
+static int bcast_packed(const char *call, void *buffer, int count, MPI_Datatype datatype, int root,
                  MPI_Comm comm, MPI_Request *nb)
 {
     struct comm_view v = view_of(call, comm);
@@ -1650,6 +1825,17 @@ static int bcast(const char *call, void *buffer, int count, MPI_Datatype datatyp
     COLL(call, nb, NOTHING_AFTER, eccl_broadcast, v.ecomm, buffer, buffer, bytes, ECCL_U8,
          (uint32_t)root, take_tag(&v));
     return call_result();
+}
+
+/* Each collective with derived datatypes: its buffers staged, then the
+ * call on their twins ("derived datatypes in calls"). */
+static int bcast(const char *call, void *buffer, int count, MPI_Datatype datatype, int root,
+                 MPI_Comm comm, MPI_Request *nb)
+{
+    int is_root = view_of(call, comm).rank == root;
+    struct twin b = stage(call, buffer, datatype, count_of(call, "count", count), is_root, !is_root);
+
+    return staged_end(bcast_packed(call, b.buf, scaled(call, count, b.k), b.type, root, comm, nb));
 }
 
 int MPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm)
@@ -1717,7 +1903,7 @@ static void rooted_bytes(const char *call, struct comm_view *v, int root, int ga
     void *rbuf = is_root && root_buf != NULL ? root_buf : NULL;
     void *mbuf = mine != 0 ? mine_buf : NULL;
     /* counts (displs in the same scratch) and ours: eccl reads them until the end. */
-    struct coll_after after = {{zero, counts}, NULL, NULL, 0};
+    struct coll_after after = {{zero, counts}, NULL, NULL, 0, NULL};
     if (gather)
         COLL(call, nb, after, eccl_alltoallv, v->ecomm, mbuf != NULL ? mbuf : &no_send, one,
              one_displs, rbuf != NULL ? rbuf : &no_recv, rc, rd, ECCL_U8, take_tag(v));
@@ -1739,7 +1925,7 @@ static size_t *even_shares(const char *call, size_t size, size_t bytes)
     return c;
 }
 
-static int reduce(const char *call, const void *sendbuf, void *recvbuf, int count,
+static int reduce_packed(const char *call, const void *sendbuf, void *recvbuf, int count,
                   MPI_Datatype datatype, MPI_Op op, int root, MPI_Comm comm, MPI_Request *nb)
 {
     struct comm_view v = view_of(call, comm);
@@ -1751,7 +1937,7 @@ static int reduce(const char *call, const void *sendbuf, void *recvbuf, int coun
     check_root(call, root, &v);
     if (sendbuf == MPI_IN_PLACE) {
         if (!is_root)
-            fatal(MPI_ERR_BUFFER, "%s: MPI_IN_PLACE is for the root only", call);
+            mpi_fatal(MPI_ERR_BUFFER, "%s: MPI_IN_PLACE is for the root only", call);
         sendbuf = recvbuf;
     }
     check_buffer(call, "sendbuf", sendbuf, bytes);
@@ -1777,6 +1963,22 @@ static int reduce(const char *call, const void *sendbuf, void *recvbuf, int coun
     return call_result();
 }
 
+static int reduce(const char *call, const void *sendbuf, void *recvbuf, int count,
+                  MPI_Datatype datatype, MPI_Op op, int root, MPI_Comm comm, MPI_Request *nb)
+{
+    int is_root = view_of(call, comm).rank == root, in_place = sendbuf == MPI_IN_PLACE;
+    size_t n = count_of(call, "count", count);
+    struct twin r = {recvbuf, datatype, 1}, s = {(void *)sendbuf, datatype, 1};
+
+    if (!in_place)
+        s = stage_reduce(call, (void *)sendbuf, datatype, op, n, 1, 0);
+    if (is_root) /* recvbuf means nothing elsewhere */
+        r = stage_reduce(call, recvbuf, datatype, op, n, in_place, 1);
+    struct twin t = in_place ? r : s;
+    return staged_end(reduce_packed(call, s.buf, r.buf, scaled(call, count, t.k), t.type, op, root,
+                                    comm, nb));
+}
+
 int MPI_Reduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
                int root, MPI_Comm comm)
 {
@@ -1796,7 +1998,7 @@ int MPI_Ireduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype data
  * undefined there). Only MPI_Allreduce has an eccl kernel. */
 enum fold_upto { FOLD_ALL, FOLD_TO_ME, FOLD_BELOW_ME };
 
-static int fold_reduce(const char *call, const void *sendbuf, void *recvbuf, int count,
+static int fold_reduce_packed(const char *call, const void *sendbuf, void *recvbuf, int count,
                        MPI_Datatype datatype, MPI_Op op, MPI_Comm comm, enum fold_upto upto,
                        MPI_Request *nb)
 {
@@ -1831,6 +2033,20 @@ static int fold_reduce(const char *call, const void *sendbuf, void *recvbuf, int
     return call_result();
 }
 
+static int fold_reduce(const char *call, const void *sendbuf, void *recvbuf, int count,
+                       MPI_Datatype datatype, MPI_Op op, MPI_Comm comm, enum fold_upto upto,
+                       MPI_Request *nb)
+{
+    int in_place = sendbuf == MPI_IN_PLACE;
+    size_t n = count_of(call, "count", count);
+    /* MPI_Exscan leaves rank 0's recvbuf as it was: it goes in too. */
+    struct twin r = stage_reduce(call, recvbuf, datatype, op, n, in_place || upto == FOLD_BELOW_ME, 1);
+    struct twin s = in_place ? r : stage_reduce(call, (void *)sendbuf, datatype, op, n, 1, 0);
+
+    return staged_end(fold_reduce_packed(call, in_place ? MPI_IN_PLACE : s.buf, r.buf,
+                                         scaled(call, count, r.k), r.type, op, comm, upto, nb));
+}
+
 int MPI_Allreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype,
                   MPI_Op op, MPI_Comm comm)
 {
@@ -1862,39 +2078,43 @@ int MPI_Reduce_local(const void *inbuf, void *inoutbuf, int count, MPI_Datatype 
                      MPI_Op op)
 {
     static const char call[] = "MPI_Reduce_local";
-    const struct mpi_type *type = type_of(call, datatype);
-    struct reduction red = reduction_of(call, op, datatype, type);
-    size_t n = count_of(call, "count", count), bytes = mul_size(call, n, type->extent);
 
-    require_initialized(call);
-    check_buffer(call, "inbuf", inbuf, bytes);
-    check_buffer(call, "inoutbuf", inoutbuf, bytes);
+    mpi_require_initialized(call);
+    size_t elems = count_of(call, "count", count);
+    struct twin in = stage_reduce(call, (void *)inbuf, datatype, op, elems, 1, 0);
+    struct twin io = stage_reduce(call, inoutbuf, datatype, op, elems, 1, 1);
+    const struct mpi_type *type = type_of(call, io.type);
+    struct reduction red = reduction_of(call, op, io.type, type);
+    size_t n = (size_t)scaled(call, count, io.k), bytes = mul_size(call, n, type->extent);
+
+    check_buffer(call, "inbuf", in.buf, bytes);
+    check_buffer(call, "inoutbuf", io.buf, bytes);
     if (n != 0)
-        reduce_here(&red, inbuf, inoutbuf, n);
-    return MPI_SUCCESS;
+        reduce_here(&red, in.buf, io.buf, n);
+    return staged_end(MPI_SUCCESS);
 }
 
 int MPI_Op_create(MPI_User_function *user_fn, int commute, MPI_Op *op)
 {
-    require_initialized("MPI_Op_create");
+    mpi_require_initialized("MPI_Op_create");
     if (user_fn == NULL || op == NULL)
-        fatal(MPI_ERR_ARG, "MPI_Op_create: NULL argument");
+        mpi_fatal(MPI_ERR_ARG, "MPI_Op_create: NULL argument");
     for (int i = 0; i < USER_OP_MAX; i++)
         if (user_ops[i].fn == NULL) {
             user_ops[i] = (struct user_op){user_fn, commute};
             *op = (MPI_Op)(USER_OP_BASE + i);
             return MPI_SUCCESS;
         }
-    fatal(MPI_ERR_NO_MEM, "MPI_Op_create: %d operations exist already", USER_OP_MAX);
+    mpi_fatal(MPI_ERR_NO_MEM, "MPI_Op_create: %d operations exist already", USER_OP_MAX);
 }
 
 int MPI_Op_free(MPI_Op *op)
 {
     unsigned user = op != NULL ? (unsigned)*op - USER_OP_BASE : USER_OP_MAX;
 
-    require_initialized("MPI_Op_free");
+    mpi_require_initialized("MPI_Op_free");
     if (user >= USER_OP_MAX || user_ops[user].fn == NULL)
-        fatal(MPI_ERR_OP, "MPI_Op_free: not an operation of MPI_Op_create");
+        mpi_fatal(MPI_ERR_OP, "MPI_Op_free: not an operation of MPI_Op_create");
     user_ops[user].fn = NULL;
     *op = MPI_OP_NULL;
     return MPI_SUCCESS;
@@ -1905,13 +2125,13 @@ int MPI_Op_commutative(MPI_Op op, int *commute)
     unsigned user = (unsigned)op - USER_OP_BASE, index = (unsigned)op - (unsigned)MPI_SUM;
 
     if (commute == NULL)
-        fatal(MPI_ERR_ARG, "MPI_Op_commutative: commute is NULL");
+        mpi_fatal(MPI_ERR_ARG, "MPI_Op_commutative: commute is NULL");
     if (user < USER_OP_MAX && user_ops[user].fn != NULL)
         *commute = user_ops[user].commute;
     else if (index < OPC_COUNT)
         *commute = 1;
     else
-        fatal(MPI_ERR_OP, "MPI_Op_commutative: invalid op handle 0x%x", (unsigned)op);
+        mpi_fatal(MPI_ERR_OP, "MPI_Op_commutative: invalid op handle 0x%x", (unsigned)op);
     return MPI_SUCCESS;
 }
 
@@ -1920,11 +2140,11 @@ int MPI_Op_commutative(MPI_Op op, int *commute)
 static void check_match(const char *call, size_t send_bytes, size_t recv_bytes)
 {
     if (send_bytes != recv_bytes)
-        fatal(MPI_ERR_TRUNCATE, "%s: this rank sends %zu bytes where %zu are expected", call,
+        mpi_fatal(MPI_ERR_TRUNCATE, "%s: this rank sends %zu bytes where %zu are expected", call,
               send_bytes, recv_bytes);
 }
 
-static int allgather(const char *call, const void *sendbuf, int sendcount, MPI_Datatype sendtype,
+static int allgather_packed(const char *call, const void *sendbuf, int sendcount, MPI_Datatype sendtype,
                      void *recvbuf, int recvcount, MPI_Datatype recvtype, MPI_Comm comm,
                      MPI_Request *nb)
 {
@@ -1949,6 +2169,22 @@ static int allgather(const char *call, const void *sendbuf, int sendcount, MPI_D
     return call_result();
 }
 
+static int allgather(const char *call, const void *sendbuf, int sendcount, MPI_Datatype sendtype,
+                     void *recvbuf, int recvcount, MPI_Datatype recvtype, MPI_Comm comm,
+                     MPI_Request *nb)
+{
+    size_t size = (size_t)view_of(call, comm).size;
+    int in_place = sendbuf == MPI_IN_PLACE;
+    struct twin s = {(void *)sendbuf, sendtype, 1}, r;
+
+    if (!in_place)
+        s = stage(call, (void *)sendbuf, sendtype, count_of(call, "sendcount", sendcount), 1, 0);
+    r = stage(call, recvbuf, recvtype, mul_size(call, count_of(call, "recvcount", recvcount), size),
+              in_place, 1);
+    return staged_end(allgather_packed(call, s.buf, in_place ? sendcount : scaled(call, sendcount, s.k),
+                                       s.type, r.buf, scaled(call, recvcount, r.k), r.type, comm, nb));
+}
+
 int MPI_Allgather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
                   int recvcount, MPI_Datatype recvtype, MPI_Comm comm)
 {
@@ -1963,7 +2199,7 @@ int MPI_Iallgather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, vo
                      comm, nb_arg("MPI_Iallgather", request));
 }
 
-static int allgatherv(const char *call, const void *sendbuf, int sendcount, MPI_Datatype sendtype,
+static int allgatherv_packed(const char *call, const void *sendbuf, int sendcount, MPI_Datatype sendtype,
                       void *recvbuf, const int recvcounts[], const int displs[],
                       MPI_Datatype recvtype, MPI_Comm comm, MPI_Request *nb)
 {
@@ -1975,7 +2211,7 @@ static int allgatherv(const char *call, const void *sendbuf, int sendcount, MPI_
     int lowest;
 
     if (recvcounts == NULL || displs == NULL)
-        fatal(MPI_ERR_ARG, "%s: recvcounts or displs is NULL", call);
+        mpi_fatal(MPI_ERR_ARG, "%s: recvcounts or displs is NULL", call);
     lowest = displs[0];
     for (size_t r = 0; r < size; r++) {
         size_t b = bytes_of(call, "recvcounts[]", recvcounts[r], rtype);
@@ -2009,9 +2245,25 @@ static int allgatherv(const char *call, const void *sendbuf, int sendcount, MPI_
         counts[r] = (size_t)recvcounts[r] * rtype->extent;
         offsets[r] = (size_t)((long long)displs[r] - lowest) * rtype->extent;
     }
-    COLL(call, nb, ((struct coll_after){{counts, NULL}, NULL, NULL, 0}), eccl_allgatherv, v.ecomm,
+    COLL(call, nb, ((struct coll_after){{counts, NULL}, NULL, NULL, 0, NULL}), eccl_allgatherv, v.ecomm,
          mine, base, counts, offsets, ECCL_U8, take_tag(&v));
     return call_result();
+}
+
+static int allgatherv(const char *call, const void *sendbuf, int sendcount, MPI_Datatype sendtype,
+                      void *recvbuf, const int recvcounts[], const int displs[],
+                      MPI_Datatype recvtype, MPI_Comm comm, MPI_Request *nb)
+{
+    size_t size = (size_t)view_of(call, comm).size;
+    int in_place = sendbuf == MPI_IN_PLACE;
+    struct twin s = {(void *)sendbuf, sendtype, 1}, r;
+    const int *rc, *rd;
+
+    if (!in_place)
+        s = stage(call, (void *)sendbuf, sendtype, count_of(call, "sendcount", sendcount), 1, 0);
+    r = stage_v(call, recvbuf, recvtype, size, recvcounts, displs, in_place, 1, &rc, &rd);
+    return staged_end(allgatherv_packed(call, s.buf, in_place ? sendcount : scaled(call, sendcount, s.k),
+                                        s.type, r.buf, rc, rd, r.type, comm, nb));
 }
 
 int MPI_Allgatherv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
@@ -2029,7 +2281,7 @@ int MPI_Iallgatherv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, v
                       recvtype, comm, nb_arg("MPI_Iallgatherv", request));
 }
 
-static int reduce_scatter_block(const char *call, const void *sendbuf, void *recvbuf,
+static int reduce_scatter_block_packed(const char *call, const void *sendbuf, void *recvbuf,
                                 int recvcount, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm,
                                 MPI_Request *nb)
 {
@@ -2056,10 +2308,25 @@ static int reduce_scatter_block(const char *call, const void *sendbuf, void *rec
     /* MPI in place: the blocks fill recvbuf and the result goes to its
      * front; eccl's in-place result lands where this rank's block was. */
     result = sendbuf == MPI_IN_PLACE ? (char *)recvbuf + (size_t)v.rank * block : recvbuf;
-    COLL(call, nb, ((struct coll_after){{NULL, NULL}, recvbuf, result, block}), eccl_reduce_scatter,
+    COLL(call, nb, ((struct coll_after){{NULL, NULL}, recvbuf, result, block, NULL}), eccl_reduce_scatter,
          v.ecomm, sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf, result, n, type->dtype, red.eop,
          take_tag(&v));
     return call_result();
+}
+
+static int reduce_scatter_block(const char *call, const void *sendbuf, void *recvbuf,
+                                int recvcount, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm,
+                                MPI_Request *nb)
+{
+    size_t size = (size_t)view_of(call, comm).size, n = count_of(call, "recvcount", recvcount);
+    int in_place = sendbuf == MPI_IN_PLACE;
+    struct twin r = stage_reduce(call, recvbuf, datatype, op, in_place ? mul_size(call, n, size) : n,
+                                 in_place, 1);
+    struct twin s = in_place ? r : stage_reduce(call, (void *)sendbuf, datatype, op,
+                                                mul_size(call, n, size), 1, 0);
+
+    return staged_end(reduce_scatter_block_packed(call, in_place ? MPI_IN_PLACE : s.buf, r.buf,
+                                                  scaled(call, recvcount, r.k), r.type, op, comm, nb));
 }
 
 int MPI_Reduce_scatter_block(const void *sendbuf, void *recvbuf, int recvcount,
@@ -2076,7 +2343,7 @@ int MPI_Ireduce_scatter_block(const void *sendbuf, void *recvbuf, int recvcount,
                                 op, comm, nb_arg("MPI_Ireduce_scatter_block", request));
 }
 
-static int reduce_scatter(const char *call, const void *sendbuf, void *recvbuf,
+static int reduce_scatter_packed(const char *call, const void *sendbuf, void *recvbuf,
                           const int recvcounts[], MPI_Datatype datatype, MPI_Op op, MPI_Comm comm,
                           MPI_Request *nb)
 {
@@ -2087,7 +2354,7 @@ static int reduce_scatter(const char *call, const void *sendbuf, void *recvbuf,
     char *result;
 
     if (recvcounts == NULL)
-        fatal(MPI_ERR_ARG, "%s: recvcounts is NULL", call);
+        mpi_fatal(MPI_ERR_ARG, "%s: recvcounts is NULL", call);
     counts = scratch_alloc(call, mul_size(call, size, sizeof *counts));
     for (size_t r = 0; r < size; r++) {
         counts[r] = count_of(call, "recvcounts[]", recvcounts[r]);
@@ -2120,10 +2387,36 @@ static int reduce_scatter(const char *call, const void *sendbuf, void *recvbuf,
     /* MPI in place: the blocks fill recvbuf and the result goes to its
      * front; eccl's in-place result lands where this rank's block was. */
     result = sendbuf == MPI_IN_PLACE ? (char *)recvbuf + before * esize : recvbuf;
-    COLL(call, nb, ((struct coll_after){{counts, NULL}, recvbuf, result, mine}),
+    COLL(call, nb, ((struct coll_after){{counts, NULL}, recvbuf, result, mine, NULL}),
          eccl_reduce_scatterv, v.ecomm, sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf, result, counts,
          type->dtype, red.eop, take_tag(&v));
     return call_result();
+}
+
+static int reduce_scatter(const char *call, const void *sendbuf, void *recvbuf,
+                          const int recvcounts[], MPI_Datatype datatype, MPI_Op op, MPI_Comm comm,
+                          MPI_Request *nb)
+{
+    struct comm_view v = view_of(call, comm);
+    size_t size = (size_t)v.size, total = 0;
+    int in_place = sendbuf == MPI_IN_PLACE, *counts = NULL;
+
+    if (recvcounts == NULL)
+        mpi_fatal(MPI_ERR_ARG, "%s: recvcounts is NULL", call);
+    for (size_t i = 0; i < size; i++)
+        total += count_of(call, "recvcounts[]", recvcounts[i]);
+    size_t mine = (size_t)recvcounts[v.rank];
+    struct twin r = stage_reduce(call, recvbuf, datatype, op, in_place ? total : mine, in_place, 1);
+    struct twin s = in_place ? r : stage_reduce(call, (void *)sendbuf, datatype, op, total, 1, 0);
+    if (r.k != 1) { /* the twin's counts (the call copies them) */
+        counts = scratch_alloc(call, mul_size(call, size, sizeof *counts));
+        for (size_t i = 0; i < size; i++)
+            counts[i] = scaled(call, recvcounts[i], r.k);
+    }
+    int e = reduce_scatter_packed(call, in_place ? MPI_IN_PLACE : s.buf, r.buf,
+                                  counts != NULL ? counts : recvcounts, r.type, op, comm, nb);
+    free(counts);
+    return staged_end(e);
 }
 
 int MPI_Reduce_scatter(const void *sendbuf, void *recvbuf, const int recvcounts[],
@@ -2142,7 +2435,7 @@ int MPI_Ireduce_scatter(const void *sendbuf, void *recvbuf, const int recvcounts
 
 /* All-to-all on eccl's own (pairwise exchange over peer links), in bytes.
  * In place, recvbuf holds the blocks to send, as eccl's in-place form. */
-static int alltoall(const char *call, const void *sendbuf, int sendcount, MPI_Datatype sendtype,
+static int alltoall_packed(const char *call, const void *sendbuf, int sendcount, MPI_Datatype sendtype,
                     void *recvbuf, int recvcount, MPI_Datatype recvtype, MPI_Comm comm,
                     MPI_Request *nb)
 {
@@ -2165,6 +2458,23 @@ static int alltoall(const char *call, const void *sendbuf, int sendcount, MPI_Da
          sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf, recvbuf, 
              block, ECCL_U8, take_tag(&v));
     return call_result();
+}
+
+static int alltoall(const char *call, const void *sendbuf, int sendcount, MPI_Datatype sendtype,
+                    void *recvbuf, int recvcount, MPI_Datatype recvtype, MPI_Comm comm,
+                    MPI_Request *nb)
+{
+    size_t size = (size_t)view_of(call, comm).size;
+    int in_place = sendbuf == MPI_IN_PLACE;
+    struct twin s = {(void *)sendbuf, sendtype, 1}, r;
+
+    if (!in_place)
+        s = stage(call, (void *)sendbuf, sendtype,
+                  mul_size(call, count_of(call, "sendcount", sendcount), size), 1, 0);
+    r = stage(call, recvbuf, recvtype, mul_size(call, count_of(call, "recvcount", recvcount), size),
+              in_place, 1);
+    return staged_end(alltoall_packed(call, s.buf, in_place ? sendcount : scaled(call, sendcount, s.k),
+                                      s.type, r.buf, scaled(call, recvcount, r.k), r.type, comm, nb));
 }
 
 int MPI_Alltoall(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
@@ -2211,7 +2521,7 @@ static char *bytes_layout(const char *call, const char *name, void *buf, const c
  * This rank's own block, the one pair a rank can check alone, is checked
  * here. In place (MPI_IN_PLACE: the data to send is in recvbuf, laid out
  * as received) is eccl's in-place form. */
-static int alltoallv(const char *call, const void *sendbuf, const int sendcounts[],
+static int alltoallv_packed(const char *call, const void *sendbuf, const int sendcounts[],
                      const int sdispls[], MPI_Datatype sendtype, void *recvbuf,
                      const int recvcounts[], const int rdispls[], MPI_Datatype recvtype,
                      MPI_Comm comm, MPI_Request *nb)
@@ -2227,10 +2537,10 @@ static int alltoallv(const char *call, const void *sendbuf, const int sendcounts
     char *rbase;
 
     if (recvcounts == NULL || rdispls == NULL)
-        fatal(MPI_ERR_ARG, "%s: recvcounts or rdispls is NULL", call);
+        mpi_fatal(MPI_ERR_ARG, "%s: recvcounts or rdispls is NULL", call);
     if (!in_place) {
         if (sendcounts == NULL || sdispls == NULL)
-            fatal(MPI_ERR_ARG, "%s: sendcounts or sdispls is NULL", call);
+            mpi_fatal(MPI_ERR_ARG, "%s: sendcounts or sdispls is NULL", call);
         stype = type_of(call, sendtype);
         check_match(call, bytes_of(call, "sendcounts[]", sendcounts[me], stype),
                     bytes_of(call, "recvcounts[]", recvcounts[me], rtype));
@@ -2250,7 +2560,7 @@ static int alltoallv(const char *call, const void *sendbuf, const int sendcounts
     }
     /* Every rank calls eccl, even with nothing to send or receive: the
      * others' blocks are theirs to know, not ours. */
-    struct coll_after after = {{counts, NULL}, NULL, NULL, 0};
+    struct coll_after after = {{counts, NULL}, NULL, NULL, 0, NULL};
     if (in_place)
         COLL(call, nb, after, eccl_alltoallv, v.ecomm, rbase != NULL ? rbase : &no_recv, NULL, NULL,
              rbase != NULL ? rbase : &no_recv, counts, counts + size, ECCL_U8, take_tag(&v));
@@ -2259,6 +2569,22 @@ static int alltoallv(const char *call, const void *sendbuf, const int sendcounts
              counts + 2 * size, counts + 3 * size, rbase != NULL ? rbase : &no_recv, counts,
              counts + size, ECCL_U8, take_tag(&v));
     return call_result();
+}
+
+static int alltoallv(const char *call, const void *sendbuf, const int sendcounts[],
+                     const int sdispls[], MPI_Datatype sendtype, void *recvbuf,
+                     const int recvcounts[], const int rdispls[], MPI_Datatype recvtype,
+                     MPI_Comm comm, MPI_Request *nb)
+{
+    size_t size = (size_t)view_of(call, comm).size;
+    int in_place = sendbuf == MPI_IN_PLACE;
+    struct twin s = {(void *)sendbuf, sendtype, 1}, r;
+    const int *sc = sendcounts, *sd = sdispls, *rc, *rd;
+
+    if (!in_place)
+        s = stage_v(call, (void *)sendbuf, sendtype, size, sendcounts, sdispls, 1, 0, &sc, &sd);
+    r = stage_v(call, recvbuf, recvtype, size, recvcounts, rdispls, in_place, 1, &rc, &rd);
+    return staged_end(alltoallv_packed(call, s.buf, sc, sd, s.type, r.buf, rc, rd, r.type, comm, nb));
 }
 
 int MPI_Alltoallv(const void *sendbuf, const int sendcounts[], const int sdispls[],
@@ -2282,20 +2608,20 @@ int MPI_Ialltoallv(const void *sendbuf, const int sendcounts[], const int sdispl
 static void check_tag(const char *call, int tag, int receive)
 {
     if (receive && tag == MPI_ANY_TAG)
-        fatal(MPI_ERR_UNSUPPORTED_OPERATION, "%s: MPI_ANY_TAG is not supported by eccl (a "
+        mpi_fatal(MPI_ERR_UNSUPPORTED_OPERATION, "%s: MPI_ANY_TAG is not supported by eccl (a "
               "receive must name its tag: eccl pairs a send with the receive of its tag)", call);
     if (tag < 0)
-        fatal(MPI_ERR_TAG, "%s: invalid tag %d", call, tag);
+        mpi_fatal(MPI_ERR_TAG, "%s: invalid tag %d", call, tag);
 }
 
 static void check_peer(const char *call, const struct comm_view *v, int peer, int receive)
 {
     if (receive && peer == MPI_ANY_SOURCE)
-        fatal(MPI_ERR_UNSUPPORTED_OPERATION, "%s: MPI_ANY_SOURCE is not supported by eccl (a "
+        mpi_fatal(MPI_ERR_UNSUPPORTED_OPERATION, "%s: MPI_ANY_SOURCE is not supported by eccl (a "
               "receive must name its source: eccl pairs a send with the receive naming its "
               "sender)", call);
     if (peer != MPI_PROC_NULL && (peer < 0 || peer >= v->size))
-        fatal(MPI_ERR_RANK, "%s: rank %d is not a rank of a communicator of %d", call, peer,
+        mpi_fatal(MPI_ERR_RANK, "%s: rank %d is not a rank of a communicator of %d", call, peer,
               v->size);
 }
 
@@ -2304,13 +2630,16 @@ static struct request *start_send(const char *call, const void *buf, int count,
                                   MPI_Datatype datatype, int dest, int tag, MPI_Comm comm)
 {
     struct comm_view v = view_of(call, comm);
-    size_t bytes = bytes_of(call, "count", count, type_of(call, datatype));
+    struct twin tw = stage(call, (void *)buf, datatype, count_of(call, "count", count), 1, 0);
+    size_t bytes = bytes_of(call, "count", scaled(call, count, tw.k), type_of(call, tw.type));
     struct request *r;
 
+    buf = tw.buf;
     check_peer(call, &v, dest, 0);
     check_tag(call, tag, 0);
     check_buffer(call, "buf", buf, bytes);
     r = new_request(call, REQ_SEND, comm, dest, tag, (void *)buf, bytes);
+    r->stages = take_stages(); /* the packed data, sent from until done */
     if ((r->error = call_result()) != MPI_SUCCESS) {
         r->step = STEP_DONE; /* its communicator failed: nothing to send to */
         return r;
@@ -2342,13 +2671,16 @@ static struct request *start_recv(const char *call, void *buf, int count, MPI_Da
                                   int source, int tag, MPI_Comm comm)
 {
     struct comm_view v = view_of(call, comm);
-    size_t bytes = bytes_of(call, "count", count, type_of(call, datatype));
+    struct twin tw = stage(call, buf, datatype, count_of(call, "count", count), 0, 1);
+    size_t bytes = bytes_of(call, "count", scaled(call, count, tw.k), type_of(call, tw.type));
     struct request *r;
 
+    buf = tw.buf;
     check_peer(call, &v, source, 1);
     check_tag(call, tag, 1);
     check_buffer(call, "buf", buf, bytes);
     r = new_request(call, REQ_RECV, comm, source, tag, buf, bytes);
+    r->stages = take_stages(); /* unpacked when the message is in (finish_request) */
     if ((r->error = call_result()) != MPI_SUCCESS) {
         r->step = STEP_DONE; /* its communicator failed: nothing will come */
         return r;
@@ -2397,7 +2729,7 @@ int MPI_Isend(const void *buf, int count, MPI_Datatype datatype, int dest, int t
               MPI_Comm comm, MPI_Request *request)
 {
     if (request == NULL)
-        fatal(MPI_ERR_ARG, "MPI_Isend: request is NULL");
+        mpi_fatal(MPI_ERR_ARG, "MPI_Isend: request is NULL");
     *request = handle_of("MPI_Isend",
                          start_send("MPI_Isend", buf, count, datatype, dest, tag, comm));
     return MPI_SUCCESS;
@@ -2407,7 +2739,7 @@ int MPI_Irecv(void *buf, int count, MPI_Datatype datatype, int source, int tag, 
               MPI_Request *request)
 {
     if (request == NULL)
-        fatal(MPI_ERR_ARG, "MPI_Irecv: request is NULL");
+        mpi_fatal(MPI_ERR_ARG, "MPI_Irecv: request is NULL");
     *request = handle_of("MPI_Irecv",
                          start_recv("MPI_Irecv", buf, count, datatype, source, tag, comm));
     return MPI_SUCCESS;
@@ -2454,9 +2786,9 @@ static int wait_handle(const char *call, MPI_Request *request, MPI_Status *statu
 
 int MPI_Wait(MPI_Request *request, MPI_Status *status)
 {
-    require_initialized("MPI_Wait");
+    mpi_require_initialized("MPI_Wait");
     if (request == NULL)
-        fatal(MPI_ERR_REQUEST, "MPI_Wait: request is NULL");
+        mpi_fatal(MPI_ERR_REQUEST, "MPI_Wait: request is NULL");
     return wait_handle("MPI_Wait", request, status);
 }
 
@@ -2464,9 +2796,9 @@ int MPI_Waitall(int count, MPI_Request requests[], MPI_Status statuses[])
 {
     size_t n = count_of("MPI_Waitall", "count", count);
 
-    require_initialized("MPI_Waitall");
+    mpi_require_initialized("MPI_Waitall");
     if (n != 0 && requests == NULL)
-        fatal(MPI_ERR_REQUEST, "MPI_Waitall: requests is NULL");
+        mpi_fatal(MPI_ERR_REQUEST, "MPI_Waitall: requests is NULL");
     /* Every request ends; a failed one makes it MPI_ERR_IN_STATUS, each
      * status's MPI_ERROR saying which. */
     int e = MPI_SUCCESS;
@@ -2482,9 +2814,9 @@ int MPI_Test(MPI_Request *request, int *flag, MPI_Status *status)
 {
     struct request *r;
 
-    require_initialized("MPI_Test");
+    mpi_require_initialized("MPI_Test");
     if (request == NULL || flag == NULL)
-        fatal(MPI_ERR_ARG, "MPI_Test: request or flag is NULL");
+        mpi_fatal(MPI_ERR_ARG, "MPI_Test: request or flag is NULL");
     if (*request == MPI_REQUEST_NULL) {
         *flag = 1;
         empty_status(status);
@@ -2512,9 +2844,9 @@ int MPI_Waitany(int count, MPI_Request requests[], int *index, MPI_Status *statu
     size_t n = count_of(call, "count", count);
     unsigned round = 0;
 
-    require_initialized(call);
+    mpi_require_initialized(call);
     if (index == NULL || (n != 0 && requests == NULL))
-        fatal(MPI_ERR_ARG, "%s: index or requests is NULL", call);
+        mpi_fatal(MPI_ERR_ARG, "%s: index or requests is NULL", call);
     for (;;) {
         int active = 0;
 
@@ -2554,9 +2886,9 @@ int MPI_Testall(int count, MPI_Request requests[], int *flag, MPI_Status statuse
     static const char call[] = "MPI_Testall";
     size_t n = count_of(call, "count", count);
 
-    require_initialized(call);
+    mpi_require_initialized(call);
     if (flag == NULL || (n != 0 && requests == NULL))
-        fatal(MPI_ERR_ARG, "%s: flag or requests is NULL", call);
+        mpi_fatal(MPI_ERR_ARG, "%s: flag or requests is NULL", call);
     int e = MPI_SUCCESS;
 
     progress_all();
@@ -2599,7 +2931,7 @@ static char *root_layout(const char *call, const char *name, void *buf, int coun
                          size_t size, size_t *bcounts, size_t *bdispls)
 {
     if (varying && (counts == NULL || displs == NULL))
-        fatal(MPI_ERR_ARG, "%s: the root's counts or displs is NULL", call);
+        mpi_fatal(MPI_ERR_ARG, "%s: the root's counts or displs is NULL", call);
     if (varying)
         return bytes_layout(call, name, buf, "counts[]", counts, displs, type, size, bcounts,
                             bdispls);
@@ -2615,7 +2947,7 @@ static char *root_layout(const char *call, const char *name, void *buf, int coun
 /* MPI_Gather(v) (gather 1) and MPI_Scatter(v) (0): `mine` is this rank's
  * own buffer (a gather's send side, a scatter's receive side), `at_root`
  * the root's. */
-static int rooted(const char *call, int gather, const void *mine, int mine_count,
+static int rooted_packed(const char *call, int gather, const void *mine, int mine_count,
                   MPI_Datatype mine_type, void *at_root, int root_count, int varying,
                   const int root_counts[], const int root_displs[], MPI_Datatype root_type,
                   int root, MPI_Comm comm, MPI_Request *nb)
@@ -2628,7 +2960,7 @@ static int rooted(const char *call, int gather, const void *mine, int mine_count
     is_root = v.rank == root;
     me = (size_t)v.rank;
     if (in_place && !is_root)
-        fatal(MPI_ERR_BUFFER, "%s: MPI_IN_PLACE is for the root only", call);
+        mpi_fatal(MPI_ERR_BUFFER, "%s: MPI_IN_PLACE is for the root only", call);
     size_t mine_bytes = in_place ? 0 : bytes_of(call, "count", mine_count,
                                                 type_of(call, mine_type));
     if (!in_place)
@@ -2653,6 +2985,33 @@ static int rooted(const char *call, int gather, const void *mine, int mine_count
     }
     rooted_bytes(call, &v, root, gather, (void *)mine, mine_bytes, base, shares, shares + size, nb);
     return call_result();
+}
+
+static int rooted(const char *call, int gather, const void *mine, int mine_count,
+                  MPI_Datatype mine_type, void *at_root, int root_count, int varying,
+                  const int root_counts[], const int root_displs[], MPI_Datatype root_type,
+                  int root, MPI_Comm comm, MPI_Request *nb)
+{
+    struct comm_view v = view_of(call, comm);
+    int in_place = mine == MPI_IN_PLACE;
+    struct twin m = {(void *)mine, mine_type, 1}, r = {at_root, root_type, 1};
+    const int *rc = root_counts, *rd = root_displs;
+
+    if (!in_place)
+        m = stage(call, (void *)mine, mine_type, count_of(call, "count", mine_count), gather, !gather);
+    if (v.rank == root) { /* the root's buffer means nothing elsewhere */
+        int in = !gather || in_place; /* in place, its own block stays */
+        if (varying)
+            r = stage_v(call, at_root, root_type, (size_t)v.size, root_counts, root_displs, in,
+                        gather, &rc, &rd);
+        else
+            r = stage(call, at_root, root_type,
+                      mul_size(call, count_of(call, "count", root_count), (size_t)v.size), in, gather);
+    }
+    return staged_end(rooted_packed(call, gather, m.buf,
+                                    in_place ? mine_count : scaled(call, mine_count, m.k), m.type,
+                                    r.buf, varying ? root_count : scaled(call, root_count, r.k),
+                                    varying, rc, rd, r.type, root, comm, nb));
 }
 
 int MPI_Gather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
@@ -2737,7 +3096,7 @@ static MPI_Comm comm_new(const char *call, const struct comm_view *parent)
             struct mpi_comm *n = realloc(comms.slots, (size_t)cap * sizeof *n);
 
             if (n == NULL)
-                fatal(MPI_ERR_NO_MEM, "%s: cannot hold %d communicators", call, cap);
+                mpi_fatal(MPI_ERR_NO_MEM, "%s: cannot hold %d communicators", call, cap);
             comms.slots = n;
             comms.cap = cap;
         }
@@ -2758,7 +3117,7 @@ static MPI_Comm comm_new(const char *call, const struct comm_view *parent)
         /* Every rank creates the world's communicators in one order: the
          * same id everywhere. */
         if (comms.next_id == COMM_ID_MAX)
-            fatal(MPI_ERR_NO_MEM, "%s: %d communicators were made from MPI_COMM_WORLD, the most "
+            mpi_fatal(MPI_ERR_NO_MEM, "%s: %d communicators were made from MPI_COMM_WORLD, the most "
                   "eccl's tags can tell apart", call, COMM_ID_MAX);
         c->id = ++comms.next_id;
     }
@@ -2770,7 +3129,7 @@ int MPI_Comm_dup(MPI_Comm comm, MPI_Comm *newcomm)
     struct comm_view v = view_of("MPI_Comm_dup", comm);
 
     if (newcomm == NULL)
-        fatal(MPI_ERR_ARG, "MPI_Comm_dup: newcomm is NULL");
+        mpi_fatal(MPI_ERR_ARG, "MPI_Comm_dup: newcomm is NULL");
     *newcomm = comms.error == MPI_SUCCESS ? comm_new("MPI_Comm_dup", &v) : MPI_COMM_NULL;
     return call_result();
 }
@@ -2779,9 +3138,9 @@ int MPI_Comm_free(MPI_Comm *comm)
 {
     unsigned slot = comm != NULL ? (unsigned)*comm - COMM_HANDLE_BASE : ~0u;
 
-    require_initialized("MPI_Comm_free");
+    mpi_require_initialized("MPI_Comm_free");
     if (comm == NULL || slot >= (unsigned)comms.n || !comms.slots[slot].used)
-        fatal(MPI_ERR_COMM, "MPI_Comm_free: not a communicator of MPI_Comm_dup or MPI_Comm_split "
+        mpi_fatal(MPI_ERR_COMM, "MPI_Comm_free: not a communicator of MPI_Comm_dup or MPI_Comm_split "
               "(MPI_COMM_WORLD and MPI_COMM_SELF are never freed)");
     comms.slots[slot].used = 0;
     *comm = MPI_COMM_NULL;
@@ -2795,7 +3154,7 @@ int MPI_Comm_compare(MPI_Comm comm1, MPI_Comm comm2, int *result)
     struct comm_view a = view_of("MPI_Comm_compare", comm1), b = view_of("MPI_Comm_compare", comm2);
 
     if (result == NULL)
-        fatal(MPI_ERR_ARG, "MPI_Comm_compare: result is NULL");
+        mpi_fatal(MPI_ERR_ARG, "MPI_Comm_compare: result is NULL");
     if (comm1 == comm2)
         *result = MPI_IDENT;
     else
@@ -2813,9 +3172,9 @@ static int split(const char *call, MPI_Comm comm, int color, int key, MPI_Comm *
     int mine[2] = {color, key}, *all;
 
     if (newcomm == NULL)
-        fatal(MPI_ERR_ARG, "%s: newcomm is NULL", call);
+        mpi_fatal(MPI_ERR_ARG, "%s: newcomm is NULL", call);
     if (color < 0 && color != MPI_UNDEFINED)
-        fatal(MPI_ERR_ARG, "%s: color %d is negative", call, color);
+        mpi_fatal(MPI_ERR_ARG, "%s: color %d is negative", call, color);
     all = scratch_alloc(call, mul_size(call, (size_t)v.size, sizeof mine));
     if (v.ecomm == NULL)
         memcpy(all, mine, sizeof mine);
@@ -2840,7 +3199,7 @@ static int split(const char *call, MPI_Comm comm, int color, int key, MPI_Comm *
         return call_result();
     }
     if (!same)
-        fatal(MPI_ERR_UNSUPPORTED_OPERATION, "%s: a split into several communicators, or into one "
+        mpi_fatal(MPI_ERR_UNSUPPORTED_OPERATION, "%s: a split into several communicators, or into one "
               "in another order, is not supported by eccl yet (every communicator here has all the "
               "ranks of the one it came from, in order)", call);
     *newcomm = comm_new(call, &v);
@@ -2863,9 +3222,9 @@ int MPI_Comm_split_type(MPI_Comm comm, int split_type, int key, MPI_Info info, M
     int len = 0, color = MPI_UNDEFINED;
 
     if (info != MPI_INFO_NULL)
-        fatal(MPI_ERR_ARG, "%s: info must be MPI_INFO_NULL (this subset has no info objects)", call);
+        mpi_fatal(MPI_ERR_ARG, "%s: info must be MPI_INFO_NULL (this subset has no info objects)", call);
     if (split_type != MPI_COMM_TYPE_SHARED && split_type != MPI_UNDEFINED)
-        fatal(MPI_ERR_ARG, "%s: split type %d (MPI_COMM_TYPE_SHARED or MPI_UNDEFINED)", call,
+        mpi_fatal(MPI_ERR_ARG, "%s: split type %d (MPI_COMM_TYPE_SHARED or MPI_UNDEFINED)", call,
               split_type);
     if (split_type == MPI_COMM_TYPE_SHARED) {
         uint32_t h = 2166136261u; /* FNV-1a: a color >= 0 */
@@ -2892,11 +3251,11 @@ int MPI_Comm_set_errhandler(MPI_Comm comm, MPI_Errhandler errhandler)
 {
     struct mpi_comm *c = comm_state(comm);
 
-    require_initialized("MPI_Comm_set_errhandler");
+    mpi_require_initialized("MPI_Comm_set_errhandler");
     if (c == NULL)
-        fatal(MPI_ERR_COMM, "MPI_Comm_set_errhandler: invalid communicator 0x%x", (unsigned)comm);
+        mpi_fatal(MPI_ERR_COMM, "MPI_Comm_set_errhandler: invalid communicator 0x%x", (unsigned)comm);
     if (errhandler != MPI_ERRORS_ARE_FATAL && errhandler != MPI_ERRORS_RETURN)
-        fatal(MPI_ERR_ARG, "MPI_Comm_set_errhandler: MPI_ERRORS_ARE_FATAL or MPI_ERRORS_RETURN "
+        mpi_fatal(MPI_ERR_ARG, "MPI_Comm_set_errhandler: MPI_ERRORS_ARE_FATAL or MPI_ERRORS_RETURN "
               "(this subset has no user handlers)");
     c->errors_return = errhandler == MPI_ERRORS_RETURN;
     return MPI_SUCCESS;
@@ -2906,9 +3265,9 @@ int MPI_Comm_get_errhandler(MPI_Comm comm, MPI_Errhandler *errhandler)
 {
     struct mpi_comm *c = comm_state(comm);
 
-    require_initialized("MPI_Comm_get_errhandler");
+    mpi_require_initialized("MPI_Comm_get_errhandler");
     if (c == NULL || errhandler == NULL)
-        fatal(MPI_ERR_ARG, "MPI_Comm_get_errhandler: invalid communicator or NULL errhandler");
+        mpi_fatal(MPI_ERR_ARG, "MPI_Comm_get_errhandler: invalid communicator or NULL errhandler");
     *errhandler = c->errors_return ? MPI_ERRORS_RETURN : MPI_ERRORS_ARE_FATAL;
     return MPI_SUCCESS;
 }
@@ -2917,7 +3276,7 @@ int MPI_Comm_get_errhandler(MPI_Comm comm, MPI_Errhandler *errhandler)
 int MPI_Errhandler_free(MPI_Errhandler *errhandler)
 {
     if (errhandler == NULL)
-        fatal(MPI_ERR_ARG, "MPI_Errhandler_free: errhandler is NULL");
+        mpi_fatal(MPI_ERR_ARG, "MPI_Errhandler_free: errhandler is NULL");
     *errhandler = MPI_ERRHANDLER_NULL;
     return MPI_SUCCESS;
 }
@@ -2970,7 +3329,7 @@ static int64_t survivors_allreduce(const char *call, uint64_t space, uint32_t wh
         if (rc != ECCL_OK && rc != ECCL_ERR_PEER_LOST && rc != ECCL_ERR_CONNECT)
             check_eccl(call, "eccl_allreduce", rc);
         if (attempt == 1000)
-            fatal(MPI_ERR_OTHER, "%s: the ring kept changing under 1000 tries", call);
+            mpi_fatal(MPI_ERR_OTHER, "%s: the ring kept changing under 1000 tries", call);
     }
 }
 
@@ -2978,9 +3337,9 @@ int MPIX_Comm_failure_ack(MPI_Comm comm)
 {
     struct mpi_comm *c = comm_state(comm);
 
-    require_initialized("MPIX_Comm_failure_ack");
+    mpi_require_initialized("MPIX_Comm_failure_ack");
     if (c == NULL)
-        fatal(MPI_ERR_COMM, "MPIX_Comm_failure_ack: invalid communicator 0x%x", (unsigned)comm);
+        mpi_fatal(MPI_ERR_COMM, "MPIX_Comm_failure_ack: invalid communicator 0x%x", (unsigned)comm);
     c->acked = c->failed;
     return MPI_SUCCESS;
 }
@@ -2998,7 +3357,7 @@ int MPIX_Comm_agree(MPI_Comm comm, int *flag)
 
     (void)call_result(); /* agreeing is what a failed communicator may still do */
     if (flag == NULL)
-        fatal(MPI_ERR_ARG, "%s: flag is NULL", call);
+        mpi_fatal(MPI_ERR_ARG, "%s: flag is NULL", call);
     for (int i = 0; i < 32; i++)
         bits[i] = (uint8_t)((unsigned)*flag >> i & 1u);
     if (v.ecomm == NULL && v.size == 1) {
@@ -3029,7 +3388,7 @@ int MPIX_Comm_shrink(MPI_Comm comm, MPI_Comm *newcomm)
 
     (void)call_result(); /* shrinking is what a failed communicator is for */
     if (newcomm == NULL)
-        fatal(MPI_ERR_ARG, "%s: newcomm is NULL", call);
+        mpi_fatal(MPI_ERR_ARG, "%s: newcomm is NULL", call);
     if (v.ecomm == NULL && v.size == 1) {
         *newcomm = comm_new(call, &v);
         return MPI_SUCCESS;

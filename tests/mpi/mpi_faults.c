@@ -16,6 +16,10 @@
  *               operation MPI does not define on floats
  *   ibadop      rank 0 calls MPI_Iallreduce with MPI_BAND, which is
  *               computed in the shim and has no nonblocking form yet
+ *   uncommitted rank 0 broadcasts a derived datatype it never committed
+ *               (MPI_ERR_TYPE)
+ *   mixedop     rank 0 sums a struct of an int and a double: MPI's
+ *               predefined operations apply to one basic type
  *   abort       rank 1 calls MPI_Abort(MPI_COMM_WORLD, 3)
  *   kill        the last rank dies of SIGKILL
  *               (in these modes the other ranks wait outside any MPI call,
@@ -126,6 +130,27 @@ int main(int argc, char **argv)
 
             let_others_settle();
             MPI_Iallreduce(MPI_IN_PLACE, &value, 1, MPI_INT, MPI_BAND, MPI_COMM_WORLD, &req);
+        }
+        sleep_for_a_while();
+    } else if (strcmp(mode, "uncommitted") == 0) {
+        if (rank == 0) {
+            MPI_Datatype pair;
+
+            let_others_settle();
+            MPI_Type_contiguous(2, MPI_INT, &pair);
+            MPI_Bcast(buf, 1, pair, 0, MPI_COMM_WORLD);
+        }
+        sleep_for_a_while();
+    } else if (strcmp(mode, "mixedop") == 0) {
+        if (rank == 0) {
+            MPI_Datatype mixed, types[2] = {MPI_INT, MPI_DOUBLE};
+            int lens[2] = {1, 1};
+            MPI_Aint displs[2] = {0, 8};
+
+            let_others_settle();
+            MPI_Type_create_struct(2, lens, displs, types, &mixed);
+            MPI_Type_commit(&mixed);
+            MPI_Allreduce(MPI_IN_PLACE, buf, 1, mixed, MPI_SUM, MPI_COMM_WORLD);
         }
         sleep_for_a_while();
     } else if (strcmp(mode, "abort") == 0) {
