@@ -49,6 +49,7 @@
 #include "mpi.h"
 #pragma GCC visibility pop
 
+#include "groups.h"
 #include "types.h"
 
 /* ---- state ------------------------------------------------------------------ */
@@ -92,6 +93,15 @@ struct mpi_comm {
     int shrunk, rank, size;
     int64_t epoch;
     uint32_t agreements, shrinks; /* MPIX_Comm_agree/shrink calls on it: their tags */
+    /* Some of the ring's ranks, or all in another order (MPI_Comm_split,
+     * MPI_Comm_create): its rank i is ranks[i] on eccl's ring, and its
+     * collectives run as messages between its ranks ("subset
+     * communicators"); rank and size are its own. NULL: every rank of the
+     * ring, in ring order. */
+    int *ranks;
+    /* Its ranks as MPI_COMM_WORLD numbered them at MPI_Init, for groups;
+     * NULL: the ring's numbering (a ring that never lost a rank). */
+    int *procs;
 };
 
 static struct {
@@ -113,6 +123,7 @@ struct comm_view {
     eccl_comm *ecomm;
     uint64_t *next_tag;
     uint32_t id; /* its eccl tag space */
+    const int *ranks; /* a subset communicator's ring ranks (struct mpi_comm), or NULL */
 };
 
 /* A world of one (no eccl communicator): every collective is the local copy
@@ -153,6 +164,7 @@ static const struct {
     {MPI_ERR_UNKNOWN, "MPI_ERR_UNKNOWN", "unknown error"},
     {MPI_ERR_IN_STATUS, "MPI_ERR_IN_STATUS", "error code is in status"},
     {MPIX_ERR_PROC_FAILED, "MPIX_ERR_PROC_FAILED", "a process of the communicator failed"},
+    {MPI_ERR_GROUP, "MPI_ERR_GROUP", "invalid group"},
 };
 
 static const char *error_name(int code)
@@ -243,7 +255,7 @@ static void check_coll(const char *call, const char *what, eccl_result rc, uint3
 {
     struct mpi_comm *c = comm_state(comms.current);
     int64_t epoch = -1, want = c != NULL && c->shrunk ? c->epoch : world.epoch;
-    int size = c != NULL && c->shrunk ? c->size : world.size;
+    int size = c != NULL && (c->shrunk || c->ranks != NULL) ? c->size : world.size;
 
     /* A collective's own world (eccl_reduce_info) says whether every rank
      * took part, the same on every survivor; the ring's epoch, read after
@@ -385,7 +397,7 @@ static int call_result(void)
 
 static struct comm_view view_of(const char *call, MPI_Comm comm)
 {
-    struct comm_view v = {0, 1, NULL, NULL, 0};
+    struct comm_view v = {0, 1, NULL, NULL, 0, NULL};
 
     mpi_require_initialized(call);
     struct mpi_comm *c = comm_state(comm);
@@ -394,10 +406,11 @@ static struct comm_view view_of(const char *call, MPI_Comm comm)
         mpi_fatal(MPI_ERR_COMM, "%s: invalid communicator 0x%x (not MPI_COMM_WORLD, MPI_COMM_SELF or "
               "one made from them and not freed)", call, (unsigned)comm);
     comms.current = comm;
-    if (c->shrunk) {
+    if (c->shrunk || c->ranks != NULL) {
         v.rank = c->rank;
         v.size = c->size;
         v.ecomm = c->size > 1 ? world.comm : NULL;
+        v.ranks = c->ranks;
     } else if (!c->of_self) {
         v.rank = world.rank;
         v.size = world.size;
@@ -573,6 +586,7 @@ struct request {
     MPI_Comm comm;
     uint32_t comm_id; /* its tag space (struct comm_view) */
     int peer;       /* MPI rank, or MPI_PROC_NULL */
+    int ring_peer;  /* the peer's rank on eccl's ring */
     int tag;
     uint32_t seq;
     char *buf;
@@ -980,16 +994,16 @@ static void post_step(const char *call, struct request *r, int fresh)
             poll_pause(&round);
     if (r->step == STEP_HEADER)
         rc = r->kind == REQ_SEND
-                 ? eccl_send_async(world.comm, &r->hdr, sizeof r->hdr, ECCL_U8, (uint32_t)r->peer,
-                                   p2p_tag(r, 0), &r->op)
-                 : eccl_recv_async(world.comm, &r->hdr, sizeof r->hdr, ECCL_U8, (uint32_t)r->peer,
-                                   p2p_tag(r, 0), &r->op);
+                 ? eccl_send_async(world.comm, &r->hdr, sizeof r->hdr, ECCL_U8,
+                                   (uint32_t)r->ring_peer, p2p_tag(r, 0), &r->op)
+                 : eccl_recv_async(world.comm, &r->hdr, sizeof r->hdr, ECCL_U8,
+                                   (uint32_t)r->ring_peer, p2p_tag(r, 0), &r->op);
     else
         rc = r->kind == REQ_SEND
                  ? eccl_send_async(world.comm, r->buf + P2P_INLINE, r->bytes - P2P_INLINE, ECCL_U8,
-                                   (uint32_t)r->peer, p2p_tag(r, 1), &r->op)
+                                   (uint32_t)r->ring_peer, p2p_tag(r, 1), &r->op)
                  : eccl_recv_async(world.comm, r->buf + P2P_INLINE, r->got - P2P_INLINE, ECCL_U8,
-                                   (uint32_t)r->peer, p2p_tag(r, 1), &r->op);
+                                   (uint32_t)r->ring_peer, p2p_tag(r, 1), &r->op);
     check_eccl(call, r->kind == REQ_SEND ? "eccl_send_async" : "eccl_recv_async", rc);
     push_request(&p2p.active, r);
     p2p.active_ops++;
@@ -1133,6 +1147,24 @@ static int retry_on_survivors(eccl_result rc)
     return (rc == ECCL_ERR_PEER_LOST || rc == ECCL_ERR_CONNECT) && c != NULL && c->errors_return;
 }
 
+/* A subset communicator's forms of the eccl collectives (below). */
+#define SUB_DECLARE(fn, ...) static eccl_result sub_##fn(__VA_ARGS__, eccl_reduce_info *info);
+SUB_DECLARE(barrier_op, eccl_comm *, uint64_t)
+SUB_DECLARE(eccl_broadcast, eccl_comm *, const void *, void *, size_t, eccl_dtype, uint32_t, uint64_t)
+SUB_DECLARE(eccl_allgather, eccl_comm *, const void *, void *, size_t, eccl_dtype, uint64_t)
+SUB_DECLARE(eccl_allgatherv, eccl_comm *, const void *, void *, const size_t *, const size_t *,
+            eccl_dtype, uint64_t)
+SUB_DECLARE(eccl_alltoall, eccl_comm *, const void *, void *, size_t, eccl_dtype, uint64_t)
+SUB_DECLARE(eccl_alltoallv, eccl_comm *, const void *, const size_t *, const size_t *, void *,
+            const size_t *, const size_t *, eccl_dtype, uint64_t)
+SUB_DECLARE(eccl_allreduce, eccl_comm *, const void *, void *, size_t, eccl_dtype, eccl_op, uint64_t)
+SUB_DECLARE(eccl_reduce, eccl_comm *, const void *, void *, size_t, eccl_dtype, eccl_op, uint32_t,
+            uint64_t)
+SUB_DECLARE(eccl_reduce_scatter, eccl_comm *, const void *, void *, size_t, eccl_dtype, eccl_op,
+            uint64_t)
+SUB_DECLARE(eccl_reduce_scatterv, eccl_comm *, const void *, void *, const size_t *, eccl_dtype,
+            eccl_op, uint64_t)
+
 /* Runs collective `fn` of eccl: as it is, unless a point-to-point request
  * may need this rank's help meanwhile (p2p_needs_progress); then as
  * fn##_async, waited for while those requests move on (and again on the
@@ -1141,6 +1173,14 @@ static int retry_on_survivors(eccl_result rc)
 #define RUN_COLL(call, fn, ...)                                                           \
     do {                                                                                  \
         comms.retrying = 0;                                                               \
+        if (comm_state(comms.current)->ranks != NULL) { /* a subset: as messages */      \
+            if (comms.error == MPI_SUCCESS) {                                             \
+                eccl_reduce_info info_ = {0};                                             \
+                eccl_result rc_ = sub_##fn(__VA_ARGS__, &info_);                          \
+                check_coll(call, #fn, rc_, info_.world_size);                             \
+            }                                                                             \
+            break;                                                                        \
+        }                                                                                 \
         while (comms.error == MPI_SUCCESS) { /* failed already: no more eccl calls */     \
             eccl_result rc_;                                                              \
             eccl_reduce_info info_ = {0};                                                 \
@@ -1266,6 +1306,10 @@ static void nonblocking_allowed(const char *call)
         } else {                                                                          \
             eccl_request *nb_op_ = NULL;                                                  \
             nonblocking_allowed(call);                                                    \
+            if (comm_state(comms.current)->ranks != NULL)                                 \
+                mpi_fatal(MPI_ERR_UNSUPPORTED_OPERATION, "%s: nonblocking collectives on " \
+                          "a communicator of some ranks are not supported by eccl yet",   \
+                          call);                                                          \
             if (comms.error != MPI_SUCCESS) {                                             \
                 run_after(&after_);                                                       \
                 *(nb) = MPI_REQUEST_NULL;                                                 \
@@ -2625,6 +2669,26 @@ static void check_peer(const char *call, const struct comm_view *v, int peer, in
               v->size);
 }
 
+/* Request r (its peer, tag, buffer and size set) on eccl, in tag space
+ * comm_id, to or from ring rank ring_peer: its sequence number, for a send
+ * its header (eager data in it), and the first step posted. */
+static void post_message(const char *call, struct request *r, uint32_t comm_id, int ring_peer)
+{
+    r->comm_id = comm_id;
+    r->ring_peer = ring_peer;
+    if (r->kind == REQ_SEND) {
+        r->seq = seq_of(comm_id, r->peer, r->tag)->sent++;
+        r->hdr.bytes = r->bytes;
+        r->hdr.tag = (uint32_t)r->tag;
+        r->hdr.seq = r->seq & P2P_SEQ_MASK;
+        if (r->bytes != 0)
+            memcpy(r->hdr.data, r->buf, r->bytes < P2P_INLINE ? r->bytes : P2P_INLINE);
+    } else {
+        r->seq = seq_of(comm_id, r->peer, r->tag)->received++;
+    }
+    post_step(call, r, 1);
+}
+
 /* A send under way (or done: eager, to oneself, to MPI_PROC_NULL). */
 static struct request *start_send(const char *call, const void *buf, int count,
                                   MPI_Datatype datatype, int dest, int tag, MPI_Comm comm)
@@ -2655,14 +2719,7 @@ static struct request *start_send(const char *call, const void *buf, int count,
         r->step = STEP_DONE;
         return r;
     }
-    r->comm_id = v.id;
-    r->seq = seq_of(v.id, dest, tag)->sent++;
-    r->hdr.bytes = bytes;
-    r->hdr.tag = (uint32_t)tag;
-    r->hdr.seq = r->seq & P2P_SEQ_MASK;
-    if (bytes != 0)
-        memcpy(r->hdr.data, buf, bytes < P2P_INLINE ? bytes : P2P_INLINE);
-    post_step(call, r, 1);
+    post_message(call, r, v.id, v.ranks != NULL ? v.ranks[dest] : dest);
     return r;
 }
 
@@ -2695,9 +2752,7 @@ static struct request *start_recv(const char *call, void *buf, int count, MPI_Da
         self_recv(call, r);
         return r;
     }
-    r->comm_id = v.id;
-    r->seq = seq_of(v.id, source, tag)->received++;
-    post_step(call, r, 1);
+    post_message(call, r, v.id, v.ranks != NULL ? v.ranks[source] : source);
     return r;
 }
 
@@ -2743,6 +2798,295 @@ int MPI_Irecv(void *buf, int count, MPI_Datatype datatype, int source, int tag, 
     *request = handle_of("MPI_Irecv",
                          start_recv("MPI_Irecv", buf, count, datatype, source, tag, comm));
     return MPI_SUCCESS;
+}
+
+/* ---- collectives of a subset communicator -------------------------------------------
+ *
+ * eccl's collectives run on its whole ring. A communicator of some of the
+ * ring's ranks, or of all in another order, runs each eccl collective the
+ * calls above make as messages between its ranks instead, with the eccl
+ * call's arguments and layouts: every rank posts the blocks it receives
+ * and sends at once (sub_exchange), in the communicator's second tag space
+ * (id + 1, apart from its messages), and reductions fold the ranks' blocks
+ * in rank order, so every rank gets the same bits. Messages between a pair
+ * of ranks match in order: every rank makes a communicator's collective
+ * calls in the same order, each complete before the next. */
+
+struct sub_block {
+    const void *send;
+    size_t send_bytes;
+    void *recv;
+    size_t recv_bytes;
+};
+
+/* A message of a subset communicator's collective: to or from its rank
+ * `peer`, under way. */
+static struct request *sub_message(const char *call, const struct mpi_comm *c, int kind, int peer,
+                                   void *buf, size_t bytes)
+{
+    struct request *r = new_request(call, kind, comms.current, peer, 0, buf, bytes);
+
+    if (kind == REQ_SEND)
+        p2p.sent++;
+    else
+        p2p.received++;
+    post_message(call, r, c->id + 1, c->ranks[peer]);
+    return r;
+}
+
+/* Block i of b (one per rank) to and from rank i, all at once: empty
+ * blocks are not sent (both sides know the sizes) unless every pair must
+ * meet (a barrier). ECCL_ERR_PEER_LOST if a rank was lost. */
+static eccl_result sub_exchange(const char *call, struct sub_block *b, int every_pair,
+                                eccl_reduce_info *info)
+{
+    struct mpi_comm *c = comm_state(comms.current);
+    int size = c->size, me = c->rank, n = 0, lost = 0;
+    struct request **reqs = scratch_alloc(call, mul_size(call, 2 * (size_t)size, sizeof *reqs));
+
+    for (int i = 0; i < size; i++)
+        if (i != me && (b[i].recv_bytes != 0 || every_pair))
+            reqs[n++] = sub_message(call, c, REQ_RECV, i, b[i].recv, b[i].recv_bytes);
+    for (int i = 0; i < size; i++)
+        if (i != me && (b[i].send_bytes != 0 || every_pair))
+            reqs[n++] = sub_message(call, c, REQ_SEND, i, (void *)b[i].send, b[i].send_bytes);
+    if (b[me].recv_bytes != 0 && b[me].recv != b[me].send)
+        memmove(b[me].recv, b[me].send, b[me].recv_bytes);
+    for (int k = 0; k < n; k++) {
+        wait_request(call, reqs[k]);
+        if (reqs[k]->kind == REQ_RECV && reqs[k]->got != reqs[k]->bytes)
+            mpi_fatal(MPI_ERR_TRUNCATE, "%s: rank %d sent %zu bytes where %zu were due (the ranks' "
+                      "counts do not agree)", call, reqs[k]->peer, reqs[k]->got, reqs[k]->bytes);
+        lost |= reqs[k]->error != MPI_SUCCESS;
+        let_go(reqs[k]);
+    }
+    free(reqs);
+    info->world_size = (uint32_t)size;
+    return lost ? ECCL_ERR_PEER_LOST : ECCL_OK;
+}
+
+static struct sub_block *sub_blocks(const char *call)
+{
+    struct mpi_comm *c = comm_state(comms.current);
+    struct sub_block *b = scratch_alloc(call, mul_size(call, (size_t)c->size, sizeof *b));
+
+    memset(b, 0, (size_t)c->size * sizeof *b);
+    return b;
+}
+
+static int sub_rank(void)
+{
+    return comm_state(comms.current)->rank;
+}
+
+static int sub_size(void)
+{
+    return comm_state(comms.current)->size;
+}
+
+static eccl_result sub_done(struct sub_block *b, void *scratch, eccl_result rc)
+{
+    free(b);
+    free(scratch);
+    return rc;
+}
+
+/* out = block size - 1 op (... op block 0), blocks `stride` bytes apart:
+ * the same order on every rank. The shim gives eccl only its own element
+ * types and operations. */
+static void sub_fold(const char *all, size_t stride, size_t count, eccl_dtype dtype, eccl_op op,
+                     void *out)
+{
+    static const enum mpi_ctype ctypes[] = {
+        [ECCL_I8] = CT_I8,   [ECCL_U8] = CT_U8,   [ECCL_I16] = CT_I16, [ECCL_U16] = CT_U16,
+        [ECCL_I32] = CT_I32, [ECCL_U32] = CT_U32, [ECCL_I64] = CT_I64, [ECCL_U64] = CT_U64,
+        [ECCL_F32] = CT_FLOAT, [ECCL_F64] = CT_DOUBLE};
+    enum mpi_opcode opc = op == ECCL_SUM ? OPC_SUM : op == ECCL_PROD ? OPC_PROD
+                        : op == ECCL_MIN ? OPC_MIN : OPC_MAX;
+    mpi_local_fn fn = mpi_local_op(opc, ctypes[dtype]);
+    size_t bytes = count * eccl_dtype_size(dtype);
+    int size = sub_size();
+
+    memmove(out, all + (size_t)(size - 1) * stride, bytes);
+    for (int k = size - 2; k >= 0; k--)
+        fn(all + (size_t)k * stride, out, count);
+}
+
+static eccl_result sub_barrier_op(eccl_comm *comm, uint64_t tag, eccl_reduce_info *info)
+{
+    (void)comm, (void)tag;
+    return sub_done(NULL, NULL, sub_exchange("a barrier", sub_blocks("a barrier"), 1, info));
+}
+
+static eccl_result sub_eccl_broadcast(eccl_comm *comm, const void *sendbuf, void *recvbuf,
+                                      size_t count, eccl_dtype dtype, uint32_t root, uint64_t tag,
+                                      eccl_reduce_info *info)
+{
+    struct sub_block *b = sub_blocks("a broadcast");
+    size_t bytes = count * eccl_dtype_size(dtype);
+    int me = sub_rank();
+
+    (void)comm, (void)tag;
+    for (int i = 0; i < sub_size(); i++)
+        if ((uint32_t)me == root)
+            b[i] = (struct sub_block){sendbuf, bytes, NULL, 0};
+    if ((uint32_t)me == root)
+        b[me].recv = recvbuf, b[me].recv_bytes = bytes;
+    else
+        b[root].recv = recvbuf, b[root].recv_bytes = bytes;
+    return sub_done(b, NULL, sub_exchange("a broadcast", b, 0, info));
+}
+
+static eccl_result sub_eccl_allgatherv(eccl_comm *comm, const void *sendbuf, void *recvbuf,
+                                       const size_t *recvcounts, const size_t *displs,
+                                       eccl_dtype dtype, uint64_t tag, eccl_reduce_info *info)
+{
+    struct sub_block *b = sub_blocks("an all-gather");
+    size_t es = eccl_dtype_size(dtype);
+    int me = sub_rank();
+
+    (void)comm, (void)tag;
+    for (int i = 0; i < sub_size(); i++)
+        b[i] = (struct sub_block){sendbuf, recvcounts[me] * es, (char *)recvbuf + displs[i] * es,
+                                  recvcounts[i] * es};
+    return sub_done(b, NULL, sub_exchange("an all-gather", b, 0, info));
+}
+
+static eccl_result sub_eccl_allgather(eccl_comm *comm, const void *sendbuf, void *recvbuf,
+                                      size_t sendcount, eccl_dtype dtype, uint64_t tag,
+                                      eccl_reduce_info *info)
+{
+    size_t size = (size_t)sub_size(), *c = scratch_alloc("an all-gather", 2 * size * sizeof *c);
+
+    for (size_t i = 0; i < size; i++) {
+        c[i] = sendcount;
+        c[size + i] = i * sendcount;
+    }
+    return sub_done(NULL, c, sub_eccl_allgatherv(comm, sendbuf, recvbuf, c, c + size, dtype, tag, info));
+}
+
+static eccl_result sub_eccl_alltoallv(eccl_comm *comm, const void *sendbuf, const size_t *sendcounts,
+                                      const size_t *sdispls, void *recvbuf, const size_t *recvcounts,
+                                      const size_t *rdispls, eccl_dtype dtype, uint64_t tag,
+                                      eccl_reduce_info *info)
+{
+    struct sub_block *b = sub_blocks("an all-to-all");
+    size_t es = eccl_dtype_size(dtype), end = 0;
+    int size = sub_size();
+    char *copy = NULL;
+
+    (void)comm, (void)tag;
+    if (sendcounts == NULL) { /* in place: send from a copy of the receive layout */
+        for (int i = 0; i < size; i++)
+            if (recvcounts[i] != 0 && rdispls[i] + recvcounts[i] > end)
+                end = rdispls[i] + recvcounts[i];
+        copy = scratch_alloc("an all-to-all", end * es + 1);
+        memcpy(copy, recvbuf, end * es);
+        sendbuf = copy;
+        sendcounts = recvcounts;
+        sdispls = rdispls;
+    }
+    for (int i = 0; i < size; i++)
+        b[i] = (struct sub_block){(const char *)sendbuf + sdispls[i] * es, sendcounts[i] * es,
+                                  (char *)recvbuf + rdispls[i] * es, recvcounts[i] * es};
+    return sub_done(b, copy, sub_exchange("an all-to-all", b, 0, info));
+}
+
+static eccl_result sub_eccl_alltoall(eccl_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
+                                     eccl_dtype dtype, uint64_t tag, eccl_reduce_info *info)
+{
+    size_t size = (size_t)sub_size(), *c = scratch_alloc("an all-to-all", 2 * size * sizeof *c);
+    int in_place = sendbuf == recvbuf;
+
+    for (size_t i = 0; i < size; i++) {
+        c[i] = count;
+        c[size + i] = i * count;
+    }
+    return sub_done(NULL, c, sub_eccl_alltoallv(comm, in_place ? NULL : sendbuf, in_place ? NULL : c,
+                                                c + size, recvbuf, c, c + size, dtype, tag, info));
+}
+
+/* Every rank's blocks for us (rank i's at i * bytes of new scratch): rank
+ * j's send block for rank r starts at byte off(r) of its sendbuf. */
+static eccl_result sub_gather_for_fold(const char *call, const void *sendbuf, const size_t *offs,
+                                       size_t bytes, int to_all, uint32_t root, char **all,
+                                       eccl_reduce_info *info)
+{
+    struct sub_block *b = sub_blocks(call);
+    int me = sub_rank(), size = sub_size();
+
+    *all = scratch_alloc(call, mul_size(call, bytes, (size_t)size) + 1);
+    for (int i = 0; i < size; i++) {
+        int target = to_all ? i : (int)root;
+        b[i].send = (const char *)sendbuf + (offs != NULL ? offs[i] : 0);
+        b[i].send_bytes = i == target ? bytes : 0;
+        if (to_all || (uint32_t)me == root)
+            b[i].recv = *all + (size_t)i * bytes, b[i].recv_bytes = bytes;
+    }
+    return sub_done(b, NULL, sub_exchange(call, b, 0, info));
+}
+
+static eccl_result sub_eccl_allreduce(eccl_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
+                                      eccl_dtype dtype, eccl_op op, uint64_t tag, eccl_reduce_info *info)
+{
+    size_t bytes = count * eccl_dtype_size(dtype);
+    char *all;
+    eccl_result rc = sub_gather_for_fold("an all-reduce", sendbuf, NULL, bytes, 1, 0, &all, info);
+
+    (void)comm, (void)tag;
+    if (rc == ECCL_OK)
+        sub_fold(all, bytes, count, dtype, op, recvbuf);
+    return sub_done(NULL, all, rc);
+}
+
+static eccl_result sub_eccl_reduce(eccl_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
+                                   eccl_dtype dtype, eccl_op op, uint32_t root, uint64_t tag,
+                                   eccl_reduce_info *info)
+{
+    size_t bytes = count * eccl_dtype_size(dtype);
+    char *all;
+    eccl_result rc = sub_gather_for_fold("a reduce", sendbuf, NULL, bytes, 0, root, &all, info);
+
+    (void)comm, (void)tag;
+    if (rc == ECCL_OK && (uint32_t)sub_rank() == root)
+        sub_fold(all, bytes, count, dtype, op, recvbuf);
+    return sub_done(NULL, all, rc);
+}
+
+static eccl_result sub_eccl_reduce_scatterv(eccl_comm *comm, const void *sendbuf, void *recvbuf,
+                                            const size_t *recvcounts, eccl_dtype dtype, eccl_op op,
+                                            uint64_t tag, eccl_reduce_info *info)
+{
+    size_t size = (size_t)sub_size(), me = (size_t)sub_rank(), es = eccl_dtype_size(dtype);
+    size_t *offs = scratch_alloc("a reduce-scatter", size * sizeof *offs), at = 0;
+    struct sub_block *b = sub_blocks("a reduce-scatter");
+    char *all = scratch_alloc("a reduce-scatter", mul_size("a reduce-scatter", recvcounts[me] * es, size) + 1);
+    size_t mine = recvcounts[me] * es;
+    eccl_result rc;
+
+    (void)comm, (void)tag;
+    for (size_t i = 0; i < size; i++) {
+        offs[i] = at;
+        at += recvcounts[i] * es;
+    }
+    for (size_t i = 0; i < size; i++)
+        b[i] = (struct sub_block){(const char *)sendbuf + offs[i], recvcounts[i] * es, all + i * mine, mine};
+    rc = sub_exchange("a reduce-scatter", b, 0, info);
+    if (rc == ECCL_OK)
+        sub_fold(all, mine, recvcounts[me], dtype, op, recvbuf);
+    free(offs);
+    return sub_done(b, all, rc);
+}
+
+static eccl_result sub_eccl_reduce_scatter(eccl_comm *comm, const void *sendbuf, void *recvbuf,
+                                           size_t recvcount, eccl_dtype dtype, eccl_op op, uint64_t tag,
+                                           eccl_reduce_info *info)
+{
+    size_t size = (size_t)sub_size(), *c = scratch_alloc("a reduce-scatter", size * sizeof *c);
+
+    for (size_t i = 0; i < size; i++)
+        c[i] = recvcount;
+    return sub_done(NULL, c, sub_eccl_reduce_scatterv(comm, sendbuf, recvbuf, c, dtype, op, tag, info));
 }
 
 /* The receive is posted first, so a send to oneself finds it. */
@@ -3077,13 +3421,58 @@ int MPI_Iscatterv(const void *sendbuf, const int sendcounts[], const int displs[
 
 /* ---- communicators ----------------------------------------------------------------------
  *
- * Every communicator here has all the ranks of MPI_COMM_WORLD in world
- * order, or is a world of one (MPI_COMM_SELF's): eccl runs one
- * communicator per process, and a subset or a reordering of its ranks
- * would need one of its own (MPI_Comm_split says which splits exist). */
+ * A communicator is all of eccl's ring in ring order (MPI_COMM_WORLD, its
+ * duplicates, MPIX_Comm_shrink's survivors), whose collectives are eccl's;
+ * some of the ring's ranks or all in another order (a subset communicator:
+ * MPI_Comm_split, MPI_Comm_create), whose collectives run as messages
+ * (sub_exchange); or a world of one (MPI_COMM_SELF's). Each has an id, its
+ * tag space (two for a subset), agreed by the ranks that make it: one past
+ * the largest any of them has used (their counters differ once some of
+ * them made communicators of their own), so no two communicators that
+ * share a rank share an id. */
 
-/* A new communicator like `parent` (its kind: the world's ranks, or one). */
-static MPI_Comm comm_new(const char *call, const struct comm_view *parent)
+static int ring_rank_of(const struct mpi_comm *c, int i)
+{
+    return c->ranks != NULL ? c->ranks[i] : i;
+}
+
+/* Rank i of c as MPI_COMM_WORLD numbered it at MPI_Init. */
+static int proc_of(const struct mpi_comm *c, int i)
+{
+    if (c->procs != NULL)
+        return c->procs[i];
+    return c->of_self ? world.rank : ring_rank_of(c, i);
+}
+
+int mpi_my_proc(void)
+{
+    return world.rank;
+}
+
+static int *int_copy(const char *call, const int *from, int n)
+{
+    int *to = scratch_alloc(call, mul_size(call, (size_t)(n > 0 ? n : 1), sizeof *to));
+
+    memcpy(to, from, (size_t)n * sizeof *to);
+    return to;
+}
+
+/* The id of a communicator made from v's (collective over v). */
+static uint32_t agree_id(const char *call, struct comm_view *v)
+{
+    uint32_t mine = comms.next_id, most = mine;
+
+    if (v->ecomm != NULL)
+        RUN_COLL(call, eccl_allreduce, v->ecomm, &mine, &most, 1, ECCL_U32, ECCL_MAX, take_tag(v));
+    return most + 1;
+}
+
+/* A new communicator made from `parent`'s (the call under way's): of its
+ * ranks sel[0 .. n - 1] in that order (a subset communicator), or of all
+ * of them as they are (sel NULL: its kind, a world of one or the ring's
+ * ranks). Its error handler is its parent's. */
+static MPI_Comm comm_new(const char *call, const struct comm_view *parent, uint32_t id,
+                         const int *sel, int n)
 {
     int slot = -1;
 
@@ -3093,44 +3482,58 @@ static MPI_Comm comm_new(const char *call, const struct comm_view *parent)
     if (slot < 0) {
         if (comms.n == comms.cap) {
             int cap = comms.cap != 0 ? 2 * comms.cap : 16;
-            struct mpi_comm *n = realloc(comms.slots, (size_t)cap * sizeof *n);
+            struct mpi_comm *grown = realloc(comms.slots, (size_t)cap * sizeof *grown);
 
-            if (n == NULL)
+            if (grown == NULL)
                 mpi_fatal(MPI_ERR_NO_MEM, "%s: cannot hold %d communicators", call, cap);
-            comms.slots = n;
+            comms.slots = grown;
             comms.cap = cap;
         }
         slot = comms.n++;
     }
-    /* Its kind, its ranks and its error handler are its parent's (the
-     * call under way's communicator). */
     const struct mpi_comm *from = comm_state(comms.current);
     struct mpi_comm *c = &comms.slots[slot];
     *c = (struct mpi_comm){.used = 1,
-                           .of_self = parent->ecomm == NULL && parent->size == 1,
+                           .of_self = sel == NULL && parent->ecomm == NULL && parent->size == 1 &&
+                                      from->ranks == NULL,
                            .errors_return = from->errors_return,
                            .shrunk = from->shrunk,
                            .rank = from->rank,
                            .size = from->size,
                            .epoch = from->epoch};
+    if (sel != NULL) {
+        c->ranks = scratch_alloc(call, mul_size(call, (size_t)n, sizeof *c->ranks));
+        c->procs = scratch_alloc(call, mul_size(call, (size_t)n, sizeof *c->procs));
+        for (int k = 0; k < n; k++) {
+            c->ranks[k] = ring_rank_of(from, sel[k]);
+            c->procs[k] = proc_of(from, sel[k]);
+            if (sel[k] == parent->rank)
+                c->rank = k;
+        }
+        c->size = n;
+    } else {
+        c->ranks = from->ranks != NULL ? int_copy(call, from->ranks, from->size) : NULL;
+        c->procs = from->procs != NULL ? int_copy(call, from->procs, c->ranks != NULL || from->shrunk ? from->size : 0) : NULL;
+    }
     if (!c->of_self) {
-        /* Every rank creates the world's communicators in one order: the
-         * same id everywhere. */
-        if (comms.next_id == COMM_ID_MAX)
-            mpi_fatal(MPI_ERR_NO_MEM, "%s: %d communicators were made from MPI_COMM_WORLD, the most "
-                  "eccl's tags can tell apart", call, COMM_ID_MAX);
-        c->id = ++comms.next_id;
+        if (id + 1 > COMM_ID_MAX)
+            mpi_fatal(MPI_ERR_NO_MEM, "%s: %d communicators were made, the most eccl's tags can "
+                      "tell apart", call, COMM_ID_MAX / 2);
+        c->id = id;
+        comms.next_id = id + 1; /* id + 1: a subset's collectives */
     }
     return (MPI_Comm)(COMM_HANDLE_BASE + slot);
 }
 
 int MPI_Comm_dup(MPI_Comm comm, MPI_Comm *newcomm)
 {
-    struct comm_view v = view_of("MPI_Comm_dup", comm);
+    static const char call[] = "MPI_Comm_dup";
+    struct comm_view v = view_of(call, comm);
 
     if (newcomm == NULL)
-        mpi_fatal(MPI_ERR_ARG, "MPI_Comm_dup: newcomm is NULL");
-    *newcomm = comms.error == MPI_SUCCESS ? comm_new("MPI_Comm_dup", &v) : MPI_COMM_NULL;
+        mpi_fatal(MPI_ERR_ARG, "%s: newcomm is NULL", call);
+    uint32_t id = agree_id(call, &v);
+    *newcomm = comms.error == MPI_SUCCESS ? comm_new(call, &v, id, NULL, 0) : MPI_COMM_NULL;
     return call_result();
 }
 
@@ -3140,36 +3543,83 @@ int MPI_Comm_free(MPI_Comm *comm)
 
     mpi_require_initialized("MPI_Comm_free");
     if (comm == NULL || slot >= (unsigned)comms.n || !comms.slots[slot].used)
-        mpi_fatal(MPI_ERR_COMM, "MPI_Comm_free: not a communicator of MPI_Comm_dup or MPI_Comm_split "
-              "(MPI_COMM_WORLD and MPI_COMM_SELF are never freed)");
-    comms.slots[slot].used = 0;
+        mpi_fatal(MPI_ERR_COMM, "MPI_Comm_free: not a communicator made by MPI (MPI_COMM_WORLD "
+                  "and MPI_COMM_SELF are never freed)");
+    free(comms.slots[slot].ranks);
+    free(comms.slots[slot].procs);
+    comms.slots[slot] = (struct mpi_comm){0};
     *comm = MPI_COMM_NULL;
     return MPI_SUCCESS;
 }
 
-/* MPI_IDENT for one handle; MPI_CONGRUENT for two with the same ranks in
- * the same order (here: both the world's, or both a world of one). */
-int MPI_Comm_compare(MPI_Comm comm1, MPI_Comm comm2, int *result)
+/* The processes of comm, in its order, into new scratch. */
+static int *procs_of(const char *call, MPI_Comm comm, int *n)
 {
-    struct comm_view a = view_of("MPI_Comm_compare", comm1), b = view_of("MPI_Comm_compare", comm2);
+    struct comm_view v = view_of(call, comm);
+    const struct mpi_comm *c = comm_state(comm);
+    int *p = scratch_alloc(call, mul_size(call, (size_t)v.size, sizeof *p));
 
-    if (result == NULL)
-        mpi_fatal(MPI_ERR_ARG, "MPI_Comm_compare: result is NULL");
-    if (comm1 == comm2)
-        *result = MPI_IDENT;
-    else
-        *result = a.size == b.size && a.ecomm == b.ecomm ? MPI_CONGRUENT : MPI_UNEQUAL;
+    for (int i = 0; i < v.size; i++)
+        p[i] = proc_of(c, i);
+    *n = v.size;
+    return p;
+}
+
+int MPI_Comm_group(MPI_Comm comm, MPI_Group *group)
+{
+    static const char call[] = "MPI_Comm_group";
+    int n, *p = procs_of(call, comm, &n);
+
+    if (group == NULL)
+        mpi_fatal(MPI_ERR_ARG, "%s: group is NULL", call);
+    *group = mpi_group_new(call, p, n);
+    free(p);
+    (void)call_result(); /* a local call: a failed communicator still has its group */
     return MPI_SUCCESS;
 }
 
-/* The split every rank asked for, from each rank's (color, key): all in
- * one communicator in their old order (a duplicate), or none in any
- * (MPI_UNDEFINED everywhere); anything else would be a communicator of a
- * subset or another order, which eccl cannot run yet. */
+/* MPI_IDENT for one handle; MPI_CONGRUENT for the same processes in the
+ * same order, MPI_SIMILAR in another order, MPI_UNEQUAL otherwise. */
+int MPI_Comm_compare(MPI_Comm comm1, MPI_Comm comm2, int *result)
+{
+    static const char call[] = "MPI_Comm_compare";
+    int n1, n2, *p1 = procs_of(call, comm1, &n1), *p2 = procs_of(call, comm2, &n2);
+
+    if (result == NULL)
+        mpi_fatal(MPI_ERR_ARG, "%s: result is NULL", call);
+    MPI_Group g1 = mpi_group_new(call, p1, n1), g2 = mpi_group_new(call, p2, n2);
+    MPI_Group_compare(g1, g2, result);
+    if (*result == MPI_IDENT)
+        *result = comm1 == comm2 ? MPI_IDENT : MPI_CONGRUENT;
+    if (g1 != MPI_GROUP_EMPTY)
+        MPI_Group_free(&g1);
+    if (g2 != MPI_GROUP_EMPTY)
+        MPI_Group_free(&g2);
+    free(p1);
+    free(p2);
+    (void)call_result();
+    return MPI_SUCCESS;
+}
+
+/* sel[0 .. n - 1] if it names every rank of a communicator of `size` in
+ * order (then the new one is made as a duplicate), else itself. */
+static const int *subset_or_all(const int *sel, int n, int size)
+{
+    if (n != size)
+        return sel;
+    for (int k = 0; k < n; k++)
+        if (sel[k] != k)
+            return sel;
+    return NULL;
+}
+
+/* Every rank gives (color, key); the ranks of one color make a
+ * communicator, in the order of their keys, ties in their old order
+ * (MPI 4.1, 7.4.2); MPI_UNDEFINED makes none. */
 static int split(const char *call, MPI_Comm comm, int color, int key, MPI_Comm *newcomm)
 {
     struct comm_view v = view_of(call, comm);
-    int mine[2] = {color, key}, *all;
+    int mine[3] = {color, key, (int)comms.next_id}, *all, *sel, n = 0;
 
     if (newcomm == NULL)
         mpi_fatal(MPI_ERR_ARG, "%s: newcomm is NULL", call);
@@ -3185,24 +3635,64 @@ static int split(const char *call, MPI_Comm comm, int color, int key, MPI_Comm *
         *newcomm = MPI_COMM_NULL;
         return call_result();
     }
-    int same = 1, undefined = 1;
+    uint32_t most = 0;
+    sel = scratch_alloc(call, mul_size(call, (size_t)v.size, sizeof *sel));
     for (int r = 0; r < v.size; r++) {
-        same &= all[2 * r] == all[0];
-        undefined &= all[2 * r] == MPI_UNDEFINED;
-        /* The new order is by key, ties by old rank: the old one if the
-         * keys never go down. */
-        same &= r == 0 || all[2 * r + 1] >= all[2 * r - 1];
+        if ((uint32_t)all[3 * r + 2] > most)
+            most = (uint32_t)all[3 * r + 2];
+        if (color == MPI_UNDEFINED || all[3 * r] != color)
+            continue;
+        /* insertion by (key, old rank): r comes after every equal key */
+        int k = n++;
+        while (k > 0 && all[3 * sel[k - 1] + 1] > all[3 * r + 1]) {
+            sel[k] = sel[k - 1];
+            k--;
+        }
+        sel[k] = r;
     }
     free(all);
-    if (undefined) {
+    if (color == MPI_UNDEFINED) {
+        comms.next_id = most + 1 > comms.next_id ? most + 1 : comms.next_id;
         *newcomm = MPI_COMM_NULL;
-        return call_result();
+    } else {
+        *newcomm = comm_new(call, &v, most + 1, subset_or_all(sel, n, v.size), n);
     }
-    if (!same)
-        mpi_fatal(MPI_ERR_UNSUPPORTED_OPERATION, "%s: a split into several communicators, or into one "
-              "in another order, is not supported by eccl yet (every communicator here has all the "
-              "ranks of the one it came from, in order)", call);
-    *newcomm = comm_new(call, &v);
+    free(sel);
+    return call_result();
+}
+
+/* The processes of group make a communicator, in the group's order; the
+ * others get MPI_COMM_NULL (7.4.2). Collective over comm. */
+int MPI_Comm_create(MPI_Comm comm, MPI_Group group, MPI_Comm *newcomm)
+{
+    static const char call[] = "MPI_Comm_create";
+    struct comm_view v = view_of(call, comm);
+    const struct mpi_comm *c = comm_state(comm);
+    int n, me = -1;
+    const int *procs = mpi_group_procs(group, &n);
+
+    if (newcomm == NULL)
+        mpi_fatal(MPI_ERR_ARG, "%s: newcomm is NULL", call);
+    if (procs == NULL)
+        mpi_fatal(MPI_ERR_GROUP, "%s: invalid group handle 0x%x", call, (unsigned)group);
+    int *sel = scratch_alloc(call, mul_size(call, (size_t)(n > 0 ? n : 1), sizeof *sel));
+    for (int k = 0; k < n; k++) {
+        sel[k] = -1;
+        for (int i = 0; i < v.size && sel[k] < 0; i++)
+            if (proc_of(c, i) == procs[k])
+                sel[k] = i;
+        if (sel[k] < 0)
+            mpi_fatal(MPI_ERR_GROUP, "%s: process %d of the group is not in the communicator", call,
+                      procs[k]);
+        if (sel[k] == v.rank)
+            me = k;
+    }
+    uint32_t id = agree_id(call, &v);
+    *newcomm = comms.error != MPI_SUCCESS || me < 0 ? MPI_COMM_NULL
+                                                    : comm_new(call, &v, id, subset_or_all(sel, n, v.size), n);
+    if (*newcomm == MPI_COMM_NULL && comms.next_id < id + 1)
+        comms.next_id = id + 1;
+    free(sel);
     return call_result();
 }
 
@@ -3314,9 +3804,13 @@ static int64_t survivors_allreduce(const char *call, uint64_t space, uint32_t wh
         eccl_result rc;
 
         current_ring(call, &epoch, rank, size);
-        if (vote_epoch) {
-            ((int64_t *)in)[0] = epoch;
-            ((int64_t *)in)[1] = -epoch;
+        if (vote_epoch) { /* MPIX_Comm_shrink's: n = 3 + world.size */
+            int64_t *vote = in;
+            memset(vote, 0, n * esize);
+            vote[0] = epoch;
+            vote[1] = -epoch;
+            vote[2] = comms.next_id;
+            vote[3 + *rank] = world.rank + 1;
         }
         if (*size == 1) {
             memcpy(out, in, n * esize);
@@ -3344,6 +3838,15 @@ int MPIX_Comm_failure_ack(MPI_Comm comm)
     return MPI_SUCCESS;
 }
 
+/* The survivors' votes run on eccl's whole ring: every survivor of it
+ * takes part, which a communicator of some of its ranks cannot ask. */
+static void not_a_subset(const char *call, const struct mpi_comm *c)
+{
+    if (c->ranks != NULL)
+        mpi_fatal(MPI_ERR_UNSUPPORTED_OPERATION, "%s on a communicator of some ranks is not "
+                  "supported by eccl yet (only on communicators of every rank)", call);
+}
+
 /* The bitwise AND of every surviving rank's *flag, the same on each of
  * them; MPIX_ERR_PROC_FAILED (with the value agreed all the same) where a
  * rank of comm was lost and this rank has not acknowledged it. */
@@ -3356,6 +3859,7 @@ int MPIX_Comm_agree(MPI_Comm comm, int *flag)
     int64_t rank, size, epoch;
 
     (void)call_result(); /* agreeing is what a failed communicator may still do */
+    not_a_subset(call, c);
     if (flag == NULL)
         mpi_fatal(MPI_ERR_ARG, "%s: flag is NULL", call);
     for (int i = 0; i < 32; i++)
@@ -3389,23 +3893,33 @@ int MPIX_Comm_shrink(MPI_Comm comm, MPI_Comm *newcomm)
     (void)call_result(); /* shrinking is what a failed communicator is for */
     if (newcomm == NULL)
         mpi_fatal(MPI_ERR_ARG, "%s: newcomm is NULL", call);
+    not_a_subset(call, c);
     if (v.ecomm == NULL && v.size == 1) {
-        *newcomm = comm_new(call, &v);
+        *newcomm = comm_new(call, &v, 0, NULL, 0);
         return MPI_SUCCESS;
     }
+    /* The vote (survivors_allreduce): the ring's epoch, the largest
+     * communicator id used, and each survivor's process at its new rank. */
+    size_t n_vote = 3 + (size_t)world.size;
+    int64_t *vote = scratch_alloc(call, mul_size(call, 2 * n_vote, sizeof *vote)), *got = vote + n_vote;
     for (;;) {
-        int64_t vote[2] = {0, 0}, got[2] = {0, 0};
         uint32_t which = (c->id << 16 | (c->shrinks & 0xffffu)) & 0xffffffffu;
 
-        epoch = survivors_allreduce(call, SHRINK_SPACE, which, vote, got, 2, ECCL_I64,
+        epoch = survivors_allreduce(call, SHRINK_SPACE, which, vote, got, n_vote, ECCL_I64,
                                     sizeof vote[0], ECCL_MAX, 1, &rank, &size);
         if (got[0] == epoch && -got[1] == epoch)
             break; /* every survivor is on this ring */
     }
     c->shrinks++;
-    struct comm_view shrunk = {(int)rank, (int)size, size > 1 ? world.comm : NULL, NULL, 0};
-    *newcomm = comm_new(call, &shrunk);
+    int *procs = scratch_alloc(call, mul_size(call, (size_t)size, sizeof *procs));
+    for (int64_t k = 0; k < size; k++)
+        procs[k] = (int)got[3 + k] - 1;
+    struct comm_view shrunk = {(int)rank, (int)size, size > 1 ? world.comm : NULL, NULL, 0, NULL};
+    *newcomm = comm_new(call, &shrunk, (uint32_t)got[2] + 1, NULL, 0);
+    free(vote);
     struct mpi_comm *n = comm_state(*newcomm);
+    free(n->procs);
+    n->procs = procs;
     n->of_self = 0;
     n->shrunk = 1;
     n->rank = (int)rank;

@@ -11,4 +11,7 @@ void mpi_fatal(int mpi_error, const char *fmt, ...);
 /* Fatal unless MPI_Init has run and MPI_Finalize has not. */
 void mpi_require_initialized(const char *call);
 
+/* This process's rank in MPI_COMM_WORLD at MPI_Init: its name in groups. */
+int mpi_my_proc(void);
+
 #endif /* ECCL_MPI_SHIM_H */

@@ -34,6 +34,7 @@ typedef int MPI_Op;
 typedef int MPI_Request;
 typedef int MPI_Info;
 typedef int MPI_Errhandler;
+typedef int MPI_Group;
 typedef ptrdiff_t MPI_Aint;
 
 typedef struct MPI_Status {
@@ -66,7 +67,8 @@ typedef struct MPI_Status {
 #define MPI_ERR_IN_STATUS 17
 /* ULFM (mpi-ext.h): a rank of the communicator was lost. */
 #define MPIX_ERR_PROC_FAILED 18
-#define MPI_ERR_LASTCODE 18
+#define MPI_ERR_GROUP 19
+#define MPI_ERR_LASTCODE 19
 
 #define MPI_ANY_SOURCE (-1)
 #define MPI_ANY_TAG (-1)
@@ -89,6 +91,9 @@ typedef struct MPI_Status {
 #define MPI_COMM_NULL ((MPI_Comm)0)
 #define MPI_COMM_WORLD ((MPI_Comm)0x44000001)
 #define MPI_COMM_SELF ((MPI_Comm)0x44000002)
+
+#define MPI_GROUP_NULL ((MPI_Group)0)
+#define MPI_GROUP_EMPTY ((MPI_Group)0x48000001)
 
 #define MPI_REQUEST_NULL ((MPI_Request)0)
 #define MPI_INFO_NULL ((MPI_Info)0)
@@ -341,21 +346,36 @@ int MPI_Waitany(int count, MPI_Request requests[], int *index, MPI_Status *statu
 int MPI_Test(MPI_Request *request, int *flag, MPI_Status *status);
 int MPI_Testall(int count, MPI_Request requests[], int *flag, MPI_Status statuses[]);
 
-/* ---- communicators ------------------------------------------------------------
+/* ---- communicators and groups ----------------------------------------------------
  *
- * Every communicator has all the ranks of MPI_COMM_WORLD in their order,
- * or is a world of one (MPI_COMM_SELF and its duplicates); each has its
- * own collectives and messages. MPI_Comm_split and MPI_Comm_split_type make
- * one when every rank gives the same color and keys that keep the order
- * (MPI_COMM_NULL when every color is MPI_UNDEFINED); any other split fails
- * loudly (MPI_ERR_UNSUPPORTED_OPERATION). */
+ * Communicators of any ranks in any order (MPI_Comm_split, MPI_Comm_create
+ * from a group), each with its own collectives and messages. The
+ * nonblocking collectives run on communicators of all of MPI_COMM_WORLD's
+ * ranks in its order (and on MPI_COMM_SELF's); on others they fail loudly
+ * (MPI_ERR_UNSUPPORTED_OPERATION). Groups are local. */
 
 int MPI_Comm_dup(MPI_Comm comm, MPI_Comm *newcomm);
 int MPI_Comm_split(MPI_Comm comm, int color, int key, MPI_Comm *newcomm);
 int MPI_Comm_split_type(MPI_Comm comm, int split_type, int key, MPI_Info info,
                         MPI_Comm *newcomm);
+int MPI_Comm_create(MPI_Comm comm, MPI_Group group, MPI_Comm *newcomm);
 int MPI_Comm_compare(MPI_Comm comm1, MPI_Comm comm2, int *result);
 int MPI_Comm_free(MPI_Comm *comm);
+int MPI_Comm_group(MPI_Comm comm, MPI_Group *group);
+
+int MPI_Group_size(MPI_Group group, int *size);
+int MPI_Group_rank(MPI_Group group, int *rank);
+int MPI_Group_translate_ranks(MPI_Group group1, int n, const int ranks1[], MPI_Group group2,
+                              int ranks2[]);
+int MPI_Group_compare(MPI_Group group1, MPI_Group group2, int *result);
+int MPI_Group_incl(MPI_Group group, int n, const int ranks[], MPI_Group *newgroup);
+int MPI_Group_excl(MPI_Group group, int n, const int ranks[], MPI_Group *newgroup);
+int MPI_Group_range_incl(MPI_Group group, int n, int ranges[][3], MPI_Group *newgroup);
+int MPI_Group_range_excl(MPI_Group group, int n, int ranges[][3], MPI_Group *newgroup);
+int MPI_Group_union(MPI_Group group1, MPI_Group group2, MPI_Group *newgroup);
+int MPI_Group_intersection(MPI_Group group1, MPI_Group group2, MPI_Group *newgroup);
+int MPI_Group_difference(MPI_Group group1, MPI_Group group2, MPI_Group *newgroup);
+int MPI_Group_free(MPI_Group *group);
 
 /* ---- error handlers and fault tolerance (ULFM) ---------------------------------
  *

@@ -2,9 +2,9 @@
  * tests/mpi/expect_fail.sh runs each under eccl-run and checks the exit
  * status and the message. An ordinary MPI program (mpi.h only).
  *
- *   split       every rank calls MPI_Comm_split with its rank's parity as
- *               color: two communicators, which eccl cannot run yet; the
- *               job must end loudly
+ *   isplit      every rank splits by its rank's parity, and rank 0 starts
+ *               a nonblocking barrier on its half: not on communicators
+ *               of some ranks yet
  *   anysource   rank 1 receives from MPI_ANY_SOURCE, which eccl cannot
  *               match: loudly, never silently
  *   anytag      rank 1 posts a receive of MPI_ANY_TAG, likewise
@@ -80,10 +80,15 @@ int main(int argc, char **argv)
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     MPI_Barrier(MPI_COMM_WORLD);
 
-    if (strcmp(mode, "split") == 0) {
+    if (strcmp(mode, "isplit") == 0) {
         MPI_Comm part;
+        MPI_Request req;
 
         MPI_Comm_split(MPI_COMM_WORLD, rank % 2, rank, &part);
+        if (rank == 0) {
+            let_others_settle();
+            MPI_Ibarrier(part, &req);
+        }
         sleep_for_a_while();
     } else if (strcmp(mode, "anysource") == 0) {
         if (rank == 1) {
