@@ -2647,6 +2647,80 @@ int MPI_Ialltoallv(const void *sendbuf, const int sendcounts[], const int sdispl
                      rdispls, recvtype, comm, nb_arg("MPI_Ialltoallv", request));
 }
 
+/* MPI_Alltoallw: each block with a type of its own, at a byte
+ * displacement. Every block is packed into one scratch buffer and the
+ * exchange runs as MPI_Alltoallv's in bytes; the received blocks are
+ * unpacked into place at the end. Blocking only (no MPI_Ialltoallw). */
+static size_t *block_sizes(const char *call, size_t size, const int counts[],
+                           const MPI_Datatype types[], int **ic)
+{
+    size_t *offs = scratch_alloc(call, mul_size(call, size + 1, sizeof *offs));
+    int *arrays = scratch_alloc(call, mul_size(call, 2 * size, sizeof *arrays));
+
+    offs[0] = 0;
+    for (size_t i = 0; i < size; i++) {
+        size_t b = mul_size(call, count_of(call, "counts[]", counts[i]),
+                            committed_type(call, types[i])->packed);
+        if (b > INT_MAX || offs[i] + b > INT_MAX)
+            mpi_fatal(MPI_ERR_COUNT, "%s: more than %d bytes to one rank or in all", call, INT_MAX);
+        arrays[i] = (int)b;
+        arrays[size + i] = (int)offs[i];
+        offs[i + 1] = offs[i] + b;
+    }
+    *ic = arrays;
+    return offs;
+}
+
+static void pack_blocks(size_t size, const void *buf, const int counts[], const int displs[],
+                        const MPI_Datatype types[], const size_t *offs, char *packed)
+{
+    for (size_t i = 0; i < size; i++)
+        if (counts[i] > 0)
+            mpi_type_pack(mpi_type_get(types[i]), (const char *)buf + displs[i], 0,
+                          (size_t)counts[i], packed + offs[i]);
+}
+
+int MPI_Alltoallw(const void *sendbuf, const int sendcounts[], const int sdispls[],
+                  const MPI_Datatype sendtypes[], void *recvbuf, const int recvcounts[],
+                  const int rdispls[], const MPI_Datatype recvtypes[], MPI_Comm comm)
+{
+    static const char call[] = "MPI_Alltoallw";
+    struct comm_view v = view_of(call, comm);
+    size_t size = (size_t)v.size;
+    int in_place = sendbuf == MPI_IN_PLACE, *rc, *sc;
+
+    if (recvcounts == NULL || rdispls == NULL || recvtypes == NULL ||
+        (!in_place && (sendcounts == NULL || sdispls == NULL || sendtypes == NULL)))
+        mpi_fatal(MPI_ERR_ARG, "%s: a NULL array", call);
+    if (in_place) { /* the receive layout is the send layout */
+        sendbuf = recvbuf;
+        sendcounts = recvcounts;
+        sdispls = rdispls;
+        sendtypes = recvtypes;
+    }
+    size_t *roffs = block_sizes(call, size, recvcounts, recvtypes, &rc);
+    size_t *soffs = block_sizes(call, size, sendcounts, sendtypes, &sc);
+    char *rbuf = scratch_alloc(call, roffs[size] + 1), *sbuf = scratch_alloc(call, soffs[size] + 1);
+
+    check_buffer(call, "recvbuf", recvbuf, roffs[size]);
+    check_buffer(call, "sendbuf", sendbuf, soffs[size]);
+    pack_blocks(size, sendbuf, sendcounts, sdispls, sendtypes, soffs, sbuf);
+    int e = alltoallv_packed(call, sbuf, sc, sc + size, MPI_BYTE, rbuf, rc, rc + size, MPI_BYTE,
+                             comm, NULL);
+    if (e == MPI_SUCCESS)
+        for (size_t i = 0; i < size; i++)
+            if (recvcounts[i] > 0)
+                mpi_type_unpack(mpi_type_get(recvtypes[i]), rbuf + roffs[i], 0, (size_t)recvcounts[i],
+                                (char *)recvbuf + rdispls[i], SIZE_MAX);
+    free(sbuf);
+    free(rbuf);
+    free(sc);
+    free(rc);
+    free(soffs);
+    free(roffs);
+    return e;
+}
+
 /* ---- point-to-point ------------------------------------------------------------------ */
 
 static void check_tag(const char *call, int tag, int receive)

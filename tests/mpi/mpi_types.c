@@ -350,6 +350,50 @@ static void test_struct_bcast(void)
     MPI_Type_free(&t);
 }
 
+/* MPI_Alltoallw (6.8): rank r sends rank j j + 1 ints at byte 64 j, as
+ * MPI_INT; each rank receives its me + 1 ints from rank i at byte 256 i,
+ * from even ranks into every other int (a vector), from odd ones
+ * contiguous. Everything else keeps GAP. */
+static void test_alltoallw(void)
+{
+    int *sbuf = malloc((size_t)size * 64), *rbuf = malloc((size_t)size * 256);
+    int *sc = malloc((size_t)size * 6 * sizeof *sc), *sd = sc + size, *rc = sc + 2 * size,
+        *rd = sc + 3 * size;
+    MPI_Datatype *st = malloc((size_t)size * 2 * sizeof *st), *rt = st + size, every_other;
+    int me = rank, nint = 64 / (int)sizeof(int);
+
+    MPI_Type_vector(me + 1, 1, 2, MPI_INT, &every_other);
+    MPI_Type_commit(&every_other);
+    for (int k = 0; k < size * nint; k++)
+        sbuf[k] = k / nint < size && k % nint <= k / nint ? value(rank, k / nint, k % nint) : GAP;
+    for (int k = 0; k < size * 256 / (int)sizeof(int); k++)
+        rbuf[k] = GAP;
+    for (int j = 0; j < size; j++) {
+        sc[j] = j + 1;
+        sd[j] = 64 * j;
+        st[j] = MPI_INT;
+        rc[j] = j % 2 == 0 ? 1 : me + 1;
+        rd[j] = 256 * j;
+        rt[j] = j % 2 == 0 ? every_other : MPI_INT;
+    }
+    MPI_Alltoallw(sbuf, sc, sd, st, rbuf, rc, rd, rt, MPI_COMM_WORLD);
+    int per = 256 / (int)sizeof(int);
+    for (int i = 0; i < size; i++)
+        for (int k = 0; k < per; k++) {
+            int want = GAP;
+            if (i % 2 == 0 && k % 2 == 0 && k / 2 <= me)
+                want = value(i, me, k / 2);
+            if (i % 2 == 1 && k <= me)
+                want = value(i, me, k);
+            check(rbuf[i * per + k] == want, "MPI_Alltoallw with a type per block", i * per + k);
+        }
+    MPI_Type_free(&every_other);
+    free(st);
+    free(sc);
+    free(rbuf);
+    free(sbuf);
+}
+
 /* ---- reductions --------------------------------------------------------------------- */
 
 /* Predefined operations on a derived type apply to each basic element
@@ -476,6 +520,7 @@ int main(int argc, char **argv)
     test_transpose();
     test_rooted();
     test_struct_bcast();
+    test_alltoallw();
     test_reduce_vector();
     test_user_op();
     int all = 0;
