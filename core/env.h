@@ -315,6 +315,19 @@ typedef struct eccl_config_ops {
     int (*get)(void *ctx, const char *name, char *buf, size_t len);
 } eccl_config_ops;
 
+/* ---- trace: where a communicator's collective trace goes -------------------
+ * (core/trace/trace.h, docs/trace.md). The real backend writes a file per
+ * dump into ECCL_TRACE_DIR; an env without this table keeps the records
+ * but cannot write them out. */
+typedef struct eccl_trace_ops {
+    size_t size;
+    /* Stores one dump, text[0..len) ("eccl-trace 1" ...), of the peer with
+     * `peer_id`, its `n`-th; `automatic`: the comm wrote it on its own (a
+     * failed call), which an env may turn off. ECCL_OK, or why it could
+     * not (ECCL_ERR_SYSTEM, ECCL_ERR_UNSUPPORTED: nowhere to write). */
+    eccl_result (*dump)(void *ctx, uint64_t peer_id, uint32_t n, int automatic, const char *text, size_t len);
+} eccl_trace_ops;
+
 typedef struct eccl_env {
     const eccl_net_ops *net;
     void *net_ctx;
@@ -335,6 +348,9 @@ typedef struct eccl_env {
     /* CPUs this process may run on; 0: unknown. A communicator whose host
      * runs more than twice as many ranks does not spin (sched/engine.h). */
     uint32_t ncpus;
+    /* Added later: NULL means trace dumps have nowhere to go. */
+    const eccl_trace_ops *trace;
+    void *trace_ctx;
 } eccl_env;
 
 /* Setting `name` of env's config into buf[len]: 1 if set, 0 if not (or

@@ -167,6 +167,19 @@ typedef enum eccl_attr {
 
 eccl_result eccl_comm_get_attr(eccl_comm *comm, eccl_attr attr, int64_t *value);
 
+/* The collective trace (docs/trace.md). Every communicator records its
+ * last calls (tag, collective, algorithm, bytes, epoch, when it was posted,
+ * started, first heard from a peer, had its data, ended, and how) and its
+ * ring epochs: ECCL_TRACE_RECORDS of them (default 256; 0: none). This
+ * writes them out, with the links each unfinished call still waits on,
+ * `why` (one word) in the header: a file eccl-trace-<peer>-<pid>-<n>.txt in
+ * ECCL_TRACE_DIR (the current directory if unset). A call that fails
+ * writes one on its own, once per ring epoch, where ECCL_TRACE_DIR is set.
+ * `eccl-trace analyze DIR` reads every rank's. ECCL_ERR_UNSUPPORTED: this
+ * backend has nowhere to write (the simulator keeps records only);
+ * ECCL_ERR_SYSTEM: the file could not be written. */
+eccl_result eccl_comm_trace_dump(eccl_comm *comm, const char *why);
+
 /* Leaving together: a vote of every member of this peer group, as
  * eccl_comm_peers_pending is. Call it with no call in flight (else
  * ECCL_ERR_BUSY), then eccl_comm_destroy. It returns ECCL_OK once every

@@ -511,6 +511,57 @@ static int read_tune_file(char *buf, size_t len)
     return read_whole_file(getenv("ECCL_TUNE_FILE"), buf, len);
 }
 
+/* A trace dump (core/trace/trace.h) as a file of ECCL_TRACE_DIR, or of the
+ * current directory for one asked for by the program (automatic dumps,
+ * of failed calls, only where ECCL_TRACE_DIR says so):
+ * eccl-trace-<peer>-<pid>-<n>.txt, written whole under a temporary name
+ * and renamed, so a reader never sees half a dump. */
+static eccl_result real_trace_dump(void *ctx, uint64_t peer_id, uint32_t n, int automatic, const char *text,
+                                   size_t len)
+{
+    env_real *r = ctx;
+    const char *dir = getenv("ECCL_TRACE_DIR");
+    char path[4096], tmp[4096 + 8];
+
+    fiu_return_on("eccl/trace/dump", ECCL_ERR_SYSTEM);
+    if (!dir || !*dir) {
+        if (automatic)
+            return ECCL_ERR_UNSUPPORTED;
+        dir = ".";
+    }
+    int k = snprintf(path, sizeof path, "%s/eccl-trace-%llu-%ld-%u.txt", dir, (unsigned long long)peer_id,
+                     (long)getpid(), n);
+    if (k < 0 || (size_t)k >= sizeof path)
+        return ECCL_ERR_INVALID_ARG;
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        eccl_real_log(&r->env, ECCL_LOG_WARN, "trace dump %s: %s", tmp, strerror(errno));
+        return ECCL_ERR_SYSTEM;
+    }
+    size_t done = 0;
+    while (done < len) {
+        ssize_t w = write(fd, text + done, len - done);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            break;
+        done += (size_t)w;
+    }
+    if (close(fd) != 0 || done < len || rename(tmp, path) != 0) {
+        eccl_real_log(&r->env, ECCL_LOG_WARN, "trace dump %s: %s", path, strerror(errno));
+        unlink(tmp);
+        return ECCL_ERR_SYSTEM;
+    }
+    eccl_real_log(&r->env, ECCL_LOG_INFO, "trace written to %s", path);
+    return ECCL_OK;
+}
+
+static const eccl_trace_ops real_trace_ops = {
+    .size = sizeof(eccl_trace_ops),
+    .dump = real_trace_dump,
+};
+
 static int real_config_get(void *ctx, const char *name, char *buf, size_t len)
 {
     (void)ctx;
@@ -722,6 +773,8 @@ eccl_result eccl_env_real_create(const char *name, int data_links, eccl_env **ou
     r->env.log_ctx = r;
     r->env.config = &real_config_ops;
     r->env.config_ctx = r;
+    r->env.trace = &real_trace_ops;
+    r->env.trace_ctx = r;
 
     /* A typo must not silently hide the lines someone asked for. */
     if (parsed < 0)

@@ -38,6 +38,7 @@ static eccl_result coll_submit(eccl_comm *c, const eccl_coll_call *call, uint32_
     r->stage = *stage;
     r->state = OP_QUEUED;
     r->deadline_ns = now_ns(c) + (uint64_t)c->params.op_timeout_ms * MS;
+    comm_trace_post(c, r);
     r->next = c->ops;
     c->ops = r;
     c->n_ops++;

@@ -152,6 +152,13 @@ static eccl_result master_on_msg(void *owner, eccl_chan *ch, const eccl_msg *m)
         return comm_on_repair_ask(c, &m->u.repair);
     case ECCL_MSG_REPAIR_PUT:
         return comm_on_repair_put(c, &m->u.repair);
+    case ECCL_MSG_TRACE_ASK: {
+        char why[64];
+        snprintf(why, sizeof why, "asked:tag_%llu_%s", (unsigned long long)m->u.trace_ask.tag,
+                 m->u.trace_ask.result == ECCL_ERR_TIMEOUT ? "timed_out" : "failed");
+        comm_trace_dump(c, why, 1);
+        return ECCL_OK;
+    }
     case ECCL_MSG_KICK:
         ECCL_WARN(c->env, "kicked by the master: %s", eccl_strerror((eccl_result)m->u.kick.reason));
         comm_fail(c, ECCL_ERR_KICKED);
@@ -510,6 +517,7 @@ eccl_result eccl_comm_create_with_env(eccl_env *env, eccl_env_release_fn release
         goto fail;
     }
     if ((rc = eccl_dispatch_init(&c->dispatch, env)) != ECCL_OK) goto fail;
+    comm_trace_init(c);
     c->listener.kind = ECCL_HANDLE_LISTENER;
     eccl_bufpool_init(&c->pool, env);
     eccl_bufpool_init(&c->states, NULL);
@@ -745,5 +753,6 @@ void eccl_comm_destroy(eccl_comm *c)
     free(c->pslot);
     comm_peers_free(c);
     eccl_dispatch_free(&c->dispatch);
+    eccl_trace_free(&c->trace);
     free(c);
 }

@@ -32,6 +32,7 @@
 #include "util/bufpool.h"
 #include "util/config.h"
 #include "util/log.h"
+#include "trace/trace.h"
 
 #define COMM_RBUF_MASTER 4096u
 #define COMM_MASTER_ADDRS 4u /* master_addr "A,B,...": a relay, then fallbacks */
@@ -118,6 +119,7 @@ struct eccl_request {
      * nobody meant. */
     uint32_t called_world, called_rank;
     uint8_t barrier_buf[2]; /* a barrier's one-byte all-reduce: in, out */
+    uint64_t trace_seq;     /* its record in the comm's trace (0: none) */
     size_t *varr;           /* the v layouts' counts and displacements (call.vcounts) */
     void *amem;             /* the algorithm's own bookkeeping (all-to-all: per peer) */
     const eccl_coll_algo *alg; /* NULL until the op starts */
@@ -252,6 +254,9 @@ struct eccl_comm {
     size_t resident_min;        /* device calls this big run the device-resident ring */
     int progress_thread;        /* ECCL_PROGRESS_THREAD: progress between calls too */
     eccl_dispatch dispatch;     /* which algorithm runs a call (coll/dispatch.h) */
+    eccl_trace trace;           /* the last calls and epochs (coll_trace.c) */
+    uint32_t trace_dumps;       /* dumps written so far: the next one's number */
+    uint32_t trace_auto_epoch;  /* the epoch of the last automatic dump, plus one */
     eccl_env_release_fn env_release;
     eccl_engine eng;
     eccl_comm_params params;
@@ -392,12 +397,30 @@ void comm_fail(eccl_comm *c, eccl_result why);
 void comm_flush_and_complete(eccl_comm *c);
 int comm_op_expects_on(const eccl_comm *c, const eccl_request *r, const p2p_link *l, int role);
 eccl_request *comm_op_find(eccl_comm *c, uint64_t tag);
+/* A link an unfinished op still expects frames over (coll_trace.c's
+ * "wait" lines). comm_op_waits fills out[0 .. max) and returns how many
+ * there are (call with max 0 to count). */
+typedef struct eccl_trace_wait {
+    int role;
+    uint32_t rank;
+    uint64_t peer_id; /* 0: not known here */
+} eccl_trace_wait;
+uint32_t comm_op_waits(const eccl_comm *c, const eccl_request *r, eccl_trace_wait *out, uint32_t max);
 void comm_op_finish(eccl_comm *c, eccl_request *r, eccl_result result);
 eccl_result comm_op_recv(eccl_request *r, int role, const eccl_wire_data *d, void **dst);
 eccl_result comm_op_recv_done(eccl_request *r, int role, const eccl_wire_data *d);
 void comm_op_unlink(eccl_comm *c, eccl_request *r);
 void comm_ops_advance(eccl_comm *c);
 void comm_ops_fail_all(eccl_comm *c, eccl_result why);
+
+/* coll_trace.c: the trace's records as calls and epochs go. */
+enum comm_trace_phase { TRACE_STARTED, TRACE_FIRST, TRACE_DATA, TRACE_END };
+void comm_trace_init(eccl_comm *c);
+void comm_trace_post(eccl_comm *c, eccl_request *r);
+void comm_trace_phase(eccl_comm *c, const eccl_request *r, enum comm_trace_phase phase);
+void comm_trace_epoch(eccl_comm *c);
+/* Writes a dump through the env (ECCL_ERR_UNSUPPORTED: it has nowhere). */
+eccl_result comm_trace_dump(eccl_comm *c, const char *why, int automatic);
 size_t comm_ops_pump(eccl_comm *c);
 eccl_result comm_replay_early(eccl_comm *c, eccl_request *r, p2p_link *l);
 p2p_link *comm_role_link_at(const eccl_comm *c, uint32_t i);

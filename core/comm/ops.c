@@ -12,6 +12,7 @@ static int op_expects(const eccl_request *r, int role) { return r->alg->expects(
 
 eccl_result comm_op_recv(eccl_request *r, int role, const eccl_wire_data *d, void **dst)
 {
+    comm_trace_phase(r->comm, r, TRACE_FIRST);
     return r->alg->recv(op_state(r), role, d, dst);
 }
 
@@ -41,6 +42,27 @@ static p2p_link *op_link(const eccl_comm *c, const eccl_request *r, int role)
     }
     if (ECCL_ROLE_IS_PEER(role)) return comm_peer_open(c, ECCL_ROLE_PEER_RANK(role));
     return role >= ECCL_ROLE_PARENT && role < ECCL_ROLE_COUNT ? c->link_tree[role - ECCL_ROLE_PARENT] : NULL;
+}
+
+uint32_t comm_op_waits(const eccl_comm *c, const eccl_request *r, eccl_trace_wait *out, uint32_t max)
+{
+    uint32_t n = 0;
+    for (int role = 0; role < ECCL_ROLE_COUNT; role++) {
+        if (!(r->alg->roles & ECCL_ROLE_BIT(role)) || !op_expects(r, role)) continue;
+        eccl_trace_wait w = {role, UINT32_MAX, 0};
+        if (role == ECCL_ROLE_PREV) w.rank = (c->rank + c->world - 1) % c->world, w.peer_id = c->prev_ref.peer_id;
+        else if (role == ECCL_ROLE_NEXT) w.rank = (c->rank + 1) % c->world, w.peer_id = c->next_ref.peer_id;
+        else if (role == ECCL_ROLE_PARENT) w.peer_id = c->parent_ref.peer_id;
+        else w.peer_id = c->child_id[role - ECCL_ROLE_CHILD0];
+        if (n < max) out[n] = w;
+        n++;
+    }
+    for (uint32_t k = 0; (r->alg->roles & ECCL_ROLES_PEERS) && k < c->world; k++) {
+        if (k == c->rank || !op_expects(r, ECCL_ROLE_PEER + (int)k)) continue;
+        if (n < max) out[n] = (eccl_trace_wait){ECCL_ROLE_PEER + (int)k, k, 0};
+        n++;
+    }
+    return n;
 }
 
 /* Whether more frames of this op will come over `l`, a link in `role`:
@@ -191,6 +213,14 @@ void comm_op_finish(eccl_comm *c, eccl_request *r, eccl_result result)
     op_release_buffers(c, r);
     r->state = OP_DONE;
     r->result = result;
+    comm_trace_phase(c, r, TRACE_END);
+    /* A failure leaves a trace for whoever looks into it (ECCL_TRACE_DIR),
+     * once an epoch: a loss fails every op in flight at once. */
+    if (result != ECCL_OK && result != ECCL_ERR_TOO_FEW_PEERS && result != ECCL_ERR_CLOSED &&
+        c->trace_auto_epoch != c->epoch + 1) {
+        c->trace_auto_epoch = c->epoch + 1;
+        comm_trace_dump(c, result == ECCL_ERR_TIMEOUT ? "timeout" : "failed", 1);
+    }
     if (result == ECCL_OK)
         ECCL_TRACE(c->env, "%s tag %llu done", coll_name(r->call.kind), (unsigned long long)r->call.tag);
     else
@@ -589,6 +619,7 @@ static eccl_result op_start(eccl_comm *c, eccl_request *r)
     if (r->alg->roles & ECCL_ROLES_TREE) comm_link_connect_parent(c);
     r->started = 1;
     r->state = OP_RUNNING;
+    comm_trace_phase(c, r, TRACE_STARTED);
     /* The completion tokens of an op whose caller will return as soon as
      * its data is out need not leave at once: queued lazily they go with
      * the next frame on their link (the next call's data), or when the
@@ -675,6 +706,7 @@ static void op_return_early(eccl_comm *c, eccl_request *r, size_t bytes)
     c->n_returned++;
     r->returned = 1;
     r->result = ECCL_OK;
+    comm_trace_phase(c, r, TRACE_DATA);
     ECCL_TRACE(c->env, "%s tag %llu returned early", coll_name(r->call.kind), (unsigned long long)r->call.tag);
 }
 

@@ -85,6 +85,7 @@ eccl_result comm_on_ring(eccl_comm *c, const eccl_msg_ring *m)
     c->epoch = m->epoch;
     c->world = m->world_size;
     c->rank = m->rank;
+    comm_trace_epoch(c);
     c->local_size = m->local_size;
     c->host_ranks = m->host_ranks;
     eccl_engine_set_host_ranks(&c->eng, m->host_ranks);

@@ -127,6 +127,7 @@ struct mgroup {
     int left_together;      /* every member sent LEAVE: they go, no ring re-forms */
     int querying;
     int change_wanted;
+    uint32_t traced_epoch; /* TRACE_ASK sent for a failure of this epoch, plus one */
     /* The current query's decisions, once every member reported (tallied),
      * and the replicated results they wait for (docs/protocol.md, "The
      * commit rule"): each asked of one member that holds it. */
@@ -1725,6 +1726,17 @@ static eccl_result peer_on_msg(void *owner, eccl_chan *ch, const eccl_msg *msg)
                 ECCL_WARN(m->env, "peer %llu failed tag %llu (%s): re-forming group %u",
                           (unsigned long long)p->id, (unsigned long long)msg->u.coll.tag,
                           eccl_strerror((eccl_result)msg->u.coll.result), g->id);
+            /* A call stuck somewhere: every member writes its trace
+             * (docs/trace.md), the ones that never called it too, before
+             * the view change settles it. Once an epoch. */
+            if (msg->u.coll.result != ECCL_ERR_CONNECT && g->traced_epoch != g->epoch + 1) {
+                eccl_msg t = {.type = ECCL_MSG_TRACE_ASK};
+                t.u.trace_ask.tag = msg->u.coll.tag;
+                t.u.trace_ask.epoch = g->epoch;
+                t.u.trace_ask.result = msg->u.coll.result;
+                g->traced_epoch = g->epoch + 1;
+                for (uint32_t i = 0; i < g->n; i++) send_to(g->members[i], &t);
+            }
             g->change_wanted = 1;
             start_view_changes(m);
         }

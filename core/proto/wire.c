@@ -146,7 +146,8 @@ static uint32_t max_length(uint16_t type)
     case ECCL_MSG_VIEW_REPORT:
     case ECCL_MSG_VIEW_DECIDE: return 8u + ECCL_WIRE_MAX_OPS * OP_FLAG_SIZE;
     case ECCL_MSG_WELCOME: return 12;
-    case ECCL_MSG_REPAIR_ASK: return 16;
+    case ECCL_MSG_REPAIR_ASK:
+    case ECCL_MSG_TRACE_ASK: return 16;
     case ECCL_MSG_REPAIR_DATA:
     case ECCL_MSG_REPAIR_PUT: return 16u + ECCL_WIRE_MAX_REPAIR;
     case ECCL_MSG_PENDING_REPLY: return 4;
@@ -419,6 +420,11 @@ static void put_payload(wbuf *w, const eccl_msg *m)
         break;
     case ECCL_MSG_KICK:
         put_u32(w, m->u.kick.reason);
+        break;
+    case ECCL_MSG_TRACE_ASK:
+        put_u64(w, m->u.trace_ask.tag);
+        put_u32(w, m->u.trace_ask.epoch);
+        put_u32(w, m->u.trace_ask.result);
         break;
     case ECCL_MSG_REPAIR_ASK:
     case ECCL_MSG_REPAIR_DATA:
@@ -739,6 +745,11 @@ static void get_payload(rbuf *r, uint16_t type, eccl_msg *m)
         break;
     case ECCL_MSG_KICK:
         m->u.kick.reason = get_u32(r);
+        break;
+    case ECCL_MSG_TRACE_ASK:
+        m->u.trace_ask.tag = get_u64(r);
+        m->u.trace_ask.epoch = get_u32(r);
+        m->u.trace_ask.result = get_u32(r);
         break;
     case ECCL_MSG_REPAIR_ASK:
     case ECCL_MSG_REPAIR_DATA:

@@ -24,7 +24,7 @@
 #include "quant/quant.h"
 
 #define ECCL_WIRE_MAGIC 0x4C434345u /* "ECCL" read as little-endian bytes */
-#define ECCL_WIRE_VERSION 3u /* 2: RING has four tree children; RING_SEG. 3: REGISTER_SEG */
+#define ECCL_WIRE_VERSION 4u /* 2: RING has four tree children; RING_SEG. 3: REGISTER_SEG. 4: TRACE_ASK */
 #define ECCL_WIRE_HEADER_SIZE 16u
 /* Largest control payload (everything but DATA). */
 #define ECCL_WIRE_MAX_CONTROL 65536u
@@ -76,6 +76,7 @@ enum eccl_msg_type {
     ECCL_MSG_REPAIR_ASK = 45,  /* view change: send me your result of `tag` */
     ECCL_MSG_REPAIR_PUT = 46,  /* view change: `tag` commits with these bytes */
     ECCL_MSG_RING_SEG = 47,    /* to a relay: its peers' RINGs, for it to expand */
+    ECCL_MSG_TRACE_ASK = 48,   /* `tag` failed at a member (`result`): write your trace */
     /* peer -> peer */
     ECCL_MSG_P2P_HELLO = 64,   /* first frame on a p2p connection */
     ECCL_MSG_DATA = 65,        /* collective payload: data header + bytes */
@@ -180,6 +181,12 @@ typedef struct eccl_msg_coll {  /* COLL_DONE */
     uint8_t op;
     uint32_t result;            /* an eccl_result */
 } eccl_msg_coll;
+
+typedef struct eccl_msg_trace_ask { /* TRACE_ASK */
+    uint64_t tag;
+    uint32_t epoch;
+    uint32_t result; /* an eccl_result */
+} eccl_msg_trace_ask;
 
 typedef struct eccl_wire_op_flag {
     uint64_t tag;
@@ -568,6 +575,7 @@ typedef struct eccl_msg {
         eccl_msg_ring_seg ring_seg;
         eccl_msg_epoch epoch;
         eccl_msg_coll coll;
+        eccl_msg_trace_ask trace_ask;
         eccl_msg_view view;
         eccl_msg_kick kick;
         eccl_msg_repair repair;

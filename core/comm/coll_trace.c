@@ -1,0 +1,131 @@
+/* The communicator's collective trace (core/trace/trace.h): a record per
+ * call, its phases as the op reaches them, one per ring epoch, and the
+ * dump (docs/trace.md) with what each unfinished call still waits for. */
+#include <inttypes.h>
+
+#include "comm/comm_internal.h"
+
+void comm_trace_init(eccl_comm *c)
+{
+    eccl_trace_init(&c->trace, (uint32_t)eccl_config_uint(c->env, "ECCL_TRACE_RECORDS", 0, 1u << 20,
+                                                          ECCL_TRACE_RECORDS));
+}
+
+static uint64_t call_bytes(const eccl_coll_call *call)
+{
+    return (uint64_t)call->count * eccl_dtype_size(call->dtype);
+}
+
+void comm_trace_post(eccl_comm *c, eccl_request *r)
+{
+    eccl_trace_rec *t = eccl_trace_add(&c->trace, ECCL_TRACE_CALL);
+    if (!t) return;
+    r->trace_seq = t->seq;
+    t->tag = r->call.tag;
+    t->coll = (uint8_t)r->call.kind;
+    t->algo = UINT8_MAX;
+    t->dtype = (uint8_t)r->call.dtype;
+    t->bytes = call_bytes(&r->call);
+    t->epoch = (int64_t)c->epoch;
+    t->rank = c->rank;
+    t->world = c->world;
+    t->posted_ns = now_ns(c);
+}
+
+void comm_trace_phase(eccl_comm *c, const eccl_request *r, enum comm_trace_phase phase)
+{
+    eccl_trace_rec *t = r->trace_seq ? eccl_trace_find(&c->trace, r->trace_seq) : NULL;
+    if (!t) return;
+    uint32_t *at = phase == TRACE_STARTED ? &t->started_us
+                   : phase == TRACE_FIRST ? &t->first_us
+                   : phase == TRACE_DATA  ? &t->data_us
+                                          : &t->end_us;
+    if (*at) return; /* the first time counts */
+    *at = eccl_trace_since(t, now_ns(c));
+    if (phase == TRACE_STARTED) {
+        t->algo = r->alg ? (uint8_t)r->alg->id : UINT8_MAX;
+        t->epoch = (int64_t)r->call.epoch;
+        t->rank = r->call.rank;
+        t->world = r->call.nranks;
+    } else if (phase == TRACE_END) {
+        t->result = (int8_t)r->result;
+        if (!t->data_us && r->result == ECCL_OK) t->data_us = *at;
+    }
+}
+
+void comm_trace_epoch(eccl_comm *c)
+{
+    eccl_trace_rec *t = eccl_trace_add(&c->trace, ECCL_TRACE_EPOCH);
+    if (!t) return;
+    t->epoch = (int64_t)c->epoch;
+    t->rank = c->rank;
+    t->world = c->world;
+    t->posted_ns = now_ns(c);
+}
+
+/* "wait" lines: the links each unfinished op still expects frames over. */
+static void format_waits(const eccl_comm *c, char *buf, size_t len, size_t *used)
+{
+    static const char *const fixed[ECCL_ROLE_COUNT] = {"prev", "next", "parent", "child0", "child1",
+                                                      "child2", "child3"};
+    for (const eccl_request *r = c->ops; r; r = r->next) {
+        if (r->state != OP_RUNNING || r->returned) continue;
+        uint32_t n = comm_op_waits(c, r, NULL, 0);
+        eccl_trace_wait *w = n ? malloc(n * sizeof *w) : NULL;
+        if (!w) continue;
+        n = comm_op_waits(c, r, w, n);
+        for (uint32_t i = 0; i < n; i++) {
+            char role[16];
+            if (w[i].role < ECCL_ROLE_COUNT) snprintf(role, sizeof role, "%s", fixed[w[i].role]);
+            else snprintf(role, sizeof role, "peer");
+            size_t room = len > *used ? len - *used : 0;
+            int k = snprintf(buf + *used, room, "wait tag=%" PRIu64 " role=%s rank=%" PRIu32 " peer=%" PRIu64 "\n",
+                             r->call.tag, role, w[i].rank, w[i].peer_id);
+            if (k > 0 && (size_t)k < room) *used += (size_t)k;
+        }
+        free(w);
+    }
+}
+
+/* One word of `why`: what the reader greps for. */
+static void word_of(const char *why, char out[64])
+{
+    size_t i = 0;
+    for (; why && why[i] && i < 63; i++)
+        out[i] = (why[i] == ' ' || why[i] == '\t' || why[i] == '\n' || why[i] == '=') ? '_' : why[i];
+    out[i] = 0;
+    if (!i) snprintf(out, 64, "asked");
+}
+
+eccl_result comm_trace_dump(eccl_comm *c, const char *why, int automatic)
+{
+    if (!c->env->trace || c->env->trace->size < offsetof(eccl_trace_ops, dump) + sizeof c->env->trace->dump ||
+        !c->env->trace->dump)
+        return ECCL_ERR_UNSUPPORTED;
+    /* Room for every record (a call line is at most ~400 bytes) and waits. */
+    size_t len = 1024 + (size_t)c->trace.n * 420 + (size_t)c->n_ops * 8 * 96, used = 0;
+    char *buf = malloc(len), w[64];
+    if (!buf) return ECCL_ERR_NO_MEMORY;
+    word_of(why, w);
+    int k = snprintf(buf, len,
+                     "eccl-trace %d\ncomm peer=%" PRIu64 " rank=%" PRIu32 " world=%" PRIu32 " epoch=%" PRIu64
+                     " now_ns=%" PRIu64 " records=%" PRIu32 " dropped=%" PRIu64 " why=%s\n",
+                     ECCL_TRACE_VERSION, c->peer_id, c->rank, c->world, (uint64_t)c->epoch, now_ns(c), c->trace.n,
+                     c->trace.next_seq - 1 - c->trace.n, w);
+    used = k > 0 ? (size_t)k : 0;
+    eccl_trace_format(&c->trace, 0, buf, len - 8, &used);
+    format_waits(c, buf, len - 8, &used);
+    used += (size_t)snprintf(buf + used, len - used, "end\n");
+    eccl_result rc = c->env->trace->dump(c->env->trace_ctx, c->peer_id, ++c->trace_dumps, automatic, buf, used);
+    free(buf);
+    return rc;
+}
+
+eccl_result eccl_comm_trace_dump(eccl_comm *c, const char *why)
+{
+    if (!c) return ECCL_ERR_INVALID_ARG;
+    eccl_engine_lock(&c->eng);
+    eccl_result rc = comm_trace_dump(c, why, 0);
+    eccl_engine_unlock(&c->eng);
+    return rc;
+}

@@ -1,0 +1,156 @@
+/* The collective trace across real processes (docs/trace.md): three peers
+ * on loopback with ECCL_TRACE_DIR set. All run two all-reduces; peer 0
+ * dumps its trace on request (eccl_comm_trace_dump); then peer 2 withholds
+ * the third call while the others post it. Their calls time out, the
+ * master asks every member for its trace (TRACE_ASK), and `eccl-trace
+ * analyze` must name peer 2's rank as the culprit that never called it,
+ * and the others as waiting, and draw the time line. A failpoint makes a
+ * dump fail cleanly. */
+#include <dirent.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <fiu.h>
+#include <fiu-control.h>
+
+#include "cluster.h"
+
+#define COUNT 1024
+#define WITHHELD_TAG 3
+
+enum { V_RANK, V_RC3, V_DUMP_RC, V_FAIL_RC };
+
+static char dir[64];
+
+static void set(int k, long long v) { atomic_store(&cluster_self()->val[k], v); }
+static long long val(cluster *cl, int i, int k) { return atomic_load(&cl->sh->slot[i].val[k]); }
+
+static int body(eccl_comm *c, int index, void *arg)
+{
+    (void)arg;
+    uint32_t rank, world;
+    float b[COUNT];
+    CL_CHECK(cluster_rank_world(c, &rank, &world) == 0, "rank");
+    set(V_RANK, rank);
+    for (uint64_t tag = 1; tag <= 2; tag++) {
+        for (int i = 0; i < COUNT; i++) b[i] = (float)index;
+        CL_OK(eccl_allreduce(c, b, b, COUNT, ECCL_F32, ECCL_SUM, tag, NULL));
+    }
+    if (index == 0) {
+        set(V_DUMP_RC, eccl_comm_trace_dump(c, "after two calls"));
+        /* A dump that cannot be written fails cleanly, and the next works. */
+        CL_CHECK(fiu_init(0) == 0, "fiu_init");
+        CL_CHECK(fiu_enable("eccl/trace/dump", 1, NULL, FIU_ONETIME) == 0, "fiu_enable");
+        set(V_FAIL_RC, eccl_comm_trace_dump(c, "failpoint"));
+    }
+    if (index == 2) {
+        /* Elsewhere while the others wait; its call comes after theirs
+         * failed, and fails once as theirs did (the master aborted it). */
+        cluster_sleep_ms(4000);
+    }
+    for (int i = 0; i < COUNT; i++) b[i] = 1;
+    eccl_result rc = eccl_allreduce(c, b, b, COUNT, ECCL_F32, ECCL_SUM, WITHHELD_TAG, NULL);
+    set(V_RC3, rc);
+    return 0;
+}
+
+/* Files of dir starting with `prefix`, and the first one's text. */
+static int files(const char *prefix, char *first, size_t len)
+{
+    DIR *d = opendir(dir);
+    int n = 0;
+    if (!d) return -1;
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        if (strncmp(e->d_name, prefix, strlen(prefix)) != 0) continue;
+        if (n++ == 0 && first) {
+            char path[512];
+            snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+            FILE *f = fopen(path, "r");
+            size_t k = f ? fread(first, 1, len - 1, f) : 0;
+            first[k] = 0;
+            if (f) fclose(f);
+        }
+    }
+    closedir(d);
+    return n;
+}
+
+static void test_withheld_call(void **state)
+{
+    cluster *cl = *state;
+    snprintf(dir, sizeof dir, "/tmp/eccl-trace-test-XXXXXX");
+    assert_non_null(mkdtemp(dir));
+    setenv("ECCL_TRACE_DIR", dir, 1);
+    cluster_opts o = {.op_timeout_ms = 1500};
+    assert_int_equal(cluster_init(cl, &o), 0);
+    assert_int_equal(cluster_spawn_n(cl, 3, body, NULL), 0);
+    assert_int_equal(cluster_wait_all(cl, 60000), 0);
+    unsetenv("ECCL_TRACE_DIR");
+
+    assert_int_equal(val(cl, 0, V_DUMP_RC), ECCL_OK);
+    assert_int_equal(val(cl, 0, V_FAIL_RC), ECCL_ERR_SYSTEM);
+    for (int i = 0; i < 3; i++) {
+        printf("    peer %d: rank %lld, tag 3: %s\n", i, val(cl, i, V_RANK),
+               eccl_strerror((eccl_result)val(cl, i, V_RC3)));
+        assert_int_not_equal(val(cl, i, V_RC3), ECCL_OK); /* nobody completed the withheld call */
+    }
+    /* Every peer wrote a trace: peer 0 on request, and all three when the
+     * master asked; no temporary file is left. */
+    char text[8192];
+    assert_true(files("eccl-trace-", text, sizeof text) >= 4);
+    assert_int_equal(strncmp(text, "eccl-trace 1\ncomm peer=", 23), 0);
+    assert_int_equal(files("eccl-trace-", NULL, 0), files("eccl-trace-", NULL, 0));
+    DIR *d = opendir(dir);
+    for (struct dirent *e; (e = readdir(d)) != NULL;) assert_null(strstr(e->d_name, ".tmp"));
+    closedir(d);
+
+    /* The analyzer names peer 2's rank. */
+    char cmd[512], out[8192] = "";
+    snprintf(cmd, sizeof cmd, "%s analyze %s --plot %s/timeline.png", ECCL_TRACE_BIN, dir, dir);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    size_t k = fread(out, 1, sizeof out - 1, p);
+    out[k] = 0;
+    int status = pclose(p);
+    printf("%s", out);
+    assert_int_equal(WEXITSTATUS(status), 1); /* a call did not complete everywhere */
+    char want[128];
+    snprintf(want, sizeof want, "first call not completed everywhere: tag %d (allreduce", WITHHELD_TAG);
+    assert_non_null(strstr(out, want));
+    snprintf(want, sizeof want, "culprit: rank %lld never called tag %d", val(cl, 2, V_RANK), WITHHELD_TAG);
+    assert_non_null(strstr(out, want));
+    for (int i = 0; i < 2; i++) {
+        snprintf(want, sizeof want, "rank %lld (peer", val(cl, i, V_RANK));
+        const char *line = strstr(out, want);
+        assert_non_null(line);
+        assert_null(strncmp(strchr(line, ':'), ": never", 7) == 0 ? line : NULL);
+    }
+    /* The time line (gnuplot: scripts/deps.sh installs it). */
+    char png[128];
+    snprintf(png, sizeof png, "%s/timeline.png", dir);
+    FILE *f = fopen(png, "rb");
+    unsigned char magic[4] = {0};
+    assert_non_null(f);
+    assert_int_equal(fread(magic, 1, 4, f), 4);
+    fclose(f);
+    assert_memory_equal(magic, "\x89PNG", 4);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+    cluster_fini(cl);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_withheld_call, cluster_test_setup, cluster_test_teardown),
+    };
+    return cmocka_run_group_tests_name("trace_mp", tests, NULL, NULL);
+}
