@@ -78,6 +78,10 @@ eccl_result eccl_master_address(const eccl_master *master, char *buf, size_t len
 eccl_result eccl_master_run(eccl_master *master);
 /* Stops serving and closes every connection; peers see ECCL_ERR_MASTER_LOST. */
 eccl_result eccl_master_stop(eccl_master *master);
+/* Asks every member of every group to write its collective trace
+ * (eccl_comm_trace_dump; docs/trace.md), with why "operator": where
+ * ECCL_TRACE_DIR is set. eccl-master does it on SIGUSR2. Returns at once. */
+eccl_result eccl_master_trace_all(eccl_master *master);
 void eccl_master_destroy(eccl_master *master);
 
 /* ---- relay --------------------------------------------------------------- */

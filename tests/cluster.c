@@ -201,7 +201,9 @@ static void master_main(cluster *cl)
         _exit(1);
     }
     atomic_store(&sh->master_state, 1);
-    while (atomic_load(&sh->master_cmd) == 0) cluster_sleep_ms(2);
+    for (int cmd; (cmd = atomic_load(&sh->master_cmd)) != 1; cluster_sleep_ms(2))
+        if (cmd == 2 && eccl_master_trace_all(m) == ECCL_OK) /* 2: every member's trace, once */
+            atomic_store(&sh->master_cmd, 0);
     rc = eccl_master_stop(m);
     eccl_master_destroy(m);
     atomic_store(&sh->master_state, 2);

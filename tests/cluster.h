@@ -86,7 +86,7 @@ typedef struct cluster_slot {
 typedef struct cluster_shared {
     char master_addr[64];
     atomic_int master_state; /* 0 starting, 1 running, 2 stopped, -1 failed */
-    atomic_int master_cmd;   /* 0 serve, 1 eccl_master_stop + destroy */
+    atomic_int master_cmd;   /* 0 serve, 1 eccl_master_stop + destroy, 2 eccl_master_trace_all */
     atomic_llong ctl[CLUSTER_MAX_CTL]; /* parent -> children, test-defined */
     cluster_slot slot[CLUSTER_MAX_PEERS];
 } cluster_shared;

@@ -147,10 +147,58 @@ static void test_withheld_call(void **state)
     cluster_fini(cl);
 }
 
+/* A healthy job: every peer runs its calls and waits; the master is told
+ * to ask every member (eccl_master_trace_all, eccl-master's SIGUSR2). */
+static int healthy_body(eccl_comm *c, int index, void *arg)
+{
+    (void)arg;
+    float b[COUNT];
+    uint32_t rank, world;
+    CL_CHECK(cluster_rank_world(c, &rank, &world) == 0, "rank");
+    set(V_RANK, rank);
+    for (uint64_t tag = 1; tag <= 3; tag++) {
+        for (int i = 0; i < COUNT; i++) b[i] = (float)index;
+        CL_OK(eccl_allreduce(c, b, b, COUNT, ECCL_F32, ECCL_SUM, tag, NULL));
+    }
+    set(V_RC3, 1); /* done: the parent may ask */
+    CL_CHECK(cluster_wait_ctl(0, 1, 30000) == 0, "never released");
+    return 0;
+}
+
+static void test_operator_ask(void **state)
+{
+    cluster *cl = *state;
+    snprintf(dir, sizeof dir, "/tmp/eccl-trace-test-XXXXXX");
+    assert_non_null(mkdtemp(dir));
+    setenv("ECCL_TRACE_DIR", dir, 1);
+    cluster_opts o = {0};
+    assert_int_equal(cluster_init(cl, &o), 0);
+    assert_int_equal(cluster_spawn_n(cl, 3, healthy_body, NULL), 0);
+    for (int i = 0; i < 3; i++)
+        for (int t = 0; t < 3000 && !val(cl, i, V_RC3); t++) cluster_sleep_ms(10);
+    atomic_store(&cl->sh->master_cmd, 2);
+    char text[8192];
+    for (int t = 0; t < 1000 && files("eccl-trace-", NULL, 0) < 3; t++) cluster_sleep_ms(10);
+    assert_int_equal(files("eccl-trace-", text, sizeof text), 3); /* one each, nothing else */
+    assert_non_null(strstr(text, " why=operator\n"));
+    atomic_store(&cl->sh->ctl[0], 1);
+    assert_int_equal(cluster_wait_all(cl, 60000), 0);
+    unsetenv("ECCL_TRACE_DIR");
+    /* Nothing stalled: the analyzer says so (exit status 0). */
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "%s analyze %s", ECCL_TRACE_BIN, dir);
+    int status = system(cmd);
+    assert_int_equal(WEXITSTATUS(status), 0);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+    cluster_fini(cl);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_withheld_call, cluster_test_setup, cluster_test_teardown),
+        cmocka_unit_test_setup_teardown(test_operator_ask, cluster_test_setup, cluster_test_teardown),
     };
     return cmocka_run_group_tests_name("trace_mp", tests, NULL, NULL);
 }

@@ -1,5 +1,6 @@
 /* eccl-master: runs one eccl master (coordinator), or with --relay one
- * relay of the coordinator's tree, until SIGINT or SIGTERM.
+ * relay of the coordinator's tree, until SIGINT or SIGTERM; SIGUSR2 asks
+ * every member for its collective trace.
  *
  * The bound address is printed on stdout so that a launcher can start the
  * master on port 0 and read back the port it got. */
@@ -20,7 +21,8 @@ static void usage(FILE *out)
     fprintf(out,
             "usage: eccl-master --listen HOST:PORT [--relay PARENT] [--quiet]\n"
             "\n"
-            "Runs an eccl master until SIGINT or SIGTERM.\n"
+            "Runs an eccl master until SIGINT or SIGTERM. On SIGUSR2 every member\n"
+            "writes its collective trace where ECCL_TRACE_DIR points (docs/trace.md).\n"
             "\n"
             "  -l, --listen HOST:PORT  address to bind; PORT 0 picks a free port\n"
             "  -r, --relay PARENT      run a relay instead: peers connect to it as to\n"
@@ -122,8 +124,9 @@ int main(int argc, char **argv)
     sigemptyset(&stop_signals);
     sigaddset(&stop_signals, SIGINT);
     sigaddset(&stop_signals, SIGTERM);
+    sigaddset(&stop_signals, SIGUSR2); /* not a stop: every member writes its trace */
     if (pthread_sigmask(SIG_BLOCK, &stop_signals, NULL) != 0) {
-        fputs("eccl-master: cannot block SIGINT/SIGTERM\n", stderr);
+        fputs("eccl-master: cannot block SIGINT/SIGTERM/SIGUSR2\n", stderr);
         return EXIT_FAILURE;
     }
     /* A peer that vanishes mid-write must cost a connection, not the master. */
@@ -153,8 +156,22 @@ int main(int argc, char **argv)
         fflush(stdout);
     }
 
-    if (sigwait(&stop_signals, &sig) != 0)
-        fputs("eccl-master: sigwait failed; stopping\n", stderr);
+    for (;;) {
+        if (sigwait(&stop_signals, &sig) != 0) {
+            fputs("eccl-master: sigwait failed; stopping\n", stderr);
+            break;
+        }
+        if (sig != SIGUSR2)
+            break;
+        if (master) {
+            r = eccl_master_trace_all(master);
+            fprintf(stderr, "eccl-master: SIGUSR2: %s\n",
+                    r == ECCL_OK ? "asked every member for its collective trace" : eccl_strerror(r));
+        } else {
+            fputs("eccl-master: SIGUSR2: a relay has no members of its own to ask; signal the master\n",
+                  stderr);
+        }
+    }
 
     r = relay ? eccl_relay_stop(relay) : eccl_master_stop(master);
     status = r == ECCL_OK ? EXIT_SUCCESS : fail("stopping", r);

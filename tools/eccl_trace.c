@@ -166,9 +166,12 @@ static const struct dump *dump_in(const struct dump *d, uint32_t n, uint64_t pee
     return NULL;
 }
 
+/* The caller has its result: it ended well, or it returned early and its
+ * completion round runs on (docs/protocol.md, "The commit rule": a result
+ * any survivor returned is committed). */
 static int complete(const struct call *c)
 {
-    return c && c->end >= 0 && strcmp(c->result, "ok") == 0;
+    return c && (c->end >= 0 ? strcmp(c->result, "ok") == 0 : c->data >= 0);
 }
 
 /* Whether the peers of d (ids[0 .. n_ids)) all completed call (tag,
@@ -337,6 +340,9 @@ int main(int argc, char **argv)
         }
         if (c->end >= 0)
             printf("  rank %u (peer %" PRIu64 "): %s after %.3f ms", r, peer, c->result, (double)c->end / 1e3);
+        else if (c->data >= 0)
+            printf("  rank %u (peer %" PRIu64 "): returned its result after %.3f ms (its completion round runs on)", r,
+                   peer, (double)c->data / 1e3);
         else
             printf("  rank %u (peer %" PRIu64 "): posted, still running%s", r, peer,
                    c->first >= 0 ? "" : ", nothing heard yet");

@@ -154,8 +154,11 @@ static eccl_result master_on_msg(void *owner, eccl_chan *ch, const eccl_msg *m)
         return comm_on_repair_put(c, &m->u.repair);
     case ECCL_MSG_TRACE_ASK: {
         char why[64];
-        snprintf(why, sizeof why, "asked:tag_%llu_%s", (unsigned long long)m->u.trace_ask.tag,
-                 m->u.trace_ask.result == ECCL_ERR_TIMEOUT ? "timed_out" : "failed");
+        if (m->u.trace_ask.result == ECCL_OK) /* eccl_master_trace_all */
+            snprintf(why, sizeof why, "operator");
+        else
+            snprintf(why, sizeof why, "asked:tag_%llu_%s", (unsigned long long)m->u.trace_ask.tag,
+                     m->u.trace_ask.result == ECCL_ERR_TIMEOUT ? "timed_out" : "failed");
         comm_trace_dump(c, why, 1);
         return ECCL_OK;
     }

@@ -1939,6 +1939,22 @@ eccl_result eccl_master_run(eccl_master *m)
     return rc;
 }
 
+eccl_result eccl_master_trace_all(eccl_master *m)
+{
+    if (!m) return ECCL_ERR_INVALID_ARG;
+    uint32_t asked = 0;
+    eccl_engine_lock(&m->eng);
+    for (mgroup *g = m->groups; g; g = g->next) {
+        eccl_msg t = {.type = ECCL_MSG_TRACE_ASK}; /* tag 0, result OK: an operator's ask */
+        t.u.trace_ask.epoch = g->epoch;
+        for (uint32_t i = 0; i < g->n; i++, asked++) send_to(g->members[i], &t);
+    }
+    eccl_engine_unlock(&m->eng);
+    eccl_engine_kick(&m->eng); /* its step flushes what waits for relays */
+    ECCL_INFO(m->env, "asked %u member(s) for their collective traces", asked);
+    return ECCL_OK;
+}
+
 eccl_result eccl_master_stop(eccl_master *m)
 {
     if (!m) return ECCL_ERR_INVALID_ARG;
