@@ -16,7 +16,7 @@ static uint64_t call_bytes(const eccl_coll_call *call)
     return (uint64_t)call->count * eccl_dtype_size(call->dtype);
 }
 
-void comm_trace_post(eccl_comm *c, eccl_request *r)
+void comm_trace_post(eccl_comm *c, eccl_request *r, uint64_t now)
 {
     eccl_trace_rec *t = eccl_trace_add(&c->trace, ECCL_TRACE_CALL);
     if (!t) return;
@@ -29,7 +29,7 @@ void comm_trace_post(eccl_comm *c, eccl_request *r)
     t->epoch = (int64_t)c->epoch;
     t->rank = c->rank;
     t->world = c->world;
-    t->posted_ns = now_ns(c);
+    t->posted_ns = now;
 }
 
 void comm_trace_phase(eccl_comm *c, const eccl_request *r, enum comm_trace_phase phase)
@@ -41,7 +41,7 @@ void comm_trace_phase(eccl_comm *c, const eccl_request *r, enum comm_trace_phase
                    : phase == TRACE_DATA  ? &t->data_us
                                           : &t->end_us;
     if (*at) return; /* the first time counts */
-    *at = eccl_trace_since(t, now_ns(c));
+    *at = eccl_trace_since(t, phase == TRACE_STARTED && c->trace_now ? c->trace_now : now_ns(c));
     if (phase == TRACE_STARTED) {
         t->algo = r->alg ? (uint8_t)r->alg->id : UINT8_MAX;
         t->epoch = (int64_t)r->call.epoch;

@@ -37,8 +37,9 @@ static eccl_result coll_submit(eccl_comm *c, const eccl_coll_call *call, uint32_
     r->called_rank = rank;
     r->stage = *stage;
     r->state = OP_QUEUED;
-    r->deadline_ns = now_ns(c) + (uint64_t)c->params.op_timeout_ms * MS;
-    comm_trace_post(c, r);
+    uint64_t now = now_ns(c);
+    r->deadline_ns = now + (uint64_t)c->params.op_timeout_ms * MS;
+    comm_trace_post(c, r, now);
     r->next = c->ops;
     c->ops = r;
     c->n_ops++;
@@ -51,7 +52,9 @@ static eccl_result coll_submit(eccl_comm *c, const eccl_coll_call *call, uint32_
         r->call.nranks = c->world;
         comm_op_finish(c, r, c->world < 2 ? ECCL_ERR_TOO_FEW_PEERS : ECCL_OK);
     } else {
+        c->trace_now = now; /* an op started here starts now: no clock read for its trace */
         comm_ops_advance(c);
+        c->trace_now = 0;
         comm_flush_and_complete(c);
     }
     if (kick) eccl_engine_kick(&c->eng);

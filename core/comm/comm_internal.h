@@ -120,6 +120,7 @@ struct eccl_request {
     uint32_t called_world, called_rank;
     uint8_t barrier_buf[2]; /* a barrier's one-byte all-reduce: in, out */
     uint64_t trace_seq;     /* its record in the comm's trace (0: none) */
+    int trace_heard;        /* its first frame is in the record: later ones skip it */
     size_t *varr;           /* the v layouts' counts and displacements (call.vcounts) */
     void *amem;             /* the algorithm's own bookkeeping (all-to-all: per peer) */
     const eccl_coll_algo *alg; /* NULL until the op starts */
@@ -257,6 +258,7 @@ struct eccl_comm {
     eccl_trace trace;           /* the last calls and epochs (coll_trace.c) */
     uint32_t trace_dumps;       /* dumps written so far: the next one's number */
     uint32_t trace_auto_epoch;  /* the epoch of the last automatic dump, plus one */
+    uint64_t trace_now;         /* inside a call's submission: its clock reading, else 0 */
     eccl_env_release_fn env_release;
     eccl_engine eng;
     eccl_comm_params params;
@@ -416,7 +418,7 @@ void comm_ops_fail_all(eccl_comm *c, eccl_result why);
 /* coll_trace.c: the trace's records as calls and epochs go. */
 enum comm_trace_phase { TRACE_STARTED, TRACE_FIRST, TRACE_DATA, TRACE_END };
 void comm_trace_init(eccl_comm *c);
-void comm_trace_post(eccl_comm *c, eccl_request *r);
+void comm_trace_post(eccl_comm *c, eccl_request *r, uint64_t now);
 void comm_trace_phase(eccl_comm *c, const eccl_request *r, enum comm_trace_phase phase);
 void comm_trace_epoch(eccl_comm *c);
 /* Writes a dump through the env (ECCL_ERR_UNSUPPORTED: it has nowhere). */

@@ -12,7 +12,10 @@ static int op_expects(const eccl_request *r, int role) { return r->alg->expects(
 
 eccl_result comm_op_recv(eccl_request *r, int role, const eccl_wire_data *d, void **dst)
 {
-    comm_trace_phase(r->comm, r, TRACE_FIRST);
+    if (!r->trace_heard) {
+        r->trace_heard = 1;
+        comm_trace_phase(r->comm, r, TRACE_FIRST);
+    }
     return r->alg->recv(op_state(r), role, d, dst);
 }
 
