@@ -2213,20 +2213,34 @@ static int allgather_packed(const char *call, const void *sendbuf, int sendcount
     return call_result();
 }
 
+/* The buffers of an all-gather (a send block for all) or an all-to-all
+ * (one for each rank: send_each), staged; the twins' counts into *sc, *rc. */
+static void stage_blocks(const char *call, const void *sendbuf, int sendcount, MPI_Datatype sendtype,
+                         void *recvbuf, int recvcount, MPI_Datatype recvtype, MPI_Comm comm, int send_each,
+                         struct twin *s, struct twin *r, int *sc, int *rc)
+{
+    size_t size = (size_t)view_of(call, comm).size;
+    int in_place = sendbuf == MPI_IN_PLACE;
+
+    *s = (struct twin){(void *)sendbuf, sendtype, 1};
+    if (!in_place)
+        *s = stage(call, (void *)sendbuf, sendtype,
+                   mul_size(call, count_of(call, "sendcount", sendcount), send_each ? size : 1), 1, 0);
+    *r = stage(call, recvbuf, recvtype, mul_size(call, count_of(call, "recvcount", recvcount), size),
+               in_place, 1);
+    *sc = in_place ? sendcount : scaled(call, sendcount, s->k);
+    *rc = scaled(call, recvcount, r->k);
+}
+
 static int allgather(const char *call, const void *sendbuf, int sendcount, MPI_Datatype sendtype,
                      void *recvbuf, int recvcount, MPI_Datatype recvtype, MPI_Comm comm,
                      MPI_Request *nb)
 {
-    size_t size = (size_t)view_of(call, comm).size;
-    int in_place = sendbuf == MPI_IN_PLACE;
-    struct twin s = {(void *)sendbuf, sendtype, 1}, r;
+    struct twin s, r;
+    int sc, rc;
 
-    if (!in_place)
-        s = stage(call, (void *)sendbuf, sendtype, count_of(call, "sendcount", sendcount), 1, 0);
-    r = stage(call, recvbuf, recvtype, mul_size(call, count_of(call, "recvcount", recvcount), size),
-              in_place, 1);
-    return staged_end(allgather_packed(call, s.buf, in_place ? sendcount : scaled(call, sendcount, s.k),
-                                       s.type, r.buf, scaled(call, recvcount, r.k), r.type, comm, nb));
+    stage_blocks(call, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, 0, &s, &r, &sc, &rc);
+    return staged_end(allgather_packed(call, s.buf, sc, s.type, r.buf, rc, r.type, comm, nb));
 }
 
 int MPI_Allgather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
@@ -2508,17 +2522,11 @@ static int alltoall(const char *call, const void *sendbuf, int sendcount, MPI_Da
                     void *recvbuf, int recvcount, MPI_Datatype recvtype, MPI_Comm comm,
                     MPI_Request *nb)
 {
-    size_t size = (size_t)view_of(call, comm).size;
-    int in_place = sendbuf == MPI_IN_PLACE;
-    struct twin s = {(void *)sendbuf, sendtype, 1}, r;
+    struct twin s, r;
+    int sc, rc;
 
-    if (!in_place)
-        s = stage(call, (void *)sendbuf, sendtype,
-                  mul_size(call, count_of(call, "sendcount", sendcount), size), 1, 0);
-    r = stage(call, recvbuf, recvtype, mul_size(call, count_of(call, "recvcount", recvcount), size),
-              in_place, 1);
-    return staged_end(alltoall_packed(call, s.buf, in_place ? sendcount : scaled(call, sendcount, s.k),
-                                      s.type, r.buf, scaled(call, recvcount, r.k), r.type, comm, nb));
+    stage_blocks(call, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, 1, &s, &r, &sc, &rc);
+    return staged_end(alltoall_packed(call, s.buf, sc, s.type, r.buf, rc, r.type, comm, nb));
 }
 
 int MPI_Alltoall(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
@@ -3545,26 +3553,39 @@ static uint32_t agree_id(const char *call, struct comm_view *v)
  * ranks sel[0 .. n - 1] in that order (a subset communicator), or of all
  * of them as they are (sel NULL: its kind, a world of one or the ring's
  * ranks). Its error handler is its parent's. */
+int mpi_table_slot(const char *call, const char *what, void **table, int *n, int *cap, size_t size, int max,
+                   int (*is_free)(const void *entry))
+{
+    for (int i = 0; i < *n; i++)
+        if (is_free((const char *)*table + (size_t)i * size))
+            return i;
+    if (*n >= max)
+        return -1;
+    if (*n == *cap) {
+        int grown_cap = *cap != 0 ? 2 * *cap : 16;
+        void *grown = realloc(*table, (size_t)grown_cap * size);
+
+        if (grown == NULL)
+            mpi_fatal(MPI_ERR_NO_MEM, "%s: cannot hold %d of %s", call, grown_cap, what);
+        *table = grown;
+        *cap = grown_cap;
+    }
+    return (*n)++;
+}
+
+static int comm_free_slot(const void *entry)
+{
+    return !((const struct mpi_comm *)entry)->used;
+}
+
 static MPI_Comm comm_new(const char *call, const struct comm_view *parent, uint32_t id,
                          const int *sel, int n)
 {
-    int slot = -1;
+    void *table = comms.slots;
+    int slot = mpi_table_slot(call, "communicators", &table, &comms.n, &comms.cap, sizeof *comms.slots,
+                              INT_MAX, comm_free_slot);
 
-    for (int i = 0; i < comms.n && slot < 0; i++)
-        if (!comms.slots[i].used)
-            slot = i;
-    if (slot < 0) {
-        if (comms.n == comms.cap) {
-            int cap = comms.cap != 0 ? 2 * comms.cap : 16;
-            struct mpi_comm *grown = realloc(comms.slots, (size_t)cap * sizeof *grown);
-
-            if (grown == NULL)
-                mpi_fatal(MPI_ERR_NO_MEM, "%s: cannot hold %d communicators", call, cap);
-            comms.slots = grown;
-            comms.cap = cap;
-        }
-        slot = comms.n++;
-    }
+    comms.slots = table;
     const struct mpi_comm *from = comm_state(comms.current);
     struct mpi_comm *c = &comms.slots[slot];
     *c = (struct mpi_comm){.used = 1,

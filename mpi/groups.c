@@ -51,28 +51,21 @@ static const int *group_arg(const char *call, MPI_Group group, int *n)
     return procs;
 }
 
+static int group_free(const void *entry)
+{
+    return !((const struct group *)entry)->used;
+}
+
 MPI_Group mpi_group_new(const char *call, const int *procs, int n)
 {
-    int slot = -1;
-
     if (n == 0)
         return MPI_GROUP_EMPTY;
-    for (int i = 0; i < groups.n && slot < 0; i++)
-        if (!groups.slots[i].used)
-            slot = i;
-    if (slot < 0) {
-        if (groups.n == GROUP_MAX)
-            mpi_fatal(MPI_ERR_GROUP, "%s: more than %d groups at once", call, GROUP_MAX);
-        if (groups.n == groups.cap) {
-            int cap = groups.cap ? 2 * groups.cap : 16;
-            struct group *g = realloc(groups.slots, (size_t)cap * sizeof *g);
-            if (g == NULL)
-                mpi_fatal(MPI_ERR_NO_MEM, "%s: no memory for a group", call);
-            groups.slots = g;
-            groups.cap = cap;
-        }
-        slot = groups.n++;
-    }
+    void *table = groups.slots;
+    int slot = mpi_table_slot(call, "groups", &table, &groups.n, &groups.cap, sizeof *groups.slots,
+                              GROUP_MAX, group_free);
+    groups.slots = table;
+    if (slot < 0)
+        mpi_fatal(MPI_ERR_GROUP, "%s: more than %d groups at once", call, GROUP_MAX);
     int *copy = malloc((size_t)n * sizeof *copy);
     if (copy == NULL)
         mpi_fatal(MPI_ERR_NO_MEM, "%s: no memory for a group of %d", call, n);

@@ -246,30 +246,22 @@ static MPI_Aint offset(const char *call, MPI_Aint a, MPI_Aint b, MPI_Aint c)
     return r;
 }
 
+static int derived_free(const void *entry)
+{
+    const struct derived *d = entry;
+    return !d->live && !d->held;
+}
+
 static struct derived *new_slot(const char *call, MPI_Datatype *newtype)
 {
-    int slot = -1;
-
     if (newtype == NULL)
         mpi_fatal(MPI_ERR_ARG, "%s: newtype is NULL", call);
-    for (int i = 0; i < types.n; i++)
-        if (!types.slots[i].live && !types.slots[i].held) {
-            slot = i;
-            break;
-        }
-    if (slot < 0) {
-        if (types.n == DERIVED_MAX)
-            mpi_fatal(MPI_ERR_TYPE, "%s: more than %d derived datatypes at once", call, DERIVED_MAX);
-        if (types.n == types.cap) {
-            int cap = types.cap ? 2 * types.cap : 16;
-            struct derived *s = realloc(types.slots, (size_t)cap * sizeof *s);
-            if (s == NULL)
-                mpi_fatal(MPI_ERR_NO_MEM, "%s: no memory for a datatype", call);
-            types.slots = s;
-            types.cap = cap;
-        }
-        slot = types.n++;
-    }
+    void *table = types.slots;
+    int slot = mpi_table_slot(call, "datatypes", &table, &types.n, &types.cap, sizeof *types.slots,
+                              DERIVED_MAX, derived_free);
+    types.slots = table;
+    if (slot < 0)
+        mpi_fatal(MPI_ERR_TYPE, "%s: more than %d derived datatypes at once", call, DERIVED_MAX);
     memset(&types.slots[slot], 0, sizeof types.slots[slot]);
     *newtype = (MPI_Datatype)(DERIVED_BASE + (unsigned)slot);
     return &types.slots[slot];
