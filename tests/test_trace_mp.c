@@ -151,12 +151,13 @@ static void test_withheld_call(void **state)
  * to ask every member (eccl_master_trace_all, eccl-master's SIGUSR2). */
 static int healthy_body(eccl_comm *c, int index, void *arg)
 {
-    (void)arg;
+    int slow = arg != NULL && index == 1; /* test_slow_rank: peer 1 computes 40 ms before each call */
     float b[COUNT];
     uint32_t rank, world;
     CL_CHECK(cluster_rank_world(c, &rank, &world) == 0, "rank");
     set(V_RANK, rank);
-    for (uint64_t tag = 1; tag <= 3; tag++) {
+    for (uint64_t tag = 1; tag <= (slow || arg ? 8 : 3); tag++) {
+        if (slow) cluster_sleep_ms(40);
         for (int i = 0; i < COUNT; i++) b[i] = (float)index;
         CL_OK(eccl_allreduce(c, b, b, COUNT, ECCL_F32, ECCL_SUM, tag, NULL));
     }
@@ -165,15 +166,15 @@ static int healthy_body(eccl_comm *c, int index, void *arg)
     return 0;
 }
 
-static void test_operator_ask(void **state)
+/* The operator's ask; the analyzer's report into out (its exit status). */
+static int ask_and_analyze(cluster *cl, void *arg, char *out, size_t len)
 {
-    cluster *cl = *state;
     snprintf(dir, sizeof dir, "/tmp/eccl-trace-test-XXXXXX");
     assert_non_null(mkdtemp(dir));
     setenv("ECCL_TRACE_DIR", dir, 1);
     cluster_opts o = {0};
     assert_int_equal(cluster_init(cl, &o), 0);
-    assert_int_equal(cluster_spawn_n(cl, 3, healthy_body, NULL), 0);
+    assert_int_equal(cluster_spawn_n(cl, 3, healthy_body, arg), 0);
     for (int i = 0; i < 3; i++)
         for (int t = 0; t < 3000 && !val(cl, i, V_RC3); t++) cluster_sleep_ms(10);
     atomic_store(&cl->sh->master_cmd, 2);
@@ -184,13 +185,44 @@ static void test_operator_ask(void **state)
     atomic_store(&cl->sh->ctl[0], 1);
     assert_int_equal(cluster_wait_all(cl, 60000), 0);
     unsetenv("ECCL_TRACE_DIR");
-    /* Nothing stalled: the analyzer says so (exit status 0). */
     char cmd[512];
     snprintf(cmd, sizeof cmd, "%s analyze %s", ECCL_TRACE_BIN, dir);
-    int status = system(cmd);
-    assert_int_equal(WEXITSTATUS(status), 0);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    size_t k = fread(out, 1, len - 1, p);
+    out[k] = 0;
+    int status = pclose(p);
+    printf("%s", out);
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     assert_int_equal(system(cmd), 0);
+    return WEXITSTATUS(status);
+}
+
+/* Peer 1 computes 40 ms before each of its calls: the others wait for it
+ * every time, and the analyzer names it (and only it) as a slow rank. */
+static void test_slow_rank(void **state)
+{
+    cluster *cl = *state;
+    char out[8192], want[128];
+    static int slow = 1;
+
+    assert_int_equal(ask_and_analyze(cl, &slow, out, sizeof out), 0); /* nothing stalled */
+    snprintf(want, sizeof want, "slow rank: peer %lld (rank %lld)", (long long)cl->sh->slot[1].peer_id,
+             val(cl, 1, V_RANK));
+    assert_non_null(strstr(out, want));
+    assert_null(strstr(strstr(out, want) + 1, "slow rank:")); /* one named */
+    cluster_fini(cl);
+}
+
+static void test_operator_ask(void **state)
+{
+    cluster *cl = *state;
+    char out[8192];
+
+    /* Nothing stalled: the analyzer says so (exit status 0), and no rank is slow. */
+    assert_int_equal(ask_and_analyze(cl, NULL, out, sizeof out), 0);
+    assert_non_null(strstr(out, "every traced call completed"));
+    assert_null(strstr(out, "slow rank:"));
     cluster_fini(cl);
 }
 
@@ -199,6 +231,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_withheld_call, cluster_test_setup, cluster_test_teardown),
         cmocka_unit_test_setup_teardown(test_operator_ask, cluster_test_setup, cluster_test_teardown),
+        cmocka_unit_test_setup_teardown(test_slow_rank, cluster_test_setup, cluster_test_teardown),
     };
     return cmocka_run_group_tests_name("trace_mp", tests, NULL, NULL);
 }

@@ -237,6 +237,70 @@ static const char usage_text[] =
     "  --plot FILE.png  every rank's calls on one time line (gnuplot)\n"
     "  Exit status: 0 all completed, 1 one did not, 2 usage error or no traces.\n";
 
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static int64_t median(int64_t *v, uint32_t n)
+{
+    qsort(v, n, sizeof *v, cmp_i64);
+    return n ? v[n / 2] : 0;
+}
+
+/* Slow ranks: over the calls every rank of their world recorded, how much
+ * later than the first rank each posted its call (same-host clocks). A
+ * rank whose median is over 1 ms and over four times the largest median of
+ * the others holds every call up: it computes longer, or waits on
+ * something else, before it calls. Returns how many were named. */
+static int slow_ranks(const struct dump *d, uint32_t n, const uint64_t *ids, uint32_t n_ids)
+{
+    int64_t *late = malloc((size_t)n_ids * 4096 * sizeof *late), *med = calloc(n_ids, sizeof *med);
+    uint32_t *k = calloc(n_ids, sizeof *k), calls = 0;
+    int named = 0;
+    if (!late || !med || !k) return 0;
+    /* The calls of one peer (the first read), each judged once. */
+    for (uint32_t i = 0; i < n && calls < 4096; i++) {
+        if (d[i].peer != ids[0]) continue;
+        for (uint32_t c = 0; c < d[i].n_calls && calls < 4096; c++) {
+            const struct call *x = &d[i].calls[c];
+            uint64_t first = UINT64_MAX;
+            const struct call *rec[64];
+            if (n_ids > 64 || x->world != n_ids) continue;
+            uint32_t j = 0;
+            for (; j < n_ids; j++) {
+                rec[j] = record_of(d, n, ids[j], x->tag, x->epoch);
+                if (!rec[j]) break;
+                if (rec[j]->posted_ns < first) first = rec[j]->posted_ns;
+            }
+            if (j < n_ids) continue;
+            for (j = 0; j < n_ids; j++) late[(size_t)j * 4096 + k[j]++] = (int64_t)(rec[j]->posted_ns - first);
+            calls++;
+        }
+        break;
+    }
+    for (uint32_t j = 0; j < n_ids; j++) med[j] = median(&late[(size_t)j * 4096], k[j]);
+    for (uint32_t j = 0; j < n_ids && calls >= 3; j++) {
+        int64_t others = 0;
+        for (uint32_t o = 0; o < n_ids; o++)
+            if (o != j && med[o] > others) others = med[o];
+        if (med[j] > 1000000 && med[j] > 4 * others) {
+            const struct call *last = NULL;
+            for (uint32_t i = 0; i < n && !last; i++)
+                if (d[i].peer == ids[j] && d[i].n_calls) last = &d[i].calls[d[i].n_calls - 1];
+            printf("slow rank: peer %" PRIu64 " (rank %u) posted its calls a median %.3f ms after the first rank, "
+                   "over %u calls every rank recorded (the others: at most %.3f ms)\n",
+                   ids[j], last ? last->rank : 0, (double)med[j] / 1e6, calls, (double)others / 1e6);
+            named++;
+        }
+    }
+    free(late);
+    free(med);
+    free(k);
+    return named;
+}
+
 static int usage(void)
 {
     fputs(usage_text, stderr);
@@ -301,6 +365,7 @@ int main(int argc, char **argv)
             if (!done_everywhere(d, n, ids, n_ids, c->tag, c->epoch)) first = c;
         }
     if (png) plot(d, n, t0 == UINT64_MAX ? 0 : t0, png);
+    slow_ranks(d, n, ids, n_ids);
     if (!first) {
         printf("every traced call completed on every rank that wrote a trace\n");
         return 0;
