@@ -251,8 +251,9 @@ static int64_t median(int64_t *v, uint32_t n)
 
 /* Slow ranks: over the calls every rank of their world recorded, how much
  * later than the first rank each posted its call (same-host clocks). A
- * rank whose median is over 1 ms and over four times the largest median of
- * the others holds every call up: it computes longer, or waits on
+ * rank whose median over five calls or more is over 10 ms (ranks of a busy
+ * host drift apart by a few) and over four times the largest median of the
+ * others holds every call up: it computes longer, or waits on
  * something else, before it calls. Returns how many were named. */
 static int slow_ranks(const struct dump *d, uint32_t n, const uint64_t *ids, uint32_t n_ids)
 {
@@ -281,11 +282,11 @@ static int slow_ranks(const struct dump *d, uint32_t n, const uint64_t *ids, uin
         break;
     }
     for (uint32_t j = 0; j < n_ids; j++) med[j] = median(&late[(size_t)j * 4096], k[j]);
-    for (uint32_t j = 0; j < n_ids && calls >= 3; j++) {
+    for (uint32_t j = 0; j < n_ids && calls >= 5; j++) {
         int64_t others = 0;
         for (uint32_t o = 0; o < n_ids; o++)
             if (o != j && med[o] > others) others = med[o];
-        if (med[j] > 1000000 && med[j] > 4 * others) {
+        if (med[j] > 10000000 && med[j] > 4 * others) {
             const struct call *last = NULL;
             for (uint32_t i = 0; i < n && !last; i++)
                 if (d[i].peer == ids[j] && d[i].n_calls) last = &d[i].calls[d[i].n_calls - 1];
