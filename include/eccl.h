@@ -82,6 +82,15 @@ eccl_result eccl_master_stop(eccl_master *master);
  * (eccl_comm_trace_dump; docs/trace.md), with why "operator": where
  * ECCL_TRACE_DIR is set. eccl-master does it on SIGUSR2. Returns at once. */
 eccl_result eccl_master_trace_all(eccl_master *master);
+/* The master's metrics in Prometheus' text format (0.0.4): peers by state,
+ * each group's members and epoch, registrations, admissions and their
+ * latency, peers lost, epochs, view changes and their latency, collective
+ * failures members reported, trace asks (docs/trace.md, "Metrics").
+ * Writes buf[0..len) NUL-terminated and sets *needed (may be NULL) to the
+ * bytes the whole text takes, NUL included; ECCL_ERR_INVALID_ARG when
+ * len < *needed (call again with more). eccl-master serves it over HTTP
+ * with --metrics HOST:PORT (off by default). */
+eccl_result eccl_master_metrics(eccl_master *master, char *buf, size_t len, size_t *needed);
 void eccl_master_destroy(eccl_master *master);
 
 /* ---- relay --------------------------------------------------------------- */

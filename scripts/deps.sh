@@ -17,6 +17,7 @@ packages=(
     libsimgrid-dev  # backends/sim: the core on SimGrid 3.32
     libibverbs-dev  # rdma-core's verbs.h and libibverbs: what mocks/ibverbs stands in for
     gnuplot-nox     # eccl-sim renders plot.png (skipped with a note without it)
+    libmicrohttpd-dev # eccl-master --metrics (left out with a note without it)
     pybind11-dev    # python/: the `eccl` Python package (skipped with a note without it)
     python3-dev     # Python.h for that extension module
     python3-numpy   # numpy arrays as buffers; the Python tests

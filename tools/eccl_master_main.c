@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "eccl.h"
+#include "metrics_http.h"
 #include "tool_util.h"
 
 enum { EXIT_USAGE = 2 };
@@ -28,6 +29,9 @@ static void usage(FILE *out)
             "  -r, --relay PARENT      run a relay instead: peers connect to it as to\n"
             "                          the master, it speaks for them to PARENT (the\n"
             "                          master or another relay, HOST:PORT)\n"
+            "  -m, --metrics HOST:PORT serve the master's metrics (Prometheus text)\n"
+            "                          at http://HOST:PORT/metrics; PORT 0 picks a\n"
+            "                          free port (printed); off by default\n"
             "  -q, --quiet             print nothing but errors (not even the\n"
             "                          'eccl-master listening on' line)\n"
             "  -h, --help              show this help\n");
@@ -49,6 +53,7 @@ static int usage_error(const char *fmt, ...)
 struct master_opts {
     const char *listen;
     const char *relay;
+    const char *metrics;
     int quiet;
 };
 
@@ -58,6 +63,7 @@ static int parse_args(int argc, char **argv, struct master_opts *opts)
     static const struct option longopts[] = {
         {"listen", required_argument, NULL, 'l'},
         {"relay", required_argument, NULL, 'r'},
+        {"metrics", required_argument, NULL, 'm'},
         {"quiet", no_argument, NULL, 'q'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -65,13 +71,16 @@ static int parse_args(int argc, char **argv, struct master_opts *opts)
     int c;
 
     opterr = 0;
-    while ((c = getopt_long(argc, argv, ":l:r:qh", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":l:r:m:qh", longopts, NULL)) != -1) {
         switch (c) {
         case 'l':
             opts->listen = optarg;
             break;
         case 'r':
             opts->relay = optarg;
+            break;
+        case 'm':
+            opts->metrics = optarg;
             break;
         case 'q':
             opts->quiet = 1;
@@ -95,6 +104,8 @@ static int parse_args(int argc, char **argv, struct master_opts *opts)
         return usage_error("--listen wants HOST:PORT, got '%s'", opts->listen);
     if (opts->relay && tool_check_hostport(opts->relay) != 0)
         return usage_error("--relay wants HOST:PORT, got '%s'", opts->relay);
+    if (opts->metrics && opts->relay)
+        return usage_error("--metrics is the master's: a relay has none of its own");
     return -1;
 }
 
@@ -109,6 +120,7 @@ int main(int argc, char **argv)
     struct master_opts opts = {0};
     eccl_master *master = NULL;
     eccl_relay *relay = NULL;
+    metrics_http *metrics = NULL;
     char addr[256];
     sigset_t stop_signals;
     eccl_result r;
@@ -155,6 +167,18 @@ int main(int argc, char **argv)
         printf("eccl-master %slistening on %s\n", relay ? "relay " : "", addr);
         fflush(stdout);
     }
+    if (opts.metrics) {
+        unsigned port = 0;
+        if (metrics_http_start(opts.metrics, master, &metrics, &port) != 0) {
+            status = EXIT_FAILURE;
+            goto out;
+        }
+        if (!opts.quiet) {
+            printf("eccl-master metrics on http://%.*s:%u/metrics\n",
+                   (int)(strrchr(opts.metrics, ':') - opts.metrics), opts.metrics, port);
+            fflush(stdout);
+        }
+    }
 
     for (;;) {
         if (sigwait(&stop_signals, &sig) != 0) {
@@ -176,6 +200,7 @@ int main(int argc, char **argv)
     r = relay ? eccl_relay_stop(relay) : eccl_master_stop(master);
     status = r == ECCL_OK ? EXIT_SUCCESS : fail("stopping", r);
 out:
+    metrics_http_stop(metrics);
     eccl_relay_destroy(relay);
     eccl_master_destroy(master);
     return status;

@@ -17,6 +17,7 @@
  * that sends a bad frame or a message out of turn is kicked, one that goes
  * silent past its timeout is dropped, and the rest carry on.
  */
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,6 +78,7 @@ typedef struct mpeer {
     char p2p_addr[ECCL_ADDR_MAX];
     uint64_t timeout_ns;
     uint64_t heartbeat_at;
+    uint64_t registered_ns; /* when it registered: its admission's latency */
     int voted;
     int asked_pending;      /* in the current peers-pending round */
     int admitting;          /* chosen by the current admission */
@@ -128,6 +130,7 @@ struct mgroup {
     int querying;
     int change_wanted;
     uint32_t traced_epoch; /* TRACE_ASK sent for a failure of this epoch, plus one */
+    uint64_t query_ns;     /* when the current view change began (VIEW_QUERY), 0: none */
     /* The current query's decisions, once every member reported (tallied),
      * and the replicated results they wait for (docs/protocol.md, "The
      * commit rule"): each asked of one member that holds it. */
@@ -194,6 +197,11 @@ struct eccl_master {
     uint64_t opt_work;      /* ECCL_TOPO_SOLVE_WORK */
     uint64_t moon_budget;   /* ECCL_TOPO_MOONSHOT_KICKS: kicks per solved ring */
     uint32_t seg_handles[ECCL_WIRE_MAX_SEG]; /* send_rings' scratch */
+    /* What eccl_master_metrics reports (Prometheus counters and sums). */
+    struct {
+        uint64_t registrations, admitted, admit_ns, lost, epochs, view_changes, view_ns, trace_asks;
+        uint64_t coll_failed[ECCL_ERR_DEVICE + 1]; /* COLL_DONE reports by result */
+    } metrics;
 };
 
 static const eccl_chan_handler peer_handler;
@@ -205,6 +213,13 @@ static void set_state(eccl_master *m, mpeer *p, enum mpeer_state s)
     m->n_state[p->state]--;
     m->n_state[s]++;
     p->state = s;
+}
+
+static void admitted(eccl_master *m, mpeer *p)
+{
+    set_state(m, p, MP_ACCEPTED);
+    m->metrics.admitted++;
+    m->metrics.admit_ns += now_ns(m) - p->registered_ns;
 }
 
 /* Heartbeats go out in batches: a scan runs when the earliest heartbeat is
@@ -720,7 +735,7 @@ static void finish_view(eccl_master *m, mgroup *g)
     uint32_t n0 = g->n;
     for (mpeer *p = m->peers; p; p = p->next) {
         if (p->admitting && p->state == MP_REGISTERED && p->group == g) {
-            if (group_add(g, p) == 0) set_state(m, p, MP_ACCEPTED);
+            if (group_add(g, p) == 0) admitted(m, p);
             p->admitting = 0;
             m->n_admitting--;
         }
@@ -729,6 +744,12 @@ static void finish_view(eccl_master *m, mgroup *g)
     group_by_host(g, n0);
     g->local_size = group_local_size(g);
     g->epoch++;
+    m->metrics.epochs++;
+    if (g->query_ns) {
+        m->metrics.view_changes++;
+        m->metrics.view_ns += now_ns(m) - g->query_ns;
+        g->query_ns = 0;
+    }
     g->n_ready = 0;
     ECCL_INFO(m->env, "group %u: ring epoch %u with %u peers", g->id, g->epoch, g->n);
     send_rings(m, g);
@@ -748,6 +769,7 @@ static void start_view_changes(eccl_master *m)
             continue;
         }
         g->querying = 1;
+        g->query_ns = now_ns(m);
         eccl_msg q = {.type = ECCL_MSG_VIEW_QUERY};
         q.u.epoch.epoch = g->epoch;
         for (uint32_t i = 0; i < g->n; i++) send_to(g->members[i], &q);
@@ -837,10 +859,11 @@ static void accept_alone_if_empty(eccl_master *m, const mpeer *welcomed)
     if (!first) return;
     mgroup *g = first->group;
     if (group_add(g, first) != 0) return;
-    set_state(m, first, MP_ACCEPTED);
+    admitted(m, first);
     group_by_host(g, g->n); /* its host count: 1 */
     g->local_size = group_local_size(g); /* one member: 0 */
     g->epoch++;
+    m->metrics.epochs++;
     g->n_ready = 0;
     ECCL_INFO(m->env, "peer %llu starts the run in group %u", (unsigned long long)first->id,
               g->id);
@@ -1447,6 +1470,7 @@ static void drop_peer(eccl_master *m, mpeer *p, eccl_result why)
     }
     ECCL_INFO(m->env, "%s %llu dropped: %s", p->state == MP_RELAY ? "relay" : "peer",
               (unsigned long long)p->id, eccl_strerror(why));
+    if (p->state == MP_ACCEPTED || p->state == MP_REGISTERED) m->metrics.lost++;
     /* In O(1): a 10k-rank job's shutdown dropped its peers one by one with
      * a scan each, 5 % of the simulator's time (perf). */
     *p->pprev = p->next;
@@ -1511,8 +1535,10 @@ static eccl_result on_register(eccl_master *m, mpeer *p, const eccl_msg_register
     p->id = ++m->next_id;
     memcpy(p->p2p_addr, r->p2p_addr, sizeof p->p2p_addr);
     if (r->peer_timeout_ms) p->timeout_ns = (uint64_t)r->peer_timeout_ms * MS;
-    p->heartbeat_at = now_ns(m) + p->timeout_ns / 4; /* its timeout, not ours */
+    p->registered_ns = now_ns(m);
+    p->heartbeat_at = p->registered_ns + p->timeout_ns / 4; /* its timeout, not ours */
     set_state(m, p, MP_REGISTERED);
+    m->metrics.registrations++;
     schedule_scan(m, p);
     int alone = !m->admitting && m->n_state[MP_ACCEPTED] == 0;
     eccl_msg w = {.type = ECCL_MSG_WELCOME};
@@ -1718,6 +1744,8 @@ static eccl_result peer_on_msg(void *owner, eccl_chan *ch, const eccl_msg *msg)
          * flight. A link also breaks when its far end leaves, which is
          * routine: that report is no warning. */
         if (p->state != MP_ACCEPTED) return ECCL_ERR_PROTOCOL;
+        if (msg->u.coll.result != ECCL_OK && msg->u.coll.result <= ECCL_ERR_DEVICE)
+            m->metrics.coll_failed[msg->u.coll.result]++;
         if (msg->u.coll.result != ECCL_OK && msg->u.coll.epoch == g->epoch) {
             if (msg->u.coll.result == ECCL_ERR_CONNECT)
                 ECCL_INFO(m->env, "peer %llu: a link broke under tag %llu: re-forming group %u",
@@ -1735,6 +1763,7 @@ static eccl_result peer_on_msg(void *owner, eccl_chan *ch, const eccl_msg *msg)
                 t.u.trace_ask.epoch = g->epoch;
                 t.u.trace_ask.result = msg->u.coll.result;
                 g->traced_epoch = g->epoch + 1;
+                m->metrics.trace_asks++;
                 for (uint32_t i = 0; i < g->n; i++) send_to(g->members[i], &t);
             }
             g->change_wanted = 1;
@@ -1939,6 +1968,76 @@ eccl_result eccl_master_run(eccl_master *m)
     return rc;
 }
 
+/* ---- metrics (Prometheus text format 0.0.4) ------------------------------------ */
+
+struct text {
+    char *buf;
+    size_t len, used; /* used may pass len: the size needed */
+};
+
+__attribute__((format(printf, 2, 3))) static void put(struct text *t, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(t->buf + (t->used < t->len ? t->used : t->len), t->used < t->len ? t->len - t->used : 0,
+                      fmt, ap);
+    va_end(ap);
+    if (k > 0) t->used += (size_t)k;
+}
+
+static void metric(struct text *t, const char *name, const char *type, const char *help)
+{
+    put(t, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+eccl_result eccl_master_metrics(eccl_master *m, char *buf, size_t len, size_t *needed)
+{
+    static const char *const states[MP_STATES] = {"connected", "registered", "accepted", "relay"};
+    static const char *const results[ECCL_ERR_DEVICE + 1] = {
+        "ok", "invalid_arg", "no_memory", "system", "connect", "timeout", "peer_lost", "too_few_peers",
+        "protocol", "kicked", "master_lost", "busy", "not_connected", "again", "closed", "unsupported", "device"};
+    if (!m || (!buf && len)) return ECCL_ERR_INVALID_ARG;
+    struct text t = {buf, len, 0};
+    eccl_engine_lock(&m->eng);
+    metric(&t, "eccl_master_peers", "gauge", "Connections by state: connected (not registered), registered "
+                                              "(waiting for admission), accepted (members), relay.");
+    for (int s = 0; s < MP_STATES; s++) put(&t, "eccl_master_peers{state=\"%s\"} %u\n", states[s], m->n_state[s]);
+    metric(&t, "eccl_master_group_members", "gauge", "Members of each peer group's ring.");
+    for (const mgroup *g = m->groups; g; g = g->next)
+        put(&t, "eccl_master_group_members{group=\"%u\"} %u\n", g->id, g->n);
+    metric(&t, "eccl_master_group_epoch", "gauge", "Each peer group's ring epoch.");
+    for (const mgroup *g = m->groups; g; g = g->next)
+        put(&t, "eccl_master_group_epoch{group=\"%u\"} %u\n", g->id, g->epoch);
+    metric(&t, "eccl_master_registrations_total", "counter", "Peers that registered.");
+    put(&t, "eccl_master_registrations_total %llu\n", (unsigned long long)m->metrics.registrations);
+    metric(&t, "eccl_master_admitted_total", "counter", "Peers admitted into a ring.");
+    put(&t, "eccl_master_admitted_total %llu\n", (unsigned long long)m->metrics.admitted);
+    metric(&t, "eccl_master_admission_seconds", "summary",
+           "From a peer's registration to its admission (the vote and the view change).");
+    put(&t, "eccl_master_admission_seconds_sum %.9f\neccl_master_admission_seconds_count %llu\n",
+        (double)m->metrics.admit_ns / 1e9, (unsigned long long)m->metrics.admitted);
+    metric(&t, "eccl_master_peers_lost_total", "counter", "Registered or accepted peers dropped (lost, left, kicked).");
+    put(&t, "eccl_master_peers_lost_total %llu\n", (unsigned long long)m->metrics.lost);
+    metric(&t, "eccl_master_epochs_total", "counter", "Ring epochs begun, all groups.");
+    put(&t, "eccl_master_epochs_total %llu\n", (unsigned long long)m->metrics.epochs);
+    metric(&t, "eccl_master_view_change_seconds", "summary",
+           "View changes (a query of every member, then a new ring), and how long each took.");
+    put(&t, "eccl_master_view_change_seconds_sum %.9f\neccl_master_view_change_seconds_count %llu\n",
+        (double)m->metrics.view_ns / 1e9, (unsigned long long)m->metrics.view_changes);
+    metric(&t, "eccl_master_collective_failures_total", "counter",
+           "Collectives members reported failed to the master (COLL_DONE), by result.");
+    for (int r = 1; r <= ECCL_ERR_DEVICE; r++)
+        if (m->metrics.coll_failed[r])
+            put(&t, "eccl_master_collective_failures_total{result=\"%s\"} %llu\n", results[r],
+                (unsigned long long)m->metrics.coll_failed[r]);
+    metric(&t, "eccl_master_trace_asks_total", "counter",
+           "Times every member was asked for its collective trace (a failure, or an operator).");
+    put(&t, "eccl_master_trace_asks_total %llu\n", (unsigned long long)m->metrics.trace_asks);
+    eccl_engine_unlock(&m->eng);
+    if (needed) *needed = t.used + 1;
+    return t.used < len ? ECCL_OK : ECCL_ERR_INVALID_ARG;
+}
+
 eccl_result eccl_master_trace_all(eccl_master *m)
 {
     if (!m) return ECCL_ERR_INVALID_ARG;
@@ -1949,6 +2048,7 @@ eccl_result eccl_master_trace_all(eccl_master *m)
         t.u.trace_ask.epoch = g->epoch;
         for (uint32_t i = 0; i < g->n; i++, asked++) send_to(g->members[i], &t);
     }
+    m->metrics.trace_asks++;
     eccl_engine_unlock(&m->eng);
     eccl_engine_kick(&m->eng); /* its step flushes what waits for relays */
     ECCL_INFO(m->env, "asked %u member(s) for their collective traces", asked);
