@@ -1990,6 +1990,19 @@ static void metric(struct text *t, const char *name, const char *type, const cha
     put(t, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
+static void counter(struct text *t, const char *name, const char *help, uint64_t value)
+{
+    metric(t, name, "counter", help);
+    put(t, "%s %llu\n", name, (unsigned long long)value);
+}
+
+/* A summary of `count` durations adding up to sum_ns, in seconds. */
+static void summary(struct text *t, const char *name, const char *help, uint64_t sum_ns, uint64_t count)
+{
+    metric(t, name, "summary", help);
+    put(t, "%s_sum %.9f\n%s_count %llu\n", name, (double)sum_ns / 1e9, name, (unsigned long long)count);
+}
+
 eccl_result eccl_master_metrics(eccl_master *m, char *buf, size_t len, size_t *needed)
 {
     static const char *const states[MP_STATES] = {"connected", "registered", "accepted", "relay"};
@@ -2008,31 +2021,26 @@ eccl_result eccl_master_metrics(eccl_master *m, char *buf, size_t len, size_t *n
     metric(&t, "eccl_master_group_epoch", "gauge", "Each peer group's ring epoch.");
     for (const mgroup *g = m->groups; g; g = g->next)
         put(&t, "eccl_master_group_epoch{group=\"%u\"} %u\n", g->id, g->epoch);
-    metric(&t, "eccl_master_registrations_total", "counter", "Peers that registered.");
-    put(&t, "eccl_master_registrations_total %llu\n", (unsigned long long)m->metrics.registrations);
-    metric(&t, "eccl_master_admitted_total", "counter", "Peers admitted into a ring.");
-    put(&t, "eccl_master_admitted_total %llu\n", (unsigned long long)m->metrics.admitted);
-    metric(&t, "eccl_master_admission_seconds", "summary",
-           "From a peer's registration to its admission (the vote and the view change).");
-    put(&t, "eccl_master_admission_seconds_sum %.9f\neccl_master_admission_seconds_count %llu\n",
-        (double)m->metrics.admit_ns / 1e9, (unsigned long long)m->metrics.admitted);
-    metric(&t, "eccl_master_peers_lost_total", "counter", "Registered or accepted peers dropped (lost, left, kicked).");
-    put(&t, "eccl_master_peers_lost_total %llu\n", (unsigned long long)m->metrics.lost);
-    metric(&t, "eccl_master_epochs_total", "counter", "Ring epochs begun, all groups.");
-    put(&t, "eccl_master_epochs_total %llu\n", (unsigned long long)m->metrics.epochs);
-    metric(&t, "eccl_master_view_change_seconds", "summary",
-           "View changes (a query of every member, then a new ring), and how long each took.");
-    put(&t, "eccl_master_view_change_seconds_sum %.9f\neccl_master_view_change_seconds_count %llu\n",
-        (double)m->metrics.view_ns / 1e9, (unsigned long long)m->metrics.view_changes);
+    counter(&t, "eccl_master_registrations_total", "Peers that registered.", m->metrics.registrations);
+    counter(&t, "eccl_master_admitted_total", "Peers admitted into a ring.", m->metrics.admitted);
+    summary(&t, "eccl_master_admission_seconds",
+            "From a peer's registration to its admission (the vote and the view change).", m->metrics.admit_ns,
+            m->metrics.admitted);
+    counter(&t, "eccl_master_peers_lost_total", "Registered or accepted peers dropped (lost, left, kicked).",
+            m->metrics.lost);
+    counter(&t, "eccl_master_epochs_total", "Ring epochs begun, all groups.", m->metrics.epochs);
+    summary(&t, "eccl_master_view_change_seconds",
+            "View changes (a query of every member, then a new ring), and how long each took.",
+            m->metrics.view_ns, m->metrics.view_changes);
     metric(&t, "eccl_master_collective_failures_total", "counter",
            "Collectives members reported failed to the master (COLL_DONE), by result.");
     for (int r = 1; r <= ECCL_ERR_DEVICE; r++)
         if (m->metrics.coll_failed[r])
             put(&t, "eccl_master_collective_failures_total{result=\"%s\"} %llu\n", results[r],
                 (unsigned long long)m->metrics.coll_failed[r]);
-    metric(&t, "eccl_master_trace_asks_total", "counter",
-           "Times every member was asked for its collective trace (a failure, or an operator).");
-    put(&t, "eccl_master_trace_asks_total %llu\n", (unsigned long long)m->metrics.trace_asks);
+    counter(&t, "eccl_master_trace_asks_total",
+            "Times every member was asked for its collective trace (a failure, or an operator).",
+            m->metrics.trace_asks);
     eccl_engine_unlock(&m->eng);
     if (needed) *needed = t.used + 1;
     return t.used < len ? ECCL_OK : ECCL_ERR_INVALID_ARG;
