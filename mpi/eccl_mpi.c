@@ -20,12 +20,13 @@
  * below says how MPI's matching maps onto eccl's).
  *
  * Errors are fatal, as under MPI's default handler MPI_ERRORS_ARE_FATAL:
- * a bad argument, a call eccl cannot do, or an eccl failure (a lost peer
- * included: eccl would restore the buffers and go on with the survivors,
- * but MPI ranks would then be renumbered under the program's feet) prints
- * one line on stderr and ends the process with the MPI error class as its
- * exit status. eccl-run then stops the other ranks. No call returns
- * anything but MPI_SUCCESS.
+ * a bad argument, a call eccl cannot do, or an eccl failure prints one
+ * line on stderr and ends the process with the MPI error class as its
+ * exit status; eccl-run then stops the other ranks. The one exception is
+ * a lost rank on a communicator with MPI_ERRORS_RETURN (ULFM, "error
+ * handlers and ULFM" below): MPIX_ERR_PROC_FAILED is returned instead.
+ * Derived datatypes reach eccl packed (types.c; "derived datatypes in
+ * calls" below).
  */
 #include <errno.h>
 #include <limits.h>
@@ -66,13 +67,14 @@ static struct {
     uint64_t next_tag; /* the world's collective call counter */
 } world;
 
-/* Communicators made by MPI_Comm_dup/split/split_type: each has every rank
- * of the one it came from, in the same order (the one kind eccl's single
- * communicator can serve: see MPI_Comm_split), and a space of eccl tags of
- * its own, so that its collectives and messages never meet another's. The
- * space is its id, taken from a counter that every rank bumps alike, since
- * MPI makes every rank create a communicator's children in the same order.
- * Those of MPI_COMM_SELF (a world of one, never on eccl) take no id. */
+/* Communicators made by MPI_Comm_dup/split/split_type/create and
+ * MPIX_Comm_shrink: all of eccl's ring in ring order, or some of its ranks
+ * or all in another order (a subset: `ranks`; its collectives run as
+ * messages, "collectives of a subset communicator"), each with a space of
+ * eccl tags of its own (two for a subset), so that its collectives and
+ * messages never meet another's. The space is its id, agreed by the ranks
+ * that make it ("communicators" below). Those of MPI_COMM_SELF (a world of
+ * one, never on eccl) take no id. */
 #define COMM_HANDLE_BASE 0x44000100
 #define COMM_ID_MAX 0x7ffd /* 15 bits of an eccl tag (take_tag, p2p_tag) */
 /* Tag spaces past the ids: MPIX_Comm_shrink's and MPIX_Comm_agree's votes
