@@ -102,8 +102,12 @@ eccl_result comm_trace_dump(eccl_comm *c, const char *why, int automatic)
     if (!c->env->trace || c->env->trace->size < offsetof(eccl_trace_ops, dump) + sizeof c->env->trace->dump ||
         !c->env->trace->dump)
         return ECCL_ERR_UNSUPPORTED;
-    /* Room for every record (a call line is at most ~400 bytes) and waits. */
-    size_t len = 1024 + (size_t)c->trace.n * 420 + (size_t)c->n_ops * 8 * 96, used = 0;
+    /* Room for every record (a call line is at most ~400 bytes) and every
+     * wait line (at most ~96). */
+    size_t waits = 0, used = 0;
+    for (const eccl_request *r = c->ops; r; r = r->next)
+        if (r->state == OP_RUNNING && !r->returned) waits += comm_op_waits(c, r, NULL, 0);
+    size_t len = 1024 + (size_t)c->trace.n * 420 + waits * 96;
     char *buf = malloc(len), w[64];
     if (!buf) return ECCL_ERR_NO_MEMORY;
     word_of(why, w);
