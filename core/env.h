@@ -326,6 +326,11 @@ typedef struct eccl_trace_ops {
      * failed call), which an env may turn off. ECCL_OK, or why it could
      * not (ECCL_ERR_SYSTEM, ECCL_ERR_UNSUPPORTED: nowhere to write). */
     eccl_result (*dump)(void *ctx, uint64_t peer_id, uint32_t n, int automatic, const char *text, size_t len);
+    /* Optional (NULL or absent): how many times someone outside asked this
+     * process for its traces so far (the real backend: a signal, with
+     * ECCL_TRACE_SIGNAL). Every communicator writes one when it changes.
+     * Never blocks; callable from any thread. */
+    uint64_t (*asked)(void *ctx);
 } eccl_trace_ops;
 
 typedef struct eccl_env {

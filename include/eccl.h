@@ -187,7 +187,9 @@ eccl_result eccl_comm_get_attr(eccl_comm *comm, eccl_attr attr, int64_t *value);
  * writes them out, with the links each unfinished call still waits on,
  * `why` (one word) in the header: a file eccl-trace-<peer>-<pid>-<n>.txt in
  * ECCL_TRACE_DIR (the current directory if unset). A call that fails
- * writes one on its own, once per ring epoch, where ECCL_TRACE_DIR is set.
+ * writes one on its own, once per ring epoch, where ECCL_TRACE_DIR is set;
+ * so does every communicator of a process sent the signal named by
+ * ECCL_TRACE_SIGNAL (USR1, USR2 or a number; no handler without it).
  * `eccl-trace analyze DIR` reads every rank's. ECCL_ERR_UNSUPPORTED: this
  * backend has nowhere to write (the simulator keeps records only);
  * ECCL_ERR_SYSTEM: the file could not be written. */

@@ -5,8 +5,10 @@
  * master asks every member for its trace (TRACE_ASK), and `eccl-trace
  * analyze` must name peer 2's rank as the culprit that never called it,
  * and the others as waiting, and draw the time line. A failpoint makes a
- * dump fail cleanly. */
+ * dump fail cleanly. Then: a healthy job dumped on the operator's ask, a
+ * slow rank named, and a dump on a signal to one process. */
 #include <dirent.h>
+#include <signal.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -226,12 +228,46 @@ static void test_operator_ask(void **state)
     cluster_fini(cl);
 }
 
+/* ECCL_TRACE_SIGNAL=USR1: that signal to one rank's process makes it (and
+ * only it) write its trace. */
+static void test_signal(void **state)
+{
+    cluster *cl = *state;
+    snprintf(dir, sizeof dir, "/tmp/eccl-trace-test-XXXXXX");
+    assert_non_null(mkdtemp(dir));
+    setenv("ECCL_TRACE_DIR", dir, 1);
+    setenv("ECCL_TRACE_SIGNAL", "USR1", 1);
+    cluster_opts o = {0};
+    assert_int_equal(cluster_init(cl, &o), 0);
+    assert_int_equal(cluster_spawn_n(cl, 3, healthy_body, NULL), 0);
+    for (int i = 0; i < 3; i++)
+        for (int t = 0; t < 3000 && !val(cl, i, V_RC3); t++) cluster_sleep_ms(10);
+    assert_int_equal(kill(cl->pid[0], SIGUSR1), 0);
+    char text[8192];
+    for (int t = 0; t < 1000 && files("eccl-trace-", NULL, 0) < 1; t++) cluster_sleep_ms(10);
+    cluster_sleep_ms(200); /* nobody else writes one */
+    assert_int_equal(files("eccl-trace-", text, sizeof text), 1);
+    assert_non_null(strstr(text, " why=signal\n"));
+    char peer[64];
+    snprintf(peer, sizeof peer, "comm peer=%lld ", (long long)cl->sh->slot[0].peer_id);
+    assert_non_null(strstr(text, peer));
+    atomic_store(&cl->sh->ctl[0], 1);
+    assert_int_equal(cluster_wait_all(cl, 60000), 0);
+    unsetenv("ECCL_TRACE_SIGNAL");
+    unsetenv("ECCL_TRACE_DIR");
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+    cluster_fini(cl);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_withheld_call, cluster_test_setup, cluster_test_teardown),
         cmocka_unit_test_setup_teardown(test_operator_ask, cluster_test_setup, cluster_test_teardown),
         cmocka_unit_test_setup_teardown(test_slow_rank, cluster_test_setup, cluster_test_teardown),
+        cmocka_unit_test_setup_teardown(test_signal, cluster_test_setup, cluster_test_teardown),
     };
     return cmocka_run_group_tests_name("trace_mp", tests, NULL, NULL);
 }

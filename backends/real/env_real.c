@@ -9,6 +9,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -557,9 +558,53 @@ static eccl_result real_trace_dump(void *ctx, uint64_t peer_id, uint32_t n, int 
     return ECCL_OK;
 }
 
+/* ECCL_TRACE_SIGNAL=USR1 (or USR2, or a number): that signal asks every
+ * communicator of the process for its trace. The handler only counts; the
+ * communicators' progress engines see the count change (within a timer
+ * period when idle) and write their traces. Installed once a process, by
+ * the first env created with the setting; never without it (a library
+ * takes no signal the program did not give it). */
+static atomic_ullong trace_signals;
+
+static void on_trace_signal(int sig)
+{
+    (void)sig;
+    atomic_fetch_add(&trace_signals, 1);
+}
+
+static uint64_t real_trace_asked(void *ctx)
+{
+    (void)ctx;
+    return atomic_load(&trace_signals);
+}
+
+static void trace_signal_install(env_real *r)
+{
+    static pthread_mutex_t once = PTHREAD_MUTEX_INITIALIZER;
+    static int installed;
+    const char *v = getenv("ECCL_TRACE_SIGNAL");
+    if (!v || !*v) return;
+    int sig = strcmp(v, "USR1") == 0 || strcmp(v, "SIGUSR1") == 0   ? SIGUSR1
+              : strcmp(v, "USR2") == 0 || strcmp(v, "SIGUSR2") == 0 ? SIGUSR2
+                                                                     : atoi(v);
+    if (sig <= 0 || sig >= NSIG || sig == SIGKILL || sig == SIGSTOP) {
+        eccl_real_log(&r->env, ECCL_LOG_WARN, "ECCL_TRACE_SIGNAL=%s is not USR1, USR2 or a signal number: ignored", v);
+        return;
+    }
+    pthread_mutex_lock(&once);
+    if (!installed) {
+        struct sigaction sa = {.sa_handler = on_trace_signal, .sa_flags = SA_RESTART};
+        sigemptyset(&sa.sa_mask);
+        if (sigaction(sig, &sa, NULL) == 0) installed = 1;
+        else eccl_real_log(&r->env, ECCL_LOG_WARN, "ECCL_TRACE_SIGNAL: sigaction(%d): %s", sig, strerror(errno));
+    }
+    pthread_mutex_unlock(&once);
+}
+
 static const eccl_trace_ops real_trace_ops = {
     .size = sizeof(eccl_trace_ops),
     .dump = real_trace_dump,
+    .asked = real_trace_asked,
 };
 
 static int real_config_get(void *ctx, const char *name, char *buf, size_t len)
@@ -775,6 +820,7 @@ eccl_result eccl_env_real_create(const char *name, int data_links, eccl_env **ou
     r->env.config_ctx = r;
     r->env.trace = &real_trace_ops;
     r->env.trace_ctx = r;
+    trace_signal_install(r);
 
     /* A typo must not silently hide the lines someone asked for. */
     if (parsed < 0)

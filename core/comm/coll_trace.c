@@ -5,10 +5,27 @@
 
 #include "comm/comm_internal.h"
 
+/* The env's count of asks from outside (eccl_trace_ops.asked), or 0. */
+static uint64_t asks(const eccl_comm *c)
+{
+    const eccl_trace_ops *t = c->env->trace;
+    if (!t || t->size < offsetof(eccl_trace_ops, asked) + sizeof t->asked || !t->asked) return 0;
+    return t->asked(c->env->trace_ctx);
+}
+
 void comm_trace_init(eccl_comm *c)
 {
     eccl_trace_init(&c->trace, (uint32_t)eccl_config_uint(c->env, "ECCL_TRACE_RECORDS", 0, 1u << 20,
                                                           ECCL_TRACE_RECORDS));
+    c->trace_asks = asks(c); /* asks before this comm existed are not for it */
+}
+
+void comm_trace_poll(eccl_comm *c)
+{
+    uint64_t a = asks(c);
+    if (a == c->trace_asks) return;
+    c->trace_asks = a;
+    comm_trace_dump(c, "signal", 0);
 }
 
 static uint64_t call_bytes(const eccl_coll_call *call)

@@ -393,6 +393,7 @@ static uint64_t comm_step(void *owner, void **ready, int n, int *again)
     }
     comm_ops_sweep(c);
     comm_probe_pump(c);
+    comm_trace_poll(c);
     return next;
 }
 

@@ -259,6 +259,7 @@ struct eccl_comm {
     uint32_t trace_dumps;       /* dumps written so far: the next one's number */
     uint32_t trace_auto_epoch;  /* the epoch of the last automatic dump, plus one */
     uint64_t trace_now;         /* inside a call's submission: its clock reading, else 0 */
+    uint64_t trace_asks;        /* the env's asks from outside already answered */
     eccl_env_release_fn env_release;
     eccl_engine eng;
     eccl_comm_params params;
@@ -421,6 +422,8 @@ void comm_trace_init(eccl_comm *c);
 void comm_trace_post(eccl_comm *c, eccl_request *r, uint64_t now);
 void comm_trace_phase(eccl_comm *c, const eccl_request *r, enum comm_trace_phase phase);
 void comm_trace_epoch(eccl_comm *c);
+/* A dump if someone outside asked since the last look (eccl_trace_ops.asked). */
+void comm_trace_poll(eccl_comm *c);
 /* Writes a dump through the env (ECCL_ERR_UNSUPPORTED: it has nowhere). */
 eccl_result comm_trace_dump(eccl_comm *c, const char *why, int automatic);
 size_t comm_ops_pump(eccl_comm *c);
