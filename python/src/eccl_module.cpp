@@ -595,6 +595,11 @@ public:
         return v;
     }
 
+    void trace_dump(const std::string &why)
+    {
+        check(core_->run([&](eccl_comm *c) { return eccl_comm_trace_dump(c, why.c_str()); }), "trace_dump");
+    }
+
     // ---- all-reduce ----
 
     eccl_reduce_info all_reduce(py::handle send, py::handle recv, eccl_op op, uint64_t tag, eccl_quant_type quant)
@@ -1306,6 +1311,23 @@ public:
     }
     ~Master() { close(); }
     const std::string &address() const { return address_; }
+    void trace_all()
+    {
+        if (m_ == nullptr || stopped_) raise_eccl(ECCL_ERR_CLOSED, "Master.trace_all");
+        eccl_result rc = eccl_master_trace_all(m_);
+        if (rc != ECCL_OK) raise_eccl(rc, "Master.trace_all");
+    }
+    std::string metrics()
+    {
+        if (m_ == nullptr) raise_eccl(ECCL_ERR_CLOSED, "Master.metrics");
+        size_t needed = 0;
+        eccl_master_metrics(m_, nullptr, 0, &needed);
+        std::string text(needed, '\0');
+        eccl_result rc = eccl_master_metrics(m_, &text[0], text.size(), &needed);
+        if (rc != ECCL_OK) raise_eccl(rc, "Master.metrics");
+        text.resize(needed - 1);
+        return text;
+    }
     bool running() const { return m_ != nullptr && !stopped_; }
     void stop()
     {
@@ -1527,6 +1549,7 @@ PYBIND11_MODULE(_eccl, m)
         .def("peers_pending", &Comm::peers_pending, "eccl_comm_peers_pending: a vote of every accepted peer; the number waiting for admission")
         .def("update_topology", &Comm::update_topology, "eccl_comm_update_topology: admits every pending peer (every accepted peer calls it)")
         .def("get_attr", &Comm::get_attr, "eccl_comm_get_attr: an eccl.Attr value", py::arg("attr"))
+        .def("trace_dump", &Comm::trace_dump, "eccl_comm_trace_dump: writes this rank's collective trace (eccl-trace-*.txt in ECCL_TRACE_DIR, else the current directory; docs/trace.md)", py::arg("why") = "asked")
         .def("all_reduce", &Comm::all_reduce, "eccl_allreduce_ex: recvbuf None means in place; returns a ReduceInfo", py::arg("sendbuf"), py::arg("recvbuf") = py::none(), py::kw_only(),
              py::arg("op") = sum, py::arg("tag") = no_tag, py::arg("quant") = no_quant)
         .def("all_reduce_async", &Comm::all_reduce_async, "eccl_allreduce_ex_async: returns a Request", py::arg("sendbuf"), py::arg("recvbuf") = py::none(),
@@ -1587,6 +1610,8 @@ PYBIND11_MODULE(_eccl, m)
         .def_property_readonly("address", &Master::address, "the address actually bound, HOST:PORT")
         .def_property_readonly("running", &Master::running)
         .def("stop", &Master::stop, "stops serving; connected peers see eccl.MasterLost")
+        .def("trace_all", &Master::trace_all, "eccl_master_trace_all: every member writes its collective trace (ECCL_TRACE_DIR; docs/trace.md)")
+        .def("metrics", &Master::metrics, "eccl_master_metrics: the master's metrics, Prometheus text format")
         .def("close", &Master::close, "stops (if running) and frees the master")
         .def("__enter__", [](py::object self) { return self; })
         .def("__exit__", [](Master &master, py::args) {

@@ -191,6 +191,33 @@ def test_master_and_relay():
         eccl.Master("256.0.0.1:0")
 
 
+def test_trace_dump_and_master_metrics(tmp_path, monkeypatch):
+    """A rank's collective trace on request, and the master's metrics
+    (docs/trace.md)."""
+    monkeypatch.setenv("ECCL_TRACE_DIR", str(tmp_path))
+    with eccl.Master("127.0.0.1:0") as m:
+        with eccl.Comm(m.address) as comm:
+            comm.trace_dump("pytest")
+            files = list(tmp_path.glob("eccl-trace-*.txt"))
+            assert len(files) == 1
+            text = files[0].read_text()
+            assert text.startswith("eccl-trace 1\ncomm peer=") and " why=pytest\n" in text
+            assert text.endswith("end\n")
+            m.trace_all()  # every member: this one again
+            import time
+            for _ in range(200):
+                if len(list(tmp_path.glob("eccl-trace-*.txt"))) == 2:
+                    break
+                time.sleep(0.01)
+            assert len(list(tmp_path.glob("eccl-trace-*.txt"))) == 2
+            metrics = m.metrics()
+            assert 'eccl_master_peers{state="accepted"} 1' in metrics.splitlines()
+            assert "eccl_master_trace_asks_total 1" in metrics.splitlines()
+        m.stop()
+        with pytest.raises(eccl.Closed):
+            m.trace_all()
+
+
 def test_close_fails_ops_in_flight_with_closed(master):
     """Two peers in this process (the second connects from a thread while
     the first admits it: both calls block with the GIL released). An op the
