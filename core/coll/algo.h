@@ -23,7 +23,15 @@
  *     commit rule"), its op running on behind the caller;
  *   - expects(role) says whether more frames of this call will come over
  *     the link in that role: once 0, a frame with the same tag belongs to
- *     the caller's next call of the tag (OCCL's order freedom rests on it).
+ *     the caller's next call of the tag (OCCL's order freedom rests on it);
+ *   - owes_token(role) (with settled) says whether a completion token of
+ *     ours that is not queued yet will go over the link in that role (one
+ *     that waits for another's: the dissemination barrier's round k, the
+ *     ring's next done token, the trees' DONE and COMMIT). A caller that
+ *     returned early may have started its next calls meanwhile; core/comm
+ *     keeps their frames off that link until the token is queued, since a
+ *     peer that has not called them yet may have to hold a big one back
+ *     in its socket, and the token behind it with it.
  */
 #ifndef ECCL_CORE_COLL_ALGO_H
 #define ECCL_CORE_COLL_ALGO_H
@@ -119,6 +127,7 @@ typedef struct eccl_coll_algo {
     int (*expects)(const void *op, int role);
     int (*have_full)(const void *op);
     int (*settled)(const void *op);
+    int (*owes_token)(const void *op, int role);
     void (*restore)(void *op);
     /* A failure of the op's own making (a device copy), ECCL_OK if none:
      * comm fails the op with it, never the link. NULL: it makes none. */

@@ -302,6 +302,18 @@ static int bino_complete(void *op)
     return !waves(b) || (b->committed && b->commit_mask == all_children(b));
 }
 
+/* DONE up (a broadcast's non-root), COMMIT down: pump_waves. */
+static int bino_owes_token(const void *op, int role)
+{
+    const eccl_binomial *b = op;
+    if (!ECCL_ROLE_IS_PEER(role) || !waves(b)) return 0;
+    uint32_t to = ECCL_ROLE_PEER_RANK(role);
+    if (to == b->parent) return is_bcast(b) && !is_root(b) && !b->done_sent;
+    for (uint32_t j = 0; j < b->nchildren; j++)
+        if (b->child[j] == to) return !(b->commit_mask & (1u << j));
+    return 0;
+}
+
 static int bino_expects(const void *op, int role)
 {
     const eccl_binomial *b = op;
@@ -348,6 +360,7 @@ const eccl_coll_algo eccl_binomial_algo = {
     .expects = bino_expects,
     .have_full = bino_have_full,
     .settled = bino_settled,
+    .owes_token = bino_owes_token,
     .restore = bino_restore,
     .error = bino_error,
     .bytes = bino_bytes,

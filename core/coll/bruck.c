@@ -232,6 +232,12 @@ static int bruck_settled(const void *op)
 
 static int bruck_complete(void *op) { return bruck_settled(op) && eccl_dissem_done(&((eccl_bruck *)op)->bar); }
 
+static int bruck_owes_token(const void *op, int role)
+{
+    const eccl_bruck *b = op;
+    return ECCL_ROLE_IS_PEER(role) && eccl_dissem_owes(&b->bar, ECCL_ROLE_PEER_RANK(role));
+}
+
 static int bruck_expects(const void *op, int role)
 {
     const eccl_bruck *b = op;
@@ -282,6 +288,7 @@ const eccl_coll_algo eccl_bruck_algo = {
     .recv_done = bruck_recv_done,
     .complete = bruck_complete,
     .settled = bruck_settled,
+    .owes_token = bruck_owes_token,
     .expects = bruck_expects,
     .have_full = bruck_have_full,
     .restore = bruck_restore,

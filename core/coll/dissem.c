@@ -43,6 +43,13 @@ eccl_result eccl_dissem_pump(eccl_dissem *b, const eccl_coll_links *links, uint6
     return ECCL_OK;
 }
 
+int eccl_dissem_owes(const eccl_dissem *b, uint32_t rank)
+{
+    for (uint32_t k = 0; k < b->rounds; k++)
+        if (!(b->sent >> k & 1u) && eccl_dissem_dst(b, k) == rank) return 1;
+    return 0;
+}
+
 uint32_t eccl_dissem_owed(const eccl_dissem *b, uint32_t rank)
 {
     for (uint32_t k = 0; k < b->rounds; k++)

@@ -44,6 +44,9 @@ void eccl_dissem_touch(const eccl_dissem *b, const eccl_coll_links *links);
 eccl_result eccl_dissem_pump(eccl_dissem *b, const eccl_coll_links *links, uint64_t tag, uint32_t epoch,
                              uint8_t phase, uint32_t *inflight);
 
+/* Whether a token of ours to `rank` is not sent yet. */
+int eccl_dissem_owes(const eccl_dissem *b, uint32_t rank);
+
 /* The round whose token `rank` still owes us, or b->rounds. */
 uint32_t eccl_dissem_owed(const eccl_dissem *b, uint32_t rank);
 

@@ -189,6 +189,12 @@ int eccl_peer_steps_expects(const void *op, int role)
     return owed_step(e, op, from, &st) < e->nsteps || eccl_dissem_owed(&e->bar, from) < e->bar.rounds;
 }
 
+int eccl_peer_steps_owes_token(const void *op, int role)
+{
+    const eccl_peer_steps *e = op;
+    return ECCL_ROLE_IS_PEER(role) && eccl_dissem_owes(&e->bar, ECCL_ROLE_PEER_RANK(role));
+}
+
 int eccl_peer_steps_have_full(const void *op) { return ((const eccl_peer_steps *)op)->have_full; }
 
 eccl_result eccl_peer_steps_error(const void *op)

@@ -132,6 +132,7 @@ eccl_result eccl_peer_steps_recv_done(void *op, int role, const eccl_wire_data *
 int eccl_peer_steps_complete(void *op);
 int eccl_peer_steps_settled(const void *op);
 int eccl_peer_steps_expects(const void *op, int role);
+int eccl_peer_steps_owes_token(const void *op, int role);
 int eccl_peer_steps_have_full(const void *op);
 eccl_result eccl_peer_steps_error(const void *op);
 void eccl_peer_steps_bytes(const void *op, uint64_t *tx, uint64_t *rx);
@@ -145,7 +146,7 @@ void eccl_peer_steps_bytes(const void *op, uint64_t *tx, uint64_t *rx);
         .pump = eccl_peer_steps_pump, .recv = eccl_peer_steps_recv,                                  \
         .recv_done = eccl_peer_steps_recv_done, .complete = eccl_peer_steps_complete,                \
         .expects = eccl_peer_steps_expects, .have_full = eccl_peer_steps_have_full,                  \
-        .settled = eccl_peer_steps_settled,                                                          \
+        .settled = eccl_peer_steps_settled, .owes_token = eccl_peer_steps_owes_token,                \
         .restore = (restore_fn), .error = eccl_peer_steps_error, .bytes = eccl_peer_steps_bytes,     \
     }
 

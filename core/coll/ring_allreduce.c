@@ -628,6 +628,13 @@ static int algo_settled(const void *op)
            r->dir[1].send_g >= steps(r);
 }
 
+/* The done tokens go to next, each after the one before came from prev. */
+static int algo_owes_token(const void *op, int role)
+{
+    const eccl_ring_allreduce *r = op;
+    return role == ECCL_ROLE_NEXT && r->done_sent < r->call.nranks - 1;
+}
+
 static int algo_expects(const void *op, int role)
 {
     return (role == ECCL_ROLE_PREV || role == ECCL_ROLE_NEXT) && eccl_ring_allreduce_expects(op, role);
@@ -653,6 +660,7 @@ const eccl_coll_algo eccl_ring_allreduce_algo = {
     .recv_done = algo_recv_done,
     .complete = algo_complete,
     .settled = algo_settled,
+    .owes_token = algo_owes_token,
     .expects = algo_expects,
     .have_full = algo_have_full,
     .restore = algo_restore,

@@ -429,6 +429,13 @@ static int pass_complete(void *op)
     return p->done_recv >= n - 1 && p->done_sent >= n - 1;
 }
 
+/* The done tokens go to next, each after the one before came from prev. */
+static int pass_owes_token(const void *op, int role)
+{
+    const eccl_ring_pass *p = op;
+    return role == ECCL_ROLE_NEXT && p->done_sent < p->call.nranks - 1;
+}
+
 static int pass_expects(const void *op, int role)
 {
     const eccl_ring_pass *p = op;
@@ -471,7 +478,7 @@ static void pass_bytes(const void *op, uint64_t *tx, uint64_t *rx)
         .pump_needs = ECCL_ROLE_BIT(ECCL_ROLE_NEXT), .pump = pass_pump,                \
         .recv = pass_recv, .recv_done = pass_recv_done, .complete = pass_complete,     \
         .expects = pass_expects, .have_full = pass_have_full, .restore = pass_restore, \
-        .settled = pass_settled,                                                       \
+        .settled = pass_settled, .owes_token = pass_owes_token,                        \
         .bytes = pass_bytes,                                      \
     }
 const eccl_coll_algo eccl_ring_pass_algo = PASS_ALGO(ECCL_ALGO_RING);

@@ -189,6 +189,14 @@ static eccl_result algo_recv_done(void *op, int role, const eccl_wire_data *d)
 
 static int algo_complete(void *op) { return eccl_tree_allreduce_complete(op); }
 
+/* DONE up (but from the root), COMMIT down. */
+static int algo_owes_token(const void *op, int role)
+{
+    const eccl_tree_allreduce *t = op;
+    if (role == ECCL_ROLE_PARENT) return t->call.rank != 0 && !t->done_sent;
+    return role > ECCL_ROLE_PARENT && role - ECCL_ROLE_CHILD0 < t->nchildren && !t->commit_sent;
+}
+
 static int algo_expects(const void *op, int role)
 {
     return role >= ECCL_ROLE_PARENT && eccl_tree_allreduce_expects(op, tree_role(role));
@@ -221,6 +229,7 @@ const eccl_coll_algo eccl_tree_allreduce_algo = {
     .recv_done = algo_recv_done,
     .complete = algo_complete,
     .settled = algo_settled,
+    .owes_token = algo_owes_token,
     .expects = algo_expects,
     .have_full = algo_have_full,
     .restore = algo_restore,

@@ -112,6 +112,7 @@ struct eccl_request {
      * per pump: a call that ends up waiting for its round after all has
      * them sent as soon as its engine finds nothing to do (comm_idle). */
     int lazy_tokens;
+    uint64_t start_seq;   /* the order ops started in (comm->starts) */
     eccl_buf *kept;       /* comm_op_repair_bytes(r) of them, from the comm's pool */
     int timeout_told;     /* its deadline passed and the master was asked to settle it */
     /* The world and rank the caller saw: a layout-bound call (all but
@@ -348,6 +349,7 @@ struct eccl_comm {
     size_t early_max;           /* ECCL_EARLY_RETURN_BYTES */
     size_t kept_total;          /* bytes kept by ops that returned early */
     uint32_t n_returned;        /* ops that returned early, running on */
+    uint64_t starts;            /* ops started so far: eccl_request.start_seq */
     struct comm_record *records; /* results handed over for tags not called yet */
     int returned_finished;      /* one of those finished: a call of its tag may start */
     /* Both ring buffers grow from COMM_RING_START entries as they fill
@@ -442,6 +444,9 @@ eccl_result comm_on_repair_ask(eccl_comm *c, const eccl_msg_repair *q);
 /* The bytes of r's result a view change may hand between survivors (0:
  * none may be: not replicated, too big, not host memory). */
 size_t comm_op_repair_bytes(const eccl_comm *c, const eccl_request *r);
+/* The output bytes of a call whose result is the same on every rank
+ * (all-reduce, all-gather(v), broadcast; 0 for other kinds). */
+size_t comm_call_replicated_bytes(const eccl_coll_call *k);
 /* Frees the ops that finished after their caller reaped them. */
 void comm_ops_sweep(eccl_comm *c);
 /* Frees a request unlinked from (or never on) c->ops. */
@@ -476,6 +481,8 @@ void comm_peer_links(eccl_comm *c, eccl_coll_links *links);
 eccl_result comm_peer_adopt(eccl_comm *c, p2p_link *l);
 void comm_peer_link_lost(eccl_comm *c, p2p_link *l);
 int comm_peer_role(const eccl_comm *c, const p2p_link *l);
+/* The peer id of the epoch's `rank` where the address book has it, else 0. */
+uint64_t comm_peer_id_of(const eccl_comm *c, uint32_t rank);
 uint32_t comm_peer_slots(const eccl_comm *c);
 p2p_link *comm_peer_slot_link(const eccl_comm *c, uint32_t i);
 eccl_result comm_on_peer_reply(eccl_comm *c, const eccl_msg_peer_reply *m);

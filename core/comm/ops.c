@@ -62,7 +62,7 @@ uint32_t comm_op_waits(const eccl_comm *c, const eccl_request *r, eccl_trace_wai
     }
     for (uint32_t k = 0; (r->alg->roles & ECCL_ROLES_PEERS) && k < c->world; k++) {
         if (k == c->rank || !op_expects(r, ECCL_ROLE_PEER + (int)k)) continue;
-        if (n < max) out[n] = (eccl_trace_wait){ECCL_ROLE_PEER + (int)k, k, 0};
+        if (n < max) out[n] = (eccl_trace_wait){ECCL_ROLE_PEER + (int)k, k, comm_peer_id_of(c, k)};
         n++;
     }
     return n;
@@ -590,6 +590,14 @@ static eccl_result p2p_setup(eccl_comm *c, eccl_request *r)
 
 static size_t early_fit(const eccl_comm *c, const eccl_request *r);
 
+/* Whether r's kind and size let it return early: what early_fit asks that
+ * is the same on every rank of the call (not its memory or its state). */
+static int early_kind(const eccl_comm *c, const eccl_request *r)
+{
+    size_t bytes = comm_call_replicated_bytes(&r->call);
+    return bytes && bytes <= c->early_max && bytes <= ECCL_WIRE_MAX_REPAIR;
+}
+
 static eccl_result op_start(eccl_comm *c, eccl_request *r)
 {
     r->call.env = c->env;
@@ -621,6 +629,7 @@ static eccl_result op_start(eccl_comm *c, eccl_request *r)
     }
     if (r->alg->roles & ECCL_ROLES_TREE) comm_link_connect_parent(c);
     r->started = 1;
+    r->start_seq = ++c->starts;
     r->state = OP_RUNNING;
     comm_trace_phase(c, r, TRACE_STARTED);
     /* The completion tokens of an op whose caller will return as soon as
@@ -789,6 +798,59 @@ static size_t links_queued(const eccl_comm *c)
     return n;
 }
 
+/* ---- a later call's frames behind an earlier call's tokens ----------------- */
+
+/* Whether x still owes a completion token over l (coll/algo.h, owes_token). */
+static int owes_on(const eccl_comm *c, const eccl_request *x, const p2p_link *l)
+{
+    if (!x->alg->owes_token) return 0;
+    if (x->alg->roles & ECCL_ROLES_PEERS) {
+        int role = comm_peer_role(c, l);
+        return role != ROLE_NONE && x->alg->owes_token(op_state(x), role);
+    }
+    for (int role = 0; role < ECCL_ROLE_COUNT; role++)
+        if ((x->alg->roles & ECCL_ROLE_BIT(role)) && op_link(c, x, role) == l &&
+            x->alg->owes_token(op_state(x), role))
+            return 1;
+    return 0;
+}
+
+/* Whether y keeps its frames off l for now: a call x started before it
+ * returned early and still owes a token over l that waits for another's
+ * (the dissemination barrier's next round, the ring's next done token).
+ * Queued after y's frames, the token could sit behind one the peer must
+ * hold back in its socket (y not called there yet, the frame too big to
+ * keep aside: COMM_EARLY_MAX), while the peer's own call of x waits for
+ * it: both would wait forever. Kept behind, it leaves first.
+ *
+ * Only a call whose kind and size rule out an early return on every rank
+ * is held. One that could return early is small (its frames fit what a
+ * peer keeps aside, below), and held it could in turn hold back tokens
+ * that another rank's call waits for: a cycle, when two ranks run ahead
+ * in different orders. A held call returns early nowhere, so it owes no
+ * token anything is held behind: x's tokens depend only on x's frames
+ * elsewhere, which are never held (x is small everywhere). */
+_Static_assert(ECCL_WIRE_MAX_REPAIR <= COMM_EARLY_MAX, "a call that returns early must fit a peer's early frames");
+static int link_gated(const eccl_comm *c, const eccl_request *y, const p2p_link *l)
+{
+    if (!c->n_returned || !l || early_kind(c, y)) return 0;
+    for (const eccl_request *x = c->ops; x; x = x->next)
+        if (x->returned && x->state == OP_RUNNING && x->start_seq < y->start_seq && owes_on(c, x, l)) return 1;
+    return 0;
+}
+
+typedef struct pump_peers {
+    eccl_comm *c;
+    const eccl_request *r;
+} pump_peers;
+
+static eccl_chan *gated_peer(void *ctx, uint32_t rank)
+{
+    const pump_peers *p = ctx;
+    p2p_link *l = comm_peer_link(p->c, rank);
+    return l && !link_gated(p->c, p->r, l) ? &l->ch : NULL;
+}
+
 /* Queues the frames of running ops that are ready; returns how many bytes. */
 size_t comm_ops_pump(eccl_comm *c)
 {
@@ -808,9 +870,14 @@ size_t comm_ops_pump(eccl_comm *c)
         if (r->alg->roles & ECCL_ROLES_TREE)
             for (int i = 0; i < ECCL_TREE_ROLES; i++) l[ECCL_ROLE_PARENT + i] = c->link_tree[i];
         eccl_coll_links links = {{NULL}, NULL, NULL, r->lazy_tokens};
-        if (r->alg->roles & ECCL_ROLES_PEERS) comm_peer_links(c, &links);
+        pump_peers gate = {c, r};
+        if (r->alg->roles & ECCL_ROLES_PEERS) {
+            comm_peer_links(c, &links);
+            if (c->n_returned) links.peer = gated_peer, links.ctx = &gate;
+        }
         int ready = 1;
         for (int i = 0; i < ECCL_ROLE_COUNT; i++) {
+            if (link_gated(c, r, l[i])) l[i] = NULL;
             links.role[i] = l[i] ? &l[i]->ch : NULL;
             if (!l[i] && (r->alg->pump_needs & ECCL_ROLE_BIT(i))) ready = 0;
         }

@@ -177,6 +177,13 @@ eccl_result comm_peer_adopt(eccl_comm *c, p2p_link *l)
     return ECCL_OK;
 }
 
+uint64_t comm_peer_id_of(const eccl_comm *c, uint32_t rank)
+{
+    const comm_peer *p = peer_find(c, rank);
+    if (!p) return 0;
+    return p->known ? p->ref.peer_id : p->link ? p->link->peer_id : 0;
+}
+
 int comm_peer_role(const eccl_comm *c, const p2p_link *l)
 {
     if (l->purpose != ECCL_LINK_PEER || l->epoch != c->epoch) return ROLE_NONE;

@@ -127,14 +127,20 @@ eccl_result comm_on_ring(eccl_comm *c, const eccl_msg_ring *m)
 static size_t call_repair_bytes(const eccl_comm *c, const eccl_coll_call *k)
 {
     if (k->on_device || k->quant != ECCL_QUANT_NONE || eccl_dev_is_phantom(c->env, k->recvbuf)) return 0;
-    size_t es = eccl_dtype_size(k->dtype), n;
+    size_t n = comm_call_replicated_bytes(k);
+    return n <= ECCL_WIRE_MAX_REPAIR ? n : 0;
+}
+
+/* (comm_internal.h) */
+size_t comm_call_replicated_bytes(const eccl_coll_call *k)
+{
+    size_t es = eccl_dtype_size(k->dtype);
     switch (k->kind) {
     case ECCL_COLL_ALLREDUCE:
-    case ECCL_COLL_BROADCAST: n = k->count * es; break;
-    case ECCL_COLL_ALLGATHER: n = (k->vcounts ? k->count : k->count * k->nranks) * es; break;
+    case ECCL_COLL_BROADCAST: return k->count * es;
+    case ECCL_COLL_ALLGATHER: return (k->vcounts ? k->count : k->count * k->nranks) * es;
     default: return 0;
     }
-    return n <= ECCL_WIRE_MAX_REPAIR ? n : 0;
 }
 
 static void report_add(eccl_wire_op_flag *ops, uint32_t cap, uint32_t *n, uint64_t tag, uint8_t flag)
