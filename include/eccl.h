@@ -183,8 +183,8 @@ eccl_result eccl_comm_get_attr(eccl_comm *comm, eccl_attr attr, int64_t *value);
 /* The collective trace (docs/trace.md). Every communicator records its
  * last calls (tag, collective, algorithm, bytes, epoch, when it was posted,
  * started, first heard from a peer, had its data, ended, and how) and its
- * ring epochs: ECCL_TRACE_RECORDS of them (256 meant; 0, none, the
- * default for now: docs/trace.md). This
+ * ring epochs: ECCL_TRACE_RECORDS of them (default 256; 0 keeps none).
+ * This
  * writes them out, with the links each unfinished call still waits on,
  * `why` (one word) in the header: a file eccl-trace-<peer>-<pid>-<n>.txt in
  * ECCL_TRACE_DIR (the current directory if unset). A call that fails

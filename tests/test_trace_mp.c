@@ -263,7 +263,6 @@ static void test_signal(void **state)
 
 int main(void)
 {
-    setenv("ECCL_TRACE_RECORDS", "256", 1); /* records are off by default (docs/trace.md) */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_withheld_call, cluster_test_setup, cluster_test_teardown),
         cmocka_unit_test_setup_teardown(test_operator_ask, cluster_test_setup, cluster_test_teardown),

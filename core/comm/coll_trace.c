@@ -86,7 +86,7 @@ static void format_waits(const eccl_comm *c, char *buf, size_t len, size_t *used
     static const char *const fixed[ECCL_ROLE_COUNT] = {"prev", "next", "parent", "child0", "child1",
                                                       "child2", "child3"};
     for (const eccl_request *r = c->ops; r; r = r->next) {
-        if (r->state != OP_RUNNING || r->returned) continue;
+        if (r->state != OP_RUNNING) continue;
         uint32_t n = comm_op_waits(c, r, NULL, 0);
         eccl_trace_wait *w = n ? malloc(n * sizeof *w) : NULL;
         if (!w) continue;
@@ -96,11 +96,30 @@ static void format_waits(const eccl_comm *c, char *buf, size_t len, size_t *used
             if (w[i].role < ECCL_ROLE_COUNT) snprintf(role, sizeof role, "%s", fixed[w[i].role]);
             else snprintf(role, sizeof role, "peer");
             size_t room = len > *used ? len - *used : 0;
-            int k = snprintf(buf + *used, room, "wait tag=%" PRIu64 " role=%s rank=%" PRIu32 " peer=%" PRIu64 "\n",
-                             r->call.tag, role, w[i].rank, w[i].peer_id);
+            int k = snprintf(buf + *used, room,
+                             "wait tag=%" PRIu64 " role=%s rank=%" PRIu32 " peer=%" PRIu64 " returned=%d\n",
+                             r->call.tag, role, w[i].rank, w[i].peer_id, r->returned);
             if (k > 0 && (size_t)k < room) *used += (size_t)k;
         }
         free(w);
+    }
+    /* "link" lines: a link with frames we could not write yet, frames
+     * kept aside for calls not made here yet, or a frame held in the
+     * socket until its call is made (what a peer's call may wait behind). */
+    for (const p2p_link *l = c->links; l; l = l->next) {
+        if (!l->ch.out_head && !l->early && !l->ch.held) continue;
+        int role = comm_link_role(c, l);
+        char name[16];
+        if (role >= 0 && role < ECCL_ROLE_COUNT) snprintf(name, sizeof name, "%s", fixed[role]);
+        else snprintf(name, sizeof name, ECCL_ROLE_IS_PEER(role) ? "peer" : "none");
+        char held[48] = "-";
+        if (l->ch.held) snprintf(held, sizeof held, "%" PRIu64 " held_bytes=%" PRIu32, l->ch.data.tag, l->ch.data.len);
+        size_t room = len > *used ? len - *used : 0;
+        int k = snprintf(buf + *used, room,
+                         "link peer=%" PRIu64 " role=%s rank=%" PRIu32 " queued=%zu lazy=%d early=%zu held_tag=%s\n",
+                         l->peer_id, name, ECCL_ROLE_IS_PEER(role) ? ECCL_ROLE_PEER_RANK(role) : UINT32_MAX,
+                         l->ch.queued_bytes, l->ch.lazy_only, l->early_bytes, held);
+        if (k > 0 && (size_t)k < room) *used += (size_t)k;
     }
 }
 
@@ -123,7 +142,8 @@ eccl_result comm_trace_dump(eccl_comm *c, const char *why, int automatic)
      * wait line (at most ~96). */
     size_t waits = 0, used = 0;
     for (const eccl_request *r = c->ops; r; r = r->next)
-        if (r->state == OP_RUNNING && !r->returned) waits += comm_op_waits(c, r, NULL, 0);
+        if (r->state == OP_RUNNING) waits += comm_op_waits(c, r, NULL, 0);
+    for (const p2p_link *l = c->links; l; l = l->next) waits += 2;
     size_t len = 1024 + (size_t)c->trace.n * 420 + waits * 96;
     char *buf = malloc(len), w[64];
     if (!buf) return ECCL_ERR_NO_MEMORY;

