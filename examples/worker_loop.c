@@ -126,6 +126,7 @@ int eccl_worker_run(const eccl_launch *L, const eccl_worker_options *opts)
     params.master_addr = o.master;
     params.peer_group = o.group;
     if (o.peer_timeout_ms) params.peer_timeout_ms = o.peer_timeout_ms;
+    if (o.op_timeout_ms) params.op_timeout_ms = o.op_timeout_ms;
     eccl_comm *comm = NULL;
     int64_t id = 0;
     eccl_result rc = join(L, &params, &comm, &id);
@@ -160,7 +161,7 @@ int eccl_worker_run(const eccl_launch *L, const eccl_worker_options *opts)
             return 1;
         }
     }
-    int status = 0, iter = 0, agreed = 0, computed = -1, optimized = 0;
+    int status = 0, iter = 0, agreed = 0, computed = -1, optimized = 0, stalled = 0;
     int64_t world = 0; /* the agreed step's (agree_on_step) */
     double waiting_since = 0;
     while (iter < o.iters) {
@@ -185,6 +186,13 @@ int eccl_worker_run(const eccl_launch *L, const eccl_worker_options *opts)
             rc = agree_on_step(comm, &iter, &world);
             agreed = rc == ECCL_OK;
             if (rc == ECCL_ERR_PEER_LOST) continue;
+        }
+        if (rc == ECCL_ERR_TIMEOUT) {
+            /* A member that has not asked or called yet, past op_timeout
+             * (its program stalls; `stall` in a scenario): the query or
+             * the agreement is settled alike everywhere; ask again. */
+            agreed = 0;
+            continue;
         }
         if (rc == ECCL_ERR_MASTER_LOST && rejoin(L, &o, &params, &comm, &id, iter)) {
             agreed = 0;
@@ -241,6 +249,11 @@ int eccl_worker_run(const eccl_launch *L, const eccl_worker_options *opts)
              * peer loss reuses the gradients). */
             L->sleep_ms(L->ctx, o.step_ms);
             computed = iter;
+        }
+        if (o.stall_ms > 0 && iter == o.stall_at && !stalled) {
+            eccl_launch_emit(L, 0, "event=stall peer=%lld iter=%d ms=%d", (long long)id, iter, o.stall_ms);
+            L->sleep_ms(L->ctx, o.stall_ms);
+            stalled = 1;
         }
 
         for (size_t i = 0; i < o.count && !phantom; i++) {

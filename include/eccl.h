@@ -155,7 +155,9 @@ eccl_result eccl_comm_update_topology(eccl_comm *comm);
  * A vote of all accepted peers: it returns once every accepted peer has
  * called it, with the same answer on every peer, so that either all of them
  * go on to eccl_comm_update_topology or none does. It may be called with
- * collectives in flight: they keep moving while it waits. */
+ * collectives in flight: they keep moving while it waits. ECCL_ERR_TIMEOUT
+ * after op_timeout_ms (a member that has not called it yet): the vote
+ * stays open with the master, and the next call waits for its answer. */
 eccl_result eccl_comm_peers_pending(eccl_comm *comm, uint32_t *pending);
 
 typedef enum eccl_attr {
@@ -192,7 +194,7 @@ eccl_result eccl_comm_get_attr(eccl_comm *comm, eccl_attr attr, int64_t *value);
  * so does every communicator of a process sent the signal named by
  * ECCL_TRACE_SIGNAL (USR1, USR2 or a number; no handler without it).
  * `eccl-trace analyze DIR` reads every rank's. ECCL_ERR_UNSUPPORTED: this
- * backend has nowhere to write (the simulator keeps records only);
+ * backend has nowhere to write (the simulator unless its run keeps traces);
  * ECCL_ERR_SYSTEM: the file could not be written. */
 eccl_result eccl_comm_trace_dump(eccl_comm *comm, const char *why);
 

@@ -634,9 +634,15 @@ eccl_result eccl_comm_peers_pending(eccl_comm *c, uint32_t *pending)
     eccl_result rc = comm_usable(c);
     if (rc == ECCL_OK && c->sync.active) rc = ECCL_ERR_BUSY;
     if (rc == ECCL_OK) {
-        pending_wait w = {c, c->pending_replies + 1};
-        eccl_msg m = {.type = ECCL_MSG_PENDING_QUERY};
-        rc = comm_master_send(c, &m);
+        /* A query whose call timed out is still the master's (it answers
+         * once every member asked): wait for that answer, never ask twice
+         * (a second query while one is out breaks the protocol). */
+        if (c->pending_asked == c->pending_replies) {
+            eccl_msg m = {.type = ECCL_MSG_PENDING_QUERY};
+            rc = comm_master_send(c, &m);
+            if (rc == ECCL_OK) c->pending_asked++;
+        }
+        pending_wait w = {c, c->pending_asked};
         eccl_engine_kick(&c->eng);
         if (rc == ECCL_OK)
             rc = eccl_engine_drive(&c->eng, pending_done, &w,

@@ -339,6 +339,7 @@ struct eccl_comm {
 
     uint64_t topo_done_seen;
     uint64_t pending_replies;
+    uint64_t pending_asked;     /* PENDING_QUERYs sent: one more than replies while one is out */
     uint32_t pending_value;
     int leaving;                /* eccl_comm_leave: sent LEAVE */
     int left;                   /* LEAVE_DONE came: leave_result */
