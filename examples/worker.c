@@ -20,7 +20,8 @@ static void usage(const char *argv0, FILE *out, int status)
     fprintf(out,
             "usage: %s --master HOST:PORT [--count ELEMENTS] [--iters N] [--world-min N]\n"
             "          [--start-world N] [--group G] [--wait-ms MS] [--optimize-at ITER]\n"
-            "          [--rejoins N] [--step-ms MS] [--peer-timeout-ms MS]\n"
+            "          [--rejoins N] [--step-ms MS] [--peer-timeout-ms MS] [--op-timeout-ms MS]\n"
+            "          [--stall-at ITER --stall-ms MS]\n"
             "--master may list fallbacks, RELAY,MASTER: a worker whose relay (or master)\n"
             "dies joins again through the next one, up to --rejoins times (default 0)\n",
             argv0);
@@ -35,11 +36,13 @@ static void parse(int argc, char **argv, eccl_worker_options *o)
         {"group", required_argument, 0, 'g'},  {"wait-ms", required_argument, 0, 't'},
         {"start-world", required_argument, 0, 's'}, {"optimize-at", required_argument, 0, 'o'},
         {"rejoins", required_argument, 0, 'r'}, {"step-ms", required_argument, 0, 'S'},
-        {"peer-timeout-ms", required_argument, 0, 'T'}, {"help", no_argument, 0, 'h'},
+        {"peer-timeout-ms", required_argument, 0, 'T'}, {"op-timeout-ms", required_argument, 0, 'O'},
+        {"stall-at", required_argument, 0, 'a'}, {"stall-ms", required_argument, 0, 'A'},
+        {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
     *o = (eccl_worker_options){.count = 1u << 20, .iters = 10, .world_min = 2, .wait_ms = 30000};
     int ch;
-    while ((ch = getopt_long(argc, argv, "m:c:i:w:s:g:t:o:r:S:T:h", longs, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "m:c:i:w:s:g:t:o:r:S:T:O:a:A:h", longs, NULL)) != -1) {
         switch (ch) {
         case 'm': o->master = optarg; break;
         case 'c': o->count = strtoull(optarg, NULL, 0); break;
@@ -52,11 +55,15 @@ static void parse(int argc, char **argv, eccl_worker_options *o)
         case 'r': o->rejoins = atoi(optarg); break;
         case 'S': o->step_ms = atoi(optarg); break;
         case 'T': o->peer_timeout_ms = (uint32_t)strtoul(optarg, NULL, 0); break;
+        case 'O': o->op_timeout_ms = (uint32_t)strtoul(optarg, NULL, 0); break;
+        case 'a': o->stall_at = atoi(optarg); break;
+        case 'A': o->stall_ms = atoi(optarg); break;
         case 'h': usage(argv[0], stdout, 0); break;
         default: usage(argv[0], stderr, 2);
         }
     }
-    if (!o->master || o->count == 0 || o->iters < 0 || o->world_min < 1 || o->step_ms < 0)
+    if (!o->master || o->count == 0 || o->iters < 0 || o->world_min < 1 || o->step_ms < 0 ||
+        o->stall_ms < 0 || o->stall_at < 0)
         usage(argv[0], stderr, 2);
 }
 

@@ -67,6 +67,11 @@ typedef struct eccl_worker_options {
     int step_ms;     /* compute time of a training step, slept before each
                         iteration's all-reduce (once per iteration); 0: none */
     uint32_t peer_timeout_ms; /* the communicator's peer_timeout_ms; 0: default */
+    uint32_t op_timeout_ms;   /* the communicator's op_timeout_ms; 0: default */
+    int stall_at, stall_ms;   /* before iteration stall_at's all-reduce (its
+                                 first try), wait stall_ms more: a rank whose
+                                 program withholds a call while its
+                                 communicator lives on; stall_ms 0: never */
     int optimize_at;  /* before this iteration every peer calls
                          eccl_comm_optimize_topology (once); 0: never */
     int rejoins;      /* times a lost master (ECCL_ERR_MASTER_LOST: the master

@@ -234,6 +234,14 @@ void eccl_sg_world_set_flow_min_bytes(eccl_sg_world *w, size_t bytes);
 #define ECCL_SG_SHM_MIN_BYTES (256u << 10)
 void eccl_sg_world_set_shm(eccl_sg_world *w, double bytes_per_s);
 
+/* Communicators made in this world from now on keep collective traces
+ * (ECCL_TRACE_RECORDS, the library's default) and write every dump
+ * (docs/trace.md) as DIR/eccl-trace-<peer>-<env>-<n>.txt, <env> the
+ * simulated process's env id, so a run writes the same files every time.
+ * DIR must exist. NULL (the default): they keep none (a 96K-rank run would
+ * hold some 55 MB of records) and a dump is ECCL_ERR_UNSUPPORTED. */
+eccl_result eccl_sg_world_set_trace_dir(eccl_sg_world *w, const char *dir);
+
 /* The connection-pool size of communicators made in this world from now on
  * (setting ECCL_P2P_POOL, 1..64; 0: not set, the library's default of 1).
  * Concurrent collectives then run over separate connections, each its own

@@ -145,6 +145,9 @@ struct eccl_sg_world {
      * ECCL_SG_SHM_MIN_BYTES or more between ranks of one host is charged
      * at this bandwidth plus a control round trip; 0: the loopback's. */
     double shm_bw;
+    /* Where communicators write their collective traces
+     * (eccl_sg_world_set_trace_dir); NULL: they keep no records. */
+    char *trace_dir;
     uint64_t arrival_seq;    /* ties between equal arrival times: send order */
     struct sg_route_memo *route_memo; /* latency net: (host, host) -> cost */
     /* node-K -> its host, made on the first lookup: SimGrid 3.32 finds a

@@ -80,13 +80,20 @@ void comm_trace_epoch(eccl_comm *c)
     t->posted_ns = now_ns(c);
 }
 
+/* An op whose algorithm ran and that has not ended: running, frozen by a
+ * view change, or failing right now (comm_op_finish dumps before it ends). */
+static int unfinished(const eccl_request *r)
+{
+    return r->started && r->state != OP_DONE && r->state != OP_QUEUED;
+}
+
 /* "wait" lines: the links each unfinished op still expects frames over. */
 static void format_waits(const eccl_comm *c, char *buf, size_t len, size_t *used)
 {
     static const char *const fixed[ECCL_ROLE_COUNT] = {"prev", "next", "parent", "child0", "child1",
                                                       "child2", "child3"};
     for (const eccl_request *r = c->ops; r; r = r->next) {
-        if (r->state != OP_RUNNING) continue;
+        if (!unfinished(r)) continue;
         uint32_t n = comm_op_waits(c, r, NULL, 0);
         eccl_trace_wait *w = n ? malloc(n * sizeof *w) : NULL;
         if (!w) continue;
@@ -97,8 +104,9 @@ static void format_waits(const eccl_comm *c, char *buf, size_t len, size_t *used
             else snprintf(role, sizeof role, "peer");
             size_t room = len > *used ? len - *used : 0;
             int k = snprintf(buf + *used, room,
-                             "wait tag=%" PRIu64 " role=%s rank=%" PRIu32 " peer=%" PRIu64 " returned=%d\n",
-                             r->call.tag, role, w[i].rank, w[i].peer_id, r->returned);
+                             "wait tag=%" PRIu64 " epoch=%" PRIu32 " role=%s rank=%" PRIu32 " peer=%" PRIu64
+                             " returned=%d\n",
+                             r->call.tag, r->call.epoch, role, w[i].rank, w[i].peer_id, r->returned);
             if (k > 0 && (size_t)k < room) *used += (size_t)k;
         }
         free(w);
@@ -142,7 +150,7 @@ eccl_result comm_trace_dump(eccl_comm *c, const char *why, int automatic)
      * wait line (at most ~96). */
     size_t waits = 0, used = 0;
     for (const eccl_request *r = c->ops; r; r = r->next)
-        if (r->state == OP_RUNNING) waits += comm_op_waits(c, r, NULL, 0);
+        if (unfinished(r)) waits += comm_op_waits(c, r, NULL, 0);
     for (const p2p_link *l = c->links; l; l = l->next) waits += 2;
     size_t len = 1024 + (size_t)c->trace.n * 420 + waits * 96;
     char *buf = malloc(len), w[64];

@@ -213,17 +213,19 @@ void comm_op_finish(eccl_comm *c, eccl_request *r, eccl_result result)
         c->recent_head = (c->recent_head + 1) % c->cap_recent;
         if (c->n_recent < c->cap_recent) c->n_recent++;
     }
-    op_release_buffers(c, r);
-    r->state = OP_DONE;
     r->result = result;
     comm_trace_phase(c, r, TRACE_END);
     /* A failure leaves a trace for whoever looks into it (ECCL_TRACE_DIR),
-     * once an epoch: a loss fails every op in flight at once. */
+     * once an epoch: a loss fails every op in flight at once. Written
+     * while the op still counts as unfinished, so its wait lines say whom
+     * it was still waiting for. */
     if (result != ECCL_OK && result != ECCL_ERR_TOO_FEW_PEERS && result != ECCL_ERR_CLOSED &&
         c->trace_auto_epoch != c->epoch + 1) {
         c->trace_auto_epoch = c->epoch + 1;
         comm_trace_dump(c, result == ECCL_ERR_TIMEOUT ? "timeout" : "failed", 1);
     }
+    op_release_buffers(c, r);
+    r->state = OP_DONE;
     if (result == ECCL_OK)
         ECCL_TRACE(c->env, "%s tag %llu done", coll_name(r->call.kind), (unsigned long long)r->call.tag);
     else

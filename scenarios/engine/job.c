@@ -2,14 +2,18 @@
  * events, progress, roles from the fault plan, the checks and the outputs.
  * No runner here: eccl-sim and eccl-emu feed it the same lines. */
 #define _GNU_SOURCE /* qsort_r */
+#include <dirent.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "chaos.h"
 #include "job.h"
+
+#include "trace_analyze.h"
 #include "results.h"
 
 void eccl_scn_job_say(const eccl_scn_job *j, const char *who, const char *fmt, ...)
@@ -207,7 +211,11 @@ void eccl_scn_job_line(rank_state *r, uint64_t now, const char *line)
     eccl_scn_job_add_event(j, now, r->idx, event, iter, world, ms[0] ? ms : NULL, hash[0] ? hash : NULL);
     const int after_fault = j->fault_ns != UINT64_MAX && j->detect_ns == UINT64_MAX;
 
-    if (strcmp(event, "begin") == 0) {
+    if (strcmp(event, "connected") == 0) {
+        const char *p = strstr(line, " peer=");
+        unsigned long long id = 0;
+        if (p && sscanf(p + 6, "%llu", &id) == 1) r->peer_id = id;
+    } else if (strcmp(event, "begin") == 0) {
         r->begin_ns = now;
         /* Bootstrap: the first worker's first all-reduce begins once it is
          * connected, admitted, on the ring and agreed on the step. */
@@ -600,6 +608,54 @@ static int write_plot_script(const eccl_scn_job *s, const eccl_scenario *c, cons
 
 
 
+int eccl_scn_job_trace_dir(const char *outdir, char *dir, size_t len)
+{
+    if ((size_t)snprintf(dir, len, "%s/traces", outdir) >= len || eccl_results_mkdir(dir)) return -1;
+    /* An earlier run's traces would read as this one's. */
+    DIR *d = opendir(dir);
+    if (!d) return -1;
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        char path[1024];
+        if (strncmp(e->d_name, "eccl-trace-", 11) != 0) continue;
+        if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, e->d_name) < sizeof path) unlink(path);
+    }
+    closedir(d);
+    return 0;
+}
+
+/* trace = 1: the ranks' traces (OUTDIR/traces) analysed as `eccl-trace
+ * analyze` does, the report in trace_analysis.txt; expect_culprit = R: it
+ * must name rank R's worker (by the peer id its connected line gave).
+ * Returns the failed checks. */
+static int trace_check(eccl_scn_job *s, const char *outdir)
+{
+    const eccl_scenario *cfg = s->cfg;
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/traces", outdir);
+    FILE *f = eccl_results_open(outdir, "trace_analysis.txt");
+    eccl_trace_verdict v;
+    int rc = eccl_trace_analyze(dir, NULL, f ? f : stdout, &v);
+    if (f) fclose(f);
+    static const char *const kinds[] = {"none", "never_called", "no_trace", "waited_on"};
+    s->trace_culprit = "-";
+    if (rc == 2) {
+        eccl_scn_job_say(s, s->tool, "%s trace: no trace was written", cfg->expect_culprit ? "FAIL" : "note");
+        return cfg->expect_culprit != 0;
+    }
+    int named = 0;
+    for (int i = 0; i < cfg->ranks && v.culprit != ECCL_TRACE_NONE; i++)
+        if (v.peer && s->rk[i].peer_id == v.peer) named = i + 1;
+    s->trace_culprit = kinds[v.culprit];
+    s->trace_rank = named;
+    char tag[32] = "-";
+    if (v.incomplete) snprintf(tag, sizeof tag, "%llu", (unsigned long long)v.tag);
+    int ok = !cfg->expect_culprit || named == cfg->expect_culprit;
+    eccl_scn_job_say(s, s->tool, "%s trace: first incomplete tag=%s culprit=%s rank=%d peer=%llu%s", ok ? "ok" : "FAIL",
+                     tag, kinds[v.culprit], named, (unsigned long long)v.peer,
+                     cfg->expect_culprit ? (ok ? " (expected)" : " (expected another rank)") : "");
+    return !ok;
+}
+
 int eccl_scn_job_finish(eccl_scn_job *s, const char *outdir, uint64_t end_ns, const eccl_scn_job_report *rep)
 {
     const eccl_scenario *cfg = s->cfg;
@@ -731,6 +787,7 @@ int eccl_scn_job_finish(eccl_scn_job *s, const char *outdir, uint64_t end_ns, co
         eccl_scn_job_say(s, s->tool, "FAIL %s", rep->failure);
         failures++;
     }
+    if (cfg->trace) failures += trace_check(s, outdir);
     const char *checks = failures ? "fail" : "pass";
     char end_time[32], ar_mean[32] = "-", ar_min[32] = "-", fault_t[32] = "-", detect[32] = "-";
     eccl_results_fmt_time(end_time, sizeof end_time, end_ns);
@@ -790,6 +847,10 @@ int eccl_scn_job_finish(eccl_scn_job *s, const char *outdir, uint64_t end_ns, co
         eccl_results_kv_str(sf, "slowdown", slowdown);
         eccl_results_kv_str(sf, "buffers", eccl_scn_buffers_name(cfg));
         eccl_results_kv_str(sf, "values", cfg->phantom ? "unchecked" : "checked");
+        if (cfg->trace) {
+            eccl_results_kv_str(sf, "trace_culprit", s->trace_culprit ? s->trace_culprit : "-");
+            eccl_results_kv_i64(sf, "trace_culprit_rank", s->trace_rank);
+        }
         eccl_results_kv_double(sf, "reduce_rate_Bps", cfg->reduce_rate_Bps);
         eccl_results_kv_double(sf, "copy_rate_Bps", cfg->copy_rate_Bps);
         eccl_results_kv_i64(sf, "ranks_per_host", cfg->ranks_per_host);

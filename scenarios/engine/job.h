@@ -62,6 +62,7 @@ typedef struct rank_state {
     /* The current worker (reset when a new one starts). */
     int returned, status;
     int exit_status; /* from its event=exit line; -1 before */
+    uint64_t peer_id; /* from its event=connected line (the master's id); 0 before */
     int oks, first_ok_iter, last_ok_iter, last_ok_world, min_ok_world, max_ok_world,
         failed_ops;
     int rejoins;               /* master_lost lines: its relay died, it came back */
@@ -105,6 +106,10 @@ struct eccl_scn_job {
     const char *tool; /* "eccl-sim", "eccl-emu": names its lines and plot */
     eccl_scn_job_hooks hooks;
     rank_state *rk;     /* cfg->ranks */
+    /* trace = 1: the analysis's culprit ("none", "never_called", "no_trace",
+     * "waited_on"; "-" without traces) and its rank (0: none found) */
+    const char *trace_culprit;
+    int trace_rank;
     int done;           /* ranks whose last worker ended */
     int running;        /* workers alive now */
     int next_milestone; /* the next iteration whose completion is announced */
@@ -202,6 +207,10 @@ typedef struct eccl_scn_job_report {
  * prints the one-line summary on stdout. Returns the exit status: 0 every
  * check passed, 1 a check failed or the outputs could not be written. */
 int eccl_scn_job_finish(eccl_scn_job *j, const char *outdir, uint64_t end_ns, const eccl_scn_job_report *rep);
+
+/* trace = 1: OUTDIR/traces, made and emptied of an earlier run's traces,
+ * into dir[len], where the ranks write theirs. 0, or -1 (errno says why). */
+int eccl_scn_job_trace_dir(const char *outdir, char *dir, size_t len);
 /* summary.tsv's first rows, every workload's: scenario, seed, platform,
  * hosts, ranks, count. */
 void eccl_scn_summary_head(FILE *f, const eccl_scenario *c);

@@ -84,6 +84,12 @@ int eccl_scn_sg_job(sim *s, eccl_scenario *cfg, const char *file, const char *ou
                 cfg->expect_survivors, cfg->ranks);
         return 2;
     }
+    char traces[1024];
+    if (cfg->trace && (eccl_scn_job_trace_dir(outdir, traces, sizeof traces) ||
+                       eccl_sg_world_set_trace_dir(s->w, traces) != ECCL_OK)) {
+        fprintf(stderr, "eccl-sim: cannot prepare %s/traces\n", outdir);
+        return 1;
+    }
     char rph[32] = ""; /* said only when not the default */
     if (cfg->ranks_per_host > 1) snprintf(rph, sizeof rph, " ranks_per_host=%d", cfg->ranks_per_host);
     eccl_sg_printf("eccl-sim", "scenario=%s seed=%llu platform=%s hosts=%d ranks=%d%s iters=%d "

@@ -134,6 +134,29 @@ static int parse_kill(const char *v, eccl_scn_fault *k)
     return 0;
 }
 
+/* stall = R @ iter I for TIME: rank R's worker waits TIME before its
+ * iteration-I all-reduce (whole milliseconds). */
+static int parse_stall(const char *v, eccl_scenario *c)
+{
+    char buf[MAX_LINE], *lhs, *when, *rest;
+    long r, it;
+    if (split_at(v, buf, sizeof buf, &lhs, &when) || eccl_scn_parse_long(lhs, 1, MAX_RANKS, &r)) return -1;
+    if (strncmp(when, "iter", 4) != 0 || (when[4] != ' ' && when[4] != '\t')) return -1;
+    char *num = trim(when + 5), *sp = strpbrk(num, " \t");
+    if (!sp) return -1;
+    *sp = 0;
+    if (eccl_scn_parse_long(num, 0, INT_MAX, &it)) return -1;
+    char *f = trim(sp + 1);
+    if (strncmp(f, "for", 3) != 0 || (f[3] != ' ' && f[3] != '\t')) return -1;
+    uint64_t ns;
+    if (parse_time_prefix(trim(f + 4), &ns, &rest) || *rest || ns == 0 || ns % 1000000 || ns > 3600000000000ull)
+        return -1;
+    c->stall_rank = (int)r;
+    c->stall_iter = (int)it;
+    c->stall_ms = (int)(ns / 1000000);
+    return 0;
+}
+
 /* host_off | host_on | join = R @ TIME */
 static int parse_host_fault(const char *v, eccl_scn_fault_kind kind, eccl_scn_fault *k)
 {
@@ -250,6 +273,7 @@ enum {
     K_CONCURRENT,
     K_POOL, K_TCP_WINDOW,                                           /* TCP streams */
     K_CHAOS,
+    K_TRACE, K_EXPECT_CULPRIT, K_STALL, K_OP_TIMEOUT,               /* the collective trace */
     K_NKEYS
 };
 
@@ -338,6 +362,10 @@ static const key_def key_defs[K_NKEYS] = {
     [K_POOL] = {"pool", KK_INT, CFG_OFF(pool), 1, MAX_POOL},
     [K_TCP_WINDOW] = {"tcp_window", KK_SPECIAL, 0, 0, 0},
     [K_CHAOS] = {"chaos", KK_SPECIAL, 0, 0, 0},
+    [K_TRACE] = {"trace", KK_INT, CFG_OFF(trace), 0, 1},
+    [K_EXPECT_CULPRIT] = {"expect_culprit", KK_INT, CFG_OFF(expect_culprit), 1, MAX_RANKS},
+    [K_STALL] = {"stall", KK_SPECIAL, 0, 0, 0},
+    [K_OP_TIMEOUT] = {"op_timeout", KK_TIME, CFG_OFF(op_timeout_s), 0, 0},
 };
 #undef CFG_OFF
 
@@ -355,7 +383,8 @@ static const int common_optional[] = {K_EXPECT, K_SEED, K_JITTER, K_STAGGER, K_W
                                       K_NCCL2_TIMEOUT, K_NCCL2_ALLGATHER, K_NCCL2_CORRUPT, K_RELAYS,
                                       K_RELAY_FANOUT, K_PROGRESS_THREAD, K_NET_MODEL, K_FLOW_MIN_SIZE, K_COLL, K_MINBYTES, K_MAXBYTES,
                                       K_STEPFACTOR, K_WARMUP, K_ALGO, K_BENCH_CORRUPT, K_CONCURRENT,
-                                      K_POOL, K_TCP_WINDOW, K_CHAOS, -1};
+                                      K_POOL, K_TCP_WINDOW, K_CHAOS, K_TRACE, K_EXPECT_CULPRIT, K_STALL,
+                                      K_OP_TIMEOUT, -1};
 static const int flat_required[] = {K_HOSTS, -1};
 static const int flat_optional[] = {-1};
 static const int clos_required[] = {K_HOSTS_PER_RACK, K_RACKS_PER_ZONE, K_ZONES_PER_DC, K_DCS, -1};
@@ -364,6 +393,30 @@ static const int clos_optional[] = {K_OVERSUB, K_ZONE_LAT, K_DC_LAT, K_INTER_DC_
  * with the pairs). */
 static const int wan_required[] = {K_REGIONS, K_SITES_PER_REGION, K_HOSTS_PER_SITE, K_REGION_BW, -1};
 static const int wan_optional[] = {K_SITE_LAT, K_SITE_BW, K_FLOW_BW, K_REGION_LAT, -1};
+
+/* trace, expect_culprit, stall, op_timeout: the job workload's (the worker
+ * loop runs the stall; the job's checker reads the traces). */
+static int check_trace_keys(const char *file, const int *key_line, eccl_scenario *c)
+{
+    static const int keys[] = {K_TRACE, K_EXPECT_CULPRIT, K_STALL, K_OP_TIMEOUT, -1};
+    for (const int *k = keys; *k >= 0; k++)
+        if (key_line[*k] && (c->diloco || c->nccl2 || c->bench))
+            return eccl_scn_error(file, key_line[*k], "%s: the job workload only", key_defs[*k].name);
+    if (key_line[K_EXPECT_CULPRIT] && !c->trace)
+        return eccl_scn_error(file, key_line[K_EXPECT_CULPRIT], "expect_culprit: needs trace = 1");
+    if (c->expect_culprit > c->ranks)
+        return eccl_scn_error(file, key_line[K_EXPECT_CULPRIT], "expect_culprit: rank %d: ranks are 1..%d",
+                              c->expect_culprit, c->ranks);
+    if (key_line[K_STALL] && c->stall_rank > c->ranks)
+        return eccl_scn_error(file, key_line[K_STALL], "stall: rank %d: ranks are 1..%d", c->stall_rank, c->ranks);
+    if (key_line[K_STALL] && c->stall_iter >= c->iters)
+        return eccl_scn_error(file, key_line[K_STALL], "stall: iteration %d: want one below iters", c->stall_iter);
+    if (key_line[K_OP_TIMEOUT] &&
+        (c->op_timeout_s < 0.001 || c->op_timeout_s > 3600 ||
+         fabs(c->op_timeout_s * 1e3 - (double)llround(c->op_timeout_s * 1e3)) > 1e-9))
+        return eccl_scn_error(file, key_line[K_OP_TIMEOUT], "op_timeout: want whole milliseconds, 1ms..3600s");
+    return 0;
+}
 
 static int in_list(const int *list, int k)
 {
@@ -918,6 +971,9 @@ int eccl_scn_parse(const char *file, eccl_scenario *c)
                                key, val);
             else if (id == K_DURATION) c->duration_s = (double)llround(q * 1e9) / 1e9;
             else c->max_stall_s = (double)llround(q * 1e9) / 1e9;
+        } else if (id == K_STALL) {
+            if (parse_stall(val, c))
+                rc = eccl_scn_error(file, lineno, "stall: \"%s\": want `RANK @ iter I for TIME` (whole ms)", val);
         } else if (id == K_CORRUPT_AT) {
             if (eccl_scn_parse_u64(val, &c->corrupt_at) || c->corrupt_at == 0)
                 rc = eccl_scn_error(file, lineno, "corrupt_at: \"%s\": want a revision >= 1", val);
@@ -1191,6 +1247,7 @@ int eccl_scn_parse(const char *file, eccl_scenario *c)
         if (c->relay_kills[i].relay > eccl_scn_relay_count(c))
             return eccl_scn_error(file, c->relay_kills[i].line, "kill_relay: relay %d of %d",
                              c->relay_kills[i].relay, eccl_scn_relay_count(c));
+    if ((rc = check_trace_keys(file, key_line, c)) != 0) return rc;
     if (key_line[K_EXPECT_SPEEDUP] && !c->optimize_at)
         return eccl_scn_error(file, key_line[K_EXPECT_SPEEDUP], "expect_speedup: no optimize_at");
     if (c->expect_survivors > c->ranks)

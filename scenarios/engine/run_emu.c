@@ -55,6 +55,7 @@ typedef struct emu {
     eccl_scn_job job;
     uint64_t t0; /* CLOCK_MONOTONIC at the job's start: the plan's origin too */
     char plan[PATH_MAX], wires[PATH_MAX], logs[PATH_MAX], t0s[32];
+    char traces[PATH_MAX]; /* trace = 1: the workers' ECCL_TRACE_DIR */
     char master_addr[ADDR_LEN];
     proc master;
     proc *relays;
@@ -148,6 +149,7 @@ static int spawn(emu *e, proc *p, proc_kind kind, const char *name, int host, ch
         setenv("ECCL_CHAOS_WIRES", e->wires, 1);
         if (e->cfg->algo[0]) setenv("ECCL_ALGO", e->cfg->algo, 1);
         setenv("ECCL_PROGRESS_THREAD", e->cfg->progress_thread ? "1" : "0", 1);
+        if (e->cfg->trace) setenv("ECCL_TRACE_DIR", e->traces, 1);
         if (e->cfg->pool) {
             char pool[16];
             snprintf(pool, sizeof pool, "%d", e->cfg->pool);
@@ -282,7 +284,7 @@ static void launch_worker(emu *e, rank_state *r)
 {
     const eccl_scenario *c = e->cfg;
     char master[2 * ADDR_LEN + 2], count[24], iters[16], wmin[16], start[16], step[16], pto[16], opt[16],
-        name[48];
+        oto[16], sat[16], sms[16], name[48];
     rank_master(e, r, master, sizeof master);
     snprintf(count, sizeof count, "%ld", c->count);
     snprintf(iters, sizeof iters, "%d", c->iters);
@@ -291,10 +293,14 @@ static void launch_worker(emu *e, rank_state *r)
     snprintf(step, sizeof step, "%ld", lround(c->step_s * 1e3));
     snprintf(pto, sizeof pto, "%ld", lround(c->peer_timeout_s * 1e3));
     snprintf(opt, sizeof opt, "%d", c->optimize_at);
+    snprintf(oto, sizeof oto, "%ld", lround(c->op_timeout_s * 1e3));
+    snprintf(sat, sizeof sat, "%d", r->idx == c->stall_rank ? c->stall_iter : 0);
+    snprintf(sms, sizeof sms, "%d", r->idx == c->stall_rank ? c->stall_ms : 0);
     snprintf(name, sizeof name, "%s.%d", r->name, r->lives);
     char *argv[] = {"eccl-worker", "--master", master, "--count", count, "--iters", iters, "--world-min", wmin,
                     "--start-world", start, "--wait-ms", "30000", "--step-ms", step, "--peer-timeout-ms", pto,
-                    "--optimize-at", opt, "--rejoins", c->relays ? "1" : "0", NULL};
+                    "--optimize-at", opt, "--rejoins", c->relays ? "1" : "0", "--op-timeout-ms", oto,
+                    "--stall-at", sat, "--stall-ms", sms, NULL};
     proc *p = &e->workers[r->idx - 1];
     if (spawn(e, p, P_WORKER, name, eccl_scn_rank_host(c, r->idx), argv)) {
         e->failure = "a worker could not be started";
@@ -910,6 +916,11 @@ int eccl_scn_emu_run(eccl_scenario *cfg, const char *file, const char *outdir, c
     close(wfd);
     if (eccl_results_mkdir(e.logs)) {
         fprintf(stderr, "eccl-emu: cannot create %s: %s\n", e.logs, strerror(errno));
+        free_emu(&e);
+        return 1;
+    }
+    if (cfg->trace && eccl_scn_job_trace_dir(outdir, e.traces, sizeof e.traces)) {
+        fprintf(stderr, "eccl-emu: cannot prepare %s/traces: %s\n", outdir, strerror(errno));
         free_emu(&e);
         return 1;
     }

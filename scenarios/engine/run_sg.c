@@ -382,6 +382,9 @@ static void rank_main(int argc, char **argv)
         .step_ms = (int)llround(s->cfg->step_s * 1e3),
         .peer_timeout_ms = (uint32_t)llround(s->cfg->peer_timeout_s * 1e3),
         .optimize_at = s->cfg->optimize_at,
+        .op_timeout_ms = (uint32_t)llround(s->cfg->op_timeout_s * 1e3),
+        .stall_at = r->idx == s->cfg->stall_rank ? s->cfg->stall_iter : 0,
+        .stall_ms = r->idx == s->cfg->stall_rank ? s->cfg->stall_ms : 0,
     };
     r->status = eccl_worker_run(&launch, &o);
     r->returned = 1;

@@ -165,6 +165,15 @@ typedef struct eccl_scenario {
      * rank's communicator env runs it (eccl-sim wraps the simulated env,
      * eccl-emu the real one); NULL: none */
     char *chaos_plan;
+    /* The collective trace (docs/trace.md): trace = 1 keeps every rank's
+     * (written to the run's traces/), which the checker analyses;
+     * expect_culprit = R: the analysis must name rank R (0: no check).
+     * stall = R @ iter I for T: rank R's worker waits stall_ms before its
+     * iteration-I all-reduce (stall_rank 0: none). op_timeout: every
+     * rank's op_timeout_ms (0: the library's 60 s). */
+    int trace, expect_culprit;
+    int stall_rank, stall_iter, stall_ms;
+    double op_timeout_s;
 } eccl_scenario;
 
 /* Reads FILE into *c (zeroed first; c->faults is malloc'ed: eccl_scn_free).

@@ -1,7 +1,8 @@
 #!/bin/sh
 # Runs one scenario file in eccl-sim and in eccl-emu (real processes) and
 # fails unless both pass and reach the same verdicts: checks, survivors,
-# killed, dropped, joined (the job), rows and wrong (bench): those of
+# killed, dropped, joined (the job), rows and wrong (bench), the traces'
+# culprit (trace = 1): those of
 # summary.tsv's keys that either run has. Times are printed side by side
 # (simulated / emulated), never asserted: the emulation's times depend on
 # this box's load.
@@ -22,7 +23,7 @@ if [ "$sim_rc" -ne 0 ] || [ "$emu_rc" -ne 0 ]; then
     tail -15 "$work/emu.log"
     fail=1
 fi
-for k in checks survivors killed dropped joined rows wrong; do
+for k in checks survivors killed dropped joined rows wrong trace_culprit trace_culprit_rank; do
     s=$(get "$work/sim" $k) e=$(get "$work/emu" $k)
     [ -z "$s" ] && [ -z "$e" ] && [ $k != checks ] && continue
     if [ -z "$s" ] || [ "$s" != "$e" ]; then

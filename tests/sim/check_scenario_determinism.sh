@@ -22,6 +22,11 @@ status=0
 # rows too.
 files="events.tsv summary.tsv ranks.tsv platform.xml plot.gp"
 [ -f "$dir/1/bench.tsv" ] && files="bench.tsv summary.tsv platform.xml plot.gp"
+# trace = 1: the ranks' traces and their analysis, file for file.
+if [ -d "$dir/1/traces" ]; then
+    files="$files trace_analysis.txt"
+    for t in "$dir"/1/traces/*; do files="$files traces/${t##*/}"; done
+fi
 # malloc's peak (heap_peak_bytes, mmap_peak_bytes) is the allocator's
 # accounting, not the simulation's: it moves by a few hundred bytes between
 # two runs of one binary (address space layout), and the scale guard holds it
