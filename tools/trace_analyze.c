@@ -29,13 +29,19 @@ struct wait {
     char role[16];
 };
 
+/* A link whose socket holds a frame of a call this rank has not made. */
+struct held {
+    uint64_t peer, tag, bytes;
+};
+
 struct dump {
     char path[512];
     uint64_t peer, now_ns;
-    uint32_t rank, world, epoch, n_calls, n_waits;
+    uint32_t rank, world, epoch, n_calls, n_waits, n_held;
     char why[64];
     struct call *calls;
     struct wait *waits;
+    struct held *held;
 };
 
 /* The value of `key=` in a line of space-separated key=value words. */
@@ -128,6 +134,14 @@ static int read_dump(const char *path, struct dump *d)
             w->peer = u64(line, "peer");
             w->rank = (uint32_t)u64(line, "rank");
             field(line, "role", w->role, sizeof w->role);
+        } else if (strncmp(line, "link ", 5) == 0) {
+            char t[32];
+            if (!field(line, "held_tag", t, sizeof t) || t[0] == '-' || !t[0]) continue;
+            d->held = grow(d->held, d->n_held, sizeof *d->held);
+            struct held *h = &d->held[d->n_held++];
+            h->peer = u64(line, "peer");
+            h->tag = strtoull(t, NULL, 10);
+            h->bytes = u64(line, "held_bytes");
         } else if (strcmp(line, "end\n") == 0) {
             ended = 1;
         }
@@ -152,6 +166,7 @@ static void free_dumps(struct dump *d, uint32_t n)
     for (uint32_t i = 0; i < n; i++) {
         free(d[i].calls);
         free(d[i].waits);
+        free(d[i].held);
     }
     free(d);
 }
@@ -435,7 +450,16 @@ int eccl_trace_analyze(const char *dir, const char *png, FILE *out, eccl_trace_v
                 if (x->rank < world && x->peer && !peer_of[x->rank]) peer_of[x->rank] = x->peer;
                 any = 1;
             }
-            if (any) break;
+            if (any) {
+                /* A link it waits on that is held behind a frame of a call
+                 * it has not made: what it waits for may sit behind it. */
+                for (uint32_t h = 0; h < d[i].n_held; h++)
+                    fprintf(out, "; its link from peer %" PRIu64 " holds a %" PRIu64 "-byte frame of tag %" PRIu64
+                            " (a call it has not made yet): whatever follows on that link waits behind it",
+                            d[i].held[h].peer, d[i].held[h].bytes, d[i].held[h].tag);
+                v->held += d[i].n_held;
+                break;
+            }
         }
         fprintf(out, "\n");
     }
@@ -455,6 +479,10 @@ int eccl_trace_analyze(const char *dir, const char *png, FILE *out, eccl_trace_v
                 v->rank, who, first->tag);
     else if (v->culprit == ECCL_TRACE_NO_TRACE)
         fprintf(out, "culprit: rank %u%s wrote no trace: dead, stopped, or cut off from the master\n", v->rank, who);
+    else if (v->culprit == ECCL_TRACE_WAITED_ON && v->held)
+        fprintf(out, "culprit: rank %u%s, which %u rank(s) wait on, whose frames may sit behind a frame of a call "
+                "the waiting rank has not made (above): calls made in an order that blocks a link\n",
+                v->rank, who, waited[most]);
     else if (v->culprit == ECCL_TRACE_WAITED_ON)
         fprintf(out, "culprit: rank %u%s, which %u rank(s) wait on: a slow rank, or a slow or broken link to it\n",
                 v->rank, who, waited[most]);

@@ -20,6 +20,7 @@ typedef struct eccl_trace_verdict {
     uint32_t rank;              /* the culprit's rank in that call's epoch */
     uint64_t peer;              /* its peer id, where a trace names it (0: not known) */
     int slow;                   /* slow ranks named */
+    int held;                   /* links of waiting ranks held behind a frame of a call not made */
 } eccl_trace_verdict;
 
 /* Prints the report to `out` (the time line to `png` where not NULL).
