@@ -404,6 +404,8 @@ int eccl_trace_analyze(const char *dir, const char *png, FILE *out, eccl_trace_v
         exit(2);
     }
     int never = -1, silent = -1;
+    uint32_t ended = 0;
+    v->n_cut = 0;
     for (uint32_t r = 0; r < world; r++) {
         uint64_t peer = 0;
         const struct call *c = NULL;
@@ -430,6 +432,11 @@ int eccl_trace_analyze(const char *dir, const char *png, FILE *out, eccl_trace_v
             if (never < 0) never = (int)r;
             continue;
         }
+        if (c->end >= 0) ended++;
+        /* Lost the master: cut off from it (a partition, a broken link to
+         * its side, its host gone). */
+        if (c->end >= 0 && strcmp(c->result, "master_lost") == 0 && v->n_cut < ECCL_TRACE_MAX_CUT)
+            v->cut_rank[v->n_cut] = r, v->cut_peer[v->n_cut++] = peer;
         if (c->end >= 0)
             fprintf(out, "  rank %u (peer %" PRIu64 "): %s after %.3f ms", r, peer, c->result, (double)c->end / 1e3);
         else if (c->data >= 0)
@@ -469,6 +476,7 @@ int eccl_trace_analyze(const char *dir, const char *png, FILE *out, eccl_trace_v
     for (uint32_t r = 1; r < world; r++)
         if (waited[r] > waited[most]) most = r;
     if (never >= 0) v->culprit = ECCL_TRACE_NEVER_CALLED, v->rank = (uint32_t)never;
+    else if (v->n_cut && v->n_cut == ended) v->culprit = ECCL_TRACE_CUT_OFF, v->rank = v->cut_rank[0];
     else if (silent >= 0) v->culprit = ECCL_TRACE_NO_TRACE, v->rank = (uint32_t)silent;
     else if (world && waited[most]) v->culprit = ECCL_TRACE_WAITED_ON, v->rank = most;
     if (v->culprit != ECCL_TRACE_NONE) v->peer = peer_of[v->rank];
@@ -477,7 +485,13 @@ int eccl_trace_analyze(const char *dir, const char *png, FILE *out, eccl_trace_v
     if (v->culprit == ECCL_TRACE_NEVER_CALLED)
         fprintf(out, "culprit: rank %u%s never called tag %" PRIu64 " (its process answered: it is alive and elsewhere)\n",
                 v->rank, who, first->tag);
-    else if (v->culprit == ECCL_TRACE_NO_TRACE)
+    else if (v->culprit == ECCL_TRACE_CUT_OFF) {
+        fprintf(out, "culprit: rank(s)");
+        for (uint32_t i = 0; i < v->n_cut; i++)
+            fprintf(out, "%s %u (peer %" PRIu64 ")", i ? "," : "", v->cut_rank[i], v->cut_peer[i]);
+        fprintf(out, " lost the master: cut off from it (a partition, a broken link to the master's side, or "
+                     "its host), while ranks that wrote no trace went on\n");
+    } else if (v->culprit == ECCL_TRACE_NO_TRACE)
         fprintf(out, "culprit: rank %u%s wrote no trace: dead, stopped, or cut off from the master\n", v->rank, who);
     else if (v->culprit == ECCL_TRACE_WAITED_ON && v->held)
         fprintf(out, "culprit: rank %u%s, which %u rank(s) wait on, whose frames may sit behind a frame of a call "

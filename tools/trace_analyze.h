@@ -10,8 +10,11 @@ typedef enum eccl_trace_culprit {
     ECCL_TRACE_NONE,         /* every call completed, or nobody stood out */
     ECCL_TRACE_NEVER_CALLED, /* alive (it wrote its trace) and never posted the call */
     ECCL_TRACE_NO_TRACE,     /* wrote no trace: dead, stopped, cut off */
-    ECCL_TRACE_WAITED_ON     /* the rank the most others wait on */
+    ECCL_TRACE_WAITED_ON,    /* the rank the most others wait on */
+    ECCL_TRACE_CUT_OFF       /* every rank that ended the call lost the master */
 } eccl_trace_culprit;
+
+#define ECCL_TRACE_MAX_CUT 64
 
 typedef struct eccl_trace_verdict {
     int incomplete;             /* some call did not complete everywhere */
@@ -21,6 +24,10 @@ typedef struct eccl_trace_verdict {
     uint64_t peer;              /* its peer id, where a trace names it (0: not known) */
     int slow;                   /* slow ranks named */
     int held;                   /* links of waiting ranks held behind a frame of a call not made */
+    /* ECCL_TRACE_CUT_OFF: the ranks (and peers) that lost the master, the
+     * first ECCL_TRACE_MAX_CUT of them (rank/peer: the first) */
+    uint32_t n_cut, cut_rank[ECCL_TRACE_MAX_CUT];
+    uint64_t cut_peer[ECCL_TRACE_MAX_CUT];
 } eccl_trace_verdict;
 
 /* Prints the report to `out` (the time line to `png` where not NULL).

@@ -636,7 +636,7 @@ static int trace_check(eccl_scn_job *s, const char *outdir)
     eccl_trace_verdict v;
     int rc = eccl_trace_analyze(dir, NULL, f ? f : stdout, &v);
     if (f) fclose(f);
-    static const char *const kinds[] = {"none", "never_called", "no_trace", "waited_on"};
+    static const char *const kinds[] = {"none", "never_called", "no_trace", "waited_on", "cut_off"};
     s->trace_culprit = "-";
     if (rc == 2) {
         eccl_scn_job_say(s, s->tool, "%s trace: no trace was written", cfg->expect_culprit ? "FAIL" : "note");
@@ -645,6 +645,10 @@ static int trace_check(eccl_scn_job *s, const char *outdir)
     int named = 0;
     for (int i = 0; i < cfg->ranks && v.culprit != ECCL_TRACE_NONE; i++)
         if (v.peer && s->rk[i].peer_id == v.peer) named = i + 1;
+    /* Cut off: every rank that lost the master is the culprit's side; the
+     * expected one among them counts. */
+    for (uint32_t k = 0; cfg->expect_culprit && v.culprit == ECCL_TRACE_CUT_OFF && k < v.n_cut; k++)
+        if (v.cut_peer[k] && s->rk[cfg->expect_culprit - 1].peer_id == v.cut_peer[k]) named = cfg->expect_culprit;
     s->trace_culprit = kinds[v.culprit];
     s->trace_rank = named;
     char tag[32] = "-";
