@@ -278,21 +278,33 @@ static int64_t median(int64_t *v, uint32_t n)
  * rank whose median over five calls or more is over 10 ms (ranks of a busy
  * host drift apart by a few) and over four times the largest median of the
  * others holds every call up: it computes longer, or waits on
- * something else, before it calls. Returns how many were named. */
+ * something else, before it calls. At most SLOW_SAMPLES lateness values
+ * are kept in all (the first calls, as many as fit: said when fewer than
+ * all). Returns how many were named. */
+#define SLOW_SAMPLES (1u << 24)
+#define SLOW_CALLS_MAX 4096u
 static int slow_ranks(FILE *out, const struct dump *d, uint32_t n, const uint64_t *ids, uint32_t n_ids)
 {
-    int64_t *late = malloc((size_t)n_ids * 4096 * sizeof *late), *med = calloc(n_ids, sizeof *med);
-    uint32_t *k = calloc(n_ids, sizeof *k), calls = 0;
+    uint32_t cap = n_ids ? SLOW_SAMPLES / n_ids : 0;
+    if (cap > SLOW_CALLS_MAX) cap = SLOW_CALLS_MAX;
+    if (cap < 5) return 0; /* too many ranks to judge five calls of each */
+    int64_t *late = malloc((size_t)n_ids * cap * sizeof *late), *med = calloc(n_ids, sizeof *med);
+    const struct call **rec = malloc(n_ids * sizeof *rec);
+    uint32_t calls = 0, skipped = 0;
     int named = 0;
-    if (!late || !med || !k) return 0;
+    if (!late || !med || !rec) {
+        free(late);
+        free(med);
+        free(rec);
+        return 0;
+    }
     /* The calls of one peer (the first read), each judged once. */
-    for (uint32_t i = 0; i < n && calls < 4096; i++) {
+    for (uint32_t i = 0; i < n; i++) {
         if (d[i].peer != ids[0]) continue;
-        for (uint32_t c = 0; c < d[i].n_calls && calls < 4096; c++) {
+        for (uint32_t c = 0; c < d[i].n_calls; c++) {
             const struct call *x = &d[i].calls[c];
             uint64_t first = UINT64_MAX;
-            const struct call *rec[64];
-            if (n_ids > 64 || x->world != n_ids) continue;
+            if (x->world != n_ids) continue;
             uint32_t j = 0;
             for (; j < n_ids; j++) {
                 rec[j] = record_of(d, n, ids[j], x->tag, x->epoch);
@@ -300,16 +312,30 @@ static int slow_ranks(FILE *out, const struct dump *d, uint32_t n, const uint64_
                 if (rec[j]->posted_ns < first) first = rec[j]->posted_ns;
             }
             if (j < n_ids) continue;
-            for (j = 0; j < n_ids; j++) late[(size_t)j * 4096 + k[j]++] = (int64_t)(rec[j]->posted_ns - first);
+            if (calls == cap) {
+                skipped++;
+                continue;
+            }
+            for (j = 0; j < n_ids; j++) late[(size_t)j * cap + calls] = (int64_t)(rec[j]->posted_ns - first);
             calls++;
         }
         break;
     }
-    for (uint32_t j = 0; j < n_ids; j++) med[j] = median(&late[(size_t)j * 4096], k[j]);
+    /* The two largest medians: "the others" of a rank is the largest but
+     * its own. */
+    uint32_t top = 0;
+    int64_t second = 0;
+    for (uint32_t j = 0; j < n_ids; j++) {
+        med[j] = median(&late[(size_t)j * cap], calls);
+        if (j == 0 || med[j] > med[top]) {
+            if (j) second = med[top];
+            top = j;
+        } else if (med[j] > second) {
+            second = med[j];
+        }
+    }
     for (uint32_t j = 0; j < n_ids && calls >= 5; j++) {
-        int64_t others = 0;
-        for (uint32_t o = 0; o < n_ids; o++)
-            if (o != j && med[o] > others) others = med[o];
+        int64_t others = j == top ? second : med[top];
         if (med[j] > 10000000 && med[j] > 4 * others) {
             const struct call *last = NULL;
             for (uint32_t i = 0; i < n && !last; i++)
@@ -320,9 +346,12 @@ static int slow_ranks(FILE *out, const struct dump *d, uint32_t n, const uint64_
             named++;
         }
     }
+    if (skipped)
+        fprintf(out, "slow ranks: judged over the first %u calls every rank recorded (%u more left out: %u ranks)\n",
+                calls, skipped, n_ids);
     free(late);
     free(med);
-    free(k);
+    free(rec);
     return named;
 }
 
