@@ -790,8 +790,10 @@ static struct stage *new_stage(const char *call, const struct mpi_type *t, void 
     st->n = ranges;
     st->first = (size_t *)(st + 1);
     st->count = st->first + ranges;
-    st->scratch = scratch_alloc(call, bytes ? bytes : 1);
-    if (!in)
+    /* A stage of no range only owns what stage_v made (its arrays): no
+     * scratch. Else at least a byte: a twin's buffer is never NULL. */
+    st->scratch = ranges ? scratch_alloc(call, bytes ? bytes : 1) : NULL;
+    if (!in && bytes)
         memset(st->scratch, 0, bytes); /* nothing of the program's, and nothing stale */
     mpi_type_hold(t);
     st->next = staged;
