@@ -168,11 +168,16 @@ typedef enum eccl_attr {
     ECCL_ATTR_P2P_POOL = 4,    /* p2p_pool_size in use (after ECCL_P2P_POOL) */
     ECCL_ATTR_RING_LINKS = 5,  /* connections of our pool to the ring's next
                                   peer open right now (pools open lazily) */
-    ECCL_ATTR_HOST_RANKS = 6   /* peers of this group on our host, us
+    ECCL_ATTR_HOST_RANKS = 6,  /* peers of this group on our host, us
                                   included (the host of each p2p_host):
                                   over twice as many as CPUs, and a
                                   blocked call sleeps at once instead of
                                   spinning (unless ECCL_SPIN_NS is set) */
+    ECCL_ATTR_SLOW_PEER = 7    /* the peer id of a member of this group
+                                  that calls late, as the master names it
+                                  (every collective waits for it; docs/
+                                  trace.md, "Slow ranks while the job
+                                  runs"); 0: none */
 } eccl_attr;
 
 /* RANK, WORLD_SIZE, EPOCH and HOST_RANKS are those of the ring the next

@@ -44,6 +44,8 @@ want 'eccl_master_peers_lost_total 2'
 want 'eccl_master_epochs_total 2'
 want 'eccl_master_view_change_seconds_count 1'
 want 'eccl_master_trace_asks_total 1'
+want 'eccl_master_late_reports_total 0'
+want 'eccl_master_group_slow_peer{group="0"} 0'
 want '# TYPE eccl_master_view_change_seconds summary'
 # every sample line is NAME[{labels}] VALUE
 echo "$body" | sed 1d | grep -v '^#' | grep -vqE '^[a-z_]+(\{[a-z]+="[^"]*"\})? [0-9.e+-]+$' &&

@@ -39,6 +39,7 @@ static eccl_result coll_submit(eccl_comm *c, const eccl_coll_call *call, uint32_
     r->state = OP_QUEUED;
     uint64_t now = now_ns(c);
     r->deadline_ns = now + (uint64_t)c->params.op_timeout_ms * MS;
+    r->posted_ns = now;
     comm_trace_post(c, r, now);
     r->next = c->ops;
     c->ops = r;

@@ -162,6 +162,9 @@ static eccl_result master_on_msg(void *owner, eccl_chan *ch, const eccl_msg *m)
         comm_trace_dump(c, why, 1);
         return ECCL_OK;
     }
+    case ECCL_MSG_SLOW_NOTICE:
+        comm_late_on_notice(c, &m->u.late);
+        return ECCL_OK;
     case ECCL_MSG_KICK:
         ECCL_WARN(c->env, "kicked by the master: %s", eccl_strerror((eccl_result)m->u.kick.reason));
         comm_fail(c, ECCL_ERR_KICKED);
@@ -522,6 +525,7 @@ eccl_result eccl_comm_create_with_env(eccl_env *env, eccl_env_release_fn release
     }
     if ((rc = eccl_dispatch_init(&c->dispatch, env)) != ECCL_OK) goto fail;
     comm_trace_init(c);
+    comm_late_init(c);
     c->listener.kind = ECCL_HANDLE_LISTENER;
     eccl_bufpool_init(&c->pool, env);
     eccl_bufpool_init(&c->states, NULL);
@@ -720,6 +724,7 @@ eccl_result eccl_comm_get_attr(eccl_comm *c, eccl_attr attr, int64_t *value)
     case ECCL_ATTR_PEER_ID: *value = (int64_t)c->peer_id; break;
     case ECCL_ATTR_EPOCH: *value = c->epoch; break;
     case ECCL_ATTR_HOST_RANKS: *value = c->host_ranks; break;
+    case ECCL_ATTR_SLOW_PEER: *value = (int64_t)c->slow_peer; break;
     case ECCL_ATTR_P2P_POOL: *value = c->pool_out; break;
     case ECCL_ATTR_RING_LINKS:
         *value = c->link_next != NULL;

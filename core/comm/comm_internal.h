@@ -60,6 +60,8 @@
  * job holds 100k comms, and 24 KiB of history each was 2.4 GB. */
 #define COMM_RING_START 16u
 #define COMM_EARLY_LIMIT (1u << 20)
+/* Calls over which a rank judges whether it calls late (late.c). */
+#define COMM_LATE_CALLS 16u
 /* A holder streams a tensor in DATA frames of this size. */
 #define COMM_SYNC_SLICE (4u << 20)
 /* A bandwidth probe sends frames of this size and keeps at most
@@ -113,6 +115,8 @@ struct eccl_request {
      * them sent as soon as its engine finds nothing to do (comm_idle). */
     int lazy_tokens;
     uint64_t start_seq;   /* the order ops started in (comm->starts) */
+    uint64_t posted_ns;   /* the caller's call */
+    uint64_t heard_early_ns; /* the first of its frames that came before it was posted; 0: none (late.c) */
     eccl_buf *kept;       /* comm_op_repair_bytes(r) of them, from the comm's pool */
     int timeout_told;     /* its deadline passed and the master was asked to settle it */
     /* The world and rank the caller saw: a layout-bound call (all but
@@ -158,6 +162,7 @@ typedef struct early_frame {
     struct early_frame *next;
     eccl_wire_data d;
     eccl_buf *buf; /* NULL for an empty frame */
+    uint64_t at_ns; /* when it came (late.c) */
 } early_frame;
 
 typedef struct p2p_link {
@@ -172,6 +177,8 @@ typedef struct p2p_link {
     early_frame *early, **early_tail; /* frames for ops not called yet */
     size_t early_bytes;
     early_frame *receiving;           /* the early frame being read */
+    uint64_t held_ns, held_tag;       /* since when a frame of a call not made
+                                         here waits in the socket (late.c); 0: none */
     /* Shared-state and probe links (purposes SYNC, PROBE) live in
      * comm->side_links, outside every ring epoch: view changes neither
      * pause nor close them. */
@@ -351,6 +358,13 @@ struct eccl_comm {
     size_t kept_total;          /* bytes kept by ops that returned early */
     uint32_t n_returned;        /* ops that returned early, running on */
     uint64_t starts;            /* ops started so far: eccl_request.start_seq */
+    /* Calling late (late.c): this rank's lateness of its last calls (µs
+     * after a partner's first frame), its limit (ECCL_LATE_MS; 0: off),
+     * what it last told the master, and the group's late peer the master
+     * names (ECCL_ATTR_SLOW_PEER; 0: none). */
+    uint32_t late_us[COMM_LATE_CALLS], n_late, late_head, late_limit_us, late_told_us;
+    uint64_t slow_peer;
+    uint32_t slow_us;
     struct comm_record *records; /* results handed over for tags not called yet */
     int returned_finished;      /* one of those finished: a call of its tag may start */
     /* Both ring buffers grow from COMM_RING_START entries as they fill
@@ -429,6 +443,12 @@ void comm_trace_epoch(eccl_comm *c);
 void comm_trace_poll(eccl_comm *c);
 /* Writes a dump through the env (ECCL_ERR_UNSUPPORTED: it has nowhere). */
 eccl_result comm_trace_dump(eccl_comm *c, const char *why, int automatic);
+
+/* Calling late (late.c): the settings; a call that ended well; the
+ * master's SLOW_NOTICE. */
+void comm_late_init(eccl_comm *c);
+void comm_late_note(eccl_comm *c, const eccl_request *r);
+void comm_late_on_notice(eccl_comm *c, const eccl_msg_late *m);
 size_t comm_ops_pump(eccl_comm *c);
 eccl_result comm_replay_early(eccl_comm *c, eccl_request *r, p2p_link *l);
 p2p_link *comm_role_link_at(const eccl_comm *c, uint32_t i);

@@ -229,11 +229,15 @@ static eccl_result link_on_data(void *owner, eccl_chan *ch, const eccl_wire_data
     if (!r || r->state == OP_QUEUED || (r->state == OP_RUNNING && !comm_op_expects_on(c, r, l, role))) {
         /* A neighbour started a collective we have not called yet (maybe
          * the next call with a tag whose last call is still finishing). */
+        /* Since when it waits matters (late.c): the frame came then. */
+        if (!l->held_ns || l->held_tag != d->tag) l->held_ns = now_ns(c), l->held_tag = d->tag;
         if (d->len > COMM_EARLY_MAX || l->early_bytes + d->len > COMM_EARLY_LIMIT)
             return ECCL_ERR_AGAIN;
         early_frame *e = calloc(1, sizeof *e);
         if (!e) return ECCL_ERR_AGAIN;
         e->d = *d;
+        e->at_ns = l->held_ns;
+        l->held_ns = 0;
         if (d->len && !(e->buf = eccl_bufpool_get(&c->pool, d->len))) {
             free(e);
             return ECCL_ERR_AGAIN;
@@ -243,6 +247,12 @@ static eccl_result link_on_data(void *owner, eccl_chan *ch, const eccl_wire_data
         return ECCL_OK;
     }
     if (r->state != OP_RUNNING || r->call.epoch != d->epoch) return ECCL_ERR_PROTOCOL;
+    if (l->held_ns) {
+        /* Held in the socket since before its call was made (late.c). */
+        if (l->held_tag == d->tag && (!r->heard_early_ns || l->held_ns < r->heard_early_ns))
+            r->heard_early_ns = l->held_ns;
+        l->held_ns = 0;
+    }
     return comm_op_recv(r, role, d, dst);
 }
 

@@ -215,6 +215,7 @@ void comm_op_finish(eccl_comm *c, eccl_request *r, eccl_result result)
     }
     r->result = result;
     comm_trace_phase(c, r, TRACE_END);
+    if (result == ECCL_OK && r->started) comm_late_note(c, r);
     /* A failure leaves a trace for whoever looks into it (ECCL_TRACE_DIR),
      * once an epoch: a loss fails every op in flight at once. Written
      * while the op still counts as unfinished, so its wait lines say whom
@@ -249,6 +250,7 @@ eccl_result comm_replay_early(eccl_comm *c, eccl_request *r, p2p_link *l)
         *p = e->next;
         if (l->early_tail == &e->next) l->early_tail = p;
         l->early_bytes -= e->d.len;
+        if (e->at_ns && (!r->heard_early_ns || e->at_ns < r->heard_early_ns)) r->heard_early_ns = e->at_ns;
         void *dst = NULL;
         eccl_result rc = comm_op_recv(r, role, &e->d, &dst);
         if (rc == ECCL_OK) {

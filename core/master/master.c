@@ -85,6 +85,7 @@ typedef struct mpeer {
     uint32_t ready_epoch;
     uint32_t host_ranks;    /* members sharing its host this epoch (group_by_host) */
     int leaving;            /* sent LEAVE: its ops are settled, it waits for the others */
+    uint32_t late_us;       /* its last LATE_REPORT: it calls late by this (µs); 0: it does not */
     int reported;
     eccl_wire_op_flag *report;
     uint32_t n_report;
@@ -130,6 +131,8 @@ struct mgroup {
     int querying;
     int change_wanted;
     uint32_t traced_epoch; /* TRACE_ASK sent for a failure of this epoch, plus one */
+    uint64_t slow_peer;    /* the late member its members were told of (SLOW_NOTICE); 0: none */
+    uint32_t slow_us;
     uint64_t query_ns;     /* when the current view change began (VIEW_QUERY), 0: none */
     /* The current query's decisions, once every member reported (tallied),
      * and the replicated results they wait for (docs/protocol.md, "The
@@ -199,7 +202,7 @@ struct eccl_master {
     uint32_t seg_handles[ECCL_WIRE_MAX_SEG]; /* send_rings' scratch */
     /* What eccl_master_metrics reports (Prometheus counters and sums). */
     struct {
-        uint64_t registrations, admitted, admit_ns, lost, epochs, view_changes, view_ns, trace_asks;
+        uint64_t registrations, admitted, admit_ns, lost, epochs, view_changes, view_ns, trace_asks, late_reports;
         uint64_t coll_failed[ECCL_ERR_DEVICE + 1]; /* COLL_DONE reports by result */
     } metrics;
 };
@@ -686,6 +689,31 @@ static void view_reset(mgroup *g)
     g->tallied = 0;
 }
 
+/* Names the group's latest member to its members (SLOW_NOTICE) when that
+ * changes: the one that calls latest of those that said they call late
+ * (LATE_REPORT), or none. `again`: a new ring, whose newcomers have not
+ * been told yet. */
+static void slow_update(eccl_master *m, mgroup *g, int again)
+{
+    const mpeer *slow = NULL;
+    for (uint32_t i = 0; i < g->n; i++)
+        if (g->members[i]->late_us && (!slow || g->members[i]->late_us > slow->late_us)) slow = g->members[i];
+    uint64_t id = slow ? slow->id : 0;
+    if (id == g->slow_peer && !(again && id)) return;
+    if (id != g->slow_peer && id)
+        ECCL_WARN(m->env, "group %u: peer %llu calls late (its calls start a median %.1f ms after its partners' "
+                          "first frames): every collective waits for it; members are told (ECCL_ATTR_SLOW_PEER)",
+                  g->id, (unsigned long long)id, slow->late_us / 1e3);
+    else if (id != g->slow_peer)
+        ECCL_INFO(m->env, "group %u: no member calls late any more", g->id);
+    g->slow_peer = id;
+    g->slow_us = slow ? slow->late_us : 0;
+    eccl_msg t = {.type = ECCL_MSG_SLOW_NOTICE};
+    t.u.late.peer_id = id;
+    t.u.late.late_us = g->slow_us;
+    for (uint32_t i = 0; i < g->n; i++) send_to(g->members[i], &t);
+}
+
 /* Decides the frozen ops (every member reported, every repair is in),
  * then hands out the next ring. */
 static void finish_view(eccl_master *m, mgroup *g)
@@ -753,6 +781,7 @@ static void finish_view(eccl_master *m, mgroup *g)
     g->n_ready = 0;
     ECCL_INFO(m->env, "group %u: ring epoch %u with %u peers", g->id, g->epoch, g->n);
     send_rings(m, g);
+    slow_update(m, g, 1);
     check_admission_done(m);
 }
 
@@ -1770,6 +1799,12 @@ static eccl_result peer_on_msg(void *owner, eccl_chan *ch, const eccl_msg *msg)
             start_view_changes(m);
         }
         return ECCL_OK;
+    case ECCL_MSG_LATE_REPORT:
+        if (p->state != MP_ACCEPTED || msg->u.late.peer_id != 0) return ECCL_ERR_PROTOCOL;
+        p->late_us = msg->u.late.late_us;
+        m->metrics.late_reports++;
+        slow_update(m, g, 0);
+        return ECCL_OK;
     case ECCL_MSG_VIEW_REPORT: {
         if (p->state != MP_ACCEPTED || !g->querying || msg->u.view.epoch != g->epoch ||
             p->reported)
@@ -2021,6 +2056,10 @@ eccl_result eccl_master_metrics(eccl_master *m, char *buf, size_t len, size_t *n
     metric(&t, "eccl_master_group_epoch", "gauge", "Each peer group's ring epoch.");
     for (const mgroup *g = m->groups; g; g = g->next)
         put(&t, "eccl_master_group_epoch{group=\"%u\"} %u\n", g->id, g->epoch);
+    metric(&t, "eccl_master_group_slow_peer", "gauge",
+           "The member of each group that calls late, as its members are told (0: none).");
+    for (const mgroup *g = m->groups; g; g = g->next)
+        put(&t, "eccl_master_group_slow_peer{group=\"%u\"} %llu\n", g->id, (unsigned long long)g->slow_peer);
     counter(&t, "eccl_master_registrations_total", "Peers that registered.", m->metrics.registrations);
     counter(&t, "eccl_master_admitted_total", "Peers admitted into a ring.", m->metrics.admitted);
     summary(&t, "eccl_master_admission_seconds",
@@ -2029,6 +2068,8 @@ eccl_result eccl_master_metrics(eccl_master *m, char *buf, size_t len, size_t *n
     counter(&t, "eccl_master_peers_lost_total", "Registered or accepted peers dropped (lost, left, kicked).",
             m->metrics.lost);
     counter(&t, "eccl_master_epochs_total", "Ring epochs begun, all groups.", m->metrics.epochs);
+    counter(&t, "eccl_master_late_reports_total", "Members that said they call late, or no longer do.",
+            m->metrics.late_reports);
     summary(&t, "eccl_master_view_change_seconds",
             "View changes (a query of every member, then a new ring), and how long each took.",
             m->metrics.view_ns, m->metrics.view_changes);

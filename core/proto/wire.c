@@ -147,7 +147,9 @@ static uint32_t max_length(uint16_t type)
     case ECCL_MSG_VIEW_DECIDE: return 8u + ECCL_WIRE_MAX_OPS * OP_FLAG_SIZE;
     case ECCL_MSG_WELCOME: return 12;
     case ECCL_MSG_REPAIR_ASK:
-    case ECCL_MSG_TRACE_ASK: return 16;
+    case ECCL_MSG_TRACE_ASK:
+    case ECCL_MSG_LATE_REPORT:
+    case ECCL_MSG_SLOW_NOTICE: return 16;
     case ECCL_MSG_REPAIR_DATA:
     case ECCL_MSG_REPAIR_PUT: return 16u + ECCL_WIRE_MAX_REPAIR;
     case ECCL_MSG_PENDING_REPLY: return 4;
@@ -425,6 +427,12 @@ static void put_payload(wbuf *w, const eccl_msg *m)
         put_u64(w, m->u.trace_ask.tag);
         put_u32(w, m->u.trace_ask.epoch);
         put_u32(w, m->u.trace_ask.result);
+        break;
+    case ECCL_MSG_LATE_REPORT:
+    case ECCL_MSG_SLOW_NOTICE:
+        put_u64(w, m->u.late.peer_id);
+        put_u32(w, m->u.late.late_us);
+        put_u32(w, m->u.late.calls);
         break;
     case ECCL_MSG_REPAIR_ASK:
     case ECCL_MSG_REPAIR_DATA:
@@ -750,6 +758,12 @@ static void get_payload(rbuf *r, uint16_t type, eccl_msg *m)
         m->u.trace_ask.tag = get_u64(r);
         m->u.trace_ask.epoch = get_u32(r);
         m->u.trace_ask.result = get_u32(r);
+        break;
+    case ECCL_MSG_LATE_REPORT:
+    case ECCL_MSG_SLOW_NOTICE:
+        m->u.late.peer_id = get_u64(r);
+        m->u.late.late_us = get_u32(r);
+        m->u.late.calls = get_u32(r);
         break;
     case ECCL_MSG_REPAIR_ASK:
     case ECCL_MSG_REPAIR_DATA:

@@ -24,7 +24,8 @@
 #include "quant/quant.h"
 
 #define ECCL_WIRE_MAGIC 0x4C434345u /* "ECCL" read as little-endian bytes */
-#define ECCL_WIRE_VERSION 4u /* 2: RING has four tree children; RING_SEG. 3: REGISTER_SEG. 4: TRACE_ASK */
+#define ECCL_WIRE_VERSION 5u /* 2: RING has four tree children; RING_SEG. 3: REGISTER_SEG. 4: TRACE_ASK.
+                                5: LATE_REPORT, SLOW_NOTICE */
 #define ECCL_WIRE_HEADER_SIZE 16u
 /* Largest control payload (everything but DATA). */
 #define ECCL_WIRE_MAX_CONTROL 65536u
@@ -58,6 +59,8 @@ enum eccl_msg_type {
     ECCL_MSG_LEAVE = 14,       /* eccl_comm_leave: my ops are settled; we go
                                   once every member says so */
     ECCL_MSG_REPAIR_DATA = 15, /* answer to REPAIR_ASK: the result of `tag` */
+    ECCL_MSG_LATE_REPORT = 16, /* I call late: my calls start a median `late_us`
+                                  after my partners' first frames (0: no longer) */
     /* master -> peer */
     ECCL_MSG_WELCOME = 32,     /* your peer id; accepted at once or pending */
     ECCL_MSG_PENDING_REPLY = 33,
@@ -77,6 +80,7 @@ enum eccl_msg_type {
     ECCL_MSG_REPAIR_PUT = 46,  /* view change: `tag` commits with these bytes */
     ECCL_MSG_RING_SEG = 47,    /* to a relay: its peers' RINGs, for it to expand */
     ECCL_MSG_TRACE_ASK = 48,   /* `tag` failed at a member (`result`): write your trace */
+    ECCL_MSG_SLOW_NOTICE = 49, /* member `peer_id` of your group calls late (0: none) */
     /* peer -> peer */
     ECCL_MSG_P2P_HELLO = 64,   /* first frame on a p2p connection */
     ECCL_MSG_DATA = 65,        /* collective payload: data header + bytes */
@@ -187,6 +191,12 @@ typedef struct eccl_msg_trace_ask { /* TRACE_ASK */
     uint32_t epoch;
     uint32_t result; /* an eccl_result */
 } eccl_msg_trace_ask;
+
+typedef struct eccl_msg_late { /* LATE_REPORT (peer_id 0), SLOW_NOTICE */
+    uint64_t peer_id;
+    uint32_t late_us; /* the median lateness; 0: not late (any more) */
+    uint32_t calls;   /* LATE_REPORT: the calls it is a median over */
+} eccl_msg_late;
 
 typedef struct eccl_wire_op_flag {
     uint64_t tag;
@@ -576,6 +586,7 @@ typedef struct eccl_msg {
         eccl_msg_epoch epoch;
         eccl_msg_coll coll;
         eccl_msg_trace_ask trace_ask;
+        eccl_msg_late late;
         eccl_msg_view view;
         eccl_msg_kick kick;
         eccl_msg_repair repair;
