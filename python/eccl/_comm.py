@@ -122,6 +122,13 @@ class Comm(_eccl.Comm):
         return self.get_attr(_eccl.Attr.EPOCH)
 
     @property
+    def slow_peer(self):
+        """The peer id of a member that calls late, as the master names it
+        (every collective waits for it: docs/trace.md, "Slow ranks while the
+        job runs"); 0: none."""
+        return self.get_attr(_eccl.Attr.SLOW_PEER)
+
+    @property
     def p2p_pool_size(self):
         return self.get_attr(_eccl.Attr.P2P_POOL)
 
