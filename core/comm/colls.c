@@ -40,6 +40,7 @@ static eccl_result coll_submit(eccl_comm *c, const eccl_coll_call *call, uint32_
     uint64_t now = now_ns(c);
     r->deadline_ns = now + (uint64_t)c->params.op_timeout_ms * MS;
     r->posted_ns = now;
+    r->gap_ns = c->returned_ns && now > c->returned_ns ? now - c->returned_ns : 0;
     comm_trace_post(c, r, now);
     r->next = c->ops;
     c->ops = r;

@@ -117,6 +117,7 @@ struct eccl_request {
     uint64_t start_seq;   /* the order ops started in (comm->starts) */
     uint64_t posted_ns;   /* the caller's call */
     uint64_t heard_early_ns; /* the first of its frames that came before it was posted; 0: none (late.c) */
+    uint64_t gap_ns;      /* since the caller's previous call returned, when posted (late.c) */
     eccl_buf *kept;       /* comm_op_repair_bytes(r) of them, from the comm's pool */
     int timeout_told;     /* its deadline passed and the master was asked to settle it */
     /* The world and rank the caller saw: a layout-bound call (all but
@@ -363,6 +364,7 @@ struct eccl_comm {
      * what it last told the master, and the group's late peer the master
      * names (ECCL_ATTR_SLOW_PEER; 0: none). */
     uint32_t late_us[COMM_LATE_CALLS], n_late, late_head, late_limit_us, late_told_us;
+    uint64_t returned_ns; /* when a call last returned to the caller (late.c) */
     uint64_t slow_peer;
     uint32_t slow_us;
     struct comm_record *records; /* results handed over for tags not called yet */

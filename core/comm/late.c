@@ -3,7 +3,8 @@
  * It is the one rank that can tell without a shared clock: its partners'
  * first frames are already waiting when it posts (kept aside as early
  * frames, or held in the socket when too big), on its own clock. Each call
- * that ends well records that lead; when the median of the last
+ * that ends well records that lead, as far as the rank spent it outside
+ * calls (since its previous call returned); when the median of the last
  * COMM_LATE_CALLS is over ECCL_LATE_MS (default 10 ms) the rank tells the
  * master (LATE_REPORT), and again when it is below half of it. The master
  * logs it and names the group's late peer to every member (SLOW_NOTICE),
@@ -32,6 +33,10 @@ void comm_late_note(eccl_comm *c, const eccl_request *r)
 {
     if (!c->late_limit_us || r->call.kind == ECCL_COLL_SEND || r->call.kind == ECCL_COLL_RECV) return;
     uint64_t lead = r->heard_early_ns && r->heard_early_ns < r->posted_ns ? r->posted_ns - r->heard_early_ns : 0;
+    /* Only what it spent outside calls: a rank whose previous call ended
+     * later than its partners' (the last hop of a WAN ring, say) posts
+     * after them too, with no time of its own in between. */
+    if (r->gap_ns < lead) lead = r->gap_ns;
     c->late_us[c->late_head] = lead / 1000 > UINT32_MAX ? UINT32_MAX : (uint32_t)(lead / 1000);
     c->late_head = (c->late_head + 1) % COMM_LATE_CALLS;
     if (c->n_late < COMM_LATE_CALLS) c->n_late++;

@@ -216,6 +216,7 @@ void comm_op_finish(eccl_comm *c, eccl_request *r, eccl_result result)
     r->result = result;
     comm_trace_phase(c, r, TRACE_END);
     if (result == ECCL_OK && r->started) comm_late_note(c, r);
+    if (!r->returned) c->returned_ns = now_ns(c);
     /* A failure leaves a trace for whoever looks into it (ECCL_TRACE_DIR),
      * once an epoch: a loss fails every op in flight at once. Written
      * while the op still counts as unfinished, so its wait lines say whom
@@ -722,6 +723,7 @@ static void op_return_early(eccl_comm *c, eccl_request *r, size_t bytes)
     c->n_returned++;
     r->returned = 1;
     r->result = ECCL_OK;
+    c->returned_ns = now_ns(c);
     comm_trace_phase(c, r, TRACE_DATA);
     ECCL_TRACE(c->env, "%s tag %llu returned early", coll_name(r->call.kind), (unsigned long long)r->call.tag);
 }
