@@ -364,6 +364,7 @@ struct eccl_comm {
      * what it last told the master, and the group's late peer the master
      * names (ECCL_ATTR_SLOW_PEER; 0: none). */
     uint32_t late_us[COMM_LATE_CALLS], n_late, late_head, late_limit_us, late_told_us;
+    uint32_t late_over, late_under; /* of those, over the limit; under half of it */
     uint64_t returned_ns; /* when a call last returned to the caller (late.c) */
     uint64_t slow_peer;
     uint32_t slow_us;

@@ -5,8 +5,9 @@
  * frames, or held in the socket when too big), on its own clock. Each call
  * that ends well records that lead, as far as the rank spent it outside
  * calls (since its previous call returned); when the median of the last
- * COMM_LATE_CALLS is over ECCL_LATE_MS (default 10 ms) the rank tells the
- * master (LATE_REPORT), and again when it is below half of it. The master
+ * COMM_LATE_CALLS is over ECCL_LATE_MS (default 10 ms: most leads over it)
+ * the rank tells the master (LATE_REPORT), and again when most are below
+ * half of it. The master
  * logs it and names the group's late peer to every member (SLOW_NOTICE),
  * which ECCL_ATTR_SLOW_PEER returns (docs/trace.md, "Slow ranks while the
  * job runs"). Healthy ranks send nothing. A rank that hears from nobody
@@ -29,6 +30,10 @@ static int cmp_u32(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+/* Whether lead (µs) is over the limit, and under half of it. */
+static int over(const eccl_comm *c, uint32_t us) { return us > c->late_limit_us; }
+static int under(const eccl_comm *c, uint32_t us) { return us < c->late_limit_us / 2; }
+
 void comm_late_note(eccl_comm *c, const eccl_request *r)
 {
     if (!c->late_limit_us || r->call.kind == ECCL_COLL_SEND || r->call.kind == ECCL_COLL_RECV) return;
@@ -37,28 +42,38 @@ void comm_late_note(eccl_comm *c, const eccl_request *r)
      * later than its partners' (the last hop of a WAN ring, say) posts
      * after them too, with no time of its own in between. */
     if (r->gap_ns < lead) lead = r->gap_ns;
-    c->late_us[c->late_head] = lead / 1000 > UINT32_MAX ? UINT32_MAX : (uint32_t)(lead / 1000);
+    uint32_t us = lead / 1000 > UINT32_MAX ? UINT32_MAX : (uint32_t)(lead / 1000);
+    /* The ring counts its leads over the limit and under half of it, so
+     * a call costs a few stores; the median is taken only to be told. */
+    if (c->n_late == COMM_LATE_CALLS) {
+        uint32_t old = c->late_us[c->late_head];
+        c->late_over -= over(c, old);
+        c->late_under -= under(c, old);
+    } else {
+        c->n_late++;
+    }
+    c->late_us[c->late_head] = us;
     c->late_head = (c->late_head + 1) % COMM_LATE_CALLS;
-    if (c->n_late < COMM_LATE_CALLS) c->n_late++;
+    c->late_over += over(c, us);
+    c->late_under += under(c, us);
     if (c->n_late < COMM_LATE_CALLS / 2) return;
+    /* Told when most leads are over the limit, and when most are clearly
+     * under it again (below half): a rank on the edge does not flap. */
+    int late = c->late_told_us ? 2 * c->late_under <= c->n_late : 2 * c->late_over > c->n_late;
+    if (late == (c->late_told_us != 0)) return;
     uint32_t v[COMM_LATE_CALLS];
     for (uint32_t i = 0; i < c->n_late; i++) v[i] = c->late_us[i];
     qsort(v, c->n_late, sizeof *v, cmp_u32);
     uint32_t median = v[c->n_late / 2];
-    /* Told when it starts, and when it has clearly stopped (below half the
-     * limit): a rank on the edge does not flap. */
-    uint32_t tell = c->late_told_us ? (median < c->late_limit_us / 2 ? 0 : c->late_told_us)
-                                    : (median > c->late_limit_us ? median : 0);
-    if (tell == c->late_told_us) return;
-    c->late_told_us = tell;
-    if (tell)
+    c->late_told_us = late ? (median ? median : 1) : 0;
+    if (late)
         ECCL_WARN(c->env, "this rank calls late: its calls start a median %.1f ms after its partners' first frames "
                           "(over %u calls); every collective waits for it",
                   median / 1e3, c->n_late);
     else
         ECCL_INFO(c->env, "this rank no longer calls late (median %.1f ms)", median / 1e3);
     eccl_msg m = {.type = ECCL_MSG_LATE_REPORT};
-    m.u.late.late_us = tell;
+    m.u.late.late_us = c->late_told_us;
     m.u.late.calls = c->n_late;
     if (c->master_open) comm_master_send(c, &m);
 }
