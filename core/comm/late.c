@@ -4,9 +4,9 @@
  * first frames are already waiting when it posts (kept aside as early
  * frames, or held in the socket when too big), on its own clock. Each call
  * that ends well records that lead, as far as the rank spent it outside
- * calls (since its previous call returned); when the median of the last
- * COMM_LATE_CALLS is over ECCL_LATE_MS (default 10 ms: most leads over it)
- * the rank tells the master (LATE_REPORT), and again when most are below
+ * calls (since its previous call returned); when most of the last
+ * COMM_LATE_CALLS are over ECCL_LATE_MS (default 10 ms) the rank tells the
+ * master (LATE_REPORT, with their median), and again when most are below
  * half of it. The master
  * logs it and names the group's late peer to every member (SLOW_NOTICE),
  * which ECCL_ATTR_SLOW_PEER returns (docs/trace.md, "Slow ranks while the
