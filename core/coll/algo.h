@@ -31,7 +31,7 @@
  *     returned early may have started its next calls meanwhile; core/comm
  *     keeps their frames off that link until the token is queued, since a
  *     peer that has not called them yet may have to hold a big one back
- *     in its socket, and the token behind it with it.
+ *     unread on its connection, and the token behind it with it.
  */
 #ifndef ECCL_CORE_COLL_ALGO_H
 #define ECCL_CORE_COLL_ALGO_H

@@ -113,7 +113,7 @@ static void format_waits(const eccl_comm *c, char *buf, size_t len, size_t *used
     }
     /* "link" lines: a link with frames we could not write yet, frames
      * kept aside for calls not made here yet, or a frame held in the
-     * socket until its call is made (what a peer's call may wait behind). */
+     * connection, unread, until its call is made (what a peer's call may wait behind). */
     for (const p2p_link *l = c->links; l; l = l->next) {
         if (!l->ch.out_head && !l->early && !l->ch.held) continue;
         int role = comm_link_role(c, l);

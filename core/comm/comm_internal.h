@@ -179,7 +179,7 @@ typedef struct p2p_link {
     size_t early_bytes;
     early_frame *receiving;           /* the early frame being read */
     uint64_t held_ns, held_tag;       /* since when a frame of a call not made
-                                         here waits in the socket (late.c); 0: none */
+                                         here waits unread on the link (late.c); 0: none */
     /* Shared-state and probe links (purposes SYNC, PROBE) live in
      * comm->side_links, outside every ring epoch: view changes neither
      * pause nor close them. */

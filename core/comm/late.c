@@ -2,7 +2,7 @@
  * computes longer, or waits on something else) holds every collective up.
  * It is the one rank that can tell without a shared clock: its partners'
  * first frames are already waiting when it posts (kept aside as early
- * frames, or held in the socket when too big), on its own clock. Each call
+ * frames, or held unread on the link when too big), on its own clock. Each call
  * that ends well records that lead, as far as the rank spent it outside
  * calls (since its previous call returned); when most of the last
  * COMM_LATE_CALLS are over ECCL_LATE_MS (default 10 ms) the rank tells the

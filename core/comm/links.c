@@ -248,7 +248,7 @@ static eccl_result link_on_data(void *owner, eccl_chan *ch, const eccl_wire_data
     }
     if (r->state != OP_RUNNING || r->call.epoch != d->epoch) return ECCL_ERR_PROTOCOL;
     if (l->held_ns) {
-        /* Held in the socket since before its call was made (late.c). */
+        /* Held unread on the link since before its call was made (late.c). */
         if (l->held_tag == d->tag && (!r->heard_early_ns || l->held_ns < r->heard_early_ns))
             r->heard_early_ns = l->held_ns;
         l->held_ns = 0;

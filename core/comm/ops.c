@@ -825,7 +825,7 @@ static int owes_on(const eccl_comm *c, const eccl_request *x, const p2p_link *l)
  * returned early and still owes a token over l that waits for another's
  * (the dissemination barrier's next round, the ring's next done token).
  * Queued after y's frames, the token could sit behind one the peer must
- * hold back in its socket (y not called there yet, the frame too big to
+ * hold back unread on its connection (y not called there yet, the frame too big to
  * keep aside: COMM_EARLY_MAX), while the peer's own call of x waits for
  * it: both would wait forever. Kept behind, it leaves first.
  *
