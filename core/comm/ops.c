@@ -691,10 +691,7 @@ eccl_request *comm_op_find(eccl_comm *c, uint64_t tag)
 static size_t early_fit(const eccl_comm *c, const eccl_request *r)
 {
     if (r->returned || r->state != OP_RUNNING || r->call.nranks < 2 || r->stage.active || !r->alg->settled) return 0;
-    eccl_coll_kind k = r->call.kind;
-    if (k != ECCL_COLL_ALLREDUCE && k != ECCL_COLL_ALLGATHER && k != ECCL_COLL_BROADCAST) return 0;
-    size_t bytes = comm_op_repair_bytes(c, r);
-    return bytes <= c->early_max ? bytes : 0;
+    return early_kind(c, r) ? comm_op_repair_bytes(c, r) : 0;
 }
 
 /* early_fit's bytes once r holds its result and nothing more will touch
