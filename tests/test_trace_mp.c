@@ -6,7 +6,8 @@
  * analyze` must name peer 2's rank as the culprit that never called it,
  * and the others as waiting, and draw the time line. A failpoint makes a
  * dump fail cleanly. Then: a healthy job dumped on the operator's ask, a
- * slow rank named, and a dump on a signal to one process. */
+ * slow rank named, a dump on a signal to one process, and one from every
+ * rank whose communicator lost the master between calls. */
 #include <dirent.h>
 #include <signal.h>
 #include <setjmp.h>
@@ -17,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -28,7 +30,7 @@
 #define COUNT 1024
 #define WITHHELD_TAG 3
 
-enum { V_RANK, V_RC3, V_DUMP_RC, V_FAIL_RC, V_SLOW_PEER };
+enum { V_RANK, V_RC3, V_DUMP_RC, V_FAIL_RC, V_SLOW_PEER, V_LOST_RC };
 
 static char dir[64];
 
@@ -277,6 +279,62 @@ static void test_signal(void **state)
     cluster_fini(cl);
 }
 
+/* Two calls, then membership steps (no call in flight) until the master
+ * is gone: what the communicator's failure returns. */
+static int idle_body(eccl_comm *c, int index, void *arg)
+{
+    (void)index, (void)arg;
+    float b[COUNT] = {0};
+    for (uint64_t tag = 1; tag <= 2; tag++) CL_OK(eccl_allreduce(c, b, b, COUNT, ECCL_F32, ECCL_SUM, tag, NULL));
+    set(V_RC3, 1);
+    eccl_result rc = ECCL_OK;
+    uint32_t pending;
+    for (int t = 0; t < 1500 && rc == ECCL_OK; t++) {
+        rc = eccl_comm_peers_pending(c, &pending);
+        cluster_sleep_ms(10);
+    }
+    set(V_LOST_RC, rc);
+    return 0;
+}
+
+/* The master killed while every rank sits between calls: each
+ * communicator's failure writes its trace (why=comm_failed:master_lost),
+ * and the analyzer, seeing every rank cut off, blames none of them. */
+static void test_master_lost_between_calls(void **state)
+{
+    cluster *cl = *state;
+    snprintf(dir, sizeof dir, "/tmp/eccl-trace-test-XXXXXX");
+    assert_non_null(mkdtemp(dir));
+    setenv("ECCL_TRACE_DIR", dir, 1);
+    cluster_opts o = {0};
+    assert_int_equal(cluster_init(cl, &o), 0);
+    assert_int_equal(cluster_spawn_n(cl, 3, idle_body, NULL), 0);
+    for (int i = 0; i < 3; i++)
+        for (int t = 0; t < 3000 && !val(cl, i, V_RC3); t++) cluster_sleep_ms(10);
+    assert_int_equal(files("eccl-trace-", NULL, 0), 0); /* nothing failed yet */
+    assert_int_equal(kill(cl->master_pid, SIGKILL), 0);
+    assert_int_equal(cluster_wait_all(cl, 60000), 0);
+    for (int i = 0; i < 3; i++) assert_int_equal(val(cl, i, V_LOST_RC), ECCL_ERR_MASTER_LOST);
+    char text[8192];
+    assert_int_equal(files("eccl-trace-", text, sizeof text), 3);
+    assert_non_null(strstr(text, " why=comm_failed:master_lost\n"));
+    unsetenv("ECCL_TRACE_DIR");
+    char cmd[512], out[8192];
+    snprintf(cmd, sizeof cmd, "%s analyze %s", ECCL_TRACE_BIN, dir);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    size_t got = fread(out, 1, sizeof out - 1, p);
+    out[got] = 0;
+    int rc = pclose(p);
+    printf("%s", out);
+    assert_true(WIFEXITED(rc) && WEXITSTATUS(rc) == 1);
+    assert_non_null(strstr(out, "every traced call completed on every rank that wrote a trace"));
+    assert_non_null(strstr(out, "lost the master between calls: every rank did"));
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+    cluster_fini(cl);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -284,6 +342,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_operator_ask, cluster_test_setup, cluster_test_teardown),
         cmocka_unit_test_setup_teardown(test_slow_rank, cluster_test_setup, cluster_test_teardown),
         cmocka_unit_test_setup_teardown(test_signal, cluster_test_setup, cluster_test_teardown),
+        cmocka_unit_test_setup_teardown(test_master_lost_between_calls, cluster_test_setup, cluster_test_teardown),
     };
     return cmocka_run_group_tests_name("trace_mp", tests, NULL, NULL);
 }

@@ -198,6 +198,45 @@ static const struct dump *dump_in(const struct dump *d, uint32_t n, uint64_t pee
     return NULL;
 }
 
+/* Whether the peer's communicator lost the master while it was in
+ * `epoch` (a dump written as it failed, in a call or between calls). */
+static int lost_master_in(const struct dump *d, uint32_t n, uint64_t peer, int64_t epoch)
+{
+    for (uint32_t i = 0; i < n; i++)
+        if (d[i].peer == peer && (int64_t)d[i].epoch == epoch && strcmp(d[i].why, "comm_failed:master_lost") == 0)
+            return 1;
+    return 0;
+}
+
+/* No call failed, yet some communicators lost the master between calls
+ * (comm_failed:master_lost, say in a membership step right after a call
+ * every rank completed): the cut-off side is the culprit when not every
+ * rank of its world was cut. Returns 1 when it names them, else 0. */
+static int cut_between_calls(FILE *out, const struct dump *d, uint32_t n, eccl_trace_verdict *v)
+{
+    uint32_t world = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        if (strcmp(d[i].why, "comm_failed:master_lost") != 0 || v->n_cut == ECCL_TRACE_MAX_CUT) continue;
+        uint32_t k = 0;
+        while (k < v->n_cut && v->cut_peer[k] != d[i].peer) k++;
+        if (k < v->n_cut) continue;
+        v->cut_rank[v->n_cut] = d[i].rank, v->cut_peer[v->n_cut++] = d[i].peer;
+        if (d[i].world > world) world = d[i].world;
+    }
+    if (!v->n_cut) return 0;
+    fprintf(out, "but rank(s)");
+    for (uint32_t k = 0; k < v->n_cut; k++)
+        fprintf(out, "%s %u (peer %" PRIu64 ")", k ? "," : "", v->cut_rank[k], v->cut_peer[k]);
+    if (v->n_cut == world) {
+        fprintf(out, " lost the master between calls: every rank did (the master, or its host, went)\n");
+        return 1;
+    }
+    v->culprit = ECCL_TRACE_CUT_OFF, v->rank = v->cut_rank[0], v->peer = v->cut_peer[0];
+    fprintf(out, " lost the master between calls\nculprit: rank(s) above, cut off from the master (a partition, a "
+                 "broken link to the master's side, or its host), while the others did not\n");
+    return 1;
+}
+
 /* The caller has its result: it ended well, or it returned early and its
  * completion round runs on (docs/protocol.md, "The commit rule": a result
  * any survivor returned is committed). */
@@ -414,9 +453,10 @@ int eccl_trace_analyze(const char *dir, const char *png, FILE *out, eccl_trace_v
     v->slow = slow_ranks(out, d, n, ids, n_ids);
     if (!first) {
         fprintf(out, "every traced call completed on every rank that wrote a trace\n");
+        int rc = cut_between_calls(out, d, n, v);
         free(ids);
         free_dumps(all, n_all);
-        return 0;
+        return rc;
     }
     uint32_t world = first->world;
     v->incomplete = 1;
@@ -433,7 +473,6 @@ int eccl_trace_analyze(const char *dir, const char *png, FILE *out, eccl_trace_v
         exit(2);
     }
     int never = -1, silent = -1;
-    uint32_t ended = 0;
     v->n_cut = 0;
     for (uint32_t r = 0; r < world; r++) {
         uint64_t peer = 0;
@@ -453,6 +492,12 @@ int eccl_trace_analyze(const char *dir, const char *png, FILE *out, eccl_trace_v
         if (!c) {
             const struct dump *at = dump_in(d, n, peer, first->epoch);
             const struct call *last = at->n_calls ? &at->calls[at->n_calls - 1] : NULL;
+            if (lost_master_in(d, n, peer, first->epoch)) {
+                /* Cut off before it could post it: not a rank elsewhere. */
+                fprintf(out, "  rank %u (peer %" PRIu64 "): lost the master before it posted it\n", r, peer);
+                if (v->n_cut < ECCL_TRACE_MAX_CUT) v->cut_rank[v->n_cut] = r, v->cut_peer[v->n_cut++] = peer;
+                continue;
+            }
             fprintf(out, "  rank %u (peer %" PRIu64 "): never posted it", r, peer);
             if (last)
                 fprintf(out, "; its last call then: tag %" PRIu64 " (%s), %s", last->tag, last->coll,
@@ -461,11 +506,10 @@ int eccl_trace_analyze(const char *dir, const char *png, FILE *out, eccl_trace_v
             if (never < 0) never = (int)r;
             continue;
         }
-        if (c->end >= 0) ended++;
-        /* Lost the master: cut off from it (a partition, a broken link to
-         * its side, its host gone). */
-        if (c->end >= 0 && strcmp(c->result, "master_lost") == 0 && v->n_cut < ECCL_TRACE_MAX_CUT)
-            v->cut_rank[v->n_cut] = r, v->cut_peer[v->n_cut++] = peer;
+        /* Lost the master, in this call or after it in this epoch: cut off
+         * from it (a partition, a broken link to its side, its host gone). */
+        int cut = (c->end >= 0 && strcmp(c->result, "master_lost") == 0) || lost_master_in(d, n, peer, first->epoch);
+        if (cut && v->n_cut < ECCL_TRACE_MAX_CUT) v->cut_rank[v->n_cut] = r, v->cut_peer[v->n_cut++] = peer;
         if (c->end >= 0)
             fprintf(out, "  rank %u (peer %" PRIu64 "): %s after %.3f ms", r, peer, c->result, (double)c->end / 1e3);
         else if (c->data >= 0)
@@ -497,15 +541,18 @@ int eccl_trace_analyze(const char *dir, const char *png, FILE *out, eccl_trace_v
                 break;
             }
         }
+        if (cut && strcmp(c->result, "master_lost") != 0) fprintf(out, "; then lost the master");
         fprintf(out, "\n");
     }
-    /* The culprit: a rank that never called it, else one that wrote no
-     * trace, else the rank the most others wait on. */
+    /* The culprit: the ranks that lost the master while others did not (a
+     * partition), else a rank that never called it, else one that wrote no
+     * trace, else the rank the most others wait on. Every rank losing the
+     * master names nobody: the master itself went. */
     uint32_t most = 0;
     for (uint32_t r = 1; r < world; r++)
         if (waited[r] > waited[most]) most = r;
-    if (never >= 0) v->culprit = ECCL_TRACE_NEVER_CALLED, v->rank = (uint32_t)never;
-    else if (v->n_cut && v->n_cut == ended) v->culprit = ECCL_TRACE_CUT_OFF, v->rank = v->cut_rank[0];
+    if (v->n_cut && v->n_cut < world) v->culprit = ECCL_TRACE_CUT_OFF, v->rank = v->cut_rank[0];
+    else if (never >= 0) v->culprit = ECCL_TRACE_NEVER_CALLED, v->rank = (uint32_t)never;
     else if (silent >= 0) v->culprit = ECCL_TRACE_NO_TRACE, v->rank = (uint32_t)silent;
     else if (world && waited[most]) v->culprit = ECCL_TRACE_WAITED_ON, v->rank = most;
     if (v->culprit != ECCL_TRACE_NONE) v->peer = peer_of[v->rank];
@@ -519,7 +566,7 @@ int eccl_trace_analyze(const char *dir, const char *png, FILE *out, eccl_trace_v
         for (uint32_t i = 0; i < v->n_cut; i++)
             fprintf(out, "%s %u (peer %" PRIu64 ")", i ? "," : "", v->cut_rank[i], v->cut_peer[i]);
         fprintf(out, " lost the master: cut off from it (a partition, a broken link to the master's side, or "
-                     "its host), while ranks that wrote no trace went on\n");
+                     "its host), while the others did not\n");
     } else if (v->culprit == ECCL_TRACE_NO_TRACE)
         fprintf(out, "culprit: rank %u%s wrote no trace: dead, stopped, or cut off from the master\n", v->rank, who);
     else if (v->culprit == ECCL_TRACE_WAITED_ON && v->held)
@@ -529,6 +576,8 @@ int eccl_trace_analyze(const char *dir, const char *png, FILE *out, eccl_trace_v
     else if (v->culprit == ECCL_TRACE_WAITED_ON)
         fprintf(out, "culprit: rank %u%s, which %u rank(s) wait on: a slow rank, or a slow or broken link to it\n",
                 v->rank, who, waited[most]);
+    else if (v->n_cut && v->n_cut == world)
+        fprintf(out, "culprit: none among the ranks: every rank lost the master (the master, or its host, went)\n");
     else
         fprintf(out, "culprit: none found (every rank posted it and waits on nobody: see the failures above)\n");
     free(waited);

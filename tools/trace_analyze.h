@@ -11,7 +11,7 @@ typedef enum eccl_trace_culprit {
     ECCL_TRACE_NEVER_CALLED, /* alive (it wrote its trace) and never posted the call */
     ECCL_TRACE_NO_TRACE,     /* wrote no trace: dead, stopped, cut off */
     ECCL_TRACE_WAITED_ON,    /* the rank the most others wait on */
-    ECCL_TRACE_CUT_OFF       /* every rank that ended the call lost the master */
+    ECCL_TRACE_CUT_OFF       /* some ranks lost the master (in or before the call), not all */
 } eccl_trace_culprit;
 
 #define ECCL_TRACE_MAX_CUT 64

@@ -788,6 +788,15 @@ void comm_fail(eccl_comm *c, eccl_result why)
     c->phase = PHASE_FAILED;
     c->fatal = why;
     comm_ops_fail_all(c, why);
+    /* Failed between calls (in a membership step, say): the trace still
+     * says so, or a rank cut off there would look like one that never
+     * called (docs/trace.md, "When it is written"). */
+    if (why != ECCL_ERR_CLOSED && c->trace_auto_epoch != c->epoch + 1) {
+        char w[64];
+        snprintf(w, sizeof w, "comm_failed:%s", eccl_trace_result_word(why));
+        c->trace_auto_epoch = c->epoch + 1;
+        comm_trace_dump(c, w, 1);
+    }
     comm_sync_finish(c, why, 0);
     comm_side_links_close(c, ECCL_LINK_SYNC);
     if (c->master_open) eccl_chan_close(&c->master);

@@ -28,6 +28,7 @@
 #include "eccl_core.h"
 #include "proto/chan.h"
 #include "sched/engine.h"
+#include "trace/trace.h"
 #include "state/sync.h"
 #include "topo/bwstore.h"
 #include "topo/tsp.h"
@@ -2041,9 +2042,6 @@ static void summary(struct text *t, const char *name, const char *help, uint64_t
 eccl_result eccl_master_metrics(eccl_master *m, char *buf, size_t len, size_t *needed)
 {
     static const char *const states[MP_STATES] = {"connected", "registered", "accepted", "relay"};
-    static const char *const results[ECCL_ERR_DEVICE + 1] = {
-        "ok", "invalid_arg", "no_memory", "system", "connect", "timeout", "peer_lost", "too_few_peers",
-        "protocol", "kicked", "master_lost", "busy", "not_connected", "again", "closed", "unsupported", "device"};
     if (!m || (!buf && len)) return ECCL_ERR_INVALID_ARG;
     struct text t = {buf, len, 0};
     eccl_engine_lock(&m->eng);
@@ -2077,7 +2075,7 @@ eccl_result eccl_master_metrics(eccl_master *m, char *buf, size_t len, size_t *n
            "Collectives members reported failed to the master (COLL_DONE), by result.");
     for (int r = 1; r <= ECCL_ERR_DEVICE; r++)
         if (m->metrics.coll_failed[r])
-            put(&t, "eccl_master_collective_failures_total{result=\"%s\"} %llu\n", results[r],
+            put(&t, "eccl_master_collective_failures_total{result=\"%s\"} %llu\n", eccl_trace_result_word(r),
                 (unsigned long long)m->metrics.coll_failed[r]);
     counter(&t, "eccl_master_trace_asks_total",
             "Times every member was asked for its collective trace (a failure, or an operator).",

@@ -80,8 +80,7 @@ static const char *algo_name(uint8_t algo)
     return n ? n : "none";
 }
 
-/* eccl_result as one word of the file. */
-static const char *result_word(int8_t result)
+const char *eccl_trace_result_word(int result)
 {
     static const char *const words[] = {"ok",     "invalid_arg", "no_memory",     "system",     "connect",
                                         "timeout", "peer_lost",  "too_few_peers", "protocol",   "kicked",
@@ -116,7 +115,7 @@ static int format_one(const eccl_trace_rec *r, char *buf, size_t len)
                     " started_us=%s first_us=%s data_us=%s end_us=%s result=%s\n",
                     r->seq, r->tag, coll_name(r->coll), algo_name(r->algo), r->bytes,
                     eccl_dtype_name((eccl_dtype)r->dtype), r->epoch, r->rank, r->world, r->posted_ns, s, f, d,
-                    e, r->end_us ? result_word(r->result) : "running");
+                    e, r->end_us ? eccl_trace_result_word(r->result) : "running");
 }
 
 uint32_t eccl_trace_format(const eccl_trace *t, uint32_t from, char *buf, size_t len, size_t *used)

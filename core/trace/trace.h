@@ -46,6 +46,10 @@ typedef struct eccl_trace {
 } eccl_trace;
 
 void eccl_trace_init(eccl_trace *t, uint32_t max);
+
+/* An eccl_result as one word (without ECCL_ERR_, lower case: "ok",
+ * "peer_lost", ...): how the trace file and the master's metrics name it. */
+const char *eccl_trace_result_word(int result);
 void eccl_trace_free(eccl_trace *t);
 
 /* A new record (zeroed, but for its seq and kind; the oldest goes when the
