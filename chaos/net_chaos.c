@@ -40,7 +40,7 @@
 #include "util/rand.h"
 
 #define HOST_MAX 64
-#define RX_SLICE (64u << 10) /* read from the inner conn this much at a time */
+#define SLICE (64u << 10) /* read from the inner conn, and queue a write, this much at a time */
 #define LINGER_NS 5000000000ull /* unwrap waits this long at most for closed conns' bytes */
 
 enum { K_CONN = 1, K_LISTENER = 2 };
@@ -305,7 +305,7 @@ static void pump(chaos_net *n, cconn *c, uint64_t now)
     c->inner_write = want_write;
     const size_t cap = eccl_chaos_plan_buffer(n->plan);
     while (!c->lingering && !path.partitioned && c->rx_end == ECCL_OK && c->rx.bytes < cap) {
-        unsigned char buf[RX_SLICE];
+        unsigned char buf[SLICE];
         size_t got = 0, room = cap - c->rx.bytes < sizeof buf ? cap - c->rx.bytes : sizeof buf;
         eccl_result rc = n->inner->recv(n->inner_ctx, c->inner, buf, room, &got);
         if (rc != ECCL_OK) {
@@ -503,18 +503,28 @@ static eccl_result c_send(void *ctx, eccl_conn *cp, const eccl_iov *iov, int nio
         if (take) {
             eccl_chaos_path path;
             eccl_chaos_plan_path(n->plan, n->self, c->pair->host, now, &path);
-            chunk *k = line_push(&c->tx, take, due_at(n, c, 0, take, now, &path));
-            if (!k) {
-                rc = ECCL_ERR_NO_MEMORY;
-            } else {
-                size_t at = 0;
-                for (int i = 0; i < niov && at < take; i++) {
-                    size_t m = iov[i].len < take - at ? iov[i].len : take - at;
-                    memcpy(k->data + at, iov[i].base, m);
-                    at += m;
+            /* Slices of at most SLICE bytes, each due once the wire carried
+             * it: a big write arrives as a stream does, bit by bit at the
+             * wire's rate, not whole at the end. */
+            size_t at = 0, off = 0;
+            for (int i = 0; at < take;) {
+                size_t len = take - at < SLICE ? take - at : SLICE;
+                chunk *k = line_push(&c->tx, len, due_at(n, c, 0, len, now, &path));
+                if (!k) {
+                    if (!at) rc = ECCL_ERR_NO_MEMORY; /* else: what is queued was sent */
+                    break;
                 }
-                *sent = take;
-                kill = count_frames(n, c, iov, niov, take);
+                for (size_t got = 0; got < len;) {
+                    size_t m = iov[i].len - off < len - got ? iov[i].len - off : len - got;
+                    memcpy(k->data + got, (const unsigned char *)iov[i].base + off, m);
+                    got += m, off += m;
+                    if (off == iov[i].len) i++, off = 0;
+                }
+                at += len;
+            }
+            if (at) {
+                *sent = at;
+                kill = count_frames(n, c, iov, niov, at);
                 pump(n, c, now);
             }
         }

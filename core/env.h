@@ -161,6 +161,15 @@ typedef struct eccl_net_ops {
      * that stays untouched until `test` says done. */
     eccl_result (*isend_device)(void *ctx, eccl_conn *c, const void *buf, size_t len, int device,
                                 eccl_bulk **req);
+
+    /* ---- wire time (added later; check eccl_net_has_wire_time; NULL where
+     * the net cannot tell) ------------------------------------------------
+     * What this conn received since it opened, counting messages the net
+     * knows the time on the wire of: their bytes, and that time (ns). The
+     * simulator knows it from its model (a message's size over its route's
+     * bandwidth); a real stream does not (its bytes carry no send time), and
+     * core times large frames as they arrive instead (comm/rates.c). */
+    void (*wire_time)(void *ctx, eccl_conn *c, uint64_t *bytes, uint64_t *ns);
 } eccl_net_ops;
 
 /* ---- clock --------------------------------------------------------------- */
@@ -415,6 +424,13 @@ static inline int eccl_net_has_device_bulk(const eccl_env *env)
     const eccl_net_ops *n = env->net;
     return eccl_net_has_bulk(env) &&
            n->size >= offsetof(eccl_net_ops, isend_device) + sizeof n->isend_device && n->isend_device != NULL;
+}
+
+/* Whether env's net knows how long received bytes were on the wire. */
+static inline int eccl_net_has_wire_time(const eccl_env *env)
+{
+    const eccl_net_ops *n = env->net;
+    return n->size >= offsetof(eccl_net_ops, wire_time) + sizeof n->wire_time && n->wire_time != NULL;
 }
 
 /* Whether p is phantom memory of env's dev. */

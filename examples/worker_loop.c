@@ -162,6 +162,7 @@ int eccl_worker_run(const eccl_launch *L, const eccl_worker_options *opts)
         }
     }
     int status = 0, iter = 0, agreed = 0, computed = -1, optimized = 0, stalled = 0;
+    int64_t slow_from = 0, slow_to = 0; /* the slow link last seen named */
     int64_t world = 0; /* the agreed step's (agree_on_step) */
     double waiting_since = 0;
     while (iter < o.iters) {
@@ -321,6 +322,15 @@ int eccl_worker_run(const eccl_launch *L, const eccl_worker_options *opts)
              (long long)id, iter, info.world_size, ms, eccl_algorithm_name(info.algorithm), wrong,
              (unsigned long long)eccl_launch_hash_f32(hrecv, o.count));
         if (wrong) status = 1;
+        /* The slow link the master names (comm/rates.c), when it changes. */
+        int64_t from = 0, to = 0;
+        if (eccl_comm_get_attr(comm, ECCL_ATTR_SLOW_LINK_FROM, &from) == ECCL_OK &&
+            eccl_comm_get_attr(comm, ECCL_ATTR_SLOW_LINK_TO, &to) == ECCL_OK &&
+            (from != slow_from || to != slow_to)) {
+            eccl_launch_emit(L, 0, "event=slow_link_seen peer=%lld iter=%d from=%lld to=%lld", (long long)id, iter,
+                 (long long)from, (long long)to);
+            slow_from = from, slow_to = to;
+        }
         iter++;
     }
     eccl_comm_destroy(comm);

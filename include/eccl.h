@@ -173,11 +173,16 @@ typedef enum eccl_attr {
                                   over twice as many as CPUs, and a
                                   blocked call sleeps at once instead of
                                   spinning (unless ECCL_SPIN_NS is set) */
-    ECCL_ATTR_SLOW_PEER = 7    /* the peer id of a member of this group
+    ECCL_ATTR_SLOW_PEER = 7,   /* the peer id of a member of this group
                                   that calls late, as the master names it
                                   (every collective waits for it; docs/
                                   trace.md, "Slow ranks while the job
                                   runs"); 0: none */
+    ECCL_ATTR_SLOW_LINK_FROM = 8, /* the link of this group the master names
+                                  slow, far under the median rate of the
+                                  group's links (ECCL_SLOW_LINK_FACTOR):
+                                  the peer id at its sending end; 0: none */
+    ECCL_ATTR_SLOW_LINK_TO = 9 /* ...and at its receiving end */
 } eccl_attr;
 
 /* RANK, WORLD_SIZE, EPOCH and HOST_RANKS are those of the ring the next

@@ -98,3 +98,69 @@ uint8_t *raw_read_msg(int fd, eccl_msg *m)
         return f;
     }
 }
+
+void raw_expect(int fd, uint16_t type, eccl_msg *m, uint8_t **keep)
+{
+    *keep = raw_read_msg(fd, m);
+    if (m->type != type) fail_msg("message %u, want %u", m->type, type);
+}
+
+void raw_take_ring(raw_member *p)
+{
+    eccl_msg m;
+    uint8_t *k;
+    raw_expect(p->fd, ECCL_MSG_RING, &m, &k);
+    p->rank = m.u.ring.rank;
+    p->epoch = m.u.ring.epoch;
+    free(k);
+    eccl_msg rr = {.type = ECCL_MSG_RING_READY};
+    rr.u.epoch.epoch = p->epoch;
+    raw_send(p->fd, &rr);
+}
+
+eccl_master *raw_group_start(raw_member *p, int n)
+{
+    char maddr[64];
+    eccl_master *mst = NULL;
+    assert_int_equal(eccl_master_create("127.0.0.1:0", &mst), ECCL_OK);
+    assert_int_equal(eccl_master_address(mst, maddr, sizeof maddr), ECCL_OK);
+    assert_int_equal(eccl_master_run(mst), ECCL_OK);
+    eccl_msg m;
+    uint8_t *k;
+    for (int i = 0; i < n; i++) {
+        p[i].fd = raw_dial(maddr);
+        eccl_msg reg = {.type = ECCL_MSG_REGISTER};
+        reg.u.reg.peer_timeout_ms = 60000; /* the script sends no heartbeats */
+        snprintf(reg.u.reg.p2p_addr, sizeof reg.u.reg.p2p_addr, "127.0.0.1:%d", 41000 + i);
+        raw_send(p[i].fd, &reg);
+        raw_expect(p[i].fd, ECCL_MSG_WELCOME, &m, &k);
+        assert_int_equal(m.u.welcome.accepted, i == 0);
+        p[i].id = m.u.welcome.peer_id;
+        free(k);
+        if (i == 0) raw_take_ring(&p[0]);
+    }
+    /* The first one votes the others in: a view change of its group of one. */
+    eccl_msg vote = {.type = ECCL_MSG_TOPO_VOTE};
+    raw_send(p[0].fd, &vote);
+    raw_expect(p[0].fd, ECCL_MSG_VIEW_QUERY, &m, &k);
+    eccl_msg rep = {.type = ECCL_MSG_VIEW_REPORT};
+    rep.u.view.epoch = m.u.epoch.epoch;
+    free(k);
+    raw_send(p[0].fd, &rep);
+    raw_expect(p[0].fd, ECCL_MSG_VIEW_DECIDE, &m, &k);
+    free(k);
+    for (int i = 0; i < n; i++) raw_take_ring(&p[i]);
+    for (int i = 0; i < n; i++) {
+        raw_expect(p[i].fd, ECCL_MSG_TOPO_DONE, &m, &k);
+        free(k);
+    }
+    return mst;
+}
+
+void raw_group_stop(eccl_master *mst, raw_member *p, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (p[i].fd >= 0) close(p[i].fd);
+    eccl_master_stop(mst);
+    eccl_master_destroy(mst);
+}

@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "eccl.h"
 #include "proto/wire.h"
 
 /* A listening socket on 127.0.0.1, any port; its address in addr. */
@@ -26,5 +27,27 @@ uint8_t *raw_read_frame(int fd, eccl_wire_header *h);
 /* The next frame that is not a heartbeat, decoded into *m (which may
  * borrow from the frame); returns the frame, the caller frees it. */
 uint8_t *raw_read_msg(int fd, eccl_msg *m);
+
+/* The next message that is not a heartbeat, which must be of `type`; its
+ * frame in *keep (the caller frees it). */
+void raw_expect(int fd, uint16_t type, eccl_msg *m, uint8_t **keep);
+
+/* A scripted member of a master's group: its connection, peer id, and its
+ * ring's rank and epoch. */
+typedef struct raw_member {
+    int fd;
+    uint64_t id;
+    uint32_t rank;
+    uint32_t epoch;
+} raw_member;
+
+/* Takes the member's RING and answers RING_READY. */
+void raw_take_ring(raw_member *p);
+/* A running master and n scripted members in one group, wired: the first
+ * is accepted at once and votes the others in. They send no heartbeats
+ * (peer_timeout 60 s) and listen nowhere (p2p 127.0.0.1:41000+i). */
+eccl_master *raw_group_start(raw_member *p, int n);
+/* Closes the members still open and the master. */
+void raw_group_stop(eccl_master *mst, raw_member *p, int n);
 
 #endif /* ECCL_TESTS_RAW_PEER_H */

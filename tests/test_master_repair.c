@@ -35,81 +35,9 @@
 #define N_PEERS 5
 #define TAG 77u
 
-typedef struct peer {
-    int fd;
-    uint32_t rank;
-    uint32_t epoch;
-} peer;
-
-static void expect(int fd, uint16_t type, eccl_msg *m, uint8_t **keep)
-{
-    *keep = raw_read_msg(fd, m);
-    if (m->type != type) fail_msg("message %u, want %u", m->type, type);
-}
-
-static void take_ring(peer *p)
-{
-    eccl_msg m;
-    uint8_t *k;
-    expect(p->fd, ECCL_MSG_RING, &m, &k);
-    p->rank = m.u.ring.rank;
-    p->epoch = m.u.ring.epoch;
-    free(k);
-    eccl_msg rr = {.type = ECCL_MSG_RING_READY};
-    rr.u.epoch.epoch = p->epoch;
-    raw_send(p->fd, &rr);
-}
-
-/* A master and N_PEERS scripted members in one group, wired. */
-static eccl_master *start(peer *p)
-{
-    char maddr[64];
-    eccl_master *mst = NULL;
-    assert_int_equal(eccl_master_create("127.0.0.1:0", &mst), ECCL_OK);
-    assert_int_equal(eccl_master_address(mst, maddr, sizeof maddr), ECCL_OK);
-    assert_int_equal(eccl_master_run(mst), ECCL_OK);
-    eccl_msg m;
-    uint8_t *k;
-    for (int i = 0; i < N_PEERS; i++) {
-        p[i].fd = raw_dial(maddr);
-        eccl_msg reg = {.type = ECCL_MSG_REGISTER};
-        reg.u.reg.peer_timeout_ms = 60000; /* the script sends no heartbeats */
-        snprintf(reg.u.reg.p2p_addr, sizeof reg.u.reg.p2p_addr, "127.0.0.1:%d", 41000 + i);
-        raw_send(p[i].fd, &reg);
-        expect(p[i].fd, ECCL_MSG_WELCOME, &m, &k);
-        assert_int_equal(m.u.welcome.accepted, i == 0);
-        free(k);
-        if (i == 0) take_ring(&p[0]);
-    }
-    /* The first one votes the others in: a view change of its group of one. */
-    eccl_msg vote = {.type = ECCL_MSG_TOPO_VOTE};
-    raw_send(p[0].fd, &vote);
-    expect(p[0].fd, ECCL_MSG_VIEW_QUERY, &m, &k);
-    eccl_msg rep = {.type = ECCL_MSG_VIEW_REPORT};
-    rep.u.view.epoch = m.u.epoch.epoch;
-    free(k);
-    raw_send(p[0].fd, &rep);
-    expect(p[0].fd, ECCL_MSG_VIEW_DECIDE, &m, &k);
-    free(k);
-    for (int i = 0; i < N_PEERS; i++) take_ring(&p[i]);
-    for (int i = 0; i < N_PEERS; i++) {
-        expect(p[i].fd, ECCL_MSG_TOPO_DONE, &m, &k);
-        free(k);
-    }
-    return mst;
-}
-
-static void stop(eccl_master *mst, peer *p)
-{
-    for (int i = 0; i < N_PEERS; i++)
-        if (p[i].fd >= 0) close(p[i].fd);
-    eccl_master_stop(mst);
-    eccl_master_destroy(mst);
-}
-
 /* Drops the members in `gone` (a bitmask) at once; the survivors get the
  * query. */
-static uint32_t lose(peer *p, unsigned gone)
+static uint32_t lose(raw_member *p, unsigned gone)
 {
     for (int i = 0; i < N_PEERS; i++) {
         if (!(gone & (1u << i))) continue;
@@ -121,14 +49,14 @@ static uint32_t lose(peer *p, unsigned gone)
         if (p[i].fd < 0) continue;
         eccl_msg m;
         uint8_t *k;
-        expect(p[i].fd, ECCL_MSG_VIEW_QUERY, &m, &k);
+        raw_expect(p[i].fd, ECCL_MSG_VIEW_QUERY, &m, &k);
         epoch = m.u.epoch.epoch;
         free(k);
     }
     return epoch;
 }
 
-static void report(const peer *p, uint32_t epoch, uint8_t flag)
+static void report(const raw_member *p, uint32_t epoch, uint8_t flag)
 {
     eccl_wire_op_flag op = {TAG, flag};
     eccl_msg rep = {.type = ECCL_MSG_VIEW_REPORT};
@@ -139,7 +67,7 @@ static void report(const peer *p, uint32_t epoch, uint8_t flag)
 }
 
 /* The survivor of lowest ring rank among `among` (bitmask), or -1. */
-static int first_in_ring(const peer *p, unsigned among)
+static int first_in_ring(const raw_member *p, unsigned among)
 {
     int best = -1;
     for (int i = 0; i < N_PEERS; i++)
@@ -147,11 +75,11 @@ static int first_in_ring(const peer *p, unsigned among)
     return best;
 }
 
-static void answer_ask(const peer *p, uint32_t epoch, const char *bytes)
+static void answer_ask(const raw_member *p, uint32_t epoch, const char *bytes)
 {
     eccl_msg m;
     uint8_t *k;
-    expect(p->fd, ECCL_MSG_REPAIR_ASK, &m, &k);
+    raw_expect(p->fd, ECCL_MSG_REPAIR_ASK, &m, &k);
     assert_int_equal(m.u.repair.tag, TAG);
     assert_int_equal(m.u.repair.epoch, epoch);
     free(k);
@@ -165,25 +93,25 @@ static void answer_ask(const peer *p, uint32_t epoch, const char *bytes)
 }
 
 /* Each survivor's decision on TAG (and, for a taker, the PUT before it). */
-static void expect_decision(const peer *p, unsigned takers, int commit, const char *bytes)
+static void expect_decision(const raw_member *p, unsigned takers, int commit, const char *bytes)
 {
     for (int i = 0; i < N_PEERS; i++) {
         if (p[i].fd < 0) continue;
         eccl_msg m;
         uint8_t *k;
         if (commit && (takers & (1u << i))) {
-            expect(p[i].fd, ECCL_MSG_REPAIR_PUT, &m, &k);
+            raw_expect(p[i].fd, ECCL_MSG_REPAIR_PUT, &m, &k);
             assert_int_equal(m.u.repair.tag, TAG);
             assert_int_equal(m.u.repair.len, strlen(bytes));
             assert_memory_equal(m.u.repair.bytes, bytes, strlen(bytes));
             free(k);
         }
-        expect(p[i].fd, ECCL_MSG_VIEW_DECIDE, &m, &k);
+        raw_expect(p[i].fd, ECCL_MSG_VIEW_DECIDE, &m, &k);
         assert_int_equal(m.u.view.n_ops, 1);
         assert_int_equal(eccl_wire_view_op(&m.u.view, 0).tag, TAG);
         assert_int_equal(eccl_wire_view_op(&m.u.view, 0).flag, commit);
         free(k);
-        expect(p[i].fd, ECCL_MSG_RING, &m, &k); /* the survivors' next epoch */
+        raw_expect(p[i].fd, ECCL_MSG_RING, &m, &k); /* the survivors' next epoch */
         free(k);
     }
 }
@@ -193,16 +121,16 @@ static void expect_decision(const peer *p, unsigned takers, int commit, const ch
 #define BIT(i) (1u << (i))
 
 /* Peer 4 lost; peers 0-3 report the tag with flags[0..3]. */
-static eccl_master *start_reported(peer *p, const uint8_t *flags, uint32_t *epoch)
+static eccl_master *start_reported(raw_member *p, const uint8_t *flags, uint32_t *epoch)
 {
-    eccl_master *mst = start(p);
+    eccl_master *mst = raw_group_start(p, N_PEERS);
     *epoch = lose(p, BIT(4));
     for (int i = 0; i < 4; i++) report(&p[i], *epoch, flags[i]);
     return mst;
 }
 
 /* 0 and 2 report the tag held, 1 and 3 that they can take it. */
-static eccl_master *start_two_holders(peer *p, uint32_t *epoch)
+static eccl_master *start_two_holders(raw_member *p, uint32_t *epoch)
 {
     static const uint8_t flags[4] = {HOLD, TAKE, HOLD, TAKE};
     return start_reported(p, flags, epoch);
@@ -211,14 +139,14 @@ static eccl_master *start_two_holders(peer *p, uint32_t *epoch)
 static void test_repair_commits(void **state)
 {
     (void)state;
-    peer p[N_PEERS];
+    raw_member p[N_PEERS];
     uint32_t e;
     eccl_master *mst = start_two_holders(p, &e);
     int src = first_in_ring(p, BIT(0) | BIT(2));
     answer_ask(&p[src], e, "sum of five");
     /* The other holder is not asked: its next message is the decision. */
     expect_decision(p, BIT(1) | BIT(3), 1, "sum of five");
-    stop(mst, p);
+    raw_group_stop(mst, p, N_PEERS);
 }
 
 /* The holder asked dies before it answers: the next one is asked; the
@@ -226,7 +154,7 @@ static void test_repair_commits(void **state)
 static void test_repair_holder_killed(void **state)
 {
     (void)state;
-    peer p[N_PEERS];
+    raw_member p[N_PEERS];
     uint32_t e;
     eccl_master *mst = start_two_holders(p, &e);
     int first = first_in_ring(p, BIT(0) | BIT(2)), second = first == 0 ? 2 : 0;
@@ -235,7 +163,7 @@ static void test_repair_holder_killed(void **state)
     p[first].fd = -1;
     answer_ask(&p[second], e, "sum of five");
     expect_decision(p, BIT(1) | BIT(3), 1, "sum of five");
-    stop(mst, p);
+    raw_group_stop(mst, p, N_PEERS);
 }
 
 /* The holder asked answers empty (it no longer has the op), and so does
@@ -243,14 +171,14 @@ static void test_repair_holder_killed(void **state)
 static void test_repair_no_holder_left(void **state)
 {
     (void)state;
-    peer p[N_PEERS];
+    raw_member p[N_PEERS];
     uint32_t e;
     eccl_master *mst = start_two_holders(p, &e);
     int first = first_in_ring(p, BIT(0) | BIT(2)), second = first == 0 ? 2 : 0;
     answer_ask(&p[first], e, "");
     answer_ask(&p[second], e, "");
     expect_decision(p, 0, 0, NULL);
-    stop(mst, p);
+    raw_group_stop(mst, p, N_PEERS);
 }
 
 /* Two members lost at once, the only holders among them: the survivors
@@ -259,20 +187,20 @@ static void test_repair_no_holder_left(void **state)
 static void test_repair_two_losses(void **state)
 {
     (void)state;
-    peer p[N_PEERS];
-    eccl_master *mst = start(p);
+    raw_member p[N_PEERS];
+    eccl_master *mst = raw_group_start(p, N_PEERS);
     uint32_t e = lose(p, BIT(3) | BIT(4));
     for (int i = 0; i < 3; i++) report(&p[i], e, TAKE);
     expect_decision(p, 0, 0, NULL);
-    stop(mst, p);
+    raw_group_stop(mst, p, N_PEERS);
 
-    mst = start(p);
+    mst = raw_group_start(p, N_PEERS);
     e = lose(p, BIT(0) | BIT(4));
     const uint8_t flags[N_PEERS] = {0, TAKE, TAKE, HOLD, 0};
     for (int i = 1; i < 4; i++) report(&p[i], e, flags[i]);
     answer_ask(&p[3], e, "x");
     expect_decision(p, BIT(1) | BIT(2), 1, "x");
-    stop(mst, p);
+    raw_group_stop(mst, p, N_PEERS);
 }
 
 /* A member that did not report the tag (it has not called it: a
@@ -281,13 +209,13 @@ static void test_repair_two_losses(void **state)
 static void test_repair_unreported_member_takes(void **state)
 {
     (void)state;
-    peer p[N_PEERS];
+    raw_member p[N_PEERS];
     static const uint8_t flags[4] = {HOLD, TAKE, HOLD, 0xFF};
     uint32_t e;
     eccl_master *mst = start_reported(p, flags, &e);
     answer_ask(&p[first_in_ring(p, BIT(0) | BIT(2))], e, "root's bytes");
     expect_decision(p, BIT(1) | BIT(3), 1, "root's bytes");
-    stop(mst, p);
+    raw_group_stop(mst, p, N_PEERS);
 }
 
 /* The old rule where the new one does not apply: a member that reported
@@ -296,12 +224,12 @@ static void test_repair_unreported_member_takes(void **state)
 static void test_repair_needs_every_reporter(void **state)
 {
     (void)state;
-    peer p[N_PEERS];
+    raw_member p[N_PEERS];
     static const uint8_t flags[4] = {HOLD, TAKE, HOLD, 0};
     uint32_t e;
     eccl_master *mst = start_reported(p, flags, &e);
     expect_decision(p, 0, 0, NULL);
-    stop(mst, p);
+    raw_group_stop(mst, p, N_PEERS);
 }
 
 int main(void)

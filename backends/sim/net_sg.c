@@ -46,6 +46,9 @@
 #define MSG_OVERHEAD 64
 /* Most bytes one send call takes; the rest waits for the next call. */
 #define SEND_MAX (4u << 20)
+/* wire_time counts DATA messages this big or bigger: smaller ones cost
+ * their latency more than their bytes (core's rates.c alike). */
+#define WIRE_TIME_MIN (64u << 10)
 /* Connections a listener holds before accept; more are refused (RST).
  * The real backend's listen backlog (backends/real/net_tcp.c). */
 #define BACKLOG_MAX 1024
@@ -102,6 +105,9 @@ struct eccl_conn {
     int eof;        /* FIN arrived: queued bytes, then CLOSED */
     int reset;      /* the peer crashed: CLOSED at once */
     uint64_t peer_id, peer_env;
+    /* wire_time: large DATA messages' bytes and their time on the wire */
+    uint64_t wire_bytes;
+    double wire_s;
     sg_host_t peer_host;       /* the far env's host and boot (the listener's */
     int peer_boot;             /* while connecting) */
     sg_msg *held, *held_tail;  /* waiting for a route that is down */
@@ -922,6 +928,27 @@ static int take_in_order(eccl_conn *c, sg_msg *m)
 }
 
 /* Returns 1 if it kept `m` (queued out of order, or its bytes unread). */
+/* wire_time: a large DATA message arrived. Its time on the wire is what
+ * its route's bandwidth now charges it alone (CM02 without the latency):
+ * the link's capacity, not what sharing or the receiver's queue left of it
+ * (a permanent receiver takes messages in the order they were put, so a
+ * fast link's message may wait behind a slow one's: timing the arrivals
+ * would blame the fast link). */
+static void wire_note(sg_env *e, eccl_conn *c, const sg_msg *m)
+{
+    double bw = sg_host_get_route_bandwidth(m->src_host, e->host);
+    if (!(bw > 0)) return;
+    c->wire_s += (double)m->len / bw;
+    c->wire_bytes += m->len;
+}
+
+static void sg_wire_time(void *ctx, eccl_conn *c, uint64_t *bytes, uint64_t *ns)
+{
+    (void)ctx;
+    *bytes = c->wire_bytes;
+    *ns = (uint64_t)llround(c->wire_s * 1e9);
+}
+
 static int deliver(sg_env *e, sg_msg *m)
 {
     eccl_sg_log(e, ECCL_LOG_TRACE, "deliver type %d dst %llu len %zu", m->type,
@@ -942,6 +969,7 @@ static int deliver(sg_env *e, sg_msg *m)
         return 0;
     }
     cand_add(c);
+    if (m->type == M_DATA && m->len >= WIRE_TIME_MIN) wire_note(e, c, m);
     if (m->type == M_DATA || m->type == M_FIN) {
         /* Messages of one stream travel in parallel (the mailbox has a
          * permanent receiver), so a small one can overtake a big one sent
@@ -1869,4 +1897,5 @@ const eccl_net_ops eccl_net_sg_ops = {
     .close = sg_close,
     .wait = sg_wait,
     .wake = sg_wake,
+    .wire_time = sg_wire_time,
 };

@@ -165,6 +165,9 @@ static eccl_result master_on_msg(void *owner, eccl_chan *ch, const eccl_msg *m)
     case ECCL_MSG_SLOW_NOTICE:
         comm_late_on_notice(c, &m->u.late);
         return ECCL_OK;
+    case ECCL_MSG_SLOW_LINK:
+        comm_rates_on_notice(c, &m->u.link);
+        return ECCL_OK;
     case ECCL_MSG_KICK:
         ECCL_WARN(c->env, "kicked by the master: %s", eccl_strerror((eccl_result)m->u.kick.reason));
         comm_fail(c, ECCL_ERR_KICKED);
@@ -317,6 +320,7 @@ static uint64_t timers(eccl_comm *c)
         if (now >= c->heartbeat_at) {
             eccl_msg m = {.type = ECCL_MSG_HEARTBEAT};
             comm_master_send(c, &m);
+            comm_rates_report(c);
             c->heartbeat_at = now + timeout / 4;
         }
         next = min_deadline(next, min_deadline(c->heartbeat_at, c->master.last_rx_ns + timeout + 1));
@@ -526,6 +530,7 @@ eccl_result eccl_comm_create_with_env(eccl_env *env, eccl_env_release_fn release
     if ((rc = eccl_dispatch_init(&c->dispatch, env)) != ECCL_OK) goto fail;
     comm_trace_init(c);
     comm_late_init(c);
+    c->net_wire_time = eccl_net_has_wire_time(env);
     c->listener.kind = ECCL_HANDLE_LISTENER;
     eccl_bufpool_init(&c->pool, env);
     eccl_bufpool_init(&c->states, NULL);
@@ -725,6 +730,8 @@ eccl_result eccl_comm_get_attr(eccl_comm *c, eccl_attr attr, int64_t *value)
     case ECCL_ATTR_EPOCH: *value = c->epoch; break;
     case ECCL_ATTR_HOST_RANKS: *value = c->host_ranks; break;
     case ECCL_ATTR_SLOW_PEER: *value = (int64_t)c->slow_peer; break;
+    case ECCL_ATTR_SLOW_LINK_FROM: *value = (int64_t)c->slow_link_from; break;
+    case ECCL_ATTR_SLOW_LINK_TO: *value = (int64_t)c->slow_link_to; break;
     case ECCL_ATTR_P2P_POOL: *value = c->pool_out; break;
     case ECCL_ATTR_RING_LINKS:
         *value = c->link_next != NULL;

@@ -180,6 +180,9 @@ typedef struct p2p_link {
     early_frame *receiving;           /* the early frame being read */
     uint64_t held_ns, held_tag;       /* since when a frame of a call not made
                                          here waits unread on the link (late.c); 0: none */
+    /* Its rate in (rates.c): large frames' payload bytes and the time they
+     * took; what the master was told of; when the frame being read began. */
+    uint64_t rx_bytes, rx_ns, rx_told_bytes, rx_told_ns, rx_at_ns;
     /* Shared-state and probe links (purposes SYNC, PROBE) live in
      * comm->side_links, outside every ring epoch: view changes neither
      * pause nor close them. */
@@ -368,6 +371,8 @@ struct eccl_comm {
     uint64_t returned_ns; /* when a call last returned to the caller (late.c) */
     uint64_t slow_peer;
     uint32_t slow_us;
+    uint64_t slow_link_from, slow_link_to; /* the master's SLOW_LINK (rates.c); 0: none */
+    int net_wire_time;                     /* eccl_net_has_wire_time (rates.c) */
     struct comm_record *records; /* results handed over for tags not called yet */
     int returned_finished;      /* one of those finished: a call of its tag may start */
     /* Both ring buffers grow from COMM_RING_START entries as they fill
@@ -452,6 +457,20 @@ eccl_result comm_trace_dump(eccl_comm *c, const char *why, int automatic);
 void comm_late_init(eccl_comm *c);
 void comm_late_note(eccl_comm *c, const eccl_request *r);
 void comm_late_on_notice(eccl_comm *c, const eccl_msg_late *m);
+
+/* Link rates (rates.c): a DATA frame's payload given a place, and in place;
+ * the heartbeat's reports to the master; the master's SLOW_LINK. Frames of
+ * COMM_RATE_MIN bytes or more are timed; a link reports once it carried
+ * COMM_RATE_REPORT bytes more. */
+#define COMM_RATE_MIN (64u << 10)
+#define COMM_RATE_REPORT (1u << 20)
+void comm_rate_begin(eccl_comm *c, p2p_link *l, const eccl_wire_data *d);
+void comm_rate_done(eccl_comm *c, p2p_link *l, const eccl_wire_data *d);
+void comm_rates_report(eccl_comm *c);
+void comm_rates_on_notice(eccl_comm *c, const eccl_msg_link *m);
+/* The p2p address of the peer at l's far end, where this rank knows it (a
+ * ring neighbour, a peer of the address book), else NULL (peers.c). */
+const char *comm_peer_addr_of(const eccl_comm *c, const p2p_link *l);
 size_t comm_ops_pump(eccl_comm *c);
 eccl_result comm_replay_early(eccl_comm *c, eccl_request *r, p2p_link *l);
 p2p_link *comm_role_link_at(const eccl_comm *c, uint32_t i);

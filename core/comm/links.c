@@ -244,6 +244,7 @@ static eccl_result link_on_data(void *owner, eccl_chan *ch, const eccl_wire_data
         }
         l->receiving = e;
         *dst = e->buf ? e->buf->ptr : NULL;
+        comm_rate_begin(c, l, d);
         return ECCL_OK;
     }
     if (r->state != OP_RUNNING || r->call.epoch != d->epoch) return ECCL_ERR_PROTOCOL;
@@ -253,7 +254,9 @@ static eccl_result link_on_data(void *owner, eccl_chan *ch, const eccl_wire_data
             r->heard_early_ns = l->held_ns;
         l->held_ns = 0;
     }
-    return comm_op_recv(r, role, d, dst);
+    eccl_result rc = comm_op_recv(r, role, d, dst);
+    if (rc == ECCL_OK) comm_rate_begin(c, l, d);
+    return rc;
 }
 
 static eccl_result link_on_data_done(void *owner, eccl_chan *ch, const eccl_wire_data *d)
@@ -262,6 +265,7 @@ static eccl_result link_on_data_done(void *owner, eccl_chan *ch, const eccl_wire
     p2p_link *l = (p2p_link *)ch;
     if (link_is_sync(l)) return comm_sync_on_data_done(c, l, d);
     if (link_is_probe(l)) return comm_probe_on_data_done(c, l, d);
+    comm_rate_done(c, l, d);
     if (l->receiving) {
         *l->early_tail = l->receiving;
         l->early_tail = &l->receiving->next;

@@ -184,6 +184,15 @@ uint64_t comm_peer_id_of(const eccl_comm *c, uint32_t rank)
     return p->known ? p->ref.peer_id : p->link ? p->link->peer_id : 0;
 }
 
+const char *comm_peer_addr_of(const eccl_comm *c, const p2p_link *l)
+{
+    if (l->peer_id && l->peer_id == c->prev_ref.peer_id) return c->prev_ref.addr;
+    if (l->peer_id && l->peer_id == c->next_ref.peer_id) return c->next_ref.addr;
+    if (l->purpose != ECCL_LINK_PEER) return NULL;
+    const comm_peer *p = peer_find(c, l->peer_rank);
+    return p && p->known && p->ref.peer_id == l->peer_id ? p->ref.addr : NULL;
+}
+
 int comm_peer_role(const eccl_comm *c, const p2p_link *l)
 {
     if (l->purpose != ECCL_LINK_PEER || l->epoch != c->epoch) return ROLE_NONE;

@@ -42,6 +42,7 @@
 /* MP_RELAY: a relay (core/master/relay.c) that speaks for the peers behind
  * it; it is no peer itself. */
 enum mpeer_state { MP_CONNECTED, MP_REGISTERED, MP_ACCEPTED, MP_RELAY, MP_STATES };
+#define MP_RX 4 /* links in per member the master keeps rates of (a ring's one, a tree's few) */
 
 /* A peer's part in its group's shared-state round (state/sync.h). */
 enum msync_state {
@@ -87,6 +88,13 @@ typedef struct mpeer {
     uint32_t host_ranks;    /* members sharing its host this epoch (group_by_host) */
     int leaving;            /* sent LEAVE: its ops are settled, it waits for the others */
     uint32_t late_us;       /* its last LATE_REPORT: it calls late by this (µs); 0: it does not */
+    /* Its links in, as its LINK_RATEs measure them: the last MP_RX senders. */
+    struct mrx {
+        uint64_t from;      /* the sending peer; 0: a free slot */
+        double bps;         /* the last window's rate */
+        uint64_t bytes;     /* every byte it reported over this link */
+        uint32_t slow;      /* windows in a row well under the group's reference (rate_ref) */
+    } *rx;                  /* MP_RX of them once it reported one; else NULL */
     int reported;
     eccl_wire_op_flag *report;
     uint32_t n_report;
@@ -134,6 +142,11 @@ struct mgroup {
     uint32_t traced_epoch; /* TRACE_ASK sent for a failure of this epoch, plus one */
     uint64_t slow_peer;    /* the late member its members were told of (SLOW_NOTICE); 0: none */
     uint32_t slow_us;
+    uint64_t slow_from, slow_to; /* the slow link its members were told of (SLOW_LINK); 0: none */
+    double slow_bps;             /* its rate then */
+    double rate_ref;       /* its members' links' rates (LINK_RATE): the upper quartile */
+    uint64_t rate_ref_ns;  /* when it was taken; 0: never */
+    uint32_t rate_reports; /* LINK_RATEs since */
     uint64_t query_ns;     /* when the current view change began (VIEW_QUERY), 0: none */
     /* The current query's decisions, once every member reported (tallied),
      * and the replicated results they wait for (docs/protocol.md, "The
@@ -199,11 +212,13 @@ struct eccl_master {
     uint64_t scan_at;       /* earliest heartbeat or silence deadline */
     eccl_bw_store bw;       /* measured links, kept across optimize calls */
     uint64_t opt_work;      /* ECCL_TOPO_SOLVE_WORK */
+    uint32_t slow_link_factor; /* ECCL_SLOW_LINK_FACTOR: a link this many times under rate_ref is slow; 0: off */
     uint64_t moon_budget;   /* ECCL_TOPO_MOONSHOT_KICKS: kicks per solved ring */
     uint32_t seg_handles[ECCL_WIRE_MAX_SEG]; /* send_rings' scratch */
     /* What eccl_master_metrics reports (Prometheus counters and sums). */
     struct {
-        uint64_t registrations, admitted, admit_ns, lost, epochs, view_changes, view_ns, trace_asks, late_reports;
+        uint64_t registrations, admitted, admit_ns, lost, epochs, view_changes, view_ns, trace_asks, late_reports,
+            slow_links;
         uint64_t coll_failed[ECCL_ERR_DEVICE + 1]; /* COLL_DONE reports by result */
     } metrics;
 };
@@ -715,6 +730,99 @@ static void slow_update(eccl_master *m, mgroup *g, int again)
     for (uint32_t i = 0; i < g->n; i++) send_to(g->members[i], &t);
 }
 
+/* ---- slow links: rates members measure on their links in (LINK_RATE) ---- */
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Tells every member which link is slow (SLOW_LINK; from 0: none is). */
+static void slow_link_tell(mgroup *g, uint64_t from, uint64_t to, double bps)
+{
+    g->slow_from = from, g->slow_to = to, g->slow_bps = bps;
+    eccl_msg t = {.type = ECCL_MSG_SLOW_LINK};
+    t.u.link.from = from, t.u.link.to = to;
+    t.u.link.bytes = (uint64_t)bps, t.u.link.ns = 1000000000u; /* the rate as bytes in a second */
+    for (uint32_t i = 0; i < g->n; i++) send_to(g->members[i], &t);
+}
+
+/* A new ring: its newcomers learn of the slow link, or every member that
+ * none is, once an end of it left. */
+static void slow_link_ring(mgroup *g)
+{
+    if (!g->slow_from) return;
+    int ends = 0;
+    for (uint32_t i = 0; i < g->n; i++) ends += g->members[i]->id == g->slow_from || g->members[i]->id == g->slow_to;
+    if (ends == 2) slow_link_tell(g, g->slow_from, g->slow_to, g->slow_bps);
+    else slow_link_tell(g, 0, 0, 0);
+}
+
+/* What the group's links do when healthy: the upper quartile of their last
+ * rates (a slow host link slows every link through it, most of a small
+ * group's: a median would sink with them). Taken again once a second at
+ * most and once half the members reported since: O(1) a report. */
+static void rate_ref(eccl_master *m, mgroup *g)
+{
+    uint64_t now = now_ns(m);
+    if (g->rate_ref_ns && (now - g->rate_ref_ns < 1000000000u || g->rate_reports * 2 < g->n)) return;
+    double *v = malloc((size_t)g->n * MP_RX * sizeof *v);
+    if (!v) return; /* the last reference stands */
+    size_t k = 0;
+    for (uint32_t i = 0; i < g->n; i++)
+        for (int j = 0; g->members[i]->rx && j < MP_RX; j++)
+            if (g->members[i]->rx[j].from) v[k++] = g->members[i]->rx[j].bps;
+    if (k >= 3) { /* fewer links: nothing to compare with yet (and no wait to take it again) */
+        qsort(v, k, sizeof *v, cmp_double);
+        g->rate_ref = v[3 * k / 4];
+        g->rate_ref_ns = now;
+        g->rate_reports = 0;
+    }
+    free(v);
+}
+
+/* A member's LINK_RATE: the link from `from` moved `bytes` in `ns` (links
+ * between hosts only: comm/rates.c). A link under 1/ECCL_SLOW_LINK_FACTOR
+ * of the group's reference rate (rate_ref) two windows in a row is named
+ * to every member; it is cleared once it reaches half the reference. */
+static eccl_result on_link_rate(eccl_master *m, mpeer *p, const eccl_msg_link *l)
+{
+    mgroup *g = p->group;
+    if (p->state != MP_ACCEPTED || !l->from || l->to || !l->ns) return ECCL_ERR_PROTOCOL;
+    if (!p->rx && !(p->rx = calloc(MP_RX, sizeof *p->rx))) return ECCL_OK; /* unmeasured, no harm */
+    struct mrx *e = NULL;
+    for (int j = 0; j < MP_RX && !e; j++)
+        if (p->rx[j].from == l->from) e = &p->rx[j];
+    for (int j = 0; j < MP_RX && !e; j++)
+        if (!p->rx[j].from) e = &p->rx[j];
+    if (!e) { /* the oldest sender goes: links change with the ring */
+        memmove(p->rx, p->rx + 1, (MP_RX - 1) * sizeof *p->rx);
+        e = &p->rx[MP_RX - 1];
+        memset(e, 0, sizeof *e);
+    }
+    e->from = l->from;
+    e->bps = (double)l->bytes * 1e9 / (double)l->ns;
+    e->bytes += l->bytes;
+    g->rate_reports++;
+    rate_ref(m, g);
+    int slow = g->rate_ref > 0 && e->bps * m->slow_link_factor < g->rate_ref;
+    e->slow = slow ? e->slow + 1 : 0;
+    int named = g->slow_from == l->from && g->slow_to == p->id;
+    if (e->slow >= 2 && !g->slow_from && m->slow_link_factor) {
+        ECCL_WARN(m->env, "group %u: the link from peer %llu to peer %llu is slow: %.3g B/s where the group's links "
+                          "do %.3g B/s (upper quartile); members are told (ECCL_ATTR_SLOW_LINK_FROM/TO)",
+                  g->id, (unsigned long long)l->from, (unsigned long long)p->id, e->bps, g->rate_ref);
+        m->metrics.slow_links++;
+        slow_link_tell(g, l->from, p->id, e->bps);
+    } else if (named && e->bps * 2 >= g->rate_ref) {
+        ECCL_INFO(m->env, "group %u: the link from peer %llu to peer %llu is no longer slow (%.3g B/s)", g->id,
+                  (unsigned long long)l->from, (unsigned long long)p->id, e->bps);
+        slow_link_tell(g, 0, 0, 0);
+    }
+    return ECCL_OK;
+}
+
 /* Decides the frozen ops (every member reported, every repair is in),
  * then hands out the next ring. */
 static void finish_view(eccl_master *m, mgroup *g)
@@ -783,6 +891,7 @@ static void finish_view(eccl_master *m, mgroup *g)
     ECCL_INFO(m->env, "group %u: ring epoch %u with %u peers", g->id, g->epoch, g->n);
     send_rings(m, g);
     slow_update(m, g, 1);
+    slow_link_ring(g);
     check_admission_done(m);
 }
 
@@ -1519,6 +1628,8 @@ static void drop_peer(eccl_master *m, mpeer *p, eccl_result why)
     if (p->state == MP_RELAY) relay_gone(m, p);
     free(p->report);
     p->report = NULL;
+    free(p->rx);
+    p->rx = NULL;
     int opt_was = p->opt_asked;
     enum msync_state sync_was = p->sync_state;
     int sync_src = p->sync_src;
@@ -1806,6 +1917,8 @@ static eccl_result peer_on_msg(void *owner, eccl_chan *ch, const eccl_msg *msg)
         m->metrics.late_reports++;
         slow_update(m, g, 0);
         return ECCL_OK;
+    case ECCL_MSG_LINK_RATE:
+        return on_link_rate(m, p, &msg->u.link);
     case ECCL_MSG_VIEW_REPORT: {
         if (p->state != MP_ACCEPTED || !g->querying || msg->u.view.epoch != g->epoch ||
             p->reported)
@@ -1970,6 +2083,7 @@ eccl_result eccl_master_create_with_env(eccl_env *env, eccl_env_release_fn relea
     m->listener.kind = ECCL_HANDLE_LISTENER;
     snprintf(env->name, sizeof env->name, "master");
     m->opt_work = eccl_config_uint(env, "ECCL_TOPO_SOLVE_WORK", 1, UINT64_MAX, MASTER_OPT_WORK);
+    m->slow_link_factor = (uint32_t)eccl_config_uint(env, "ECCL_SLOW_LINK_FACTOR", 0, 1000, 4);
     m->moon_budget =
         eccl_config_uint(env, "ECCL_TOPO_MOONSHOT_KICKS", 0, UINT32_MAX, MASTER_MOON_KICKS);
     ECCL_CHECK(env, eccl_engine_init(&m->eng, env, &master_engine_ops, m));
@@ -2058,6 +2172,33 @@ eccl_result eccl_master_metrics(eccl_master *m, char *buf, size_t len, size_t *n
            "The member of each group that calls late, as its members are told (0: none).");
     for (const mgroup *g = m->groups; g; g = g->next)
         put(&t, "eccl_master_group_slow_peer{group=\"%u\"} %llu\n", g->id, (unsigned long long)g->slow_peer);
+    metric(&t, "eccl_master_group_slow_link", "gauge",
+           "The slow link of each group, as its members are told: 1 for the link from peer `from` to peer `to`.");
+    for (const mgroup *g = m->groups; g; g = g->next)
+        if (g->slow_from)
+            put(&t, "eccl_master_group_slow_link{group=\"%u\",from=\"%llu\",to=\"%llu\"} 1\n", g->id,
+                (unsigned long long)g->slow_from, (unsigned long long)g->slow_to);
+    metric(&t, "eccl_master_link_rate_bytes_per_second", "gauge",
+           "Each member's links in (from the sending peer), as it last measured them (LINK_RATE): payload bytes "
+           "over the time they took to arrive.");
+    for (const mgroup *g = m->groups; g; g = g->next)
+        for (uint32_t i = 0; i < g->n; i++)
+            for (int j = 0; g->members[i]->rx && j < MP_RX; j++)
+                if (g->members[i]->rx[j].from)
+                    put(&t, "eccl_master_link_rate_bytes_per_second{from=\"%llu\",to=\"%llu\"} %.6g\n",
+                        (unsigned long long)g->members[i]->rx[j].from, (unsigned long long)g->members[i]->id,
+                        g->members[i]->rx[j].bps);
+    metric(&t, "eccl_master_link_bytes_total", "counter",
+           "Payload bytes each member's links in carried, as its LINK_RATEs reported them (large frames only).");
+    for (const mgroup *g = m->groups; g; g = g->next)
+        for (uint32_t i = 0; i < g->n; i++)
+            for (int j = 0; g->members[i]->rx && j < MP_RX; j++)
+                if (g->members[i]->rx[j].from)
+                    put(&t, "eccl_master_link_bytes_total{from=\"%llu\",to=\"%llu\"} %llu\n",
+                        (unsigned long long)g->members[i]->rx[j].from, (unsigned long long)g->members[i]->id,
+                        (unsigned long long)g->members[i]->rx[j].bytes);
+    counter(&t, "eccl_master_slow_links_total", "Links named slow to their group's members.",
+            m->metrics.slow_links);
     counter(&t, "eccl_master_registrations_total", "Peers that registered.", m->metrics.registrations);
     counter(&t, "eccl_master_admitted_total", "Peers admitted into a ring.", m->metrics.admitted);
     summary(&t, "eccl_master_admission_seconds",
@@ -2111,6 +2252,7 @@ eccl_result eccl_master_stop(eccl_master *m)
         n = p->next;
         if (!p->via) eccl_chan_close(&p->ch);
         free(p->report);
+        free(p->rx);
         free(p->sync_keys);
         free(p->kids);
         eccl_wire_batch_free(&p->out);

@@ -150,6 +150,8 @@ static uint32_t max_length(uint16_t type)
     case ECCL_MSG_TRACE_ASK:
     case ECCL_MSG_LATE_REPORT:
     case ECCL_MSG_SLOW_NOTICE: return 16;
+    case ECCL_MSG_LINK_RATE:
+    case ECCL_MSG_SLOW_LINK: return 32;
     case ECCL_MSG_REPAIR_DATA:
     case ECCL_MSG_REPAIR_PUT: return 16u + ECCL_WIRE_MAX_REPAIR;
     case ECCL_MSG_PENDING_REPLY: return 4;
@@ -433,6 +435,13 @@ static void put_payload(wbuf *w, const eccl_msg *m)
         put_u64(w, m->u.late.peer_id);
         put_u32(w, m->u.late.late_us);
         put_u32(w, m->u.late.calls);
+        break;
+    case ECCL_MSG_LINK_RATE:
+    case ECCL_MSG_SLOW_LINK:
+        put_u64(w, m->u.link.from);
+        put_u64(w, m->u.link.to);
+        put_u64(w, m->u.link.bytes);
+        put_u64(w, m->u.link.ns);
         break;
     case ECCL_MSG_REPAIR_ASK:
     case ECCL_MSG_REPAIR_DATA:
@@ -764,6 +773,13 @@ static void get_payload(rbuf *r, uint16_t type, eccl_msg *m)
         m->u.late.peer_id = get_u64(r);
         m->u.late.late_us = get_u32(r);
         m->u.late.calls = get_u32(r);
+        break;
+    case ECCL_MSG_LINK_RATE:
+    case ECCL_MSG_SLOW_LINK:
+        m->u.link.from = get_u64(r);
+        m->u.link.to = get_u64(r);
+        m->u.link.bytes = get_u64(r);
+        m->u.link.ns = get_u64(r);
         break;
     case ECCL_MSG_REPAIR_ASK:
     case ECCL_MSG_REPAIR_DATA:

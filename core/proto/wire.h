@@ -24,8 +24,8 @@
 #include "quant/quant.h"
 
 #define ECCL_WIRE_MAGIC 0x4C434345u /* "ECCL" read as little-endian bytes */
-#define ECCL_WIRE_VERSION 5u /* 2: RING has four tree children; RING_SEG. 3: REGISTER_SEG. 4: TRACE_ASK.
-                                5: LATE_REPORT, SLOW_NOTICE */
+#define ECCL_WIRE_VERSION 6u /* 2: RING has four tree children; RING_SEG. 3: REGISTER_SEG. 4: TRACE_ASK.
+                                5: LATE_REPORT, SLOW_NOTICE. 6: LINK_RATE, SLOW_LINK */
 #define ECCL_WIRE_HEADER_SIZE 16u
 /* Largest control payload (everything but DATA). */
 #define ECCL_WIRE_MAX_CONTROL 65536u
@@ -61,6 +61,7 @@ enum eccl_msg_type {
     ECCL_MSG_REPAIR_DATA = 15, /* answer to REPAIR_ASK: the result of `tag` */
     ECCL_MSG_LATE_REPORT = 16, /* I call late: my calls start a median `late_us`
                                   after my partners' first frames (0: no longer) */
+    ECCL_MSG_LINK_RATE = 17,   /* my link from peer `from` moved `bytes` in `ns` */
     /* master -> peer */
     ECCL_MSG_WELCOME = 32,     /* your peer id; accepted at once or pending */
     ECCL_MSG_PENDING_REPLY = 33,
@@ -81,6 +82,8 @@ enum eccl_msg_type {
     ECCL_MSG_RING_SEG = 47,    /* to a relay: its peers' RINGs, for it to expand */
     ECCL_MSG_TRACE_ASK = 48,   /* `tag` failed at a member (`result`): write your trace */
     ECCL_MSG_SLOW_NOTICE = 49, /* member `peer_id` of your group calls late (0: none) */
+    ECCL_MSG_SLOW_LINK = 50,   /* the link `from` -> `to` of your group is slow
+                                  (`bytes` in `ns`); from 0: none is */
     /* peer -> peer */
     ECCL_MSG_P2P_HELLO = 64,   /* first frame on a p2p connection */
     ECCL_MSG_DATA = 65,        /* collective payload: data header + bytes */
@@ -197,6 +200,11 @@ typedef struct eccl_msg_late { /* LATE_REPORT (peer_id 0), SLOW_NOTICE */
     uint32_t late_us; /* the median lateness; 0: not late (any more) */
     uint32_t calls;   /* LATE_REPORT: the calls it is a median over */
 } eccl_msg_late;
+
+typedef struct eccl_msg_link { /* LINK_RATE (to 0: the sender), SLOW_LINK */
+    uint64_t from, to;  /* peer ids: the link's sending and receiving ends */
+    uint64_t bytes, ns; /* payload received, and the time it took */
+} eccl_msg_link;
 
 typedef struct eccl_wire_op_flag {
     uint64_t tag;
@@ -587,6 +595,7 @@ typedef struct eccl_msg {
         eccl_msg_coll coll;
         eccl_msg_trace_ask trace_ask;
         eccl_msg_late late;
+        eccl_msg_link link;
         eccl_msg_view view;
         eccl_msg_kick kick;
         eccl_msg_repair repair;

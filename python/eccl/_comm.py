@@ -129,6 +129,14 @@ class Comm(_eccl.Comm):
         return self.get_attr(_eccl.Attr.SLOW_PEER)
 
     @property
+    def slow_link(self):
+        """The link of this group the master names slow, as (from peer id,
+        to peer id), far under the median rate of the group's links
+        (docs/trace.md, "Slow links while the job runs"); None: none."""
+        frm = self.get_attr(_eccl.Attr.SLOW_LINK_FROM)
+        return (frm, self.get_attr(_eccl.Attr.SLOW_LINK_TO)) if frm else None
+
+    @property
     def p2p_pool_size(self):
         return self.get_attr(_eccl.Attr.P2P_POOL)
 

@@ -1473,7 +1473,9 @@ PYBIND11_MODULE(_eccl, m)
         .value("P2P_POOL", ECCL_ATTR_P2P_POOL)
         .value("RING_LINKS", ECCL_ATTR_RING_LINKS)
         .value("HOST_RANKS", ECCL_ATTR_HOST_RANKS)
-        .value("SLOW_PEER", ECCL_ATTR_SLOW_PEER);
+        .value("SLOW_PEER", ECCL_ATTR_SLOW_PEER)
+        .value("SLOW_LINK_FROM", ECCL_ATTR_SLOW_LINK_FROM)
+        .value("SLOW_LINK_TO", ECCL_ATTR_SLOW_LINK_TO);
 
     py::enum_<eccl_algorithm>(m, "Algorithm", "eccl_algorithm: how a collective ran")
         .value("RING", ECCL_ALGO_RING).value("TREE", ECCL_ALGO_TREE).value("CHAIN", ECCL_ALGO_CHAIN)

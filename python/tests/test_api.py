@@ -89,6 +89,7 @@ def test_solo_attributes_and_too_few_peers(solo):
     assert solo.epoch >= 1 and solo.peer_id >= 0 and solo.p2p_pool_size >= 1
     assert solo.get_attr(eccl.Attr.WORLD_SIZE) == 1
     assert solo.slow_peer == 0 and solo.get_attr(eccl.Attr.SLOW_PEER) == 0
+    assert solo.slow_link is None and solo.get_attr(eccl.Attr.SLOW_LINK_TO) == 0
     assert solo.connected and not solo.closed
     a = np.arange(4, dtype=np.float32)
     with pytest.raises(eccl.TooFewPeers) as info:

@@ -32,7 +32,7 @@ int eccl_scn_job_init(eccl_scn_job *j, const eccl_scenario *cfg, const char *too
     j->cfg = cfg;
     j->tool = tool;
     j->hooks = *h;
-    j->fault_ns = j->detect_ns = j->slow_ns = UINT64_MAX;
+    j->fault_ns = j->detect_ns = j->slow_ns = j->slow_named_ns = UINT64_MAX;
     j->rk = calloc((size_t)cfg->ranks, sizeof *j->rk);
     j->oks_at = calloc((size_t)cfg->iters + 1, sizeof *j->oks_at);
     j->ref_hash = calloc((size_t)cfg->iters + 1, sizeof *j->ref_hash);
@@ -215,6 +215,15 @@ void eccl_scn_job_line(rank_state *r, uint64_t now, const char *line)
         const char *p = strstr(line, " peer=");
         unsigned long long id = 0;
         if (p && sscanf(p + 6, "%llu", &id) == 1) r->peer_id = id;
+    } else if (strcmp(event, "slow_link_seen") == 0) {
+        const char *f = strstr(line, " from="), *t = strstr(line, " to=");
+        unsigned long long from = 0, to = 0;
+        if (f && t && sscanf(f + 6, "%llu", &from) == 1 && sscanf(t + 4, "%llu", &to) == 1) {
+            /* The last link named: it is cleared again when an end of it
+             * leaves, as every rank does at the end. */
+            if (from) j->slow_from = from, j->slow_to = to;
+            if (from && j->slow_named_ns == UINT64_MAX) j->slow_named_ns = now;
+        }
     } else if (strcmp(event, "begin") == 0) {
         r->begin_ns = now;
         /* Bootstrap: the first worker's first all-reduce begins once it is
@@ -660,6 +669,27 @@ static int trace_check(eccl_scn_job *s, const char *outdir)
     return !ok;
 }
 
+/* expect_slow_link = R: the last slow link the master named (comm/rates.c)
+ * has rank R's worker at one end. Returns the failed checks. */
+static int slow_link_check(eccl_scn_job *s)
+{
+    const eccl_scenario *cfg = s->cfg;
+    int from = 0, to = 0;
+    for (int i = 0; i < cfg->ranks; i++) {
+        if (s->slow_from && s->rk[i].peer_id == s->slow_from) from = i + 1;
+        if (s->slow_to && s->rk[i].peer_id == s->slow_to) to = i + 1;
+    }
+    s->slow_link_rank = from == cfg->expect_slow_link || to == cfg->expect_slow_link ? cfg->expect_slow_link : to;
+    int ok = s->slow_link_rank == cfg->expect_slow_link;
+    char when[32] = "-";
+    if (s->slow_named_ns != UINT64_MAX && s->slow_ns != UINT64_MAX && s->slow_named_ns >= s->slow_ns)
+        eccl_results_fmt_time(when, sizeof when, s->slow_named_ns - s->slow_ns);
+    eccl_scn_job_say(s, s->tool, "%s slow link: named rank %d -> rank %d (peers %llu -> %llu), %s s after the "
+                     "slow_link (expected an end at rank %d)", ok ? "ok" : "FAIL", from, to, s->slow_from,
+                     s->slow_to, when, cfg->expect_slow_link);
+    return !ok;
+}
+
 int eccl_scn_job_finish(eccl_scn_job *s, const char *outdir, uint64_t end_ns, const eccl_scn_job_report *rep)
 {
     const eccl_scenario *cfg = s->cfg;
@@ -792,6 +822,7 @@ int eccl_scn_job_finish(eccl_scn_job *s, const char *outdir, uint64_t end_ns, co
         failures++;
     }
     if (cfg->trace) failures += trace_check(s, outdir);
+    if (cfg->expect_slow_link) failures += slow_link_check(s);
     const char *checks = failures ? "fail" : "pass";
     char end_time[32], ar_mean[32] = "-", ar_min[32] = "-", fault_t[32] = "-", detect[32] = "-";
     eccl_results_fmt_time(end_time, sizeof end_time, end_ns);
@@ -851,6 +882,7 @@ int eccl_scn_job_finish(eccl_scn_job *s, const char *outdir, uint64_t end_ns, co
         eccl_results_kv_str(sf, "slowdown", slowdown);
         eccl_results_kv_str(sf, "buffers", eccl_scn_buffers_name(cfg));
         eccl_results_kv_str(sf, "values", cfg->phantom ? "unchecked" : "checked");
+        if (cfg->expect_slow_link) eccl_results_kv_i64(sf, "slow_link_rank", s->slow_link_rank);
         if (cfg->trace) {
             eccl_results_kv_str(sf, "trace_culprit", s->trace_culprit ? s->trace_culprit : "-");
             eccl_results_kv_i64(sf, "trace_culprit_rank", s->trace_rank);

@@ -110,6 +110,12 @@ struct eccl_scn_job {
      * "waited_on"; "-" without traces) and its rank (0: none found) */
     const char *trace_culprit;
     int trace_rank;
+    /* The last slow link the master named, as a worker saw it (its
+     * event=slow_link_seen: peer ids; 0: none), and when one was first named. */
+    unsigned long long slow_from, slow_to;
+    uint64_t slow_named_ns; /* UINT64_MAX: never */
+    int slow_link_rank;     /* expect_slow_link: that rank if the link named touches it, else the link's
+                               receiving rank (0: none named) */
     int done;           /* ranks whose last worker ended */
     int running;        /* workers alive now */
     int next_milestone; /* the next iteration whose completion is announced */

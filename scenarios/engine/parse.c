@@ -274,6 +274,7 @@ enum {
     K_POOL, K_TCP_WINDOW,                                           /* TCP streams */
     K_CHAOS,
     K_TRACE, K_EXPECT_CULPRIT, K_STALL, K_OP_TIMEOUT,               /* the collective trace */
+    K_EXPECT_SLOW_LINK,
     K_NKEYS
 };
 
@@ -364,6 +365,7 @@ static const key_def key_defs[K_NKEYS] = {
     [K_CHAOS] = {"chaos", KK_SPECIAL, 0, 0, 0},
     [K_TRACE] = {"trace", KK_INT, CFG_OFF(trace), 0, 1},
     [K_EXPECT_CULPRIT] = {"expect_culprit", KK_INT, CFG_OFF(expect_culprit), 1, MAX_RANKS},
+    [K_EXPECT_SLOW_LINK] = {"expect_slow_link", KK_INT, CFG_OFF(expect_slow_link), 1, MAX_RANKS},
     [K_STALL] = {"stall", KK_SPECIAL, 0, 0, 0},
     [K_OP_TIMEOUT] = {"op_timeout", KK_TIME, CFG_OFF(op_timeout_s), 0, 0},
 };
@@ -384,7 +386,7 @@ static const int common_optional[] = {K_EXPECT, K_SEED, K_JITTER, K_STAGGER, K_W
                                       K_RELAY_FANOUT, K_PROGRESS_THREAD, K_NET_MODEL, K_FLOW_MIN_SIZE, K_COLL, K_MINBYTES, K_MAXBYTES,
                                       K_STEPFACTOR, K_WARMUP, K_ALGO, K_BENCH_CORRUPT, K_CONCURRENT,
                                       K_POOL, K_TCP_WINDOW, K_CHAOS, K_TRACE, K_EXPECT_CULPRIT, K_STALL,
-                                      K_OP_TIMEOUT, -1};
+                                      K_OP_TIMEOUT, K_EXPECT_SLOW_LINK, -1};
 static const int flat_required[] = {K_HOSTS, -1};
 static const int flat_optional[] = {-1};
 static const int clos_required[] = {K_HOSTS_PER_RACK, K_RACKS_PER_ZONE, K_ZONES_PER_DC, K_DCS, -1};
@@ -1214,6 +1216,12 @@ int eccl_scn_parse(const char *file, eccl_scenario *c)
     for (int i = 0; i < c->nfaults; i++) slow |= c->faults[i].kind == F_SLOW;
     if (key_line[K_EXPECT_SLOWDOWN] && !slow)
         return eccl_scn_error(file, key_line[K_EXPECT_SLOWDOWN], "expect_slowdown: no slow_link");
+    if (key_line[K_EXPECT_SLOW_LINK] && (!slow || c->diloco || c->nccl2 || c->bench))
+        return eccl_scn_error(file, key_line[K_EXPECT_SLOW_LINK], "expect_slow_link: needs a slow_link, and the "
+                              "job workload");
+    if (c->expect_slow_link > c->ranks)
+        return eccl_scn_error(file, key_line[K_EXPECT_SLOW_LINK], "expect_slow_link: rank %d: ranks are 1..%d",
+                              c->expect_slow_link, c->ranks);
     if (c->optimize_at && c->optimize_at >= c->iters)
         return eccl_scn_error(file, key_line[K_OPTIMIZE_AT], "optimize_at: want an iteration below iters");
     if (c->optimize_at && slow)

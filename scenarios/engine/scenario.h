@@ -174,6 +174,10 @@ typedef struct eccl_scenario {
     int trace, expect_culprit;
     int stall_rank, stall_iter, stall_ms;
     double op_timeout_s;
+    /* expect_slow_link = R: the master must name a slow link with rank R's
+     * worker at one end, as the workers see it (ECCL_ATTR_SLOW_LINK_FROM/TO,
+     * their event=slow_link_seen); 0: no check. */
+    int expect_slow_link;
 } eccl_scenario;
 
 /* Reads FILE into *c (zeroed first; c->faults is malloc'ed: eccl_scn_free).
