@@ -8,11 +8,13 @@ root=$(mktemp -d) || exit 1
 trap 'rm -rf "$root"' EXIT
 fail=0
 
-# check CASE WANT...: the report on $root/CASE has every WANT, exit status 1.
+# check CASE WANT...: the report on $root/CASE has every WANT, exit status
+# $want_rc (1 unless set: a call did not complete everywhere).
+want_rc=1
 check() {
     out=$("$bin" analyze "$root/$1"); rc=$?
     echo "== $1"; echo "$out"
-    [ "$rc" -eq 1 ] || { echo "FAIL $1: exit status $rc, want 1"; fail=1; }
+    [ "$rc" -eq "$want_rc" ] || { echo "FAIL $1: exit status $rc, want $want_rc"; fail=1; }
     c=$1; shift
     for want in "$@"; do
         case "$out" in *"$want"*) ;; *) echo "FAIL $c: no \"$want\""; fail=1 ;; esac
@@ -110,4 +112,25 @@ end
 END
 done
 check master "first call not completed everywhere: tag 7" "culprit: none among the ranks: every rank lost the master"
+# A slow link (emu/slowlink4.scn): every call completed; the ranks' link
+# lines carry their links' rates in (the last window told to the master,
+# else since the link opened). The link from peer 32 to peer 33 does 5 MB/s
+# where the others do 100: named; the link with too few bytes is not judged.
+dir=$root/slowlink; mkdir "$dir"
+for r in 0 1 2 3; do
+    from=$(( 30 + (r + 3) % 4 )) us=20000
+    [ $r -eq 3 ] && us=400000
+    cat >"$dir/eccl-trace-3$r-500-1.txt" <<END
+eccl-trace 1
+comm peer=3$r rank=$r world=4 epoch=1 now_ns=3000000000 records=1 dropped=0 why=slow_link
+call seq=1 tag=9 coll=allreduce algo=ring bytes=1048576 dtype=f32 epoch=1 rank=$r world=4 posted_ns=1000000000 started_us=0 first_us=5 data_us=900 end_us=1000 result=ok
+link peer=$from role=prev rank=$(( (r + 3) % 4 )) queued=0 lazy=0 early=0 held_tag=- rx_bytes=9000000 rx_us=90000 win_bytes=2000000 win_us=$us
+link peer=99 role=peer rank=9 queued=0 lazy=0 early=0 held_tag=- rx_bytes=65536 rx_us=60000 win_bytes=0 win_us=0
+end
+END
+done
+want_rc=0
+check slowlink "every traced call completed on every rank that wrote a trace" \
+    "slow link: peer 32 -> peer 33: 5e+06 B/s where the links do 1e+08 B/s (upper quartile of 4)"
+case "$out" in *"peer 99"*) echo "FAIL slowlink: a link of 64 KiB judged"; fail=1 ;; esac
 exit $fail

@@ -34,14 +34,21 @@ struct held {
     uint64_t peer, tag, bytes;
 };
 
+/* A link's rate in, as the receiving rank measured it (rx_* of its link
+ * line): the last window it told the master, else since it opened. */
+struct rx {
+    uint64_t from, bytes, us;
+};
+
 struct dump {
     char path[512];
     uint64_t peer, now_ns;
-    uint32_t rank, world, epoch, n_calls, n_waits, n_held;
+    uint32_t rank, world, epoch, n_calls, n_waits, n_held, n_rx;
     char why[64];
     struct call *calls;
     struct wait *waits;
     struct held *held;
+    struct rx *rx;
 };
 
 /* The value of `key=` in a line of space-separated key=value words. */
@@ -136,6 +143,14 @@ static int read_dump(const char *path, struct dump *d)
             field(line, "role", w->role, sizeof w->role);
         } else if (strncmp(line, "link ", 5) == 0) {
             char t[32];
+            uint64_t win = u64(line, "win_bytes"), all = u64(line, "rx_bytes");
+            if (win || all) {
+                d->rx = grow(d->rx, d->n_rx, sizeof *d->rx);
+                struct rx *x = &d->rx[d->n_rx++];
+                x->from = u64(line, "peer");
+                x->bytes = win ? win : all;
+                x->us = win ? u64(line, "win_us") : u64(line, "rx_us");
+            }
             if (!field(line, "held_tag", t, sizeof t) || t[0] == '-' || !t[0]) continue;
             d->held = grow(d->held, d->n_held, sizeof *d->held);
             struct held *h = &d->held[d->n_held++];
@@ -167,6 +182,7 @@ static void free_dumps(struct dump *d, uint32_t n)
         free(d[i].calls);
         free(d[i].waits);
         free(d[i].held);
+        free(d[i].rx);
     }
     free(d);
 }
@@ -394,6 +410,63 @@ static int slow_ranks(FILE *out, const struct dump *d, uint32_t n, const uint64_
     return named;
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Slow links: the rates ranks measured on their links from other hosts
+ * (link lines' rx_*, each receiver's latest dump), against the upper
+ * quartile of them all, as the master judges them while the job runs
+ * (core/comm/rates.c): a link under a quarter of it is named, the slowest
+ * in the verdict. At least three links of 1 MiB or more. Returns how many
+ * were named. */
+#define SLOW_LINK_MIN_BYTES (1u << 20)
+static int slow_links(FILE *out, const struct dump *d, uint32_t n, eccl_trace_verdict *v)
+{
+    uint32_t k = 0, cap = 0;
+    for (uint32_t i = 0; i < n; i++) cap += d[i].n_rx;
+    struct link {
+        uint64_t from, to;
+        double bps;
+    } *l = cap ? malloc(cap * sizeof *l) : NULL;
+    double *r = cap ? malloc(cap * sizeof *r) : NULL;
+    if (!l || !r) {
+        free(l);
+        free(r);
+        return 0;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        /* The receiver's latest dump only. */
+        int latest = 1;
+        for (uint32_t j = 0; j < n && latest; j++)
+            latest = !(d[j].peer == d[i].peer && (d[j].now_ns > d[i].now_ns || (d[j].now_ns == d[i].now_ns && j > i)));
+        for (uint32_t x = 0; latest && x < d[i].n_rx; x++) {
+            const struct rx *e = &d[i].rx[x];
+            if (e->bytes < SLOW_LINK_MIN_BYTES || !e->us) continue;
+            l[k] = (struct link){e->from, d[i].peer, (double)e->bytes * 1e6 / (double)e->us};
+            r[k] = l[k].bps;
+            k++;
+        }
+    }
+    int named = 0;
+    if (k >= 3) {
+        qsort(r, k, sizeof *r, cmp_double);
+        double ref = r[3 * k / 4], worst = 0;
+        for (uint32_t i = 0; i < k; i++) {
+            if (l[i].bps * 4 >= ref) continue;
+            fprintf(out, "slow link: peer %" PRIu64 " -> peer %" PRIu64 ": %.3g B/s where the links do %.3g B/s "
+                         "(upper quartile of %u)\n", l[i].from, l[i].to, l[i].bps, ref, k);
+            if (!named++ || l[i].bps < worst)
+                worst = l[i].bps, v->slow_link_from = l[i].from, v->slow_link_to = l[i].to;
+        }
+    }
+    free(l);
+    free(r);
+    return named;
+}
+
 int eccl_trace_analyze(const char *dir, const char *png, FILE *out, eccl_trace_verdict *v)
 {
     memset(v, 0, sizeof *v);
@@ -451,6 +524,7 @@ int eccl_trace_analyze(const char *dir, const char *png, FILE *out, eccl_trace_v
         }
     if (png) plot(out, d, n, t0 == UINT64_MAX ? 0 : t0, png);
     v->slow = slow_ranks(out, d, n, ids, n_ids);
+    v->slow_links = slow_links(out, d, n, v);
     if (!first) {
         fprintf(out, "every traced call completed on every rank that wrote a trace\n");
         int rc = cut_between_calls(out, d, n, v);

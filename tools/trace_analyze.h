@@ -23,6 +23,8 @@ typedef struct eccl_trace_verdict {
     uint32_t rank;              /* the culprit's rank in that call's epoch */
     uint64_t peer;              /* its peer id, where a trace names it (0: not known) */
     int slow;                   /* slow ranks named */
+    int slow_links;             /* slow links named; the slowest's ends' peer ids (0: none) */
+    uint64_t slow_link_from, slow_link_to;
     int held;                   /* links of waiting ranks held behind a frame of a call not made */
     /* ECCL_TRACE_CUT_OFF: the ranks (and peers) that lost the master, the
      * first ECCL_TRACE_MAX_CUT of them (rank/peer: the first) */

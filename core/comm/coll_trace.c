@@ -113,9 +113,10 @@ static void format_waits(const eccl_comm *c, char *buf, size_t len, size_t *used
     }
     /* "link" lines: a link with frames we could not write yet, frames
      * kept aside for calls not made here yet, or a frame held in the
-     * connection, unread, until its call is made (what a peer's call may wait behind). */
+     * connection, unread, until its call is made (what a peer's call may
+     * wait behind); or one whose rate in is measured (rates.c). */
     for (const p2p_link *l = c->links; l; l = l->next) {
-        if (!l->ch.out_head && !l->early && !l->ch.held) continue;
+        if (!l->ch.out_head && !l->early && !l->ch.held && !comm_rate_counts(c, l)) continue;
         int role = comm_link_role(c, l);
         char name[16];
         if (role >= 0 && role < ECCL_ROLE_COUNT) snprintf(name, sizeof name, "%s", fixed[role]);
@@ -123,10 +124,15 @@ static void format_waits(const eccl_comm *c, char *buf, size_t len, size_t *used
         char held[48] = "-";
         if (l->ch.held) snprintf(held, sizeof held, "%" PRIu64 " held_bytes=%" PRIu32, l->ch.data.tag, l->ch.data.len);
         size_t room = len > *used ? len - *used : 0;
+        /* Its rate in: since it opened, and over the last window told to
+         * the master (rates.c); 0 where it does not count. */
+        int counts = comm_rate_counts(c, l);
         int k = snprintf(buf + *used, room,
-                         "link peer=%" PRIu64 " role=%s rank=%" PRIu32 " queued=%zu lazy=%d early=%zu held_tag=%s\n",
+                         "link peer=%" PRIu64 " role=%s rank=%" PRIu32 " queued=%zu lazy=%d early=%zu held_tag=%s"
+                         " rx_bytes=%" PRIu64 " rx_us=%" PRIu64 " win_bytes=%" PRIu64 " win_us=%" PRIu64 "\n",
                          l->peer_id, name, ECCL_ROLE_IS_PEER(role) ? ECCL_ROLE_PEER_RANK(role) : UINT32_MAX,
-                         l->ch.queued_bytes, l->ch.lazy_only, l->early_bytes, held);
+                         l->ch.queued_bytes, l->ch.lazy_only, l->early_bytes, held, counts ? l->rx_bytes : 0,
+                         counts ? l->rx_ns / 1000 : 0, counts ? l->rx_win_bytes : 0, counts ? l->rx_win_ns / 1000 : 0);
         if (k > 0 && (size_t)k < room) *used += (size_t)k;
     }
 }
@@ -151,7 +157,7 @@ eccl_result comm_trace_dump(eccl_comm *c, const char *why, int automatic)
     size_t waits = 0, used = 0;
     for (const eccl_request *r = c->ops; r; r = r->next)
         if (unfinished(r)) waits += comm_op_waits(c, r, NULL, 0);
-    for (const p2p_link *l = c->links; l; l = l->next) waits += 2;
+    for (p2p_link *l = c->links; l; l = l->next) waits += 3, comm_rate_measured(c, l);
     size_t len = 1024 + (size_t)c->trace.n * 420 + waits * 96;
     char *buf = malloc(len), w[64];
     if (!buf) return ECCL_ERR_NO_MEMORY;

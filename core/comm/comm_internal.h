@@ -183,6 +183,7 @@ typedef struct p2p_link {
     /* Its rate in (rates.c): large frames' payload bytes and the time they
      * took; what the master was told of; when the frame being read began. */
     uint64_t rx_bytes, rx_ns, rx_told_bytes, rx_told_ns, rx_at_ns;
+    uint64_t rx_win_bytes, rx_win_ns; /* the last window told to the master */
     /* Shared-state and probe links (purposes SYNC, PROBE) live in
      * comm->side_links, outside every ring epoch: view changes neither
      * pause nor close them. */
@@ -467,6 +468,10 @@ void comm_late_on_notice(eccl_comm *c, const eccl_msg_late *m);
 void comm_rate_begin(eccl_comm *c, p2p_link *l, const eccl_wire_data *d);
 void comm_rate_done(eccl_comm *c, p2p_link *l, const eccl_wire_data *d);
 void comm_rates_report(eccl_comm *c);
+/* Whether l's rate in counts (a link from another host that carried large
+ * frames); the same with its counters brought up to date first. */
+int comm_rate_counts(const eccl_comm *c, const p2p_link *l);
+int comm_rate_measured(eccl_comm *c, p2p_link *l);
 void comm_rates_on_notice(eccl_comm *c, const eccl_msg_link *m);
 /* The p2p address of the peer at l's far end, where this rank knows it (a
  * ring neighbour, a peer of the address book), else NULL (peers.c). */

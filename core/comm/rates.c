@@ -39,20 +39,30 @@ static int crosses_hosts(const eccl_comm *c, const p2p_link *l)
     return la != lb || memcmp(a, b, la) != 0;
 }
 
+int comm_rate_counts(const eccl_comm *c, const p2p_link *l)
+{
+    return l->rx_bytes && l->peer_id && crosses_hosts(c, l);
+}
+
+int comm_rate_measured(eccl_comm *c, p2p_link *l)
+{
+    /* A net that knows the bytes' time on the wire (the simulator, whose
+     * frames arrive whole) counts for the link. */
+    if (c->net_wire_time && l->ch.conn) c->env->net->wire_time(c->env->net_ctx, l->ch.conn, &l->rx_bytes, &l->rx_ns);
+    return comm_rate_counts(c, l);
+}
+
 void comm_rates_report(eccl_comm *c)
 {
     for (p2p_link *l = c->links; l; l = l->next) {
-        /* A net that knows the bytes' time on the wire (the simulator,
-         * whose frames arrive whole) counts for the link. */
-        if (c->net_wire_time && l->ch.conn)
-            c->env->net->wire_time(c->env->net_ctx, l->ch.conn, &l->rx_bytes, &l->rx_ns);
-        if (l->rx_bytes - l->rx_told_bytes < COMM_RATE_REPORT || !l->peer_id || !crosses_hosts(c, l)) continue;
+        if (!comm_rate_measured(c, l) || l->rx_bytes - l->rx_told_bytes < COMM_RATE_REPORT) continue;
         eccl_msg m = {.type = ECCL_MSG_LINK_RATE};
         m.u.link.from = l->peer_id;
         m.u.link.bytes = l->rx_bytes - l->rx_told_bytes;
         m.u.link.ns = l->rx_ns - l->rx_told_ns;
         if (!m.u.link.ns) m.u.link.ns = 1;
         l->rx_told_bytes = l->rx_bytes, l->rx_told_ns = l->rx_ns;
+        l->rx_win_bytes = m.u.link.bytes, l->rx_win_ns = m.u.link.ns;
         comm_master_send(c, &m);
     }
 }
@@ -65,6 +75,10 @@ void comm_rates_on_notice(eccl_comm *c, const eccl_msg_link *m)
                   m->ns ? (double)m->bytes * 1e9 / (double)m->ns : 0.0);
     else if (!m->from && c->slow_link_from)
         ECCL_INFO(c->env, "the master names no link as slow any more");
+    int named = m->from && (m->from != c->slow_link_from || m->to != c->slow_link_to);
     c->slow_link_from = m->from;
     c->slow_link_to = m->to;
+    /* Where traces are kept: every member's rates as the link is named,
+     * for `eccl-trace analyze` to compare (docs/trace.md). */
+    if (named) comm_trace_dump(c, "slow_link", 1);
 }

@@ -648,8 +648,9 @@ static int trace_check(eccl_scn_job *s, const char *outdir)
     static const char *const kinds[] = {"none", "never_called", "no_trace", "waited_on", "cut_off"};
     s->trace_culprit = "-";
     if (rc == 2) {
-        eccl_scn_job_say(s, s->tool, "%s trace: no trace was written", cfg->expect_culprit ? "FAIL" : "note");
-        return cfg->expect_culprit != 0;
+        int want = cfg->expect_culprit || cfg->expect_slow_link;
+        eccl_scn_job_say(s, s->tool, "%s trace: no trace was written", want ? "FAIL" : "note");
+        return want;
     }
     int named = 0;
     for (int i = 0; i < cfg->ranks && v.culprit != ECCL_TRACE_NONE; i++)
@@ -666,7 +667,20 @@ static int trace_check(eccl_scn_job *s, const char *outdir)
     eccl_scn_job_say(s, s->tool, "%s trace: first incomplete tag=%s culprit=%s rank=%d peer=%llu%s", ok ? "ok" : "FAIL",
                      tag, kinds[v.culprit], named, (unsigned long long)v.peer,
                      cfg->expect_culprit ? (ok ? " (expected)" : " (expected another rank)") : "");
-    return !ok;
+    if (!cfg->expect_slow_link) return !ok;
+    /* expect_slow_link: the traces name a slow link of rank R's too (each
+     * rank writes one as the master names it: comm/rates.c). */
+    int from = 0, to = 0;
+    for (int i = 0; i < cfg->ranks; i++) {
+        if (v.slow_link_from && s->rk[i].peer_id == v.slow_link_from) from = i + 1;
+        if (v.slow_link_to && s->rk[i].peer_id == v.slow_link_to) to = i + 1;
+    }
+    s->trace_slow_link_rank =
+        from == cfg->expect_slow_link || to == cfg->expect_slow_link ? cfg->expect_slow_link : to;
+    int link_ok = s->trace_slow_link_rank == cfg->expect_slow_link;
+    eccl_scn_job_say(s, s->tool, "%s trace: slow link rank %d -> rank %d (%d named; expected an end at rank %d)",
+                     link_ok ? "ok" : "FAIL", from, to, v.slow_links, cfg->expect_slow_link);
+    return !ok + !link_ok;
 }
 
 /* expect_slow_link = R: the last slow link the master named (comm/rates.c)
@@ -883,10 +897,14 @@ int eccl_scn_job_finish(eccl_scn_job *s, const char *outdir, uint64_t end_ns, co
         eccl_results_kv_str(sf, "buffers", eccl_scn_buffers_name(cfg));
         eccl_results_kv_str(sf, "values", cfg->phantom ? "unchecked" : "checked");
         if (cfg->expect_slow_link) eccl_results_kv_i64(sf, "slow_link_rank", s->slow_link_rank);
-        if (cfg->trace) {
+        /* Verdicts the scenario asked for (a trace taken while calls run,
+         * as when a slow link is named, may show one in flight anywhere:
+         * no culprit to compare unless one is expected). */
+        if (cfg->trace && cfg->expect_culprit) {
             eccl_results_kv_str(sf, "trace_culprit", s->trace_culprit ? s->trace_culprit : "-");
             eccl_results_kv_i64(sf, "trace_culprit_rank", s->trace_rank);
         }
+        if (cfg->trace && cfg->expect_slow_link) eccl_results_kv_i64(sf, "trace_slow_link_rank", s->trace_slow_link_rank);
         eccl_results_kv_double(sf, "reduce_rate_Bps", cfg->reduce_rate_Bps);
         eccl_results_kv_double(sf, "copy_rate_Bps", cfg->copy_rate_Bps);
         eccl_results_kv_i64(sf, "ranks_per_host", cfg->ranks_per_host);

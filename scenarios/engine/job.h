@@ -116,6 +116,7 @@ struct eccl_scn_job {
     uint64_t slow_named_ns; /* UINT64_MAX: never */
     int slow_link_rank;     /* expect_slow_link: that rank if the link named touches it, else the link's
                                receiving rank (0: none named) */
+    int trace_slow_link_rank; /* the same for the slow link the traces' analysis names (trace = 1) */
     int done;           /* ranks whose last worker ended */
     int running;        /* workers alive now */
     int next_milestone; /* the next iteration whose completion is announced */

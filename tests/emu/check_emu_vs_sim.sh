@@ -23,7 +23,8 @@ if [ "$sim_rc" -ne 0 ] || [ "$emu_rc" -ne 0 ]; then
     tail -15 "$work/emu.log"
     fail=1
 fi
-for k in checks survivors killed dropped joined rows wrong trace_culprit trace_culprit_rank slow_link_rank; do
+for k in checks survivors killed dropped joined rows wrong trace_culprit trace_culprit_rank slow_link_rank \
+    trace_slow_link_rank; do
     s=$(get "$work/sim" $k) e=$(get "$work/emu" $k)
     [ -z "$s" ] && [ -z "$e" ] && [ $k != checks ] && continue
     if [ -z "$s" ] || [ "$s" != "$e" ]; then
