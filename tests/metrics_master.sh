@@ -45,6 +45,15 @@ want 'eccl_master_epochs_total 2'
 want 'eccl_master_view_change_seconds_count 1'
 want 'eccl_master_trace_asks_total 1'
 want 'eccl_master_late_reports_total 0'
+# Each rank's calls that returned OK, summed (COLL_STATS when it leaves): at
+# least the all-reduces, 8 sizes of 8 B to 1 KiB, 1 warm-up and 3 timed each,
+# on both ranks (the bench adds its own barriers and agreements).
+at_least() {
+    v=$(echo "$body" | awk -v k="$1" '$1 == k { print $2 }')
+    [ -n "$v" ] && [ "$v" -ge "$2" ] || { echo "metrics_master: $1 is '$v', want at least $2"; fail=1; }
+}
+at_least eccl_master_member_collectives_total 64
+at_least eccl_master_member_collective_bytes_total 16320
 want 'eccl_master_group_slow_peer{group="0"} 0'
 want '# TYPE eccl_master_view_change_seconds summary'
 # every sample line is NAME[{labels}] VALUE

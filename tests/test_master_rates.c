@@ -4,7 +4,8 @@
  * (LINK_RATE); one link far under the others' two windows in a row is
  * named to every member (SLOW_LINK) and in the metrics, and cleared once it
  * recovers or one of its ends leaves; a malformed report drops its sender;
- * ECCL_SLOW_LINK_FACTOR=0 turns the detector off. */
+ * ECCL_SLOW_LINK_FACTOR=0 turns the detector off. And the members' call
+ * counts (COLL_STATS) add up in the metrics. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -186,6 +187,30 @@ static void test_off(void **state)
     raw_group_stop(mst, p, N);
 }
 
+/* COLL_STATS: members' counts of calls that returned OK add up. */
+static void test_coll_stats(void **state)
+{
+    (void)state;
+    raw_member p[N];
+    eccl_master *mst = raw_group_start(p, N);
+    for (int i = 0; i < N; i++) {
+        eccl_msg m = {.type = ECCL_MSG_COLL_STATS};
+        m.u.stats.calls = 10u + (uint64_t)i;
+        m.u.stats.bytes = 4096;
+        raw_send(p[i].fd, &m);
+    }
+    char text[16384];
+    int found = 0;
+    for (int t = 0; t < 100 && !found; t++) { /* the master reads them on its own thread */
+        metrics(mst, text, sizeof text);
+        found = strstr(text, "eccl_master_member_collectives_total 60\n") != NULL;
+        if (!found) usleep(10000);
+    }
+    assert_true(found);
+    assert_non_null(strstr(text, "eccl_master_member_collective_bytes_total 20480\n"));
+    raw_group_stop(mst, p, N);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -194,6 +219,7 @@ int main(void)
         cmocka_unit_test(test_cleared_when_an_end_leaves),
         cmocka_unit_test(test_malformed_dropped),
         cmocka_unit_test(test_off),
+        cmocka_unit_test(test_coll_stats),
     };
     return cmocka_run_group_tests_name("master_rates", tests, NULL, NULL);
 }

@@ -87,6 +87,22 @@ static int files(const char *prefix, char *first, size_t len)
     return n;
 }
 
+/* `eccl-trace analyze` on dir (with `extra` arguments): its report into out,
+ * echoed; returns its exit status. */
+static int analyze(const char *extra, char *out, size_t len)
+{
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "%s analyze %s%s", ECCL_TRACE_BIN, dir, extra);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    size_t k = fread(out, 1, len - 1, p);
+    out[k] = 0;
+    int status = pclose(p);
+    printf("%s", out);
+    assert_true(WIFEXITED(status));
+    return WEXITSTATUS(status);
+}
+
 static void test_withheld_call(void **state)
 {
     cluster *cl = *state;
@@ -117,15 +133,9 @@ static void test_withheld_call(void **state)
     closedir(d);
 
     /* The analyzer names peer 2's rank. */
-    char cmd[512], out[8192] = "";
-    snprintf(cmd, sizeof cmd, "%s analyze %s --plot %s/timeline.png", ECCL_TRACE_BIN, dir, dir);
-    FILE *p = popen(cmd, "r");
-    assert_non_null(p);
-    size_t k = fread(out, 1, sizeof out - 1, p);
-    out[k] = 0;
-    int status = pclose(p);
-    printf("%s", out);
-    assert_int_equal(WEXITSTATUS(status), 1); /* a call did not complete everywhere */
+    char cmd[512], out[8192] = "", plot[128];
+    snprintf(plot, sizeof plot, " --plot %s/timeline.png", dir);
+    assert_int_equal(analyze(plot, out, sizeof out), 1); /* a call did not complete everywhere */
     char want[128];
     snprintf(want, sizeof want, "first call not completed everywhere: tag %d (allreduce", WITHHELD_TAG);
     assert_non_null(strstr(out, want));
@@ -200,17 +210,11 @@ static int ask_and_analyze(cluster *cl, void *arg, int n, char *out, size_t len)
     atomic_store(&cl->sh->ctl[0], 1);
     assert_int_equal(cluster_wait_all(cl, 60000), 0);
     unsetenv("ECCL_TRACE_DIR");
+    int status = analyze("", out, len);
     char cmd[512];
-    snprintf(cmd, sizeof cmd, "%s analyze %s", ECCL_TRACE_BIN, dir);
-    FILE *p = popen(cmd, "r");
-    assert_non_null(p);
-    size_t k = fread(out, 1, len - 1, p);
-    out[k] = 0;
-    int status = pclose(p);
-    printf("%s", out);
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     assert_int_equal(system(cmd), 0);
-    return WEXITSTATUS(status);
+    return status;
 }
 
 /* Peer 1 computes 40 ms before each of its calls: the others wait for it
@@ -320,14 +324,7 @@ static void test_master_lost_between_calls(void **state)
     assert_non_null(strstr(text, " why=comm_failed:master_lost\n"));
     unsetenv("ECCL_TRACE_DIR");
     char cmd[512], out[8192];
-    snprintf(cmd, sizeof cmd, "%s analyze %s", ECCL_TRACE_BIN, dir);
-    FILE *p = popen(cmd, "r");
-    assert_non_null(p);
-    size_t got = fread(out, 1, sizeof out - 1, p);
-    out[got] = 0;
-    int rc = pclose(p);
-    printf("%s", out);
-    assert_true(WIFEXITED(rc) && WEXITSTATUS(rc) == 1);
+    assert_int_equal(analyze("", out, sizeof out), 1);
     assert_non_null(strstr(out, "every traced call completed on every rank that wrote a trace"));
     assert_non_null(strstr(out, "lost the master between calls: every rank did"));
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);

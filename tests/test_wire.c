@@ -29,12 +29,13 @@ static const uint16_t control_types[] = {
     ECCL_MSG_REPAIR_ASK,   ECCL_MSG_REPAIR_PUT,  ECCL_MSG_RING_SEG,
     ECCL_MSG_REGISTER_SEG, ECCL_MSG_TRACE_ASK,   ECCL_MSG_LATE_REPORT,
     ECCL_MSG_SLOW_NOTICE,  ECCL_MSG_LINK_RATE,    ECCL_MSG_SLOW_LINK,
+    ECCL_MSG_COLL_STATS,
 };
 #define N_CONTROL (sizeof(control_types) / sizeof(control_types[0]))
 
 /* Unused numbers: 0, a hole (6), the next free number of each range, and
  * the far ends. A new type takes its number out of this list. */
-static const uint16_t unknown_types[] = {0, 6, 18, 31, 51, 63, 67, 83, 0x100, 0xFFFF};
+static const uint16_t unknown_types[] = {0, 6, 19, 31, 51, 63, 67, 83, 0x100, 0xFFFF};
 #define N_UNKNOWN (sizeof(unknown_types) / sizeof(unknown_types[0]))
 
 /* ---- helpers ------------------------------------------------------------- */
@@ -230,6 +231,10 @@ static void assert_msg_equal(const eccl_msg *a, const eccl_msg *b)
         assert_int_equal(a->u.link.to, b->u.link.to);
         assert_int_equal(a->u.link.bytes, b->u.link.bytes);
         assert_int_equal(a->u.link.ns, b->u.link.ns);
+        break;
+    case ECCL_MSG_COLL_STATS:
+        assert_int_equal(a->u.stats.calls, b->u.stats.calls);
+        assert_int_equal(a->u.stats.bytes, b->u.stats.bytes);
         break;
     case ECCL_MSG_REPAIR_ASK:
     case ECCL_MSG_REPAIR_DATA:
@@ -480,6 +485,10 @@ static void fill_extreme(eccl_msg *m, uint16_t type, int is_max)
         m->u.link.to = v64 ^ 3u;
         m->u.link.bytes = v64 >> 7;
         m->u.link.ns = v32;
+        break;
+    case ECCL_MSG_COLL_STATS:
+        m->u.stats.calls = v32;
+        m->u.stats.bytes = v64;
         break;
     case ECCL_MSG_REPAIR_ASK:
     case ECCL_MSG_REPAIR_DATA:

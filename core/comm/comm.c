@@ -531,6 +531,7 @@ eccl_result eccl_comm_create_with_env(eccl_env *env, eccl_env_release_fn release
     comm_trace_init(c);
     comm_late_init(c);
     c->net_wire_time = eccl_net_has_wire_time(env);
+    comm_stats_init(c);
     c->listener.kind = ECCL_HANDLE_LISTENER;
     eccl_bufpool_init(&c->pool, env);
     eccl_bufpool_init(&c->states, NULL);
@@ -681,6 +682,7 @@ eccl_result eccl_comm_leave(eccl_comm *c)
         if (r->state != OP_DONE) rc = ECCL_ERR_BUSY;
     if (rc == ECCL_OK && (c->sync.active || c->leaving)) rc = ECCL_ERR_BUSY;
     if (rc == ECCL_OK) {
+        comm_stats_flush(c); /* the last counts before the vote */
         eccl_msg m = {.type = ECCL_MSG_LEAVE};
         c->leaving = 1;
         c->left = 0;
@@ -760,6 +762,7 @@ void eccl_comm_destroy(eccl_comm *c)
         comm_request_free(c, r);
     }
     if (c->master_open) {
+        comm_stats_flush(c);
         eccl_chan_flush(&c->master);
         eccl_chan_close(&c->master);
     }

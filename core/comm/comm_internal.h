@@ -374,6 +374,10 @@ struct eccl_comm {
     uint32_t slow_us;
     uint64_t slow_link_from, slow_link_to; /* the master's SLOW_LINK (rates.c); 0: none */
     int net_wire_time;                     /* eccl_net_has_wire_time (rates.c) */
+    /* Calls that returned ECCL_OK here and their bytes; what the master
+     * was told of (COLL_STATS, rates.c); the next time to tell it; the
+     * interval (ECCL_STATS_MS; 0: never). */
+    uint64_t calls_ok, calls_bytes, calls_told, calls_bytes_told, stats_at_ns, stats_every_ns;
     struct comm_record *records; /* results handed over for tags not called yet */
     int returned_finished;      /* one of those finished: a call of its tag may start */
     /* Both ring buffers grow from COMM_RING_START entries as they fill
@@ -468,6 +472,11 @@ void comm_late_on_notice(eccl_comm *c, const eccl_msg_late *m);
 void comm_rate_begin(eccl_comm *c, p2p_link *l, const eccl_wire_data *d);
 void comm_rate_done(eccl_comm *c, p2p_link *l, const eccl_wire_data *d);
 void comm_rates_report(eccl_comm *c);
+/* Calls' counts (rates.c): the settings; a call that ended well; what the
+ * master was not told yet, sent now (on leaving). */
+void comm_stats_init(eccl_comm *c);
+void comm_stats_note(eccl_comm *c, const eccl_request *r);
+void comm_stats_flush(eccl_comm *c);
 /* Whether l's rate in counts (a link from another host that carried large
  * frames); the same with its counters brought up to date first. */
 int comm_rate_counts(const eccl_comm *c, const p2p_link *l);

@@ -216,6 +216,7 @@ void comm_op_finish(eccl_comm *c, eccl_request *r, eccl_result result)
     r->result = result;
     comm_trace_phase(c, r, TRACE_END);
     if (result == ECCL_OK && r->started) comm_late_note(c, r);
+    if (result == ECCL_OK) comm_stats_note(c, r);
     if (!r->returned) c->returned_ns = now_ns(c);
     /* A failure leaves a trace for whoever looks into it (ECCL_TRACE_DIR),
      * once an epoch: a loss fails every op in flight at once. Written

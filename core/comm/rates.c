@@ -1,4 +1,8 @@
-/* Link rates: how fast each link in delivers, measured where the bytes
+/* What a rank measures for the master's metrics and detectors: its calls
+ * (COLL_STATS: how many returned ECCL_OK, of how many bytes, every
+ * ECCL_STATS_MS and on leaving) and its links' rates.
+ *
+ * Link rates: how fast each link in delivers, measured where the bytes
  * land. A DATA frame of COMM_RATE_MIN bytes or more is timed from the moment
  * its header is read and its payload has a place (the rest of it still on
  * the way) to the moment it is in place: a slow wire stretches that, a
@@ -13,6 +17,9 @@
  * elsewhere) makes its links in look slow too: the name is the link's ends. */
 #include "comm/comm_internal.h"
 #include "util/addr.h"
+#include "util/config.h"
+
+#define STATS_MS_DEFAULT 10000u
 
 void comm_rate_begin(eccl_comm *c, p2p_link *l, const eccl_wire_data *d)
 {
@@ -54,6 +61,10 @@ int comm_rate_measured(eccl_comm *c, p2p_link *l)
 
 void comm_rates_report(eccl_comm *c)
 {
+    if (c->stats_every_ns && now_ns(c) >= c->stats_at_ns) {
+        if (c->stats_at_ns) comm_stats_flush(c);
+        c->stats_at_ns = now_ns(c) + c->stats_every_ns;
+    }
     for (p2p_link *l = c->links; l; l = l->next) {
         if (!comm_rate_measured(c, l) || l->rx_bytes - l->rx_told_bytes < COMM_RATE_REPORT) continue;
         eccl_msg m = {.type = ECCL_MSG_LINK_RATE};
@@ -81,4 +92,27 @@ void comm_rates_on_notice(eccl_comm *c, const eccl_msg_link *m)
     /* Where traces are kept: every member's rates as the link is named,
      * for `eccl-trace analyze` to compare (docs/trace.md). */
     if (named) comm_trace_dump(c, "slow_link", 1);
+}
+
+void comm_stats_init(eccl_comm *c)
+{
+    c->stats_every_ns =
+        (uint64_t)eccl_config_uint(c->env, "ECCL_STATS_MS", 0, 86400000u, STATS_MS_DEFAULT) * 1000000u;
+    c->stats_at_ns = 0; /* the first heartbeat sets it: the clock is not ours yet */
+}
+
+void comm_stats_note(eccl_comm *c, const eccl_request *r)
+{
+    c->calls_ok++;
+    c->calls_bytes += (uint64_t)r->call.count * eccl_dtype_size(r->call.dtype);
+}
+
+void comm_stats_flush(eccl_comm *c)
+{
+    if (!c->stats_every_ns || c->calls_ok == c->calls_told || !c->master_open) return;
+    eccl_msg m = {.type = ECCL_MSG_COLL_STATS};
+    m.u.stats.calls = c->calls_ok - c->calls_told;
+    m.u.stats.bytes = c->calls_bytes - c->calls_bytes_told;
+    if (comm_master_send(c, &m) != ECCL_OK) return;
+    c->calls_told = c->calls_ok, c->calls_bytes_told = c->calls_bytes;
 }

@@ -218,7 +218,7 @@ struct eccl_master {
     /* What eccl_master_metrics reports (Prometheus counters and sums). */
     struct {
         uint64_t registrations, admitted, admit_ns, lost, epochs, view_changes, view_ns, trace_asks, late_reports,
-            slow_links;
+            slow_links, member_calls, member_bytes;
         uint64_t coll_failed[ECCL_ERR_DEVICE + 1]; /* COLL_DONE reports by result */
     } metrics;
 };
@@ -1919,6 +1919,11 @@ static eccl_result peer_on_msg(void *owner, eccl_chan *ch, const eccl_msg *msg)
         return ECCL_OK;
     case ECCL_MSG_LINK_RATE:
         return on_link_rate(m, p, &msg->u.link);
+    case ECCL_MSG_COLL_STATS:
+        if (p->state != MP_ACCEPTED) return ECCL_ERR_PROTOCOL;
+        m->metrics.member_calls += msg->u.stats.calls;
+        m->metrics.member_bytes += msg->u.stats.bytes;
+        return ECCL_OK;
     case ECCL_MSG_VIEW_REPORT: {
         if (p->state != MP_ACCEPTED || !g->querying || msg->u.view.epoch != g->epoch ||
             p->reported)
@@ -2153,6 +2158,21 @@ static void summary(struct text *t, const char *name, const char *help, uint64_t
     put(t, "%s_sum %.9f\n%s_count %llu\n", name, (double)sum_ns / 1e9, name, (unsigned long long)count);
 }
 
+/* One line per member's link in that it reported: its rate, or its bytes. */
+static void link_lines(struct text *t, const eccl_master *m, const char *name, int bytes)
+{
+    for (const mgroup *g = m->groups; g; g = g->next)
+        for (uint32_t i = 0; i < g->n; i++)
+            for (int j = 0; g->members[i]->rx && j < MP_RX; j++) {
+                const struct mrx *e = &g->members[i]->rx[j];
+                if (!e->from) continue;
+                put(t, "%s{from=\"%llu\",to=\"%llu\"} ", name, (unsigned long long)e->from,
+                    (unsigned long long)g->members[i]->id);
+                if (bytes) put(t, "%llu\n", (unsigned long long)e->bytes);
+                else put(t, "%.6g\n", e->bps);
+            }
+}
+
 eccl_result eccl_master_metrics(eccl_master *m, char *buf, size_t len, size_t *needed)
 {
     static const char *const states[MP_STATES] = {"connected", "registered", "accepted", "relay"};
@@ -2181,22 +2201,17 @@ eccl_result eccl_master_metrics(eccl_master *m, char *buf, size_t len, size_t *n
     metric(&t, "eccl_master_link_rate_bytes_per_second", "gauge",
            "Each member's links in (from the sending peer), as it last measured them (LINK_RATE): payload bytes "
            "over the time they took to arrive.");
-    for (const mgroup *g = m->groups; g; g = g->next)
-        for (uint32_t i = 0; i < g->n; i++)
-            for (int j = 0; g->members[i]->rx && j < MP_RX; j++)
-                if (g->members[i]->rx[j].from)
-                    put(&t, "eccl_master_link_rate_bytes_per_second{from=\"%llu\",to=\"%llu\"} %.6g\n",
-                        (unsigned long long)g->members[i]->rx[j].from, (unsigned long long)g->members[i]->id,
-                        g->members[i]->rx[j].bps);
+    link_lines(&t, m, "eccl_master_link_rate_bytes_per_second", 0);
     metric(&t, "eccl_master_link_bytes_total", "counter",
            "Payload bytes each member's links in carried, as its LINK_RATEs reported them (large frames only).");
-    for (const mgroup *g = m->groups; g; g = g->next)
-        for (uint32_t i = 0; i < g->n; i++)
-            for (int j = 0; g->members[i]->rx && j < MP_RX; j++)
-                if (g->members[i]->rx[j].from)
-                    put(&t, "eccl_master_link_bytes_total{from=\"%llu\",to=\"%llu\"} %llu\n",
-                        (unsigned long long)g->members[i]->rx[j].from, (unsigned long long)g->members[i]->id,
-                        (unsigned long long)g->members[i]->rx[j].bytes);
+    link_lines(&t, m, "eccl_master_link_bytes_total", 1);
+    counter(&t, "eccl_master_member_collectives_total",
+            "Collectives that returned ECCL_OK on members, each member's own calls, summed (COLL_STATS: every "
+            "ECCL_STATS_MS and when a member leaves).",
+            m->metrics.member_calls);
+    counter(&t, "eccl_master_member_collective_bytes_total",
+            "The bytes of those calls (count times the datatype's size), summed over members.",
+            m->metrics.member_bytes);
     counter(&t, "eccl_master_slow_links_total", "Links named slow to their group's members.",
             m->metrics.slow_links);
     counter(&t, "eccl_master_registrations_total", "Peers that registered.", m->metrics.registrations);

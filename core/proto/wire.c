@@ -152,6 +152,7 @@ static uint32_t max_length(uint16_t type)
     case ECCL_MSG_SLOW_NOTICE: return 16;
     case ECCL_MSG_LINK_RATE:
     case ECCL_MSG_SLOW_LINK: return 32;
+    case ECCL_MSG_COLL_STATS: return 16;
     case ECCL_MSG_REPAIR_DATA:
     case ECCL_MSG_REPAIR_PUT: return 16u + ECCL_WIRE_MAX_REPAIR;
     case ECCL_MSG_PENDING_REPLY: return 4;
@@ -442,6 +443,10 @@ static void put_payload(wbuf *w, const eccl_msg *m)
         put_u64(w, m->u.link.to);
         put_u64(w, m->u.link.bytes);
         put_u64(w, m->u.link.ns);
+        break;
+    case ECCL_MSG_COLL_STATS:
+        put_u64(w, m->u.stats.calls);
+        put_u64(w, m->u.stats.bytes);
         break;
     case ECCL_MSG_REPAIR_ASK:
     case ECCL_MSG_REPAIR_DATA:
@@ -780,6 +785,10 @@ static void get_payload(rbuf *r, uint16_t type, eccl_msg *m)
         m->u.link.to = get_u64(r);
         m->u.link.bytes = get_u64(r);
         m->u.link.ns = get_u64(r);
+        break;
+    case ECCL_MSG_COLL_STATS:
+        m->u.stats.calls = get_u64(r);
+        m->u.stats.bytes = get_u64(r);
         break;
     case ECCL_MSG_REPAIR_ASK:
     case ECCL_MSG_REPAIR_DATA:

@@ -25,7 +25,8 @@
 
 #define ECCL_WIRE_MAGIC 0x4C434345u /* "ECCL" read as little-endian bytes */
 #define ECCL_WIRE_VERSION 6u /* 2: RING has four tree children; RING_SEG. 3: REGISTER_SEG. 4: TRACE_ASK.
-                                5: LATE_REPORT, SLOW_NOTICE. 6: LINK_RATE, SLOW_LINK */
+                                5: LATE_REPORT, SLOW_NOTICE. 6: LINK_RATE, SLOW_LINK,
+                                COLL_STATS */
 #define ECCL_WIRE_HEADER_SIZE 16u
 /* Largest control payload (everything but DATA). */
 #define ECCL_WIRE_MAX_CONTROL 65536u
@@ -62,6 +63,7 @@ enum eccl_msg_type {
     ECCL_MSG_LATE_REPORT = 16, /* I call late: my calls start a median `late_us`
                                   after my partners' first frames (0: no longer) */
     ECCL_MSG_LINK_RATE = 17,   /* my link from peer `from` moved `bytes` in `ns` */
+    ECCL_MSG_COLL_STATS = 18,  /* since my last: `calls` collectives returned OK here, of `bytes` */
     /* master -> peer */
     ECCL_MSG_WELCOME = 32,     /* your peer id; accepted at once or pending */
     ECCL_MSG_PENDING_REPLY = 33,
@@ -200,6 +202,10 @@ typedef struct eccl_msg_late { /* LATE_REPORT (peer_id 0), SLOW_NOTICE */
     uint32_t late_us; /* the median lateness; 0: not late (any more) */
     uint32_t calls;   /* LATE_REPORT: the calls it is a median over */
 } eccl_msg_late;
+
+typedef struct eccl_msg_stats { /* COLL_STATS */
+    uint64_t calls, bytes;
+} eccl_msg_stats;
 
 typedef struct eccl_msg_link { /* LINK_RATE (to 0: the sender), SLOW_LINK */
     uint64_t from, to;  /* peer ids: the link's sending and receiving ends */
@@ -596,6 +602,7 @@ typedef struct eccl_msg {
         eccl_msg_trace_ask trace_ask;
         eccl_msg_late late;
         eccl_msg_link link;
+        eccl_msg_stats stats;
         eccl_msg_view view;
         eccl_msg_kick kick;
         eccl_msg_repair repair;
