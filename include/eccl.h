@@ -322,6 +322,15 @@ typedef struct eccl_allreduce_opts {
      * the work queued there before it, and work queued there after it sees
      * the result (NCCL's semantics). NULL: the legacy default stream. */
     void *stream;
+    /* Nonzero: the call belongs to the ring of this epoch (ECCL_ATTR_EPOCH
+     * as the caller read it). Should the ring change before the call starts
+     * (a loss under way while it was posted), it fails with
+     * ECCL_ERR_PEER_LOST having sent nothing, instead of running on the new
+     * ring: for callers that name their calls by the ring they read (a vote
+     * retried under a tag made of the epoch), so that a survivor that read
+     * the old ring and one that read the new never wait for each other under
+     * two names. 0 (the default): it runs on the ring current at its start. */
+    uint64_t ring_epoch;
 } eccl_allreduce_opts;
 
 /* Fills the defaults above (an all-reduce with these is eccl_allreduce). */

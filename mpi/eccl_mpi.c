@@ -3881,8 +3881,9 @@ static void current_ring(const char *call, int64_t *epoch, int64_t *rank, int64_
 
 /* An all-reduce of every survivor's `in` into `out` (n elements, op) on the
  * ring of the moment, under a tag of `space` that names the call (`which`,
- * the same on every survivor) and the ring: tried again on the next ring
- * while ranks are lost under it. With `vote_epoch`, `in` is two int64s set
+ * the same on every survivor) and the ring, and pinned to that ring
+ * (eccl_allreduce_opts.ring_epoch): tried again on the next ring while
+ * ranks are lost under it. With `vote_epoch`, `in` is two int64s set
  * to the ring's epoch and its negation (MPIX_Comm_shrink's vote). Returns
  * the ring's epoch, and its rank and size. A world of one (or a ring of
  * one) just copies. */
@@ -3915,8 +3916,15 @@ static int64_t survivors_allreduce(const char *call, uint64_t space, uint32_t wh
             memcpy(out, in, n * esize);
             return epoch;
         }
-        rc = eccl_allreduce(world.comm, in, out, n, dtype, op,
-                            space << 40 | (uint64_t)which << 8 | (uint64_t)(epoch & 0xff), &info);
+        /* Pinned to the ring read: a survivor that read it just before a
+         * loss re-formed it must not run this tag on the new ring, where
+         * those that read the new one call it by the new epoch's tag (each
+         * would wait for the other until op_timeout). */
+        eccl_allreduce_opts opts;
+        eccl_allreduce_opts_init(&opts);
+        opts.ring_epoch = (uint64_t)epoch;
+        rc = eccl_allreduce_ex(world.comm, in, out, n, dtype, op,
+                               space << 40 | (uint64_t)which << 8 | (uint64_t)(epoch & 0xff), &opts, &info);
         if (rc == ECCL_OK && info.world_size == (uint32_t)*size)
             return epoch;
         if (rc != ECCL_OK && rc != ECCL_ERR_PEER_LOST && rc != ECCL_ERR_CONNECT)

@@ -1,7 +1,7 @@
 /* Multi-process membership and fault tests on loopback (tests/cluster.h):
  * peers joining a running job, peers SIGKILLed in the middle of large
- * all-reduces, a master hammered by malformed connections, and a master
- * that goes away. */
+ * all-reduces, a master hammered by malformed connections, a master that
+ * goes away, and a call pinned to a ring a loss replaced. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -1068,6 +1068,71 @@ static void test_leave_lost_voter(void **state)
     assert_true(lost > 0);
 }
 
+/* ---- a call pinned to a ring (eccl_allreduce_opts.ring_epoch) ------------------------------ */
+
+enum { CTL_PIN_READ = 7 };
+enum { V_PIN_STALE = 0, V_PIN_NOW = 1, V_PIN_SUM = 2 }; /* this test's own slots */
+
+/* Every peer reads the ring's epoch after an all-reduce; peer 2 then dies.
+ * Peer 0 calls tag 2 pinned to the ring it read, which is gone: it must
+ * fail at once (peer 1 never calls tag 2: a call that ran on the new ring
+ * would wait for it until op_timeout). Then both call tag 3 pinned to the
+ * new ring: done by the two of them. */
+static int pin_body(eccl_comm *c, int index, void *argp)
+{
+    (void)argp;
+    cluster_slot *self = cluster_self();
+    int64_t v = index + 1, sum = 0, old = 0, now = 0, world = 0;
+    CL_OK(eccl_allreduce(c, &v, &sum, 1, ECCL_I64, ECCL_SUM, 1, NULL));
+    CL_OK(eccl_comm_get_attr(c, ECCL_ATTR_EPOCH, &old));
+    atomic_fetch_add(&cluster_shm()->ctl[CTL_PIN_READ], 1);
+    if (index == 2) {
+        pause(); /* killed */
+        return 1;
+    }
+    /* The new ring: the world attribute waits for it. */
+    for (int t = 0; t < 3000 && world != 2; t++) {
+        CL_OK(eccl_comm_get_attr(c, ECCL_ATTR_WORLD_SIZE, &world));
+        if (world != 2) cluster_sleep_ms(10);
+    }
+    CL_CHECK(world == 2, "the ring never lost peer 2");
+    eccl_allreduce_opts o;
+    eccl_allreduce_opts_init(&o);
+    if (index == 0) {
+        o.ring_epoch = (uint64_t)old;
+        atomic_store(&self->val[V_PIN_STALE],
+                     eccl_allreduce_ex(c, &v, &sum, 1, ECCL_I64, ECCL_SUM, 2, &o, NULL));
+    }
+    CL_OK(eccl_comm_get_attr(c, ECCL_ATTR_EPOCH, &now));
+    o.ring_epoch = (uint64_t)now;
+    atomic_store(&self->val[V_PIN_NOW], eccl_allreduce_ex(c, &v, &sum, 1, ECCL_I64, ECCL_SUM, 3, &o, NULL));
+    atomic_store(&self->val[V_PIN_SUM], sum);
+    return 0;
+}
+
+static int pin_read(cluster *cl, void *arg)
+{
+    (void)arg;
+    return atomic_load(&cl->sh->ctl[CTL_PIN_READ]) >= 3;
+}
+
+static void test_call_pinned_to_a_gone_ring(void **state)
+{
+    cluster *cl = *state;
+    cluster_opts o = {.op_timeout_ms = 20000};
+    assert_int_equal(cluster_init(cl, &o), 0);
+    assert_int_equal(cluster_spawn_n(cl, 3, pin_body, NULL), 0);
+    assert_int_equal(cluster_wait_for(cl, pin_read, NULL, 30000), 0);
+    cluster_kill(cl, 2);
+    for (int i = 0; i < 2; i++) assert_int_equal(cluster_wait(cl, i, 30000), 0);
+    assert_int_equal(atomic_load(&cl->sh->slot[0].val[V_PIN_STALE]), ECCL_ERR_PEER_LOST);
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(atomic_load(&cl->sh->slot[i].val[V_PIN_NOW]), ECCL_OK);
+        assert_int_equal(atomic_load(&cl->sh->slot[i].val[V_PIN_SUM]), 3); /* peers 0 and 1: 1 + 2 */
+    }
+    cluster_fini(cl);
+}
+
 /* ---- admission under load ----------------------------------------------------------------- */
 
 /* Forming a ring again and again: a RING message racing a neighbour's
@@ -1172,6 +1237,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_leave_after_allreduce, cluster_test_setup, cluster_test_teardown),
         cmocka_unit_test_setup_teardown(test_leave_together, cluster_test_setup, cluster_test_teardown),
         cmocka_unit_test_setup_teardown(test_leave_lost_voter, cluster_test_setup, cluster_test_teardown),
+        cmocka_unit_test_setup_teardown(test_call_pinned_to_a_gone_ring, cluster_test_setup, cluster_test_teardown),
         cmocka_unit_test_setup_teardown(test_admission_repeated, cluster_test_setup, cluster_test_teardown),
         cmocka_unit_test_setup_teardown(test_pending_peer_restarts_run, cluster_test_setup, cluster_test_teardown),
     };

@@ -44,6 +44,9 @@ typedef struct eccl_coll_call {
     eccl_dtype dtype;
     eccl_op op;
     eccl_quant_type quant; /* ECCL_QUANT_NONE: exact values (ring only otherwise) */
+    /* Nonzero: the call belongs to the ring of this epoch
+     * (eccl_allreduce_opts.ring_epoch); another ring fails it at its start. */
+    uint64_t ring_epoch;
     /* Nonzero: sendbuf and recvbuf are memory of CUDA device `device`, and
      * the call runs the device-resident ring (ring_allreduce.h; plain, ring
      * only). Zero (the default of any initialiser): host memory. */

@@ -103,7 +103,7 @@ static eccl_result allreduce_submit(eccl_comm *c, const void *sendbuf, void *rec
     if (count > SIZE_MAX / 16 / eccl_dtype_size(dtype)) return ECCL_ERR_INVALID_ARG;
     eccl_coll_call call = {.kind = ECCL_COLL_ALLREDUCE, .tag = tag, .sendbuf = sendbuf,
                            .recvbuf = recvbuf, .count = count, .dtype = dtype, .op = op,
-                           .quant = quant};
+                           .quant = quant, .ring_epoch = OPTS_HAS(opts, ring_epoch) ? opts->ring_epoch : 0};
     return coll_submit(c, &call, c->world, c->rank, stage, 0, kick, out);
 }
 

@@ -617,6 +617,12 @@ static eccl_result op_start(eccl_comm *c, eccl_request *r)
         comm_op_finish(c, r, ECCL_ERR_TOO_FEW_PEERS);
         return ECCL_OK;
     }
+    if (r->call.ring_epoch && r->call.ring_epoch != (uint64_t)c->epoch) {
+        /* Pinned to a ring that is gone (eccl_allreduce_opts.ring_epoch):
+         * peers that read the new one call it by another name. */
+        comm_op_finish(c, r, ECCL_ERR_PEER_LOST);
+        return ECCL_OK;
+    }
     if (r->call.kind != ECCL_COLL_ALLREDUCE && (c->world != r->called_world || c->rank != r->called_rank)) {
         /* Membership changed since the call: its layout is not this
          * world's. It fails as if a loss had aborted it, having sent
