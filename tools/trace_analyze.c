@@ -214,14 +214,22 @@ static const struct dump *dump_in(const struct dump *d, uint32_t n, uint64_t pee
     return NULL;
 }
 
-/* Whether the peer's communicator lost the master while it was in
- * `epoch` (a dump written as it failed, in a call or between calls). */
+/* A dump its communicator wrote as it failed for the master's loss (in a
+ * call or between calls: core/comm/ops.c, comm_fail). */
+static int lost_master(const struct dump *d) { return strcmp(d->why, "comm_failed:master_lost") == 0; }
+
+/* Whether the peer's communicator lost the master while it was in `epoch`. */
 static int lost_master_in(const struct dump *d, uint32_t n, uint64_t peer, int64_t epoch)
 {
     for (uint32_t i = 0; i < n; i++)
-        if (d[i].peer == peer && (int64_t)d[i].epoch == epoch && strcmp(d[i].why, "comm_failed:master_lost") == 0)
-            return 1;
+        if (d[i].peer == peer && (int64_t)d[i].epoch == epoch && lost_master(&d[i])) return 1;
     return 0;
+}
+
+/* One more rank cut off (the first ECCL_TRACE_MAX_CUT are kept). */
+static void add_cut(eccl_trace_verdict *v, uint32_t rank, uint64_t peer)
+{
+    if (v->n_cut < ECCL_TRACE_MAX_CUT) v->cut_rank[v->n_cut] = rank, v->cut_peer[v->n_cut++] = peer;
 }
 
 /* No call failed, yet some communicators lost the master between calls
@@ -232,11 +240,11 @@ static int cut_between_calls(FILE *out, const struct dump *d, uint32_t n, eccl_t
 {
     uint32_t world = 0;
     for (uint32_t i = 0; i < n; i++) {
-        if (strcmp(d[i].why, "comm_failed:master_lost") != 0 || v->n_cut == ECCL_TRACE_MAX_CUT) continue;
+        if (!lost_master(&d[i])) continue;
         uint32_t k = 0;
         while (k < v->n_cut && v->cut_peer[k] != d[i].peer) k++;
         if (k < v->n_cut) continue;
-        v->cut_rank[v->n_cut] = d[i].rank, v->cut_peer[v->n_cut++] = d[i].peer;
+        add_cut(v, d[i].rank, d[i].peer);
         if (d[i].world > world) world = d[i].world;
     }
     if (!v->n_cut) return 0;
@@ -564,14 +572,14 @@ int eccl_trace_analyze(const char *dir, const char *png, FILE *out, eccl_trace_v
             continue;
         }
         if (!c) {
-            const struct dump *at = dump_in(d, n, peer, first->epoch);
-            const struct call *last = at->n_calls ? &at->calls[at->n_calls - 1] : NULL;
             if (lost_master_in(d, n, peer, first->epoch)) {
                 /* Cut off before it could post it: not a rank elsewhere. */
                 fprintf(out, "  rank %u (peer %" PRIu64 "): lost the master before it posted it\n", r, peer);
-                if (v->n_cut < ECCL_TRACE_MAX_CUT) v->cut_rank[v->n_cut] = r, v->cut_peer[v->n_cut++] = peer;
+                add_cut(v, r, peer);
                 continue;
             }
+            const struct dump *at = dump_in(d, n, peer, first->epoch);
+            const struct call *last = at->n_calls ? &at->calls[at->n_calls - 1] : NULL;
             fprintf(out, "  rank %u (peer %" PRIu64 "): never posted it", r, peer);
             if (last)
                 fprintf(out, "; its last call then: tag %" PRIu64 " (%s), %s", last->tag, last->coll,
@@ -583,7 +591,7 @@ int eccl_trace_analyze(const char *dir, const char *png, FILE *out, eccl_trace_v
         /* Lost the master, in this call or after it in this epoch: cut off
          * from it (a partition, a broken link to its side, its host gone). */
         int cut = (c->end >= 0 && strcmp(c->result, "master_lost") == 0) || lost_master_in(d, n, peer, first->epoch);
-        if (cut && v->n_cut < ECCL_TRACE_MAX_CUT) v->cut_rank[v->n_cut] = r, v->cut_peer[v->n_cut++] = peer;
+        if (cut) add_cut(v, r, peer);
         if (c->end >= 0)
             fprintf(out, "  rank %u (peer %" PRIu64 "): %s after %.3f ms", r, peer, c->result, (double)c->end / 1e3);
         else if (c->data >= 0)

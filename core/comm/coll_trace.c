@@ -49,7 +49,7 @@ void comm_trace_post(eccl_comm *c, eccl_request *r, uint64_t now)
     t->posted_ns = now;
 }
 
-void comm_trace_phase(eccl_comm *c, const eccl_request *r, enum comm_trace_phase phase)
+void comm_trace_phase(eccl_comm *c, const eccl_request *r, enum comm_trace_phase phase, uint64_t now)
 {
     eccl_trace_rec *t = r->trace_seq ? eccl_trace_find(&c->trace, r->trace_seq) : NULL;
     if (!t) return;
@@ -58,7 +58,8 @@ void comm_trace_phase(eccl_comm *c, const eccl_request *r, enum comm_trace_phase
                    : phase == TRACE_DATA  ? &t->data_us
                                           : &t->end_us;
     if (*at) return; /* the first time counts */
-    *at = eccl_trace_since(t, phase == TRACE_STARTED && c->trace_now ? c->trace_now : now_ns(c));
+    if (!now) now = phase == TRACE_STARTED && c->trace_now ? c->trace_now : now_ns(c);
+    *at = eccl_trace_since(t, now);
     if (phase == TRACE_STARTED) {
         t->algo = r->alg ? (uint8_t)r->alg->id : UINT8_MAX;
         t->epoch = (int64_t)r->call.epoch;
@@ -116,7 +117,10 @@ static void format_waits(const eccl_comm *c, char *buf, size_t len, size_t *used
      * connection, unread, until its call is made (what a peer's call may
      * wait behind); or one whose rate in is measured (rates.c). */
     for (const p2p_link *l = c->links; l; l = l->next) {
-        if (!l->ch.out_head && !l->early && !l->ch.held && !comm_rate_counts(c, l)) continue;
+        /* Its rate in: since it opened, and over the last window told to
+         * the master (rates.c); 0 where it does not count. */
+        int counts = comm_rate_counts(c, l);
+        if (!l->ch.out_head && !l->early && !l->ch.held && !counts) continue;
         int role = comm_link_role(c, l);
         char name[16];
         if (role >= 0 && role < ECCL_ROLE_COUNT) snprintf(name, sizeof name, "%s", fixed[role]);
@@ -124,9 +128,6 @@ static void format_waits(const eccl_comm *c, char *buf, size_t len, size_t *used
         char held[48] = "-";
         if (l->ch.held) snprintf(held, sizeof held, "%" PRIu64 " held_bytes=%" PRIu32, l->ch.data.tag, l->ch.data.len);
         size_t room = len > *used ? len - *used : 0;
-        /* Its rate in: since it opened, and over the last window told to
-         * the master (rates.c); 0 where it does not count. */
-        int counts = comm_rate_counts(c, l);
         int k = snprintf(buf + *used, room,
                          "link peer=%" PRIu64 " role=%s rank=%" PRIu32 " queued=%zu lazy=%d early=%zu held_tag=%s"
                          " rx_bytes=%" PRIu64 " rx_us=%" PRIu64 " win_bytes=%" PRIu64 " win_us=%" PRIu64 "\n",

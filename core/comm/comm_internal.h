@@ -450,7 +450,9 @@ void comm_ops_fail_all(eccl_comm *c, eccl_result why);
 enum comm_trace_phase { TRACE_STARTED, TRACE_FIRST, TRACE_DATA, TRACE_END };
 void comm_trace_init(eccl_comm *c);
 void comm_trace_post(eccl_comm *c, eccl_request *r, uint64_t now);
-void comm_trace_phase(eccl_comm *c, const eccl_request *r, enum comm_trace_phase phase);
+/* `now`: a clock reading the caller took anyway (0: the trace takes one if
+ * it keeps the record). */
+void comm_trace_phase(eccl_comm *c, const eccl_request *r, enum comm_trace_phase phase, uint64_t now);
 void comm_trace_epoch(eccl_comm *c);
 /* A dump if someone outside asked since the last look (eccl_trace_ops.asked). */
 void comm_trace_poll(eccl_comm *c);

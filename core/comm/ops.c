@@ -14,7 +14,7 @@ eccl_result comm_op_recv(eccl_request *r, int role, const eccl_wire_data *d, voi
 {
     if (!r->trace_heard) {
         r->trace_heard = 1;
-        comm_trace_phase(r->comm, r, TRACE_FIRST);
+        comm_trace_phase(r->comm, r, TRACE_FIRST, 0);
     }
     return r->alg->recv(op_state(r), role, d, dst);
 }
@@ -214,10 +214,13 @@ void comm_op_finish(eccl_comm *c, eccl_request *r, eccl_result result)
         if (c->n_recent < c->cap_recent) c->n_recent++;
     }
     r->result = result;
-    comm_trace_phase(c, r, TRACE_END);
+    /* One clock reading: the trace's end and, unless it returned early,
+     * when the call returned (late.c). */
+    uint64_t now = r->returned ? 0 : now_ns(c);
+    comm_trace_phase(c, r, TRACE_END, now);
     if (result == ECCL_OK && r->started) comm_late_note(c, r);
     if (result == ECCL_OK) comm_stats_note(c, r);
-    if (!r->returned) c->returned_ns = now_ns(c);
+    if (now) c->returned_ns = now;
     /* A failure leaves a trace for whoever looks into it (ECCL_TRACE_DIR),
      * once an epoch: a loss fails every op in flight at once. Written
      * while the op still counts as unfinished, so its wait lines say whom
@@ -643,7 +646,7 @@ static eccl_result op_start(eccl_comm *c, eccl_request *r)
     r->started = 1;
     r->start_seq = ++c->starts;
     r->state = OP_RUNNING;
-    comm_trace_phase(c, r, TRACE_STARTED);
+    comm_trace_phase(c, r, TRACE_STARTED, 0);
     /* The completion tokens of an op whose caller will return as soon as
      * its data is out need not leave at once: queued lazily they go with
      * the next frame on their link (the next call's data), or when the
@@ -728,7 +731,7 @@ static void op_return_early(eccl_comm *c, eccl_request *r, size_t bytes)
     r->returned = 1;
     r->result = ECCL_OK;
     c->returned_ns = now_ns(c);
-    comm_trace_phase(c, r, TRACE_DATA);
+    comm_trace_phase(c, r, TRACE_DATA, c->returned_ns);
     ECCL_TRACE(c->env, "%s tag %llu returned early", coll_name(r->call.kind), (unsigned long long)r->call.tag);
 }
 

@@ -11,8 +11,8 @@
  * sends the master one LINK_RATE (from, bytes, ns); where the net knows
  * the bytes' time on the wire (the simulator: a frame arrives there whole)
  * that counts instead; the master compares the
- * group's links and names one far under their median to every member
- * (SLOW_LINK), which ECCL_ATTR_SLOW_LINK_FROM / _TO return (docs/trace.md,
+ * group's links and names one far under their upper quartile to every
+ * member (SLOW_LINK), which ECCL_ATTR_SLOW_LINK_FROM / _TO return (docs/trace.md,
  * "Slow links while the job runs"). A rank slow to read (its CPU busy
  * elsewhere) makes its links in look slow too: the name is the link's ends. */
 #include "comm/comm_internal.h"
@@ -80,13 +80,13 @@ void comm_rates_report(eccl_comm *c)
 
 void comm_rates_on_notice(eccl_comm *c, const eccl_msg_link *m)
 {
-    if (m->from && (m->from != c->slow_link_from || m->to != c->slow_link_to))
+    int named = m->from && (m->from != c->slow_link_from || m->to != c->slow_link_to);
+    if (named)
         ECCL_INFO(c->env, "the master names the link from peer %llu to peer %llu as slow (%.3g B/s)",
                   (unsigned long long)m->from, (unsigned long long)m->to,
                   m->ns ? (double)m->bytes * 1e9 / (double)m->ns : 0.0);
     else if (!m->from && c->slow_link_from)
         ECCL_INFO(c->env, "the master names no link as slow any more");
-    int named = m->from && (m->from != c->slow_link_from || m->to != c->slow_link_to);
     c->slow_link_from = m->from;
     c->slow_link_to = m->to;
     /* Where traces are kept: every member's rates as the link is named,

@@ -632,6 +632,25 @@ int eccl_scn_job_trace_dir(const char *outdir, char *dir, size_t len)
     return 0;
 }
 
+/* The rank (1..ranks) whose worker is `peer` (by its connected line); 0:
+ * none, or peer 0. */
+static int rank_of_peer(const eccl_scn_job *s, unsigned long long peer)
+{
+    for (int i = 0; peer && i < s->cfg->ranks; i++)
+        if (s->rk[i].peer_id == peer) return i + 1;
+    return 0;
+}
+
+/* expect_slow_link's verdict on a link named from -> to (peer ids): the
+ * expected rank if it is one of the link's ends, else the link's receiving
+ * rank (0: none named); its ends' ranks in *rf, *rt. */
+static int slow_link_rank(const eccl_scn_job *s, unsigned long long from, unsigned long long to, int *rf, int *rt)
+{
+    *rf = rank_of_peer(s, from), *rt = rank_of_peer(s, to);
+    int want = s->cfg->expect_slow_link;
+    return *rf == want || *rt == want ? want : *rt;
+}
+
 /* trace = 1: the ranks' traces (OUTDIR/traces) analysed as `eccl-trace
  * analyze` does, the report in trace_analysis.txt; expect_culprit = R: it
  * must name rank R's worker (by the peer id its connected line gave).
@@ -652,9 +671,7 @@ static int trace_check(eccl_scn_job *s, const char *outdir)
         eccl_scn_job_say(s, s->tool, "%s trace: no trace was written", want ? "FAIL" : "note");
         return want;
     }
-    int named = 0;
-    for (int i = 0; i < cfg->ranks && v.culprit != ECCL_TRACE_NONE; i++)
-        if (v.peer && s->rk[i].peer_id == v.peer) named = i + 1;
+    int named = v.culprit != ECCL_TRACE_NONE ? rank_of_peer(s, v.peer) : 0;
     /* Cut off: every rank that lost the master is the culprit's side; the
      * expected one among them counts. */
     for (uint32_t k = 0; cfg->expect_culprit && v.culprit == ECCL_TRACE_CUT_OFF && k < v.n_cut; k++)
@@ -670,13 +687,8 @@ static int trace_check(eccl_scn_job *s, const char *outdir)
     if (!cfg->expect_slow_link) return !ok;
     /* expect_slow_link: the traces name a slow link of rank R's too (each
      * rank writes one as the master names it: comm/rates.c). */
-    int from = 0, to = 0;
-    for (int i = 0; i < cfg->ranks; i++) {
-        if (v.slow_link_from && s->rk[i].peer_id == v.slow_link_from) from = i + 1;
-        if (v.slow_link_to && s->rk[i].peer_id == v.slow_link_to) to = i + 1;
-    }
-    s->trace_slow_link_rank =
-        from == cfg->expect_slow_link || to == cfg->expect_slow_link ? cfg->expect_slow_link : to;
+    int from, to;
+    s->trace_slow_link_rank = slow_link_rank(s, v.slow_link_from, v.slow_link_to, &from, &to);
     int link_ok = s->trace_slow_link_rank == cfg->expect_slow_link;
     eccl_scn_job_say(s, s->tool, "%s trace: slow link rank %d -> rank %d (%d named; expected an end at rank %d)",
                      link_ok ? "ok" : "FAIL", from, to, v.slow_links, cfg->expect_slow_link);
@@ -688,12 +700,8 @@ static int trace_check(eccl_scn_job *s, const char *outdir)
 static int slow_link_check(eccl_scn_job *s)
 {
     const eccl_scenario *cfg = s->cfg;
-    int from = 0, to = 0;
-    for (int i = 0; i < cfg->ranks; i++) {
-        if (s->slow_from && s->rk[i].peer_id == s->slow_from) from = i + 1;
-        if (s->slow_to && s->rk[i].peer_id == s->slow_to) to = i + 1;
-    }
-    s->slow_link_rank = from == cfg->expect_slow_link || to == cfg->expect_slow_link ? cfg->expect_slow_link : to;
+    int from, to;
+    s->slow_link_rank = slow_link_rank(s, s->slow_from, s->slow_to, &from, &to);
     int ok = s->slow_link_rank == cfg->expect_slow_link;
     char when[32] = "-";
     if (s->slow_named_ns != UINT64_MAX && s->slow_ns != UINT64_MAX && s->slow_named_ns >= s->slow_ns)
