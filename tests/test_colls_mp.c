@@ -724,6 +724,62 @@ static void test_args_n3(void **state)
     cluster_fini(cl);
 }
 
+/* ---- the dispatcher hears when every rank shares one host ------------------- */
+
+/* A small broadcast at N = 4 runs the binomial tree where every rank is on
+ * this one host and talks through shared memory (net_shm), the chain over
+ * TCP loopback (ECCL_SHM=0): coll/dispatch.c's one-host rule, which each
+ * rank applies from what the master told it (host_ranks) and its own
+ * listener, so every rank must pick alike (the result checks it). */
+static int one_host_body(eccl_comm *c, int index, void *argp)
+{
+    (void)index;
+    const uint32_t want = *(const uint32_t *)argp;
+    int64_t rank;
+    CL_OK(eccl_comm_get_attr(c, ECCL_ATTR_RANK, &rank));
+    for (uint64_t round = 0; round < 3; round++) {
+        float buf[16];
+        for (int i = 0; i < 16; i++) buf[i] = rank == (int64_t)round ? (float)(round * 100 + (uint64_t)i) : -1.0f;
+        eccl_reduce_info info;
+        memset(&info, 0xff, sizeof info);
+        CL_OK(eccl_broadcast(c, buf, buf, 16, ECCL_F32, (uint32_t)round, 300 + round, &info));
+        CL_CHECK(info.algorithm == want, "broadcast ran algorithm %u, want %u", info.algorithm, want);
+        for (int i = 0; i < 16; i++)
+            CL_CHECK(buf[i] == (float)(round * 100 + (uint64_t)i), "round %llu element %d: %g",
+                     (unsigned long long)round, i, (double)buf[i]);
+    }
+    return 0;
+}
+
+static void run_one_host(void **state, uint32_t want)
+{
+    cluster *cl = *state;
+    assert_int_equal(cluster_init(cl, NULL), 0);
+    assert_int_equal(cluster_spawn_n(cl, 4, one_host_body, &want), 0);
+    assert_int_equal(cluster_wait_all(cl, 60000), 0);
+    cluster_fini(cl);
+}
+
+/* Over the verbs net (the _ibv variant of this suite) the listener is
+ * net_ibv's: the chain, as over TCP. */
+static void test_broadcast_one_host_tree(void **state)
+{
+    const char *net = getenv("ECCL_NET");
+    run_one_host(state, net && strcmp(net, "ibv") == 0 ? ECCL_ALGO_CHAIN : ECCL_ALGO_BINOMIAL);
+}
+
+static int plain_tcp_setup(void **state)
+{
+    setenv("ECCL_SHM", "0", 1);
+    return cluster_test_setup(state);
+}
+static int plain_tcp_teardown(void **state)
+{
+    unsetenv("ECCL_SHM");
+    return cluster_test_teardown(state);
+}
+static void test_broadcast_one_host_tcp_chain(void **state) { run_one_host(state, ECCL_ALGO_CHAIN); }
+
 /* ---- barrier: nobody leaves before the last one enters ---------------------- */
 
 #define V_ENTER 0
@@ -1402,6 +1458,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_kill_allgather, cluster_test_setup, cluster_test_teardown),
         cmocka_unit_test_setup_teardown(test_kill_reduce_scatter, cluster_test_setup, cluster_test_teardown),
         cmocka_unit_test_setup_teardown(test_kill_broadcast, chain_setup, algo_teardown),
+        cmocka_unit_test_setup_teardown(test_broadcast_one_host_tree, cluster_test_setup, cluster_test_teardown),
+        cmocka_unit_test_setup_teardown(test_broadcast_one_host_tcp_chain, plain_tcp_setup, plain_tcp_teardown),
         cmocka_unit_test_setup_teardown(test_kill_reduce, chain_setup, algo_teardown),
         cmocka_unit_test_setup_teardown(test_repair_broadcast_chain, chain_setup, algo_teardown),
         cmocka_unit_test_setup_teardown(test_repair_broadcast_chain_in_place, chain_setup, algo_teardown),

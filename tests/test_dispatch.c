@@ -80,9 +80,18 @@ static void test_builtin_default(void **state)
     assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLGATHER, 8, 0, 8388609, ag), ECCL_ALGO_RING);
     assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLGATHER, 2, 0, 64, ag), ECCL_ALGO_RECURSIVE);
     assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLGATHER, 9, 0, 1 << 20, ag), ECCL_ALGO_RING);
+    /* Small broadcasts from three ranks: the chain, but the binomial tree
+     * where every rank is on one host (through shared memory); two ranks
+     * keep the chain there too. */
+    uint32_t bc = BIT(ECCL_ALGO_CHAIN) | BIT(ECCL_ALGO_BINOMIAL);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_BROADCAST, 4, 0, 64, bc), ECCL_ALGO_CHAIN);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_BROADCAST, 4, ECCL_DISPATCH_ONE_HOST, 64, bc), ECCL_ALGO_BINOMIAL);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_BROADCAST, 8, ECCL_DISPATCH_ONE_HOST, 131072, bc), ECCL_ALGO_BINOMIAL);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_BROADCAST, 2, ECCL_DISPATCH_ONE_HOST, 64, bc), ECCL_ALGO_CHAIN);
+    /* The rules for any world hold on one host: the tree's all-reduce. */
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 8, ECCL_DISPATCH_ONE_HOST, 64, ring_tree), ECCL_ALGO_TREE);
     /* No rule: the first candidate. */
-    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_BROADCAST, 4, 0, 64, BIT(ECCL_ALGO_CHAIN) | BIT(ECCL_ALGO_BINOMIAL)),
-                     ECCL_ALGO_CHAIN);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLTOALL, 4, 0, 64, bc), ECCL_ALGO_CHAIN);
     assert_int_equal(g_warnings, 0);
     eccl_dispatch_free(&d);
 }
@@ -256,6 +265,8 @@ static void test_malformed_lines_skipped(void **state)
         "allreduce 3-8 4096 tree ppn=x",
         "allreduce 3-8 4096 tree ppn=4-",
         "allreduce 3-8 4096 tree ppn=4294967296",
+        "allreduce 3-8 4096 tree ppn=4294967295", /* ECCL_DISPATCH_ONE_HOST: "ppn=all" spells it */
+        "allreduce 3-8 4096 tree ppn=alls",
         "allreduce 3-8 4096 tree hosts=4", /* not the topology word */
         "allreduce 3-8 4096 tree ppn=4 ppn=4", /* a word too many */
     };
@@ -304,6 +315,27 @@ static void test_rules_by_ranks_per_host(void **state)
     /* A rule whose algorithm cannot run the call is passed over. */
     assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 16, 4, 4096, ALL & ~BIT(ECCL_ALGO_RING)),
                      ECCL_ALGO_HIER);
+    eccl_dispatch_free(&d);
+}
+
+/* "ppn=all": a rule for worlds on one host (ECCL_DISPATCH_ONE_HOST) and no
+ * other; rules for some ranks per host never match such a world, rules
+ * whose range starts at 0 (the non-host-regular worlds) do. */
+static void test_rules_for_one_host(void **state)
+{
+    (void)state;
+    eccl_env e = env_with(NULL, "allreduce 4-64 1048576 ring ppn=2-8\n"
+                                "allreduce 4-64 1024 tree ppn=all\n"
+                                "allreduce 4-64 1048576 recursive ppn=0-8\n");
+    eccl_dispatch d;
+    assert_int_equal(eccl_dispatch_init(&d, &e), ECCL_OK);
+    assert_int_equal(g_warnings, 0);
+    assert_int_equal(d.rules[1].lmin, ECCL_DISPATCH_ONE_HOST);
+    assert_int_equal(d.rules[1].lmax, ECCL_DISPATCH_ONE_HOST);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 8, ECCL_DISPATCH_ONE_HOST, 1024, ALL), ECCL_ALGO_TREE);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 8, ECCL_DISPATCH_ONE_HOST, 4096, ALL), ECCL_ALGO_RECURSIVE);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 8, 4, 1024, ALL), ECCL_ALGO_RING);
+    assert_int_equal(eccl_dispatch_pick(&d, ECCL_COLL_ALLREDUCE, 8, 0, 1024, ALL), ECCL_ALGO_RECURSIVE);
     eccl_dispatch_free(&d);
 }
 
@@ -363,6 +395,7 @@ int main(void)
         cmocka_unit_test(test_builtin_default), cmocka_unit_test(test_builtin_reduce_scatter),
         cmocka_unit_test(test_builtin_host_regular),
         cmocka_unit_test(test_rules_first_match_wins), cmocka_unit_test(test_rules_by_ranks_per_host),
+        cmocka_unit_test(test_rules_for_one_host),
         cmocka_unit_test(test_malformed_lines_skipped), cmocka_unit_test(test_forced),
         cmocka_unit_test(test_tune_file_warning), cmocka_unit_test(test_names),
     };

@@ -45,6 +45,16 @@
  * (128 KiB, 512 KiB] broadcasts of two; like the all-reduce rule, past the
  * largest N measured (8) the tree's lead in depth only grows.
  *
+ * Broadcasts where every rank shares one host through shared memory
+ * (ECCL_DISPATCH_ONE_HOST; the sweeps above ran over TCP loopback): the
+ * chain's small hops each wait for the next rank's wake-up where the tree
+ * has log2 N rounds. Release eccl-bench --coll broadcast -b 8 -e 128K -f 8
+ * -n 300 -w 30, ECCL_ALGO forcing either, five interleaved rounds, medians,
+ * binomial / chain time at 8 B / 64 B / 512 B / 4 KiB / 32 KiB:
+ *   N=4 0.96 0.88 0.94 0.90 1.08;  N=8 0.72 0.87 0.82 0.87 0.73
+ * (over TCP loopback, ECCL_SHM=0, two rounds: N=4 1.1-1.6, N=8 0.74-0.95).
+ * So the tree up to 4 MiB from three ranks there.
+ *
  * All-gather: Bruck's rounds (coll/bruck.h) against the ring pass, Release
  * eccl-bench --coll allgather -b 8 -e 4M -f 4 -n 20 -w 3, ECCL_ALGO forcing
  * either, runs interleaved on the loaded 2-core box (load average 5-8 from
@@ -196,6 +206,9 @@ static const eccl_dispatch_rule builtin[] = {
     RULE(ALLREDUCE, 97, ANY, 65536, TREE, 2, ANY),
     RULE(ALLREDUCE, 97, ANY, ALL_BYTES, RECURSIVE, 2, ANY),
 
+    /* Every rank on one host, through shared memory (above). */
+    RULE(BROADCAST, 3, ANY, 4194304, BINOMIAL, ECCL_DISPATCH_ONE_HOST, ECCL_DISPATCH_ONE_HOST),
+
     RULE(ALLREDUCE, 3, 4, 65536, RECURSIVE, 0, ANY),
     RULE(ALLREDUCE, 3, ANY, 65536, TREE, 0, ANY),
     RULE(BROADCAST, 2, 2, 131072, CHAIN, 0, ANY),
@@ -281,10 +294,24 @@ static int range(const char *w, size_t len, uint64_t *lo, uint64_t *hi)
            number(dash + 1, len - (size_t)(dash + 1 - w), UINT32_MAX, hi) && *lo <= *hi;
 }
 
-/* The optional topology word "ppn=A-B" (or "ppn=A"): ranks per host. */
+/* The optional topology word "ppn=A-B" (or "ppn=A"): ranks per host;
+ * "ppn=all": every rank on one host. */
 static int topology(const char *w, size_t len, uint64_t *lo, uint64_t *hi)
 {
-    return len > 4 && memcmp(w, "ppn=", 4) == 0 && range(w + 4, len - 4, lo, hi);
+    if (len < 5 || memcmp(w, "ppn=", 4) != 0) return 0;
+    if (len == 7 && memcmp(w + 4, "all", 3) == 0) {
+        *lo = *hi = ECCL_DISPATCH_ONE_HOST;
+        return 1;
+    }
+    return range(w + 4, len - 4, lo, hi) && *lo < ECCL_DISPATCH_ONE_HOST;
+}
+
+/* Whether rule r covers a world of this topology: a one-host world is
+ * matched by "ppn=all" and by the rules for any world (lmin 0). */
+static int topology_matches(const eccl_dispatch_rule *r, uint32_t local_size)
+{
+    if (local_size == ECCL_DISPATCH_ONE_HOST) return r->lmin == 0 || r->lmin == ECCL_DISPATCH_ONE_HOST;
+    return local_size >= r->lmin && local_size <= r->lmax && r->lmin != ECCL_DISPATCH_ONE_HOST;
 }
 
 /* One rule line (comment and blanks stripped); 0 if malformed. */
@@ -402,7 +429,7 @@ eccl_algorithm eccl_dispatch_pick(const eccl_dispatch *d, eccl_coll_kind kind, u
     for (uint32_t i = 0; i < d->n_rules + sizeof builtin / sizeof builtin[0]; i++) {
         const eccl_dispatch_rule *r = i < d->n_rules ? &d->rules[i] : &builtin[i - d->n_rules];
         if (r->kind == kind && nranks >= r->nmin && nranks <= r->nmax && bytes <= r->max_bytes &&
-            local_size >= r->lmin && local_size <= r->lmax && (candidates & ECCL_DISPATCH_BIT(r->algo)))
+            topology_matches(r, local_size) && (candidates & ECCL_DISPATCH_BIT(r->algo)))
             return (eccl_algorithm)r->algo;
     }
     for (int a = 0; a < ECCL_ALGO_COUNT; a++)

@@ -19,7 +19,9 @@
  *      host (the epoch's local_size: L when each of two hosts or more
  *      holds L >= 2 ranks, contiguous; 0 for any other world, one host
  *      or one rank per host included) lie in the range; "ppn=4" is
- *      "ppn=4-4". eccl-tune writes it for sweeps of emulated or simulated
+ *      "ppn=4-4". "ppn=all" limits it to worlds whose ranks all share one
+ *      host and reach each other through shared memory (net_shm); a rule
+ *      without the word, or whose range starts at 0, matches those too. eccl-tune writes it for sweeps of emulated or simulated
  *      hosts (--hosts, --sim), whose winners need not hold elsewhere.
  *   3. The built-in table (dispatch.c): for host-regular worlds from
  *      sweeps of simulated clusters (scenarios/tune/), for the others
@@ -49,7 +51,7 @@ typedef struct eccl_dispatch_rule {
     uint8_t algo;  /* eccl_algorithm */
     uint32_t nmin, nmax;
     uint64_t max_bytes;
-    uint32_t lmin, lmax; /* ranks per host (eccl_coll_call.local_size) */
+    uint32_t lmin, lmax; /* ranks per host (eccl_coll_call.local_size); both ECCL_DISPATCH_ONE_HOST: "ppn=all" */
 } eccl_dispatch_rule;
 
 typedef struct eccl_dispatch {
@@ -66,8 +68,13 @@ void eccl_dispatch_free(eccl_dispatch *d);
  * were skipped as malformed (each warned about through env). */
 uint32_t eccl_dispatch_add_rules(eccl_dispatch *d, const eccl_env *env, const char *text);
 
+/* The topology a pick is asked for: the epoch's local_size, or this for a
+ * world of two ranks or more all on one host, through shared memory
+ * (comm_dispatch_topology in core/comm/ops.c). */
+#define ECCL_DISPATCH_ONE_HOST UINT32_MAX
+
 /* The algorithm for a call among `candidates` (a mask of
- * ECCL_DISPATCH_BIT(algo), never 0). */
+ * ECCL_DISPATCH_BIT(algo), never 0); `local_size` as above. */
 #define ECCL_DISPATCH_BIT(algo) (1u << (algo))
 eccl_algorithm eccl_dispatch_pick(const eccl_dispatch *d, eccl_coll_kind kind, uint32_t nranks,
                                   uint32_t local_size, uint64_t bytes, uint32_t candidates);

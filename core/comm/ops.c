@@ -387,6 +387,17 @@ static eccl_result hier_setup(eccl_comm *c, eccl_request *r, size_t bytes)
 /* All-reduce's buffers and algorithm, as the dispatcher picks it among
  * those that can run the call (coll/dispatch.h). Quantised calls always
  * take the ring: it alone carries codes. */
+/* What the dispatcher is told of the world's hosts: ECCL_DISPATCH_ONE_HOST
+ * when every rank shares this one and this rank talks to them through
+ * shared memory (its advertised address is net_shm's), else the epoch's
+ * local_size. */
+static uint32_t comm_dispatch_topology(const eccl_comm *c)
+{
+    if (c->world >= 2 && c->host_ranks == c->world && strncmp(c->p2p_addr, "shm:", 4) == 0)
+        return ECCL_DISPATCH_ONE_HOST;
+    return c->local_size;
+}
+
 static eccl_result allreduce_setup(eccl_comm *c, eccl_request *r)
 {
     size_t bytes = r->call.count * eccl_dtype_size(r->call.dtype);
@@ -399,7 +410,7 @@ static eccl_result allreduce_setup(eccl_comm *c, eccl_request *r)
     /* The hierarchy only where the master found the world host-regular
      * (this epoch's local_size: L >= 2 ranks on each of two hosts or more). */
     if (plain_host && eccl_hier_allreduce_can(&r->call)) can |= ECCL_DISPATCH_BIT(ECCL_ALGO_HIER);
-    eccl_algorithm algo = eccl_dispatch_pick(&c->dispatch, ECCL_COLL_ALLREDUCE, c->world, c->local_size, bytes, can);
+    eccl_algorithm algo = eccl_dispatch_pick(&c->dispatch, ECCL_COLL_ALLREDUCE, c->world, comm_dispatch_topology(c), bytes, can);
     if (algo == ECCL_ALGO_RECURSIVE) return rec_setup(c, r, bytes);
     if (algo == ECCL_ALGO_HIER) return hier_setup(c, r, bytes);
     uint8_t *staging[ECCL_WIRE_TREE_CHILDREN] = {NULL}, *backup;
@@ -542,7 +553,7 @@ static eccl_result pass_setup(eccl_comm *c, eccl_request *r)
             can |= ECCL_DISPATCH_BIT(k == ECCL_COLL_REDUCE_SCATTER ? ECCL_ALGO_RECURSIVE : ECCL_ALGO_BINOMIAL);
         uint64_t bytes = (uint64_t)r->call.count * eccl_dtype_size(r->call.dtype) *
                          (chain || r->call.vcounts ? 1u : c->world);
-        switch (eccl_dispatch_pick(&c->dispatch, k, c->world, c->local_size, bytes, can)) {
+        switch (eccl_dispatch_pick(&c->dispatch, k, c->world, comm_dispatch_topology(c), bytes, can)) {
         case ECCL_ALGO_BRUCK: return bruck_setup(c, r);
         case ECCL_ALGO_BINOMIAL: return binomial_setup(c, r);
         case ECCL_ALGO_RECURSIVE: return k == ECCL_COLL_ALLGATHER ? recag_setup(c, r) : recrs_setup(c, r);
