@@ -34,6 +34,7 @@
 #include <string.h>
 
 #include "chaos.h"
+#include "proto/auth.h"
 #include "proto/wire.h"
 #include "util/addr.h"
 #include "util/log.h"
@@ -84,6 +85,7 @@ typedef struct cconn {
     size_t hdr_have;
     uint64_t body_left;
     int not_frames; /* a header failed to decode: counting stopped */
+    int past_start; /* the stream's first header-sized bytes went by */
     int closed; /* core closed it while a wait ran: freed after */
     int lingering; /* core closed it with bytes in tx: they go first */
 } cconn;
@@ -232,7 +234,15 @@ static int count_frames(chaos_net *n, cconn *c, const eccl_iov *iov, int niov, s
             if (c->hdr_have < sizeof c->hdr) break;
             c->hdr_have = 0;
             eccl_wire_header h;
+            int start = !c->past_start;
+            c->past_start = 1;
             if (eccl_wire_header_decode(c->hdr, &h) != ECCL_OK) {
+                /* The opening handshake's HELLO and PROOF (proto/auth.h)
+                 * come before the frames. */
+                if (start && memcmp(c->hdr, ECCL_AUTH_MAGIC, ECCL_AUTH_MAGIC_BYTES) == 0) {
+                    c->body_left = ECCL_AUTH_HELLO_BYTES + ECCL_AUTH_PROOF_BYTES - sizeof c->hdr;
+                    continue;
+                }
                 c->not_frames = 1; /* not eccl's wire format: nothing here to count */
                 return 0;
             }
@@ -700,6 +710,18 @@ static void c_wake(void *ctx)
     n->inner->wake(n->inner_ctx);
 }
 
+static void c_peer_addr(void *ctx, eccl_conn *cp, char *addr)
+{
+    chaos_net *n = ctx;
+    cconn *c = (cconn *)cp;
+    const eccl_net_ops *in = n->inner;
+    addr[0] = '\0';
+    lock(n);
+    if (c->inner && in->size >= offsetof(eccl_net_ops, peer_addr) + sizeof in->peer_addr && in->peer_addr)
+        in->peer_addr(n->inner_ctx, c->inner, addr);
+    unlock(n);
+}
+
 static const eccl_net_ops chaos_net_ops = {
     .size = sizeof(eccl_net_ops),
     .listen = c_listen,
@@ -712,6 +734,7 @@ static const eccl_net_ops chaos_net_ops = {
     .close = c_close,
     .wait = c_wait,
     .wake = c_wake,
+    .peer_addr = c_peer_addr,
     /* no bulk: payloads ride the stream, where they are shaped */
 };
 

@@ -170,6 +170,13 @@ typedef struct eccl_net_ops {
      * bandwidth); a real stream does not (its bytes carry no send time), and
      * core times large frames as they arrive instead (comm/rates.c). */
     void (*wire_time)(void *ctx, eccl_conn *c, uint64_t *bytes, uint64_t *ns);
+
+    /* ---- the far end (added later; check eccl_net_has_peer_addr; NULL
+     * where the net cannot tell) ------------------------------------------
+     * conn's far end as "HOST:PORT" into addr[ECCL_ADDR_MAX] ("" if
+     * unknown): a listener bounds the unproven connections it holds per
+     * host with it (proto/gate.h). */
+    void (*peer_addr)(void *ctx, eccl_conn *c, char *addr);
 } eccl_net_ops;
 
 /* ---- clock --------------------------------------------------------------- */
@@ -342,6 +349,23 @@ typedef struct eccl_trace_ops {
     uint64_t (*asked)(void *ctx);
 } eccl_trace_ops;
 
+/* ---- auth: who may talk to us ------------------------------------------
+ * Every connection core opens or accepts starts with a challenge-response
+ * on the job's shared secret (proto/auth.h) when the env has this table;
+ * the secret itself stays in the backend. */
+#define ECCL_AUTH_MAC_BYTES 32u /* HMAC-SHA256 */
+typedef struct eccl_auth_ops {
+    size_t size;
+    /* n fresh, unpredictable bytes (a CSPRNG; a simulator its seeded
+     * stream, for runs that repeat). */
+    eccl_result (*nonce)(void *ctx, uint8_t *out, size_t n);
+    /* The keyed MAC of msg[0..len) under the job's secret. */
+    eccl_result (*mac)(void *ctx, const uint8_t *msg, size_t len, uint8_t out[ECCL_AUTH_MAC_BYTES]);
+    /* 1 if a[0..n) == b[0..n), in a time that does not depend on where
+     * they differ. */
+    int (*equal)(void *ctx, const void *a, const void *b, size_t n);
+} eccl_auth_ops;
+
 typedef struct eccl_env {
     const eccl_net_ops *net;
     void *net_ctx;
@@ -365,6 +389,9 @@ typedef struct eccl_env {
     /* Added later: NULL means trace dumps have nowhere to go. */
     const eccl_trace_ops *trace;
     void *trace_ctx;
+    /* Added later: NULL means connections are not authenticated. */
+    const eccl_auth_ops *auth;
+    void *auth_ctx;
 } eccl_env;
 
 /* Setting `name` of env's config into buf[len]: 1 if set, 0 if not (or
@@ -431,6 +458,12 @@ static inline int eccl_net_has_wire_time(const eccl_env *env)
 {
     const eccl_net_ops *n = env->net;
     return n->size >= offsetof(eccl_net_ops, wire_time) + sizeof n->wire_time && n->wire_time != NULL;
+}
+
+static inline int eccl_net_has_peer_addr(const eccl_env *env)
+{
+    const eccl_net_ops *n = env->net;
+    return n->size >= offsetof(eccl_net_ops, peer_addr) + sizeof n->peer_addr && n->peer_addr != NULL;
 }
 
 /* Whether p is phantom memory of env's dev. */

@@ -43,7 +43,8 @@ typedef enum eccl_result {
     ECCL_ERR_AGAIN = 13,        /* internal: would block; never returned by API */
     ECCL_ERR_CLOSED = 14,       /* the object is shutting down */
     ECCL_ERR_UNSUPPORTED = 15,  /* not supported by this build or backend */
-    ECCL_ERR_DEVICE = 16        /* the device (CUDA) failed a copy or kernel */
+    ECCL_ERR_DEVICE = 16,       /* the device (CUDA) failed a copy or kernel */
+    ECCL_ERR_AUTH = 17          /* a peer did not prove the job's secret, or none is set */
 } eccl_result;
 
 /* A static, human-readable description; never NULL. */
@@ -64,6 +65,21 @@ typedef enum eccl_op {
 size_t eccl_dtype_size(eccl_dtype dtype);
 const char *eccl_dtype_name(eccl_dtype dtype);
 const char *eccl_op_name(eccl_op op);
+
+/* ---- who may join: the job's secret ---------------------------------------
+ * Every connection (to the master, a relay, a peer) opens with a
+ * challenge-response on a secret all processes of the job share
+ * (docs/protocol.md, "Authentication"). The real library reads it from
+ * ECCL_AUTH_SECRET_FILE (a file only its owner can read) or ECCL_AUTH_SECRET
+ * when a master, relay or communicator is created, and refuses to create one
+ * without it (ECCL_ERR_AUTH) unless ECCL_AUTH=0 turns authentication off. */
+
+/* For launchers: where this process has no secret and ECCL_AUTH is not 0,
+ * makes a fresh random one and sets ECCL_AUTH_SECRET in its environment, so
+ * that the masters and communicators it creates and the processes it starts
+ * afterwards share it. Where a secret is set (or ECCL_AUTH=0), does nothing.
+ * Not thread-safe (it sets an environment variable): call it first thing. */
+eccl_result eccl_auth_job_secret(void);
 
 /* ---- master -------------------------------------------------------------- */
 

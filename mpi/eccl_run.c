@@ -193,6 +193,10 @@ int main(int argc, char **argv)
     if (status >= 0)
         return status;
     status = EXIT_FAILURE;
+    if (eccl_auth_job_secret() != ECCL_OK) { /* the programs inherit it */
+        fprintf(stderr, "eccl-run: cannot make the job's secret\n");
+        return EXIT_FAILURE;
+    }
     pids = calloc(opts.np, sizeof *pids);
     if (pids == NULL) {
         perror("eccl-run: calloc");

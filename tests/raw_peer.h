@@ -13,8 +13,13 @@
 
 /* A listening socket on 127.0.0.1, any port; its address in addr. */
 int raw_listen(char *addr, size_t len);
-/* A connection to addr ("127.0.0.1:PORT"), retried for about 2 s. */
+/* A connection to addr ("127.0.0.1:PORT"), retried for about 2 s, past
+ * the opening handshake (raw_auth). */
 int raw_dial(const char *addr);
+/* The opening handshake (core/proto/auth.h) on fd, as the end that
+ * dialled (1) or accepted (0), with the secret of this process's settings
+ * (ECCL_AUTH_SECRET...; nothing where ECCL_AUTH=0); asserts it succeeds. */
+void raw_auth(int fd, int dialer);
 /* Encodes and writes one control message. */
 void raw_send(int fd, const eccl_msg *m);
 /* Whether the socket is readable within ms. */

@@ -918,8 +918,8 @@ static void test_narrow_sampled(void **state)
 static void test_strerror(void **state)
 {
     (void)state;
-    const char *seen[ECCL_ERR_DEVICE + 1];
-    for (int r = ECCL_OK; r <= ECCL_ERR_DEVICE; r++) {
+    const char *seen[ECCL_ERR_AUTH + 1];
+    for (int r = ECCL_OK; r <= ECCL_ERR_AUTH; r++) {
         const char *s = eccl_strerror((eccl_result)r);
         assert_non_null(s);
         assert_true(strlen(s) > 0);
@@ -928,7 +928,7 @@ static void test_strerror(void **state)
             assert_string_not_equal(s, seen[q]);
         seen[r] = s;
     }
-    assert_string_equal(eccl_strerror((eccl_result)(ECCL_ERR_DEVICE + 1)), "unknown error");
+    assert_string_equal(eccl_strerror((eccl_result)(ECCL_ERR_AUTH + 1)), "unknown error");
     assert_string_equal(eccl_strerror((eccl_result)1000), "unknown error");
     assert_string_equal(eccl_strerror((eccl_result)-1), "unknown error");
 }

@@ -102,6 +102,7 @@ static int relay_under_test(char raddr[64], int *lfd, eccl_relay **r)
     assert_int_equal(eccl_relay_run(*r), ECCL_OK);
     assert_true(raw_readable(*lfd, 5000));
     int up = accept(*lfd, NULL, NULL);
+    if (up >= 0) raw_auth(up, 0);
     assert_true(up >= 0);
     eccl_wire_header h;
     free(raw_read_frame(up, &h));

@@ -1369,7 +1369,9 @@ static int launch_local(const struct bench_opts *o)
      * image, so the runtime this process started does not leak into them. */
     if (o->device && cuda_load(&cuda))
         return EXIT_FAILURE;
-    if (eccl_failed(eccl_master_create("127.0.0.1:0", &master), "creating the master"))
+    /* The job's secret, made up here unless set: the ranks inherit it. */
+    if (eccl_failed(eccl_auth_job_secret(), "making the job's secret") ||
+        eccl_failed(eccl_master_create("127.0.0.1:0", &master), "creating the master"))
         return EXIT_FAILURE;
     if (eccl_failed(eccl_master_run(master), "starting the master") ||
         eccl_failed(eccl_master_address(master, addr, sizeof addr), "reading the master address"))

@@ -32,6 +32,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "eccl.h"
 #include "churn_check.h"
 #include "results.h"
 #include "tool_util.h"
@@ -667,6 +668,10 @@ int main(int argc, char **argv)
     if (parse_opts(argc, argv, &c->o)) {
         usage(stderr);
         return 2;
+    }
+    if (eccl_auth_job_secret() != ECCL_OK) { /* the workers inherit it */
+        fprintf(stderr, "eccl-churn: cannot make the job's secret\n");
+        return 1;
     }
     c->w = calloc(MAX_SPAWNS, sizeof *c->w);
     if (!c->w || churn_check_init(&c->chk, 1u << 16, 0) != 0) return 1;

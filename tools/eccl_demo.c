@@ -238,7 +238,8 @@ int main(int argc, char **argv)
 
     eccl_master *master = NULL;
     char addr[64];
-    eccl_result rc = eccl_master_create("127.0.0.1:0", &master);
+    eccl_result rc = eccl_auth_job_secret(); /* the workers inherit it */
+    if (rc == ECCL_OK) rc = eccl_master_create("127.0.0.1:0", &master);
     if (rc == ECCL_OK) rc = eccl_master_address(master, addr, sizeof addr);
     if (rc != ECCL_OK) {
         fprintf(stderr, "eccl-demo: master: %s\n", eccl_strerror(rc));

@@ -22,6 +22,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "eccl.h"
 #include "results.h"
 #include "run_emu.h"
 #include "scenario.h"
@@ -43,6 +44,10 @@ static int usage(const char *argv0, int help)
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
+    if (eccl_auth_job_secret() != ECCL_OK) { /* every process of the run inherits it */
+        fprintf(stderr, "eccl-emu: cannot make the job's secret\n");
+        return 1;
+    }
     if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) return usage(argv[0], 1);
     if (argc < 3 || strcmp(argv[1], "run") != 0) return usage(argv[0], 0);
     const char *file = argv[2], *out = NULL;

@@ -21,6 +21,7 @@
 
 #include "coll/reduce.h"
 #include "util/config.h"
+#include "auth_real.h"
 #include "dev_cuda.h"
 #include "net_ibv.h"
 #include "net_shm.h"
@@ -35,6 +36,7 @@ typedef struct env_real {
     eccl_env env;
     uint64_t t0_ns; /* log timestamps count from here */
     eccl_real_cuda *cuda; /* device tensors (dev_cuda.h); opens nothing until needed */
+    eccl_real_auth *auth; /* the job's secret; NULL: ECCL_AUTH=0 */
     uint64_t *chaos_wires; /* ECCL_CHAOS_WIRES, mapped; NULL: none */
     size_t chaos_wires_len;
 } env_real;
@@ -829,6 +831,15 @@ eccl_result eccl_env_real_create(const char *name, int data_links, eccl_env **ou
                       " or 0-5; using warn",
                       lvl);
 
+    res = eccl_real_auth_create(&r->env, &r->auth);
+    if (res != ECCL_OK) {
+        free(r);
+        return res;
+    }
+    if (r->auth) {
+        r->env.auth = &eccl_real_auth_ops;
+        r->env.auth_ctx = r->auth;
+    }
     r->env.spin_ns = eccl_config_uint(&r->env, "ECCL_SPIN_NS", 0, UINT64_MAX, DEFAULT_SPIN_NS);
     r->env.ncpus = usable_cpus();
 
@@ -844,6 +855,7 @@ eccl_result eccl_env_real_create(const char *name, int data_links, eccl_env **ou
     }
     if (res != ECCL_OK) {
         eccl_real_cuda_free(r->cuda);
+        eccl_real_auth_free(r->auth);
         free(r);
         return res;
     }
@@ -851,6 +863,7 @@ eccl_result eccl_env_real_create(const char *name, int data_links, eccl_env **ou
     if (res != ECCL_OK) {
         destroy_net(&r->env);
         eccl_real_cuda_free(r->cuda);
+        eccl_real_auth_free(r->auth);
         free(r);
         return res;
     }
@@ -867,5 +880,6 @@ void eccl_env_real_destroy(eccl_env *env)
     if (r->chaos_wires)
         munmap(r->chaos_wires, r->chaos_wires_len); /* after the chaos net is gone */
     eccl_real_cuda_free(r->cuda);
+    eccl_real_auth_free(r->auth);
     free(r);
 }

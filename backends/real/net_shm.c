@@ -1310,6 +1310,12 @@ static eccl_result shm_test(void *ctx, eccl_bulk *b, int *done)
     return ECCL_OK;
 }
 
+static void shm_peer_addr(void *ctx, eccl_conn *c, char *addr)
+{
+    (void)ctx;
+    eccl_net_tcp_conn_addr(c->s, addr);
+}
+
 const eccl_net_ops eccl_net_shm_ops = {
     .size = sizeof(eccl_net_ops),
     .listen = shm_listen,
@@ -1329,6 +1335,7 @@ const eccl_net_ops eccl_net_shm_ops = {
     .test = shm_test,
     .bulk_device = shm_bulk_device,
     .isend_device = shm_isend_device,
+    .peer_addr = shm_peer_addr,
 };
 
 /* ---- context ------------------------------------------------------------------------ */

@@ -700,6 +700,12 @@ static void tcp_wake(void *ctx)
     } while (w < 0 && errno == EINTR);
 }
 
+static void tcp_peer_addr(void *ctx, eccl_conn *c, char *addr)
+{
+    (void)ctx;
+    eccl_net_tcp_conn_addr(c, addr);
+}
+
 const eccl_net_ops eccl_net_tcp_ops = {
     .size = sizeof(eccl_net_ops),
     .listen = tcp_listen,
@@ -712,6 +718,7 @@ const eccl_net_ops eccl_net_tcp_ops = {
     .close = tcp_close,
     .wait = tcp_wait,
     .wake = tcp_wake,
+    .peer_addr = tcp_peer_addr,
 };
 
 /* ---- context ------------------------------------------------------------- */

@@ -109,8 +109,12 @@ static eccl_result master_open(eccl_comm *c)
         eccl_chan_close(&c->master);
         return rc;
     }
-    c->master.conn = conn;
     c->master_open = 1;
+    rc = eccl_chan_attach(&c->master, conn, 1);
+    if (rc != ECCL_OK) {
+        master_attempt_failed(c, rc);
+        return rc;
+    }
     eccl_msg m = {.type = ECCL_MSG_REGISTER};
     m.u.reg.peer_group = c->params.peer_group;
     m.u.reg.peer_timeout_ms = c->params.peer_timeout_ms;
@@ -227,7 +231,15 @@ static void accept_links(eccl_comm *c)
                 ECCL_WARN(c->env, "p2p accept failed: %s", eccl_strerror(rc));
             return;
         }
-        l->ch.conn = conn;
+        if (eccl_chan_attach(&l->ch, conn, 0) != ECCL_OK) {
+            comm_link_close(c, l);
+            return;
+        }
+        /* Until it proves the secret: a bounded few per host and in all. */
+        void *evict = NULL;
+        if (!eccl_gate_enter(&c->gate, l, &l->ch, eccl_gate_host_of(c->env, conn), now_ns(c), &evict))
+            comm_link_close(c, l);
+        if (evict) comm_link_close(c, evict);
     }
 }
 
@@ -236,6 +248,10 @@ void comm_link_service(eccl_comm *c, p2p_link *l)
     if (l->ch.closed) return;
     eccl_chan_read(&l->ch, &comm_link_handler, c, COMM_READ_BUDGET);
     if (l->ch.error == ECCL_OK) eccl_chan_flush(&l->ch);
+    if (l->ch.error == ECCL_ERR_AUTH && eccl_auth_log_due(++c->auth_refused))
+        ECCL_WARN(c->env, "%s peer link failed authentication (%llu so far): %s",
+                  l->outgoing ? "a dialled" : "an accepted", (unsigned long long)c->auth_refused,
+                  l->ch.auth_why ? l->ch.auth_why : "?");
     if (l->ch.error != ECCL_OK && (link_is_sync(l) || link_is_probe(l))) {
         if (link_is_sync(l)) comm_sync_link_lost(c, l);
         if (link_is_probe(l) && l->probe_sender) c->opt.broken = 1;
@@ -283,8 +299,13 @@ static void master_service(eccl_comm *c)
         master_retry_schedule(c);
         return;
     }
+    /* A master that does not share our secret (or refuses ours) will not
+     * later: no retry. */
+    if (rc == ECCL_ERR_AUTH)
+        ECCL_ERROR(c->env, "the master link failed authentication: %s",
+                   c->master.auth_why ? c->master.auth_why : "the master closed it (a different secret?)");
     if (rc != ECCL_OK)
-        comm_fail(c, rc == ECCL_ERR_PROTOCOL ? ECCL_ERR_PROTOCOL : ECCL_ERR_MASTER_LOST);
+        comm_fail(c, rc == ECCL_ERR_PROTOCOL || rc == ECCL_ERR_AUTH ? rc : ECCL_ERR_MASTER_LOST);
 }
 
 static uint64_t min_deadline(uint64_t a, uint64_t b) { return a < b ? a : b; }
@@ -338,6 +359,8 @@ static uint64_t timers(eccl_comm *c)
         if (now >= ps->retry_at) ps->retry_at = 0; /* comm_ops_pump reopens it when needed */
         else next = min_deadline(next, ps->retry_at);
     }
+    for (p2p_link *l; (l = eccl_gate_expired(&c->gate, now)) != NULL;) comm_link_close(c, l);
+    next = min_deadline(next, eccl_gate_deadline(&c->gate));
     uint64_t peers_at = comm_peers_timers(c, now);
     if (peers_at) next = min_deadline(next, peers_at);
     if (c->parent_retry_at && !c->frozen && !c->link_tree[ECCL_TREE_PARENT]) {
@@ -527,7 +550,8 @@ eccl_result eccl_comm_create_with_env(eccl_env *env, eccl_env_release_fn release
         rc = ECCL_ERR_NO_MEMORY;
         goto fail;
     }
-    if ((rc = eccl_dispatch_init(&c->dispatch, env)) != ECCL_OK) goto fail;
+    if ((rc = eccl_dispatch_init(&c->dispatch, env)) != ECCL_OK || (rc = eccl_gate_init(&c->gate, env)) != ECCL_OK)
+        goto fail;
     comm_trace_init(c);
     comm_late_init(c);
     c->net_wire_time = eccl_net_has_wire_time(env);
@@ -544,6 +568,7 @@ fail:
     free(c->pslot);
     comm_peers_free(c);
     eccl_dispatch_free(&c->dispatch);
+    eccl_gate_free(&c->gate);
     free(c);
     release(env);
     return rc;
@@ -778,6 +803,7 @@ void eccl_comm_destroy(eccl_comm *c)
     free(c->pslot);
     comm_peers_free(c);
     eccl_dispatch_free(&c->dispatch);
+    eccl_gate_free(&c->gate);
     eccl_trace_free(&c->trace);
     free(c);
 }

@@ -28,6 +28,7 @@
 #include "eccl_core.h"
 #include "proto/chan.h"
 #include "sched/engine.h"
+#include "proto/gate.h"
 #include "state/hash.h"
 #include "util/bufpool.h"
 #include "util/config.h"
@@ -308,6 +309,8 @@ struct eccl_comm {
      * where the hierarchical all-reduce may run. */
     uint32_t local_size;
     uint32_t host_ranks;   /* this epoch's RING: ranks on our host (0: not told) */
+    uint64_t auth_refused; /* p2p connections refused: they did not prove the job's secret */
+    eccl_gate gate;        /* accepted p2p connections still proving it */
     eccl_wire_peer_ref next_ref, prev_ref;
     p2p_link *link_next, *link_prev;
     uint64_t next_retry_at;     /* reconnect to next after a refusal */

@@ -47,6 +47,7 @@ void comm_early_free(eccl_comm *c, early_frame *e)
 void comm_link_close(eccl_comm *c, p2p_link *l)
 {
     if (l->ch.closed) return; /* already in the graveyard */
+    eccl_gate_leave(&c->gate, l);
     link_unlist(c, l);
     if (c->link_next == l || c->link_prev == l) {
         /* The ring is broken until the master hands out the next one. */
@@ -107,7 +108,10 @@ p2p_link *comm_link_connect_in(eccl_comm *c, p2p_link **list, const eccl_wire_pe
         comm_link_close(c, l);
         return NULL;
     }
-    l->ch.conn = conn;
+    if ((*rc = eccl_chan_attach(&l->ch, conn, 1)) != ECCL_OK) {
+        comm_link_close(c, l);
+        return NULL;
+    }
     l->peer_id = ref->peer_id;
     l->epoch = epoch;
     l->purpose = purpose;

@@ -27,6 +27,7 @@
 #include "coll/tree_allreduce.h"
 #include "eccl_core.h"
 #include "proto/chan.h"
+#include "proto/gate.h"
 #include "sched/engine.h"
 #include "trace/trace.h"
 #include "state/sync.h"
@@ -196,6 +197,7 @@ struct eccl_master {
         eccl_listener *l;
     } listener;
     char addr[ECCL_ADDR_MAX];
+    eccl_gate gate; /* accepted connections still proving the secret */
     mpeer *peers;
     mpeer *graveyard;
     mgroup *groups;
@@ -218,8 +220,8 @@ struct eccl_master {
     /* What eccl_master_metrics reports (Prometheus counters and sums). */
     struct {
         uint64_t registrations, admitted, admit_ns, lost, epochs, view_changes, view_ns, trace_asks, late_reports,
-            slow_links, member_calls, member_bytes;
-        uint64_t coll_failed[ECCL_ERR_DEVICE + 1]; /* COLL_DONE reports by result */
+            slow_links, member_calls, member_bytes, auth_refused, auth_gone;
+        uint64_t coll_failed[ECCL_ERR_AUTH + 1]; /* COLL_DONE reports by result */
     } metrics;
 };
 
@@ -1602,6 +1604,7 @@ static void opt_on_drop(eccl_master *m, mgroup *g, int asked)
 static void drop_peer(eccl_master *m, mpeer *p, eccl_result why)
 {
     if (p->ch.closed) return;
+    eccl_gate_leave(&m->gate, p);
     if (why == ECCL_ERR_PROTOCOL || why == ECCL_ERR_KICKED) {
         eccl_msg k = {.type = ECCL_MSG_KICK};
         k.u.kick.reason = (uint32_t)why;
@@ -1885,7 +1888,7 @@ static eccl_result peer_on_msg(void *owner, eccl_chan *ch, const eccl_msg *msg)
          * flight. A link also breaks when its far end leaves, which is
          * routine: that report is no warning. */
         if (p->state != MP_ACCEPTED) return ECCL_ERR_PROTOCOL;
-        if (msg->u.coll.result != ECCL_OK && msg->u.coll.result <= ECCL_ERR_DEVICE)
+        if (msg->u.coll.result != ECCL_OK && msg->u.coll.result <= ECCL_ERR_AUTH)
             m->metrics.coll_failed[msg->u.coll.result]++;
         if (msg->u.coll.result != ECCL_OK && msg->u.coll.epoch == g->epoch) {
             if (msg->u.coll.result == ECCL_ERR_CONNECT)
@@ -1968,6 +1971,19 @@ static eccl_result peer_on_msg(void *owner, eccl_chan *ch, const eccl_msg *msg)
 static const eccl_chan_handler peer_handler = {peer_on_msg, eccl_chan_refuse_data,
                                                 eccl_chan_refuse_data_done};
 
+/* A connection closed at the door, to make room or at its deadline: a
+ * line now and then (eccl_auth_log_due), the counts in the metrics. */
+static void gate_note(eccl_master *m)
+{
+    const eccl_gate *g = &m->gate;
+    if (eccl_auth_log_due(g->refused + g->evicted + g->expired))
+        ECCL_WARN(m->env,
+                  "closing connections that do not prove the job's secret in time: %llu refused (their host "
+                  "had %u pending), %llu closed to make room (%u pending at most), %llu past %llu ms",
+                  (unsigned long long)g->refused, g->per_host, (unsigned long long)g->evicted, g->cap,
+                  (unsigned long long)g->expired, (unsigned long long)(g->timeout_ns / MS));
+}
+
 static void accept_peers(eccl_master *m)
 {
     for (;;) {
@@ -1987,6 +2003,13 @@ static void accept_peers(eccl_master *m)
         m->peers = p;
         m->n_state[MP_CONNECTED]++;
         schedule_scan(m, p);
+        /* Until it proves the secret: a bounded few per host and in all. */
+        void *evict = NULL;
+        int in = eccl_gate_enter(&m->gate, p, &p->ch, eccl_gate_host_of(m->env, p->ch.conn), now_ns(m), &evict);
+        if (evict) drop_peer(m, evict, ECCL_ERR_AUTH);
+        if (!in) drop_peer(m, p, ECCL_ERR_AUTH);
+        if (evict || !in) gate_note(m);
+        if (eccl_gate_deadline(&m->gate) < m->scan_at) m->scan_at = eccl_gate_deadline(&m->gate);
     }
 }
 
@@ -1998,6 +2021,10 @@ static void service_peer(eccl_master *m, mpeer *p)
     if (rc != ECCL_OK && !p->ch.closed) {
         if (rc == ECCL_ERR_PROTOCOL)
             ECCL_WARN(m->env, "peer %llu broke the protocol: kicked", (unsigned long long)p->id);
+        if (rc != ECCL_ERR_AUTH && p->ch.auth) m->metrics.auth_gone++; /* hung up mid-handshake */
+        if (rc == ECCL_ERR_AUTH && eccl_auth_log_due(++m->metrics.auth_refused))
+            ECCL_WARN(m->env, "refused a connection that failed authentication (%llu so far): %s",
+                      (unsigned long long)m->metrics.auth_refused, p->ch.auth_why ? p->ch.auth_why : "?");
         drop_peer(m, p, rc == ECCL_ERR_PROTOCOL ? ECCL_ERR_PROTOCOL : ECCL_ERR_CLOSED);
     }
 }
@@ -2039,6 +2066,11 @@ static uint64_t master_step(void *owner, void **ready, int n, int *again)
 static void scan_peers(eccl_master *m, uint64_t now)
 {
     m->scan_at = ECCL_NO_DEADLINE;
+    for (mpeer *p; (p = eccl_gate_expired(&m->gate, now)) != NULL;) {
+        drop_peer(m, p, ECCL_ERR_TIMEOUT);
+        gate_note(m);
+    }
+    if (eccl_gate_deadline(&m->gate) < m->scan_at) m->scan_at = eccl_gate_deadline(&m->gate);
     for (mpeer *p = m->peers, *nx; p; p = nx) {
         nx = p->next;
         if (p->via) continue; /* its relay watches it */
@@ -2091,11 +2123,13 @@ eccl_result eccl_master_create_with_env(eccl_env *env, eccl_env_release_fn relea
     m->slow_link_factor = (uint32_t)eccl_config_uint(env, "ECCL_SLOW_LINK_FACTOR", 0, 1000, 4);
     m->moon_budget =
         eccl_config_uint(env, "ECCL_TOPO_MOONSHOT_KICKS", 0, UINT32_MAX, MASTER_MOON_KICKS);
+    if ((rc = eccl_gate_init(&m->gate, env)) != ECCL_OK) goto fail;
     ECCL_CHECK(env, eccl_engine_init(&m->eng, env, &master_engine_ops, m));
     rc = env->net->listen(env->net_ctx, listen_addr, &m->listener, &m->listener.l, m->addr);
     if (rc != ECCL_OK) {
         ECCL_ERROR(env, "cannot listen on %s: %s", listen_addr, eccl_strerror(rc));
         eccl_engine_fini(&m->eng);
+        eccl_gate_free(&m->gate);
         goto fail;
     }
     *out = m;
@@ -2215,6 +2249,18 @@ eccl_result eccl_master_metrics(eccl_master *m, char *buf, size_t len, size_t *n
     counter(&t, "eccl_master_slow_links_total", "Links named slow to their group's members.",
             m->metrics.slow_links);
     counter(&t, "eccl_master_registrations_total", "Peers that registered.", m->metrics.registrations);
+    counter(&t, "eccl_master_auth_refused_total",
+            "Connections refused because they did not prove the job's secret.", m->metrics.auth_refused);
+    metric(&t, "eccl_master_auth_pending", "gauge", "Connections accepted that have not proven the secret yet.");
+    put(&t, "eccl_master_auth_pending %u\n", m->gate.n);
+    metric(&t, "eccl_master_auth_closed_total", "counter",
+           "Connections closed before they proved the secret: their host had ECCL_AUTH_PENDING_PER_HOST "
+           "pending (host), the oldest closed for room past ECCL_AUTH_PENDING_MAX (room), past "
+           "ECCL_AUTH_TIMEOUT_MS (timeout), or hung up or reset by the far end (gone).");
+    put(&t, "eccl_master_auth_closed_total{why=\"host\"} %llu\n", (unsigned long long)m->gate.refused);
+    put(&t, "eccl_master_auth_closed_total{why=\"room\"} %llu\n", (unsigned long long)m->gate.evicted);
+    put(&t, "eccl_master_auth_closed_total{why=\"timeout\"} %llu\n", (unsigned long long)m->gate.expired);
+    put(&t, "eccl_master_auth_closed_total{why=\"gone\"} %llu\n", (unsigned long long)m->metrics.auth_gone);
     counter(&t, "eccl_master_admitted_total", "Peers admitted into a ring.", m->metrics.admitted);
     summary(&t, "eccl_master_admission_seconds",
             "From a peer's registration to its admission (the vote and the view change).", m->metrics.admit_ns,
@@ -2229,7 +2275,7 @@ eccl_result eccl_master_metrics(eccl_master *m, char *buf, size_t len, size_t *n
             m->metrics.view_ns, m->metrics.view_changes);
     metric(&t, "eccl_master_collective_failures_total", "counter",
            "Collectives members reported failed to the master (COLL_DONE), by result.");
-    for (int r = 1; r <= ECCL_ERR_DEVICE; r++)
+    for (int r = 1; r <= ECCL_ERR_AUTH; r++)
         if (m->metrics.coll_failed[r])
             put(&t, "eccl_master_collective_failures_total{result=\"%s\"} %llu\n", eccl_trace_result_word(r),
                 (unsigned long long)m->metrics.coll_failed[r]);
@@ -2295,6 +2341,7 @@ void eccl_master_destroy(eccl_master *m)
     }
     eccl_bw_store_fini(&m->bw);
     eccl_engine_fini(&m->eng);
+    eccl_gate_free(&m->gate);
     m->env_release(m->env);
     free(m);
 }

@@ -23,6 +23,7 @@
 
 #include "coll/tree_allreduce.h"
 #include "proto/chan.h"
+#include "proto/gate.h"
 #include "proto/wire.h"
 #include "sched/engine.h"
 #include "state/hash.h"
@@ -92,6 +93,8 @@ struct eccl_relay {
     uint64_t up_retry_at, up_backoff, retries;
     uint64_t up_heartbeat_at;
     uint64_t timeout_ns;
+    uint64_t auth_refused; /* children refused: they did not prove the job's secret */
+    eccl_gate gate;        /* accepted children still proving it */
     rkid *kids, *graveyard;
     rroute *route;
     uint32_t n_route, cap_route;
@@ -347,6 +350,7 @@ static void kid_mark_dirty(eccl_relay *r, rkid *k)
 static void kid_drop(eccl_relay *r, rkid *k, int tell)
 {
     if (k->ch.closed) return;
+    eccl_gate_leave(&r->gate, k);
     if (k->is_relay) {
         for (uint32_t i = 0; i < k->n_map; i++) {
             uint32_t h = k->map[i];
@@ -500,6 +504,12 @@ static void accept_kids(eccl_relay *r)
         k->pprev = &r->kids;
         r->kids = k;
         if (r->scan_at > k->heartbeat_at) r->scan_at = k->heartbeat_at;
+        /* Until it proves the secret: a bounded few per host and in all. */
+        void *evict = NULL;
+        int in = eccl_gate_enter(&r->gate, k, &k->ch, eccl_gate_host_of(r->env, k->ch.conn), now_ns(r), &evict);
+        if (evict) kid_drop(r, evict, 1);
+        if (!in) kid_drop(r, k, 1);
+        if (eccl_gate_deadline(&r->gate) < r->scan_at) r->scan_at = eccl_gate_deadline(&r->gate);
     }
 }
 
@@ -514,6 +524,9 @@ static void kid_service(eccl_relay *r, rkid *k)
              * violating peer gone, as for a hang-up. */
             ECCL_WARN(r->env, "a child broke the protocol: dropped");
         }
+        if (rc == ECCL_ERR_AUTH && eccl_auth_log_due(++r->auth_refused))
+            ECCL_WARN(r->env, "refused a connection that failed authentication (%llu so far): %s",
+                      (unsigned long long)r->auth_refused, k->ch.auth_why ? k->ch.auth_why : "?");
         kid_drop(r, k, 1);
     }
 }
@@ -661,8 +674,8 @@ static eccl_result up_open(eccl_relay *r)
         eccl_chan_close(&r->up);
         return rc;
     }
-    r->up.conn = conn;
     r->up_open = 1;
+    if ((rc = eccl_chan_attach(&r->up, conn, 1)) != ECCL_OK) return rc;
     r->up_err = ECCL_OK;
     r->up_unanswered = 0;
     r->n_route = 0; /* a new relay to the parent: handles start over */
@@ -703,6 +716,9 @@ static void up_service(eccl_relay *r)
     if (!r->up_open) return;
     eccl_result rc = eccl_chan_read(&r->up, &up_handler, r, SIZE_MAX);
     if (rc == ECCL_OK) rc = eccl_chan_flush(&r->up);
+    if (rc == ECCL_ERR_AUTH)
+        ECCL_ERROR(r->env, "the link to the parent %s failed authentication: %s", r->parent_addr,
+                   r->up.auth_why ? r->up.auth_why : "?");
     if (rc != ECCL_OK) up_close(r, rc);
 }
 
@@ -711,6 +727,8 @@ static void up_service(eccl_relay *r)
 static void scan(eccl_relay *r, uint64_t now)
 {
     r->scan_at = ECCL_NO_DEADLINE;
+    for (rkid *k; (k = eccl_gate_expired(&r->gate, now)) != NULL;) kid_drop(r, k, 1);
+    r->scan_at = eccl_gate_deadline(&r->gate);
     eccl_msg hb = {.type = ECCL_MSG_HEARTBEAT};
     for (rkid *k = r->kids, *n; k; k = n) {
         n = k->next;
@@ -842,12 +860,18 @@ eccl_result eccl_relay_create_with_env(eccl_env *env, eccl_env_release_fn releas
     r->coalesce_ns = eccl_config_uint(env, "ECCL_RELAY_COALESCE_US", 0, 1000, RELAY_COALESCE_US) * 1000;
     r->timeout_ns = eccl_config_uint(env, "ECCL_RELAY_TIMEOUT_MS", 10, 3600000,
                                      RELAY_DEFAULT_TIMEOUT_MS) * MS;
-    eccl_result rc = eccl_engine_init(&r->eng, env, &relay_engine_ops, r);
+    eccl_result rc = eccl_gate_init(&r->gate, env);
     if (rc != ECCL_OK) goto fail;
+    rc = eccl_engine_init(&r->eng, env, &relay_engine_ops, r);
+    if (rc != ECCL_OK) {
+        eccl_gate_free(&r->gate);
+        goto fail;
+    }
     rc = env->net->listen(env->net_ctx, listen_addr, &r->listener, &r->listener.l, r->addr);
     if (rc != ECCL_OK) {
         ECCL_ERROR(env, "relay cannot listen on %s: %s", listen_addr, eccl_strerror(rc));
         eccl_engine_fini(&r->eng);
+        eccl_gate_free(&r->gate);
         goto fail;
     }
     *out = r;
@@ -905,6 +929,7 @@ void eccl_relay_destroy(eccl_relay *r)
     free(r->arena);
     free(r->route);
     eccl_engine_fini(&r->eng);
+    eccl_gate_free(&r->gate);
     r->env_release(r->env);
     free(r);
 }

@@ -899,6 +899,12 @@ static eccl_result ibv_test(void *ctx, eccl_bulk *b, int *done)
     return ECCL_OK;
 }
 
+static void ibv_peer_addr(void *ctx, eccl_conn *c, char *addr)
+{
+    (void)ctx;
+    memcpy(addr, c->addr, ECCL_ADDR_MAX);
+}
+
 const eccl_net_ops eccl_ibv_net_ops = {
     .size = sizeof(eccl_net_ops),
     .listen = ibv_listen,
@@ -916,6 +922,7 @@ const eccl_net_ops eccl_ibv_net_ops = {
     .irecv = ibv_irecv,
     .progress = ibv_progress,
     .test = ibv_test,
+    .peer_addr = ibv_peer_addr,
 };
 
 static int failpoint(const ibv_ctx *n, const char *name)

@@ -95,6 +95,8 @@ void eccl_chan_close(eccl_chan *ch)
     ch->in_payload = NULL;
     free(ch->rbuf);
     ch->rbuf = NULL;
+    free(ch->auth);
+    ch->auth = NULL;
 }
 
 static eccl_frame *frame_get(eccl_chan *ch)
@@ -127,13 +129,31 @@ static void frame_enqueue(eccl_chan *ch, eccl_frame *f)
     ch->queued_bytes += f->head_len + f->payload_len;
 }
 
+eccl_result eccl_chan_attach(eccl_chan *ch, eccl_conn *conn, int dialer)
+{
+    ch->conn = conn;
+    if (!ch->env->auth) return ECCL_OK;
+    eccl_result rc = ECCL_ERR_NO_MEMORY;
+    if (!(ch->auth = malloc(sizeof *ch->auth)) || (rc = eccl_auth_start(ch->auth, ch->env, dialer)) != ECCL_OK) {
+        chan_fail(ch, rc);
+        return rc;
+    }
+    /* An accepted conn is up: our HELLO leaves now, so that an end without
+     * the secret, refused at its first bytes, still learns why. A dialled
+     * one is still connecting: its owner's first flush sends it. */
+    if (!dialer) eccl_chan_flush(ch);
+    return ECCL_OK;
+}
+
 eccl_result eccl_chan_accept(eccl_chan *ch, const eccl_env *env, eccl_listener *l, void *user,
                              uint32_t rbuf_cap)
 {
     eccl_conn *conn = NULL;
     eccl_result rc = env->net->accept(env->net_ctx, l, user, &conn);
     if (rc != ECCL_OK) return rc;
-    rc = eccl_chan_init(ch, env, conn, rbuf_cap);
+    rc = eccl_chan_init(ch, env, NULL, rbuf_cap);
+    if (rc == ECCL_OK) rc = eccl_chan_attach(ch, conn, 0);
+    else env->net->close(env->net_ctx, conn);
     if (rc != ECCL_OK) eccl_chan_close(ch);
     return rc;
 }
@@ -339,8 +359,34 @@ eccl_result eccl_chan_flush_lazy(eccl_chan *ch)
     return eccl_chan_flush(ch);
 }
 
+/* Writes what the handshake has to say; 1 once it is done (ch->auth freed:
+ * frames may follow), 0 while it runs or has failed. */
+static int auth_flush(eccl_chan *ch)
+{
+    eccl_auth *a = ch->auth;
+    while (ch->error == ECCL_OK && a->out_sent < a->out_len) {
+        eccl_iov iov = {a->out + a->out_sent, a->out_len - a->out_sent};
+        size_t sent = 0;
+        eccl_result rc = ch->env->net->send(ch->env->net_ctx, ch->conn, &iov, 1, &sent);
+        if (rc != ECCL_OK) chan_fail(ch, rc);
+        if (rc != ECCL_OK || sent == 0) break;
+        a->out_sent += (uint32_t)sent;
+    }
+    if (ch->error != ECCL_OK || !eccl_auth_done(a)) return 0;
+    free(a);
+    ch->auth = NULL;
+    /* Frames that came behind their PROOF wait in the read-ahead, where no
+     * readiness will report them. */
+    if (ch->rbuf_pos < ch->rbuf_len) ch->more = 1;
+    return 1;
+}
+
 eccl_result eccl_chan_flush(eccl_chan *ch)
 {
+    if (ch->auth && !auth_flush(ch)) {
+        chan_update_interest(ch);
+        return ch->error;
+    }
     while (ch->error == ECCL_OK && eccl_chan_has_output(ch)) {
         eccl_iov iov[CHAN_MAX_IOV];
         int n = 0;
@@ -499,6 +545,10 @@ static int chan_parse(eccl_chan *ch, const eccl_chan_handler *h, void *owner,
         ch->in_head_got += (uint32_t)n;
         if (ch->in_head_got < ECCL_WIRE_HEADER_SIZE) return 1;
         rc = eccl_wire_header_decode(ch->in_head, &ch->hdr);
+        if (rc != ECCL_OK && memcmp(ch->in_head, ECCL_AUTH_MAGIC, ECCL_AUTH_MAGIC_BYTES) == 0) {
+            ch->auth_why = "the other end demands the job's secret and this end has none (ECCL_AUTH=0 here?)";
+            rc = ECCL_ERR_AUTH;
+        }
         if (rc != ECCL_OK) goto fail;
         ch->last_rx_ns = ch->env->clock->now_ns(ch->env->clock_ctx);
         if (ch->hdr.type != ECCL_MSG_DATA && ch->hdr.length > 0) {
@@ -613,11 +663,37 @@ fail:
     return -1;
 }
 
+/* Reads the handshake's bytes, answers and checks them; 1 once it is done
+ * (frames may be parsed), 0 while it waits for bytes or has failed. */
+static int auth_read(eccl_chan *ch)
+{
+    for (;;) {
+        size_t n;
+        uint8_t *into = eccl_auth_want(ch->auth, &n);
+        long got = n ? chan_take(ch, into, n) : 0;
+        if (got < 0) return 0;
+        if (got > 0) {
+            eccl_result rc = eccl_auth_got(ch->auth, (size_t)got);
+            if (rc != ECCL_OK) {
+                ch->auth_why = ch->auth->why;
+                chan_fail(ch, rc);
+                return 0;
+            }
+        }
+        /* Our PROOF, queued once their HELLO was in, leaves now; frames
+         * queued meanwhile follow once theirs checked out. */
+        if (eccl_chan_flush(ch) != ECCL_OK) return 0;
+        if (!ch->auth) return 1;
+        if (got == 0) return 0;
+    }
+}
+
 eccl_result eccl_chan_read(eccl_chan *ch, const eccl_chan_handler *h,
                            void *owner, size_t budget)
 {
     ch->more = 0;
     ch->dry = 0;
+    if (ch->auth && !auth_read(ch)) return ch->error;
     chan_bulk_progress(ch);
     while (ch->error == ECCL_OK && !ch->closed && !ch->paused) {
         if (budget == 0) {

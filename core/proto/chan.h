@@ -10,6 +10,7 @@
 #define ECCL_CORE_PROTO_CHAN_H
 
 #include "env.h"
+#include "proto/auth.h"
 #include "proto/wire.h"
 
 /* What a ready user pointer from env->net->wait points at: core objects that
@@ -94,6 +95,11 @@ struct eccl_chan {
     uint8_t *bulk_scratch; /* its destination when the owner dropped it */
     int in_bulk;           /* the frame being received came as bulk */
     int bulk_rx_done;      /* ...and has landed */
+    /* The opening handshake (proto/auth.h) while it runs: frames wait in
+     * the queue, unsent and unread, until it is done; then freed. NULL
+     * when done or where the env has no secret. */
+    eccl_auth *auth;
+    const char *auth_why;  /* why the handshake failed (ECCL_ERR_AUTH), for the owner's log */
 };
 
 /* Wraps an open conn; the conn's user pointer must be `ch`. `rbuf_cap` is
@@ -106,6 +112,11 @@ eccl_result eccl_chan_init(eccl_chan *ch, const eccl_env *env, eccl_conn *conn,
  * struct itself stays valid (owners free it once no poller can see it). */
 void eccl_chan_close(eccl_chan *ch);
 
+/* Gives an initialised channel its conn, just connected (dialer 1) or
+ * accepted (0); where the env has a secret this starts the handshake
+ * (proto/auth.h), which must succeed before any frame leaves or is read.
+ * ECCL_ERR_NO_MEMORY or the nonce source's error fail the channel. */
+eccl_result eccl_chan_attach(eccl_chan *ch, eccl_conn *conn, int dialer);
 /* Accepts a connection from `l` into `ch` (eccl_chan_init with rbuf_cap);
  * `user` is what the net's wait reports for it, usually ch. On failure
  * nothing is left open; ECCL_ERR_AGAIN: none waiting. */
@@ -149,8 +160,12 @@ eccl_result eccl_chan_send_lazy(eccl_chan *ch, const eccl_wire_data *d);
 eccl_result eccl_chan_flush(eccl_chan *ch);
 /* The same, lazy frames included. */
 eccl_result eccl_chan_flush_lazy(eccl_chan *ch);
-/* Frames wait that eccl_chan_flush would write. */
-static inline int eccl_chan_has_output(const eccl_chan *ch) { return ch->out_head && !ch->lazy_only; }
+/* Bytes wait that eccl_chan_flush would write: the handshake's while it
+ * runs, else frames. */
+static inline int eccl_chan_has_output(const eccl_chan *ch)
+{
+    return ch->auth ? ch->auth->out_sent < ch->auth->out_len : ch->out_head && !ch->lazy_only;
+}
 /* Advances bulk transfers, then reads and dispatches frames until the
  * socket is dry, `budget` bytes were
  * read (then `more` is set: call again soon, `wait` will not report bytes

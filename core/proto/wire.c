@@ -292,6 +292,12 @@ void eccl_wire_header_encode(uint16_t type, uint32_t length, uint8_t *out)
     put_u32(&w, 0);
 }
 
+int eccl_wire_is_frame_start(const uint8_t *in)
+{
+    rbuf r = {in, 4, 0, 0};
+    return get_u32(&r) == ECCL_WIRE_MAGIC;
+}
+
 eccl_result eccl_wire_header_decode(const uint8_t *in, eccl_wire_header *out)
 {
     rbuf r = {in, ECCL_WIRE_HEADER_SIZE, 0, 0};

@@ -624,6 +624,8 @@ typedef struct eccl_msg {
     } u;
 } eccl_msg;
 
+/* Whether in[0..4) is a frame header's magic (whatever its version). */
+int eccl_wire_is_frame_start(const uint8_t *in);
 /* Writes a header into out[ECCL_WIRE_HEADER_SIZE]. */
 void eccl_wire_header_encode(uint16_t type, uint32_t length, uint8_t *out);
 /* Parses and validates in[ECCL_WIRE_HEADER_SIZE]: magic, version, known type,

@@ -85,7 +85,7 @@ const char *eccl_trace_result_word(int result)
     static const char *const words[] = {"ok",     "invalid_arg", "no_memory",     "system",     "connect",
                                         "timeout", "peer_lost",  "too_few_peers", "protocol",   "kicked",
                                         "master_lost", "busy",   "not_connected", "again",      "closed",
-                                        "unsupported", "device"};
+                                        "unsupported", "device", "auth"};
     return result >= 0 && (size_t)result < sizeof words / sizeof words[0] ? words[result] : "error";
 }
 

@@ -24,6 +24,7 @@ const char *eccl_strerror(eccl_result result)
         [ECCL_ERR_CLOSED] = "the object is shutting down",
         [ECCL_ERR_UNSUPPORTED] = "not supported by this build or backend",
         [ECCL_ERR_DEVICE] = "the device failed a copy or kernel, or its context is broken (see the log)",
+        [ECCL_ERR_AUTH] = "authentication failed: the other end does not hold this job's secret, or no secret is set (see the log)",
     };
     /* Compare as unsigned: an enum may be signed, and a negative value cast
      * in from an int must land on "unknown error", not index the table. */

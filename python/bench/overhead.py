@@ -24,6 +24,7 @@ import time
 import numpy as np
 
 import eccl
+import eccl.launch
 
 
 def peer(addr, iters):
@@ -52,6 +53,7 @@ def peer(addr, iters):
 
 
 def python_round(iters):
+    eccl.launch.job_secret()  # the peers inherit it
     with eccl.Master("127.0.0.1:0") as master:
         procs = [subprocess.Popen([sys.executable, __file__, "--peer", master.address, "--iters", str(iters)],
                                   stdout=subprocess.PIPE, text=True) for _ in range(2)]

@@ -83,6 +83,8 @@ def main():
     args = ap.parse_args()
     if args.rank >= 0:
         return worker(args)
+    from eccl.launch import job_secret
+    job_secret()  # the ranks inherit it
     with tempfile.TemporaryDirectory() as tmp:
         store = os.path.join(tmp, "store")
         base = [sys.executable, os.path.abspath(__file__), "--world", str(args.world), "--min-mib", str(args.min_mib),

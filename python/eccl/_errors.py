@@ -57,11 +57,12 @@ Again = _make("ECCL_ERR_AGAIN", "Internal (would block); never returned by the C
 Closed = _make("ECCL_ERR_CLOSED", "The communicator (or the op's communicator) is closed or closing.")
 Unsupported = _make("ECCL_ERR_UNSUPPORTED", "Not supported by this build or backend.")
 Device = _make("ECCL_ERR_DEVICE", "The device (CUDA) failed a copy or kernel.")
+Auth = _make("ECCL_ERR_AUTH", "A peer did not prove the job's secret, or no secret is set (ECCL_AUTH_SECRET_FILE).")
 
 #: code -> class, for every ECCL_ERR_* code
 ERRORS = {cls.code: cls for cls in (InvalidArg, NoMemory, System, Connect, Timeout, PeerLost, TooFewPeers,
                                     Protocol, Kicked, MasterLost, Busy, NotConnected, Again, Closed,
-                                    Unsupported, Device)}
+                                    Unsupported, Device, Auth)}
 
 __all__ = ["Error", "ERRORS", "error_class"] + [cls.__name__ for cls in ERRORS.values()]
 

@@ -192,7 +192,8 @@ def main(argv=None):
         return 0
 
     import eccl
-    from .launch import collect, kill_all
+    from .launch import collect, job_secret, kill_all
+    job_secret()  # the ranks inherit it
     argv = [sys.executable, "-m", "eccl.bench"] + [x for x in (argv if argv is not None else sys.argv[1:])
                                                    if x != "--json"]
     with eccl.Master("127.0.0.1:0") as master:

@@ -32,6 +32,7 @@ own and kills them all with it at the deadline.
 import json
 import os
 import re
+import secrets
 import signal
 import subprocess
 import time
@@ -95,6 +96,20 @@ def from_env(env=None):
     port = _int(env, "MASTER_PORT") or DEFAULT_PORT
     return Launch(rank, world, 0 if local_rank is None else local_rank, 1 if local_world is None else local_world,
                   addr, port, source)
+
+
+def job_secret(env=None):
+    """Makes up the job's secret where none is set: where ``env`` (default
+    os.environ, which the processes this one starts inherit) has neither
+    ECCL_AUTH_SECRET_FILE nor ECCL_AUTH_SECRET and ECCL_AUTH is not 0, sets
+    ECCL_AUTH_SECRET to 64 fresh random hex digits, as eccl_auth_job_secret
+    does for C launchers. Every master, relay and communicator of a job must
+    hold the same secret (docs/protocol.md, "Authentication"). Returns
+    ``env``."""
+    env = os.environ if env is None else env
+    if env.get("ECCL_AUTH") != "0" and not env.get("ECCL_AUTH_SECRET_FILE") and not env.get("ECCL_AUTH_SECRET"):
+        env["ECCL_AUTH_SECRET"] = secrets.token_hex(32)
+    return env
 
 
 def master_addr(env=None, default=None):

@@ -69,10 +69,10 @@ def free_port():
 def run_backend(a, backend, logs):
     """--world ranks of this script with torchrun's variables; returns
     ([(step, wall_s, loss)], final hash, final eval loss, wall time)."""
-    from eccl.launch import collect, kill_all
+    from eccl.launch import collect, job_secret, kill_all
     log = os.path.join(logs, backend + ".tsv")
     port = free_port()
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "ECCL_MASTER"))}
+    base = {k: v for k, v in job_secret().items() if not k.startswith(("SLURM_", "ECCL_MASTER"))}
     t0 = time.time()
     procs = []
     try:

@@ -291,6 +291,8 @@ def check_run(rows, events, n_workers, outer_steps, max_loss_ratio):
 
 
 def start_master(deadline):
+    from eccl.launch import job_secret
+    job_secret()  # the master and the workers inherit it
     p = subprocess.Popen([sys.executable, "-m", "eccl.master", "--listen", "127.0.0.1:0"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     ready, _, _ = select.select([p.stdout], [], [], max(0.1, deadline - time.monotonic()))

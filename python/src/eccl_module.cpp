@@ -1428,7 +1428,8 @@ PYBIND11_MODULE(_eccl, m)
         .value("AGAIN", ECCL_ERR_AGAIN)
         .value("CLOSED", ECCL_ERR_CLOSED)
         .value("UNSUPPORTED", ECCL_ERR_UNSUPPORTED)
-        .value("DEVICE", ECCL_ERR_DEVICE);
+        .value("DEVICE", ECCL_ERR_DEVICE)
+        .value("AUTH", ECCL_ERR_AUTH);
 
     py::enum_<eccl_dtype>(m, "Dtype", "eccl_dtype")
         .value("I8", ECCL_I8).value("U8", ECCL_U8).value("I16", ECCL_I16).value("U16", ECCL_U16)

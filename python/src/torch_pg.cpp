@@ -83,6 +83,7 @@ const char* result_name(eccl_result r) {
     case ECCL_ERR_CLOSED: return "ECCL_ERR_CLOSED";
     case ECCL_ERR_UNSUPPORTED: return "ECCL_ERR_UNSUPPORTED";
     case ECCL_ERR_DEVICE: return "ECCL_ERR_DEVICE";
+    case ECCL_ERR_AUTH: return "ECCL_ERR_AUTH";
   }
   return "ECCL_ERR_?";
 }

@@ -10,12 +10,13 @@ import numpy as np
 import pytest
 
 import eccl
+import eccl.launch
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 
 C_CODES = ["INVALID_ARG", "NO_MEMORY", "SYSTEM", "CONNECT", "TIMEOUT", "PEER_LOST", "TOO_FEW_PEERS",
            "PROTOCOL", "KICKED", "MASTER_LOST", "BUSY", "NOT_CONNECTED", "AGAIN", "CLOSED", "UNSUPPORTED",
-           "DEVICE"]
+           "DEVICE", "AUTH"]
 
 
 def test_one_exception_class_per_code():
@@ -191,6 +192,26 @@ def test_master_and_relay():
         assert not m.running
     with pytest.raises(eccl.Error):
         eccl.Master("256.0.0.1:0")
+
+
+def test_wrong_or_missing_secret(monkeypatch):
+    """A communicator whose secret differs from the master's is refused with
+    eccl.Auth; without any secret one cannot even be made (ECCL_AUTH=0
+    aside); eccl.launch.job_secret() makes one up only where none is set."""
+    with eccl.Master("127.0.0.1:0") as m:
+        monkeypatch.setenv("ECCL_AUTH_SECRET", "not-the-job-secret-at-all")
+        with pytest.raises(eccl.Auth):
+            with eccl.Comm(m.address, connect_timeout_ms=5000):
+                pass
+        monkeypatch.delenv("ECCL_AUTH_SECRET")
+        monkeypatch.delenv("ECCL_AUTH_SECRET_FILE", raising=False)
+        monkeypatch.delenv("ECCL_AUTH", raising=False)
+        with pytest.raises(eccl.Auth):
+            eccl.Master("127.0.0.1:0")
+        env = {}
+        assert len(eccl.launch.job_secret(env)["ECCL_AUTH_SECRET"]) == 64
+        assert eccl.launch.job_secret({"ECCL_AUTH_SECRET": "kept"}) == {"ECCL_AUTH_SECRET": "kept"}
+        assert eccl.launch.job_secret({"ECCL_AUTH": "0"}) == {"ECCL_AUTH": "0"}
 
 
 def test_trace_dump_and_master_metrics(tmp_path, monkeypatch):
