@@ -196,20 +196,15 @@ static void *connect_thread(void *p)
     return NULL;
 }
 
-/* Strangers at the master's port and at a member's peer port, sending a
- * REGISTER and a shared-state fetch in the clear: each reads the 40-byte
- * HELLO and a close. The two members' all-reduces run on meanwhile. */
-static void test_stranger_reads_nothing(void **state)
+/* Two members of the master at addr, the second voted in by the first;
+ * peer: the loopback address of one's peer listener (the listening port
+ * this process gained). */
+static void two_members(const char *addr, eccl_comm *c[2], char *peer, size_t len)
 {
-    (void)state;
-    char addr[64];
-    eccl_master *m = master_with(SECRET_A, addr);
-    unsigned before[64];
+    unsigned before[64], after[64];
     int nb = listening_ports(before, 64);
-    eccl_comm *c[2];
     for (int i = 0; i < 2; i++) c[i] = comm_with(SECRET_A, NULL, addr);
     assert_int_equal(eccl_comm_connect(c[0]), ECCL_OK);
-    /* The second is voted in by the first. */
     struct ar_arg joiner = {c[1], 0, ECCL_OK};
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, connect_thread, &joiner), 0);
@@ -222,15 +217,27 @@ static void test_stranger_reads_nothing(void **state)
     assert_int_equal(eccl_comm_update_topology(c[0]), ECCL_OK);
     pthread_join(t, NULL);
     assert_int_equal(joiner.rc, ECCL_OK);
-
-    unsigned after[64];
-    int na = listening_ports(after, 64), peer_port = -1;
+    int na = listening_ports(after, 64);
+    peer[0] = '\0';
     for (int i = 0; i < na; i++) {
         int seen = 0;
         for (int j = 0; j < nb; j++) seen |= after[i] == before[j];
-        if (!seen) peer_port = (int)after[i];
+        if (!seen) snprintf(peer, len, "127.0.0.1:%u", after[i]);
     }
-    assert_true(peer_port > 0);
+    assert_true(peer[0] != '\0');
+}
+
+/* Strangers at the master's port and at a member's peer port, sending a
+ * REGISTER and a shared-state fetch in the clear: each reads the 40-byte
+ * HELLO and a close. The two members' all-reduces run on meanwhile. */
+static void test_stranger_reads_nothing(void **state)
+{
+    (void)state;
+    char addr[64];
+    eccl_master *m = master_with(SECRET_A, addr);
+    eccl_comm *c[2];
+    char paddr[64];
+    two_members(addr, c, paddr, sizeof paddr);
 
     struct ar_arg a[2] = {{c[0], 300, ECCL_OK}, {c[1], 300, ECCL_OK}};
     pthread_t th[2];
@@ -245,8 +252,6 @@ static void test_stranger_reads_nothing(void **state)
     assert_int_equal(n, ECCL_AUTH_HELLO_BYTES);
     assert_memory_equal(got, ECCL_AUTH_MAGIC, ECCL_AUTH_MAGIC_BYTES);
 
-    char paddr[64];
-    snprintf(paddr, sizeof paddr, "127.0.0.1:%d", peer_port);
     eccl_msg hello = {.type = ECCL_MSG_P2P_HELLO};
     hello.u.hello.purpose = ECCL_LINK_SYNC;
     len = eccl_wire_encode(&hello, frame, sizeof frame);
@@ -408,32 +413,10 @@ static void test_flood_keeps_collectives(void **state)
     (void)state;
     char addr[64];
     eccl_master *m = master_with(SECRET_A, addr);
-    unsigned before[64];
-    int nb = listening_ports(before, 64);
     eccl_comm *c[2];
-    for (int i = 0; i < 2; i++) c[i] = comm_with(SECRET_A, NULL, addr);
-    assert_int_equal(eccl_comm_connect(c[0]), ECCL_OK);
-    struct ar_arg joiner = {c[1], 0, ECCL_OK};
-    pthread_t t;
-    assert_int_equal(pthread_create(&t, NULL, connect_thread, &joiner), 0);
-    uint32_t pending = 0;
-    for (int i = 0; i < 500 && pending == 0; i++) {
-        assert_int_equal(eccl_comm_peers_pending(c[0], &pending), ECCL_OK);
-        if (!pending) usleep(10000);
-    }
-    assert_int_equal(eccl_comm_update_topology(c[0]), ECCL_OK);
-    pthread_join(t, NULL);
-    assert_int_equal(joiner.rc, ECCL_OK);
-    unsigned after[64];
-    int na = listening_ports(after, 64);
     struct flood_arg f = {.stop = 0};
     snprintf(f.master, sizeof f.master, "%s", addr);
-    for (int i = 0; i < na; i++) {
-        int seen = 0;
-        for (int j = 0; j < nb; j++) seen |= after[i] == before[j];
-        if (!seen) snprintf(f.peer, sizeof f.peer, "127.0.0.1:%u", after[i]);
-    }
-    assert_true(f.peer[0] != 0);
+    two_members(addr, c, f.peer, sizeof f.peer);
     double ms[2];
     for (int round = 0; round < 2; round++) {
         pthread_t fl;
