@@ -52,7 +52,7 @@ foreach(kind LIBDIR INCLUDEDIR)
   endif()
 endforeach()
 # Needed only when linking libeccl.a (pkg-config --static).
-set(ECCL_PC_LIBS_PRIVATE "-lpthread -lm -lcrypto")
+set(ECCL_PC_LIBS_PRIVATE "-lpthread -lm -lssl -lcrypto")
 if(FIU_LIBRARY)
   string(APPEND ECCL_PC_LIBS_PRIVATE " -lfiu")
 endif()

@@ -11,7 +11,7 @@ packages=(
     pkg-config      # finds cmocka; install_consumer checks eccl.pc
     libcmocka-dev   # unit tests
     libfiu-dev      # failpoints (fiu.h, libfiu)
-    libssl-dev      # libcrypto: the connection handshake's HMAC-SHA256 and CSPRNG
+    libssl-dev      # OpenSSL: the connection handshake's HMAC-SHA256 and CSPRNG, TLS 1.3 links
     fiu-utils       # fiu-run / fiu-ctrl for failpoint tests
     clang           # the second compiler every change must build with
     python3         # tests/check_seam.sh

@@ -26,6 +26,7 @@
 #include "net_ibv.h"
 #include "net_shm.h"
 #include "net_tcp.h"
+#include "net_tls.h"
 #include "chaos.h"
 #ifdef ECCL_HAVE_IBV
 #include "net/ibv.h"
@@ -649,6 +650,14 @@ static uint32_t usable_cpus(void)
 static eccl_result net_create(env_real *r)
 {
     const char *want = getenv("ECCL_NET");
+    /* TLS covers a byte stream: the plain TCP one (net_tls.h). */
+    const char *tls = getenv("ECCL_TLS");
+    if (tls && (strcmp(tls, "psk") == 0 || strcmp(tls, "cert") == 0)) {
+        if (want && *want && strcmp(want, "tcp") != 0 && strcmp(want, "auto") != 0)
+            eccl_real_log(&r->env, ECCL_LOG_WARN, "ECCL_TLS=%s: TLS runs over TCP, not ECCL_NET=%s", tls, want);
+        r->env.net = &eccl_net_tcp_ops;
+        return eccl_net_tcp_create(&r->env, &r->env.net_ctx);
+    }
     int is_auto = !want || !*want || strcmp(want, "auto") == 0;
     if (!is_auto && strcmp(want, "tcp") != 0 && strcmp(want, "ibv") != 0) {
         eccl_real_log(&r->env, ECCL_LOG_ERROR, "ECCL_NET=\"%s\" is not tcp, ibv or auto", want);
@@ -687,10 +696,12 @@ static eccl_result net_create(env_real *r)
     return eccl_net_tcp_create(&r->env, &r->env.net_ctx);
 }
 
-/* The env's net: the chaos net first, if any, then the one it wraps. */
+/* The env's net: the chaos net first, if any, then TLS, then the one they
+ * wrap. */
 static void destroy_net(eccl_env *env)
 {
     eccl_chaos_unwrap(env);
+    eccl_net_tls_unwrap(env);
 #ifdef ECCL_HAVE_IBV
     if (env->net == &eccl_ibv_net_ops) {
         eccl_net_ibv_destroy(env->net_ctx);
@@ -859,7 +870,10 @@ eccl_result eccl_env_real_create(const char *name, int data_links, eccl_env **ou
         free(r);
         return res;
     }
-    res = chaos_create(r);
+    /* TLS next to the socket, the chaos net outside it: chaos shapes and
+     * counts frames, which it sees in the clear. */
+    res = eccl_net_tls_wrap(&r->env);
+    if (res == ECCL_OK) res = chaos_create(r);
     if (res != ECCL_OK) {
         destroy_net(&r->env);
         eccl_real_cuda_free(r->cuda);

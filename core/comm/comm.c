@@ -251,7 +251,7 @@ void comm_link_service(eccl_comm *c, p2p_link *l)
     if (l->ch.error == ECCL_ERR_AUTH && eccl_auth_log_due(++c->auth_refused))
         ECCL_WARN(c->env, "%s peer link failed authentication (%llu so far): %s",
                   l->outgoing ? "a dialled" : "an accepted", (unsigned long long)c->auth_refused,
-                  l->ch.auth_why ? l->ch.auth_why : "?");
+                  l->ch.auth_why ? l->ch.auth_why : "its TLS handshake failed");
     if (l->ch.error != ECCL_OK && (link_is_sync(l) || link_is_probe(l))) {
         if (link_is_sync(l)) comm_sync_link_lost(c, l);
         if (link_is_probe(l) && l->probe_sender) c->opt.broken = 1;
@@ -303,7 +303,7 @@ static void master_service(eccl_comm *c)
      * later: no retry. */
     if (rc == ECCL_ERR_AUTH)
         ECCL_ERROR(c->env, "the master link failed authentication: %s",
-                   c->master.auth_why ? c->master.auth_why : "the master closed it (a different secret?)");
+                   c->master.auth_why ? c->master.auth_why : "the TLS handshake failed (a different secret or certificate?)");
     if (rc != ECCL_OK)
         comm_fail(c, rc == ECCL_ERR_PROTOCOL || rc == ECCL_ERR_AUTH ? rc : ECCL_ERR_MASTER_LOST);
 }

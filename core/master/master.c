@@ -2024,7 +2024,7 @@ static void service_peer(eccl_master *m, mpeer *p)
         if (rc != ECCL_ERR_AUTH && p->ch.auth) m->metrics.auth_gone++; /* hung up mid-handshake */
         if (rc == ECCL_ERR_AUTH && eccl_auth_log_due(++m->metrics.auth_refused))
             ECCL_WARN(m->env, "refused a connection that failed authentication (%llu so far): %s",
-                      (unsigned long long)m->metrics.auth_refused, p->ch.auth_why ? p->ch.auth_why : "?");
+                      (unsigned long long)m->metrics.auth_refused, p->ch.auth_why ? p->ch.auth_why : "its TLS handshake failed");
         drop_peer(m, p, rc == ECCL_ERR_PROTOCOL ? ECCL_ERR_PROTOCOL : ECCL_ERR_CLOSED);
     }
 }

@@ -526,7 +526,7 @@ static void kid_service(eccl_relay *r, rkid *k)
         }
         if (rc == ECCL_ERR_AUTH && eccl_auth_log_due(++r->auth_refused))
             ECCL_WARN(r->env, "refused a connection that failed authentication (%llu so far): %s",
-                      (unsigned long long)r->auth_refused, k->ch.auth_why ? k->ch.auth_why : "?");
+                      (unsigned long long)r->auth_refused, k->ch.auth_why ? k->ch.auth_why : "its TLS handshake failed");
         kid_drop(r, k, 1);
     }
 }
@@ -718,7 +718,7 @@ static void up_service(eccl_relay *r)
     if (rc == ECCL_OK) rc = eccl_chan_flush(&r->up);
     if (rc == ECCL_ERR_AUTH)
         ECCL_ERROR(r->env, "the link to the parent %s failed authentication: %s", r->parent_addr,
-                   r->up.auth_why ? r->up.auth_why : "?");
+                   r->up.auth_why ? r->up.auth_why : "the TLS handshake failed");
     if (rc != ECCL_OK) up_close(r, rc);
 }
 

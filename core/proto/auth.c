@@ -56,6 +56,11 @@ eccl_result eccl_auth_got(eccl_auth *a, size_t n)
 {
     if (a->why) return ECCL_ERR_AUTH;
     a->in_got += (uint32_t)n;
+    /* A TLS record (a handshake or an alert: type 22 or 21, version 3.x)
+     * where the HELLO belongs; it may be shorter than the magic (an alert
+     * is 7 bytes), so it is told apart as soon as its first bytes are in. */
+    if (a->in_got >= 2 && a->in_got <= ECCL_AUTH_MAGIC_BYTES && (a->in[0] == 21 || a->in[0] == 22) && a->in[1] == 3)
+        return refuse(a, "the other end speaks TLS (ECCL_TLS is set there and not here)");
     if (a->in_got == ECCL_AUTH_MAGIC_BYTES && memcmp(a->in, ECCL_AUTH_MAGIC, ECCL_AUTH_MAGIC_BYTES) != 0) {
         /* A frame header where the HELLO belongs: the other end runs
          * without a secret. */

@@ -18,8 +18,9 @@
  *
  * Two ends with different secrets both fail (each sees the other's proof
  * wrong): each gets ECCL_ERR_AUTH, with why() saying so. An end that sends
- * frames where the HELLO belongs (no secret set there, or ECCL_AUTH=0), or
- * any other bytes, fails the same way. */
+ * frames where the HELLO belongs (no secret set there, or ECCL_AUTH=0), a
+ * TLS record (TLS set there, not here), or any other bytes, fails the same
+ * way. */
 #ifndef ECCL_CORE_PROTO_AUTH_H
 #define ECCL_CORE_PROTO_AUTH_H
 
