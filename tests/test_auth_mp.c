@@ -191,6 +191,27 @@ static void *allreduce_loop(void *p)
     return NULL;
 }
 
+/* Both members run `iters` checked all-reduces, each in a thread of its
+ * own, until pair_join (which asserts every one was right). */
+struct pair_run {
+    struct ar_arg a[2];
+    pthread_t th[2];
+};
+
+static void pair_start(struct pair_run *r, eccl_comm *c[2], int iters)
+{
+    for (int i = 0; i < 2; i++) {
+        r->a[i] = (struct ar_arg){c[i], iters, ECCL_OK};
+        assert_int_equal(pthread_create(&r->th[i], NULL, allreduce_loop, &r->a[i]), 0);
+    }
+}
+
+static void pair_join(struct pair_run *r)
+{
+    for (int i = 0; i < 2; i++) pthread_join(r->th[i], NULL);
+    for (int i = 0; i < 2; i++) assert_int_equal(r->a[i].rc, ECCL_OK);
+}
+
 static void *connect_thread(void *p)
 {
     struct ar_arg *a = p;
@@ -241,9 +262,8 @@ static void test_stranger_reads_nothing(void **state)
     char paddr[64];
     two_members(addr, c, paddr, sizeof paddr);
 
-    struct ar_arg a[2] = {{c[0], 300, ECCL_OK}, {c[1], 300, ECCL_OK}};
-    pthread_t th[2];
-    for (int i = 0; i < 2; i++) assert_int_equal(pthread_create(&th[i], NULL, allreduce_loop, &a[i]), 0);
+    struct pair_run run;
+    pair_start(&run, c, 300);
 
     uint8_t frame[ECCL_WIRE_HEADER_SIZE + ECCL_WIRE_MAX_CONTROL], got[4096];
     eccl_msg reg = {.type = ECCL_MSG_REGISTER};
@@ -262,10 +282,7 @@ static void test_stranger_reads_nothing(void **state)
     assert_int_equal(n, ECCL_AUTH_HELLO_BYTES);
     assert_memory_equal(got, ECCL_AUTH_MAGIC, ECCL_AUTH_MAGIC_BYTES);
 
-    for (int i = 0; i < 2; i++) {
-        pthread_join(th[i], NULL);
-        assert_int_equal(a[i].rc, ECCL_OK);
-    }
+    pair_join(&run);
     assert_true(metric(m, "eccl_master_auth_refused_total") >= 1);
     for (int i = 0; i < 2; i++) eccl_comm_destroy(c[i]);
     eccl_master_stop(m);
@@ -370,14 +387,15 @@ struct flood_arg {
     uint64_t opened;
 };
 
-/* Until told to stop (at most 20 s): connections to the master and to a
+/* Until told to stop (at most 20 s and 4,000 connections: the loopback's
+ * ports stay plenty for the tests after): connections to the master and to a
  * member's peer port that send nothing, garbage, half a HELLO, or a good
  * handshake followed by an oversized frame. */
 static void *flood(void *p)
 {
     struct flood_arg *f = p;
     uint64_t end = now_ms() + 20000;
-    for (uint64_t k = 0; !f->stop && now_ms() < end; k++) {
+    for (uint64_t k = 0; !f->stop && now_ms() < end && k < 4000; k++) {
         const char *to = k % 2 ? f->peer : f->master;
         int fd = dial_from(to, 1 + (int)(k % 50));
         if (fd < 0) continue;
@@ -423,17 +441,15 @@ static void test_flood_keeps_collectives(void **state)
     for (int round = 0; round < 2; round++) {
         pthread_t fl;
         if (round) assert_int_equal(pthread_create(&fl, NULL, flood, &f), 0);
-        struct ar_arg a[2] = {{c[0], 2000, ECCL_OK}, {c[1], 2000, ECCL_OK}};
-        pthread_t th[2];
+        struct pair_run run;
         uint64_t t0 = now_ms();
-        for (int i = 0; i < 2; i++) assert_int_equal(pthread_create(&th[i], NULL, allreduce_loop, &a[i]), 0);
-        for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+        pair_start(&run, c, 2000);
+        pair_join(&run);
         ms[round] = (double)(now_ms() - t0);
         if (round) {
             f.stop = 1;
             pthread_join(fl, NULL);
         }
-        for (int i = 0; i < 2; i++) assert_int_equal(a[i].rc, ECCL_OK);
     }
     printf("    2,000 all-reduces of 1 KiB: %.0f ms quiet, %.0f ms under a flood of %llu connections "
            "(master: %llu refused, %llu closed for their host, %llu for room, %llu hung up mid-handshake)\n",
@@ -464,11 +480,9 @@ static void test_tls_psk(void **state)
     eccl_comm *c[2];
     char paddr[64];
     two_members(addr, c, paddr, sizeof paddr);
-    struct ar_arg a[2] = {{c[0], 200, ECCL_OK}, {c[1], 200, ECCL_OK}};
-    pthread_t th[2];
-    for (int i = 0; i < 2; i++) assert_int_equal(pthread_create(&th[i], NULL, allreduce_loop, &a[i]), 0);
-    for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
-    for (int i = 0; i < 2; i++) assert_int_equal(a[i].rc, ECCL_OK);
+    struct pair_run run;
+    pair_start(&run, c, 200);
+    pair_join(&run);
 
     eccl_comm *wrong = comm_with(SECRET_B, NULL, addr);
     assert_int_equal(eccl_comm_connect(wrong), ECCL_ERR_AUTH);
