@@ -1083,6 +1083,16 @@ void eccl_sg_world_set_shm(eccl_sg_world *w, double bytes_per_s)
     if (w) w->shm_bw = bytes_per_s > 0 ? bytes_per_s : 0;
 }
 
+void eccl_sg_world_set_tls(eccl_sg_world *w, double bytes_per_s)
+{
+    if (w) w->tls_Bps = bytes_per_s > 0 ? bytes_per_s : 0;
+}
+
+void eccl_sg_charge_bytes(sg_env *e, size_t bytes, double Bps)
+{
+    dev_cost(e, bytes, Bps);
+}
+
 eccl_result eccl_sg_world_set_trace_dir(eccl_sg_world *w, const char *dir)
 {
     if (!w) return ECCL_ERR_INVALID_ARG;

@@ -233,6 +233,11 @@ void eccl_sg_world_set_flow_min_bytes(eccl_sg_world *w, size_t bytes);
  * what its route says. */
 #define ECCL_SG_SHM_MIN_BYTES (256u << 10)
 void eccl_sg_world_set_shm(eccl_sg_world *w, double bytes_per_s);
+/* net_tls's price: each byte an env's conns send, and each one they
+ * receive, costs the calling actor 1/bytes_per_s seconds of its time (a
+ * rank encrypting and decrypting on its one progress thread); <= 0: off
+ * (the default). Before the first env. */
+void eccl_sg_world_set_tls(eccl_sg_world *w, double bytes_per_s);
 
 /* Communicators made in this world from now on keep collective traces
  * (ECCL_TRACE_RECORDS, the library's default) and write every dump

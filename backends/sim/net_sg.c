@@ -1562,6 +1562,7 @@ static eccl_result sg_send(void *ctx, eccl_conn *c, const eccl_iov *iov, int n, 
     }
     conn_post(c, c->peer_env, m);
     *sent = total;
+    eccl_sg_charge_bytes(e, total, e->w->tls_Bps); /* their encryption (net_tls) */
     /* The stream's pace: these bytes (and their header) drain at window /
      * RTT from when the stream was last free. One message may go out at
      * once, whatever its size up to SEND_MAX; the next waits its turn. */
@@ -1620,6 +1621,8 @@ static eccl_result sg_recv(void *ctx, eccl_conn *c, void *buf, size_t len, size_
     }
     c->rx_out += n;
     *got = n;
+    sg_env *e = ctx;
+    eccl_sg_charge_bytes(e, n, e->w->tls_Bps); /* their decryption (net_tls) */
     return ECCL_OK;
 }
 

@@ -145,6 +145,10 @@ struct eccl_sg_world {
      * ECCL_SG_SHM_MIN_BYTES or more between ranks of one host is charged
      * at this bandwidth plus a control round trip; 0: the loopback's. */
     double shm_bw;
+    /* net_tls's price (eccl_sg_world_set_tls): every byte a conn sends or
+     * receives costs its rank's progress actor 1/tls_Bps seconds (the
+     * encryption and the decryption); 0: none. */
+    double tls_Bps;
     /* Where communicators write their collective traces
      * (eccl_sg_world_set_trace_dir); NULL: they keep no records. */
     char *trace_dir;
@@ -302,6 +306,9 @@ const struct eccl_ibv_device *eccl_verbs_sg_device(const sg_env *e);
  * (wake-ups) once every state change is done. */
 void eccl_verbs_sg_peers_dead(eccl_sg_world *w);
 
+/* `bytes` at `Bps` of e's actor's own time (env_sg.c's device-kernel
+ * sleep, small ones summed until worth a sleep); nothing when Bps <= 0. */
+void eccl_sg_charge_bytes(sg_env *e, size_t bytes, double Bps);
 void eccl_sg_log(const sg_env *e, int level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 

@@ -258,7 +258,7 @@ enum {
     K_NAME, K_PLATFORM, K_BW, K_LAT, K_RANKS, K_COUNT, K_ITERS, K_EXPECT, K_SEED, K_JITTER,
     K_STAGGER, K_WORLD_MIN, K_BUFFERS, K_REDUCE_RATE, K_COPY_RATE, K_STEP, K_PEER_TIMEOUT,
     K_EXPECT_SLOWDOWN, K_MASTER_MSG_COST, K_RANKS_PER_HOST, K_LOOPBACK_BW, K_LOOPBACK_LAT, K_SHM_BW,
-    K_WORKLOAD, K_CHURN, K_DURATION, K_MAX_STALL, K_CORRUPT_AT,     /* workload = diloco */
+    K_TLS_RATE, K_WORKLOAD, K_CHURN, K_DURATION, K_MAX_STALL, K_CORRUPT_AT,     /* workload = diloco */
     K_HOSTS,                                                        /* flat */
     K_HOSTS_PER_RACK, K_RACKS_PER_ZONE, K_ZONES_PER_DC, K_DCS, K_OVERSUB, K_ZONE_LAT, K_DC_LAT,
     K_INTER_DC_LAT,                                                 /* clos */
@@ -324,6 +324,7 @@ static const key_def key_defs[K_NKEYS] = {
     [K_LOOPBACK_BW] = {"loopback_bandwidth", KK_BW, CFG_OFF(loopback_bandwidth_Bps), 0, 0},
     [K_LOOPBACK_LAT] = {"loopback_latency", KK_TIME, CFG_OFF(loopback_latency_s), 0, 0},
     [K_SHM_BW] = {"shm_bandwidth", KK_BW, CFG_OFF(shm_bandwidth_Bps), 0, 0},
+    [K_TLS_RATE] = {"tls_rate", KK_BW, CFG_OFF(tls_Bps), 0, 0},
     [K_WORKLOAD] = {"workload", KK_SPECIAL, 0, 0, 0},
     [K_CHURN] = {"churn", KK_SPECIAL, 0, 0, 0},
     [K_DURATION] = {"duration", KK_SPECIAL, 0, 0, 0},
@@ -378,7 +379,7 @@ static const int common_optional[] = {K_EXPECT, K_SEED, K_JITTER, K_STAGGER, K_W
                                       K_BUFFERS, K_REDUCE_RATE, K_COPY_RATE, K_STEP,
                                       K_PEER_TIMEOUT, K_EXPECT_SLOWDOWN, K_MASTER_MSG_COST,
                                       K_RANKS_PER_HOST, K_LOOPBACK_BW, K_LOOPBACK_LAT, K_SHM_BW,
-                                      K_OPTIMIZE_AT, K_EXPECT_SPEEDUP, K_WORKLOAD, K_CHURN,
+                                      K_TLS_RATE, K_OPTIMIZE_AT, K_EXPECT_SPEEDUP, K_WORKLOAD, K_CHURN,
                                       K_DURATION, K_MAX_STALL, K_CORRUPT_AT, K_DEV_COPY_RATE,
                                       K_DEV_COPY_LAT, K_DEVICE_RING, K_TRANSPORT, K_IB_QPS,
                                       K_IB_MIN_BYTES, K_IB_CHUNK_BYTES, K_NCCL2_STAGGER,

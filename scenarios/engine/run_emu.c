@@ -762,9 +762,10 @@ static int refuse_or_note(const eccl_scenario *c, const char *file)
         fprintf(stderr, "eccl-emu: %s: buffers = phantom: real processes carry real bytes; values are checked\n",
                 file);
     if (c->master_msg_cost_s > 0 || c->reduce_rate_Bps > 0 || c->copy_rate_Bps > 0 || c->latency_net ||
-        c->shm_bandwidth_Bps > 0)
-        fprintf(stderr, "eccl-emu: %s: master_msg_cost, reduce_rate, copy_rate, shm_bandwidth and net_model "
-                        "price the simulation; real processes pay their own costs\n", file);
+        c->shm_bandwidth_Bps > 0 || c->tls_Bps > 0)
+        fprintf(stderr, "eccl-emu: %s: master_msg_cost, reduce_rate, copy_rate, shm_bandwidth, tls_rate and "
+                        "net_model price the simulation; real processes pay their own costs (ECCL_TLS runs "
+                        "TLS for real)\n", file);
     return 0;
 }
 

@@ -548,6 +548,7 @@ int eccl_scn_sg_run(eccl_scenario *cfg, const char *file, const char *outdir, co
     }
     eccl_sg_world_set_flow_min_bytes(s->w, cfg->flow_min_bytes);
     eccl_sg_world_set_shm(s->w, cfg->shm_bandwidth_Bps);
+    eccl_sg_world_set_tls(s->w, cfg->tls_Bps);
 
     if (cfg->diloco) {
         int status = eccl_scn_sg_diloco(s, cfg, outdir);

@@ -74,6 +74,7 @@ typedef struct eccl_scenario {
     int loopback;       /* the clusters carry loopback links (host to itself) */
     double loopback_bandwidth_Bps, loopback_latency_s;
     double shm_bandwidth_Bps; /* net_shm's twin (eccl_sg_world_set_shm); 0: off */
+    double tls_Bps;           /* net_tls's price (eccl_sg_world_set_tls); 0: off */
     long count;
     double bandwidth_Bps, latency_s, jitter_s, stagger_s;
     /* platform = clos: host-to-host latencies, same rack < zone < DC < other DC */
