@@ -13,8 +13,21 @@ rm -rf "$work"
 mkdir -p "$work"
 "$bin/eccl-sim" run "$scn" --out "$work/sim" > "$work/sim.log" 2>&1
 sim_rc=$?
-"$bin/eccl-emu" run "$scn" --out "$work/emu" --timeout 120 > "$work/emu.log" 2>&1
-emu_rc=$?
+# A rank stopped silent (host_off) is meant to be caught inside a call, whose
+# failure makes the survivors write their traces. Real processes can stop
+# it between its call's end and its next vote (the scheduler decides:
+# about 1 run in 10 beside two busy loops); the survivors then wait in the
+# vote, no call fails, no trace is written, and the run did not test what
+# the scenario is about. Such a run (no trace, no survivor with a failed
+# call) is run again, twice at most, and said so.
+for try in 1 2 3; do
+    rm -rf "$work/emu"
+    "$bin/eccl-emu" run "$scn" --out "$work/emu" --timeout 120 > "$work/emu.log" 2>&1
+    emu_rc=$?
+    grep -q 'FAIL trace: no trace was written' "$work/emu.log" && grep -q 'host_off' "$scn" &&
+        ! grep -q 'role=survivor.* failed_ops=[1-9]' "$work/emu.log" || break
+    echo "note: eccl-emu run $try: the silent rank stopped between calls (no call failed, no trace): again"
+done
 get() { awk -F'\t' -v k="$2" '$1 == k { print $2 }' "$1/summary.tsv" 2>/dev/null; }
 fail=0
 if [ "$sim_rc" -ne 0 ] || [ "$emu_rc" -ne 0 ]; then
