@@ -246,8 +246,7 @@ static eccl_result wrap_conn(tls_net *n, eccl_conn *in, int server, eccl_conn **
     c->n = n;
     c->in = in;
     BIO_set_data(b, c);
-    BIO_up_ref(b); /* one reference for each direction */
-    SSL_set_bio(c->ssl, b, b);
+    SSL_set_bio(c->ssl, b, b); /* one BIO both ways: SSL takes our one reference */
     if (server) SSL_set_accept_state(c->ssl);
     else SSL_set_connect_state(c->ssl);
     c->want_read = c->set_read = 1; /* a new conn reads, as every net's */
