@@ -1,22 +1,7 @@
 /* The public constructors of the real library: each master or communicator
  * gets its own POSIX env (its own epoll instance and wake-up eventfd). */
-#include <stdlib.h>
-#include <string.h>
-
-#include "auth_real.h"
 #include "eccl_core.h"
 #include "env_real.h"
-
-eccl_result eccl_auth_job_secret(void)
-{
-    const char *off = getenv("ECCL_AUTH"), *file = getenv("ECCL_AUTH_SECRET_FILE"), *value = getenv("ECCL_AUTH_SECRET");
-    if ((off && strcmp(off, "0") == 0) || (file && *file) || (value && *value)) return ECCL_OK;
-    char hex[65];
-    eccl_result rc = eccl_real_auth_make_secret(hex, sizeof hex);
-    if (rc == ECCL_OK && setenv("ECCL_AUTH_SECRET", hex, 1) != 0) rc = ECCL_ERR_SYSTEM;
-    memset(hex, 0, sizeof hex);
-    return rc;
-}
 
 eccl_result eccl_master_create(const char *listen_addr, eccl_master **out)
 {

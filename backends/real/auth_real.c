@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -103,16 +104,26 @@ static eccl_result read_secret_file(eccl_env *env, const char *path, eccl_real_a
     return ECCL_OK;
 }
 
+/* The settings that name the secret; an empty one is unset. */
+static void secret_settings(const char **path, const char **value)
+{
+    *path = getenv("ECCL_AUTH_SECRET_FILE");
+    *value = getenv("ECCL_AUTH_SECRET");
+    if (*path && !**path) *path = NULL;
+    if (*value && !**value) *value = NULL;
+}
+
 eccl_result eccl_real_auth_create(eccl_env *env, eccl_real_auth **out)
 {
     *out = NULL;
     if (eccl_config_uint(env, "ECCL_AUTH", 0, 1, 1) == 0) return ECCL_OK; /* explicitly off */
-    const char *path = getenv("ECCL_AUTH_SECRET_FILE"), *value = getenv("ECCL_AUTH_SECRET");
-    if (path && *path && value && *value) {
+    const char *path, *value;
+    secret_settings(&path, &value);
+    if (path && value) {
         eccl_real_log(env, ECCL_LOG_ERROR, "both ECCL_AUTH_SECRET_FILE and ECCL_AUTH_SECRET are set: set one");
         return ECCL_ERR_AUTH;
     }
-    if (!(path && *path) && !(value && *value)) {
+    if (!path && !value) {
         eccl_real_log(env, ECCL_LOG_ERROR,
                       "no secret for this job: set ECCL_AUTH_SECRET_FILE (a file only its owner can read) or "
                       "ECCL_AUTH_SECRET to the same secret on every process, or ECCL_AUTH=0 to let anyone who "
@@ -122,7 +133,7 @@ eccl_result eccl_real_auth_create(eccl_env *env, eccl_real_auth **out)
     eccl_real_auth *a = calloc(1, sizeof *a);
     if (!a) return ECCL_ERR_NO_MEMORY;
     eccl_result rc = ECCL_OK;
-    if (path && *path) {
+    if (path) {
         rc = read_secret_file(env, path, a);
     } else {
         a->len = trimmed((const uint8_t *)value, strlen(value));
@@ -135,7 +146,7 @@ eccl_result eccl_real_auth_create(eccl_env *env, eccl_real_auth **out)
     }
     if (rc == ECCL_OK && a->len < ECCL_AUTH_SECRET_MIN) {
         eccl_real_log(env, ECCL_LOG_ERROR, "the job's secret (%s) has %zu bytes; it needs at least %u",
-                      path && *path ? "ECCL_AUTH_SECRET_FILE" : "ECCL_AUTH_SECRET", a->len,
+                      path ? "ECCL_AUTH_SECRET_FILE" : "ECCL_AUTH_SECRET", a->len,
                       (unsigned)ECCL_AUTH_SECRET_MIN);
         rc = ECCL_ERR_AUTH;
     }
@@ -154,15 +165,19 @@ void eccl_real_auth_free(eccl_real_auth *a)
     free(a);
 }
 
-eccl_result eccl_real_auth_make_secret(char *hex, size_t size)
+/* For launchers (eccl.h): 64 hex digits of fresh randomness as the job's
+ * secret, where the settings name none and do not turn authentication off. */
+eccl_result eccl_auth_job_secret(void)
 {
+    const char *off = getenv("ECCL_AUTH"), *path, *value;
+    secret_settings(&path, &value);
+    if ((off && strcmp(off, "0") == 0) || path || value) return ECCL_OK;
     uint8_t raw[32];
-    if (size < 2 * sizeof raw + 1 || RAND_bytes(raw, sizeof raw) != 1) return ECCL_ERR_SYSTEM;
-    for (size_t i = 0; i < sizeof raw; i++) {
-        hex[2 * i] = "0123456789abcdef"[raw[i] >> 4];
-        hex[2 * i + 1] = "0123456789abcdef"[raw[i] & 15];
-    }
-    hex[2 * sizeof raw] = '\0';
+    char hex[2 * sizeof raw + 1];
+    if (RAND_bytes(raw, sizeof raw) != 1) return ECCL_ERR_SYSTEM;
+    for (size_t i = 0; i < sizeof raw; i++) snprintf(hex + 2 * i, 3, "%02x", raw[i]);
+    eccl_result rc = setenv("ECCL_AUTH_SECRET", hex, 1) == 0 ? ECCL_OK : ECCL_ERR_SYSTEM;
     OPENSSL_cleanse(raw, sizeof raw);
-    return ECCL_OK;
+    OPENSSL_cleanse(hex, sizeof hex);
+    return rc;
 }

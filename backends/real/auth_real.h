@@ -22,8 +22,4 @@ extern const eccl_auth_ops eccl_real_auth_ops;
 eccl_result eccl_real_auth_create(eccl_env *env, eccl_real_auth **out);
 void eccl_real_auth_free(eccl_real_auth *a);
 
-/* 64 hex digits of fresh randomness (a launcher's secret for its job) into
- * hex[size >= 65]. */
-eccl_result eccl_real_auth_make_secret(char *hex, size_t size);
-
 #endif

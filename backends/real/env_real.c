@@ -651,10 +651,9 @@ static eccl_result net_create(env_real *r)
 {
     const char *want = getenv("ECCL_NET");
     /* TLS covers a byte stream: the plain TCP one (net_tls.h). */
-    const char *tls = getenv("ECCL_TLS");
-    if (tls && (strcmp(tls, "psk") == 0 || strcmp(tls, "cert") == 0)) {
+    if (eccl_net_tls_asked(&r->env)) {
         if (want && *want && strcmp(want, "tcp") != 0 && strcmp(want, "auto") != 0)
-            eccl_real_log(&r->env, ECCL_LOG_WARN, "ECCL_TLS=%s: TLS runs over TCP, not ECCL_NET=%s", tls, want);
+            eccl_real_log(&r->env, ECCL_LOG_WARN, "ECCL_TLS: TLS runs over TCP, not ECCL_NET=%s", want);
         r->env.net = &eccl_net_tcp_ops;
         return eccl_net_tcp_create(&r->env, &r->env.net_ctx);
     }

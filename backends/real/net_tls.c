@@ -55,15 +55,23 @@ typedef struct tconn {
     int said;            /* its failure is logged */
 } tconn;
 
+/* OpenSSL's reason for what just failed into buf ("" if it gave none); its
+ * error queue emptied. */
+static void ssl_reason(char *buf, size_t len)
+{
+    unsigned long e = ERR_get_error();
+    buf[0] = '\0';
+    if (e) ERR_error_string_n(e, buf, len);
+    ERR_clear_error();
+}
+
 static void fail(tls_net *n, tconn *c, eccl_result rc, const char *what)
 {
     if (c->err == ECCL_OK) c->err = rc;
     if (c->said || rc != ECCL_ERR_AUTH) return;
     c->said = 1;
-    char buf[256] = "";
-    unsigned long e = ERR_get_error();
-    if (e) ERR_error_string_n(e, buf, sizeof buf);
-    ERR_clear_error();
+    char buf[256];
+    ssl_reason(buf, sizeof buf);
     /* Strangers can make these at will: a line now and then. */
     if (eccl_auth_log_due(++n->failures))
         eccl_real_log(n->env, ECCL_LOG_WARN, "TLS %s (%llu conns so far): %s", what, (unsigned long long)n->failures,
@@ -455,9 +463,8 @@ static SSL_CTX *new_ctx(tls_net *n, int server)
         what = "ECCL_TLS_KEY";
     else if (SSL_CTX_load_verify_locations(x, ca, NULL) != 1) what = "ECCL_TLS_CA";
     if (what) {
-        char buf[256] = "";
-        ERR_error_string_n(ERR_get_error(), buf, sizeof buf);
-        ERR_clear_error();
+        char buf[256];
+        ssl_reason(buf, sizeof buf);
         eccl_real_log(n->env, ECCL_LOG_ERROR, "ECCL_TLS=cert: %s: %s", what, buf);
         SSL_CTX_free(x);
         return NULL;
@@ -467,12 +474,27 @@ static SSL_CTX *new_ctx(tls_net *n, int server)
     return x;
 }
 
+/* ECCL_TLS's mode; -1 for a value that names none. */
+static int tls_mode_of(const eccl_env *env, char *mode, size_t len)
+{
+    snprintf(mode, len, "off");
+    eccl_config_get(env, "ECCL_TLS", mode, len);
+    if (strcmp(mode, "psk") == 0) return TLS_PSK;
+    if (strcmp(mode, "cert") == 0) return TLS_CERT;
+    return !mode[0] || strcmp(mode, "off") == 0 || strcmp(mode, "0") == 0 ? TLS_OFF : -1;
+}
+
+int eccl_net_tls_asked(const eccl_env *env)
+{
+    char mode[16];
+    return tls_mode_of(env, mode, sizeof mode) > TLS_OFF;
+}
+
 eccl_result eccl_net_tls_wrap(eccl_env *env)
 {
-    char mode[16] = "off";
-    eccl_config_get(env, "ECCL_TLS", mode, sizeof mode);
-    enum tls_mode m = strcmp(mode, "psk") == 0 ? TLS_PSK : strcmp(mode, "cert") == 0 ? TLS_CERT : TLS_OFF;
-    if (m == TLS_OFF && strcmp(mode, "off") != 0 && strcmp(mode, "0") != 0 && mode[0]) {
+    char mode[16];
+    int m = tls_mode_of(env, mode, sizeof mode);
+    if (m < 0) {
         eccl_real_log(env, ECCL_LOG_ERROR, "ECCL_TLS=\"%s\" is not off, psk or cert", mode);
         return ECCL_ERR_INVALID_ARG;
     }
@@ -480,7 +502,7 @@ eccl_result eccl_net_tls_wrap(eccl_env *env)
     tls_net *n = calloc(1, sizeof *n);
     if (!n) return ECCL_ERR_NO_MEMORY;
     n->env = env;
-    n->mode = m;
+    n->mode = (enum tls_mode)m;
     n->inner = env->net;
     n->inner_ctx = env->net_ctx;
     if (!(n->bio = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "eccl-conn")) ||

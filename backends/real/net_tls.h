@@ -19,6 +19,9 @@
  * (logged) for a mode it cannot set up: psk without the job's secret,
  * cert without readable files. */
 eccl_result eccl_net_tls_wrap(eccl_env *env);
+/* Whether ECCL_TLS asks for TLS (psk or cert): the net under it must then
+ * be a plain stream (env_real.c's net_create). */
+int eccl_net_tls_asked(const eccl_env *env);
 /* Undoes the wrap (every conn already closed); nothing if not wrapped. */
 void eccl_net_tls_unwrap(eccl_env *env);
 
