@@ -12,6 +12,7 @@ packages=(
     libcmocka-dev   # unit tests
     libfiu-dev      # failpoints (fiu.h, libfiu)
     libssl-dev      # OpenSSL: the connection handshake's HMAC-SHA256 and CSPRNG, TLS 1.3 links
+    openssl         # openssl(1): tests/tls_cert.sh makes its CA and certificates
     fiu-utils       # fiu-run / fiu-ctrl for failpoint tests
     clang           # the second compiler every change must build with
     python3         # tests/check_seam.sh
