@@ -208,6 +208,30 @@ typedef enum eccl_attr {
 
 eccl_result eccl_comm_get_attr(eccl_comm *comm, eccl_attr attr, int64_t *value);
 
+/* Who the ring is: ids[k] = the peer id (ECCL_ATTR_PEER_ID) of ring rank
+ * first + k, k < n, on the ring the next call runs on (waiting for one
+ * being re-formed, as get_attr does). Ranks this peer has not talked to
+ * are asked of the master, one round trip for all of them; their entries
+ * stay until the ring changes (a rank holds only those of the ranks its
+ * calls talk to otherwise: asking for all N of a huge world costs N
+ * entries, ~100 bytes each). With the ids from before a loss, a caller
+ * tells which peers left. ECCL_ERR_INVALID_ARG past the world's end;
+ * ECCL_ERR_PEER_LOST if the ring changes meanwhile (read WORLD_SIZE and
+ * ask again); ECCL_ERR_TIMEOUT after op_timeout_ms. */
+eccl_result eccl_comm_peer_ids(eccl_comm *comm, uint32_t first, uint32_t n, uint64_t *ids);
+
+/* Pins every call this communicator is given from now on (collectives,
+ * sends, receives) to the ring of `epoch` (ECCL_ATTR_EPOCH as the caller
+ * read it), as eccl_allreduce_opts.ring_epoch pins one all-reduce: should
+ * the ring change before a call starts, it fails with ECCL_ERR_PEER_LOST
+ * having sent nothing, instead of running on the new ring; a call that a
+ * view change committed on the pinned ring still returns its result. For
+ * callers whose names of peers and calls belong to a ring they read (the
+ * MPI library's communicators): a survivor never waits on a new ring for
+ * peers that went on. A call's own ring_epoch option wins; 0 (the
+ * default) unpins. */
+eccl_result eccl_comm_pin_epoch(eccl_comm *comm, uint64_t epoch);
+
 /* The collective trace (docs/trace.md). Every communicator records its
  * last calls (tag, collective, algorithm, bytes, epoch, when it was posted,
  * started, first heard from a peer, had its data, ended, and how) and its

@@ -19,6 +19,7 @@ static eccl_result header_use(eccl_comm *comm, float *buf, size_t n)
     eccl_attr attr = ECCL_ATTR_WORLD_SIZE;
     int64_t value = 0;
     uint32_t pending = 0;
+    uint64_t ids[1] = {0};
     int done = 0;
     char addr[64];
     eccl_result r;
@@ -30,6 +31,8 @@ static eccl_result header_use(eccl_comm *comm, float *buf, size_t n)
         r = eccl_master_address(master, addr, sizeof addr);
     r = eccl_comm_get_attr(comm, attr, &value);
     r = eccl_comm_peers_pending(comm, &pending);
+    r = eccl_comm_peer_ids(comm, 0, 1, ids);
+    r = eccl_comm_pin_epoch(comm, 0);
     r = eccl_allreduce(comm, buf, buf, n, dtype, op, 7u, &info);
     r = eccl_allreduce_async(comm, buf, buf, n, dtype, op, 8u, &req);
     if (r == ECCL_OK)

@@ -1068,24 +1068,47 @@ static void test_leave_lost_voter(void **state)
     assert_true(lost > 0);
 }
 
-/* ---- a call pinned to a ring (eccl_allreduce_opts.ring_epoch) ------------------------------ */
+/* ---- calls pinned to a ring (eccl_allreduce_opts.ring_epoch, eccl_comm_pin_epoch) ---------- */
 
 enum { CTL_PIN_READ = 7 };
-enum { V_PIN_STALE = 0, V_PIN_NOW = 1, V_PIN_SUM = 2 }; /* this test's own slots */
+enum { V_PIN_STALE = 0, V_PIN_NOW = 1, V_PIN_SUM = 2, V_PIN_BCAST = 3, V_PIN_SEND = 4, V_PIN_AFTER = 5 };
 
-/* Every peer reads the ring's epoch after an all-reduce; peer 2 then dies.
- * Peer 0 calls tag 2 pinned to the ring it read, which is gone: it must
- * fail at once (peer 1 never calls tag 2: a call that ran on the new ring
- * would wait for it until op_timeout). Then both call tag 3 pinned to the
- * new ring: done by the two of them. */
+/* Every peer reads the ring's epoch and who is on it (eccl_comm_peer_ids,
+ * checked against each peer's own id) after an all-reduce; peer 2 then
+ * dies. The survivors' book is the old one less peer 2's id. Peer 0 calls
+ * tag 2 pinned to the ring it read, which is gone: it must fail at once
+ * (peer 1 never calls tag 2: a call that ran on the new ring would wait
+ * for it until op_timeout); so must a broadcast and a send made while the
+ * communicator is pinned there (eccl_comm_pin_epoch). Then both call tag
+ * 3 pinned to the new ring, and a broadcast with the communicator pinned
+ * to it: done by the two of them. */
 static int pin_body(eccl_comm *c, int index, void *argp)
 {
     (void)argp;
     cluster_slot *self = cluster_self();
-    int64_t v = index + 1, sum = 0, old = 0, now = 0, world = 0;
+    int64_t v = index + 1, sum = 0, old = 0, now = 0, world = 0, me = 0;
+    uint64_t ids[3] = {0}, ids_after[2] = {0};
     CL_OK(eccl_allreduce(c, &v, &sum, 1, ECCL_I64, ECCL_SUM, 1, NULL));
     CL_OK(eccl_comm_get_attr(c, ECCL_ATTR_EPOCH, &old));
+    CL_OK(eccl_comm_get_attr(c, ECCL_ATTR_PEER_ID, &me));
+    int64_t rank = 0;
+    CL_OK(eccl_comm_get_attr(c, ECCL_ATTR_RANK, &rank));
+    CL_OK(eccl_comm_peer_ids(c, 0, 3, ids));
+    CL_CHECK(ids[rank] == (uint64_t)me, "the book names rank %lld %llu, not its own id %lld", (long long)rank,
+             (unsigned long long)ids[rank], (long long)me);
+    CL_CHECK(ids[0] && ids[1] && ids[2] && ids[0] != ids[1] && ids[1] != ids[2] && ids[0] != ids[2],
+             "the ring's ids are not three distinct peers");
+    CL_EXPECT_RC(eccl_comm_peer_ids(c, 0, 4, ids), ECCL_ERR_INVALID_ARG);
+    CL_EXPECT_RC(eccl_comm_peer_ids(c, 3, 1, ids), ECCL_ERR_INVALID_ARG);
+    CL_EXPECT_RC(eccl_comm_peer_ids(c, 0, 1, NULL), ECCL_ERR_INVALID_ARG);
+    CL_OK(eccl_comm_peer_ids(c, 1, 0, NULL));
+    uint64_t victim = 0;
     atomic_fetch_add(&cluster_shm()->ctl[CTL_PIN_READ], 1);
+    if (index == 2) {
+        pause(); /* killed */
+        return 1;
+    }
+
     if (index == 2) {
         pause(); /* killed */
         return 1;
@@ -1096,17 +1119,33 @@ static int pin_body(eccl_comm *c, int index, void *argp)
         if (world != 2) cluster_sleep_ms(10);
     }
     CL_CHECK(world == 2, "the ring never lost peer 2");
+    CL_OK(eccl_comm_get_attr(c, ECCL_ATTR_RANK, &rank));
+    CL_OK(eccl_comm_peer_ids(c, 0, 2, ids_after));
+    /* The survivors are the old book's ids but one: peer 2's. */
+    int kept = 0;
+    for (int i = 0; i < 3; i++)
+        if (ids[i] == ids_after[0] || ids[i] == ids_after[1]) kept++;
+        else victim = ids[i];
+    CL_CHECK(kept == 2 && victim != 0 && victim != (uint64_t)me, "the new book is not the old one less one peer");
     eccl_allreduce_opts o;
     eccl_allreduce_opts_init(&o);
     if (index == 0) {
         o.ring_epoch = (uint64_t)old;
         atomic_store(&self->val[V_PIN_STALE],
                      eccl_allreduce_ex(c, &v, &sum, 1, ECCL_I64, ECCL_SUM, 2, &o, NULL));
+        CL_OK(eccl_comm_pin_epoch(c, (uint64_t)old));
+        atomic_store(&self->val[V_PIN_BCAST], eccl_broadcast(c, &v, &sum, 1, ECCL_I64, 0, 4, NULL));
+        atomic_store(&self->val[V_PIN_SEND], eccl_send(c, &v, 1, ECCL_I64, rank == 0 ? 1 : 0, 5, NULL));
     }
     CL_OK(eccl_comm_get_attr(c, ECCL_ATTR_EPOCH, &now));
     o.ring_epoch = (uint64_t)now;
     atomic_store(&self->val[V_PIN_NOW], eccl_allreduce_ex(c, &v, &sum, 1, ECCL_I64, ECCL_SUM, 3, &o, NULL));
     atomic_store(&self->val[V_PIN_SUM], sum);
+    CL_OK(eccl_comm_pin_epoch(c, (uint64_t)now));
+    int64_t word = rank == 0 ? 77 : 0;
+    atomic_store(&self->val[V_PIN_AFTER], eccl_broadcast(c, &word, &word, 1, ECCL_I64, 0, 6, NULL));
+    CL_CHECK(word == 77, "the broadcast pinned to the new ring gave %lld", (long long)word);
+    CL_OK(eccl_comm_pin_epoch(c, 0));
     return 0;
 }
 
@@ -1126,8 +1165,11 @@ static void test_call_pinned_to_a_gone_ring(void **state)
     cluster_kill(cl, 2);
     for (int i = 0; i < 2; i++) assert_int_equal(cluster_wait(cl, i, 30000), 0);
     assert_int_equal(atomic_load(&cl->sh->slot[0].val[V_PIN_STALE]), ECCL_ERR_PEER_LOST);
+    assert_int_equal(atomic_load(&cl->sh->slot[0].val[V_PIN_BCAST]), ECCL_ERR_PEER_LOST);
+    assert_int_equal(atomic_load(&cl->sh->slot[0].val[V_PIN_SEND]), ECCL_ERR_PEER_LOST);
     for (int i = 0; i < 2; i++) {
         assert_int_equal(atomic_load(&cl->sh->slot[i].val[V_PIN_NOW]), ECCL_OK);
+        assert_int_equal(atomic_load(&cl->sh->slot[i].val[V_PIN_AFTER]), ECCL_OK);
         assert_int_equal(atomic_load(&cl->sh->slot[i].val[V_PIN_SUM]), 3); /* peers 0 and 1: 1 + 2 */
     }
     cluster_fini(cl);

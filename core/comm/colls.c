@@ -27,6 +27,7 @@ static eccl_result coll_submit(eccl_comm *c, const eccl_coll_call *call, uint32_
     if (!r) return ECCL_ERR_NO_MEMORY;
     r->comm = c;
     r->call = *call;
+    if (!r->call.ring_epoch) r->call.ring_epoch = c->call_epoch; /* op_start's pin */
     r->call.on_device = stage->resident;
     r->call.device = stage->device;
     if (barrier) {

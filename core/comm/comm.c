@@ -770,6 +770,15 @@ eccl_result eccl_comm_get_attr(eccl_comm *c, eccl_attr attr, int64_t *value)
     return rc;
 }
 
+eccl_result eccl_comm_pin_epoch(eccl_comm *c, uint64_t epoch)
+{
+    if (!c) return ECCL_ERR_INVALID_ARG;
+    eccl_engine_lock(&c->eng);
+    c->call_epoch = epoch;
+    eccl_engine_unlock(&c->eng);
+    return ECCL_OK;
+}
+
 void eccl_comm_destroy(eccl_comm *c)
 {
     if (!c) return;

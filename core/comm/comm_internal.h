@@ -305,6 +305,7 @@ struct eccl_comm {
      * was told the membership changed (a call failed with PEER_LOST, an
      * update_topology returned), so the current one is what it means. */
     uint32_t seen_world, seen_rank;
+    uint64_t call_epoch;    /* eccl_comm_pin_epoch: calls belong to this ring (0: the current) */
     /* Ranks per host in a host-regular world, else 0 (eccl_msg_ring):
      * where the hierarchical all-reduce may run. */
     uint32_t local_size;

@@ -239,3 +239,51 @@ p2p_link *comm_peer_slot_link(const eccl_comm *c, uint32_t i)
 {
     return i < c->cap_peers && c->peers[i].rank != PEER_EMPTY ? c->peers[i].link : NULL;
 }
+
+/* ---- the ring's members, for the caller (eccl_comm_peer_ids) -------------- */
+
+typedef struct ids_wait {
+    const eccl_comm *c;
+    uint32_t epoch, first, n;
+} ids_wait;
+
+static int ids_known(void *arg)
+{
+    const ids_wait *w = arg;
+    const eccl_comm *c = w->c;
+    if (c->epoch != w->epoch || c->frozen || c->phase == PHASE_FAILED) return 1;
+    for (uint32_t r = w->first; r < w->first + w->n; r++)
+        if (r != c->rank && !comm_peer_id_of(c, r)) return 0;
+    return 1;
+}
+
+/* The book answers for any rank: those it lacks are asked of the master
+ * in one query (the entries stay, as the ops' own would, until the epoch
+ * ends). */
+eccl_result eccl_comm_peer_ids(eccl_comm *c, uint32_t first, uint32_t n, uint64_t *ids)
+{
+    if (!c || (n && !ids)) return ECCL_ERR_INVALID_ARG;
+    eccl_engine_lock(&c->eng);
+    eccl_result rc = comm_usable(c);
+    if (rc == ECCL_OK) comm_wait_view(c);
+    if (rc == ECCL_OK && c->phase == PHASE_FAILED) rc = c->fatal;
+    if (rc == ECCL_OK && c->frozen) rc = ECCL_ERR_TIMEOUT; /* the view change did not settle */
+    if (rc == ECCL_OK && (first > c->world || n > c->world - first)) rc = ECCL_ERR_INVALID_ARG;
+    ids_wait w = {c, c->epoch, first, n};
+    for (uint32_t r = first; rc == ECCL_OK && r < first + n; r++) {
+        if (r == c->rank || comm_peer_id_of(c, r)) continue;
+        comm_peer *p = peer_get(c, r);
+        if (!p) rc = ECCL_ERR_NO_MEMORY;
+        else if (!p->asked) ask_add(c, p);
+    }
+    if (rc == ECCL_OK && !ids_known(&w)) {
+        comm_peers_flush_asks(c);
+        rc = eccl_engine_drive(&c->eng, ids_known, &w, now_ns(c) + (uint64_t)c->params.op_timeout_ms * MS);
+    }
+    if (rc == ECCL_OK && c->phase == PHASE_FAILED) rc = c->fatal;
+    if (rc == ECCL_OK && (c->epoch != w.epoch || c->frozen)) rc = ECCL_ERR_PEER_LOST;
+    for (uint32_t k = 0; rc == ECCL_OK && k < n; k++)
+        ids[k] = first + k == c->rank ? c->peer_id : comm_peer_id_of(c, first + k);
+    eccl_engine_unlock(&c->eng);
+    return rc;
+}
