@@ -65,6 +65,13 @@ static struct {
     eccl_comm *comm;   /* NULL in a world of one: nothing to talk to */
     int64_t epoch;     /* eccl's ring generation once everyone was in */
     uint64_t next_tag; /* the world's collective call counter */
+    /* Each process's eccl peer id (MPI_Init's all-gather), by world rank:
+     * a process no longer on eccl's ring has failed (learn_failures). */
+    uint64_t *peer_ids;
+    /* The processes known to have failed, in the order this rank learnt
+     * of it (MPIX_Comm_get_failed's order), and by world rank. */
+    int *failed, n_failed;
+    unsigned char *dead;
 } world;
 
 /* Communicators made by MPI_Comm_dup/split/split_type/create and
@@ -90,6 +97,7 @@ struct mpi_comm {
     int errors_return; /* MPI_ERRORS_RETURN: a process failure is returned, not fatal */
     int failed;        /* a rank of it was lost (MPIX_ERR_PROC_FAILED from now on) */
     int acked;         /* MPIX_Comm_failure_ack since */
+    int n_acked;       /* the first n_acked of its known failures are acknowledged */
     /* Made by MPIX_Comm_shrink: the survivors of eccl's ring `epoch`, this
      * rank `rank` of `size` there; otherwise the world's (world.epoch). */
     int shrunk, rank, size;
@@ -113,8 +121,7 @@ static struct {
     struct mpi_comm world, self; /* MPI_COMM_WORLD's and MPI_COMM_SELF's state */
     MPI_Comm current;            /* the communicator of the call under way */
     int error;                   /* its process-failure error, returned at its end */
-    int retrying;                /* RUN_COLL runs its eccl op again: take_tag's last tag */
-    uint64_t last_tag;
+    int64_t pinned;              /* the ring eccl's calls are pinned to now (pin_to) */
 } comms = {.world = {.used = 1}, .self = {.used = 1, .of_self = 1}};
 
 /* A communicator as a collective sees it. MPI_COMM_SELF is a world of one
@@ -244,35 +251,20 @@ static void check_eccl(const char *call, const char *what, eccl_result rc)
 
 static struct mpi_comm *comm_state(MPI_Comm comm);
 
-/* After an eccl op of the current call's communicator (comms.current). A
- * lost rank (eccl's ECCL_ERR_PEER_LOST, a link broken under the op, a ring
- * left with this rank alone) fails it; so does a success on a ring that
- * changed since the communicator was
- * made: eccl drops a lost rank and runs the next call on the survivors,
- * renumbered, which the communicator's ranks no longer name. Under
- * MPI_ERRORS_RETURN that is MPIX_ERR_PROC_FAILED for this call and every
- * later one on the communicator (ULFM); otherwise, and for every other
- * failure, fatal. */
-static void check_coll(const char *call, const char *what, eccl_result rc, uint32_t ran_world)
+/* After an eccl op of the current call's communicator (comms.current),
+ * pinned to the ring the communicator was made on (pin_to). A lost rank
+ * (eccl's ECCL_ERR_PEER_LOST: under the op, or before it, the ring having
+ * changed since the communicator was made; a link broken under the op; a
+ * ring left with this rank alone) fails it. Under MPI_ERRORS_RETURN that
+ * is MPIX_ERR_PROC_FAILED for this call and every later one on the
+ * communicator (ULFM); otherwise, and for every other failure, fatal. */
+static void check_coll(const char *call, const char *what, eccl_result rc)
 {
     struct mpi_comm *c = comm_state(comms.current);
-    int64_t epoch = -1, want = c != NULL && c->shrunk ? c->epoch : world.epoch;
-    int size = c != NULL && (c->shrunk || c->ranks != NULL) ? c->size : world.size;
 
-    /* A collective's own world (eccl_reduce_info) says whether every rank
-     * took part, the same on every survivor; the ring's epoch, read after
-     * the op, may have moved on since on some of them and not on others,
-     * so it serves only where the op has no world to tell (a barrier, a
-     * message). */
-    if (rc == ECCL_OK && ran_world != 0 && ran_world == (uint32_t)size)
+    if (rc == ECCL_OK)
         return;
-    if (rc == ECCL_OK && ran_world == 0)
-        check_eccl(call, "reading the ring epoch",
-                   eccl_comm_get_attr(world.comm, ECCL_ATTR_EPOCH, &epoch));
-    if (rc == ECCL_OK && ran_world == 0 && epoch == want)
-        return;
-    if ((rc == ECCL_OK || rc == ECCL_ERR_PEER_LOST || rc == ECCL_ERR_CONNECT ||
-         rc == ECCL_ERR_TOO_FEW_PEERS) &&
+    if ((rc == ECCL_ERR_PEER_LOST || rc == ECCL_ERR_CONNECT || rc == ECCL_ERR_TOO_FEW_PEERS) &&
         c != NULL && c->errors_return) {
         c->failed = 1;
         if (comms.error == MPI_SUCCESS)
@@ -280,9 +272,25 @@ static void check_coll(const char *call, const char *what, eccl_result rc, uint3
         return;
     }
     check_eccl(call, what, rc);
-    mpi_fatal(MPI_ERR_OTHER, "%s: a rank left the world (eccl ring epoch %lld, %lld when the "
-          "communicator was made); MPI cannot go on with fewer ranks (MPI_ERRORS_RETURN and "
-          "MPIX_Comm_shrink can)", call, (long long)epoch, (long long)want);
+}
+
+/* eccl's calls for comm belong to the ring comm was made on (its ranks
+ * are that ring's): pinned there (eccl_comm_pin_epoch), a call made once a
+ * loss has re-formed the ring fails at once instead of running on the new
+ * ring, where the others, which saw the loss in their calls, never come:
+ * they went on to MPIX_Comm_shrink. Every survivor's call of a collective
+ * ends alike: committed on the old ring by eccl's view change (a late
+ * caller gets the committed result), or failed. */
+static void pin_to(MPI_Comm comm)
+{
+    const struct mpi_comm *c = comm_state(comm);
+    int64_t epoch = c != NULL && c->shrunk ? c->epoch : world.epoch;
+
+    if (world.comm == NULL || epoch == comms.pinned)
+        return;
+    check_eccl("pinning eccl's calls to the communicator's ring", "eccl_comm_pin_epoch",
+               eccl_comm_pin_epoch(world.comm, (uint64_t)epoch));
+    comms.pinned = epoch;
 }
 
 void mpi_require_initialized(const char *call)
@@ -431,9 +439,7 @@ static struct comm_view view_of(const char *call, MPI_Comm comm)
  * its call counter. */
 static uint64_t take_tag(const struct comm_view *v)
 {
-    if (!comms.retrying)
-        comms.last_tag = (uint64_t)v->id << 40 | ((*v->next_tag)++ & ((1ull << 40) - 1));
-    return comms.last_tag;
+    return (uint64_t)v->id << 40 | ((*v->next_tag)++ & ((1ull << 40) - 1));
 }
 
 /* ---- argument checks and sizes ------------------------------------------------ */
@@ -585,7 +591,8 @@ struct request {
     int self;       /* to or from this rank itself: never on eccl */
     int handle;     /* index in the handle table while the program holds it, or -1 */
     int detached;   /* nobody waits for it any more: freed once done */
-    MPI_Comm comm;
+    MPI_Comm comm;  /* MPI_COMM_NULL once freed (MPI_Comm_free) */
+    int freed_errors_return; /* then: its error handler's (struct mpi_comm) */
     uint32_t comm_id; /* its tag space (struct comm_view) */
     int peer;       /* MPI rank, or MPI_PROC_NULL */
     int ring_peer;  /* the peer's rank on eccl's ring */
@@ -996,6 +1003,7 @@ static void post_step(const char *call, struct request *r, int fresh)
     while (fresh && p2p.active_ops >= P2P_MAX_OPS)
         if (progress_all() == 0)
             poll_pause(&round);
+    pin_to(r->comm);
     if (r->step == STEP_HEADER)
         rc = r->kind == REQ_SEND
                  ? eccl_send_async(world.comm, &r->hdr, sizeof r->hdr, ECCL_U8,
@@ -1024,9 +1032,19 @@ static void check_request(struct request *r, const char *call, const char *what,
     MPI_Comm was = comms.current;
     int pending = comms.error;
 
+    if (r->comm == MPI_COMM_NULL) {
+        /* Its communicator was freed meanwhile (MPI_Comm_free): judged by
+         * the handler it had. */
+        r->error = MPI_SUCCESS;
+        if (rc == ECCL_ERR_PEER_LOST || rc == ECCL_ERR_CONNECT || rc == ECCL_ERR_TOO_FEW_PEERS)
+            r->error = r->freed_errors_return ? MPIX_ERR_PROC_FAILED : MPI_ERR_OTHER;
+        if (r->error != MPIX_ERR_PROC_FAILED)
+            check_eccl(call, what, rc);
+        return;
+    }
     comms.current = r->comm;
     comms.error = MPI_SUCCESS;
-    check_coll(call, what, rc, 0);
+    check_coll(call, what, rc);
     r->error = call_result();
     comms.current = was;
     comms.error = pending;
@@ -1137,20 +1155,6 @@ static eccl_result wait_progressing(eccl_request *op, eccl_reduce_info *info)
     }
 }
 
-/* Under MPI_ERRORS_RETURN, an eccl collective cut short by a lost rank
- * runs again, under its tag, on the ring of the survivors, before the call
- * returns MPIX_ERR_PROC_FAILED (check_coll): a survivor that started it
- * only after the ring changed runs it on the new ring and waits for the
- * others there, which would otherwise have left it for MPIX_Comm_shrink.
- * Each survivor so runs it to its end once (inputs intact: eccl restored
- * them), and every survivor's call returns the failure. */
-static int retry_on_survivors(eccl_result rc)
-{
-    struct mpi_comm *c = comm_state(comms.current);
-
-    return (rc == ECCL_ERR_PEER_LOST || rc == ECCL_ERR_CONNECT) && c != NULL && c->errors_return;
-}
-
 /* A subset communicator's forms of the eccl collectives (below). */
 #define SUB_DECLARE(fn, ...) static eccl_result sub_##fn(__VA_ARGS__, eccl_reduce_info *info);
 SUB_DECLARE(barrier_op, eccl_comm *, uint64_t)
@@ -1171,37 +1175,25 @@ SUB_DECLARE(eccl_reduce_scatterv, eccl_comm *, const void *, void *, const size_
 
 /* Runs collective `fn` of eccl: as it is, unless a point-to-point request
  * may need this rank's help meanwhile (p2p_needs_progress); then as
- * fn##_async, waited for while those requests move on (and again on the
- * survivors: retry_on_survivors). The arguments are fn's but the last
- * (info). */
+ * fn##_async, waited for while those requests move on. A subset
+ * communicator's runs as messages (sub_<fn>). Nothing once the call has
+ * failed. The arguments are fn's but the last (info). */
 #define RUN_COLL(call, fn, ...)                                                           \
     do {                                                                                  \
-        comms.retrying = 0;                                                               \
-        if (comm_state(comms.current)->ranks != NULL) { /* a subset: as messages */      \
-            if (comms.error == MPI_SUCCESS) {                                             \
-                eccl_reduce_info info_ = {0};                                             \
-                eccl_result rc_ = sub_##fn(__VA_ARGS__, &info_);                          \
-                check_coll(call, #fn, rc_, info_.world_size);                             \
-            }                                                                             \
+        eccl_reduce_info info_ = {0};                                                     \
+        eccl_result rc_;                                                                  \
+        if (comms.error != MPI_SUCCESS)                                                   \
             break;                                                                        \
+        if (comm_state(comms.current)->ranks != NULL) {                                   \
+            rc_ = sub_##fn(__VA_ARGS__, &info_);                                          \
+        } else if (pin_to(comms.current), p2p_needs_progress(NULL)) {                     \
+            eccl_request *coll_op_ = NULL;                                                \
+            check_eccl(call, #fn "_async", fn##_async(__VA_ARGS__, &coll_op_));           \
+            rc_ = wait_progressing(coll_op_, &info_);                                     \
+        } else {                                                                          \
+            rc_ = fn(__VA_ARGS__, &info_);                                                \
         }                                                                                 \
-        while (comms.error == MPI_SUCCESS) { /* failed already: no more eccl calls */     \
-            eccl_result rc_;                                                              \
-            eccl_reduce_info info_ = {0};                                                 \
-            if (p2p_needs_progress(NULL)) {                                               \
-                eccl_request *coll_op_ = NULL;                                            \
-                check_eccl(call, #fn "_async", fn##_async(__VA_ARGS__, &coll_op_));       \
-                rc_ = wait_progressing(coll_op_, &info_);                                 \
-            } else {                                                                      \
-                rc_ = fn(__VA_ARGS__, &info_);                                            \
-            }                                                                             \
-            if (!retry_on_survivors(rc_)) {                                               \
-                check_coll(call, #fn, rc_, info_.world_size);                             \
-                break;                                                                    \
-            }                                                                             \
-            comms.retrying = 1; /* the same tag again (take_tag) */                       \
-        }                                                                                 \
-        comms.retrying = 0;                                                               \
+        check_coll(call, #fn, rc_);                                                       \
     } while (0)
 
 static struct request *new_request(const char *call, int kind, MPI_Comm comm, int peer, int tag,
@@ -1286,19 +1278,6 @@ static void blocking_only(const char *call, MPI_Request *nb, const char *what)
               "which has no nonblocking form yet (the blocking call does it)", call, what);
 }
 
-/* A nonblocking collective cut short by a lost rank cannot run again on
- * the survivors as a blocking one does (retry_on_survivors): its arguments
- * are gone by then, and a survivor that started it on the new ring would
- * wait. So under MPI_ERRORS_RETURN there are none yet. */
-static void nonblocking_allowed(const char *call)
-{
-    struct mpi_comm *c = comm_state(comms.current);
-
-    if (c != NULL && c->errors_return)
-        mpi_fatal(MPI_ERR_UNSUPPORTED_OPERATION, "%s: nonblocking collectives on a communicator with "
-              "MPI_ERRORS_RETURN are not supported by eccl yet", call);
-}
-
 /* Collective fn of eccl, blocking (nb NULL: RUN_COLL, then `after`) or
  * started for MPI request *nb. */
 #define COLL(call, nb, after, fn, ...)                                                    \
@@ -1309,7 +1288,6 @@ static void nonblocking_allowed(const char *call)
             run_after(&after_);                                                           \
         } else {                                                                          \
             eccl_request *nb_op_ = NULL;                                                  \
-            nonblocking_allowed(call);                                                    \
             if (comm_state(comms.current)->ranks != NULL)                                 \
                 mpi_fatal(MPI_ERR_UNSUPPORTED_OPERATION, "%s: nonblocking collectives on " \
                           "a communicator of some ranks are not supported by eccl yet",   \
@@ -1318,6 +1296,7 @@ static void nonblocking_allowed(const char *call)
                 run_after(&after_);                                                       \
                 *(nb) = MPI_REQUEST_NULL;                                                 \
             } else {                                                                      \
+                pin_to(comms.current);                                                    \
                 check_eccl(call, #fn "_async", fn##_async(__VA_ARGS__, &nb_op_));         \
                 *(nb) = coll_request(call, nb_op_, after_);                               \
             }                                                                             \
@@ -1542,8 +1521,23 @@ static void join_world(const char *master, int size, uint32_t timeout_ms)
      * A rank lost before this barrier ends the job, whatever the error
      * handler: none is set yet. One lost after it (the ring may have
      * changed by the time this rank looks) is the next call's to see: the
-     * world's epoch is the one read above, when all were in. */
-    check_eccl("MPI_Init", "eccl_barrier", eccl_barrier(world.comm, world.next_tag++));
+     * world's epoch is the one read above, when all were in. It is an
+     * all-gather of every process's eccl peer id (as a barrier, no rank
+     * holds its result before every rank has called it): with them a rank
+     * later tells which processes left the ring (learn_failures). */
+    int64_t my_id = 0;
+    eccl_reduce_info info = {0};
+    check_eccl("MPI_Init", "reading the peer id", eccl_comm_get_attr(world.comm, ECCL_ATTR_PEER_ID, &my_id));
+    uint64_t mine = (uint64_t)my_id;
+    world.peer_ids = scratch_alloc("MPI_Init", mul_size("MPI_Init", (size_t)size, sizeof *world.peer_ids));
+    world.failed = scratch_alloc("MPI_Init", mul_size("MPI_Init", (size_t)size, sizeof *world.failed));
+    world.dead = scratch_alloc("MPI_Init", (size_t)size);
+    memset(world.dead, 0, (size_t)size);
+    check_eccl("MPI_Init", "eccl_allgather",
+               eccl_allgather(world.comm, &mine, world.peer_ids, 1, ECCL_U64, world.next_tag++, &info));
+    if (info.world_size != (uint32_t)size)
+        mpi_fatal(MPI_ERR_OTHER, "MPI_Init: a rank was lost before every rank was in (%u of %d)",
+                  info.world_size, size);
 }
 
 /* A rank of a multi-rank world that exits with status 0 without
@@ -1707,6 +1701,9 @@ int MPI_Finalize(void)
         eccl_comm_destroy(world.comm);
         world.comm = NULL;
     }
+    free(world.peer_ids);
+    free(world.failed);
+    free(world.dead);
     world.finalized = 1;
     return MPI_SUCCESS;
 }
@@ -3644,6 +3641,15 @@ int MPI_Comm_free(MPI_Comm *comm)
     if (comm == NULL || slot >= (unsigned)comms.n || !comms.slots[slot].used)
         mpi_fatal(MPI_ERR_COMM, "MPI_Comm_free: not a communicator made by MPI (MPI_COMM_WORLD "
                   "and MPI_COMM_SELF are never freed)");
+    /* Its operations still in flight (an eager send, say) end as MPI
+     * says, normally; they stop naming it, whose slot and handle a new
+     * communicator may take. */
+    for (int list = 0; list < 2; list++)
+        for (struct request *r = list == 0 ? p2p.active : p2p.self_waiting; r != NULL; r = r->next)
+            if (r->comm == *comm) {
+                r->comm = MPI_COMM_NULL;
+                r->freed_errors_return = comms.slots[slot].errors_return;
+            }
     free(comms.slots[slot].ranks);
     free(comms.slots[slot].procs);
     comms.slots[slot] = (struct mpi_comm){0};
@@ -3934,14 +3940,143 @@ static int64_t survivors_allreduce(const char *call, uint64_t space, uint32_t wh
     }
 }
 
-int MPIX_Comm_failure_ack(MPI_Comm comm)
+static int id_cmp(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+    return x < y ? -1 : x > y;
+}
+
+/* What this rank knows of failures, brought up to date without a vote:
+ * the processes whose eccl peers are no longer on the ring (eccl's view
+ * of who is alive, asked of the master's address book) join world.failed,
+ * in world rank order. A loss the master has not yet taken out of the
+ * ring is not known here yet; a collective that failed for it has seen
+ * the new ring by the time it returns (it ran again there, or failed on
+ * it), so a program that got MPIX_ERR_PROC_FAILED knows of that loss. */
+static void learn_failures(const char *call)
+{
+    uint64_t *ring = NULL;
+    int64_t size = 0;
+
+    if (world.comm == NULL)
+        return;
+    for (int attempt = 0;; attempt++) {
+        check_eccl(call, "reading the world size", eccl_comm_get_attr(world.comm, ECCL_ATTR_WORLD_SIZE, &size));
+        if (size == world.size - world.n_failed) {
+            free(ring);
+            return; /* nobody left since the last look: no need to ask */
+        }
+        free(ring);
+        ring = scratch_alloc(call, mul_size(call, (size_t)size, sizeof *ring));
+        eccl_result rc = eccl_comm_peer_ids(world.comm, 0, (uint32_t)size, ring);
+        if (rc == ECCL_OK)
+            break;
+        if (rc != ECCL_ERR_PEER_LOST)
+            check_eccl(call, "eccl_comm_peer_ids", rc);
+        if (attempt == 1000)
+            mpi_fatal(MPI_ERR_OTHER, "%s: the ring kept changing under 1000 tries", call);
+    }
+    qsort(ring, (size_t)size, sizeof *ring, id_cmp);
+    for (int p = 0; p < world.size; p++)
+        if (!world.dead[p] && bsearch(&world.peer_ids[p], ring, (size_t)size, sizeof *ring, id_cmp) == NULL) {
+            world.dead[p] = 1;
+            world.failed[world.n_failed++] = p;
+        }
+    free(ring);
+}
+
+static int size_of(const struct mpi_comm *c)
+{
+    return c->shrunk || c->ranks != NULL ? c->size : c->of_self ? 1 : world.size;
+}
+
+/* The processes of c known to have failed, in the order this rank learnt
+ * of them (new scratch; *n of them). */
+static int *failed_of(const char *call, const struct mpi_comm *c, int *n)
+{
+    int size = size_of(c);
+    int *out = scratch_alloc(call, mul_size(call, (size_t)(size > 0 ? size : 1), sizeof *out));
+    unsigned char *in_c = scratch_alloc(call, (size_t)world.size);
+
+    learn_failures(call);
+    memset(in_c, 0, (size_t)world.size);
+    for (int i = 0; i < size; i++)
+        in_c[proc_of(c, i)] = 1;
+    *n = 0;
+    for (int k = 0; k < world.n_failed; k++)
+        if (in_c[world.failed[k]])
+            out[(*n)++] = world.failed[k];
+    free(in_c);
+    return out;
+}
+
+static struct mpi_comm *ulfm_comm(const char *call, MPI_Comm comm)
 {
     struct mpi_comm *c = comm_state(comm);
 
-    mpi_require_initialized("MPIX_Comm_failure_ack");
+    mpi_require_initialized(call);
     if (c == NULL)
-        mpi_fatal(MPI_ERR_COMM, "MPIX_Comm_failure_ack: invalid communicator 0x%x", (unsigned)comm);
+        mpi_fatal(MPI_ERR_COMM, "%s: invalid communicator 0x%x", call, (unsigned)comm);
+    return c;
+}
+
+/* Acknowledges every failure of comm known here: MPIX_Comm_agree stops
+ * reporting them, MPIX_Comm_failure_get_acked names them. */
+int MPIX_Comm_failure_ack(MPI_Comm comm)
+{
+    static const char call[] = "MPIX_Comm_failure_ack";
+    struct mpi_comm *c = ulfm_comm(call, comm);
+    int n;
+
+    free(failed_of(call, c, &n));
+    c->n_acked = n;
     c->acked = c->failed;
+    return MPI_SUCCESS;
+}
+
+/* The group of comm's failures known here: all, or (acked) those acknowledged. */
+static int failed_group(const char *call, MPI_Comm comm, int acked, MPI_Group *failedgrp)
+{
+    struct mpi_comm *c = ulfm_comm(call, comm);
+    int n, *failed;
+
+    if (failedgrp == NULL)
+        mpi_fatal(MPI_ERR_ARG, "%s: failedgrp is NULL", call);
+    failed = failed_of(call, c, &n);
+    *failedgrp = mpi_group_new(call, failed, acked ? c->n_acked : n); /* known failures only grow */
+    free(failed);
+    return MPI_SUCCESS;
+}
+
+int MPIX_Comm_failure_get_acked(MPI_Comm comm, MPI_Group *failedgrp)
+{
+    return failed_group("MPIX_Comm_failure_get_acked", comm, 1, failedgrp);
+}
+
+/* MPI 4.1's form (Open MPI 5): the failures known here, in the order they
+ * became known; a later call's group starts with an earlier one's. */
+int MPIX_Comm_get_failed(MPI_Comm comm, MPI_Group *failedgrp)
+{
+    return failed_group("MPIX_Comm_get_failed", comm, 0, failedgrp);
+}
+
+/* Acknowledges the first num_to_ack of MPIX_Comm_get_failed's group (all
+ * of it if it has fewer); *num_acked: how many are acknowledged now. */
+int MPIX_Comm_ack_failed(MPI_Comm comm, int num_to_ack, int *num_acked)
+{
+    static const char call[] = "MPIX_Comm_ack_failed";
+    struct mpi_comm *c = ulfm_comm(call, comm);
+    int n;
+
+    if (num_to_ack < 0 || num_acked == NULL)
+        mpi_fatal(MPI_ERR_ARG, "%s: num_to_ack is negative or num_acked is NULL", call);
+    free(failed_of(call, c, &n));
+    if (num_to_ack > c->n_acked)
+        c->n_acked = num_to_ack < n ? num_to_ack : n;
+    if (c->n_acked == n)
+        c->acked = c->failed;
+    *num_acked = c->n_acked;
     return MPI_SUCCESS;
 }
 

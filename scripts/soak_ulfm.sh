@@ -6,10 +6,11 @@
 # 15 s is a hang: its ranks get SIGUSR1 (ECCL_TRACE_SIGNAL) so that each
 # writes its collective trace, and its directory is kept for eccl-trace
 # analyze. Bounded: every run stops by 15 s, the busy loops with the soak.
-# Usage: soak_ulfm.sh BINDIR [RUNS [BUSY [OUTDIR]]]
+# Usage: soak_ulfm.sh BINDIR [RUNS [BUSY [OUTDIR [-i]]]]
 #   e.g. soak_ulfm.sh build/bin 100 3 /tmp/soak-ulfm
+#   -i: the step's collectives are nonblocking (mpi_ulfm -i)
 set -u
-bin=$(cd "$1" && pwd) runs=${2:-100} busy=${3:-3} out=${4:-/tmp/soak-ulfm}
+bin=$(cd "$1" && pwd) runs=${2:-100} busy=${3:-3} out=${4:-/tmp/soak-ulfm} mode=${5:-}
 mkdir -p "$out"
 for _ in $(seq "$busy"); do (end=$((SECONDS + 3600)); while [ $SECONDS -lt $end ]; do :; done) & done
 trap 'kill $(jobs -p) 2>/dev/null' EXIT
@@ -23,7 +24,7 @@ for i in $(seq "$runs"); do
         used="$used$v " args="$args $v~$((RANDOM % 40000))"
     done
     ECCL_TRACE_SIGNAL=USR1 ECCL_TRACE_DIR=$d \
-        "$bin/eccl-run" --keep-going -np 5 --timeout 40 "$bin/mpi_ulfm" 30 $args >"$d/out" 2>&1 &
+        "$bin/eccl-run" --keep-going -np 5 --timeout 40 "$bin/mpi_ulfm" $mode 30 $args >"$d/out" 2>&1 &
     pid=$!
     for _ in $(seq 150); do kill -0 $pid 2>/dev/null || break; sleep 0.1; done
     if kill -0 $pid 2>/dev/null; then

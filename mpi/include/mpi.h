@@ -400,8 +400,16 @@ int MPIX_Comm_shrink(MPI_Comm comm, MPI_Comm *newcomm);
  * MPIX_ERR_PROC_FAILED (the value agreed all the same) while a failure
  * of comm is not acknowledged. */
 int MPIX_Comm_agree(MPI_Comm comm, int *flag);
-/* Acknowledges the failures of comm seen so far (for MPIX_Comm_agree). */
+/* Acknowledges the failures of comm known here so far (for
+ * MPIX_Comm_agree), and the group of those acknowledged. */
 int MPIX_Comm_failure_ack(MPI_Comm comm);
+int MPIX_Comm_failure_get_acked(MPI_Comm comm, MPI_Group *failedgrp);
+/* MPI 4.1's forms: the group of comm's processes known here to have failed,
+ * in the order they became known (a later call's group starts with an
+ * earlier one's); acknowledging the first num_to_ack of them. A process is
+ * known to have failed once eccl has taken it out of its ring. */
+int MPIX_Comm_get_failed(MPI_Comm comm, MPI_Group *failedgrp);
+int MPIX_Comm_ack_failed(MPI_Comm comm, int num_to_ack, int *num_acked);
 
 #ifdef __cplusplus
 }
