@@ -232,6 +232,33 @@ eccl_result eccl_comm_peer_ids(eccl_comm *comm, uint32_t first, uint32_t n, uint
  * default) unpins. */
 eccl_result eccl_comm_pin_epoch(eccl_comm *comm, uint64_t epoch);
 
+/* Notices: a word one member posts to every member of its group, itself
+ * included, through the master, in one order for all (the master's). With
+ * ECCL_NOTIFY_REFORM the master re-forms the group's ring right after
+ * passing the word on (a new epoch, the same members): every call in
+ * flight on every member settles as on a loss (committed where a member
+ * holds its result, failed with ECCL_ERR_PEER_LOST otherwise, inputs
+ * restored), and each member holds the word before its calls settle.
+ * What interrupts, on every member, calls that wait for one another (the
+ * MPI library's MPIX_Comm_revoke, in the making). A re-form is asked only
+ * of the ring the poster is on: one posted as a loss re-forms it anyway
+ * re-forms nothing more. Fails as any call does once the communicator
+ * has (ECCL_ERR_MASTER_LOST, ECCL_ERR_KICKED, ...). */
+enum { ECCL_NOTIFY_REFORM = 1 };
+eccl_result eccl_comm_notify(eccl_comm *comm, uint64_t word, int flags);
+
+typedef struct eccl_notice {
+    uint64_t word;
+    uint64_t from;  /* the poster's peer id (ECCL_ATTR_PEER_ID) */
+    int64_t epoch;  /* the group's ring epoch when the master passed it on */
+    int reform;     /* it re-formed the ring after it */
+} eccl_notice;
+
+/* Takes the notices that arrived, oldest first, up to max of them into
+ * out; *n: how many. Never waits. At most 4096 wait here untaken; more
+ * are dropped and logged. */
+eccl_result eccl_comm_notices(eccl_comm *comm, eccl_notice *out, size_t max, size_t *n);
+
 /* The collective trace (docs/trace.md). Every communicator records its
  * last calls (tag, collective, algorithm, bytes, epoch, when it was posted,
  * started, first heard from a peer, had its data, ended, and how) and its

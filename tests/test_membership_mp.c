@@ -1175,6 +1175,81 @@ static void test_call_pinned_to_a_gone_ring(void **state)
     cluster_fini(cl);
 }
 
+/* ---- notices (eccl_comm_notify) ------------------------------------------------------------ */
+
+enum { CTL_NOTE_IN = 8 };
+enum { V_NOTE_STUCK = 0, V_NOTE_SEEN = 1 };
+
+/* Peer 0 posts a word: every peer, peer 0 too, takes it, named by peer 0's
+ * id and the ring's epoch. Peers 1 and 2 then start an all-reduce peer 0
+ * never calls (pinned to the ring, so it cannot start on a later one);
+ * peer 0 posts a second word asking for a re-form: their call fails with
+ * ECCL_ERR_PEER_LOST instead of waiting for op_timeout, the word already
+ * there when it does; the ring has a new epoch with the same three
+ * members, on which an all-reduce of all three works. */
+static int notice_body(eccl_comm *c, int index, void *argp)
+{
+    (void)argp;
+    cluster_slot *self = cluster_self();
+    int64_t me = 0, epoch = 0, now = 0, world = 0, v = index + 1, sum = 0;
+    eccl_notice got[4];
+    size_t n = 0;
+    CL_OK(eccl_comm_get_attr(c, ECCL_ATTR_PEER_ID, &me));
+    CL_OK(eccl_allreduce(c, &v, &sum, 1, ECCL_I64, ECCL_SUM, 1, NULL));
+    CL_OK(eccl_comm_get_attr(c, ECCL_ATTR_EPOCH, &epoch));
+    CL_EXPECT_RC(eccl_comm_notify(c, 1, 2), ECCL_ERR_INVALID_ARG);
+    CL_EXPECT_RC(eccl_comm_notices(c, NULL, 1, &n), ECCL_ERR_INVALID_ARG);
+    if (index == 0) CL_OK(eccl_comm_notify(c, 0xABC, 0));
+    for (int t = 0; t < 3000 && n == 0; t++) {
+        CL_OK(eccl_comm_notices(c, got, 4, &n));
+        if (n == 0) cluster_sleep_ms(1);
+    }
+    CL_CHECK(n == 1 && got[0].word == 0xABC && !got[0].reform && got[0].epoch == epoch && got[0].from != 0 &&
+                 (index != 0 || got[0].from == (uint64_t)me),
+             "notice: %zu, word %llx, epoch %lld (ring %lld), from %llu", n, (unsigned long long)got[0].word,
+             (long long)got[0].epoch, (long long)epoch, (unsigned long long)got[0].from);
+    if (index == 0) {
+        CL_CHECK(cluster_wait_ctl(CTL_NOTE_IN, 2, 20000) == 0, "peers 1 and 2 never called");
+        cluster_sleep_ms(20);
+        CL_OK(eccl_comm_notify(c, 0xDEF, ECCL_NOTIFY_REFORM));
+        n = 0;
+        for (int t = 0; t < 3000 && n == 0; t++) {
+            CL_OK(eccl_comm_notices(c, got, 4, &n));
+            if (n == 0) cluster_sleep_ms(1);
+        }
+    } else {
+        eccl_request *r = NULL;
+        CL_OK(eccl_comm_pin_epoch(c, (uint64_t)epoch));
+        CL_OK(eccl_allreduce_async(c, &v, &sum, 1, ECCL_I64, ECCL_SUM, 10, &r));
+        atomic_fetch_add(&cluster_shm()->ctl[CTL_NOTE_IN], 1);
+        atomic_store(&self->val[V_NOTE_STUCK], eccl_wait(r, NULL));
+        CL_OK(eccl_comm_pin_epoch(c, 0));
+        CL_OK(eccl_comm_notices(c, got, 4, &n)); /* no wait: it came first */
+    }
+    CL_CHECK(n == 1 && got[0].word == 0xDEF && got[0].reform, "the re-form's notice: %zu", n);
+    atomic_store(&self->val[V_NOTE_SEEN], 1);
+    CL_OK(eccl_comm_get_attr(c, ECCL_ATTR_EPOCH, &now));
+    CL_OK(eccl_comm_get_attr(c, ECCL_ATTR_WORLD_SIZE, &world));
+    CL_CHECK(now > epoch && world == 3, "after the re-form: epoch %lld (was %lld), world %lld", (long long)now,
+             (long long)epoch, (long long)world);
+    CL_OK(eccl_allreduce(c, &v, &sum, 1, ECCL_I64, ECCL_SUM, 11, NULL));
+    CL_CHECK(sum == 6, "the all-reduce after the re-form gave %lld", (long long)sum);
+    return 0;
+}
+
+static void test_notice_reforms_the_ring(void **state)
+{
+    cluster *cl = *state;
+    cluster_opts o = {.op_timeout_ms = 60000};
+    assert_int_equal(cluster_init(cl, &o), 0);
+    assert_int_equal(cluster_spawn_n(cl, 3, notice_body, NULL), 0);
+    for (int i = 0; i < 3; i++) assert_int_equal(cluster_wait(cl, i, 30000), 0);
+    for (int i = 1; i < 3; i++)
+        assert_int_equal(atomic_load(&cl->sh->slot[i].val[V_NOTE_STUCK]), ECCL_ERR_PEER_LOST);
+    for (int i = 0; i < 3; i++) assert_int_equal(atomic_load(&cl->sh->slot[i].val[V_NOTE_SEEN]), 1);
+    cluster_fini(cl);
+}
+
 /* ---- admission under load ----------------------------------------------------------------- */
 
 /* Forming a ring again and again: a RING message racing a neighbour's
@@ -1280,6 +1355,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_leave_together, cluster_test_setup, cluster_test_teardown),
         cmocka_unit_test_setup_teardown(test_leave_lost_voter, cluster_test_setup, cluster_test_teardown),
         cmocka_unit_test_setup_teardown(test_call_pinned_to_a_gone_ring, cluster_test_setup, cluster_test_teardown),
+        cmocka_unit_test_setup_teardown(test_notice_reforms_the_ring, cluster_test_setup, cluster_test_teardown),
         cmocka_unit_test_setup_teardown(test_admission_repeated, cluster_test_setup, cluster_test_teardown),
         cmocka_unit_test_setup_teardown(test_pending_peer_restarts_run, cluster_test_setup, cluster_test_teardown),
     };

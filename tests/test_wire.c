@@ -29,13 +29,13 @@ static const uint16_t control_types[] = {
     ECCL_MSG_REPAIR_ASK,   ECCL_MSG_REPAIR_PUT,  ECCL_MSG_RING_SEG,
     ECCL_MSG_REGISTER_SEG, ECCL_MSG_TRACE_ASK,   ECCL_MSG_LATE_REPORT,
     ECCL_MSG_SLOW_NOTICE,  ECCL_MSG_LINK_RATE,    ECCL_MSG_SLOW_LINK,
-    ECCL_MSG_COLL_STATS,
+    ECCL_MSG_COLL_STATS,   ECCL_MSG_NOTICE_POST, ECCL_MSG_NOTICE,
 };
 #define N_CONTROL (sizeof(control_types) / sizeof(control_types[0]))
 
 /* Unused numbers: 0, a hole (6), the next free number of each range, and
  * the far ends. A new type takes its number out of this list. */
-static const uint16_t unknown_types[] = {0, 6, 19, 31, 51, 63, 67, 83, 0x100, 0xFFFF};
+static const uint16_t unknown_types[] = {0, 6, 20, 31, 52, 63, 67, 83, 0x100, 0xFFFF};
 #define N_UNKNOWN (sizeof(unknown_types) / sizeof(unknown_types[0]))
 
 /* ---- helpers ------------------------------------------------------------- */
@@ -218,6 +218,13 @@ static void assert_msg_equal(const eccl_msg *a, const eccl_msg *b)
         assert_int_equal(a->u.trace_ask.tag, b->u.trace_ask.tag);
         assert_int_equal(a->u.trace_ask.epoch, b->u.trace_ask.epoch);
         assert_int_equal(a->u.trace_ask.result, b->u.trace_ask.result);
+        break;
+    case ECCL_MSG_NOTICE_POST:
+    case ECCL_MSG_NOTICE:
+        assert_int_equal(a->u.notice.word, b->u.notice.word);
+        assert_int_equal(a->u.notice.from, b->u.notice.from);
+        assert_int_equal(a->u.notice.epoch, b->u.notice.epoch);
+        assert_int_equal(a->u.notice.reform, b->u.notice.reform);
         break;
     case ECCL_MSG_LATE_REPORT:
     case ECCL_MSG_SLOW_NOTICE:
@@ -472,6 +479,13 @@ static void fill_extreme(eccl_msg *m, uint16_t type, int is_max)
         m->u.trace_ask.tag = v64;
         m->u.trace_ask.epoch = v32;
         m->u.trace_ask.result = v32;
+        break;
+    case ECCL_MSG_NOTICE_POST:
+    case ECCL_MSG_NOTICE:
+        m->u.notice.word = v64;
+        m->u.notice.from = v64 ^ 9u;
+        m->u.notice.epoch = v32;
+        m->u.notice.reform = v32 & 1u;
         break;
     case ECCL_MSG_LATE_REPORT:
     case ECCL_MSG_SLOW_NOTICE:
@@ -942,7 +956,7 @@ static void test_golden_bytes(void **state)
     strcpy(m->u.reg.p2p_addr, "h:1");
     uint8_t frame[64];
     static const uint8_t want[] = {
-        'E', 'C', 'C', 'L', 6, 0, 1, 0, 13, 0, 0, 0, 0, 0, 0, 0,
+        'E', 'C', 'C', 'L', 7, 0, 1, 0, 13, 0, 0, 0, 0, 0, 0, 0,
         0x0D, 0x0C, 0x0B, 0x0A, 0x88, 0x13, 0, 0, 3, 0, 'h', ':', '1',
     };
     assert_int_equal(eccl_wire_encode(m, frame, sizeof(frame)), sizeof(want));
@@ -966,7 +980,7 @@ static void test_golden_bytes(void **state)
     m->type = ECCL_MSG_PEER_QUERY;
     m->u.peer_query = (eccl_msg_peer_query){.epoch = 0x01020304u, .n = 3, .ranks = ranks};
     static const uint8_t query[] = {
-        'E', 'C', 'C', 'L', 6, 0, 13, 0, 20, 0, 0, 0, 0, 0, 0, 0,
+        'E', 'C', 'C', 'L', 7, 0, 13, 0, 20, 0, 0, 0, 0, 0, 0, 0,
         4, 3, 2, 1, 3, 0, 0, 0,
         0, 0, 0, 0, 0, 1, 0, 0, 0xD0, 0xC0, 0xB0, 0xA0,
     };
@@ -980,7 +994,7 @@ static void test_golden_bytes(void **state)
     m->type = ECCL_MSG_PEER_REPLY;
     m->u.peer_reply = (eccl_msg_peer_reply){.epoch = 7, .n = 2, .entries = entries};
     static const uint8_t reply[] = {
-        'E', 'C', 'C', 'L', 6, 0, 43, 0, 39, 0, 0, 0, 0, 0, 0, 0,
+        'E', 'C', 'C', 'L', 7, 0, 43, 0, 39, 0, 0, 0, 0, 0, 0, 0,
         7, 0, 0, 0, 2, 0, 0, 0,
         2, 0, 0, 0, 0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11, 3, 0, 'h', ':', '1',
         5, 1, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0, 0, 0,
@@ -995,7 +1009,7 @@ static void test_golden_bytes(void **state)
                                       .epoch = 0x21222324u, .purpose = ECCL_LINK_PEER,
                                       .pool_size = 1, .rank = 0x31323334u};
     static const uint8_t hello[] = {
-        'E', 'C', 'C', 'L', 6, 0, 64, 0, 24, 0, 0, 0, 0, 0, 0, 0,
+        'E', 'C', 'C', 'L', 7, 0, 64, 0, 24, 0, 0, 0, 0, 0, 0, 0,
         8, 7, 6, 5, 4, 3, 2, 1, 0x14, 0x13, 0x12, 0x11, 0x24, 0x23, 0x22, 0x21,
         ECCL_LINK_PEER, 0, 0, 0, 0x34, 0x33, 0x32, 0x31,
     };
@@ -1031,14 +1045,14 @@ static void test_header_rejects(void **state)
     assert_int_equal(h.type, ECCL_MSG_RING);
     assert_int_equal(h.length, 40);
     assert_int_equal(h.reserved, 0);
-    assert_memory_equal(good, "ECCL\x06\x00\x22\x00\x28\x00\x00\x00\x00\x00\x00\x00", 16);
+    assert_memory_equal(good, "ECCL\x07\x00\x22\x00\x28\x00\x00\x00\x00\x00\x00\x00", 16);
 
     for (size_t byte = 0; byte < 4; byte++) { /* magic */
         memcpy(bad, good, sizeof(bad));
         bad[byte] ^= 0x20;
         assert_int_equal(eccl_wire_header_decode(bad, &h), ECCL_ERR_PROTOCOL);
     }
-    const uint16_t versions[] = {0, 5, 7, 0xFFFF}; /* 5: before LINK_RATE */
+    const uint16_t versions[] = {0, 6, 8, 0xFFFF}; /* 6: before NOTICE */
     for (size_t i = 0; i < 4; i++) {
         memcpy(bad, good, sizeof(bad));
         bad[4] = (uint8_t)versions[i];

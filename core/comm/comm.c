@@ -166,6 +166,9 @@ static eccl_result master_on_msg(void *owner, eccl_chan *ch, const eccl_msg *m)
         comm_trace_dump(c, why, 1);
         return ECCL_OK;
     }
+    case ECCL_MSG_NOTICE:
+        comm_on_notice(c, &m->u.notice);
+        return ECCL_OK;
     case ECCL_MSG_SLOW_NOTICE:
         comm_late_on_notice(c, &m->u.late);
         return ECCL_OK;
@@ -770,6 +773,57 @@ eccl_result eccl_comm_get_attr(eccl_comm *c, eccl_attr attr, int64_t *value)
     return rc;
 }
 
+/* ---- notices (eccl_comm_notify) ---------------------------------------------- */
+
+#define COMM_NOTICES_MAX 4096u
+
+void comm_on_notice(eccl_comm *c, const eccl_msg_notice *m)
+{
+    if (c->n_notices == c->cap_notices) {
+        uint32_t cap = c->cap_notices ? 2 * c->cap_notices : 8;
+        eccl_notice *t = cap <= COMM_NOTICES_MAX ? realloc(c->notices, cap * sizeof *t) : NULL;
+        if (!t) {
+            if (eccl_auth_log_due(++c->notices_dropped))
+                ECCL_WARN(c->env, "%llu notices dropped: %u wait untaken (eccl_comm_notices)",
+                          (unsigned long long)c->notices_dropped, c->n_notices);
+            return;
+        }
+        c->notices = t;
+        c->cap_notices = cap;
+    }
+    c->notices[c->n_notices++] = (eccl_notice){m->word, m->from, m->epoch, (int)m->reform};
+}
+
+eccl_result eccl_comm_notify(eccl_comm *c, uint64_t word, int flags)
+{
+    if (!c || (flags & ~ECCL_NOTIFY_REFORM)) return ECCL_ERR_INVALID_ARG;
+    eccl_engine_lock(&c->eng);
+    eccl_result rc = comm_usable(c);
+    if (rc == ECCL_OK) {
+        eccl_msg m = {.type = ECCL_MSG_NOTICE_POST};
+        m.u.notice.word = word;
+        m.u.notice.epoch = c->epoch;
+        m.u.notice.reform = (flags & ECCL_NOTIFY_REFORM) != 0;
+        rc = comm_master_send(c, &m);
+        eccl_engine_kick(&c->eng);
+    }
+    eccl_engine_unlock(&c->eng);
+    return rc;
+}
+
+eccl_result eccl_comm_notices(eccl_comm *c, eccl_notice *out, size_t max, size_t *n)
+{
+    if (!c || !n || (max && !out)) return ECCL_ERR_INVALID_ARG;
+    eccl_engine_lock(&c->eng);
+    size_t k = c->n_notices < max ? c->n_notices : max;
+    memcpy(out, c->notices, k * sizeof *out);
+    memmove(c->notices, c->notices + k, (c->n_notices - k) * sizeof *c->notices);
+    c->n_notices -= (uint32_t)k;
+    *n = k;
+    eccl_engine_unlock(&c->eng);
+    return ECCL_OK;
+}
+
 eccl_result eccl_comm_pin_epoch(eccl_comm *c, uint64_t epoch)
 {
     if (!c) return ECCL_ERR_INVALID_ARG;
@@ -807,6 +861,7 @@ void eccl_comm_destroy(eccl_comm *c)
     eccl_bufpool_fini(&c->states);
     eccl_engine_fini(&c->eng);
     c->env_release(c->env);
+    free(c->notices);
     free(c->recent);
     free(c->aborted_tags);
     free(c->pslot);

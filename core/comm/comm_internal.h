@@ -306,6 +306,11 @@ struct eccl_comm {
      * update_topology returned), so the current one is what it means. */
     uint32_t seen_world, seen_rank;
     uint64_t call_epoch;    /* eccl_comm_pin_epoch: calls belong to this ring (0: the current) */
+    /* Notices the master passed on, not taken yet (eccl_comm_notices):
+     * oldest first, at most COMM_NOTICES_MAX (more are dropped, counted). */
+    eccl_notice *notices;
+    uint32_t n_notices, cap_notices;
+    uint64_t notices_dropped;
     /* Ranks per host in a host-regular world, else 0 (eccl_msg_ring):
      * where the hierarchical all-reduce may run. */
     uint32_t local_size;
@@ -546,6 +551,7 @@ void comm_peer_link_lost(eccl_comm *c, p2p_link *l);
 int comm_peer_role(const eccl_comm *c, const p2p_link *l);
 /* The peer id of the epoch's `rank` where the address book has it, else 0. */
 uint64_t comm_peer_id_of(const eccl_comm *c, uint32_t rank);
+void comm_on_notice(eccl_comm *c, const eccl_msg_notice *m);
 uint32_t comm_peer_slots(const eccl_comm *c);
 p2p_link *comm_peer_slot_link(const eccl_comm *c, uint32_t i);
 eccl_result comm_on_peer_reply(eccl_comm *c, const eccl_msg_peer_reply *m);

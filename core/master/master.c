@@ -220,7 +220,7 @@ struct eccl_master {
     /* What eccl_master_metrics reports (Prometheus counters and sums). */
     struct {
         uint64_t registrations, admitted, admit_ns, lost, epochs, view_changes, view_ns, trace_asks, late_reports,
-            slow_links, member_calls, member_bytes, auth_refused, auth_gone;
+            slow_links, member_calls, member_bytes, auth_refused, auth_gone, notices, notice_reforms;
         uint64_t coll_failed[ECCL_ERR_AUTH + 1]; /* COLL_DONE reports by result */
     } metrics;
 };
@@ -1922,6 +1922,27 @@ static eccl_result peer_on_msg(void *owner, eccl_chan *ch, const eccl_msg *msg)
         return ECCL_OK;
     case ECCL_MSG_LINK_RATE:
         return on_link_rate(m, p, &msg->u.link);
+    case ECCL_MSG_NOTICE_POST: {
+        /* eccl_comm_notify: to every member, the poster too, before any
+         * view change the notice starts (each member's master channel is
+         * in order, so every member has the word before its calls in
+         * flight settle). */
+        if (p->state != MP_ACCEPTED || msg->u.notice.from != 0 || msg->u.notice.reform > 1)
+            return ECCL_ERR_PROTOCOL;
+        eccl_msg t = {.type = ECCL_MSG_NOTICE};
+        t.u.notice = msg->u.notice;
+        t.u.notice.from = p->id;
+        t.u.notice.epoch = g->epoch;
+        m->metrics.notices++;
+        for (uint32_t i = 0; i < g->n; i++) send_to(g->members[i], &t);
+        if (msg->u.notice.reform && msg->u.notice.epoch == g->epoch) {
+            ECCL_INFO(m->env, "peer %llu posted a notice: re-forming group %u", (unsigned long long)p->id, g->id);
+            m->metrics.notice_reforms++;
+            g->change_wanted = 1;
+            start_view_changes(m);
+        }
+        return ECCL_OK;
+    }
     case ECCL_MSG_COLL_STATS:
         if (p->state != MP_ACCEPTED) return ECCL_ERR_PROTOCOL;
         m->metrics.member_calls += msg->u.stats.calls;
@@ -2282,6 +2303,11 @@ eccl_result eccl_master_metrics(eccl_master *m, char *buf, size_t len, size_t *n
     counter(&t, "eccl_master_trace_asks_total",
             "Times every member was asked for its collective trace (a failure, or an operator).",
             m->metrics.trace_asks);
+    counter(&t, "eccl_master_notices_total", "Notices members posted to their groups (eccl_comm_notify).",
+            m->metrics.notices);
+    counter(&t, "eccl_master_notice_reforms_total",
+            "Ring re-forms those notices asked for (ECCL_NOTIFY_REFORM), its calls in flight settled.",
+            m->metrics.notice_reforms);
     eccl_engine_unlock(&m->eng);
     if (needed) *needed = t.used + 1;
     return t.used < len ? ECCL_OK : ECCL_ERR_INVALID_ARG;

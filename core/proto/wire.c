@@ -152,6 +152,8 @@ static uint32_t max_length(uint16_t type)
     case ECCL_MSG_SLOW_NOTICE: return 16;
     case ECCL_MSG_LINK_RATE:
     case ECCL_MSG_SLOW_LINK: return 32;
+    case ECCL_MSG_NOTICE_POST:
+    case ECCL_MSG_NOTICE: return 24;
     case ECCL_MSG_COLL_STATS: return 16;
     case ECCL_MSG_REPAIR_DATA:
     case ECCL_MSG_REPAIR_PUT: return 16u + ECCL_WIRE_MAX_REPAIR;
@@ -436,6 +438,13 @@ static void put_payload(wbuf *w, const eccl_msg *m)
         put_u64(w, m->u.trace_ask.tag);
         put_u32(w, m->u.trace_ask.epoch);
         put_u32(w, m->u.trace_ask.result);
+        break;
+    case ECCL_MSG_NOTICE_POST:
+    case ECCL_MSG_NOTICE:
+        put_u64(w, m->u.notice.word);
+        put_u64(w, m->u.notice.from);
+        put_u32(w, m->u.notice.epoch);
+        put_u32(w, m->u.notice.reform);
         break;
     case ECCL_MSG_LATE_REPORT:
     case ECCL_MSG_SLOW_NOTICE:
@@ -778,6 +787,13 @@ static void get_payload(rbuf *r, uint16_t type, eccl_msg *m)
         m->u.trace_ask.tag = get_u64(r);
         m->u.trace_ask.epoch = get_u32(r);
         m->u.trace_ask.result = get_u32(r);
+        break;
+    case ECCL_MSG_NOTICE_POST:
+    case ECCL_MSG_NOTICE:
+        m->u.notice.word = get_u64(r);
+        m->u.notice.from = get_u64(r);
+        m->u.notice.epoch = get_u32(r);
+        m->u.notice.reform = get_u32(r);
         break;
     case ECCL_MSG_LATE_REPORT:
     case ECCL_MSG_SLOW_NOTICE:

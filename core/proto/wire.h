@@ -24,9 +24,9 @@
 #include "quant/quant.h"
 
 #define ECCL_WIRE_MAGIC 0x4C434345u /* "ECCL" read as little-endian bytes */
-#define ECCL_WIRE_VERSION 6u /* 2: RING has four tree children; RING_SEG. 3: REGISTER_SEG. 4: TRACE_ASK.
+#define ECCL_WIRE_VERSION 7u /* 2: RING has four tree children; RING_SEG. 3: REGISTER_SEG. 4: TRACE_ASK.
                                 5: LATE_REPORT, SLOW_NOTICE. 6: LINK_RATE, SLOW_LINK,
-                                COLL_STATS */
+                                COLL_STATS. 7: NOTICE_POST, NOTICE */
 #define ECCL_WIRE_HEADER_SIZE 16u
 /* Largest control payload (everything but DATA). */
 #define ECCL_WIRE_MAX_CONTROL 65536u
@@ -64,6 +64,7 @@ enum eccl_msg_type {
                                   after my partners' first frames (0: no longer) */
     ECCL_MSG_LINK_RATE = 17,   /* my link from peer `from` moved `bytes` in `ns` */
     ECCL_MSG_COLL_STATS = 18,  /* since my last: `calls` collectives returned OK here, of `bytes` */
+    ECCL_MSG_NOTICE_POST = 19, /* eccl_comm_notify: tell my group `word` (and re-form it) */
     /* master -> peer */
     ECCL_MSG_WELCOME = 32,     /* your peer id; accepted at once or pending */
     ECCL_MSG_PENDING_REPLY = 33,
@@ -86,6 +87,7 @@ enum eccl_msg_type {
     ECCL_MSG_SLOW_NOTICE = 49, /* member `peer_id` of your group calls late (0: none) */
     ECCL_MSG_SLOW_LINK = 50,   /* the link `from` -> `to` of your group is slow
                                   (`bytes` in `ns`); from 0: none is */
+    ECCL_MSG_NOTICE = 51,      /* member `from` of your group posted `word` in `epoch` */
     /* peer -> peer */
     ECCL_MSG_P2P_HELLO = 64,   /* first frame on a p2p connection */
     ECCL_MSG_DATA = 65,        /* collective payload: data header + bytes */
@@ -202,6 +204,13 @@ typedef struct eccl_msg_late { /* LATE_REPORT (peer_id 0), SLOW_NOTICE */
     uint32_t late_us; /* the median lateness; 0: not late (any more) */
     uint32_t calls;   /* LATE_REPORT: the calls it is a median over */
 } eccl_msg_late;
+
+typedef struct eccl_msg_notice { /* NOTICE_POST (from 0), NOTICE */
+    uint64_t word;
+    uint64_t from;   /* NOTICE: the poster's peer id */
+    uint32_t epoch;  /* the poster's ring epoch; NOTICE: the group's */
+    uint32_t reform; /* 1: the group's ring re-forms after it (its calls in flight settle) */
+} eccl_msg_notice;
 
 typedef struct eccl_msg_stats { /* COLL_STATS */
     uint64_t calls, bytes;
@@ -601,6 +610,7 @@ typedef struct eccl_msg {
         eccl_msg_coll coll;
         eccl_msg_trace_ask trace_ask;
         eccl_msg_late late;
+        eccl_msg_notice notice;
         eccl_msg_link link;
         eccl_msg_stats stats;
         eccl_msg_view view;
