@@ -239,11 +239,11 @@ eccl_result eccl_comm_pin_epoch(eccl_comm *comm, uint64_t epoch);
  * flight on every member settles as on a loss (committed where a member
  * holds its result, failed with ECCL_ERR_PEER_LOST otherwise, inputs
  * restored), and each member holds the word before its calls settle.
- * What interrupts, on every member, calls that wait for one another (the
- * MPI library's MPIX_Comm_revoke, in the making). A re-form is asked only
- * of the ring the poster is on: one posted as a loss re-forms it anyway
- * re-forms nothing more. Fails as any call does once the communicator
- * has (ECCL_ERR_MASTER_LOST, ECCL_ERR_KICKED, ...). */
+ * It interrupts, on every member, calls that wait for one another (what
+ * MPI's MPIX_Comm_revoke needs). The re-form is done only if the poster's
+ * ring is still the group's: a post that crosses a loss's re-form asks for
+ * nothing more. Unknown flags: ECCL_ERR_INVALID_ARG; a communicator that
+ * failed (master lost, kicked, ...) fails it as any call. */
 enum { ECCL_NOTIFY_REFORM = 1 };
 eccl_result eccl_comm_notify(eccl_comm *comm, uint64_t word, int flags);
 
