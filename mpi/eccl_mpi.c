@@ -69,9 +69,8 @@ static struct {
      * a process no longer on eccl's ring has failed (learn_failures). */
     uint64_t *peer_ids;
     /* The processes known to have failed, in the order this rank learnt
-     * of it (MPIX_Comm_get_failed's order), and by world rank. */
+     * of it (MPIX_Comm_get_failed's order). */
     int *failed, n_failed;
-    unsigned char *dead;
 } world;
 
 /* Communicators made by MPI_Comm_dup/split/split_type/create and
@@ -258,14 +257,18 @@ static struct mpi_comm *comm_state(MPI_Comm comm);
  * ring left with this rank alone) fails it. Under MPI_ERRORS_RETURN that
  * is MPIX_ERR_PROC_FAILED for this call and every later one on the
  * communicator (ULFM); otherwise, and for every other failure, fatal. */
+static int lost_rank(eccl_result rc)
+{
+    return rc == ECCL_ERR_PEER_LOST || rc == ECCL_ERR_CONNECT || rc == ECCL_ERR_TOO_FEW_PEERS;
+}
+
 static void check_coll(const char *call, const char *what, eccl_result rc)
 {
     struct mpi_comm *c = comm_state(comms.current);
 
     if (rc == ECCL_OK)
         return;
-    if ((rc == ECCL_ERR_PEER_LOST || rc == ECCL_ERR_CONNECT || rc == ECCL_ERR_TOO_FEW_PEERS) &&
-        c != NULL && c->errors_return) {
+    if (lost_rank(rc) && c != NULL && c->errors_return) {
         c->failed = 1;
         if (comms.error == MPI_SUCCESS)
             comms.error = MPIX_ERR_PROC_FAILED;
@@ -1035,11 +1038,9 @@ static void check_request(struct request *r, const char *call, const char *what,
     if (r->comm == MPI_COMM_NULL) {
         /* Its communicator was freed meanwhile (MPI_Comm_free): judged by
          * the handler it had. */
-        r->error = MPI_SUCCESS;
-        if (rc == ECCL_ERR_PEER_LOST || rc == ECCL_ERR_CONNECT || rc == ECCL_ERR_TOO_FEW_PEERS)
-            r->error = r->freed_errors_return ? MPIX_ERR_PROC_FAILED : MPI_ERR_OTHER;
-        if (r->error != MPIX_ERR_PROC_FAILED)
-            check_eccl(call, what, rc);
+        r->error = lost_rank(rc) && r->freed_errors_return ? MPIX_ERR_PROC_FAILED : MPI_SUCCESS;
+        if (r->error == MPI_SUCCESS)
+            check_eccl(call, what, rc); /* fatal unless rc is ECCL_OK */
         return;
     }
     comms.current = r->comm;
@@ -1534,8 +1535,6 @@ static void join_world(const char *master, int size, uint32_t timeout_ms)
     uint64_t mine = (uint64_t)my_id;
     world.peer_ids = scratch_alloc("MPI_Init", mul_size("MPI_Init", (size_t)size, sizeof *world.peer_ids));
     world.failed = scratch_alloc("MPI_Init", mul_size("MPI_Init", (size_t)size, sizeof *world.failed));
-    world.dead = scratch_alloc("MPI_Init", (size_t)size);
-    memset(world.dead, 0, (size_t)size);
     check_eccl("MPI_Init", "eccl_allgather",
                eccl_allgather(world.comm, &mine, world.peer_ids, 1, ECCL_U64, world.next_tag++, &info));
     if (info.world_size != (uint32_t)size)
@@ -1707,7 +1706,6 @@ int MPI_Finalize(void)
     }
     free(world.peer_ids);
     free(world.failed);
-    free(world.dead);
     world.finalized = 1;
     return MPI_SUCCESS;
 }
@@ -3982,38 +3980,36 @@ static void learn_failures(const char *call)
         if (attempt == 1000)
             mpi_fatal(MPI_ERR_OTHER, "%s: the ring kept changing under 1000 tries", call);
     }
+    /* A process off the ring joins the list, once. */
     qsort(ring, (size_t)size, sizeof *ring, id_cmp);
-    for (int p = 0; p < world.size; p++)
-        if (!world.dead[p] && bsearch(&world.peer_ids[p], ring, (size_t)size, sizeof *ring, id_cmp) == NULL) {
-            world.dead[p] = 1;
+    for (int p = 0; p < world.size; p++) {
+        int known = 0;
+        for (int k = 0; k < world.n_failed && !known; k++)
+            known = world.failed[k] == p;
+        if (!known && bsearch(&world.peer_ids[p], ring, (size_t)size, sizeof *ring, id_cmp) == NULL)
             world.failed[world.n_failed++] = p;
-        }
+    }
     free(ring);
 }
 
-static int size_of(const struct mpi_comm *c)
+/* The processes of comm known to have failed, in the order this rank
+ * learnt of them (new scratch; *n of them). */
+static int *failed_of(const char *call, MPI_Comm comm, int *n)
 {
-    return c->shrunk || c->ranks != NULL ? c->size : c->of_self ? 1 : world.size;
-}
-
-/* The processes of c known to have failed, in the order this rank learnt
- * of them (new scratch; *n of them). */
-static int *failed_of(const char *call, const struct mpi_comm *c, int *n)
-{
-    int size = size_of(c);
-    int *out = scratch_alloc(call, mul_size(call, (size_t)(size > 0 ? size : 1), sizeof *out));
+    int size, *procs = procs_of(call, comm, &size);
     unsigned char *in_c = scratch_alloc(call, (size_t)world.size);
 
+    (void)call_result(); /* a local call: a failed communicator still names its failures */
     learn_failures(call);
     memset(in_c, 0, (size_t)world.size);
     for (int i = 0; i < size; i++)
-        in_c[proc_of(c, i)] = 1;
-    *n = 0;
+        in_c[procs[i]] = 1;
+    *n = 0; /* the failures of comm are some of its processes: they fit in procs */
     for (int k = 0; k < world.n_failed; k++)
         if (in_c[world.failed[k]])
-            out[(*n)++] = world.failed[k];
+            procs[(*n)++] = world.failed[k];
     free(in_c);
-    return out;
+    return procs;
 }
 
 static struct mpi_comm *ulfm_comm(const char *call, MPI_Comm comm)
@@ -4034,7 +4030,7 @@ int MPIX_Comm_failure_ack(MPI_Comm comm)
     struct mpi_comm *c = ulfm_comm(call, comm);
     int n;
 
-    free(failed_of(call, c, &n));
+    free(failed_of(call, comm, &n));
     c->n_acked = n;
     c->acked = c->failed;
     return MPI_SUCCESS;
@@ -4048,7 +4044,7 @@ static int failed_group(const char *call, MPI_Comm comm, int acked, MPI_Group *f
 
     if (failedgrp == NULL)
         mpi_fatal(MPI_ERR_ARG, "%s: failedgrp is NULL", call);
-    failed = failed_of(call, c, &n);
+    failed = failed_of(call, comm, &n);
     *failedgrp = mpi_group_new(call, failed, acked ? c->n_acked : n); /* known failures only grow */
     free(failed);
     return MPI_SUCCESS;
@@ -4076,7 +4072,7 @@ int MPIX_Comm_ack_failed(MPI_Comm comm, int num_to_ack, int *num_acked)
 
     if (num_to_ack < 0 || num_acked == NULL)
         mpi_fatal(MPI_ERR_ARG, "%s: num_to_ack is negative or num_acked is NULL", call);
-    free(failed_of(call, c, &n));
+    free(failed_of(call, comm, &n));
     if (num_to_ack > c->n_acked)
         c->n_acked = num_to_ack < n ? num_to_ack : n;
     if (c->n_acked == n)
