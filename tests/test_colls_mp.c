@@ -1075,6 +1075,7 @@ static void test_kill_reduce(void **state)
 #define V_OK 4
 #define V_WORLD 5
 #define V_DYING 6
+#define V_SEEN_WORLD 7 /* the smallest world a survivor saw after its call */
 
 typedef struct repair_arg {
     int kind, n;
@@ -1107,7 +1108,14 @@ static int repair_body(eccl_comm *c, int index, void *argp)
     call_bufs b;
     CL_CHECK(bufs_alloc(&b, (size_t)f->n * f->count * 4) == 0, "oom");
     coll_args a = {f->kind, ECCL_F32, ECCL_SUM, CL_PAT_SMALL, f->count, f->in_place, 0, 10};
+    /* Where the late rank's record must find no memory, the warm-up is
+     * smaller than the call: a buffer it leaves in the comm's pool would
+     * serve the record (or an early frame, freed into the pool by the view
+     * change, then the record) without the allocator, and the record would
+     * be kept. */
+    if (f->fail_record) a.count = f->count / 4;
     CL_CHECK(one_call(c, &a, &b) == 0, "warm-up");
+    a.count = f->count;
     a.tag = TAG_FAULT;
     cluster_shared *sh = cluster_shm();
     if (rank == f->victim_rank) CL_CHECK(arm_victim(f->n, index, f->kill_after) == 0, "fiu");
@@ -1121,9 +1129,8 @@ static int repair_body(eccl_comm *c, int index, void *argp)
     int late = f->late_rank && rank == f->late_rank;
     /* The late rank's staging allocations fail from before anyone can die
      * (the victim waits for every V_ENTERED) until its progress thread has
-     * taken the master's REPAIR_PUT, whose record's allocation fails (kept
-     * armed a while after the first failure, so that the record's is among
-     * whatever else of ours allocates in that window). */
+     * taken the master's REPAIR_PUT, whose record's allocation fails: until
+     * a survivor sees the late rank dropped (its world shrinks twice). */
     if (late && f->fail_record)
         CL_CHECK(fiu_init(0) == 0 && fiu_enable_external("eccl/dev/alloc", 1, NULL, 0, fail_and_count) == 0, "fiu");
     atomic_store(&sh->slot[index].val[V_ENTERED], 1);
@@ -1137,10 +1144,17 @@ static int repair_body(eccl_comm *c, int index, void *argp)
                 cluster_sleep_ms(1);
         }
         if (f->fail_record) {
-            for (int ms = 0; ms < 30000 && !atomic_load(&g_failed_allocs); ms++) cluster_sleep_ms(1);
-            cluster_sleep_ms(100);
+            int dropped = 0;
+            for (int ms = 0; ms < 30000 && !dropped; ms++) {
+                for (int i = 0; i < f->n; i++) {
+                    long long w = atomic_load(&sh->slot[i].val[V_SEEN_WORLD]);
+                    dropped |= i != index && w && w <= f->n - 2;
+                }
+                cluster_sleep_ms(1);
+            }
             fiu_disable("eccl/dev/alloc");
-            CL_CHECK(atomic_load(&g_failed_allocs) >= 1, "no staging allocation failed in 30 s");
+            CL_CHECK(dropped, "no survivor saw this rank dropped in 30 s");
+            CL_CHECK(atomic_load(&g_failed_allocs) >= 1, "dropped, yet no staging allocation failed");
         }
         cluster_sleep_ms(300);
     }
@@ -1170,6 +1184,17 @@ static int repair_body(eccl_comm *c, int index, void *argp)
                  bad, first, cluster_load(out, a.t, first), cluster_load(b.want, a.t, first));
         CL_CHECK(info.world_size == (uint32_t)f->n, "the late %s reports world %u, want the result's, %d",
                  kind_names[a.kind], info.world_size, f->n);
+    }
+    if (rc == ECCL_OK && f->fail_record && !late) {
+        /* Watches the late rank leave (the victim's loss, then its own):
+         * the late rank keeps its failpoint armed until then. */
+        atomic_store(&sh->slot[index].val[V_OK], 1);
+        int64_t w = f->n;
+        for (int ms = 0; ms < 30000 && w > f->n - 2; ms++) {
+            CL_OK(eccl_comm_get_attr(c, ECCL_ATTR_WORLD_SIZE, &w));
+            atomic_store(&sh->slot[index].val[V_SEEN_WORLD], w);
+            cluster_sleep_ms(1);
+        }
     }
     if (rc == ECCL_OK) {
         atomic_store(&sh->slot[index].val[V_OK], 1);
