@@ -101,6 +101,8 @@ struct mpi_comm {
      * rank `rank` of `size` there; otherwise the world's (world.epoch). */
     int shrunk, rank, size;
     int64_t epoch;
+    int64_t ring_size; /* made by MPIX_Comm_shrink or from such: the ranks of ring `epoch` */
+    int revoked;       /* MPIX_Comm_revoke here or on a rank of it: calls fail MPIX_ERR_REVOKED */
     uint32_t agreements, shrinks; /* MPIX_Comm_agree/shrink calls on it: their tags */
     /* Some of the ring's ranks, or all in another order (MPI_Comm_split,
      * MPI_Comm_create): its rank i is ranks[i] on eccl's ring, and its
@@ -121,6 +123,16 @@ static struct {
     MPI_Comm current;            /* the communicator of the call under way */
     int error;                   /* its process-failure error, returned at its end */
     int64_t pinned;              /* the ring eccl's calls are pinned to now (pin_to) */
+    /* A revoke's re-form cut the call under way short: it runs again, as
+     * it was, on the new ring (check_coll; RUN_COLL, step_done), its
+     * collective under the tag it had (take_tag). */
+    int retry, reuse_tag;
+    int revoked_fatal; /* comms.error is a revoke of an MPI_ERRORS_ARE_FATAL communicator */
+    uint64_t last_tag;
+    /* Revokes posted (eccl notices): a communicator id and the poster's
+     * eccl peer id, kept for communicators this rank makes later. */
+    struct revoke { uint32_t id; uint64_t from; } *revokes;
+    int n_revokes, cap_revokes;
 } comms = {.world = {.used = 1}, .self = {.used = 1, .of_self = 1}};
 
 /* A communicator as a collective sees it. MPI_COMM_SELF is a world of one
@@ -173,6 +185,7 @@ static const struct {
     {MPI_ERR_IN_STATUS, "MPI_ERR_IN_STATUS", "error code is in status"},
     {MPIX_ERR_PROC_FAILED, "MPIX_ERR_PROC_FAILED", "a process of the communicator failed"},
     {MPI_ERR_GROUP, "MPI_ERR_GROUP", "invalid group"},
+    {MPIX_ERR_REVOKED, "MPIX_ERR_REVOKED", "the communicator was revoked"},
 };
 
 static const char *error_name(int code)
@@ -249,6 +262,9 @@ static void check_eccl(const char *call, const char *what, eccl_result rc)
 }
 
 static struct mpi_comm *comm_state(MPI_Comm comm);
+static int reformed_now(struct mpi_comm *c);
+static int is_revoked(struct mpi_comm *c);
+static void revoked_error(const char *call, const struct mpi_comm *c);
 
 /* After an eccl op of the current call's communicator (comms.current),
  * pinned to the ring the communicator was made on (pin_to). A lost rank
@@ -268,6 +284,20 @@ static void check_coll(const char *call, const char *what, eccl_result rc)
 
     if (rc == ECCL_OK)
         return;
+    /* A revoke re-forms eccl's ring, which fails every call in flight:
+     * those of the revoked communicator fail MPIX_ERR_REVOKED, the others
+     * run again on the new ring. */
+    if (lost_rank(rc) && c != NULL && !c->of_self) {
+        int reformed = reformed_now(c);
+        if (is_revoked(c)) {
+            revoked_error(call, c);
+            return;
+        }
+        if (reformed) {
+            comms.retry = 1;
+            return;
+        }
+    }
     if (lost_rank(rc) && c != NULL && c->errors_return) {
         c->failed = 1;
         if (comms.error == MPI_SUCCESS)
@@ -284,16 +314,125 @@ static void check_coll(const char *call, const char *what, eccl_result rc)
  * they went on to MPIX_Comm_shrink. Every survivor's call of a collective
  * ends alike: committed on the old ring by eccl's view change (a late
  * caller gets the committed result), or failed. */
+/* The ring comm's calls belong to, and in *size its number of ranks. */
+static int64_t ring_of(const struct mpi_comm *c, int64_t *size)
+{
+    if (c != NULL && c->shrunk) {
+        *size = c->ring_size;
+        return c->epoch;
+    }
+    *size = world.size;
+    return world.epoch;
+}
+
 static void pin_to(MPI_Comm comm)
 {
-    const struct mpi_comm *c = comm_state(comm);
-    int64_t epoch = c != NULL && c->shrunk ? c->epoch : world.epoch;
+    int64_t size, epoch = ring_of(comm_state(comm), &size);
 
     if (world.comm == NULL || epoch == comms.pinned)
         return;
     check_eccl("pinning eccl's calls to the communicator's ring", "eccl_comm_pin_epoch",
                eccl_comm_pin_epoch(world.comm, (uint64_t)epoch));
     comms.pinned = epoch;
+}
+
+/* Ring `from` was re-formed as `to` with the same processes in the same
+ * order (a revoke's re-form: the master keeps its members' order): every
+ * communicator of `from` belongs to `to` now. */
+static void follow_reform(int64_t from, int64_t to)
+{
+    if (world.epoch == from)
+        world.epoch = to;
+    for (int i = 0; i < comms.n; i++)
+        if (comms.slots[i].used && comms.slots[i].shrunk && comms.slots[i].epoch == from)
+            comms.slots[i].epoch = to;
+}
+
+/* Whether c's ring, now ring `epoch` of `size` ranks, was only re-formed
+ * (1: c follows it, if it did not yet) rather than cut by a loss (0). An
+ * MPI job takes no newcomers, so a ring of as many ranks has the same
+ * processes. A call that failed without a loss ran on a ring since
+ * re-formed (perhaps one c already follows: a call made before another's
+ * failure moved c on). */
+static int ring_reformed(struct mpi_comm *c, int64_t epoch, int64_t size)
+{
+    int64_t had, pinned = ring_of(c, &had);
+
+    if (size != had)
+        return 0;
+    if (epoch != pinned)
+        follow_reform(pinned, epoch);
+    return 1;
+}
+
+/* ring_reformed for the ring of now (reading it waits for a view change
+ * under way to end). */
+static int reformed_now(struct mpi_comm *c)
+{
+    int64_t epoch, size;
+
+    if (world.comm == NULL)
+        return 0;
+    check_eccl("reading eccl's ring", "eccl_comm_get_attr",
+               eccl_comm_get_attr(world.comm, ECCL_ATTR_EPOCH, &epoch));
+    check_eccl("reading eccl's ring", "eccl_comm_get_attr",
+               eccl_comm_get_attr(world.comm, ECCL_ATTR_WORLD_SIZE, &size));
+    return ring_reformed(c, epoch, size);
+}
+
+/* MPIX_Comm_revoke's word (eccl_comm_notify): "REVOKE" above the id. */
+#define REVOKE_NOTICE 0x5245564f4b450000ull
+#define REVOKE_ID_MASK 0xffffull
+
+/* Takes eccl's notices: the revokes among them join comms.revokes. */
+static void take_notices(void)
+{
+    eccl_notice got[16];
+    size_t n;
+
+    if (world.comm == NULL)
+        return;
+    do {
+        check_eccl("reading eccl's notices", "eccl_comm_notices", eccl_comm_notices(world.comm, got, 16, &n));
+        for (size_t k = 0; k < n; k++) {
+            if ((got[k].word & ~REVOKE_ID_MASK) != REVOKE_NOTICE)
+                continue;
+            if (comms.n_revokes == comms.cap_revokes) {
+                int cap = comms.cap_revokes ? 2 * comms.cap_revokes : 8;
+                struct revoke *t = realloc(comms.revokes, (size_t)cap * sizeof *t);
+                if (t == NULL)
+                    mpi_fatal(MPI_ERR_NO_MEM, "keeping a revoke: out of memory");
+                comms.revokes = t;
+                comms.cap_revokes = cap;
+            }
+            comms.revokes[comms.n_revokes++] = (struct revoke){(uint32_t)(got[k].word & REVOKE_ID_MASK), got[k].from};
+        }
+    } while (n == 16);
+}
+
+static int proc_of(const struct mpi_comm *c, int i);
+
+/* Whether c was revoked: here, or by one of its processes (disjoint
+ * communicators may share an id: a revoke names its poster). */
+static int is_revoked(struct mpi_comm *c)
+{
+    if (c->revoked || c->of_self || world.comm == NULL)
+        return c->revoked;
+    take_notices();
+    int size = c->shrunk || c->ranks != NULL ? c->size : world.size;
+    for (int k = 0; k < comms.n_revokes && !c->revoked; k++)
+        for (int i = 0; i < size && comms.revokes[k].id == c->id && !c->revoked; i++)
+            c->revoked = world.peer_ids[proc_of(c, i)] == comms.revokes[k].from;
+    return c->revoked;
+}
+
+/* A call on revoked c: MPIX_ERR_REVOKED under MPI_ERRORS_RETURN, or the
+ * end of the job. */
+static void revoked_error(const char *call, const struct mpi_comm *c)
+{
+    if (!c->errors_return)
+        mpi_fatal(MPIX_ERR_REVOKED, "%s: the communicator was revoked (MPIX_Comm_revoke)", call);
+    comms.error = MPIX_ERR_REVOKED;
 }
 
 void mpi_require_initialized(const char *call)
@@ -405,7 +544,18 @@ static int call_result(void)
     int e = comms.error;
 
     comms.error = MPI_SUCCESS;
+    if (e == MPIX_ERR_REVOKED && comms.revoked_fatal)
+        mpi_fatal(e, "a call on a revoked communicator whose error handler is MPI_ERRORS_ARE_FATAL");
     return e;
+}
+
+/* A local call's end (a failed or revoked communicator still has its
+ * size, group, ...), and that of the calls that serve such one (agree,
+ * shrink): its error is not returned. */
+static void drop_result(void)
+{
+    comms.error = MPI_SUCCESS;
+    comms.revoked_fatal = 0;
 }
 
 static struct comm_view view_of(const char *call, MPI_Comm comm)
@@ -432,9 +582,15 @@ static struct comm_view view_of(const char *call, MPI_Comm comm)
     v.next_tag = comm == MPI_COMM_WORLD ? &world.next_tag : &c->next_tag;
     v.id = c->id;
     /* A communicator that lost a rank fails every call on it (the ranks
-     * MPI names are no longer eccl's) until the program shrinks it. */
+     * MPI names are no longer eccl's) until the program shrinks it; a
+     * revoked one too, for good (the local calls, agree and shrink drop
+     * the error: call_result). */
     if (c->failed && comms.error == MPI_SUCCESS)
         comms.error = MPIX_ERR_PROC_FAILED;
+    if (comms.error == MPI_SUCCESS && is_revoked(c)) {
+        comms.error = MPIX_ERR_REVOKED;
+        comms.revoked_fatal = !c->errors_return; /* ends the job if the call returns it */
+    }
     return v;
 }
 
@@ -442,7 +598,12 @@ static struct comm_view view_of(const char *call, MPI_Comm comm)
  * its call counter. */
 static uint64_t take_tag(const struct comm_view *v)
 {
-    return (uint64_t)v->id << 40 | ((*v->next_tag)++ & ((1ull << 40) - 1));
+    if (comms.reuse_tag) {
+        comms.reuse_tag = 0;
+        return comms.last_tag;
+    }
+    comms.last_tag = (uint64_t)v->id << 40 | ((*v->next_tag)++ & ((1ull << 40) - 1));
+    return comms.last_tag;
 }
 
 /* ---- argument checks and sizes ------------------------------------------------ */
@@ -1030,10 +1191,10 @@ static void coll_finish(struct request *r, eccl_result rc);
 /* r's eccl op ended with rc: checked as a call on r's communicator (a
  * process failure there is r's error, MPI_SUCCESS otherwise), without
  * touching the call under way, inside which the op may have ended. */
-static void check_request(struct request *r, const char *call, const char *what, eccl_result rc)
+static int check_request(struct request *r, const char *call, const char *what, eccl_result rc)
 {
     MPI_Comm was = comms.current;
-    int pending = comms.error;
+    int pending = comms.error, pending_retry = comms.retry, retry;
 
     if (r->comm == MPI_COMM_NULL) {
         /* Its communicator was freed meanwhile (MPI_Comm_free): judged by
@@ -1041,14 +1202,18 @@ static void check_request(struct request *r, const char *call, const char *what,
         r->error = lost_rank(rc) && r->freed_errors_return ? MPIX_ERR_PROC_FAILED : MPI_SUCCESS;
         if (r->error == MPI_SUCCESS)
             check_eccl(call, what, rc); /* fatal unless rc is ECCL_OK */
-        return;
+        return 0;
     }
     comms.current = r->comm;
     comms.error = MPI_SUCCESS;
+    comms.retry = 0;
     check_coll(call, what, rc);
     r->error = call_result();
+    retry = comms.retry;
     comms.current = was;
     comms.error = pending;
+    comms.retry = pending_retry;
+    return retry; /* 1: cut short by a revoke's re-form, r's op must run again */
 }
 
 static void step_done(struct request *r, eccl_result rc)
@@ -1064,8 +1229,13 @@ static void step_done(struct request *r, eccl_result rc)
     r->op = NULL;
     unlink_request(&p2p.active, r);
     p2p.active_ops--;
-    /* A process failure ends the message. */
-    check_request(r, call, r->kind == REQ_SEND ? "eccl_send" : "eccl_recv", rc);
+    /* A process failure ends the message; a revoke's re-form of another
+     * communicator's posts its step again, on the new ring, where its
+     * peer does the same (a message's two parties see one outcome). */
+    if (check_request(r, call, r->kind == REQ_SEND ? "eccl_send" : "eccl_recv", rc)) {
+        post_step(call, r, 0);
+        return;
+    }
     if (r->error != MPI_SUCCESS) {
         finish_request(r);
         return;
@@ -1185,6 +1355,7 @@ SUB_DECLARE(eccl_reduce_scatterv, eccl_comm *, const void *, void *, const size_
         eccl_result rc_;                                                                  \
         if (comms.error != MPI_SUCCESS)                                                   \
             break;                                                                        \
+        comms.retry = 0;                                                                  \
         if (comm_state(comms.current)->ranks != NULL) {                                   \
             rc_ = sub_##fn(__VA_ARGS__, &info_);                                          \
         } else if (pin_to(comms.current), p2p_needs_progress(NULL)) {                     \
@@ -1194,8 +1365,12 @@ SUB_DECLARE(eccl_reduce_scatterv, eccl_comm *, const void *, void *, const size_
         } else {                                                                          \
             rc_ = fn(__VA_ARGS__, &info_);                                                \
         }                                                                                 \
+        comms.reuse_tag = 0;                                                              \
         check_coll(call, #fn, rc_);                                                       \
-    } while (0)
+        /* Cut short by a revoke's re-form: again, under the same tag. */                \
+        if (comms.retry)                                                                  \
+            comms.reuse_tag = 1;                                                          \
+    } while (comms.retry)
 
 static struct request *new_request(const char *call, int kind, MPI_Comm comm, int peer, int tag,
                                    void *buf, size_t bytes);
@@ -1226,7 +1401,9 @@ static void coll_finish(struct request *r, eccl_result rc)
     r->op = NULL;
     unlink_request(&p2p.active, r);
     p2p.active_ops--;
-    check_request(r, r->call, r->call, rc);
+    if (check_request(r, r->call, r->call, rc))
+        mpi_fatal(MPI_ERR_UNSUPPORTED_OPERATION, "%s: a revoke of another communicator re-formed eccl's "
+                  "ring under this nonblocking collective, which eccl cannot run again yet", r->call);
     run_after(&r->after);
     finish_request(r);
 }
@@ -1629,7 +1806,7 @@ static int64_t survivors_allreduce(const char *call, uint64_t space, uint32_t wh
 int MPI_Finalize(void)
 {
     /* Messages sent and receives posted, this rank's, then the world's. */
-    long long mine[3] = {1, 0, 0}, all[3] = {0, 0, 0};
+    long long mine[4] = {1, 0, 0, 0}, all[4] = {0, 0, 0, 0};
     int pending = 0;
 
     mpi_require_initialized("MPI_Finalize");
@@ -1642,7 +1819,7 @@ int MPI_Finalize(void)
               "never completed by MPI_Wait, MPI_Waitall or MPI_Test", pending);
     mine[1] = p2p.sent;
     mine[2] = p2p.received;
-    int lost = comms.world.failed;
+    int lost = comms.world.failed, revoked = 0;
     for (int i = 0; i < comms.n; i++)
         lost |= comms.slots[i].used && comms.slots[i].failed;
     if (lost) {
@@ -1662,12 +1839,22 @@ int MPI_Finalize(void)
         /* Every rank has finished its collectives and its receives, and
          * nobody was lost before: this call's own world size says so. No
          * request needs this rank's help now (the eager sends still in
-         * flight need none), so the call may block. */
+         * flight need none), so the call may block. A revoke's re-form
+         * may cut it short: it runs again on the new ring. Messages of a
+         * revoked communicator may have ended unmatched: a rank that knows
+         * of a revoke says so, and the counts are not compared. */
         eccl_reduce_info info;
+        uint64_t tag = world.next_tag++;
+        eccl_result rc;
 
-        check_eccl("MPI_Finalize", "eccl_allreduce",
-                   eccl_allreduce(world.comm, mine, all, 3, ECCL_I64, ECCL_SUM,
-                                  world.next_tag++, &info));
+        take_notices();
+        mine[3] = comms.n_revokes != 0;
+        do {
+            pin_to(MPI_COMM_WORLD);
+            rc = eccl_allreduce(world.comm, mine, all, 4, ECCL_I64, ECCL_SUM, tag, &info);
+        } while (lost_rank(rc) && reformed_now(&comms.world));
+        check_eccl("MPI_Finalize", "eccl_allreduce", rc);
+        revoked = all[3] != 0;
         if (all[0] != world.size || info.world_size != (uint32_t)world.size)
             mpi_fatal(MPI_ERR_OTHER, "MPI_Finalize: only %lld of %d ranks got here: the others were "
                   "lost", all[0], world.size);
@@ -1677,7 +1864,7 @@ int MPI_Finalize(void)
     /* Every receive posted is done (above, on every rank), each with its
      * own send: any send more is one nobody received, and an eager one of
      * them would keep its sender here until the timeout. */
-    if (!lost && all[1] != all[2])
+    if (!lost && !revoked && all[1] != all[2])
         mpi_fatal(MPI_ERR_OTHER, "MPI_Finalize: %lld message(s) sent were never received (MPI "
               "requires every send to be matched before MPI_Finalize)", all[1] - all[2]);
     /* The eager sends still in flight: their receivers hold them. No rank
@@ -1779,6 +1966,7 @@ int MPI_Comm_rank(MPI_Comm comm, int *rank)
     if (rank == NULL)
         mpi_fatal(MPI_ERR_ARG, "MPI_Comm_rank: rank is NULL");
     *rank = v.rank;
+    drop_result(); /* a local call: a failed or revoked communicator still has its rank */
     return MPI_SUCCESS;
 }
 
@@ -1789,6 +1977,7 @@ int MPI_Comm_size(MPI_Comm comm, int *size)
     if (size == NULL)
         mpi_fatal(MPI_ERR_ARG, "MPI_Comm_size: size is NULL");
     *size = v.size;
+    drop_result(); /* a local call: a failed or revoked communicator still has its size */
     return MPI_SUCCESS;
 }
 
@@ -3598,7 +3787,8 @@ static MPI_Comm comm_new(const char *call, const struct comm_view *parent, uint3
                            .shrunk = from->shrunk,
                            .rank = from->rank,
                            .size = from->size,
-                           .epoch = from->epoch};
+                           .epoch = from->epoch,
+                           .ring_size = from->ring_size};
     if (sel != NULL) {
         c->ranks = scratch_alloc(call, mul_size(call, (size_t)n, sizeof *c->ranks));
         c->procs = scratch_alloc(call, mul_size(call, (size_t)n, sizeof *c->procs));
@@ -3666,6 +3856,8 @@ static int *procs_of(const char *call, MPI_Comm comm, int *n)
     const struct mpi_comm *c = comm_state(comm);
     int *p = scratch_alloc(call, mul_size(call, (size_t)v.size, sizeof *p));
 
+    drop_result(); /* for local calls: a failed or revoked communicator has its processes */
+
     for (int i = 0; i < v.size; i++)
         p[i] = proc_of(c, i);
     *n = v.size;
@@ -3681,7 +3873,7 @@ int MPI_Comm_group(MPI_Comm comm, MPI_Group *group)
         mpi_fatal(MPI_ERR_ARG, "%s: group is NULL", call);
     *group = mpi_group_new(call, p, n);
     free(p);
-    (void)call_result(); /* a local call: a failed communicator still has its group */
+    drop_result(); /* a local call: a failed communicator still has its group */
     return MPI_SUCCESS;
 }
 
@@ -3704,7 +3896,7 @@ int MPI_Comm_compare(MPI_Comm comm1, MPI_Comm comm2, int *result)
         MPI_Group_free(&g2);
     free(p1);
     free(p2);
-    (void)call_result();
+    drop_result();
     return MPI_SUCCESS;
 }
 
@@ -3999,7 +4191,7 @@ static int *failed_of(const char *call, MPI_Comm comm, int *n)
     int size, *procs = procs_of(call, comm, &size);
     unsigned char *in_c = scratch_alloc(call, (size_t)world.size);
 
-    (void)call_result(); /* a local call: a failed communicator still names its failures */
+    drop_result(); /* a local call: a failed communicator still names its failures */
     learn_failures(call);
     memset(in_c, 0, (size_t)world.size);
     for (int i = 0; i < size; i++)
@@ -4101,7 +4293,7 @@ int MPIX_Comm_agree(MPI_Comm comm, int *flag)
     uint8_t bits[32], all[32];
     int64_t rank, size, epoch;
 
-    (void)call_result(); /* agreeing is what a failed communicator may still do */
+    drop_result(); /* agreeing is what a failed communicator may still do */
     not_a_subset(call, c);
     if (flag == NULL)
         mpi_fatal(MPI_ERR_ARG, "%s: flag is NULL", call);
@@ -4113,7 +4305,7 @@ int MPIX_Comm_agree(MPI_Comm comm, int *flag)
         uint32_t which = (c->id << 16 | (c->agreements++ & 0xffffu)) & 0xffffffffu;
         epoch = survivors_allreduce(call, AGREE_SPACE, which, bits, all, 32, ECCL_U8, 1, ECCL_MIN,
                                     0, &rank, &size);
-        if (epoch != (c->shrunk ? c->epoch : world.epoch))
+        if (epoch != ring_of(c, &(int64_t){0}) && !ring_reformed(c, epoch, size))
             c->failed = 1;
     }
     unsigned out = 0;
@@ -4133,7 +4325,7 @@ int MPIX_Comm_shrink(MPI_Comm comm, MPI_Comm *newcomm)
     struct mpi_comm *c = comm_state(comm);
     int64_t rank, size, epoch = 0;
 
-    (void)call_result(); /* shrinking is what a failed communicator is for */
+    drop_result(); /* shrinking is what a failed communicator is for */
     if (newcomm == NULL)
         mpi_fatal(MPI_ERR_ARG, "%s: newcomm is NULL", call);
     not_a_subset(call, c);
@@ -4168,6 +4360,41 @@ int MPIX_Comm_shrink(MPI_Comm comm, MPI_Comm *newcomm)
     n->rank = (int)rank;
     n->size = (int)size;
     n->epoch = epoch;
+    n->ring_size = size;
     n->failed = 0;
+    return MPI_SUCCESS;
+}
+
+/* Revoking: every rank's calls on comm, in flight or to come, fail
+ * MPIX_ERR_REVOKED. The word goes to every process through eccl's master,
+ * which then re-forms the ring with the same processes: that settles
+ * every call in flight (docs/protocol.md, "Notices"). The calls of the
+ * other communicators that it cut short run again on the new ring
+ * (check_coll). */
+int MPIX_Comm_revoke(MPI_Comm comm)
+{
+    static const char call[] = "MPIX_Comm_revoke";
+    struct comm_view v = view_of(call, comm);
+    struct mpi_comm *c = comm_state(comm);
+
+    drop_result(); /* a failed or revoked communicator may be revoked */
+    if (c->revoked)
+        return MPI_SUCCESS;
+    c->revoked = 1;
+    if (v.ecomm != NULL)
+        check_eccl(call, "eccl_comm_notify",
+                   eccl_comm_notify(world.comm, REVOKE_NOTICE | c->id, ECCL_NOTIFY_REFORM));
+    return MPI_SUCCESS;
+}
+
+int MPIX_Comm_is_revoked(MPI_Comm comm, int *flag)
+{
+    static const char call[] = "MPIX_Comm_is_revoked";
+
+    (void)view_of(call, comm);
+    drop_result();
+    if (flag == NULL)
+        mpi_fatal(MPI_ERR_ARG, "%s: flag is NULL", call);
+    *flag = is_revoked(comm_state(comm));
     return MPI_SUCCESS;
 }

@@ -68,7 +68,9 @@ typedef struct MPI_Status {
 /* ULFM (mpi-ext.h): a rank of the communicator was lost. */
 #define MPIX_ERR_PROC_FAILED 18
 #define MPI_ERR_GROUP 19
-#define MPI_ERR_LASTCODE 19
+/* ULFM: the communicator was revoked (MPIX_Comm_revoke). */
+#define MPIX_ERR_REVOKED 20
+#define MPI_ERR_LASTCODE 20
 
 #define MPI_ANY_SOURCE (-1)
 #define MPI_ANY_TAG (-1)
@@ -410,6 +412,11 @@ int MPIX_Comm_failure_get_acked(MPI_Comm comm, MPI_Group *failedgrp);
  * known to have failed once eccl has taken it out of its ring. */
 int MPIX_Comm_get_failed(MPI_Comm comm, MPI_Group *failedgrp);
 int MPIX_Comm_ack_failed(MPI_Comm comm, int num_to_ack, int *num_acked);
+/* Revokes comm on every rank: their calls on it in flight and to come
+ * return MPIX_ERR_REVOKED (MPIX_Comm_agree, MPIX_Comm_shrink and the local
+ * calls excepted); other communicators go on. */
+int MPIX_Comm_revoke(MPI_Comm comm);
+int MPIX_Comm_is_revoked(MPI_Comm comm, int *flag);
 
 #ifdef __cplusplus
 }
