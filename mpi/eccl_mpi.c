@@ -545,7 +545,8 @@ static int call_result(void)
 
     comms.error = MPI_SUCCESS;
     if (e == MPIX_ERR_REVOKED && comms.revoked_fatal)
-        mpi_fatal(e, "a call on a revoked communicator whose error handler is MPI_ERRORS_ARE_FATAL");
+        mpi_fatal(e, "a call on a communicator that was revoked (MPIX_Comm_revoke), whose error handler is "
+                  "MPI_ERRORS_ARE_FATAL");
     return e;
 }
 

@@ -111,6 +111,8 @@ static int header_use(int *argc, char ***argv)
         MPIX_Comm_failure_ack(comm);
         if (MPIX_Comm_agree(comm, &flag) == MPIX_ERR_PROC_FAILED)
             MPIX_Comm_shrink(comm, &survivors);
+        if (MPIX_Comm_is_revoked(comm, &flag) == MPI_SUCCESS && !flag)
+            flag = MPIX_Comm_revoke(comm) == MPIX_ERR_REVOKED;
         flag = MPI_ERR_IN_STATUS;
     }
     flag = MPI_IDENT + MPI_CONGRUENT + MPI_SIMILAR + MPI_UNEQUAL;

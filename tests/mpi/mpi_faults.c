@@ -30,6 +30,9 @@
  *   vanish      the last rank leaves with status 0 (_exit: not even
  *               MPI_Finalize's exit check) while the others loop in
  *               MPI_Allreduce: they must fail, not go on with fewer ranks
+ *   revoked     rank 0 revokes a duplicate of the world whose handler is
+ *               MPI_ERRORS_ARE_FATAL while the others wait in a barrier on
+ *               it: MPIX_ERR_REVOKED ends the job
  *   nofinalize  every rank returns 0 from main without MPI_Finalize
  *   hang        every rank sleeps: only eccl-run --timeout ends the job
  *
@@ -176,6 +179,16 @@ int main(int argc, char **argv)
             _exit(0);
         }
         allreduce_for_a_while();
+    } else if (strcmp(mode, "revoked") == 0) {
+        MPI_Comm dup;
+        MPI_Comm_dup(MPI_COMM_WORLD, &dup);
+        if (rank == 0) {
+            let_others_settle();
+            MPIX_Comm_revoke(dup);
+            sleep_for_a_while();
+        }
+        MPI_Barrier(dup);
+        fprintf(stderr, "mpi_faults: rank %d: a barrier on a revoked communicator returned\n", rank);
     } else if (strcmp(mode, "nofinalize") == 0) {
         return 0;
     } else if (strcmp(mode, "hang") == 0) {
@@ -183,7 +196,7 @@ int main(int argc, char **argv)
         nanosleep(&hour, NULL);
     } else {
         fprintf(stderr, "usage: mpi_faults split|ibadop|anysource|anytag|truncate|selfwait|badop|abort|"
-                        "kill|vanish|unreceived|nofinalize|hang\n");
+                        "kill|vanish|revoked|unreceived|nofinalize|hang\n");
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
     MPI_Finalize();
