@@ -749,6 +749,27 @@ struct coll_after {
 #define NOTHING_AFTER ((struct coll_after){{NULL, NULL}, NULL, NULL, 0, NULL})
 enum { STEP_HEADER, STEP_PAYLOAD, STEP_DONE };
 
+/* An eccl collective as a nonblocking call started it: kept, so that one
+ * cut short by a revoke's re-form of another communicator starts again on
+ * the new ring, under the same tag (coll_finish). The arrays it names are
+ * the call's scratch, alive until it ends (struct coll_after). */
+enum ecall_kind {
+    EC_BARRIER, EC_BROADCAST, EC_ALLGATHER, EC_ALLGATHERV, EC_ALLTOALL, EC_ALLTOALLV,
+    EC_ALLREDUCE, EC_REDUCE, EC_REDUCE_SCATTER, EC_REDUCE_SCATTERV
+};
+struct ecall {
+    enum ecall_kind kind;
+    eccl_comm *comm;
+    const void *send;
+    void *recv;
+    size_t count;
+    const size_t *v[4]; /* counts and displacements, in the eccl call's order */
+    eccl_dtype dtype;
+    eccl_op op;
+    uint32_t root;
+    uint64_t tag;
+};
+
 struct request {
     int kind;       /* REQ_SEND, REQ_RECV, or REQ_COLL (a nonblocking collective) */
     int error;      /* its result: MPI_SUCCESS, or a process failure (ERRORS_RETURN) */
@@ -770,6 +791,7 @@ struct request {
     struct request *prev, *next; /* on p2p.active while op is, or on p2p.self_waiting */
     const char *call;             /* REQ_COLL: the MPI call that started it */
     struct coll_after after;      /* REQ_COLL */
+    struct ecall ecall;           /* REQ_COLL: its eccl call */
     struct stage *stages;         /* REQ_SEND, REQ_RECV: a derived datatype's scratch */
     struct p2p_header hdr;
 };
@@ -1387,6 +1409,103 @@ static MPI_Request handle_of(const char *call, struct request *r);
  * empty. Calls that are done before they reach eccl (a world of one, no
  * data) return a request that is complete at once. */
 
+/* fn##_keep(k, fn's arguments but the last): k describes the call. */
+static void barrier_op_keep(struct ecall *k, eccl_comm *comm, uint64_t tag)
+{
+    *k = (struct ecall){.kind = EC_BARRIER, .comm = comm, .tag = tag};
+}
+
+static void eccl_broadcast_keep(struct ecall *k, eccl_comm *comm, const void *send, void *recv,
+                                size_t count, eccl_dtype dtype, uint32_t root, uint64_t tag)
+{
+    *k = (struct ecall){.kind = EC_BROADCAST, .comm = comm, .send = send, .recv = recv, .count = count,
+                        .dtype = dtype, .root = root, .tag = tag};
+}
+
+static void eccl_allgather_keep(struct ecall *k, eccl_comm *comm, const void *send, void *recv,
+                                size_t count, eccl_dtype dtype, uint64_t tag)
+{
+    *k = (struct ecall){.kind = EC_ALLGATHER, .comm = comm, .send = send, .recv = recv, .count = count,
+                        .dtype = dtype, .tag = tag};
+}
+
+static void eccl_allgatherv_keep(struct ecall *k, eccl_comm *comm, const void *send, void *recv,
+                                 const size_t *counts, const size_t *displs, eccl_dtype dtype,
+                                 uint64_t tag)
+{
+    *k = (struct ecall){.kind = EC_ALLGATHERV, .comm = comm, .send = send, .recv = recv,
+                        .v = {counts, displs}, .dtype = dtype, .tag = tag};
+}
+
+static void eccl_alltoall_keep(struct ecall *k, eccl_comm *comm, const void *send, void *recv,
+                               size_t count, eccl_dtype dtype, uint64_t tag)
+{
+    *k = (struct ecall){.kind = EC_ALLTOALL, .comm = comm, .send = send, .recv = recv, .count = count,
+                        .dtype = dtype, .tag = tag};
+}
+
+static void eccl_alltoallv_keep(struct ecall *k, eccl_comm *comm, const void *send, const size_t *sendcounts,
+                                const size_t *sdispls, void *recv, const size_t *recvcounts,
+                                const size_t *rdispls, eccl_dtype dtype, uint64_t tag)
+{
+    *k = (struct ecall){.kind = EC_ALLTOALLV, .comm = comm, .send = send, .recv = recv,
+                        .v = {sendcounts, sdispls, recvcounts, rdispls}, .dtype = dtype, .tag = tag};
+}
+
+static void eccl_allreduce_keep(struct ecall *k, eccl_comm *comm, const void *send, void *recv,
+                                size_t count, eccl_dtype dtype, eccl_op op, uint64_t tag)
+{
+    *k = (struct ecall){.kind = EC_ALLREDUCE, .comm = comm, .send = send, .recv = recv, .count = count,
+                        .dtype = dtype, .op = op, .tag = tag};
+}
+
+static void eccl_reduce_keep(struct ecall *k, eccl_comm *comm, const void *send, void *recv, size_t count,
+                             eccl_dtype dtype, eccl_op op, uint32_t root, uint64_t tag)
+{
+    *k = (struct ecall){.kind = EC_REDUCE, .comm = comm, .send = send, .recv = recv, .count = count,
+                        .dtype = dtype, .op = op, .root = root, .tag = tag};
+}
+
+static void eccl_reduce_scatter_keep(struct ecall *k, eccl_comm *comm, const void *send, void *recv,
+                                     size_t count, eccl_dtype dtype, eccl_op op, uint64_t tag)
+{
+    *k = (struct ecall){.kind = EC_REDUCE_SCATTER, .comm = comm, .send = send, .recv = recv,
+                        .count = count, .dtype = dtype, .op = op, .tag = tag};
+}
+
+static void eccl_reduce_scatterv_keep(struct ecall *k, eccl_comm *comm, const void *send, void *recv,
+                                      const size_t *counts, eccl_dtype dtype, eccl_op op, uint64_t tag)
+{
+    *k = (struct ecall){.kind = EC_REDUCE_SCATTERV, .comm = comm, .send = send, .recv = recv,
+                        .v = {counts}, .dtype = dtype, .op = op, .tag = tag};
+}
+
+/* Starts the kept call k (its _async form). */
+static eccl_result ecall_start(const struct ecall *k, eccl_request **op)
+{
+    switch (k->kind) {
+    case EC_BARRIER: return eccl_barrier_async(k->comm, k->tag, op);
+    case EC_BROADCAST:
+        return eccl_broadcast_async(k->comm, k->send, k->recv, k->count, k->dtype, k->root, k->tag, op);
+    case EC_ALLGATHER: return eccl_allgather_async(k->comm, k->send, k->recv, k->count, k->dtype, k->tag, op);
+    case EC_ALLGATHERV:
+        return eccl_allgatherv_async(k->comm, k->send, k->recv, k->v[0], k->v[1], k->dtype, k->tag, op);
+    case EC_ALLTOALL: return eccl_alltoall_async(k->comm, k->send, k->recv, k->count, k->dtype, k->tag, op);
+    case EC_ALLTOALLV:
+        return eccl_alltoallv_async(k->comm, k->send, k->v[0], k->v[1], k->recv, k->v[2], k->v[3], k->dtype,
+                                    k->tag, op);
+    case EC_ALLREDUCE:
+        return eccl_allreduce_async(k->comm, k->send, k->recv, k->count, k->dtype, k->op, k->tag, op);
+    case EC_REDUCE:
+        return eccl_reduce_async(k->comm, k->send, k->recv, k->count, k->dtype, k->op, k->root, k->tag, op);
+    case EC_REDUCE_SCATTER:
+        return eccl_reduce_scatter_async(k->comm, k->send, k->recv, k->count, k->dtype, k->op, k->tag, op);
+    case EC_REDUCE_SCATTERV:
+        return eccl_reduce_scatterv_async(k->comm, k->send, k->recv, k->v[0], k->dtype, k->op, k->tag, op);
+    }
+    return ECCL_ERR_INVALID_ARG;
+}
+
 static void run_after(struct coll_after *a)
 {
     if (a->move_bytes != 0 && a->move_to != a->move_from)
@@ -1402,20 +1521,28 @@ static void coll_finish(struct request *r, eccl_result rc)
     r->op = NULL;
     unlink_request(&p2p.active, r);
     p2p.active_ops--;
-    if (check_request(r, r->call, r->call, rc))
-        mpi_fatal(MPI_ERR_UNSUPPORTED_OPERATION, "%s: a revoke of another communicator re-formed eccl's "
-                  "ring under this nonblocking collective, which eccl cannot run again yet", r->call);
+    if (check_request(r, r->call, r->call, rc)) {
+        /* Cut short by a revoke's re-form: again, on the new ring. */
+        pin_to(r->comm);
+        check_eccl(r->call, "starting it again", ecall_start(&r->ecall, &r->op));
+        push_request(&p2p.active, r);
+        p2p.active_ops++;
+        return;
+    }
     run_after(&r->after);
     finish_request(r);
 }
 
-static MPI_Request coll_request(const char *call, eccl_request *op, struct coll_after after)
+static MPI_Request coll_request(const char *call, eccl_request *op, struct coll_after after,
+                                const struct ecall *k)
 {
     struct request *r = new_request(call, REQ_COLL, comms.current, MPI_PROC_NULL, 0, NULL, 0);
 
     r->call = call;
     r->after = after;
     r->after.stages = take_stages();
+    if (k != NULL)
+        r->ecall = *k;
     if (op == NULL) {
         run_after(&r->after);
         r->step = STEP_DONE;
@@ -1436,7 +1563,7 @@ static int done_now(const char *call, MPI_Request *nb)
     int e = call_result();
 
     if (nb != NULL)
-        *nb = e != MPI_SUCCESS ? MPI_REQUEST_NULL : coll_request(call, NULL, NOTHING_AFTER);
+        *nb = e != MPI_SUCCESS ? MPI_REQUEST_NULL : coll_request(call, NULL, NOTHING_AFTER, NULL);
     return e;
 }
 
@@ -1475,9 +1602,11 @@ static void blocking_only(const char *call, MPI_Request *nb, const char *what)
                 run_after(&after_);                                                       \
                 *(nb) = MPI_REQUEST_NULL;                                                 \
             } else {                                                                      \
+                struct ecall k_;                                                          \
+                fn##_keep(&k_, __VA_ARGS__);                                              \
                 pin_to(comms.current);                                                    \
-                check_eccl(call, #fn "_async", fn##_async(__VA_ARGS__, &nb_op_));         \
-                *(nb) = coll_request(call, nb_op_, after_);                               \
+                check_eccl(call, #fn "_async", ecall_start(&k_, &nb_op_));                \
+                *(nb) = coll_request(call, nb_op_, after_, &k_);                          \
             }                                                                             \
         }                                                                                 \
     } while (0)

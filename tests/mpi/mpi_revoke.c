@@ -8,8 +8,9 @@
  *   joins) and those made later, with MPIX_ERR_REVOKED; every rank then
  *   sees it revoked;
  * - it is local to that communicator: calls on others in flight at the
- *   time (messages with and without payloads, collectives of all ranks
- *   and of some) complete as if nothing happened, with exact values;
+ *   time (messages with and without payloads, blocking collectives of all
+ *   ranks and of some, nonblocking collectives) complete as if nothing
+ *   happened, with exact values;
  * - MPIX_Comm_agree and MPIX_Comm_shrink still work on a revoked
  *   communicator, and a communicator shrunk from it works.
  * Exits non-zero after naming each wrong value.
@@ -87,7 +88,8 @@ int main(int argc, char **argv)
      * each completes, exactly. */
     int *out = malloc(PAYLOAD * sizeof *out), *in = malloc(PAYLOAD * sizeof *in);
     int small_out = 100 + rank, small_in = -1, to = (rank + 1) % size, from = (rank + size - 1) % size;
-    MPI_Request req[4];
+    MPI_Request req[6];
+    int isum = -1, *gathered = malloc((size_t)size * sizeof *gathered);
     for (int i = 0; i < PAYLOAD; i++)
         out[i] = rank * PAYLOAD + i, in[i] = -1;
     if (rank == 0) {
@@ -99,6 +101,8 @@ int main(int argc, char **argv)
     MPI_Isend(out, PAYLOAD, MPI_INT, to, 3, b, &req[2]);
     MPI_Isend(&small_out, 1, MPI_INT, to, 4, b, &req[3]);
     v = rank + 1;
+    MPI_Iallreduce(&v, &isum, 1, MPI_INT, MPI_SUM, b, &req[4]);
+    MPI_Iallgather(&v, 1, MPI_INT, gathered, 1, MPI_INT, b, &req[5]);
     rc = MPI_Allreduce(&v, &sum, 1, MPI_INT, MPI_SUM, halves);
     int half_sum = 0;
     for (int r = rank % 2; r < size; r += 2)
@@ -106,8 +110,11 @@ int main(int argc, char **argv)
     check(rc == MPI_SUCCESS && sum == half_sum, "an all-reduce of half the ranks across the revoke", sum);
     rc = MPI_Allreduce(&v, &sum, 1, MPI_INT, MPI_SUM, b);
     check(rc == MPI_SUCCESS && sum == size * (size + 1) / 2, "an all-reduce of every rank across the revoke", sum);
-    rc = MPI_Waitall(4, req, MPI_STATUSES_IGNORE);
-    check(rc == MPI_SUCCESS, "messages across the revoke", rc);
+    rc = MPI_Waitall(6, req, MPI_STATUSES_IGNORE);
+    check(rc == MPI_SUCCESS, "messages and nonblocking collectives across the revoke", rc);
+    check(isum == size * (size + 1) / 2, "a nonblocking all-reduce across the revoke", isum);
+    for (int r = 0; r < size; r++)
+        check(gathered[r] == r + 1, "a nonblocking all-gather across the revoke", r);
     for (int i = 0; i < PAYLOAD; i++)
         if (in[i] != from * PAYLOAD + i) {
             check(0, "a message's payload across the revoke", i);
@@ -138,6 +145,7 @@ int main(int argc, char **argv)
     MPI_Comm_free(&a);
     free(out);
     free(in);
+    free(gathered);
     if (failures == 0 && rank == 0)
         printf("mpi_revoke: all checks passed on %d ranks\n", size);
     MPI_Finalize();
