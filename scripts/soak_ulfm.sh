@@ -6,9 +6,10 @@
 # 15 s is a hang: its ranks get SIGUSR1 (ECCL_TRACE_SIGNAL) so that each
 # writes its collective trace, and its directory is kept for eccl-trace
 # analyze. Bounded: every run stops by 15 s, the busy loops with the soak.
-# Usage: soak_ulfm.sh BINDIR [RUNS [BUSY [OUTDIR [-i]]]]
-#   e.g. soak_ulfm.sh build/bin 100 3 /tmp/soak-ulfm
-#   -i: the step's collectives are nonblocking (mpi_ulfm -i)
+# Usage: soak_ulfm.sh BINDIR [RUNS [BUSY [OUTDIR [FLAGS]]]]
+#   e.g. soak_ulfm.sh build/bin 100 3 /tmp/soak-ulfm "-i -r"
+#   FLAGS, mpi_ulfm's: -i the step's collectives are nonblocking, -r a
+#   survivor whose step failed revokes the communicators first
 set -u
 bin=$(cd "$1" && pwd) runs=${2:-100} busy=${3:-3} out=${4:-/tmp/soak-ulfm} mode=${5:-}
 mkdir -p "$out"

@@ -2,7 +2,7 @@
  * (MPI_ERRORS_RETURN, MPIX_Comm_agree, MPIX_Comm_failure_ack,
  * MPIX_Comm_shrink), with exact results.
  *
- *   eccl-run --keep-going -np N mpi_ulfm [-i] ITERS [RANK@ITER | RANK~MICROSECONDS ...]
+ *   eccl-run --keep-going -np N mpi_ulfm [-i] [-r] ITERS [RANK@ITER | RANK~MICROSECONDS ...]
  *
  * Each RANK@ITER makes MPI_COMM_WORLD's rank RANK kill itself (SIGKILL,
  * no goodbye) as iteration ITER begins; each RANK~US makes it die US
@@ -19,7 +19,10 @@
  * MPI_Reduce_scatter_block, an MPI_Scan (computed in the library from an
  * all-gather) and an MPI_Barrier. With -i they are nonblocking (MPI_Isend,
  * MPI_Irecv and the MPI_I forms; no scan), all in flight at once, then
- * MPI_Waitall. The survivors agree on whether the step succeeded
+ * MPI_Waitall. With -r a survivor whose step failed first revokes the
+ * communicator and its duplicate (MPIX_Comm_revoke: the others' calls on
+ * them end at once, MPIX_ERR_REVOKED), as ULFM programs do, so that
+ * every survivor shrinks. The survivors agree on whether the step succeeded
  * everywhere (MPIX_Comm_agree); if not, they acknowledge the failure,
  * check what they know of it (MPIX_Comm_failure_get_acked and
  * MPIX_Comm_get_failed name, in MPI_COMM_WORLD's ranks, only victims,
@@ -44,7 +47,7 @@
 
 #define MAX_VICTIMS 16
 
-static int world_rank, world_size, n_victims, victim[MAX_VICTIMS], dies_at[MAX_VICTIMS], nonblocking;
+static int world_rank, world_size, n_victims, victim[MAX_VICTIMS], dies_at[MAX_VICTIMS], nonblocking, revoking;
 static int timed[MAX_VICTIMS]; /* dies_at is microseconds after MPI_Init */
 
 /* 1: alive at iteration it; 0: dead; -1: a timed victim, either. */
@@ -181,9 +184,9 @@ int main(int argc, char **argv)
     int iters = 0, failures = 0, shrinks = 0;
 
     int first = 1;
-    if (argc > 1 && argv[1][0] == '-' && argv[1][1] == 'i') {
-        nonblocking = 1;
-        first = 2;
+    for (; first < argc && argv[first][0] == '-'; first++) {
+        nonblocking |= argv[first][1] == 'i';
+        revoking |= argv[first][1] == 'r';
     }
     iters = argc > first ? atoi(argv[first]) : 0;
     for (int i = first + 1; i < argc && n_victims < MAX_VICTIMS; i++) {
@@ -203,7 +206,7 @@ int main(int argc, char **argv)
             setitimer(ITIMER_REAL, &at, NULL);
         }
     if (iters <= 0 || world_size > 64) {
-        fprintf(stderr, "usage: mpi_ulfm [-i] ITERS [RANK@ITER | RANK~US ...] (at most 64 ranks)\n");
+        fprintf(stderr, "usage: mpi_ulfm [-i] [-r] ITERS [RANK@ITER | RANK~US ...] (at most 64 ranks)\n");
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
 
@@ -216,6 +219,11 @@ int main(int argc, char **argv)
         struct results res;
         for (;;) {
             int ok = twin != MPI_COMM_NULL && step(comm, twin, it, &res) == MPI_SUCCESS;
+            if (!ok && revoking) {
+                MPIX_Comm_revoke(comm);
+                if (twin != MPI_COMM_NULL)
+                    MPIX_Comm_revoke(twin);
+            }
             int rc = MPIX_Comm_agree(comm, &ok);
             if (ok && rc == MPI_SUCCESS)
                 break;
