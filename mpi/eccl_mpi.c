@@ -739,6 +739,21 @@ enum { REQ_SEND, REQ_RECV, REQ_COLL };
  * eccl reads until then (counts, layouts), and a block to move into place
  * (an in-place reduce-scatter's result, to the front of recvbuf). */
 struct stage;
+/* A subset communicator's nonblocking collective, started (sub_begin): the
+ * messages it posted, and what it does once they are all in (a fold of
+ * `all`, blocks `stride` apart, into `out` if out is not NULL; scratch
+ * to free). */
+struct sub_later {
+    struct request **parts;
+    int n_parts, size;
+    const char *all;
+    size_t stride, count;
+    eccl_dtype dtype;
+    eccl_op op;
+    void *out;
+    void *scratch[4];
+    int n_scratch;
+};
 struct coll_after {
     void *scratch[2];
     char *move_to;
@@ -792,6 +807,7 @@ struct request {
     const char *call;             /* REQ_COLL: the MPI call that started it */
     struct coll_after after;      /* REQ_COLL */
     struct ecall ecall;           /* REQ_COLL: its eccl call */
+    struct sub_later *later;      /* REQ_COLL of a subset communicator (no eccl op): its messages */
     struct stage *stages;         /* REQ_SEND, REQ_RECV: a derived datatype's scratch */
     struct p2p_header hdr;
 };
@@ -823,6 +839,8 @@ static struct {
     struct seq_entry *seqs;
     size_t n_seqs, cap_seqs;
     long long sent, received; /* messages, for MPI_Finalize's check */
+    struct request *subs; /* subset communicators' nonblocking collectives under way */
+    struct sub_later *starting; /* the one whose messages are being posted (sub_begin) */
 } p2p;
 
 static struct seq_entry *seq_of(uint32_t comm_id, int peer, int tag)
@@ -1282,6 +1300,8 @@ static void step_done(struct request *r, eccl_result rc)
     finish_request(r);
 }
 
+static int sub_progress(void);
+
 /* One look at every op in flight; the number that ended. */
 static int progress_all(void)
 {
@@ -1300,7 +1320,7 @@ static int progress_all(void)
             ended++;
         }
     }
-    return ended;
+    return ended + sub_progress();
 }
 
 /* Whether some request other than `except` will need this rank to post its
@@ -1555,6 +1575,29 @@ static MPI_Request coll_request(const char *call, eccl_request *op, struct coll_
     return handle_of(call, r);
 }
 
+/* A subset communicator's nonblocking collective: sub_<fn> posts its
+ * messages and leaves the rest for when they are in (sub_progress). */
+static void sub_begin(const char *call)
+{
+    p2p.starting = scratch_alloc(call, sizeof *p2p.starting);
+    memset(p2p.starting, 0, sizeof *p2p.starting);
+}
+
+static MPI_Request sub_request(const char *call, struct coll_after after)
+{
+    struct request *r = new_request(call, REQ_COLL, comms.current, MPI_PROC_NULL, 0, NULL, 0);
+
+    r->call = call;
+    r->after = after;
+    r->after.stages = take_stages();
+    r->later = p2p.starting;
+    p2p.starting = NULL;
+    r->step = STEP_PAYLOAD;
+    push_request(&p2p.subs, r);
+    sub_progress(); /* nothing to wait for (a world of one message-less) ends now */
+    return handle_of(call, r);
+}
+
 /* A call done before it reached eccl: its result (a process failure of
  * its communicator, or MPI_SUCCESS), and for a nonblocking one a request
  * complete at once (none on failure). */
@@ -1594,13 +1637,14 @@ static void blocking_only(const char *call, MPI_Request *nb, const char *what)
             run_after(&after_);                                                           \
         } else {                                                                          \
             eccl_request *nb_op_ = NULL;                                                  \
-            if (comm_state(comms.current)->ranks != NULL)                                 \
-                mpi_fatal(MPI_ERR_UNSUPPORTED_OPERATION, "%s: nonblocking collectives on " \
-                          "a communicator of some ranks are not supported by eccl yet",   \
-                          call);                                                          \
             if (comms.error != MPI_SUCCESS) {                                             \
                 run_after(&after_);                                                       \
                 *(nb) = MPI_REQUEST_NULL;                                                 \
+            } else if (comm_state(comms.current)->ranks != NULL) {                        \
+                eccl_reduce_info sub_info_;                                               \
+                sub_begin(call);                                                          \
+                (void)sub_##fn(__VA_ARGS__, &sub_info_);                                  \
+                *(nb) = sub_request(call, after_);                                        \
             } else {                                                                      \
                 struct ecall k_;                                                          \
                 fn##_keep(&k_, __VA_ARGS__);                                              \
@@ -1624,7 +1668,7 @@ static void wait_request(const char *call, struct request *r)
             round = 0;
             continue;
         }
-        if (!p2p_needs_progress(r)) {
+        if (r->op != NULL && !p2p_needs_progress(r)) {
             eccl_request *op = r->op;
 
             step_done(r, eccl_wait(op, NULL));
@@ -3238,6 +3282,19 @@ static struct request *sub_message(const char *call, const struct mpi_comm *c, i
     return r;
 }
 
+/* Message q of a subset collective is done: its error (a receive of
+ * another size than due is fatal), and q let go. */
+static int sub_part_end(const char *call, struct request *q)
+{
+    int e = q->error;
+
+    if (e == MPI_SUCCESS && q->kind == REQ_RECV && q->got != q->bytes)
+        mpi_fatal(MPI_ERR_TRUNCATE, "%s: rank %d sent %zu bytes where %zu were due (the ranks' "
+                  "counts do not agree)", call, q->peer, q->got, q->bytes);
+    let_go(q);
+    return e;
+}
+
 /* Block i of b (one per rank) to and from rank i, all at once: empty
  * blocks are not sent (both sides know the sizes) unless every pair must
  * meet (a barrier). ECCL_ERR_PEER_LOST if a rank was lost. */
@@ -3256,16 +3313,18 @@ static eccl_result sub_exchange(const char *call, struct sub_block *b, int every
             reqs[n++] = sub_message(call, c, REQ_SEND, i, (void *)b[i].send, b[i].send_bytes);
     if (b[me].recv_bytes != 0 && b[me].recv != b[me].send)
         memmove(b[me].recv, b[me].send, b[me].recv_bytes);
+    info->world_size = (uint32_t)size;
+    if (p2p.starting != NULL) { /* nonblocking: sub_progress ends it */
+        p2p.starting->parts = reqs;
+        p2p.starting->n_parts = n;
+        p2p.starting->size = size;
+        return ECCL_OK;
+    }
     for (int k = 0; k < n; k++) {
         wait_request(call, reqs[k]);
-        if (reqs[k]->kind == REQ_RECV && reqs[k]->got != reqs[k]->bytes)
-            mpi_fatal(MPI_ERR_TRUNCATE, "%s: rank %d sent %zu bytes where %zu were due (the ranks' "
-                      "counts do not agree)", call, reqs[k]->peer, reqs[k]->got, reqs[k]->bytes);
-        lost |= reqs[k]->error != MPI_SUCCESS;
-        let_go(reqs[k]);
+        lost |= sub_part_end(call, reqs[k]) != MPI_SUCCESS;
     }
     free(reqs);
-    info->world_size = (uint32_t)size;
     return lost ? ECCL_ERR_PEER_LOST : ECCL_OK;
 }
 
@@ -3290,8 +3349,17 @@ static int sub_size(void)
 
 static eccl_result sub_done(struct sub_block *b, void *scratch, eccl_result rc)
 {
+    struct sub_later *s = p2p.starting;
+
     free(b);
-    free(scratch);
+    if (s != NULL && scratch != NULL) {
+        /* Nonblocking: the messages may still read or write it. */
+        if (s->n_scratch == (int)(sizeof s->scratch / sizeof s->scratch[0]))
+            mpi_fatal(MPI_ERR_INTERN, "a subset collective keeps more scratch than it has room for");
+        s->scratch[s->n_scratch++] = scratch;
+    } else {
+        free(scratch);
+    }
     return rc;
 }
 
@@ -3299,7 +3367,7 @@ static eccl_result sub_done(struct sub_block *b, void *scratch, eccl_result rc)
  * the same order on every rank. The shim gives eccl only its own element
  * types and operations. */
 static void sub_fold(const char *all, size_t stride, size_t count, eccl_dtype dtype, eccl_op op,
-                     void *out)
+                     void *out, int size)
 {
     static const enum mpi_ctype ctypes[] = {
         [ECCL_I8] = CT_I8,   [ECCL_U8] = CT_U8,   [ECCL_I16] = CT_I16, [ECCL_U16] = CT_U16,
@@ -3309,11 +3377,63 @@ static void sub_fold(const char *all, size_t stride, size_t count, eccl_dtype dt
                         : op == ECCL_MIN ? OPC_MIN : OPC_MAX;
     mpi_local_fn fn = mpi_local_op(opc, ctypes[dtype]);
     size_t bytes = count * eccl_dtype_size(dtype);
-    int size = sub_size();
 
     memmove(out, all + (size_t)(size - 1) * stride, bytes);
     for (int k = size - 2; k >= 0; k--)
         fn(all + (size_t)k * stride, out, count);
+}
+
+/* sub_fold now, or (nonblocking) once the messages are in. */
+static void sub_fold_in(const char *all, size_t stride, size_t count, eccl_dtype dtype, eccl_op op,
+                        void *out)
+{
+    struct sub_later *s = p2p.starting;
+
+    if (s == NULL) {
+        sub_fold(all, stride, count, dtype, op, out, sub_size());
+        return;
+    }
+    s->all = all;
+    s->stride = stride;
+    s->count = count;
+    s->dtype = dtype;
+    s->op = op;
+    s->out = out;
+}
+
+/* Ends the subset collectives whose messages are all done (progress_all);
+ * how many. */
+static int sub_progress(void)
+{
+    int ended = 0;
+
+    for (struct request *r = p2p.subs, *next; r != NULL; r = next) {
+        struct sub_later *s = r->later;
+        int k = 0, e = MPI_SUCCESS;
+
+        next = r->next;
+        while (k < s->n_parts && user_done(s->parts[k]))
+            k++;
+        if (k < s->n_parts)
+            continue;
+        for (k = 0; k < s->n_parts; k++) {
+            int ek = sub_part_end(r->call, s->parts[k]);
+            e = e != MPI_SUCCESS ? e : ek;
+        }
+        if (e == MPI_SUCCESS && s->out != NULL)
+            sub_fold(s->all, s->stride, s->count, s->dtype, s->op, s->out, s->size);
+        for (k = 0; k < s->n_scratch; k++)
+            free(s->scratch[k]);
+        free(s->parts);
+        free(s);
+        r->later = NULL;
+        unlink_request(&p2p.subs, r);
+        r->error = e;
+        run_after(&r->after);
+        finish_request(r);
+        ended++;
+    }
+    return ended;
 }
 
 static eccl_result sub_barrier_op(eccl_comm *comm, uint64_t tag, eccl_reduce_info *info)
@@ -3439,7 +3559,7 @@ static eccl_result sub_eccl_allreduce(eccl_comm *comm, const void *sendbuf, void
 
     (void)comm, (void)tag;
     if (rc == ECCL_OK)
-        sub_fold(all, bytes, count, dtype, op, recvbuf);
+        sub_fold_in(all, bytes, count, dtype, op, recvbuf);
     return sub_done(NULL, all, rc);
 }
 
@@ -3453,7 +3573,7 @@ static eccl_result sub_eccl_reduce(eccl_comm *comm, const void *sendbuf, void *r
 
     (void)comm, (void)tag;
     if (rc == ECCL_OK && (uint32_t)sub_rank() == root)
-        sub_fold(all, bytes, count, dtype, op, recvbuf);
+        sub_fold_in(all, bytes, count, dtype, op, recvbuf);
     return sub_done(NULL, all, rc);
 }
 
@@ -3477,7 +3597,7 @@ static eccl_result sub_eccl_reduce_scatterv(eccl_comm *comm, const void *sendbuf
         b[i] = (struct sub_block){(const char *)sendbuf + offs[i], recvcounts[i] * es, all + i * mine, mine};
     rc = sub_exchange("a reduce-scatter", b, 0, info);
     if (rc == ECCL_OK)
-        sub_fold(all, mine, recvcounts[me], dtype, op, recvbuf);
+        sub_fold_in(all, mine, recvcounts[me], dtype, op, recvbuf);
     free(offs);
     return sub_done(b, all, rc);
 }

@@ -5,8 +5,10 @@
  * alone. Every rank starts several collectives at once, with messages in
  * flight beside them, and completes them in another order than it started
  * them (MPI_Waitany, MPI_Testall loops, MPI_Wait last-first): MPI requires
- * only that every rank starts them in the same order. Exits non-zero after
- * naming each wrong value.
+ * only that every rank starts them in the same order. All of it on
+ * MPI_COMM_WORLD, then on its ranks in reverse order and on each half of
+ * them (MPI_Comm_split: communicators whose collectives the library runs
+ * as messages). Exits non-zero after naming each wrong value.
  */
 #include <mpi.h>
 
@@ -15,20 +17,21 @@
 #include <string.h>
 
 static int rank, size, failures;
+static const char *on; /* the communicator's name */
 
 static void check(int ok, const char *what, long long index)
 {
     if (!ok && failures++ < 20)
-        fprintf(stderr, "mpi_icolls: rank %d of %d: %s (element %lld)\n", rank, size, what, index);
+        fprintf(stderr, "mpi_icolls: %s: rank %d of %d: %s (element %lld)\n", on, rank, size, what, index);
 }
 
 enum { N = 3000 }; /* past the eager size: bulk transfers in eccl */
 
-int main(int argc, char **argv)
+static void run(MPI_Comm comm, const char *name)
 {
-    MPI_Init(&argc, &argv);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    on = name;
+    MPI_Comm_rank(comm, &rank);
+    MPI_Comm_size(comm, &size);
 
     double *sum = malloc(N * sizeof *sum), *mx = malloc(N * sizeof *mx);
     int *bc = malloc(N * sizeof *bc), *gath = malloc((size_t)size * 4 * sizeof *gath);
@@ -56,22 +59,22 @@ int main(int argc, char **argv)
     memset(ping, 'a' + rank % 26, sizeof ping);
 
     /* Started in one order on every rank, a ring of messages among them. */
-    MPI_Iallreduce(MPI_IN_PLACE, sum, N, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD, &req[0]);
-    MPI_Ibcast(bc, N, MPI_INT, root, MPI_COMM_WORLD, &req[1]);
-    MPI_Irecv(pong, sizeof pong, MPI_CHAR, from, 9, MPI_COMM_WORLD, &req[2]);
-    MPI_Iallgather(mine, 4, MPI_INT, gath, 4, MPI_INT, MPI_COMM_WORLD, &req[3]);
-    MPI_Isend(ping, sizeof ping, MPI_CHAR, peer, 9, MPI_COMM_WORLD, &req[4]);
-    MPI_Ialltoall(a2a_in, 2, MPI_INT, a2a_out, 2, MPI_INT, MPI_COMM_WORLD, &req[5]);
-    MPI_Ireduce(rank == 0 ? MPI_IN_PLACE : red, red, N, MPI_LONG_LONG, MPI_MAX, 0, MPI_COMM_WORLD,
+    MPI_Iallreduce(MPI_IN_PLACE, sum, N, MPI_DOUBLE, MPI_SUM, comm, &req[0]);
+    MPI_Ibcast(bc, N, MPI_INT, root, comm, &req[1]);
+    MPI_Irecv(pong, sizeof pong, MPI_CHAR, from, 9, comm, &req[2]);
+    MPI_Iallgather(mine, 4, MPI_INT, gath, 4, MPI_INT, comm, &req[3]);
+    MPI_Isend(ping, sizeof ping, MPI_CHAR, peer, 9, comm, &req[4]);
+    MPI_Ialltoall(a2a_in, 2, MPI_INT, a2a_out, 2, MPI_INT, comm, &req[5]);
+    MPI_Ireduce(rank == 0 ? MPI_IN_PLACE : red, red, N, MPI_LONG_LONG, MPI_MAX, 0, comm,
                 &req[6]);
-    MPI_Ireduce_scatter_block(rs_in, rs_out, 2, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD, &req[7]);
-    MPI_Iscatter(scat_src, 4, MPI_INT, scat, 4, MPI_INT, root, MPI_COMM_WORLD, &req[8]);
-    MPI_Ibarrier(MPI_COMM_WORLD, &req[9]);
+    MPI_Ireduce_scatter_block(rs_in, rs_out, 2, MPI_LONG_LONG, MPI_SUM, comm, &req[7]);
+    MPI_Iscatter(scat_src, 4, MPI_INT, scat, 4, MPI_INT, root, comm, &req[8]);
+    MPI_Ibarrier(comm, &req[9]);
 
     /* A blocking collective while they run: it comes after them in every
      * rank's order. */
     double m;
-    MPI_Allreduce(&mx[0], &m, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Allreduce(&mx[0], &m, 1, MPI_DOUBLE, MPI_MAX, comm);
 
     /* Completed in another order: the barrier and the scatter by Testall,
      * the rest by Waitany, then nothing is left. */
@@ -115,11 +118,28 @@ int main(int argc, char **argv)
     for (int j = 0; j < 4; j++) check(scat[j] == 7 * (4 * rank + j), "MPI_Iscatter", j);
     for (size_t i = 0; i < sizeof pong; i++) check(pong[i] == 'a' + from % 26, "the message", (long long)i);
 
-    int all_failures = 0;
-    MPI_Allreduce(&failures, &all_failures, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-    MPI_Finalize();
-    if (rank == 0 && all_failures == 0) printf("mpi_icolls: %d ranks: all checks passed\n", size);
     free(sum), free(mx), free(bc), free(gath), free(a2a_in), free(a2a_out), free(red), free(rs_in);
     free(scat_src);
+}
+
+int main(int argc, char **argv)
+{
+    MPI_Comm reversed, half;
+    int world_rank, world_size, all_failures = 0;
+
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+    run(MPI_COMM_WORLD, "MPI_COMM_WORLD");
+    MPI_Comm_split(MPI_COMM_WORLD, 0, world_size - world_rank, &reversed);
+    run(reversed, "the world reversed");
+    MPI_Comm_split(MPI_COMM_WORLD, world_rank % 2, world_rank, &half);
+    run(half, "a half of the world");
+    MPI_Comm_free(&half);
+    MPI_Comm_free(&reversed);
+    MPI_Allreduce(&failures, &all_failures, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    MPI_Finalize();
+    if (world_rank == 0 && all_failures == 0)
+        printf("mpi_icolls: %d ranks: all checks passed\n", world_size);
     return all_failures != 0;
 }
