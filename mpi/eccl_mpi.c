@@ -129,10 +129,10 @@ static struct {
     int retry, reuse_tag;
     int revoked_fatal; /* comms.error is a revoke of an MPI_ERRORS_ARE_FATAL communicator */
     uint64_t last_tag;
-    /* Revokes posted (eccl notices): a communicator id and the poster's
-     * eccl peer id, kept for communicators this rank makes later. */
-    struct revoke { uint32_t id; uint64_t from; } *revokes;
-    int n_revokes, cap_revokes;
+    /* eccl notices kept: revokes (for communicators this rank may make
+     * later too) and agreements on communicators of some ranks. */
+    eccl_notice *notes;
+    int n_notes, cap_notes, n_revokes;
 } comms = {.world = {.used = 1}, .self = {.used = 1, .of_self = 1}};
 
 /* A communicator as a collective sees it. MPI_COMM_SELF is a world of one
@@ -384,7 +384,47 @@ static int reformed_now(struct mpi_comm *c)
 #define REVOKE_NOTICE 0x5245564f4b450000ull
 #define REVOKE_ID_MASK 0xffffull
 
-/* Takes eccl's notices: the revokes among them join comms.revokes. */
+/* MPIX_Comm_agree's word on a communicator of some ranks (sub_agree):
+ * 'A', the communicator's id, the agreement's number (9 bits), the flag. */
+#define AGREE_NOTICE (0x41ull << 56)
+#define AGREE_KEY_MASK 0xffffffff00000000ull
+
+static uint64_t agree_key(uint32_t id, uint32_t number)
+{
+    return AGREE_NOTICE | (uint64_t)(id & 0x7fffu) << 41 | (uint64_t)(number & 0x1ffu) << 32;
+}
+
+static int proc_of(const struct mpi_comm *c, int i);
+
+/* Whether eccl peer `from` is one of c's processes. */
+static int member_of(const struct mpi_comm *c, uint64_t from)
+{
+    int size = c->shrunk || c->ranks != NULL ? c->size : world.size;
+
+    for (int i = 0; i < size; i++)
+        if (world.peer_ids[proc_of(c, i)] == from)
+            return 1;
+    return 0;
+}
+
+/* Whether an agreement's word is for a communicator of this rank's, from
+ * one of its processes: others' (disjoint communicators of other ranks)
+ * are dropped as they come. This rank made each of its communicators
+ * before any word for it can come: a communicator is made by a collective
+ * call that returns nowhere before every rank joined it. */
+static int agree_is_ours(const eccl_notice *n)
+{
+    uint32_t id = (uint32_t)(n->word >> 41) & 0x7fffu;
+
+    for (int i = 0; i < comms.n; i++)
+        if (comms.slots[i].used && comms.slots[i].ranks != NULL && comms.slots[i].id == id &&
+            member_of(&comms.slots[i], n->from))
+            return 1;
+    return 0;
+}
+
+/* Takes eccl's notices: the revokes and this rank's agreements among them
+ * join comms.notes. */
 static void take_notices(void)
 {
     eccl_notice got[16];
@@ -395,22 +435,22 @@ static void take_notices(void)
     do {
         check_eccl("reading eccl's notices", "eccl_comm_notices", eccl_comm_notices(world.comm, got, 16, &n));
         for (size_t k = 0; k < n; k++) {
-            if ((got[k].word & ~REVOKE_ID_MASK) != REVOKE_NOTICE)
+            int revoke = (got[k].word & ~REVOKE_ID_MASK) == REVOKE_NOTICE;
+            if (!revoke && (got[k].word >> 56 != AGREE_NOTICE >> 56 || !agree_is_ours(&got[k])))
                 continue;
-            if (comms.n_revokes == comms.cap_revokes) {
-                int cap = comms.cap_revokes ? 2 * comms.cap_revokes : 8;
-                struct revoke *t = realloc(comms.revokes, (size_t)cap * sizeof *t);
+            if (comms.n_notes == comms.cap_notes) {
+                int cap = comms.cap_notes ? 2 * comms.cap_notes : 8;
+                eccl_notice *t = realloc(comms.notes, (size_t)cap * sizeof *t);
                 if (t == NULL)
-                    mpi_fatal(MPI_ERR_NO_MEM, "keeping a revoke: out of memory");
-                comms.revokes = t;
-                comms.cap_revokes = cap;
+                    mpi_fatal(MPI_ERR_NO_MEM, "keeping eccl's notices: out of memory");
+                comms.notes = t;
+                comms.cap_notes = cap;
             }
-            comms.revokes[comms.n_revokes++] = (struct revoke){(uint32_t)(got[k].word & REVOKE_ID_MASK), got[k].from};
+            comms.notes[comms.n_notes++] = got[k];
+            comms.n_revokes += revoke;
         }
     } while (n == 16);
 }
-
-static int proc_of(const struct mpi_comm *c, int i);
 
 /* Whether c was revoked: here, or by one of its processes (disjoint
  * communicators may share an id: a revoke names its poster). */
@@ -419,10 +459,8 @@ static int is_revoked(struct mpi_comm *c)
     if (c->revoked || c->of_self || world.comm == NULL)
         return c->revoked;
     take_notices();
-    int size = c->shrunk || c->ranks != NULL ? c->size : world.size;
-    for (int k = 0; k < comms.n_revokes && !c->revoked; k++)
-        for (int i = 0; i < size && comms.revokes[k].id == c->id && !c->revoked; i++)
-            c->revoked = world.peer_ids[proc_of(c, i)] == comms.revokes[k].from;
+    for (int k = 0; k < comms.n_notes && !c->revoked; k++)
+        c->revoked = comms.notes[k].word == (REVOKE_NOTICE | c->id) && member_of(c, comms.notes[k].from);
     return c->revoked;
 }
 
@@ -4532,6 +4570,64 @@ static void not_a_subset(const char *call, const struct mpi_comm *c)
                   "supported by eccl yet (only on communicators of every rank)", call);
 }
 
+static int proc_failed(int proc)
+{
+    for (int k = 0; k < world.n_failed; k++)
+        if (world.failed[k] == proc)
+            return 1;
+    return 0;
+}
+
+/* MPIX_Comm_agree on a communicator of some ranks, which has no ring of
+ * its own to vote on: every rank posts its flag as an eccl notice, which
+ * the master hands to every process in one order, the same for all, with
+ * the ring's changes in it. A rank decides once it has, from each process
+ * of c, its word or the news that it left the ring: the AND of the words
+ * it has. Every survivor decides alike: the ring is read before the
+ * notices are taken, and a word posted before its poster's loss came
+ * before that loss, so a rank that knows of the loss already has the word
+ * if there was one. The agreement's number tells it from the next. */
+static unsigned sub_agree(const char *call, struct mpi_comm *c, unsigned flag, int *lost)
+{
+    uint64_t key = agree_key(c->id, c->agreements++);
+    unsigned round = 0;
+
+    check_eccl(call, "eccl_comm_notify", eccl_comm_notify(world.comm, key | flag, 0));
+    for (;;) {
+        unsigned out = ~0u;
+        int decided = 1;
+
+        learn_failures(call); /* first the ring, then the words */
+        take_notices();
+        *lost = 0;
+        for (int i = 0; i < c->size && decided; i++) {
+            uint64_t from = world.peer_ids[proc_of(c, i)];
+            int heard = 0;
+            for (int k = 0; k < comms.n_notes && !heard; k++)
+                if ((comms.notes[k].word & AGREE_KEY_MASK) == key && comms.notes[k].from == from) {
+                    heard = 1;
+                    out &= (unsigned)comms.notes[k].word;
+                }
+            if (!heard && proc_failed(proc_of(c, i)))
+                *lost = 1;
+            else
+                decided = heard;
+        }
+        if (decided) {
+            int kept = 0;
+            for (int k = 0; k < comms.n_notes; k++)
+                if ((comms.notes[k].word & AGREE_KEY_MASK) != key || !member_of(c, comms.notes[k].from))
+                    comms.notes[kept++] = comms.notes[k];
+            comms.n_notes = kept;
+            return out;
+        }
+        if (progress_all() != 0)
+            round = 0;
+        else
+            poll_pause(&round);
+    }
+}
+
 /* The bitwise AND of every surviving rank's *flag, the same on each of
  * them; MPIX_ERR_PROC_FAILED (with the value agreed all the same) where a
  * rank of comm was lost and this rank has not acknowledged it. */
@@ -4544,13 +4640,18 @@ int MPIX_Comm_agree(MPI_Comm comm, int *flag)
     int64_t rank, size, epoch;
 
     drop_result(); /* agreeing is what a failed communicator may still do */
-    not_a_subset(call, c);
     if (flag == NULL)
         mpi_fatal(MPI_ERR_ARG, "%s: flag is NULL", call);
     for (int i = 0; i < 32; i++)
         bits[i] = (uint8_t)((unsigned)*flag >> i & 1u);
     if (v.ecomm == NULL && v.size == 1) {
         memcpy(all, bits, sizeof all);
+    } else if (c->ranks != NULL) {
+        int lost;
+        unsigned got = sub_agree(call, c, (unsigned)*flag, &lost);
+        for (int i = 0; i < 32; i++)
+            all[i] = (uint8_t)(got >> i & 1u);
+        c->failed |= lost;
     } else {
         uint32_t which = (c->id << 16 | (c->agreements++ & 0xffffu)) & 0xffffffffu;
         epoch = survivors_allreduce(call, AGREE_SPACE, which, bits, all, 32, ECCL_U8, 1, ECCL_MIN,

@@ -2,8 +2,8 @@
  * tests/mpi/expect_fail.sh runs each under eccl-run and checks the exit
  * status and the message. An ordinary MPI program (mpi.h only).
  *
- *   splitagree  every rank splits by its rank's parity, and rank 0 calls
- *               MPIX_Comm_agree on its half: not on communicators of some
+ *   splitshrink every rank splits by its rank's parity, and rank 0 calls
+ *               MPIX_Comm_shrink on its half: not on communicators of some
  *               ranks yet
  *   anysource   rank 1 receives from MPI_ANY_SOURCE, which eccl cannot
  *               match: loudly, never silently
@@ -83,14 +83,13 @@ int main(int argc, char **argv)
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     MPI_Barrier(MPI_COMM_WORLD);
 
-    if (strcmp(mode, "splitagree") == 0) {
-        MPI_Comm part;
-        int flag = 1;
+    if (strcmp(mode, "splitshrink") == 0) {
+        MPI_Comm part, smaller;
 
         MPI_Comm_split(MPI_COMM_WORLD, rank % 2, rank, &part);
         if (rank == 0) {
             let_others_settle();
-            MPIX_Comm_agree(part, &flag);
+            MPIX_Comm_shrink(part, &smaller);
         }
         sleep_for_a_while();
     } else if (strcmp(mode, "anysource") == 0) {
@@ -195,7 +194,7 @@ int main(int argc, char **argv)
         const struct timespec hour = {3600, 0};
         nanosleep(&hour, NULL);
     } else {
-        fprintf(stderr, "usage: mpi_faults splitagree|ibadop|anysource|anytag|truncate|selfwait|badop|abort|"
+        fprintf(stderr, "usage: mpi_faults splitshrink|ibadop|anysource|anytag|truncate|selfwait|badop|abort|"
                         "kill|vanish|revoked|unreceived|nofinalize|hang\n");
         MPI_Abort(MPI_COMM_WORLD, 2);
     }

@@ -12,13 +12,20 @@
  *   ranks and of some, nonblocking collectives) complete as if nothing
  *   happened, with exact values;
  * - MPIX_Comm_agree and MPIX_Comm_shrink still work on a revoked
- *   communicator, and a communicator shrunk from it works.
+ *   communicator, and a communicator shrunk from it works;
+ * - MPIX_Comm_agree on a communicator of some ranks (each half of the
+ *   world) gives each half the AND of its flags; with `kill` (under
+ *   eccl-run --keep-going) the last rank dies instead of agreeing: its
+ *   half's survivors agree without it and get MPIX_ERR_PROC_FAILED, the
+ *   other half is untouched, and an agreement on the world tells everyone.
  * Exits non-zero after naming each wrong value.
  */
 #include <mpi.h>
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #define PAYLOAD 4096 /* ints: a message with a payload after its header */
@@ -138,6 +145,24 @@ int main(int argc, char **argv)
     rc = MPI_Allreduce(&v, &sum, 1, MPI_INT, MPI_SUM, shrunk);
     check(rc == MPI_SUCCESS && sum == size * (size + 1) / 2, "an all-reduce on the shrunk communicator", sum);
 
+    /* 4. Agreement on each half (a communicator of some ranks). */
+    int kill = argc > 1 && strcmp(argv[1], "kill") == 0, victim = size - 1;
+    int half_size, want = 0x7fffffff;
+    MPI_Comm_size(halves, &half_size);
+    for (int r = rank % 2; r < size; r += 2)
+        if (!(kill && r == victim))
+            want &= 0x7fffffff ^ (1 << r);
+    if (kill && rank == victim)
+        raise(SIGKILL);
+    flag = 0x7fffffff ^ (1 << rank);
+    rc = MPIX_Comm_agree(halves, &flag);
+    int half_lost = kill && rank % 2 == victim % 2;
+    check(flag == want, "MPIX_Comm_agree on a half: the AND of its live ranks' flags", flag);
+    check(rc == (half_lost ? MPIX_ERR_PROC_FAILED : MPI_SUCCESS), "MPIX_Comm_agree's result on a half", rc);
+    flag = 1;
+    rc = MPIX_Comm_agree(MPI_COMM_WORLD, &flag);
+    check(rc == (kill ? MPIX_ERR_PROC_FAILED : MPI_SUCCESS) && flag == 1, "MPIX_Comm_agree on the world", rc);
+
     MPI_Comm_free(&shrunk);
     MPI_Comm_free(&halves);
     MPI_Comm_free(&b);
@@ -147,7 +172,7 @@ int main(int argc, char **argv)
     free(in);
     free(gathered);
     if (failures == 0 && rank == 0)
-        printf("mpi_revoke: all checks passed on %d ranks\n", size);
+        printf("mpi_revoke: all checks passed on %d ranks%s\n", size, kill ? ", one killed" : "");
     MPI_Finalize();
     return failures != 0;
 }
