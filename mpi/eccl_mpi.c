@@ -307,13 +307,6 @@ static void check_coll(const char *call, const char *what, eccl_result rc)
     check_eccl(call, what, rc);
 }
 
-/* eccl's calls for comm belong to the ring comm was made on (its ranks
- * are that ring's): pinned there (eccl_comm_pin_epoch), a call made once a
- * loss has re-formed the ring fails at once instead of running on the new
- * ring, where the others, which saw the loss in their calls, never come:
- * they went on to MPIX_Comm_shrink. Every survivor's call of a collective
- * ends alike: committed on the old ring by eccl's view change (a late
- * caller gets the committed result), or failed. */
 /* The ring comm's calls belong to, and in *size its number of ranks. */
 static int64_t ring_of(const struct mpi_comm *c, int64_t *size)
 {
@@ -325,6 +318,13 @@ static int64_t ring_of(const struct mpi_comm *c, int64_t *size)
     return world.epoch;
 }
 
+/* eccl's calls for comm belong to the ring comm was made on (its ranks
+ * are that ring's): pinned there (eccl_comm_pin_epoch), a call made once a
+ * loss has re-formed the ring fails at once instead of running on the new
+ * ring, where the others, which saw the loss in their calls, never come:
+ * they went on to MPIX_Comm_shrink. Every survivor's call of a collective
+ * ends alike: committed on the old ring by eccl's view change (a late
+ * caller gets the committed result), or failed. */
 static void pin_to(MPI_Comm comm)
 {
     int64_t size, epoch = ring_of(comm_state(comm), &size);
