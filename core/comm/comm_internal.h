@@ -115,6 +115,10 @@ struct eccl_request {
      * per pump: a call that ends up waiting for its round after all has
      * them sent as soon as its engine finds nothing to do (comm_idle). */
     int lazy_tokens;
+    /* Returned, and its last pump had every peer link it asked for and
+     * queued nothing: only a frame of its own (a token) can give it more to
+     * send, so comm_ops_pump passes it by until one comes (comm_op_recv). */
+    int quiet;
     uint64_t start_seq;   /* the order ops started in (comm->starts) */
     uint64_t posted_ns;   /* the caller's call */
     uint64_t heard_early_ns; /* the first of its frames that came before it was posted; 0: none (late.c) */
@@ -545,7 +549,6 @@ eccl_result comm_pool_alloc(eccl_comm *c);
 /* peers.c: the address book and peer links */
 p2p_link *comm_peer_link(eccl_comm *c, uint32_t rank);
 p2p_link *comm_peer_open(const eccl_comm *c, uint32_t rank);
-void comm_peer_links(eccl_comm *c, eccl_coll_links *links);
 eccl_result comm_peer_adopt(eccl_comm *c, p2p_link *l);
 void comm_peer_link_lost(eccl_comm *c, p2p_link *l);
 int comm_peer_role(const eccl_comm *c, const p2p_link *l);

@@ -12,6 +12,7 @@ static int op_expects(const eccl_request *r, int role) { return r->alg->expects(
 
 eccl_result comm_op_recv(eccl_request *r, int role, const eccl_wire_data *d, void **dst)
 {
+    r->quiet = 0; /* its frame may let it send (comm_ops_pump) */
     if (!r->trace_heard) {
         r->trace_heard = 1;
         comm_trace_phase(r->comm, r, TRACE_FIRST, 0);
@@ -21,6 +22,7 @@ eccl_result comm_op_recv(eccl_request *r, int role, const eccl_wire_data *d, voi
 
 eccl_result comm_op_recv_done(eccl_request *r, int role, const eccl_wire_data *d)
 {
+    r->quiet = 0;
     return r->alg->recv_done(op_state(r), role, d);
 }
 
@@ -147,6 +149,7 @@ static int op_runs_over(const eccl_comm *c, const eccl_request *r, const p2p_lin
 
 void comm_ops_link_lost(eccl_comm *c, p2p_link *l)
 {
+    for (eccl_request *r = c->ops; r; r = r->next) r->quiet = 0; /* it may look again (comm_ops_pump) */
     if (!l->hello_seen || l->epoch != c->epoch || !c->master_open) return;
     int role = comm_link_role(c, l);
     if (l->ch.error == ECCL_ERR_DEVICE) {
@@ -872,26 +875,76 @@ static int link_gated(const eccl_comm *c, const eccl_request *y, const p2p_link 
     return 0;
 }
 
+/* What the pump of an op over peer links looked up: whether a link it
+ * asked for was missing (not open yet, or held back: link_gated), and, for
+ * an op that returned, the frames queued on those it got, to tell whether
+ * its pump queued any. */
+#define PUMP_WATCH 8
 typedef struct pump_peers {
     eccl_comm *c;
     const eccl_request *r;
+    int missing;
+    uint32_t n;
+    eccl_chan *ch[PUMP_WATCH];
+    uint64_t before[PUMP_WATCH];
 } pump_peers;
 
-static eccl_chan *gated_peer(void *ctx, uint32_t rank)
+static void pump_watch(pump_peers *p, eccl_chan *ch)
 {
-    const pump_peers *p = ctx;
-    p2p_link *l = comm_peer_link(p->c, rank);
-    return l && !link_gated(p->c, p->r, l) ? &l->ch : NULL;
+    for (uint32_t i = 0; i < p->n; i++)
+        if (p->ch[i] == ch) return;
+    if (p->n == PUMP_WATCH) {
+        p->missing = 1; /* too many to tell: never quiet */
+        return;
+    }
+    p->ch[p->n] = ch;
+    p->before[p->n++] = ch->frames_queued;
 }
 
-/* Queues the frames of running ops that are ready; returns how many bytes. */
+static int pump_queued(const pump_peers *p)
+{
+    for (uint32_t i = 0; i < p->n; i++)
+        if (p->ch[i]->frames_queued != p->before[i]) return 1;
+    return 0;
+}
+
+static eccl_chan *pump_peer(void *ctx, uint32_t rank)
+{
+    pump_peers *p = ctx;
+    p2p_link *l = comm_peer_link(p->c, rank);
+    if (!l || link_gated(p->c, p->r, l)) {
+        p->missing = 1;
+        return NULL;
+    }
+    if (p->r->returned) pump_watch(p, &l->ch);
+    return &l->ch;
+}
+
+/* Queues the frames of running ops that are ready; returns how many bytes.
+ *
+ * An op that returned early has sent its data (settled): what is left are
+ * its completion tokens, and each pump queues every token that may leave.
+ * Once a pump of it had every link it looked up and queued nothing, only a
+ * frame of its own can give it more to send (a token it waits for), so it
+ * is passed by (`quiet`) until one comes: a stream of small calls keeps up
+ * to COMM_RETURNED_MAX such ops alive, and every engine step pumps. Only
+ * ops over peer links: a ring or tree op's links can change under it. */
 size_t comm_ops_pump(eccl_comm *c)
 {
     if (!c->ring_ready || c->frozen || c->world < 2) return 0;
     size_t before = links_queued(c);
     for (eccl_request *r = c->ops; r; r = r->next) {
-        if (r->state != OP_RUNNING) continue;
+        if (r->state != OP_RUNNING || r->quiet) continue;
         p2p_link *l[ECCL_ROLE_COUNT] = {NULL};
+        eccl_coll_links links = {{NULL}, NULL, NULL, r->lazy_tokens};
+        pump_peers peers = {c, r, 0, 0, {NULL}, {0}};
+        if (r->alg->roles == ECCL_ROLES_PEERS) {
+            links.peer = pump_peer;
+            links.ctx = &peers;
+            r->alg->pump(op_state(r), &links);
+            if (r->returned && !peers.missing && !pump_queued(&peers)) r->quiet = 1;
+            continue;
+        }
         if (r->alg->roles & ECCL_ROLES_RING) {
             /* The op's connection of each pool; one not open yet (prev
              * opens its side when it runs the op) holds the op's frames
@@ -902,12 +955,6 @@ size_t comm_ops_pump(eccl_comm *c)
         }
         if (r->alg->roles & ECCL_ROLES_TREE)
             for (int i = 0; i < ECCL_TREE_ROLES; i++) l[ECCL_ROLE_PARENT + i] = c->link_tree[i];
-        eccl_coll_links links = {{NULL}, NULL, NULL, r->lazy_tokens};
-        pump_peers gate = {c, r};
-        if (r->alg->roles & ECCL_ROLES_PEERS) {
-            comm_peer_links(c, &links);
-            if (c->n_returned) links.peer = gated_peer, links.ctx = &gate;
-        }
         int ready = 1;
         for (int i = 0; i < ECCL_ROLE_COUNT; i++) {
             if (link_gated(c, r, l[i])) l[i] = NULL;

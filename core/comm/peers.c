@@ -132,18 +132,6 @@ eccl_result comm_on_peer_reply(eccl_comm *c, const eccl_msg_peer_reply *m)
     return ECCL_OK;
 }
 
-static eccl_chan *links_peer(void *ctx, uint32_t rank)
-{
-    p2p_link *l = comm_peer_link(ctx, rank);
-    return l ? &l->ch : NULL;
-}
-
-void comm_peer_links(eccl_comm *c, eccl_coll_links *links)
-{
-    links->peer = links_peer;
-    links->ctx = c;
-}
-
 p2p_link *comm_peer_link(eccl_comm *c, uint32_t rank)
 {
     if (rank >= c->world || rank == c->rank) return NULL;
