@@ -877,8 +877,9 @@ static int link_gated(const eccl_comm *c, const eccl_request *y, const p2p_link 
 
 /* What the pump of an op over peer links looked up: whether a link it
  * asked for was missing (not open yet, or held back: link_gated), and, for
- * an op that returned, the frames queued on those it got, to tell whether
- * its pump queued any. */
+ * an op that returned, the bytes queued on those it got, to tell whether
+ * its pump queued a frame (a pump only adds to a queue: nothing is written
+ * while it runs). */
 #define PUMP_WATCH 8
 typedef struct pump_peers {
     eccl_comm *c;
@@ -886,7 +887,7 @@ typedef struct pump_peers {
     int missing;
     uint32_t n;
     eccl_chan *ch[PUMP_WATCH];
-    uint64_t before[PUMP_WATCH];
+    size_t before[PUMP_WATCH];
 } pump_peers;
 
 static void pump_watch(pump_peers *p, eccl_chan *ch)
@@ -898,13 +899,13 @@ static void pump_watch(pump_peers *p, eccl_chan *ch)
         return;
     }
     p->ch[p->n] = ch;
-    p->before[p->n++] = ch->frames_queued;
+    p->before[p->n++] = ch->queued_bytes;
 }
 
 static int pump_queued(const pump_peers *p)
 {
     for (uint32_t i = 0; i < p->n; i++)
-        if (p->ch[i]->frames_queued != p->before[i]) return 1;
+        if (p->ch[i]->queued_bytes != p->before[i]) return 1;
     return 0;
 }
 

@@ -127,7 +127,6 @@ static void frame_enqueue(eccl_chan *ch, eccl_frame *f)
     else ch->out_head = f;
     ch->out_tail = f;
     ch->queued_bytes += f->head_len + f->payload_len;
-    ch->frames_queued++;
 }
 
 eccl_result eccl_chan_attach(eccl_chan *ch, eccl_conn *conn, int dialer)

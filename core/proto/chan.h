@@ -67,7 +67,6 @@ struct eccl_chan {
     /* outbound */
     eccl_frame *out_head, *out_tail, *free_frames;
     size_t queued_bytes;
-    uint64_t frames_queued; /* ever: tells a caller whether a call queued any */
     int lazy_only;         /* every queued frame is lazy (eccl_chan_send_lazy):
                               eccl_chan_flush leaves them for later */
     /* inbound parser */
