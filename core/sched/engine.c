@@ -14,6 +14,23 @@
 /* A driving caller polls flat out this long after the last event, then
  * polls and yields until e->spin_ns, then sleeps. */
 #define ENGINE_PURE_SPIN_NS 10000ull
+/* A yield this long lost the CPU to other work (eccl_engine_drive): yields
+ * to ranks of the job, which spin and yield themselves, come back in
+ * microseconds; a busy thread keeps the CPU until its slice ends
+ * (milliseconds). Spinning then stops for ENGINE_CALM_MIN_NS, twice as long
+ * each time it is lost again within the calm it ended (steady load), up to
+ * ENGINE_CALM_MAX_NS: a short burst (the job's own processes starting) costs
+ * little, steady load leaves a look every second. */
+#define ENGINE_YIELD_LOST_NS 500000ull
+#define ENGINE_CALM_MIN_NS 10000000ull
+#define ENGINE_CALM_MAX_NS 1000000000ull
+
+static void engine_calm(eccl_engine *e, uint64_t now)
+{
+    int again = e->calm_at && now < e->calm_at + e->calm_ns;
+    e->calm_ns = !again ? ENGINE_CALM_MIN_NS : e->calm_ns < ENGINE_CALM_MAX_NS / 2 ? 2 * e->calm_ns : ENGINE_CALM_MAX_NS;
+    e->calm_at = now + e->calm_ns;
+}
 
 eccl_result eccl_engine_init(eccl_engine *e, const eccl_env *env,
                              const eccl_engine_ops *ops, void *owner)
@@ -174,13 +191,18 @@ eccl_result eccl_engine_drive(eccl_engine *e, int (*done)(void *), void *arg,
             break;
         }
         uint64_t until = e->next_deadline < deadline_ns ? e->next_deadline : deadline_ns;
-        int spinning = e->again || now - last_event < e->spin_ns;
+        int spinning = e->again || (now - last_event < e->spin_ns && now >= e->calm_at);
         if (spinning) until = 0;
         int n = engine_poll(e, until, 0);
         now = eccl_engine_now(e);
-        if (n > 0) last_event = now;
-        else if (spinning && now - last_event > ENGINE_PURE_SPIN_NS)
+        if (n > 0) {
+            last_event = now;
+        } else if (spinning && now - last_event > ENGINE_PURE_SPIN_NS) {
             e->env->sync->yield(e->env->sync_ctx);
+            uint64_t back = eccl_engine_now(e);
+            if (back - now >= ENGINE_YIELD_LOST_NS) engine_calm(e, back);
+            now = back;
+        }
     }
     /* Polling goes back to the background thread once it stops lingering. */
     if (--e->waiters == 0) {
