@@ -880,7 +880,7 @@ static int link_gated(const eccl_comm *c, const eccl_request *y, const p2p_link 
  * an op that returned, the bytes queued on those it got, to tell whether
  * its pump queued a frame (a pump only adds to a queue: nothing is written
  * while it runs). */
-#define PUMP_WATCH 8
+#define PUMP_WATCH 64 /* lookups: the barrier's and the data steps' of 2^20 ranks */
 typedef struct pump_peers {
     eccl_comm *c;
     const eccl_request *r;
@@ -890,12 +890,11 @@ typedef struct pump_peers {
     size_t before[PUMP_WATCH];
 } pump_peers;
 
+/* (A link looked up twice is kept twice: its first entry still tells.) */
 static void pump_watch(pump_peers *p, eccl_chan *ch)
 {
-    for (uint32_t i = 0; i < p->n; i++)
-        if (p->ch[i] == ch) return;
     if (p->n == PUMP_WATCH) {
-        p->missing = 1; /* too many to tell: never quiet */
+        p->missing = 1; /* too many to tell: not quiet */
         return;
     }
     p->ch[p->n] = ch;
@@ -938,8 +937,9 @@ size_t comm_ops_pump(eccl_comm *c)
         if (r->state != OP_RUNNING || r->quiet) continue;
         p2p_link *l[ECCL_ROLE_COUNT] = {NULL};
         eccl_coll_links links = {{NULL}, NULL, NULL, r->lazy_tokens};
-        pump_peers peers = {c, r, 0, 0, {NULL}, {0}};
         if (r->alg->roles == ECCL_ROLES_PEERS) {
+            pump_peers peers; /* (its arrays fill as lookups come) */
+            peers.c = c, peers.r = r, peers.missing = 0, peers.n = 0;
             links.peer = pump_peer;
             links.ctx = &peers;
             r->alg->pump(op_state(r), &links);
