@@ -920,49 +920,59 @@ static eccl_chan *pump_peer(void *ctx, uint32_t rank)
     return &l->ch;
 }
 
+/* The op's links in the fixed roles (ring, tree), into links->role: what
+ * the gate lets through (link_gated), each looked up as pump_peer does.
+ * 0: a link the algorithm needs before it may pump is missing. */
+static int role_links(eccl_comm *c, const eccl_request *r, eccl_coll_links *links, pump_peers *seen)
+{
+    p2p_link *l[ECCL_ROLE_COUNT] = {NULL};
+    if (r->alg->roles & ECCL_ROLES_RING) {
+        /* The op's connection of each pool; one not open yet (prev opens
+         * its side when it runs the op) holds the op's frames back if the
+         * algorithm needs it. */
+        uint32_t k = pool_index(r->call.tag, c->pool_out);
+        l[ECCL_ROLE_NEXT] = k ? comm_pool_link_next(c, k) : c->link_next;
+        l[ECCL_ROLE_PREV] = op_link(c, r, ECCL_ROLE_PREV);
+    }
+    if (r->alg->roles & ECCL_ROLES_TREE)
+        for (int i = 0; i < ECCL_TREE_ROLES; i++) l[ECCL_ROLE_PARENT + i] = c->link_tree[i];
+    int ready = 1;
+    for (int i = 0; i < ECCL_ROLE_COUNT; i++) {
+        if (!(r->alg->roles & ECCL_ROLE_BIT(i))) continue;
+        if (link_gated(c, r, l[i])) l[i] = NULL;
+        links->role[i] = l[i] ? &l[i]->ch : NULL;
+        if (!l[i]) seen->missing = 1; /* (a leaf's children too: a tree op is never quiet) */
+        else if (r->returned) pump_watch(seen, &l[i]->ch);
+        if (!l[i] && (r->alg->pump_needs & ECCL_ROLE_BIT(i))) ready = 0;
+    }
+    return ready;
+}
+
 /* Queues the frames of running ops that are ready; returns how many bytes.
  *
  * An op that returned early has sent its data (settled): what is left are
  * its completion tokens, and each pump queues every token that may leave.
  * Once a pump of it had every link it looked up and queued nothing, only a
  * frame of its own can give it more to send (a token it waits for), so it
- * is passed by (`quiet`) until one comes: a stream of small calls keeps up
- * to COMM_RETURNED_MAX such ops alive, and every engine step pumps. Only
- * ops over peer links: a ring or tree op's links can change under it. */
+ * is passed by (`quiet`) until one comes, or a link of the comm breaks
+ * (comm_ops_link_lost): a stream of small calls keeps up to
+ * COMM_RETURNED_MAX such ops alive, and every engine step pumps. */
 size_t comm_ops_pump(eccl_comm *c)
 {
     if (!c->ring_ready || c->frozen || c->world < 2) return 0;
     size_t before = links_queued(c);
     for (eccl_request *r = c->ops; r; r = r->next) {
         if (r->state != OP_RUNNING || r->quiet) continue;
-        p2p_link *l[ECCL_ROLE_COUNT] = {NULL};
         eccl_coll_links links = {{NULL}, NULL, NULL, r->lazy_tokens};
-        if (r->alg->roles == ECCL_ROLES_PEERS) {
-            pump_peers peers; /* (its arrays fill as lookups come) */
-            peers.c = c, peers.r = r, peers.missing = 0, peers.n = 0;
+        pump_peers seen; /* (its arrays fill as lookups come) */
+        seen.c = c, seen.r = r, seen.missing = 0, seen.n = 0;
+        if (r->alg->roles & ECCL_ROLES_PEERS) {
             links.peer = pump_peer;
-            links.ctx = &peers;
-            r->alg->pump(op_state(r), &links);
-            if (r->returned && !peers.missing && !pump_queued(&peers)) r->quiet = 1;
-            continue;
+            links.ctx = &seen;
         }
-        if (r->alg->roles & ECCL_ROLES_RING) {
-            /* The op's connection of each pool; one not open yet (prev
-             * opens its side when it runs the op) holds the op's frames
-             * back if the algorithm needs it. */
-            uint32_t k = pool_index(r->call.tag, c->pool_out);
-            l[ECCL_ROLE_NEXT] = k ? comm_pool_link_next(c, k) : c->link_next;
-            l[ECCL_ROLE_PREV] = op_link(c, r, ECCL_ROLE_PREV);
-        }
-        if (r->alg->roles & ECCL_ROLES_TREE)
-            for (int i = 0; i < ECCL_TREE_ROLES; i++) l[ECCL_ROLE_PARENT + i] = c->link_tree[i];
-        int ready = 1;
-        for (int i = 0; i < ECCL_ROLE_COUNT; i++) {
-            if (link_gated(c, r, l[i])) l[i] = NULL;
-            links.role[i] = l[i] ? &l[i]->ch : NULL;
-            if (!l[i] && (r->alg->pump_needs & ECCL_ROLE_BIT(i))) ready = 0;
-        }
-        if (ready) r->alg->pump(op_state(r), &links);
+        if ((r->alg->roles & ~ECCL_ROLES_PEERS) && !role_links(c, r, &links, &seen)) continue;
+        r->alg->pump(op_state(r), &links);
+        if (r->returned && !seen.missing && !pump_queued(&seen)) r->quiet = 1;
     }
     comm_peers_flush_asks(c); /* the ranks the ops wanted and nobody knew */
     return links_queued(c) - before;
