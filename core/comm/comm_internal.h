@@ -117,7 +117,8 @@ struct eccl_request {
     int lazy_tokens;
     /* Returned, and its last pump had every peer link it asked for and
      * queued nothing: only a frame of its own (a token) can give it more to
-     * send, so comm_ops_pump passes it by until one comes (comm_op_recv). */
+     * send, so comm_ops_pump passes it by until one comes (comm_op_recv) or
+     * a link of the comm closes (comm_link_close). */
     int quiet;
     uint64_t start_seq;   /* the order ops started in (comm->starts) */
     uint64_t posted_ns;   /* the caller's call */

@@ -47,6 +47,8 @@ void comm_early_free(eccl_comm *c, early_frame *e)
 void comm_link_close(eccl_comm *c, p2p_link *l)
 {
     if (l->ch.closed) return; /* already in the graveyard */
+    /* An op passed by as quiet looked this link up: it looks again. */
+    for (eccl_request *r = c->ops; r; r = r->next) r->quiet = 0;
     eccl_gate_leave(&c->gate, l);
     link_unlist(c, l);
     if (c->link_next == l || c->link_prev == l) {

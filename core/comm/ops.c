@@ -149,7 +149,6 @@ static int op_runs_over(const eccl_comm *c, const eccl_request *r, const p2p_lin
 
 void comm_ops_link_lost(eccl_comm *c, p2p_link *l)
 {
-    for (eccl_request *r = c->ops; r; r = r->next) r->quiet = 0; /* it may look again (comm_ops_pump) */
     if (!l->hello_seen || l->epoch != c->epoch || !c->master_open) return;
     int role = comm_link_role(c, l);
     if (l->ch.error == ECCL_ERR_DEVICE) {
@@ -954,8 +953,8 @@ static int role_links(eccl_comm *c, const eccl_request *r, eccl_coll_links *link
  * its completion tokens, and each pump queues every token that may leave.
  * Once a pump of it had every link it looked up and queued nothing, only a
  * frame of its own can give it more to send (a token it waits for), so it
- * is passed by (`quiet`) until one comes, or a link of the comm breaks
- * (comm_ops_link_lost): a stream of small calls keeps up to
+ * is passed by (`quiet`) until one comes, or a link of the comm closes
+ * (comm_link_close): a stream of small calls keeps up to
  * COMM_RETURNED_MAX such ops alive, and every engine step pumps. */
 size_t comm_ops_pump(eccl_comm *c)
 {
