@@ -4429,6 +4429,15 @@ static int id_cmp(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+/* Whether process `proc` is among those known to have failed. */
+static int proc_failed(int proc)
+{
+    for (int k = 0; k < world.n_failed; k++)
+        if (world.failed[k] == proc)
+            return 1;
+    return 0;
+}
+
 /* What this rank knows of failures, brought up to date without a vote:
  * the processes whose eccl peers are no longer on the ring (eccl's view
  * of who is alive, asked of the master's address book) join world.failed,
@@ -4463,10 +4472,7 @@ static void learn_failures(const char *call)
     /* A process off the ring joins the list, once. */
     qsort(ring, (size_t)size, sizeof *ring, id_cmp);
     for (int p = 0; p < world.size; p++) {
-        int known = 0;
-        for (int k = 0; k < world.n_failed && !known; k++)
-            known = world.failed[k] == p;
-        if (!known && bsearch(&world.peer_ids[p], ring, (size_t)size, sizeof *ring, id_cmp) == NULL)
+        if (!proc_failed(p) && bsearch(&world.peer_ids[p], ring, (size_t)size, sizeof *ring, id_cmp) == NULL)
             world.failed[world.n_failed++] = p;
     }
     free(ring);
@@ -4568,14 +4574,6 @@ static void not_a_subset(const char *call, const struct mpi_comm *c)
     if (c->ranks != NULL)
         mpi_fatal(MPI_ERR_UNSUPPORTED_OPERATION, "%s on a communicator of some ranks is not "
                   "supported by eccl yet (only on communicators of every rank)", call);
-}
-
-static int proc_failed(int proc)
-{
-    for (int k = 0; k < world.n_failed; k++)
-        if (world.failed[k] == proc)
-            return 1;
-    return 0;
 }
 
 /* MPIX_Comm_agree on a communicator of some ranks, which has no ring of
