@@ -874,23 +874,23 @@ static int link_gated(const eccl_comm *c, const eccl_request *y, const p2p_link 
     return 0;
 }
 
-/* What the pump of an op over peer links looked up: whether a link it
- * asked for was missing (not open yet, or held back: link_gated), and, for
- * an op that returned, the bytes queued on those it got, to tell whether
- * its pump queued a frame (a pump only adds to a queue: nothing is written
- * while it runs). */
+/* What one pump of an op looked up (its peer links, role_links' fixed
+ * ones): whether a link was missing (not open yet, or held back:
+ * link_gated), and, for an op that returned, the bytes queued on those it
+ * got, to tell whether the pump queued a frame (a pump only adds to a
+ * queue: nothing is written while it runs). */
 #define PUMP_WATCH 64 /* lookups: the barrier's and the data steps' of 2^20 ranks */
-typedef struct pump_peers {
+typedef struct pump_seen {
     eccl_comm *c;
     const eccl_request *r;
     int missing;
     uint32_t n;
     eccl_chan *ch[PUMP_WATCH];
     size_t before[PUMP_WATCH];
-} pump_peers;
+} pump_seen;
 
 /* (A link looked up twice is kept twice: its first entry still tells.) */
-static void pump_watch(pump_peers *p, eccl_chan *ch)
+static void pump_watch(pump_seen *p, eccl_chan *ch)
 {
     if (p->n == PUMP_WATCH) {
         p->missing = 1; /* too many to tell: not quiet */
@@ -900,7 +900,7 @@ static void pump_watch(pump_peers *p, eccl_chan *ch)
     p->before[p->n++] = ch->queued_bytes;
 }
 
-static int pump_queued(const pump_peers *p)
+static int pump_queued(const pump_seen *p)
 {
     for (uint32_t i = 0; i < p->n; i++)
         if (p->ch[i]->queued_bytes != p->before[i]) return 1;
@@ -909,7 +909,7 @@ static int pump_queued(const pump_peers *p)
 
 static eccl_chan *pump_peer(void *ctx, uint32_t rank)
 {
-    pump_peers *p = ctx;
+    pump_seen *p = ctx;
     p2p_link *l = comm_peer_link(p->c, rank);
     if (!l || link_gated(p->c, p->r, l)) {
         p->missing = 1;
@@ -922,7 +922,7 @@ static eccl_chan *pump_peer(void *ctx, uint32_t rank)
 /* The op's links in the fixed roles (ring, tree), into links->role: what
  * the gate lets through (link_gated), each looked up as pump_peer does.
  * 0: a link the algorithm needs before it may pump is missing. */
-static int role_links(eccl_comm *c, const eccl_request *r, eccl_coll_links *links, pump_peers *seen)
+static int role_links(eccl_comm *c, const eccl_request *r, eccl_coll_links *links, pump_seen *seen)
 {
     p2p_link *l[ECCL_ROLE_COUNT] = {NULL};
     if (r->alg->roles & ECCL_ROLES_RING) {
@@ -963,7 +963,7 @@ size_t comm_ops_pump(eccl_comm *c)
     for (eccl_request *r = c->ops; r; r = r->next) {
         if (r->state != OP_RUNNING || r->quiet) continue;
         eccl_coll_links links = {{NULL}, NULL, NULL, r->lazy_tokens};
-        pump_peers seen; /* (its arrays fill as lookups come) */
+        pump_seen seen; /* (its arrays fill as lookups come) */
         seen.c = c, seen.r = r, seen.missing = 0, seen.n = 0;
         if (r->alg->roles & ECCL_ROLES_PEERS) {
             links.peer = pump_peer;

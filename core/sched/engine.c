@@ -28,7 +28,8 @@
 static void engine_calm(eccl_engine *e, uint64_t now)
 {
     int again = e->calm_at && now < e->calm_at + e->calm_ns;
-    e->calm_ns = !again ? ENGINE_CALM_MIN_NS : e->calm_ns < ENGINE_CALM_MAX_NS / 2 ? 2 * e->calm_ns : ENGINE_CALM_MAX_NS;
+    uint64_t twice = 2 * e->calm_ns;
+    e->calm_ns = !again ? ENGINE_CALM_MIN_NS : twice < ENGINE_CALM_MAX_NS ? twice : ENGINE_CALM_MAX_NS;
     e->calm_at = now + e->calm_ns;
 }
 
