@@ -11,7 +11,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <pthread.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -279,7 +281,7 @@ static void test_malformed_hello(void **state)
     pair_dial(&p, "127.0.0.1:0", NULL, 1);
     uint64_t deadline = now_ns(p.a) + SOON;
     eccl_result r;
-    uint8_t junk[72]; /* the hello's size */
+    uint8_t junk[80]; /* the hello's size */
     memset(junk, 0xee, sizeof junk);
     memcpy(junk, "ESHM", 4);
     size_t sent = 0, k;
@@ -484,26 +486,106 @@ static void *late_sender(void *arg)
     return (void *)(uintptr_t)k;
 }
 
+/* This process's file descriptors whose target starts with `kind`
+ * ("anon_inode:[eventfd]", "socket:"); with `unread`, only sockets with
+ * bytes waiting to be read. */
+static int fds_of(const char *kind, int unread)
+{
+    DIR *d = opendir("/proc/self/fd");
+    assert_non_null(d);
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        char path[300], what[64];
+        snprintf(path, sizeof path, "/proc/self/fd/%s", e->d_name);
+        ssize_t k = readlink(path, what, sizeof what - 1);
+        if (k <= 0) continue;
+        what[k] = 0;
+        if (strncmp(what, kind, strlen(kind)) != 0) continue;
+        int waiting = 0;
+        if (unread && (ioctl(atoi(e->d_name), FIONREAD, &waiting) != 0 || waiting <= 0)) continue;
+        n++;
+    }
+    closedir(d);
+    return n;
+}
+
+#define EVENTFD "anon_inode:[eventfd]"
+
+/* A wait blocked on an empty inbox, rung by the peer's send. */
+static void wait_rung(pair *p)
+{
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, late_sender, p), 0);
+    uint64_t t0 = now_ns(p->a);
+    void *ready[4];
+    int seen = 0;
+    while (!seen && now_ns(p->a) - t0 < SOON) {
+        int n = p->a->net->wait(p->a->net_ctx, now_ns(p->a) + SOON, ready, 4);
+        for (int i = 0; i < n; i++) seen |= ready[i] == &p->au;
+    }
+    void *sent;
+    pthread_join(t, &sent);
+    assert_int_equal((uintptr_t)sent, 5);
+    assert_true(seen);
+}
+
 static void test_blocked_wait_rung(void **state)
 {
     (void)state;
     pair p;
     pair_open_to(&p, "127.0.0.1:0", NULL);
     assert_true(inbox_mappings() > 0);
-    pthread_t t;
-    assert_int_equal(pthread_create(&t, NULL, late_sender, &p), 0);
     uint64_t t0 = now_ns(p.a);
-    void *ready[4];
-    int n = 0, seen = 0;
-    while (!seen && now_ns(p.a) - t0 < SOON) {
-        n = p.a->net->wait(p.a->net_ctx, now_ns(p.a) + SOON, ready, 4);
-        for (int i = 0; i < n; i++) seen |= ready[i] == &p.au;
-    }
-    void *sent;
-    pthread_join(t, &sent);
-    assert_int_equal((uintptr_t)sent, 5);
-    assert_true(seen);
+    wait_rung(&p);
     assert_true(now_ns(p.a) - t0 < SOON);
+    char in[5];
+    size_t k = 0;
+    assert_int_equal(p.a->net->recv(p.a->net_ctx, p.ac, in, sizeof in, &k), ECCL_OK);
+    assert_int_equal(k, 5);
+    assert_memory_equal(in, "bell!", 5);
+    pair_close(&p);
+}
+
+/* Each end holds the other's doorbell (a copy of the eventfd its wait
+ * sleeps on), and a bell is a write to it: the blocked wait wakes with no
+ * byte on any stream. Closing the conns closes the copies. */
+static void test_doorbell_rings(void **state)
+{
+    (void)state;
+    int before = fds_of(EVENTFD, 0);
+    pair p;
+    pair_open_to(&p, "127.0.0.1:0", NULL);
+    assert_int_equal(fds_of(EVENTFD, 0), before + 4); /* two envs' own, two copies */
+    wait_rung(&p);
+    assert_int_equal(fds_of("socket:", 1), 0);
+    char in[5];
+    size_t k = 0;
+    assert_int_equal(p.a->net->recv(p.a->net_ctx, p.ac, in, sizeof in, &k), ECCL_OK);
+    assert_int_equal(k, 5);
+    p.a->net->close(p.a->net_ctx, p.ac);
+    p.b->net->close(p.b->net_ctx, p.bc);
+    p.ac = p.bc = NULL;
+    assert_int_equal(fds_of(EVENTFD, 0), before + 2);
+    pair_close(&p);
+    assert_int_equal(fds_of(EVENTFD, 0), before);
+}
+
+/* The peer's doorbell cannot be copied (another PID namespace, a seccomp
+ * filter): bells go as bytes on the stream, and still wake a blocked
+ * wait. */
+static void test_doorbell_unavailable(void **state)
+{
+    (void)state;
+    int before = fds_of(EVENTFD, 0);
+    assert_int_equal(fiu_enable("eccl/net_shm/doorbell", 1, NULL, 0), 0);
+    pair p;
+    pair_open_to(&p, "127.0.0.1:0", NULL);
+    fiu_disable("eccl/net_shm/doorbell");
+    assert_true(inbox_mappings() > 0);
+    assert_int_equal(fds_of(EVENTFD, 0), before + 2);
+    wait_rung(&p);
+    assert_true(fds_of("socket:", 1) >= 1); /* the bell, still on a's stream */
     char in[5];
     size_t k = 0;
     assert_int_equal(p.a->net->recv(p.a->net_ctx, p.ac, in, sizeof in, &k), ECCL_OK);
@@ -582,6 +664,8 @@ int main(void)
         cmocka_unit_test_setup(test_malformed_hello, setup),
         cmocka_unit_test_setup(test_stream_through_inboxes, setup),
         cmocka_unit_test_setup(test_blocked_wait_rung, setup),
+        cmocka_unit_test_setup(test_doorbell_rings, setup),
+        cmocka_unit_test_setup(test_doorbell_unavailable, setup),
         cmocka_unit_test_setup(test_inbox_counters_checked, setup),
         cmocka_unit_test_setup(test_inboxes_off, setup),
         cmocka_unit_test_setup(test_inbox_unmappable, setup),

@@ -781,6 +781,11 @@ int eccl_net_tcp_conn_fd(const eccl_conn *c)
     return c ? c->fd : -1;
 }
 
+int eccl_net_tcp_wake_fd(void *ctx)
+{
+    return ctx ? ((tcp_ctx *)ctx)->evfd : -1;
+}
+
 void eccl_net_tcp_conn_addr(const eccl_conn *c, char *addr)
 {
     snprintf(addr, ECCL_ADDR_MAX, "%s", c->addr);

@@ -15,6 +15,10 @@ void eccl_net_tcp_destroy(void *ctx);
 /* The conn's socket, for tests and debugging; never close it. */
 int eccl_net_tcp_conn_fd(const eccl_conn *c);
 
+/* The eventfd that `wake` writes: a write to it from anywhere (another
+ * process holding a copy) wakes `wait` as `wake` does. */
+int eccl_net_tcp_wake_fd(void *ctx);
+
 /* For a net layered on this one (net_ibv), which shares its epoll set. */
 /* The peer's "HOST:PORT" (ECCL_ADDR_MAX bytes), for log lines. */
 void eccl_net_tcp_conn_addr(const eccl_conn *c, char *addr);
