@@ -380,7 +380,7 @@ def scenario_kill(comm, index, n, args, ck, out):
     if index == victim:
         def killer():
             in_call.wait()
-            time.sleep(0.02)  # its C call has started moving data
+            time.sleep(0.005)  # its C call has started moving data (the call lasts 30 ms and more)
             os.kill(os.getpid(), signal.SIGKILL)
         threading.Thread(target=killer, daemon=True).start()
     for it in range(2, 30):
