@@ -1,7 +1,9 @@
 /* backends/real/dev_cuda.c without a device runtime: how a pointer is told
- * to be host memory. The probe reads one byte through our own pid, which
- * it keeps rather than asking the kernel per buffer; a forked child must
- * then probe its own memory, not its parent's. */
+ * to be host memory. The probe asks the kernel to read the word at the
+ * pointer (rt_sigprocmask with an invalid `how`, else process_vm_readv
+ * through our own pid, which it keeps rather than asking the kernel per
+ * buffer; a forked child must then probe its own memory, not its
+ * parent's). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -11,6 +13,8 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <fiu-control.h>
+#include <fiu.h>
 
 #include "env_real.h"
 
@@ -50,9 +54,57 @@ static void test_probe_after_fork(void **state)
     eccl_env_real_destroy(env);
 }
 
+/* Pages as the probe meets them: readable, inaccessible (as device memory
+ * is), and a pointer at the last byte of a readable page that an
+ * inaccessible one follows (what the probe reads stays on p's page). */
+static int kinds_right(void)
+{
+    eccl_env *env = NULL;
+    if (eccl_env_real_create("probe", 1, &env) != ECCL_OK) return 0;
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    uint8_t *two = mmap(NULL, 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    int ok = two != MAP_FAILED && mprotect(two + page, page, PROT_NONE) == 0;
+    ok = ok && host_kind(env, two) && host_kind(env, two + page - 1) && !host_kind(env, two + page) &&
+         !host_kind(env, two + page + 7);
+    if (two != MAP_FAILED) munmap(two, 2 * page);
+    eccl_env_real_destroy(env);
+    return ok;
+}
+
+/* Run in a child: the probe is chosen once per process, at its first use. */
+static int in_child(int (*check)(void))
+{
+    pid_t pid = fork();
+    if (pid == 0) _exit(check() ? 0 : 1);
+    int st = 0;
+    return pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0;
+}
+
+static void test_probe_kinds(void **state)
+{
+    (void)state;
+    assert_true(in_child(kinds_right));
+}
+
+/* A kernel (or sandbox) whose rt_sigprocmask does not answer as the probe
+ * needs: process_vm_readv judges, and judges the same. */
+static int kinds_right_refused(void)
+{
+    fiu_init(0);
+    return fiu_enable("eccl/cuda/probe_mask", 1, NULL, 0) == 0 && kinds_right();
+}
+
+static void test_probe_mask_refused(void **state)
+{
+    (void)state;
+    assert_true(in_child(kinds_right_refused));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_probe_kinds),
+        cmocka_unit_test(test_probe_mask_refused),
         cmocka_unit_test(test_probe_after_fork),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
