@@ -391,7 +391,10 @@ static void test_fp_holder_accept(void **state)
     run_fp(*state, &a, ECCL_OK);
 }
 
-/* The fetcher's receive fails mid-stream. Which socket a recv failure hits
+/* The fetcher's receive fails mid-stream: its fourth receive that delivers
+ * bytes. The sync takes 17-53 of them on an idle box and fewer under load,
+ * where a reader that runs late takes many frames in one read (the ninth
+ * never came once in a loaded full run). Which socket a recv failure hits
  * is not ours to pick: a data link (PEER_LOST everywhere, then the retry),
  * or the master link (always, over verbs: data is RDMA writes, no recv):
  * the fetcher is out with MASTER_LOST and the holders' round completes
@@ -402,7 +405,7 @@ static void test_fp_holder_accept(void **state)
 static void test_fp_fetcher_recv(void **state)
 {
     cluster *cl = *state;
-    fp_arg a = {"eccl/net/recv", 1, 8};
+    fp_arg a = {"eccl/net/recv", 1, 3};
     cluster_opts o = {.no_linger = 1};
     assert_int_equal(cluster_init(cl, &o), 0);
     assert_int_equal(cluster_spawn_n(cl, 3, fp_body, &a), 0);
