@@ -530,6 +530,16 @@ static void wait_rung(pair *p)
     assert_true(seen);
 }
 
+/* What the late sender sent, read by a. */
+static void read_rung(pair *p)
+{
+    char in[5];
+    size_t k = 0;
+    assert_int_equal(p->a->net->recv(p->a->net_ctx, p->ac, in, sizeof in, &k), ECCL_OK);
+    assert_int_equal(k, 5);
+    assert_memory_equal(in, "bell!", 5);
+}
+
 static void test_blocked_wait_rung(void **state)
 {
     (void)state;
@@ -539,11 +549,7 @@ static void test_blocked_wait_rung(void **state)
     uint64_t t0 = now_ns(p.a);
     wait_rung(&p);
     assert_true(now_ns(p.a) - t0 < SOON);
-    char in[5];
-    size_t k = 0;
-    assert_int_equal(p.a->net->recv(p.a->net_ctx, p.ac, in, sizeof in, &k), ECCL_OK);
-    assert_int_equal(k, 5);
-    assert_memory_equal(in, "bell!", 5);
+    read_rung(&p);
     pair_close(&p);
 }
 
@@ -559,10 +565,7 @@ static void test_doorbell_rings(void **state)
     assert_int_equal(fds_of(EVENTFD, 0), before + 4); /* two envs' own, two copies */
     wait_rung(&p);
     assert_int_equal(fds_of("socket:", 1), 0);
-    char in[5];
-    size_t k = 0;
-    assert_int_equal(p.a->net->recv(p.a->net_ctx, p.ac, in, sizeof in, &k), ECCL_OK);
-    assert_int_equal(k, 5);
+    read_rung(&p);
     p.a->net->close(p.a->net_ctx, p.ac);
     p.b->net->close(p.b->net_ctx, p.bc);
     p.ac = p.bc = NULL;
@@ -586,11 +589,7 @@ static void test_doorbell_unavailable(void **state)
     assert_int_equal(fds_of(EVENTFD, 0), before + 2);
     wait_rung(&p);
     assert_true(fds_of("socket:", 1) >= 1); /* the bell, still on a's stream */
-    char in[5];
-    size_t k = 0;
-    assert_int_equal(p.a->net->recv(p.a->net_ctx, p.ac, in, sizeof in, &k), ECCL_OK);
-    assert_int_equal(k, 5);
-    assert_memory_equal(in, "bell!", 5);
+    read_rung(&p);
     pair_close(&p);
 }
 
