@@ -177,6 +177,16 @@ typedef struct eccl_net_ops {
      * unknown): a listener bounds the unproven connections it holds per
      * host with it (proto/gate.h). */
     void (*peer_addr)(void *ctx, eccl_conn *c, char *addr);
+
+    /* ---- host payloads (added later; check eccl_net_has_bulk_min_host;
+     * NULL: bulk_min for every payload) -------------------------------------
+     * The smallest payload in host memory that this conn moves as bulk: at
+     * least bulk_min, SIZE_MAX for none (host payloads stay in the stream;
+     * device payloads keep bulk_min). For a net whose stream outruns its
+     * bulk for host memory: net_shm's inboxes, two copies through a ring
+     * that stays in cache, pipelined, against one process_vm_readv that
+     * pins every page (docs/transports.md). */
+    size_t (*bulk_min_host)(void *ctx, eccl_conn *c);
 } eccl_net_ops;
 
 /* ---- clock --------------------------------------------------------------- */
@@ -439,6 +449,12 @@ static inline void eccl_clock_work(const eccl_env *env, uint64_t units)
 }
 
 /* Whether env's net can move payloads as bulk (eccl_net_ops.isend...). */
+static inline int eccl_net_has_bulk_min_host(const eccl_env *env)
+{
+    const eccl_net_ops *n = env->net;
+    return n->size >= offsetof(eccl_net_ops, bulk_min_host) + sizeof n->bulk_min_host && n->bulk_min_host != NULL;
+}
+
 static inline int eccl_net_has_bulk(const eccl_env *env)
 {
     const eccl_net_ops *n = env->net;

@@ -828,7 +828,11 @@ static void run_net_fault(cluster *cl, enum fault f)
     p.o = (cluster_opts){.peer_timeout_ms = 600000, .op_timeout_ms = 2500};
     p.victim_first = 0;
     p.others_delay = 100;
+    /* Host payloads go through the inboxes by default: these read them out
+     * of the sender's memory (children inherit it). */
+    if (shm_fault(f)) setenv("ECCL_SHM_HOST_BULK_BYTES", "262144", 1);
     run_fault(cl, &p);
+    unsetenv("ECCL_SHM_HOST_BULK_BYTES");
     const int n = p.a.n, v = p.a.victim;
     const char *what = fault_fp(f);
     printf("    %s fired %lld times; outcomes of tag %d (op_timeout %u ms):\n", what, fired(cl, v),

@@ -652,6 +652,30 @@ static void test_inboxes_off(void **state)
     pair_close(&p);
 }
 
+/* Which host payloads go as bulk: none where the conn has inboxes (they
+ * carry every size), from ECCL_SHM_HOST_BULK_BYTES when set, and from
+ * ECCL_SHM_MIN_BYTES where there are no inboxes. */
+static void test_host_payloads_through_inboxes(void **state)
+{
+    (void)state;
+    pair p;
+    pair_open_to(&p, "127.0.0.1:0", NULL);
+    assert_int_equal(p.a->net->bulk_min(p.a->net_ctx, p.ac), 256u << 10);
+    assert_true(p.a->net->bulk_min_host(p.a->net_ctx, p.ac) == SIZE_MAX);
+    assert_true(p.b->net->bulk_min_host(p.b->net_ctx, p.bc) == SIZE_MAX);
+    pair_close(&p);
+    setenv("ECCL_SHM_HOST_BULK_BYTES", "1048576", 1);
+    pair_open_to(&p, "127.0.0.1:0", NULL);
+    unsetenv("ECCL_SHM_HOST_BULK_BYTES");
+    assert_int_equal(p.a->net->bulk_min_host(p.a->net_ctx, p.ac), 1u << 20);
+    pair_close(&p);
+    setenv("ECCL_SHM_RING_BYTES", "0", 1);
+    pair_open_to(&p, "127.0.0.1:0", NULL);
+    unsetenv("ECCL_SHM_RING_BYTES");
+    assert_int_equal(p.a->net->bulk_min_host(p.a->net_ctx, p.ac), 256u << 10);
+    pair_close(&p);
+}
+
 int main(void)
 {
     fiu_init(0);
@@ -668,6 +692,7 @@ int main(void)
         cmocka_unit_test_setup(test_inbox_counters_checked, setup),
         cmocka_unit_test_setup(test_inboxes_off, setup),
         cmocka_unit_test_setup(test_inbox_unmappable, setup),
+        cmocka_unit_test_setup(test_host_payloads_through_inboxes, setup),
         cmocka_unit_test_setup(test_stranger_datagram_dropped, setup),
         cmocka_unit_test_setup(test_transfer_failpoints, setup),
     };

@@ -212,6 +212,15 @@ size_t eccl_chan_bulk_min(const eccl_chan *ch)
     return ch->env->net->bulk_min(ch->env->net_ctx, ch->conn);
 }
 
+/* The smallest host-memory payload that goes as bulk (SIZE_MAX: none), given
+ * the conn's bulk_min. */
+static size_t chan_bulk_min_host(const eccl_chan *ch, size_t bulk_min)
+{
+    if (!bulk_min || !eccl_net_has_bulk_min_host(ch->env)) return bulk_min;
+    size_t host = ch->env->net->bulk_min_host(ch->env->net_ctx, ch->conn);
+    return host > bulk_min ? host : bulk_min;
+}
+
 int eccl_chan_device_bulk(const eccl_chan *ch, const void *buf, int device)
 {
     if (ch->error != ECCL_OK || !ch->conn || !eccl_net_has_device_bulk(ch->env) || eccl_chan_bulk_min(ch) == 0)
@@ -307,7 +316,7 @@ static eccl_result send_data(eccl_chan *ch, const eccl_wire_data *d, const void 
         frame_release(ch, f);
         return ECCL_ERR_INVALID_ARG; /* the stream cannot read device memory */
     }
-    if (bulk_min && d->len >= bulk_min) {
+    if (bulk_min && d->len >= (device < 0 ? chan_bulk_min_host(ch, bulk_min) : bulk_min)) {
         eccl_result rc = chan_bulk_send(ch, payload, d->len, device, inflight);
         if (rc != ECCL_OK) {
             frame_release(ch, f);
