@@ -448,13 +448,15 @@ static inline void eccl_clock_work(const eccl_env *env, uint64_t units)
         c->work(env->clock_ctx, units);
 }
 
-/* Whether env's net can move payloads as bulk (eccl_net_ops.isend...). */
+/* Whether env's net says apart which host payloads go as bulk
+ * (eccl_net_ops.bulk_min_host). */
 static inline int eccl_net_has_bulk_min_host(const eccl_env *env)
 {
     const eccl_net_ops *n = env->net;
     return n->size >= offsetof(eccl_net_ops, bulk_min_host) + sizeof n->bulk_min_host && n->bulk_min_host != NULL;
 }
 
+/* Whether env's net can move payloads as bulk (eccl_net_ops.isend...). */
 static inline int eccl_net_has_bulk(const eccl_env *env)
 {
     const eccl_net_ops *n = env->net;

@@ -212,13 +212,12 @@ size_t eccl_chan_bulk_min(const eccl_chan *ch)
     return ch->env->net->bulk_min(ch->env->net_ctx, ch->conn);
 }
 
-/* The smallest host-memory payload that goes as bulk (SIZE_MAX: none), given
- * the conn's bulk_min. */
-static size_t chan_bulk_min_host(const eccl_chan *ch, size_t bulk_min)
+/* Whether a host payload of len bytes, at least the conn's bulk_min, goes
+ * as bulk: the net may keep host payloads in the stream up to a larger size
+ * (eccl_net_ops.bulk_min_host). */
+static int chan_host_bulk(const eccl_chan *ch, size_t len)
 {
-    if (!bulk_min || !eccl_net_has_bulk_min_host(ch->env)) return bulk_min;
-    size_t host = ch->env->net->bulk_min_host(ch->env->net_ctx, ch->conn);
-    return host > bulk_min ? host : bulk_min;
+    return !eccl_net_has_bulk_min_host(ch->env) || len >= ch->env->net->bulk_min_host(ch->env->net_ctx, ch->conn);
 }
 
 int eccl_chan_device_bulk(const eccl_chan *ch, const void *buf, int device)
@@ -316,7 +315,7 @@ static eccl_result send_data(eccl_chan *ch, const eccl_wire_data *d, const void 
         frame_release(ch, f);
         return ECCL_ERR_INVALID_ARG; /* the stream cannot read device memory */
     }
-    if (bulk_min && d->len >= (device < 0 ? chan_bulk_min_host(ch, bulk_min) : bulk_min)) {
+    if (bulk_min && d->len >= bulk_min && (device >= 0 || chan_host_bulk(ch, d->len))) {
         eccl_result rc = chan_bulk_send(ch, payload, d->len, device, inflight);
         if (rc != ECCL_OK) {
             frame_release(ch, f);
