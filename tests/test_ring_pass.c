@@ -782,13 +782,15 @@ static void sim_init(sim *s, const pcase *c, uint64_t sched_seed, int late)
                                .nranks = (uint32_t)s->n};
         size_t sb = eccl_ring_pass_scratch_bytes(&call), ob = eccl_ring_pass_output_bytes(&call);
         /* What the layout needs: partials of every block (reduce-scatter)
-         * or of the buffer (reduce); a backup of every output byte. */
+         * or of the buffer (reduce); a backup of every output byte, which
+         * comm/ops.c hands only to a call whose buffers overlap. */
         size_t want_sb = c->kind == ECCL_COLL_REDUCE_SCATTER ? extent(c) * es
                          : c->kind == ECCL_COLL_REDUCE      ? c->count * es
                                                             : 0;
         assert_int_equal(sb, want_sb);
         assert_int_equal(ob, out_len(c, r));
-        eccl_ring_pass_init(&s->p[r], &call, aux_region(s, r, AUX_SCRATCH, sb), aux_region(s, r, AUX_BACKUP, ob));
+        eccl_ring_pass_init(&s->p[r], &call, aux_region(s, r, AUX_SCRATCH, sb),
+                            c->in_place ? aux_region(s, r, AUX_BACKUP, ob) : NULL);
         assert_int_equal(s->p[r].nrings, s->rings);
         if (c->quant != ECCL_QUANT_NONE) {
             /* Each direction's stage holds a whole quantised slice. */
@@ -1109,17 +1111,26 @@ static void fuzz_frame(sim *s, int to, int d, const eccl_wire_data *good, const 
 }
 
 /* Where a payload lands: the copying kinds straight into recvbuf at its
- * offset, the reduce kinds' partials into scratch, codes into the stage;
- * and never on bytes another frame landing in the rank is using. */
+ * offset; the reduce kinds' partials into scratch, except those that
+ * become output of an out-of-place call (the reduce's root, the
+ * reduce-scatter's last step), which land where the output goes; codes
+ * into the stage; and never on bytes another frame landing in the rank is
+ * using. */
 static void check_dst(sim *s, int to, int d, const eccl_wire_data *w, const uint8_t *dst)
 {
     const pcase *c = &s->c;
+    size_t es = es_of(c);
     if (w->flags & ECCL_WIRE_DATA_QUANT) {
         const uint8_t *st = s->aux[to][AUX_QSTAGE];
         if (!st || dst < st || dst + w->len > st + s->aux_len[to][AUX_QSTAGE])
             fail_msg("rank %d: ring-%d codes land outside the stage it asked for", to, d);
     } else if (reduce_kind(c->kind)) {
-        if (dst != s->aux[to][AUX_SCRATCH] + w->offset) fail_msg("rank %d: a ring-%d partial lands off scratch", to, d);
+        int output = c->kind == ECCL_COLL_REDUCE ? (uint32_t)to == c->root : w->step == s->n - 2;
+        const uint8_t *want = !output || c->in_place ? s->aux[to][AUX_SCRATCH] + w->offset
+                              : c->kind == ECCL_COLL_REDUCE ? s->recv[to] + w->offset
+                                                            : s->recv[to] + w->offset - be(c, to) * es;
+        if (dst != want)
+            fail_msg("rank %d: a ring-%d partial lands off %s", to, d, want == s->aux[to][AUX_SCRATCH] + w->offset ? "scratch" : "its output");
     } else if (dst != s->recv[to] + w->offset) {
         fail_msg("rank %d: a ring-%d %s frame does not land at its offset in recvbuf", to, d, kind_name(c->kind));
     }
@@ -1348,12 +1359,14 @@ static void check_results(sim *s)
     }
 }
 
-/* Every rank's restore: recvbuf (and sendbuf) bit for bit as before. */
+/* Every rank's restore: in place, recvbuf (and so sendbuf) bit for bit as
+ * before; out of place, sendbuf untouched (all a retry reads; the output
+ * is then unspecified, eccl.h). */
 static void restore_all(sim *s)
 {
     for (int r = 0; r < s->n; r++) s->alg->restore(&s->p[r]);
     for (int r = 0; r < s->n; r++) {
-        if (s->recv_reg[r] && memcmp(s->recv_reg[r], s->orig_recv[r], s->recv_len[r]) != 0)
+        if (s->c.in_place && s->recv_reg[r] && memcmp(s->recv_reg[r], s->orig_recv[r], s->recv_len[r]) != 0)
             fail_msg("%s n=%d root=%u count=%zu v=%d in_place=%d rings=%d, stopped at frame %zu%s: rank %d recvbuf "
                      "not restored",
                      kind_name(s->c.kind), s->n, s->c.root, s->c.count, s->c.v, s->c.in_place, s->rings, s->frames,

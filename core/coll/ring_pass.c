@@ -333,6 +333,16 @@ static void save_slice(eccl_ring_pass *p, int d, uint32_t i, size_t off, size_t 
     p->dir[d].saved_i = i + 1;
 }
 
+/* Where received slot i of ring d lands and is combined with our input:
+ * straight in recvbuf when it is output there and the call has no backup
+ * (input and output apart: writing early cannot touch what we still read,
+ * and saves a pass over the bytes), else in scratch. */
+static uint8_t *acc_at(const eccl_ring_pass *p, int d, uint32_t i, size_t off)
+{
+    if (writes_output(p, d, i) && !p->backup) return p->call.recvbuf + output_at(p, off);
+    return p->scratch + off;
+}
+
 /* Ring 0 arrives from prev, ring 1 from next. */
 static int role_dir(int role) { return role == ECCL_ROLE_PREV ? 0 : 1; }
 
@@ -360,7 +370,7 @@ static eccl_result pass_recv(void *op, int role, const eccl_wire_data *w, void *
     if (q) {
         *dst = p->qstage[d]; /* dequantised in recv_done */
     } else if (reduces(p)) {
-        *dst = p->scratch + off;
+        *dst = acc_at(p, d, r->recv_i, off);
     } else {
         save_slice(p, d, r->recv_i, off, len); /* before the first byte lands */
         *dst = p->call.recvbuf + off;
@@ -384,6 +394,7 @@ static eccl_result pass_recv_done(void *op, int role, const eccl_wire_data *w)
         size_t off = w->offset, len, n;
         slice_at(p, d, r->recv_i, 1, &len);
         n = len / p->esize;
+        uint8_t *acc = acc_at(p, d, r->recv_i, off);
         if (w->flags & ECCL_WIRE_DATA_QUANT) {
             /* Checked against the call before any value is written: a peer
              * with other options is a protocol error. */
@@ -391,15 +402,15 @@ static eccl_result pass_recv_done(void *op, int role, const eccl_wire_data *w)
             const uint8_t *codes;
             if (eccl_wire_qdata_decode(p->qstage[d], w->len, &m, &codes) != ECCL_OK ||
                 m.type != (uint8_t)p->call.quant || m.dtype != (uint8_t)p->call.dtype || m.count != n ||
-                eccl_quant_dequantize(&m, codes, n, p->scratch + off) != ECCL_OK)
+                eccl_quant_dequantize(&m, codes, n, acc) != ECCL_OK)
                 return ECCL_ERR_PROTOCOL;
         }
         /* The partial from upstream op our own data: the ring's order. */
-        dev->reduce(ctx, p->scratch + off, p->call.sendbuf + off, n, p->call.dtype, p->call.op);
+        dev->reduce(ctx, acc, p->call.sendbuf + off, n, p->call.dtype, p->call.op);
         if (writes_output(p, d, r->recv_i)) {
             uint8_t *out = p->call.recvbuf + output_at(p, off);
             save_slice(p, d, r->recv_i, off, len);
-            eccl_coll_copy(&p->call, out, p->scratch + off, len);
+            if (acc != out) eccl_coll_copy(&p->call, out, acc, len);
             if (p->call.op == ECCL_AVG) dev->scale_div(ctx, out, n, p->call.dtype, p->call.nranks);
         } else {
             r->saved_i = r->recv_i + 1;
