@@ -28,7 +28,8 @@
  *     while queued): the root's slices for the broadcast, the subtree's
  *     partial P(v) = ((P(c0) op P(c1)) ...) op own(v) for the reduce;
  *   - where payloads land: the broadcast's straight into recvbuf at the
- *     frame's offset, the reduce's into scratch region j for child j; two
+ *     frame's offset, the reduce's into scratch region j for child j (an
+ *     out-of-place root's child 0: recvbuf, where it folds); two
  *     frames landing in one rank at once never share a byte;
  *   - a frame only reaches a rank whose expects() is 1 for its sender's
  *     role, and expects() is exactly "more frames will come from there",
@@ -44,7 +45,8 @@
  *     scratch, backup) stay untouched; sendbuf is never written (but the
  *     reduce root's output in place).
  * Stopped after any number of frames (whole, or mid-frame with half the
- * payload landed), every rank's restore gives recvbuf back bit for bit.
+ * payload landed), every rank's restore gives recvbuf back bit for bit (in
+ * place; out of place its output is unspecified) and leaves sendbuf as it was.
  * Before every delivery, malformed variants of the frame (and frames from
  * the wrong rank, out of order, repeated) must be refused with
  * ECCL_ERR_PROTOCOL and leave the state machine as it was.
@@ -443,7 +445,9 @@ static void sim_init(sim *s, const bcase *c, uint64_t sched_seed, int late)
         assert_int_equal(sb, is_bc(c) ? 0 : (size_t)m * b);
         assert_int_equal(ob, has_output(c, r) ? b : 0);
         assert_int_equal(eccl_binomial_nchildren((uint32_t)r, (uint32_t)c->n, c->root), (uint32_t)m);
-        uint8_t *scratch = aux_region(s, r, AUX_SCRATCH, sb), *backup = aux_region(s, r, AUX_BACKUP, ob);
+        /* A backup only in place, as comm/ops.c hands it out. */
+        uint8_t *scratch = aux_region(s, r, AUX_SCRATCH, sb),
+                *backup = c->in_place ? aux_region(s, r, AUX_BACKUP, ob) : NULL;
         eccl_binomial_init(&s->b[r], &call, scratch, backup);
         s->pc[r] = (pctx){s, r};
         for (int j = 0; j < s->n; j++) {
@@ -721,8 +725,11 @@ static void check_dst(const sim *s, int from, int to, const eccl_wire_data *w, c
         if (dst) fail_msg("rank %d: a token from rank %d lands somewhere", to, from);
         return;
     }
-    const uint8_t *want = is_bc(c) ? s->recv[to] + w->offset
-                                   : s->aux[to][AUX_SCRATCH] + (size_t)child_idx(c, to, from) * bytes_of(c) + w->offset;
+    size_t j = (size_t)child_idx(c, to, from);
+    /* An out-of-place root folds in recvbuf: its first child's partials land there. */
+    int in_recv = is_bc(c) || (j == 0 && (uint32_t)to == c->root && !c->in_place);
+    const uint8_t *want = in_recv ? s->recv[to] + w->offset
+                                  : s->aux[to][AUX_SCRATCH] + j * bytes_of(c) + w->offset;
     if (dst != want) fail_msg("%s: rank %d: a frame from rank %d lands off its place", kind_name(c), to, from);
     for (int x = 0; x < s->n; x++) {
         const landing *o = &s->land[to][x];
@@ -933,11 +940,13 @@ static void check_results(sim *s)
     }
 }
 
+/* In place, recvbuf (and so sendbuf) bit for bit as before; out of place,
+ * sendbuf untouched (all a retry reads; the output is then unspecified). */
 static void restore_all(sim *s)
 {
     for (int r = 0; r < s->n; r++) s->alg->restore(&s->b[r]);
     for (int r = 0; r < s->n; r++) {
-        if (s->recv_reg[r] && memcmp(s->recv_reg[r], s->orig_recv[r], s->recv_len[r]) != 0)
+        if (s->c.in_place && s->recv_reg[r] && memcmp(s->recv_reg[r], s->orig_recv[r], s->recv_len[r]) != 0)
             fail_msg("%s n=%d root=%u count=%zu in_place=%d, stopped at frame %zu%s: rank %d recvbuf not restored",
                      kind_name(&s->c), s->n, s->c.root, s->c.count, s->c.in_place, s->frames,
                      s->mid ? " mid-frame" : "", r);

@@ -1413,8 +1413,8 @@ static size_t run_case(const pcase *c, uint64_t sched_seed, int flags)
 }
 
 /* Stopped after every possible number of delivered frames (from `first`, every stride-th),
- * whole or mid-frame, every rank's restore gives recvbuf back bit for bit,
- * and sendbuf is as it was. */
+ * whole or mid-frame, every rank's restore gives recvbuf back bit for bit
+ * (in place; out of place its output is unspecified), and sendbuf is as it was. */
 static void restore_case(const pcase *c, uint64_t sched_seed, size_t first, size_t stride, int flags)
 {
     size_t total = run_case(c, sched_seed, flags);
@@ -1636,8 +1636,8 @@ static void test_orders(void **state)
 }
 
 /* Stopped after every possible number of delivered frames, whole or
- * mid-frame, every rank's restore gives recvbuf back bit for bit, and
- * sendbuf is as it was. */
+ * mid-frame, every rank's restore gives recvbuf back bit for bit (in place),
+ * and sendbuf is as it was. */
 static void test_restore_anywhere(void **state)
 {
     (void)state;

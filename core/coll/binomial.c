@@ -115,6 +115,16 @@ static void own_copy(eccl_binomial *b)
 
 /* ---- the reduce's fold -------------------------------------------------------- */
 
+/* Where child j's partials land and, for j = 0, the fold accumulates:
+ * region j of scratch; an out-of-place root's region 0 is recvbuf itself
+ * (no backup: writing it early touches no input byte, and the fold's
+ * result is then already where it goes). */
+static uint8_t *region(const eccl_binomial *b, uint32_t j)
+{
+    if (j == 0 && is_root(b) && !b->backup) return b->call.recvbuf;
+    return b->scratch + (size_t)j * b->bytes;
+}
+
 /* Folds every slice whose children's partials are all in: region 0 op
  * region 1 op ... op our own data, into region 0; the root writes it to
  * recvbuf (AVG divides there, once). */
@@ -126,13 +136,13 @@ static void fold_ready(eccl_binomial *b)
         for (uint32_t j = 0; j < b->nchildren; j++)
             if (b->recv_i[j] <= b->folded) return;
         size_t len, off = slice_at(b, b->folded, &len), n = len / b->esize;
-        uint8_t *acc = b->scratch + off;
+        uint8_t *acc = region(b, 0) + off;
         for (uint32_t j = 1; j < b->nchildren; j++)
-            dev->reduce(ctx, acc, b->scratch + (size_t)j * b->bytes + off, n, b->call.dtype, b->call.op);
+            dev->reduce(ctx, acc, region(b, j) + off, n, b->call.dtype, b->call.op);
         dev->reduce(ctx, acc, b->call.sendbuf + off, n, b->call.dtype, b->call.op);
         if (is_root(b)) {
             save_slice(b, b->folded);
-            eccl_coll_copy(&b->call, b->call.recvbuf + off, acc, len);
+            if (acc != b->call.recvbuf + off) eccl_coll_copy(&b->call, b->call.recvbuf + off, acc, len);
             if (b->call.op == ECCL_AVG) dev->scale_div(ctx, b->call.recvbuf + off, n, b->call.dtype, b->call.nranks);
         }
         b->folded++;
@@ -254,7 +264,7 @@ static eccl_result bino_recv(void *op, int role, const eccl_wire_data *w, void *
     int j = child_index(b, from);
     if (j < 0) return ECCL_ERR_PROTOCOL;
     if (!is_bcast(b) && is_slice(b, w, ECCL_PHASE_BINO_REDUCE, b->recv_i[j])) {
-        *dst = b->scratch + (size_t)j * b->bytes + w->offset;
+        *dst = region(b, (uint32_t)j) + w->offset;
         return ECCL_OK;
     }
     /* DONE only once the child has every slice we owe it. */
