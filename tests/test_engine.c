@@ -1,9 +1,10 @@
 /* The engine's spinning policy (sched/engine.h, eccl_engine_set_host_ranks):
  * a blocked caller spins env->spin_ns while its host holds at most two
  * ranks per CPU, and sleeps at once when it holds more than 2 x
- * env->ncpus, unless ECCL_SPIN_NS was set explicitly; and it stops spinning
- * for a while after a yield lost the CPU to other work (eccl_engine_drive),
- * on a clock the test moves itself. */
+ * env->ncpus, unless ECCL_SPIN_NS was set explicitly; it polls flat out
+ * for 10 us before it yields between polls only while the host has a CPU
+ * per rank; and it stops spinning for a while after a yield lost the CPU
+ * to other work (eccl_engine_drive), on a clock the test moves itself. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -26,7 +27,9 @@ static int cfg_get(void *ctx, const char *name, char *buf, size_t len)
 }
 static const eccl_config_ops cfg = {sizeof cfg, cfg_get};
 
-static uint64_t spin_for(uint32_t ncpus, uint32_t host_ranks)
+/* The policy for a host of ncpus CPUs and host_ranks ranks: its spin, and
+ * in *pure how long of it is flat out (NULL: not asked). */
+static uint64_t policy(uint32_t ncpus, uint32_t host_ranks, uint64_t *pure)
 {
     eccl_env env = host_env();
     env.config = &cfg;
@@ -37,7 +40,17 @@ static uint64_t spin_for(uint32_t ncpus, uint32_t host_ranks)
     e.env = &env;
     e.spin_ns = env.spin_ns;
     eccl_engine_set_host_ranks(&e, host_ranks);
+    if (pure) *pure = e.pure_spin_ns;
     return e.spin_ns;
+}
+
+static uint64_t spin_for(uint32_t ncpus, uint32_t host_ranks) { return policy(ncpus, host_ranks, NULL); }
+
+static uint64_t pure_spin_for(uint32_t ncpus, uint32_t host_ranks)
+{
+    uint64_t pure;
+    policy(ncpus, host_ranks, &pure);
+    return pure;
 }
 
 static void test_spins_with_a_cpu_each(void **state)
@@ -80,6 +93,25 @@ static void test_explicit_setting_wins(void **state)
     g_spin_setting = NULL;
 }
 
+/* Flat out only with a CPU per rank: past that a spinner yields after
+ * every empty look, whatever ECCL_SPIN_NS says; unknown counts keep it. */
+static void test_yields_at_once_with_fewer_cpus_than_ranks(void **state)
+{
+    (void)state;
+    g_spin_setting = NULL;
+    assert_int_equal(pure_spin_for(2, 1), 10000);
+    assert_int_equal(pure_spin_for(2, 2), 10000);
+    assert_int_equal(pure_spin_for(16, 8), 10000);
+    assert_int_equal(pure_spin_for(2, 3), 0);
+    assert_int_equal(pure_spin_for(2, 4), 0);
+    assert_int_equal(pure_spin_for(2, 8), 0);
+    assert_int_equal(pure_spin_for(2, 0), 10000);
+    assert_int_equal(pure_spin_for(0, 64), 10000);
+    g_spin_setting = "50000";
+    assert_int_equal(pure_spin_for(2, 4), 0);
+    g_spin_setting = NULL;
+}
+
 /* The policy follows each epoch: a host that empties spins again. */
 static void test_follows_the_epoch(void **state)
 {
@@ -97,6 +129,9 @@ static void test_follows_the_epoch(void **state)
     assert_int_equal(e.spin_ns, 0);
     eccl_engine_set_host_ranks(&e, 4);
     assert_int_equal(e.spin_ns, 50000);
+    assert_int_equal(e.pure_spin_ns, 0);
+    eccl_engine_set_host_ranks(&e, 2);
+    assert_int_equal(e.pure_spin_ns, 10000);
 }
 
 /* ---- the calm after a lost yield (eccl_engine_drive) -------------------- */
@@ -164,6 +199,7 @@ static void calm_engine(eccl_engine *e, const eccl_env *env)
     e->env = env;
     e->ops = &f_ops;
     e->spin_ns = 50000;
+    e->pure_spin_ns = 10000; /* eccl_engine_init's */
     g_now = 1000000000;
 }
 
@@ -184,6 +220,22 @@ static void test_quick_yields_keep_spinning(void **state)
         assert_true(g_sleeps >= 1);
     }
     assert_int_equal(e.calm_at, 0);
+}
+
+/* With fewer CPUs than ranks every empty look is followed by a yield,
+ * from the first: the rank the caller waits for may need this CPU. */
+static void test_yields_between_every_look(void **state)
+{
+    (void)state;
+    eccl_env env = calm_env();
+    eccl_engine e;
+    calm_engine(&e, &env);
+    e.pure_spin_ns = 0;
+    g_yield_ns = 1000;
+    wait_call(&e, 20000000);
+    assert_in_range(g_spins, 20, 30); /* 50 us of looks and yields, 1 us each */
+    assert_int_equal(g_yields, g_spins);
+    assert_true(g_sleeps >= 1);
 }
 
 /* A yield that keeps the CPU away 1 ms (a busy process took it) ends the
@@ -227,6 +279,8 @@ int main(void)
         cmocka_unit_test(test_unknown_keeps_spinning),   cmocka_unit_test(test_explicit_setting_wins),
         cmocka_unit_test(test_follows_the_epoch),        cmocka_unit_test(test_quick_yields_keep_spinning),
         cmocka_unit_test(test_lost_yield_calms),
+        cmocka_unit_test(test_yields_at_once_with_fewer_cpus_than_ranks),
+        cmocka_unit_test(test_yields_between_every_look),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

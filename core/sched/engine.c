@@ -11,7 +11,8 @@
 #define ENGINE_LINGER_NS 2000000ull
 /* How often a parked background thread looks at the clock. */
 #define ENGINE_PARK_NS 10000000ull
-/* A driving caller polls flat out this long after the last event, then
+/* A driving caller polls flat out this long after the last event (where
+ * the host has no more ranks than CPUs: eccl_engine_set_host_ranks), then
  * polls and yields until e->spin_ns, then sleeps. */
 #define ENGINE_PURE_SPIN_NS 10000ull
 /* A yield this long lost the CPU to other work (eccl_engine_drive): yields
@@ -42,6 +43,7 @@ eccl_result eccl_engine_init(eccl_engine *e, const eccl_env *env,
     e->owner = owner;
     e->next_deadline = 0; /* the owner's timers are unknown until its first step */
     e->spin_ns = env->spin_ns;
+    e->pure_spin_ns = ENGINE_PURE_SPIN_NS;
     e->park_until_idle = eccl_config_uint(env, "ECCL_ENGINE_PARK_UNTIL_IDLE", 0, 1, 0) != 0;
     eccl_result rc = env->sync->mutex_create(env->sync_ctx, &e->mu);
     if (rc != ECCL_OK) return rc;
@@ -198,7 +200,7 @@ eccl_result eccl_engine_drive(eccl_engine *e, int (*done)(void *), void *arg,
         now = eccl_engine_now(e);
         if (n > 0) {
             last_event = now;
-        } else if (spinning && now - last_event > ENGINE_PURE_SPIN_NS) {
+        } else if (spinning && now - last_event >= e->pure_spin_ns) {
             e->env->sync->yield(e->env->sync_ctx);
             uint64_t back = eccl_engine_now(e);
             if (back - now >= ENGINE_YIELD_LOST_NS) engine_calm(e, back);
@@ -219,4 +221,5 @@ void eccl_engine_set_host_ranks(eccl_engine *e, uint32_t host_ranks)
     int explicit_spin = eccl_config_get(e->env, "ECCL_SPIN_NS", set, sizeof set);
     int oversubscribed = e->env->ncpus && host_ranks > 2ull * e->env->ncpus;
     e->spin_ns = oversubscribed && !explicit_spin ? 0 : e->env->spin_ns;
+    e->pure_spin_ns = e->env->ncpus && host_ranks > e->env->ncpus ? 0 : ENGINE_PURE_SPIN_NS;
 }

@@ -57,6 +57,9 @@ typedef struct eccl_engine {
     uint64_t bg_kicks;    /* kicks and stops, to tell them from that */
     uint64_t spin_ns;     /* a driving caller polls this long; env->spin_ns
                              until eccl_engine_set_host_ranks says otherwise */
+    uint64_t pure_spin_ns; /* a driving caller polls flat out this long
+                              after the last event, then yields between
+                              polls (eccl_engine_set_host_ranks) */
     uint64_t calm_at;     /* a caller sleeps at once until then: a yield
                              lost the CPU to other work (eccl_engine_drive) */
     uint64_t calm_ns;     /* the last calm's length */
@@ -74,7 +77,7 @@ void eccl_engine_lock(eccl_engine *e);
 void eccl_engine_unlock(eccl_engine *e);
 /* Mutex held: runs progress until done(arg) is true (ECCL_OK), the clock
  * passes deadline_ns (ECCL_ERR_TIMEOUT) or the engine stops (ECCL_ERR_CLOSED).
- * It polls flat out for ENGINE_PURE_SPIN_NS after the last event, then polls
+ * It polls flat out for pure_spin_ns after the last event, then polls
  * and yields until spin_ns, then sleeps in the net's wait. A yield that
  * comes back ENGINE_YIELD_LOST_NS or more later gave the CPU to a thread that
  * keeps it for whole time slices: other work wants these CPUs, and a rank
@@ -99,7 +102,13 @@ void eccl_engine_kick(eccl_engine *e);
  * spinning against 175 us sleeping (4 KiB 125 against 179); 8 ranks 470
  * against 389 (4 KiB 491 against 405). Under load from other processes
  * sleeping won at 4 ranks too (0.65-0.75 of the time). An explicit
- * ECCL_SPIN_NS setting always wins. Call with the engine's mutex held. */
+ * ECCL_SPIN_NS setting always wins. With more ranks than CPUs (and at most
+ * twice as many) a spinning caller yields after every poll that found
+ * nothing: flat out, it kept the CPU that a rank it waits for needed for
+ * up to ENGINE_PURE_SPIN_NS (3 ranks on 2 CPUs, 64 B all-reduce 22-34 us
+ * a call against 11-14 yielding; 4 ranks 27-55 against 18-28; two ranks,
+ * each with its own CPU, keep the flat-out spin: a yield there only adds
+ * a system call between looks). Call with the engine's mutex held. */
 void eccl_engine_set_host_ranks(eccl_engine *e, uint32_t host_ranks);
 uint64_t eccl_engine_now(const eccl_engine *e);
 
