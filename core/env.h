@@ -394,7 +394,7 @@ typedef struct eccl_env {
     const eccl_config_ops *config;
     void *config_ctx;
     /* CPUs this process may run on; 0: unknown. A communicator whose host
-     * runs more than twice as many ranks does not spin (sched/engine.h). */
+     * runs more than four times as many ranks does not spin (sched/engine.h). */
     uint32_t ncpus;
     /* Added later: NULL means trace dumps have nowhere to go. */
     const eccl_trace_ops *trace;

@@ -1,6 +1,6 @@
 /* The engine's spinning policy (sched/engine.h, eccl_engine_set_host_ranks):
- * a blocked caller spins env->spin_ns while its host holds at most two
- * ranks per CPU, and sleeps at once when it holds more than 2 x
+ * a blocked caller spins env->spin_ns while its host holds at most four
+ * ranks per CPU, and sleeps at once when it holds more than 4 x
  * env->ncpus, unless ECCL_SPIN_NS was set explicitly; it polls flat out
  * for 10 us before it yields between polls only while the host has a CPU
  * per rank; and it stops spinning for a while after a yield lost the CPU
@@ -59,7 +59,8 @@ static void test_spins_with_a_cpu_each(void **state)
     g_spin_setting = NULL;
     assert_int_equal(spin_for(2, 1), 50000);
     assert_int_equal(spin_for(2, 2), 50000);
-    assert_int_equal(spin_for(2, 4), 50000); /* two ranks per CPU */
+    assert_int_equal(spin_for(2, 4), 50000);
+    assert_int_equal(spin_for(2, 8), 50000); /* four ranks per CPU */
     assert_int_equal(spin_for(16, 8), 50000);
 }
 
@@ -67,9 +68,9 @@ static void test_sleeps_when_oversubscribed(void **state)
 {
     (void)state;
     g_spin_setting = NULL;
-    assert_int_equal(spin_for(2, 5), 0);
-    assert_int_equal(spin_for(2, 8), 0);
-    assert_int_equal(spin_for(1, 3), 0);
+    assert_int_equal(spin_for(2, 9), 0);
+    assert_int_equal(spin_for(2, 16), 0);
+    assert_int_equal(spin_for(1, 5), 0);
     assert_int_equal(spin_for(UINT32_MAX, UINT32_MAX), 50000); /* no overflow */
 }
 
@@ -89,7 +90,7 @@ static void test_explicit_setting_wins(void **state)
 {
     (void)state;
     g_spin_setting = "50000";
-    assert_int_equal(spin_for(2, 8), 50000);
+    assert_int_equal(spin_for(2, 16), 50000);
     g_spin_setting = NULL;
 }
 
@@ -125,7 +126,7 @@ static void test_follows_the_epoch(void **state)
     memset(&e, 0, sizeof e);
     e.env = &env;
     e.spin_ns = env.spin_ns;
-    eccl_engine_set_host_ranks(&e, 8);
+    eccl_engine_set_host_ranks(&e, 16);
     assert_int_equal(e.spin_ns, 0);
     eccl_engine_set_host_ranks(&e, 4);
     assert_int_equal(e.spin_ns, 50000);

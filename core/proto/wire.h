@@ -149,7 +149,7 @@ typedef struct eccl_msg_ring {
      * (coll/hier_allreduce.h). */
     uint32_t local_size;
     /* Members sharing this rank's host, itself included (1..world_size;
-     * 0: not told): a host with over twice as many ranks as CPUs does not spin
+     * 0: not told): a host with over four times as many ranks as CPUs does not spin
      * (sched/engine.h, eccl_engine_set_host_ranks). */
     uint32_t host_ranks;
 } eccl_msg_ring;

@@ -219,7 +219,7 @@ void eccl_engine_set_host_ranks(eccl_engine *e, uint32_t host_ranks)
 {
     char set[32];
     int explicit_spin = eccl_config_get(e->env, "ECCL_SPIN_NS", set, sizeof set);
-    int oversubscribed = e->env->ncpus && host_ranks > 2ull * e->env->ncpus;
+    int oversubscribed = e->env->ncpus && host_ranks > 4ull * e->env->ncpus;
     e->spin_ns = oversubscribed && !explicit_spin ? 0 : e->env->spin_ns;
     e->pure_spin_ns = e->env->ncpus && host_ranks > e->env->ncpus ? 0 : ENGINE_PURE_SPIN_NS;
 }

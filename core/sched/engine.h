@@ -93,22 +93,23 @@ void eccl_engine_poll_once(eccl_engine *e);
 /* Mutex held: new work without a driving caller (an async op, a message to
  * send) or an earlier timer: make the background thread poll now. */
 void eccl_engine_kick(eccl_engine *e);
-/* How many ranks share this process's host (0: unknown). A spinning
- * caller yields after ENGINE_PURE_SPIN_NS, so a few ranks per CPU still
- * gain from spinning, but past two a rank that spins mostly takes the CPU
- * the rank it waits for needs: with more than 2 x env->ncpus ranks on the
- * host the caller sleeps at once. Measured on 2 idle CPUs, eccl-bench
- * -n 1000, medians of 5 interleaved runs: 4 ranks, 8 B all-reduce 136 us
- * spinning against 175 us sleeping (4 KiB 125 against 179); 8 ranks 470
- * against 389 (4 KiB 491 against 405). Under load from other processes
- * sleeping won at 4 ranks too (0.65-0.75 of the time). An explicit
- * ECCL_SPIN_NS setting always wins. With more ranks than CPUs (and at most
- * twice as many) a spinning caller yields after every poll that found
- * nothing: flat out, it kept the CPU that a rank it waits for needed for
- * up to ENGINE_PURE_SPIN_NS (3 ranks on 2 CPUs, 64 B all-reduce 22-34 us
- * a call against 11-14 yielding; 4 ranks 27-55 against 18-28; two ranks,
- * each with its own CPU, keep the flat-out spin: a yield there only adds
- * a system call between looks). Call with the engine's mutex held. */
+/* How many ranks share this process's host (0: unknown). With more ranks
+ * than CPUs a spinning caller yields after every poll that found nothing:
+ * flat out (ENGINE_PURE_SPIN_NS), it kept the CPU that a rank it waits
+ * for needed (3 ranks on 2 CPUs, 64 B all-reduce 22-34 us a call against
+ * 11-14 yielding; 4 ranks 27-55 against 18-28; two ranks, each with its
+ * own CPU, keep the flat-out spin: a yield there only adds a system call
+ * between looks). Yielding so, spinning beats sleeping up to four ranks
+ * per CPU (8 ranks on 2 CPUs, eccl-bench -n 1000, 3 interleaved rounds,
+ * spinning / sleeping: 64 B all-reduce 54-91 / 114-153 us, 64 KiB
+ * 124-205 / 280-485, 64 B all-gather 61-93 / 108-137, barrier 44-71 /
+ * 108-140, small broadcasts within noise; 16 ranks: mixed or worse, 64 B
+ * all-gather 662-682 / 419-616): with more than 4 x env->ncpus ranks on
+ * the host the caller sleeps at once. (Spinning flat out for 10 us first,
+ * sleeping had won from three ranks per CPU.) Under load from other
+ * processes a yield comes back late and the caller calms (engine.c). An
+ * explicit ECCL_SPIN_NS setting always wins. Call with the engine's mutex
+ * held. */
 void eccl_engine_set_host_ranks(eccl_engine *e, uint32_t host_ranks);
 uint64_t eccl_engine_now(const eccl_engine *e);
 
