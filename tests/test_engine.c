@@ -140,6 +140,7 @@ static void test_follows_the_epoch(void **state)
 static uint64_t g_now;      /* the fake clock */
 static uint64_t g_yield_ns; /* how long a yield keeps the CPU away */
 static uint64_t g_stop_at;  /* done() once the clock passes it */
+static uint64_t g_timer_ns = 5000000; /* the owner's next timer, this far on */
 static uint32_t g_spins, g_sleeps, g_yields;
 
 static uint64_t f_now(void *ctx) { (void)ctx; return g_now; }
@@ -171,7 +172,7 @@ static uint64_t f_step(void *owner, void **ready, int n, int *again)
 {
     (void)owner, (void)ready, (void)n;
     *again = 0;
-    return g_now + 5000000; /* a timer 5 ms on: a sleep ends there */
+    return g_now + g_timer_ns; /* a sleep ends there */
 }
 static void f_reap(void *owner) { (void)owner; }
 static const eccl_engine_ops f_ops = {f_step, f_reap, NULL};
@@ -240,29 +241,31 @@ static void test_yields_between_every_look(void **state)
 }
 
 /* A yield that keeps the CPU away 1 ms (a busy process took it) ends the
- * spin: the caller sleeps, and so do the calls of the next 10 ms. The next
- * call after that spins again; lost again within 10 ms of the calm's end,
- * the calm doubles, up to 1 s; a loss long after starts again at 10 ms. */
+ * spin: the caller sleeps, and so do the calls of the next 1 ms. The next
+ * call after that spins again; lost again within 10 ms of the calm's end
+ * (longer than the calm: a busy slice outlasts it), the calm doubles, up
+ * to 1 s; a loss long after starts again at 1 ms. */
 static void test_lost_yield_calms(void **state)
 {
     (void)state;
     eccl_env env = calm_env();
     eccl_engine e;
     calm_engine(&e, &env);
+    g_timer_ns = 100000; /* sleeps end 100 us on: calls shorter than a calm */
     g_yield_ns = 1000000;
-    wait_call(&e, 3000000);
+    wait_call(&e, 1000000);
     assert_int_equal(g_yields, 1); /* after 10 us of looks, then no more */
-    assert_int_equal(e.calm_ns, 10000000);
-    assert_in_range(e.calm_at - g_now, 1, 10000000); /* from the yield's return */
+    assert_int_equal(e.calm_ns, 1000000);
+    assert_in_range(e.calm_at - g_now, 1, 1000000); /* from the yield's return */
     uint64_t calm_end = e.calm_at;
-    wait_call(&e, 3000000); /* within the calm: sleeps at once */
+    wait_call(&e, 500000); /* within the calm: sleeps at once */
     assert_int_equal(g_spins, 0);
     assert_int_equal(g_yields, 0);
-    g_now = calm_end;        /* the calm is over: spins, loses the CPU again */
+    g_now = calm_end + 5000000; /* 5 ms after it: spins, loses the CPU again */
     wait_call(&e, 1000000);
     assert_true(g_spins > 0);
     assert_int_equal(g_yields, 1);
-    assert_int_equal(e.calm_ns, 20000000);
+    assert_int_equal(e.calm_ns, 2000000);
     for (int i = 0; i < 12; i++) {
         g_now = e.calm_at;
         wait_call(&e, 1000000);
@@ -270,7 +273,12 @@ static void test_lost_yield_calms(void **state)
     assert_int_equal(e.calm_ns, 1000000000); /* capped */
     g_now = e.calm_at + 2000000000ull;       /* quiet for a long while */
     wait_call(&e, 1000000);
-    assert_int_equal(e.calm_ns, 10000000);
+    assert_int_equal(e.calm_ns, 1000000);
+    g_now = e.calm_at + 20000000; /* 20 ms after a 1 ms calm: a new burst */
+    wait_call(&e, 1000000);
+    assert_int_equal(g_yields, 1);
+    assert_int_equal(e.calm_ns, 1000000);
+    g_timer_ns = 5000000;
 }
 
 int main(void)
