@@ -8,6 +8,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -100,12 +101,43 @@ static void test_probe_mask_refused(void **state)
     assert_true(in_child(kinds_right_refused));
 }
 
+/* A buffer in the heap (malloc's, below the break) is host memory without
+ * a probe. Told apart here by a heap page made inaccessible: the heap rule
+ * does not look (host), the probe does (not host). The rule trusts the
+ * heap; a caller that takes its pages' access away is on its own. */
+static int heap_judged_by_rule(void)
+{
+    eccl_env *env = NULL;
+    if (eccl_env_real_create("probe", 1, &env) != ECCL_OK) return 0;
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    void *buf = NULL;
+    int ok = posix_memalign(&buf, page, 4 * page) == 0;
+    uint8_t *hidden = ok ? (uint8_t *)buf + page : NULL;
+    ok = ok && (uint8_t *)buf + 4 * page <= (uint8_t *)sbrk(0); /* from the heap, as small blocks are */
+    ok = ok && host_kind(env, buf) && mprotect(hidden, page, PROT_NONE) == 0;
+    int by_rule = ok && host_kind(env, hidden);
+    fiu_init(0);
+    int by_probe = ok && fiu_enable("eccl/cuda/heap_rule", 1, NULL, 0) == 0 && !host_kind(env, hidden) &&
+                   host_kind(env, buf);
+    if (ok) mprotect(hidden, page, PROT_READ | PROT_WRITE);
+    free(buf);
+    eccl_env_real_destroy(env);
+    return by_rule && by_probe;
+}
+
+static void test_heap_needs_no_probe(void **state)
+{
+    (void)state;
+    assert_true(in_child(heap_judged_by_rule));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_probe_kinds),
         cmocka_unit_test(test_probe_mask_refused),
         cmocka_unit_test(test_probe_after_fork),
+        cmocka_unit_test(test_heap_needs_no_probe),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

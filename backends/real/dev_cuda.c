@@ -224,6 +224,52 @@ static int host_readable(const void *p)
     return works > 0 ? host_readable_mask(p) : host_readable_vm(p);
 }
 
+/* Where the process's heap starts (/proc/self/stat, field 47: start_brk),
+ * read once: 1 where it cannot be read, which leaves the heap rule below
+ * off. A forked child has its parent's. */
+static atomic_uintptr_t heap_start;
+
+static uintptr_t heap_start_read(void)
+{
+    uintptr_t at = 1;
+    FILE *f = fopen("/proc/self/stat", "r");
+    char line[2048];
+    if (f && fgets(line, sizeof line, f)) {
+        /* Fields after the command's closing parenthesis (the command
+         * itself may hold spaces and parentheses): state is field 3. */
+        char *p = strrchr(line, ')');
+        int field = 2;
+        unsigned long long v = 0;
+        for (char *tok = p ? strtok(p + 1, " ") : NULL; tok; tok = strtok(NULL, " "))
+            if (++field == 47) {
+                v = strtoull(tok, NULL, 10);
+                break;
+            }
+        if (v) at = (uintptr_t)v;
+    }
+    if (f) fclose(f);
+    return at;
+}
+
+/* Whether [p, p + bytes) lies in the heap between its start and the
+ * current break: malloc's anonymous memory, host memory that no device
+ * mapping can share an address with. Small buffers come from there, and
+ * a probe is a system call (two a call, 12 % of an 8-byte all-reduce
+ * between two host-mates). A failpoint turns the rule off, so that tests
+ * can tell which judged. */
+static int in_heap(const void *p, size_t bytes)
+{
+    int off = 0;
+    fiu_do_on("eccl/cuda/heap_rule", off = 1);
+    uintptr_t lo = atomic_load_explicit(&heap_start, memory_order_relaxed);
+    if (!lo) {
+        lo = heap_start_read();
+        atomic_store_explicit(&heap_start, lo, memory_order_relaxed);
+    }
+    uintptr_t a = (uintptr_t)p, hi = (uintptr_t)sbrk(0);
+    return !off && lo > 1 && a >= lo && hi > a && bytes <= hi - a;
+}
+
 static eccl_result plugin_error(eccl_real_cuda *c, eccl_result rc, const char *what)
 {
     if (rc != ECCL_OK) eccl_real_log(c->env, ECCL_LOG_WARN, "%s: %s", what, plugin->last_error(c->ctx));
@@ -234,7 +280,11 @@ eccl_result eccl_real_cuda_mem_kind(eccl_real_cuda *c, const void *p, size_t byt
                                     int *device)
 {
     *device = -1;
-    (void)bytes; /* one allocation is one kind: its first byte tells */
+    if (in_heap(p, bytes ? bytes : 1)) {
+        *kind = ECCL_MEM_HOST;
+        return ECCL_OK;
+    }
+    /* Elsewhere one allocation is one kind: its first byte tells. */
     if (!cuda_is_open(c)) {
         /* Readable: host memory, as far as anything without a device
          * runtime can tell (and loading one for every host buffer would
