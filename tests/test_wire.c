@@ -74,7 +74,7 @@ static uint32_t handle_store[ECCL_WIRE_MAX_SEG + 1];
 static char addr_store[ECCL_WIRE_MAX_SEG + 1][ECCL_ADDR_MAX];
 static const char *addr_ptrs[ECCL_WIRE_MAX_SEG + 1];
 /* The most REGISTER_SEG addresses of the longest length the bound takes. */
-#define REG_SEG_MAX_LONG ((ECCL_WIRE_MAX_CONTROL - 12u) / (2u + ECCL_WIRE_MAX_ADDR))
+#define REG_SEG_MAX_LONG ((ECCL_WIRE_REGISTER_SEG_BOUND - 12u) / (2u + ECCL_WIRE_MAX_ADDR))
 
 static eccl_msg *new_msg(uint16_t type)
 {
@@ -917,7 +917,7 @@ static void test_max_length(void **state)
         {ECCL_MSG_OPT_DONE, 39},
         {ECCL_MSG_PEER_QUERY, 8 + ECCL_WIRE_MAX_PEER_REFS * 4},
         {ECCL_MSG_PEER_REPLY, 8 + ECCL_WIRE_MAX_PEER_REFS * (4 + 8 + 2 + ECCL_WIRE_MAX_ADDR)},
-        {ECCL_MSG_REGISTER_SEG, 12 + (ECCL_WIRE_MAX_CONTROL - 12) / (2 + ECCL_WIRE_MAX_ADDR) * (2 + ECCL_WIRE_MAX_ADDR)},
+        {ECCL_MSG_REGISTER_SEG, 12 + (ECCL_WIRE_REGISTER_SEG_BOUND - 12) / (2 + ECCL_WIRE_MAX_ADDR) * (2 + ECCL_WIRE_MAX_ADDR)},
     };
     for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
         assert_int_equal(eccl_wire_max_length(want[i].type), want[i].max);
@@ -956,7 +956,7 @@ static void test_golden_bytes(void **state)
     strcpy(m->u.reg.p2p_addr, "h:1");
     uint8_t frame[64];
     static const uint8_t want[] = {
-        'E', 'C', 'C', 'L', 7, 0, 1, 0, 13, 0, 0, 0, 0, 0, 0, 0,
+        'E', 'C', 'C', 'L', 8, 0, 1, 0, 13, 0, 0, 0, 0, 0, 0, 0,
         0x0D, 0x0C, 0x0B, 0x0A, 0x88, 0x13, 0, 0, 3, 0, 'h', ':', '1',
     };
     assert_int_equal(eccl_wire_encode(m, frame, sizeof(frame)), sizeof(want));
@@ -980,7 +980,7 @@ static void test_golden_bytes(void **state)
     m->type = ECCL_MSG_PEER_QUERY;
     m->u.peer_query = (eccl_msg_peer_query){.epoch = 0x01020304u, .n = 3, .ranks = ranks};
     static const uint8_t query[] = {
-        'E', 'C', 'C', 'L', 7, 0, 13, 0, 20, 0, 0, 0, 0, 0, 0, 0,
+        'E', 'C', 'C', 'L', 8, 0, 13, 0, 20, 0, 0, 0, 0, 0, 0, 0,
         4, 3, 2, 1, 3, 0, 0, 0,
         0, 0, 0, 0, 0, 1, 0, 0, 0xD0, 0xC0, 0xB0, 0xA0,
     };
@@ -994,7 +994,7 @@ static void test_golden_bytes(void **state)
     m->type = ECCL_MSG_PEER_REPLY;
     m->u.peer_reply = (eccl_msg_peer_reply){.epoch = 7, .n = 2, .entries = entries};
     static const uint8_t reply[] = {
-        'E', 'C', 'C', 'L', 7, 0, 43, 0, 39, 0, 0, 0, 0, 0, 0, 0,
+        'E', 'C', 'C', 'L', 8, 0, 43, 0, 39, 0, 0, 0, 0, 0, 0, 0,
         7, 0, 0, 0, 2, 0, 0, 0,
         2, 0, 0, 0, 0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11, 3, 0, 'h', ':', '1',
         5, 1, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0, 0, 0,
@@ -1009,7 +1009,7 @@ static void test_golden_bytes(void **state)
                                       .epoch = 0x21222324u, .purpose = ECCL_LINK_PEER,
                                       .pool_size = 1, .rank = 0x31323334u};
     static const uint8_t hello[] = {
-        'E', 'C', 'C', 'L', 7, 0, 64, 0, 24, 0, 0, 0, 0, 0, 0, 0,
+        'E', 'C', 'C', 'L', 8, 0, 64, 0, 24, 0, 0, 0, 0, 0, 0, 0,
         8, 7, 6, 5, 4, 3, 2, 1, 0x14, 0x13, 0x12, 0x11, 0x24, 0x23, 0x22, 0x21,
         ECCL_LINK_PEER, 0, 0, 0, 0x34, 0x33, 0x32, 0x31,
     };
@@ -1045,14 +1045,14 @@ static void test_header_rejects(void **state)
     assert_int_equal(h.type, ECCL_MSG_RING);
     assert_int_equal(h.length, 40);
     assert_int_equal(h.reserved, 0);
-    assert_memory_equal(good, "ECCL\x07\x00\x22\x00\x28\x00\x00\x00\x00\x00\x00\x00", 16);
+    assert_memory_equal(good, "ECCL\x08\x00\x22\x00\x28\x00\x00\x00\x00\x00\x00\x00", 16);
 
     for (size_t byte = 0; byte < 4; byte++) { /* magic */
         memcpy(bad, good, sizeof(bad));
         bad[byte] ^= 0x20;
         assert_int_equal(eccl_wire_header_decode(bad, &h), ECCL_ERR_PROTOCOL);
     }
-    const uint16_t versions[] = {0, 6, 8, 0xFFFF}; /* 6: before NOTICE */
+    const uint16_t versions[] = {0, 7, 9, 0xFFFF}; /* 7: repairs of at most 32 KiB */
     for (size_t i = 0; i < 4; i++) {
         memcpy(bad, good, sizeof(bad));
         bad[4] = (uint8_t)versions[i];
@@ -1116,7 +1116,7 @@ static void test_encode_rejects(void **state)
     memset(addr_store[0], 'x', ECCL_ADDR_MAX); /* no NUL: 64 bytes */
     assert_int_equal(eccl_wire_encode(m, frame, FRAME_CAP), 0);
     fill_extreme(m, ECCL_MSG_REGISTER_SEG, 1);
-    m->u.register_seg.n++; /* one more long address: past the control bound */
+    m->u.register_seg.n++; /* one more long address: past its bound */
     addr_ptrs[m->u.register_seg.n - 1] = addr_store[0];
     assert_int_equal(eccl_wire_encode(m, frame, FRAME_CAP), 0);
     fill_extreme(m, ECCL_MSG_REGISTER_SEG, 0);

@@ -661,7 +661,9 @@ size_t eccl_wire_encode(const eccl_msg *msg, uint8_t *out, size_t cap)
         return 0;
     wbuf w = {out + ECCL_WIRE_HEADER_SIZE, cap - ECCL_WIRE_HEADER_SIZE, 0, 0};
     put_payload(&w, msg);
-    if (w.bad)
+    /* Never a frame the decoder refuses: within its type's bound, however
+     * large the buffer. */
+    if (w.bad || w.pos > max_length(msg->type))
         return 0;
     eccl_wire_header_encode(msg->type, (uint32_t)w.pos, out);
     return ECCL_WIRE_HEADER_SIZE + w.pos;

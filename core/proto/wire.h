@@ -24,12 +24,14 @@
 #include "quant/quant.h"
 
 #define ECCL_WIRE_MAGIC 0x4C434345u /* "ECCL" read as little-endian bytes */
-#define ECCL_WIRE_VERSION 7u /* 2: RING has four tree children; RING_SEG. 3: REGISTER_SEG. 4: TRACE_ASK.
+#define ECCL_WIRE_VERSION 8u /* 2: RING has four tree children; RING_SEG. 3: REGISTER_SEG. 4: TRACE_ASK.
                                 5: LATE_REPORT, SLOW_NOTICE. 6: LINK_RATE, SLOW_LINK,
-                                COLL_STATS. 7: NOTICE_POST, NOTICE */
+                                COLL_STATS. 7: NOTICE_POST, NOTICE. 8: repairs of up
+                                to 64 KiB, control payloads of up to 128 KiB */
 #define ECCL_WIRE_HEADER_SIZE 16u
-/* Largest control payload (everything but DATA). */
-#define ECCL_WIRE_MAX_CONTROL 65536u
+/* Largest control payload (everything but DATA): a repair and its header
+ * fit. */
+#define ECCL_WIRE_MAX_CONTROL 131072u
 /* Largest DATA payload: data header + one slice. */
 #define ECCL_WIRE_MAX_DATA (ECCL_WIRE_DATA_HEADER_SIZE + (16u << 20))
 /* Longest address string on the wire, without NUL. */
@@ -37,8 +39,12 @@
 /* Most entries in a VIEW_REPORT / VIEW_DECIDE list. */
 #define ECCL_WIRE_MAX_OPS 4096u
 /* Largest result a view change repairs (REPAIR_DATA / REPAIR_PUT): a
- * replicated output this small is handed to survivors that lack it. */
-#define ECCL_WIRE_MAX_REPAIR 32768u
+ * replicated output this small is handed to survivors that lack it, and
+ * a call this small may return before its completion round
+ * (ECCL_EARLY_RETURN_BYTES). 64 KiB: the DONE/COMMIT waves of a 64 KiB
+ * broadcast at eight ranks on two cores cost as much as its data (79-127
+ * us a call waiting for them, 54-84 returning early). */
+#define ECCL_WIRE_MAX_REPAIR 65536u
 /* Most children of a rank in the small collectives' tree: two in its run,
  * two runs' roots under a run's root (coll/tree_allreduce.h). */
 #define ECCL_WIRE_TREE_CHILDREN 4u
@@ -544,9 +550,12 @@ typedef struct eccl_msg_peer_reply { /* PEER_REPLY */
  * "Registrations by the relay"). A relay's registration burst is thus an
  * entry per batch at its parent, not one per peer. Addresses: `addrs` to encode, `packed` once decoded
  * (eccl_wire_register_seg_next). Never sent outside a batch. Its payload
- * bound: as many of the longest addresses as the control bound takes. */
+ * bound: as many of the longest addresses as 64 KiB takes (the control
+ * bound until repairs grew past it: relays batch as they did, and the
+ * bootstrap's message counts stay what the scale runs measured). */
+#define ECCL_WIRE_REGISTER_SEG_BOUND 65536u
 #define ECCL_WIRE_REGISTER_SEG_MAX \
-    (12u + (ECCL_WIRE_MAX_CONTROL - 12u) / (2u + ECCL_WIRE_MAX_ADDR) * (2u + ECCL_WIRE_MAX_ADDR))
+    (12u + (ECCL_WIRE_REGISTER_SEG_BOUND - 12u) / (2u + ECCL_WIRE_MAX_ADDR) * (2u + ECCL_WIRE_MAX_ADDR))
 typedef struct eccl_msg_register_seg {
     uint32_t peer_group;
     uint32_t peer_timeout_ms;
