@@ -1,6 +1,5 @@
-/* core/util/bufpool: the smallest cached buffer that fits, across size
- * classes; the most recently returned of equal ones; a new one when none
- * fits. */
+/* core/util/bufpool: the smallest cached buffer that fits; the most
+ * recently returned of equal ones; a new one when none fits. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -10,7 +9,7 @@
 
 #include "util/bufpool.h"
 
-static void test_best_fit_across_classes(void **state)
+static void test_best_fit(void **state)
 {
     (void)state;
     eccl_bufpool p;
@@ -19,9 +18,9 @@ static void test_best_fit_across_classes(void **state)
     eccl_buf *b[6];
     for (int i = 0; i < 6; i++) assert_non_null(b[i] = eccl_bufpool_get(&p, caps[i]));
     for (int i = 0; i < 6; i++) eccl_bufpool_put(&p, b[i]);
-    /* 2048 <= 2100 < 3000 < 4096: one class holds 2100 and 3000. */
+    /* 2100 < 3000 < 4096, put in another order. */
     assert_ptr_equal(eccl_bufpool_get(&p, 2050), b[5]);
-    assert_ptr_equal(eccl_bufpool_get(&p, 2050), b[2]); /* 3000 before 4096, a class up */
+    assert_ptr_equal(eccl_bufpool_get(&p, 2050), b[2]);
     assert_ptr_equal(eccl_bufpool_get(&p, 3500), b[0]);
     assert_ptr_equal(eccl_bufpool_get(&p, 61), b[1]); /* 60 is too small, 100 the next */
     assert_ptr_equal(eccl_bufpool_get(&p, 5000), b[3]);
@@ -56,7 +55,7 @@ static void test_equal_ones_most_recent_first(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_best_fit_across_classes),
+        cmocka_unit_test(test_best_fit),
         cmocka_unit_test(test_equal_ones_most_recent_first),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -9,36 +9,27 @@
 void eccl_bufpool_init(eccl_bufpool *p, const eccl_env *env)
 {
     p->env = env;
-    for (int k = 0; k < ECCL_BUFPOOL_BINS; k++) p->bins[k] = NULL;
+    p->free_list = NULL;
 }
 
-static int bin_of(size_t bytes) { return bytes ? 63 - __builtin_clzll((unsigned long long)bytes) : 0; }
-
-/* The smallest buffer of bin k with at least `bytes`, unlinked; the most
- * recently put of equal ones. */
-static eccl_buf *bin_take(eccl_buf **head, size_t bytes)
+/* Best fit, the most recently put of equal ones; an exact fit ends the
+ * search. A pool that served many sizes (a sweep; a stream of calls that
+ * return early, each with its kept copy and its peers' early frames) holds
+ * over a hundred buffers, and scanning them all per get was a hot spot of
+ * small calls at eight ranks (140 buffers looked at per get; with the stop,
+ * 1.8: a call's sizes recur, and what it put back lies near the head). */
+eccl_buf *eccl_bufpool_get(eccl_bufpool *p, size_t bytes)
 {
     eccl_buf **best = NULL;
-    for (eccl_buf **b = head; *b; b = &(*b)->next) {
+    for (eccl_buf **b = &p->free_list; *b; b = &(*b)->next) {
         if ((*b)->cap < bytes || (best && (*b)->cap >= (*best)->cap)) continue;
         best = b;
         if ((*b)->cap == bytes) break;
     }
-    if (!best) return NULL;
-    eccl_buf *b = *best;
-    *best = b->next;
-    return b;
-}
-
-/* Best fit by size class: a pool that served many sizes (a sweep, a
- * stream of calls that return early, each with its kept copy and its
- * peers' early frames) holds over a hundred buffers, and one list scanned
- * whole per get was a hot spot of the small-call path at eight ranks. */
-eccl_buf *eccl_bufpool_get(eccl_bufpool *p, size_t bytes)
-{
-    for (int k = bin_of(bytes); k < ECCL_BUFPOOL_BINS; k++) {
-        eccl_buf *b = p->bins[k] ? bin_take(&p->bins[k], bytes) : NULL;
-        if (b) return b;
+    if (best) {
+        eccl_buf *b = *best;
+        *best = b->next;
+        return b;
     }
     size_t cap = bytes ? bytes : 1;
     if (!p->env) {
@@ -61,19 +52,16 @@ eccl_buf *eccl_bufpool_get(eccl_bufpool *p, size_t bytes)
 void eccl_bufpool_put(eccl_bufpool *p, eccl_buf *b)
 {
     if (!b) return;
-    int k = bin_of(b->cap);
-    b->next = p->bins[k];
-    p->bins[k] = b;
+    b->next = p->free_list;
+    p->free_list = b;
 }
 
 void eccl_bufpool_fini(eccl_bufpool *p)
 {
-    for (int k = 0; k < ECCL_BUFPOOL_BINS; k++) {
-        for (eccl_buf *b = p->bins[k], *n; b; b = n) {
-            n = b->next;
-            if (p->env) p->env->dev->free(p->env->dev_ctx, b->ptr);
-            free(b);
-        }
-        p->bins[k] = NULL;
+    for (eccl_buf *b = p->free_list, *n; b; b = n) {
+        n = b->next;
+        if (p->env) p->env->dev->free(p->env->dev_ctx, b->ptr);
+        free(b);
     }
+    p->free_list = NULL;
 }

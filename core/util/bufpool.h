@@ -12,12 +12,9 @@ typedef struct eccl_buf {
     size_t cap;
 } eccl_buf;
 
-/* Free buffers by size class: bin k holds capacities in [2^k, 2^(k+1)). */
-#define ECCL_BUFPOOL_BINS 64
-
 typedef struct eccl_bufpool {
     const eccl_env *env;
-    eccl_buf *bins[ECCL_BUFPOOL_BINS];
+    eccl_buf *free_list;
 } eccl_bufpool;
 
 /* env NULL: host memory, header and bytes in one allocation, aligned for
