@@ -240,7 +240,8 @@ static uintptr_t heap_start_read(void)
         char *p = strrchr(line, ')');
         int field = 2;
         unsigned long long v = 0;
-        for (char *tok = p ? strtok(p + 1, " ") : NULL; tok; tok = strtok(NULL, " "))
+        char *save = NULL;
+        for (char *tok = p ? strtok_r(p + 1, " ", &save) : NULL; tok; tok = strtok_r(NULL, " ", &save))
             if (++field == 47) {
                 v = strtoull(tok, NULL, 10);
                 break;
