@@ -54,6 +54,7 @@
 #include <unistd.h>
 
 #include "cluster.h"
+#include "proto/wire.h"
 
 enum kind { K_ALLGATHER, K_REDUCE_SCATTER, K_BROADCAST, K_REDUCE, K_ALLREDUCE, K_COUNT };
 static const char *const kind_names[K_COUNT] = {"all-gather", "reduce-scatter", "broadcast", "reduce",
@@ -1271,6 +1272,14 @@ static void test_repair_broadcast_chain_in_place(void **state)
     run_repair(*state, &f);
 }
 
+/* At the largest output a view change repairs (64 KiB, wire version 8):
+ * the master carries the root's whole result to ranks 2 and 3. */
+static void test_repair_broadcast_chain_largest(void **state)
+{
+    repair_arg f = {K_BROADCAST, 4, ECCL_WIRE_MAX_REPAIR / 4, 1, 1, 0, 1, 0, 0};
+    run_repair(*state, &f);
+}
+
 /* Broadcast returns early too (the root and each rank once its data went
  * on): rank 3 calls only after the others returned and the victim died.
  * The master hands it the result the others committed with, which its
@@ -1488,6 +1497,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_kill_reduce, chain_setup, algo_teardown),
         cmocka_unit_test_setup_teardown(test_repair_broadcast_chain, chain_setup, algo_teardown),
         cmocka_unit_test_setup_teardown(test_repair_broadcast_chain_in_place, chain_setup, algo_teardown),
+        cmocka_unit_test_setup_teardown(test_repair_broadcast_chain_largest, chain_setup, algo_teardown),
         cmocka_unit_test_setup_teardown(test_repair_broadcast_late_caller_chain, chain_setup, algo_teardown),
         cmocka_unit_test_setup_teardown(test_repair_broadcast_late_caller_binomial, binomial_setup, algo_teardown),
         cmocka_unit_test_setup_teardown(test_repair_broadcast_late_caller_no_memory, chain_setup, algo_teardown),
