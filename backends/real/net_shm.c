@@ -154,7 +154,6 @@ typedef struct shm_net {
     size_t nrings, cap_rings;
     int sleepers; /* our threads about to block in `wait` (mu) */
     _Atomic uint64_t sockets_at; /* when a polling `wait` last looked at the sockets */
-    _Atomic uint32_t looks;      /* polling looks since: the clock is read every SHM_CLOCK_EVERY */
     atomic_int prompt;           /* conns whose news the sockets carry (conn_apply_interest) */
     char host[ECCL_ADDR_MAX]; /* our listener's HOST; "" before the first listen */
     uint64_t probes;         /* makes each conn's probe word differ */
@@ -1230,14 +1229,9 @@ static int sockets_wait(shm_net *n, uint64_t deadline_ns, void **ready, int coun
  * only a sleeping reader needs) waits that much longer at most while it
  * spins; a thread about to block always looks. */
 #define SHM_SOCKETS_EVERY_NS 20000u
-/* Looks between two clock reads: a read is 65 cycles here, a look a few
- * hundred, and a spinning caller looks every few hundred nanoseconds, so
- * the sockets wait at most a few looks longer. */
-#define SHM_CLOCK_EVERY 8u
 
 static int sockets_due(shm_net *n)
 {
-    if (atomic_fetch_add_explicit(&n->looks, 1, memory_order_relaxed) % SHM_CLOCK_EVERY) return 0;
     uint64_t now = eccl_real_now_ns();
     if (now - atomic_load_explicit(&n->sockets_at, memory_order_relaxed) < SHM_SOCKETS_EVERY_NS) return 0;
     atomic_store_explicit(&n->sockets_at, now, memory_order_relaxed);
