@@ -188,29 +188,43 @@ static void free_dumps(struct dump *d, uint32_t n)
 }
 
 /* A peer's record of call (tag, epoch) across its dumps: the one of its
- * newest dump that has it (an ended call over a running one). */
-static const struct call *record_of(const struct dump *d, uint32_t n, uint64_t peer, uint64_t tag, int64_t epoch)
+ * newest dump that has it (an ended call over a running one); that dump in
+ * *from where from is not NULL. */
+static const struct call *record_of(const struct dump *d, uint32_t n, uint64_t peer, uint64_t tag, int64_t epoch,
+                                    const struct dump **from)
 {
     const struct call *best = NULL;
-    uint64_t best_at = 0;
+    const struct dump *best_in = NULL;
     for (uint32_t i = 0; i < n; i++) {
         if (d[i].peer != peer) continue;
         for (uint32_t k = d[i].n_calls; k-- > 0;) {
             const struct call *c = &d[i].calls[k];
             if (c->tag != tag || c->epoch != epoch) continue;
-            if (!best || (c->end >= 0 && best->end < 0) || ((c->end >= 0) == (best->end >= 0) && d[i].now_ns > best_at))
-                best = c, best_at = d[i].now_ns;
+            if (!best || (c->end >= 0 && best->end < 0) ||
+                ((c->end >= 0) == (best->end >= 0) && d[i].now_ns > best_in->now_ns))
+                best = c, best_in = &d[i];
             break;
         }
     }
+    if (from) *from = best_in;
     return best;
 }
 
-/* A dump of the peer written while it was in `epoch`, or NULL. */
-static const struct dump *dump_in(const struct dump *d, uint32_t n, uint64_t peer, int64_t epoch)
+/* A dump a rank writes while its job runs on: the master named a slow
+ * link (core/comm/rates.c), and every member wrote its rates then, in the
+ * middle of whatever calls it had running. A call running there may have
+ * ended a moment later, and one its peers had posted may come next: such a
+ * dump shows neither a stall nor a call never made. A call that does stall
+ * fails somewhere, and that failure makes every member write a dump of its
+ * own (TRACE_ASK). */
+static int in_motion(const struct dump *d) { return strcmp(d->why, "slow_link") == 0; }
+
+/* A dump of the peer written while it was in `epoch`, or NULL; with
+ * `settled`, not one written in motion. */
+static const struct dump *dump_in(const struct dump *d, uint32_t n, uint64_t peer, int64_t epoch, int settled)
 {
     for (uint32_t i = 0; i < n; i++)
-        if (d[i].peer == peer && (int64_t)d[i].epoch == epoch) return &d[i];
+        if (d[i].peer == peer && (int64_t)d[i].epoch == epoch && !(settled && in_motion(&d[i]))) return &d[i];
     return NULL;
 }
 
@@ -270,13 +284,16 @@ static int complete(const struct call *c)
 }
 
 /* Whether the peers of d (ids[0 .. n_ids)) all completed call (tag,
- * epoch), as far as their traces tell. */
+ * epoch), as far as their traces tell (a dump in motion tells nothing of
+ * a call it caught running or had not seen yet). */
 static int done_everywhere(const struct dump *d, uint32_t n, const uint64_t *ids, uint32_t n_ids, uint64_t tag,
                            int64_t epoch)
 {
     for (uint32_t j = 0; j < n_ids; j++) {
-        const struct call *o = record_of(d, n, ids[j], tag, epoch);
-        if (o ? !complete(o) : dump_in(d, n, ids[j], epoch) != NULL) return 0;
+        const struct dump *from;
+        const struct call *o = record_of(d, n, ids[j], tag, epoch, &from);
+        if (o ? !complete(o) && !(o->end < 0 && in_motion(from)) : dump_in(d, n, ids[j], epoch, 1) != NULL)
+            return 0;
     }
     return 1;
 }
@@ -370,7 +387,7 @@ static int slow_ranks(FILE *out, const struct dump *d, uint32_t n, const uint64_
             if (x->world != n_ids) continue;
             uint32_t j = 0;
             for (; j < n_ids; j++) {
-                rec[j] = record_of(d, n, ids[j], x->tag, x->epoch);
+                rec[j] = record_of(d, n, ids[j], x->tag, x->epoch, NULL);
                 if (!rec[j]) break;
                 if (rec[j]->posted_ns < first) first = rec[j]->posted_ns;
             }
@@ -561,8 +578,8 @@ int eccl_trace_analyze(const char *dir, const char *png, FILE *out, eccl_trace_v
         const struct call *c = NULL;
         int found = 0;
         for (uint32_t j = 0; j < n_ids && !found; j++) {
-            const struct call *o = record_of(d, n, ids[j], first->tag, first->epoch);
-            const struct dump *at = dump_in(d, n, ids[j], first->epoch);
+            const struct call *o = record_of(d, n, ids[j], first->tag, first->epoch, NULL);
+            const struct dump *at = dump_in(d, n, ids[j], first->epoch, 0);
             if ((o && o->rank == r) || (!o && at && at->rank == r)) peer = ids[j], c = o, found = 1;
         }
         if (found) peer_of[r] = peer;
@@ -578,7 +595,7 @@ int eccl_trace_analyze(const char *dir, const char *png, FILE *out, eccl_trace_v
                 add_cut(v, r, peer);
                 continue;
             }
-            const struct dump *at = dump_in(d, n, peer, first->epoch);
+            const struct dump *at = dump_in(d, n, peer, first->epoch, 0);
             const struct call *last = at->n_calls ? &at->calls[at->n_calls - 1] : NULL;
             fprintf(out, "  rank %u (peer %" PRIu64 "): never posted it", r, peer);
             if (last)
