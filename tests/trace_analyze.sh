@@ -132,6 +132,29 @@ done
 check motion "every traced call completed on every rank that wrote a trace" \
     "but rank(s) 2 (peer 43), 3 (peer 44) lost the master between calls" "culprit: rank(s) above, cut off"
 
+# A call that did stall (rank 0 timed out in tag 30, waiting on rank 1),
+# where rank 1's one dump of the epoch was written mid-job, before it
+# posted the call: it did not answer the failure, so it is not "alive and
+# elsewhere" but silent.
+dir=$root/stale; mkdir "$dir"
+cat >"$dir/eccl-trace-51-700-1.txt" <<'END'
+eccl-trace 1
+comm peer=51 rank=0 world=2 epoch=4 now_ns=9000000000 records=2 dropped=0 why=failed
+call seq=1 tag=29 coll=allreduce algo=ring bytes=4096 dtype=f32 epoch=4 rank=0 world=2 posted_ns=4800000000 started_us=0 first_us=5 data_us=90 end_us=100 result=ok
+call seq=2 tag=30 coll=allreduce algo=ring bytes=4096 dtype=f32 epoch=4 rank=0 world=2 posted_ns=5000000000 started_us=0 first_us=- data_us=- end_us=3000000 result=timeout
+wait tag=30 epoch=4 role=next rank=1 peer=52 returned=0
+end
+END
+cat >"$dir/eccl-trace-52-701-1.txt" <<'END'
+eccl-trace 1
+comm peer=52 rank=1 world=2 epoch=4 now_ns=4900000000 records=1 dropped=0 why=slow_link
+call seq=1 tag=29 coll=allreduce algo=ring bytes=4096 dtype=f32 epoch=4 rank=1 world=2 posted_ns=4800000000 started_us=0 first_us=5 data_us=90 end_us=100 result=ok
+end
+END
+check stale "first call not completed everywhere: tag 30" \
+    "rank 1 (peer 52): no trace since one written mid-job (a slow link), before it posted it" \
+    "culprit: rank 1 (peer 52) wrote no trace"
+
 # Every rank lost the master: the master went, no rank is to blame.
 dir=$root/master; mkdir "$dir"
 for r in 0 1; do

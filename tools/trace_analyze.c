@@ -595,7 +595,15 @@ int eccl_trace_analyze(const char *dir, const char *png, FILE *out, eccl_trace_v
                 add_cut(v, r, peer);
                 continue;
             }
-            const struct dump *at = dump_in(d, n, peer, first->epoch, 0);
+            const struct dump *at = dump_in(d, n, peer, first->epoch, 1);
+            if (!at) {
+                /* Its one dump of the epoch was taken mid-job, before it
+                 * posted the call; none came when the call failed. */
+                fprintf(out, "  rank %u (peer %" PRIu64 "): no trace since one written mid-job (a slow link), before "
+                             "it posted it\n", r, peer);
+                if (silent < 0) silent = (int)r;
+                continue;
+            }
             const struct call *last = at->n_calls ? &at->calls[at->n_calls - 1] : NULL;
             fprintf(out, "  rank %u (peer %" PRIu64 "): never posted it", r, peer);
             if (last)
