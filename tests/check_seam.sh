@@ -30,7 +30,7 @@ else
 fi
 shift
 
-python3 - "$core_dir" "$@" <<'PY'
+/usr/bin/python3 - "$core_dir" "$@" <<'PY'
 import os
 import re
 import subprocess
